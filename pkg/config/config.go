@@ -1,0 +1,470 @@
+// Package config loads Sluice's one YAML configuration file, applies
+// SLUICE_* environment overrides and validates the result before anything
+// starts, so that a bad value fails fast with the name of the field.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole of Sluice's configuration. Every field has a default
+// (see Default); a file only needs the values it changes.
+type Config struct {
+	API       API       `yaml:"api"`
+	Temporal  Temporal  `yaml:"temporal"`
+	Redis     Redis     `yaml:"redis"`
+	Events    Events    `yaml:"events"`
+	Admission Admission `yaml:"admission"`
+	Pools     Pools     `yaml:"pools"`
+	Routing   Routing   `yaml:"routing"`
+	LLM       LLM       `yaml:"llm"`
+	Embedding Embedding `yaml:"embedding"`
+	Retrieval Retrieval `yaml:"retrieval"`
+	Auth      Auth      `yaml:"auth"`
+	Log       Log       `yaml:"log"`
+}
+
+// API configures the Echo HTTP front door.
+type API struct {
+	// Addr is the listen address of the HTTP API.
+	Addr string `yaml:"addr"`
+	// MaxBodyBytes bounds a request body; larger bodies get 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxQueryChars bounds the query text; longer queries get 413.
+	MaxQueryChars int `yaml:"max_query_chars"`
+	// DefaultMaxTokens is the output budget of a request that names none.
+	DefaultMaxTokens int `yaml:"default_max_tokens"`
+	// MaxTokensLimit is the largest max_tokens a request may ask for.
+	MaxTokensLimit int `yaml:"max_tokens_limit"`
+	// EmbeddedWorker runs a Temporal worker inside the API process so that
+	// eager workflow start can hand the first workflow task to it directly.
+	EmbeddedWorker bool `yaml:"embedded_worker"`
+	// StreamIdleTimeout ends an SSE stream that has seen no event for this
+	// long (the workflow is presumably gone); it is not a request deadline.
+	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
+	// ShutdownTimeout bounds graceful shutdown of open streams.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Temporal says where the Temporal frontend is and how workflows are started.
+type Temporal struct {
+	HostPort  string `yaml:"host_port"`
+	Namespace string `yaml:"namespace"`
+	// TaskQueue carries chat workflows and their activities.
+	TaskQueue string `yaml:"task_queue"`
+	// EagerStart asks the server to hand the first workflow task to the
+	// starting process's own worker (needs system.enableEagerWorkflowStart).
+	EagerStart bool `yaml:"eager_start"`
+	// SearchAttributes enables upserting Sluice's custom search attributes;
+	// the server must have them registered (make run and the tests do).
+	SearchAttributes bool `yaml:"search_attributes"`
+	// MaxConcurrentActivities bounds regular activities (LLM streams) per worker.
+	MaxConcurrentActivities int `yaml:"max_concurrent_activities"`
+	// MaxConcurrentWorkflowTasks bounds workflow tasks per worker.
+	MaxConcurrentWorkflowTasks int `yaml:"max_concurrent_workflow_tasks"`
+}
+
+// Redis is the one Redis that holds permits, queues, caches and event streams.
+type Redis struct {
+	Addr     string `yaml:"addr"`
+	Password string `yaml:"password"`
+	DB       int    `yaml:"db"`
+	// KeyPrefix namespaces every key Sluice writes, so that several
+	// deployments (or tests) can share one Redis.
+	KeyPrefix string `yaml:"key_prefix"`
+}
+
+// Events configures the per-request Redis Streams that carry SSE events.
+type Events struct {
+	// TTL is how long a request's event stream stays readable after its last
+	// event, so that a client can reconnect with Last-Event-ID.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxLen caps the entries of one stream (approximate trimming).
+	MaxLen int64 `yaml:"max_len"`
+}
+
+// Admission configures the concurrency gate in front of the LLM pools.
+type Admission struct {
+	// MaxWait bounds how long a request waits in the queue.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// Lease is how long a permit lives without renewal; a crashed holder's
+	// permit comes back after at most this long.
+	Lease time.Duration `yaml:"lease"`
+	// RecheckInterval is the workflow's fallback re-check of its queue entry,
+	// in case a hand-off signal was lost. Workflow timers under 1 s are not
+	// precise, so keep it at 1 s or more.
+	RecheckInterval time.Duration `yaml:"recheck_interval"`
+	// MaxQueueDepth bounds the waiting queue of each pool.
+	MaxQueueDepth int `yaml:"max_queue_depth"`
+}
+
+// Pools holds the two LLM pools requests are routed to by prompt length.
+type Pools struct {
+	Short Pool `yaml:"short"`
+	Long  Pool `yaml:"long"`
+}
+
+// Pool is one OpenAI-compatible LLM endpoint list with its own permits.
+type Pool struct {
+	// Endpoints are base URLs of OpenAI-compatible servers (".../v1" is added
+	// when missing); requests are spread round-robin.
+	Endpoints []string `yaml:"endpoints"`
+	// Model is sent as "model" in the chat completion request.
+	Model string `yaml:"model"`
+	// APIKey, if set, is sent as a bearer token.
+	APIKey string `yaml:"api_key"`
+	// MaxConcurrency is the number of permits: streams in flight at once.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// MaxPromptTokens is the hard limit of a prompt sent to this pool.
+	MaxPromptTokens int `yaml:"max_prompt_tokens"`
+}
+
+// Routing chooses a pool by the prompt's token count.
+type Routing struct {
+	// ShortThresholdTokens: prompts with at most this many tokens go short.
+	ShortThresholdTokens int `yaml:"short_threshold_tokens"`
+	// Encoding is the tiktoken encoding used to count tokens.
+	Encoding string `yaml:"encoding"`
+}
+
+// LLM configures the streaming LLM call.
+type LLM struct {
+	SystemPrompt string `yaml:"system_prompt"`
+	// Timeout bounds one whole streamed completion.
+	Timeout time.Duration `yaml:"timeout"`
+	// HeartbeatTimeout: a stream that stops heartbeating this long is
+	// presumed lost and retried (only if no token was sent yet).
+	HeartbeatTimeout time.Duration `yaml:"heartbeat_timeout"`
+	// MaxAttempts bounds retries of an LLM call that failed before its
+	// first token.
+	MaxAttempts int `yaml:"max_attempts"`
+}
+
+// Embedding configures the query embedder and its cache.
+type Embedding struct {
+	// Model names the embedder; with "local-hash" the built-in hashed
+	// n-gram embedder is used.
+	Model string `yaml:"model"`
+	Dims  int    `yaml:"dims"`
+	// CacheTTL is the Redis TTL of a cached query embedding.
+	CacheTTL time.Duration `yaml:"cache_ttl"`
+	// LRUSize is the in-process cache size in entries.
+	LRUSize int `yaml:"lru_size"`
+}
+
+// Retrieval configures knowledge-base search.
+type Retrieval struct {
+	// TopK chunks go into the prompt after rerank.
+	TopK int `yaml:"top_k"`
+	// Candidates are fetched by retrieval and cut to TopK by rerank.
+	Candidates int `yaml:"candidates"`
+	// CacheTTL is the Redis TTL of a cached retrieval result.
+	CacheTTL time.Duration `yaml:"cache_ttl"`
+	// KnowledgeBases are the kbs a request may name.
+	KnowledgeBases []KnowledgeBase `yaml:"knowledge_bases"`
+	// DefaultKB is used when a request names none.
+	DefaultKB string `yaml:"default_kb"`
+	// ChunkTokens bounds one chunk; used to estimate prompt size before
+	// retrieval has run.
+	ChunkTokens int `yaml:"chunk_tokens"`
+}
+
+// KnowledgeBase names a corpus. Dir, if set, loads *.md and *.txt files
+// from a directory; otherwise Builtin names a corpus compiled into Sluice.
+type KnowledgeBase struct {
+	Name    string `yaml:"name"`
+	Builtin string `yaml:"builtin"`
+	Dir     string `yaml:"dir"`
+}
+
+// Auth maps API keys to tenants.
+type Auth struct {
+	// AllowAnonymous lets requests without an API key through as tenant
+	// "anonymous" (dev stack only).
+	AllowAnonymous bool     `yaml:"allow_anonymous"`
+	APIKeys        []APIKey `yaml:"api_keys"`
+}
+
+// APIKey is one client credential.
+type APIKey struct {
+	Key    string `yaml:"key"`
+	Tenant string `yaml:"tenant"`
+	User   string `yaml:"user"`
+	Tier   string `yaml:"tier"`
+}
+
+// Log configures log/slog output.
+type Log struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Default returns a configuration that runs the local dev stack.
+func Default() Config {
+	return Config{
+		API: API{
+			Addr:              "127.0.0.1:8080",
+			MaxBodyBytes:      64 << 10,
+			MaxQueryChars:     4000,
+			DefaultMaxTokens:  128,
+			MaxTokensLimit:    2048,
+			EmbeddedWorker:    true,
+			StreamIdleTimeout: 2 * time.Minute,
+			ShutdownTimeout:   10 * time.Second,
+		},
+		Temporal: Temporal{
+			HostPort:                   "127.0.0.1:7233",
+			Namespace:                  "default",
+			TaskQueue:                  "sluice-chat",
+			EagerStart:                 true,
+			SearchAttributes:           true,
+			MaxConcurrentActivities:    1000,
+			MaxConcurrentWorkflowTasks: 100,
+		},
+		Redis: Redis{Addr: "127.0.0.1:6379", KeyPrefix: "sluice:"},
+		Events: Events{
+			TTL:    time.Hour,
+			MaxLen: 20000,
+		},
+		Admission: Admission{
+			MaxWait:         30 * time.Second,
+			Lease:           30 * time.Second,
+			RecheckInterval: 2 * time.Second,
+			MaxQueueDepth:   10000,
+		},
+		Pools: Pools{
+			Short: Pool{
+				Endpoints:       []string{"http://127.0.0.1:8090"},
+				Model:           "sluice-sim",
+				MaxConcurrency:  16,
+				MaxPromptTokens: 512,
+			},
+			Long: Pool{
+				Endpoints:       []string{"http://127.0.0.1:8090"},
+				Model:           "sluice-sim",
+				MaxConcurrency:  4,
+				MaxPromptTokens: 8192,
+			},
+		},
+		Routing: Routing{ShortThresholdTokens: 512, Encoding: "cl100k_base"},
+		LLM: LLM{
+			SystemPrompt:     "You are a helpful assistant. Answer the question using only the context below. If the context does not contain the answer, say so.",
+			Timeout:          5 * time.Minute,
+			HeartbeatTimeout: 10 * time.Second,
+			MaxAttempts:      3,
+		},
+		Embedding: Embedding{
+			Model:    "local-hash-v1",
+			Dims:     256,
+			CacheTTL: 24 * time.Hour,
+			LRUSize:  10000,
+		},
+		Retrieval: Retrieval{
+			TopK:           3,
+			Candidates:     10,
+			CacheTTL:       time.Hour,
+			KnowledgeBases: []KnowledgeBase{{Name: "sluice-docs", Builtin: "sluice-docs"}},
+			DefaultKB:      "sluice-docs",
+			ChunkTokens:    120,
+		},
+		Auth: Auth{AllowAnonymous: true},
+		Log:  Log{Level: "info", Format: "text"},
+	}
+}
+
+// Load reads path (if not empty) over the defaults, applies environment
+// overrides from environ (KEY=VALUE pairs, as os.Environ returns) and
+// validates the result.
+func Load(path string, environ []string) (Config, error) {
+	cfg := Default()
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("read config %s: %w", path, err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return Config{}, fmt.Errorf("parse config %s: %w", path, err)
+		}
+	}
+	if err := applyEnv(&cfg, environ); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Validate checks every field and reports all problems at once, each
+// naming its field by its YAML path.
+func (c Config) Validate() error {
+	var v validator
+	v.nonEmpty("api.addr", c.API.Addr)
+	v.positive("api.max_body_bytes", c.API.MaxBodyBytes)
+	v.positive("api.max_query_chars", int64(c.API.MaxQueryChars))
+	v.positive("api.default_max_tokens", int64(c.API.DefaultMaxTokens))
+	v.positive("api.max_tokens_limit", int64(c.API.MaxTokensLimit))
+	if c.API.DefaultMaxTokens > c.API.MaxTokensLimit {
+		v.add("api.default_max_tokens", "must not exceed api.max_tokens_limit (%d)", c.API.MaxTokensLimit)
+	}
+	v.duration("api.stream_idle_timeout", c.API.StreamIdleTimeout)
+	v.duration("api.shutdown_timeout", c.API.ShutdownTimeout)
+
+	v.nonEmpty("temporal.host_port", c.Temporal.HostPort)
+	v.nonEmpty("temporal.namespace", c.Temporal.Namespace)
+	v.nonEmpty("temporal.task_queue", c.Temporal.TaskQueue)
+	v.positive("temporal.max_concurrent_activities", int64(c.Temporal.MaxConcurrentActivities))
+	v.positive("temporal.max_concurrent_workflow_tasks", int64(c.Temporal.MaxConcurrentWorkflowTasks))
+
+	v.nonEmpty("redis.addr", c.Redis.Addr)
+	if c.Redis.DB < 0 {
+		v.add("redis.db", "must be >= 0, got %d", c.Redis.DB)
+	}
+
+	v.duration("events.ttl", c.Events.TTL)
+	v.positive("events.max_len", c.Events.MaxLen)
+
+	v.duration("admission.max_wait", c.Admission.MaxWait)
+	v.duration("admission.lease", c.Admission.Lease)
+	v.duration("admission.recheck_interval", c.Admission.RecheckInterval)
+	if c.Admission.RecheckInterval > 0 && c.Admission.RecheckInterval < time.Second {
+		v.add("admission.recheck_interval", "must be at least 1s (workflow timers are not sub-second), got %s", c.Admission.RecheckInterval)
+	}
+	v.positive("admission.max_queue_depth", int64(c.Admission.MaxQueueDepth))
+
+	v.pool("pools.short", c.Pools.Short)
+	v.pool("pools.long", c.Pools.Long)
+
+	v.positive("routing.short_threshold_tokens", int64(c.Routing.ShortThresholdTokens))
+	switch c.Routing.Encoding {
+	case "cl100k_base", "o200k_base":
+	default:
+		v.add("routing.encoding", "must be cl100k_base or o200k_base, got %q", c.Routing.Encoding)
+	}
+	if c.Pools.Short.MaxPromptTokens > 0 && c.Routing.ShortThresholdTokens > c.Pools.Short.MaxPromptTokens {
+		v.add("routing.short_threshold_tokens", "must not exceed pools.short.max_prompt_tokens (%d)", c.Pools.Short.MaxPromptTokens)
+	}
+
+	v.duration("llm.timeout", c.LLM.Timeout)
+	v.duration("llm.heartbeat_timeout", c.LLM.HeartbeatTimeout)
+	v.positive("llm.max_attempts", int64(c.LLM.MaxAttempts))
+
+	v.nonEmpty("embedding.model", c.Embedding.Model)
+	v.positive("embedding.dims", int64(c.Embedding.Dims))
+	v.duration("embedding.cache_ttl", c.Embedding.CacheTTL)
+	v.positive("embedding.lru_size", int64(c.Embedding.LRUSize))
+
+	v.positive("retrieval.top_k", int64(c.Retrieval.TopK))
+	v.positive("retrieval.candidates", int64(c.Retrieval.Candidates))
+	if c.Retrieval.Candidates < c.Retrieval.TopK {
+		v.add("retrieval.candidates", "must be >= retrieval.top_k (%d), got %d", c.Retrieval.TopK, c.Retrieval.Candidates)
+	}
+	v.duration("retrieval.cache_ttl", c.Retrieval.CacheTTL)
+	v.positive("retrieval.chunk_tokens", int64(c.Retrieval.ChunkTokens))
+	if len(c.Retrieval.KnowledgeBases) == 0 {
+		v.add("retrieval.knowledge_bases", "must name at least one knowledge base")
+	}
+	seen := map[string]bool{}
+	for i, kb := range c.Retrieval.KnowledgeBases {
+		field := fmt.Sprintf("retrieval.knowledge_bases[%d]", i)
+		if kb.Name == "" {
+			v.add(field+".name", "must not be empty")
+		}
+		if seen[kb.Name] {
+			v.add(field+".name", "duplicate knowledge base %q", kb.Name)
+		}
+		seen[kb.Name] = true
+		if (kb.Builtin == "") == (kb.Dir == "") {
+			v.add(field, "set exactly one of builtin or dir")
+		}
+	}
+	if c.Retrieval.DefaultKB != "" && !seen[c.Retrieval.DefaultKB] {
+		v.add("retrieval.default_kb", "names unknown knowledge base %q", c.Retrieval.DefaultKB)
+	}
+
+	if !c.Auth.AllowAnonymous && len(c.Auth.APIKeys) == 0 {
+		v.add("auth.api_keys", "must not be empty when auth.allow_anonymous is false")
+	}
+	keys := map[string]bool{}
+	for i, k := range c.Auth.APIKeys {
+		field := fmt.Sprintf("auth.api_keys[%d]", i)
+		if k.Key == "" {
+			v.add(field+".key", "must not be empty")
+		}
+		if keys[k.Key] {
+			v.add(field+".key", "duplicate key")
+		}
+		keys[k.Key] = true
+		if k.Tenant == "" {
+			v.add(field+".tenant", "must not be empty")
+		}
+	}
+
+	switch strings.ToLower(c.Log.Level) {
+	case "debug", "info", "warn", "error":
+	default:
+		v.add("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		v.add("log.format", "must be text or json, got %q", c.Log.Format)
+	}
+	return v.err()
+}
+
+type validator struct{ problems []string }
+
+func (v *validator) add(field, format string, args ...any) {
+	v.problems = append(v.problems, field+": "+fmt.Sprintf(format, args...))
+}
+
+func (v *validator) nonEmpty(field, s string) {
+	if strings.TrimSpace(s) == "" {
+		v.add(field, "must not be empty")
+	}
+}
+
+func (v *validator) positive(field string, n int64) {
+	if n <= 0 {
+		v.add(field, "must be > 0, got %d", n)
+	}
+}
+
+func (v *validator) duration(field string, d time.Duration) {
+	if d <= 0 {
+		v.add(field, "must be a positive duration such as 30s, got %s", d)
+	}
+}
+
+func (v *validator) pool(field string, p Pool) {
+	if len(p.Endpoints) == 0 {
+		v.add(field+".endpoints", "must list at least one URL")
+	}
+	for i, e := range p.Endpoints {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(fmt.Sprintf("%s.endpoints[%d]", field, i), "must be an http(s) URL, got %q", e)
+		}
+	}
+	v.nonEmpty(field+".model", p.Model)
+	v.positive(field+".max_concurrency", int64(p.MaxConcurrency))
+	v.positive(field+".max_prompt_tokens", int64(p.MaxPromptTokens))
+}
+
+func (v *validator) err() error {
+	if len(v.problems) == 0 {
+		return nil
+	}
+	return fmt.Errorf("invalid config:\n  %s", strings.Join(v.problems, "\n  "))
+}

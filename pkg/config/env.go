@@ -1,0 +1,124 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// EnvPrefix starts every environment override. The variable name is the
+// field's YAML path in upper case with dots as underscores:
+// redis.addr -> SLUICE_REDIS_ADDR, pools.short.endpoints ->
+// SLUICE_POOLS_SHORT_ENDPOINTS (comma-separated). Lists of structs
+// (knowledge bases, API keys) can only be set in the file.
+const EnvPrefix = "SLUICE_"
+
+// envIgnored are SLUICE_* variables that are not settings.
+var envIgnored = []string{"SLUICE_CONFIG", "SLUICE_TEST_"}
+
+func applyEnv(cfg *Config, environ []string) error {
+	fields := map[string]reflect.Value{}
+	collectFields(reflect.ValueOf(cfg).Elem(), "", fields)
+	var problems []string
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, EnvPrefix) || ignoredEnv(name) {
+			continue
+		}
+		f, known := fields[name]
+		if !known {
+			problems = append(problems, fmt.Sprintf("%s: unknown setting (see config.example.yaml for names)", name))
+			continue
+		}
+		if err := setField(f, value); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("invalid environment:\n  %s", strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+func ignoredEnv(name string) bool {
+	for _, p := range envIgnored {
+		if name == p || (strings.HasSuffix(p, "_") && strings.HasPrefix(name, p)) {
+			return true
+		}
+	}
+	return false
+}
+
+func collectFields(v reflect.Value, path string, out map[string]reflect.Value) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		tag := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+		if tag == "" || tag == "-" {
+			continue
+		}
+		name := strings.ToUpper(tag)
+		if path != "" {
+			name = path + "_" + name
+		}
+		f := v.Field(i)
+		switch {
+		case f.Kind() == reflect.Struct:
+			collectFields(f, name, out)
+		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct:
+			// Lists of structs are file-only.
+		default:
+			out[EnvPrefix+name] = f
+		}
+	}
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+func setField(f reflect.Value, s string) error {
+	if f.Type() == durationType {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("want a duration such as 30s: %w", err)
+		}
+		f.SetInt(int64(d))
+		return nil
+	}
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(s)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("want true or false: %w", err)
+		}
+		f.SetBool(b)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("want an integer: %w", err)
+		}
+		f.SetInt(n)
+	case reflect.Float64:
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("want a number: %w", err)
+		}
+		f.SetFloat(x)
+	case reflect.Slice:
+		if f.Type().Elem().Kind() != reflect.String {
+			return fmt.Errorf("cannot be set from the environment")
+		}
+		var items []string
+		for _, part := range strings.Split(s, ",") {
+			if part = strings.TrimSpace(part); part != "" {
+				items = append(items, part)
+			}
+		}
+		f.Set(reflect.ValueOf(items))
+	default:
+		return fmt.Errorf("cannot be set from the environment")
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+// Package testenv starts the real components Sluice's tests run against: a
+// redis-server on a free loopback port and the pinned Temporal dev server.
+// It is imported by tests only.
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis is a redis-server process owned by a test (or a TestMain).
+type Redis struct {
+	Addr string
+	cmd  *exec.Cmd
+	dir  string
+}
+
+// StartRedis starts redis-server on a free loopback port with persistence
+// off. It fails the test if redis-server is not installed: tests always use
+// the real server (.ci/run installs it).
+func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	r, err := LaunchRedis()
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
+// LaunchRedis is StartRedis for a TestMain, where no testing.TB exists.
+// The caller must call Stop.
+func LaunchRedis() (*Redis, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server not found on PATH (apt-get install redis-server): %w", err)
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "sluice-redis-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin,
+		"--bind", "127.0.0.1",
+		"--port", strconv.Itoa(port),
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--protected-mode", "yes",
+	)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir}
+	ready := make(chan struct{})
+	var log strings.Builder
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		signalled := false
+		for sc.Scan() {
+			if log.Len() < 8<<10 {
+				log.WriteString(sc.Text() + "\n")
+			}
+			if !signalled && strings.Contains(sc.Text(), "Ready to accept connections") {
+				close(ready)
+				signalled = true
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		r.Stop()
+		return nil, fmt.Errorf("redis-server on %s not ready after 10s", r.Addr)
+	}
+	return r, nil
+}
+
+// Client returns a go-redis client for this server, closed with the test.
+func (r *Redis) Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("ping redis %s: %v", r.Addr, err)
+	}
+	return c
+}
+
+// Stop kills the server and removes its directory.
+func (r *Redis) Stop() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+	}
+	_ = os.RemoveAll(r.dir)
+}
+
+// FreePort asks the kernel for a free loopback TCP port.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// RepoRoot walks up from the working directory to the directory holding go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
