@@ -1,0 +1,14 @@
+-- Extend a held permit's lease. A holder calls it while it streams.
+-- KEYS[1] permits  KEYS[2] grants
+-- ARGV[1] request id
+-- ARGV[2] lease ms
+-- Returns 1 if the permit is still held (lease extended), 0 if it was lost
+-- (its lease had already run out and it may be someone else's now).
+local permits, grants = KEYS[1], KEYS[2]
+local now = now_ms()
+expire_permits(permits, grants, now)
+if redis.call('ZSCORE', permits, ARGV[1]) then
+  redis.call('ZADD', permits, 'XX', now + tonumber(ARGV[2]), ARGV[1])
+  return 1
+end
+return 0

@@ -1,0 +1,262 @@
+// Package events carries a request's client-visible events (accepted,
+// queue, stage, token, done, rejected, error) through one Redis Stream per
+// request. Writers are the API and the workflow's activities; readers are SSE
+// handlers. Because the stream is durable for events.ttl, a client that
+// reconnects with Last-Event-ID resumes exactly after the last event it saw.
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Event types, as they appear in the SSE "event:" field.
+const (
+	TypeAccepted = "accepted"
+	TypeQueue    = "queue"
+	TypeStage    = "stage"
+	TypeToken    = "token"
+	TypeDone     = "done"
+	TypeRejected = "rejected"
+	TypeError    = "error"
+)
+
+// Terminal reports whether no event follows an event of this type.
+func Terminal(typ string) bool {
+	return typ == TypeDone || typ == TypeRejected || typ == TypeError
+}
+
+// Event is one stream entry. ID is the Redis stream entry ID, used as the
+// SSE "id:" and as Last-Event-ID on reconnect.
+type Event struct {
+	ID   string
+	Type string
+	Data json.RawMessage
+}
+
+// Accepted is the first event of every request.
+type Accepted struct {
+	RequestID string `json:"request_id"`
+	Tenant    string `json:"tenant"`
+	KB        string `json:"kb"`
+}
+
+// Queue reports the request's place in the admission queue.
+type Queue struct {
+	Position        int    `json:"position"`
+	EstimatedWaitMs int64  `json:"estimated_wait_ms"`
+	Pool            string `json:"pool"`
+}
+
+// Stage reports that a pipeline stage began.
+type Stage struct {
+	Stage string `json:"stage"`
+	// Cache says how a cached stage was served: memory, redis or miss.
+	Cache string `json:"cache,omitempty"`
+	Pool  string `json:"pool,omitempty"`
+}
+
+// Token is one streamed piece of the answer.
+type Token struct {
+	Text  string `json:"text"`
+	Index int    `json:"index"`
+}
+
+// Usage counts the tokens of a finished request.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	// Reported is false when the backend sent no usage and the completion
+	// count is the number of streamed chunks.
+	Reported bool `json:"reported"`
+}
+
+// StageTiming is how long one stage took.
+type StageTiming struct {
+	Stage string `json:"stage"`
+	Ms    int64  `json:"ms"`
+}
+
+// Done ends a request that produced an answer.
+type Done struct {
+	RequestID    string        `json:"request_id"`
+	Route        string        `json:"route"`
+	FinishReason string        `json:"finish_reason"`
+	Usage        Usage         `json:"usage"`
+	Timings      []StageTiming `json:"timings"`
+	KBVersion    int64         `json:"kb_version"`
+	Sources      []string      `json:"sources,omitempty"`
+}
+
+// Failure is the payload of rejected and error events.
+type Failure struct {
+	Reason      string `json:"reason"`
+	Message     string `json:"message"`
+	RetryAfterS int    `json:"retry_after_s,omitempty"`
+}
+
+// Log appends to and reads request event streams.
+type Log struct {
+	rdb    redis.UniversalClient
+	prefix string
+	ttl    time.Duration
+	maxLen int64
+}
+
+// LogOptions configures a Log.
+type LogOptions struct {
+	// KeyPrefix namespaces the stream keys ("sluice:" gives "sluice:ev:<id>").
+	KeyPrefix string
+	// TTL is how long a stream lives after its last write.
+	TTL time.Duration
+	// MaxLen caps a stream's length (approximately).
+	MaxLen int64
+}
+
+// NewLog returns a Log over rdb.
+func NewLog(rdb redis.UniversalClient, opts LogOptions) *Log {
+	if opts.TTL <= 0 {
+		opts.TTL = time.Hour
+	}
+	if opts.MaxLen <= 0 {
+		opts.MaxLen = 20000
+	}
+	return &Log{rdb: rdb, prefix: opts.KeyPrefix, ttl: opts.TTL, maxLen: opts.MaxLen}
+}
+
+// Key returns the stream key of a request.
+func (l *Log) Key(requestID string) string { return l.prefix + "ev:" + requestID }
+
+// Append adds one event and refreshes the stream's TTL, in one round trip.
+func (l *Log) Append(ctx context.Context, requestID, typ string, data any) (string, error) {
+	ids, err := l.AppendBatch(ctx, requestID, []Pending{{Type: typ, Data: data}})
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// Pending is an event not yet written.
+type Pending struct {
+	Type string
+	Data any
+}
+
+// AppendBatch adds events in order in one pipelined round trip.
+func (l *Log) AppendBatch(ctx context.Context, requestID string, evs []Pending) ([]string, error) {
+	key := l.Key(requestID)
+	pipe := l.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(evs))
+	for i, ev := range evs {
+		raw, err := json.Marshal(ev.Data)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s event for %s: %w", ev.Type, requestID, err)
+		}
+		cmds[i] = pipe.XAdd(ctx, &redis.XAddArgs{
+			Stream: key,
+			MaxLen: l.maxLen,
+			Approx: true,
+			Values: []any{"t", ev.Type, "d", raw},
+		})
+	}
+	pipe.PExpire(ctx, key, l.ttl)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("append events to %s: %w", key, err)
+	}
+	ids := make([]string, len(cmds))
+	for i, c := range cmds {
+		ids[i] = c.Val()
+	}
+	return ids, nil
+}
+
+// Exists reports whether a request has an event stream.
+func (l *Log) Exists(ctx context.Context, requestID string) (bool, error) {
+	n, err := l.rdb.Exists(ctx, l.Key(requestID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("check event stream of %s: %w", requestID, err)
+	}
+	return n == 1, nil
+}
+
+// Delete removes a request's stream (used when its workflow failed to start).
+func (l *Log) Delete(ctx context.Context, requestID string) error {
+	if err := l.rdb.Del(ctx, l.Key(requestID)).Err(); err != nil {
+		return fmt.Errorf("delete event stream of %s: %w", requestID, err)
+	}
+	return nil
+}
+
+// After returns up to count events after afterID ("0" or "" for all)
+// without blocking.
+func (l *Log) After(ctx context.Context, requestID, afterID string, count int64) ([]Event, error) {
+	if afterID == "" {
+		afterID = "0"
+	}
+	msgs, err := l.rdb.XRangeN(ctx, l.Key(requestID), "("+afterID, "+", count).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read events of %s after %s: %w", requestID, afterID, err)
+	}
+	return decode(msgs), nil
+}
+
+// Last returns the newest event of a request, or ok=false if it has none.
+func (l *Log) Last(ctx context.Context, requestID string) (Event, bool, error) {
+	msgs, err := l.rdb.XRevRangeN(ctx, l.Key(requestID), "+", "-", 1).Result()
+	if err != nil {
+		return Event{}, false, fmt.Errorf("read last event of %s: %w", requestID, err)
+	}
+	evs := decode(msgs)
+	if len(evs) == 0 {
+		return Event{}, false, nil
+	}
+	return evs[0], true, nil
+}
+
+func decode(msgs []redis.XMessage) []Event {
+	out := make([]Event, 0, len(msgs))
+	for _, m := range msgs {
+		typ, _ := m.Values["t"].(string)
+		data, _ := m.Values["d"].(string)
+		out = append(out, Event{ID: m.ID, Type: typ, Data: json.RawMessage(data)})
+	}
+	return out
+}
+
+// ValidID reports whether s has the shape of a stream entry ID
+// ("<ms>-<seq>"), so that a client's Last-Event-ID can be checked before it
+// reaches Redis.
+func ValidID(s string) bool {
+	ms, seq, ok := cutDash(s)
+	return ok && digits(ms) && digits(seq)
+}
+
+func cutDash(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '-' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+func digits(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// ErrClosed is returned by a Subscription read after the hub stopped.
+var ErrClosed = errors.New("event hub closed")

@@ -1,0 +1,205 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
+
+var redisAddr string
+
+func TestMain(m *testing.M) {
+	r, err := testenv.LaunchRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	redisAddr = r.Addr
+	code := m.Run()
+	r.Stop()
+	os.Exit(code)
+}
+
+func newLog(t *testing.T) (*Log, *redis.Client) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return NewLog(rdb, LogOptions{KeyPrefix: "t:" + t.Name() + ":", TTL: time.Minute}), rdb
+}
+
+func startHub(t *testing.T, l *Log, rdb *redis.Client) *Hub {
+	t.Helper()
+	h := NewHub(rdb, l, HubOptions{Shards: 2, Block: 500 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = h.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+func TestAppendAndAfter(t *testing.T) {
+	l, rdb := newLog(t)
+	ctx := context.Background()
+	id1, err := l.Append(ctx, "r1", TypeAccepted, Accepted{RequestID: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.AppendBatch(ctx, "r1", []Pending{{TypeToken, Token{Text: "a"}}, {TypeToken, Token{Text: "b", Index: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	all, err := l.After(ctx, "r1", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 3 || all[0].ID != id1 || all[0].Type != TypeAccepted || all[2].Type != TypeToken {
+		t.Fatalf("unexpected events %+v", all)
+	}
+	var tok Token
+	if err := json.Unmarshal(all[2].Data, &tok); err != nil || tok.Text != "b" {
+		t.Fatalf("token data %s: %v", all[2].Data, err)
+	}
+	rest, _ := l.After(ctx, "r1", id1, 100)
+	if len(rest) != 2 {
+		t.Fatalf("after first: %d events", len(rest))
+	}
+	if ttl := rdb.PTTL(ctx, l.Key("r1")).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("stream ttl %v", ttl)
+	}
+	last, ok, err := l.Last(ctx, "r1")
+	if err != nil || !ok || last.ID != all[2].ID {
+		t.Fatalf("last = %+v %v %v", last, ok, err)
+	}
+}
+
+func TestHubDeliversInOrderAndResumes(t *testing.T) {
+	l, rdb := newLog(t)
+	h := startHub(t, l, rdb)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	sub, err := h.Subscribe(ctx, "r", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	const n = 200
+	go func() {
+		for i := 0; i < n; i++ {
+			if _, err := l.Append(ctx, "r", TypeToken, Token{Index: i}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var got []Event
+	for len(got) < n {
+		evs, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d events: %v", len(got), err)
+		}
+		got = append(got, evs...)
+	}
+	for i, ev := range got {
+		var tok Token
+		_ = json.Unmarshal(ev.Data, &tok)
+		if tok.Index != i {
+			t.Fatalf("event %d has index %d", i, tok.Index)
+		}
+	}
+
+	// A second reader resuming from the middle sees exactly the rest.
+	resume, err := h.Subscribe(ctx, "r", got[149].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resume.Close()
+	var rest []Event
+	for len(rest) < 50 {
+		evs, err := resume.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest = append(rest, evs...)
+	}
+	if len(rest) != 50 || rest[0].ID != got[150].ID {
+		t.Fatalf("resume got %d events starting %s, want 50 from %s", len(rest), rest[0].ID, got[150].ID)
+	}
+}
+
+func TestHubManyStreams(t *testing.T) {
+	l, rdb := newLog(t)
+	h := startHub(t, l, rdb)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const streams, per = 50, 20
+	var wg sync.WaitGroup
+	for s := 0; s < streams; s++ {
+		id := fmt.Sprintf("s%d", s)
+		sub, err := h.Subscribe(ctx, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			defer sub.Close()
+			seen := 0
+			for seen < per {
+				evs, err := sub.Next(ctx)
+				if err != nil {
+					t.Errorf("%s: %v after %d", id, err, seen)
+					return
+				}
+				seen += len(evs)
+			}
+			if seen != per {
+				t.Errorf("%s: %d events, want %d", id, seen, per)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				_, _ = l.Append(ctx, id, TypeToken, Token{Index: i})
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestHubCloseEndsNext(t *testing.T) {
+	l, rdb := newLog(t)
+	h := startHub(t, l, rdb)
+	ctx := context.Background()
+	sub, err := h.Subscribe(ctx, "x", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.Close()
+	if _, err := sub.Next(ctx); err != ErrClosed {
+		t.Fatalf("Next after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestValidIDAndCompare(t *testing.T) {
+	for _, s := range []string{"1-0", "1700000000000-12"} {
+		if !ValidID(s) {
+			t.Errorf("ValidID(%q) = false", s)
+		}
+	}
+	for _, s := range []string{"", "1", "a-1", "1-", "-1", "1-2-3", "1-2 "} {
+		if ValidID(s) {
+			t.Errorf("ValidID(%q) = true", s)
+		}
+	}
+	if compareIDs("9-1", "10-0") >= 0 || compareIDs("10-2", "10-10") >= 0 || compareIDs("5-5", "5-5") != 0 {
+		t.Fatal("compareIDs is not numeric")
+	}
+}

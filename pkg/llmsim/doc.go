@@ -1,0 +1,28 @@
+// Package llmsim is a simulator of a continuous-batching LLM inference
+// server (in the manner of vLLM) that speaks the OpenAI chat completions API.
+//
+// It is not a model. No weights are loaded and no GPU is used: the answers
+// are deterministic filler words, and time is spent by sleeping for what a
+// step of a batched decoder would take. What it does reproduce honestly is
+// the scheduling that decides latency under load, because that is what
+// Sluice protects against:
+//
+//   - token-iteration scheduling: every step admits waiting requests FIFO
+//     while the batch has room (MaxNumSeqs) and the paged KV cache has free
+//     blocks for the prompt, then every running sequence emits one token;
+//   - step time grows with the batch (DecodeBase + B*DecodePerSeq) and with
+//     the prompts prefilled in that step (PrefillPerToken per token), so long
+//     requests slow down every short request that shares a batch with them;
+//   - a sequence holds its KV blocks until it finishes, taking one more block
+//     whenever it grows past the ones it has; when none is free the most
+//     recently admitted sequence is preempted (vLLM's "recompute" policy) and
+//     must prefill prompt and generated tokens again when it is readmitted;
+//   - "static" mode, for comparison, forms a batch only when the previous one
+//     has completely finished, and holds a finished request's reply until the
+//     longest member of its batch is done.
+//
+// It does not model attention cost growing with context length, chunked
+// prefill, prefix caching, swapping to CPU memory, speculative decoding,
+// sampling parameters, tool calls or multiple choices. One generated token is
+// one word. See README.md for the API, metrics and run-time controls.
+package llmsim

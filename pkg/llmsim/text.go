@@ -1,0 +1,131 @@
+package llmsim
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"strings"
+	"unicode"
+)
+
+// vocabulary gives answers the look of a RAG reply without pretending to be
+// one; words of the question are mixed in so answers read as related.
+var vocabulary = [...]string{
+	"the", "a", "system", "request", "answer", "context", "document", "based",
+	"on", "of", "in", "to", "and", "is", "are", "with", "for", "this", "that",
+	"it", "can", "should", "will", "may", "when", "under", "load", "latency",
+	"queue", "cache", "token", "tokens", "model", "service", "user", "data",
+	"result", "results", "retrieval", "index", "query", "response", "time",
+	"first", "then", "each", "every", "more", "less", "because", "which",
+	"by", "from", "as", "also", "not", "only", "one", "two", "several",
+	"important", "simple", "typical", "usually", "often", "here", "there",
+	"configuration", "limit", "budget", "batch", "step", "memory", "capacity",
+	"throughput", "client", "server", "stream", "reply", "section", "source",
+	"example", "case", "value", "setting", "default", "higher", "lower",
+	"faster", "slower", "stable", "safe", "needed", "used", "described",
+}
+
+// answer generates the deterministic text of one request. Word i depends
+// only on the seed, the prompt and i, so a preempted sequence that is
+// recomputed continues with exactly the words it would have produced.
+type answer struct {
+	hash   uint64
+	echoes []string
+}
+
+// newAnswer derives an answer from the seed, every message (role and text)
+// and the words of the last user message.
+func newAnswer(seed int64, msgs []chatMessage) answer {
+	h := fnv.New64a()
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], uint64(seed))
+	h.Write(buf[:])
+	lastUser := ""
+	for _, m := range msgs {
+		h.Write([]byte(m.Role))
+		h.Write([]byte{0})
+		h.Write([]byte(m.Content))
+		h.Write([]byte{0})
+		if m.Role == "user" {
+			lastUser = m.Content
+		}
+	}
+	return answer{hash: h.Sum64(), echoes: echoWords(lastUser)}
+}
+
+// questionWords are too common in questions to make an answer look related.
+var questionWords = map[string]bool{
+	"what": true, "how": true, "why": true, "when": true, "where": true, "who": true,
+	"which": true, "does": true, "did": true, "can": true, "could": true, "would": true,
+	"should": true, "the": true, "and": true, "are": true, "you": true, "your": true,
+	"for": true, "with": true, "this": true, "that": true, "there": true, "about": true,
+}
+
+// echoWords picks the words of the question worth repeating: letters and
+// digits only, at least three characters, no question words, at most 64.
+func echoWords(text string) []string {
+	fields := strings.FieldsFunc(text, func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r)
+	})
+	var out []string
+	for _, f := range fields {
+		w := strings.ToLower(f)
+		if len([]rune(w)) >= 3 && !questionWords[w] {
+			out = append(out, w)
+		}
+		if len(out) == 64 {
+			break
+		}
+	}
+	return out
+}
+
+// mix is splitmix64: a cheap, well-spread hash of (answer, position).
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+func (a answer) at(pos int) uint64 { return mix(a.hash ^ mix(uint64(pos)+1)) }
+
+// naturalLength is where the answer would end on its own.
+func (a answer) naturalLength(min, max int) int {
+	span := uint64(max - min + 1)
+	return min + int(mix(a.hash^0x5eed)%span)
+}
+
+// endsSentence says whether word pos carries a full stop.
+func (a answer) endsSentence(pos int) bool {
+	return pos >= 3 && (a.at(pos)>>40)%9 == 0
+}
+
+// token returns the text of generated token pos. Every token is one word,
+// with a leading space except the first, as BPE tokens of English are. The
+// last token of an answer that stops on its own ends the sentence.
+func (a answer) token(pos int, last bool) string {
+	r := a.at(pos)
+	var w string
+	if len(a.echoes) > 0 && r%4 == 0 {
+		w = a.echoes[(r>>8)%uint64(len(a.echoes))]
+	} else {
+		w = vocabulary[(r>>8)%uint64(len(vocabulary))]
+	}
+	if pos == 0 || a.endsSentence(pos-1) {
+		w = capitalize(w)
+	}
+	if last || a.endsSentence(pos) {
+		w += "."
+	}
+	if pos > 0 {
+		w = " " + w
+	}
+	return w
+}
+
+func capitalize(w string) string {
+	for i, r := range w {
+		return string(unicode.ToUpper(r)) + w[i+len(string(r)):]
+	}
+	return w
+}
