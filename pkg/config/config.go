@@ -52,6 +52,13 @@ type API struct {
 	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
 	// ShutdownTimeout bounds graceful shutdown of open streams.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// DisconnectGrace is how long a request whose client went away waits
+	// for it to reconnect (GET /v1/requests/:id/events with Last-Event-ID)
+	// before it cancels itself; 0 cancels at once.
+	DisconnectGrace time.Duration `yaml:"disconnect_grace"`
+	// QueuePollInterval is how often an SSE stream of a queued request
+	// re-reads its position to send queue events.
+	QueuePollInterval time.Duration `yaml:"queue_poll_interval"`
 }
 
 // Temporal says where the Temporal frontend is and how workflows are started.
@@ -219,6 +226,8 @@ func Default() Config {
 			EmbeddedWorker:    true,
 			StreamIdleTimeout: 2 * time.Minute,
 			ShutdownTimeout:   10 * time.Second,
+			DisconnectGrace:   5 * time.Second,
+			QueuePollInterval: 500 * time.Millisecond,
 		},
 		Temporal: Temporal{
 			HostPort:                   "127.0.0.1:7233",
@@ -319,6 +328,10 @@ func (c Config) Validate() error {
 	}
 	v.duration("api.stream_idle_timeout", c.API.StreamIdleTimeout)
 	v.duration("api.shutdown_timeout", c.API.ShutdownTimeout)
+	if c.API.DisconnectGrace < 0 {
+		v.add("api.disconnect_grace", "must be >= 0, got %s", c.API.DisconnectGrace)
+	}
+	v.duration("api.queue_poll_interval", c.API.QueuePollInterval)
 
 	v.nonEmpty("temporal.host_port", c.Temporal.HostPort)
 	v.nonEmpty("temporal.namespace", c.Temporal.Namespace)

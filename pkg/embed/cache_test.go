@@ -1,4 +1,8 @@
-package embed
+package embed_test
+
+// Tests against a real redis-server live in this external package: the
+// testenv helper imports the workflows, which import this package, so an
+// internal test importing testenv would be an import cycle.
 
 import (
 	"context"
@@ -12,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -36,7 +41,7 @@ func prefix(t testing.TB) string {
 
 // countingEmbedder counts Embed calls and can hold them until released.
 type countingEmbedder struct {
-	inner Embedder
+	inner embed.Embedder
 	calls atomic.Int64
 	gate  chan struct{} // if not nil, Embed waits for it to close
 }
@@ -55,24 +60,33 @@ func (c *countingEmbedder) Embed(ctx context.Context, texts []string) ([][]float
 	return c.inner.Embed(ctx, texts)
 }
 
+func embedOne(t testing.TB, e embed.Embedder, text string) []float32 {
+	t.Helper()
+	vecs, err := e.Embed(context.Background(), []string{text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vecs[0]
+}
+
 func TestCacheTiers(t *testing.T) {
 	ctx := context.Background()
 	rdb := testRedis.Client(t)
-	emb := &countingEmbedder{inner: NewLocal(LocalOptions{})}
-	opts := CacheOptions{Prefix: prefix(t), TTL: time.Hour}
-	c := NewCache(emb, rdb, opts)
+	emb := &countingEmbedder{inner: embed.NewLocal(embed.LocalOptions{})}
+	opts := embed.CacheOptions{Prefix: prefix(t), TTL: time.Hour}
+	c := embed.NewCache(emb, rdb, opts)
 
-	want := embedOne(t, NewLocal(LocalOptions{}), "how does a token bucket refill")
+	want := embedOne(t, embed.NewLocal(embed.LocalOptions{}), "how does a token bucket refill")
 	steps := []struct {
-		cache *Cache
+		cache *embed.Cache
 		query string
 		tier  string
 	}{
-		{c, "How does a token bucket refill", TierMiss},
-		{c, "how does a token bucket refill", TierMemory},
-		{c, "  HOW does a\ttoken bucket refill ", TierMemory},
+		{c, "How does a token bucket refill", embed.TierMiss},
+		{c, "how does a token bucket refill", embed.TierMemory},
+		{c, "  HOW does a\ttoken bucket refill ", embed.TierMemory},
 		// A second worker: empty memory, shared Redis.
-		{NewCache(emb, rdb, opts), "how does a TOKEN bucket refill", TierRedis},
+		{embed.NewCache(emb, rdb, opts), "how does a TOKEN bucket refill", embed.TierRedis},
 	}
 	for i, s := range steps {
 		vec, tier, err := s.cache.Get(ctx, s.query)
@@ -91,7 +105,7 @@ func TestCacheTiers(t *testing.T) {
 	if n := emb.calls.Load(); n != 1 {
 		t.Errorf("embedder called %d times, want 1", n)
 	}
-	if got, want := c.Stats(), (CacheStats{MemoryHits: 2, Misses: 1}); got != want {
+	if got, want := c.Stats(), (embed.CacheStats{MemoryHits: 2, Misses: 1}); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
 
@@ -113,19 +127,19 @@ func TestCacheTiers(t *testing.T) {
 
 func TestCacheKeyIncludesModel(t *testing.T) {
 	rdb := testRedis.Client(t)
-	a := NewCache(NewLocal(LocalOptions{Dims: 256}), rdb, CacheOptions{Prefix: prefix(t)})
-	b := NewCache(NewLocal(LocalOptions{Dims: 128}), rdb, CacheOptions{Prefix: prefix(t)})
+	a := embed.NewCache(embed.NewLocal(embed.LocalOptions{Dims: 256}), rdb, embed.CacheOptions{Prefix: prefix(t)})
+	b := embed.NewCache(embed.NewLocal(embed.LocalOptions{Dims: 128}), rdb, embed.CacheOptions{Prefix: prefix(t)})
 	if a.Key("q") == b.Key("q") {
 		t.Fatal("two models share a cache key")
 	}
 	vec, tier, err := b.Get(context.Background(), "q")
-	if err != nil || tier != TierMiss || len(vec) != 128 {
+	if err != nil || tier != embed.TierMiss || len(vec) != 128 {
 		t.Fatalf("Get = %d dims, %q, %v; want a 128-dim miss", len(vec), tier, err)
 	}
 }
 
 func TestCacheKeepCase(t *testing.T) {
-	c := NewCache(NewLocal(LocalOptions{}), nil, CacheOptions{KeepCase: true})
+	c := embed.NewCache(embed.NewLocal(embed.LocalOptions{}), nil, embed.CacheOptions{KeepCase: true})
 	if c.Key("Token Bucket") == c.Key("token bucket") {
 		t.Error("KeepCase: keys ignore case")
 	}
@@ -136,8 +150,8 @@ func TestCacheKeepCase(t *testing.T) {
 
 func TestCacheConcurrentMissesComputeOnce(t *testing.T) {
 	rdb := testRedis.Client(t)
-	emb := &countingEmbedder{inner: NewLocal(LocalOptions{}), gate: make(chan struct{})}
-	c := NewCache(emb, rdb, CacheOptions{Prefix: prefix(t)})
+	emb := &countingEmbedder{inner: embed.NewLocal(embed.LocalOptions{}), gate: make(chan struct{})}
+	c := embed.NewCache(emb, rdb, embed.CacheOptions{Prefix: prefix(t)})
 
 	const n = 50
 	var wg sync.WaitGroup
@@ -171,8 +185,8 @@ func TestCacheConcurrentMissesComputeOnce(t *testing.T) {
 }
 
 func TestCacheWaiterOutlivesCancelledLeader(t *testing.T) {
-	emb := &countingEmbedder{inner: NewLocal(LocalOptions{}), gate: make(chan struct{})}
-	c := NewCache(emb, nil, CacheOptions{})
+	emb := &countingEmbedder{inner: embed.NewLocal(embed.LocalOptions{}), gate: make(chan struct{})}
+	c := embed.NewCache(emb, nil, embed.CacheOptions{})
 	leaderCtx, cancelLeader := context.WithCancel(context.Background())
 	leaderDone := make(chan error, 1)
 	go func() {
@@ -206,9 +220,9 @@ func TestCacheSurvivesRedisDown(t *testing.T) {
 	}
 	dead := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer dead.Close()
-	c := NewCache(NewLocal(LocalOptions{}), dead, CacheOptions{})
+	c := embed.NewCache(embed.NewLocal(embed.LocalOptions{}), dead, embed.CacheOptions{})
 	vec, tier, err := c.Get(context.Background(), "q")
-	if err != nil || tier != TierMiss || len(vec) != 256 {
+	if err != nil || tier != embed.TierMiss || len(vec) != 256 {
 		t.Fatalf("Get with Redis down = %d dims, %q, %v; want a computed vector", len(vec), tier, err)
 	}
 	if s := c.Stats(); s.RedisErrors != 1 {
@@ -219,12 +233,12 @@ func TestCacheSurvivesRedisDown(t *testing.T) {
 func TestCacheRecomputesCorruptValue(t *testing.T) {
 	ctx := context.Background()
 	rdb := testRedis.Client(t)
-	c := NewCache(NewLocal(LocalOptions{}), rdb, CacheOptions{Prefix: prefix(t)})
+	c := embed.NewCache(embed.NewLocal(embed.LocalOptions{}), rdb, embed.CacheOptions{Prefix: prefix(t)})
 	if err := rdb.Set(ctx, c.Key("q"), "abc", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	_, tier, err := c.Get(ctx, "q")
-	if err != nil || tier != TierMiss {
+	if err != nil || tier != embed.TierMiss {
 		t.Fatalf("Get over a corrupt value = %q, %v; want a miss", tier, err)
 	}
 	if raw, _ := rdb.Get(ctx, c.Key("q")).Bytes(); len(raw) != 1024 {
@@ -232,29 +246,8 @@ func TestCacheRecomputesCorruptValue(t *testing.T) {
 	}
 }
 
-func TestLRUEvictsLeastRecentlyUsed(t *testing.T) {
-	c := newLRU(2)
-	k := func(b byte) [32]byte { return [32]byte{b} }
-	c.put(k(1), []float32{1})
-	c.put(k(2), []float32{2})
-	c.get(k(1)) // 2 is now the least recent
-	c.put(k(3), []float32{3})
-	if _, ok := c.get(k(2)); ok {
-		t.Error("least recently used entry survived")
-	}
-	for _, b := range []byte{1, 3} {
-		if v, ok := c.get(k(b)); !ok || v[0] != float32(b) {
-			t.Errorf("entry %d = %v, %v", b, v, ok)
-		}
-	}
-	c.put(k(3), []float32{33})
-	if v, _ := c.get(k(3)); v[0] != 33 || c.len() != 2 {
-		t.Errorf("update: %v, len %d", v, c.len())
-	}
-}
-
 func BenchmarkCacheGetMemory(b *testing.B) {
-	c := NewCache(NewLocal(LocalOptions{}), nil, CacheOptions{})
+	c := embed.NewCache(embed.NewLocal(embed.LocalOptions{}), nil, embed.CacheOptions{})
 	ctx := context.Background()
 	if _, _, err := c.Get(ctx, "how does a token bucket refill"); err != nil {
 		b.Fatal(err)

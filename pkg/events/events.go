@@ -260,3 +260,18 @@ func digits(s string) bool {
 
 // ErrClosed is returned by a Subscription read after the hub stopped.
 var ErrClosed = errors.New("event hub closed")
+
+// XAddArgs returns the XADD of one event, for callers that pipeline it with
+// other commands. It does not refresh the stream's TTL.
+func (l *Log) XAddArgs(requestID, typ string, data any) (*redis.XAddArgs, error) {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s event for %s: %w", typ, requestID, err)
+	}
+	return &redis.XAddArgs{
+		Stream: l.Key(requestID),
+		MaxLen: l.maxLen,
+		Approx: true,
+		Values: []any{"t", typ, "d", raw},
+	}, nil
+}

@@ -301,6 +301,19 @@ func (sub *Subscription) Next(ctx context.Context) ([]Event, error) {
 	}
 }
 
+// Drain returns the buffered events without waiting; after the
+// subscription ended it returns its error once nothing is buffered.
+func (sub *Subscription) Drain() ([]Event, error) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if len(sub.pending) > 0 {
+		evs := sub.pending
+		sub.pending = nil
+		return evs, nil
+	}
+	return nil, sub.err
+}
+
 // Notify returns a channel that receives when events may be ready; for
 // callers that select over other work too. Follow it with Next.
 func (sub *Subscription) Notify() <-chan struct{} { return sub.notify }

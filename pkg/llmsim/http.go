@@ -35,8 +35,8 @@ func (s *Server) routes() *http.ServeMux {
 }
 
 // chatRequest is the subset of OpenAI's chat completion request the
-// simulator reads; other fields (temperature, top_p, ...) are accepted and
-// ignored.
+// simulator reads. Model is not checked: the gateway may name its pools'
+// models freely. Other fields (temperature, top_p, ...) are ignored.
 type chatRequest struct {
 	Model               string        `json:"model"`
 	Messages            []wireMessage `json:"messages"`

@@ -40,6 +40,8 @@ type event struct {
 // sequence is one request inside the engine. The fields after unwatch change
 // only under the lock of the replica holding the sequence.
 type sequence struct {
+	// ctx is the HTTP request's context: the client going away cancels it,
+	// and the replica then aborts the sequence.
 	ctx    context.Context
 	prompt int // prompt tokens
 	// target is the number of tokens the sequence will produce and reason

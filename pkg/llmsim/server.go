@@ -91,6 +91,7 @@ func (s *Server) scaleLocked(n int) {
 		r := newReplica(s.nextID, s.cfg, s.limit, s.clock, s.metrics, s.log)
 		s.nextID++
 		s.active = append(s.active, r)
+		s.log.Info("replica started", "replica", r.id)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -102,6 +103,7 @@ func (s *Server) scaleLocked(n int) {
 		r := s.active[len(s.active)-1]
 		s.active = s.active[:len(s.active)-1]
 		s.draining = append(s.draining, r)
+		s.log.Info("replica draining", "replica", r.id)
 		r.drain()
 	}
 }

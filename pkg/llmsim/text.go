@@ -100,16 +100,23 @@ func (a answer) endsSentence(pos int) bool {
 	return pos >= 3 && (a.at(pos)>>40)%9 == 0
 }
 
+// word picks the bare word at pos: one in four from the question.
+func (a answer) word(pos int) string {
+	r := a.at(pos)
+	if len(a.echoes) > 0 && r%4 == 0 {
+		return a.echoes[(r>>8)%uint64(len(a.echoes))]
+	}
+	return vocabulary[(r>>8)%uint64(len(vocabulary))]
+}
+
 // token returns the text of generated token pos. Every token is one word,
 // with a leading space except the first, as BPE tokens of English are. The
 // last token of an answer that stops on its own ends the sentence.
 func (a answer) token(pos int, last bool) string {
-	r := a.at(pos)
-	var w string
-	if len(a.echoes) > 0 && r%4 == 0 {
-		w = a.echoes[(r>>8)%uint64(len(a.echoes))]
-	} else {
-		w = vocabulary[(r>>8)%uint64(len(vocabulary))]
+	w := a.word(pos)
+	if pos > 0 && w == a.word(pos-1) {
+		// "the the" reads as a bug; take another vocabulary word.
+		w = vocabulary[(a.at(pos)>>24)%uint64(len(vocabulary))]
 	}
 	if pos == 0 || a.endsSentence(pos-1) {
 		w = capitalize(w)

@@ -1,0 +1,347 @@
+// Package activities holds the side effects of a chat request: cache
+// lookups, admission, retrieval, rerank, the streamed LLM call and the final
+// release. Fast steps run as local activities; the LLM stream is a regular
+// activity so that it survives a worker crash (it heartbeats).
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/rerank"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/pkg/tokens"
+)
+
+// Pool names.
+const (
+	PoolShort = "short"
+	PoolLong  = "long"
+)
+
+// EmbeddingCache is the L1 tier: query → embedding.
+type EmbeddingCache interface {
+	Get(ctx context.Context, query string) (vec []float32, tier string, err error)
+}
+
+// Retriever finds candidate chunks, through the L2 cache.
+type Retriever interface {
+	Retrieve(ctx context.Context, q retrieval.Query) (res retrieval.Result, cacheHit bool, err error)
+}
+
+// Pool is one LLM pool's client.
+type Pool struct {
+	Streamer        llm.Streamer
+	Model           string
+	MaxPromptTokens int
+}
+
+// Activities holds every dependency of the chat activities. Register one
+// value with the worker; workflows name its methods through a nil pointer.
+type Activities struct {
+	Redis      redis.UniversalClient
+	Events     *events.Log
+	Gate       *admission.Gate
+	Notifier   admission.Notifier
+	Embeddings EmbeddingCache
+	Retriever  Retriever
+	Reranker   rerank.Reranker
+	Pools      map[string]Pool
+	Tokens     *tokens.Counter
+	Logger     *slog.Logger
+	Options    Options
+}
+
+// Options are the activity settings taken from config.
+type Options struct {
+	KeyPrefix    string
+	SystemPrompt string
+	// ShortThreshold routes prompts of at most this many tokens to the
+	// short pool.
+	ShortThreshold int
+	// TopK and ChunkTokens bound the context when estimating the prompt
+	// before retrieval.
+	TopK        int
+	ChunkTokens int
+	// StopFlagTTL is how long a stop flag outlives its request.
+	StopFlagTTL time.Duration
+}
+
+func (a *Activities) logger(ctx context.Context, requestID string) *slog.Logger {
+	return a.Logger.With("requestID", requestID)
+}
+
+func (a *Activities) stopKey(requestID string) string { return a.Options.KeyPrefix + "stop:" + requestID }
+
+// EmbedQuery looks the query's embedding up in the L1 cache, computing and
+// storing it on a miss.
+func (a *Activities) EmbedQuery(ctx context.Context, in EmbedInput) (EmbedOutput, error) {
+	start := time.Now()
+	vec, tier, err := a.Embeddings.Get(ctx, in.Query)
+	if err != nil {
+		return EmbedOutput{}, fmt.Errorf("embed query of %s: %w", in.RequestID, err)
+	}
+	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "embed", Cache: tier}); err != nil {
+		return EmbedOutput{}, err
+	}
+	return EmbedOutput{Cache: tier, Dims: len(vec), Ms: time.Since(start).Milliseconds()}, nil
+}
+
+// route picks the pool for a prompt of n tokens.
+func (a *Activities) route(n int) string {
+	if n <= a.Options.ShortThreshold {
+		return PoolShort
+	}
+	return PoolLong
+}
+
+// Admit asks for a permit in the request's pool (chosen here on the first
+// call from an upper bound of the prompt), or re-checks a queued request.
+// Waiters that this call granted a permit are woken.
+func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, error) {
+	start := time.Now()
+	out := AdmitOutput{Pool: in.Pool}
+	if out.Pool == "" {
+		out.EstimatedPromptTokens = prompt.Estimate(a.Tokens, a.Options.SystemPrompt, in.Query, a.Options.TopK, a.Options.ChunkTokens)
+		out.Pool = a.route(out.EstimatedPromptTokens)
+	}
+	res, err := a.Gate.Enqueue(ctx, out.Pool, in.RequestID, in.Seq)
+	if err != nil {
+		return out, err
+	}
+	if len(res.Woken) > 0 {
+		if err := admission.Wake(ctx, a.Gate, a.Notifier, out.Pool, res.Woken); err != nil {
+			a.logger(ctx, in.RequestID).Warn("wake granted waiters", "err", err)
+		}
+	}
+	out.Seq = res.Seq
+	out.Granted = res.Status == admission.Granted
+	out.Full = res.Status == admission.Full
+	out.Position = res.Position
+	out.EstimatedWaitMs = res.EstimatedWait().Milliseconds()
+	if !in.Recheck {
+		evs := []events.Pending{{Type: events.TypeStage, Data: events.Stage{Stage: "admission", Pool: out.Pool}}}
+		if res.Status == admission.Queued {
+			evs = append(evs, events.Pending{Type: events.TypeQueue, Data: events.Queue{
+				Position: res.Position, EstimatedWaitMs: out.EstimatedWaitMs, Pool: out.Pool,
+			}})
+		}
+		if _, err := a.Events.AppendBatch(ctx, in.RequestID, evs); err != nil {
+			return out, err
+		}
+	}
+	out.Ms = time.Since(start).Milliseconds()
+	return out, nil
+}
+
+// Retrieve fetches candidate chunks through the L2 cache.
+func (a *Activities) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOutput, error) {
+	start := time.Now()
+	vec, _, err := a.Embeddings.Get(ctx, in.Query)
+	if err != nil {
+		return RetrieveOutput{}, fmt.Errorf("embed query for retrieval of %s: %w", in.RequestID, err)
+	}
+	res, hit, err := a.Retriever.Retrieve(ctx, retrieval.Query{KB: in.KB, Text: in.Query, Vector: vec, K: in.K})
+	if err != nil {
+		if errors.Is(err, retrieval.ErrUnknownKB) {
+			return RetrieveOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+		}
+		return RetrieveOutput{}, fmt.Errorf("retrieve for %s: %w", in.RequestID, err)
+	}
+	tier := "miss"
+	if hit {
+		tier = "redis"
+	}
+	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "retrieval", Cache: tier}); err != nil {
+		return RetrieveOutput{}, err
+	}
+	return RetrieveOutput{KBVersion: res.KBVersion, Chunks: res.Chunks, CacheHit: hit, Ms: time.Since(start).Milliseconds()}, nil
+}
+
+// Rerank orders the candidates and keeps the best K.
+func (a *Activities) Rerank(ctx context.Context, in RerankInput) (RerankOutput, error) {
+	start := time.Now()
+	chunks, err := a.Reranker.Rerank(ctx, in.Query, in.Chunks, in.K)
+	if err != nil {
+		return RerankOutput{}, fmt.Errorf("rerank for %s: %w", in.RequestID, err)
+	}
+	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "rerank"}); err != nil {
+		return RerankOutput{}, err
+	}
+	return RerankOutput{Chunks: chunks, Ms: time.Since(start).Milliseconds()}, nil
+}
+
+var errStopped = errors.New("stream stopped by request")
+
+// StreamLLM streams the answer from the request's pool into its event
+// stream, renewing the permit's lease and heartbeating as it goes. A
+// failure before the first token is retryable; after it, it is not, because
+// a model cannot resume mid-answer and the client already has a prefix.
+func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
+	start := time.Now()
+	log := a.logger(ctx, in.RequestID)
+	if activity.HasHeartbeatDetails(ctx) {
+		var p streamProgress
+		if err := activity.GetHeartbeatDetails(ctx, &p); err == nil && p.Tokens > 0 {
+			return LLMOutput{}, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("previous attempt streamed %d tokens before it was lost", p.Tokens), ErrTypeStreamInterrupted, nil)
+		}
+	}
+	pool, ok := a.Pools[in.Pool]
+	if !ok {
+		return LLMOutput{}, temporal.NewNonRetryableApplicationError("unknown pool "+in.Pool, ErrTypeBadRequest, nil)
+	}
+	chunks := in.Chunks
+	msgs := prompt.Build(a.Options.SystemPrompt, chunks, in.Query)
+	promptTokens := prompt.Count(a.Tokens, msgs)
+	// Shed the lowest-ranked context until the prompt fits the pool.
+	for promptTokens > pool.MaxPromptTokens && len(chunks) > 0 {
+		chunks = chunks[:len(chunks)-1]
+		msgs = prompt.Build(a.Options.SystemPrompt, chunks, in.Query)
+		promptTokens = prompt.Count(a.Tokens, msgs)
+	}
+	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "llm", Pool: in.Pool}); err != nil {
+		return LLMOutput{}, err
+	}
+
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go a.keepLease(sctx, log, in.Pool, in.RequestID)
+
+	stopKey := a.stopKey(in.RequestID)
+	n := 0
+	var firstToken time.Duration
+	res, err := pool.Streamer.Stream(sctx, llm.Request{Model: pool.Model, Messages: msgs, MaxTokens: in.MaxTokens}, func(text string) error {
+		if n == 0 {
+			firstToken = time.Since(start)
+		}
+		stopped, err := a.writeToken(sctx, in.RequestID, n, text, stopKey)
+		if err != nil {
+			return err
+		}
+		n++
+		activity.RecordHeartbeat(ctx, streamProgress{Tokens: n})
+		if stopped {
+			return errStopped
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errStopped):
+		return LLMOutput{}, temporal.NewNonRetryableApplicationError("stream stopped: request cancelled", ErrTypeCancelled, nil)
+	case ctx.Err() != nil:
+		// Temporal cancelled the activity (or it timed out).
+		return LLMOutput{}, ctx.Err()
+	case err != nil && n > 0:
+		log.Warn("llm stream broke mid-answer", "tokens", n, "err", err)
+		return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
+	case err != nil && llm.IsRetryable(err):
+		return LLMOutput{}, temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBackend, err)
+	case err != nil:
+		var lerr *llm.Error
+		if errors.As(err, &lerr) {
+			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+		}
+		return LLMOutput{}, fmt.Errorf("stream llm for %s: %w", in.RequestID, err)
+	}
+	usage := events.Usage{PromptTokens: promptTokens, CompletionTokens: n}
+	if res.UsageReported {
+		usage = events.Usage{
+			PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, Reported: true,
+		}
+	}
+	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	return LLMOutput{
+		Usage: usage, FinishReason: res.FinishReason,
+		FirstTokenMs: firstToken.Milliseconds(), Ms: time.Since(start).Milliseconds(),
+	}, nil
+}
+
+// writeToken appends one token event and reads the stop flag in the same
+// round trip.
+func (a *Activities) writeToken(ctx context.Context, requestID string, index int, text, stopKey string) (bool, error) {
+	args, err := a.Events.XAddArgs(requestID, events.TypeToken, events.Token{Text: text, Index: index})
+	if err != nil {
+		return false, err
+	}
+	pipe := a.Redis.Pipeline()
+	pipe.XAdd(ctx, args)
+	stop := pipe.Exists(ctx, stopKey)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("write token %d of %s: %w", index, requestID, err)
+	}
+	return stop.Val() == 1, nil
+}
+
+// keepLease renews the permit at a third of its lease until ctx ends.
+func (a *Activities) keepLease(ctx context.Context, log *slog.Logger, pool, requestID string) {
+	t := time.NewTicker(a.Gate.Lease() / 3)
+	defer t.Stop()
+	warned := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			held, err := a.Gate.Renew(ctx, pool, requestID)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("renew permit lease", "err", err)
+			}
+			if err == nil && !held && !warned {
+				// The lease ran out (e.g. Redis was unreachable for a
+				// whole lease). Cutting the answer off would hurt the
+				// user more than a briefly exceeded limit, so the stream
+				// goes on; the limit heals when it ends.
+				log.Warn("permit lease lost while streaming", "pool", pool)
+				warned = true
+			}
+		}
+	}
+}
+
+// StopStream raises the stop flag that a running LLM stream checks with
+// every token.
+func (a *Activities) StopStream(ctx context.Context, in StopStreamInput) error {
+	if err := a.Redis.Set(ctx, a.stopKey(in.RequestID), "1", a.Options.StopFlagTTL).Err(); err != nil {
+		return fmt.Errorf("raise stop flag of %s: %w", in.RequestID, err)
+	}
+	return nil
+}
+
+// Finalize gives back the request's permit or queue place (idempotently:
+// it is retried), wakes whoever that admitted, and writes the terminal event.
+func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) error {
+	if in.StopStream {
+		if err := a.StopStream(ctx, StopStreamInput{RequestID: in.RequestID}); err != nil {
+			return err
+		}
+	}
+	if in.Pool != "" {
+		rel, err := a.Gate.Release(ctx, in.Pool, in.RequestID)
+		if err != nil {
+			return err
+		}
+		if err := admission.Wake(ctx, a.Gate, a.Notifier, in.Pool, rel.Woken); err != nil {
+			a.logger(ctx, in.RequestID).Warn("wake granted waiters", "err", err)
+		}
+	}
+	var data any = in.Failure
+	if in.EventType == events.TypeDone {
+		data = in.Done
+	}
+	if _, err := a.Events.Append(ctx, in.RequestID, in.EventType, data); err != nil {
+		return err
+	}
+	return nil
+}

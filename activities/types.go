@@ -1,0 +1,130 @@
+package activities
+
+import (
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+)
+
+// Error types of application errors activities return, so that the
+// workflow can tell business outcomes from faults.
+const (
+	ErrTypeStreamInterrupted = "StreamInterrupted"
+	ErrTypeCancelled         = "Cancelled"
+	ErrTypeBackend           = "BackendError"
+	ErrTypeBadRequest        = "BadRequest"
+)
+
+// EmbedInput asks for the query's embedding (the L1 cache tier).
+type EmbedInput struct {
+	RequestID string
+	Query     string
+}
+
+// EmbedOutput reports how the embedding was served. The vector itself stays
+// in the embedding cache (retrieval reads it there) instead of bloating the
+// workflow history.
+type EmbedOutput struct {
+	Cache string
+	Dims  int
+	Ms    int64
+}
+
+// AdmitInput asks for a permit, or re-checks a queued request.
+type AdmitInput struct {
+	RequestID string
+	Query     string
+	KB        string
+	MaxTokens int
+	// Pool is empty on the first call (the activity routes the request);
+	// re-checks pass the pool and Seq from the first call's output.
+	Pool string
+	Seq  int64
+	// Recheck marks a fallback re-check (no stage event is written).
+	Recheck bool
+}
+
+// AdmitOutput is the admission state.
+type AdmitOutput struct {
+	Pool    string
+	Granted bool
+	Full    bool
+	// Position is 1-based while queued.
+	Position        int
+	EstimatedWaitMs int64
+	Seq             int64
+	// EstimatedPromptTokens is the upper bound routing used.
+	EstimatedPromptTokens int
+	Ms                    int64
+}
+
+// RetrieveInput asks for the top candidates from a knowledge base.
+type RetrieveInput struct {
+	RequestID string
+	KB        string
+	Query     string
+	K         int
+}
+
+// RetrieveOutput carries the candidates.
+type RetrieveOutput struct {
+	KBVersion int64
+	Chunks    []retrieval.Chunk
+	CacheHit  bool
+	Ms        int64
+}
+
+// RerankInput asks to order candidates and keep the best K.
+type RerankInput struct {
+	RequestID string
+	Query     string
+	Chunks    []retrieval.Chunk
+	K         int
+}
+
+// RerankOutput carries the kept chunks.
+type RerankOutput struct {
+	Chunks []retrieval.Chunk
+	Ms     int64
+}
+
+// LLMInput is one streamed completion.
+type LLMInput struct {
+	RequestID string
+	Pool      string
+	Query     string
+	Chunks    []retrieval.Chunk
+	MaxTokens int
+}
+
+// LLMOutput summarises the stream.
+type LLMOutput struct {
+	Usage        events.Usage
+	FinishReason string
+	FirstTokenMs int64
+	Ms           int64
+}
+
+// FinalizeInput ends a request: give back its permit or queue place and
+// write its terminal event.
+type FinalizeInput struct {
+	RequestID string
+	// Pool is empty if admission never ran.
+	Pool string
+	// EventType is events.TypeDone, TypeRejected or TypeError.
+	EventType string
+	Done      *events.Done
+	Failure   *events.Failure
+	// StopStream sets the cancel flag first, so that an LLM stream still
+	// running stops before its permit is given away.
+	StopStream bool
+}
+
+// StopStreamInput asks a running LLM stream to stop.
+type StopStreamInput struct {
+	RequestID string
+}
+
+// streamProgress is the LLM activity's heartbeat detail.
+type streamProgress struct {
+	Tokens int
+}

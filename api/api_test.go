@@ -1,0 +1,219 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/tokens"
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
+
+var redisAddr string
+
+func TestMain(m *testing.M) {
+	r, err := testenv.LaunchRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	redisAddr = r.Addr
+	code := m.Run()
+	r.Stop()
+	os.Exit(code)
+}
+
+// countingClient is a Temporal client that only counts workflow starts;
+// any other call panics, so a test touching Temporal unexpectedly fails.
+type countingClient struct {
+	client.Client
+	starts atomic.Int32
+}
+
+func (c *countingClient) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	c.starts.Add(1)
+	return nil, fmt.Errorf("not starting workflows in this test")
+}
+
+func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingClient, *redis.Client) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Auth.APIKeys = []config.APIKey{{Key: "k-acme", Tenant: "acme", Tier: "vip"}}
+	cfg.API.MaxQueryChars = 200
+	cfg.API.MaxBodyBytes = 1024
+	if mod != nil {
+		mod(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := "t:" + t.Name() + ":"
+	log := events.NewLog(rdb, events.LogOptions{KeyPrefix: prefix})
+	gate, err := admission.New(rdb, admission.Options{KeyPrefix: prefix, Lease: time.Second, WaiterTTL: time.Second, MaxQueueDepth: 10, Limits: map[string]int{"short": 1, "long": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokens.For(tokens.CL100K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &countingClient{}
+	srv, err := New(Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate, Tokens: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, tc, rdb
+}
+
+func TestBadChatInputIsRefusedBeforeAnythingStarts(t *testing.T) {
+	srv, tc, rdb := newTestServer(t, func(c *config.Config) { c.Auth.AllowAnonymous = false })
+	long := strings.Repeat("a", 201)
+	cases := []struct {
+		name, body, contentType, auth string
+		status                        int
+		code                          string
+	}{
+		{"malformed json", `{"query": "hi"`, "application/json", "Bearer k-acme", 400, "bad_json"},
+		{"not an object", `["hi"]`, "application/json", "Bearer k-acme", 400, "bad_json"},
+		{"empty body", ``, "application/json", "Bearer k-acme", 400, "bad_json"},
+		{"trailing data", `{"query":"hi"} {"x":1}`, "application/json", "Bearer k-acme", 400, "bad_json"},
+		{"unknown field", `{"query":"hi","max_token":5}`, "application/json", "Bearer k-acme", 400, "bad_json"},
+		{"wrong type", `{"query": 42}`, "application/json", "Bearer k-acme", 400, "bad_json"},
+		{"empty query", `{"query":"   "}`, "application/json", "Bearer k-acme", 400, "empty_query"},
+		{"missing query", `{"kb":"sluice-docs"}`, "application/json", "Bearer k-acme", 400, "empty_query"},
+		{"oversized query", `{"query":"` + long + `"}`, "application/json", "Bearer k-acme", 413, "query_too_long"},
+		{"oversized body", `{"query":"` + strings.Repeat("b", 2000) + `"}`, "application/json", "Bearer k-acme", 413, "body_too_large"},
+		{"unknown kb", `{"query":"hi","kb":"nope"}`, "application/json", "Bearer k-acme", 400, "unknown_kb"},
+		{"zero max_tokens", `{"query":"hi","max_tokens":0}`, "application/json", "Bearer k-acme", 400, "bad_max_tokens"},
+		{"huge max_tokens", `{"query":"hi","max_tokens":999999}`, "application/json", "Bearer k-acme", 400, "bad_max_tokens"},
+		{"bad session id", `{"query":"hi","session_id":"a b"}`, "application/json", "Bearer k-acme", 400, "bad_session_id"},
+		{"wrong content type", `query=hi`, "application/x-www-form-urlencoded", "Bearer k-acme", 415, "unsupported_media_type"},
+		{"no api key", `{"query":"hi"}`, "application/json", "", 401, "unauthorized"},
+		{"unknown api key", `{"query":"hi"}`, "application/json", "Bearer nope", 401, "unauthorized"},
+		{"bad auth scheme", `{"query":"hi"}`, "application/json", "Basic abc", 401, "unauthorized"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(tc.body))
+			req.Header.Set("Content-Type", tc.contentType)
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, req)
+			assertJSONError(t, rec, tc.status, tc.code)
+		})
+	}
+	if n := tc.starts.Load(); n != 0 {
+		t.Fatalf("%d workflows started by bad input", n)
+	}
+	keys, _ := rdb.Keys(context.Background(), "t:"+t.Name()+"*").Result()
+	if len(keys) != 0 {
+		t.Fatalf("bad input wrote to redis: %v", keys)
+	}
+}
+
+func TestQueryTooLongForLongPool(t *testing.T) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+		c.API.MaxQueryChars = 100000
+		c.API.MaxBodyBytes = 1 << 20
+		c.Pools.Long.MaxPromptTokens = 600
+	})
+	body := `{"query":"` + strings.Repeat("word ", 700) + `"}`
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(body))
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	assertJSONError(t, rec, 413, "query_too_long")
+	if tc.starts.Load() != 0 {
+		t.Fatal("workflow started")
+	}
+}
+
+func TestStartFailureIs503AndCleansUp(t *testing.T) {
+	srv, tc, rdb := newTestServer(t, nil)
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(`{"query":"hello"}`))
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	assertJSONError(t, rec, 503, "unavailable")
+	if rec.Header().Get("Retry-After") == "" {
+		t.Fatal("503 without Retry-After")
+	}
+	if tc.starts.Load() != 1 {
+		t.Fatalf("starts = %d", tc.starts.Load())
+	}
+	keys, _ := rdb.Keys(context.Background(), "t:"+t.Name()+"*").Result()
+	if len(keys) != 0 {
+		t.Fatalf("failed start left keys behind: %v", keys)
+	}
+}
+
+func TestRequestRoutesValidateIDs(t *testing.T) {
+	srv, _, _ := newTestServer(t, nil)
+	for _, tc := range []struct {
+		method, path string
+		header       map[string]string
+		status       int
+		code         string
+	}{
+		{"GET", "/v1/requests/nope", nil, 400, "bad_request_id"},
+		{"DELETE", "/v1/requests/chat-123", nil, 400, "bad_request_id"},
+		{"GET", "/v1/requests/chat-01JABCDEFGHJKMNPQRSTVWXYZ0/events", map[string]string{"Last-Event-ID": "x"}, 400, "bad_last_event_id"},
+		{"GET", "/v1/requests/chat-01JABCDEFGHJKMNPQRSTVWXYZ0/events", nil, 404, "not_found"},
+		{"GET", "/v1/nothing", nil, 404, "not_found"},
+		{"PUT", "/v1/chat", nil, 405, "method_not_allowed"},
+	} {
+		req := httptest.NewRequest(tc.method, tc.path, nil)
+		for k, v := range tc.header {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		t.Run(tc.method+tc.path, func(t *testing.T) { assertJSONError(t, rec, tc.status, tc.code) })
+	}
+}
+
+func TestHealthz(t *testing.T) {
+	srv, _, _ := newTestServer(t, nil)
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ok"`) {
+		t.Fatalf("healthz %d %s", rec.Code, rec.Body)
+	}
+}
+
+func assertJSONError(t *testing.T, rec *httptest.ResponseRecorder, status int, code string) {
+	t.Helper()
+	if rec.Code != status {
+		t.Fatalf("status %d, want %d; body %s", rec.Code, status, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("content type %q", ct)
+	}
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("body %q is not JSON: %v", rec.Body, err)
+	}
+	if body.Error.Code != code || body.Error.Message == "" {
+		t.Fatalf("error %+v, want code %s with a message", body.Error, code)
+	}
+}

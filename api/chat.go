@@ -1,0 +1,206 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+	"github.com/oklog/ulid/v2"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// chatRequest is the body of POST /v1/chat.
+type chatRequest struct {
+	Query     string `json:"query"`
+	KB        string `json:"kb"`
+	SessionID string `json:"session_id"`
+	MaxTokens *int   `json:"max_tokens"`
+}
+
+var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// caller is who sent a request.
+type caller struct {
+	Tenant, User, Tier string
+}
+
+func (s *Server) authenticate(c echo.Context) (caller, error) {
+	key := c.Request().Header.Get("X-API-Key")
+	if auth := c.Request().Header.Get("Authorization"); key == "" && auth != "" {
+		scheme, token, ok := strings.Cut(auth, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+			return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Authorization must be 'Bearer <api key>'"}
+		}
+		key = token
+	}
+	if key == "" {
+		if s.cfg.Auth.AllowAnonymous {
+			return caller{Tenant: "anonymous", User: "anonymous", Tier: "standard"}, nil
+		}
+		return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "an API key is required (Authorization: Bearer <key>)"}
+	}
+	k, ok := s.keys[key]
+	if !ok {
+		return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "unknown API key"}
+	}
+	who := caller{Tenant: k.Tenant, User: k.User, Tier: k.Tier}
+	if who.User == "" {
+		who.User = k.Tenant
+	}
+	if who.Tier == "" {
+		who.Tier = "standard"
+	}
+	return who, nil
+}
+
+// decodeJSON reads a size-limited JSON object with no unknown fields and
+// nothing after it.
+func (s *Server) decodeJSON(c echo.Context, dst any) error {
+	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != echo.MIMEApplicationJSON {
+			return &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, s.cfg.API.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+				Message: fmt.Sprintf("request body exceeds %d bytes", s.cfg.API.MaxBodyBytes)}
+		}
+		return badRequest("bad_body", "read request body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("bad_json", "request body must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return badRequest("bad_json", "malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return badRequest("bad_json", "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// validate normalises and checks a chat request.
+func (s *Server) validate(req *chatRequest) error {
+	req.Query = strings.TrimSpace(req.Query)
+	if req.Query == "" {
+		return badRequest("empty_query", "query must not be empty")
+	}
+	if !utf8.ValidString(req.Query) {
+		return badRequest("bad_query", "query must be valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(req.Query); n > s.cfg.API.MaxQueryChars {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
+			Message: fmt.Sprintf("query has %d characters; the limit is %d", n, s.cfg.API.MaxQueryChars)}
+	}
+	if req.KB == "" {
+		req.KB = s.cfg.Retrieval.DefaultKB
+	}
+	if !s.kbs[req.KB] {
+		return badRequest("unknown_kb", "unknown knowledge base %q", req.KB)
+	}
+	if req.SessionID != "" && !sessionIDPattern.MatchString(req.SessionID) {
+		return badRequest("bad_session_id", "session_id must be 1-128 characters of letters, digits and ._:-")
+	}
+	if req.MaxTokens == nil {
+		n := s.cfg.API.DefaultMaxTokens
+		req.MaxTokens = &n
+	}
+	if *req.MaxTokens < 1 || *req.MaxTokens > s.cfg.API.MaxTokensLimit {
+		return badRequest("bad_max_tokens", "max_tokens must be between 1 and %d", s.cfg.API.MaxTokensLimit)
+	}
+	// The query alone must fit the long pool, whatever context is shed.
+	bare := prompt.Count(s.tokens, prompt.Build(s.cfg.LLM.SystemPrompt, nil, req.Query))
+	if limit := s.cfg.Pools.Long.MaxPromptTokens; bare > limit {
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
+			Message: fmt.Sprintf("the query needs %d prompt tokens; the limit is %d", bare, limit)}
+	}
+	return nil
+}
+
+func newRequestID() string { return "chat-" + ulid.Make().String() }
+
+var requestIDPattern = regexp.MustCompile(`^chat-[0-9A-HJKMNP-TV-Z]{26}$`)
+
+func (s *Server) postChat(c echo.Context) error {
+	who, err := s.authenticate(c)
+	if err != nil {
+		return err
+	}
+	var req chatRequest
+	if err := s.decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if err := s.validate(&req); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	id := newRequestID()
+	log := s.logger.With("requestID", id, "tenant", who.Tenant)
+
+	// The accepted event goes first so that it is the stream's first entry
+	// whatever the workflow writes.
+	if _, err := s.events.Append(ctx, id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: who.Tenant, KB: req.KB}); err != nil {
+		log.Error("write accepted event", "err", err)
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "event store unavailable", RetryAfter: 1}
+	}
+	if err := s.startChat(ctx, id, who, req); err != nil {
+		log.Error("start chat workflow", "err", err)
+		_ = s.events.Delete(context.WithoutCancel(ctx), id)
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "could not start the request; please retry", RetryAfter: 1}
+	}
+	log.Debug("chat started", "kb", req.KB)
+	return s.stream(c, id, "0")
+}
+
+func (s *Server) startChat(ctx context.Context, id string, who caller, req chatRequest) error {
+	cfg := s.cfg
+	in := workflows.ChatInput{
+		RequestID: id, Tenant: who.Tenant, User: who.User, Tier: who.Tier,
+		Query: req.Query, KB: req.KB, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
+		Settings: workflows.ChatSettings{
+			MaxWait:          cfg.Admission.MaxWait,
+			RecheckInterval:  cfg.Admission.RecheckInterval,
+			DisconnectGrace:  cfg.API.DisconnectGrace,
+			TopK:             cfg.Retrieval.TopK,
+			Candidates:       cfg.Retrieval.Candidates,
+			LLMTimeout:       cfg.LLM.Timeout,
+			LLMHeartbeat:     cfg.LLM.HeartbeatTimeout,
+			LLMMaxAttempts:   cfg.LLM.MaxAttempts,
+			SearchAttributes: cfg.Temporal.SearchAttributes,
+		},
+	}
+	opts := client.StartWorkflowOptions{
+		ID:                       workflows.ChatWorkflowID(id),
+		TaskQueue:                cfg.Temporal.TaskQueue,
+		EnableEagerStart:         cfg.Temporal.EagerStart,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowExecutionTimeout: cfg.Admission.MaxWait + cfg.LLM.Timeout*time.Duration(cfg.LLM.MaxAttempts) + 5*time.Minute,
+	}
+	if cfg.Temporal.SearchAttributes {
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(workflows.SearchTenant.ValueSet(who.Tenant))
+	}
+	_, err := s.temporal.ExecuteWorkflow(ctx, opts, workflows.ChatWorkflowName, in)
+	return err
+}

@@ -1,0 +1,72 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+)
+
+// apiError is every error response: {"error": {"code", "message"}}, with
+// an optional Retry-After header.
+type apiError struct {
+	Status     int    `json:"-"`
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	RetryAfter int    `json:"retry_after_s,omitempty"`
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
+
+func badRequest(code, format string, args ...any) *apiError {
+	return &apiError{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var ae *apiError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &he):
+		ae = &apiError{Status: he.Code, Code: http.StatusText(he.Code), Message: fmt.Sprint(he.Message)}
+		switch he.Code {
+		case http.StatusNotFound:
+			ae.Code, ae.Message = "not_found", "no such route"
+		case http.StatusMethodNotAllowed:
+			ae.Code, ae.Message = "method_not_allowed", "method not allowed on this route"
+		case http.StatusRequestEntityTooLarge:
+			ae.Code = "body_too_large"
+		}
+	default:
+		s.logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
+		ae = &apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+	}
+	if ae.RetryAfter > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
+	}
+	if err := c.JSON(ae.Status, map[string]*apiError{"error": ae}); err != nil {
+		s.logger.Warn("write error response", "err", err)
+	}
+}
+
+// recoverJSON turns a handler panic into a JSON 500 instead of a dropped
+// connection, and logs it.
+func (s *Server) recoverJSON(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				s.logger.Error("handler panic", "path", c.Path(), "panic", r)
+				err = &apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+			}
+		}()
+		return next(c)
+	}
+}

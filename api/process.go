@@ -1,0 +1,39 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/worker"
+)
+
+// RunProcess runs a whole API process until ctx ends: the HTTP server, the
+// event hub and, if api.embedded_worker is set, a Temporal worker in the
+// same process so that eager workflow start can hand it the first workflow
+// task. ready, if not nil, gets the bound HTTP address.
+func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger, ready func(addr string)) error {
+	rt, err := worker.NewRuntime(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	hub := events.NewHub(rt.Redis, rt.Events, events.HubOptions{Logger: logger.With("component", "event-hub")})
+	srv, err := New(Options{
+		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub,
+		Gate: rt.Gate, Tokens: rt.Tokens, Logger: logger.With("component", "api"),
+	})
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return hub.Run(ctx) })
+	if cfg.API.EmbeddedWorker {
+		g.Go(func() error { return rt.Run(ctx) })
+	}
+	g.Go(func() error { return srv.Run(ctx, ready) })
+	return g.Wait()
+}

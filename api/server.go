@@ -1,0 +1,140 @@
+// Package api is Sluice's HTTP front door (Echo): it authenticates and
+// validates requests, starts one Temporal workflow per chat request, and
+// streams the request's events back as Server-Sent Events. Bad input is
+// refused here, before anything is started.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/tokens"
+)
+
+// Server is the HTTP API.
+type Server struct {
+	cfg      config.Config
+	echo     *echo.Echo
+	temporal client.Client
+	redis    redis.UniversalClient
+	events   *events.Log
+	hub      *events.Hub
+	gate     *admission.Gate
+	tokens   *tokens.Counter
+	kbs      map[string]bool
+	keys     map[string]config.APIKey
+	logger   *slog.Logger
+}
+
+// Options are the Server's dependencies.
+type Options struct {
+	Config   config.Config
+	Temporal client.Client
+	Redis    redis.UniversalClient
+	Events   *events.Log
+	Hub      *events.Hub
+	Gate     *admission.Gate
+	Tokens   *tokens.Counter
+	Logger   *slog.Logger
+}
+
+// New builds the server and its routes.
+func New(opts Options) (*Server, error) {
+	if opts.Temporal == nil || opts.Redis == nil || opts.Events == nil || opts.Hub == nil || opts.Gate == nil || opts.Tokens == nil {
+		return nil, errors.New("api: Temporal, Redis, Events, Hub, Gate and Tokens are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{
+		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
+		gate: opts.Gate, tokens: opts.Tokens, logger: opts.Logger,
+		kbs: map[string]bool{}, keys: map[string]config.APIKey{},
+	}
+	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
+		s.kbs[kb.Name] = true
+	}
+	for _, k := range opts.Config.Auth.APIKeys {
+		s.keys[k.Key] = k
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.recoverJSON)
+	e.POST("/v1/chat", s.postChat)
+	e.GET("/v1/requests/:id", s.getRequest)
+	e.GET("/v1/requests/:id/events", s.getEvents)
+	e.DELETE("/v1/requests/:id", s.deleteRequest)
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	s.echo = e
+	return s, nil
+}
+
+// Handler returns the HTTP handler, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Run serves on cfg.API.Addr until ctx ends, then shuts down gracefully.
+// ready, if not nil, receives the bound address once listening.
+func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", s.cfg.API.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.API.Addr, err)
+	}
+	srv := &http.Server{Handler: s.echo, ReadHeaderTimeout: 10 * time.Second}
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.Serve(ln) }()
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("serve http: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.API.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		// Open SSE streams did not end in time; close them. Their requests
+		// continue in Temporal and can be resumed from another instance.
+		_ = srv.Close()
+	}
+	return nil
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	checks := map[string]string{"redis": "ok", "temporal": "ok"}
+	ready := true
+	if err := s.redis.Ping(ctx).Err(); err != nil {
+		checks["redis"] = err.Error()
+		ready = false
+	}
+	if _, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
+		checks["temporal"] = err.Error()
+		ready = false
+	}
+	status := http.StatusOK
+	if !ready {
+		status = http.StatusServiceUnavailable
+	}
+	return c.JSON(status, map[string]any{"ready": ready, "checks": checks})
+}

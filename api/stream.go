@@ -1,0 +1,184 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+const keepAliveInterval = 15 * time.Second
+
+// streamState follows a request through its events, so that the stream
+// knows when to poll the queue position and when it is over.
+type streamState struct {
+	queued   bool
+	pool     string
+	position int
+	lastID   string
+	terminal bool
+}
+
+func (st *streamState) observe(ev events.Event) {
+	st.lastID = ev.ID
+	switch ev.Type {
+	case events.TypeQueue:
+		var q events.Queue
+		if json.Unmarshal(ev.Data, &q) == nil {
+			st.queued, st.pool, st.position = true, q.Pool, q.Position
+		}
+	case events.TypeStage:
+		var sg events.Stage
+		if json.Unmarshal(ev.Data, &sg) == nil && sg.Stage != workflows.StageAdmission && sg.Stage != workflows.StageEmbed {
+			st.queued = false
+		}
+	default:
+		if events.Terminal(ev.Type) {
+			st.queued = false
+			st.terminal = true
+		}
+	}
+}
+
+// stream writes the request's events after afterID as SSE until its
+// terminal event. If the client goes away first, the workflow is told it
+// was detached; with no reader back within the grace period it cancels
+// itself.
+func (s *Server) stream(c echo.Context, id, afterID string) error {
+	ctx := c.Request().Context()
+	sub, err := s.hub.Subscribe(ctx, id, afterID)
+	if err != nil {
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "event stream unavailable", RetryAfter: 1}
+	}
+	defer sub.Close()
+
+	w := c.Response()
+	h := w.Header()
+	h.Set(echo.HeaderContentType, "text/event-stream")
+	h.Set(echo.HeaderCacheControl, "no-cache")
+	h.Set("Connection", "keep-alive")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("X-Request-ID", id)
+	w.WriteHeader(http.StatusOK)
+	w.Flush()
+
+	st := &streamState{lastID: afterID}
+	poll := time.NewTicker(s.cfg.API.QueuePollInterval)
+	defer poll.Stop()
+	keepAlive := time.NewTicker(keepAliveInterval)
+	defer keepAlive.Stop()
+	idle := time.NewTimer(s.cfg.API.StreamIdleTimeout)
+	defer idle.Stop()
+
+	for {
+		select {
+		case <-ctx.Done():
+			s.detach(id)
+			return nil
+		case <-sub.Notify():
+			evs, err := sub.Drain()
+			if err != nil {
+				// The hub stopped (shutdown) or this reader fell behind;
+				// either way the client resumes with Last-Event-ID.
+				s.detach(id)
+				return nil
+			}
+			for _, ev := range evs {
+				if err := writeEvent(w, ev); err != nil {
+					s.detach(id)
+					return nil
+				}
+				st.observe(ev)
+			}
+			w.Flush()
+			if st.terminal {
+				return nil
+			}
+			idle.Reset(s.cfg.API.StreamIdleTimeout)
+		case <-poll.C:
+			if st.queued {
+				s.reportPosition(ctx, id, st)
+			}
+		case <-keepAlive.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				s.detach(id)
+				return nil
+			}
+			w.Flush()
+		case <-idle.C:
+			if s.endedSilently(ctx, id) {
+				return nil
+			}
+			idle.Reset(s.cfg.API.StreamIdleTimeout)
+		}
+	}
+}
+
+func writeEvent(w *echo.Response, ev events.Event) error {
+	_, err := fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, ev.Data)
+	return err
+}
+
+// reportPosition writes a queue event when the request's place changed.
+// Positions are read here, outside the workflow, because workflow timers
+// are too coarse for sub-second updates.
+func (s *Server) reportPosition(ctx context.Context, id string, st *streamState) {
+	pos, ok, err := s.gate.Position(ctx, st.pool, id)
+	if err != nil || !ok || pos == st.position {
+		return
+	}
+	stats, err := s.gate.Stats(ctx, st.pool)
+	if err != nil {
+		return
+	}
+	q := events.Queue{Position: pos, EstimatedWaitMs: admission.EstimateWait(pos, stats.Limit, stats.MeanHold).Milliseconds(), Pool: st.pool}
+	if _, err := s.events.Append(ctx, id, events.TypeQueue, q); err != nil {
+		s.logger.Warn("write queue event", "requestID", id, "err", err)
+		return
+	}
+	// Remember it now so that a slow hub does not make us write it twice.
+	st.position = pos
+}
+
+// endedSilently reports whether the request's workflow is closed although
+// its stream has no terminal event (e.g. it was terminated by an operator);
+// it then writes an error event so every reader ends.
+func (s *Server) endedSilently(ctx context.Context, id string) bool {
+	desc, err := s.temporal.DescribeWorkflowExecution(ctx, workflows.ChatWorkflowID(id), "")
+	if err != nil {
+		return false
+	}
+	if desc.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return false
+	}
+	_, err = s.events.Append(ctx, id, events.TypeError, events.Failure{
+		Reason: workflows.ReasonInternal, Message: "The request ended without an answer.",
+	})
+	return err == nil
+}
+
+// detach tells the workflow that a reader left. It must outlive the
+// request's context, which is already cancelled.
+func (s *Server) detach(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := s.temporal.SignalWorkflow(ctx, workflows.ChatWorkflowID(id), "", workflows.SignalDetach, workflows.AttachSignal{})
+	if err != nil && !isNotFound(err) {
+		s.logger.Warn("signal detach", "requestID", id, "err", err)
+	}
+}
+
+func isNotFound(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Starts Sluice's local dev stack: Temporal dev server (gRPC :7233, UI :8233),
+# Redis, the LLM simulator, a worker and the API. Ctrl-C stops everything.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BIN="$ROOT/bin"
+DATA="$ROOT/.data"
+LOGS="$DATA/logs"
+mkdir -p "$LOGS"
+
+REDIS_PORT="${REDIS_PORT:-6379}"
+API_ADDR="${SLUICE_API_ADDR:-127.0.0.1:8080}"
+SIM_ADDR="${SIM_ADDR:-127.0.0.1:8090}"
+export SLUICE_REDIS_ADDR="127.0.0.1:$REDIS_PORT"
+export SLUICE_API_ADDR="$API_ADDR"
+export SLUICE_POOLS_SHORT_ENDPOINTS="http://$SIM_ADDR"
+export SLUICE_POOLS_LONG_ENDPOINTS="http://$SIM_ADDR"
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  echo
+  echo ">> stopping dev stack"
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+
+wait_port() { # host port name
+  for _ in $(seq 1 300); do
+    if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "!! $3 did not open $1:$2 in 30s; see $LOGS" >&2
+  exit 1
+}
+
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+echo ">> Temporal dev server (logs: $LOGS/temporal.log)"
+if port_open 127.0.0.1 7233; then
+  echo "!! something already listens on 127.0.0.1:7233; stop it first" >&2
+  exit 1
+fi
+"$BIN/temporal" server start-dev \
+  --ip 127.0.0.1 --port 7233 --ui-port 8233 \
+  --db-filename "$DATA/temporal.db" --log-level warn \
+  --dynamic-config-value system.enableEagerWorkflowStart=true \
+  --dynamic-config-value system.enableActivityEagerExecution=true \
+  --search-attribute SluiceTenant=Keyword \
+  --search-attribute SluiceRoute=Keyword \
+  --search-attribute SluiceOutcome=Keyword \
+  >"$LOGS/temporal.log" 2>&1 &
+pids+=($!)
+
+if port_open 127.0.0.1 "$REDIS_PORT"; then
+  echo ">> reusing the Redis already listening on 127.0.0.1:$REDIS_PORT (keys are prefixed sluice:)"
+else
+  echo ">> redis-server on 127.0.0.1:$REDIS_PORT"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no --dir "$DATA" \
+    >"$LOGS/redis.log" 2>&1 &
+  pids+=($!)
+fi
+
+echo ">> LLM simulator on $SIM_ADDR"
+"$BIN/llmsim" -addr "$SIM_ADDR" >"$LOGS/llmsim.log" 2>&1 &
+pids+=($!)
+
+wait_port 127.0.0.1 7233 "Temporal"
+wait_port 127.0.0.1 "$REDIS_PORT" "Redis"
+wait_port "${SIM_ADDR%:*}" "${SIM_ADDR##*:}" "LLM simulator"
+
+echo ">> sluice-worker"
+"$BIN/sluice-worker" >"$LOGS/worker.log" 2>&1 &
+pids+=($!)
+echo ">> sluice-api on $API_ADDR"
+"$BIN/sluice-api" >"$LOGS/api.log" 2>&1 &
+pids+=($!)
+
+for _ in $(seq 1 300); do
+  if curl -fsS "http://$API_ADDR/readyz" >/dev/null 2>&1; then break; fi
+  sleep 0.2
+done
+curl -fsS "http://$API_ADDR/readyz" >/dev/null || { echo "!! API not ready; see $LOGS/api.log" >&2; exit 1; }
+
+cat <<INFO
+
+  Sluice is up.
+    API          http://$API_ADDR
+    Temporal UI  http://127.0.0.1:8233   (search: SluiceTenant="anonymous")
+    LLM sim      http://$SIM_ADDR/metrics  (vLLM-style metrics)
+    Logs         $LOGS
+
+  Try:
+    curl -N http://$API_ADDR/v1/chat -H 'Content-Type: application/json' \\
+      -d '{"query":"How does a token bucket refill?","max_tokens":64}'
+
+  Ctrl-C stops everything.
+INFO
+
+wait -n "${pids[@]}" || true
+echo "!! a component exited; see $LOGS" >&2

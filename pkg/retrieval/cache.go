@@ -1,0 +1,171 @@
+package retrieval
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/embed"
+)
+
+// Redis is the part of a go-redis client CachedRetriever needs;
+// *redis.Client, *redis.ClusterClient and redis.UniversalClient satisfy it.
+type Redis interface {
+	Get(ctx context.Context, key string) *redis.StringCmd
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
+}
+
+// CacheOptions configures CachedRetriever.
+type CacheOptions struct {
+	// Prefix starts every Redis key, e.g. "sluice:".
+	Prefix string
+	// TTL is the Redis expiry of a result. Versioned keys already make
+	// results of old content unreachable; the TTL reclaims their memory and
+	// bounds how long a result outlives a change the version does not see.
+	// Default 1h.
+	TTL time.Duration
+	// Version names everything besides the kb version that shapes a result
+	// and that the key must therefore include: the embedder model that made
+	// Query.Vector, the fusion settings, and the reranker version if reranked
+	// results are cached (e.g. "local-hash-v1/256|lexical-v1/w0.5/k1=1.2/b=0.75").
+	// It is the last component of the key.
+	Version string
+	// KeepCase keeps the query's case in the key. Leave it unset when
+	// retrieval ignores case, as BM25 here and the local embedder do.
+	KeepCase bool
+	// Logger receives Redis failures, which the cache survives by
+	// retrieving. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// CacheStats counts how CachedRetriever calls were answered.
+type CacheStats struct {
+	Hits   uint64
+	Misses uint64
+	// Bypassed counts queries to unversioned (version 0) kbs, which are
+	// never cached.
+	Bypassed uint64
+	// RedisErrors counts failed Redis reads and writes, and undecodable
+	// values.
+	RedisErrors uint64
+}
+
+// CachedRetriever is the retrieval result cache. Its keys hold the kb
+// version the wrapped retriever answers from, so a new version of a kb
+// stops every old entry from being read at once, without deleting
+// anything; old entries expire by TTL. It is safe for concurrent use.
+type CachedRetriever struct {
+	inner VersionedRetriever
+	rdb   Redis
+	opts  CacheOptions
+
+	hits, misses, bypassed, redisErrors atomic.Uint64
+}
+
+// NewCachedRetriever wraps inner.
+func NewCachedRetriever(inner VersionedRetriever, rdb Redis, opts CacheOptions) *CachedRetriever {
+	if opts.TTL <= 0 {
+		opts.TTL = time.Hour
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &CachedRetriever{inner: inner, rdb: rdb, opts: opts}
+}
+
+// Retrieve is Get without the hit flag, so that a CachedRetriever is a
+// Retriever.
+func (c *CachedRetriever) Retrieve(ctx context.Context, q Query) (Result, error) {
+	res, _, err := c.Get(ctx, q)
+	return res, err
+}
+
+// KBVersion passes through to the wrapped retriever.
+func (c *CachedRetriever) KBVersion(kb string) (int64, error) { return c.inner.KBVersion(kb) }
+
+// Get returns the result for q from Redis or from the wrapped retriever,
+// and whether it came from Redis. The key covers the normalised q.Text
+// only: q.Vector is assumed to be the embedding of q.Text by the model
+// named in Options.Version. Redis failures are logged and counted, not returned.
+func (c *CachedRetriever) Get(ctx context.Context, q Query) (Result, bool, error) {
+	version, err := c.inner.KBVersion(q.KB)
+	if err != nil {
+		return Result{}, false, err
+	}
+	if version == 0 {
+		c.bypassed.Add(1)
+		res, err := c.inner.Retrieve(ctx, q)
+		return res, false, err
+	}
+	key := c.Key(q, version)
+	writeBack := true
+	raw, err := c.rdb.Get(ctx, key).Bytes()
+	switch {
+	case err == nil:
+		var res Result
+		derr := json.Unmarshal(raw, &res)
+		if derr == nil && res.KB == q.KB && res.KBVersion == version {
+			c.hits.Add(1)
+			return res, true, nil
+		}
+		if derr == nil {
+			derr = fmt.Errorf("value holds kb %q version %d", res.KB, res.KBVersion)
+		}
+		c.redisErrors.Add(1)
+		c.opts.Logger.WarnContext(ctx, "retrieval cache: bad value, retrieving", "key", key, "err", derr)
+	case errors.Is(err, redis.Nil):
+	case ctx.Err() != nil:
+		return Result{}, false, fmt.Errorf("read cached retrieval: %w", err)
+	default:
+		writeBack = false // Redis is failing: do not also wait for a write
+		c.redisErrors.Add(1)
+		c.opts.Logger.WarnContext(ctx, "retrieval cache: redis read failed, retrieving", "key", key, "err", err)
+	}
+
+	c.misses.Add(1)
+	res, err := c.inner.Retrieve(ctx, q)
+	if err != nil {
+		return Result{}, false, err
+	}
+	// The inner retriever may have been reloaded between KBVersion and
+	// Retrieve; a result of another version must not go under this key.
+	if !writeBack || res.KBVersion != version {
+		return res, false, nil
+	}
+	val, err := json.Marshal(res)
+	if err != nil {
+		return Result{}, false, fmt.Errorf("encode retrieval result for cache: %w", err)
+	}
+	if err := c.rdb.Set(ctx, key, val, c.opts.TTL).Err(); err != nil {
+		c.redisErrors.Add(1)
+		c.opts.Logger.WarnContext(ctx, "retrieval cache: redis write failed", "key", key, "err", err)
+	}
+	return res, false, nil
+}
+
+// Key returns the Redis key of q at a kb version:
+// prefix "ret:" kb ":v" kbVersion ":k" K ":" hex(SHA-256(normalised text)) ":" opts.Version.
+func (c *CachedRetriever) Key(q Query, version int64) string {
+	sum := sha256.Sum256([]byte(embed.NormalizeQuery(q.Text, c.opts.KeepCase)))
+	return c.opts.Prefix + "ret:" + q.KB + ":v" + strconv.FormatInt(version, 10) +
+		":k" + strconv.Itoa(q.K) + ":" + hex.EncodeToString(sum[:]) + ":" + c.opts.Version
+}
+
+// Stats returns the counters since NewCachedRetriever.
+func (c *CachedRetriever) Stats() CacheStats {
+	return CacheStats{
+		Hits:        c.hits.Load(),
+		Misses:      c.misses.Load(),
+		Bypassed:    c.bypassed.Load(),
+		RedisErrors: c.redisErrors.Load(),
+	}
+}

@@ -1,0 +1,239 @@
+package retrieval_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
+
+// countingRetriever counts retrievals and lets a test change the version
+// it answers from, as a reload with new content would.
+type countingRetriever struct {
+	inner   *retrieval.Hybrid
+	version atomic.Int64
+	calls   atomic.Int64
+}
+
+func (c *countingRetriever) KBVersion(kb string) (int64, error) {
+	if _, err := c.inner.KBVersion(kb); err != nil {
+		return 0, err
+	}
+	return c.version.Load(), nil
+}
+
+func (c *countingRetriever) Retrieve(ctx context.Context, q retrieval.Query) (retrieval.Result, error) {
+	c.calls.Add(1)
+	res, err := c.inner.Retrieve(ctx, q)
+	res.KBVersion = c.version.Load()
+	return res, err
+}
+
+func newCounting(t *testing.T, version int64) *countingRetriever {
+	c := &countingRetriever{inner: newHybrid(t, retrieval.HybridOptions{}, mustBuiltin(t))}
+	c.version.Store(version)
+	return c
+}
+
+func TestCachedRetrieverHitMissAndVersion(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis.Client(t)
+	inner := newCounting(t, 1)
+	c := retrieval.NewCachedRetriever(inner, rdb, retrieval.CacheOptions{Prefix: prefix(t), TTL: 10 * time.Minute, Version: "local-hash-v1/256", Logger: quiet})
+	q := retrieval.Query{KB: "sluice-docs", Text: "How does a token bucket refill?", Vector: queryVector(t, "how does a token bucket refill?"), K: 3}
+
+	first, hit, err := c.Get(ctx, q)
+	if err != nil || hit {
+		t.Fatalf("first Get: hit=%v err=%v, want a miss", hit, err)
+	}
+	// Same question, other spelling: same key.
+	q2 := q
+	q2.Text = "  how does a TOKEN bucket refill?"
+	second, hit, err := c.Get(ctx, q2)
+	if err != nil || !hit {
+		t.Fatalf("second Get: hit=%v err=%v, want a hit", hit, err)
+	}
+	if fmt.Sprint(first) != fmt.Sprint(second) {
+		t.Errorf("cached result differs:\n%v\n%v", first, second)
+	}
+	if n := inner.calls.Load(); n != 1 {
+		t.Errorf("inner retriever called %d times, want 1", n)
+	}
+
+	key := c.Key(q, 1)
+	wantPrefix := prefix(t) + "ret:sluice-docs:v1:k3:"
+	if !strings.HasPrefix(key, wantPrefix) || !strings.HasSuffix(key, ":local-hash-v1/256") || len(key) != len(wantPrefix)+64+len(":local-hash-v1/256") {
+		t.Errorf("key = %q, want %s<sha256 hex>:local-hash-v1/256", key, wantPrefix)
+	}
+	var stored retrieval.Result
+	if err := json.Unmarshal([]byte(rdb.Get(ctx, key).Val()), &stored); err != nil || stored.KBVersion != 1 || len(stored.Chunks) != 3 {
+		t.Errorf("stored value: %+v, %v", stored, err)
+	}
+	if ttl := rdb.TTL(ctx, key).Val(); ttl <= 9*time.Minute || ttl > 10*time.Minute {
+		t.Errorf("TTL = %v, want about 10m", ttl)
+	}
+
+	// Another K is another entry.
+	q3 := q
+	q3.K = 5
+	if _, hit, _ := c.Get(ctx, q3); hit {
+		t.Error("K=5 hit the K=3 entry")
+	}
+
+	// The kb is reloaded with new content: version 2. The old entry is
+	// still in Redis but no longer reachable.
+	inner.version.Store(2)
+	res, hit, err := c.Get(ctx, q)
+	if err != nil || hit || res.KBVersion != 2 {
+		t.Fatalf("after version bump: hit=%v version=%d err=%v, want a v2 miss", hit, res.KBVersion, err)
+	}
+	if rdb.Exists(ctx, key).Val() != 1 {
+		t.Error("old entry was deleted; it should just be unreachable")
+	}
+	if _, hit, _ := c.Get(ctx, q); !hit {
+		t.Error("v2 entry not cached")
+	}
+	if got, want := c.Stats(), (retrieval.CacheStats{Hits: 2, Misses: 3}); got != want {
+		t.Errorf("Stats() = %+v, want %+v", got, want)
+	}
+}
+
+func TestCachedRetrieverVersionOptionSeparatesEntries(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis.Client(t)
+	inner := newCounting(t, 1)
+	q := retrieval.Query{KB: "sluice-docs", Text: "redis streams", K: 2}
+	a := retrieval.NewCachedRetriever(inner, rdb, retrieval.CacheOptions{Prefix: prefix(t), Version: "emb-a", Logger: quiet})
+	b := retrieval.NewCachedRetriever(inner, rdb, retrieval.CacheOptions{Prefix: prefix(t), Version: "emb-b", Logger: quiet})
+	if _, hit, _ := a.Get(ctx, q); hit {
+		t.Fatal("first Get hit")
+	}
+	if _, hit, _ := b.Get(ctx, q); hit {
+		t.Error("another Version option hit the same entry")
+	}
+	if ttl := rdb.TTL(ctx, a.Key(q, 1)).Val(); ttl <= 59*time.Minute {
+		t.Errorf("default TTL = %v, want 1h", ttl)
+	}
+}
+
+func TestCachedRetrieverBypassesUnversionedKB(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis.Client(t)
+	inner := newCounting(t, 0)
+	c := retrieval.NewCachedRetriever(inner, rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
+	q := retrieval.Query{KB: "sluice-docs", Text: "redis streams", K: 2}
+	for range 2 {
+		if _, hit, err := c.Get(ctx, q); err != nil || hit {
+			t.Fatalf("unversioned kb: hit=%v err=%v", hit, err)
+		}
+	}
+	if inner.calls.Load() != 2 || c.Stats().Bypassed != 2 {
+		t.Errorf("calls=%d stats=%+v, want 2 bypassed retrievals", inner.calls.Load(), c.Stats())
+	}
+	if n := rdb.Keys(ctx, prefix(t)+"*").Val(); len(n) != 0 {
+		t.Errorf("wrote %v for an unversioned kb", n)
+	}
+}
+
+func TestCachedRetrieverUnknownKB(t *testing.T) {
+	c := retrieval.NewCachedRetriever(newCounting(t, 1), testRedis.Client(t), retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
+	_, _, err := c.Get(context.Background(), retrieval.Query{KB: "nope", Text: "x", K: 1})
+	if !errors.Is(err, retrieval.ErrUnknownKB) {
+		t.Errorf("err = %v, want ErrUnknownKB", err)
+	}
+}
+
+func TestCachedRetrieverSurvivesRedisDown(t *testing.T) {
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	defer dead.Close()
+	c := retrieval.NewCachedRetriever(newCounting(t, 1), dead, retrieval.CacheOptions{Logger: quiet})
+	res, hit, err := c.Get(context.Background(), retrieval.Query{KB: "sluice-docs", Text: "redis streams", K: 2})
+	if err != nil || hit || len(res.Chunks) != 2 {
+		t.Fatalf("Redis down: %d chunks, hit=%v, err=%v; want a retrieved result", len(res.Chunks), hit, err)
+	}
+	if s := c.Stats(); s.RedisErrors != 1 {
+		t.Errorf("RedisErrors = %d, want 1 (the read; the write is skipped)", s.RedisErrors)
+	}
+}
+
+func TestCachedRetrieverReplacesBadValue(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis.Client(t)
+	c := retrieval.NewCachedRetriever(newCounting(t, 1), rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
+	q := retrieval.Query{KB: "sluice-docs", Text: "redis streams", K: 2}
+	for _, bad := range []string{"{not json", `{"kb":"other","kb_version":1,"chunks":[]}`} {
+		rdb.Set(ctx, c.Key(q, 1), bad, time.Hour)
+		if _, hit, err := c.Get(ctx, q); err != nil || hit {
+			t.Errorf("value %q: hit=%v err=%v, want a miss", bad, hit, err)
+		}
+		if _, hit, _ := c.Get(ctx, q); !hit {
+			t.Errorf("value %q was not replaced", bad)
+		}
+	}
+}
+
+// A CachedRetriever over a real retrieval.Hybrid and retrieval.KB versions from Redis: a
+// changed corpus gets a new version, and the cache misses.
+func TestCachedRetrieverOverReloadedKB(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis.Client(t)
+	docs, err := retrieval.Builtin("sluice-docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := retrieval.KBOptions{Embedder: mustBuiltinEmbedder(), Versions: retrieval.NewVersions(rdb, prefix(t)), Logger: quiet}
+	q := retrieval.Query{KB: "sluice-docs", Text: "token bucket", K: 3}
+
+	kb1, err := retrieval.NewKB(ctx, "sluice-docs", docs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := retrieval.NewCachedRetriever(newHybrid(t, retrieval.HybridOptions{}, kb1), rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
+	c1.Get(ctx, q)
+	if _, hit, _ := c1.Get(ctx, q); !hit {
+		t.Fatal("v1 not cached")
+	}
+
+	docs[0].Text += "\n\nAn added paragraph."
+	kb2, err := retrieval.NewKB(ctx, "sluice-docs", docs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kb2.Version() != kb1.Version()+1 {
+		t.Fatalf("versions %d then %d", kb1.Version(), kb2.Version())
+	}
+	c2 := retrieval.NewCachedRetriever(newHybrid(t, retrieval.HybridOptions{}, kb2), rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
+	if res, hit, _ := c2.Get(ctx, q); hit || res.KBVersion != kb2.Version() {
+		t.Errorf("after the change: hit=%v version=%d", hit, res.KBVersion)
+	}
+}
+func BenchmarkCachedRetrieverHit(b *testing.B) {
+	ctx := context.Background()
+	rdb := testRedis.Client(b)
+	inner := &countingRetriever{inner: newHybrid(b, retrieval.HybridOptions{}, mustBuiltin(b))}
+	inner.version.Store(1)
+	c := retrieval.NewCachedRetriever(inner, rdb, retrieval.CacheOptions{Prefix: prefix(b), Logger: quiet})
+	q := retrieval.Query{KB: "sluice-docs", Text: "how does a token bucket refill", K: 10}
+	if _, _, err := c.Get(ctx, q); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, hit, err := c.Get(ctx, q); err != nil || !hit {
+			b.Fatal(hit, err)
+		}
+	}
+}

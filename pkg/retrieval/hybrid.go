@@ -1,0 +1,299 @@
+package retrieval
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+)
+
+// HybridOptions configures Hybrid.
+type HybridOptions struct {
+	// VectorWeight is the share of cosine similarity in the fused score;
+	// BM25 has the rest. Default 0.5. A query without a vector is scored by
+	// BM25 alone and one without any indexed term by the vector alone,
+	// whatever the weight.
+	VectorWeight float64
+}
+
+// Hybrid scores every chunk of a kb by BM25 and by cosine similarity to the
+// query vector and fuses the two. The search is exact, not approximate: a
+// linear scan of a few thousand, or tens of thousands, of vectors costs
+// well under the latency budget and has perfect recall.
+//
+// Fusion is a weighted sum of min-max normalised scores, not reciprocal
+// rank fusion. Because every chunk is scored, the min and max span the
+// whole kb and the normalisation is stable; and unlike RRF it keeps the
+// size of the gaps, so a chunk that is far ahead on one signal (say the
+// only one containing a rare error code) is not pulled level with the
+// runner-up. Scores are in [0, 1]; they compare within one query only.
+type Hybrid struct {
+	kbs   map[string]*KB
+	names []string
+	w     float64
+}
+
+// NewHybrid serves the given kbs, whose names must differ.
+func NewHybrid(opts HybridOptions, kbs ...*KB) (*Hybrid, error) {
+	if opts.VectorWeight == 0 {
+		opts.VectorWeight = 0.5
+	}
+	if opts.VectorWeight < 0 || opts.VectorWeight > 1 {
+		return nil, fmt.Errorf("new hybrid retriever: VectorWeight %v outside [0, 1]", opts.VectorWeight)
+	}
+	h := &Hybrid{kbs: map[string]*KB{}, w: opts.VectorWeight}
+	for _, kb := range kbs {
+		if _, dup := h.kbs[kb.Name()]; dup {
+			return nil, fmt.Errorf("new hybrid retriever: kb %q given twice", kb.Name())
+		}
+		h.kbs[kb.Name()] = kb
+		h.names = append(h.names, kb.Name())
+	}
+	sort.Strings(h.names)
+	return h, nil
+}
+
+// KBs lists the names of the loaded kbs, sorted.
+func (h *Hybrid) KBs() []string { return slices.Clone(h.names) }
+
+// Has reports whether a kb of that name is loaded.
+func (h *Hybrid) Has(name string) bool { _, ok := h.kbs[name]; return ok }
+
+// KBVersion returns the version of a loaded kb.
+func (h *Hybrid) KBVersion(name string) (int64, error) {
+	kb, ok := h.kbs[name]
+	if !ok {
+		return 0, &UnknownKBError{KB: name}
+	}
+	return kb.version, nil
+}
+
+// scoreScratch is per-query working memory, pooled per kb because its
+// size follows the kb's chunk count.
+type scoreScratch struct {
+	tok   Tokenizer
+	terms []int32
+	bm    []float32
+	cos   []float32
+	top   []hit
+}
+
+type hit struct {
+	score float64
+	idx   int32
+}
+
+// Retrieve returns the q.K best chunks of q.KB. An unknown kb yields an
+// *UnknownKBError.
+func (h *Hybrid) Retrieve(ctx context.Context, q Query) (Result, error) {
+	kb, ok := h.kbs[q.KB]
+	if !ok {
+		return Result{}, &UnknownKBError{KB: q.KB}
+	}
+	if q.K <= 0 {
+		return Result{}, fmt.Errorf("retrieve from %s: k must be positive, got %d", q.KB, q.K)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("retrieve from %s: %w", q.KB, err)
+	}
+	useVec := len(q.Vector) > 0
+	if useVec && len(q.Vector) != kb.dims {
+		return Result{}, fmt.Errorf("retrieve from %s: query vector has %d dimensions, kb was embedded with %d by %s",
+			q.KB, len(q.Vector), kb.dims, kb.model)
+	}
+	if useVec {
+		nonZero, finite := inspect(q.Vector)
+		if !finite {
+			return Result{}, fmt.Errorf("retrieve from %s: query vector holds NaN or infinity", q.KB)
+		}
+		useVec = nonZero
+	}
+
+	s := kb.scratch.Get().(*scoreScratch)
+	defer kb.scratch.Put(s)
+	n := len(kb.chunks)
+
+	s.terms = s.terms[:0]
+	for _, t := range s.tok.Terms(q.Text) {
+		if id, ok := kb.index.terms[string(t)]; ok && !slices.Contains(s.terms, id) {
+			s.terms = append(s.terms, id)
+		}
+	}
+	lexical := len(s.terms) > 0
+	res := Result{KB: kb.name, KBVersion: kb.version, Chunks: []Chunk{}}
+	if !lexical && !useVec {
+		return res, nil
+	}
+
+	s.bm = resize(s.bm, n)
+	bm := s.bm
+	clear(bm)
+	for _, id := range s.terms {
+		for _, p := range kb.index.postings[id] {
+			bm[p.chunk] += p.weight
+		}
+	}
+	minB, maxB := minMax(bm)
+
+	// The query vector is not normalised: every cosine would be divided by
+	// the same |q|, which min-max normalisation cancels anyway.
+	var cos []float32
+	var minC, maxC float32
+	if useVec {
+		s.cos = resize(s.cos, n)
+		cos = s.cos
+		d := kb.dims
+		for i := range cos {
+			cos[i] = dot(q.Vector, kb.vecs[i*d:(i+1)*d])
+		}
+		minC, maxC = minMax(cos)
+	}
+
+	wv := h.w
+	switch {
+	case !useVec:
+		wv = 0
+	case !lexical:
+		wv = 1
+	}
+	// fused = wv*(cos-minC)/(maxC-minC) + (1-wv)*(bm-minB)/(maxB-minB),
+	// with a constant signal contributing nothing.
+	var scaleC, scaleB float64
+	if maxC > minC {
+		scaleC = wv / float64(maxC-minC)
+	}
+	if maxB > minB {
+		scaleB = (1 - wv) / float64(maxB-minB)
+	}
+
+	k := min(q.K, n)
+	top := s.top[:0]
+	for i := range n {
+		score := scaleB * float64(bm[i]-minB)
+		if useVec {
+			score += scaleC * float64(cos[i]-minC)
+		} else if bm[i] == 0 {
+			continue // lexical only: a chunk without any query term is no answer
+		}
+		top = pushTop(top, k, hit{score, int32(i)})
+	}
+	sortHits(top)
+	s.top = top
+
+	res.Chunks = make([]Chunk, len(top))
+	for i, t := range top {
+		res.Chunks[i] = kb.chunks[t.idx]
+		res.Chunks[i].Score = t.score
+	}
+	return res, nil
+}
+
+// worse orders hits: lower score first, and among equal scores the later
+// chunk, so that ties resolve to index order.
+func worse(a, b hit) bool {
+	if a.score != b.score {
+		return a.score < b.score
+	}
+	return a.idx > b.idx
+}
+
+// pushTop keeps the k best hits in a min-heap whose root is the worst of
+// them: O(n log k) with no allocation once top has grown to k.
+func pushTop(top []hit, k int, h hit) []hit {
+	if len(top) < k {
+		top = append(top, h)
+		for i := len(top) - 1; i > 0; {
+			parent := (i - 1) / 2
+			if !worse(top[i], top[parent]) {
+				break
+			}
+			top[i], top[parent] = top[parent], top[i]
+			i = parent
+		}
+		return top
+	}
+	if !worse(top[0], h) {
+		return top
+	}
+	top[0] = h
+	for i := 0; ; {
+		l, r, least := 2*i+1, 2*i+2, i
+		if l < len(top) && worse(top[l], top[least]) {
+			least = l
+		}
+		if r < len(top) && worse(top[r], top[least]) {
+			least = r
+		}
+		if least == i {
+			return top
+		}
+		top[i], top[least] = top[least], top[i]
+		i = least
+	}
+}
+
+// sortHits orders hits best first.
+func sortHits(hits []hit) {
+	slices.SortFunc(hits, func(a, b hit) int {
+		switch {
+		case worse(b, a):
+			return -1
+		case worse(a, b):
+			return 1
+		}
+		return 0
+	})
+}
+
+func resize(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+func minMax(xs []float32) (lo, hi float32) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
+	lo, hi = xs[0], xs[0]
+	for _, x := range xs[1:] {
+		lo = min(lo, x)
+		hi = max(hi, x)
+	}
+	return lo, hi
+}
+
+// inspect reports whether v has a non-zero element and whether all its
+// elements are finite.
+func inspect(v []float32) (nonZero, finite bool) {
+	for _, x := range v {
+		f := float64(x)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return nonZero, false
+		}
+		nonZero = nonZero || x != 0
+	}
+	return nonZero, true
+}
+
+// dot is the inner product of two vectors of equal length, with four
+// independent sums so that the additions pipeline instead of waiting on
+// each other.
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		a4, b4 := a[i:i+4:i+4], b[i:i+4:i+4]
+		s0 += a4[0] * b4[0]
+		s1 += a4[1] * b4[1]
+		s2 += a4[2] * b4[2]
+		s3 += a4[3] * b4[3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return s0 + s1 + s2 + s3
+}

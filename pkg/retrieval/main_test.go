@@ -1,0 +1,44 @@
+package retrieval
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/sluice-dev/sluice/pkg/embed"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// builtinKB loads the built-in corpus once per test binary; building it is
+// deterministic and the KB is immutable.
+var builtinKB = sync.OnceValues(func() (*KB, error) {
+	docs, err := Builtin("sluice-docs")
+	if err != nil {
+		return nil, err
+	}
+	return NewKB(context.Background(), "sluice-docs", docs, KBOptions{
+		Embedder: embed.NewLocal(embed.LocalOptions{}),
+		Logger:   quiet,
+	})
+})
+
+func mustBuiltin(t testing.TB) *KB {
+	t.Helper()
+	kb, err := builtinKB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kb
+}
+
+func queryVector(t testing.TB, text string) []float32 {
+	t.Helper()
+	vecs, err := embed.NewLocal(embed.LocalOptions{}).Embed(context.Background(), []string{text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vecs[0]
+}

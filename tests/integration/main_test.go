@@ -1,0 +1,128 @@
+// Package integration runs Sluice end to end against a real Temporal dev
+// server, a real redis-server and the LLM simulator: HTTP in, SSE out.
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// stack is the running system under test, shared by the package's tests,
+// which run one at a time because they share the pools' permits.
+var stack struct {
+	cfg      config.Config
+	baseURL  string
+	temporal client.Client
+	redis    *redis.Client
+	gate     *admission.Gate
+}
+
+const keyPrefix = "it:"
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("integration tests skipped in -short mode")
+		os.Exit(0)
+	}
+	code, err := run(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration setup:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func run(m *testing.M) (int, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	rds, err := testenv.LaunchRedis()
+	if err != nil {
+		return 0, err
+	}
+	defer rds.Stop()
+	ts, err := testenv.LaunchTemporal(ctx, workflows.SearchAttributeNames)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = ts.Stop() }()
+
+	simCfg := llmsim.DefaultConfig()
+	simCfg.TimeScale = 0.5
+	simCfg.AnswerMinTokens, simCfg.AnswerMaxTokens = 150, 300
+	sim, err := llmsim.New(simCfg, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer sim.Close()
+	simSrv := httptest.NewServer(sim.Handler())
+	defer simSrv.Close()
+
+	cfg := config.Default()
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.API.DisconnectGrace = time.Second
+	cfg.API.QueuePollInterval = 200 * time.Millisecond
+	cfg.Temporal.HostPort = ts.FrontendHostPort()
+	cfg.Redis.Addr = rds.Addr
+	cfg.Redis.KeyPrefix = keyPrefix
+	cfg.Admission.MaxWait = 4 * time.Second
+	cfg.Admission.RecheckInterval = time.Second
+	cfg.Pools.Short.Endpoints = []string{simSrv.URL}
+	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
+	cfg.Pools.Short.MaxConcurrency = 2
+	cfg.Log.Level = "warn"
+	if err := cfg.Validate(); err != nil {
+		return 0, err
+	}
+	stack.cfg = cfg
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- api.RunProcess(ctx, cfg, logger, func(addr string) { ready <- addr }) }()
+	select {
+	case addr := <-ready:
+		stack.baseURL = "http://" + addr
+	case err := <-done:
+		return 0, fmt.Errorf("api process: %w", err)
+	case <-time.After(time.Minute):
+		return 0, fmt.Errorf("api process not ready after 1m")
+	}
+
+	stack.temporal = ts.Client()
+	stack.redis = redis.NewClient(&redis.Options{Addr: rds.Addr})
+	defer stack.redis.Close()
+	stack.gate, err = admission.New(stack.redis, admission.Options{
+		KeyPrefix: keyPrefix, Lease: cfg.Admission.Lease, WaiterTTL: time.Minute, MaxQueueDepth: cfg.Admission.MaxQueueDepth,
+		Limits: map[string]int{"short": cfg.Pools.Short.MaxConcurrency, "long": cfg.Pools.Long.MaxConcurrency},
+	})
+	if err != nil {
+		return 0, err
+	}
+
+	code := m.Run()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		fmt.Fprintln(os.Stderr, "api process did not stop within 20s")
+	}
+	return code, nil
+}

@@ -1,0 +1,260 @@
+// Package worker wires Sluice from its configuration: Redis, the Temporal
+// client, the admission gate, caches, LLM pools and the activities, and runs
+// the Temporal worker that executes chat workflows. The API process uses the
+// same wiring (and an embedded worker, for eager workflow start).
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/embed"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/rerank"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/pkg/tokens"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// Runtime is what a Sluice process needs, built once from config.
+type Runtime struct {
+	Config     config.Config
+	Logger     *slog.Logger
+	Redis      *redis.Client
+	Temporal   client.Client
+	Events     *events.Log
+	Gate       *admission.Gate
+	Tokens     *tokens.Counter
+	Activities *activities.Activities
+}
+
+// NewLogger builds the process logger from config.
+func NewLogger(cfg config.Log) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.Level)))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// NewRuntime connects to Redis and Temporal and builds every component.
+// It fails fast, naming what it could not reach.
+func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Runtime, error) {
+	r := &Runtime{Config: cfg, Logger: logger}
+	r.Redis = redis.NewClient(&redis.Options{
+		Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
+		// Streams, scripts and blocking reads from many requests at once.
+		PoolSize: 256,
+	})
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := r.Redis.Ping(pctx).Err(); err != nil {
+		_ = r.Redis.Close()
+		return nil, fmt.Errorf("connect to redis at %s (redis.addr): %w", cfg.Redis.Addr, err)
+	}
+
+	var err error
+	r.Tokens, err = tokens.For(cfg.Routing.Encoding)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	r.Events = events.NewLog(r.Redis, events.LogOptions{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Events.TTL, MaxLen: cfg.Events.MaxLen})
+	r.Gate, err = admission.New(r.Redis, admission.Options{
+		KeyPrefix:     cfg.Redis.KeyPrefix,
+		Lease:         cfg.Admission.Lease,
+		WaiterTTL:     WaiterTTL(cfg.Admission),
+		MaxQueueDepth: cfg.Admission.MaxQueueDepth,
+		Limits: map[string]int{
+			activities.PoolShort: cfg.Pools.Short.MaxConcurrency,
+			activities.PoolLong:  cfg.Pools.Long.MaxConcurrency,
+		},
+	})
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+
+	r.Temporal, err = client.Dial(client.Options{
+		HostPort:  cfg.Temporal.HostPort,
+		Namespace: cfg.Temporal.Namespace,
+		Logger:    tlog.NewStructuredLogger(logger.With("component", "temporal")),
+	})
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("connect to temporal at %s (temporal.host_port): %w", cfg.Temporal.HostPort, err)
+	}
+
+	acts, err := r.buildActivities(ctx)
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	r.Activities = acts
+	return r, nil
+}
+
+// WaiterTTL is how long a queue entry stays live between its waiter's
+// re-checks: three missed re-checks mark it a zombie.
+func WaiterTTL(a config.Admission) time.Duration {
+	return max(3*a.RecheckInterval+5*time.Second, 15*time.Second)
+}
+
+func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, error) {
+	cfg := r.Config
+	embedder, err := newEmbedder(cfg.Embedding)
+	if err != nil {
+		return nil, err
+	}
+	embCache := embed.NewCache(embedder, r.Redis, embed.CacheOptions{
+		Prefix: cfg.Redis.KeyPrefix, TTL: cfg.Embedding.CacheTTL, LRUSize: cfg.Embedding.LRUSize,
+		Logger: r.Logger.With("component", "embed-cache"),
+	})
+	store, err := loadKnowledgeBases(ctx, cfg, embedder, r.Redis, r.Logger)
+	if err != nil {
+		return nil, err
+	}
+	reranker := rerank.NewLexical(rerank.LexicalOptions{})
+	cached := retrieval.NewCachedRetriever(store, r.Redis, retrieval.CacheOptions{
+		Prefix: cfg.Redis.KeyPrefix, TTL: cfg.Retrieval.CacheTTL,
+		Version: embedder.Model(),
+		Logger:  r.Logger.With("component", "retrieval-cache"),
+	})
+	pools := map[string]activities.Pool{}
+	for name, p := range map[string]config.Pool{activities.PoolShort: cfg.Pools.Short, activities.PoolLong: cfg.Pools.Long} {
+		c, err := llm.NewOpenAI(llm.OpenAIOptions{Endpoints: p.Endpoints, APIKey: p.APIKey})
+		if err != nil {
+			return nil, fmt.Errorf("pools.%s: %w", name, err)
+		}
+		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens}
+	}
+	return &activities.Activities{
+		Redis:      r.Redis,
+		Events:     r.Events,
+		Gate:       r.Gate,
+		Notifier:   SignalNotifier{Client: r.Temporal},
+		Embeddings: embCache,
+		Retriever:  cachedRetriever{cached},
+		Reranker:   reranker,
+		Pools:      pools,
+		Tokens:     r.Tokens,
+		Logger:     r.Logger.With("component", "activities"),
+		Options: activities.Options{
+			KeyPrefix:      cfg.Redis.KeyPrefix,
+			SystemPrompt:   cfg.LLM.SystemPrompt,
+			ShortThreshold: cfg.Routing.ShortThresholdTokens,
+			TopK:           cfg.Retrieval.TopK,
+			ChunkTokens:    cfg.Retrieval.ChunkTokens,
+			StopFlagTTL:    10 * time.Minute,
+		},
+	}, nil
+}
+
+func newEmbedder(cfg config.Embedding) (embed.Embedder, error) {
+	if strings.HasPrefix(cfg.Model, "local-hash") {
+		return embed.NewLocal(embed.LocalOptions{Dims: cfg.Dims}), nil
+	}
+	return nil, fmt.Errorf("embedding.model: unknown embedder %q (this build has local-hash-v1)", cfg.Model)
+}
+
+// Close releases connections.
+func (r *Runtime) Close() {
+	if r.Temporal != nil {
+		r.Temporal.Close()
+	}
+	if r.Redis != nil {
+		_ = r.Redis.Close()
+	}
+}
+
+// NewWorker returns a Temporal worker with the chat workflow and its
+// activities registered.
+func (r *Runtime) NewWorker() worker.Worker {
+	cfg := r.Config.Temporal
+	w := worker.New(r.Temporal, cfg.TaskQueue, worker.Options{
+		MaxConcurrentActivityExecutionSize:      cfg.MaxConcurrentActivities,
+		MaxConcurrentWorkflowTaskExecutionSize:  cfg.MaxConcurrentWorkflowTasks,
+		MaxConcurrentLocalActivityExecutionSize: 1000,
+		WorkerStopTimeout:                       10 * time.Second,
+	})
+	Register(w, r.Activities)
+	return w
+}
+
+// Register registers Sluice's workflows and activities on w.
+func Register(w worker.Registry, acts *activities.Activities) {
+	w.RegisterWorkflowWithOptions(workflows.ChatWorkflow, workflow.RegisterOptions{Name: workflows.ChatWorkflowName})
+	w.RegisterActivity(acts)
+}
+
+// Run runs the worker and the admission janitor until ctx ends.
+func (r *Runtime) Run(ctx context.Context) error {
+	w := r.NewWorker()
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start temporal worker on %s: %w", r.Config.Temporal.TaskQueue, err)
+	}
+	defer w.Stop()
+	r.Logger.Info("worker started", "taskQueue", r.Config.Temporal.TaskQueue, "temporal", r.Config.Temporal.HostPort)
+	r.runJanitor(ctx)
+	return nil
+}
+
+// runJanitor reclaims expired permits every second and wakes the waiters
+// they go to; without it a crashed holder's slot would sit idle until the
+// next release or the waiters' own re-check.
+func (r *Runtime) runJanitor(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, pool := range r.Gate.Pools() {
+				woken, err := r.Gate.Pump(ctx, pool)
+				if err != nil {
+					if ctx.Err() == nil {
+						r.Logger.Warn("admission janitor", "pool", pool, "err", err)
+					}
+					continue
+				}
+				if err := admission.Wake(ctx, r.Gate, r.Activities.Notifier, pool, woken); err != nil {
+					r.Logger.Warn("admission janitor wake", "pool", pool, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// SignalNotifier wakes a queued chat workflow with the admitted signal.
+type SignalNotifier struct {
+	Client client.Client
+}
+
+// NotifyGranted implements admission.Notifier.
+func (n SignalNotifier) NotifyGranted(ctx context.Context, pool, requestID string) error {
+	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalAdmitted, workflows.AdmittedSignal{Pool: pool})
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return admission.ErrWaiterGone
+	}
+	return err
+}

@@ -1,0 +1,404 @@
+package workflows
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/events"
+)
+
+// a is only used to name activity methods; Temporal resolves them by name
+// on the worker, where a real *Activities is registered.
+var a *activities.Activities
+
+// ChatWorkflow runs one chat request through embed → admission → retrieval
+// → rerank → LLM, and always gives back what admission granted.
+func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
+	w := &chat{in: in, status: Status{Stage: StageEmbed, Tenant: in.Tenant, KB: in.KB}}
+	if err := w.setup(ctx); err != nil {
+		return ChatResult{}, err
+	}
+	w.run(ctx)
+	// finalize runs on every path out of run: a workflow panic is not a
+	// path out (Temporal retries the workflow task), everything else is.
+	w.finalize(ctx)
+	return w.result, nil
+}
+
+type chat struct {
+	in     ChatInput
+	status Status
+	logger log.Logger
+
+	// stageCtx is cancelled by a cancel signal, a client gone for longer
+	// than the grace period, or cancellation of the workflow itself.
+	stageCtx     workflow.Context
+	cancelStages workflow.CancelFunc
+	cancelReason string
+	// llmRunning is true while the LLM activity may be streaming, so that a
+	// cancel also raises the stream's stop flag.
+	llmRunning bool
+
+	admittedCh workflow.ReceiveChannel
+	// pool is set once a permit or queue place may be held.
+	pool    string
+	result  ChatResult
+	failure *events.Failure
+}
+
+func (w *chat) setup(ctx workflow.Context) error {
+	w.logger = log.With(workflow.GetLogger(ctx), "requestID", w.in.RequestID)
+	w.stageCtx, w.cancelStages = workflow.WithCancel(ctx)
+	w.admittedCh = workflow.GetSignalChannel(ctx, SignalAdmitted)
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
+		return w.status, nil
+	}); err != nil {
+		return err
+	}
+	workflow.Go(ctx, w.watchCancel)
+	return nil
+}
+
+// watchCancel turns the cancel signal, workflow cancellation and a client
+// detached beyond the grace period into cancellation of the stages.
+func (w *chat) watchCancel(ctx workflow.Context) {
+	cancelCh := workflow.GetSignalChannel(ctx, SignalCancel)
+	detachCh := workflow.GetSignalChannel(ctx, SignalDetach)
+	attachCh := workflow.GetSignalChannel(ctx, SignalAttach)
+	attached := 1
+	var grace workflow.Future
+	var stopGrace workflow.CancelFunc
+	for w.cancelReason == "" {
+		if attached <= 0 && grace == nil {
+			if w.in.Settings.DisconnectGrace <= 0 {
+				w.requestCancel(ctx, "client_disconnected")
+				return
+			}
+			var gctx workflow.Context
+			gctx, stopGrace = workflow.WithCancel(ctx)
+			grace = workflow.NewTimer(gctx, w.in.Settings.DisconnectGrace)
+		}
+		if attached > 0 && grace != nil {
+			stopGrace()
+			grace = nil
+		}
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(cancelCh, func(c workflow.ReceiveChannel, _ bool) {
+			var s CancelSignal
+			c.Receive(ctx, &s)
+			reason := s.Reason
+			if reason == "" {
+				reason = "cancel_signal"
+			}
+			w.requestCancel(ctx, reason)
+		})
+		sel.AddReceive(detachCh, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, nil)
+			attached--
+		})
+		sel.AddReceive(attachCh, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(ctx, nil)
+			attached++
+		})
+		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
+			w.requestCancel(ctx, "workflow_cancelled")
+		})
+		if grace != nil {
+			sel.AddFuture(grace, func(f workflow.Future) {
+				if f.Get(ctx, nil) == nil {
+					w.requestCancel(ctx, "client_disconnected")
+				}
+			})
+		}
+		sel.Select(ctx)
+	}
+}
+
+func (w *chat) requestCancel(ctx workflow.Context, reason string) {
+	if w.cancelReason != "" || w.status.Stage == StageFinished {
+		return
+	}
+	w.cancelReason = reason
+	w.status.CancelRequested = true
+	w.logger.Info("cancel requested", "reason", reason, "stage", w.status.Stage)
+	w.cancelStages()
+	if w.llmRunning {
+		// Activity cancellation reaches a running activity only with its
+		// next heartbeat; the stop flag ends the stream within one token.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		f := workflow.ExecuteLocalActivity(localCtx(dctx), a.StopStream, activities.StopStreamInput{RequestID: w.in.RequestID})
+		if err := f.Get(dctx, nil); err != nil {
+			w.logger.Warn("raise stop flag", "error", err)
+		}
+	}
+}
+
+// run executes the stages; on any early exit w.result says why.
+func (w *chat) run(ctx workflow.Context) {
+	w.result = ChatResult{Outcome: OutcomeFailed, Reason: ReasonInternal}
+
+	sctx := localCtx(w.stageCtx)
+	var emb activities.EmbedOutput
+	if err := workflow.ExecuteLocalActivity(sctx, a.EmbedQuery, activities.EmbedInput{
+		RequestID: w.in.RequestID, Query: w.in.Query,
+	}).Get(sctx, &emb); err != nil {
+		w.stageFailed(StageEmbed, err)
+		return
+	}
+	w.timing(StageEmbed, emb.Ms)
+
+	if !w.admit(ctx) {
+		return
+	}
+
+	w.status.Stage = StageRetrieval
+	var ret activities.RetrieveOutput
+	if err := workflow.ExecuteLocalActivity(sctx, a.Retrieve, activities.RetrieveInput{
+		RequestID: w.in.RequestID, KB: w.in.KB, Query: w.in.Query, K: w.in.Settings.Candidates,
+	}).Get(sctx, &ret); err != nil {
+		w.stageFailed(StageRetrieval, err)
+		return
+	}
+	w.timing(StageRetrieval, ret.Ms)
+	w.result.KBVersion = ret.KBVersion
+
+	w.status.Stage = StageRerank
+	var rr activities.RerankOutput
+	if err := workflow.ExecuteLocalActivity(sctx, a.Rerank, activities.RerankInput{
+		RequestID: w.in.RequestID, Query: w.in.Query, Chunks: ret.Chunks, K: w.in.Settings.TopK,
+	}).Get(sctx, &rr); err != nil {
+		w.stageFailed(StageRerank, err)
+		return
+	}
+	w.timing(StageRerank, rr.Ms)
+
+	w.status.Stage = StageLLM
+	lctx := workflow.WithActivityOptions(w.stageCtx, workflow.ActivityOptions{
+		StartToCloseTimeout: w.in.Settings.LLMTimeout,
+		HeartbeatTimeout:    w.in.Settings.LLMHeartbeat,
+		// Wait for the stream to really stop before its permit is released.
+		WaitForCancellation: true,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    200 * time.Millisecond,
+			BackoffCoefficient: 2,
+			MaximumInterval:    2 * time.Second,
+			MaximumAttempts:    int32(w.in.Settings.LLMMaxAttempts),
+			NonRetryableErrorTypes: []string{
+				activities.ErrTypeStreamInterrupted, activities.ErrTypeCancelled, activities.ErrTypeBadRequest,
+			},
+		},
+	})
+	var out activities.LLMOutput
+	w.llmRunning = true
+	err := workflow.ExecuteActivity(lctx, a.StreamLLM, activities.LLMInput{
+		RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query, Chunks: rr.Chunks, MaxTokens: w.in.MaxTokens,
+	}).Get(lctx, &out)
+	w.llmRunning = false
+	if err != nil {
+		w.stageFailed(StageLLM, err)
+		return
+	}
+	w.timing("llm_first_token", out.FirstTokenMs)
+	w.timing(StageLLM, out.Ms)
+
+	w.result.Outcome = OutcomeDone
+	w.result.Reason = ""
+	w.result.Usage = out.Usage
+	w.result.FinishReason = out.FinishReason
+}
+
+// admit gets a permit, waiting in the queue if needed. It returns false
+// when the request must end (w.result says why).
+func (w *chat) admit(ctx workflow.Context) bool {
+	w.status.Stage = StageAdmission
+	sctx := localCtx(w.stageCtx)
+	start := workflow.Now(ctx)
+	var adm activities.AdmitOutput
+	if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
+		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
+	}).Get(sctx, &adm); err != nil {
+		w.stageFailed(StageAdmission, err)
+		return false
+	}
+	w.pool = adm.Pool
+	w.status.Pool = adm.Pool
+	w.result.Route = adm.Pool
+	w.upsert(ctx, SearchRoute.ValueSet(adm.Pool))
+	if adm.Full {
+		w.reject(ReasonQueueFull, "The service is at capacity and its queue is full. Please retry shortly.", w.in.Settings.RecheckInterval)
+		return false
+	}
+	queuedMs := adm.Ms
+	deadline := start.Add(w.in.Settings.MaxWait)
+	for !adm.Granted {
+		w.status.Position = adm.Position
+		w.status.EstimatedWaitMs = adm.EstimatedWaitMs
+		remaining := deadline.Sub(workflow.Now(ctx))
+		if remaining <= 0 {
+			w.timing(StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds())
+			retry := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
+			w.reject(ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
+			return false
+		}
+		wait := min(w.in.Settings.RecheckInterval, remaining)
+		tctx, stopTimer := workflow.WithCancel(w.stageCtx)
+		timer := workflow.NewTimer(tctx, wait)
+		signalled, fired := false, false
+		sel := workflow.NewSelector(w.stageCtx)
+		sel.AddReceive(w.admittedCh, func(c workflow.ReceiveChannel, _ bool) {
+			c.Receive(w.stageCtx, nil)
+			signalled = true
+		})
+		sel.AddFuture(timer, func(f workflow.Future) { fired = f.Get(tctx, nil) == nil })
+		sel.AddReceive(w.stageCtx.Done(), func(workflow.ReceiveChannel, bool) {})
+		sel.Select(w.stageCtx)
+		stopTimer()
+		if w.stageCtx.Err() != nil {
+			w.cancelled()
+			return false
+		}
+		if signalled {
+			// The releaser moved our entry to the permit set before
+			// signalling, so the permit is already ours.
+			adm.Granted = true
+			break
+		}
+		if !fired {
+			continue
+		}
+		var re activities.AdmitOutput
+		if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
+			RequestID: w.in.RequestID, Pool: w.pool, Seq: adm.Seq, Recheck: true,
+		}).Get(sctx, &re); err != nil {
+			if w.stageCtx.Err() != nil {
+				w.cancelled()
+				return false
+			}
+			// A failed re-check is not fatal: the next one, the signal or
+			// the deadline decides.
+			w.logger.Warn("admission re-check failed", "error", err)
+			continue
+		}
+		queuedMs += re.Ms
+		adm.Granted, adm.Position, adm.EstimatedWaitMs = re.Granted, re.Position, re.EstimatedWaitMs
+	}
+	w.status.Position = 0
+	w.status.EstimatedWaitMs = 0
+	elapsed := workflow.Now(ctx).Sub(start).Milliseconds()
+	w.timing(StageAdmission, max(elapsed, queuedMs))
+	return true
+}
+
+// stageFailed classifies a stage error into the request's outcome.
+func (w *chat) stageFailed(stage string, err error) {
+	if w.stageCtx.Err() != nil || temporal.IsCanceledError(err) {
+		w.cancelled()
+		return
+	}
+	var appErr *temporal.ApplicationError
+	reason, msg := ReasonInternal, "The request failed. Please retry."
+	if errors.As(err, &appErr) {
+		switch appErr.Type() {
+		case activities.ErrTypeStreamInterrupted:
+			reason, msg = ReasonStreamInterrupted, "The answer stream was interrupted. Please retry."
+		case activities.ErrTypeBackend, activities.ErrTypeBadRequest:
+			reason, msg = ReasonBackendError, "The language model backend failed. Please retry."
+		}
+	}
+	w.logger.Error("stage failed", "stage", stage, "error", err)
+	w.result.Outcome, w.result.Reason = OutcomeFailed, reason
+	w.failure = &events.Failure{Reason: reason, Message: msg}
+}
+
+func (w *chat) cancelled() {
+	w.result.Outcome, w.result.Reason = OutcomeCancelled, ReasonCancelled
+	w.failure = &events.Failure{Reason: ReasonCancelled, Message: "The request was cancelled (" + w.cancelReason + ")."}
+}
+
+func (w *chat) reject(reason, msg string, retryAfter time.Duration) {
+	w.result.Outcome, w.result.Reason = OutcomeRejected, reason
+	secs := int((retryAfter + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	w.failure = &events.Failure{Reason: reason, Message: msg, RetryAfterS: secs}
+}
+
+func (w *chat) timing(stage string, ms int64) {
+	w.status.Timings = append(w.status.Timings, events.StageTiming{Stage: stage, Ms: ms})
+}
+
+func (w *chat) upsert(ctx workflow.Context, u temporal.SearchAttributeUpdate) {
+	if !w.in.Settings.SearchAttributes {
+		return
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, u); err != nil {
+		// Only searchability is lost, never the request.
+		w.logger.Warn("upsert search attribute", "error", err)
+	}
+}
+
+// finalize runs on every exit path, in a disconnected context so that it
+// also runs after cancellation: it gives back the permit or queue place
+// exactly once and writes the terminal event.
+func (w *chat) finalize(ctx workflow.Context) {
+	if w.cancelReason != "" && w.result.Outcome != OutcomeCancelled && w.result.Outcome != OutcomeDone {
+		// Cancelled while a stage was failing: report the cancel.
+		w.cancelled()
+	}
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	in := activities.FinalizeInput{RequestID: w.in.RequestID, Pool: w.pool, StopStream: w.cancelReason != ""}
+	w.result.Timings = w.status.Timings
+	switch w.result.Outcome {
+	case OutcomeDone:
+		in.EventType = events.TypeDone
+		in.Done = &events.Done{
+			RequestID: w.in.RequestID, Route: w.result.Route, FinishReason: w.result.FinishReason,
+			Usage: w.result.Usage, Timings: w.result.Timings, KBVersion: w.result.KBVersion,
+		}
+	case OutcomeRejected:
+		in.EventType = events.TypeRejected
+		in.Failure = w.failure
+	default:
+		in.EventType = events.TypeError
+		in.Failure = w.failure
+		if in.Failure == nil {
+			in.Failure = &events.Failure{Reason: ReasonInternal, Message: "The request failed. Please retry."}
+		}
+	}
+	fctx := workflow.WithLocalActivityOptions(dctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 5 * time.Second,
+		// Giving back a permit must not be lost to a Redis blip; it is
+		// idempotent, so retry for a good while.
+		ScheduleToCloseTimeout: 2 * time.Minute,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 5 * time.Second},
+	})
+	if err := workflow.ExecuteLocalActivity(fctx, a.Finalize, in).Get(fctx, nil); err != nil {
+		// The permit's lease and the waiter's liveness TTL bound the damage.
+		w.logger.Error("finalize failed", "error", err)
+	}
+	w.status.Stage = StageFinished
+	w.status.Outcome = w.result.Outcome
+	w.status.Reason = w.result.Reason
+	w.status.Position = 0
+	w.upsert(ctx, SearchOutcome.ValueSet(w.result.Outcome))
+	w.logger.Info("request finished", "outcome", w.result.Outcome, "reason", w.result.Reason, "route", w.result.Route)
+}
+
+func localCtx(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout:    5 * time.Second,
+		ScheduleToCloseTimeout: 20 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    50 * time.Millisecond,
+			BackoffCoefficient: 2,
+			MaximumInterval:    time.Second,
+			MaximumAttempts:    5,
+		},
+	})
+}

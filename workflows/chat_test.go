@@ -1,0 +1,393 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+)
+
+var registerOpts = workflow.RegisterOptions{Name: ChatWorkflowName}
+
+type chatSuite struct {
+	suite.Suite
+	testsuite.WorkflowTestSuite
+	env *testsuite.TestWorkflowEnvironment
+
+	mu       sync.Mutex
+	calls    []string
+	finalize []activities.FinalizeInput
+	onStop   func()
+}
+
+func TestChatWorkflow(t *testing.T) { suite.Run(t, new(chatSuite)) }
+
+func (s *chatSuite) SetupTest() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterWorkflowWithOptions(ChatWorkflow, registerOpts)
+	s.env.RegisterActivity(&activities.Activities{})
+	s.calls = nil
+	s.finalize = nil
+	s.env.OnActivity(a.Finalize, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) error {
+		s.record("Finalize")
+		s.mu.Lock()
+		s.finalize = append(s.finalize, in)
+		s.mu.Unlock()
+		return nil
+	}).Maybe()
+	s.onStop = nil
+	s.env.OnActivity(a.StopStream, mock.Anything, mock.Anything).Return(func(context.Context, activities.StopStreamInput) error {
+		s.record("StopStream")
+		if s.onStop != nil {
+			s.onStop()
+		}
+		return nil
+	}).Maybe()
+}
+
+func (s *chatSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
+
+func (s *chatSuite) record(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = append(s.calls, name)
+}
+
+func input() ChatInput {
+	return ChatInput{
+		RequestID: "chat-TEST", Tenant: "acme", Query: "how does a token bucket refill?", KB: "sluice-docs", MaxTokens: 64,
+		Settings: ChatSettings{
+			MaxWait: 30 * time.Second, RecheckInterval: 5 * time.Second, DisconnectGrace: 5 * time.Second,
+			TopK: 3, Candidates: 10, LLMTimeout: time.Minute, LLMHeartbeat: 10 * time.Second, LLMMaxAttempts: 3,
+		},
+	}
+}
+
+var chunks = []retrieval.Chunk{{ID: "c1", DocID: "d1", Text: "tokens refill", Score: 1}, {ID: "c2", DocID: "d2", Text: "other", Score: 0.5}}
+
+func (s *chatSuite) mockEmbed() {
+	s.env.OnActivity(a.EmbedQuery, mock.Anything, mock.Anything).Return(func(context.Context, activities.EmbedInput) (activities.EmbedOutput, error) {
+		s.record("EmbedQuery")
+		return activities.EmbedOutput{Cache: "miss", Dims: 256, Ms: 1}, nil
+	})
+}
+
+// mockAdmit answers the first call and every re-check with the given states.
+func (s *chatSuite) mockAdmit(first activities.AdmitOutput, recheck *activities.AdmitOutput) {
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+		if in.Recheck {
+			s.record("Recheck")
+			if in.Pool != "short" || in.Seq != 7 {
+				return activities.AdmitOutput{}, errors.New("re-check lost pool or seq")
+			}
+			return *recheck, nil
+		}
+		s.record("Admit")
+		return first, nil
+	})
+}
+
+func (s *chatSuite) mockRetrieveRerank() {
+	s.env.OnActivity(a.Retrieve, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RetrieveInput) (activities.RetrieveOutput, error) {
+		s.record("Retrieve")
+		if in.K != 10 {
+			return activities.RetrieveOutput{}, errors.New("retrieve should fetch Candidates")
+		}
+		return activities.RetrieveOutput{KBVersion: 3, Chunks: chunks, Ms: 2}, nil
+	})
+	s.env.OnActivity(a.Rerank, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RerankInput) (activities.RerankOutput, error) {
+		s.record("Rerank")
+		return activities.RerankOutput{Chunks: in.Chunks[:1], Ms: 1}, nil
+	})
+}
+
+func (s *chatSuite) mockLLM() {
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LLMInput) (activities.LLMOutput, error) {
+		s.record("StreamLLM")
+		if in.Pool != "short" || len(in.Chunks) != 1 {
+			return activities.LLMOutput{}, errors.New("llm got the wrong pool or context")
+		}
+		return activities.LLMOutput{Usage: events.Usage{PromptTokens: 50, CompletionTokens: 20, TotalTokens: 70}, FinishReason: "stop", FirstTokenMs: 30, Ms: 300}, nil
+	})
+}
+
+var granted = activities.AdmitOutput{Pool: "short", Granted: true, Seq: 7, Ms: 1}
+var queued = activities.AdmitOutput{Pool: "short", Position: 3, EstimatedWaitMs: 4000, Seq: 7, Ms: 1}
+
+func (s *chatSuite) result() ChatResult {
+	s.True(s.env.IsWorkflowCompleted())
+	s.NoError(s.env.GetWorkflowError())
+	var r ChatResult
+	s.NoError(s.env.GetWorkflowResult(&r))
+	return r
+}
+
+func (s *chatSuite) onlyFinalize() activities.FinalizeInput {
+	s.Require().Len(s.finalize, 1, "finalize must run exactly once")
+	return s.finalize[0]
+}
+
+func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+
+	r := s.result()
+	s.Equal(OutcomeDone, r.Outcome)
+	s.Equal("short", r.Route)
+	s.Equal(70, r.Usage.TotalTokens)
+	s.Equal(int64(3), r.KBVersion)
+	s.Equal([]string{"EmbedQuery", "Admit", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls)
+	var stages []string
+	for _, t := range r.Timings {
+		stages = append(stages, t.Stage)
+	}
+	s.Equal([]string{StageEmbed, StageAdmission, StageRetrieval, StageRerank, "llm_first_token", StageLLM}, stages)
+
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool, "the permit must be released")
+	s.Equal(events.TypeDone, f.EventType)
+	s.Require().NotNil(f.Done)
+	s.Equal("stop", f.Done.FinishReason)
+	s.False(f.StopStream)
+
+	v, err := s.env.QueryWorkflow(QueryStatus)
+	s.NoError(err)
+	var st Status
+	s.NoError(v.Get(&st))
+	s.Equal(StageFinished, st.Stage)
+	s.Equal(OutcomeDone, st.Outcome)
+}
+
+func (s *chatSuite) TestAdmissionTimeoutByTimer() {
+	s.mockEmbed()
+	s.mockAdmit(queued, &queued)
+	start := s.env.Now()
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+
+	r := s.result()
+	s.Equal(OutcomeRejected, r.Outcome)
+	s.Equal(ReasonQueueTimeout, r.Reason)
+	waited := s.env.Now().Sub(start)
+	s.GreaterOrEqual(waited, 30*time.Second, "must wait the full maxWait")
+	s.Less(waited, 36*time.Second)
+	s.NotContains(s.calls, "Retrieve")
+	s.Contains(s.calls, "Recheck")
+
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool, "the queue entry must be removed")
+	s.Equal(events.TypeRejected, f.EventType)
+	s.Equal(ReasonQueueTimeout, f.Failure.Reason)
+	s.Equal(4, f.Failure.RetryAfterS)
+	s.NotEmpty(f.Failure.Message)
+}
+
+func (s *chatSuite) TestAdmittedBySignal() {
+	s.mockEmbed()
+	s.mockAdmit(queued, &queued)
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflow(QueryStatus)
+		s.NoError(err)
+		var st Status
+		s.NoError(v.Get(&st))
+		s.Equal(StageAdmission, st.Stage)
+		s.Equal(3, st.Position)
+		s.env.SignalWorkflow(SignalAdmitted, AdmittedSignal{Pool: "short"})
+	}, 7*time.Second)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+
+	r := s.result()
+	s.Equal(OutcomeDone, r.Outcome)
+	s.Equal([]string{"EmbedQuery", "Admit", "Recheck", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls)
+}
+
+func (s *chatSuite) TestAdmittedOnRecheck() {
+	s.mockEmbed()
+	s.mockAdmit(queued, &granted)
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.Equal(OutcomeDone, s.result().Outcome)
+	s.Equal([]string{"EmbedQuery", "Admit", "Recheck", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls)
+}
+
+func (s *chatSuite) TestQueueFullRejects() {
+	s.mockEmbed()
+	s.mockAdmit(activities.AdmitOutput{Pool: "long", Full: true}, nil)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(OutcomeRejected, r.Outcome)
+	s.Equal(ReasonQueueFull, r.Reason)
+	f := s.onlyFinalize()
+	s.Equal(events.TypeRejected, f.EventType)
+	s.Positive(f.Failure.RetryAfterS)
+	s.NotContains(s.calls, "Retrieve")
+}
+
+func (s *chatSuite) TestCancelSignalWhileQueued() {
+	s.mockEmbed()
+	s.mockAdmit(queued, &queued)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: "client_request"})
+	}, 12*time.Second)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+
+	r := s.result()
+	s.Equal(OutcomeCancelled, r.Outcome)
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool, "a cancelled waiter must leave the queue")
+	s.Equal(events.TypeError, f.EventType)
+	s.Equal(ReasonCancelled, f.Failure.Reason)
+	s.Contains(f.Failure.Message, "client_request")
+	s.NotContains(s.calls, "Retrieve")
+	s.NotContains(s.calls, "StopStream", "no stream was running")
+}
+
+// blockingLLM streams until it is told to stop through the stop flag
+// (StopStream). It ignores its context on purpose: on a real server a
+// running activity learns of cancellation only with a later heartbeat, and
+// the stop flag must end it without that.
+func (s *chatSuite) blockingLLM(stopped chan struct{}) {
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.LLMInput) (activities.LLMOutput, error) {
+		s.record("StreamLLM")
+		giveUp := time.After(20 * time.Second)
+		for {
+			select {
+			case <-giveUp:
+				return activities.LLMOutput{}, errors.New("never told to stop")
+			case <-stopped:
+				return activities.LLMOutput{}, temporal.NewNonRetryableApplicationError("stopped", activities.ErrTypeCancelled, nil)
+			case <-time.After(5 * time.Millisecond):
+				activity.RecordHeartbeat(ctx, 1)
+			}
+		}
+	})
+}
+
+func (s *chatSuite) TestCancelSignalDuringStream() {
+	stopped := make(chan struct{})
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.blockingLLM(stopped)
+	s.onStop = func() { close(stopped) }
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: "client_request"})
+	}, time.Second)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+
+	r := s.result()
+	s.Equal(OutcomeCancelled, r.Outcome)
+	s.Contains(s.calls, "StopStream")
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool, "the permit must be released after a cancelled stream")
+	s.True(f.StopStream)
+	s.Equal(ReasonCancelled, f.Failure.Reason)
+	// Release comes after the stream stopped.
+	s.Equal("Finalize", s.calls[len(s.calls)-1])
+}
+
+func (s *chatSuite) TestLLMRetriesBeforeFirstToken() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	attempts := 0
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(context.Context, activities.LLMInput) (activities.LLMOutput, error) {
+		s.record("StreamLLM")
+		attempts++
+		if attempts == 1 {
+			return activities.LLMOutput{}, temporal.NewApplicationError("backend 503", activities.ErrTypeBackend)
+		}
+		return activities.LLMOutput{FinishReason: "length", Ms: 10}, nil
+	})
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(OutcomeDone, r.Outcome)
+	s.Equal("length", r.FinishReason)
+	s.Equal(2, attempts)
+}
+
+func (s *chatSuite) TestLLMInterruptedIsNotRetried() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	attempts := 0
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(context.Context, activities.LLMInput) (activities.LLMOutput, error) {
+		attempts++
+		return activities.LLMOutput{}, temporal.NewNonRetryableApplicationError("broke after 5 tokens", activities.ErrTypeStreamInterrupted, nil)
+	})
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(OutcomeFailed, r.Outcome)
+	s.Equal(ReasonStreamInterrupted, r.Reason)
+	s.Equal(1, attempts)
+	f := s.onlyFinalize()
+	s.Equal(events.TypeError, f.EventType)
+	s.Equal("short", f.Pool)
+}
+
+func (s *chatSuite) TestLocalActivityFailureFailsRequestAndReleases() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.env.OnActivity(a.Retrieve, mock.Anything, mock.Anything).Return(activities.RetrieveOutput{}, errors.New("redis down"))
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(OutcomeFailed, r.Outcome)
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool)
+	s.Equal(events.TypeError, f.EventType)
+}
+
+func (s *chatSuite) TestDetachedClientCancelsAfterGrace() {
+	s.mockEmbed()
+	s.mockAdmit(queued, &queued)
+	start := s.env.Now()
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalDetach, AttachSignal{})
+	}, 2*time.Second)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(OutcomeCancelled, r.Outcome)
+	took := s.env.Now().Sub(start)
+	s.GreaterOrEqual(took, 7*time.Second)
+	s.Less(took, 10*time.Second)
+	s.Contains(s.onlyFinalize().Failure.Message, "client_disconnected")
+}
+
+func (s *chatSuite) TestReattachWithinGraceKeepsRequest() {
+	s.mockEmbed()
+	s.mockAdmit(queued, &queued)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SignalDetach, AttachSignal{}) }, 2*time.Second)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SignalAttach, AttachSignal{}) }, 4*time.Second)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(OutcomeRejected, r.Outcome, "it stays queued until maxWait instead of being cancelled")
+	s.Equal(ReasonQueueTimeout, r.Reason)
+}
+
+func (s *chatSuite) TestWorkflowCancellationReleases() {
+	s.mockEmbed()
+	s.mockAdmit(queued, &queued)
+	s.env.RegisterDelayedCallback(func() { s.env.CancelWorkflow() }, 3*time.Second)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.True(s.env.IsWorkflowCompleted())
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool)
+	s.Equal(ReasonCancelled, f.Failure.Reason)
+}

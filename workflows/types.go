@@ -1,0 +1,151 @@
+// Package workflows holds Sluice's Temporal workflows. Code here must stay
+// deterministic: no wall clock, no goroutines, no I/O, no map iteration
+// order; every side effect is an activity.
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sluice-dev/sluice/pkg/events"
+)
+
+// Names shared by the workflow, its callers and its activities.
+const (
+	ChatWorkflowName = "ChatWorkflow"
+
+	// SignalCancel ends a request at any stage (payload CancelSignal).
+	SignalCancel = "cancel"
+	// SignalAdmitted tells a queued request that it now holds a permit
+	// (payload AdmittedSignal). Sent by whoever released the permit.
+	SignalAdmitted = "admitted"
+	// SignalDetach says a client stream closed; with no client attached for
+	// ChatSettings.DisconnectGrace the request cancels itself.
+	SignalDetach = "detach"
+	// SignalAttach says a client (re)attached to the request's stream.
+	SignalAttach = "attach"
+	// QueryStatus returns Status.
+	QueryStatus = "status"
+)
+
+// Stages, in pipeline order.
+const (
+	StageEmbed     = "embed"
+	StageAdmission = "admission"
+	StageRetrieval = "retrieval"
+	StageRerank    = "rerank"
+	StageLLM       = "llm"
+	StageFinished  = "finished"
+)
+
+// Outcomes of a request.
+const (
+	OutcomeDone      = "done"
+	OutcomeRejected  = "rejected"
+	OutcomeCancelled = "cancelled"
+	OutcomeFailed    = "failed"
+)
+
+// Reasons a request was rejected or failed, as clients see them.
+const (
+	ReasonQueueTimeout      = "queue_timeout"
+	ReasonQueueFull         = "queue_full"
+	ReasonCancelled         = "cancelled"
+	ReasonStreamInterrupted = "stream_interrupted"
+	ReasonBackendError      = "backend_error"
+	ReasonInternal          = "internal_error"
+)
+
+// Search attributes Sluice upserts so requests can be found in the
+// Temporal UI (e.g. SluiceTenant="acme" AND SluiceOutcome="rejected").
+// The server must have them registered as Keyword.
+var (
+	SearchTenant  = temporal.NewSearchAttributeKeyKeyword("SluiceTenant")
+	SearchRoute   = temporal.NewSearchAttributeKeyKeyword("SluiceRoute")
+	SearchOutcome = temporal.NewSearchAttributeKeyKeyword("SluiceOutcome")
+)
+
+// SearchAttributeNames lists the custom search attributes to register.
+var SearchAttributeNames = []string{"SluiceTenant", "SluiceRoute", "SluiceOutcome"}
+
+// ChatWorkflowID is the workflow ID of a chat request. Request IDs are
+// already unique and prefixed ("chat-<ulid>"), so the ID is the request ID;
+// keeping it behind this function means no caller builds it by hand.
+func ChatWorkflowID(requestID string) string { return requestID }
+
+// ChatInput starts one chat request.
+type ChatInput struct {
+	RequestID string
+	Tenant    string
+	User      string
+	Tier      string
+	Query     string
+	KB        string
+	SessionID string
+	MaxTokens int
+	Settings  ChatSettings
+}
+
+// ChatSettings is the part of the configuration a request runs with. It is
+// copied into the input so that a config change never alters a running
+// workflow's decisions (and replays stay deterministic).
+type ChatSettings struct {
+	// MaxWait bounds the admission queue wait.
+	MaxWait time.Duration
+	// RecheckInterval is the fallback re-check of a queued entry.
+	RecheckInterval time.Duration
+	// DisconnectGrace is how long a request with no attached client lives
+	// before cancelling itself (0: at once).
+	DisconnectGrace time.Duration
+	TopK            int
+	Candidates      int
+	// LLMTimeout bounds one streamed completion; LLMHeartbeat is its
+	// heartbeat timeout; LLMMaxAttempts bounds attempts that fail before
+	// the first token.
+	LLMTimeout     time.Duration
+	LLMHeartbeat   time.Duration
+	LLMMaxAttempts int
+	// SearchAttributes enables upserting route and outcome.
+	SearchAttributes bool
+}
+
+// CancelSignal is the payload of SignalCancel.
+type CancelSignal struct {
+	Reason string
+}
+
+// AdmittedSignal is the payload of SignalAdmitted.
+type AdmittedSignal struct {
+	Pool string
+}
+
+// AttachSignal is the payload of SignalAttach and SignalDetach.
+type AttachSignal struct {
+	Reader string
+}
+
+// ChatResult is the workflow's result.
+type ChatResult struct {
+	Outcome      string
+	Reason       string
+	Route        string
+	FinishReason string
+	Usage        events.Usage
+	Timings      []events.StageTiming
+	KBVersion    int64
+}
+
+// Status answers QueryStatus.
+type Status struct {
+	Stage           string               `json:"stage"`
+	Outcome         string               `json:"outcome,omitempty"`
+	Reason          string               `json:"reason,omitempty"`
+	Pool            string               `json:"pool,omitempty"`
+	Position        int                  `json:"position,omitempty"`
+	EstimatedWaitMs int64                `json:"estimated_wait_ms,omitempty"`
+	Timings         []events.StageTiming `json:"timings"`
+	Tenant          string               `json:"tenant"`
+	KB              string               `json:"kb"`
+	CancelRequested bool                 `json:"cancel_requested,omitempty"`
+}
