@@ -42,8 +42,10 @@ type CacheOptions struct {
 	// (about 10 MiB at 256 dimensions).
 	LRUSize int
 	// KeepCase keeps the query's case in the cache key and in the text that
-	// is embedded. Set it for remote embedders whose models are case
-	// sensitive; Local lower-cases anyway.
+	// is embedded. Without it, queries are lower-cased, which is lossless
+	// for Local: it lower-cases and splits on every non-letter, non-digit
+	// itself, so a query and its normalised form embed to the identical
+	// vector. Set it for remote embedders whose models are case sensitive.
 	KeepCase bool
 	// Logger receives Redis failures, which the cache survives by
 	// computing the vector. Default slog.Default().

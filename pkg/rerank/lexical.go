@@ -24,11 +24,12 @@ type LexicalOptions struct {
 // with the retrieval score. Over the candidates, a term's IDF says how well
 // it separates them rather than how rare it is in the whole kb: a query
 // term every candidate contains counts for little, one only two contain
-// decides between them. BM25 is divided by its maximum over the
-// candidates and the retrieval score min-max normalised over them, which
-// makes the fusion independent of the retriever's score scale; the two are
-// added with Weight: fused = Weight*bm25' + (1-Weight)*retrieval', in
-// [0, 1]. It is safe for concurrent use.
+// decides between them. BM25 and the retrieval score are each scaled to
+// [0, 1] over the candidates (divided by their maximum, or min-max
+// normalised if retrieval scores go negative), which makes the fusion
+// independent of the retriever's score scale, and added with Weight:
+// fused = Weight*bm25' + (1-Weight)*retrieval'. It is safe for concurrent
+// use.
 type Lexical struct {
 	weight  float64
 	k1, b   float64
@@ -92,6 +93,9 @@ func (l *Lexical) Rerank(ctx context.Context, query string, chunks []retrieval.C
 	clear(s.tf)
 	total := 0
 	for i, c := range chunks {
+		if nq == 0 {
+			break // nothing to count: the retrieval order stands
+		}
 		row := s.tf[i*nq : (i+1)*nq]
 		length := l.count(s, row, c.Title) + l.count(s, row, c.Text)
 		s.lengths[i] = int32(length)
@@ -133,11 +137,20 @@ func (l *Lexical) Rerank(ctx context.Context, query string, chunks []retrieval.C
 	if lexMax > 0 {
 		lexScale = l.weight / lexMax
 	}
-	if retMax > retMin {
+	// Non-negative retrieval scores (Hybrid's are in [0, 1]) are divided by
+	// their maximum too, which keeps their ratios: min-max would give the
+	// last candidate 0 even if it trailed the first by a hair. Scores that
+	// go negative need min-max.
+	retOffset := 0.0
+	switch {
+	case retMin >= 0 && retMax > 0:
+		retScale = (1 - l.weight) / retMax
+	case retMin < 0 && retMax > retMin:
 		retScale = (1 - l.weight) / (retMax - retMin)
+		retOffset = retMin
 	}
 	for i := range s.s {
-		s.s[i].score = lexScale*s.s[i].score + retScale*(chunks[i].Score-retMin)
+		s.s[i].score = lexScale*s.s[i].score + retScale*(chunks[i].Score-retOffset)
 	}
 	return top(chunks, s.s, k), nil
 }

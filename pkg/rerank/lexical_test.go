@@ -122,3 +122,18 @@ func BenchmarkLexicalRerank(b *testing.B) {
 		}
 	}
 }
+
+func TestLexicalNegativeRetrievalScores(t *testing.T) {
+	in := []retrieval.Chunk{
+		{ID: "a", Text: "alpha", Score: -1},
+		{ID: "b", Text: "beta", Score: -3},
+		{ID: "c", Text: "gamma", Score: -2},
+	}
+	out, err := NewLexical(LexicalOptions{}).Rerank(context.Background(), "nothing matches", in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(out); !slices.Equal(got, []string{"a", "c", "b"}) || out[0].Score != 0.5 || out[2].Score != 0 {
+		t.Errorf("negative scores: %v", out)
+	}
+}

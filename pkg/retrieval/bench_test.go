@@ -121,3 +121,13 @@ func TestSyntheticKBFindsItsOwnChunk(t *testing.T) {
 		t.Errorf("querying with a chunk's own text found %s first", res.Chunks[0].ID)
 	}
 }
+
+func BenchmarkTokenizer(b *testing.B) {
+	text := strings.Repeat("token bucket refill rate limit queue the a of Requests server ", 10)
+	var tok Tokenizer
+	b.SetBytes(int64(len(text)))
+	b.ReportAllocs()
+	for b.Loop() {
+		tok.Terms(text)
+	}
+}

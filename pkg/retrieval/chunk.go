@@ -58,14 +58,15 @@ type piece struct {
 // Split cuts text into chunks of at most MaxWords words. It keeps
 // paragraphs whole when they fit in a chunk and otherwise breaks between
 // sentences; only a sentence longer than MaxWords is cut inside, into
-// overlapping windows. Consecutive chunks overlap (see OverlapWords).
+// overlapping windows. A chunk that continues a paragraph overlaps its
+// predecessor (see OverlapWords).
 func Split(text string, opts ChunkOptions) []string {
 	opts = opts.withDefaults()
 	sents := splitSentences(text, opts)
 	if len(sents) == 0 {
 		return nil
 	}
-	paraWords := map[int]int{}
+	paraWords := make([]int, sents[len(sents)-1].para+1)
 	for _, s := range sents {
 		paraWords[s.para] += len(s.words)
 	}

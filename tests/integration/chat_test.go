@@ -158,6 +158,7 @@ func TestChatStreamsEveryStageThenDone(t *testing.T) {
 		t.Fatalf("workflow result %+v", r)
 	}
 	assertPoolsIdle(t)
+	recordHistory(t, s.id, "chat_done")
 
 	// The request is findable in Temporal by its search attributes.
 	desc, err := stack.temporal.DescribeWorkflowExecution(ctx, workflows.ChatWorkflowID(s.id), "")
@@ -206,6 +207,7 @@ func TestDisconnectCancelsRequest(t *testing.T) {
 		t.Fatalf("outcome %q after disconnect, want cancelled", r.Outcome)
 	}
 	assertPoolsIdle(t)
+	recordHistory(t, s.id, "chat_disconnected")
 	last, ok, err := lastEvent(s.id)
 	if err != nil || !ok || last.Type != events.TypeError || !strings.Contains(string(last.Data), "cancelled") {
 		t.Fatalf("last event %+v %v %v", last, ok, err)
@@ -254,6 +256,7 @@ func TestResumeWithLastEventIDLosesNothing(t *testing.T) {
 	if r := result(t, s.id); r.Outcome != workflows.OutcomeDone {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
+	recordHistory(t, s.id, "chat_resumed")
 }
 
 func TestDeleteCancelsRequest(t *testing.T) {
@@ -281,6 +284,7 @@ func TestDeleteCancelsRequest(t *testing.T) {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
 	assertPoolsIdle(t)
+	recordHistory(t, s.id, "chat_cancel_signal")
 
 	// A second DELETE finds the request finished.
 	resp, err = http.DefaultClient.Do(req)
@@ -349,6 +353,7 @@ func TestQueueTimeoutRejectsWithRetryAfter(t *testing.T) {
 	if _, queued, _ := stack.gate.Position(ctx, "short", s.id); queued {
 		t.Fatal("timed-out request still in the queue")
 	}
+	recordHistory(t, s.id, "chat_queue_timeout")
 }
 
 func TestQueuedRequestIsAdmittedWhenAPermitIsReleased(t *testing.T) {
@@ -375,6 +380,7 @@ func TestQueuedRequestIsAdmittedWhenAPermitIsReleased(t *testing.T) {
 	if r := result(t, s.id); r.Outcome != workflows.OutcomeDone {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
+	recordHistory(t, s.id, "chat_admitted_by_signal")
 }
 
 func lastEvent(id string) (events.Event, bool, error) {

@@ -1,0 +1,344 @@
+// Command sluice-bench measures what Sluice adds on top of the LLM: it
+// starts a real Temporal dev server, redis-server and the LLM simulator,
+// then runs, interleaved and one at a time, the same streamed completion
+// three ways:
+//
+//	direct  client → simulator (OpenAI streaming API)
+//	bare    a bare Temporal workflow of Sluice's shape: 4 no-op local
+//	        activities, 1 regular activity streaming tokens into a Redis
+//	        stream, 1 local activity writing "done"; the client reads the
+//	        stream with XREAD
+//	sluice  HTTP POST /v1/chat → the full ChatWorkflow → SSE
+//
+// All three send the identical prompt (retrieved context included), so the
+// simulator's prefill and decode time is the same and the differences are
+// orchestration. It prints p50/p99 of time to first token and total time.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/worker"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+func main() {
+	n := flag.Int("n", 200, "measured requests per path")
+	warmup := flag.Int("warmup", 20, "unmeasured requests per path first")
+	maxTokens := flag.Int("max-tokens", 16, "tokens per answer")
+	temporalBin := flag.String("temporal", "", "Temporal CLI (default: bin/temporal or $SLUICE_TEST_TEMPORAL_BIN)")
+	searchAttrs := flag.Bool("search-attributes", true, "let Sluice upsert its search attributes")
+	flag.Parse()
+	useSearchAttrs = *searchAttrs
+	if *temporalBin != "" {
+		os.Setenv("SLUICE_TEST_TEMPORAL_BIN", *temporalBin)
+	}
+	if err := run(*n, *warmup, *maxTokens); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice-bench:", err)
+		os.Exit(1)
+	}
+}
+
+var useSearchAttrs = true
+var trace = os.Getenv("BENCH_TRACE") == "1"
+
+func run(n, warmup, maxTokens int) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	rds, err := testenv.LaunchRedis()
+	if err != nil {
+		return err
+	}
+	defer rds.Stop()
+	ts, err := testenv.LaunchTemporal(ctx, workflows.SearchAttributeNames)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ts.Stop() }()
+	sim, err := llmsim.New(llmsim.DefaultConfig(), nil)
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+	simSrv := httptest.NewServer(sim.Handler())
+	defer simSrv.Close()
+
+	cfg := config.Default()
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.Temporal.HostPort = ts.FrontendHostPort()
+	cfg.Redis.Addr = rds.Addr
+	cfg.Pools.Short.Endpoints = []string{simSrv.URL}
+	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
+	cfg.Log.Level = "error"
+	cfg.Temporal.SearchAttributes = useSearchAttrs
+	ready := make(chan string, 1)
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- api.RunProcess(ctx, cfg, quiet, func(addr string) { ready <- addr }) }()
+	var baseURL string
+	select {
+	case addr := <-ready:
+		baseURL = "http://" + addr
+	case err := <-apiDone:
+		return err
+	}
+
+	// A second runtime gives the bench its own Temporal client, the same
+	// retrieval stack (to build identical prompts) and the pool's client.
+	rt, err := worker.NewRuntime(ctx, cfg, quiet)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	b := &bare{rdb: rt.Redis, llm: rt.Activities.Pools["short"].Streamer}
+	const bareQueue = "sluice-bench-bare"
+	w := sdkworker.New(rt.Temporal, bareQueue, sdkworker.Options{})
+	w.RegisterWorkflow(BareWorkflow)
+	w.RegisterActivity(b)
+	w.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: "noop"})
+	if err := w.Start(); err != nil {
+		return err
+	}
+	defer w.Stop()
+
+	queries := []string{
+		"How does a token bucket refill?", "What is weighted fair queuing?", "How do leased permits work?",
+		"What is continuous batching?", "Why does the P99/P50 ratio matter?", "How are Redis streams used for SSE?",
+		"What does Temporal replay check?", "How is a KV cache paged?", "What is a retry storm?", "How do caches stay fresh?",
+	}
+	prompts := map[string][]llm.Message{}
+	for _, q := range queries {
+		msgs, err := samePrompt(ctx, rt, cfg, q)
+		if err != nil {
+			return err
+		}
+		prompts[q] = msgs
+	}
+
+	paths := []struct {
+		name string
+		run  func(ctx context.Context, i int, q string) (ttft, total time.Duration, err error)
+	}{
+		{"direct", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
+			return direct(ctx, b.llm, prompts[q], maxTokens)
+		}},
+		{"bare", func(ctx context.Context, i int, q string) (time.Duration, time.Duration, error) {
+			return bareRun(ctx, rt.Temporal, rt.Redis, bareQueue, fmt.Sprintf("bare-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens)
+		}},
+		{"sluice", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
+			return sluice(ctx, baseURL, q, maxTokens)
+		}},
+	}
+	ttfts := make([][]time.Duration, len(paths))
+	totals := make([][]time.Duration, len(paths))
+	for i := 0; i < warmup+n; i++ {
+		q := queries[i%len(queries)]
+		for p, path := range paths {
+			ttft, total, err := path.run(ctx, i, q)
+			if err != nil {
+				return fmt.Errorf("%s request %d: %w", path.name, i, err)
+			}
+			if i >= warmup {
+				ttfts[p] = append(ttfts[p], ttft)
+				totals[p] = append(totals[p], total)
+			}
+		}
+	}
+
+	fmt.Printf("sluice-bench: %d sequential requests per path after %d warm-up, %d-token answers, interleaved\n\n", n, warmup, maxTokens)
+	fmt.Println("| path | TTFT p50 | TTFT p99 | total p50 | total p99 |")
+	fmt.Println("|---|---|---|---|---|")
+	for p, path := range paths {
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", path.name, ms(pct(ttfts[p], 50)), ms(pct(ttfts[p], 99)), ms(pct(totals[p], 50)), ms(pct(totals[p], 99)))
+	}
+	d, bt, s := 0, 1, 2
+	fmt.Println()
+	fmt.Printf("added TTFT p50, sluice vs direct LLM:        %s (goal <= 30 ms)\n", ms(pct(ttfts[s], 50)-pct(ttfts[d], 50)))
+	fmt.Printf("added TTFT p50, bare Temporal vs direct LLM: %s\n", ms(pct(ttfts[bt], 50)-pct(ttfts[d], 50)))
+	ov := pct(totals[s], 50) - pct(totals[d], 50)
+	bov := pct(totals[bt], 50) - pct(totals[d], 50)
+	fmt.Printf("orchestration overhead p50 (total - direct): sluice %s, bare %s, ratio %.2fx (goal <= 1.25x)\n", ms(ov), ms(bov), float64(ov)/float64(bov))
+	fmt.Printf("end-to-end p50 ratio sluice/bare: %.2fx\n", float64(pct(totals[s], 50))/float64(pct(totals[bt], 50)))
+	cancel()
+	<-apiDone
+	return nil
+}
+
+func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]llm.Message, error) {
+	vec, _, err := rt.Activities.Embeddings.Get(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	res, _, err := rt.Activities.Retriever.Retrieve(ctx, retrieval.Query{KB: cfg.Retrieval.DefaultKB, Text: q, Vector: vec, K: cfg.Retrieval.Candidates})
+	if err != nil {
+		return nil, err
+	}
+	chunks, err := rt.Activities.Reranker.Rerank(ctx, q, res.Chunks, cfg.Retrieval.TopK)
+	if err != nil {
+		return nil, err
+	}
+	return prompt.Build(cfg.LLM.SystemPrompt, chunks, q), nil
+}
+
+func direct(ctx context.Context, s llm.Streamer, msgs []llm.Message, maxTokens int) (time.Duration, time.Duration, error) {
+	start := time.Now()
+	var ttft time.Duration
+	_, err := s.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: msgs, MaxTokens: maxTokens}, func(string) error {
+		if ttft == 0 {
+			ttft = time.Since(start)
+		}
+		return nil
+	})
+	return ttft, time.Since(start), err
+}
+
+func sluice(ctx context.Context, baseURL, q string, maxTokens int) (time.Duration, time.Duration, error) {
+	start := time.Now()
+	if trace {
+		defer func() { fmt.Printf("sluice request took %v\n", time.Since(start)) }()
+	}
+	body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, maxTokens)
+	resp, err := http.Post(baseURL+"/v1/chat", "application/json", strings.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	r := testenv.NewSSEReader(resp.Body)
+	var ttft time.Duration
+	for {
+		ev, err := r.Next()
+		if err != nil {
+			return 0, 0, fmt.Errorf("stream ended early: %w", err)
+		}
+		if trace {
+			fmt.Printf("%7.2fms %s %s\n", float64(time.Since(start))/1e6, ev.Event, ev.Data)
+		}
+		switch ev.Event {
+		case "token":
+			if ttft == 0 {
+				ttft = time.Since(start)
+			}
+		case "done":
+			return ttft, time.Since(start), nil
+		case "rejected", "error":
+			return 0, 0, fmt.Errorf("%s: %s", ev.Event, ev.Data)
+		}
+	}
+}
+
+// BareInput is the bare workflow's input.
+type BareInput struct {
+	ID        string
+	Messages  []llm.Message
+	MaxTokens int
+}
+
+// BareWorkflow has ChatWorkflow's shape and none of its work.
+func BareWorkflow(ctx workflow.Context, in BareInput) error {
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 5 * time.Second})
+	for i := 0; i < 4; i++ {
+		if err := workflow.ExecuteLocalActivity(lctx, "noop", i).Get(lctx, nil); err != nil {
+			return err
+		}
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute, HeartbeatTimeout: 10 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	var b *bare
+	if err := workflow.ExecuteActivity(actx, b.BareStream, in).Get(actx, nil); err != nil {
+		return err
+	}
+	return workflow.ExecuteLocalActivity(lctx, b.BareDone, in.ID).Get(lctx, nil)
+}
+
+func noop(_ context.Context, i int) (int, error) { return i, nil }
+
+type bare struct {
+	rdb *redis.Client
+	llm llm.Streamer
+}
+
+func (b *bare) BareStream(ctx context.Context, in BareInput) error {
+	_, err := b.llm.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: in.Messages, MaxTokens: in.MaxTokens}, func(text string) error {
+		activity.RecordHeartbeat(ctx)
+		return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + in.ID, Values: []any{"t", "token", "d", text}}).Err()
+	})
+	return err
+}
+
+func (b *bare) BareDone(ctx context.Context, id string) error {
+	return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + id, Values: []any{"t", "done"}}).Err()
+}
+
+func bareRun(ctx context.Context, c client.Client, rdb *redis.Client, queue, id string, msgs []llm.Message, maxTokens int) (time.Duration, time.Duration, error) {
+	start := time.Now()
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue, EnableEagerStart: true},
+		BareWorkflow, BareInput{ID: id, Messages: msgs, MaxTokens: maxTokens})
+	if err != nil {
+		return 0, 0, err
+	}
+	if trace {
+		fmt.Printf("%7.2fms bare started\n", float64(time.Since(start))/1e6)
+	}
+	defer rdb.Del(context.Background(), "bench:"+id)
+	var ttft time.Duration
+	last := "0"
+	for {
+		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{"bench:" + id, last}, Block: 30 * time.Second}).Result()
+		if err != nil {
+			return 0, 0, fmt.Errorf("read bare stream: %w", err)
+		}
+		for _, m := range res[0].Messages {
+			last = m.ID
+			switch m.Values["t"] {
+			case "token":
+				if ttft == 0 {
+					ttft = time.Since(start)
+				}
+			case "done":
+				return ttft, time.Since(start), nil
+			}
+		}
+	}
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	idx := (len(s)*p + 99) / 100
+	if idx > 0 {
+		idx--
+	}
+	return s[idx]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }

@@ -1,0 +1,39 @@
+// Package replay replays recorded workflow histories against the current
+// workflow code, so that a change that would break running workflows
+// (non-determinism) fails CI. Histories are recorded from real runs by
+// `SLUICE_TEST_RECORD_HISTORIES=1 go test ./tests/integration/`.
+package replay
+
+import (
+	"path/filepath"
+	"testing"
+
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+func TestReplayRecordedHistories(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "tests", "histories", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no recorded histories under tests/histories")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			r := worker.NewWorkflowReplayer()
+			r.RegisterWorkflowWithOptions(workflows.ChatWorkflow, workflow.RegisterOptions{Name: workflows.ChatWorkflowName})
+			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
+				t.Fatalf("replay %s: %v", filepath.Base(f), err)
+			}
+		})
+	}
+}
