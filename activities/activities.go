@@ -21,7 +21,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
-	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
 // Pool names.
@@ -40,6 +39,11 @@ type Retriever interface {
 	Retrieve(ctx context.Context, q retrieval.Query) (res retrieval.Result, cacheHit bool, err error)
 }
 
+// ChunkStore resolves chunk ids of a kb version to their text.
+type ChunkStore interface {
+	Lookup(kb string, version int64, ids []string) ([]retrieval.Chunk, error)
+}
+
 // Pool is one LLM pool's client.
 type Pool struct {
 	Streamer        llm.Streamer
@@ -56,17 +60,17 @@ type Activities struct {
 	Notifier   admission.Notifier
 	Embeddings EmbeddingCache
 	Retriever  Retriever
+	Chunks     ChunkStore
 	Reranker   rerank.Reranker
 	Pools      map[string]Pool
-	Tokens     *tokens.Counter
+	Prompts    *prompt.Builder
 	Logger     *slog.Logger
 	Options    Options
 }
 
 // Options are the activity settings taken from config.
 type Options struct {
-	KeyPrefix    string
-	SystemPrompt string
+	KeyPrefix string
 	// ShortThreshold routes prompts of at most this many tokens to the
 	// short pool.
 	ShortThreshold int
@@ -113,7 +117,7 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	start := time.Now()
 	out := AdmitOutput{Pool: in.Pool}
 	if out.Pool == "" {
-		out.EstimatedPromptTokens = prompt.Estimate(a.Tokens, a.Options.SystemPrompt, in.Query, a.Options.TopK, a.Options.ChunkTokens)
+		out.EstimatedPromptTokens = a.Prompts.BoundBeforeRetrieval(in.Query, a.Options.TopK, a.Options.ChunkTokens)
 		out.Pool = a.route(out.EstimatedPromptTokens)
 	}
 	res, err := a.Gate.Enqueue(ctx, out.Pool, in.RequestID, in.Seq)
@@ -166,20 +170,45 @@ func (a *Activities) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOu
 	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "retrieval", Cache: tier}); err != nil {
 		return RetrieveOutput{}, err
 	}
-	return RetrieveOutput{KBVersion: res.KBVersion, Chunks: res.Chunks, CacheHit: hit, Ms: time.Since(start).Milliseconds()}, nil
+	return RetrieveOutput{KBVersion: res.KBVersion, Hits: refs(res.Chunks), CacheHit: hit, Ms: time.Since(start).Milliseconds()}, nil
+}
+
+// lookup resolves refs to chunks carrying the refs' scores.
+func (a *Activities) lookup(kb string, version int64, hits []ChunkRef) ([]retrieval.Chunk, error) {
+	ids := make([]string, len(hits))
+	for i, h := range hits {
+		ids[i] = h.ID
+	}
+	chunks, err := a.Chunks.Lookup(kb, version, ids)
+	if err != nil {
+		if errors.Is(err, retrieval.ErrStaleKB) {
+			// Another version is loaded here: the request cannot be
+			// answered from the context it retrieved.
+			return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+		}
+		return nil, err
+	}
+	for i := range chunks {
+		chunks[i].Score = hits[i].Score
+	}
+	return chunks, nil
 }
 
 // Rerank orders the candidates and keeps the best K.
 func (a *Activities) Rerank(ctx context.Context, in RerankInput) (RerankOutput, error) {
 	start := time.Now()
-	chunks, err := a.Reranker.Rerank(ctx, in.Query, in.Chunks, in.K)
+	candidates, err := a.lookup(in.KB, in.KBVersion, in.Hits)
+	if err != nil {
+		return RerankOutput{}, fmt.Errorf("rerank for %s: %w", in.RequestID, err)
+	}
+	chunks, err := a.Reranker.Rerank(ctx, in.Query, candidates, in.K)
 	if err != nil {
 		return RerankOutput{}, fmt.Errorf("rerank for %s: %w", in.RequestID, err)
 	}
 	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "rerank"}); err != nil {
 		return RerankOutput{}, err
 	}
-	return RerankOutput{Chunks: chunks, Ms: time.Since(start).Milliseconds()}, nil
+	return RerankOutput{Hits: refs(chunks), Ms: time.Since(start).Milliseconds()}, nil
 }
 
 var errStopped = errors.New("stream stopped by request")
@@ -202,14 +231,22 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 	if !ok {
 		return LLMOutput{}, temporal.NewNonRetryableApplicationError("unknown pool "+in.Pool, ErrTypeBadRequest, nil)
 	}
-	chunks := in.Chunks
-	msgs := prompt.Build(a.Options.SystemPrompt, chunks, in.Query)
-	promptTokens := prompt.Count(a.Tokens, msgs)
-	// Shed the lowest-ranked context until the prompt fits the pool.
-	for promptTokens > pool.MaxPromptTokens && len(chunks) > 0 {
-		chunks = chunks[:len(chunks)-1]
-		msgs = prompt.Build(a.Options.SystemPrompt, chunks, in.Query)
-		promptTokens = prompt.Count(a.Tokens, msgs)
+	chunks, err := a.lookup(in.KB, in.KBVersion, in.Context)
+	if err != nil {
+		return LLMOutput{}, fmt.Errorf("load context of %s: %w", in.RequestID, err)
+	}
+	msgs := a.Prompts.Messages(chunks, in.Query)
+	promptTokens := 0
+	// The cheap bound keeps exact tokenization off the time to first
+	// token; only a prompt near the pool's limit is counted exactly, and
+	// its lowest-ranked context shed until it fits.
+	if a.Prompts.Bound(chunks, in.Query) > pool.MaxPromptTokens {
+		promptTokens = a.Prompts.Count(msgs)
+		for promptTokens > pool.MaxPromptTokens && len(chunks) > 0 {
+			chunks = chunks[:len(chunks)-1]
+			msgs = a.Prompts.Messages(chunks, in.Query)
+			promptTokens = a.Prompts.Count(msgs)
+		}
 	}
 	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "llm", Pool: in.Pool}); err != nil {
 		return LLMOutput{}, err
@@ -255,17 +292,35 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		}
 		return LLMOutput{}, fmt.Errorf("stream llm for %s: %w", in.RequestID, err)
 	}
-	usage := events.Usage{PromptTokens: promptTokens, CompletionTokens: n}
+	var usage events.Usage
 	if res.UsageReported {
 		usage = events.Usage{
 			PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, Reported: true,
 		}
+	} else {
+		if promptTokens == 0 {
+			promptTokens = a.Prompts.Count(msgs)
+		}
+		usage = events.Usage{PromptTokens: promptTokens, CompletionTokens: n}
 	}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	return LLMOutput{
 		Usage: usage, FinishReason: res.FinishReason,
+		Sources: sources(chunks), ContextShed: len(in.Context) - len(chunks),
 		FirstTokenMs: firstToken.Milliseconds(), Ms: time.Since(start).Milliseconds(),
 	}, nil
+}
+
+func sources(chunks []retrieval.Chunk) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range chunks {
+		if !seen[c.DocID] {
+			seen[c.DocID] = true
+			out = append(out, c.DocID)
+		}
+	}
+	return out
 }
 
 // writeToken appends one token event and reads the stop flag in the same

@@ -5,6 +5,14 @@ import (
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 )
 
+func refs(chunks []retrieval.Chunk) []ChunkRef {
+	out := make([]ChunkRef, len(chunks))
+	for i, c := range chunks {
+		out[i] = ChunkRef{ID: c.ID, Score: c.Score}
+	}
+	return out
+}
+
 // Error types of application errors activities return, so that the
 // workflow can tell business outcomes from faults.
 const (
@@ -65,10 +73,18 @@ type RetrieveInput struct {
 	K         int
 }
 
+// ChunkRef names a chunk of a knowledge-base version with its score.
+// Stages pass refs, not chunk text, so that workflow histories stay small
+// (the text is in every worker's copy of the kb).
+type ChunkRef struct {
+	ID    string
+	Score float64
+}
+
 // RetrieveOutput carries the candidates.
 type RetrieveOutput struct {
 	KBVersion int64
-	Chunks    []retrieval.Chunk
+	Hits      []ChunkRef
 	CacheHit  bool
 	Ms        int64
 }
@@ -76,15 +92,17 @@ type RetrieveOutput struct {
 // RerankInput asks to order candidates and keep the best K.
 type RerankInput struct {
 	RequestID string
+	KB        string
+	KBVersion int64
 	Query     string
-	Chunks    []retrieval.Chunk
+	Hits      []ChunkRef
 	K         int
 }
 
-// RerankOutput carries the kept chunks.
+// RerankOutput carries the kept chunks, best first.
 type RerankOutput struct {
-	Chunks []retrieval.Chunk
-	Ms     int64
+	Hits []ChunkRef
+	Ms   int64
 }
 
 // LLMInput is one streamed completion.
@@ -92,7 +110,9 @@ type LLMInput struct {
 	RequestID string
 	Pool      string
 	Query     string
-	Chunks    []retrieval.Chunk
+	KB        string
+	KBVersion int64
+	Context   []ChunkRef
 	MaxTokens int
 }
 
@@ -100,6 +120,10 @@ type LLMInput struct {
 type LLMOutput struct {
 	Usage        events.Usage
 	FinishReason string
+	// Sources are the documents whose chunks were in the prompt; ContextShed
+	// counts chunks dropped so the prompt fit the pool.
+	Sources     []string
+	ContextShed int
 	FirstTokenMs int64
 	Ms           int64
 }

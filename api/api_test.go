@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
@@ -73,7 +74,7 @@ func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingCl
 		t.Fatal(err)
 	}
 	tc := &countingClient{}
-	srv, err := New(Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate, Tokens: tok})
+	srv, err := New(Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate, Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -131,7 +130,7 @@ func (s *Server) validate(req *chatRequest) error {
 		return badRequest("bad_max_tokens", "max_tokens must be between 1 and %d", s.cfg.API.MaxTokensLimit)
 	}
 	// The query alone must fit the long pool, whatever context is shed.
-	bare := prompt.Count(s.tokens, prompt.Build(s.cfg.LLM.SystemPrompt, nil, req.Query))
+	bare := s.prompts.BoundBeforeRetrieval(req.Query, 0, 0)
 	if limit := s.cfg.Pools.Long.MaxPromptTokens; bare > limit {
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
 			Message: fmt.Sprintf("the query needs %d prompt tokens; the limit is %d", bare, limit)}
@@ -159,19 +158,26 @@ func (s *Server) postChat(c echo.Context) error {
 	id := newRequestID()
 	log := s.logger.With("requestID", id, "tenant", who.Tenant)
 
+	// Subscribing first means the events the workflow writes while its
+	// start call is still returning are already buffered for the client.
+	sub, err := s.hub.Subscribe(ctx, id, "0")
+	if err != nil {
+		log.Error("subscribe to events", "err", err)
+		return unavailable("event stream unavailable")
+	}
+	defer sub.Close()
 	// The accepted event goes first so that it is the stream's first entry
 	// whatever the workflow writes.
 	if _, err := s.events.Append(ctx, id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: who.Tenant, KB: req.KB}); err != nil {
 		log.Error("write accepted event", "err", err)
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "event store unavailable", RetryAfter: 1}
+		return unavailable("event store unavailable")
 	}
 	if err := s.startChat(ctx, id, who, req); err != nil {
 		log.Error("start chat workflow", "err", err)
 		_ = s.events.Delete(context.WithoutCancel(ctx), id)
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "could not start the request; please retry", RetryAfter: 1}
+		return unavailable("could not start the request; please retry")
 	}
-	log.Debug("chat started", "kb", req.KB)
-	return s.stream(c, id, "0")
+	return s.stream(c, sub, id)
 }
 
 func (s *Server) startChat(ctx context.Context, id string, who caller, req chatRequest) error {

@@ -24,6 +24,10 @@ func badRequest(code, format string, args ...any) *apiError {
 	return &apiError{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+func unavailable(msg string) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: msg, RetryAfter: 1}
+}
+
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return

@@ -121,11 +121,16 @@ func (s *Server) getEvents(c echo.Context) error {
 	if !ok {
 		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no events for this request (unknown or expired)"}
 	}
+	sub, err := s.hub.Subscribe(ctx, id, after)
+	if err != nil {
+		return unavailable("event stream unavailable")
+	}
+	defer sub.Close()
 	err = s.temporal.SignalWorkflow(ctx, workflows.ChatWorkflowID(id), "", workflows.SignalAttach, workflows.AttachSignal{})
 	if err != nil && !isNotFound(err) {
 		s.logger.Warn("signal attach", "requestID", id, "err", err)
 	}
-	return s.stream(c, id, after)
+	return s.stream(c, sub, id)
 }
 
 func (s *Server) deleteRequest(c echo.Context) error {

@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/tokens"
+	"github.com/sluice-dev/sluice/pkg/prompt"
 )
 
 // Server is the HTTP API.
@@ -32,7 +32,7 @@ type Server struct {
 	events   *events.Log
 	hub      *events.Hub
 	gate     *admission.Gate
-	tokens   *tokens.Counter
+	prompts  *prompt.Builder
 	kbs      map[string]bool
 	keys     map[string]config.APIKey
 	logger   *slog.Logger
@@ -46,21 +46,21 @@ type Options struct {
 	Events   *events.Log
 	Hub      *events.Hub
 	Gate     *admission.Gate
-	Tokens   *tokens.Counter
+	Prompts  *prompt.Builder
 	Logger   *slog.Logger
 }
 
 // New builds the server and its routes.
 func New(opts Options) (*Server, error) {
-	if opts.Temporal == nil || opts.Redis == nil || opts.Events == nil || opts.Hub == nil || opts.Gate == nil || opts.Tokens == nil {
-		return nil, errors.New("api: Temporal, Redis, Events, Hub, Gate and Tokens are required")
+	if opts.Temporal == nil || opts.Redis == nil || opts.Events == nil || opts.Hub == nil || opts.Gate == nil || opts.Prompts == nil {
+		return nil, errors.New("api: Temporal, Redis, Events, Hub, Gate and Prompts are required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
-		gate: opts.Gate, tokens: opts.Tokens, logger: opts.Logger,
+		gate: opts.Gate, prompts: opts.Prompts, logger: opts.Logger,
 		kbs: map[string]bool{}, keys: map[string]config.APIKey{},
 	}
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {

@@ -25,12 +25,10 @@ type streamState struct {
 	queued   bool
 	pool     string
 	position int
-	lastID   string
 	terminal bool
 }
 
 func (st *streamState) observe(ev events.Event) {
-	st.lastID = ev.ID
 	switch ev.Type {
 	case events.TypeQueue:
 		var q events.Queue
@@ -54,14 +52,8 @@ func (st *streamState) observe(ev events.Event) {
 // terminal event. If the client goes away first, the workflow is told it
 // was detached; with no reader back within the grace period it cancels
 // itself.
-func (s *Server) stream(c echo.Context, id, afterID string) error {
+func (s *Server) stream(c echo.Context, sub *events.Subscription, id string) error {
 	ctx := c.Request().Context()
-	sub, err := s.hub.Subscribe(ctx, id, afterID)
-	if err != nil {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: "event stream unavailable", RetryAfter: 1}
-	}
-	defer sub.Close()
-
 	w := c.Response()
 	h := w.Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
@@ -72,7 +64,7 @@ func (s *Server) stream(c echo.Context, id, afterID string) error {
 	w.WriteHeader(http.StatusOK)
 	w.Flush()
 
-	st := &streamState{lastID: afterID}
+	st := &streamState{}
 	poll := time.NewTicker(s.cfg.API.QueuePollInterval)
 	defer poll.Stop()
 	keepAlive := time.NewTicker(keepAliveInterval)

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/tokens"
@@ -41,6 +42,7 @@ type Runtime struct {
 	Events     *events.Log
 	Gate       *admission.Gate
 	Tokens     *tokens.Counter
+	Prompts    *prompt.Builder
 	Activities *activities.Activities
 }
 
@@ -77,6 +79,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 		r.Close()
 		return nil, err
 	}
+	r.Prompts = prompt.NewBuilder(cfg.LLM.SystemPrompt, r.Tokens)
 	r.Events = events.NewLog(r.Redis, events.LogOptions{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Events.TTL, MaxLen: cfg.Events.MaxLen})
 	r.Gate, err = admission.New(r.Redis, admission.Options{
 		KeyPrefix:     cfg.Redis.KeyPrefix,
@@ -153,13 +156,13 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		Notifier:   SignalNotifier{Client: r.Temporal},
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},
+		Chunks:     store,
 		Reranker:   reranker,
 		Pools:      pools,
-		Tokens:     r.Tokens,
+		Prompts:    r.Prompts,
 		Logger:     r.Logger.With("component", "activities"),
 		Options: activities.Options{
 			KeyPrefix:      cfg.Redis.KeyPrefix,
-			SystemPrompt:   cfg.LLM.SystemPrompt,
 			ShortThreshold: cfg.Routing.ShortThresholdTokens,
 			TopK:           cfg.Retrieval.TopK,
 			ChunkTokens:    cfg.Retrieval.ChunkTokens,

@@ -170,7 +170,7 @@ func (w *chat) run(ctx workflow.Context) {
 	w.status.Stage = StageRerank
 	var rr activities.RerankOutput
 	if err := workflow.ExecuteLocalActivity(sctx, a.Rerank, activities.RerankInput{
-		RequestID: w.in.RequestID, Query: w.in.Query, Chunks: ret.Chunks, K: w.in.Settings.TopK,
+		RequestID: w.in.RequestID, KB: w.in.KB, KBVersion: ret.KBVersion, Query: w.in.Query, Hits: ret.Hits, K: w.in.Settings.TopK,
 	}).Get(sctx, &rr); err != nil {
 		w.stageFailed(StageRerank, err)
 		return
@@ -196,7 +196,8 @@ func (w *chat) run(ctx workflow.Context) {
 	var out activities.LLMOutput
 	w.llmRunning = true
 	err := workflow.ExecuteActivity(lctx, a.StreamLLM, activities.LLMInput{
-		RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query, Chunks: rr.Chunks, MaxTokens: w.in.MaxTokens,
+		RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query,
+		KB: w.in.KB, KBVersion: ret.KBVersion, Context: rr.Hits, MaxTokens: w.in.MaxTokens,
 	}).Get(lctx, &out)
 	w.llmRunning = false
 	if err != nil {
@@ -210,6 +211,8 @@ func (w *chat) run(ctx workflow.Context) {
 	w.result.Reason = ""
 	w.result.Usage = out.Usage
 	w.result.FinishReason = out.FinishReason
+	w.result.Sources = out.Sources
+	w.result.ContextShed = out.ContextShed
 }
 
 // admit gets a permit, waiting in the queue if needed. It returns false
@@ -360,6 +363,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 		in.Done = &events.Done{
 			RequestID: w.in.RequestID, Route: w.result.Route, FinishReason: w.result.FinishReason,
 			Usage: w.result.Usage, Timings: w.result.Timings, KBVersion: w.result.KBVersion,
+			Sources: w.result.Sources, ContextShed: w.result.ContextShed,
 		}
 	case OutcomeRejected:
 		in.EventType = events.TypeRejected

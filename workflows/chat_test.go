@@ -16,7 +16,6 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/retrieval"
 )
 
 var registerOpts = workflow.RegisterOptions{Name: ChatWorkflowName}
@@ -75,7 +74,7 @@ func input() ChatInput {
 	}
 }
 
-var chunks = []retrieval.Chunk{{ID: "c1", DocID: "d1", Text: "tokens refill", Score: 1}, {ID: "c2", DocID: "d2", Text: "other", Score: 0.5}}
+var hits = []activities.ChunkRef{{ID: "d1#0", Score: 1}, {ID: "d2#0", Score: 0.5}}
 
 func (s *chatSuite) mockEmbed() {
 	s.env.OnActivity(a.EmbedQuery, mock.Anything, mock.Anything).Return(func(context.Context, activities.EmbedInput) (activities.EmbedOutput, error) {
@@ -105,18 +104,21 @@ func (s *chatSuite) mockRetrieveRerank() {
 		if in.K != 10 {
 			return activities.RetrieveOutput{}, errors.New("retrieve should fetch Candidates")
 		}
-		return activities.RetrieveOutput{KBVersion: 3, Chunks: chunks, Ms: 2}, nil
+		return activities.RetrieveOutput{KBVersion: 3, Hits: hits, Ms: 2}, nil
 	})
 	s.env.OnActivity(a.Rerank, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RerankInput) (activities.RerankOutput, error) {
 		s.record("Rerank")
-		return activities.RerankOutput{Chunks: in.Chunks[:1], Ms: 1}, nil
+		if in.KBVersion != 3 || in.KB != "sluice-docs" {
+			return activities.RerankOutput{}, errors.New("rerank lost the kb version")
+		}
+		return activities.RerankOutput{Hits: in.Hits[:1], Ms: 1}, nil
 	})
 }
 
 func (s *chatSuite) mockLLM() {
 	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LLMInput) (activities.LLMOutput, error) {
 		s.record("StreamLLM")
-		if in.Pool != "short" || len(in.Chunks) != 1 {
+		if in.Pool != "short" || len(in.Context) != 1 || in.KBVersion != 3 {
 			return activities.LLMOutput{}, errors.New("llm got the wrong pool or context")
 		}
 		return activities.LLMOutput{Usage: events.Usage{PromptTokens: 50, CompletionTokens: 20, TotalTokens: 70}, FinishReason: "stop", FirstTokenMs: 30, Ms: 300}, nil

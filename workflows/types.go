@@ -134,6 +134,8 @@ type ChatResult struct {
 	Usage        events.Usage
 	Timings      []events.StageTiming
 	KBVersion    int64
+	Sources      []string
+	ContextShed  int
 }
 
 // Status answers QueryStatus.

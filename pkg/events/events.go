@@ -91,7 +91,10 @@ type Done struct {
 	Usage        Usage         `json:"usage"`
 	Timings      []StageTiming `json:"timings"`
 	KBVersion    int64         `json:"kb_version"`
-	Sources      []string      `json:"sources,omitempty"`
+	// Sources are the documents the answer's context came from.
+	Sources []string `json:"sources,omitempty"`
+	// ContextShed counts context chunks dropped so the prompt fit its pool.
+	ContextShed int `json:"context_shed,omitempty"`
 }
 
 // Failure is the payload of rejected and error events.

@@ -1,6 +1,7 @@
 // Package prompt builds the chat prompt sent to the LLM from the system
-// prompt, the retrieved context and the user's query, and estimates its size
-// before retrieval has run (admission must pick a pool first).
+// prompt, the retrieved context and the user's query, counts it, and bounds
+// its size cheaply before it is built (admission must pick a pool before
+// retrieval has run, and the stream should not wait for a full count).
 package prompt
 
 import (
@@ -12,51 +13,84 @@ import (
 	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
-// Build returns the messages: one system message carrying the instructions
-// and the numbered context chunks, then the user's query.
-func Build(system string, chunks []retrieval.Chunk, query string) []llm.Message {
-	var b strings.Builder
-	b.WriteString(system)
+// Builder builds and measures prompts around one system prompt.
+type Builder struct {
+	system string
+	memo   *tokens.Memo
+}
+
+// NewBuilder returns a Builder; counts of the system prompt and of chunks
+// are remembered in a bounded memo.
+func NewBuilder(system string, c *tokens.Counter) *Builder {
+	return &Builder{system: system, memo: c.NewMemo(50000)}
+}
+
+// contextHeader opens the context section of the system message.
+const contextHeader = "\n\nContext:\n"
+
+// Messages returns the prompt: one system message carrying the
+// instructions and the numbered context chunks, then the user's query.
+func (b *Builder) Messages(chunks []retrieval.Chunk, query string) []llm.Message {
+	var s strings.Builder
+	s.WriteString(b.system)
 	if len(chunks) > 0 {
-		b.WriteString("\n\nContext:\n")
+		s.WriteString(contextHeader)
 		for i, c := range chunks {
-			b.WriteString("[")
-			b.WriteString(strconv.Itoa(i + 1))
-			b.WriteString("] ")
+			s.WriteString("[")
+			s.WriteString(strconv.Itoa(i + 1))
+			s.WriteString("] ")
 			if c.Title != "" {
-				b.WriteString(c.Title)
-				b.WriteString("\n")
+				s.WriteString(c.Title)
+				s.WriteString("\n")
 			}
-			b.WriteString(c.Text)
-			b.WriteString("\n\n")
+			s.WriteString(c.Text)
+			s.WriteString("\n\n")
 		}
 	}
 	return []llm.Message{
-		{Role: "system", Content: strings.TrimRight(b.String(), "\n")},
+		{Role: "system", Content: strings.TrimRight(s.String(), "\n")},
 		{Role: "user", Content: query},
 	}
 }
 
-// Count returns the prompt's token count as the model will see it.
-func Count(c *tokens.Counter, msgs []llm.Message) int {
+// Count returns the exact token count of msgs as a chat model sees them.
+func (b *Builder) Count(msgs []llm.Message) int {
 	tm := make([]tokens.Message, len(msgs))
 	for i, m := range msgs {
 		tm[i] = tokens.Message{Role: m.Role, Content: m.Content}
 	}
-	return c.CountChat(tm)
+	return b.memo.Counter().CountChat(tm)
 }
 
-// perChunkFraming bounds the tokens Build adds around one chunk: the
-// "[n] " marker, the title line and the blank line.
-const perChunkFraming = 24
+// perChunkFraming bounds the tokens Messages adds around one chunk (the
+// "[n] " marker, newlines) plus the tokens that tokenizing the chunk apart
+// from its neighbours can differ by.
+const perChunkFraming = 12
 
-// Estimate is an upper bound of the prompt's size once k chunks of at most
-// chunkTokens each are retrieved. Routing at admission uses it, so a
-// request admitted to the short pool can never outgrow it.
-func Estimate(c *tokens.Counter, system, query string, k, chunkTokens int) int {
-	base := Count(c, Build(system, nil, query))
-	if k <= 0 {
-		return base
+// chatFraming bounds the per-message and reply-priming tokens of two messages.
+const chatFraming = 16
+
+// Bound is an upper estimate of the count of Messages(chunks, query),
+// from remembered part counts: summing parts tokenized apart over-counts
+// at worst by the framing margins, which it adds on top.
+func (b *Builder) Bound(chunks []retrieval.Chunk, query string) int {
+	n := b.memo.Count(b.system) + b.memo.Counter().Count(query) + chatFraming
+	if len(chunks) > 0 {
+		n += b.memo.Count(contextHeader)
 	}
-	return base + c.Count("\n\nContext:\n") + k*(chunkTokens+perChunkFraming)
+	for _, c := range chunks {
+		n += b.memo.Count(c.Title) + b.memo.Count(c.Text) + perChunkFraming
+	}
+	return n
+}
+
+// BoundBeforeRetrieval bounds the prompt once k chunks of at most
+// chunkTokens each are retrieved. Admission routes with it, so a request
+// admitted to the short pool cannot outgrow it.
+func (b *Builder) BoundBeforeRetrieval(query string, k, chunkTokens int) int {
+	n := b.memo.Count(b.system) + b.memo.Counter().Count(query) + chatFraming
+	if k > 0 {
+		n += b.memo.Count(contextHeader) + k*(chunkTokens+perChunkFraming)
+	}
+	return n
 }

@@ -2,6 +2,7 @@ package retrieval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -67,6 +68,33 @@ func (h *Hybrid) KBVersion(name string) (int64, error) {
 		return 0, &UnknownKBError{KB: name}
 	}
 	return kb.version, nil
+}
+
+// ErrStaleKB is returned by Lookup when the loaded kb is not the version
+// the chunk ids came from.
+var ErrStaleKB = errors.New("knowledge base version changed")
+
+// Lookup returns the chunks with the given ids from version of kb, in
+// order, with Score zero. Workflows pass chunk ids between stages instead
+// of their text, which keeps Temporal histories small; every worker holds
+// the kb, so any of them can resolve the ids.
+func (h *Hybrid) Lookup(kb string, version int64, ids []string) ([]Chunk, error) {
+	k, ok := h.kbs[kb]
+	if !ok {
+		return nil, &UnknownKBError{KB: kb}
+	}
+	if k.version != version {
+		return nil, fmt.Errorf("look up chunks of %s v%d (loaded v%d): %w", kb, version, k.version, ErrStaleKB)
+	}
+	out := make([]Chunk, 0, len(ids))
+	for _, id := range ids {
+		i, ok := k.byID[id]
+		if !ok {
+			return nil, fmt.Errorf("look up chunk %q of %s v%d: no such chunk", id, kb, version)
+		}
+		out = append(out, k.chunks[i])
+	}
+	return out, nil
 }
 
 // scoreScratch is per-query working memory, pooled per kb because its

@@ -47,6 +47,7 @@ type KB struct {
 	version int64
 	docs    int
 	chunks  []Chunk
+	byID    map[string]int
 	dims    int
 	vecs    []float32
 	index   bm25Index
@@ -114,6 +115,10 @@ func NewKB(ctx context.Context, name string, docs []Document, opts KBOptions) (*
 			return nil, fmt.Errorf("load kb %s: %w", name, err)
 		}
 		kb.version = v
+	}
+	kb.byID = make(map[string]int, len(kb.chunks))
+	for i, c := range kb.chunks {
+		kb.byID[c.ID] = i
 	}
 	kb.scratch.New = func() any { return new(scoreScratch) }
 	opts.Logger.InfoContext(ctx, "loaded knowledge base", "kb", name, "docs", len(docs),

@@ -89,3 +89,42 @@ func (c *Counter) CountChat(msgs []Message) int {
 	}
 	return n
 }
+
+// Memo remembers the counts of texts that recur — system prompts and
+// knowledge-base chunks — so that routing and prompt budgeting do not
+// re-tokenize them on every request. It is bounded and safe for concurrent
+// use.
+type Memo struct {
+	c   *Counter
+	max int
+
+	mu sync.Mutex
+	m  map[string]int
+}
+
+// NewMemo returns a Memo holding up to max texts. When full it starts
+// over: recurring texts are few and come back at once.
+func (c *Counter) NewMemo(max int) *Memo {
+	return &Memo{c: c, max: max, m: make(map[string]int, 64)}
+}
+
+// Count returns c.Count(text), from memory when it has seen text before.
+func (m *Memo) Count(text string) int {
+	m.mu.Lock()
+	n, ok := m.m[text]
+	m.mu.Unlock()
+	if ok {
+		return n
+	}
+	n = m.c.Count(text)
+	m.mu.Lock()
+	if len(m.m) >= m.max {
+		clear(m.m)
+	}
+	m.m[text] = n
+	m.mu.Unlock()
+	return n
+}
+
+// Counter returns the underlying counter.
+func (m *Memo) Counter() *Counter { return m.c }

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -39,7 +40,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
-	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
@@ -52,13 +52,25 @@ func main() {
 	maxTokens := flag.Int("max-tokens", 16, "tokens per answer")
 	temporalBin := flag.String("temporal", "", "Temporal CLI (default: bin/temporal or $SLUICE_TEST_TEMPORAL_BIN)")
 	searchAttrs := flag.Bool("search-attributes", true, "let Sluice upsert its search attributes")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured run")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	useSearchAttrs = *searchAttrs
 	if *temporalBin != "" {
 		os.Setenv("SLUICE_TEST_TEMPORAL_BIN", *temporalBin)
 	}
 	if err := run(*n, *warmup, *maxTokens); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -202,7 +214,7 @@ func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q st
 	if err != nil {
 		return nil, err
 	}
-	return prompt.Build(cfg.LLM.SystemPrompt, chunks, q), nil
+	return rt.Prompts.Messages(chunks, q), nil
 }
 
 func direct(ctx context.Context, s llm.Streamer, msgs []llm.Message, maxTokens int) (time.Duration, time.Duration, error) {
@@ -316,6 +328,9 @@ func bareRun(ctx context.Context, c client.Client, rdb *redis.Client, queue, id 
 		}
 		for _, m := range res[0].Messages {
 			last = m.ID
+			if trace {
+				fmt.Printf("%7.2fms bare %v\n", float64(time.Since(start))/1e6, m.Values["t"])
+			}
 			switch m.Values["t"] {
 			case "token":
 				if ttft == 0 {

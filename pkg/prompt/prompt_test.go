@@ -1,0 +1,94 @@
+package prompt
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/pkg/tokens"
+)
+
+func newBuilder(t testing.TB) *Builder {
+	c, err := tokens.For(tokens.CL100K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewBuilder("You are a helpful assistant. Answer from the context.", c)
+}
+
+func TestMessagesCarryContextAndQuery(t *testing.T) {
+	b := newBuilder(t)
+	msgs := b.Messages([]retrieval.Chunk{{Title: "Token buckets", Text: "A bucket refills at a fixed rate."}, {Text: "Second."}}, "how?")
+	if len(msgs) != 2 || msgs[0].Role != "system" || msgs[1].Role != "user" || msgs[1].Content != "how?" {
+		t.Fatalf("messages %+v", msgs)
+	}
+	want := "You are a helpful assistant. Answer from the context.\n\nContext:\n[1] Token buckets\nA bucket refills at a fixed rate.\n\n[2] Second."
+	if msgs[0].Content != want {
+		t.Fatalf("system message %q", msgs[0].Content)
+	}
+}
+
+// Bound must never be below the exact count, or a prompt could be sent to
+// a pool it does not fit; and it should stay close, or routing wastes the
+// long pool.
+func TestBoundIsAnUpperBound(t *testing.T) {
+	b := newBuilder(t)
+	docs, err := retrieval.Builtin("sluice-docs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queries := []string{"How does a token bucket refill?", "what is P99/P50?", "日本語の質問です", "  spaces   and\ttabs\n", "x"}
+	for qi, q := range queries {
+		for i := 0; i+3 <= len(docs); i += 3 {
+			var chunks []retrieval.Chunk
+			for _, d := range docs[i : i+3] {
+				text := d.Text
+				if len(text) > 600 {
+					text = text[:600]
+				}
+				chunks = append(chunks, retrieval.Chunk{Title: d.Title, Text: text})
+			}
+			exact := b.Count(b.Messages(chunks, q))
+			bound := b.Bound(chunks, q)
+			if bound < exact {
+				t.Fatalf("query %d docs %d: bound %d < exact %d", qi, i, bound, exact)
+			}
+			if bound > exact+60 {
+				t.Errorf("query %d docs %d: bound %d is far above exact %d", qi, i, bound, exact)
+			}
+		}
+	}
+}
+
+func TestBoundBeforeRetrievalCoversAnyChunks(t *testing.T) {
+	b := newBuilder(t)
+	c, _ := tokens.For(tokens.CL100K)
+	chunk := strings.Repeat("word ", 100)
+	if n := c.Count(chunk); n > 120 {
+		t.Fatalf("test chunk has %d tokens", n)
+	}
+	var chunks []retrieval.Chunk
+	for i := 0; i < 3; i++ {
+		chunks = append(chunks, retrieval.Chunk{Text: chunk, Title: fmt.Sprintf("T%d", i)})
+	}
+	exact := b.Count(b.Messages(chunks, "q"))
+	if bound := b.BoundBeforeRetrieval("q", 3, 120); bound < exact {
+		t.Fatalf("bound before retrieval %d < exact %d", bound, exact)
+	}
+}
+
+func BenchmarkBound(b *testing.B) {
+	bl := newBuilder(b)
+	chunks := []retrieval.Chunk{{Text: strings.Repeat("alpha beta ", 50)}, {Text: strings.Repeat("gamma delta ", 50)}}
+	b.Run("bound", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			bl.Bound(chunks, "how does it work")
+		}
+	})
+	b.Run("exact", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			bl.Count(bl.Messages(chunks, "how does it work"))
+		}
+	})
+}
