@@ -157,9 +157,9 @@ func TestStartFailureIs503AndCleansUp(t *testing.T) {
 	if tc.starts.Load() != 1 {
 		t.Fatalf("starts = %d", tc.starts.Load())
 	}
-	keys, _ := rdb.Keys(context.Background(), "t:"+t.Name()+"*").Result()
+	keys, _ := rdb.Keys(context.Background(), "t:"+t.Name()+":ev:*").Result()
 	if len(keys) != 0 {
-		t.Fatalf("failed start left keys behind: %v", keys)
+		t.Fatalf("failed start left its event stream behind: %v", keys)
 	}
 }
 
