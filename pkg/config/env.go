@@ -29,7 +29,7 @@ func applyEnv(cfg *Config, environ []string) error {
 		}
 		f, known := fields[name]
 		if !known {
-			problems = append(problems, fmt.Sprintf("%s: unknown setting (see config.example.yaml for names)", name))
+			problems = append(problems, fmt.Sprintf("%s: unknown setting (deploy/sluice.example.yaml lists every setting)", name))
 			continue
 		}
 		if err := setField(f, value); err != nil {

@@ -25,10 +25,10 @@ func main() {
 	}
 	logger := worker.NewLogger(cfg.Log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	err = api.RunProcess(ctx, cfg, logger, func(addr string) {
 		logger.Info("api listening", "url", "http://"+addr)
 	})
+	stop()
 	if err != nil {
 		logger.Error("sluice-api stopped", "err", err)
 		os.Exit(1)

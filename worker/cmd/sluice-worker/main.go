@@ -24,15 +24,19 @@ func main() {
 	}
 	logger := worker.NewLogger(cfg.Log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	rt, err := worker.NewRuntime(ctx, cfg, logger)
+	err = run(ctx, cfg)
+	stop()
 	if err != nil {
-		logger.Error("sluice-worker cannot start", "err", err)
-		os.Exit(1)
-	}
-	defer rt.Close()
-	if err := rt.Run(ctx); err != nil {
 		logger.Error("sluice-worker stopped", "err", err)
 		os.Exit(1)
 	}
+}
+
+func run(ctx context.Context, cfg config.Config) error {
+	rt, err := worker.NewRuntime(ctx, cfg, worker.NewLogger(cfg.Log))
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	return rt.Run(ctx)
 }

@@ -1,0 +1,119 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The example file documents every setting; it must load and equal the
+// defaults, so that it cannot drift from them unnoticed.
+func TestExampleFileMatchesDefaults(t *testing.T) {
+	cfg, err := Load(filepath.Join("..", "..", "deploy", "sluice.example.yaml"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := Default()
+	def.Auth.APIKeys = []APIKey{}
+	if cfg.API != def.API || cfg.Temporal != def.Temporal || cfg.Redis != def.Redis || cfg.Admission != def.Admission ||
+		cfg.Routing != def.Routing || cfg.LLM != def.LLM || cfg.Embedding != def.Embedding || cfg.Log != def.Log || cfg.Events != def.Events {
+		t.Fatalf("example differs from defaults:\n%+v\n%+v", cfg, def)
+	}
+	if cfg.Pools.Short.MaxConcurrency != def.Pools.Short.MaxConcurrency || cfg.Retrieval.TopK != def.Retrieval.TopK {
+		t.Fatal("example pools or retrieval differ from defaults")
+	}
+}
+
+func TestEnvOverrides(t *testing.T) {
+	cfg, err := Load("", []string{
+		"SLUICE_REDIS_ADDR=10.0.0.1:6380",
+		"SLUICE_ADMISSION_MAX_WAIT=45s",
+		"SLUICE_POOLS_SHORT_MAX_CONCURRENCY=7",
+		"SLUICE_POOLS_LONG_ENDPOINTS=http://a:1, http://b:2",
+		"SLUICE_API_EMBEDDED_WORKER=false",
+		"SLUICE_CONFIG=/ignored",
+		"SLUICE_TEST_TEMPORAL_BIN=/ignored",
+		"PATH=/usr/bin",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Redis.Addr != "10.0.0.1:6380" || cfg.Admission.MaxWait != 45*time.Second || cfg.Pools.Short.MaxConcurrency != 7 ||
+		strings.Join(cfg.Pools.Long.Endpoints, "|") != "http://a:1|http://b:2" || cfg.API.EmbeddedWorker {
+		t.Fatalf("overrides not applied: %+v", cfg)
+	}
+}
+
+func TestEnvErrorsNameTheVariable(t *testing.T) {
+	for env, want := range map[string]string{
+		"SLUICE_REDIS_ADR=x":                   "SLUICE_REDIS_ADR: unknown setting",
+		"SLUICE_ADMISSION_MAX_WAIT=ten":        "SLUICE_ADMISSION_MAX_WAIT: want a duration",
+		"SLUICE_POOLS_SHORT_MAX_CONCURRENCY=x": "SLUICE_POOLS_SHORT_MAX_CONCURRENCY: want an integer",
+		"SLUICE_API_EMBEDDED_WORKER=maybe":     "SLUICE_API_EMBEDDED_WORKER: want true or false",
+		"SLUICE_POOLS_SHORT_MAX_CONCURRENCY=0": "pools.short.max_concurrency: must be > 0",
+	} {
+		_, err := Load("", []string{env})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want it to contain %q", env, err, want)
+		}
+	}
+}
+
+// One fixture per failure, each with the message a user sees.
+func TestBadConfigFixtures(t *testing.T) {
+	want := map[string]string{
+		"unknown_field.yaml":               "field adr not found",
+		"zero_concurrency.yaml":            "pools.short.max_concurrency: must be > 0, got 0",
+		"bad_endpoint.yaml":                `pools.long.endpoints[0]: must be an http(s) URL, got "127.0.0.1:8000"`,
+		"bad_duration.yaml":                "line 2: cannot unmarshal !!str `soon` into time.Duration",
+		"subsecond_recheck.yaml":           "admission.recheck_interval: must be at least 1s",
+		"unknown_default_kb.yaml":          `retrieval.default_kb: names unknown knowledge base "nope"`,
+		"kb_both_sources.yaml":             "retrieval.knowledge_bases[0]: set exactly one of builtin or dir",
+		"no_keys_no_anonymous.yaml":        "auth.api_keys: must not be empty when auth.allow_anonymous is false",
+		"bad_encoding.yaml":                `routing.encoding: must be cl100k_base or o200k_base, got "gpt2"`,
+		"threshold_above_short_limit.yaml": "routing.short_threshold_tokens: must not exceed pools.short.max_prompt_tokens (512)",
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(want) {
+		t.Fatalf("%d fixtures, %d expectations", len(files), len(want))
+	}
+	for _, f := range files {
+		msg, ok := want[filepath.Base(f)]
+		if !ok {
+			t.Errorf("fixture %s has no expected message", f)
+			continue
+		}
+		_, err := Load(f, nil)
+		if err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%s: error %v, want it to contain %q", filepath.Base(f), err, msg)
+		}
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"), nil)
+	if err == nil || !os.IsNotExist(unwrapAll(err)) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func unwrapAll(err error) error {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return err
+		}
+		err = u.Unwrap()
+	}
+}
