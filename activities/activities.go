@@ -86,7 +86,9 @@ func (a *Activities) logger(ctx context.Context, requestID string) *slog.Logger 
 	return a.Logger.With("requestID", requestID)
 }
 
-func (a *Activities) stopKey(requestID string) string { return a.Options.KeyPrefix + "stop:" + requestID }
+func (a *Activities) stopKey(requestID string) string {
+	return a.Options.KeyPrefix + "stop:" + requestID
+}
 
 // EmbedQuery looks the query's embedding up in the L1 cache, computing and
 // storing it on a miss.

@@ -122,8 +122,8 @@ type LLMOutput struct {
 	FinishReason string
 	// Sources are the documents whose chunks were in the prompt; ContextShed
 	// counts chunks dropped so the prompt fit the pool.
-	Sources     []string
-	ContextShed int
+	Sources      []string
+	ContextShed  int
 	FirstTokenMs int64
 	Ms           int64
 }
