@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -82,7 +83,7 @@ type Options struct {
 	StopFlagTTL time.Duration
 }
 
-func (a *Activities) logger(ctx context.Context, requestID string) *slog.Logger {
+func (a *Activities) logger(requestID string) *slog.Logger {
 	return a.Logger.With("requestID", requestID)
 }
 
@@ -128,8 +129,12 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	}
 	if len(res.Woken) > 0 {
 		if err := admission.Wake(ctx, a.Gate, a.Notifier, out.Pool, res.Woken); err != nil {
-			a.logger(ctx, in.RequestID).Warn("wake granted waiters", "err", err)
+			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
 		}
+	}
+	if res.Status == admission.Gone {
+		// Only a call racing the request's own finalize gets here.
+		return out, temporal.NewNonRetryableApplicationError("request already released its admission", ErrTypeCancelled, nil)
 	}
 	out.Seq = res.Seq
 	out.Granted = res.Status == admission.Granted
@@ -221,7 +226,7 @@ var errStopped = errors.New("stream stopped by request")
 // a model cannot resume mid-answer and the client already has a prefix.
 func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	start := time.Now()
-	log := a.logger(ctx, in.RequestID)
+	log := a.logger(in.RequestID)
 	if activity.HasHeartbeatDetails(ctx) {
 		var p streamProgress
 		if err := activity.GetHeartbeatDetails(ctx, &p); err == nil && p.Tokens > 0 {
@@ -254,36 +259,46 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		return LLMOutput{}, err
 	}
 
-	sctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go a.keepLease(sctx, log, in.Pool, in.RequestID)
-
+	// The permit may have waited through retrieval and rerank, or this
+	// attempt in the task queue; renew it before using it.
+	if held, err := a.Gate.Renew(ctx, in.Pool, in.RequestID); err == nil && !held {
+		log.Warn("permit lease lost before the stream started", "pool", in.Pool)
+	}
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	stopKey := a.stopKey(in.RequestID)
-	n := 0
+	var n atomic.Int64
+	go a.keepAlive(sctx, stop, log, in, stopKey, &n)
+
 	var firstToken time.Duration
 	res, err := pool.Streamer.Stream(sctx, llm.Request{Model: pool.Model, Messages: msgs, MaxTokens: in.MaxTokens}, func(text string) error {
-		if n == 0 {
+		i := int(n.Load())
+		if i == 0 {
 			firstToken = time.Since(start)
 		}
-		stopped, err := a.writeToken(sctx, in.RequestID, n, text, stopKey)
+		stopped, err := a.writeToken(sctx, in.RequestID, i, text, stopKey)
 		if err != nil {
 			return err
 		}
-		n++
-		activity.RecordHeartbeat(ctx, streamProgress{Tokens: n})
+		n.Add(1)
+		activity.RecordHeartbeat(ctx, streamProgress{Tokens: i + 1})
 		if stopped {
 			return errStopped
 		}
 		return nil
 	})
+	if err != nil && errors.Is(context.Cause(sctx), errStopped) {
+		err = errStopped
+	}
+	tokens := int(n.Load())
 	switch {
 	case errors.Is(err, errStopped):
 		return LLMOutput{}, temporal.NewNonRetryableApplicationError("stream stopped: request cancelled", ErrTypeCancelled, nil)
 	case ctx.Err() != nil:
 		// Temporal cancelled the activity (or it timed out).
 		return LLMOutput{}, ctx.Err()
-	case err != nil && n > 0:
-		log.Warn("llm stream broke mid-answer", "tokens", n, "err", err)
+	case err != nil && tokens > 0:
+		log.Warn("llm stream broke mid-answer", "tokens", tokens, "err", err)
 		return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
 	case err != nil && llm.IsRetryable(err):
 		return LLMOutput{}, temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBackend, err)
@@ -303,7 +318,7 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		if promptTokens == 0 {
 			promptTokens = a.Prompts.Count(msgs)
 		}
-		usage = events.Usage{PromptTokens: promptTokens, CompletionTokens: n}
+		usage = events.Usage{PromptTokens: promptTokens, CompletionTokens: tokens}
 	}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
 	return LLMOutput{
@@ -341,28 +356,43 @@ func (a *Activities) writeToken(ctx context.Context, requestID string, index int
 	return stop.Val() == 1, nil
 }
 
-// keepLease renews the permit at a third of its lease until ctx ends.
-func (a *Activities) keepLease(ctx context.Context, log *slog.Logger, pool, requestID string) {
-	t := time.NewTicker(a.Gate.Lease() / 3)
+// keepAlive runs beside the stream: it heartbeats (so a slow first token
+// is not mistaken for a lost worker, and so Temporal can deliver a
+// cancellation), checks the stop flag between tokens too, and renews the
+// permit's lease at a third of its length.
+func (a *Activities) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log *slog.Logger, in LLMInput, stopKey string, n *atomic.Int64) {
+	const tick = time.Second
+	t := time.NewTicker(tick)
 	defer t.Stop()
+	renewEvery := max(a.Gate.Lease()/3, tick)
+	lastRenew := time.Now()
 	warned := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			held, err := a.Gate.Renew(ctx, pool, requestID)
-			if err != nil && ctx.Err() == nil {
-				log.Warn("renew permit lease", "err", err)
-			}
-			if err == nil && !held && !warned {
-				// The lease ran out (e.g. Redis was unreachable for a
-				// whole lease). Cutting the answer off would hurt the
-				// user more than a briefly exceeded limit, so the stream
-				// goes on; the limit heals when it ends.
-				log.Warn("permit lease lost while streaming", "pool", pool)
-				warned = true
-			}
+		}
+		activity.RecordHeartbeat(ctx, streamProgress{Tokens: int(n.Load())})
+		if stopped, err := a.Redis.Exists(ctx, stopKey).Result(); err == nil && stopped == 1 {
+			stop(errStopped)
+			return
+		}
+		if time.Since(lastRenew) < renewEvery {
+			continue
+		}
+		lastRenew = time.Now()
+		held, err := a.Gate.Renew(ctx, in.Pool, in.RequestID)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("renew permit lease", "err", err)
+		}
+		if err == nil && !held && !warned {
+			// The lease ran out (e.g. Redis was unreachable for a whole
+			// lease). Cutting the answer off would hurt the user more than
+			// a briefly exceeded limit, so the stream goes on; the limit
+			// heals when it ends.
+			log.Warn("permit lease lost while streaming", "pool", in.Pool)
+			warned = true
 		}
 	}
 }
@@ -384,13 +414,20 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) error {
 			return err
 		}
 	}
-	if in.Pool != "" {
-		rel, err := a.Gate.Release(ctx, in.Pool, in.RequestID)
+	var pools []string
+	switch {
+	case in.AllPools:
+		pools = a.Gate.Pools()
+	case in.Pool != "":
+		pools = []string{in.Pool}
+	}
+	for _, pool := range pools {
+		rel, err := a.Gate.Release(ctx, pool, in.RequestID)
 		if err != nil {
 			return err
 		}
-		if err := admission.Wake(ctx, a.Gate, a.Notifier, in.Pool, rel.Woken); err != nil {
-			a.logger(ctx, in.RequestID).Warn("wake granted waiters", "err", err)
+		if err := admission.Wake(ctx, a.Gate, a.Notifier, pool, rel.Woken); err != nil {
+			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
 		}
 	}
 	var data any = in.Failure

@@ -132,8 +132,11 @@ type LLMOutput struct {
 // write its terminal event.
 type FinalizeInput struct {
 	RequestID string
-	// Pool is empty if admission never ran.
-	Pool string
+	// Pool is the pool admission used; empty with AllPools when admission
+	// began but its answer never came back (it may still have taken a
+	// permit or place somewhere), and empty alone when it never ran.
+	Pool     string
+	AllPools bool
 	// EventType is events.TypeDone, TypeRejected or TypeError.
 	EventType string
 	Done      *events.Done

@@ -93,6 +93,7 @@ func TestBadChatInputIsRefusedBeforeAnythingStarts(t *testing.T) {
 		{"not an object", `["hi"]`, "application/json", "Bearer k-acme", 400, "bad_json"},
 		{"empty body", ``, "application/json", "Bearer k-acme", 400, "bad_json"},
 		{"trailing data", `{"query":"hi"} {"x":1}`, "application/json", "Bearer k-acme", 400, "bad_json"},
+		{"trailing bracket", `{"query":"hi"}]`, "application/json", "Bearer k-acme", 400, "bad_json"},
 		{"unknown field", `{"query":"hi","max_token":5}`, "application/json", "Bearer k-acme", 400, "bad_json"},
 		{"wrong type", `{"query": 42}`, "application/json", "Bearer k-acme", 400, "bad_json"},
 		{"empty query", `{"query":"   "}`, "application/json", "Bearer k-acme", 400, "empty_query"},

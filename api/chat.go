@@ -94,7 +94,7 @@ func (s *Server) decodeJSON(c echo.Context, dst any) error {
 	if err := dec.Decode(dst); err != nil {
 		return badRequest("bad_json", "malformed JSON: %v", err)
 	}
-	if dec.More() {
+	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 {
 		return badRequest("bad_json", "unexpected data after the JSON object")
 	}
 	return nil
@@ -207,6 +207,11 @@ func (s *Server) startChat(ctx context.Context, id string, who caller, req chatR
 	if cfg.Temporal.SearchAttributes {
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(workflows.SearchTenant.ValueSet(who.Tenant))
 	}
-	_, err := s.temporal.ExecuteWorkflow(ctx, opts, workflows.ChatWorkflowName, in)
+	// Not the request's context: a client that leaves mid-call must not
+	// leave a started workflow we believe failed. If it left, streaming
+	// notices at once and detaches.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, err := s.temporal.ExecuteWorkflow(sctx, opts, workflows.ChatWorkflowName, in)
 	return err
 }

@@ -29,11 +29,21 @@ func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger, rea
 	if err != nil {
 		return err
 	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return hub.Run(ctx) })
+	// Shutdown order matters: stop taking requests and end open streams
+	// (clients resume elsewhere with Last-Event-ID; their requests go on),
+	// then stop the hub, then the worker, which lets running activities
+	// finish. So the hub and worker get contexts of their own.
+	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
+	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return hub.Run(hubCtx) })
 	if cfg.API.EmbeddedWorker {
-		g.Go(func() error { return rt.Run(ctx) })
+		g.Go(func() error { return rt.Run(workerCtx) })
 	}
-	g.Go(func() error { return srv.Run(ctx, ready) })
+	g.Go(func() error {
+		defer stopWorker()
+		defer stopHub()
+		return srv.Run(gctx, ready, stopHub)
+	})
 	return g.Wait()
 }

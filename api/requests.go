@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -12,10 +13,28 @@ import (
 	"github.com/sluice-dev/sluice/workflows"
 )
 
-func (s *Server) requestID(c echo.Context) (string, error) {
+var errNoRequest = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such request (unknown, expired, or not yours)"}
+
+// ownRequest authenticates the caller and checks that the request in the
+// path is theirs. Another tenant's request is reported as not found, so
+// ids reveal nothing. Requests are known while their event stream lives
+// (events.ttl).
+func (s *Server) ownRequest(c echo.Context) (string, error) {
+	who, err := s.authenticate(c)
+	if err != nil {
+		return "", err
+	}
 	id := c.Param("id")
 	if !requestIDPattern.MatchString(id) {
 		return "", badRequest("bad_request_id", "request id must look like chat-<ULID>")
+	}
+	first, ok, err := s.events.First(c.Request().Context(), id)
+	if err != nil {
+		return "", unavailable("event store unavailable")
+	}
+	var acc events.Accepted
+	if !ok || first.Type != events.TypeAccepted || json.Unmarshal(first.Data, &acc) != nil || acc.Tenant != who.Tenant {
+		return "", errNoRequest
 	}
 	return id, nil
 }
@@ -32,7 +51,7 @@ type requestView struct {
 }
 
 func (s *Server) getRequest(c echo.Context) error {
-	id, err := s.requestID(c)
+	id, err := s.ownRequest(c)
 	if err != nil {
 		return err
 	}
@@ -40,9 +59,9 @@ func (s *Server) getRequest(c echo.Context) error {
 	desc, err := s.temporal.DescribeWorkflowExecution(ctx, workflows.ChatWorkflowID(id), "")
 	if err != nil {
 		if isNotFound(err) {
-			return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such request"}
+			return errNoRequest
 		}
-		return err
+		return unavailable("workflow service unavailable")
 	}
 	info := desc.GetWorkflowExecutionInfo()
 	view := requestView{
@@ -100,26 +119,28 @@ func statusName(st enums.WorkflowExecutionStatus) string {
 // getEvents resumes a request's stream after Last-Event-ID (header, or the
 // last_event_id query parameter for clients that cannot set headers).
 func (s *Server) getEvents(c echo.Context) error {
-	id, err := s.requestID(c)
-	if err != nil {
-		return err
-	}
 	after := c.Request().Header.Get("Last-Event-ID")
 	if after == "" {
 		after = c.QueryParam("last_event_id")
 	}
 	if after == "" {
-		after = "0"
+		after = "0-0"
 	} else if !events.ValidID(after) {
 		return badRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
 	}
-	ctx := c.Request().Context()
-	ok, err := s.events.Exists(ctx, id)
+	id, err := s.ownRequest(c)
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no events for this request (unknown or expired)"}
+	ctx := c.Request().Context()
+	last, ok, err := s.events.Last(ctx, id)
+	if err != nil {
+		return unavailable("event store unavailable")
+	}
+	if ok && events.Terminal(last.Type) && events.CompareIDs(after, last.ID) >= 0 {
+		// The client already has the final event (an EventSource
+		// reconnects after every close); 204 tells it to stop.
+		return c.NoContent(http.StatusNoContent)
 	}
 	sub, err := s.hub.Subscribe(ctx, id, after)
 	if err != nil {
@@ -134,7 +155,7 @@ func (s *Server) getEvents(c echo.Context) error {
 }
 
 func (s *Server) deleteRequest(c echo.Context) error {
-	id, err := s.requestID(c)
+	id, err := s.ownRequest(c)
 	if err != nil {
 		return err
 	}
@@ -142,13 +163,10 @@ func (s *Server) deleteRequest(c echo.Context) error {
 	err = s.temporal.SignalWorkflow(ctx, workflows.ChatWorkflowID(id), "", workflows.SignalCancel, workflows.CancelSignal{Reason: "client_request"})
 	if err != nil {
 		if !isNotFound(err) {
-			return err
+			return unavailable("workflow service unavailable")
 		}
-		// Not running: either finished or never existed.
-		if _, derr := s.temporal.DescribeWorkflowExecution(ctx, workflows.ChatWorkflowID(id), ""); derr == nil {
-			return &apiError{Status: http.StatusConflict, Code: "already_finished", Message: "the request has already finished"}
-		}
-		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such request"}
+		// Its events exist, so it ran: it has finished.
+		return &apiError{Status: http.StatusConflict, Code: "already_finished", Message: "the request has already finished"}
 	}
 	return c.JSON(http.StatusAccepted, map[string]string{"request_id": id, "status": "cancelling"})
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -36,6 +37,9 @@ type Server struct {
 	kbs      map[string]bool
 	keys     map[string]config.APIKey
 	logger   *slog.Logger
+	// draining is set when the process shuts down: streams then end
+	// without detaching, so their requests carry on.
+	draining atomic.Bool
 }
 
 // Options are the Server's dependencies.
@@ -87,9 +91,11 @@ func New(opts Options) (*Server, error) {
 // Handler returns the HTTP handler, for tests and embedding.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Run serves on cfg.API.Addr until ctx ends, then shuts down gracefully.
-// ready, if not nil, receives the bound address once listening.
-func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
+// Run serves on cfg.API.Addr until ctx ends, then shuts down gracefully:
+// it stops accepting, calls endStreams (which should close the event hub,
+// ending open SSE streams) and waits up to api.shutdown_timeout for
+// handlers. ready, if not nil, receives the bound address once listening.
+func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams func()) error {
 	ln, err := net.Listen("tcp", s.cfg.API.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.API.Addr, err)
@@ -104,6 +110,10 @@ func (s *Server) Run(ctx context.Context, ready func(addr string)) error {
 	case err := <-errCh:
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	if endStreams != nil {
+		endStreams()
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.API.ShutdownTimeout)
 	defer cancel()

@@ -85,6 +85,9 @@ func (s *Server) stream(c echo.Context, sub *events.Subscription, id string) err
 				s.detach(id)
 				return nil
 			}
+			if len(evs) == 0 {
+				continue
+			}
 			for _, ev := range evs {
 				if err := writeEvent(w, ev); err != nil {
 					s.detach(id)
@@ -153,6 +156,10 @@ func (s *Server) endedSilently(ctx context.Context, id string) bool {
 	if desc.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return false
 	}
+	if last, ok, err := s.events.Last(ctx, id); err != nil || (ok && events.Terminal(last.Type)) {
+		// Unknown, or it did end properly and this reader is past the end.
+		return err == nil
+	}
 	_, err = s.events.Append(ctx, id, events.TypeError, events.Failure{
 		Reason: workflows.ReasonInternal, Message: "The request ended without an answer.",
 	})
@@ -162,6 +169,11 @@ func (s *Server) endedSilently(ctx context.Context, id string) bool {
 // detach tells the workflow that a reader left. It must outlive the
 // request's context, which is already cancelled.
 func (s *Server) detach(id string) {
+	if s.draining.Load() {
+		// The process is going away, not the client: it will resume
+		// against another instance.
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := s.temporal.SignalWorkflow(ctx, workflows.ChatWorkflowID(id), "", workflows.SignalDetach, workflows.AttachSignal{})

@@ -45,8 +45,11 @@ type chat struct {
 	llmRunning bool
 
 	admittedCh workflow.ReceiveChannel
-	// pool is set once a permit or queue place may be held.
-	pool    string
+	// pool is set once admission answered; admitting is true from the first
+	// admission call on, so that finalize releases even if that call's
+	// answer was lost (cancelled or failed after it took a permit).
+	pool      string
+	admitting bool
 	result  ChatResult
 	failure *events.Failure
 }
@@ -222,6 +225,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	sctx := localCtx(w.stageCtx)
 	start := workflow.Now(ctx)
 	var adm activities.AdmitOutput
+	w.admitting = true
 	if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
 	}).Get(sctx, &adm); err != nil {
@@ -355,7 +359,10 @@ func (w *chat) finalize(ctx workflow.Context) {
 		w.cancelled()
 	}
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	in := activities.FinalizeInput{RequestID: w.in.RequestID, Pool: w.pool, StopStream: w.cancelReason != ""}
+	in := activities.FinalizeInput{
+		RequestID: w.in.RequestID, Pool: w.pool, AllPools: w.admitting && w.pool == "",
+		StopStream: w.cancelReason != "",
+	}
 	w.result.Timings = w.status.Timings
 	switch w.result.Outcome {
 	case OutcomeDone:
@@ -390,6 +397,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 	w.status.Outcome = w.result.Outcome
 	w.status.Reason = w.result.Reason
 	w.status.Position = 0
+	w.status.EstimatedWaitMs = 0
 	w.upsert(ctx, SearchOutcome.ValueSet(w.result.Outcome))
 	w.logger.Info("request finished", "outcome", w.result.Outcome, "reason", w.result.Reason, "route", w.result.Route)
 }

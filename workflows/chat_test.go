@@ -356,6 +356,28 @@ func (s *chatSuite) TestLocalActivityFailureFailsRequestAndReleases() {
 	s.Equal(events.TypeError, f.EventType)
 }
 
+// If the first admission call fails after it may have taken a permit, the
+// pool is unknown: finalize must release in every pool.
+func (s *chatSuite) TestAdmitFailureReleasesEverywhere() {
+	s.mockEmbed()
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(activities.AdmitOutput{}, errors.New("redis timeout after EVALSHA"))
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(OutcomeFailed, r.Outcome)
+	f := s.onlyFinalize()
+	s.Empty(f.Pool)
+	s.True(f.AllPools)
+}
+
+func (s *chatSuite) TestEmbedFailureReleasesNothing() {
+	s.env.OnActivity(a.EmbedQuery, mock.Anything, mock.Anything).Return(activities.EmbedOutput{}, errors.New("boom"))
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	f := s.onlyFinalize()
+	s.Empty(f.Pool)
+	s.False(f.AllPools, "admission never ran")
+	s.Equal(events.TypeError, f.EventType)
+}
+
 func (s *chatSuite) TestDetachedClientCancelsAfterGrace() {
 	s.mockEmbed()
 	s.mockAdmit(queued, &queued)

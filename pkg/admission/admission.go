@@ -51,6 +51,9 @@ const (
 	Queued Status = 2
 	// Full: the queue is at its depth cap; the request was not queued.
 	Full Status = 3
+	// Gone: the request already gave back what it held and can never be
+	// admitted again (a late or retried call after its release).
+	Gone Status = 4
 )
 
 func (s Status) String() string {
@@ -61,6 +64,8 @@ func (s Status) String() string {
 		return "queued"
 	case Full:
 		return "full"
+	case Gone:
+		return "gone"
 	}
 	return "unknown"
 }
@@ -75,6 +80,7 @@ type Gate struct {
 	maxDepth int
 	limits   map[string]int
 	alpha    float64
+	tombTTL  time.Duration
 }
 
 // Options configures a Gate.
@@ -92,6 +98,10 @@ type Options struct {
 	// Limits is each pool's default permit count; a run-time override set
 	// with SetLimit wins.
 	Limits map[string]int
+	// TombstoneTTL is how long a released request id stays refused by
+	// Enqueue. It must outlast any call that can still arrive for it.
+	// Default 10 minutes.
+	TombstoneTTL time.Duration
 }
 
 // Client is the part of go-redis the gate needs; *redis.Client,
@@ -111,9 +121,12 @@ func New(rdb Client, opts Options) (*Gate, error) {
 			return nil, fmt.Errorf("admission: pool %q limit must be > 0, got %d", pool, n)
 		}
 	}
+	if opts.TombstoneTTL <= 0 {
+		opts.TombstoneTTL = 10 * time.Minute
+	}
 	return &Gate{
 		rdb: rdb, cmd: rdb, prefix: opts.KeyPrefix, lease: opts.Lease, aliveTTL: opts.WaiterTTL,
-		maxDepth: opts.MaxQueueDepth, limits: opts.Limits, alpha: 0.2,
+		maxDepth: opts.MaxQueueDepth, limits: opts.Limits, alpha: 0.2, tombTTL: opts.TombstoneTTL,
 	}, nil
 }
 
@@ -121,7 +134,7 @@ func New(rdb Client, opts Options) (*Gate, error) {
 func (g *Gate) Lease() time.Duration { return g.lease }
 
 type poolKeys struct {
-	permits, grants, queue, seq, stats, alivePrefix string
+	permits, grants, queue, seq, stats, alivePrefix, tombPrefix string
 }
 
 // keys share the hash tag {pool} so that one pool's keys live in one
@@ -130,7 +143,7 @@ func (g *Gate) keys(pool string) poolKeys {
 	base := g.prefix + "adm:{" + pool + "}:"
 	return poolKeys{
 		permits: base + "permits", grants: base + "grants", queue: base + "queue",
-		seq: base + "seq", stats: base + "stats", alivePrefix: base + "alive:",
+		seq: base + "seq", stats: base + "stats", alivePrefix: base + "alive:", tombPrefix: base + "released:",
 	}
 }
 
@@ -184,7 +197,7 @@ func (g *Gate) Enqueue(ctx context.Context, pool, requestID string, seq int64) (
 	k := g.keys(pool)
 	raw, err := enqueueScript.Run(ctx, g.rdb,
 		[]string{k.permits, k.grants, k.queue, k.seq, k.stats},
-		requestID, limit, g.lease.Milliseconds(), g.maxDepth, g.aliveTTL.Milliseconds(), k.alivePrefix, seq,
+		requestID, limit, g.lease.Milliseconds(), g.maxDepth, g.aliveTTL.Milliseconds(), k.alivePrefix, seq, k.tombPrefix,
 	).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", requestID, pool, err)
@@ -220,6 +233,7 @@ func (g *Gate) Release(ctx context.Context, pool, requestID string) (Released, e
 	raw, err := releaseScript.Run(ctx, g.rdb,
 		[]string{k.permits, k.grants, k.queue, k.stats},
 		requestID, limit, g.lease.Milliseconds(), k.alivePrefix, strconv.FormatFloat(g.alpha, 'f', -1, 64),
+		k.tombPrefix, g.tombTTL.Milliseconds(),
 	).Slice()
 	if err != nil {
 		return Released{}, fmt.Errorf("release %s in pool %s: %w", requestID, pool, err)

@@ -197,6 +197,43 @@ func TestRestoreKeepsPlace(t *testing.T) {
 	}
 }
 
+// After a release, no late or retried Enqueue can take the request back
+// in: it would hold a permit or place nobody will ever return.
+func TestReleasedRequestCannotReenter(t *testing.T) {
+	g, _ := newGate(t, 1, nil)
+	ctx := context.Background()
+	mustEnqueue(t, g, "h")
+	q := mustEnqueue(t, g, "w")
+	if _, err := g.Release(ctx, "p", "w"); err != nil {
+		t.Fatal(err)
+	}
+	// A stale re-check with the old seq, and a first call that arrives
+	// after the release, both find the tombstone.
+	for _, seq := range []int64{q.Seq, 0} {
+		r, err := g.Enqueue(ctx, "p", "w", seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != Gone {
+			t.Fatalf("enqueue after release (seq %d): %v, want released", seq, r.Status)
+		}
+	}
+	if _, ok, _ := g.Position(ctx, "p", "w"); ok {
+		t.Fatal("released request is queued again")
+	}
+	rel, _ := g.Release(ctx, "p", "h")
+	if len(rel.Woken) != 0 {
+		t.Fatalf("a released request was woken: %v", rel.Woken)
+	}
+	// Releasing a request that was never admitted also blocks it.
+	if _, err := g.Release(ctx, "p", "never"); err != nil {
+		t.Fatal(err)
+	}
+	if r := mustEnqueue(t, g, "never"); r.Status != Gone {
+		t.Fatalf("enqueue after a release-first: %v", r.Status)
+	}
+}
+
 func TestQueueFull(t *testing.T) {
 	g, _ := newGate(t, 1, func(o *Options) { o.MaxQueueDepth = 2 })
 	mustEnqueue(t, g, "h")

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -209,6 +211,20 @@ func (l *Log) After(ctx context.Context, requestID, afterID string, count int64)
 	return decode(msgs), nil
 }
 
+// First returns the oldest event of a request (its accepted event), or
+// ok=false if it has none.
+func (l *Log) First(ctx context.Context, requestID string) (Event, bool, error) {
+	msgs, err := l.rdb.XRangeN(ctx, l.Key(requestID), "-", "+", 1).Result()
+	if err != nil {
+		return Event{}, false, fmt.Errorf("read first event of %s: %w", requestID, err)
+	}
+	evs := decode(msgs)
+	if len(evs) == 0 {
+		return Event{}, false, nil
+	}
+	return evs[0], true, nil
+}
+
 // Last returns the newest event of a request, or ok=false if it has none.
 func (l *Log) Last(ctx context.Context, requestID string) (Event, bool, error) {
 	msgs, err := l.rdb.XRevRangeN(ctx, l.Key(requestID), "+", "-", 1).Result()
@@ -221,6 +237,9 @@ func (l *Log) Last(ctx context.Context, requestID string) (Event, bool, error) {
 	}
 	return evs[0], true, nil
 }
+
+// CompareIDs orders two valid stream IDs: -1, 0 or 1.
+func CompareIDs(a, b string) int { return compareIDs(a, b) }
 
 func decode(msgs []redis.XMessage) []Event {
 	out := make([]Event, 0, len(msgs))
@@ -236,29 +255,18 @@ func decode(msgs []redis.XMessage) []Event {
 // ("<ms>-<seq>"), so that a client's Last-Event-ID can be checked before it
 // reaches Redis.
 func ValidID(s string) bool {
-	ms, seq, ok := cutDash(s)
-	return ok && digits(ms) && digits(seq)
+	ms, seq, ok := strings.Cut(s, "-")
+	return ok && uint64Digits(ms) && uint64Digits(seq)
 }
 
-func cutDash(s string) (string, string, bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '-' {
-			return s[:i], s[i+1:], true
-		}
-	}
-	return "", "", false
-}
-
-func digits(s string) bool {
-	if s == "" || len(s) > 20 {
+// uint64Digits accepts plain decimal digits that fit a uint64, as Redis
+// requires of both parts of a stream ID.
+func uint64Digits(s string) bool {
+	if s == "" || s[0] == '+' {
 		return false
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
 }
 
 // ErrClosed is returned by a Subscription read after the hub stopped.

@@ -174,6 +174,54 @@ func TestHubManyStreams(t *testing.T) {
 	wg.Wait()
 }
 
+// A reader that joins while another reader of the same stream is mid-read
+// must still get every event after its own cursor.
+func TestHubLateSubscriberGetsEverything(t *testing.T) {
+	l, rdb := newLog(t)
+	h := startHub(t, l, rdb)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for trial := 0; trial < 30; trial++ {
+		id := fmt.Sprintf("late%d", trial)
+		first, err := h.Subscribe(ctx, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 40
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; i < n; i++ {
+				_, _ = l.Append(ctx, id, TypeToken, Token{Index: i})
+			}
+		}()
+		// Join while tokens flow, from the very start.
+		time.Sleep(time.Duration(trial%5) * time.Millisecond)
+		late, err := h.Subscribe(ctx, id, "0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []Event
+		for len(got) < n {
+			evs, err := late.Next(ctx)
+			if err != nil {
+				t.Fatalf("trial %d: %v after %d", trial, err, len(got))
+			}
+			got = append(got, evs...)
+		}
+		for i, ev := range got {
+			var tok Token
+			_ = json.Unmarshal(ev.Data, &tok)
+			if tok.Index != i {
+				t.Fatalf("trial %d: event %d has index %d (lost or repeated)", trial, i, tok.Index)
+			}
+		}
+		<-done
+		first.Close()
+		late.Close()
+	}
+}
+
 func TestHubCloseEndsNext(t *testing.T) {
 	l, rdb := newLog(t)
 	h := startHub(t, l, rdb)
@@ -194,7 +242,7 @@ func TestValidIDAndCompare(t *testing.T) {
 			t.Errorf("ValidID(%q) = false", s)
 		}
 	}
-	for _, s := range []string{"", "1", "a-1", "1-", "-1", "1-2-3", "1-2 "} {
+	for _, s := range []string{"", "1", "a-1", "1-", "-1", "1-2-3", "1-2 ", "99999999999999999999-0", "1-+2", "+1-2"} {
 		if ValidID(s) {
 			t.Errorf("ValidID(%q) = true", s)
 		}

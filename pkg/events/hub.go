@@ -44,6 +44,7 @@ type shard struct {
 	wakeKey string
 	mu      sync.Mutex
 	subs    map[string]map[*Subscription]struct{}
+	stopped bool
 }
 
 // NewHub returns a Hub reading streams written through log. Call Run.
@@ -100,7 +101,7 @@ func (h *Hub) runShard(ctx context.Context, s *shard) {
 		wakeCursor, err = h.wake(ctx, s)
 	}
 	for ctx.Err() == nil {
-		streams := s.snapshot(wakeCursor)
+		streams, starts := s.snapshot(wakeCursor)
 		res, err := h.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: h.count, Block: h.block}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
@@ -120,7 +121,7 @@ func (h *Hub) runShard(ctx context.Context, s *shard) {
 				}
 				continue
 			}
-			s.deliver(st.Stream, decode(st.Messages), h.maxBuf)
+			s.deliver(st.Stream, starts[st.Stream], decode(st.Messages), h.maxBuf)
 		}
 	}
 }
@@ -145,6 +146,10 @@ func (h *Hub) Subscribe(ctx context.Context, requestID, afterID string) (*Subscr
 	s := h.shardFor(key)
 	sub := &Subscription{hub: h, shard: s, key: key, cursor: afterID, notify: make(chan struct{}, 1)}
 	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
 	if s.subs[key] == nil {
 		s.subs[key] = map[*Subscription]struct{}{}
 	}
@@ -163,11 +168,14 @@ func (h *Hub) shardFor(key string) *shard {
 	return h.shards[int(f.Sum32()%uint32(len(h.shards)))]
 }
 
-func (s *shard) snapshot(wakeCursor string) []string {
+// snapshot returns the XREAD arguments — each stream read from the lowest
+// cursor of its readers — and that start cursor per stream.
+func (s *shard) snapshot(wakeCursor string) ([]string, map[string]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keys := make([]string, 0, len(s.subs)+1)
 	ids := make([]string, 0, len(s.subs)+1)
+	starts := make(map[string]string, len(s.subs))
 	keys = append(keys, s.wakeKey)
 	ids = append(ids, wakeCursor)
 	for key, subs := range s.subs {
@@ -180,14 +188,22 @@ func (s *shard) snapshot(wakeCursor string) []string {
 		}
 		keys = append(keys, key)
 		ids = append(ids, min)
+		starts[key] = min
 	}
-	return append(keys, ids...)
+	return append(keys, ids...), starts
 }
 
-func (s *shard) deliver(key string, evs []Event, maxBuf int) {
+// deliver hands a batch read from start to the stream's readers. A reader
+// whose cursor is below start joined while the read was in flight: the
+// batch does not cover what it still needs, so it waits for the next read,
+// which starts from its cursor.
+func (s *shard) deliver(key, start string, evs []Event, maxBuf int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for sub := range s.subs[key] {
+		if start == "" || compareIDs(sub.cursorID(), start) < 0 {
+			continue
+		}
 		sub.push(evs, maxBuf)
 	}
 }
@@ -206,6 +222,7 @@ func (s *shard) remove(sub *Subscription) {
 func (s *shard) closeAll(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stopped = true
 	for key, subs := range s.subs {
 		for sub := range subs {
 			sub.fail(err)

@@ -177,6 +177,30 @@ func TestChatStreamsEveryStageThenDone(t *testing.T) {
 		}
 	}
 
+	// Resuming after the final event ends at once: 204, nothing appended.
+	resume, _ := http.NewRequest(http.MethodGet, stack.baseURL+"/v1/requests/"+s.id+"/events", nil)
+	resume.Header.Set("Last-Event-ID", last.ID)
+	if resp, err := http.DefaultClient.Do(resume); err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("resume after done: %v %v", resp, err)
+	}
+	if l, _, _ := lastEvent(s.id); l.ID != last.ID {
+		t.Fatalf("resume after done appended %+v", l)
+	}
+
+	// Another tenant cannot see or cancel it.
+	for _, method := range []string{http.MethodGet, http.MethodDelete} {
+		req, _ := http.NewRequest(method, stack.baseURL+"/v1/requests/"+s.id, nil)
+		req.Header.Set("Authorization", "Bearer k-acme")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("%s by another tenant: %d, want 404", method, resp.StatusCode)
+		}
+	}
+
 	// GET /v1/requests/:id reports the finished request.
 	resp, err := http.Get(stack.baseURL + "/v1/requests/" + s.id)
 	if err != nil {

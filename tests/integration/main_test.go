@@ -88,6 +88,7 @@ func run(m *testing.M) (int, error) {
 	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
 	cfg.Pools.Short.MaxConcurrency = 2
 	cfg.Log.Level = "warn"
+	cfg.Auth.APIKeys = []config.APIKey{{Key: "k-acme", Tenant: "acme", User: "alice"}}
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}

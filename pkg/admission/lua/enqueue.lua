@@ -11,8 +11,11 @@
 -- ARGV[6] liveness key prefix
 -- ARGV[7] arrival seq to restore (0 = new arrival): a waiter whose entry was
 --         dropped as a zombie (e.g. all workers were down) gets its old place
+-- ARGV[8] tombstone key prefix: a request that has released is never
+--         admitted again, so a late or retried call cannot resurrect it
 -- Returns {status, position, seq, limit, ewma_ms, woken ids...}
---   status 1 = holds a permit, 2 = queued at position (1-based), 3 = queue full
+--   status 1 = holds a permit, 2 = queued at position (1-based), 3 = queue
+--   full, 4 = the request already released (nothing was taken)
 --   woken: other waiters granted a permit by this call; the caller must
 --   notify them.
 local permits, grants, queue, seqkey, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -26,6 +29,9 @@ local restore = tonumber(ARGV[7])
 local now = now_ms()
 local limit = pool_limit(stats, ARGV[2])
 local ewma = tonumber(redis.call('HGET', stats, 'ewma_ms') or '0')
+if redis.call('EXISTS', ARGV[8] .. id) == 1 then
+  return {4, 0, 0, limit, ewma}
+end
 expire_permits(permits, grants, now)
 
 if redis.call('ZSCORE', permits, id) then

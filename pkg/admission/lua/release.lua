@@ -7,6 +7,8 @@
 -- ARGV[3] lease ms
 -- ARGV[4] liveness key prefix
 -- ARGV[5] EWMA weight of the newest hold time, e.g. 0.2
+-- ARGV[6] tombstone key prefix
+-- ARGV[7] tombstone ttl ms: how long enqueue refuses this request id
 -- Returns {held_permit (0/1), was_queued (0/1), woken ids...}
 local permits, grants, queue, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
@@ -31,6 +33,7 @@ end
 redis.call('HDEL', grants, id)
 local queued = redis.call('ZREM', queue, id)
 redis.call('DEL', alive_prefix .. id)
+redis.call('SET', ARGV[6] .. id, '1', 'PX', tonumber(ARGV[7]))
 
 local reply = {held, queued}
 for _, g in ipairs(pump(permits, grants, queue, alive_prefix, limit, lease, now)) do

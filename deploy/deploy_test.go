@@ -1,0 +1,1186 @@
+// Package deploy holds Sluice's deployment files: a Dockerfile and a compose
+// stack under docker/, plain Kubernetes manifests under k8s/. Nothing here
+// starts a container; the test below checks the files against the code they
+// deploy (binaries, routes, config, search attributes), so that a renamed
+// flag or a moved package breaks `go test` rather than a deployment.
+package deploy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"go/build"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+const (
+	dockerfilePath = "docker/Dockerfile"
+	composePath    = "docker/docker-compose.yaml"
+	k8sDir         = "k8s"
+)
+
+// The three binaries the image must hold, by the name of their main package
+// directory (which `go build -o dir/` uses as the file name).
+var wantBinaries = []string{"llmsim", "sluice-api", "sluice-worker"}
+
+// Dynamic config the Temporal server needs for eager start (see
+// config.Temporal.EagerStart and deploy/dev/run.sh).
+var wantDynamicConfig = []string{
+	"system.enableEagerWorkflowStart=true",
+	"system.enableActivityEagerExecution=true",
+}
+
+func TestDockerfile(t *testing.T) {
+	df := parseDockerfile(t)
+	if len(df.stages) < 2 {
+		t.Fatalf("%s: want a multi-stage build, got %d stage(s)", dockerfilePath, len(df.stages))
+	}
+	if from := df.stages[0].from; !strings.HasPrefix(from, "golang:1.26") {
+		t.Errorf("%s: builder stage is FROM %s, want golang:1.26 (go.mod's toolchain)", dockerfilePath, from)
+	}
+	final := df.stages[len(df.stages)-1]
+	if final.user == "" || final.user == "root" || strings.HasPrefix(final.user, "0:") || final.user == "0" {
+		t.Errorf("%s: runtime stage runs as %q, want a non-root USER", dockerfilePath, final.user)
+	}
+	for _, bin := range wantBinaries {
+		if !slices.Contains(final.copied, bin) {
+			t.Errorf("%s: runtime stage does not COPY %s from the build stage", dockerfilePath, bin)
+		}
+	}
+	if len(final.cmd) == 0 || !slices.Contains(wantBinaries, final.cmd[0]) {
+		t.Errorf("%s: CMD %q does not name one of %v", dockerfilePath, final.cmd, wantBinaries)
+	}
+	for _, env := range final.env {
+		// An ENV SLUICE_* would beat every mounted config file.
+		if strings.HasPrefix(env, config.EnvPrefix) {
+			t.Errorf("%s: runtime stage sets %s; SLUICE_* overrides belong in compose or k8s", dockerfilePath, env)
+		}
+	}
+}
+
+// dockerBinaries returns the binaries the Dockerfile builds, after checking
+// that each go build target is a main package of this repository.
+func dockerBinaries(t *testing.T) []string {
+	t.Helper()
+	df := parseDockerfile(t)
+	root := repoRoot(t)
+	var bins []string
+	for _, target := range df.buildTargets {
+		dir := filepath.Join(root, filepath.FromSlash(target))
+		pkg, err := build.ImportDir(dir, 0)
+		if err != nil {
+			t.Errorf("%s: go build target %s: %v", dockerfilePath, target, err)
+			continue
+		}
+		if pkg.Name != "main" {
+			t.Errorf("%s: go build target %s is package %s, not a command", dockerfilePath, target, pkg.Name)
+			continue
+		}
+		bins = append(bins, filepath.Base(dir))
+	}
+	sort.Strings(bins)
+	if !slices.Equal(bins, wantBinaries) {
+		t.Fatalf("%s builds %v, want %v", dockerfilePath, bins, wantBinaries)
+	}
+	return bins
+}
+
+func TestCompose(t *testing.T) {
+	bins := dockerBinaries(t)
+	cf := loadCompose(t)
+
+	for _, name := range []string{"temporal", "redis", "llmsim", "sluice-worker", "sluice-api"} {
+		if _, ok := cf.Services[name]; !ok {
+			t.Errorf("%s: no service %q", composePath, name)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	for name, svc := range cf.Services {
+		for dep, cond := range svc.DependsOn {
+			target, ok := cf.Services[dep]
+			if !ok {
+				t.Errorf("%s: %s depends on unknown service %q", composePath, name, dep)
+				continue
+			}
+			if cond == "service_healthy" && target.Healthcheck == nil {
+				t.Errorf("%s: %s waits for %s to be healthy, but %s has no healthcheck", composePath, name, dep, dep)
+			}
+		}
+		if svc.Build != nil {
+			df := filepath.Join(filepath.Dir(composePath), svc.Build.Context, svc.Build.Dockerfile)
+			if filepath.Clean(df) != filepath.Clean(filepath.Join("..", "deploy", dockerfilePath)) {
+				t.Errorf("%s: %s builds %s, want deploy/%s", composePath, name, df, dockerfilePath)
+			}
+			if len(svc.Command) == 0 || !slices.Contains(bins, svc.Command[0]) {
+				t.Errorf("%s: %s runs %q, want one of the image's binaries %v", composePath, name, svc.Command, bins)
+			}
+		}
+		for _, ref := range envReferences(svc.Environment) {
+			if _, ok := cf.Services[ref.host]; !ok {
+				t.Errorf("%s: %s: %s=%s names host %q, which is no service", composePath, name, ref.key, svc.Environment[ref.key], ref.host)
+			}
+		}
+	}
+	for _, name := range []string{"temporal", "redis", "llmsim", "sluice-api"} {
+		if cf.Services[name].Healthcheck == nil {
+			t.Errorf("%s: %s has no healthcheck", composePath, name)
+		}
+	}
+
+	checkComposeTemporal(t, cf.Services["temporal"])
+
+	// Where each service listens inside its container.
+	ports := map[string]string{
+		"temporal": flagValue(cf.Services["temporal"].Command, "--port", "7233"),
+		"redis":    flagValue(cf.Services["redis"].Command, "--port", "6379"),
+	}
+	simAddr := flagValue(cf.Services["llmsim"].Command, "-addr", llmsimDefaultAddr(t))
+	ports["llmsim"] = checkListenAddr(t, "compose llmsim -addr", simAddr)
+	checkHealthcheckURL(t, "llmsim", cf.Services["llmsim"], ports["llmsim"])
+
+	for _, name := range []string{"sluice-api", "sluice-worker"} {
+		cfg, err := config.Load("", cf.Services[name].Environment.environ())
+		if err != nil {
+			t.Errorf("%s: %s's environment does not load: %v", composePath, name, err)
+			continue
+		}
+		checkDependencies(t, composePath+": "+name, cfg, false, func(host string) (string, bool) {
+			port, ok := ports[host]
+			return port, ok
+		})
+		if name == "sluice-api" {
+			apiPort := checkListenAddr(t, "compose sluice-api api.addr", cfg.API.Addr)
+			if apiPort != "8080" {
+				t.Errorf("%s: sluice-api listens on %s, want 8080", composePath, apiPort)
+			}
+			checkHealthcheckURL(t, name, cf.Services[name], apiPort)
+			if !slices.Contains(publishedPorts(cf.Services[name]), apiPort+":"+apiPort) {
+				t.Errorf("%s: sluice-api listens on %s but publishes %v, want %s:%s", composePath, apiPort, cf.Services[name].Ports, apiPort, apiPort)
+			}
+		}
+	}
+	for _, p := range []string{"7233:7233", "8233:8233"} {
+		if !slices.Contains(publishedPorts(cf.Services["temporal"]), p) {
+			t.Errorf("%s: temporal does not publish %s", composePath, p)
+		}
+	}
+}
+
+// checkComposeTemporal checks that the dev server listens beyond loopback
+// and carries the dynamic config and search attributes Sluice relies on.
+func checkComposeTemporal(t *testing.T, svc composeService) {
+	t.Helper()
+	cmd := svc.Command
+	if !strings.HasPrefix(svc.Image, "temporalio/") {
+		t.Errorf("%s: temporal image %q is not an official temporalio image", composePath, svc.Image)
+	}
+	if len(cmd) < 2 || cmd[0] != "server" || cmd[1] != "start-dev" {
+		t.Errorf("%s: temporal command %q does not start with `server start-dev`", composePath, cmd)
+	}
+	if ip := flagValue(cmd, "--ip", ""); ip != "0.0.0.0" {
+		t.Errorf("%s: temporal --ip is %q, want 0.0.0.0 (other containers cannot reach loopback)", composePath, ip)
+	}
+	dyn := flagValues(cmd, "--dynamic-config-value")
+	for _, want := range wantDynamicConfig {
+		if !slices.Contains(dyn, want) {
+			t.Errorf("%s: temporal lacks --dynamic-config-value %s", composePath, want)
+		}
+	}
+	attrs := map[string]string{}
+	for _, v := range flagValues(cmd, "--search-attribute") {
+		name, typ, _ := strings.Cut(v, "=")
+		attrs[name] = typ
+	}
+	for _, name := range workflows.SearchAttributeNames {
+		if typ := attrs[name]; typ != "Keyword" {
+			t.Errorf("%s: temporal registers search attribute %s as %q, want Keyword", composePath, name, typ)
+		}
+		delete(attrs, name)
+	}
+	for name := range attrs {
+		if strings.HasPrefix(name, "Sluice") {
+			t.Errorf("%s: temporal registers %s, which workflows.SearchAttributeNames does not list", composePath, name)
+		}
+	}
+	if hc := svc.Healthcheck; hc != nil {
+		addr := flagValue(hc.Test, "--address", "")
+		if _, port, err := net.SplitHostPort(addr); err != nil || port != flagValue(cmd, "--port", "7233") {
+			t.Errorf("%s: temporal healthcheck --address %q does not match the frontend port", composePath, addr)
+		}
+	}
+}
+
+// checkHealthcheckURL checks that a compose healthcheck asks the service's
+// own port for a route the binary serves.
+func checkHealthcheckURL(t *testing.T, name string, svc composeService, port string) {
+	t.Helper()
+	if svc.Healthcheck == nil {
+		return
+	}
+	var raw string
+	for _, arg := range svc.Healthcheck.Test {
+		if strings.HasPrefix(arg, "http://") {
+			raw = arg
+		}
+	}
+	if raw == "" {
+		t.Errorf("%s: %s healthcheck %q has no http:// URL", composePath, name, svc.Healthcheck.Test)
+		return
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Errorf("%s: %s healthcheck URL: %v", composePath, name, err)
+		return
+	}
+	if u.Port() != port {
+		t.Errorf("%s: %s healthcheck asks port %s, but the service listens on %s", composePath, name, u.Port(), port)
+	}
+	checkRoute(t, composePath+": "+name+" healthcheck", svc.Command[0], u.Path)
+}
+
+func TestComposeConfigWithDocker(t *testing.T) {
+	docker, err := exec.LookPath("docker")
+	if err != nil {
+		t.Skip("no docker binary")
+	}
+	if out, err := exec.Command(docker, "compose", "version").CombinedOutput(); err != nil {
+		t.Skipf("no docker compose plugin (%v): %s", err, firstLine(out))
+	}
+	// `compose config` renders and validates the file against the Compose
+	// schema; it should need no daemon, but skip rather than fail if it does.
+	out, err := exec.Command(docker, "compose", "-f", composePath, "config", "-q").CombinedOutput()
+	if err != nil && strings.Contains(string(out), "Cannot connect to the Docker daemon") {
+		t.Skipf("docker compose config needs a daemon here: %s", firstLine(out))
+	}
+	if err != nil {
+		t.Errorf("docker compose config: %v\n%s", err, out)
+	}
+}
+
+func firstLine(b []byte) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	return line
+}
+
+func TestKubernetes(t *testing.T) {
+	bins := dockerBinaries(t)
+	objs := loadK8s(t)
+
+	var namespaces []string
+	seen := map[string]bool{}
+	for _, o := range objs {
+		if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
+			t.Errorf("%s: a document lacks apiVersion, kind or metadata.name: %+v", o.file, o.k8sHeader)
+			continue
+		}
+		id := o.Kind + "/" + o.Metadata.Name
+		if seen[id] {
+			t.Errorf("%s: %s is defined twice", o.file, id)
+		}
+		seen[id] = true
+		if o.Kind == "Namespace" {
+			namespaces = append(namespaces, o.Metadata.Name)
+		}
+	}
+	if len(namespaces) != 1 {
+		t.Fatalf("%s: want one Namespace, got %v", k8sDir, namespaces)
+	}
+	ns := namespaces[0]
+	for _, o := range objs {
+		// Set on every object, so that `kubectl apply -f` (no kustomize
+		// namespace transformer) lands everything in the same place.
+		if o.Kind != "Namespace" && o.Metadata.Namespace != ns {
+			t.Errorf("%s: %s/%s is in namespace %q, want %q", o.file, o.Kind, o.Metadata.Name, o.Metadata.Namespace, ns)
+		}
+	}
+
+	configMaps := map[string]map[string]string{}
+	deployments := map[string]k8sDeployment{}
+	services := map[string]k8sService{}
+	for _, o := range objs {
+		switch o.Kind {
+		case "ConfigMap":
+			var cm struct {
+				Data map[string]string `yaml:"data"`
+			}
+			o.decode(t, &cm)
+			configMaps[o.Metadata.Name] = cm.Data
+		case "Deployment":
+			var d k8sDeployment
+			o.decode(t, &d)
+			deployments[o.Metadata.Name] = d
+		case "Service":
+			var s k8sService
+			o.decode(t, &s)
+			services[o.Metadata.Name] = s
+		}
+	}
+
+	wantReplicas := map[string]int{"sluice-api": 2, "sluice-worker": 2, "llmsim": 1}
+	for name, want := range wantReplicas {
+		d, ok := deployments[name]
+		if !ok {
+			t.Errorf("%s: no Deployment %s", k8sDir, name)
+			continue
+		}
+		if d.Spec.Replicas == nil {
+			t.Errorf("%s: Deployment %s sets no replicas, want %d", k8sDir, name, want)
+		} else if *d.Spec.Replicas != want {
+			t.Errorf("%s: Deployment %s has %d replicas, want %d", k8sDir, name, *d.Spec.Replicas, want)
+		}
+	}
+	for _, name := range []string{"sluice-api", "llmsim"} {
+		if _, ok := services[name]; !ok {
+			t.Errorf("%s: no Service %s", k8sDir, name)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	image := ""
+	for name, d := range deployments {
+		if len(d.Spec.Selector.MatchLabels) == 0 || !labelsMatch(d.Spec.Selector.MatchLabels, d.Spec.Template.Metadata.Labels) {
+			t.Errorf("Deployment %s: selector %v does not select its own pods %v", name, d.Spec.Selector.MatchLabels, d.Spec.Template.Metadata.Labels)
+		}
+		pod := d.Spec.Template.Spec
+		if len(pod.Containers) != 1 {
+			t.Errorf("Deployment %s: want one container, got %d", name, len(pod.Containers))
+			continue
+		}
+		c := pod.Containers[0]
+		if image == "" {
+			image = c.Image
+		}
+		if c.Image == "" || c.Image != image {
+			t.Errorf("Deployment %s: image %q; all Sluice containers run the one image (%q)", name, c.Image, image)
+		}
+		if len(c.Command) == 0 || !slices.Contains(bins, c.Command[0]) {
+			t.Errorf("Deployment %s: command %q does not name one of the image's binaries %v", name, c.Command, bins)
+			continue
+		}
+		if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" || c.Resources.Limits["memory"] == "" {
+			t.Errorf("Deployment %s: want cpu and memory requests and a memory limit, got %+v", name, c.Resources)
+		}
+		volumes := map[string]k8sVolume{}
+		for _, v := range pod.Volumes {
+			volumes[v.Name] = v
+			if v.ConfigMap != nil {
+				if _, ok := configMaps[v.ConfigMap.Name]; !ok {
+					t.Errorf("Deployment %s: volume %s uses unknown ConfigMap %s", name, v.Name, v.ConfigMap.Name)
+				}
+			}
+		}
+		for _, m := range c.VolumeMounts {
+			if _, ok := volumes[m.Name]; !ok {
+				t.Errorf("Deployment %s: mounts unknown volume %s", name, m.Name)
+			}
+		}
+	}
+
+	// Sluice processes: the mounted ConfigMap must load as-is, and again with
+	// the container's environment (whose names must all be known settings).
+	var apiCfg *config.Config
+	for _, name := range []string{"sluice-api", "sluice-worker"} {
+		d := deployments[name]
+		c := d.Spec.Template.Spec.Containers[0]
+		cfgPath := flagValue(c.Args, "-config", c.envValue(config.EnvPrefix+"CONFIG"))
+		if cfgPath == "" {
+			t.Errorf("Deployment %s: no -config argument or SLUICE_CONFIG", name)
+			continue
+		}
+		data, ok := mountedConfigMapFile(d, configMaps, cfgPath)
+		if !ok {
+			t.Errorf("Deployment %s: -config %s is not a key of a mounted ConfigMap", name, cfgPath)
+			continue
+		}
+		file := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(file, nil)
+		if err != nil {
+			t.Errorf("Deployment %s: the ConfigMap's %s does not load: %v", name, filepath.Base(cfgPath), err)
+			continue
+		}
+		if _, err := config.Load(file, c.environ()); err != nil {
+			t.Errorf("Deployment %s: config with the container's environment does not load: %v", name, err)
+		}
+		checkDependencies(t, "Deployment "+name, cfg, true, func(host string) (string, bool) {
+			svc, ok := services[clusterServiceName(host, ns)]
+			if !ok || len(svc.Spec.Ports) == 0 {
+				return "", false
+			}
+			return fmt.Sprint(svc.Spec.Ports[0].Port), true
+		})
+		if name == "sluice-api" {
+			apiCfg = &cfg
+		}
+	}
+
+	// Without a loaded config the API's port is unknown; the load error
+	// above says why.
+	if apiCfg != nil {
+		api := deployments["sluice-api"].Spec.Template.Spec.Containers[0]
+		apiPort := checkListenAddr(t, "ConfigMap api.addr", apiCfg.API.Addr)
+		if apiPort != "8080" {
+			t.Errorf("ConfigMap api.addr port is %s, want 8080 (the config default and the compose port)", apiPort)
+		}
+		checkProbe(t, "sluice-api readinessProbe", api, api.ReadinessProbe, apiPort, "/readyz")
+		checkProbe(t, "sluice-api livenessProbe", api, api.LivenessProbe, apiPort, "/healthz")
+	}
+
+	sim := deployments["llmsim"].Spec.Template.Spec.Containers[0]
+	simPort := checkListenAddr(t, "llmsim -addr", flagValue(sim.Args, "-addr", llmsimDefaultAddr(t)))
+	if simPort != "8090" {
+		t.Errorf("llmsim listens on %s, want 8090 (the pools' default endpoint port)", simPort)
+	}
+	checkProbe(t, "llmsim readinessProbe", sim, sim.ReadinessProbe, simPort, "")
+	checkProbe(t, "llmsim livenessProbe", sim, sim.LivenessProbe, simPort, "")
+
+	// The worker serves nothing: an HTTP or TCP probe could only ever fail.
+	worker := deployments["sluice-worker"].Spec.Template.Spec.Containers[0]
+	if worker.ReadinessProbe != nil || worker.LivenessProbe != nil || len(worker.Ports) > 0 {
+		t.Errorf("Deployment sluice-worker: the worker has no HTTP server; remove its probes and ports")
+	}
+
+	for name, s := range services {
+		var targets []string
+		for dname, d := range deployments {
+			if len(s.Spec.Selector) > 0 && labelsMatch(s.Spec.Selector, d.Spec.Template.Metadata.Labels) {
+				targets = append(targets, dname)
+			}
+		}
+		if len(targets) != 1 {
+			t.Errorf("Service %s: selector %v matches Deployments %v, want exactly one", name, s.Spec.Selector, targets)
+			continue
+		}
+		c := deployments[targets[0]].Spec.Template.Spec.Containers[0]
+		for _, p := range s.Spec.Ports {
+			if _, ok := c.resolvePort(p.TargetPort); !ok {
+				t.Errorf("Service %s: targetPort %q is no port of container %s", name, p.TargetPort, c.Name)
+			}
+		}
+	}
+}
+
+func TestKustomizeWithKubectl(t *testing.T) {
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("no kubectl binary")
+	}
+	// `kubectl kustomize` builds offline; it proves that `apply -k` sees
+	// the same objects as `apply -f` of each file.
+	out, err := exec.Command(kubectl, "kustomize", k8sDir).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize %s: %v", k8sDir, err)
+	}
+	var built []string
+	dec := yaml.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var h k8sHeader
+		err := dec.Decode(&h)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("parse kubectl kustomize output: %v", err)
+		}
+		built = append(built, h.Kind+"/"+h.Metadata.Namespace+"/"+h.Metadata.Name)
+	}
+	var direct []string
+	for _, o := range loadK8s(t) {
+		direct = append(direct, o.Kind+"/"+o.Metadata.Namespace+"/"+o.Metadata.Name)
+	}
+	sort.Strings(built)
+	sort.Strings(direct)
+	if !slices.Equal(built, direct) {
+		t.Errorf("kubectl kustomize builds %v; the files hold %v", built, direct)
+	}
+}
+
+// checkProbe checks an httpGet probe: it targets the port the process
+// listens on and a route the binary serves (wantPath, if given).
+func checkProbe(t *testing.T, what string, c k8sContainer, p *k8sProbe, listenPort, wantPath string) {
+	t.Helper()
+	if p == nil || p.HTTPGet == nil {
+		t.Errorf("%s: missing (want an httpGet probe)", what)
+		return
+	}
+	if wantPath != "" && p.HTTPGet.Path != wantPath {
+		t.Errorf("%s: path %s, want %s", what, p.HTTPGet.Path, wantPath)
+	}
+	port, ok := c.resolvePort(p.HTTPGet.Port)
+	if !ok || port != listenPort {
+		t.Errorf("%s: port %q resolves to %q, but the process listens on %s", what, p.HTTPGet.Port, port, listenPort)
+	}
+	checkRoute(t, what, c.Command[0], p.HTTPGet.Path)
+}
+
+// checkDependencies checks where cfg points Sluice: never at loopback (in a
+// container that is the container itself, usually a config default left in
+// place), the LLM pools at services of the stack (the simulator) on their
+// port, and Temporal and Redis at services of the stack too unless they are
+// external. port reports a service's port by host name.
+func checkDependencies(t *testing.T, what string, cfg config.Config, externalStores bool, port func(host string) (string, bool)) {
+	t.Helper()
+	type dep struct {
+		field, addr string
+		inStack     bool
+	}
+	deps := []dep{
+		{"temporal.host_port", cfg.Temporal.HostPort, !externalStores},
+		{"redis.addr", cfg.Redis.Addr, !externalStores},
+	}
+	for i, e := range cfg.Pools.Short.Endpoints {
+		deps = append(deps, dep{fmt.Sprintf("pools.short.endpoints[%d]", i), e, true})
+	}
+	for i, e := range cfg.Pools.Long.Endpoints {
+		deps = append(deps, dep{fmt.Sprintf("pools.long.endpoints[%d]", i), e, true})
+	}
+	for _, d := range deps {
+		host, p, err := splitAddr(d.addr)
+		if err != nil {
+			t.Errorf("%s: %s %q: %v", what, d.field, d.addr, err)
+			continue
+		}
+		if isLoopback(host) {
+			t.Errorf("%s: %s is %s, the container itself", what, d.field, d.addr)
+			continue
+		}
+		want, known := port(host)
+		switch {
+		case d.inStack && !known:
+			t.Errorf("%s: %s %s names no service of the stack", what, d.field, d.addr)
+		case !d.inStack && known:
+			t.Errorf("%s: %s %s names a service of this stack, but it is meant to be external", what, d.field, d.addr)
+		case known && p != want:
+			t.Errorf("%s: %s %s uses port %s, but %s listens on %s", what, d.field, d.addr, p, host, want)
+		}
+	}
+}
+
+// checkListenAddr checks that a listen address is reachable from outside
+// its container and returns its port.
+func checkListenAddr(t *testing.T, what, addr string) string {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Errorf("%s %q: %v", what, addr, err)
+		return ""
+	}
+	if host != "" && host != "0.0.0.0" && host != "::" {
+		t.Errorf("%s is %s; in a container listen on 0.0.0.0", what, addr)
+	}
+	return port
+}
+
+// checkRoute checks that binary serves GET path.
+func checkRoute(t *testing.T, what, binary, path string) {
+	t.Helper()
+	switch binary {
+	case "sluice-api":
+		// Building the API server needs live Temporal and Redis clients, so
+		// its routes are read from its Echo registrations instead.
+		if routes := apiGETRoutes(t); !slices.Contains(routes, path) {
+			t.Errorf("%s: sluice-api serves no GET %s (it serves %v)", what, path, routes)
+		}
+	case "llmsim":
+		sim, err := llmsim.New(llmsim.DefaultConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatalf("start llmsim: %v", err)
+		}
+		defer sim.Close()
+		rec := httptest.NewRecorder()
+		sim.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("%s: llmsim answers GET %s with %d, want 200", what, path, rec.Code)
+		}
+	default:
+		t.Errorf("%s: %s serves no HTTP", what, binary)
+	}
+}
+
+var echoGET = regexp.MustCompile(`\.GET\("(/[^"]*)"`)
+
+func apiGETRoutes(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "api", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range echoGET.FindAllStringSubmatch(string(src), -1) {
+			routes = append(routes, m[1])
+		}
+	}
+	return routes
+}
+
+var llmsimAddrFlag = regexp.MustCompile(`fs\.String\("addr", "([^"]+)"`)
+
+// llmsimDefaultAddr reads the default of llmsim's -addr flag from its main.
+func llmsimDefaultAddr(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "pkg", "llmsim", "cmd", "llmsim", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := llmsimAddrFlag.FindStringSubmatch(string(src))
+	if m == nil {
+		t.Fatal("llmsim main.go: cannot find the -addr flag's default")
+	}
+	return m[1]
+}
+
+type dockerfile struct {
+	stages       []dockerStage
+	buildTargets []string
+}
+
+type dockerStage struct {
+	from   string
+	user   string
+	copied []string
+	cmd    []string
+	env    []string
+}
+
+func parseDockerfile(t *testing.T) dockerfile {
+	t.Helper()
+	raw, err := os.ReadFile(dockerfilePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var df dockerfile
+	for _, line := range dockerInstructions(string(raw)) {
+		instr, rest, _ := strings.Cut(line, " ")
+		rest = strings.TrimSpace(rest)
+		var stage *dockerStage
+		if len(df.stages) > 0 {
+			stage = &df.stages[len(df.stages)-1]
+		}
+		switch strings.ToUpper(instr) {
+		case "FROM":
+			df.stages = append(df.stages, dockerStage{from: strings.Fields(rest)[0]})
+		case "USER":
+			stage.user = rest
+		case "ENV":
+			stage.env = append(stage.env, rest)
+		case "CMD":
+			if err := yaml.Unmarshal([]byte(rest), &stage.cmd); err != nil {
+				t.Errorf("%s: CMD %s is not exec (JSON) form: %v", dockerfilePath, rest, err)
+			}
+		case "COPY":
+			if strings.Contains(rest, "--from=") {
+				fields := strings.Fields(rest)
+				for _, src := range fields[1 : len(fields)-1] {
+					if !strings.HasPrefix(src, "--") {
+						stage.copied = append(stage.copied, filepath.Base(src))
+					}
+				}
+			}
+		case "RUN":
+			_, after, ok := strings.Cut(rest, "go build")
+			if !ok {
+				continue
+			}
+			for _, f := range strings.Fields(after) {
+				if strings.HasPrefix(f, "./") {
+					df.buildTargets = append(df.buildTargets, f)
+				}
+			}
+		}
+	}
+	if len(df.buildTargets) == 0 {
+		t.Fatalf("%s: no go build of ./... targets", dockerfilePath)
+	}
+	return df
+}
+
+// dockerInstructions joins continued lines and drops comments.
+func dockerInstructions(src string) []string {
+	var out []string
+	var cur strings.Builder
+	sc := bufio.NewScanner(strings.NewReader(src))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "#") || (line == "" && cur.Len() == 0) {
+			continue
+		}
+		if cont, ok := strings.CutSuffix(line, `\`); ok {
+			cur.WriteString(cont + " ")
+			continue
+		}
+		cur.WriteString(line)
+		out = append(out, cur.String())
+		cur.Reset()
+	}
+	return out
+}
+
+type composeFile struct {
+	Services map[string]composeService `yaml:"services"`
+}
+
+type composeService struct {
+	Image string `yaml:"image"`
+	Build *struct {
+		Context    string `yaml:"context"`
+		Dockerfile string `yaml:"dockerfile"`
+	} `yaml:"build"`
+	Command     stringList `yaml:"command"`
+	Environment envMap     `yaml:"environment"`
+	Ports       []string   `yaml:"ports"`
+	DependsOn   dependsOn  `yaml:"depends_on"`
+	Healthcheck *struct {
+		Test stringList `yaml:"test"`
+	} `yaml:"healthcheck"`
+}
+
+// stringList is a compose command: a list, or a string split on spaces.
+type stringList []string
+
+func (s *stringList) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		*s = strings.Fields(n.Value)
+		return nil
+	}
+	var list []string
+	err := n.Decode(&list)
+	*s = list
+	return err
+}
+
+// envMap is a compose environment: a mapping, or a list of KEY=VALUE.
+type envMap map[string]string
+
+func (e *envMap) UnmarshalYAML(n *yaml.Node) error {
+	m := map[string]string{}
+	if n.Kind == yaml.SequenceNode {
+		var list []string
+		if err := n.Decode(&list); err != nil {
+			return err
+		}
+		for _, kv := range list {
+			k, v, _ := strings.Cut(kv, "=")
+			m[k] = v
+		}
+	} else if err := n.Decode(&m); err != nil {
+		return err
+	}
+	*e = m
+	return nil
+}
+
+func (e envMap) environ() []string {
+	var env []string
+	for k, v := range e {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// dependsOn maps each dependency to its condition ("" in the list form).
+type dependsOn map[string]string
+
+func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
+	m := map[string]string{}
+	if n.Kind == yaml.SequenceNode {
+		var list []string
+		if err := n.Decode(&list); err != nil {
+			return err
+		}
+		for _, name := range list {
+			m[name] = ""
+		}
+	} else {
+		var long map[string]struct {
+			Condition string `yaml:"condition"`
+		}
+		if err := n.Decode(&long); err != nil {
+			return err
+		}
+		for name, v := range long {
+			m[name] = v.Condition
+		}
+	}
+	*d = m
+	return nil
+}
+
+func loadCompose(t *testing.T) composeFile {
+	t.Helper()
+	raw, err := os.ReadFile(composePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cf composeFile
+	if err := yaml.Unmarshal(raw, &cf); err != nil {
+		t.Fatalf("parse %s: %v", composePath, err)
+	}
+	return cf
+}
+
+type envRef struct{ key, host string }
+
+// listenKeys are settings that name an address to listen on, not a peer.
+var listenKeys = []string{config.EnvPrefix + "API_ADDR"}
+
+// envReferences returns the hosts that environment values point at: the
+// host of every URL, and of every host:port in an *_ADDR or *_HOST_PORT.
+func envReferences(env envMap) []envRef {
+	var refs []envRef
+	for key, value := range env {
+		if slices.Contains(listenKeys, key) {
+			continue
+		}
+		for _, part := range strings.Split(value, ",") {
+			part = strings.TrimSpace(part)
+			switch {
+			case strings.Contains(part, "://"):
+				if u, err := url.Parse(part); err == nil && u.Hostname() != "" {
+					refs = append(refs, envRef{key, u.Hostname()})
+				}
+			case strings.HasSuffix(key, "_ADDR") || strings.HasSuffix(key, "_HOST_PORT"):
+				if host, _, err := net.SplitHostPort(part); err == nil {
+					refs = append(refs, envRef{key, host})
+				}
+			}
+		}
+	}
+	return refs
+}
+
+func publishedPorts(svc composeService) []string {
+	var out []string
+	for _, p := range svc.Ports {
+		p, _, _ = strings.Cut(p, "/")
+		parts := strings.Split(p, ":")
+		if len(parts) == 1 {
+			out = append(out, parts[0]+":"+parts[0])
+			continue
+		}
+		out = append(out, parts[len(parts)-2]+":"+parts[len(parts)-1])
+	}
+	return out
+}
+
+type k8sHeader struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct {
+		Name      string `yaml:"name"`
+		Namespace string `yaml:"namespace"`
+	} `yaml:"metadata"`
+}
+
+type k8sObject struct {
+	k8sHeader
+	file string
+	node *yaml.Node
+}
+
+func (o k8sObject) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := o.node.Decode(v); err != nil {
+		t.Fatalf("%s: %s/%s: %v", o.file, o.Kind, o.Metadata.Name, err)
+	}
+}
+
+type k8sDeployment struct {
+	Spec struct {
+		Replicas *int `yaml:"replicas"`
+		Selector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"selector"`
+		Template struct {
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
+			Spec struct {
+				Containers []k8sContainer `yaml:"containers"`
+				Volumes    []k8sVolume    `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+type k8sVolume struct {
+	Name      string `yaml:"name"`
+	ConfigMap *struct {
+		Name string `yaml:"name"`
+	} `yaml:"configMap"`
+}
+
+type k8sContainer struct {
+	Name    string   `yaml:"name"`
+	Image   string   `yaml:"image"`
+	Command []string `yaml:"command"`
+	Args    []string `yaml:"args"`
+	Env     []struct {
+		Name      string     `yaml:"name"`
+		Value     string     `yaml:"value"`
+		ValueFrom *yaml.Node `yaml:"valueFrom"`
+	} `yaml:"env"`
+	Ports []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
+	ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
+	LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
+	Resources      struct {
+		Requests map[string]string `yaml:"requests"`
+		Limits   map[string]string `yaml:"limits"`
+	} `yaml:"resources"`
+	VolumeMounts []struct {
+		Name      string `yaml:"name"`
+		MountPath string `yaml:"mountPath"`
+	} `yaml:"volumeMounts"`
+}
+
+type k8sProbe struct {
+	HTTPGet *struct {
+		Path string `yaml:"path"`
+		// Port is a number or a container port's name.
+		Port string `yaml:"port"`
+	} `yaml:"httpGet"`
+}
+
+type k8sService struct {
+	Spec struct {
+		Selector map[string]string `yaml:"selector"`
+		Ports    []struct {
+			Port       int    `yaml:"port"`
+			TargetPort string `yaml:"targetPort"`
+		} `yaml:"ports"`
+	} `yaml:"spec"`
+}
+
+// resolvePort turns a probe or Service port (number or name) into the
+// container port number.
+func (c k8sContainer) resolvePort(port string) (string, bool) {
+	for _, p := range c.Ports {
+		if port == p.Name || port == fmt.Sprint(p.ContainerPort) {
+			return fmt.Sprint(p.ContainerPort), true
+		}
+	}
+	return "", false
+}
+
+func (c k8sContainer) envValue(name string) string {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// environ is the container's environment; values that come from Secrets
+// get a placeholder, so that only their names are checked.
+func (c k8sContainer) environ() []string {
+	var env []string
+	for _, e := range c.Env {
+		v := e.Value
+		if e.ValueFrom != nil {
+			v = "from-secret"
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	return env
+}
+
+// mountedConfigMapFile returns the ConfigMap entry a container sees at path.
+func mountedConfigMapFile(d k8sDeployment, configMaps map[string]map[string]string, path string) (string, bool) {
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, m := range c.VolumeMounts {
+		if filepath.Dir(path) != filepath.Clean(m.MountPath) {
+			continue
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil {
+				data, ok := configMaps[v.ConfigMap.Name][filepath.Base(path)]
+				return data, ok
+			}
+		}
+	}
+	return "", false
+}
+
+// loadK8s reads every manifest that kustomization.yaml lists, after
+// checking that it lists exactly the manifests in the directory, so that
+// `kubectl apply -k` and `kubectl apply -f <each file>` deploy the same.
+func loadK8s(t *testing.T) []k8sObject {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(k8sDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kust struct {
+		Kind      string   `yaml:"kind"`
+		Resources []string `yaml:"resources"`
+	}
+	if err := yaml.Unmarshal(raw, &kust); err != nil {
+		t.Fatalf("parse kustomization.yaml: %v", err)
+	}
+	if kust.Kind != "Kustomization" {
+		t.Errorf("kustomization.yaml: kind %q, want Kustomization", kust.Kind)
+	}
+	files, err := filepath.Glob(filepath.Join(k8sDir, "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifests []string
+	for _, f := range files {
+		if filepath.Base(f) != "kustomization.yaml" {
+			manifests = append(manifests, filepath.Base(f))
+		}
+	}
+	listed := slices.Clone(kust.Resources)
+	sort.Strings(listed)
+	if !slices.Equal(listed, manifests) {
+		t.Errorf("kustomization.yaml lists %v; the directory holds %v", listed, manifests)
+	}
+
+	var objs []k8sObject
+	for _, name := range kust.Resources {
+		path := filepath.Join(k8sDir, name)
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(f)
+		for {
+			var node yaml.Node
+			err := dec.Decode(&node)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				f.Close()
+				t.Fatalf("parse %s: %v", path, err)
+			}
+			if len(node.Content) == 0 {
+				continue // an empty document between two ---
+			}
+			o := k8sObject{file: path, node: &node}
+			if err := node.Decode(&o.k8sHeader); err != nil {
+				t.Fatalf("parse %s: %v", path, err)
+			}
+			objs = append(objs, o)
+		}
+		f.Close()
+	}
+	if len(objs) == 0 {
+		t.Fatalf("%s: no manifests", k8sDir)
+	}
+	return objs
+}
+
+// clusterServiceName maps "svc", "svc.ns" and "svc.ns.svc.cluster.local"
+// in namespace ns to svc; other hosts map to themselves.
+func clusterServiceName(host, ns string) string {
+	parts := strings.Split(host, ".")
+	if len(parts) == 1 || (len(parts) >= 2 && parts[1] == ns) {
+		return parts[0]
+	}
+	return host
+}
+
+func labelsMatch(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// flagValues returns every value of flag in args, in "-f v" or "-f=v" form.
+func flagValues(args []string, flag string) []string {
+	var out []string
+	for i, a := range args {
+		if a == flag && i+1 < len(args) {
+			out = append(out, args[i+1])
+		} else if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// flagValue returns the last value of flag in args, or def.
+func flagValue(args []string, flag, def string) string {
+	if v := flagValues(args, flag); len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return def
+}
+
+// splitAddr returns host and port of "host:port" or of an http(s) URL.
+func splitAddr(addr string) (string, string, error) {
+	if !strings.Contains(addr, "://") {
+		return net.SplitHostPort(addr)
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		return "", "", err
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return u.Hostname(), port, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && (ip.IsLoopback() || ip.IsUnspecified())
+}
+
+// repoRoot is the module root; tests run in deploy/.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		t.Fatalf("module root: %v", err)
+	}
+	return dir
+}
