@@ -50,8 +50,8 @@ type chat struct {
 	// answer was lost (cancelled or failed after it took a permit).
 	pool      string
 	admitting bool
-	result  ChatResult
-	failure *events.Failure
+	result    ChatResult
+	failure   *events.Failure
 }
 
 func (w *chat) setup(ctx workflow.Context) error {
