@@ -197,12 +197,14 @@ func (s *Server) startChat(ctx context.Context, id string, who caller, req chatR
 			SearchAttributes: cfg.Temporal.SearchAttributes,
 		},
 	}
+	// No workflow execution timeout: every wait inside the workflow is
+	// bounded (max_wait, LLM timeouts and attempts, local activity
+	// deadlines), and a timeout would cost the server a timer per request.
 	opts := client.StartWorkflowOptions{
-		ID:                       workflows.ChatWorkflowID(id),
-		TaskQueue:                cfg.Temporal.TaskQueue,
-		EnableEagerStart:         cfg.Temporal.EagerStart,
-		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowExecutionTimeout: cfg.Admission.MaxWait + cfg.LLM.Timeout*time.Duration(cfg.LLM.MaxAttempts) + 5*time.Minute,
+		ID:                    workflows.ChatWorkflowID(id),
+		TaskQueue:             cfg.Temporal.TaskQueue,
+		EnableEagerStart:      cfg.Temporal.EagerStart,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}
 	if cfg.Temporal.SearchAttributes {
 		opts.TypedSearchAttributes = temporal.NewSearchAttributes(workflows.SearchTenant.ValueSet(who.Tenant))

@@ -56,22 +56,18 @@ func (s *Server) getRequest(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	desc, err := s.temporal.DescribeWorkflowExecution(ctx, workflows.ChatWorkflowID(id), "")
+	desc, err := s.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
 	if err != nil {
 		if isNotFound(err) {
 			return errNoRequest
 		}
 		return unavailable("workflow service unavailable")
 	}
-	info := desc.GetWorkflowExecutionInfo()
 	view := requestView{
 		RequestID: id,
-		Workflow:  statusName(info.GetStatus()),
-		StartedAt: info.GetStartTime().AsTime(),
-	}
-	if info.GetCloseTime() != nil {
-		t := info.GetCloseTime().AsTime()
-		view.ClosedAt = &t
+		Workflow:  statusName(desc.Status),
+		StartedAt: desc.WorkflowStartTime,
+		ClosedAt:  desc.WorkflowCloseTime,
 	}
 	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()

@@ -149,11 +149,11 @@ func (s *Server) reportPosition(ctx context.Context, id string, st *streamState)
 // its stream has no terminal event (e.g. it was terminated by an operator);
 // it then writes an error event so every reader ends.
 func (s *Server) endedSilently(ctx context.Context, id string) bool {
-	desc, err := s.temporal.DescribeWorkflowExecution(ctx, workflows.ChatWorkflowID(id), "")
+	desc, err := s.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
 	if err != nil {
 		return false
 	}
-	if desc.GetWorkflowExecutionInfo().GetStatus() == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+	if desc.Status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return false
 	}
 	if last, ok, err := s.events.Last(ctx, id); err != nil || (ok && events.Terminal(last.Type)) {

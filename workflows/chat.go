@@ -235,7 +235,6 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.pool = adm.Pool
 	w.status.Pool = adm.Pool
 	w.result.Route = adm.Pool
-	w.upsert(ctx, SearchRoute.ValueSet(adm.Pool))
 	if adm.Full {
 		w.reject(ReasonQueueFull, "The service is at capacity and its queue is full. Please retry shortly.", w.in.Settings.RecheckInterval)
 		return false
@@ -340,11 +339,11 @@ func (w *chat) timing(stage string, ms int64) {
 	w.status.Timings = append(w.status.Timings, events.StageTiming{Stage: stage, Ms: ms})
 }
 
-func (w *chat) upsert(ctx workflow.Context, u temporal.SearchAttributeUpdate) {
+func (w *chat) upsert(ctx workflow.Context, u ...temporal.SearchAttributeUpdate) {
 	if !w.in.Settings.SearchAttributes {
 		return
 	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx, u); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, u...); err != nil {
 		// Only searchability is lost, never the request.
 		w.logger.Warn("upsert search attribute", "error", err)
 	}
@@ -398,7 +397,14 @@ func (w *chat) finalize(ctx workflow.Context) {
 	w.status.Reason = w.result.Reason
 	w.status.Position = 0
 	w.status.EstimatedWaitMs = 0
-	w.upsert(ctx, SearchOutcome.ValueSet(w.result.Outcome))
+	// Route and outcome go in one upsert at the end: one visibility write
+	// per request instead of two; a running request's route is in its
+	// status query.
+	updates := []temporal.SearchAttributeUpdate{SearchOutcome.ValueSet(w.result.Outcome)}
+	if w.result.Route != "" {
+		updates = append(updates, SearchRoute.ValueSet(w.result.Route))
+	}
+	w.upsert(ctx, updates...)
 	w.logger.Info("request finished", "outcome", w.result.Outcome, "reason", w.result.Reason, "route", w.result.Route)
 }
 

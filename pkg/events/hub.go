@@ -155,10 +155,16 @@ func (h *Hub) Subscribe(ctx context.Context, requestID, afterID string) (*Subscr
 	}
 	s.subs[key][sub] = struct{}{}
 	s.mu.Unlock()
-	if _, err := h.wake(ctx, s); err != nil {
-		sub.Close()
-		return nil, err
-	}
+	// The wake only shortens the wait for the shard's next read (which
+	// would otherwise come when its XREAD times out), so the caller need
+	// not wait for it.
+	go func() {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := h.wake(wctx, s); err != nil {
+			h.logger.Warn("wake event hub shard", "err", err)
+		}
+	}()
 	return sub, nil
 }
 

@@ -161,12 +161,12 @@ func TestChatStreamsEveryStageThenDone(t *testing.T) {
 	recordHistory(t, s.id, "chat_done")
 
 	// The request is findable in Temporal by its search attributes.
-	desc, err := stack.temporal.DescribeWorkflowExecution(ctx, workflows.ChatWorkflowID(s.id), "")
+	desc, err := stack.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(s.id), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}
-	for name, p := range desc.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields() {
+	for name, p := range desc.RawResponse.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields() {
 		var v string
 		_ = converter.GetDefaultDataConverter().FromPayload(p, &v)
 		got[name] = v
