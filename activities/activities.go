@@ -188,12 +188,11 @@ func (a *Activities) lookup(kb string, version int64, hits []ChunkRef) ([]retrie
 	}
 	chunks, err := a.Chunks.Lookup(kb, version, ids)
 	if err != nil {
-		if errors.Is(err, retrieval.ErrStaleKB) {
-			// Another version is loaded here: the request cannot be
-			// answered from the context it retrieved.
-			return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
-		}
-		return nil, err
+		// An unknown kb, or another version loaded here than the one the
+		// refs came from: the request cannot be answered from the context
+		// it retrieved, and retrying changes nothing. The error is returned
+		// as is, because Temporal classifies only the outermost error.
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
 	}
 	for i := range chunks {
 		chunks[i].Score = hits[i].Score
@@ -206,7 +205,7 @@ func (a *Activities) Rerank(ctx context.Context, in RerankInput) (RerankOutput, 
 	start := time.Now()
 	candidates, err := a.lookup(in.KB, in.KBVersion, in.Hits)
 	if err != nil {
-		return RerankOutput{}, fmt.Errorf("rerank for %s: %w", in.RequestID, err)
+		return RerankOutput{}, err
 	}
 	chunks, err := a.Reranker.Rerank(ctx, in.Query, candidates, in.K)
 	if err != nil {
@@ -240,7 +239,7 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 	}
 	chunks, err := a.lookup(in.KB, in.KBVersion, in.Context)
 	if err != nil {
-		return LLMOutput{}, fmt.Errorf("load context of %s: %w", in.RequestID, err)
+		return LLMOutput{}, err
 	}
 	msgs := a.Prompts.Messages(chunks, in.Query)
 	promptTokens := 0
@@ -259,11 +258,6 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		return LLMOutput{}, err
 	}
 
-	// The permit may have waited through retrieval and rerank, or this
-	// attempt in the task queue; renew it before using it.
-	if held, err := a.Gate.Renew(ctx, in.Pool, in.RequestID); err == nil && !held {
-		log.Warn("permit lease lost before the stream started", "pool", in.Pool)
-	}
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	stopKey := a.stopKey(in.RequestID)
@@ -359,21 +353,26 @@ func (a *Activities) writeToken(ctx context.Context, requestID string, index int
 // keepAlive runs beside the stream: it heartbeats (so a slow first token
 // is not mistaken for a lost worker, and so Temporal can deliver a
 // cancellation), checks the stop flag between tokens too, and renews the
-// permit's lease at a third of its length.
+// permit's lease at a third of its length. Its first round runs at once,
+// in parallel with the request to the backend rather than before it: the
+// permit may have waited through retrieval, rerank and the task queue, and
+// the request may have been cancelled meanwhile.
 func (a *Activities) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log *slog.Logger, in LLMInput, stopKey string, n *atomic.Int64) {
-	const tick = time.Second
+	renewEvery := a.Gate.Lease() / 3
+	tick := min(time.Second, renewEvery)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	renewEvery := max(a.Gate.Lease()/3, tick)
-	lastRenew := time.Now()
+	var lastRenew time.Time
 	warned := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			activity.RecordHeartbeat(ctx, streamProgress{Tokens: int(n.Load())})
 		}
-		activity.RecordHeartbeat(ctx, streamProgress{Tokens: int(n.Load())})
 		if stopped, err := a.Redis.Exists(ctx, stopKey).Result(); err == nil && stopped == 1 {
 			stop(errStopped)
 			return

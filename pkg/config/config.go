@@ -349,6 +349,9 @@ func (c Config) Validate() error {
 
 	v.duration("admission.max_wait", c.Admission.MaxWait)
 	v.duration("admission.lease", c.Admission.Lease)
+	if c.Admission.Lease > 0 && c.Admission.Lease < 3*time.Second {
+		v.add("admission.lease", "must be at least 3s (it is renewed every third of it, and a lost lease lets another request in), got %s", c.Admission.Lease)
+	}
 	v.duration("admission.recheck_interval", c.Admission.RecheckInterval)
 	if c.Admission.RecheckInterval > 0 && c.Admission.RecheckInterval < time.Second {
 		v.add("admission.recheck_interval", "must be at least 1s (workflow timers are not sub-second), got %s", c.Admission.RecheckInterval)
