@@ -6,6 +6,7 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -95,14 +96,27 @@ func (a *Activities) stopKey(requestID string) string {
 // storing it on a miss.
 func (a *Activities) EmbedQuery(ctx context.Context, in EmbedInput) (EmbedOutput, error) {
 	start := time.Now()
+	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "embed"})
 	vec, tier, err := a.Embeddings.Get(ctx, in.Query)
+	if werr := written(); werr != nil {
+		return EmbedOutput{}, werr
+	}
 	if err != nil {
 		return EmbedOutput{}, fmt.Errorf("embed query of %s: %w", in.RequestID, err)
 	}
-	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "embed", Cache: tier}); err != nil {
-		return EmbedOutput{}, err
-	}
 	return EmbedOutput{Cache: tier, Dims: len(vec), Ms: time.Since(start).Milliseconds()}, nil
+}
+
+// beginStage writes a stage's event while the stage works, saving a Redis
+// round trip per stage; the returned func waits for the write, so that
+// events stay in stage order.
+func (a *Activities) beginStage(ctx context.Context, requestID string, st events.Stage) func() error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.Events.Append(ctx, requestID, events.TypeStage, st)
+		errc <- err
+	}()
+	return func() error { return <-errc }
 }
 
 // route picks the pool for a prompt of n tokens.
@@ -123,7 +137,12 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 		out.EstimatedPromptTokens = a.Prompts.BoundBeforeRetrieval(in.Query, a.Options.TopK, a.Options.ChunkTokens)
 		out.Pool = a.route(out.EstimatedPromptTokens)
 	}
+	written := func() error { return nil }
+	if !in.Recheck {
+		written = a.beginStage(ctx, in.RequestID, events.Stage{Stage: "admission", Pool: out.Pool})
+	}
 	res, err := a.Gate.Enqueue(ctx, out.Pool, in.RequestID, in.Seq)
+	werr := written()
 	if err != nil {
 		return out, err
 	}
@@ -131,6 +150,10 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 		if err := admission.Wake(ctx, a.Gate, a.Notifier, out.Pool, res.Woken); err != nil {
 			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
 		}
+	}
+	if werr != nil {
+		// Retried whole; Enqueue answers a second call with the same state.
+		return out, werr
 	}
 	if res.Status == admission.Gone {
 		// Only a call racing the request's own finalize gets here.
@@ -141,14 +164,10 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	out.Full = res.Status == admission.Full
 	out.Position = res.Position
 	out.EstimatedWaitMs = res.EstimatedWait().Milliseconds()
-	if !in.Recheck {
-		evs := []events.Pending{{Type: events.TypeStage, Data: events.Stage{Stage: "admission", Pool: out.Pool}}}
-		if res.Status == admission.Queued {
-			evs = append(evs, events.Pending{Type: events.TypeQueue, Data: events.Queue{
-				Position: res.Position, EstimatedWaitMs: out.EstimatedWaitMs, Pool: out.Pool,
-			}})
-		}
-		if _, err := a.Events.AppendBatch(ctx, in.RequestID, evs); err != nil {
+	if !in.Recheck && res.Status == admission.Queued {
+		if _, err := a.Events.Append(ctx, in.RequestID, events.TypeQueue, events.Queue{
+			Position: res.Position, EstimatedWaitMs: out.EstimatedWaitMs, Pool: out.Pool,
+		}); err != nil {
 			return out, err
 		}
 	}
@@ -159,25 +178,26 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 // Retrieve fetches candidate chunks through the L2 cache.
 func (a *Activities) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOutput, error) {
 	start := time.Now()
-	vec, _, err := a.Embeddings.Get(ctx, in.Query)
-	if err != nil {
-		return RetrieveOutput{}, fmt.Errorf("embed query for retrieval of %s: %w", in.RequestID, err)
+	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "retrieval"})
+	res, hit, err := a.retrieve(ctx, in)
+	if werr := written(); werr != nil && err == nil {
+		err = werr
 	}
-	res, hit, err := a.Retriever.Retrieve(ctx, retrieval.Query{KB: in.KB, Text: in.Query, Vector: vec, K: in.K})
 	if err != nil {
 		if errors.Is(err, retrieval.ErrUnknownKB) {
 			return RetrieveOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
 		}
 		return RetrieveOutput{}, fmt.Errorf("retrieve for %s: %w", in.RequestID, err)
 	}
-	tier := "miss"
-	if hit {
-		tier = "redis"
-	}
-	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "retrieval", Cache: tier}); err != nil {
-		return RetrieveOutput{}, err
-	}
 	return RetrieveOutput{KBVersion: res.KBVersion, Hits: refs(res.Chunks), CacheHit: hit, Ms: time.Since(start).Milliseconds()}, nil
+}
+
+func (a *Activities) retrieve(ctx context.Context, in RetrieveInput) (retrieval.Result, bool, error) {
+	vec, _, err := a.Embeddings.Get(ctx, in.Query)
+	if err != nil {
+		return retrieval.Result{}, false, fmt.Errorf("embed query for retrieval: %w", err)
+	}
+	return a.Retriever.Retrieve(ctx, retrieval.Query{KB: in.KB, Text: in.Query, Vector: vec, K: in.K})
 }
 
 // lookup resolves refs to chunks carrying the refs' scores.
@@ -203,16 +223,18 @@ func (a *Activities) lookup(kb string, version int64, hits []ChunkRef) ([]retrie
 // Rerank orders the candidates and keeps the best K.
 func (a *Activities) Rerank(ctx context.Context, in RerankInput) (RerankOutput, error) {
 	start := time.Now()
+	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "rerank"})
 	candidates, err := a.lookup(in.KB, in.KBVersion, in.Hits)
 	if err != nil {
+		_ = written()
 		return RerankOutput{}, err
 	}
 	chunks, err := a.Reranker.Rerank(ctx, in.Query, candidates, in.K)
+	if werr := written(); werr != nil && err == nil {
+		err = werr
+	}
 	if err != nil {
 		return RerankOutput{}, fmt.Errorf("rerank for %s: %w", in.RequestID, err)
-	}
-	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "rerank"}); err != nil {
-		return RerankOutput{}, err
 	}
 	return RerankOutput{Hits: refs(chunks), Ms: time.Since(start).Milliseconds()}, nil
 }
@@ -229,8 +251,7 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 	if activity.HasHeartbeatDetails(ctx) {
 		var p streamProgress
 		if err := activity.GetHeartbeatDetails(ctx, &p); err == nil && p.Tokens > 0 {
-			return LLMOutput{}, temporal.NewNonRetryableApplicationError(
-				fmt.Sprintf("previous attempt streamed %d tokens before it was lost", p.Tokens), ErrTypeStreamInterrupted, nil)
+			return a.afterLostAttempt(ctx, in, p)
 		}
 	}
 	pool, ok := a.Pools[in.Pool]
@@ -254,9 +275,8 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 			promptTokens = a.Prompts.Count(msgs)
 		}
 	}
-	if _, err := a.Events.Append(ctx, in.RequestID, events.TypeStage, events.Stage{Stage: "llm", Pool: in.Pool}); err != nil {
-		return LLMOutput{}, err
-	}
+	stageWritten := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "llm", Pool: in.Pool})
+	defer func() { _ = stageWritten() }()
 
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -269,6 +289,10 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		i := int(n.Load())
 		if i == 0 {
 			firstToken = time.Since(start)
+			if err := stageWritten(); err != nil {
+				return err
+			}
+			stageWritten = func() error { return nil }
 		}
 		stopped, err := a.writeToken(sctx, in.RequestID, i, text, stopKey)
 		if err != nil {
@@ -315,11 +339,66 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		usage = events.Usage{PromptTokens: promptTokens, CompletionTokens: tokens}
 	}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
-	return LLMOutput{
+	out := LLMOutput{
 		Usage: usage, FinishReason: res.FinishReason,
 		Sources: sources(chunks), ContextShed: len(in.Context) - len(chunks),
 		FirstTokenMs: firstToken.Milliseconds(), Ms: time.Since(start).Milliseconds(),
-	}, nil
+	}
+	// The client gets its done event now, not after this activity's
+	// completion has gone through the server to the workflow; the workflow
+	// then only gives back the permit.
+	if in.Done != nil {
+		done := completeDone(*in.Done, out)
+		if _, err := a.Events.Append(ctx, in.RequestID, events.TypeDone, done); err != nil {
+			// Tokens were streamed: a retry would fail as interrupted.
+			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
+		}
+		out.DoneWritten = true
+	}
+	return out, nil
+}
+
+// completeDone fills the done event the workflow started with what the
+// stream measured.
+func completeDone(d events.Done, out LLMOutput) events.Done {
+	d.Timings = append(append([]events.StageTiming(nil), d.Timings...),
+		events.StageTiming{Stage: "llm_first_token", Ms: out.FirstTokenMs},
+		events.StageTiming{Stage: "llm", Ms: out.Ms})
+	d.FinishReason = out.FinishReason
+	d.Usage = out.Usage
+	d.Sources = out.Sources
+	d.ContextShed = out.ContextShed
+	return d
+}
+
+// afterLostAttempt handles a retry of a stream whose previous attempt
+// streamed tokens and was then lost (its worker died, or its completion
+// never reached the server). If that attempt already wrote the done event,
+// the answer is complete and this attempt reports it; otherwise the client
+// has a prefix that no model can continue, and the request fails.
+func (a *Activities) afterLostAttempt(ctx context.Context, in LLMInput, p streamProgress) (LLMOutput, error) {
+	last, ok, err := a.Events.Last(ctx, in.RequestID)
+	if err != nil {
+		return LLMOutput{}, err
+	}
+	var done events.Done
+	if ok && last.Type == events.TypeDone && json.Unmarshal(last.Data, &done) == nil {
+		out := LLMOutput{
+			Usage: done.Usage, FinishReason: done.FinishReason, Sources: done.Sources,
+			ContextShed: done.ContextShed, DoneWritten: true,
+		}
+		for _, t := range done.Timings {
+			switch t.Stage {
+			case "llm_first_token":
+				out.FirstTokenMs = t.Ms
+			case "llm":
+				out.Ms = t.Ms
+			}
+		}
+		return out, nil
+	}
+	return LLMOutput{}, temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("previous attempt streamed %d tokens before it was lost", p.Tokens), ErrTypeStreamInterrupted, nil)
 }
 
 func sources(chunks []retrieval.Chunk) []string {
@@ -428,6 +507,9 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) error {
 		if err := admission.Wake(ctx, a.Gate, a.Notifier, pool, rel.Woken); err != nil {
 			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
 		}
+	}
+	if in.EventType == "" {
+		return nil
 	}
 	var data any = in.Failure
 	if in.EventType == events.TypeDone {

@@ -114,6 +114,9 @@ type LLMInput struct {
 	KBVersion int64
 	Context   []ChunkRef
 	MaxTokens int
+	// Done, if set, is the done event so far (route, kb version, earlier
+	// stages' timings): the stream completes and writes it itself.
+	Done *events.Done
 }
 
 // LLMOutput summarises the stream.
@@ -126,6 +129,8 @@ type LLMOutput struct {
 	ContextShed  int
 	FirstTokenMs int64
 	Ms           int64
+	// DoneWritten reports that the done event is already in the stream.
+	DoneWritten bool
 }
 
 // FinalizeInput ends a request: give back its permit or queue place and
@@ -137,7 +142,8 @@ type FinalizeInput struct {
 	// permit or place somewhere), and empty alone when it never ran.
 	Pool     string
 	AllPools bool
-	// EventType is events.TypeDone, TypeRejected or TypeError.
+	// EventType is events.TypeDone, TypeRejected or TypeError; empty when
+	// the terminal event was already written (by the stream).
 	EventType string
 	Done      *events.Done
 	Failure   *events.Failure

@@ -50,8 +50,10 @@ type chat struct {
 	// answer was lost (cancelled or failed after it took a permit).
 	pool      string
 	admitting bool
-	result    ChatResult
-	failure   *events.Failure
+	// doneWritten: the stream already wrote the done event.
+	doneWritten bool
+	result      ChatResult
+	failure     *events.Failure
 }
 
 func (w *chat) setup(ctx workflow.Context) error {
@@ -153,7 +155,7 @@ func (w *chat) run(ctx workflow.Context) {
 		w.stageFailed(StageEmbed, err)
 		return
 	}
-	w.timing(StageEmbed, emb.Ms)
+	w.timing(StageEmbed, emb.Ms, emb.Cache)
 
 	if !w.admit(ctx) {
 		return
@@ -167,7 +169,11 @@ func (w *chat) run(ctx workflow.Context) {
 		w.stageFailed(StageRetrieval, err)
 		return
 	}
-	w.timing(StageRetrieval, ret.Ms)
+	tier := "miss"
+	if ret.CacheHit {
+		tier = "redis"
+	}
+	w.timing(StageRetrieval, ret.Ms, tier)
 	w.result.KBVersion = ret.KBVersion
 
 	w.status.Stage = StageRerank
@@ -178,7 +184,7 @@ func (w *chat) run(ctx workflow.Context) {
 		w.stageFailed(StageRerank, err)
 		return
 	}
-	w.timing(StageRerank, rr.Ms)
+	w.timing(StageRerank, rr.Ms, "")
 
 	w.status.Stage = StageLLM
 	lctx := workflow.WithActivityOptions(w.stageCtx, workflow.ActivityOptions{
@@ -201,14 +207,16 @@ func (w *chat) run(ctx workflow.Context) {
 	err := workflow.ExecuteActivity(lctx, a.StreamLLM, activities.LLMInput{
 		RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query,
 		KB: w.in.KB, KBVersion: ret.KBVersion, Context: rr.Hits, MaxTokens: w.in.MaxTokens,
+		Done: w.doneSoFar(),
 	}).Get(lctx, &out)
 	w.llmRunning = false
 	if err != nil {
 		w.stageFailed(StageLLM, err)
 		return
 	}
-	w.timing("llm_first_token", out.FirstTokenMs)
-	w.timing(StageLLM, out.Ms)
+	w.timing("llm_first_token", out.FirstTokenMs, "")
+	w.timing(StageLLM, out.Ms, "")
+	w.doneWritten = out.DoneWritten
 
 	w.result.Outcome = OutcomeDone
 	w.result.Reason = ""
@@ -246,7 +254,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		w.status.EstimatedWaitMs = adm.EstimatedWaitMs
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
-			w.timing(StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds())
+			w.timing(StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
 			retry := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
 			w.reject(ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
 			return false
@@ -296,7 +304,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.status.Position = 0
 	w.status.EstimatedWaitMs = 0
 	elapsed := workflow.Now(ctx).Sub(start).Milliseconds()
-	w.timing(StageAdmission, max(elapsed, queuedMs))
+	w.timing(StageAdmission, max(elapsed, queuedMs), "")
 	return true
 }
 
@@ -335,8 +343,17 @@ func (w *chat) reject(reason, msg string, retryAfter time.Duration) {
 	w.failure = &events.Failure{Reason: reason, Message: msg, RetryAfterS: secs}
 }
 
-func (w *chat) timing(stage string, ms int64) {
-	w.status.Timings = append(w.status.Timings, events.StageTiming{Stage: stage, Ms: ms})
+func (w *chat) timing(stage string, ms int64, cache string) {
+	w.status.Timings = append(w.status.Timings, events.StageTiming{Stage: stage, Ms: ms, Cache: cache})
+}
+
+// doneSoFar is the done event as far as the workflow knows it; the stream
+// completes it.
+func (w *chat) doneSoFar() *events.Done {
+	return &events.Done{
+		RequestID: w.in.RequestID, Route: w.result.Route, KBVersion: w.result.KBVersion,
+		Timings: append([]events.StageTiming(nil), w.status.Timings...),
+	}
 }
 
 func (w *chat) upsert(ctx workflow.Context, u ...temporal.SearchAttributeUpdate) {
@@ -365,6 +382,9 @@ func (w *chat) finalize(ctx workflow.Context) {
 	w.result.Timings = w.status.Timings
 	switch w.result.Outcome {
 	case OutcomeDone:
+		if w.doneWritten {
+			break
+		}
 		in.EventType = events.TypeDone
 		in.Done = &events.Done{
 			RequestID: w.in.RequestID, Route: w.result.Route, FinishReason: w.result.FinishReason,

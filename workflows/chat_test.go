@@ -162,7 +162,7 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool, "the permit must be released")
-	s.Equal(events.TypeDone, f.EventType)
+	s.Equal(events.TypeDone, f.EventType, "the stream did not write done, so finalize must")
 	s.Require().NotNil(f.Done)
 	s.Equal("stop", f.Done.FinishReason)
 	s.False(f.StopStream)
@@ -173,6 +173,24 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 	s.NoError(v.Get(&st))
 	s.Equal(StageFinished, st.Stage)
 	s.Equal(OutcomeDone, st.Outcome)
+}
+
+// When the stream wrote the done event itself, finalize only releases.
+func (s *chatSuite) TestDoneWrittenByStreamIsNotRepeated() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LLMInput) (activities.LLMOutput, error) {
+		if in.Done == nil || in.Done.Route != "short" || in.Done.KBVersion != 3 || len(in.Done.Timings) != 4 {
+			return activities.LLMOutput{}, errors.New("stream did not get the done event so far")
+		}
+		return activities.LLMOutput{FinishReason: "stop", DoneWritten: true}, nil
+	})
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.Equal(OutcomeDone, s.result().Outcome)
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool)
+	s.Empty(f.EventType, "done must not be written twice")
 }
 
 func (s *chatSuite) TestAdmissionTimeoutByTimer() {

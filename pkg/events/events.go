@@ -58,8 +58,6 @@ type Queue struct {
 // Stage reports that a pipeline stage began.
 type Stage struct {
 	Stage string `json:"stage"`
-	// Cache says how a cached stage was served: memory, redis or miss.
-	Cache string `json:"cache,omitempty"`
 	Pool  string `json:"pool,omitempty"`
 }
 
@@ -83,6 +81,8 @@ type Usage struct {
 type StageTiming struct {
 	Stage string `json:"stage"`
 	Ms    int64  `json:"ms"`
+	// Cache says how a cached stage was served: memory, redis or miss.
+	Cache string `json:"cache,omitempty"`
 }
 
 // Done ends a request that produced an answer.
