@@ -99,8 +99,8 @@ type Options struct {
 	// with SetLimit wins.
 	Limits map[string]int
 	// TombstoneTTL is how long a released request id stays refused by
-	// Enqueue. It must outlast any call that can still arrive for it.
-	// Default 10 minutes.
+	// Enqueue. It must outlast any call that can still arrive for it (a
+	// local activity's 20 s deadline). Default 2 minutes.
 	TombstoneTTL time.Duration
 }
 
@@ -122,7 +122,7 @@ func New(rdb Client, opts Options) (*Gate, error) {
 		}
 	}
 	if opts.TombstoneTTL <= 0 {
-		opts.TombstoneTTL = 10 * time.Minute
+		opts.TombstoneTTL = 2 * time.Minute
 	}
 	return &Gate{
 		rdb: rdb, cmd: rdb, prefix: opts.KeyPrefix, lease: opts.Lease, aliveTTL: opts.WaiterTTL,

@@ -368,3 +368,25 @@ func TestConcurrentNeverExceedsLimit(t *testing.T) {
 		t.Fatalf("leftover state %+v", st)
 	}
 }
+
+// BenchmarkGrantRelease is one request's admission round trip on a free
+// pool: grant at once, then release.
+func BenchmarkGrantRelease(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	g, err := New(rdb, Options{KeyPrefix: "bench:", Lease: 30 * time.Second, WaiterTTL: 30 * time.Second, MaxQueueDepth: 1000, Limits: map[string]int{"p": 1 << 20}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprint("r", i)
+		if _, err := g.Enqueue(ctx, "p", id, 0); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := g.Release(ctx, "p", id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
