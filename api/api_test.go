@@ -26,15 +26,7 @@ import (
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	r, err := testenv.LaunchRedis()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisAddr = r.Addr
-	code := m.Run()
-	r.Stop()
-	os.Exit(code)
+	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { redisAddr = r.Addr }))
 }
 
 // countingClient is a Temporal client that only counts workflow starts;

@@ -261,3 +261,13 @@ func (n SignalNotifier) NotifyGranted(ctx context.Context, pool, requestID strin
 	}
 	return err
 }
+
+// RunProcess runs a worker process until ctx ends.
+func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	rt, err := NewRuntime(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	return rt.Run(ctx)
+}

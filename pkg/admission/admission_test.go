@@ -17,15 +17,7 @@ import (
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	r, err := testenv.LaunchRedis()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	redisAddr = r.Addr
-	code := m.Run()
-	r.Stop()
-	os.Exit(code)
+	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { redisAddr = r.Addr }))
 }
 
 func newGate(t *testing.T, limit int, mod func(*Options)) (*Gate, *redis.Client) {

@@ -5,6 +5,7 @@ package config
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -483,4 +484,19 @@ func (v *validator) err() error {
 		return nil
 	}
 	return fmt.Errorf("invalid config:\n  %s", strings.Join(v.problems, "\n  "))
+}
+
+// FromCommandLine loads the configuration of a Sluice command: the file
+// named by -config (default $SLUICE_CONFIG, none for the defaults) with the
+// process's SLUICE_* environment on top.
+func FromCommandLine(name string, args []string) (Config, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	path := fs.String("config", os.Getenv("SLUICE_CONFIG"), "YAML config file (env SLUICE_CONFIG); SLUICE_* variables override it")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("%s: unexpected arguments %v", name, fs.Args())
+	}
+	return Load(*path, os.Environ())
 }

@@ -23,21 +23,11 @@ import (
 var testRedis *testenv.Redis
 
 func TestMain(m *testing.M) {
-	r, err := testenv.LaunchRedis()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testRedis = r
-	code := m.Run()
-	r.Stop()
-	os.Exit(code)
+	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { testRedis = r }))
 }
 
 // prefix gives each test its own key space on the shared server.
-func prefix(t testing.TB) string {
-	return "test:" + strings.ReplaceAll(t.Name(), "/", ":") + ":"
-}
+func prefix(t testing.TB) string { return testenv.KeyPrefix(t) }
 
 // countingEmbedder counts Embed calls and can hold them until released.
 type countingEmbedder struct {

@@ -154,14 +154,20 @@ func (l *Local) embedInto(v []float32, text string, s *localScratch) {
 		v[h%dims] += weight
 		i = j
 	}
-	var norm float64
+	Normalize(v)
+}
+
+// Normalize scales v to unit length in place, so that cosine similarity is
+// a dot product. A zero vector stays zero.
+func Normalize(v []float32) {
+	var sum float64
 	for _, x := range v {
-		norm += float64(x) * float64(x)
+		sum += float64(x) * float64(x)
 	}
-	if norm == 0 {
+	if sum == 0 {
 		return
 	}
-	inv := float32(1 / math.Sqrt(norm))
+	inv := float32(1 / math.Sqrt(sum))
 	for i := range v {
 		v[i] *= inv
 	}

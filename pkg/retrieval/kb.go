@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,26 +145,10 @@ func (kb *KB) embedChunks(ctx context.Context, emb embed.Embedder, texts []strin
 				return fmt.Errorf("embed chunk %d with %s: %d dimensions, want %d", lo+i, kb.model, len(v), kb.dims)
 			}
 			kb.vecs = append(kb.vecs, v...)
-			normalize(kb.vecs[len(kb.vecs)-kb.dims:])
+			embed.Normalize(kb.vecs[len(kb.vecs)-kb.dims:])
 		}
 	}
 	return nil
-}
-
-// normalize scales v to unit length, so that cosine similarity is a dot
-// product. A zero vector stays zero.
-func normalize(v []float32) {
-	var sum float64
-	for _, x := range v {
-		sum += float64(x) * float64(x)
-	}
-	if sum == 0 {
-		return
-	}
-	inv := float32(1 / math.Sqrt(sum))
-	for i := range v {
-		v[i] *= inv
-	}
 }
 
 // contentHash covers everything that decides what the kb returns: the

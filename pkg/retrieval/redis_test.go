@@ -6,11 +6,9 @@ package retrieval_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 
@@ -22,21 +20,11 @@ import (
 var testRedis *testenv.Redis
 
 func TestMain(m *testing.M) {
-	r, err := testenv.LaunchRedis()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testRedis = r
-	code := m.Run()
-	r.Stop()
-	os.Exit(code)
+	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { testRedis = r }))
 }
 
 // prefix gives each test its own key space on the shared server.
-func prefix(t testing.TB) string {
-	return "test:" + strings.ReplaceAll(t.Name(), "/", ":") + ":"
-}
+func prefix(t testing.TB) string { return testenv.KeyPrefix(t) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 

@@ -142,3 +142,22 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// RedisMain runs a package's tests against one redis-server for all of
+// them; set receives it before the tests run. Use it as
+// `func TestMain(m *testing.M) { os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { srv = r })) }`.
+func RedisMain(m *testing.M, set func(*Redis)) int {
+	r, err := LaunchRedis()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer r.Stop()
+	set(r)
+	return m.Run()
+}
+
+// KeyPrefix gives each test its own key space on a shared server.
+func KeyPrefix(t testing.TB) string {
+	return "test:" + strings.ReplaceAll(t.Name(), "/", ":") + ":"
+}

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,9 +15,7 @@ import (
 )
 
 func main() {
-	configPath := flag.String("config", os.Getenv("SLUICE_CONFIG"), "YAML config file (env SLUICE_CONFIG); SLUICE_* variables override it")
-	flag.Parse()
-	cfg, err := config.Load(*configPath, os.Environ())
+	cfg, err := config.FromCommandLine("sluice-api", os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
