@@ -320,8 +320,10 @@ func (w *chat) stageFailed(stage string, err error) {
 		switch appErr.Type() {
 		case activities.ErrTypeStreamInterrupted:
 			reason, msg = ReasonStreamInterrupted, "The answer stream was interrupted. Please retry."
-		case activities.ErrTypeBackend, activities.ErrTypeBadRequest:
+		case activities.ErrTypeBackend:
 			reason, msg = ReasonBackendError, "The language model backend failed. Please retry."
+		case activities.ErrTypeBadRequest:
+			reason, msg = ReasonBadRequest, "The request could not be processed: "+appErr.Message()
 		}
 	}
 	w.logger.Error("stage failed", "stage", stage, "error", err)

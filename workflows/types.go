@@ -54,6 +54,7 @@ const (
 	ReasonCancelled         = "cancelled"
 	ReasonStreamInterrupted = "stream_interrupted"
 	ReasonBackendError      = "backend_error"
+	ReasonBadRequest        = "bad_request"
 	ReasonInternal          = "internal_error"
 )
 
