@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -30,7 +31,49 @@ type Config struct {
 	Embedding Embedding `yaml:"embedding"`
 	Retrieval Retrieval `yaml:"retrieval"`
 	Auth      Auth      `yaml:"auth"`
+	Limits    Limits    `yaml:"limits"`
 	Log       Log       `yaml:"log"`
+}
+
+// Limits are the per-tier traffic rules: token-bucket rate limits at the
+// door and the tier's share of the admission queue.
+type Limits struct {
+	// Enabled turns the rate limits at the door on; tier weights, waits
+	// and queue caps apply either way.
+	Enabled bool `yaml:"enabled"`
+	// DefaultTier is the tier of callers whose API key names none, and of
+	// anonymous callers.
+	DefaultTier string `yaml:"default_tier"`
+	// Tiers by name (e.g. free, standard, vip).
+	Tiers map[string]Tier `yaml:"tiers"`
+}
+
+// Tier is one service level.
+type Tier struct {
+	// Weight is the tier's share in weighted fair queuing: with weights
+	// 5:3:2 and all backlogged, tenants are served 50/30/20.
+	Weight int `yaml:"weight"`
+	// MaxWait bounds a queued request's wait; 0 uses admission.max_wait.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// MaxQueuePerTenant caps one tenant's waiting requests per pool; 0 is
+	// no cap beyond admission.max_queue_depth.
+	MaxQueuePerTenant int `yaml:"max_queue_per_tenant"`
+	// MaxOutputTokens caps a request's max_tokens; 0 uses
+	// api.max_tokens_limit.
+	MaxOutputTokens int `yaml:"max_output_tokens"`
+	// Rate limits by dimension; a zero Rate is no limit.
+	Tenant Rate `yaml:"tenant"`
+	User   Rate `yaml:"user"`
+	IP     Rate `yaml:"ip"`
+}
+
+// Rate is a token bucket in tokens (TPM-style), in requests (RPM-style), or
+// both. Bursts default to one minute's worth.
+type Rate struct {
+	TokensPerMinute   float64 `yaml:"tokens_per_minute"`
+	TokenBurst        float64 `yaml:"token_burst"`
+	RequestsPerMinute float64 `yaml:"requests_per_minute"`
+	RequestBurst      float64 `yaml:"request_burst"`
 }
 
 // API configures the Echo HTTP front door.
@@ -286,8 +329,38 @@ func Default() Config {
 			ChunkTokens:    120,
 		},
 		Auth: Auth{AllowAnonymous: true},
-		Log:  Log{Level: "info", Format: "text"},
+		Limits: Limits{
+			Enabled:     true,
+			DefaultTier: "standard",
+			Tiers: map[string]Tier{
+				"free": {
+					Weight: 2, MaxWait: 15 * time.Second, MaxQueuePerTenant: 100, MaxOutputTokens: 512,
+					Tenant: Rate{TokensPerMinute: 50000, RequestsPerMinute: 100},
+					User:   Rate{TokensPerMinute: 20000, RequestsPerMinute: 30},
+					IP:     Rate{RequestsPerMinute: 120},
+				},
+				"standard": {
+					Weight: 3, MaxQueuePerTenant: 1000,
+					Tenant: Rate{TokensPerMinute: 200000, RequestsPerMinute: 300},
+					User:   Rate{TokensPerMinute: 60000, RequestsPerMinute: 120},
+					IP:     Rate{RequestsPerMinute: 600},
+				},
+				"vip": {
+					Weight: 5, MaxWait: 60 * time.Second, MaxQueuePerTenant: 5000,
+					Tenant: Rate{TokensPerMinute: 1000000, RequestsPerMinute: 1000},
+				},
+			},
+		},
+		Log: Log{Level: "info", Format: "text"},
 	}
+}
+
+// TierOf returns the named tier, or the default tier for "".
+func (c Config) TierOf(name string) (Tier, string) {
+	if name == "" {
+		name = c.Limits.DefaultTier
+	}
+	return c.Limits.Tiers[name], name
 }
 
 // Load reads path (if not empty) over the defaults, applies environment
@@ -427,6 +500,8 @@ func (c Config) Validate() error {
 		}
 	}
 
+	v.limits(c)
+
 	switch strings.ToLower(c.Log.Level) {
 	case "debug", "info", "warn", "error":
 	default:
@@ -477,6 +552,54 @@ func (v *validator) pool(field string, p Pool) {
 	v.nonEmpty(field+".model", p.Model)
 	v.positive(field+".max_concurrency", int64(p.MaxConcurrency))
 	v.positive(field+".max_prompt_tokens", int64(p.MaxPromptTokens))
+}
+
+func (v *validator) limits(c Config) {
+	if len(c.Limits.Tiers) == 0 {
+		v.add("limits.tiers", "must define at least one tier")
+	}
+	if _, ok := c.Limits.Tiers[c.Limits.DefaultTier]; !ok {
+		v.add("limits.default_tier", "names unknown tier %q", c.Limits.DefaultTier)
+	}
+	for i, k := range c.Auth.APIKeys {
+		if _, ok := c.Limits.Tiers[k.Tier]; k.Tier != "" && !ok {
+			v.add(fmt.Sprintf("auth.api_keys[%d].tier", i), "names unknown tier %q", k.Tier)
+		}
+	}
+	names := make([]string, 0, len(c.Limits.Tiers))
+	for name := range c.Limits.Tiers {
+		names = append(names, name)
+	}
+	sort.Strings(names) // report problems in a stable order
+	for _, name := range names {
+		t := c.Limits.Tiers[name]
+		field := "limits.tiers." + name
+		v.positive(field+".weight", int64(t.Weight))
+		if t.MaxWait < 0 {
+			v.add(field+".max_wait", "must be >= 0, got %s", t.MaxWait)
+		}
+		if t.MaxQueuePerTenant < 0 {
+			v.add(field+".max_queue_per_tenant", "must be >= 0, got %d", t.MaxQueuePerTenant)
+		}
+		if t.MaxOutputTokens < 0 || t.MaxOutputTokens > c.API.MaxTokensLimit {
+			v.add(field+".max_output_tokens", "must be between 0 and api.max_tokens_limit (%d), got %d", c.API.MaxTokensLimit, t.MaxOutputTokens)
+		}
+		for _, d := range []struct {
+			dim string
+			r   Rate
+		}{{"tenant", t.Tenant}, {"user", t.User}, {"ip", t.IP}} {
+			f, r := field+"."+d.dim, d.r
+			if r.TokensPerMinute < 0 || r.TokenBurst < 0 || r.RequestsPerMinute < 0 || r.RequestBurst < 0 {
+				v.add(f, "rates and bursts must be >= 0")
+			}
+			if r.TokensPerMinute == 0 && r.TokenBurst > 0 {
+				v.add(f+".token_burst", "needs tokens_per_minute")
+			}
+			if r.RequestsPerMinute == 0 && r.RequestBurst > 0 {
+				v.add(f+".request_burst", "needs requests_per_minute")
+			}
+		}
+	}
 }
 
 func (v *validator) err() error {

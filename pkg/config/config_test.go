@@ -30,6 +30,14 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 	if cfg.Pools.Short.MaxConcurrency != def.Pools.Short.MaxConcurrency || cfg.Retrieval.TopK != def.Retrieval.TopK {
 		t.Fatal("example pools or retrieval differ from defaults")
 	}
+	if cfg.Limits.Enabled != def.Limits.Enabled || cfg.Limits.DefaultTier != def.Limits.DefaultTier || len(cfg.Limits.Tiers) != len(def.Limits.Tiers) {
+		t.Fatalf("example limits differ from defaults: %+v", cfg.Limits)
+	}
+	for name, tier := range def.Limits.Tiers {
+		if cfg.Limits.Tiers[name] != tier {
+			t.Errorf("example tier %s = %+v, default %+v", name, cfg.Limits.Tiers[name], tier)
+		}
+	}
 }
 
 func TestEnvOverrides(t *testing.T) {
@@ -80,6 +88,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"no_keys_no_anonymous.yaml":        "auth.api_keys: must not be empty when auth.allow_anonymous is false",
 		"bad_encoding.yaml":                `routing.encoding: must be cl100k_base or o200k_base, got "gpt2"`,
 		"threshold_above_short_limit.yaml": "routing.short_threshold_tokens: must not exceed pools.short.max_prompt_tokens (512)",
+		"unknown_tier.yaml":                `auth.api_keys[0].tier: names unknown tier "gold"`,
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {

@@ -12,7 +12,8 @@ import (
 // field's YAML path in upper case with dots as underscores:
 // redis.addr -> SLUICE_REDIS_ADDR, pools.short.endpoints ->
 // SLUICE_POOLS_SHORT_ENDPOINTS (comma-separated). Lists of structs
-// (knowledge bases, API keys) can only be set in the file.
+// (knowledge bases, API keys) and maps (limit tiers) can only be set in the
+// file.
 const EnvPrefix = "SLUICE_"
 
 // envIgnored are SLUICE_* variables that are not settings.
@@ -66,8 +67,8 @@ func collectFields(v reflect.Value, path string, out map[string]reflect.Value) {
 		switch {
 		case f.Kind() == reflect.Struct:
 			collectFields(f, name, out)
-		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct:
-			// Lists of structs are file-only.
+		case f.Kind() == reflect.Slice && f.Type().Elem().Kind() == reflect.Struct, f.Kind() == reflect.Map:
+			// Lists of structs and maps (tiers) are file-only.
 		default:
 			out[EnvPrefix+name] = f
 		}
