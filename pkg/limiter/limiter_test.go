@@ -1,0 +1,303 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
+
+var srv *testenv.Redis
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { srv = r }))
+}
+
+func newLimiter(t *testing.T) (*Limiter, *redis.Client) {
+	t.Helper()
+	rdb := srv.Client(t)
+	return New(rdb, Options{KeyPrefix: testenv.KeyPrefix(t), ReservationTTL: time.Minute}), rdb
+}
+
+func level(t *testing.T, rdb *redis.Client, l *Limiter, b Bucket) float64 {
+	t.Helper()
+	v, err := rdb.HGet(context.Background(), l.bucketKey(b), "tokens").Result()
+	if err == redis.Nil {
+		return b.Capacity
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := strconv.ParseFloat(v, 64)
+	return f
+}
+
+func tok(id string, capacity, perSec, cost float64) Bucket {
+	return Bucket{Dimension: "tenant", ID: id, Kind: Tokens, Capacity: capacity, PerSecond: perSec, Cost: cost}
+}
+
+func TestReserveChargesEveryBucket(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	bs := []Bucket{tok("acme", 1000, 1, 300), {Dimension: "user", ID: "alice", Kind: Requests, Capacity: 10, PerSecond: 1, Cost: 1}}
+	d, err := l.Reserve(ctx, "r1", bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Status != Allowed || d.Bucket != nil {
+		t.Fatalf("decision %+v", d)
+	}
+	if math.Abs(d.Remaining[0]-700) > 1 || math.Abs(d.Remaining[1]-9) > 0.01 {
+		t.Fatalf("remaining %v, want ~[700 9]", d.Remaining)
+	}
+	if d.ResetAfter[0] < 299*time.Second || d.ResetAfter[0] > 301*time.Second {
+		t.Fatalf("reset after %v, want ~300s", d.ResetAfter[0])
+	}
+	// The same reservation again charges nothing more.
+	d, _ = l.Reserve(ctx, "r1", bs)
+	if d.Status != Allowed || math.Abs(level(t, rdb, l, bs[0])-700) > 1 {
+		t.Fatalf("second reserve of r1 charged again: %+v", d)
+	}
+}
+
+// No partial charge: when one dimension refuses, no bucket is touched.
+func TestRefusalChargesNothing(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	tenant := tok("acme", 1000, 1, 100)
+	user := Bucket{Dimension: "user", ID: "bob", Kind: Tokens, Capacity: 150, PerSecond: 0.001, Cost: 100}
+	if d, _ := l.Reserve(ctx, "a", []Bucket{tenant, user}); d.Status != Allowed {
+		t.Fatalf("first: %+v", d)
+	}
+	d, err := l.Reserve(ctx, "b", []Bucket{tenant, user})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Status != Limited || d.Bucket == nil || d.Bucket.Dimension != "user" {
+		t.Fatalf("decision %+v, want limited by user", d)
+	}
+	// 100 more tokens at 0.001/s: ~50,000 s.
+	if d.RetryAfter < 40000*time.Second {
+		t.Fatalf("retry after %v", d.RetryAfter)
+	}
+	if got := level(t, rdb, l, tenant); math.Abs(got-900) > 1 {
+		t.Fatalf("tenant level %v after a refusal, want ~900 (uncharged)", got)
+	}
+	if n, _ := rdb.Exists(ctx, l.reservationKey("b")).Result(); n != 0 {
+		t.Fatal("a refused request left a reservation")
+	}
+}
+
+func TestTooLargeNeverPasses(t *testing.T) {
+	l, rdb := newLimiter(t)
+	b := tok("acme", 100, 10, 101)
+	d, err := l.Reserve(context.Background(), "big", []Bucket{b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Status != TooLarge || d.Bucket == nil || d.RetryAfter != 0 {
+		t.Fatalf("decision %+v, want too large", d)
+	}
+	if level(t, rdb, l, b) != 100 {
+		t.Fatal("a too-large request was charged")
+	}
+}
+
+func TestRetryAfterIsWhenEnoughHasRefilled(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	if d, _ := l.Reserve(ctx, "drain", []Bucket{tok("acme", 10, 1, 10)}); d.Status != Allowed {
+		t.Fatal("drain refused")
+	}
+	d, _ := l.Reserve(ctx, "next", []Bucket{tok("acme", 10, 1, 5)})
+	if d.Status != Limited || d.RetryAfter < 4*time.Second || d.RetryAfter > 5*time.Second+time.Millisecond {
+		t.Fatalf("decision %+v, want limited for ~5s", d)
+	}
+}
+
+// The seed's script floors each refill, so frequent callers never see a
+// bucket refill at all. Here, tiny charges every 20 ms while 10 tokens/s
+// flow in must leave the bucket nearly full.
+func TestFractionalRefillIsKept(t *testing.T) {
+	l, _ := newLimiter(t)
+	ctx := context.Background()
+	if d, _ := l.Reserve(ctx, "drain", []Bucket{tok("acme", 5, 10, 5)}); d.Status != Allowed {
+		t.Fatal("drain refused")
+	}
+	start := time.Now()
+	for i := 0; i < 25; i++ {
+		time.Sleep(20 * time.Millisecond)
+		if d, _ := l.Reserve(ctx, fmt.Sprint("tiny", i), []Bucket{tok("acme", 5, 10, 0.001)}); d.Status != Allowed {
+			t.Fatalf("tiny charge %d refused: %+v", i, d)
+		}
+	}
+	want := math.Min(5, 10*time.Since(start).Seconds()) - 25*0.001
+	d, _ := l.Reserve(ctx, "probe", []Bucket{tok("acme", 5, 10, 4)})
+	if d.Status != Allowed {
+		t.Fatalf("after %v of refill the bucket could not pay 4 (expected ~%.2f): %+v", time.Since(start), want, d)
+	}
+}
+
+func TestRefundGivesBackUnusedOnce(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	toks := tok("acme", 1000, 0.001, 1000)
+	reqs := Bucket{Dimension: "tenant", ID: "acme", Kind: Requests, Capacity: 5, PerSecond: 0.001, Cost: 1}
+	if d, _ := l.Reserve(ctx, "r", []Bucket{toks, reqs}); d.Status != Allowed {
+		t.Fatal("reserve refused")
+	}
+	ok, err := l.Refund(ctx, "r", 300, 0)
+	if err != nil || !ok {
+		t.Fatalf("refund: %v %v", ok, err)
+	}
+	if got := level(t, rdb, l, toks); math.Abs(got-700) > 0.5 {
+		t.Fatalf("tokens after refunding 700 unused: %v", got)
+	}
+	if got := level(t, rdb, l, reqs); math.Abs(got-5) > 0.01 {
+		t.Fatalf("requests after refunding an unserved request: %v", got)
+	}
+	ok, _ = l.Refund(ctx, "r", 0, 0)
+	if ok {
+		t.Fatal("second refund succeeded")
+	}
+	if got := level(t, rdb, l, toks); math.Abs(got-700) > 0.5 {
+		t.Fatalf("second refund changed the level to %v", got)
+	}
+	if ok, _ := l.Refund(ctx, "never-reserved", 0, 0); ok {
+		t.Fatal("refund without a reservation")
+	}
+}
+
+func TestRefundNeverExceedsCapacity(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	b := tok("acme", 100, 1000, 60) // refills 1000/s: full again almost at once
+	l.Reserve(ctx, "r", []Bucket{b})
+	time.Sleep(100 * time.Millisecond)
+	l.Refund(ctx, "r", 0, 0)
+	if got := level(t, rdb, l, b); got > 100 {
+		t.Fatalf("level %v above capacity 100", got)
+	}
+}
+
+func TestKeysExpireWhenFull(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	b := tok("acme", 100, 10, 50) // 5 s to refill
+	l.Reserve(ctx, "r", []Bucket{b})
+	ttl := rdb.PTTL(ctx, l.bucketKey(b)).Val()
+	if ttl < 5*time.Second || ttl > 6*time.Second+time.Millisecond {
+		t.Fatalf("bucket ttl %v, want time to full + 1s", ttl)
+	}
+	if ttl := rdb.PTTL(ctx, l.reservationKey("r")).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("reservation ttl %v", ttl)
+	}
+}
+
+func TestScriptReloadAfterFlush(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.Reserve(ctx, "r", []Bucket{tok("acme", 10, 1, 1)}); err != nil || d.Status != Allowed {
+		t.Fatalf("reserve after SCRIPT FLUSH: %+v %v", d, err)
+	}
+	rdb.ScriptFlush(ctx)
+	if ok, err := l.Refund(ctx, "r", 0, 0); err != nil || !ok {
+		t.Fatalf("refund after SCRIPT FLUSH: %v %v", ok, err)
+	}
+}
+
+// Several limiter instances (separate connections, as separate API
+// processes) charging one tenant at once never admit more than the bucket
+// holds plus what refilled meanwhile.
+func TestNoOverAdmissionAcrossInstances(t *testing.T) {
+	const instances, capacity, perSec = 8, 2000.0, 500.0
+	prefix := testenv.KeyPrefix(t)
+	var admitted atomic.Int64 // in hundredths of a token
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(1500 * time.Millisecond)
+	for i := 0; i < instances; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer rdb.Close()
+			l := New(rdb, Options{KeyPrefix: prefix})
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			for n := 0; time.Now().Before(deadline); n++ {
+				cost := float64(1+rng.IntN(5000)) / 100
+				d, err := l.Reserve(context.Background(), fmt.Sprintf("i%d-%d", i, n), []Bucket{tok("acme", capacity, perSec, cost)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Status == Allowed {
+					admitted.Add(int64(math.Round(cost * 100)))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	got := float64(admitted.Load()) / 100
+	bound := capacity + perSec*elapsed
+	if got > bound+0.01 {
+		t.Fatalf("admitted %.2f tokens in %.2fs, bound %.2f", got, elapsed, bound)
+	}
+	if got < capacity {
+		t.Fatalf("admitted only %.2f: the bucket was not used", got)
+	}
+	t.Logf("admitted %.2f of at most %.2f tokens", got, bound)
+}
+
+func TestPolicyBuckets(t *testing.T) {
+	p := Policy{
+		Tenant: Rate{TokensPerMinute: 600, RequestsPerMinute: 60, RequestBurst: 10},
+		IP:     Rate{RequestsPerMinute: 120},
+	}
+	bs := p.Buckets(Caller{Tenant: "acme", User: "alice", IP: "10.0.0.1"}, 250)
+	if len(bs) != 3 {
+		t.Fatalf("buckets %+v", bs)
+	}
+	want := []Bucket{
+		{Dimension: "tenant", ID: "acme", Kind: Tokens, Capacity: 600, PerSecond: 10, Cost: 250},
+		{Dimension: "tenant", ID: "acme", Kind: Requests, Capacity: 10, PerSecond: 1, Cost: 1},
+		{Dimension: "ip", ID: "10.0.0.1", Kind: Requests, Capacity: 120, PerSecond: 2, Cost: 1},
+	}
+	for i := range want {
+		if bs[i] != want[i] {
+			t.Errorf("bucket %d = %+v, want %+v", i, bs[i], want[i])
+		}
+	}
+	if bs := p.Buckets(Caller{}, 1); len(bs) != 0 {
+		t.Fatalf("an unidentified caller got buckets %+v", bs)
+	}
+}
+
+func BenchmarkReserve(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	l := New(rdb, Options{KeyPrefix: "bench:"})
+	bs := Policy{Tenant: Rate{TokensPerMinute: 1e12, RequestsPerMinute: 1e12}, User: Rate{TokensPerMinute: 1e12}}.
+		Buckets(Caller{Tenant: "acme", User: "alice"}, 500)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := l.Reserve(ctx, strconv.Itoa(i), bs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

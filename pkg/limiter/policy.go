@@ -1,0 +1,50 @@
+package limiter
+
+// Rate is a dimension's limits: tokens per minute, requests per minute, or
+// both. A burst of zero means one minute's worth; a zero rate, no limit.
+type Rate struct {
+	TokensPerMinute   float64
+	TokenBurst        float64
+	RequestsPerMinute float64
+	RequestBurst      float64
+}
+
+// Policy is the limits of one tier, by dimension.
+type Policy struct {
+	Tenant, User, IP Rate
+}
+
+// Caller is who a request is charged to. Empty fields are not limited.
+type Caller struct {
+	Tenant, User, IP string
+}
+
+// Buckets returns every bucket a request costing tokens is charged
+// against, in a fixed order: tenant, user, IP; tokens before requests.
+func (p Policy) Buckets(c Caller, tokens float64) []Bucket {
+	var out []Bucket
+	for _, d := range []struct {
+		dim, id string
+		rate    Rate
+	}{{"tenant", c.Tenant, p.Tenant}, {"user", c.User, p.User}, {"ip", c.IP, p.IP}} {
+		if d.id == "" {
+			continue
+		}
+		if r := d.rate.TokensPerMinute; r > 0 {
+			out = append(out, Bucket{Dimension: d.dim, ID: d.id, Kind: Tokens,
+				Capacity: burst(d.rate.TokenBurst, r), PerSecond: r / 60, Cost: tokens})
+		}
+		if r := d.rate.RequestsPerMinute; r > 0 {
+			out = append(out, Bucket{Dimension: d.dim, ID: d.id, Kind: Requests,
+				Capacity: burst(d.rate.RequestBurst, r), PerSecond: r / 60, Cost: 1})
+		}
+	}
+	return out
+}
+
+func burst(b, perMinute float64) float64 {
+	if b > 0 {
+		return b
+	}
+	return perMinute
+}
