@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/rerank"
@@ -66,7 +67,10 @@ type Activities struct {
 	Reranker   rerank.Reranker
 	Pools      map[string]Pool
 	Prompts    *prompt.Builder
-	Logger     *slog.Logger
+	// Limiter refunds the unused part of a request's rate-limit
+	// reservation; nil when limits are off.
+	Limiter *limiter.Limiter
+	Logger  *slog.Logger
 	Options    Options
 }
 
@@ -141,7 +145,11 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	if !in.Recheck {
 		written = a.beginStage(ctx, in.RequestID, events.Stage{Stage: "admission", Pool: out.Pool})
 	}
-	res, err := a.Gate.Enqueue(ctx, out.Pool, in.RequestID, in.Seq)
+	// Histories from before weights existed replay with none: weight 1.
+	weight := max(in.Weight, 1)
+	res, err := a.Gate.Enqueue(ctx, out.Pool, admission.Request{
+		ID: in.RequestID, Tenant: in.Tenant, Weight: weight, MaxPerTenant: in.MaxPerTenant, Seq: in.Seq,
+	})
 	werr := written()
 	if err != nil {
 		return out, err
@@ -162,6 +170,7 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	out.Seq = res.Seq
 	out.Granted = res.Status == admission.Granted
 	out.Full = res.Status == admission.Full
+	out.TenantFull = res.Status == admission.TenantFull
 	out.Position = res.Position
 	out.EstimatedWaitMs = res.EstimatedWait().Milliseconds()
 	if !in.Recheck && res.Status == admission.Queued {
@@ -309,15 +318,25 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		err = errStopped
 	}
 	tokens := int(n.Load())
+	// What a failed stream consumed goes with its error, for the refund.
+	consumed := func() events.Usage {
+		if tokens == 0 {
+			return events.Usage{}
+		}
+		if promptTokens == 0 {
+			promptTokens = a.Prompts.Count(msgs)
+		}
+		return events.Usage{PromptTokens: promptTokens, CompletionTokens: tokens, TotalTokens: promptTokens + tokens}
+	}
 	switch {
 	case errors.Is(err, errStopped):
-		return LLMOutput{}, temporal.NewNonRetryableApplicationError("stream stopped: request cancelled", ErrTypeCancelled, nil)
+		return LLMOutput{}, temporal.NewNonRetryableApplicationError("stream stopped: request cancelled", ErrTypeCancelled, nil, consumed())
 	case ctx.Err() != nil:
 		// Temporal cancelled the activity (or it timed out).
 		return LLMOutput{}, ctx.Err()
 	case err != nil && tokens > 0:
 		log.Warn("llm stream broke mid-answer", "tokens", tokens, "err", err)
-		return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
+		return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err, consumed())
 	case err != nil && llm.IsRetryable(err):
 		return LLMOutput{}, temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBackend, err)
 	case err != nil:
@@ -506,6 +525,11 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) error {
 		}
 		if err := admission.Wake(ctx, a.Gate, a.Notifier, pool, rel.Woken); err != nil {
 			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
+		}
+	}
+	if in.Used != nil && a.Limiter != nil {
+		if _, err := a.Limiter.Refund(ctx, in.RequestID, float64(in.Used.Tokens), float64(in.Used.Requests)); err != nil {
+			return err
 		}
 	}
 	if in.EventType == "" {

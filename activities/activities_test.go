@@ -302,7 +302,7 @@ func (h *harness) permitExpiry(t *testing.T, pool, requestID string) (float64, b
 
 func (h *harness) enqueue(t *testing.T, pool, requestID string) admission.Result {
 	t.Helper()
-	res, err := h.gate.Enqueue(context.Background(), pool, requestID, 0)
+	res, err := h.gate.Enqueue(context.Background(), pool, admission.Request{ID: requestID, Tenant: "t", Weight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,11 @@ type AdmitInput struct {
 	Query     string
 	KB        string
 	MaxTokens int
+	// Tenant, Weight (its tier's share) and MaxPerTenant (its tier's cap
+	// on waiting requests) place it in the weighted fair queue.
+	Tenant       string
+	Weight       int
+	MaxPerTenant int
 	// Pool is empty on the first call (the activity routes the request);
 	// re-checks pass the pool and Seq from the first call's output.
 	Pool string
@@ -55,7 +60,10 @@ type AdmitInput struct {
 type AdmitOutput struct {
 	Pool    string
 	Granted bool
-	Full    bool
+	// Full: the pool's queue is at its cap; TenantFull: the tenant's share
+	// of it is.
+	Full       bool
+	TenantFull bool
 	// Position is 1-based while queued.
 	Position        int
 	EstimatedWaitMs int64
@@ -150,6 +158,15 @@ type FinalizeInput struct {
 	// StopStream sets the cancel flag first, so that an LLM stream still
 	// running stops before its permit is given away.
 	StopStream bool
+	// Used is what the request consumed, for the rate-limit refund of the
+	// rest of its reservation; nil when unknown (nothing is refunded).
+	Used *Used
+}
+
+// Used is what a request consumed against its rate-limit reservation.
+type Used struct {
+	Tokens   int
+	Requests int
 }
 
 // StopStreamInput asks a running LLM stream to stop.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
@@ -66,7 +68,9 @@ func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingCl
 		t.Fatal(err)
 	}
 	tc := &countingClient{}
-	srv, err := New(Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate, Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok)})
+	lim := limiter.New(rdb, limiter.Options{KeyPrefix: prefix})
+	srv, err := New(Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate,
+		Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok), Limiter: lim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +182,97 @@ func TestRequestRoutesValidateIDs(t *testing.T) {
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, req)
 		t.Run(tc.method+tc.path, func(t *testing.T) { assertJSONError(t, rec, tc.status, tc.code) })
+	}
+}
+
+func limitedConfig(c *config.Config) {
+	c.Auth.APIKeys[0].Tier = "standard"
+	c.Limits.Tiers = map[string]config.Tier{
+		"standard": {Weight: 3, Tenant: config.Rate{TokensPerMinute: 6000}, IP: config.Rate{RequestsPerMinute: 60}},
+	}
+}
+
+func post(srv *Server, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer k-acme")
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+// A drained bucket answers 429 with Retry-After, the rate-limit headers and
+// the refusing dimension, and starts nothing.
+func TestRateLimitedIs429WithHeaders(t *testing.T) {
+	srv, tc, _ := newTestServer(t, limitedConfig)
+	// Drain the tenant's 6000-token bucket from "another instance".
+	drain := policy(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
+	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
+		t.Fatalf("drain: %+v %v", d, err)
+	}
+	rec := post(srv, `{"query":"how does a token bucket refill?","max_tokens":64}`)
+	assertJSONError(t, rec, 429, "rate_limited")
+	var body struct {
+		Error apiError `json:"error"`
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	if body.Error.Dimension != "tenant" || body.Error.Kind != "tokens" || body.Error.RetryAfter < 1 {
+		t.Fatalf("429 body %+v", body.Error)
+	}
+	h := rec.Header()
+	if h.Get("Retry-After") == "" || h.Get("X-RateLimit-Limit-Tokens") != "6000" || h.Get("X-RateLimit-Remaining-Tokens") != "10" ||
+		h.Get("X-RateLimit-Reset-Tokens") == "" || h.Get("X-RateLimit-Limit-Requests") != "60" {
+		t.Fatalf("headers %v", h)
+	}
+	if tc.starts.Load() != 0 {
+		t.Fatal("a rate-limited request started a workflow")
+	}
+}
+
+func TestLargerThanTheBucketIs413(t *testing.T) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+		limitedConfig(c)
+		c.Limits.Tiers["standard"] = config.Tier{Weight: 3, Tenant: config.Rate{TokensPerMinute: 1000}}
+	})
+	rec := post(srv, `{"query":"hello","max_tokens":1000}`)
+	assertJSONError(t, rec, 413, "request_too_large")
+	if tc.starts.Load() != 0 {
+		t.Fatal("started")
+	}
+	// The bucket was not charged: a small request still passes the limiter
+	// (and reaches the start, which this test's client refuses).
+	rec = post(srv, `{"query":"hello","max_tokens":1}`)
+	assertJSONError(t, rec, 503, "unavailable")
+}
+
+// A request whose start fails gets its whole reservation back.
+func TestFailedStartRefunds(t *testing.T) {
+	srv, _, _ := newTestServer(t, limitedConfig)
+	for i := 0; i < 5; i++ {
+		rec := post(srv, `{"query":"hello","max_tokens":1000}`)
+		assertJSONError(t, rec, 503, "unavailable")
+		if got := rec.Header().Get("X-RateLimit-Remaining-Tokens"); i == 0 && got == "6000" {
+			t.Fatal("the reservation was not charged before the start")
+		}
+	}
+	// Five ~1,100-token requests would have drained 6000 without refunds.
+	drain := policy(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
+	if d, _ := srv.limiter.Reserve(context.Background(), "probe", drain); d.Status != limiter.Allowed {
+		t.Fatalf("bucket not refunded: %+v", d)
+	}
+}
+
+// A tier's output cap bounds max_tokens, and so the reservation.
+func TestTierCapsMaxTokens(t *testing.T) {
+	srv, _, _ := newTestServer(t, func(c *config.Config) {
+		c.Auth.APIKeys[0].Tier = "free"
+		c.Limits.Tiers["free"] = config.Tier{Weight: 2, MaxOutputTokens: 512, Tenant: config.Rate{TokensPerMinute: 100000}}
+	})
+	rec := post(srv, `{"query":"hello","max_tokens":2000}`)
+	bound := srv.prompts.BoundBeforeRetrieval("hello", srv.cfg.Retrieval.TopK, srv.cfg.Retrieval.ChunkTokens)
+	want := strconv.Itoa(100000 - bound - 512)
+	if got := rec.Header().Get("X-RateLimit-Remaining-Tokens"); got != want {
+		t.Fatalf("remaining after a capped request %s, want %s (charged 512 output tokens, not 2000)", got, want)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -50,7 +51,9 @@ func (s *Server) authenticate(c echo.Context) (caller, error) {
 	}
 	if key == "" {
 		if s.cfg.Auth.AllowAnonymous {
-			return caller{Tenant: "anonymous", User: "anonymous", Tier: "standard"}, nil
+			// Anonymous callers share one tenant; the per-IP limits are
+			// what tell them apart.
+			return caller{Tenant: "anonymous", Tier: s.cfg.Limits.DefaultTier}, nil
 		}
 		return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "an API key is required (Authorization: Bearer <key>)"}
 	}
@@ -63,7 +66,7 @@ func (s *Server) authenticate(c echo.Context) (caller, error) {
 		who.User = k.Tenant
 	}
 	if who.Tier == "" {
-		who.Tier = "standard"
+		who.Tier = s.cfg.Limits.DefaultTier
 	}
 	return who, nil
 }
@@ -154,15 +157,29 @@ func (s *Server) postChat(c echo.Context) error {
 	if err := s.validate(&req); err != nil {
 		return err
 	}
+	tier, _ := s.cfg.TierOf(who.Tier)
+	if tier.MaxOutputTokens > 0 && *req.MaxTokens > tier.MaxOutputTokens {
+		// The tier's cap, not the caller's wish, bounds the answer.
+		*req.MaxTokens = tier.MaxOutputTokens
+	}
 	ctx := c.Request().Context()
 	id := newRequestID()
 	log := s.logger.With("requestID", id, "tenant", who.Tenant)
+
+	// Charged before anything starts, at its upper bound: the prompt with
+	// a full context plus every output token it may produce. The workflow
+	// refunds what it did not use when it ends.
+	cost := s.prompts.BoundBeforeRetrieval(req.Query, s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens) + *req.MaxTokens
+	if err := s.reserve(c, id, who, tier, cost); err != nil {
+		return err
+	}
 
 	// Subscribing first means the events the workflow writes while its
 	// start call is still returning are already buffered for the client.
 	sub, err := s.hub.Subscribe(ctx, id, "0")
 	if err != nil {
 		log.Error("subscribe to events", "err", err)
+		s.refundAll(ctx, id)
 		return unavailable("event stream unavailable")
 	}
 	defer sub.Close()
@@ -170,23 +187,29 @@ func (s *Server) postChat(c echo.Context) error {
 	// whatever the workflow writes.
 	if _, err := s.events.Append(ctx, id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: who.Tenant, KB: req.KB}); err != nil {
 		log.Error("write accepted event", "err", err)
+		s.refundAll(ctx, id)
 		return unavailable("event store unavailable")
 	}
-	if err := s.startChat(ctx, id, who, req); err != nil {
+	if err := s.startChat(ctx, id, who, tier, req); err != nil {
 		log.Error("start chat workflow", "err", err)
 		_ = s.events.Delete(context.WithoutCancel(ctx), id)
+		s.refundAll(ctx, id)
 		return unavailable("could not start the request; please retry")
 	}
 	return s.stream(c, sub, id)
 }
 
-func (s *Server) startChat(ctx context.Context, id string, who caller, req chatRequest) error {
+func (s *Server) startChat(ctx context.Context, id string, who caller, tier config.Tier, req chatRequest) error {
 	cfg := s.cfg
+	maxWait := cfg.Admission.MaxWait
+	if tier.MaxWait > 0 {
+		maxWait = tier.MaxWait
+	}
 	in := workflows.ChatInput{
 		RequestID: id, Tenant: who.Tenant, User: who.User, Tier: who.Tier,
 		Query: req.Query, KB: req.KB, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
 		Settings: workflows.ChatSettings{
-			MaxWait:          cfg.Admission.MaxWait,
+			MaxWait:          maxWait,
 			RecheckInterval:  cfg.Admission.RecheckInterval,
 			DisconnectGrace:  cfg.API.DisconnectGrace,
 			TopK:             cfg.Retrieval.TopK,
@@ -195,6 +218,8 @@ func (s *Server) startChat(ctx context.Context, id string, who caller, req chatR
 			LLMHeartbeat:     cfg.LLM.HeartbeatTimeout,
 			LLMMaxAttempts:   cfg.LLM.MaxAttempts,
 			SearchAttributes: cfg.Temporal.SearchAttributes,
+			Weight:           tier.Weight,
+			MaxPerTenant:     tier.MaxQueuePerTenant,
 		},
 	}
 	// No workflow execution timeout: every wait inside the workflow is

@@ -12,9 +12,12 @@ import (
 // apiError is every error response: {"error": {"code", "message"}}, with
 // an optional Retry-After header.
 type apiError struct {
-	Status     int    `json:"-"`
-	Code       string `json:"code"`
-	Message    string `json:"message"`
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Dimension and Kind name the rate limit that refused (429, 413).
+	Dimension  string `json:"dimension,omitempty"`
+	Kind       string `json:"kind,omitempty"`
 	RetryAfter int    `json:"retry_after_s,omitempty"`
 }
 

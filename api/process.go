@@ -24,7 +24,7 @@ func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger, rea
 	hub := events.NewHub(rt.Redis, rt.Events, events.HubOptions{Logger: logger.With("component", "event-hub")})
 	srv, err := New(Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub,
-		Gate: rt.Gate, Prompts: rt.Prompts, Logger: logger.With("component", "api"),
+		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Logger: logger.With("component", "api"),
 	})
 	if err != nil {
 		return err

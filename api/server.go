@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 )
 
@@ -34,6 +35,7 @@ type Server struct {
 	hub      *events.Hub
 	gate     *admission.Gate
 	prompts  *prompt.Builder
+	limiter  *limiter.Limiter
 	kbs      map[string]bool
 	keys     map[string]config.APIKey
 	logger   *slog.Logger
@@ -51,7 +53,9 @@ type Options struct {
 	Hub      *events.Hub
 	Gate     *admission.Gate
 	Prompts  *prompt.Builder
-	Logger   *slog.Logger
+	// Limiter enforces limits.* at the door; nil disables rate limits.
+	Limiter *limiter.Limiter
+	Logger  *slog.Logger
 }
 
 // New builds the server and its routes.
@@ -64,7 +68,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
-		gate: opts.Gate, prompts: opts.Prompts, logger: opts.Logger,
+		gate: opts.Gate, prompts: opts.Prompts, limiter: opts.Limiter, logger: opts.Logger,
 		kbs: map[string]bool{}, keys: map[string]config.APIKey{},
 	}
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
@@ -74,6 +78,10 @@ func New(opts Options) (*Server, error) {
 		s.keys[k.Key] = k
 	}
 	e := echo.New()
+	e.IPExtractor = echo.ExtractIPDirect()
+	if opts.Config.API.TrustForwardedFor {
+		e.IPExtractor = echo.ExtractIPFromXFFHeader()
+	}
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError

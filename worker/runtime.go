@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/rerank"
@@ -43,6 +44,7 @@ type Runtime struct {
 	Gate       *admission.Gate
 	Tokens     *tokens.Counter
 	Prompts    *prompt.Builder
+	Limiter    *limiter.Limiter
 	Activities *activities.Activities
 }
 
@@ -80,6 +82,12 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 		return nil, err
 	}
 	r.Prompts = prompt.NewBuilder(cfg.LLM.SystemPrompt, r.Tokens)
+	// A reservation lives as long as the longest request: the longest
+	// queue wait plus every LLM attempt, with room to spare.
+	r.Limiter = limiter.New(r.Redis, limiter.Options{
+		KeyPrefix:      cfg.Redis.KeyPrefix,
+		ReservationTTL: longestWait(cfg) + cfg.LLM.Timeout*time.Duration(cfg.LLM.MaxAttempts) + 10*time.Minute,
+	})
 	r.Events = events.NewLog(r.Redis, events.LogOptions{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Events.TTL, MaxLen: cfg.Events.MaxLen})
 	r.Gate, err = admission.New(r.Redis, admission.Options{
 		KeyPrefix:     cfg.Redis.KeyPrefix,
@@ -113,6 +121,15 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 	}
 	r.Activities = acts
 	return r, nil
+}
+
+// longestWait is the longest any tier may wait in the queue.
+func longestWait(cfg config.Config) time.Duration {
+	w := cfg.Admission.MaxWait
+	for _, t := range cfg.Limits.Tiers {
+		w = max(w, t.MaxWait)
+	}
+	return w
 }
 
 // WaiterTTL is how long a queue entry stays live between its waiter's
@@ -160,6 +177,7 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		Reranker:   reranker,
 		Pools:      pools,
 		Prompts:    r.Prompts,
+		Limiter:    r.Limiter,
 		Logger:     r.Logger.With("component", "activities"),
 		Options: activities.Options{
 			KeyPrefix:      cfg.Redis.KeyPrefix,

@@ -52,6 +52,9 @@ type chat struct {
 	admitting bool
 	// doneWritten: the stream already wrote the done event.
 	doneWritten bool
+	// used is what the request consumed, for the rate-limit refund; nil
+	// when a stream ended in a way that does not tell.
+	used *activities.Used
 	result      ChatResult
 	failure     *events.Failure
 }
@@ -146,6 +149,8 @@ func (w *chat) requestCancel(ctx workflow.Context, reason string) {
 // run executes the stages; on any early exit w.result says why.
 func (w *chat) run(ctx workflow.Context) {
 	w.result = ChatResult{Outcome: OutcomeFailed, Reason: ReasonInternal}
+	// Nothing is consumed until the LLM is called.
+	w.used = &activities.Used{}
 
 	sctx := localCtx(w.stageCtx)
 	var emb activities.EmbedOutput
@@ -204,6 +209,7 @@ func (w *chat) run(ctx workflow.Context) {
 	})
 	var out activities.LLMOutput
 	w.llmRunning = true
+	w.used = nil
 	err := workflow.ExecuteActivity(lctx, a.StreamLLM, activities.LLMInput{
 		RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query,
 		KB: w.in.KB, KBVersion: ret.KBVersion, Context: rr.Hits, MaxTokens: w.in.MaxTokens,
@@ -211,9 +217,11 @@ func (w *chat) run(ctx workflow.Context) {
 	}).Get(lctx, &out)
 	w.llmRunning = false
 	if err != nil {
+		w.used = streamedBefore(err)
 		w.stageFailed(StageLLM, err)
 		return
 	}
+	w.used = &activities.Used{Tokens: out.Usage.TotalTokens, Requests: 1}
 	w.timing("llm_first_token", out.FirstTokenMs, "")
 	w.timing(StageLLM, out.Ms, "")
 	w.doneWritten = out.DoneWritten
@@ -236,6 +244,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.admitting = true
 	if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
+		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 	}).Get(sctx, &adm); err != nil {
 		w.stageFailed(StageAdmission, err)
 		return false
@@ -245,6 +254,10 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.result.Route = adm.Pool
 	if adm.Full {
 		w.reject(ReasonQueueFull, "The service is at capacity and its queue is full. Please retry shortly.", w.in.Settings.RecheckInterval)
+		return false
+	}
+	if adm.TenantFull {
+		w.reject(ReasonTenantQueueFull, "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished.", w.in.Settings.RecheckInterval)
 		return false
 	}
 	queuedMs := adm.Ms
@@ -288,6 +301,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		var re activities.AdmitOutput
 		if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 			RequestID: w.in.RequestID, Pool: w.pool, Seq: adm.Seq, Recheck: true,
+			Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		}).Get(sctx, &re); err != nil {
 			if w.stageCtx.Err() != nil {
 				w.cancelled()
@@ -306,6 +320,33 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	elapsed := workflow.Now(ctx).Sub(start).Milliseconds()
 	w.timing(StageAdmission, max(elapsed, queuedMs), "")
 	return true
+}
+
+// streamedBefore reads what a failed stream consumed from its error's
+// details; nil when it does not say (e.g. cancelled by Temporal or timed
+// out), and then nothing is refunded.
+func streamedBefore(err error) *activities.Used {
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) {
+		return nil
+	}
+	if !appErr.HasDetails() {
+		// Failures before the first token carry no details and consumed
+		// nothing: the backend refused or never answered.
+		if appErr.Type() == activities.ErrTypeBackend || appErr.Type() == activities.ErrTypeBadRequest {
+			return &activities.Used{}
+		}
+		return nil
+	}
+	var u events.Usage
+	if appErr.Details(&u) != nil {
+		return nil
+	}
+	requests := 0
+	if u.TotalTokens > 0 {
+		requests = 1
+	}
+	return &activities.Used{Tokens: u.TotalTokens, Requests: requests}
 }
 
 // stageFailed classifies a stage error into the request's outcome.
@@ -379,7 +420,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	in := activities.FinalizeInput{
 		RequestID: w.in.RequestID, Pool: w.pool, AllPools: w.admitting && w.pool == "",
-		StopStream: w.cancelReason != "",
+		StopStream: w.cancelReason != "", Used: w.used,
 	}
 	w.result.Timings = w.status.Timings
 	switch w.result.Outcome {

@@ -166,6 +166,7 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 	s.Require().NotNil(f.Done)
 	s.Equal("stop", f.Done.FinishReason)
 	s.False(f.StopStream)
+	s.Equal(&activities.Used{Tokens: 70, Requests: 1}, f.Used, "the refund is computed from actual usage")
 
 	v, err := s.env.QueryWorkflow(QueryStatus)
 	s.NoError(err)
@@ -210,6 +211,7 @@ func (s *chatSuite) TestAdmissionTimeoutByTimer() {
 
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool, "the queue entry must be removed")
+	s.Equal(&activities.Used{}, f.Used, "a request rejected in the queue consumed nothing")
 	s.Equal(events.TypeRejected, f.EventType)
 	s.Equal(ReasonQueueTimeout, f.Failure.Reason)
 	s.Equal(4, f.Failure.RetryAfterS)
@@ -360,6 +362,19 @@ func (s *chatSuite) TestLLMInterruptedIsNotRetried() {
 	f := s.onlyFinalize()
 	s.Equal(events.TypeError, f.EventType)
 	s.Equal("short", f.Pool)
+	s.Nil(f.Used, "an interruption that does not say what it streamed refunds nothing")
+}
+
+func (s *chatSuite) TestInterruptedStreamRefundsTheRest() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(activities.LLMOutput{},
+		temporal.NewNonRetryableApplicationError("broke", activities.ErrTypeStreamInterrupted, nil,
+			events.Usage{PromptTokens: 300, CompletionTokens: 12, TotalTokens: 312}))
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.Equal(OutcomeFailed, s.result().Outcome)
+	s.Equal(&activities.Used{Tokens: 312, Requests: 1}, s.onlyFinalize().Used)
 }
 
 func (s *chatSuite) TestLocalActivityFailureFailsRequestAndReleases() {

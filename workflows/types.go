@@ -51,6 +51,7 @@ const (
 const (
 	ReasonQueueTimeout      = "queue_timeout"
 	ReasonQueueFull         = "queue_full"
+	ReasonTenantQueueFull   = "tenant_queue_full"
 	ReasonCancelled         = "cancelled"
 	ReasonStreamInterrupted = "stream_interrupted"
 	ReasonBackendError      = "backend_error"
@@ -109,6 +110,10 @@ type ChatSettings struct {
 	LLMMaxAttempts int
 	// SearchAttributes enables upserting route and outcome.
 	SearchAttributes bool
+	// Weight is the tier's share in weighted fair queuing; MaxPerTenant its
+	// cap on one tenant's waiting requests per pool (0: none).
+	Weight       int
+	MaxPerTenant int
 }
 
 // CancelSignal is the payload of SignalCancel.

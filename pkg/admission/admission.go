@@ -1,12 +1,19 @@
 // Package admission is Sluice's concurrency gate in front of the LLM pools:
 // a fixed number of leased permits per pool, held in Redis so that every API
-// and worker instance shares one limit, and a FIFO queue of waiters.
+// and worker instance shares one limit, and a weighted fair queue of waiters.
 //
 // A permit is a lease: its holder renews it while it streams, and a crashed
 // holder's permit comes back when the lease runs out. A released permit is
 // handed straight to the next live waiter inside the same Lua script, so no
 // slot sits idle and nobody jumps the line; the caller is told whom to wake.
-// Every operation is one atomic script using Redis's clock.
+//
+// The queue is self-clocked fair queuing: each entry is tagged with a
+// virtual finish time, start = max(pool virtual time, the tenant's last
+// finish) plus cost/weight. One tenant's requests are served in arrival
+// order; backlogged tenants get grants in proportion to their weights; a
+// tenant's burst does not push another tenant's request behind it, and a
+// tenant back from idle gets no banked credit. Every operation is one atomic
+// script using Redis's clock.
 package admission
 
 import (
@@ -14,6 +21,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"time"
@@ -32,6 +40,8 @@ var (
 	renewLua string
 	//go:embed lua/pump.lua
 	pumpLua string
+	//go:embed lua/stats.lua
+	statsLua string
 
 	// redis.Script runs EVALSHA and falls back to EVAL on NOSCRIPT, so a
 	// Redis restart or failover that drops the script cache is harmless.
@@ -39,6 +49,7 @@ var (
 	releaseScript = redis.NewScript(libLua + releaseLua)
 	renewScript   = redis.NewScript(libLua + renewLua)
 	pumpScript    = redis.NewScript(libLua + pumpLua)
+	statsScript   = redis.NewScript(libLua + statsLua)
 )
 
 // Status is the outcome of asking for a permit.
@@ -49,11 +60,14 @@ const (
 	Granted Status = 1
 	// Queued: the request waits at Result.Position.
 	Queued Status = 2
-	// Full: the queue is at its depth cap; the request was not queued.
+	// Full: the pool's queue is at its depth cap; the request was not queued.
 	Full Status = 3
 	// Gone: the request already gave back what it held and can never be
 	// admitted again (a late or retried call after its release).
 	Gone Status = 4
+	// TenantFull: the request's tenant already has Request.MaxPerTenant
+	// entries in the pool's queue; the request was not queued.
+	TenantFull Status = 5
 )
 
 func (s Status) String() string {
@@ -66,6 +80,8 @@ func (s Status) String() string {
 		return "full"
 	case Gone:
 		return "gone"
+	case TenantFull:
+		return "tenant_full"
 	}
 	return "unknown"
 }
@@ -93,7 +109,8 @@ type Options struct {
 	// re-check; after that it is dropped as a zombie when it reaches the
 	// head. It must exceed the waiters' re-check interval.
 	WaiterTTL time.Duration
-	// MaxQueueDepth caps each pool's queue.
+	// MaxQueueDepth caps each pool's queue; a per-tenant cap comes with each
+	// Request.
 	MaxQueueDepth int
 	// Limits is each pool's default permit count; a run-time override set
 	// with SetLimit wins.
@@ -134,7 +151,8 @@ func New(rdb Client, opts Options) (*Gate, error) {
 func (g *Gate) Lease() time.Duration { return g.lease }
 
 type poolKeys struct {
-	permits, grants, queue, seq, stats, alivePrefix, tombPrefix string
+	permits, grants, queue, stats, tenants, finish, waiters, since string
+	alivePrefix, tombPrefix                                        string
 }
 
 // keys share the hash tag {pool} so that one pool's keys live in one
@@ -142,9 +160,15 @@ type poolKeys struct {
 func (g *Gate) keys(pool string) poolKeys {
 	base := g.prefix + "adm:{" + pool + "}:"
 	return poolKeys{
-		permits: base + "permits", grants: base + "grants", queue: base + "queue",
-		seq: base + "seq", stats: base + "stats", alivePrefix: base + "alive:", tombPrefix: base + "released:",
+		permits: base + "permits", grants: base + "grants", queue: base + "queue", stats: base + "stats",
+		tenants: base + "tenants", finish: base + "finish", waiters: base + "waiters", since: base + "since",
+		alivePrefix: base + "alive:", tombPrefix: base + "released:",
 	}
+}
+
+// list is KEYS of every script, in the order lib.lua names them.
+func (k poolKeys) list() []string {
+	return []string{k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since}
 }
 
 func (g *Gate) limit(pool string) (int, error) {
@@ -155,13 +179,38 @@ func (g *Gate) limit(pool string) (int, error) {
 	return n, nil
 }
 
+// Request is one request's ask for a permit.
+type Request struct {
+	// ID names the request in the pool; Enqueue is idempotent per ID.
+	ID string
+	// Tenant owns the request: a tenant's requests are granted in arrival
+	// order, and tenants share the pool by Weight.
+	Tenant string
+	// Weight is the tenant's share of the pool while it has requests
+	// waiting (its tier's weight, e.g. vip 5, standard 3, free 2); > 0.
+	Weight int
+	// Cost is the request's size in the units weights share; 0 means 1.
+	// Keep a typical request near 1: the pool's virtual time has a budget
+	// of about 3.6e12 units of cost/weight over its lifetime.
+	Cost float64
+	// MaxPerTenant caps the tenant's entries in the pool's queue; beyond
+	// it Enqueue answers TenantFull. 0 is no cap.
+	MaxPerTenant int
+	// Seq is the restore token from an earlier Result of this request, 0
+	// for a new arrival: an entry that was dropped (as a zombie, when its
+	// waiter missed its re-checks) comes back at its old place, past both
+	// queue caps.
+	Seq int64
+}
+
 // Result is the state of a request after Enqueue.
 type Result struct {
 	Status Status
 	// Position is 1-based when Queued.
 	Position int
-	// Seq is the arrival sequence; pass it back to Enqueue on re-checks so
-	// that a dropped entry is restored to its old place.
+	// Seq is the entry's place in the queue (its virtual finish tag), a
+	// restore token; pass it back in Request.Seq on re-checks so that a
+	// dropped entry is restored to its old place. 0 when granted at once.
 	Seq int64
 	// Limit is the pool's effective permit count.
 	Limit int
@@ -185,25 +234,38 @@ func EstimateWait(position, limit int, meanHold time.Duration) time.Duration {
 	return time.Duration(int64(meanHold) * int64(position) / int64(limit))
 }
 
-// Enqueue asks for a permit for requestID in pool: granted at once if one is
-// free and nobody waits, else queued FIFO. Calling it again is safe and
-// reports the current state; seq (0 for a new arrival) restores a dropped
-// entry to its old place.
-func (g *Gate) Enqueue(ctx context.Context, pool, requestID string, seq int64) (Result, error) {
+// Enqueue asks for a permit for req in pool: granted at once if one is free
+// and nobody waits, else queued in weighted fair order. Calling it again is
+// safe and reports the current state.
+func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, error) {
 	limit, err := g.limit(pool)
 	if err != nil {
 		return Result{}, err
 	}
+	cost := req.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	switch {
+	case req.ID == "":
+		return Result{}, fmt.Errorf("enqueue in pool %s: empty request id", pool)
+	case req.Weight <= 0:
+		return Result{}, fmt.Errorf("enqueue %s in pool %s: weight must be > 0, got %d", req.ID, pool, req.Weight)
+	case !(cost > 0) || math.IsInf(cost, 0):
+		return Result{}, fmt.Errorf("enqueue %s in pool %s: cost must be > 0, got %v", req.ID, pool, req.Cost)
+	case req.MaxPerTenant < 0 || req.Seq < 0:
+		return Result{}, fmt.Errorf("enqueue %s in pool %s: negative MaxPerTenant %d or Seq %d", req.ID, pool, req.MaxPerTenant, req.Seq)
+	}
 	k := g.keys(pool)
-	raw, err := enqueueScript.Run(ctx, g.rdb,
-		[]string{k.permits, k.grants, k.queue, k.seq, k.stats},
-		requestID, limit, g.lease.Milliseconds(), g.maxDepth, g.aliveTTL.Milliseconds(), k.alivePrefix, seq, k.tombPrefix,
+	raw, err := enqueueScript.Run(ctx, g.rdb, k.list(),
+		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
+		limit, g.lease.Milliseconds(), g.maxDepth, g.aliveTTL.Milliseconds(), k.alivePrefix, k.tombPrefix,
 	).Slice()
 	if err != nil {
-		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", requestID, pool, err)
+		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)
 	}
 	if len(raw) < 5 {
-		return Result{}, fmt.Errorf("enqueue %s in pool %s: short reply %v", requestID, pool, raw)
+		return Result{}, fmt.Errorf("enqueue %s in pool %s: short reply %v", req.ID, pool, raw)
 	}
 	return Result{
 		Status:   Status(toInt(raw[0])),
@@ -230,8 +292,7 @@ func (g *Gate) Release(ctx context.Context, pool, requestID string) (Released, e
 		return Released{}, err
 	}
 	k := g.keys(pool)
-	raw, err := releaseScript.Run(ctx, g.rdb,
-		[]string{k.permits, k.grants, k.queue, k.stats},
+	raw, err := releaseScript.Run(ctx, g.rdb, k.list(),
 		requestID, limit, g.lease.Milliseconds(), k.alivePrefix, strconv.FormatFloat(g.alpha, 'f', -1, 64),
 		k.tombPrefix, g.tombTTL.Milliseconds(),
 	).Slice()
@@ -247,7 +308,7 @@ func (g *Gate) Release(ctx context.Context, pool, requestID string) (Released, e
 // Renew extends requestID's lease; false means the permit was lost.
 func (g *Gate) Renew(ctx context.Context, pool, requestID string) (bool, error) {
 	k := g.keys(pool)
-	n, err := renewScript.Run(ctx, g.rdb, []string{k.permits, k.grants}, requestID, g.lease.Milliseconds()).Int()
+	n, err := renewScript.Run(ctx, g.rdb, k.list()[:2], requestID, g.lease.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("renew permit of %s in pool %s: %w", requestID, pool, err)
 	}
@@ -262,7 +323,7 @@ func (g *Gate) Pump(ctx context.Context, pool string) ([]string, error) {
 		return nil, err
 	}
 	k := g.keys(pool)
-	raw, err := pumpScript.Run(ctx, g.rdb, []string{k.permits, k.grants, k.queue, k.stats},
+	raw, err := pumpScript.Run(ctx, g.rdb, k.list(),
 		limit, g.lease.Milliseconds(), k.alivePrefix).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("pump pool %s: %w", pool, err)
@@ -321,6 +382,52 @@ func (g *Gate) Stats(ctx context.Context, pool string) (Stats, error) {
 	return s, nil
 }
 
+// QueueStats is a pool's queue as the admin view shows it.
+type QueueStats struct {
+	Limit int
+	// InUse counts permits whose lease has not run out.
+	InUse int
+	// Waiting is the queue's depth, zombies not yet dropped included.
+	Waiting int
+	// ByTenant is each tenant's entries in the queue; tenants with none
+	// are absent.
+	ByTenant map[string]int
+	// OldestWait is how long the longest-waiting entry has been queued
+	// (since its last restore, for a restored one); 0 when nobody waits.
+	OldestWait time.Duration
+	MeanHold   time.Duration
+}
+
+// QueueStats reads one consistent snapshot of a pool's queue and permits.
+func (g *Gate) QueueStats(ctx context.Context, pool string) (QueueStats, error) {
+	limit, err := g.limit(pool)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	raw, err := statsScript.Run(ctx, g.rdb, g.keys(pool).list(), limit).Slice()
+	if err != nil {
+		return QueueStats{}, fmt.Errorf("read queue stats of pool %s: %w", pool, err)
+	}
+	if len(raw) < 5 || len(raw)%2 != 1 {
+		return QueueStats{}, fmt.Errorf("read queue stats of pool %s: malformed reply %v", pool, raw)
+	}
+	s := QueueStats{
+		Limit:    int(toInt(raw[0])),
+		InUse:    int(toInt(raw[1])),
+		Waiting:  int(toInt(raw[2])),
+		MeanHold: time.Duration(toInt(raw[3])) * time.Millisecond,
+		ByTenant: make(map[string]int, (len(raw)-5)/2),
+	}
+	if age := toInt(raw[4]); age > 0 {
+		s.OldestWait = time.Duration(age) * time.Millisecond
+	}
+	for i := 5; i+1 < len(raw); i += 2 {
+		tenant, _ := raw[i].(string)
+		s.ByTenant[tenant] = int(toInt(raw[i+1]))
+	}
+	return s, nil
+}
+
 // SetLimit overrides a pool's permit count for every instance at once.
 // Lowering it never revokes held permits; it only stops new grants until
 // usage falls below the new limit.
@@ -369,4 +476,20 @@ func toStrings(vs []any) []string {
 		}
 	}
 	return out
+}
+
+// Depth returns how many requests wait in pool, and how many of them are
+// tenant's, in one round trip. The API reads it to refuse a flood at the
+// door, before starting workflows that could only be turned away;
+// Enqueue still enforces the caps atomically.
+func (g *Gate) Depth(ctx context.Context, pool, tenant string) (total, ofTenant int, err error) {
+	k := g.keys(pool)
+	pipe := g.cmd.Pipeline()
+	q := pipe.ZCard(ctx, k.queue)
+	tc := pipe.HGet(ctx, k.tenants, tenant)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, fmt.Errorf("read queue depth of pool %s: %w", pool, err)
+	}
+	n, _ := strconv.Atoi(tc.Val())
+	return int(q.Val()), n, nil
 }

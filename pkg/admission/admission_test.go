@@ -3,7 +3,12 @@ package admission
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +19,12 @@ import (
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
-var redisAddr string
+var (
+	redisAddr string
+	// gates numbers the gates a test process makes, so that every gate
+	// gets fresh keys, also under -count=N.
+	gates atomic.Int64
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { redisAddr = r.Addr }))
@@ -25,7 +35,7 @@ func newGate(t *testing.T, limit int, mod func(*Options)) (*Gate, *redis.Client)
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, PoolSize: 64})
 	t.Cleanup(func() { _ = rdb.Close() })
 	opts := Options{
-		KeyPrefix:     "t:" + t.Name() + ":",
+		KeyPrefix:     fmt.Sprintf("t:%s:%d:", t.Name(), gates.Add(1)),
 		Lease:         10 * time.Second,
 		WaiterTTL:     10 * time.Second,
 		MaxQueueDepth: 1000,
@@ -41,9 +51,15 @@ func newGate(t *testing.T, limit int, mod func(*Options)) (*Gate, *redis.Client)
 	return g, rdb
 }
 
+// mustEnqueue enqueues id for a tenant "t" of weight 1 with no tenant cap.
 func mustEnqueue(t *testing.T, g *Gate, id string) Result {
 	t.Helper()
-	r, err := g.Enqueue(context.Background(), "p", id, 0)
+	return mustEnqueueReq(t, g, Request{ID: id, Tenant: "t", Weight: 1})
+}
+
+func mustEnqueueReq(t *testing.T, g *Gate, req Request) Result {
+	t.Helper()
+	r, err := g.Enqueue(context.Background(), "p", req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +195,8 @@ func TestRestoreKeepsPlace(t *testing.T) {
 	first := mustEnqueue(t, g, "x")
 	mustEnqueue(t, g, "y")
 	// x's entry is lost (dropped as a zombie while its worker was down).
-	rdb.ZRem(ctx, g.keys("p").queue, "x")
-	r, err := g.Enqueue(ctx, "p", "x", first.Seq)
+	dropEntry(t, rdb, g, "x")
+	r, err := g.Enqueue(ctx, "p", Request{ID: "x", Tenant: "t", Weight: 1, Seq: first.Seq})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +218,7 @@ func TestReleasedRequestCannotReenter(t *testing.T) {
 	// A stale re-check with the old seq, and a first call that arrives
 	// after the release, both find the tombstone.
 	for _, seq := range []int64{q.Seq, 0} {
-		r, err := g.Enqueue(ctx, "p", "w", seq)
+		r, err := g.Enqueue(ctx, "p", Request{ID: "w", Tenant: "t", Weight: 1, Seq: seq})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +276,7 @@ func TestSetLimit(t *testing.T) {
 	if err := g.SetLimit(ctx, "p", 0); err == nil {
 		t.Fatal("limit 0 accepted")
 	}
-	if _, err := g.Enqueue(ctx, "nope", "x", 0); err == nil {
+	if _, err := g.Enqueue(ctx, "nope", Request{ID: "x", Tenant: "t", Weight: 1}); err == nil {
 		t.Fatal("unknown pool accepted")
 	}
 }
@@ -282,13 +298,18 @@ func TestMeanHoldAndEstimate(t *testing.T) {
 	}
 }
 
-// Many concurrent requests through a gate of 3: never more than 3 hold a
-// permit, everyone is served, and every permit and entry is returned.
+// Many concurrent requests of tenants with different weights through a
+// gate of 3: never more than 3 hold a permit, everyone is served, and every
+// permit, entry and tenant count is returned.
 func TestConcurrentNeverExceedsLimit(t *testing.T) {
 	const limit, n = 3, 60
-	g, _ := newGate(t, limit, nil)
+	g, rdb := newGate(t, limit, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	tiers := []struct {
+		tenant string
+		weight int
+	}{{"vip", 5}, {"std", 3}, {"free", 2}, {"free2", 2}}
 
 	var mu sync.Mutex
 	wake := map[string]chan struct{}{}
@@ -306,10 +327,12 @@ func TestConcurrentNeverExceedsLimit(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {
 		id := fmt.Sprint(i)
+		tier := tiers[i%len(tiers)]
+		req := Request{ID: id, Tenant: tier.tenant, Weight: tier.weight}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := g.Enqueue(ctx, "p", id, 0)
+			r, err := g.Enqueue(ctx, "p", req)
 			if err != nil {
 				t.Error(err)
 				return
@@ -321,7 +344,8 @@ func TestConcurrentNeverExceedsLimit(t *testing.T) {
 					r.Status = Granted
 				case <-time.After(200 * time.Millisecond):
 					// Fallback re-check, as a workflow does on its timer.
-					if r, err = g.Enqueue(ctx, "p", id, r.Seq); err != nil {
+					req.Seq = r.Seq
+					if r, err = g.Enqueue(ctx, "p", req); err != nil {
 						t.Error(err)
 						return
 					}
@@ -359,6 +383,399 @@ func TestConcurrentNeverExceedsLimit(t *testing.T) {
 	if st.InUse != 0 || st.Waiting != 0 {
 		t.Fatalf("leftover state %+v", st)
 	}
+	assertNoQueueState(t, rdb, g)
+}
+
+// assertNoQueueState checks that an empty queue left no bookkeeping behind.
+func assertNoQueueState(t *testing.T, rdb *redis.Client, g *Gate) {
+	t.Helper()
+	k := g.keys("p")
+	ctx := context.Background()
+	for _, key := range []string{k.queue, k.tenants, k.finish, k.waiters, k.since} {
+		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
+			t.Errorf("%s left behind (%d, %v)", key, n, err)
+		}
+	}
+}
+
+// dropScript removes a queue entry as the pump drops a zombie, through the
+// same lib.lua code, but wherever the entry is in the queue.
+var dropScript = redis.NewScript(libLua + `
+if redis.call('ZREM', K.queue, ARGV[1]) == 1 then forget(ARGV[1]) end
+redis.call('DEL', ARGV[2] .. ARGV[1])
+return 0`)
+
+func dropEntry(t *testing.T, rdb *redis.Client, g *Gate, id string) {
+	t.Helper()
+	k := g.keys("p")
+	if err := dropScript.Run(context.Background(), rdb, k.list(), id, k.alivePrefix).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// backlog enqueues n requests of tenant named tenant-<i>; all must queue.
+func backlog(t *testing.T, g *Gate, tenant string, weight, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		r := mustEnqueueReq(t, g, Request{ID: fmt.Sprintf("%s-%06d", tenant, i), Tenant: tenant, Weight: weight})
+		if r.Status != Queued {
+			t.Fatalf("%s-%d: %v, want queued", tenant, i, r.Status)
+		}
+	}
+}
+
+// serve runs a gate of one permit n times: the holder releases and the
+// permit passes to the next waiter, who becomes the holder. It returns the
+// new holder and the ids granted, in order.
+func serve(t *testing.T, g *Gate, holder string, n int) (string, []string) {
+	t.Helper()
+	granted := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		rel, err := g.Release(context.Background(), "p", holder)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rel.HeldPermit || len(rel.Woken) != 1 {
+			t.Fatalf("grant %d: release of %s = %+v, want the permit handed on", i, holder, rel)
+		}
+		holder = rel.Woken[0]
+		granted = append(granted, holder)
+	}
+	return holder, granted
+}
+
+func tenantOf(id string) string { return id[:strings.LastIndexByte(id, '-')] }
+
+func count(ids []string, tenant string) int {
+	n := 0
+	for _, id := range ids {
+		if tenantOf(id) == tenant {
+			n++
+		}
+	}
+	return n
+}
+
+// With weights 5:3:2 and three deep backlogs, grants split 50/30/20, and
+// each tenant's requests are granted in the order they arrived.
+func TestFairSharesFollowWeights(t *testing.T) {
+	g, _ := newGate(t, 1, nil)
+	mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+	tenants := []struct {
+		name   string
+		weight int
+		share  float64
+	}{{"vip", 5, 0.5}, {"std", 3, 0.3}, {"free", 2, 0.2}}
+	// Arrivals interleave, as they would from many clients.
+	for i := 0; i < 300; i++ {
+		for _, tn := range tenants {
+			backlog(t, g, tn.name, tn.weight, i, 1)
+		}
+	}
+	_, granted := serve(t, g, "h-0", 500)
+	for _, tn := range tenants {
+		got := float64(count(granted, tn.name)) / float64(len(granted))
+		t.Logf("%s (weight %d): %.1f%% of %d grants", tn.name, tn.weight, 100*got, len(granted))
+		if math.Abs(got-tn.share) > 0.05 {
+			t.Errorf("%s got %.1f%% of grants, want %.0f%% ± 5", tn.name, 100*got, 100*tn.share)
+		}
+	}
+	// Every window is fair too, not just the total: over any 100 grants
+	// each share stays within 5 points.
+	for start := 0; start+100 <= len(granted); start += 50 {
+		w := granted[start : start+100]
+		for _, tn := range tenants {
+			if got := float64(count(w, tn.name)) / 100; math.Abs(got-tn.share) > 0.05 {
+				t.Errorf("grants %d..%d: %s got %.0f%%, want %.0f%% ± 5", start, start+100, tn.name, 100*got, 100*tn.share)
+			}
+		}
+	}
+	last := map[string]string{}
+	for _, id := range granted {
+		tn := tenantOf(id)
+		if id <= last[tn] {
+			t.Fatalf("%s granted after %s: order inversion within tenant %s", id, last[tn], tn)
+		}
+		last[tn] = id
+	}
+}
+
+// One tenant's burst of 1,000 does not push another tenant's single
+// request behind it.
+func TestBurstDoesNotBuryOtherTenant(t *testing.T) {
+	g, _ := newGate(t, 1, func(o *Options) { o.MaxQueueDepth = 5000 })
+	mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+	backlog(t, g, "burst", 3, 0, 1000)
+	r := mustEnqueueReq(t, g, Request{ID: "single-0", Tenant: "single", Weight: 3})
+	if r.Status != Queued || r.Position > 2 {
+		t.Fatalf("single request: %v at %d, want queued near the head", r.Status, r.Position)
+	}
+	_, granted := serve(t, g, "h-0", 3)
+	if count(granted, "single") != 1 {
+		t.Fatalf("first grants %v, want single-0 among them", granted)
+	}
+}
+
+// A tenant back from idle starts at the pool's virtual time: it gets its
+// weight's share at once, neither a burst of credit for the time it was
+// away nor a wait behind the others' backlog.
+func TestIdleTenantBanksNoCredit(t *testing.T) {
+	g, _ := newGate(t, 1, nil)
+	mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+	backlog(t, g, "a", 1, 0, 20)
+	backlog(t, g, "b", 1, 0, 400)
+	// a is served until it runs dry, then b alone moves V a long way.
+	holder, granted := serve(t, g, "h-0", 140)
+	if n := count(granted, "a"); n != 20 {
+		t.Fatalf("a got %d of its 20 in phase 1", n)
+	}
+	backlog(t, g, "a", 1, 20, 100)
+	_, granted = serve(t, g, holder, 40)
+	if n := count(granted, "a"); n < 18 || n > 22 {
+		t.Fatalf("a back from idle got %d of 40 grants, want its equal share of 20 ± 2: %v", n, granted)
+	}
+	if tenantOf(granted[0]) != "a" && tenantOf(granted[1]) != "a" {
+		t.Fatalf("a back from idle waited: %v", granted[:4])
+	}
+}
+
+// Entries a tenant gave up (timed out, cancelled) leave it no debt: once
+// it has nothing queued, its next request starts at V again.
+func TestAbandonedEntriesLeaveNoDebt(t *testing.T) {
+	g, _ := newGate(t, 1, nil)
+	ctx := context.Background()
+	mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+	backlog(t, g, "b", 1, 0, 100)
+	backlog(t, g, "a", 1, 0, 50)
+	for i := 0; i < 50; i++ {
+		if rel, err := g.Release(ctx, "p", fmt.Sprintf("a-%06d", i)); err != nil || !rel.WasQueued {
+			t.Fatalf("release a-%d: %+v %v", i, rel, err)
+		}
+	}
+	r := mustEnqueueReq(t, g, Request{ID: "a-000050", Tenant: "a", Weight: 1})
+	if r.Status != Queued || r.Position > 2 {
+		t.Fatalf("a after giving up its entries: %v at %d, want near the head", r.Status, r.Position)
+	}
+}
+
+// Equal tags (same weight, same virtual start) keep arrival order, whatever
+// the request ids; 40 tenants tie, more than one window of free_tick.
+func TestTiesKeepArrivalOrder(t *testing.T) {
+	g, _ := newGate(t, 1, nil)
+	mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+	var ids []string
+	for i := 40; i > 0; i-- {
+		ids = append(ids, fmt.Sprintf("t%02d-0", i))
+	}
+	for i, id := range ids {
+		r := mustEnqueueReq(t, g, Request{ID: id, Tenant: tenantOf(id), Weight: 2})
+		if r.Position != i+1 {
+			t.Fatalf("%s at %d, want %d", id, r.Position, i+1)
+		}
+	}
+	_, granted := serve(t, g, "h-0", len(ids))
+	if !slices.Equal(granted, ids) {
+		t.Fatalf("granted %v, want arrival order %v", granted, ids)
+	}
+}
+
+// Tags stay exact integers far into a pool's life: Lua numbers, ZSET
+// scores and the stored V are all doubles, exact up to 2^53.
+func TestVirtualTimeStaysExact(t *testing.T) {
+	g, rdb := newGate(t, 1, nil)
+	ctx := context.Background()
+	const v = int64(1) << 50
+	rdb.HSet(ctx, g.keys("p").stats, "vtime", v)
+	mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+	a := mustEnqueueReq(t, g, Request{ID: "a-0", Tenant: "a", Weight: 1})
+	b := mustEnqueueReq(t, g, Request{ID: "b-0", Tenant: "b", Weight: 1})
+	if a.Seq != v+2520 || b.Seq != v+2521 {
+		t.Fatalf("tags %d, %d; want %d, %d", a.Seq, b.Seq, v+2520, v+2521)
+	}
+	serve(t, g, "h-0", 1)
+	if got, err := rdb.HGet(ctx, g.keys("p").stats, "vtime").Int64(); err != nil || got != v+2520 {
+		t.Fatalf("V = %d (%v), want %d", got, err, v+2520)
+	}
+}
+
+func TestTenantCap(t *testing.T) {
+	ctx := context.Background()
+	// setup holds the one permit and queues a-0 and a-1, the cap of a, then
+	// checks that a third request of a is refused while b still queues.
+	setup := func(t *testing.T) (*Gate, *redis.Client) {
+		g, rdb := newGate(t, 1, nil)
+		mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+		for i := 0; i < 2; i++ {
+			if r := mustEnqueueReq(t, g, Request{ID: fmt.Sprint("a-", i), Tenant: "a", Weight: 1, MaxPerTenant: 2}); r.Status != Queued {
+				t.Fatalf("a-%d: %v", i, r.Status)
+			}
+		}
+		if r := mustEnqueueReq(t, g, Request{ID: "a-2", Tenant: "a", Weight: 1, MaxPerTenant: 2}); r.Status != TenantFull {
+			t.Fatalf("a-2 over the cap: %v, want tenant_full", r.Status)
+		}
+		if r := mustEnqueueReq(t, g, Request{ID: "b-0", Tenant: "b", Weight: 1, MaxPerTenant: 2}); r.Status != Queued {
+			t.Fatalf("b-0: %v, want queued while a is full", r.Status)
+		}
+		// A waiter already queued can still re-check at the cap.
+		if r := mustEnqueueReq(t, g, Request{ID: "a-1", Tenant: "a", Weight: 1, MaxPerTenant: 2}); r.Status != Queued {
+			t.Fatalf("a-1 re-check: %v", r.Status)
+		}
+		assertDepth(t, g, map[string]int{"a": 2, "b": 1})
+		return g, rdb
+	}
+	// reopen checks that a has room for exactly one more.
+	reopen := func(t *testing.T, g *Gate) {
+		t.Helper()
+		if r := mustEnqueueReq(t, g, Request{ID: "a-3", Tenant: "a", Weight: 1, MaxPerTenant: 2}); r.Status != Queued {
+			t.Fatalf("a-3 after one of a left: %v, want queued", r.Status)
+		}
+		if r := mustEnqueueReq(t, g, Request{ID: "a-4", Tenant: "a", Weight: 1, MaxPerTenant: 2}); r.Status != TenantFull {
+			t.Fatalf("a-4: %v, want tenant_full", r.Status)
+		}
+	}
+
+	t.Run("grant", func(t *testing.T) {
+		g, _ := setup(t)
+		if _, granted := serve(t, g, "h-0", 1); granted[0] != "a-0" {
+			t.Fatalf("granted %v, want a-0", granted)
+		}
+		assertDepth(t, g, map[string]int{"a": 1, "b": 1})
+		reopen(t, g)
+	})
+	t.Run("release", func(t *testing.T) {
+		g, _ := setup(t)
+		if rel, _ := g.Release(ctx, "p", "a-1"); !rel.WasQueued {
+			t.Fatalf("release a-1 = %+v", rel)
+		}
+		assertDepth(t, g, map[string]int{"a": 1, "b": 1})
+		reopen(t, g)
+	})
+	t.Run("zombie", func(t *testing.T) {
+		g, rdb := setup(t)
+		rdb.Del(ctx, g.keys("p").alivePrefix+"a-0")
+		// a-0 is at the head: the pump drops it and grants b-0, the next.
+		if _, granted := serve(t, g, "h-0", 1); granted[0] != "b-0" {
+			t.Fatalf("granted %v, want b-0 past the zombie", granted)
+		}
+		assertDepth(t, g, map[string]int{"a": 1})
+		reopen(t, g)
+	})
+}
+
+func assertDepth(t *testing.T, g *Gate, want map[string]int) {
+	t.Helper()
+	st, err := g.QueueStats(context.Background(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(st.ByTenant, want) {
+		t.Fatalf("depth by tenant %v, want %v", st.ByTenant, want)
+	}
+}
+
+// A restored entry takes back its own tag, so it sits among other tenants'
+// entries exactly where it was.
+func TestRestoreAmongTenants(t *testing.T) {
+	ctx := context.Background()
+	t.Run("middle", func(t *testing.T) {
+		g, rdb := newGate(t, 1, nil)
+		mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+		seqs := map[string]int64{}
+		for i := 0; i < 3; i++ {
+			for _, tn := range []struct {
+				name   string
+				weight int
+			}{{"a", 5}, {"b", 3}, {"c", 2}} {
+				id := fmt.Sprintf("%s-%d", tn.name, i)
+				seqs[id] = mustEnqueueReq(t, g, Request{ID: id, Tenant: tn.name, Weight: tn.weight}).Seq
+			}
+		}
+		before, _, _ := g.Position(ctx, "p", "b-1")
+		dropEntry(t, rdb, g, "b-1")
+		if _, ok, _ := g.Position(ctx, "p", "b-1"); ok {
+			t.Fatal("b-1 still queued after the drop")
+		}
+		assertDepth(t, g, map[string]int{"a": 3, "b": 2, "c": 3})
+		r := mustEnqueueReq(t, g, Request{ID: "b-1", Tenant: "b", Weight: 3, Seq: seqs["b-1"]})
+		if r.Status != Queued || r.Position != before || r.Seq != seqs["b-1"] {
+			t.Fatalf("restored b-1 = %+v, want queued at %d with seq %d", r, before, seqs["b-1"])
+		}
+		assertDepth(t, g, map[string]int{"a": 3, "b": 3, "c": 3})
+		// b keeps FIFO: its next request still comes after b-2.
+		r = mustEnqueueReq(t, g, Request{ID: "b-3", Tenant: "b", Weight: 3})
+		if r.Seq <= seqs["b-2"] {
+			t.Fatalf("b-3 tag %d not after b-2's %d", r.Seq, seqs["b-2"])
+		}
+	})
+	t.Run("head", func(t *testing.T) {
+		g, rdb := newGate(t, 1, nil)
+		mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+		a0 := mustEnqueueReq(t, g, Request{ID: "a-0", Tenant: "a", Weight: 1})
+		for _, id := range []string{"b-0", "a-1", "b-1"} {
+			mustEnqueueReq(t, g, Request{ID: id, Tenant: tenantOf(id), Weight: 1})
+		}
+		// a-0's waiter missed its re-checks; the pump drops it on the way
+		// to b-0, and V moves past its tag.
+		rdb.Del(ctx, g.keys("p").alivePrefix+"a-0")
+		holder, granted := serve(t, g, "h-0", 1)
+		if granted[0] != "b-0" {
+			t.Fatalf("granted %v, want b-0", granted)
+		}
+		r := mustEnqueueReq(t, g, Request{ID: "a-0", Tenant: "a", Weight: 1, Seq: a0.Seq})
+		if r.Status != Queued || r.Position != 1 {
+			t.Fatalf("restored a-0 = %+v, want the head", r)
+		}
+		if _, granted = serve(t, g, holder, 3); !slices.Equal(granted, []string{"a-0", "a-1", "b-1"}) {
+			t.Fatalf("granted %v", granted)
+		}
+	})
+}
+
+func TestQueueStats(t *testing.T) {
+	g, _ := newGate(t, 2, nil)
+	ctx := context.Background()
+	st, err := g.QueueStats(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Limit != 2 || st.InUse != 0 || st.Waiting != 0 || st.OldestWait != 0 || len(st.ByTenant) != 0 {
+		t.Fatalf("empty pool: %+v", st)
+	}
+	mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1})
+	mustEnqueueReq(t, g, Request{ID: "h-1", Tenant: "h", Weight: 1})
+	mustEnqueueReq(t, g, Request{ID: "a-0", Tenant: "a", Weight: 2})
+	time.Sleep(30 * time.Millisecond)
+	mustEnqueueReq(t, g, Request{ID: "b-0", Tenant: "b", Weight: 2})
+	mustEnqueueReq(t, g, Request{ID: "a-1", Tenant: "a", Weight: 2})
+	st, err = g.QueueStats(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.InUse != 2 || st.Waiting != 3 || !maps.Equal(st.ByTenant, map[string]int{"a": 2, "b": 1}) {
+		t.Fatalf("stats %+v", st)
+	}
+	if st.OldestWait < 25*time.Millisecond || st.OldestWait > 5*time.Second {
+		t.Fatalf("oldest wait %v, want about 30ms", st.OldestWait)
+	}
+	if _, err := g.QueueStats(ctx, "nope"); err == nil {
+		t.Fatal("unknown pool accepted")
+	}
+}
+
+func TestEnqueueRejectsBadRequest(t *testing.T) {
+	g, _ := newGate(t, 1, nil)
+	for _, req := range []Request{
+		{ID: "", Tenant: "t", Weight: 1},
+		{ID: "x", Tenant: "t"},
+		{ID: "x", Tenant: "t", Weight: -1},
+		{ID: "x", Tenant: "t", Weight: 1, Cost: -1},
+		{ID: "x", Tenant: "t", Weight: 1, Cost: math.NaN()},
+		{ID: "x", Tenant: "t", Weight: 1, MaxPerTenant: -1},
+	} {
+		if _, err := g.Enqueue(context.Background(), "p", req); err == nil {
+			t.Errorf("%+v accepted", req)
+		}
+	}
 }
 
 // BenchmarkGrantRelease is one request's admission round trip on a free
@@ -366,19 +783,104 @@ func TestConcurrentNeverExceedsLimit(t *testing.T) {
 func BenchmarkGrantRelease(b *testing.B) {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer rdb.Close()
-	g, err := New(rdb, Options{KeyPrefix: "bench:", Lease: 30 * time.Second, WaiterTTL: 30 * time.Second, MaxQueueDepth: 1000, Limits: map[string]int{"p": 1 << 20}})
+	g, err := New(rdb, Options{KeyPrefix: fmt.Sprintf("bench:%d:", gates.Add(1)), Lease: 30 * time.Second, WaiterTTL: 30 * time.Second, MaxQueueDepth: 1000, Limits: map[string]int{"p": 1 << 20}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	resetServerStats(b, rdb)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		id := fmt.Sprint("r", i)
-		if _, err := g.Enqueue(ctx, "p", id, 0); err != nil {
-			b.Fatal(err)
+		if r, err := g.Enqueue(ctx, "p", Request{ID: id, Tenant: "t", Weight: 3}); err != nil || r.Status != Granted {
+			b.Fatalf("enqueue %s: %+v %v", id, r, err)
 		}
 		if _, err := g.Release(ctx, "p", id); err != nil {
 			b.Fatal(err)
 		}
+	}
+	b.StopTimer()
+	reportServerTime(b, rdb)
+}
+
+// resetServerStats zeroes the test redis-server's command statistics, so
+// that reportServerTime sees the benchmark's scripts only.
+func resetServerStats(b *testing.B, rdb *redis.Client) {
+	b.Helper()
+	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// reportServerTime reports the Redis time the scripts took per op, which,
+// unlike ns/op, leaves out the client round trips.
+func reportServerTime(b *testing.B, rdb *redis.Client) {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var usec int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				usec += n
+			}
+		}
+	}
+	b.ReportMetric(float64(usec)/float64(b.N), "redis-µs/op")
+}
+
+// BenchmarkEnqueueReleaseWFQ is the saturated path: one permit, a standing
+// queue of three tenants weighted 5:3:2; each op queues one request and
+// releases the holder, which hands the permit to the fair-queue head.
+func BenchmarkEnqueueReleaseWFQ(b *testing.B) {
+	for _, depth := range []int{300, 3000} {
+		b.Run(fmt.Sprint("depth=", depth), func(b *testing.B) {
+			rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+			defer rdb.Close()
+			g, err := New(rdb, Options{
+				KeyPrefix: fmt.Sprintf("bench-wfq:%d:", gates.Add(1)), Lease: time.Minute, WaiterTTL: time.Hour,
+				MaxQueueDepth: 1 << 20, Limits: map[string]int{"p": 1},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			weights := []int{5, 3, 2}
+			enqueue := func(i int) Result {
+				r, err := g.Enqueue(ctx, "p", Request{ID: fmt.Sprint("r", i), Tenant: fmt.Sprint("t", i%3), Weight: weights[i%3]})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return r
+			}
+			holder := "holder"
+			if _, err := g.Enqueue(ctx, "p", Request{ID: holder, Tenant: "h", Weight: 1}); err != nil {
+				b.Fatal(err)
+			}
+			for i := 0; i < depth; i++ {
+				enqueue(i)
+			}
+			resetServerStats(b, rdb)
+			b.ResetTimer()
+			for i := depth; i < depth+b.N; i++ {
+				if r := enqueue(i); r.Status != Queued {
+					b.Fatalf("r%d: %v", i, r.Status)
+				}
+				rel, err := g.Release(ctx, "p", holder)
+				if err != nil || len(rel.Woken) != 1 {
+					b.Fatalf("release %s: %+v %v", holder, rel, err)
+				}
+				holder = rel.Woken[0]
+			}
+			b.StopTimer()
+			reportServerTime(b, rdb)
+			_ = rdb.Del(ctx, g.keys("p").list()...).Err()
+		})
 	}
 }

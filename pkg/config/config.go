@@ -103,6 +103,10 @@ type API struct {
 	// QueuePollInterval is how often an SSE stream of a queued request
 	// re-reads its position to send queue events.
 	QueuePollInterval time.Duration `yaml:"queue_poll_interval"`
+	// TrustForwardedFor takes the client IP (for per-IP limits) from
+	// X-Forwarded-For, as set by a trusted proxy in front; off, it is the
+	// connection's address, which a client cannot forge.
+	TrustForwardedFor bool `yaml:"trust_forwarded_for"`
 }
 
 // Temporal says where the Temporal frontend is and how workflows are started.

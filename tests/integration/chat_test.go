@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,38 @@ func open(t *testing.T, ctx context.Context, method, path, body string, header m
 
 func chat(t *testing.T, ctx context.Context, body string) *stream {
 	return open(t, ctx, http.MethodPost, "/v1/chat", body, nil)
+}
+
+// The reservation charged at the door is reconciled when the request ends:
+// what stays charged is what the request actually used.
+func TestRateLimitReservationIsReconciled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := open(t, ctx, http.MethodPost, "/v1/chat", `{"query":"What is a leased semaphore?","max_tokens":40}`,
+		map[string]string{"Authorization": "Bearer k-slow"})
+	defer s.close()
+	if s.resp.Header.Get("X-RateLimit-Limit-Tokens") != "100000" || s.resp.Header.Get("X-RateLimit-Remaining-Tokens") == "" {
+		t.Fatalf("rate-limit headers %v", s.resp.Header)
+	}
+	evs := s.until(t, terminal)
+	var done events.Done
+	if last := evs[len(evs)-1]; last.Event != events.TypeDone || last.Decode(&done) != nil {
+		t.Fatalf("ended with %+v", last)
+	}
+	result(t, s.id) // finalize, and so the refund, has run
+	raw, err := stack.redis.HGet(ctx, keyPrefix+"rl:tenant:slowco:tokens", "tokens").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	level, _ := strconv.ParseFloat(raw, 64)
+	want := 100000 - float64(done.Usage.TotalTokens)
+	// The bucket refills 1 token a second while the request runs.
+	if level < want-1 || level > want+10 {
+		t.Fatalf("bucket holds %.1f after the request, want about %.0f (capacity minus the %d tokens used)", level, want, done.Usage.TotalTokens)
+	}
+	if n, _ := stack.redis.Exists(ctx, keyPrefix+"rl:rsv:"+s.id).Result(); n != 0 {
+		t.Fatal("the reservation was not consumed by its refund")
+	}
 }
 
 // until reads events until stop returns true (that event included).
@@ -327,7 +360,7 @@ func holdShortPool(t *testing.T) []string {
 	var ids []string
 	for i := 0; i < stack.cfg.Pools.Short.MaxConcurrency; i++ {
 		id := "holder-" + t.Name() + "-" + string(rune('a'+i))
-		r, err := stack.gate.Enqueue(context.Background(), "short", id, 0)
+		r, err := stack.gate.Enqueue(context.Background(), "short", admission.Request{ID: id, Tenant: "holders", Weight: 1})
 		if err != nil || r.Status != admission.Granted {
 			t.Fatalf("hold permit: %+v %v", r, err)
 		}

@@ -88,7 +88,13 @@ func run(m *testing.M) (int, error) {
 	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
 	cfg.Pools.Short.MaxConcurrency = 2
 	cfg.Log.Level = "warn"
-	cfg.Auth.APIKeys = []config.APIKey{{Key: "k-acme", Tenant: "acme", User: "alice"}}
+	cfg.Auth.APIKeys = []config.APIKey{
+		{Key: "k-acme", Tenant: "acme", User: "alice"},
+		{Key: "k-slow", Tenant: "slowco", User: "sam", Tier: "slow"},
+	}
+	// A tier whose token bucket barely refills, so a test can read what a
+	// finished request left charged.
+	cfg.Limits.Tiers["slow"] = config.Tier{Weight: 1, Tenant: config.Rate{TokensPerMinute: 60, TokenBurst: 100000}}
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}

@@ -1,61 +1,80 @@
--- Ask for a permit: grant it at once when one is free and nobody is ahead,
--- otherwise join (or keep) a place in the FIFO queue. Idempotent: calling it
--- again for the same id reports the current state, so it doubles as the
--- waiter's fallback re-check.
--- KEYS[1] permits  KEYS[2] grants  KEYS[3] queue  KEYS[4] seq  KEYS[5] stats
--- ARGV[1] request id
--- ARGV[2] default permit limit
--- ARGV[3] lease ms
--- ARGV[4] max queue depth
--- ARGV[5] waiter liveness ttl ms
--- ARGV[6] liveness key prefix
--- ARGV[7] arrival seq to restore (0 = new arrival): a waiter whose entry was
---         dropped as a zombie (e.g. all workers were down) gets its old place
--- ARGV[8] tombstone key prefix: a request that has released is never
---         admitted again, so a late or retried call cannot resurrect it
--- Returns {status, position, seq, limit, ewma_ms, woken ids...}
---   status 1 = holds a permit, 2 = queued at position (1-based), 3 = queue
---   full, 4 = the request already released (nothing was taken)
+-- Ask for a permit: grant it at once when one is free and nobody waits,
+-- otherwise join (or keep) a place in the weighted fair queue. Idempotent:
+-- calling it again for the same id reports the current state, so it doubles
+-- as the waiter's fallback re-check.
+-- KEYS   the pool's keys in lib.lua order (permits … since)
+-- ARGV[1]  request id
+-- ARGV[2]  tenant
+-- ARGV[3]  weight (> 0): the tenant's share
+-- ARGV[4]  cost (> 0): the request's size; its entry spans cost/weight
+-- ARGV[5]  cap on the tenant's entries in this queue (0 = none)
+-- ARGV[6]  finish tag to restore (0 = new arrival): a waiter whose entry was
+--          dropped as a zombie (e.g. all workers were down) gets its old
+--          place back, past both caps, as it had been admitted to the queue
+-- ARGV[7]  default permit limit
+-- ARGV[8]  lease ms
+-- ARGV[9]  max queue depth of the pool
+-- ARGV[10] waiter liveness ttl ms
+-- ARGV[11] liveness key prefix
+-- ARGV[12] tombstone key prefix: a request that has released is never
+--          admitted again, so a late or retried call cannot resurrect it
+-- Returns {status, position, tag, limit, ewma_ms, woken ids...}
+--   status 1 = holds a permit, 2 = queued at position (1-based), 3 = pool
+--   queue full, 4 = the request already released (nothing was taken),
+--   5 = the tenant's queue is full
+--   tag: the entry's finish tag, the restore token (0 when granted at once)
 --   woken: other waiters granted a permit by this call; the caller must
 --   notify them.
-local permits, grants, queue, seqkey, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local id = ARGV[1]
-local lease = tonumber(ARGV[3])
-local max_depth = tonumber(ARGV[4])
-local alive_ttl = tonumber(ARGV[5])
-local alive_prefix = ARGV[6]
-local restore = tonumber(ARGV[7])
+local id, tenant = ARGV[1], ARGV[2]
+local weight, cost = tonumber(ARGV[3]), tonumber(ARGV[4])
+local tenant_cap, restore = tonumber(ARGV[5]), tonumber(ARGV[6])
+local lease = tonumber(ARGV[8])
+local max_depth = tonumber(ARGV[9])
+local alive_ttl = tonumber(ARGV[10])
+local alive_prefix = ARGV[11]
 
 local now = now_ms()
-local limit = pool_limit(stats, ARGV[2])
-local ewma = tonumber(redis.call('HGET', stats, 'ewma_ms') or '0')
-if redis.call('EXISTS', ARGV[8] .. id) == 1 then
+local limit = pool_limit(ARGV[7])
+local ewma = tonumber(redis.call('HGET', K.stats, 'ewma_ms') or '0')
+if redis.call('EXISTS', ARGV[12] .. id) == 1 then
   return {4, 0, 0, limit, ewma}
 end
-expire_permits(permits, grants, now)
+expire_permits(now)
 
-if redis.call('ZSCORE', permits, id) then
+if redis.call('ZSCORE', K.permits, id) then
   return {1, 0, restore, limit, ewma}
 end
 
-local seq = redis.call('ZSCORE', queue, id)
-if seq then
-  seq = tonumber(seq)
+local tag = redis.call('ZSCORE', K.queue, id)
+if tag then
+  tag = tonumber(tag)
 elseif restore > 0 then
-  seq = restore
-  redis.call('ZADD', queue, seq, id)
+  tag = restore
+  add_entry(id, tenant, tag, now)
+  local last = tonumber(redis.call('HGET', K.finish, tenant) or '0')
+  if tag > last then redis.call('HSET', K.finish, tenant, tag) end
+elseif redis.call('ZCARD', K.queue) == 0 and redis.call('ZCARD', K.permits) < limit then
+  -- Nobody to be fair to: the request never waits, so it takes no tag and
+  -- leaves V alone.
+  grant(id, now, lease)
+  return {1, 0, 0, limit, ewma}
 else
-  if redis.call('ZCARD', queue) >= max_depth then
+  if redis.call('ZCARD', K.queue) >= max_depth then
     return {3, 0, 0, limit, ewma}
   end
-  seq = redis.call('INCR', seqkey)
-  redis.call('ZADD', queue, seq, id)
+  if tenant_cap > 0 and tonumber(redis.call('HGET', K.tenants, tenant) or '0') >= tenant_cap then
+    return {5, 0, 0, limit, ewma}
+  end
+  local start = math.max(vtime(), tonumber(redis.call('HGET', K.finish, tenant) or '0'))
+  tag = free_tick(start + ticks(cost, weight))
+  add_entry(id, tenant, tag, now)
+  redis.call('HSET', K.finish, tenant, tag)
 end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)
 
-local granted = pump(permits, grants, queue, alive_prefix, limit, lease, now)
+local granted = pump(limit, lease, alive_prefix, now)
 local mine = false
-local reply = {0, 0, seq, limit, ewma}
+local reply = {0, 0, tag, limit, ewma}
 for _, g in ipairs(granted) do
   if g == id then mine = true else reply[#reply + 1] = g end
 end
@@ -63,6 +82,6 @@ if mine then
   reply[1] = 1
 else
   reply[1] = 2
-  reply[2] = redis.call('ZRANK', queue, id) + 1
+  reply[2] = redis.call('ZRANK', K.queue, id) + 1
 end
 return reply

@@ -1,7 +1,7 @@
 -- Give back whatever a request holds in this pool: its permit, or its place
 -- in the queue. Idempotent, so a retried release cannot free a slot twice.
 -- A freed permit is handed straight to the next live waiter.
--- KEYS[1] permits  KEYS[2] grants  KEYS[3] queue  KEYS[4] stats
+-- KEYS   the pool's keys in lib.lua order (permits … since)
 -- ARGV[1] request id
 -- ARGV[2] default permit limit
 -- ARGV[3] lease ms
@@ -10,33 +10,32 @@
 -- ARGV[6] tombstone key prefix
 -- ARGV[7] tombstone ttl ms: how long enqueue refuses this request id
 -- Returns {held_permit (0/1), was_queued (0/1), woken ids...}
-local permits, grants, queue, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
 local lease = tonumber(ARGV[3])
 local alive_prefix = ARGV[4]
 local alpha = tonumber(ARGV[5])
 
 local now = now_ms()
-local limit = pool_limit(stats, ARGV[2])
-expire_permits(permits, grants, now)
+local limit = pool_limit(ARGV[2])
+expire_permits(now)
 
-local held = redis.call('ZREM', permits, id)
+local held = redis.call('ZREM', K.permits, id)
 if held == 1 then
-  local since = tonumber(redis.call('HGET', grants, id) or '0')
+  local since = tonumber(redis.call('HGET', K.grants, id) or '0')
   if since > 0 and now >= since then
-    local ewma = tonumber(redis.call('HGET', stats, 'ewma_ms') or '0')
+    local ewma = tonumber(redis.call('HGET', K.stats, 'ewma_ms') or '0')
     local hold = now - since
     if ewma == 0 then ewma = hold else ewma = ewma + alpha * (hold - ewma) end
-    redis.call('HSET', stats, 'ewma_ms', math.floor(ewma + 0.5))
+    redis.call('HSET', K.stats, 'ewma_ms', math.floor(ewma + 0.5))
   end
 end
-redis.call('HDEL', grants, id)
-local queued = redis.call('ZREM', queue, id)
+redis.call('HDEL', K.grants, id)
+local queued = unqueue(id)
 redis.call('DEL', alive_prefix .. id)
 redis.call('SET', ARGV[6] .. id, '1', 'PX', tonumber(ARGV[7]))
 
 local reply = {held, queued}
-for _, g in ipairs(pump(permits, grants, queue, alive_prefix, limit, lease, now)) do
+for _, g in ipairs(pump(limit, lease, alive_prefix, now)) do
   reply[#reply + 1] = g
 end
 return reply

@@ -4,11 +4,10 @@
 -- ARGV[2] lease ms
 -- Returns 1 if the permit is still held (lease extended), 0 if it was lost
 -- (its lease had already run out and it may be someone else's now).
-local permits, grants = KEYS[1], KEYS[2]
 local now = now_ms()
-expire_permits(permits, grants, now)
-if redis.call('ZSCORE', permits, ARGV[1]) then
-  redis.call('ZADD', permits, 'XX', now + tonumber(ARGV[2]), ARGV[1])
+expire_permits(now)
+if redis.call('ZSCORE', K.permits, ARGV[1]) then
+  redis.call('ZADD', K.permits, 'XX', now + tonumber(ARGV[2]), ARGV[1])
   return 1
 end
 return 0

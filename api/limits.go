@@ -1,0 +1,93 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/limiter"
+)
+
+// policy converts a tier's configured rates to the limiter's.
+func policy(t config.Tier) limiter.Policy {
+	conv := func(r config.Rate) limiter.Rate {
+		return limiter.Rate{TokensPerMinute: r.TokensPerMinute, TokenBurst: r.TokenBurst,
+			RequestsPerMinute: r.RequestsPerMinute, RequestBurst: r.RequestBurst}
+	}
+	return limiter.Policy{Tenant: conv(t.Tenant), User: conv(t.User), IP: conv(t.IP)}
+}
+
+// reserve charges a request's estimated cost to every bucket of its
+// caller before anything starts. It sets the rate-limit headers either way
+// and returns a 429 or 413 when the request may not pass.
+func (s *Server) reserve(c echo.Context, id string, who caller, tier config.Tier, cost int) error {
+	if !s.cfg.Limits.Enabled || s.limiter == nil {
+		return nil
+	}
+	buckets := policy(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: c.RealIP()}, float64(cost))
+	d, err := s.limiter.Reserve(c.Request().Context(), id, buckets)
+	if err != nil {
+		s.logger.Error("reserve rate limits", "requestID", id, "err", err)
+		return unavailable("rate limiter unavailable")
+	}
+	setRateHeaders(c.Response().Header(), buckets, d)
+	switch d.Status {
+	case limiter.TooLarge:
+		b := d.Bucket
+		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large", Dimension: b.Dimension, Kind: string(b.Kind),
+			Message: fmt.Sprintf("this request needs %d %s but the %s limit never holds more than %.0f; lower max_tokens or shorten the query",
+				cost, b.Kind, b.Dimension, b.Capacity)}
+	case limiter.Limited:
+		b := d.Bucket
+		retry := int(math.Ceil(d.RetryAfter.Seconds()))
+		return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", Dimension: b.Dimension, Kind: string(b.Kind),
+			RetryAfter: max(retry, 1),
+			Message:    fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, max(retry, 1))}
+	}
+	return nil
+}
+
+// setRateHeaders reports, per kind, the most constraining bucket: the one
+// with the least left.
+func setRateHeaders(h http.Header, buckets []limiter.Bucket, d limiter.Decision) {
+	for _, kind := range []limiter.Kind{limiter.Tokens, limiter.Requests} {
+		best := -1
+		for i, b := range buckets {
+			if b.Kind == kind && (best < 0 || d.Remaining[i] < d.Remaining[best]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			continue
+		}
+		suffix := "Tokens"
+		if kind == limiter.Requests {
+			suffix = "Requests"
+		}
+		h.Set("X-RateLimit-Limit-"+suffix, strconv.FormatFloat(buckets[best].Capacity, 'f', 0, 64))
+		h.Set("X-RateLimit-Remaining-"+suffix, strconv.FormatFloat(math.Max(0, math.Floor(d.Remaining[best])), 'f', 0, 64))
+		h.Set("X-RateLimit-Reset-"+suffix, formatReset(d.ResetAfter[best]))
+	}
+}
+
+// formatReset writes a duration the way OpenAI's headers do ("1s", "6m0s").
+func formatReset(d time.Duration) string {
+	return d.Round(time.Millisecond).String()
+}
+
+// refundAll gives back a whole reservation, for a request that never
+// started.
+func (s *Server) refundAll(ctx context.Context, id string) {
+	if s.limiter == nil {
+		return
+	}
+	if _, err := s.limiter.Refund(context.WithoutCancel(ctx), id, 0, 0); err != nil {
+		s.logger.Warn("refund rate limits", "requestID", id, "err", err)
+	}
+}
