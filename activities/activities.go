@@ -123,9 +123,9 @@ func (a *Activities) beginStage(ctx context.Context, requestID string, st events
 	return func() error { return <-errc }
 }
 
-// route picks the pool for a prompt of n tokens.
-func (a *Activities) route(n int) string {
-	if n <= a.Options.ShortThreshold {
+// Route picks the pool for a prompt of n tokens.
+func Route(n, shortThreshold int) string {
+	if n <= shortThreshold {
 		return PoolShort
 	}
 	return PoolLong
@@ -139,7 +139,7 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	out := AdmitOutput{Pool: in.Pool}
 	if out.Pool == "" {
 		out.EstimatedPromptTokens = a.Prompts.BoundBeforeRetrieval(in.Query, a.Options.TopK, a.Options.ChunkTokens)
-		out.Pool = a.route(out.EstimatedPromptTokens)
+		out.Pool = Route(out.EstimatedPromptTokens, a.Options.ShortThreshold)
 	}
 	written := func() error { return nil }
 	if !in.Recheck {

@@ -276,6 +276,30 @@ func TestTierCapsMaxTokens(t *testing.T) {
 	}
 }
 
+// A full queue, or a tenant's full share of it, is refused at the door
+// with 503 + Retry-After, before any reservation or workflow.
+func TestFullQueueIs503AtTheDoor(t *testing.T) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+		c.Auth.APIKeys[0].Tier = "standard"
+		c.Limits.Tiers["standard"] = config.Tier{Weight: 3, MaxQueuePerTenant: 2}
+	})
+	ctx := context.Background()
+	// The short pool's single permit is taken; acme already has 2 waiting.
+	for i, tenant := range []string{"other", "acme", "acme"} {
+		if _, err := srv.gate.Enqueue(ctx, "short", admission.Request{ID: fmt.Sprint("w", i), Tenant: tenant, Weight: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := post(srv, `{"query":"hello","max_tokens":8}`)
+	assertJSONError(t, rec, 503, "tenant_queue_full")
+	if rec.Header().Get("Retry-After") == "" || rec.Header().Get("X-RateLimit-Limit-Tokens") != "" {
+		t.Fatalf("headers %v: want Retry-After and no reservation", rec.Header())
+	}
+	if tc.starts.Load() != 0 {
+		t.Fatal("started")
+	}
+}
+
 func TestHealthz(t *testing.T) {
 	srv, _, _ := newTestServer(t, nil)
 	rec := httptest.NewRecorder()

@@ -20,6 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/workflows"
@@ -166,11 +167,14 @@ func (s *Server) postChat(c echo.Context) error {
 	id := newRequestID()
 	log := s.logger.With("requestID", id, "tenant", who.Tenant)
 
+	bound := s.prompts.BoundBeforeRetrieval(req.Query, s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
+	if err := s.checkQueue(ctx, activities.Route(bound, s.cfg.Routing.ShortThresholdTokens), who.Tenant, tier); err != nil {
+		return err
+	}
 	// Charged before anything starts, at its upper bound: the prompt with
 	// a full context plus every output token it may produce. The workflow
 	// refunds what it did not use when it ends.
-	cost := s.prompts.BoundBeforeRetrieval(req.Query, s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens) + *req.MaxTokens
-	if err := s.reserve(c, id, who, tier, cost); err != nil {
+	if err := s.reserve(c, id, who, tier, bound+*req.MaxTokens); err != nil {
 		return err
 	}
 
@@ -197,6 +201,29 @@ func (s *Server) postChat(c echo.Context) error {
 		return unavailable("could not start the request; please retry")
 	}
 	return s.stream(c, sub, id)
+}
+
+// checkQueue refuses a request whose pool queue, or whose tenant's share
+// of it, is full: 503 with Retry-After at once, instead of a workflow
+// started only to be turned away (the dev server starts only tens of
+// workflows a second). The admission script enforces the same caps
+// atomically; this read only spares Temporal the flood.
+func (s *Server) checkQueue(ctx context.Context, pool, tenant string, tier config.Tier) error {
+	total, mine, err := s.gate.Depth(ctx, pool, tenant)
+	if err != nil {
+		s.logger.Warn("read queue depth", "pool", pool, "err", err)
+		return nil // the admission script still enforces the caps
+	}
+	retry := max(1, int(s.cfg.Admission.RecheckInterval.Seconds()))
+	if total >= s.cfg.Admission.MaxQueueDepth {
+		return &apiError{Status: http.StatusServiceUnavailable, Code: workflows.ReasonQueueFull, RetryAfter: retry,
+			Message: "The service is at capacity and its queue is full. Please retry shortly."}
+	}
+	if tier.MaxQueuePerTenant > 0 && mine >= tier.MaxQueuePerTenant {
+		return &apiError{Status: http.StatusServiceUnavailable, Code: workflows.ReasonTenantQueueFull, RetryAfter: retry,
+			Message: "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished."}
+	}
+	return nil
 }
 
 func (s *Server) startChat(ctx context.Context, id string, who caller, tier config.Tier, req chatRequest) error {
