@@ -36,10 +36,17 @@ func TestMain(m *testing.M) {
 type countingClient struct {
 	client.Client
 	starts atomic.Int32
+	// hold, if set, keeps each start in flight until it is closed;
+	// holding receives once per start that began.
+	hold, holding chan struct{}
 }
 
 func (c *countingClient) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
 	c.starts.Add(1)
+	if c.hold != nil {
+		c.holding <- struct{}{}
+		<-c.hold
+	}
 	return nil, fmt.Errorf("not starting workflows in this test")
 }
 
@@ -298,6 +305,28 @@ func TestFullQueueIs503AtTheDoor(t *testing.T) {
 	if tc.starts.Load() != 0 {
 		t.Fatal("started")
 	}
+}
+
+// With every start slot taken, a request is refused at once with 503.
+func TestStartsInFlightAreBounded(t *testing.T) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) { c.API.MaxStartsInFlight = 1 })
+	tc.hold, tc.holding = make(chan struct{}), make(chan struct{}, 1)
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- post(srv, `{"query":"hello","max_tokens":8}`) }()
+	<-tc.holding // the first start is in flight
+	rec := post(srv, `{"query":"hello","max_tokens":8}`)
+	assertJSONError(t, rec, 503, "busy")
+	if rec.Header().Get("Retry-After") != "1" {
+		t.Fatalf("Retry-After %q", rec.Header().Get("Retry-After"))
+	}
+	close(tc.hold)
+	<-first
+	if tc.starts.Load() != 1 {
+		t.Fatalf("%d starts, want 1", tc.starts.Load())
+	}
+	// The slot is free again.
+	tc.hold = nil
+	assertJSONError(t, post(srv, `{"query":"hello","max_tokens":8}`), 503, "unavailable")
 }
 
 func TestHealthz(t *testing.T) {

@@ -167,6 +167,24 @@ func (s *Server) postChat(c echo.Context) error {
 	id := newRequestID()
 	log := s.logger.With("requestID", id, "tenant", who.Tenant)
 
+	// A slot for the workflow start, taken before anything is charged and
+	// held until the start returns: a flood beyond what Temporal can start
+	// is answered at once instead of queueing up in this process.
+	select {
+	case s.starts <- struct{}{}:
+	default:
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
+			Message: "Too many requests are starting right now. Please retry in a moment."}
+	}
+	started := false
+	releaseSlot := func() {
+		if !started {
+			started = true
+			<-s.starts
+		}
+	}
+	defer releaseSlot()
+
 	bound := s.prompts.BoundBeforeRetrieval(req.Query, s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
 	if err := s.checkQueue(ctx, activities.Route(bound, s.cfg.Routing.ShortThresholdTokens), who.Tenant, tier); err != nil {
 		return err
@@ -194,7 +212,9 @@ func (s *Server) postChat(c echo.Context) error {
 		s.refundAll(ctx, id)
 		return unavailable("event store unavailable")
 	}
-	if err := s.startChat(ctx, id, who, tier, req); err != nil {
+	err = s.startChat(ctx, id, who, tier, req)
+	releaseSlot()
+	if err != nil {
 		log.Error("start chat workflow", "err", err)
 		_ = s.events.Delete(context.WithoutCancel(ctx), id)
 		s.refundAll(ctx, id)

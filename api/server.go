@@ -42,6 +42,8 @@ type Server struct {
 	// draining is set when the process shuts down: streams then end
 	// without detaching, so their requests carry on.
 	draining atomic.Bool
+	// starts holds a slot per workflow start in flight.
+	starts chan struct{}
 }
 
 // Options are the Server's dependencies.
@@ -70,6 +72,7 @@ func New(opts Options) (*Server, error) {
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
 		gate: opts.Gate, prompts: opts.Prompts, limiter: opts.Limiter, logger: opts.Logger,
 		kbs: map[string]bool{}, keys: map[string]config.APIKey{},
+		starts: make(chan struct{}, opts.Config.API.MaxStartsInFlight),
 	}
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
 		s.kbs[kb.Name] = true

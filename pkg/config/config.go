@@ -103,6 +103,11 @@ type API struct {
 	// QueuePollInterval is how often an SSE stream of a queued request
 	// re-reads its position to send queue events.
 	QueuePollInterval time.Duration `yaml:"queue_poll_interval"`
+	// MaxStartsInFlight bounds the workflow starts one API process has
+	// outstanding; beyond it requests get 503 + Retry-After at once rather
+	// than piling onto a Temporal server that starts only so many
+	// workflows a second.
+	MaxStartsInFlight int `yaml:"max_starts_in_flight"`
 	// TrustForwardedFor takes the client IP (for per-IP limits) from
 	// X-Forwarded-For, as set by a trusted proxy in front; off, it is the
 	// connection's address, which a client cannot forge.
@@ -276,6 +281,7 @@ func Default() Config {
 			ShutdownTimeout:   10 * time.Second,
 			DisconnectGrace:   5 * time.Second,
 			QueuePollInterval: 500 * time.Millisecond,
+			MaxStartsInFlight: 64,
 		},
 		Temporal: Temporal{
 			HostPort:                   "127.0.0.1:7233",
@@ -410,6 +416,7 @@ func (c Config) Validate() error {
 		v.add("api.disconnect_grace", "must be >= 0, got %s", c.API.DisconnectGrace)
 	}
 	v.duration("api.queue_poll_interval", c.API.QueuePollInterval)
+	v.positive("api.max_starts_in_flight", int64(c.API.MaxStartsInFlight))
 
 	v.nonEmpty("temporal.host_port", c.Temporal.HostPort)
 	v.nonEmpty("temporal.namespace", c.Temporal.Namespace)
