@@ -213,7 +213,7 @@ func post(srv *Server, body string) *httptest.ResponseRecorder {
 func TestRateLimitedIs429WithHeaders(t *testing.T) {
 	srv, tc, _ := newTestServer(t, limitedConfig)
 	// Drain the tenant's 6000-token bucket from "another instance".
-	drain := policy(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
+	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
 	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
@@ -263,7 +263,7 @@ func TestFailedStartRefunds(t *testing.T) {
 		}
 	}
 	// Five ~1,100-token requests would have drained 6000 without refunds.
-	drain := policy(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
+	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
 	if d, _ := srv.limiter.Reserve(context.Background(), "probe", drain); d.Status != limiter.Allowed {
 		t.Fatalf("bucket not refunded: %+v", d)
 	}
@@ -327,6 +327,52 @@ func TestStartsInFlightAreBounded(t *testing.T) {
 	// The slot is free again.
 	tc.hold = nil
 	assertJSONError(t, post(srv, `{"query":"hello","max_tokens":8}`), 503, "unavailable")
+}
+
+func admin(srv *Server, method, path, key, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+func TestAdminRoutesNeedTheAdminKey(t *testing.T) {
+	off, _, _ := newTestServer(t, nil)
+	assertJSONError(t, admin(off, "GET", "/v1/admin/limits", "", ""), 404, "not_found")
+	srv, _, _ := newTestServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" })
+	assertJSONError(t, admin(srv, "GET", "/v1/admin/limits", "k-acme", ""), 401, "unauthorized")
+	assertJSONError(t, admin(srv, "GET", "/v1/admin/queue", "", ""), 401, "unauthorized")
+	if rec := admin(srv, "GET", "/v1/admin/queue", "root", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"pool":"short"`) {
+		t.Fatalf("queue view %d %s", rec.Code, rec.Body)
+	}
+}
+
+// A policy change through the admin API governs the next request.
+func TestAdminLimitsChangeTakesEffect(t *testing.T) {
+	srv, _, _ := newTestServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" })
+	rec := admin(srv, "GET", "/v1/admin/limits", "root", "")
+	if rec.Code != 200 {
+		t.Fatalf("get limits %d %s", rec.Code, rec.Body)
+	}
+	var doc map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &doc)
+	tiers := doc["tiers"].(map[string]any)
+	vip := tiers["vip"].(map[string]any)
+	vip["tenant"] = map[string]any{"tokens_per_minute": 100}
+	body, _ := json.Marshal(doc)
+	rec = admin(srv, "PUT", "/v1/admin/limits", "root", string(body))
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"version":1`) {
+		t.Fatalf("put limits %d %s", rec.Code, rec.Body)
+	}
+	// k-acme is a vip tenant: its bucket now holds 100 tokens.
+	assertJSONError(t, post(srv, `{"query":"hello","max_tokens":8}`), 413, "request_too_large")
+
+	bad := strings.Replace(string(body), `"weight":5`, `"weight":0`, 1)
+	assertJSONError(t, admin(srv, "PUT", "/v1/admin/limits", "root", bad), 400, "invalid_policy")
 }
 
 func TestHealthz(t *testing.T) {

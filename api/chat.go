@@ -54,7 +54,7 @@ func (s *Server) authenticate(c echo.Context) (caller, error) {
 		if s.cfg.Auth.AllowAnonymous {
 			// Anonymous callers share one tenant; the per-IP limits are
 			// what tell them apart.
-			return caller{Tenant: "anonymous", Tier: s.cfg.Limits.DefaultTier}, nil
+			return caller{Tenant: "anonymous", Tier: s.policy.Current().Limits.DefaultTier}, nil
 		}
 		return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "an API key is required (Authorization: Bearer <key>)"}
 	}
@@ -67,7 +67,7 @@ func (s *Server) authenticate(c echo.Context) (caller, error) {
 		who.User = k.Tenant
 	}
 	if who.Tier == "" {
-		who.Tier = s.cfg.Limits.DefaultTier
+		who.Tier = s.policy.Current().Limits.DefaultTier
 	}
 	return who, nil
 }
@@ -158,7 +158,8 @@ func (s *Server) postChat(c echo.Context) error {
 	if err := s.validate(&req); err != nil {
 		return err
 	}
-	tier, _ := s.cfg.TierOf(who.Tier)
+	live := s.policy.Current()
+	tier, _ := live.Tier(who.Tier)
 	if tier.MaxOutputTokens > 0 && *req.MaxTokens > tier.MaxOutputTokens {
 		// The tier's cap, not the caller's wish, bounds the answer.
 		*req.MaxTokens = tier.MaxOutputTokens
@@ -192,7 +193,7 @@ func (s *Server) postChat(c echo.Context) error {
 	// Charged before anything starts, at its upper bound: the prompt with
 	// a full context plus every output token it may produce. The workflow
 	// refunds what it did not use when it ends.
-	if err := s.reserve(c, id, who, tier, bound+*req.MaxTokens); err != nil {
+	if err := s.reserve(c, id, who, tier, live.Limits.Enabled, bound+*req.MaxTokens); err != nil {
 		return err
 	}
 

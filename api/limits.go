@@ -14,8 +14,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/limiter"
 )
 
-// policy converts a tier's configured rates to the limiter's.
-func policy(t config.Tier) limiter.Policy {
+// ratesOf converts a tier's configured rates to the limiter's.
+func ratesOf(t config.Tier) limiter.Policy {
 	conv := func(r config.Rate) limiter.Rate {
 		return limiter.Rate{TokensPerMinute: r.TokensPerMinute, TokenBurst: r.TokenBurst,
 			RequestsPerMinute: r.RequestsPerMinute, RequestBurst: r.RequestBurst}
@@ -26,11 +26,11 @@ func policy(t config.Tier) limiter.Policy {
 // reserve charges a request's estimated cost to every bucket of its
 // caller before anything starts. It sets the rate-limit headers either way
 // and returns a 429 or 413 when the request may not pass.
-func (s *Server) reserve(c echo.Context, id string, who caller, tier config.Tier, cost int) error {
-	if !s.cfg.Limits.Enabled || s.limiter == nil {
+func (s *Server) reserve(c echo.Context, id string, who caller, tier config.Tier, enabled bool, cost int) error {
+	if !enabled || s.limiter == nil {
 		return nil
 	}
-	buckets := policy(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: c.RealIP()}, float64(cost))
+	buckets := ratesOf(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: c.RealIP()}, float64(cost))
 	d, err := s.limiter.Reserve(c.Request().Context(), id, buckets)
 	if err != nil {
 		s.logger.Error("reserve rate limits", "requestID", id, "err", err)

@@ -3,11 +3,13 @@ package api
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -22,9 +24,10 @@ func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger, rea
 	}
 	defer rt.Close()
 	hub := events.NewHub(rt.Redis, rt.Events, events.HubOptions{Logger: logger.With("component", "event-hub")})
+	live := policy.NewStore(rt.Redis, cfg, rt.Gate, logger.With("component", "policy"))
 	srv, err := New(Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub,
-		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Logger: logger.With("component", "api"),
+		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Policy: live, Logger: logger.With("component", "api"),
 	})
 	if err != nil {
 		return err
@@ -37,6 +40,11 @@ func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger, rea
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return hub.Run(hubCtx) })
+	g.Go(func() error {
+		// A change made through any instance is in force here within this.
+		live.Run(gctx, 500*time.Millisecond)
+		return nil
+	})
 	if cfg.API.EmbeddedWorker {
 		g.Go(func() error { return rt.Run(workerCtx) })
 	}

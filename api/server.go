@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 )
 
@@ -36,6 +37,7 @@ type Server struct {
 	gate     *admission.Gate
 	prompts  *prompt.Builder
 	limiter  *limiter.Limiter
+	policy   *policy.Store
 	kbs      map[string]bool
 	keys     map[string]config.APIKey
 	logger   *slog.Logger
@@ -57,7 +59,9 @@ type Options struct {
 	Prompts  *prompt.Builder
 	// Limiter enforces limits.* at the door; nil disables rate limits.
 	Limiter *limiter.Limiter
-	Logger  *slog.Logger
+	// Policy is the live traffic policy; nil uses the configuration's.
+	Policy *policy.Store
+	Logger *slog.Logger
 }
 
 // New builds the server and its routes.
@@ -70,7 +74,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
-		gate: opts.Gate, prompts: opts.Prompts, limiter: opts.Limiter, logger: opts.Logger,
+		gate: opts.Gate, prompts: opts.Prompts, limiter: opts.Limiter, policy: opts.Policy, logger: opts.Logger,
 		kbs: map[string]bool{}, keys: map[string]config.APIKey{},
 		starts: make(chan struct{}, opts.Config.API.MaxStartsInFlight),
 	}
@@ -79,6 +83,9 @@ func New(opts Options) (*Server, error) {
 	}
 	for _, k := range opts.Config.Auth.APIKeys {
 		s.keys[k.Key] = k
+	}
+	if s.policy == nil {
+		s.policy = policy.NewStore(opts.Redis, opts.Config, opts.Gate, s.logger)
 	}
 	e := echo.New()
 	e.IPExtractor = echo.ExtractIPDirect()
@@ -93,6 +100,10 @@ func New(opts Options) (*Server, error) {
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
 	e.DELETE("/v1/requests/:id", s.deleteRequest)
+	admin := e.Group("/v1/admin", s.requireAdmin)
+	admin.GET("/limits", s.getLimits)
+	admin.PUT("/limits", s.putLimits)
+	admin.GET("/queue", s.getQueue)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	s.echo = e

@@ -52,28 +52,28 @@ type Limits struct {
 type Tier struct {
 	// Weight is the tier's share in weighted fair queuing: with weights
 	// 5:3:2 and all backlogged, tenants are served 50/30/20.
-	Weight int `yaml:"weight"`
+	Weight int `yaml:"weight" json:"weight"`
 	// MaxWait bounds a queued request's wait; 0 uses admission.max_wait.
-	MaxWait time.Duration `yaml:"max_wait"`
+	MaxWait time.Duration `yaml:"max_wait" json:"-"`
 	// MaxQueuePerTenant caps one tenant's waiting requests per pool; 0 is
 	// no cap beyond admission.max_queue_depth.
-	MaxQueuePerTenant int `yaml:"max_queue_per_tenant"`
+	MaxQueuePerTenant int `yaml:"max_queue_per_tenant" json:"max_queue_per_tenant"`
 	// MaxOutputTokens caps a request's max_tokens; 0 uses
 	// api.max_tokens_limit.
-	MaxOutputTokens int `yaml:"max_output_tokens"`
+	MaxOutputTokens int `yaml:"max_output_tokens" json:"max_output_tokens"`
 	// Rate limits by dimension; a zero Rate is no limit.
-	Tenant Rate `yaml:"tenant"`
-	User   Rate `yaml:"user"`
-	IP     Rate `yaml:"ip"`
+	Tenant Rate `yaml:"tenant" json:"tenant"`
+	User   Rate `yaml:"user" json:"user"`
+	IP     Rate `yaml:"ip" json:"ip"`
 }
 
 // Rate is a token bucket in tokens (TPM-style), in requests (RPM-style), or
 // both. Bursts default to one minute's worth.
 type Rate struct {
-	TokensPerMinute   float64 `yaml:"tokens_per_minute"`
-	TokenBurst        float64 `yaml:"token_burst"`
-	RequestsPerMinute float64 `yaml:"requests_per_minute"`
-	RequestBurst      float64 `yaml:"request_burst"`
+	TokensPerMinute   float64 `yaml:"tokens_per_minute" json:"tokens_per_minute,omitempty"`
+	TokenBurst        float64 `yaml:"token_burst" json:"token_burst,omitempty"`
+	RequestsPerMinute float64 `yaml:"requests_per_minute" json:"requests_per_minute,omitempty"`
+	RequestBurst      float64 `yaml:"request_burst" json:"request_burst,omitempty"`
 }
 
 // API configures the Echo HTTP front door.
@@ -251,6 +251,8 @@ type Auth struct {
 	// "anonymous" (dev stack only).
 	AllowAnonymous bool     `yaml:"allow_anonymous"`
 	APIKeys        []APIKey `yaml:"api_keys"`
+	// AdminKey guards /v1/admin/*; empty disables those routes.
+	AdminKey string `yaml:"admin_key"`
 }
 
 // APIKey is one client credential.

@@ -1,0 +1,234 @@
+// Package policy holds the live traffic policy — the limit tiers (rates,
+// weights, waits, caps) and each pool's concurrency — and shares it
+// between every API and worker instance through Redis. It starts from the
+// configuration file; an operator changes it at run time through the admin
+// API, and every instance picks the change up within its poll interval.
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+)
+
+// Policy is one version of the live policy.
+type Policy struct {
+	// Version grows with every change; 0 is the configuration file's.
+	Version int64
+	Limits  config.Limits
+	// Pools is each pool's permit count.
+	Pools map[string]int
+}
+
+// Tier returns the named tier (the default tier for ""), and its name.
+func (p *Policy) Tier(name string) (config.Tier, string) {
+	if name == "" {
+		name = p.Limits.DefaultTier
+	}
+	return p.Limits.Tiers[name], name
+}
+
+// FromConfig is the policy the configuration file describes.
+func FromConfig(cfg config.Config) Policy {
+	return Policy{
+		Limits: cfg.Limits,
+		Pools:  map[string]int{"short": cfg.Pools.Short.MaxConcurrency, "long": cfg.Pools.Long.MaxConcurrency},
+	}
+}
+
+// Validate checks p the way the configuration file is checked, naming bad
+// fields by their YAML path.
+func Validate(base config.Config, p Policy) error {
+	cfg := base
+	cfg.Limits = p.Limits
+	short, okS := p.Pools["short"]
+	long, okL := p.Pools["long"]
+	if !okS || !okL || len(p.Pools) != 2 {
+		return errors.New("invalid policy: pools must name exactly short and long")
+	}
+	cfg.Pools.Short.MaxConcurrency, cfg.Pools.Long.MaxConcurrency = short, long
+	return cfg.Validate()
+}
+
+// PoolLimiter applies a pool's permit count (the admission gate).
+type PoolLimiter interface {
+	SetLimit(ctx context.Context, pool string, n int) error
+}
+
+// Store is this process's view of the live policy.
+type Store struct {
+	rdb    redis.UniversalClient
+	key    string
+	base   config.Config
+	gate   PoolLimiter
+	logger *slog.Logger
+	cur    atomic.Pointer[Policy]
+}
+
+// NewStore starts from the configuration file's policy; Run replaces it
+// with the shared one.
+func NewStore(rdb redis.UniversalClient, base config.Config, gate PoolLimiter, logger *slog.Logger) *Store {
+	s := &Store{rdb: rdb, key: base.Redis.KeyPrefix + "policy", base: base, gate: gate, logger: logger}
+	p := FromConfig(base)
+	s.cur.Store(&p)
+	return s
+}
+
+// Current is the policy in force. Callers must not modify it.
+func (s *Store) Current() *Policy { return s.cur.Load() }
+
+// document is the stored and the admin API's form of a Policy.
+type document struct {
+	Version     int64                   `json:"version"`
+	Enabled     bool                    `json:"enabled"`
+	DefaultTier string                  `json:"default_tier"`
+	Tiers       map[string]tierDocument `json:"tiers"`
+	Pools       map[string]poolDocument `json:"pools"`
+}
+
+type tierDocument struct {
+	config.Tier
+	MaxWait string `json:"max_wait,omitempty"`
+}
+
+type poolDocument struct {
+	MaxConcurrency int `json:"max_concurrency"`
+}
+
+// MarshalJSON writes the admin API's form (durations as "30s").
+func (p Policy) MarshalJSON() ([]byte, error) {
+	d := document{Version: p.Version, Enabled: p.Limits.Enabled, DefaultTier: p.Limits.DefaultTier,
+		Tiers: map[string]tierDocument{}, Pools: map[string]poolDocument{}}
+	for name, t := range p.Limits.Tiers {
+		td := tierDocument{Tier: t}
+		if t.MaxWait > 0 {
+			td.MaxWait = t.MaxWait.String()
+		}
+		d.Tiers[name] = td
+	}
+	for name, n := range p.Pools {
+		d.Pools[name] = poolDocument{MaxConcurrency: n}
+	}
+	return json.Marshal(d)
+}
+
+// UnmarshalJSON reads the admin API's form.
+func (p *Policy) UnmarshalJSON(b []byte) error {
+	var d document
+	if err := json.Unmarshal(b, &d); err != nil {
+		return err
+	}
+	out := Policy{Version: d.Version, Limits: config.Limits{Enabled: d.Enabled, DefaultTier: d.DefaultTier, Tiers: map[string]config.Tier{}},
+		Pools: map[string]int{}}
+	names := make([]string, 0, len(d.Tiers))
+	for name := range d.Tiers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		td := d.Tiers[name]
+		t := td.Tier
+		if td.MaxWait != "" {
+			w, err := time.ParseDuration(td.MaxWait)
+			if err != nil {
+				return fmt.Errorf("tiers.%s.max_wait: want a duration such as 30s: %w", name, err)
+			}
+			t.MaxWait = w
+		}
+		out.Limits.Tiers[name] = t
+	}
+	for name, pd := range d.Pools {
+		out.Pools[name] = pd.MaxConcurrency
+	}
+	*p = out
+	return nil
+}
+
+// Put validates and publishes a new policy for every instance, applies the
+// pools' permit counts at once, and returns it with its new version.
+func (s *Store) Put(ctx context.Context, p Policy) (Policy, error) {
+	if err := Validate(s.base, p); err != nil {
+		return Policy{}, err
+	}
+	v, err := s.rdb.Incr(ctx, s.key+":version").Result()
+	if err != nil {
+		return Policy{}, fmt.Errorf("publish policy: %w", err)
+	}
+	p.Version = v
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return Policy{}, err
+	}
+	if err := s.rdb.Set(ctx, s.key, raw, 0).Err(); err != nil {
+		return Policy{}, fmt.Errorf("publish policy: %w", err)
+	}
+	for pool, n := range p.Pools {
+		if err := s.gate.SetLimit(ctx, pool, n); err != nil {
+			return Policy{}, err
+		}
+	}
+	s.adopt(&p)
+	return p, nil
+}
+
+// Refresh loads the shared policy if it is newer than the current one.
+func (s *Store) Refresh(ctx context.Context) error {
+	raw, err := s.rdb.Get(ctx, s.key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read policy: %w", err)
+	}
+	var p Policy
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return fmt.Errorf("decode stored policy: %w", err)
+	}
+	if p.Version <= s.Current().Version {
+		return nil
+	}
+	if err := Validate(s.base, p); err != nil {
+		// Another build may have written it; keep what works here.
+		return fmt.Errorf("stored policy v%d is invalid here: %w", p.Version, err)
+	}
+	s.adopt(&p)
+	return nil
+}
+
+func (s *Store) adopt(p *Policy) {
+	for {
+		cur := s.cur.Load()
+		if p.Version <= cur.Version && cur.Version != 0 {
+			return
+		}
+		if s.cur.CompareAndSwap(cur, p) {
+			s.logger.Info("traffic policy in force", "version", p.Version)
+			return
+		}
+	}
+}
+
+// Run refreshes the policy every interval until ctx ends.
+func (s *Store) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("refresh traffic policy", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
+
+var srv *testenv.Redis
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { srv = r }))
+}
+
+type fakeGate struct {
+	mu     sync.Mutex
+	limits map[string]int
+}
+
+func (g *fakeGate) SetLimit(_ context.Context, pool string, n int) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.limits[pool] = n
+	return nil
+}
+
+func newStore(t *testing.T, gate *fakeGate) *Store {
+	cfg := config.Default()
+	cfg.Redis.KeyPrefix = testenv.KeyPrefix(t)
+	return NewStore(srv.Client(t), cfg, gate, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+func TestPutReachesOtherInstances(t *testing.T) {
+	gate := &fakeGate{limits: map[string]int{}}
+	a, b := newStore(t, gate), newStore(t, &fakeGate{limits: map[string]int{}})
+	ctx := context.Background()
+	if a.Current().Version != 0 || a.Current().Pools["short"] != 16 {
+		t.Fatalf("initial policy %+v", a.Current())
+	}
+	p := *a.Current()
+	p.Limits.Tiers = map[string]config.Tier{}
+	for k, v := range a.Current().Limits.Tiers {
+		p.Limits.Tiers[k] = v
+	}
+	free := p.Limits.Tiers["free"]
+	free.Weight, free.MaxWait = 1, 5*time.Second
+	p.Limits.Tiers["free"] = free
+	p.Pools = map[string]int{"short": 4, "long": 2}
+	out, err := a.Put(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Version != 1 || gate.limits["short"] != 4 || gate.limits["long"] != 2 {
+		t.Fatalf("put: %+v, gate %v", out, gate.limits)
+	}
+	if err := b.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := b.Current()
+	if got.Version != 1 || got.Limits.Tiers["free"].Weight != 1 || got.Limits.Tiers["free"].MaxWait != 5*time.Second || got.Pools["short"] != 4 {
+		t.Fatalf("other instance sees %+v", got)
+	}
+	// Refreshing again changes nothing; an older version never replaces a newer.
+	if err := b.Refresh(ctx); err != nil || b.Current() != got {
+		t.Fatal("refresh without a change replaced the policy")
+	}
+}
+
+func TestInvalidPolicyIsRefusedByName(t *testing.T) {
+	s := newStore(t, &fakeGate{limits: map[string]int{}})
+	p := *s.Current()
+	p.Limits.Tiers = map[string]config.Tier{"standard": {Weight: 0}}
+	_, err := s.Put(context.Background(), p)
+	if err == nil || !strings.Contains(err.Error(), "limits.tiers.standard.weight: must be > 0") {
+		t.Fatalf("err %v", err)
+	}
+	p = *s.Current()
+	p.Pools = map[string]int{"short": 1}
+	if _, err := s.Put(context.Background(), p); err == nil {
+		t.Fatal("a policy without the long pool was accepted")
+	}
+	if s.Current().Version != 0 {
+		t.Fatal("a refused policy was adopted")
+	}
+}
+
+func TestJSONUsesReadableDurations(t *testing.T) {
+	p := FromConfig(config.Default())
+	raw, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"max_wait":"15s"`) || !strings.Contains(string(raw), `"max_concurrency":16`) {
+		t.Fatalf("json %s", raw)
+	}
+	var back Policy
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Limits.Tiers["free"] != p.Limits.Tiers["free"] || back.Pools["long"] != p.Pools["long"] {
+		t.Fatalf("round trip %+v", back)
+	}
+	if err := json.Unmarshal([]byte(`{"tiers":{"x":{"max_wait":"soon"}}}`), &back); err == nil || !strings.Contains(err.Error(), "tiers.x.max_wait") {
+		t.Fatalf("bad duration: %v", err)
+	}
+}
+
+func TestRunPicksUpChangesWithinAnInterval(t *testing.T) {
+	a, b := newStore(t, &fakeGate{limits: map[string]int{}}), newStore(t, &fakeGate{limits: map[string]int{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go b.Run(ctx, 50*time.Millisecond)
+	p := *a.Current()
+	p.Pools = map[string]int{"short": 3, "long": 3}
+	if _, err := a.Put(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Current().Version != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the change did not arrive")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
