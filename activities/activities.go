@@ -71,7 +71,7 @@ type Activities struct {
 	// reservation; nil when limits are off.
 	Limiter *limiter.Limiter
 	Logger  *slog.Logger
-	Options    Options
+	Options Options
 }
 
 // Options are the activity settings taken from config.

@@ -54,9 +54,9 @@ type chat struct {
 	doneWritten bool
 	// used is what the request consumed, for the rate-limit refund; nil
 	// when a stream ended in a way that does not tell.
-	used *activities.Used
-	result      ChatResult
-	failure     *events.Failure
+	used    *activities.Used
+	result  ChatResult
+	failure *events.Failure
 }
 
 func (w *chat) setup(ctx workflow.Context) error {
