@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -24,11 +25,25 @@ type chatSuite struct {
 	suite.Suite
 	testsuite.WorkflowTestSuite
 	env *testsuite.TestWorkflowEnvironment
+	log *callLog
+}
 
+// callLog records one test's activity calls. Every test gets its own, and
+// a mock writes to the log of the test that registered it: the test
+// environment does not wait for a cancelled local activity to return, so
+// a mock can still run after its workflow completed, and must not write
+// into the next test's log.
+type callLog struct {
 	mu       sync.Mutex
-	calls    []string
+	names    []string
 	finalize []activities.FinalizeInput
 	onStop   func()
+}
+
+func (l *callLog) record(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.names = append(l.names, name)
 }
 
 func TestChatWorkflow(t *testing.T) { suite.Run(t, new(chatSuite)) }
@@ -37,20 +52,22 @@ func (s *chatSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.RegisterWorkflowWithOptions(ChatWorkflow, registerOpts)
 	s.env.RegisterActivity(&activities.Activities{})
-	s.calls = nil
-	s.finalize = nil
+	log := &callLog{}
+	s.log = log
 	s.env.OnActivity(a.Finalize, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) error {
-		s.record("Finalize")
-		s.mu.Lock()
-		s.finalize = append(s.finalize, in)
-		s.mu.Unlock()
+		log.record("Finalize")
+		log.mu.Lock()
+		log.finalize = append(log.finalize, in)
+		log.mu.Unlock()
 		return nil
 	}).Maybe()
-	s.onStop = nil
 	s.env.OnActivity(a.StopStream, mock.Anything, mock.Anything).Return(func(context.Context, activities.StopStreamInput) error {
-		s.record("StopStream")
-		if s.onStop != nil {
-			s.onStop()
+		log.record("StopStream")
+		log.mu.Lock()
+		onStop := log.onStop
+		log.mu.Unlock()
+		if onStop != nil {
+			onStop()
 		}
 		return nil
 	}).Maybe()
@@ -58,10 +75,18 @@ func (s *chatSuite) SetupTest() {
 
 func (s *chatSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
 
-func (s *chatSuite) record(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.calls = append(s.calls, name)
+// calls are the activities the current test's mocks saw so far, in order.
+func (s *chatSuite) calls() []string {
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	return slices.Clone(s.log.names)
+}
+
+// onStop sets what the StopStream mock does after recording the call.
+func (s *chatSuite) onStop(f func()) {
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	s.log.onStop = f
 }
 
 func input() ChatInput {
@@ -77,37 +102,40 @@ func input() ChatInput {
 var hits = []activities.ChunkRef{{ID: "d1#0", Score: 1}, {ID: "d2#0", Score: 0.5}}
 
 func (s *chatSuite) mockEmbed() {
+	log := s.log
 	s.env.OnActivity(a.EmbedQuery, mock.Anything, mock.Anything).Return(func(context.Context, activities.EmbedInput) (activities.EmbedOutput, error) {
-		s.record("EmbedQuery")
+		log.record("EmbedQuery")
 		return activities.EmbedOutput{Cache: "miss", Dims: 256, Ms: 1}, nil
 	})
 }
 
 // mockAdmit answers the first call and every re-check with the given states.
 func (s *chatSuite) mockAdmit(first activities.AdmitOutput, recheck *activities.AdmitOutput) {
+	log := s.log
 	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
 		if in.Recheck {
-			s.record("Recheck")
+			log.record("Recheck")
 			if in.Pool != "short" || in.Seq != 7 {
 				return activities.AdmitOutput{}, errors.New("re-check lost pool or seq")
 			}
 			return *recheck, nil
 		}
-		s.record("Admit")
+		log.record("Admit")
 		return first, nil
 	})
 }
 
 func (s *chatSuite) mockRetrieveRerank() {
+	log := s.log
 	s.env.OnActivity(a.Retrieve, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RetrieveInput) (activities.RetrieveOutput, error) {
-		s.record("Retrieve")
+		log.record("Retrieve")
 		if in.K != 10 {
 			return activities.RetrieveOutput{}, errors.New("retrieve should fetch Candidates")
 		}
 		return activities.RetrieveOutput{KBVersion: 3, Hits: hits, Ms: 2}, nil
 	})
 	s.env.OnActivity(a.Rerank, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RerankInput) (activities.RerankOutput, error) {
-		s.record("Rerank")
+		log.record("Rerank")
 		if in.KBVersion != 3 || in.KB != "sluice-docs" {
 			return activities.RerankOutput{}, errors.New("rerank lost the kb version")
 		}
@@ -116,8 +144,9 @@ func (s *chatSuite) mockRetrieveRerank() {
 }
 
 func (s *chatSuite) mockLLM() {
+	log := s.log
 	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LLMInput) (activities.LLMOutput, error) {
-		s.record("StreamLLM")
+		log.record("StreamLLM")
 		if in.Pool != "short" || len(in.Context) != 1 || in.KBVersion != 3 {
 			return activities.LLMOutput{}, errors.New("llm got the wrong pool or context")
 		}
@@ -137,8 +166,11 @@ func (s *chatSuite) result() ChatResult {
 }
 
 func (s *chatSuite) onlyFinalize() activities.FinalizeInput {
-	s.Require().Len(s.finalize, 1, "finalize must run exactly once")
-	return s.finalize[0]
+	s.log.mu.Lock()
+	finalize := slices.Clone(s.log.finalize)
+	s.log.mu.Unlock()
+	s.Require().Len(finalize, 1, "finalize must run exactly once")
+	return finalize[0]
 }
 
 func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
@@ -153,7 +185,7 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 	s.Equal("short", r.Route)
 	s.Equal(70, r.Usage.TotalTokens)
 	s.Equal(int64(3), r.KBVersion)
-	s.Equal([]string{"EmbedQuery", "Admit", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls)
+	s.Equal([]string{"EmbedQuery", "Admit", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls())
 	var stages []string
 	for _, t := range r.Timings {
 		stages = append(stages, t.Stage)
@@ -206,8 +238,8 @@ func (s *chatSuite) TestAdmissionTimeoutByTimer() {
 	waited := s.env.Now().Sub(start)
 	s.GreaterOrEqual(waited, 30*time.Second, "must wait the full maxWait")
 	s.Less(waited, 36*time.Second)
-	s.NotContains(s.calls, "Retrieve")
-	s.Contains(s.calls, "Recheck")
+	s.NotContains(s.calls(), "Retrieve")
+	s.Contains(s.calls(), "Recheck")
 
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool, "the queue entry must be removed")
@@ -236,7 +268,7 @@ func (s *chatSuite) TestAdmittedBySignal() {
 
 	r := s.result()
 	s.Equal(OutcomeDone, r.Outcome)
-	s.Equal([]string{"EmbedQuery", "Admit", "Recheck", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls)
+	s.Equal([]string{"EmbedQuery", "Admit", "Recheck", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls())
 }
 
 func (s *chatSuite) TestAdmittedOnRecheck() {
@@ -246,7 +278,7 @@ func (s *chatSuite) TestAdmittedOnRecheck() {
 	s.mockLLM()
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	s.Equal(OutcomeDone, s.result().Outcome)
-	s.Equal([]string{"EmbedQuery", "Admit", "Recheck", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls)
+	s.Equal([]string{"EmbedQuery", "Admit", "Recheck", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls())
 }
 
 func (s *chatSuite) TestQueueFullRejects() {
@@ -259,7 +291,7 @@ func (s *chatSuite) TestQueueFullRejects() {
 	f := s.onlyFinalize()
 	s.Equal(events.TypeRejected, f.EventType)
 	s.Positive(f.Failure.RetryAfterS)
-	s.NotContains(s.calls, "Retrieve")
+	s.NotContains(s.calls(), "Retrieve")
 }
 
 func (s *chatSuite) TestCancelSignalWhileQueued() {
@@ -277,8 +309,8 @@ func (s *chatSuite) TestCancelSignalWhileQueued() {
 	s.Equal(events.TypeError, f.EventType)
 	s.Equal(ReasonCancelled, f.Failure.Reason)
 	s.Contains(f.Failure.Message, "client_request")
-	s.NotContains(s.calls, "Retrieve")
-	s.NotContains(s.calls, "StopStream", "no stream was running")
+	s.NotContains(s.calls(), "Retrieve")
+	s.NotContains(s.calls(), "StopStream", "no stream was running")
 }
 
 // blockingLLM streams until it is told to stop through the stop flag
@@ -286,8 +318,9 @@ func (s *chatSuite) TestCancelSignalWhileQueued() {
 // running activity learns of cancellation only with a later heartbeat, and
 // the stop flag must end it without that.
 func (s *chatSuite) blockingLLM(stopped chan struct{}) {
+	log := s.log
 	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.LLMInput) (activities.LLMOutput, error) {
-		s.record("StreamLLM")
+		log.record("StreamLLM")
 		giveUp := time.After(20 * time.Second)
 		for {
 			select {
@@ -308,7 +341,7 @@ func (s *chatSuite) TestCancelSignalDuringStream() {
 	s.mockAdmit(granted, nil)
 	s.mockRetrieveRerank()
 	s.blockingLLM(stopped)
-	s.onStop = func() { close(stopped) }
+	s.onStop(func() { close(stopped) })
 	s.env.RegisterDelayedCallback(func() {
 		s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: "client_request"})
 	}, time.Second)
@@ -316,22 +349,34 @@ func (s *chatSuite) TestCancelSignalDuringStream() {
 
 	r := s.result()
 	s.Equal(OutcomeCancelled, r.Outcome)
-	s.Contains(s.calls, "StopStream")
+	// The cancel raised the stop flag. The workflow may complete before
+	// that local activity has returned: wait for it.
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		s.Fail("the stop flag was never raised")
+	}
+	s.Contains(s.calls(), "StopStream")
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool, "the permit must be released after a cancelled stream")
+	// The stream must stop before its permit is given away. On a server the
+	// workflow waits for the cancelled stream to end (WaitForCancellation),
+	// but the test environment settles an activity's cancellation at once,
+	// so the order of the stream's end and Finalize is not checked here.
+	// What holds either way: Finalize raises the stop flag before it
+	// releases.
 	s.True(f.StopStream)
 	s.Equal(ReasonCancelled, f.Failure.Reason)
-	// Release comes after the stream stopped.
-	s.Equal("Finalize", s.calls[len(s.calls)-1])
 }
 
 func (s *chatSuite) TestLLMRetriesBeforeFirstToken() {
+	log := s.log
 	s.mockEmbed()
 	s.mockAdmit(granted, nil)
 	s.mockRetrieveRerank()
 	attempts := 0
 	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(context.Context, activities.LLMInput) (activities.LLMOutput, error) {
-		s.record("StreamLLM")
+		log.record("StreamLLM")
 		attempts++
 		if attempts == 1 {
 			return activities.LLMOutput{}, temporal.NewApplicationError("backend 503", activities.ErrTypeBackend)
@@ -447,4 +492,160 @@ func (s *chatSuite) TestWorkflowCancellationReleases() {
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool)
 	s.Equal(ReasonCancelled, f.Failure.Reason)
+}
+
+// maybeRetrieve, maybeRerank and maybeLLM mock stages that a cancel may
+// end the request before; StreamLLM is recorded so that a test can assert
+// it never ran.
+func (s *chatSuite) maybeRetrieve() {
+	log := s.log
+	s.env.OnActivity(a.Retrieve, mock.Anything, mock.Anything).Return(func(context.Context, activities.RetrieveInput) (activities.RetrieveOutput, error) {
+		log.record("Retrieve")
+		return activities.RetrieveOutput{KBVersion: 3, Hits: hits, Ms: 2}, nil
+	}).Maybe()
+}
+
+func (s *chatSuite) maybeRerank() {
+	log := s.log
+	s.env.OnActivity(a.Rerank, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RerankInput) (activities.RerankOutput, error) {
+		log.record("Rerank")
+		return activities.RerankOutput{Hits: in.Hits[:1], Ms: 1}, nil
+	}).Maybe()
+}
+
+func (s *chatSuite) maybeLLM() {
+	log := s.log
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(context.Context, activities.LLMInput) (activities.LLMOutput, error) {
+		log.record("StreamLLM")
+		return activities.LLMOutput{FinishReason: "stop"}, nil
+	}).Maybe()
+}
+
+// assertCancelledAfterGrant checks the end of a request that held a permit
+// and was cancelled before its LLM call: the permit is given back exactly
+// once, by the one finalize, and no tokens were asked for or charged.
+func (s *chatSuite) assertCancelledAfterGrant() {
+	r := s.result()
+	s.Equal(OutcomeCancelled, r.Outcome)
+	s.Equal(ReasonCancelled, r.Reason)
+	s.Equal("short", r.Route)
+	s.NotContains(s.calls(), "StreamLLM", "a request cancelled before the LLM stage must not call it")
+	s.NotContains(s.calls(), "StopStream", "no stream was running")
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool, "the granted permit must be released")
+	s.False(f.AllPools, "the pool is known; releasing everywhere is for a lost admission answer")
+	s.Equal(events.TypeError, f.EventType)
+	s.Require().NotNil(f.Failure)
+	s.Equal(ReasonCancelled, f.Failure.Reason)
+	s.Contains(f.Failure.Message, "client_request")
+	s.Equal(&activities.Used{}, f.Used, "nothing was consumed, so the whole reservation is refunded")
+	s.Equal("Finalize", s.calls()[len(s.calls())-1])
+}
+
+// A cancel that arrives after the grant, while retrieval runs: the stage
+// is cancelled, the LLM is never called, and the permit is released once.
+func (s *chatSuite) TestCancelAfterGrantDuringRetrieval() {
+	log := s.log
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.maybeRerank()
+	s.maybeLLM()
+	// The stage sends the cancel itself, so it surely arrives while
+	// retrieval runs, then waits to be cancelled as a real stage would be.
+	s.env.OnActivity(a.Retrieve, mock.Anything, mock.Anything).Return(func(ctx context.Context, _ activities.RetrieveInput) (activities.RetrieveOutput, error) {
+		log.record("Retrieve")
+		s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: "client_request"})
+		select {
+		case <-ctx.Done():
+			return activities.RetrieveOutput{}, ctx.Err()
+		case <-time.After(20 * time.Second):
+			return activities.RetrieveOutput{}, errors.New("retrieval was never cancelled")
+		}
+	})
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.assertCancelledAfterGrant()
+	s.Contains(s.calls(), "Retrieve")
+	s.NotContains(s.calls(), "Rerank")
+}
+
+// The same during rerank, with a stage that does not watch its context and
+// returns normally: the cancel still stops the request before the LLM.
+func (s *chatSuite) TestCancelAfterGrantDuringRerank() {
+	log := s.log
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.maybeRetrieve()
+	s.maybeLLM()
+	s.env.OnActivity(a.Rerank, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.RerankInput) (activities.RerankOutput, error) {
+		log.record("Rerank")
+		s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: "client_request"})
+		return activities.RerankOutput{Hits: in.Hits[:1], Ms: 1}, nil
+	})
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.assertCancelledAfterGrant()
+	s.Contains(s.calls(), "Rerank")
+}
+
+// The releaser handed this queued request a permit and its admitted signal
+// is in flight when the cancel arrives: both land at the same instant, in
+// either order. Whatever the workflow makes of the pair, it holds a permit
+// (or a place) in "short", and exactly one finalize must give it back.
+func (s *chatSuite) TestCancelRacesAdmittedSignal() {
+	for _, order := range []struct {
+		name    string
+		signals []string
+	}{
+		{"admitted first", []string{SignalAdmitted, SignalCancel}},
+		{"cancel first", []string{SignalCancel, SignalAdmitted}},
+	} {
+		s.Run(order.name, func() {
+			s.SetupTest()
+			s.mockEmbed()
+			s.mockAdmit(queued, &queued)
+			s.maybeRetrieve()
+			s.maybeRerank()
+			s.maybeLLM()
+			s.env.RegisterDelayedCallback(func() {
+				for _, sig := range order.signals {
+					switch sig {
+					case SignalAdmitted:
+						s.env.SignalWorkflow(SignalAdmitted, AdmittedSignal{Pool: "short"})
+					case SignalCancel:
+						s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: "client_request"})
+					}
+				}
+			}, 7*time.Second)
+			s.env.ExecuteWorkflow(ChatWorkflow, input())
+
+			r := s.result()
+			s.Equal(OutcomeCancelled, r.Outcome)
+			s.NotContains(s.calls(), "StreamLLM")
+			f := s.onlyFinalize()
+			s.Equal("short", f.Pool, "the permit the signal announced must be released")
+			s.False(f.AllPools)
+			s.Equal(ReasonCancelled, f.Failure.Reason)
+			s.env.AssertExpectations(s.T())
+		})
+	}
+}
+
+// A tenant already at its cap of waiting requests is turned away at once,
+// with a reason and a retry hint, and takes nothing it must give back.
+func (s *chatSuite) TestTenantQueueFullRejects() {
+	s.mockEmbed()
+	s.mockAdmit(activities.AdmitOutput{Pool: "short", TenantFull: true, Ms: 1}, nil)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+
+	r := s.result()
+	s.Equal(OutcomeRejected, r.Outcome)
+	s.Equal(ReasonTenantQueueFull, r.Reason)
+	s.Equal([]string{"EmbedQuery", "Admit", "Finalize"}, s.calls(), "no re-check, no later stage")
+	f := s.onlyFinalize()
+	s.Equal(events.TypeRejected, f.EventType)
+	s.Require().NotNil(f.Failure)
+	s.Equal(ReasonTenantQueueFull, f.Failure.Reason)
+	s.GreaterOrEqual(f.Failure.RetryAfterS, 1)
+	s.NotEmpty(f.Failure.Message)
+	s.Equal(&activities.Used{}, f.Used, "a refused request consumed nothing")
+	s.Equal("short", f.Pool, "releasing in the routed pool is a harmless no-op")
 }

@@ -884,3 +884,389 @@ func BenchmarkEnqueueReleaseWFQ(b *testing.B) {
 		})
 	}
 }
+
+// pumpRun is one round of the emulated janitor.
+type pumpRun struct {
+	// before and after are Redis's clock (ms, as the scripts read it) just
+	// before the Pump call was sent and just after it returned, so the
+	// script itself ran at a time in [before, after].
+	before, after int64
+	woken         []string
+	// returned is when the call returned, on this process's clock.
+	returned time.Time
+}
+
+// startJanitor emulates the workers' janitor (runJanitor in
+// worker/runtime.go, which pumps every pool every second) at a faster
+// poll: Pump every poll until the test ends, reporting every round.
+func startJanitor(t *testing.T, g *Gate, rdb *redis.Client, poll time.Duration) <-chan pumpRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	runs := make(chan pumpRun, 1024)
+	stopped := make(chan struct{})
+	t.Cleanup(func() {
+		cancel()
+		<-stopped
+	})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(poll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			before, err := rdb.Time(ctx).Result()
+			var woken []string
+			if err == nil {
+				woken, err = g.Pump(ctx, "p")
+			}
+			var after time.Time
+			if err == nil {
+				after, err = rdb.Time(ctx).Result()
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("janitor: %v", err)
+				}
+				return
+			}
+			select {
+			case runs <- pumpRun{before: before.UnixMilli(), after: after.UnixMilli(), woken: woken, returned: time.Now()}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return runs
+}
+
+// renewEvery renews id's permit every period, as a streaming holder does,
+// until stop is called or the test ends, failing the test if the permit is
+// ever lost. Calling stop stands for the holder crashing.
+func renewEvery(t *testing.T, g *Gate, id string, period time.Duration) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	stop = func() {
+		cancel()
+		<-stopped
+	}
+	t.Cleanup(stop)
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			ok, err := g.Renew(ctx, "p", id)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil || !ok {
+				t.Errorf("renew of live holder %s: %v %v", id, ok, err)
+				return
+			}
+		}
+	}()
+	return stop
+}
+
+// A holder that stops renewing (it crashed, or hangs) loses its permit
+// when its lease runs out, and the janitor's next poll hands it to the
+// next waiter: within lease + one poll, never before the lease ends, and
+// only that permit (a holder that keeps renewing keeps its own).
+func TestCrashedHolderPermitReturnsWithinLeasePlusOnePoll(t *testing.T) {
+	// The lease is short but well above the poll, so that the checks after
+	// the grant run long before the new holder's own lease could end.
+	const (
+		lease = time.Second
+		poll  = 100 * time.Millisecond
+	)
+	g, rdb := newGate(t, 2, func(o *Options) { o.Lease = lease })
+	ctx := context.Background()
+	for _, id := range []string{"live", "dead"} {
+		if r := mustEnqueue(t, g, id); r.Status != Granted {
+			t.Fatalf("%s: %v, want granted", id, r.Status)
+		}
+	}
+	for i, id := range []string{"w", "w2"} {
+		if r := mustEnqueue(t, g, id); r.Status != Queued || r.Position != i+1 {
+			t.Fatalf("%s: %+v, want queued at %d", id, r, i+1)
+		}
+	}
+	renewEvery(t, g, "live", lease/6)
+	runs := startJanitor(t, g, rdb, poll)
+
+	// dead renews a few times, as a healthy stream does, then stops.
+	var lastRenew time.Time
+	for i := 0; i < 3; i++ {
+		time.Sleep(lease / 6)
+		lastRenew = time.Now()
+		if ok, err := g.Renew(ctx, "p", "dead"); err != nil || !ok {
+			t.Fatalf("renew %d of dead before it stopped: %v %v", i, ok, err)
+		}
+	}
+	// The lease's end on Redis's clock; the scripts compare against it.
+	expiry, err := rdb.ZScore(ctx, g.keys("p").permits, "dead").Result()
+	if err != nil {
+		t.Fatalf("dead's permit is gone before its lease ended: %v", err)
+	}
+	end := int64(expiry)
+
+	deadline := time.After(10 * time.Second)
+	pollsAfterEnd := 0
+	var grant pumpRun
+	for grant.woken == nil {
+		select {
+		case <-deadline:
+			t.Fatalf("w not granted 10s after the lease ended (%d pumps after it)", pollsAfterEnd)
+		case run := <-runs:
+			if len(run.woken) > 0 && run.after < end {
+				t.Fatalf("pump at Redis time ≤%d granted %v before dead's lease ended at %d", run.after, run.woken, end)
+			}
+			if run.before >= end {
+				pollsAfterEnd++
+			}
+			if len(run.woken) > 0 {
+				grant = run
+			}
+		}
+	}
+	if !slices.Equal(grant.woken, []string{"w"}) {
+		t.Fatalf("janitor granted %v, want [w] only: only dead's permit was free", grant.woken)
+	}
+	// Every pump sent after the lease ended must find the permit free, so
+	// the first one grants it: the permit is back within lease + one poll.
+	if pollsAfterEnd > 1 {
+		t.Fatalf("w was granted by the %d-th pump after the lease ended, want the first", pollsAfterEnd)
+	}
+	took := grant.returned.Sub(lastRenew)
+	t.Logf("permit back %v after the last renewal (lease %v, poll %v)", took.Round(time.Millisecond), lease, poll)
+	if took > lease+2*poll {
+		t.Fatalf("permit back %v after the last renewal, want within lease + 2 polls (%v)", took, lease+2*poll)
+	}
+
+	if ok, _ := g.Renew(ctx, "p", "dead"); ok {
+		t.Fatal("the crashed holder renewed a permit that was given away")
+	}
+	if r := mustEnqueue(t, g, "w"); r.Status != Granted {
+		t.Fatalf("w after the grant: %v", r.Status)
+	}
+	if pos, ok, _ := g.Position(ctx, "p", "w2"); !ok || pos != 1 {
+		t.Fatalf("w2 at %d (queued %v), want still first in line: the live holder keeps its permit", pos, ok)
+	}
+	if st, _ := g.Stats(ctx, "p"); st.InUse != 2 || st.Waiting != 1 {
+		t.Fatalf("stats %+v, want 2 in use and w2 waiting", st)
+	}
+}
+
+// Waiters that die stop re-checking, so their liveness marks expire. Their
+// entries are dropped as they reach the head, whoever moves the queue (a
+// release handing its permit on, or the janitor reclaiming a crashed
+// holder's), and the live waiters behind them are granted in order; when
+// the queue is empty every tenant's count is back to zero.
+func TestDeadWaitersAreClearedAndQueueKeepsMoving(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// holderCrashes: the holder never releases; its lease ends and the
+		// janitor hands the permit on.
+		holderCrashes bool
+	}{{"release", false}, {"janitor", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const waiterTTL = time.Second
+			g, rdb := newGate(t, 1, func(o *Options) {
+				o.WaiterTTL = waiterTTL
+				o.Lease = time.Second
+			})
+			ctx := context.Background()
+			if r := mustEnqueueReq(t, g, Request{ID: "h-0", Tenant: "h", Weight: 1}); r.Status != Granted {
+				t.Fatalf("holder: %v", r.Status)
+			}
+			// The holder streams (renews) until the dead waiters are dead.
+			stopRenewing := renewEvery(t, g, "h-0", 100*time.Millisecond)
+			// ghost's waiters all die, live's all live, and mixed's first
+			// dies while its second lives behind it.
+			arrivals := []string{"ghost-0", "mixed-0", "live-0", "ghost-1", "mixed-1", "live-1", "ghost-2", "live-2"}
+			dead := map[string]bool{"ghost-0": true, "ghost-1": true, "ghost-2": true, "mixed-0": true}
+			seqs := map[string]int64{}
+			for _, id := range arrivals {
+				r := mustEnqueueReq(t, g, Request{ID: id, Tenant: tenantOf(id), Weight: 1})
+				if r.Status != Queued {
+					t.Fatalf("%s: %v, want queued", id, r.Status)
+				}
+				seqs[id] = r.Seq
+			}
+			order, err := rdb.ZRange(ctx, g.keys("p").queue, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, id := range order {
+				if !dead[id] {
+					want = append(want, id)
+				}
+			}
+
+			// Live waiters re-check as their workflows do (which renews
+			// their marks); whatever a re-check grants is reported. The
+			// reports may drop when the test is busy: a waiter granted a
+			// permit reports it again with its next re-check.
+			grants := make(chan string, 64)
+			report := func(id string) {
+				select {
+				case grants <- id:
+				default:
+				}
+			}
+			rctx, stopRecheck := context.WithCancel(ctx)
+			rechecking := make(chan struct{})
+			defer func() {
+				stopRecheck()
+				<-rechecking
+			}()
+			go func() {
+				defer close(rechecking)
+				tick := time.NewTicker(waiterTTL / 20)
+				defer tick.Stop()
+				for {
+					select {
+					case <-rctx.Done():
+						return
+					case <-tick.C:
+					}
+					for _, id := range want {
+						r, err := g.Enqueue(rctx, "p", Request{ID: id, Tenant: tenantOf(id), Weight: 1, Seq: seqs[id]})
+						if rctx.Err() != nil {
+							return
+						}
+						if err != nil {
+							t.Errorf("re-check %s: %v", id, err)
+							return
+						}
+						if r.Status == Granted {
+							report(id)
+						}
+						for _, w := range r.Woken {
+							report(w)
+						}
+					}
+				}
+			}()
+
+			// Wait for the dead waiters' marks to expire; their entries
+			// stay, still counted, until they reach the head.
+			waitFor(t, 10*time.Second, "dead waiters' liveness marks to expire", func() bool {
+				for id := range dead {
+					if n, err := rdb.Exists(ctx, g.keys("p").alivePrefix+id).Result(); err != nil || n != 0 {
+						return false
+					}
+				}
+				return true
+			})
+			assertDepth(t, g, map[string]int{"ghost": 3, "mixed": 2, "live": 3})
+
+			var pending []string // granted by this goroutine's own releases
+			if tc.holderCrashes {
+				// Whoever pumps first after the lease ends hands the permit
+				// on: the janitor, or a live waiter's re-check.
+				stopRenewing()
+				runs := startJanitor(t, g, rdb, 100*time.Millisecond)
+				go func() {
+					for {
+						select {
+						case run := <-runs:
+							for _, w := range run.woken {
+								report(w)
+							}
+						case <-rctx.Done():
+							return
+						}
+					}
+				}()
+			} else {
+				stopRenewing()
+				rel, err := g.Release(ctx, "p", "h-0")
+				if err != nil || !rel.HeldPermit {
+					t.Fatalf("release holder: %+v %v", rel, err)
+				}
+				if len(rel.Woken) != 1 || rel.Woken[0] != want[0] {
+					t.Fatalf("release of the holder woke %v, want %s, the first live waiter, past the zombies", rel.Woken, want[0])
+				}
+				pending = rel.Woken
+			}
+
+			// Serve: each granted waiter finishes at once and its release
+			// hands the permit on, past the zombies.
+			var got []string
+			seen := map[string]bool{}
+			deadline := time.After(15 * time.Second)
+			for len(got) < len(want) {
+				var id string
+				if len(pending) > 0 {
+					id, pending = pending[0], pending[1:]
+				} else {
+					select {
+					case id = <-grants:
+					case <-deadline:
+						t.Fatalf("queue stuck: granted %v, want %v", got, want)
+					}
+				}
+				if seen[id] {
+					continue
+				}
+				seen[id] = true
+				got = append(got, id)
+				rel, err := g.Release(ctx, "p", id)
+				if err != nil || !rel.HeldPermit {
+					t.Fatalf("release %s: %+v %v", id, rel, err)
+				}
+				pending = append(pending, rel.Woken...)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("granted %v, want the live waiters in queue order %v", got, want)
+			}
+
+			st, err := g.QueueStats(ctx, "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.InUse != 0 || st.Waiting != 0 || len(st.ByTenant) != 0 {
+				t.Fatalf("after the last live waiter: %+v, want an empty pool", st)
+			}
+			for _, tenant := range []string{"ghost", "mixed", "live"} {
+				if _, n, err := g.Depth(ctx, "p", tenant); err != nil || n != 0 {
+					t.Fatalf("tenant %s has %d waiting (%v), want 0", tenant, n, err)
+				}
+			}
+			for id := range dead {
+				if _, ok, _ := g.Position(ctx, "p", id); ok {
+					t.Fatalf("zombie %s still queued", id)
+				}
+			}
+			if ok, _ := g.Renew(ctx, "p", "h-0"); ok {
+				t.Fatal("the first holder still holds a permit")
+			}
+			assertNoQueueState(t, rdb, g)
+		})
+	}
+}
+
+// waitFor polls cond until it holds; the timeout only turns a hang into a
+// failure.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

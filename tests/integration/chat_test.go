@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -63,6 +64,11 @@ func chat(t *testing.T, ctx context.Context, body string) *stream {
 func TestRateLimitReservationIsReconciled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// Start from a full bucket: it barely refills, and an earlier run
+	// (-count=N) would still be charged.
+	if err := stack.redis.Del(ctx, keyPrefix+"rl:tenant:slowco:tokens").Err(); err != nil {
+		t.Fatal(err)
+	}
 	s := open(t, ctx, http.MethodPost, "/v1/chat", `{"query":"What is a leased semaphore?","max_tokens":40}`,
 		map[string]string{"Authorization": "Bearer k-slow"})
 	defer s.close()
@@ -359,7 +365,9 @@ func holdShortPool(t *testing.T) []string {
 	t.Helper()
 	var ids []string
 	for i := 0; i < stack.cfg.Pools.Short.MaxConcurrency; i++ {
-		id := "holder-" + t.Name() + "-" + string(rune('a'+i))
+		// Unique per run: a released id stays refused for a while, also
+		// under -count=N.
+		id := fmt.Sprintf("holder-%s-%d-%d", t.Name(), time.Now().UnixNano(), i)
 		r, err := stack.gate.Enqueue(context.Background(), "short", admission.Request{ID: id, Tenant: "holders", Weight: 1})
 		if err != nil || r.Status != admission.Granted {
 			t.Fatalf("hold permit: %+v %v", r, err)

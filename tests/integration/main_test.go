@@ -31,6 +31,9 @@ var stack struct {
 	temporal client.Client
 	redis    *redis.Client
 	gate     *admission.Gate
+	// sim is the LLM simulator behind both pools; its Stats show what
+	// Sluice sends it.
+	sim *llmsim.Server
 }
 
 const keyPrefix = "it:"
@@ -72,6 +75,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer sim.Close()
+	stack.sim = sim
 	simSrv := httptest.NewServer(sim.Handler())
 	defer simSrv.Close()
 
@@ -91,10 +95,21 @@ func run(m *testing.M) (int, error) {
 	cfg.Auth.APIKeys = []config.APIKey{
 		{Key: "k-acme", Tenant: "acme", User: "alice"},
 		{Key: "k-slow", Tenant: "slowco", User: "sam", Tier: "slow"},
+		{Key: "k-burst", Tenant: "burstco", User: "bo", Tier: "burst"},
+		{Key: "k-fair-vip", Tenant: "fair-vip", Tier: "fair-vip"},
+		{Key: "k-fair-std", Tenant: "fair-std", Tier: "fair-std"},
+		{Key: "k-fair-free", Tenant: "fair-free", Tier: "fair-free"},
 	}
 	// A tier whose token bucket barely refills, so a test can read what a
 	// finished request left charged.
 	cfg.Limits.Tiers["slow"] = config.Tier{Weight: 1, Tenant: config.Rate{TokensPerMinute: 60, TokenBurst: 100000}}
+	// Tiers without rate limits and with a long queue wait, for tests that
+	// push many requests through the queue: what they measure is the
+	// queue, not the rate limits or the 4 s default wait.
+	cfg.Limits.Tiers["burst"] = config.Tier{Weight: 3, MaxWait: 45 * time.Second}
+	cfg.Limits.Tiers["fair-vip"] = config.Tier{Weight: 5, MaxWait: 45 * time.Second}
+	cfg.Limits.Tiers["fair-std"] = config.Tier{Weight: 3, MaxWait: 45 * time.Second}
+	cfg.Limits.Tiers["fair-free"] = config.Tier{Weight: 2, MaxWait: 45 * time.Second}
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}
