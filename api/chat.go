@@ -32,6 +32,9 @@ type chatRequest struct {
 	KB        string `json:"kb"`
 	SessionID string `json:"session_id"`
 	MaxTokens *int   `json:"max_tokens"`
+
+	// queryTokens is the query's token count, set by validate.
+	queryTokens int
 }
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -134,7 +137,8 @@ func (s *Server) validate(req *chatRequest) error {
 		return badRequest("bad_max_tokens", "max_tokens must be between 1 and %d", s.cfg.API.MaxTokensLimit)
 	}
 	// The query alone must fit the long pool, whatever context is shed.
-	bare := s.prompts.BoundBeforeRetrieval(req.Query, 0, 0)
+	req.queryTokens = s.prompts.QueryTokens(req.Query)
+	bare := s.prompts.BoundForQueryTokens(req.queryTokens, 0, 0)
 	if limit := s.cfg.Pools.Long.MaxPromptTokens; bare > limit {
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
 			Message: fmt.Sprintf("the query needs %d prompt tokens; the limit is %d", bare, limit)}
@@ -168,12 +172,22 @@ func (s *Server) postChat(c echo.Context) error {
 	id := newRequestID()
 	log := s.logger.With("requestID", id, "tenant", who.Tenant)
 
-	// A slot for the workflow start, taken before anything is charged and
-	// held until the start returns: a flood beyond what Temporal can start
-	// is answered at once instead of queueing up in this process.
+	// The rate limits come first: a flood is refused here with one Redis
+	// call, before it takes a start slot or looks at the queue. Charged at
+	// the upper bound: the prompt with a full context plus every output
+	// token it may produce; the workflow refunds what it did not use when
+	// it ends, and every refusal below gives the whole charge back.
+	bound := s.prompts.BoundForQueryTokens(req.queryTokens, s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
+	if err := s.reserve(c, id, who, tier, live.Limits.Enabled, bound+*req.MaxTokens); err != nil {
+		return err
+	}
+	// A slot for the workflow start, held until the start returns: a
+	// flood beyond what Temporal can start is answered at once instead of
+	// queueing up in this process.
 	select {
 	case s.starts <- struct{}{}:
 	default:
+		s.refundAll(ctx, id)
 		return &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
 			Message: "Too many requests are starting right now. Please retry in a moment."}
 	}
@@ -185,15 +199,8 @@ func (s *Server) postChat(c echo.Context) error {
 		}
 	}
 	defer releaseSlot()
-
-	bound := s.prompts.BoundBeforeRetrieval(req.Query, s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
 	if err := s.checkQueue(ctx, activities.Route(bound, s.cfg.Routing.ShortThresholdTokens), who.Tenant, tier); err != nil {
-		return err
-	}
-	// Charged before anything starts, at its upper bound: the prompt with
-	// a full context plus every output token it may produce. The workflow
-	// refunds what it did not use when it ends.
-	if err := s.reserve(c, id, who, tier, live.Limits.Enabled, bound+*req.MaxTokens); err != nil {
+		s.refundAll(ctx, id)
 		return err
 	}
 

@@ -34,6 +34,9 @@ func (s *Server) reserve(c echo.Context, id string, who caller, tier config.Tier
 	d, err := s.limiter.Reserve(c.Request().Context(), id, buckets)
 	if err != nil {
 		s.logger.Error("reserve rate limits", "requestID", id, "err", err)
+		// The script may have charged before the reply was lost; the
+		// request will not run, so give back whatever it took.
+		s.refundAll(c.Request().Context(), id)
 		return unavailable("rate limiter unavailable")
 	}
 	setRateHeaders(c.Response().Header(), buckets, d)

@@ -87,6 +87,11 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 	r.Limiter = limiter.New(r.Redis, limiter.Options{
 		KeyPrefix:      cfg.Redis.KeyPrefix,
 		ReservationTTL: longestWait(cfg) + cfg.LLM.Timeout*time.Duration(cfg.LLM.MaxAttempts) + 10*time.Minute,
+		// Concurrent decisions at the door share script calls: under a
+		// flood this multiplies what one Redis decides per second
+		// (sluice-bench limiter); idle, a request goes alone at once.
+		Batchers: 2,
+		MaxBatch: 64,
 	})
 	r.Events = events.NewLog(r.Redis, events.LogOptions{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Events.TTL, MaxLen: cfg.Events.MaxLen})
 	r.Gate, err = admission.New(r.Redis, admission.Options{
@@ -198,6 +203,9 @@ func newEmbedder(cfg config.Embedding) (embed.Embedder, error) {
 
 // Close releases connections.
 func (r *Runtime) Close() {
+	if r.Limiter != nil {
+		r.Limiter.Close()
+	}
 	if r.Temporal != nil {
 		r.Temporal.Close()
 	}

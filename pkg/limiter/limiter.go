@@ -9,17 +9,23 @@
 package limiter
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 var (
+	//go:embed lua/bucket.lua
+	bucketLua string
 	//go:embed lua/reserve.lua
 	reserveLua string
 	//go:embed lua/refund.lua
@@ -27,8 +33,8 @@ var (
 
 	// Script.Run is EVALSHA with a fallback to EVAL on NOSCRIPT, so a Redis
 	// restart that empties the script cache costs one extra round trip.
-	reserveScript = redis.NewScript(reserveLua)
-	refundScript  = redis.NewScript(refundLua)
+	reserveScript = redis.NewScript(bucketLua + reserveLua)
+	refundScript  = redis.NewScript(bucketLua + refundLua)
 )
 
 // Kind is what a bucket counts.
@@ -87,6 +93,18 @@ type Limiter struct {
 	rdb    redis.Scripter
 	prefix string
 	ttl    time.Duration
+
+	// With coalescing: concurrent Reserve calls wait here for one of the
+	// batchers, which decides everything waiting in one script call.
+	queue    chan *reservation
+	maxBatch int
+	timeout  time.Duration
+	quit     chan struct{}
+	stopped  sync.WaitGroup
+	// closing guards closed: a Reserve hands over under a read lock, so
+	// that once Close holds the write lock nothing more can arrive.
+	closing sync.RWMutex
+	closed  bool
 }
 
 // Options configures a Limiter.
@@ -97,6 +115,17 @@ type Options struct {
 	// outlast the longest request. A reservation that expires is simply
 	// never refunded (the caller was charged its whole estimate).
 	ReservationTTL time.Duration
+	// Batchers, when above zero, turns on coalescing: that many
+	// goroutines each take every Reserve waiting (up to MaxBatch) and
+	// decide them in one script call. A lone request goes at once, so
+	// coalescing costs nothing when idle; under load it divides Redis's
+	// per-call cost among the batch. Close stops the batchers.
+	Batchers int
+	// MaxBatch caps one call's requests (default 64).
+	MaxBatch int
+	// BatchTimeout bounds one batched call (default 5s); the callers'
+	// own contexts cannot, since one call serves many of them.
+	BatchTimeout time.Duration
 }
 
 // New returns a Limiter.
@@ -104,8 +133,37 @@ func New(rdb redis.Scripter, opts Options) *Limiter {
 	if opts.ReservationTTL <= 0 {
 		opts.ReservationTTL = time.Hour
 	}
-	return &Limiter{rdb: rdb, prefix: opts.KeyPrefix, ttl: opts.ReservationTTL}
+	l := &Limiter{rdb: rdb, prefix: opts.KeyPrefix, ttl: opts.ReservationTTL}
+	if opts.Batchers > 0 {
+		l.maxBatch = cmp.Or(opts.MaxBatch, 64)
+		l.timeout = cmp.Or(opts.BatchTimeout, 5*time.Second)
+		l.queue = make(chan *reservation, l.maxBatch*opts.Batchers)
+		l.quit = make(chan struct{})
+		for range opts.Batchers {
+			l.stopped.Add(1)
+			go l.batcher()
+		}
+	}
+	return l
 }
+
+// Close stops the batchers once what they hold is decided. Reserve after
+// Close fails.
+func (l *Limiter) Close() {
+	if l.quit == nil {
+		return
+	}
+	l.closing.Lock()
+	if !l.closed {
+		l.closed = true
+		close(l.quit)
+	}
+	l.closing.Unlock()
+	l.stopped.Wait()
+}
+
+// errClosed is Reserve after Close.
+var errClosed = errors.New("limiter closed")
 
 func (l *Limiter) bucketKey(b Bucket) string {
 	return l.prefix + "rl:" + b.Dimension + ":" + b.ID + ":" + string(b.Kind)
@@ -113,47 +171,160 @@ func (l *Limiter) bucketKey(b Bucket) string {
 
 func (l *Limiter) reservationKey(id string) string { return l.prefix + "rl:rsv:" + id }
 
+// reservation is one Reserve call: its arguments, encoded for the script,
+// and once decided, its outcome.
+type reservation struct {
+	id      string
+	buckets []Bucket
+	keys    []string
+	args    []any // n, then capacity, rate, cost per bucket, then ttl, record
+
+	decision Decision
+	err      error
+	done     chan struct{}
+}
+
 // Reserve charges every bucket its cost under reservationID, or none of
 // them. Calling it again with the same reservationID charges nothing more.
 func (l *Limiter) Reserve(ctx context.Context, reservationID string, buckets []Bucket) (Decision, error) {
 	if len(buckets) == 0 {
 		return Decision{Status: Allowed}, nil
 	}
-	keys := make([]string, 0, len(buckets)+1)
-	args := make([]any, 0, 2+4*len(buckets))
-	args = append(args, len(buckets))
+	r, err := l.encode(reservationID, buckets)
+	if err != nil {
+		return Decision{}, err
+	}
+	if l.queue == nil {
+		l.decide(ctx, []*reservation{r})
+		return r.decision, r.err
+	}
+	r.done = make(chan struct{})
+	l.closing.RLock()
+	if l.closed {
+		l.closing.RUnlock()
+		return Decision{}, fmt.Errorf("reserve rate limits for %s: %w", reservationID, errClosed)
+	}
+	select {
+	case l.queue <- r:
+		l.closing.RUnlock()
+	case <-ctx.Done():
+		l.closing.RUnlock()
+		// Not handed over: nothing was or will be charged.
+		return Decision{}, fmt.Errorf("reserve rate limits for %s: %w", reservationID, ctx.Err())
+	}
+	// Handed over, it may be charged whatever ctx does now, so the answer
+	// is awaited (the batch's own timeout bounds the wait): a caller that
+	// gave up early could not know whether to refund.
+	<-r.done
+	return r.decision, r.err
+}
+
+func (l *Limiter) encode(id string, buckets []Bucket) (*reservation, error) {
+	n := len(buckets)
+	r := &reservation{id: id, buckets: buckets, keys: make([]string, 0, n+1), args: make([]any, 0, 3+3*n)}
+	r.args = append(r.args, n)
+	var record strings.Builder
 	for _, b := range buckets {
 		if b.Capacity <= 0 || b.PerSecond <= 0 || b.Cost < 0 {
-			return Decision{}, fmt.Errorf("reserve: bucket %s needs capacity and rate > 0 and cost >= 0", b)
+			return nil, fmt.Errorf("reserve: bucket %s needs capacity and rate > 0 and cost >= 0", b)
 		}
-		keys = append(keys, l.bucketKey(b))
+		key := l.bucketKey(b)
+		if strings.ContainsAny(key, "\n\r") {
+			return nil, fmt.Errorf("reserve: bucket %s: an id may not contain a line break", b)
+		}
+		r.keys = append(r.keys, key)
+		capacity, rate, cost := formatFloat(b.Capacity), formatFloat(b.PerSecond), formatFloat(b.Cost)
+		r.args = append(r.args, capacity, rate, cost)
+		// One line per bucket for refund.lua: capacity rate cost kind key.
 		kind := "t"
 		if b.Kind == Requests {
 			kind = "r"
 		}
-		args = append(args, formatFloat(b.Capacity), formatFloat(b.PerSecond), formatFloat(b.Cost), kind)
+		if record.Len() > 0 {
+			record.WriteByte('\n')
+		}
+		for _, f := range []string{capacity, " ", rate, " ", cost, " ", kind, " ", key} {
+			record.WriteString(f)
+		}
 	}
-	keys = append(keys, l.reservationKey(reservationID))
-	args = append(args, l.ttl.Milliseconds())
-	raw, err := reserveScript.Run(ctx, l.rdb, keys, args...).Slice()
-	if err != nil {
-		return Decision{}, fmt.Errorf("reserve rate limits for %s: %w", reservationID, err)
+	r.keys = append(r.keys, l.reservationKey(id))
+	r.args = append(r.args, l.ttl.Milliseconds(), record.String())
+	return r, nil
+}
+
+// batcher decides whatever is waiting, a batch per script call, until
+// Close; then it decides what is left in the queue (nothing can be added
+// by then) and returns.
+func (l *Limiter) batcher() {
+	defer l.stopped.Done()
+	batch := make([]*reservation, 0, l.maxBatch)
+	for {
+		var first *reservation
+		select {
+		case first = <-l.queue:
+		case <-l.quit:
+			select {
+			case first = <-l.queue:
+			default:
+				return
+			}
+		}
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < l.maxBatch {
+			select {
+			case r := <-l.queue:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		l.decide(ctx, batch)
+		cancel()
+		for _, r := range batch {
+			close(r.done)
+		}
 	}
-	n := len(buckets)
-	if len(raw) != 3+2*n {
-		return Decision{}, fmt.Errorf("reserve rate limits for %s: reply of %d values, want %d", reservationID, len(raw), 3+2*n)
+}
+
+// decide runs reserve.lua for rs, in order, and fills in their decisions.
+func (l *Limiter) decide(ctx context.Context, rs []*reservation) {
+	var keys []string
+	args := []any{len(rs)}
+	for _, r := range rs {
+		keys = append(keys, r.keys...)
+		args = append(args, r.args...)
 	}
-	d := Decision{Status: Status(toInt(raw[0])), Remaining: make([]float64, n), ResetAfter: make([]time.Duration, n)}
-	if i := int(toInt(raw[1])); i >= 1 && i <= n {
-		b := buckets[i-1]
-		d.Bucket = &b
+	raw, err := reserveScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	if err == nil {
+		want := 0
+		for _, r := range rs {
+			want += 3 + len(r.buckets)
+		}
+		if len(raw) != want {
+			err = fmt.Errorf("reply of %d values, want %d", len(raw), want)
+		}
 	}
-	d.RetryAfter = seconds(toFloat(raw[2]))
-	for i := 0; i < n; i++ {
-		d.Remaining[i] = toFloat(raw[3+i])
-		d.ResetAfter[i] = seconds(toFloat(raw[3+n+i]))
+	for _, r := range rs {
+		if err != nil {
+			r.err = fmt.Errorf("reserve rate limits for %s: %w", r.id, err)
+			continue
+		}
+		n := len(r.buckets)
+		d := Decision{Status: Status(raw[0]), RetryAfter: time.Duration(raw[2]) * time.Microsecond,
+			Remaining: make([]float64, n), ResetAfter: make([]time.Duration, n)}
+		if i := int(raw[1]); i >= 1 && i <= n {
+			b := r.buckets[i-1]
+			d.Bucket = &b
+		}
+		for i, b := range r.buckets {
+			d.Remaining[i] = float64(raw[3+i]) / 1000
+			d.ResetAfter[i] = seconds((b.Capacity - d.Remaining[i]) / b.PerSecond)
+		}
+		r.decision = d
+		raw = raw[3+n:]
 	}
-	return d, nil
 }
 
 // Refund gives back what a reservation did not use: each tokens bucket
@@ -177,26 +348,4 @@ func seconds(s float64) time.Duration {
 		return 0
 	}
 	return time.Duration(math.Ceil(s * float64(time.Second)))
-}
-
-func toInt(v any) int64 {
-	switch x := v.(type) {
-	case int64:
-		return x
-	case string:
-		n, _ := strconv.ParseInt(x, 10, 64)
-		return n
-	}
-	return 0
-}
-
-func toFloat(v any) float64 {
-	switch x := v.(type) {
-	case string:
-		f, _ := strconv.ParseFloat(x, 64)
-		return f
-	case int64:
-		return float64(x)
-	}
-	return 0
 }

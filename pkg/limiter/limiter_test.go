@@ -2,11 +2,13 @@ package limiter
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,15 +33,18 @@ func newLimiter(t *testing.T) (*Limiter, *redis.Client) {
 
 func level(t *testing.T, rdb *redis.Client, l *Limiter, b Bucket) float64 {
 	t.Helper()
-	v, err := rdb.HGet(context.Background(), l.bucketKey(b), "tokens").Result()
+	v, err := rdb.Get(context.Background(), l.bucketKey(b)).Result()
 	if err == redis.Nil {
 		return b.Capacity
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _ := strconv.ParseFloat(v, 64)
-	return f
+	if len(v) != 24 {
+		t.Fatalf("bucket state %q: want three doubles", v)
+	}
+	// bucket.lua: level, then time and expiry, little-endian doubles.
+	return math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[:8])))
 }
 
 func tok(id string, capacity, perSec, cost float64) Bucket {
@@ -190,14 +195,30 @@ func TestRefundNeverExceedsCapacity(t *testing.T) {
 	}
 }
 
+// A bucket key may expire once the bucket is full again (absent = full),
+// never before; and it does not outlive a refill from empty by more than
+// a second.
 func TestKeysExpireWhenFull(t *testing.T) {
 	l, rdb := newLimiter(t)
 	ctx := context.Background()
-	b := tok("acme", 100, 10, 50) // 5 s to refill
+	b := tok("acme", 100, 10, 50) // 5 s to refill; 10 s from empty
 	l.Reserve(ctx, "r", []Bucket{b})
 	ttl := rdb.PTTL(ctx, l.bucketKey(b)).Val()
-	if ttl < 5*time.Second || ttl > 6*time.Second+time.Millisecond {
-		t.Fatalf("bucket ttl %v, want time to full + 1s", ttl)
+	if ttl < 5*time.Second || ttl > 11*time.Second+time.Millisecond {
+		t.Fatalf("bucket ttl %v, want between time to full and capacity/rate + 1s", ttl)
+	}
+	// Charges that keep it below full keep its TTL ahead of its time to
+	// full, whether they rewrite the TTL or keep it.
+	for i := 0; i < 6; i++ {
+		time.Sleep(300 * time.Millisecond)
+		d, _ := l.Reserve(ctx, fmt.Sprint("more", i), []Bucket{tok("acme", 100, 10, 5)})
+		if d.Status != Allowed {
+			t.Fatalf("charge %d refused: %+v", i, d)
+		}
+		toFull := time.Duration((100 - level(t, rdb, l, b)) / 10 * float64(time.Second))
+		if ttl := rdb.PTTL(ctx, l.bucketKey(b)).Val(); ttl < toFull || ttl > 11*time.Second+time.Millisecond {
+			t.Fatalf("after charge %d: ttl %v, time to full %v", i, ttl, toFull)
+		}
 	}
 	if ttl := rdb.PTTL(ctx, l.reservationKey("r")).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("reservation ttl %v", ttl)
@@ -223,6 +244,11 @@ func TestScriptReloadAfterFlush(t *testing.T) {
 // processes) charging one tenant at once never admit more than the bucket
 // holds plus what refilled meanwhile.
 func TestNoOverAdmissionAcrossInstances(t *testing.T) {
+	t.Run("one call each", func(t *testing.T) { noOverAdmission(t, Options{}) })
+	t.Run("coalesced", func(t *testing.T) { noOverAdmission(t, Options{Batchers: 2, MaxBatch: 8}) })
+}
+
+func noOverAdmission(t *testing.T, opts Options) {
 	const instances, capacity, perSec = 8, 2000.0, 500.0
 	prefix := testenv.KeyPrefix(t)
 	var admitted atomic.Int64 // in hundredths of a token
@@ -235,7 +261,10 @@ func TestNoOverAdmissionAcrossInstances(t *testing.T) {
 			defer wg.Done()
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			defer rdb.Close()
-			l := New(rdb, Options{KeyPrefix: prefix})
+			o := opts
+			o.KeyPrefix = prefix
+			l := New(rdb, o)
+			defer l.Close()
 			rng := rand.New(rand.NewPCG(uint64(i), 7))
 			for n := 0; time.Now().Before(deadline); n++ {
 				cost := float64(1+rng.IntN(5000)) / 100
@@ -299,5 +328,137 @@ func BenchmarkReserve(b *testing.B) {
 		if _, err := l.Reserve(ctx, strconv.Itoa(i), bs); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A caller that lost the reply of a successful Reserve and calls again
+// with the same reservation id is told it passed, and is not charged
+// twice, even though the bucket could not pay for it a second time.
+func TestRetriedReserveIsIdempotent(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	b := tok("acme", 10, 0.001, 10)
+	for i := 0; i < 2; i++ {
+		d, err := l.Reserve(ctx, "r", []Bucket{b})
+		if err != nil || d.Status != Allowed {
+			t.Fatalf("call %d: %+v %v", i, d, err)
+		}
+	}
+	if got := level(t, rdb, l, b); got > 0.01 {
+		t.Fatalf("level %v, want 0 after one charge of 10", got)
+	}
+	if d, _ := l.Reserve(ctx, "other", []Bucket{b}); d.Status != Limited {
+		t.Fatalf("a new reservation passed an empty bucket: %+v", d)
+	}
+}
+
+// Coalesced, concurrent requests get exactly the decisions they would get
+// one at a time: a bucket of 100 lets exactly 100 of 300 through.
+func TestCoalescedDecisions(t *testing.T) {
+	rdb := srv.Client(t)
+	l := New(rdb, Options{KeyPrefix: testenv.KeyPrefix(t), Batchers: 2, MaxBatch: 16})
+	defer l.Close()
+	b := tok("acme", 100, 0.0001, 1)
+	var allowed, limited atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 300 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := l.Reserve(context.Background(), fmt.Sprint("r", i), []Bucket{b})
+			switch {
+			case err != nil:
+				t.Error(err)
+			case d.Status == Allowed:
+				allowed.Add(1)
+			case d.Status == Limited && d.Bucket != nil && d.RetryAfter > time.Hour:
+				limited.Add(1)
+			default:
+				t.Errorf("decision %+v", d)
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed.Load() != 100 || limited.Load() != 200 {
+		t.Fatalf("allowed %d, limited %d; want 100 and 200", allowed.Load(), limited.Load())
+	}
+	if got := level(t, rdb, l, b); got > 0.01 {
+		t.Fatalf("level %v after 100 charges of 1 from 100", got)
+	}
+}
+
+// Two requests with one reservation id in the same batch charge once.
+func TestBatchChargesAReservationOnce(t *testing.T) {
+	l, rdb := newLimiter(t)
+	b := tok("acme", 10, 0.001, 4)
+	r1, _ := l.encode("same", []Bucket{b})
+	r2, _ := l.encode("same", []Bucket{b})
+	r3, _ := l.encode("other", []Bucket{b})
+	l.decide(context.Background(), []*reservation{r1, r2, r3})
+	for i, r := range []*reservation{r1, r2, r3} {
+		if r.err != nil || r.decision.Status != Allowed {
+			t.Fatalf("request %d: %+v %v", i, r.decision, r.err)
+		}
+	}
+	if got := level(t, rdb, l, b); math.Abs(got-2) > 0.01 {
+		t.Fatalf("level %v, want 10 - 4 - 4 = 2", got)
+	}
+	if r3.decision.Remaining[0] != 2 || r1.decision.Remaining[0] != 6 {
+		t.Fatalf("remaining after each: %v, %v", r1.decision.Remaining, r3.decision.Remaining)
+	}
+}
+
+// Reserve after Close fails rather than hangs.
+func TestReserveAfterClose(t *testing.T) {
+	l := New(srv.Client(t), Options{KeyPrefix: testenv.KeyPrefix(t), Batchers: 1})
+	l.Close()
+	l.Close()
+	if _, err := l.Reserve(context.Background(), "r", []Bucket{tok("acme", 10, 1, 1)}); err == nil {
+		t.Fatal("Reserve after Close succeeded")
+	}
+}
+
+// BenchmarkDecideBatch is one script call deciding size requests, each
+// against three buckets of its own caller (the tenant shared by ten
+// callers), as the coalescing limiter sends them. redis-µs/decision is the
+// time Redis itself spent, from INFO commandstats.
+func BenchmarkDecideBatch(b *testing.B) {
+	for _, size := range []int{1, 4, 16, 64} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer rdb.Close()
+			l := New(rdb, Options{KeyPrefix: "bench:", ReservationTTL: time.Minute})
+			p := Policy{Tenant: Rate{TokensPerMinute: 1e9}, User: Rate{TokensPerMinute: 1e9}, IP: Rate{RequestsPerMinute: 1e9}}
+			ctx := context.Background()
+			rdb.ConfigResetStat(ctx)
+			seq := 0
+			batch := make([]*reservation, size)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for j := range batch {
+					seq++
+					c := seq % 20000
+					caller := Caller{Tenant: fmt.Sprint("t", c/10), User: fmt.Sprint("u", c), IP: fmt.Sprint("ip", c)}
+					batch[j], _ = l.encode(fmt.Sprint("b", seq), p.Buckets(caller, 600))
+				}
+				l.decide(ctx, batch)
+				if batch[0].err != nil {
+					b.Fatal(batch[0].err)
+				}
+			}
+			b.StopTimer()
+			info := rdb.Info(ctx, "commandstats").Val()
+			for _, line := range strings.Split(info, "\r\n") {
+				if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+					for _, kv := range strings.Split(rest, ",") {
+						if v, ok := strings.CutPrefix(kv, "usec="); ok {
+							us, _ := strconv.ParseFloat(v, 64)
+							b.ReportMetric(us/float64(b.N*size), "redis-µs/decision")
+						}
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*size), "µs/decision")
+		})
 	}
 }

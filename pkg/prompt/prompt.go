@@ -88,7 +88,16 @@ func (b *Builder) Bound(chunks []retrieval.Chunk, query string) int {
 // chunkTokens each are retrieved. Admission routes with it, so a request
 // admitted to the short pool cannot outgrow it.
 func (b *Builder) BoundBeforeRetrieval(query string, k, chunkTokens int) int {
-	n := b.memo.Count(b.system) + b.memo.Counter().Count(query) + chatFraming
+	return b.BoundForQueryTokens(b.QueryTokens(query), k, chunkTokens)
+}
+
+// QueryTokens counts a query's tokens: the costly part of a bound (a
+// tiktoken encode), to be done once per request.
+func (b *Builder) QueryTokens(query string) int { return b.memo.Counter().Count(query) }
+
+// BoundForQueryTokens is BoundBeforeRetrieval for a query of queryTokens.
+func (b *Builder) BoundForQueryTokens(queryTokens, k, chunkTokens int) int {
+	n := b.memo.Count(b.system) + queryTokens + chatFraming
 	if k > 0 {
 		n += b.memo.Count(contextHeader) + k*(chunkTokens+perChunkFraming)
 	}

@@ -1,64 +1,90 @@
-// Command sluice-bench measures what Sluice adds on top of the LLM: it
-// starts a real Temporal dev server, redis-server and the LLM simulator,
-// then runs, interleaved and one at a time, the same streamed completion
-// four ways:
+// Command sluice-bench measures Sluice against the goals of its traffic
+// protection, each scenario a subcommand that starts what it needs
+// (redis-server, the pinned Temporal dev server, the LLM simulator and a
+// full API process with its embedded worker, all on loopback) and prints a
+// markdown table, one line per goal with the measured value beside it, and
+// the command that produced them:
 //
-//	direct  client → simulator (OpenAI streaming API)
-//	bare    a bare Temporal workflow of Sluice's shape: 4 no-op local
-//	        activities, 1 regular activity streaming tokens into a Redis
-//	        stream, 1 local activity writing "done"; the client reads the
-//	        stream with XREAD
-//	bare, done from the stream
-//	        the same, but the streaming activity writes "done" itself, as
-//	        Sluice's does
-//	sluice  HTTP POST /v1/chat → the full ChatWorkflow → SSE
+//	overhead  (the default) what Sluice adds on top of the LLM, against a
+//	          bare Temporal workflow of the same shape
+//	limiter   token-bucket decisions/s of limiter.Reserve vs redis-benchmark
+//	          SET on the same server, then p99 latency at half that rate
+//	reject    the 429 path through the HTTP API: rejections/s and latency,
+//	          with no workflow started
+//	wakeup    permit release → the next waiter's retrieval stage on its SSE
+//	          stream, end to end
+//	burst     2,000 concurrent SSE clients against 20 permits: every client
+//	          gets an answer, none hangs, no permit leaks
+//	waiters   10,000 queued chat workflows on one worker: memory and
+//	          goroutines, then drained with nothing leaked
 //
-// All three send the identical prompt (retrieved context included), so the
-// simulator's prefill and decode time is the same and the differences are
-// orchestration. It prints p50/p99 of time to first token and total time.
+// Run `sluice-bench <scenario> -h` for a scenario's flags. Without a
+// scenario name the overhead benchmark runs, so `sluice-bench -n 200` is
+// `sluice-bench overhead -n 200`.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
-	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"os"
+	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strings"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
-	sdkworker "go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
-
-	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/pkg/llm"
-	"github.com/sluice-dev/sluice/pkg/llmsim"
-	"github.com/sluice-dev/sluice/pkg/retrieval"
-	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
-	"github.com/sluice-dev/sluice/workflows"
+	"syscall"
 )
 
+// scenario is one subcommand: define registers its flags on fs and returns
+// the function that runs it with their parsed values.
+type scenario struct {
+	summary string
+	define  func(fs *flag.FlagSet) func(ctx context.Context) error
+}
+
+var scenarios = map[string]scenario{
+	"overhead": {"what Sluice adds on top of the LLM, vs a bare Temporal workflow (default)", defineOverhead},
+	"limiter":  {"limiter.Reserve decisions/s vs redis-benchmark SET; p99 at half that rate", defineLimiter},
+	"reject":   {"429 path through POST /v1/chat: rejections/s, latency, no workflow started", defineReject},
+	"wakeup":   {"permit release to the next waiter's retrieval stage, end to end", defineWakeup},
+	"burst":    {"2,000 concurrent SSE clients against 20 permits: outcomes, hangs, leaks", defineBurst},
+	"waiters":  {"10,000 queued workflows on one worker: RSS, goroutines, drain", defineWaiters},
+}
+
 func main() {
-	n := flag.Int("n", 200, "measured requests per path")
-	warmup := flag.Int("warmup", 20, "unmeasured requests per path first")
-	maxTokens := flag.Int("max-tokens", 16, "tokens per answer")
-	temporalBin := flag.String("temporal", "", "Temporal CLI (default: bin/temporal or $SLUICE_TEST_TEMPORAL_BIN)")
-	searchAttrs := flag.Bool("search-attributes", true, "let Sluice upsert its search attributes")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured run")
-	flag.DurationVar(&gap, "gap", 50*time.Millisecond, "pause before each request, so the server is idle when it starts")
-	flag.Parse()
+	args := os.Args[1:]
+	name := "overhead"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	sc, ok := scenarios[name]
+	if !ok && name != "help" {
+		fmt.Fprintf(os.Stderr, "sluice-bench: unknown scenario %q\n\n", name)
+		usage()
+		os.Exit(2)
+	}
+	if name == "help" {
+		usage()
+		return
+	}
+	fs := flag.NewFlagSet("sluice-bench "+name, flag.ExitOnError)
+	fs.Usage = func() {
+		usage()
+		fmt.Fprintf(os.Stderr, "\nflags of %s:\n", name)
+		fs.PrintDefaults()
+	}
+	run := sc.define(fs)
+	temporalBin := fs.String("temporal", "", "Temporal CLI (default: bin/temporal or $SLUICE_TEST_TEMPORAL_BIN)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (bench, API and worker share the process)")
+	_ = fs.Parse(args)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "sluice-bench %s: unexpected arguments %v\n", name, fs.Args())
+		os.Exit(2)
+	}
+	if *temporalBin != "" {
+		os.Setenv("SLUICE_TEST_TEMPORAL_BIN", *temporalBin)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -69,324 +95,72 @@ func main() {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	useSearchAttrs = *searchAttrs
-	if *temporalBin != "" {
-		os.Setenv("SLUICE_TEST_TEMPORAL_BIN", *temporalBin)
-	}
-	if err := run(*n, *warmup, *maxTokens); err != nil {
-		fmt.Fprintln(os.Stderr, "sluice-bench:", err)
+	// Ctrl-C ends the run cleanly, so that redis-server and the Temporal
+	// dev server are stopped with it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	startLoad = loadAverage()
+	if err := run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "sluice-bench %s: %v\n", name, err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
 
-var (
-	useSearchAttrs = true
-	gap            time.Duration
-)
-var trace = os.Getenv("BENCH_TRACE") == "1"
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: sluice-bench [scenario] [flags]   (scenario defaults to overhead; sluice-bench <scenario> -h lists its flags)")
+	names := make([]string, 0, len(scenarios))
+	for n := range scenarios {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-9s %s\n", n, scenarios[n].summary)
+	}
+}
 
-func run(n, warmup, maxTokens int) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-
-	rds, err := testenv.LaunchRedis()
-	if err != nil {
-		return err
-	}
-	defer rds.Stop()
-	ts, err := testenv.LaunchTemporal(ctx, workflows.SearchAttributeNames)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = ts.Stop() }()
-	sim, err := llmsim.New(llmsim.DefaultConfig(), nil)
-	if err != nil {
-		return err
-	}
-	defer sim.Close()
-	simSrv := httptest.NewServer(sim.Handler())
-	defer simSrv.Close()
-
-	cfg := config.Default()
-	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Temporal.HostPort = ts.FrontendHostPort()
-	cfg.Redis.Addr = rds.Addr
-	cfg.Pools.Short.Endpoints = []string{simSrv.URL}
-	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
-	cfg.Log.Level = "error"
-	cfg.Temporal.SearchAttributes = useSearchAttrs
-	ready := make(chan string, 1)
-	apiDone := make(chan error, 1)
-	go func() { apiDone <- api.RunProcess(ctx, cfg, quiet, func(addr string) { ready <- addr }) }()
-	var baseURL string
-	select {
-	case addr := <-ready:
-		baseURL = "http://" + addr
-	case err := <-apiDone:
-		return err
-	}
-
-	// A second runtime gives the bench its own Temporal client, the same
-	// retrieval stack (to build identical prompts) and the pool's client.
-	rt, err := worker.NewRuntime(ctx, cfg, quiet)
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	b := &bare{rdb: rt.Redis, llm: rt.Activities.Pools["short"].Streamer}
-	const bareQueue = "sluice-bench-bare"
-	w := sdkworker.New(rt.Temporal, bareQueue, sdkworker.Options{})
-	w.RegisterWorkflow(BareWorkflow)
-	w.RegisterActivity(b)
-	w.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: "noop"})
-	if err := w.Start(); err != nil {
-		return err
-	}
-	defer w.Stop()
-
-	queries := []string{
-		"How does a token bucket refill?", "What is weighted fair queuing?", "How do leased permits work?",
-		"What is continuous batching?", "Why does the P99/P50 ratio matter?", "How are Redis streams used for SSE?",
-		"What does Temporal replay check?", "How is a KV cache paged?", "What is a retry storm?", "How do caches stay fresh?",
-	}
-	prompts := map[string][]llm.Message{}
-	for _, q := range queries {
-		msgs, err := samePrompt(ctx, rt, cfg, q)
-		if err != nil {
-			return err
+// commandLine is the command as it was run, for the report.
+func commandLine() string {
+	parts := make([]string, len(os.Args))
+	for i, a := range os.Args {
+		if a == "" || strings.ContainsAny(a, " \t'\"$;&|<>*?") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
-		prompts[q] = msgs
+		parts[i] = a
 	}
-
-	paths := []struct {
-		name string
-		run  func(ctx context.Context, i int, q string) (ttft, total time.Duration, err error)
-	}{
-		{"direct", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
-			return direct(ctx, b.llm, prompts[q], maxTokens)
-		}},
-		{"bare", func(ctx context.Context, i int, q string) (time.Duration, time.Duration, error) {
-			return bareRun(ctx, rt.Temporal, rt.Redis, bareQueue, fmt.Sprintf("bare-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, false)
-		}},
-		{"bare, done from the stream", func(ctx context.Context, i int, q string) (time.Duration, time.Duration, error) {
-			return bareRun(ctx, rt.Temporal, rt.Redis, bareQueue, fmt.Sprintf("bare-inline-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, true)
-		}},
-		{"sluice", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
-			return sluice(ctx, baseURL, q, maxTokens)
-		}},
-	}
-	ttfts := make([][]time.Duration, len(paths))
-	totals := make([][]time.Duration, len(paths))
-	// Paths run in a shuffled order each round, with a pause before each
-	// request, so that no path always follows another's background work on
-	// the shared server (persistence, visibility) and pays for it.
-	rng := rand.New(rand.NewPCG(1, 2))
-	order := make([]int, len(paths))
-	for i := range order {
-		order[i] = i
-	}
-	for i := 0; i < warmup+n; i++ {
-		q := queries[i%len(queries)]
-		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
-		for _, p := range order {
-			path := paths[p]
-			time.Sleep(gap)
-			ttft, total, err := path.run(ctx, i, q)
-			if err != nil {
-				return fmt.Errorf("%s request %d: %w", path.name, i, err)
-			}
-			if i >= warmup {
-				ttfts[p] = append(ttfts[p], ttft)
-				totals[p] = append(totals[p], total)
-			}
-		}
-	}
-
-	fmt.Printf("sluice-bench: %d sequential requests per path after %d warm-up, %d-token answers, paths shuffled per round, %v pause before each request\n\n", n, warmup, maxTokens, gap)
-	fmt.Println("| path | TTFT p50 | TTFT p99 | total p50 | total p99 |")
-	fmt.Println("|---|---|---|---|---|")
-	for p, path := range paths {
-		fmt.Printf("| %s | %s | %s | %s | %s |\n", path.name, ms(pct(ttfts[p], 50)), ms(pct(ttfts[p], 99)), ms(pct(totals[p], 50)), ms(pct(totals[p], 99)))
-	}
-	d, bt, bi, s := 0, 1, 2, 3
-	fmt.Println()
-	fmt.Printf("added TTFT p50, sluice vs direct LLM:        %s (goal <= 30 ms)\n", ms(pct(ttfts[s], 50)-pct(ttfts[d], 50)))
-	fmt.Printf("added TTFT p50, bare Temporal vs direct LLM: %s\n", ms(pct(ttfts[bt], 50)-pct(ttfts[d], 50)))
-	ov := pct(totals[s], 50) - pct(totals[d], 50)
-	bov := pct(totals[bt], 50) - pct(totals[d], 50)
-	biov := pct(totals[bi], 50) - pct(totals[d], 50)
-	fmt.Printf("orchestration overhead p50 (total - direct): sluice %s, bare %s, ratio %.2fx (goal <= 1.25x)\n", ms(ov), ms(bov), float64(ov)/float64(bov))
-	fmt.Printf("  vs the bare workflow that also writes done from the stream: %s, ratio %.2fx\n", ms(biov), float64(ov)/float64(biov))
-	fmt.Printf("end-to-end p50 ratio sluice/bare: %.2fx\n", float64(pct(totals[s], 50))/float64(pct(totals[bt], 50)))
-	cancel()
-	<-apiDone
-	return nil
+	return strings.Join(parts, " ")
 }
 
-func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]llm.Message, error) {
-	vec, _, err := rt.Activities.Embeddings.Get(ctx, q)
+// startLoad is the machine's load average when the scenario started:
+// other processes on a 2-core machine move every number here.
+var startLoad string
+
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return nil, err
+		return "unknown"
 	}
-	res, _, err := rt.Activities.Retriever.Retrieve(ctx, retrieval.Query{KB: cfg.Retrieval.DefaultKB, Text: q, Vector: vec, K: cfg.Retrieval.Candidates})
-	if err != nil {
-		return nil, err
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "unknown"
 	}
-	chunks, err := rt.Activities.Reranker.Rerank(ctx, q, res.Chunks, cfg.Retrieval.TopK)
-	if err != nil {
-		return nil, err
-	}
-	return rt.Prompts.Messages(chunks, q), nil
+	return strings.Join(f[:3], " ")
 }
 
-func direct(ctx context.Context, s llm.Streamer, msgs []llm.Message, maxTokens int) (time.Duration, time.Duration, error) {
-	start := time.Now()
-	var ttft time.Duration
-	_, err := s.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: msgs, MaxTokens: maxTokens}, func(string) error {
-		if ttft == 0 {
-			ttft = time.Since(start)
-		}
-		return nil
-	})
-	return ttft, time.Since(start), err
+// header opens a scenario's report: what ran, the command that ran it,
+// and the machine it ran on.
+func header(name, what string) {
+	fmt.Printf("sluice-bench %s: %s\n", name, what)
+	fmt.Printf("command: %s\n", commandLine())
+	fmt.Printf("machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, loadAverage())
 }
 
-func sluice(ctx context.Context, baseURL, q string, maxTokens int) (time.Duration, time.Duration, error) {
-	start := time.Now()
-	if trace {
-		defer func() { fmt.Printf("sluice request took %v\n", time.Since(start)) }()
+// goal prints one goal line: what was measured, the goal, and whether it
+// was met.
+func goal(what, measured, want string, met bool) {
+	verdict := "met"
+	if !met {
+		verdict = "MISSED"
 	}
-	body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, maxTokens)
-	resp, err := http.Post(baseURL+"/v1/chat", "application/json", strings.NewReader(body))
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	r := testenv.NewSSEReader(resp.Body)
-	var ttft time.Duration
-	for {
-		ev, err := r.Next()
-		if err != nil {
-			return 0, 0, fmt.Errorf("stream ended early: %w", err)
-		}
-		if trace {
-			fmt.Printf("%7.2fms %s %s\n", float64(time.Since(start))/1e6, ev.Event, ev.Data)
-		}
-		switch ev.Event {
-		case "token":
-			if ttft == 0 {
-				ttft = time.Since(start)
-			}
-		case "done":
-			return ttft, time.Since(start), nil
-		case "rejected", "error":
-			return 0, 0, fmt.Errorf("%s: %s", ev.Event, ev.Data)
-		}
-	}
+	fmt.Printf("%s: %s (goal %s) — %s\n", what, measured, want, verdict)
 }
-
-// BareInput is the bare workflow's input.
-type BareInput struct {
-	ID        string
-	Messages  []llm.Message
-	MaxTokens int
-	// InlineDone makes the streaming activity write "done" itself, as
-	// Sluice's does, instead of a local activity after it.
-	InlineDone bool
-}
-
-// BareWorkflow has ChatWorkflow's shape and none of its work.
-func BareWorkflow(ctx workflow.Context, in BareInput) error {
-	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 5 * time.Second})
-	for i := 0; i < 4; i++ {
-		if err := workflow.ExecuteLocalActivity(lctx, "noop", i).Get(lctx, nil); err != nil {
-			return err
-		}
-	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: time.Minute, HeartbeatTimeout: 10 * time.Second,
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	var b *bare
-	if err := workflow.ExecuteActivity(actx, b.BareStream, in).Get(actx, nil); err != nil {
-		return err
-	}
-	if in.InlineDone {
-		return nil
-	}
-	return workflow.ExecuteLocalActivity(lctx, b.BareDone, in.ID).Get(lctx, nil)
-}
-
-func noop(_ context.Context, i int) (int, error) { return i, nil }
-
-type bare struct {
-	rdb *redis.Client
-	llm llm.Streamer
-}
-
-func (b *bare) BareStream(ctx context.Context, in BareInput) error {
-	_, err := b.llm.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: in.Messages, MaxTokens: in.MaxTokens}, func(text string) error {
-		activity.RecordHeartbeat(ctx)
-		return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + in.ID, Values: []any{"t", "token", "d", text}}).Err()
-	})
-	if err != nil || !in.InlineDone {
-		return err
-	}
-	return b.BareDone(ctx, in.ID)
-}
-
-func (b *bare) BareDone(ctx context.Context, id string) error {
-	return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + id, Values: []any{"t", "done"}}).Err()
-}
-
-func bareRun(ctx context.Context, c client.Client, rdb *redis.Client, queue, id string, msgs []llm.Message, maxTokens int, inlineDone bool) (time.Duration, time.Duration, error) {
-	start := time.Now()
-	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue, EnableEagerStart: true},
-		BareWorkflow, BareInput{ID: id, Messages: msgs, MaxTokens: maxTokens, InlineDone: inlineDone})
-	if err != nil {
-		return 0, 0, err
-	}
-	if trace {
-		fmt.Printf("%7.2fms bare started\n", float64(time.Since(start))/1e6)
-	}
-	defer rdb.Del(context.Background(), "bench:"+id)
-	var ttft time.Duration
-	last := "0"
-	for {
-		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{"bench:" + id, last}, Block: 30 * time.Second}).Result()
-		if err != nil {
-			return 0, 0, fmt.Errorf("read bare stream: %w", err)
-		}
-		for _, m := range res[0].Messages {
-			last = m.ID
-			if trace {
-				fmt.Printf("%7.2fms bare %v\n", float64(time.Since(start))/1e6, m.Values["t"])
-			}
-			switch m.Values["t"] {
-			case "token":
-				if ttft == 0 {
-					ttft = time.Since(start)
-				}
-			case "done":
-				return ttft, time.Since(start), nil
-			}
-		}
-	}
-}
-
-func pct(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	idx := (len(s)*p + 99) / 100
-	if idx > 0 {
-		idx--
-	}
-	return s[idx]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }

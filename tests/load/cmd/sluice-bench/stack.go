@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/worker"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// stackOptions says what a scenario needs running.
+type stackOptions struct {
+	// RedisOnly starts redis-server and nothing else.
+	RedisOnly bool
+	// Sim configures the LLM simulator (zero: llmsim.DefaultConfig()).
+	Sim *llmsim.Config
+	// Configure adjusts Sluice's configuration before the API starts; it
+	// starts from config.Default() pointed at the launched servers.
+	Configure func(cfg *config.Config)
+	// Quiet discards the API's logs; otherwise warnings and errors go to stderr, the
+	// first few of each kind in full and a count of all at the end.
+	Quiet bool
+}
+
+// stack is a running Sluice with everything it depends on, and the
+// bench's own clients to it.
+type stack struct {
+	cfg   config.Config
+	redis *testenv.Redis
+	// The rest is nil with RedisOnly.
+	temporal *testsuite.DevServer
+	sim      *llmsim.Server
+	simURL   string
+	baseURL  string
+	// rt is a second runtime wired like the API process, not running a
+	// worker: the bench's Redis and Temporal clients, gate and limiter.
+	rt *worker.Runtime
+
+	logs    *logCounter
+	cancel  context.CancelFunc
+	apiDone chan error
+	closers []func()
+}
+
+// launchStack starts redis-server and, unless opts.RedisOnly, the Temporal
+// dev server, the simulator and a full API process (api.RunProcess, with
+// its embedded worker) in this process. Close stops them all.
+func launchStack(ctx context.Context, opts stackOptions) (*stack, error) {
+	s := &stack{}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	rds, err := testenv.LaunchRedis()
+	if err != nil {
+		return nil, err
+	}
+	s.redis = rds
+	s.closers = append(s.closers, rds.Stop)
+	cfg := config.Default()
+	cfg.Redis.Addr = rds.Addr
+	if opts.RedisOnly {
+		s.cfg = cfg
+		ok = true
+		return s, nil
+	}
+
+	ts, err := testenv.LaunchTemporal(ctx, workflows.SearchAttributeNames)
+	if err != nil {
+		return nil, err
+	}
+	s.temporal = ts
+	s.closers = append(s.closers, func() { _ = ts.Stop() })
+	simCfg := llmsim.DefaultConfig()
+	if opts.Sim != nil {
+		simCfg = *opts.Sim
+	}
+	sim, err := llmsim.New(simCfg, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.sim = sim
+	s.closers = append(s.closers, sim.Close)
+	simSrv := httptest.NewServer(sim.Handler())
+	s.simURL = simSrv.URL
+	s.closers = append(s.closers, simSrv.Close)
+
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.Temporal.HostPort = ts.FrontendHostPort()
+	cfg.Pools.Short.Endpoints = []string{simSrv.URL}
+	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
+	cfg.Log.Level = "error"
+	if opts.Configure != nil {
+		opts.Configure(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s.cfg = cfg
+
+	var logger *slog.Logger
+	if opts.Quiet {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	} else {
+		s.logs = &logCounter{next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), mu: &sync.Mutex{}, counts: map[string]int{}}
+		logger = slog.New(s.logs)
+	}
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	ready := make(chan string, 1)
+	s.apiDone = make(chan error, 1)
+	go func() { s.apiDone <- api.RunProcess(actx, cfg, logger, func(addr string) { ready <- addr }) }()
+	select {
+	case addr := <-ready:
+		s.baseURL = "http://" + addr
+	case err := <-s.apiDone:
+		s.apiDone = nil
+		return nil, fmt.Errorf("api process: %w", err)
+	case <-time.After(2 * time.Minute):
+		return nil, fmt.Errorf("api process not ready after 2m")
+	}
+
+	rt, err := worker.NewRuntime(ctx, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	s.rt = rt
+	ok = true
+	return s, nil
+}
+
+// Close stops the API process (waiting for it), then everything else in
+// reverse order of starting.
+func (s *stack) Close() {
+	if s.rt != nil {
+		s.rt.Close()
+	}
+	if s.cancel != nil {
+		s.cancel()
+		if s.apiDone != nil {
+			select {
+			case <-s.apiDone:
+			case <-time.After(30 * time.Second):
+				fmt.Fprintln(os.Stderr, "sluice-bench: api process did not stop within 30s")
+			}
+		}
+	}
+	// Whatever still runs in this process (an interrupted run's
+	// goroutines) must not fill the report with redis dial errors.
+	redis.SetLogger(quietRedis{})
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	if s.logs != nil {
+		s.logs.summary()
+	}
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+// logCounter passes the first few records of each message to next and
+// counts all of them, so that an overloaded API cannot bury the report
+// under thousands of identical lines.
+type logCounter struct {
+	next   slog.Handler
+	mu     *sync.Mutex
+	counts map[string]int
+}
+
+const logFirst = 3
+
+func (h *logCounter) Enabled(ctx context.Context, l slog.Level) bool { return h.next.Enabled(ctx, l) }
+
+func (h *logCounter) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.counts[r.Message]++
+	n := h.counts[r.Message]
+	h.mu.Unlock()
+	if n > logFirst {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *logCounter) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &logCounter{next: h.next.WithAttrs(attrs), mu: h.mu, counts: h.counts}
+}
+
+func (h *logCounter) WithGroup(name string) slog.Handler {
+	return &logCounter{next: h.next.WithGroup(name), mu: h.mu, counts: h.counts}
+}
+
+func (h *logCounter) summary() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.counts) == 0 {
+		return
+	}
+	msgs := make([]string, 0, len(h.counts))
+	for m := range h.counts {
+		msgs = append(msgs, m)
+	}
+	sort.Slice(msgs, func(i, j int) bool { return h.counts[msgs[i]] > h.counts[msgs[j]] })
+	fmt.Fprintln(os.Stderr, "sluice-bench: warnings and errors the API process logged (first few of each shown above):")
+	for _, m := range msgs {
+		fmt.Fprintf(os.Stderr, "  %6d × %s\n", h.counts[m], m)
+	}
+}
