@@ -173,6 +173,16 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	out.TenantFull = res.Status == admission.TenantFull
 	out.Position = res.Position
 	out.EstimatedWaitMs = res.EstimatedWait().Milliseconds()
+	if res.Status == admission.Queued && in.RecheckMax > in.RecheckBase {
+		next := admission.RecheckAfter(res, in.RecheckBase, in.RecheckMax)
+		if next > in.RecheckBase {
+			// Enqueue kept the place live for the base cadence only.
+			if err := a.Gate.KeepAlive(ctx, out.Pool, in.RequestID, admission.AliveFor(next)); err != nil {
+				return out, err
+			}
+			out.NextRecheckMs = next.Milliseconds()
+		}
+	}
 	if !in.Recheck && res.Status == admission.Queued {
 		if _, err := a.Events.Append(ctx, in.RequestID, events.TypeQueue, events.Queue{
 			Position: res.Position, EstimatedWaitMs: out.EstimatedWaitMs, Pool: out.Pool,
@@ -283,6 +293,16 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 			msgs = a.Prompts.Messages(chunks, in.Query)
 			promptTokens = a.Prompts.Count(msgs)
 		}
+	}
+	// The permit was handed over when the request's turn came. A waiter
+	// that took longer than a lease to wake (an overloaded worker or
+	// server) finds it reclaimed and given to someone else; calling the
+	// LLM then would exceed the pool's concurrency, so it queues again.
+	if held, err := a.Gate.Renew(ctx, in.Pool, in.RequestID); err != nil {
+		return LLMOutput{}, err
+	} else if !held {
+		log.Warn("permit lease ran out before the stream started; queueing again", "pool", in.Pool)
+		return LLMOutput{}, temporal.NewNonRetryableApplicationError("permit lease ran out before the stream started", ErrTypePermitLost, nil)
 	}
 	stageWritten := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "llm", Pool: in.Pool})
 	defer func() { _ = stageWritten() }()

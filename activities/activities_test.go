@@ -201,6 +201,20 @@ func local[T any](t *testing.T, h *harness, fn, in any) (T, error) {
 // heartbeat details from an earlier attempt if details is not nil.
 func stream(t *testing.T, h *harness, in activities.LLMInput, details any) (activities.LLMOutput, error) {
 	t.Helper()
+	// A stream runs with its permit held, as after admission (Enqueue is
+	// idempotent: a request that holds one keeps it). An unknown pool is
+	// left to the activity to refuse.
+	if slices.Contains(h.gate.Pools(), in.Pool) {
+		if r := h.enqueue(t, in.Pool, in.RequestID); r.Status != admission.Granted {
+			t.Fatalf("stream %s: no permit free in pool %s: %+v", in.RequestID, in.Pool, r)
+		}
+	}
+	return streamAsIs(t, h, in, details)
+}
+
+// streamAsIs runs StreamLLM without taking a permit first.
+func streamAsIs(t *testing.T, h *harness, in activities.LLMInput, details any) (activities.LLMOutput, error) {
+	t.Helper()
 	var out activities.LLMOutput
 	env := (&testsuite.WorkflowTestSuite{}).NewTestActivityEnvironment()
 	env.RegisterActivity(h.acts)
@@ -1262,5 +1276,25 @@ func TestStreamLLMRetryAfterDoneReportsIt(t *testing.T) {
 	}
 	if n := len(h.events(t, "r1")); n != evsBefore {
 		t.Fatalf("the retry wrote %d events", n-evsBefore)
+	}
+}
+
+// A request whose permit was reclaimed before its stream started does not
+// call the LLM: it is told to queue again.
+func TestStreamLLMWithoutPermitQueuesAgain(t *testing.T) {
+	fake := &fakeLLM{tokens: words(4)}
+	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
+	version, hits := h.retrieveContext(t, "r1", 10, 3)
+	_, err := streamAsIs(t, h, activities.LLMInput{
+		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+	}, nil)
+	wantAppError(t, err, activities.ErrTypePermitLost, true)
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if len(fake.reqs) != 0 {
+		t.Fatalf("the LLM was called %d times without a permit", len(fake.reqs))
+	}
+	if n := len(ofType(h.events(t, "r1"), events.TypeToken)); n != 0 {
+		t.Fatalf("%d tokens written by a stream that never started", n)
 	}
 }

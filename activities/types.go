@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"time"
+
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 )
@@ -20,6 +22,9 @@ const (
 	ErrTypeCancelled         = "Cancelled"
 	ErrTypeBackend           = "BackendError"
 	ErrTypeBadRequest        = "BadRequest"
+	// ErrTypePermitLost: the request's permit was reclaimed (its lease ran
+	// out) before its stream started; it must queue again.
+	ErrTypePermitLost = "PermitLost"
 )
 
 // EmbedInput asks for the query's embedding (the L1 cache tier).
@@ -54,6 +59,11 @@ type AdmitInput struct {
 	Seq  int64
 	// Recheck marks a fallback re-check (no stage event is written).
 	Recheck bool
+	// RecheckBase and RecheckMax bound the cadence of the waiter's
+	// re-checks (admission.RecheckAfter); a zero RecheckMax keeps it at
+	// RecheckBase, as histories from before it did.
+	RecheckBase time.Duration
+	RecheckMax  time.Duration
 }
 
 // AdmitOutput is the admission state.
@@ -68,6 +78,9 @@ type AdmitOutput struct {
 	Position        int
 	EstimatedWaitMs int64
 	Seq             int64
+	// NextRecheckMs is when a queued request should re-check, its place
+	// kept live until then (0: at the base cadence).
+	NextRecheckMs int64
 	// EstimatedPromptTokens is the upper bound routing used.
 	EstimatedPromptTokens int
 	Ms                    int64

@@ -140,7 +140,7 @@ func longestWait(cfg config.Config) time.Duration {
 // WaiterTTL is how long a queue entry stays live between its waiter's
 // re-checks: three missed re-checks mark it a zombie.
 func WaiterTTL(a config.Admission) time.Duration {
-	return max(3*a.RecheckInterval+5*time.Second, 15*time.Second)
+	return admission.AliveFor(a.RecheckInterval)
 }
 
 func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, error) {

@@ -27,6 +27,11 @@ func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
 	// finalize runs on every path out of run: a workflow panic is not a
 	// path out (Temporal retries the workflow task), everything else is.
 	w.finalize(ctx)
+	// A hand-off can race the end of the wait (a timeout, a cancel, a
+	// grant seen by a re-check): finalize has released whatever the
+	// signal announced, so the signal itself is spent.
+	for w.admittedCh.ReceiveAsync(nil) {
+	}
 	return w.result, nil
 }
 
@@ -49,6 +54,7 @@ type chat struct {
 	// admission call on, so that finalize releases even if that call's
 	// answer was lost (cancelled or failed after it took a permit).
 	pool      string
+	seq       int64
 	admitting bool
 	// doneWritten: the stream already wrote the done event.
 	doneWritten bool
@@ -208,14 +214,27 @@ func (w *chat) run(ctx workflow.Context) {
 		},
 	})
 	var out activities.LLMOutput
-	w.llmRunning = true
-	w.used = nil
-	err := workflow.ExecuteActivity(lctx, a.StreamLLM, activities.LLMInput{
-		RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query,
-		KB: w.in.KB, KBVersion: ret.KBVersion, Context: rr.Hits, MaxTokens: w.in.MaxTokens,
-		Done: w.doneSoFar(),
-	}).Get(lctx, &out)
-	w.llmRunning = false
+	var err error
+	for readmits := 0; ; readmits++ {
+		w.llmRunning = true
+		w.used = nil
+		err = workflow.ExecuteActivity(lctx, a.StreamLLM, activities.LLMInput{
+			RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query,
+			KB: w.in.KB, KBVersion: ret.KBVersion, Context: rr.Hits, MaxTokens: w.in.MaxTokens,
+			Done: w.doneSoFar(),
+		}).Get(lctx, &out)
+		w.llmRunning = false
+		var appErr *temporal.ApplicationError
+		if err == nil || readmits == maxReadmits || !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypePermitLost {
+			break
+		}
+		// The permit expired before the stream started (nothing was
+		// streamed): back to the queue, at the request's old place.
+		if !w.admit(ctx) {
+			return
+		}
+		w.status.Stage = StageLLM
+	}
 	if err != nil {
 		w.used = streamedBefore(err)
 		w.stageFailed(StageLLM, err)
@@ -234,8 +253,13 @@ func (w *chat) run(ctx workflow.Context) {
 	w.result.ContextShed = out.ContextShed
 }
 
+// maxReadmits bounds how often a request whose permit expired before its
+// stream started queues again.
+const maxReadmits = 3
+
 // admit gets a permit, waiting in the queue if needed. It returns false
-// when the request must end (w.result says why).
+// when the request must end (w.result says why). Called again after a
+// permit was lost, it asks in the same pool with the old place's token.
 func (w *chat) admit(ctx workflow.Context) bool {
 	w.status.Stage = StageAdmission
 	sctx := localCtx(w.stageCtx)
@@ -244,12 +268,17 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.admitting = true
 	if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
+		Pool: w.pool, Seq: w.seq,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
+		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 	}).Get(sctx, &adm); err != nil {
 		w.stageFailed(StageAdmission, err)
 		return false
 	}
 	w.pool = adm.Pool
+	if adm.Seq != 0 {
+		w.seq = adm.Seq
+	}
 	w.status.Pool = adm.Pool
 	w.result.Route = adm.Pool
 	if adm.Full {
@@ -272,7 +301,13 @@ func (w *chat) admit(ctx workflow.Context) bool {
 			w.reject(ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
 			return false
 		}
-		wait := min(w.in.Settings.RecheckInterval, remaining)
+		wait := w.in.Settings.RecheckInterval
+		if adm.NextRecheckMs > 0 {
+			// Far back in the queue: the activity kept the place live
+			// this long.
+			wait = time.Duration(adm.NextRecheckMs) * time.Millisecond
+		}
+		wait = min(wait, remaining)
 		tctx, stopTimer := workflow.WithCancel(w.stageCtx)
 		timer := workflow.NewTimer(tctx, wait)
 		signalled, fired := false, false
@@ -302,6 +337,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 			RequestID: w.in.RequestID, Pool: w.pool, Seq: adm.Seq, Recheck: true,
 			Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
+			RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 		}).Get(sctx, &re); err != nil {
 			if w.stageCtx.Err() != nil {
 				w.cancelled()
@@ -313,7 +349,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 			continue
 		}
 		queuedMs += re.Ms
-		adm.Granted, adm.Position, adm.EstimatedWaitMs = re.Granted, re.Position, re.EstimatedWaitMs
+		adm.Granted, adm.Position, adm.EstimatedWaitMs, adm.NextRecheckMs = re.Granted, re.Position, re.EstimatedWaitMs, re.NextRecheckMs
 	}
 	w.status.Position = 0
 	w.status.EstimatedWaitMs = 0

@@ -649,3 +649,67 @@ func (s *chatSuite) TestTenantQueueFullRejects() {
 	s.Equal(&activities.Used{}, f.Used, "a refused request consumed nothing")
 	s.Equal("short", f.Pool, "releasing in the routed pool is a harmless no-op")
 }
+
+// A waiter far back re-checks at the cadence the activity chose (and kept
+// its place live for), not at the base interval.
+func (s *chatSuite) TestRecheckCadenceFollowsTheActivity() {
+	s.mockEmbed()
+	far := queued
+	far.NextRecheckMs = 12000
+	var at []time.Duration
+	start := s.env.Now()
+	log := s.log
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+		if in.RecheckBase != 5*time.Second {
+			return activities.AdmitOutput{}, errors.New("re-check base not passed")
+		}
+		if !in.Recheck {
+			log.record("Admit")
+			return far, nil
+		}
+		log.record("Recheck")
+		at = append(at, s.env.Now().Sub(start))
+		return far, nil
+	})
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.Equal(ReasonQueueTimeout, s.result().Reason)
+	// maxWait 30s: re-checks at 12s and 24s, and a last one at the
+	// deadline.
+	s.Equal([]time.Duration{12 * time.Second, 24 * time.Second, 30 * time.Second}, at)
+}
+
+// A permit that expired before the stream started sends the request back
+// to the queue at its old place, and the stream runs once it is granted
+// again; nothing was consumed by the lost attempt.
+func (s *chatSuite) TestPermitLostBeforeStreamQueuesAgain() {
+	log := s.log
+	s.mockEmbed()
+	s.mockRetrieveRerank()
+	var admits []activities.AdmitInput
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+		log.record("Admit")
+		admits = append(admits, in)
+		if len(admits) == 1 {
+			return queued, nil
+		}
+		return granted, nil
+	})
+	attempts := 0
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(context.Context, activities.LLMInput) (activities.LLMOutput, error) {
+		log.record("StreamLLM")
+		attempts++
+		if attempts == 1 {
+			return activities.LLMOutput{}, temporal.NewNonRetryableApplicationError("lease ran out", activities.ErrTypePermitLost, nil)
+		}
+		return activities.LLMOutput{FinishReason: "stop", Usage: events.Usage{TotalTokens: 9}, Ms: 10}, nil
+	})
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalAdmitted, AdmittedSignal{Pool: "short"})
+	}, time.Second)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.Equal(OutcomeDone, s.result().Outcome)
+	s.Equal([]string{"EmbedQuery", "Admit", "Retrieve", "Rerank", "StreamLLM", "Admit", "StreamLLM", "Finalize"}, s.calls())
+	s.Require().Len(admits, 2)
+	s.Equal("short", admits[1].Pool, "re-admission asks in the same pool")
+	s.Equal(int64(7), admits[1].Seq, "re-admission restores the old place")
+}

@@ -95,8 +95,11 @@ type ChatInput struct {
 type ChatSettings struct {
 	// MaxWait bounds the admission queue wait.
 	MaxWait time.Duration
-	// RecheckInterval is the fallback re-check of a queued entry.
-	RecheckInterval time.Duration
+	// RecheckInterval is the fallback re-check of a queued entry;
+	// MaxRecheckInterval the longest it grows to for a waiter far back
+	// (0: fixed at RecheckInterval).
+	RecheckInterval    time.Duration
+	MaxRecheckInterval time.Duration
 	// DisconnectGrace is how long a request with no attached client lives
 	// before cancelling itself (0: at once).
 	DisconnectGrace time.Duration

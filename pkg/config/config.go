@@ -162,6 +162,14 @@ type Admission struct {
 	// in case a hand-off signal was lost. Workflow timers under 1 s are not
 	// precise, so keep it at 1 s or more.
 	RecheckInterval time.Duration `yaml:"recheck_interval"`
+	// MaxRecheckInterval is the longest a waiter far back in the queue goes
+	// between re-checks: each re-check is a timer, a workflow task and a
+	// Redis call, so 10,000 waiters checking every RecheckInterval would
+	// flood Temporal. A waiter's cadence grows with its position and
+	// expected wait (admission.RecheckAfter), and its queue place stays
+	// live that long (three cadences), so a waiter that vanished without
+	// releasing (a terminated workflow) is dropped after at most that.
+	MaxRecheckInterval time.Duration `yaml:"max_recheck_interval"`
 	// MaxQueueDepth bounds the waiting queue of each pool.
 	MaxQueueDepth int `yaml:"max_queue_depth"`
 }
@@ -300,10 +308,11 @@ func Default() Config {
 			MaxLen: 20000,
 		},
 		Admission: Admission{
-			MaxWait:         30 * time.Second,
-			Lease:           30 * time.Second,
-			RecheckInterval: 2 * time.Second,
-			MaxQueueDepth:   10000,
+			MaxWait:            30 * time.Second,
+			Lease:              30 * time.Second,
+			RecheckInterval:    2 * time.Second,
+			MaxRecheckInterval: 10 * time.Minute,
+			MaxQueueDepth:      10000,
 		},
 		Pools: Pools{
 			Short: Pool{
@@ -440,6 +449,10 @@ func (c Config) Validate() error {
 		v.add("admission.lease", "must be at least 3s (it is renewed every third of it, and a lost lease lets another request in), got %s", c.Admission.Lease)
 	}
 	v.duration("admission.recheck_interval", c.Admission.RecheckInterval)
+	v.duration("admission.max_recheck_interval", c.Admission.MaxRecheckInterval)
+	if c.Admission.MaxRecheckInterval > 0 && c.Admission.MaxRecheckInterval < c.Admission.RecheckInterval {
+		v.add("admission.max_recheck_interval", "must be at least admission.recheck_interval (%s), got %s", c.Admission.RecheckInterval, c.Admission.MaxRecheckInterval)
+	}
 	if c.Admission.RecheckInterval > 0 && c.Admission.RecheckInterval < time.Second {
 		v.add("admission.recheck_interval", "must be at least 1s (workflow timers are not sub-second), got %s", c.Admission.RecheckInterval)
 	}

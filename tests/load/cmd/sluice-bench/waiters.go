@@ -36,6 +36,7 @@ type waitersOptions struct {
 	starters    int
 	maxWait     time.Duration
 	recheck     time.Duration
+	maxRecheck  time.Duration
 	drainLimit  int
 	queueWithin time.Duration
 	drainWithin time.Duration
@@ -50,6 +51,7 @@ func defineWaiters(fs *flag.FlagSet) func(context.Context) error {
 	fs.IntVar(&o.starters, "starters", 16, "concurrent StartWorkflow calls")
 	fs.DurationVar(&o.maxWait, "max-wait", 30*time.Minute, "each workflow's queue wait limit (ChatSettings.MaxWait)")
 	fs.DurationVar(&o.recheck, "recheck", config.Default().Admission.RecheckInterval, "admission.recheck_interval: each waiter's fallback re-check, one workflow task per waiter per interval")
+	fs.DurationVar(&o.maxRecheck, "max-recheck", config.Default().Admission.MaxRecheckInterval, "admission.max_recheck_interval: the longest re-check cadence, for waiters far back")
 	fs.IntVar(&o.drainLimit, "drain-permits", 50, "the pool's permits while it drains (Gate.SetLimit)")
 	fs.DurationVar(&o.queueWithin, "queue-within", 20*time.Minute, "stop and report how far the queue got if it is not full after this long")
 	fs.DurationVar(&o.drainWithin, "drain-within", 40*time.Minute, "give up if the queue has not drained after this long")
@@ -65,6 +67,7 @@ func runWaiters(ctx context.Context, o waitersOptions) error {
 	st, err := launchStack(ctx, stackOptions{Sim: &sim, Configure: func(cfg *config.Config) {
 		cfg.Pools.Short.MaxConcurrency = o.holders
 		cfg.Admission.RecheckInterval = o.recheck
+		cfg.Admission.MaxRecheckInterval = o.maxRecheck
 		cfg.Admission.MaxQueueDepth = max(cfg.Admission.MaxQueueDepth, o.n+1000)
 	}})
 	if err != nil {
@@ -327,8 +330,8 @@ func runWaiters(ctx context.Context, o waitersOptions) error {
 }
 
 func printWaitersHeader(o waitersOptions, cfg config.Config) {
-	header("waiters", fmt.Sprintf("%d chat workflows started with the Temporal client (ChatInput as the API builds it, MaxWait %v, no search attributes) into the short pool's queue while its %d permits are held; one worker: the API process's embedded worker, in this process (temporal.max_concurrent_workflow_tasks %d, the SDK's default sticky cache of 10,000 workflows); admission.recheck_interval %v; then drained with %d permits",
-		o.n, o.maxWait, o.holders, cfg.Temporal.MaxConcurrentWorkflowTasks, o.recheck, o.drainLimit))
+	header("waiters", fmt.Sprintf("%d chat workflows started with the Temporal client (ChatInput as the API builds it, MaxWait %v, no search attributes) into the short pool's queue while its %d permits are held; one worker: the API process's embedded worker, in this process (temporal.max_concurrent_workflow_tasks %d, the SDK's default sticky cache of 10,000 workflows); admission.recheck_interval %v growing to %v far back in the queue; then drained with %d permits",
+		o.n, o.maxWait, o.holders, cfg.Temporal.MaxConcurrentWorkflowTasks, o.recheck, o.maxRecheck, o.drainLimit))
 }
 
 // startWaiter starts one chat workflow with the input api/chat.go builds.
@@ -338,17 +341,18 @@ func startWaiter(ctx context.Context, st *stack, cfg config.Config, id string, i
 		RequestID: id, Tenant: fmt.Sprintf("bench-t%02d", i%50), User: fmt.Sprintf("bench-u%03d", i%500), Tier: "standard",
 		Query: "How do leased permits work?", KB: cfg.Retrieval.DefaultKB, MaxTokens: 4,
 		Settings: workflows.ChatSettings{
-			MaxWait:          maxWait,
-			RecheckInterval:  cfg.Admission.RecheckInterval,
-			DisconnectGrace:  cfg.API.DisconnectGrace,
-			TopK:             cfg.Retrieval.TopK,
-			Candidates:       cfg.Retrieval.Candidates,
-			LLMTimeout:       cfg.LLM.Timeout,
-			LLMHeartbeat:     cfg.LLM.HeartbeatTimeout,
-			LLMMaxAttempts:   cfg.LLM.MaxAttempts,
-			SearchAttributes: false,
-			Weight:           tier.Weight,
-			MaxPerTenant:     0,
+			MaxWait:            maxWait,
+			RecheckInterval:    cfg.Admission.RecheckInterval,
+			MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
+			DisconnectGrace:    cfg.API.DisconnectGrace,
+			TopK:               cfg.Retrieval.TopK,
+			Candidates:         cfg.Retrieval.Candidates,
+			LLMTimeout:         cfg.LLM.Timeout,
+			LLMHeartbeat:       cfg.LLM.HeartbeatTimeout,
+			LLMMaxAttempts:     cfg.LLM.MaxAttempts,
+			SearchAttributes:   false,
+			Weight:             tier.Weight,
+			MaxPerTenant:       0,
 		},
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
