@@ -8,7 +8,9 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL     := $(BIN)/temporal
 export SLUICE_TEST_TEMPORAL_BIN := $(TEMPORAL)
 
-.PHONY: all build test test-short bench lint run temporal check-redis clean
+SCENARIOS    := overhead limiter reject wakeup burst waiters
+
+.PHONY: all build test test-short bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal check-redis clean
 
 all: build
 
@@ -37,11 +39,20 @@ test: check-redis $(TEMPORAL)
 test-short: check-redis
 	$(GO) test -race -count=1 -short ./...
 
-# Benchmarks: Go micro-benchmarks, then the end-to-end overhead benchmark
-# (Sluice vs a bare Temporal workflow of the same shape, side by side).
-bench: check-redis $(TEMPORAL) build
+# Benchmarks: Go micro-benchmarks, then every sluice-bench scenario, one
+# after another (each starts its own redis-server, dev server and
+# simulator; see README "Performance"). `make bench-<scenario>` runs one;
+# bench-waiters alone takes ~15 minutes. Run them on a quiet machine.
+bench: bench-go $(addprefix bench-,$(SCENARIOS))
+
+bench-go: check-redis
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
-	$(BIN)/sluice-bench -temporal $(TEMPORAL) -n 200
+
+bench-overhead: check-redis $(TEMPORAL) build
+	$(BIN)/sluice-bench overhead -temporal $(TEMPORAL) -n 200
+
+bench-limiter bench-reject bench-wakeup bench-burst bench-waiters: bench-%: check-redis $(TEMPORAL) build
+	$(BIN)/sluice-bench $* -temporal $(TEMPORAL)
 
 lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt needed"; exit 1; }

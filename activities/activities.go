@@ -61,6 +61,9 @@ type Activities struct {
 	Events     *events.Log
 	Gate       *admission.Gate
 	Notifier   admission.Notifier
+	// Waker, when set, lets a request whose turn is near wait for its
+	// grant in Admit (AdmitInput.FastWait).
+	Waker *admission.Waker
 	Embeddings EmbeddingCache
 	Retriever  Retriever
 	Chunks     ChunkStore
@@ -145,6 +148,14 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	if !in.Recheck {
 		written = a.beginStage(ctx, in.RequestID, events.Stage{Stage: "admission", Pool: out.Pool})
 	}
+	// Expect the grant before asking, so that one announced in between is
+	// not missed.
+	var granted <-chan struct{}
+	if a.Waker != nil && in.FastWait > 0 && !in.Recheck {
+		ch, stop := a.Waker.Expect(in.RequestID)
+		defer stop()
+		granted = ch
+	}
 	// Histories from before weights existed replay with none: weight 1.
 	weight := max(in.Weight, 1)
 	res, err := a.Gate.Enqueue(ctx, out.Pool, admission.Request{
@@ -188,6 +199,21 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 			Position: res.Position, EstimatedWaitMs: out.EstimatedWaitMs, Pool: out.Pool,
 		}); err != nil {
 			return out, err
+		}
+	}
+	if granted != nil && res.Status == admission.Queued && res.Position <= res.Limit {
+		// Our turn is near: wait for the releaser's announcement here
+		// rather than for its signal (which still comes, and is then
+		// spent). Its hand-off already made the permit ours.
+		t := time.NewTimer(in.FastWait)
+		defer t.Stop()
+		select {
+		case <-granted:
+			out.Granted, out.Position, out.EstimatedWaitMs, out.NextRecheckMs = true, 0, 0, 0
+		case <-t.C:
+		case <-ctx.Done():
+			// The workflow's finalize releases whatever the request holds.
+			return out, ctx.Err()
 		}
 	}
 	out.Ms = time.Since(start).Milliseconds()

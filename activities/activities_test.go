@@ -139,11 +139,17 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 	embedder := embed.NewLocal(embed.LocalOptions{Dims: cfg.Embedding.Dims})
 	evlog := events.NewLog(rdb, events.LogOptions{KeyPrefix: prefix, TTL: time.Minute})
 	notifier := &fakeNotifier{gone: map[string]bool{}}
+	waker, err := admission.NewWaker(context.Background(), rdb, gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = waker.Close() })
 	acts := &activities.Activities{
 		Redis:    rdb,
 		Events:   evlog,
 		Gate:     gate,
 		Notifier: notifier,
+		Waker:    waker,
 		Embeddings: embed.NewCache(embedder, rdb, embed.CacheOptions{
 			Prefix: prefix, TTL: time.Minute, LRUSize: 100, Logger: quiet,
 		}),
@@ -1296,5 +1302,51 @@ func TestStreamLLMWithoutPermitQueuesAgain(t *testing.T) {
 	}
 	if n := len(ofType(h.events(t, "r1"), events.TypeToken)); n != 0 {
 		t.Fatalf("%d tokens written by a stream that never started", n)
+	}
+}
+
+// A request whose turn is near waits in Admit for its grant and is told at
+// once when the holder ahead of it releases, without waiting for the
+// signal; with nobody releasing it gives up after FastWait, still queued.
+func TestAdmitFastWait(t *testing.T) {
+	h := newHarness(t, nil)
+	h.admit(t, "holder", "granted")
+	type result struct {
+		out  activities.AdmitOutput
+		err  error
+		took time.Duration
+	}
+	admit := func(id string, fastWait time.Duration) <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			start := time.Now()
+			out, err := local[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{RequestID: id, Query: query, FastWait: fastWait})
+			done <- result{out, err, time.Since(start)}
+		}()
+		return done
+	}
+	done := admit("r1", 2*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	released := time.Now()
+	if _, err := local[struct{}](t, h, h.acts.Finalize, activities.FinalizeInput{RequestID: "holder", Pool: activities.PoolShort}); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || !r.out.Granted {
+		t.Fatalf("admit r1: %+v %v", r.out, r.err)
+	}
+	if d := time.Since(released); d > time.Second {
+		t.Fatalf("r1 learned of its grant %v after the release: not from the announcement", d)
+	}
+	if s := h.stats(t, activities.PoolShort); s.InUse != 1 || s.Waiting != 0 {
+		t.Fatalf("stats %+v, want r1 holding the permit", s)
+	}
+
+	r = <-admit("r2", time.Second)
+	if r.err != nil || r.out.Granted || r.out.Position != 1 {
+		t.Fatalf("admit r2 with nobody releasing: %+v %v", r.out, r.err)
+	}
+	if r.took < time.Second {
+		t.Fatalf("r2 gave up after %v, want FastWait", r.took)
 	}
 }

@@ -64,6 +64,9 @@ type AdmitInput struct {
 	// RecheckBase, as histories from before it did.
 	RecheckBase time.Duration
 	RecheckMax  time.Duration
+	// FastWait: how long to wait here for the grant when the request's
+	// turn is near (first call only; 0: not at all).
+	FastWait time.Duration
 }
 
 // AdmitOutput is the admission state.

@@ -267,6 +267,7 @@ func (s *Server) startChat(ctx context.Context, id string, who caller, tier conf
 			MaxWait:            maxWait,
 			RecheckInterval:    cfg.Admission.RecheckInterval,
 			MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
+			FastWait:           cfg.Admission.FastWait,
 			DisconnectGrace:    cfg.API.DisconnectGrace,
 			TopK:               cfg.Retrieval.TopK,
 			Candidates:         cfg.Retrieval.Candidates,

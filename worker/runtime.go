@@ -36,12 +36,14 @@ import (
 
 // Runtime is what a Sluice process needs, built once from config.
 type Runtime struct {
-	Config     config.Config
-	Logger     *slog.Logger
-	Redis      *redis.Client
-	Temporal   client.Client
-	Events     *events.Log
-	Gate       *admission.Gate
+	Config   config.Config
+	Logger   *slog.Logger
+	Redis    *redis.Client
+	Temporal client.Client
+	Events   *events.Log
+	Gate     *admission.Gate
+	// Waker is nil when admission.fast_wait is 0.
+	Waker      *admission.Waker
 	Tokens     *tokens.Counter
 	Prompts    *prompt.Builder
 	Limiter    *limiter.Limiter
@@ -107,6 +109,13 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 	if err != nil {
 		r.Close()
 		return nil, err
+	}
+
+	if cfg.Admission.FastWait > 0 {
+		if r.Waker, err = admission.NewWaker(ctx, r.Redis, r.Gate); err != nil {
+			r.Close()
+			return nil, err
+		}
 	}
 
 	r.Temporal, err = client.Dial(client.Options{
@@ -176,6 +185,7 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		Events:     r.Events,
 		Gate:       r.Gate,
 		Notifier:   SignalNotifier{Client: r.Temporal},
+		Waker:      r.Waker,
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},
 		Chunks:     store,
@@ -205,6 +215,9 @@ func newEmbedder(cfg config.Embedding) (embed.Embedder, error) {
 func (r *Runtime) Close() {
 	if r.Limiter != nil {
 		r.Limiter.Close()
+	}
+	if r.Waker != nil {
+		_ = r.Waker.Close()
 	}
 	if r.Temporal != nil {
 		r.Temporal.Close()

@@ -266,11 +266,16 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	start := workflow.Now(ctx)
 	var adm activities.AdmitOutput
 	w.admitting = true
+	// A signal still unread here is from an earlier grant (one the admit
+	// activity caught itself, before a permit was lost): not this one.
+	for w.admittedCh.ReceiveAsync(nil) {
+	}
 	if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
 		Pool: w.pool, Seq: w.seq,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
+		FastWait: w.in.Settings.FastWait,
 	}).Get(sctx, &adm); err != nil {
 		w.stageFailed(StageAdmission, err)
 		return false

@@ -100,6 +100,9 @@ type ChatSettings struct {
 	// (0: fixed at RecheckInterval).
 	RecheckInterval    time.Duration
 	MaxRecheckInterval time.Duration
+	// FastWait is how long the admission activity of a request whose turn
+	// is near waits for its grant itself (0: not at all).
+	FastWait time.Duration
 	// DisconnectGrace is how long a request with no attached client lives
 	// before cancelling itself (0: at once).
 	DisconnectGrace time.Duration

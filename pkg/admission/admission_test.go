@@ -1322,3 +1322,36 @@ func TestKeepAlive(t *testing.T) {
 		t.Fatal("KeepAlive created a liveness key")
 	}
 }
+
+// Announced grants reach exactly the requests expecting them; a request
+// that stopped expecting is not woken, and an unknown id is ignored.
+func TestWakerDeliversAnnouncements(t *testing.T) {
+	g, rdb := newGate(t, 1, nil)
+	ctx := context.Background()
+	w, err := NewWaker(ctx, rdb, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	a, stopA := w.Expect("a")
+	defer stopA()
+	b, stopB := w.Expect("b")
+	stopB()
+	c, stopC := w.Expect("c")
+	defer stopC()
+	if err := g.Announce(ctx, []string{"a", "b", "nobody"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a was not woken")
+	}
+	select {
+	case <-b:
+		t.Fatal("b was woken after it stopped expecting")
+	case <-c:
+		t.Fatal("c was woken by another's grant")
+	case <-time.After(100 * time.Millisecond):
+	}
+}

@@ -22,6 +22,11 @@ type Notifier interface {
 // waiter's own re-check finds it, or its lease runs out.
 func Wake(ctx context.Context, g *Gate, n Notifier, pool string, ids []string) error {
 	var errs []error
+	// Waiters waiting in their admission activity (Waker) go on at once;
+	// the rest learn from the signal below.
+	if err := g.Announce(ctx, ids); err != nil {
+		errs = append(errs, err)
+	}
 	for len(ids) > 0 {
 		id := ids[0]
 		ids = ids[1:]
@@ -37,6 +42,9 @@ func Wake(ctx context.Context, g *Gate, n Notifier, pool string, ids []string) e
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if err := g.Announce(ctx, rel.Woken); err != nil {
+			errs = append(errs, err)
 		}
 		ids = append(ids, rel.Woken...)
 	}

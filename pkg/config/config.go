@@ -170,6 +170,13 @@ type Admission struct {
 	// live that long (three cadences), so a waiter that vanished without
 	// releasing (a terminated workflow) is dropped after at most that.
 	MaxRecheckInterval time.Duration `yaml:"max_recheck_interval"`
+	// FastWait is how long a request whose turn is near (no more waiters
+	// ahead of it than the pool has permits) waits for its grant inside
+	// its admission activity, woken over Redis pub/sub in about a
+	// millisecond rather than by a Temporal signal; then it parks as
+	// usual. A cancel reaches such a request after at most this long.
+	// 0 turns it off; under 4s (a local activity's time limit is 5s).
+	FastWait time.Duration `yaml:"fast_wait"`
 	// MaxQueueDepth bounds the waiting queue of each pool.
 	MaxQueueDepth int `yaml:"max_queue_depth"`
 }
@@ -312,6 +319,7 @@ func Default() Config {
 			Lease:              30 * time.Second,
 			RecheckInterval:    2 * time.Second,
 			MaxRecheckInterval: 10 * time.Minute,
+			FastWait:           time.Second,
 			MaxQueueDepth:      10000,
 		},
 		Pools: Pools{
@@ -450,6 +458,9 @@ func (c Config) Validate() error {
 	}
 	v.duration("admission.recheck_interval", c.Admission.RecheckInterval)
 	v.duration("admission.max_recheck_interval", c.Admission.MaxRecheckInterval)
+	if c.Admission.FastWait < 0 || c.Admission.FastWait >= 4*time.Second {
+		v.add("admission.fast_wait", "must be between 0 (off) and 4s, got %s", c.Admission.FastWait)
+	}
 	if c.Admission.MaxRecheckInterval > 0 && c.Admission.MaxRecheckInterval < c.Admission.RecheckInterval {
 		v.add("admission.max_recheck_interval", "must be at least admission.recheck_interval (%s), got %s", c.Admission.RecheckInterval, c.Admission.MaxRecheckInterval)
 	}

@@ -344,6 +344,7 @@ func startWaiter(ctx context.Context, st *stack, cfg config.Config, id string, i
 			MaxWait:            maxWait,
 			RecheckInterval:    cfg.Admission.RecheckInterval,
 			MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
+			FastWait:           cfg.Admission.FastWait,
 			DisconnectGrace:    cfg.API.DisconnectGrace,
 			TopK:               cfg.Retrieval.TopK,
 			Candidates:         cfg.Retrieval.Candidates,
