@@ -57,13 +57,13 @@ type Pool struct {
 // Activities holds every dependency of the chat activities. Register one
 // value with the worker; workflows name its methods through a nil pointer.
 type Activities struct {
-	Redis      redis.UniversalClient
-	Events     *events.Log
-	Gate       *admission.Gate
-	Notifier   admission.Notifier
+	Redis    redis.UniversalClient
+	Events   *events.Log
+	Gate     *admission.Gate
+	Notifier admission.Notifier
 	// Waker, when set, lets a request whose turn is near wait for its
 	// grant in Admit (AdmitInput.FastWait).
-	Waker *admission.Waker
+	Waker      *admission.Waker
 	Embeddings EmbeddingCache
 	Retriever  Retriever
 	Chunks     ChunkStore
