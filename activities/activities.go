@@ -148,14 +148,31 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	if !in.Recheck {
 		written = a.beginStage(ctx, in.RequestID, events.Stage{Stage: "admission", Pool: out.Pool})
 	}
-	// Expect the grant before asking, so that one announced in between is
-	// not missed.
-	var granted <-chan struct{}
+	// Marked as waiting fast before asking, so that a grant in between is
+	// not missed; the mark is ended on every path below (endFast).
+	var fast *admission.FastWait
 	if a.Waker != nil && in.FastWait > 0 && !in.Recheck {
-		ch, stop := a.Waker.Expect(in.RequestID)
-		defer stop()
-		granted = ch
+		f, err := a.Waker.Expect(ctx, in.RequestID, in.FastWait+5*time.Second)
+		if err != nil {
+			return out, err
+		}
+		fast = f
 	}
+	// endFast stops waiting fast; true when a releaser had taken over
+	// telling this request of its grant, so that the permit is ours.
+	endFast := func() bool {
+		if fast == nil {
+			return false
+		}
+		f := fast
+		fast = nil
+		granted, err := f.End(context.WithoutCancel(ctx))
+		if err != nil {
+			a.logger(in.RequestID).Warn("end fast wait", "err", err)
+		}
+		return granted
+	}
+	defer endFast()
 	// Histories from before weights existed replay with none: weight 1.
 	weight := max(in.Weight, 1)
 	res, err := a.Gate.Enqueue(ctx, out.Pool, admission.Request{
@@ -201,19 +218,24 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 			return out, err
 		}
 	}
-	if granted != nil && res.Status == admission.Queued && res.Position <= res.Limit {
-		// Our turn is near: wait for the releaser's announcement here
-		// rather than for its signal (which still comes, and is then
-		// spent). Its hand-off already made the permit ours.
-		t := time.NewTimer(in.FastWait)
-		defer t.Stop()
-		select {
-		case <-granted:
+	if fast != nil && res.Status == admission.Queued {
+		if res.Position <= res.Limit {
+			// Our turn is near: wait here for the releaser's
+			// announcement instead of its signal. Its hand-off already
+			// made the permit ours.
+			t := time.NewTimer(in.FastWait)
+			defer t.Stop()
+			select {
+			case <-fast.C:
+			case <-t.C:
+			case <-ctx.Done():
+				// The workflow's finalize releases whatever the request
+				// holds.
+				return out, ctx.Err()
+			}
+		}
+		if endFast() {
 			out.Granted, out.Position, out.EstimatedWaitMs, out.NextRecheckMs = true, 0, 0, 0
-		case <-t.C:
-		case <-ctx.Done():
-			// The workflow's finalize releases whatever the request holds.
-			return out, ctx.Err()
 		}
 	}
 	out.Ms = time.Since(start).Milliseconds()

@@ -1341,6 +1341,12 @@ func TestAdmitFastWait(t *testing.T) {
 	if s := h.stats(t, activities.PoolShort); s.InUse != 1 || s.Waiting != 0 {
 		t.Fatalf("stats %+v, want r1 holding the permit", s)
 	}
+	h.notifier.mu.Lock()
+	signalled := slices.Contains(h.notifier.calls, activities.PoolShort+"/r1")
+	h.notifier.mu.Unlock()
+	if signalled {
+		t.Fatal("r1 was signalled although it heard of its grant while waiting fast")
+	}
 
 	r = <-admit("r2", time.Second)
 	if r.err != nil || r.out.Granted || r.out.Position != 1 {

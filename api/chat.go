@@ -33,8 +33,10 @@ type chatRequest struct {
 	SessionID string `json:"session_id"`
 	MaxTokens *int   `json:"max_tokens"`
 
-	// queryTokens is the query's token count, set by validate.
+	// queryTokens is the query's token count once counted (see
+	// Server.queryTokens); 0 until then.
 	queryTokens int
+	counted     bool
 }
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -137,13 +139,26 @@ func (s *Server) validate(req *chatRequest) error {
 		return badRequest("bad_max_tokens", "max_tokens must be between 1 and %d", s.cfg.API.MaxTokensLimit)
 	}
 	// The query alone must fit the long pool, whatever context is shed.
-	req.queryTokens = s.prompts.QueryTokens(req.Query)
-	bare := s.prompts.BoundForQueryTokens(req.queryTokens, 0, 0)
-	if limit := s.cfg.Pools.Long.MaxPromptTokens; bare > limit {
+	// A token is at least one byte, so a query of few bytes cannot be too
+	// long and is not counted here (a tiktoken encode is most of what a
+	// refused request costs).
+	limit := s.cfg.Pools.Long.MaxPromptTokens
+	if s.prompts.BoundForQueryTokens(len(req.Query), 0, 0) <= limit {
+		return nil
+	}
+	if bare := s.prompts.BoundForQueryTokens(s.queryTokens(req), 0, 0); bare > limit {
 		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
 			Message: fmt.Sprintf("the query needs %d prompt tokens; the limit is %d", bare, limit)}
 	}
 	return nil
+}
+
+// queryTokens counts the query's tokens once per request.
+func (s *Server) queryTokens(req *chatRequest) int {
+	if !req.counted {
+		req.queryTokens, req.counted = s.prompts.QueryTokens(req.Query), true
+	}
+	return req.queryTokens
 }
 
 func newRequestID() string { return "chat-" + ulid.Make().String() }
@@ -177,8 +192,16 @@ func (s *Server) postChat(c echo.Context) error {
 	// the upper bound: the prompt with a full context plus every output
 	// token it may produce; the workflow refunds what it did not use when
 	// it ends, and every refusal below gives the whole charge back.
-	bound := s.prompts.BoundForQueryTokens(req.queryTokens, s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
-	if err := s.reserve(c, id, who, tier, live.Limits.Enabled, bound+*req.MaxTokens); err != nil {
+	// Only limits that count tokens need the query counted: a flood
+	// refused on requests per minute never pays for tokenization.
+	bound := func() int {
+		return s.prompts.BoundForQueryTokens(s.queryTokens(&req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
+	}
+	cost := 0
+	if live.Limits.Enabled && ratesOf(tier).CountsTokens() {
+		cost = bound() + *req.MaxTokens
+	}
+	if err := s.reserve(c, id, who, tier, live.Limits.Enabled, cost); err != nil {
 		return err
 	}
 	// A slot for the workflow start, held until the start returns: a
@@ -199,7 +222,7 @@ func (s *Server) postChat(c echo.Context) error {
 		}
 	}
 	defer releaseSlot()
-	if err := s.checkQueue(ctx, activities.Route(bound, s.cfg.Routing.ShortThresholdTokens), who.Tenant, tier); err != nil {
+	if err := s.checkQueue(ctx, activities.Route(bound(), s.cfg.Routing.ShortThresholdTokens), who.Tenant, tier); err != nil {
 		s.refundAll(ctx, id)
 		return err
 	}

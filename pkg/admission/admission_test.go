@@ -1323,9 +1323,23 @@ func TestKeepAlive(t *testing.T) {
 	}
 }
 
-// Announced grants reach exactly the requests expecting them; a request
-// that stopped expecting is not woken, and an unknown id is ignored.
-func TestWakerDeliversAnnouncements(t *testing.T) {
+type signals struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (n *signals) NotifyGranted(_ context.Context, _, id string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.ids = append(n.ids, id)
+	return nil
+}
+
+// A fast waiter hears of its grant on the channel and gets no signal; a
+// waiter that is not waiting fast (or stopped) gets the signal; a fast
+// waiter whose grant was taken over but whose announcement it did not see
+// still learns, from End, that the permit is its own.
+func TestFastWaitersAndSignals(t *testing.T) {
 	g, rdb := newGate(t, 1, nil)
 	ctx := context.Background()
 	w, err := NewWaker(ctx, rdb, g)
@@ -1333,25 +1347,41 @@ func TestWakerDeliversAnnouncements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	a, stopA := w.Expect("a")
-	defer stopA()
-	b, stopB := w.Expect("b")
-	stopB()
-	c, stopC := w.Expect("c")
-	defer stopC()
-	if err := g.Announce(ctx, []string{"a", "b", "nobody"}); err != nil {
+	n := &signals{}
+
+	a, err := w.Expect(ctx, "a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := w.Expect(ctx, "b", time.Minute)
+	if granted, err := b.End(ctx); err != nil || granted {
+		t.Fatalf("b ended before any grant: granted %v, %v", granted, err)
+	}
+	if err := Wake(ctx, g, n, "p", []string{"a", "b", "c"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-a:
+	case <-a.C:
 	case <-time.After(5 * time.Second):
-		t.Fatal("a was not woken")
+		t.Fatal("a was not woken by the announcement")
 	}
-	select {
-	case <-b:
-		t.Fatal("b was woken after it stopped expecting")
-	case <-c:
-		t.Fatal("c was woken by another's grant")
-	case <-time.After(100 * time.Millisecond):
+	if granted, _ := a.End(ctx); !granted {
+		t.Fatal("a's End after its announcement says not granted")
+	}
+	n.mu.Lock()
+	got := slices.Clone(n.ids)
+	n.mu.Unlock()
+	if !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("signalled %v, want [b c]", got)
+	}
+
+	// The announcement is lost (the waiter is deaf to it), yet End knows.
+	d, _ := w.Expect(ctx, "d", time.Minute)
+	d.forget()
+	if err := Wake(ctx, g, n, "p", []string{"d"}); err != nil {
+		t.Fatal(err)
+	}
+	if granted, err := d.End(ctx); err != nil || !granted {
+		t.Fatalf("d: granted %v, %v; a releaser took it over", granted, err)
 	}
 }

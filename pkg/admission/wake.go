@@ -22,31 +22,41 @@ type Notifier interface {
 // waiter's own re-check finds it, or its lease runs out.
 func Wake(ctx context.Context, g *Gate, n Notifier, pool string, ids []string) error {
 	var errs []error
-	// Waiters waiting in their admission activity (Waker) go on at once;
-	// the rest learn from the signal below.
-	if err := g.Announce(ctx, ids); err != nil {
-		errs = append(errs, err)
-	}
 	for len(ids) > 0 {
-		id := ids[0]
-		ids = ids[1:]
-		err := n.NotifyGranted(ctx, pool, id)
-		if err == nil {
-			continue
+		// Waiters waiting in their admission activity (Waker) hear of it
+		// on the grant channel, the others by a signal.
+		var fast, slow []string
+		for _, id := range ids {
+			claimed, err := g.claimFast(ctx, id)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if claimed {
+				fast = append(fast, id)
+			} else {
+				slow = append(slow, id)
+			}
 		}
-		if !errors.Is(err, ErrWaiterGone) {
-			errs = append(errs, fmt.Errorf("notify %s of its permit: %w", id, err))
-			continue
-		}
-		rel, err := g.Release(ctx, pool, id)
-		if err != nil {
+		ids = nil
+		if err := g.announce(ctx, fast); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		if err := g.Announce(ctx, rel.Woken); err != nil {
-			errs = append(errs, err)
+		for _, id := range slow {
+			err := n.NotifyGranted(ctx, pool, id)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, ErrWaiterGone) {
+				errs = append(errs, fmt.Errorf("notify %s of its permit: %w", id, err))
+				continue
+			}
+			rel, err := g.Release(ctx, pool, id)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			ids = append(ids, rel.Woken...)
 		}
-		ids = append(ids, rel.Woken...)
 	}
 	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,16 +13,34 @@ import (
 // A waiter learns of its permit through a Temporal signal, which is
 // durable but costs a server round trip (~5 ms on the dev server) before
 // its workflow even runs. A waiter whose turn is near can instead wait a
-// moment inside its admission activity for the same news over Redis
-// pub/sub, and go on at once. Pub/sub is at-most-once, so Wake still sends
-// the signal; it only stops mattering.
+// moment inside its admission activity for the news over Redis pub/sub.
+//
+// Who tells whom is settled by one key per fast waiter: the waiter sets it
+// before it asks for a permit; a releaser that hands it a permit deletes
+// it, and if that delete removed the key, the releaser announces the grant
+// on the channel instead of signalling. A waiter that gives up deletes the
+// key itself: if it was already gone, a releaser took it over, which it
+// only does after the hand-off, so the permit is the waiter's even if the
+// announcement (at-most-once) never arrives. Exactly one of them acts, and
+// no grant is lost.
 
 // grantChannel carries the ids Wake announces, one message per call.
 func (g *Gate) grantChannel() string { return g.prefix + "adm:granted" }
 
-// Announce publishes that ids were granted a permit (best effort: the
-// signal Wake sends next is what a waiter can rely on).
-func (g *Gate) Announce(ctx context.Context, ids []string) error {
+func (g *Gate) fastKey(requestID string) string { return g.prefix + "adm:fast:" + requestID }
+
+// claimFast takes over telling requestID of its grant: true when it was
+// waiting fast (and now expects the announcement, not a signal).
+func (g *Gate) claimFast(ctx context.Context, requestID string) (bool, error) {
+	n, err := g.cmd.Del(ctx, g.fastKey(requestID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("claim fast waiter %s: %w", requestID, err)
+	}
+	return n == 1, nil
+}
+
+// announce publishes that ids were granted a permit.
+func (g *Gate) announce(ctx context.Context, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -34,6 +53,7 @@ func (g *Gate) Announce(ctx context.Context, ids []string) error {
 // Waker delivers announced grants to the requests waiting for one in this
 // process: one subscription per process, however many wait.
 type Waker struct {
+	gate *Gate
 	ps   *redis.PubSub
 	done chan struct{}
 
@@ -45,12 +65,12 @@ type Waker struct {
 func NewWaker(ctx context.Context, rdb redis.UniversalClient, g *Gate) (*Waker, error) {
 	ps := rdb.Subscribe(ctx, g.grantChannel())
 	// The first reply confirms the subscription: announcements made after
-	// NewWaker returns are not missed.
+	// NewWaker returns reach it.
 	if _, err := ps.Receive(ctx); err != nil {
 		_ = ps.Close()
 		return nil, fmt.Errorf("subscribe to grant announcements: %w", err)
 	}
-	w := &Waker{ps: ps, done: make(chan struct{}), waiting: map[string]chan struct{}{}}
+	w := &Waker{gate: g, ps: ps, done: make(chan struct{}), waiting: map[string]chan struct{}{}}
 	go w.run()
 	return w, nil
 }
@@ -70,21 +90,53 @@ func (w *Waker) run() {
 	}
 }
 
-// Expect returns a channel closed when requestID's grant is announced, and
-// a func to stop waiting. Call it before asking for the permit, so that a
-// grant announced in between is not missed.
-func (w *Waker) Expect(requestID string) (<-chan struct{}, func()) {
+// FastWait is one request waiting for its grant announcement.
+type FastWait struct {
+	w  *Waker
+	id string
+	// C is closed when the grant is announced.
+	C  <-chan struct{}
+	ch chan struct{}
+}
+
+// Expect marks requestID as waiting fast for up to ttl. Call it before
+// asking for the permit, and End it on every path.
+func (w *Waker) Expect(ctx context.Context, requestID string, ttl time.Duration) (*FastWait, error) {
 	ch := make(chan struct{})
 	w.mu.Lock()
 	w.waiting[requestID] = ch
 	w.mu.Unlock()
-	return ch, func() {
-		w.mu.Lock()
-		if w.waiting[requestID] == ch {
-			delete(w.waiting, requestID)
-		}
-		w.mu.Unlock()
+	f := &FastWait{w: w, id: requestID, C: ch, ch: ch}
+	if err := w.gate.cmd.Set(ctx, w.gate.fastKey(requestID), "1", ttl).Err(); err != nil {
+		f.forget()
+		return nil, fmt.Errorf("mark %s as waiting fast: %w", requestID, err)
 	}
+	return f, nil
+}
+
+// End stops waiting. granted is true when a releaser had already taken
+// over telling this request of its grant: the permit is the request's,
+// announced or not.
+func (f *FastWait) End(ctx context.Context) (granted bool, err error) {
+	f.forget()
+	select {
+	case <-f.ch:
+		return true, nil
+	default:
+	}
+	withdrawn, err := f.w.gate.claimFast(ctx, f.id)
+	if err != nil {
+		return false, err
+	}
+	return !withdrawn, nil
+}
+
+func (f *FastWait) forget() {
+	f.w.mu.Lock()
+	if f.w.waiting[f.id] == f.ch {
+		delete(f.w.waiting, f.id)
+	}
+	f.w.mu.Unlock()
 }
 
 // Close ends the subscription.

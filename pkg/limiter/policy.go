@@ -19,6 +19,12 @@ type Caller struct {
 	Tenant, User, IP string
 }
 
+// CountsTokens says whether any dimension limits tokens, i.e. whether a
+// request's token cost must be known to charge it.
+func (p Policy) CountsTokens() bool {
+	return p.Tenant.TokensPerMinute > 0 || p.User.TokensPerMinute > 0 || p.IP.TokensPerMinute > 0
+}
+
 // Buckets returns every bucket a request costing tokens is charged
 // against, in a fixed order: tenant, user, IP; tokens before requests.
 func (p Policy) Buckets(c Caller, tokens float64) []Bucket {

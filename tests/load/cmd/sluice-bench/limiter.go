@@ -31,6 +31,7 @@ type limiterOptions struct {
 	duration  time.Duration
 	setN      int
 	callers   int
+	sweep     string
 	cost      float64
 }
 
@@ -43,6 +44,7 @@ func defineLimiter(fs *flag.FlagSet) func(context.Context) error {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each limiter phase (closed loop, then open loop)")
 	fs.IntVar(&o.setN, "set-n", 1000000, "requests of the redis-benchmark SET run (-n)")
 	fs.IntVar(&o.callers, "callers", 20000, "distinct callers (tenant = caller/10, user, IP) the decisions are spread over")
+	fs.StringVar(&o.sweep, "sweep", "1000,2000,4000", "decisions/s of extra open-loop phases (coalesced), to show where the tail stays short; empty for none")
 	fs.Float64Var(&o.cost, "cost", 600, "tokens each request is charged (prompt + max output)")
 	return func(ctx context.Context) error { return runLimiter(ctx, o) }
 }
@@ -215,6 +217,25 @@ func runLimiter(ctx context.Context, o limiterOptions) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	type sweepPhase struct {
+		rate float64
+		res  pacedResult
+	}
+	var sweep []sweepPhase
+	for _, f := range strings.Split(o.sweep, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		rate, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || rate <= 0 {
+			return fmt.Errorf("-sweep: bad rate %q", f)
+		}
+		res := paced(ctx, rate, o.duration, o.openers, func(ctx context.Context, w, _ int) error { return reserve(ctx, w) })
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		sweep = append(sweep, sweepPhase{rate, res})
+	}
 
 	header("limiter", fmt.Sprintf("limiter.Reserve (EVALSHA of reserve.lua, 3 buckets: tenant tokens, user tokens, IP requests; %d callers) from %d clients, %v per phase: one script call per decision (%d limiters, a connection each), then coalesced as the API runs it (%d limiters, %d batchers each); redis-benchmark SET -n %d -c %d on the same redis-server, same run",
 		o.callers, o.clients, o.duration, o.clients, len(coalesced), o.batchers, o.setN, o.clients))
@@ -229,6 +250,9 @@ func runLimiter(ctx context.Context, o limiterOptions) error {
 	row(fmt.Sprintf("**Reserve, coalesced, closed loop, %d clients**", o.clients), co.rate, co.lat)
 	row(fmt.Sprintf("Reserve, coalesced, open loop at half (%s offered), %d clients", perSecond(half), o.openers), openRate, open.lat)
 	row("control: go-redis SET, open loop at the same rate", float64(control.sent)/control.elapsed.Seconds(), control.lat)
+	for _, p := range sweep {
+		row(fmt.Sprintf("Reserve, coalesced, open loop at %s", perSecond(p.rate)), float64(p.res.sent)/p.res.elapsed.Seconds(), p.res.lat)
+	}
 	fmt.Println()
 	total := allowed.Load() + limited.Load()
 	fmt.Printf("decisions: %d (%.1f%% allowed, the rest refused by a bucket), errors %d; open loop: %d of %d sent over 1 ms late because their client was still busy\n",

@@ -38,7 +38,7 @@ func defineWakeup(fs *flag.FlagSet) func(context.Context) error {
 	fs.IntVar(&o.n, "n", 100, "measured wake-ups, one at a time")
 	fs.IntVar(&o.warmup, "warmup", 5, "unmeasured wake-ups first")
 	fs.IntVar(&o.holders, "permits", 2, "permits of the short pool, all held by fake holders")
-	fs.DurationVar(&o.settle, "settle", 200*time.Millisecond, "pause between the request's queue event and the release, so that its workflow is parked")
+	fs.DurationVar(&o.settle, "settle", 200*time.Millisecond, "pause between the request's queue event and the release: shorter than admission.fast_wait (1s), the waiter is still waiting fast; longer, its workflow is parked and woken by the signal")
 	fs.IntVar(&o.maxTokens, "max-tokens", 4, "tokens per answer")
 	return func(ctx context.Context) error { return runWakeup(ctx, o) }
 }
@@ -84,6 +84,20 @@ func runWakeup(ctx context.Context, o wakeupOptions) error {
 		time.Sleep(o.settle)
 
 		holder := held.Pop()
+		// The stream is read while the releaser is still notifying: the
+		// waiter may be on its way before the notifier returns.
+		type arrival struct {
+			ev  testenv.SSEEvent
+			at  time.Time
+			err error
+		}
+		arrived := make(chan arrival, 1)
+		go func() {
+			ev, err := s.until(func(ev testenv.SSEEvent) bool {
+				return isStage(ev, workflows.StageRetrieval) || events.Terminal(ev.Event)
+			})
+			arrived <- arrival{ev, time.Now(), err}
+		}()
 		t0 := time.Now()
 		rel, err := gate.Release(ctx, wakePool, holder)
 		t1 := time.Now()
@@ -100,10 +114,8 @@ func runWakeup(ctx context.Context, o wakeupOptions) error {
 			return err
 		}
 		t2 := time.Now()
-		ev, err := s.until(func(ev testenv.SSEEvent) bool {
-			return isStage(ev, workflows.StageRetrieval) || events.Terminal(ev.Event)
-		})
-		t3 := time.Now()
+		got := <-arrived
+		ev, t3, err := got.ev, got.at, got.err
 		if err != nil {
 			s.close()
 			return err
@@ -152,7 +164,7 @@ func runWakeup(ctx context.Context, o wakeupOptions) error {
 		fmt.Printf("| %s | %s | %s | %s | %s |\n", what, f(l.at(50)), f(l.at(90)), f(l.at(99)), f(l.max()))
 	}
 	row("Release returned (the Redis hand-off: release.lua)", release, msFine)
-	row("Wake returned (the admitted signal, accepted by Temporal)", relative(release, signal), msFine)
+	row("Wake returned (the announcement, or the admitted signal accepted by Temporal)", relative(release, signal), msFine)
 	row("retrieval stage event written (Redis stream id, ±1 ms)", written, ms)
 	row("**retrieval stage event read from the SSE stream**", total, msFine)
 	fmt.Println()
