@@ -12,6 +12,7 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -339,6 +340,15 @@ func (l *Limiter) Refund(ctx context.Context, reservationID string, usedTokens, 
 		return false, fmt.Errorf("refund rate limits for %s: %w", reservationID, err)
 	}
 	return n == 1, nil
+}
+
+// StoredLevel decodes a bucket key's value (see lua/bucket.lua): its level
+// as of its last change. ok is false if raw is not a bucket state.
+func StoredLevel(raw string) (level float64, ok bool) {
+	if len(raw) != 24 {
+		return 0, false
+	}
+	return math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[:8]))), true
 }
 
 func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }

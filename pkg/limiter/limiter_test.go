@@ -2,7 +2,6 @@ package limiter
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -40,11 +39,11 @@ func level(t *testing.T, rdb *redis.Client, l *Limiter, b Bucket) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(v) != 24 {
+	f, ok := StoredLevel(v)
+	if !ok {
 		t.Fatalf("bucket state %q: want three doubles", v)
 	}
-	// bucket.lua: level, then time and expiry, little-endian doubles.
-	return math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[:8])))
+	return f
 }
 
 func tok(id string, capacity, perSec, cost float64) Bucket {

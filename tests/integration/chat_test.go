@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
@@ -81,11 +81,14 @@ func TestRateLimitReservationIsReconciled(t *testing.T) {
 		t.Fatalf("ended with %+v", last)
 	}
 	result(t, s.id) // finalize, and so the refund, has run
-	raw, err := stack.redis.HGet(ctx, keyPrefix+"rl:tenant:slowco:tokens", "tokens").Result()
+	raw, err := stack.redis.Get(ctx, keyPrefix+"rl:tenant:slowco:tokens").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	level, _ := strconv.ParseFloat(raw, 64)
+	level, ok := limiter.StoredLevel(raw)
+	if !ok {
+		t.Fatalf("bucket state %q", raw)
+	}
 	want := 100000 - float64(done.Usage.TotalTokens)
 	// The bucket refills 1 token a second while the request runs.
 	if level < want-1 || level > want+10 {

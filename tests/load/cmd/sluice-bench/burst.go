@@ -39,6 +39,8 @@ type burstOptions struct {
 	maxStarts   int
 	maxQueue    int
 	drainWithin time.Duration
+	fastWait    time.Duration
+	maxRecheck  time.Duration
 }
 
 func defineBurst(fs *flag.FlagSet) func(context.Context) error {
@@ -55,6 +57,8 @@ func defineBurst(fs *flag.FlagSet) func(context.Context) error {
 	fs.Float64Var(&o.timeScale, "time-scale", 1, "simulator time scale (1: real time)")
 	fs.IntVar(&o.maxStarts, "max-starts", d.API.MaxStartsInFlight, "api.max_starts_in_flight")
 	fs.IntVar(&o.maxQueue, "max-queue", d.Admission.MaxQueueDepth, "admission.max_queue_depth")
+	fs.DurationVar(&o.fastWait, "fast-wait", d.Admission.FastWait, "admission.fast_wait (0: waiters learn of grants by signal only)")
+	fs.DurationVar(&o.maxRecheck, "max-recheck", d.Admission.MaxRecheckInterval, "admission.max_recheck_interval")
 	fs.DurationVar(&o.drainWithin, "drain-within", time.Minute, "how long after the last client the pools may take to be idle")
 	return func(ctx context.Context) error { return runBurst(ctx, o) }
 }
@@ -77,6 +81,8 @@ func runBurst(ctx context.Context, o burstOptions) error {
 		cfg.Pools.Long.MaxConcurrency = o.longPerms
 		cfg.API.MaxStartsInFlight = o.maxStarts
 		cfg.Admission.MaxQueueDepth = o.maxQueue
+		cfg.Admission.FastWait = o.fastWait
+		cfg.Admission.MaxRecheckInterval = o.maxRecheck
 		// The standard tier's share and caps, without its rate limits: the
 		// burst is to reach the queue, not stop at the door.
 		std := cfg.Limits.Tiers["standard"]
