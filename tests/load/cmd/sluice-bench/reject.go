@@ -37,6 +37,7 @@ type rejectOptions struct {
 	rates    string
 	control  float64
 	profile  string
+	wrkConns string
 }
 
 func defineReject(fs *flag.FlagSet) func(context.Context) error {
@@ -46,6 +47,7 @@ func defineReject(fs *flag.FlagSet) func(context.Context) error {
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured closed-loop load first")
 	fs.StringVar(&o.rates, "rates", "1000,2000,3000,4000,5000", "requests/s of the open-loop phases, one phase each (the goal is judged at 5000)")
 	fs.Float64Var(&o.control, "control-rate", 2000, "requests/s of a control phase of GET /healthz through the same client and server (0: none)")
+	fs.StringVar(&o.wrkConns, "wrk-conns", "8,32", "connections of the wrk phases (closed loop, one wrk thread), one phase each; skipped without wrk on PATH")
 	fs.StringVar(&o.profile, "profile", "", "write a CPU profile of the closed-loop phase only")
 	return func(ctx context.Context) error { return runReject(ctx, o) }
 }
@@ -206,6 +208,30 @@ func runReject(ctx context.Context, o rejectOptions) error {
 		}
 	}
 
+	// The same requests from wrk: a client that leaves the server the
+	// cores.
+	type wrkPhase struct {
+		conns int
+		res   wrkResult
+	}
+	var wrks []wrkPhase
+	wrkSkipped := ""
+	for _, f := range strings.Split(o.wrkConns, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-wrk-conns: bad count %q", f)
+		}
+		res, err := runWrk(ctx, st.baseURL+"/v1/chat", string(body), floodKey, n, o.duration)
+		if err != nil {
+			wrkSkipped = err.Error()
+			break
+		}
+		wrks = append(wrks, wrkPhase{n, res})
+	}
+
 	// The same client, server and pacing on the cheapest route: what the
 	// HTTP stack and the shared cores cost by themselves.
 	var control pacedResult
@@ -256,7 +282,14 @@ func runReject(ctx context.Context, o rejectOptions) error {
 		fmt.Printf("| control: GET /healthz, open loop at %s | %s | %s | %s | %s | %s | %s | — |\n", perSecond(o.control), perSecond(float64(control.sent)/control.elapsed.Seconds()),
 			ms(control.lat.at(50)), ms(control.lat.at(90)), ms(control.lat.at(99)), ms(control.lat.at(99.9)), ms(control.lat.max()))
 	}
+	for _, w := range wrks {
+		fmt.Printf("| wrk, closed loop, %d connections | %s | %s | %s | %s | — | — | %d |\n", w.conns, perSecond(w.res.rps),
+			ms(w.res.p50), ms(w.res.p90), ms(w.res.p99), w.res.not429)
+	}
 	fmt.Println()
+	if wrkSkipped != "" {
+		fmt.Printf("wrk phases skipped: %s (apt-get install wrk)\n", wrkSkipped)
+	}
 	fmt.Printf("closed loop: responses %s, transport errors %d\n  CPU: %s\n", byStatus(closedStatuses), closedErrs, cpuBetween(cpu0, cpu1))
 	fmt.Printf("  Go heap: %.1f KiB allocated per request (client and server together), %d GC cycles in %v\n",
 		float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(max(len(closed), 1))/1024, ms1.NumGC-ms0.NumGC, closedElapsed.Round(time.Second))
@@ -277,6 +310,10 @@ func runReject(ctx context.Context, o rejectOptions) error {
 		}
 	}
 	goal("p99 of the closed loop", ms(closedLat.at(99)), "<= 10 ms", closedLat.at(99) <= 10*time.Millisecond)
+	for _, w := range wrks {
+		goal(fmt.Sprintf("wrk, %d connections: rejections/s and p99", w.conns), fmt.Sprintf("%s, p99 %s, %d not 429 %s", perSecond(w.res.rps), ms(w.res.p99), w.res.not429, w.res.errors),
+			">= 5,000/s with p99 <= 10 ms", w.res.rps >= 5000 && w.res.p99 <= 10*time.Millisecond && w.res.not429 == 0)
+	}
 	goal("chat workflows started", fmt.Sprint(after-before), "0", after == before)
 	return nil
 }
