@@ -148,31 +148,6 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	if !in.Recheck {
 		written = a.beginStage(ctx, in.RequestID, events.Stage{Stage: "admission", Pool: out.Pool})
 	}
-	// Marked as waiting fast before asking, so that a grant in between is
-	// not missed; the mark is ended on every path below (endFast).
-	var fast *admission.FastWait
-	if a.Waker != nil && in.FastWait > 0 && !in.Recheck {
-		f, err := a.Waker.Expect(ctx, in.RequestID, in.FastWait+5*time.Second)
-		if err != nil {
-			return out, err
-		}
-		fast = f
-	}
-	// endFast stops waiting fast; true when a releaser had taken over
-	// telling this request of its grant, so that the permit is ours.
-	endFast := func() bool {
-		if fast == nil {
-			return false
-		}
-		f := fast
-		fast = nil
-		granted, err := f.End(context.WithoutCancel(ctx))
-		if err != nil {
-			a.logger(in.RequestID).Warn("end fast wait", "err", err)
-		}
-		return granted
-	}
-	defer endFast()
 	// Histories from before weights existed replay with none: weight 1.
 	weight := max(in.Weight, 1)
 	res, err := a.Gate.Enqueue(ctx, out.Pool, admission.Request{
@@ -218,28 +193,45 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 			return out, err
 		}
 	}
-	if fast != nil && res.Status == admission.Queued {
-		if res.Position <= res.Limit {
-			// Our turn is near: wait here for the releaser's
-			// announcement instead of its signal. Its hand-off already
-			// made the permit ours.
-			t := time.NewTimer(in.FastWait)
-			defer t.Stop()
-			select {
-			case <-fast.C:
-			case <-t.C:
-			case <-ctx.Done():
-				// The workflow's finalize releases whatever the request
-				// holds.
-				return out, ctx.Err()
-			}
+	if a.Waker != nil && in.FastWait > 0 && !in.Recheck && res.Status == admission.Queued && res.Position <= res.Limit {
+		granted, err := a.waitFast(ctx, in)
+		if err != nil {
+			return out, err
 		}
-		if endFast() {
+		if granted {
 			out.Granted, out.Position, out.EstimatedWaitMs, out.NextRecheckMs = true, 0, 0, 0
 		}
 	}
 	out.Ms = time.Since(start).Milliseconds()
 	return out, nil
+}
+
+// waitFast waits up to in.FastWait for a queued request's grant to be
+// announced, for a request whose turn is near: the releaser's hand-off
+// already made the permit its own, and the announcement saves the signal's
+// round trip through Temporal. A grant made before the request was marked
+// as waiting fast was signalled instead; the workflow then finds the
+// signal when it parks.
+func (a *Activities) waitFast(ctx context.Context, in AdmitInput) (granted bool, err error) {
+	fast, err := a.Waker.Expect(ctx, in.RequestID, in.FastWait+5*time.Second)
+	if err != nil {
+		return false, err
+	}
+	t := time.NewTimer(in.FastWait)
+	defer t.Stop()
+	select {
+	case <-fast.C:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	// End even when cancelled: the mark must not outlive the wait, or a
+	// releaser would announce to nobody instead of signalling. (A
+	// cancelled request's finalize releases whatever it holds.)
+	granted, err = fast.End(context.WithoutCancel(ctx))
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	return granted, err
 }
 
 // Retrieve fetches candidate chunks through the L2 cache.

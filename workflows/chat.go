@@ -28,8 +28,9 @@ func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
 	// path out (Temporal retries the workflow task), everything else is.
 	w.finalize(ctx)
 	// A hand-off can race the end of the wait (a timeout, a cancel, a
-	// grant seen by a re-check): finalize has released whatever the
-	// signal announced, so the signal itself is spent.
+	// grant seen by a re-check or by the admission activity itself):
+	// finalize has released whatever the signal announced, so the signal
+	// itself is spent.
 	for w.admittedCh.ReceiveAsync(nil) {
 	}
 	return w.result, nil

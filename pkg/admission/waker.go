@@ -16,7 +16,7 @@ import (
 // moment inside its admission activity for the news over Redis pub/sub.
 //
 // Who tells whom is settled by one key per fast waiter: the waiter sets it
-// before it asks for a permit; a releaser that hands it a permit deletes
+// once it is queued near the head; a releaser that hands it a permit deletes
 // it, and if that delete removed the key, the releaser announces the grant
 // on the channel instead of signalling. A waiter that gives up deletes the
 // key itself: if it was already gone, a releaser took it over, which it
@@ -99,8 +99,8 @@ type FastWait struct {
 	ch chan struct{}
 }
 
-// Expect marks requestID as waiting fast for up to ttl. Call it before
-// asking for the permit, and End it on every path.
+// Expect marks requestID as waiting fast for up to ttl, and End must
+// follow on every path. A grant made before the mark was signalled.
 func (w *Waker) Expect(ctx context.Context, requestID string, ttl time.Duration) (*FastWait, error) {
 	ch := make(chan struct{})
 	w.mu.Lock()
