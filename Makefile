@@ -43,6 +43,8 @@ test-short: check-redis
 # after another (each starts its own redis-server, dev server and
 # simulator; see README "Performance"). `make bench-<scenario>` runs one;
 # bench-waiters alone takes ~15 minutes. Run them on a quiet machine.
+# bench-reject also drives the API with wrk when it is installed
+# (apt-get install wrk): a client light enough to leave the server the CPU.
 bench: bench-go $(addprefix bench-,$(SCENARIOS))
 
 bench-go: check-redis
