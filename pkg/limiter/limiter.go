@@ -167,10 +167,17 @@ func (l *Limiter) Close() {
 var errClosed = errors.New("limiter closed")
 
 func (l *Limiter) bucketKey(b Bucket) string {
-	return l.prefix + "rl:" + b.Dimension + ":" + b.ID + ":" + string(b.Kind)
+	return l.prefix + keyspace + b.Dimension + ":" + b.ID + ":" + string(b.Kind)
 }
 
-func (l *Limiter) reservationKey(id string) string { return l.prefix + "rl:rsv:" + id }
+func (l *Limiter) reservationKey(id string) string { return l.prefix + keyspace + "rsv:" + id }
+
+// keyspace names the limiter's keys with the version of their format
+// (lua/bucket.lua, the reservation record): after an upgrade the scripts
+// never meet a key in an older format (a WRONGTYPE error for every
+// request); the old keys expire on their own, and requests in flight at
+// the upgrade keep their whole charge rather than fail their refund.
+const keyspace = "rl2:"
 
 // reservation is one Reserve call: its arguments, encoded for the script,
 // and once decided, its outcome.

@@ -66,7 +66,7 @@ func TestRateLimitReservationIsReconciled(t *testing.T) {
 	defer cancel()
 	// Start from a full bucket: it barely refills, and an earlier run
 	// (-count=N) would still be charged.
-	if err := stack.redis.Del(ctx, keyPrefix+"rl:tenant:slowco:tokens").Err(); err != nil {
+	if err := stack.redis.Del(ctx, keyPrefix+"rl2:tenant:slowco:tokens").Err(); err != nil {
 		t.Fatal(err)
 	}
 	s := open(t, ctx, http.MethodPost, "/v1/chat", `{"query":"What is a leased semaphore?","max_tokens":40}`,
@@ -81,7 +81,7 @@ func TestRateLimitReservationIsReconciled(t *testing.T) {
 		t.Fatalf("ended with %+v", last)
 	}
 	result(t, s.id) // finalize, and so the refund, has run
-	raw, err := stack.redis.Get(ctx, keyPrefix+"rl:tenant:slowco:tokens").Result()
+	raw, err := stack.redis.Get(ctx, keyPrefix+"rl2:tenant:slowco:tokens").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestRateLimitReservationIsReconciled(t *testing.T) {
 	if level < want-1 || level > want+10 {
 		t.Fatalf("bucket holds %.1f after the request, want about %.0f (capacity minus the %d tokens used)", level, want, done.Usage.TotalTokens)
 	}
-	if n, _ := stack.redis.Exists(ctx, keyPrefix+"rl:rsv:"+s.id).Result(); n != 0 {
+	if n, _ := stack.redis.Exists(ctx, keyPrefix+"rl2:rsv:"+s.id).Result(); n != 0 {
 		t.Fatal("the reservation was not consumed by its refund")
 	}
 }
