@@ -520,7 +520,8 @@ func (a *Activities) keepAlive(ctx context.Context, stop context.CancelCauseFunc
 	tick := min(time.Second, renewEvery)
 	t := time.NewTicker(tick)
 	defer t.Stop()
-	var lastRenew time.Time
+	// StreamLLM renewed the lease just before starting this loop.
+	lastRenew := time.Now()
 	warned := false
 	for first := true; ; first = false {
 		if !first {

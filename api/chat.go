@@ -277,30 +277,36 @@ func (s *Server) checkQueue(ctx context.Context, pool, tenant string, tier confi
 	return nil
 }
 
-func (s *Server) startChat(ctx context.Context, id string, who caller, tier config.Tier, req chatRequest) error {
-	cfg := s.cfg
+// ChatSettings is what a request of tier runs with under cfg: copied into
+// its workflow input, so that a later config change never alters it.
+func ChatSettings(cfg config.Config, tier config.Tier) workflows.ChatSettings {
 	maxWait := cfg.Admission.MaxWait
 	if tier.MaxWait > 0 {
 		maxWait = tier.MaxWait
 	}
+	return workflows.ChatSettings{
+		MaxWait:            maxWait,
+		RecheckInterval:    cfg.Admission.RecheckInterval,
+		MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
+		FastWait:           cfg.Admission.FastWait,
+		DisconnectGrace:    cfg.API.DisconnectGrace,
+		TopK:               cfg.Retrieval.TopK,
+		Candidates:         cfg.Retrieval.Candidates,
+		LLMTimeout:         cfg.LLM.Timeout,
+		LLMHeartbeat:       cfg.LLM.HeartbeatTimeout,
+		LLMMaxAttempts:     cfg.LLM.MaxAttempts,
+		SearchAttributes:   cfg.Temporal.SearchAttributes,
+		Weight:             tier.Weight,
+		MaxPerTenant:       tier.MaxQueuePerTenant,
+	}
+}
+
+func (s *Server) startChat(ctx context.Context, id string, who caller, tier config.Tier, req chatRequest) error {
+	cfg := s.cfg
 	in := workflows.ChatInput{
 		RequestID: id, Tenant: who.Tenant, User: who.User, Tier: who.Tier,
 		Query: req.Query, KB: req.KB, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
-		Settings: workflows.ChatSettings{
-			MaxWait:            maxWait,
-			RecheckInterval:    cfg.Admission.RecheckInterval,
-			MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
-			FastWait:           cfg.Admission.FastWait,
-			DisconnectGrace:    cfg.API.DisconnectGrace,
-			TopK:               cfg.Retrieval.TopK,
-			Candidates:         cfg.Retrieval.Candidates,
-			LLMTimeout:         cfg.LLM.Timeout,
-			LLMHeartbeat:       cfg.LLM.HeartbeatTimeout,
-			LLMMaxAttempts:     cfg.LLM.MaxAttempts,
-			SearchAttributes:   cfg.Temporal.SearchAttributes,
-			Weight:             tier.Weight,
-			MaxPerTenant:       tier.MaxQueuePerTenant,
-		},
+		Settings: ChatSettings(cfg, tier),
 	}
 	// No workflow execution timeout: every wait inside the workflow is
 	// bounded (max_wait, LLM timeouts and attempts, local activity

@@ -198,7 +198,7 @@ func runBurst(ctx context.Context, o burstOptions) error {
 	if err != nil {
 		return err
 	}
-	started, err := countChatWorkflows(ctx, st)
+	started, err := countChatWorkflows(ctx, st, "")
 	if err != nil {
 		return err
 	}

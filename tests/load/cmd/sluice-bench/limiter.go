@@ -284,19 +284,8 @@ type setResult struct {
 
 // redisCPU is the CPU time redis-server has used so far (user + system).
 func redisCPU(ctx context.Context, c *redis.Client) time.Duration {
-	info, err := c.Info(ctx, "cpu").Result()
-	if err != nil {
-		return 0
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	f := infoFields(ctx, c, "cpu", "used_cpu_user", "used_cpu_sys")
+	return time.Duration((f["used_cpu_user"] + f["used_cpu_sys"]) * float64(time.Second))
 }
 
 // infoFields reads numeric fields of one INFO section.

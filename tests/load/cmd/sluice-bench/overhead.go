@@ -146,18 +146,18 @@ func runOverhead(ctx context.Context, o overheadOptions) error {
 	fmt.Println("| path | TTFT p50 | TTFT p99 | total p50 | total p99 |")
 	fmt.Println("|---|---|---|---|---|")
 	for p, path := range paths {
-		fmt.Printf("| %s | %s | %s | %s | %s |\n", path.name, ms(pct(ttfts[p], 50)), ms(pct(ttfts[p], 99)), ms(pct(totals[p], 50)), ms(pct(totals[p], 99)))
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", path.name, ms(sorted(ttfts[p]).at(50)), ms(sorted(ttfts[p]).at(99)), ms(sorted(totals[p]).at(50)), ms(sorted(totals[p]).at(99)))
 	}
 	d, bt, bi, s := 0, 1, 2, 3
 	fmt.Println()
-	fmt.Printf("added TTFT p50, sluice vs direct LLM:        %s (goal <= 30 ms)\n", ms(pct(ttfts[s], 50)-pct(ttfts[d], 50)))
-	fmt.Printf("added TTFT p50, bare Temporal vs direct LLM: %s\n", ms(pct(ttfts[bt], 50)-pct(ttfts[d], 50)))
-	ov := pct(totals[s], 50) - pct(totals[d], 50)
-	bov := pct(totals[bt], 50) - pct(totals[d], 50)
-	biov := pct(totals[bi], 50) - pct(totals[d], 50)
+	fmt.Printf("added TTFT p50, sluice vs direct LLM:        %s (goal <= 30 ms)\n", ms(sorted(ttfts[s]).at(50)-sorted(ttfts[d]).at(50)))
+	fmt.Printf("added TTFT p50, bare Temporal vs direct LLM: %s\n", ms(sorted(ttfts[bt]).at(50)-sorted(ttfts[d]).at(50)))
+	ov := sorted(totals[s]).at(50) - sorted(totals[d]).at(50)
+	bov := sorted(totals[bt]).at(50) - sorted(totals[d]).at(50)
+	biov := sorted(totals[bi]).at(50) - sorted(totals[d]).at(50)
 	fmt.Printf("orchestration overhead p50 (total - direct): sluice %s, bare %s, ratio %.2fx (goal <= 1.25x)\n", ms(ov), ms(bov), float64(ov)/float64(bov))
 	fmt.Printf("  vs the bare workflow that also writes done from the stream: %s, ratio %.2fx\n", ms(biov), float64(ov)/float64(biov))
-	fmt.Printf("end-to-end p50 ratio sluice/bare: %.2fx\n", float64(pct(totals[s], 50))/float64(pct(totals[bt], 50)))
+	fmt.Printf("end-to-end p50 ratio sluice/bare: %.2fx\n", float64(sorted(totals[s]).at(50))/float64(sorted(totals[bt]).at(50)))
 	return nil
 }
 

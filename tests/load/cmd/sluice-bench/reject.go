@@ -82,7 +82,7 @@ func runReject(ctx context.Context, o rejectOptions) error {
 	if d, err := st.rt.Limiter.Reserve(ctx, "bench-drain", buckets); err != nil || d.Status != limiter.Allowed {
 		return fmt.Errorf("drain the flood tenant's bucket: %+v %v", d, err)
 	}
-	before, err := countChatWorkflows(ctx, st)
+	before, err := countChatWorkflows(ctx, st, "")
 	if err != nil {
 		return err
 	}
@@ -254,7 +254,7 @@ func runReject(ctx context.Context, o rejectOptions) error {
 	// Visibility lags a little behind starts; a workflow started by a
 	// refused request would show up within this.
 	time.Sleep(2 * time.Second)
-	after, err := countChatWorkflows(ctx, st)
+	after, err := countChatWorkflows(ctx, st, "")
 	if err != nil {
 		return err
 	}
@@ -324,19 +324,16 @@ func runReject(ctx context.Context, o rejectOptions) error {
 func runningChatWorkflows(ctx context.Context, st *stack, within time.Duration) (int64, error) {
 	deadline := time.Now().Add(within)
 	for {
-		resp, err := st.rt.Temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
-			Namespace: st.cfg.Temporal.Namespace,
-			Query:     fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.ChatWorkflowName),
-		})
+		n, err := countChatWorkflows(ctx, st, "ExecutionStatus = 'Running'")
 		if err != nil {
-			return 0, fmt.Errorf("count running chat workflows: %w", err)
+			return 0, err
 		}
-		if resp.GetCount() == 0 || time.Now().After(deadline) {
-			return resp.GetCount(), nil
+		if n == 0 || time.Now().After(deadline) {
+			return n, nil
 		}
 		select {
 		case <-ctx.Done():
-			return resp.GetCount(), ctx.Err()
+			return n, ctx.Err()
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
@@ -359,15 +356,18 @@ func byStatus(m map[int]int) string {
 	return strings.Join(parts, " ")
 }
 
-// countChatWorkflows counts every chat workflow the server knows of, open
-// or closed.
-func countChatWorkflows(ctx context.Context, st *stack) (int64, error) {
+// countChatWorkflows counts the chat workflows the server knows of that
+// match a visibility condition ("" for all, open or closed).
+func countChatWorkflows(ctx context.Context, st *stack, where string) (int64, error) {
+	q := fmt.Sprintf("WorkflowType = '%s'", workflows.ChatWorkflowName)
+	if where != "" {
+		q += " AND " + where
+	}
 	resp, err := st.rt.Temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
-		Namespace: st.cfg.Temporal.Namespace,
-		Query:     fmt.Sprintf("WorkflowType = '%s'", workflows.ChatWorkflowName),
+		Namespace: st.cfg.Temporal.Namespace, Query: q,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("count chat workflows: %w", err)
+		return 0, fmt.Errorf("count chat workflows (%s): %w", q, err)
 	}
 	return resp.GetCount(), nil
 }

@@ -12,19 +12,6 @@ import (
 	"time"
 )
 
-func pct(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	idx := (len(s)*p + 99) / 100
-	if idx > 0 {
-		idx--
-	}
-	return s[idx]
-}
-
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
 // msFine is ms with the precision sub-millisecond latencies need.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/oklog/ulid/v2"
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
@@ -100,14 +100,11 @@ func runWaiters(ctx context.Context, o waitersOptions) error {
 	// Completions come in queue order, not start order, so progress is
 	// counted by the server's visibility rather than by awaited results.
 	completed := func() int64 {
-		resp, err := st.rt.Temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
-			Namespace: cfg.Temporal.Namespace,
-			Query:     fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus != 'Running'", workflows.ChatWorkflowName),
-		})
+		n, err := countChatWorkflows(ctx, st, "ExecutionStatus != 'Running'")
 		if err != nil {
 			return -1
 		}
-		return resp.GetCount()
+		return n
 	}
 
 	// Phase 1: fill the queue.
@@ -336,25 +333,14 @@ func printWaitersHeader(o waitersOptions, cfg config.Config) {
 
 // startWaiter starts one chat workflow with the input api/chat.go builds.
 func startWaiter(ctx context.Context, st *stack, cfg config.Config, id string, i int, maxWait time.Duration) error {
-	tier := cfg.Limits.Tiers["standard"]
+	// The standard tier's settings, but the bench's wait limit, no cap
+	// on a tenant's waiting requests and no search attributes.
+	settings := api.ChatSettings(cfg, cfg.Limits.Tiers["standard"])
+	settings.MaxWait, settings.MaxPerTenant, settings.SearchAttributes = maxWait, 0, false
 	in := workflows.ChatInput{
 		RequestID: id, Tenant: fmt.Sprintf("bench-t%02d", i%50), User: fmt.Sprintf("bench-u%03d", i%500), Tier: "standard",
 		Query: "How do leased permits work?", KB: cfg.Retrieval.DefaultKB, MaxTokens: 4,
-		Settings: workflows.ChatSettings{
-			MaxWait:            maxWait,
-			RecheckInterval:    cfg.Admission.RecheckInterval,
-			MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
-			FastWait:           cfg.Admission.FastWait,
-			DisconnectGrace:    cfg.API.DisconnectGrace,
-			TopK:               cfg.Retrieval.TopK,
-			Candidates:         cfg.Retrieval.Candidates,
-			LLMTimeout:         cfg.LLM.Timeout,
-			LLMHeartbeat:       cfg.LLM.HeartbeatTimeout,
-			LLMMaxAttempts:     cfg.LLM.MaxAttempts,
-			SearchAttributes:   false,
-			Weight:             tier.Weight,
-			MaxPerTenant:       0,
-		},
+		Settings: settings,
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
