@@ -588,8 +588,8 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) error {
 			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
 		}
 	}
-	if in.Used != nil && a.Limiter != nil {
-		if _, err := a.Limiter.Refund(ctx, in.RequestID, float64(in.Used.Tokens), float64(in.Used.Requests)); err != nil {
+	if in.Used != nil && in.Reservation != "" && a.Limiter != nil {
+		if _, err := a.Limiter.Refund(ctx, in.Reservation, float64(in.Used.Tokens), float64(in.Used.Requests)); err != nil {
 			return err
 		}
 	}

@@ -175,8 +175,10 @@ type FinalizeInput struct {
 	// running stops before its permit is given away.
 	StopStream bool
 	// Used is what the request consumed, for the rate-limit refund of the
-	// rest of its reservation; nil when unknown (nothing is refunded).
-	Used *Used
+	// rest of its Reservation (limiter.Decision.Reservation); nil when
+	// unknown (nothing is refunded).
+	Used        *Used
+	Reservation string
 }
 
 // Used is what a request consumed against its rate-limit reservation.

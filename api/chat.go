@@ -201,7 +201,8 @@ func (s *Server) postChat(c echo.Context) error {
 	if live.Limits.Enabled && ratesOf(tier).CountsTokens() {
 		cost = bound() + *req.MaxTokens
 	}
-	if err := s.reserve(c, id, who, tier, live.Limits.Enabled, cost); err != nil {
+	reservation, err := s.reserve(c, id, who, tier, live.Limits.Enabled, cost)
+	if err != nil {
 		return err
 	}
 	// A slot for the workflow start, held until the start returns: a
@@ -210,7 +211,7 @@ func (s *Server) postChat(c echo.Context) error {
 	select {
 	case s.starts <- struct{}{}:
 	default:
-		s.refundAll(ctx, id)
+		s.refundAll(ctx, id, reservation)
 		return &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
 			Message: "Too many requests are starting right now. Please retry in a moment."}
 	}
@@ -223,7 +224,7 @@ func (s *Server) postChat(c echo.Context) error {
 	}
 	defer releaseSlot()
 	if err := s.checkQueue(ctx, activities.Route(bound(), s.cfg.Routing.ShortThresholdTokens), who.Tenant, tier); err != nil {
-		s.refundAll(ctx, id)
+		s.refundAll(ctx, id, reservation)
 		return err
 	}
 
@@ -232,7 +233,7 @@ func (s *Server) postChat(c echo.Context) error {
 	sub, err := s.hub.Subscribe(ctx, id, "0")
 	if err != nil {
 		log.Error("subscribe to events", "err", err)
-		s.refundAll(ctx, id)
+		s.refundAll(ctx, id, reservation)
 		return unavailable("event stream unavailable")
 	}
 	defer sub.Close()
@@ -240,15 +241,15 @@ func (s *Server) postChat(c echo.Context) error {
 	// whatever the workflow writes.
 	if _, err := s.events.Append(ctx, id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: who.Tenant, KB: req.KB}); err != nil {
 		log.Error("write accepted event", "err", err)
-		s.refundAll(ctx, id)
+		s.refundAll(ctx, id, reservation)
 		return unavailable("event store unavailable")
 	}
-	err = s.startChat(ctx, id, who, tier, req)
+	err = s.startChat(ctx, id, who, tier, req, reservation)
 	releaseSlot()
 	if err != nil {
 		log.Error("start chat workflow", "err", err)
 		_ = s.events.Delete(context.WithoutCancel(ctx), id)
-		s.refundAll(ctx, id)
+		s.refundAll(ctx, id, reservation)
 		return unavailable("could not start the request; please retry")
 	}
 	return s.stream(c, sub, id)
@@ -301,12 +302,12 @@ func ChatSettings(cfg config.Config, tier config.Tier) workflows.ChatSettings {
 	}
 }
 
-func (s *Server) startChat(ctx context.Context, id string, who caller, tier config.Tier, req chatRequest) error {
+func (s *Server) startChat(ctx context.Context, id string, who caller, tier config.Tier, req chatRequest, reservation string) error {
 	cfg := s.cfg
 	in := workflows.ChatInput{
 		RequestID: id, Tenant: who.Tenant, User: who.User, Tier: who.Tier,
 		Query: req.Query, KB: req.KB, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
-		Settings: ChatSettings(cfg, tier),
+		RateReservation: reservation, Settings: ChatSettings(cfg, tier),
 	}
 	// No workflow execution timeout: every wait inside the workflow is
 	// bounded (max_wait, LLM timeouts and attempts, local activity

@@ -24,11 +24,12 @@ func ratesOf(t config.Tier) limiter.Policy {
 }
 
 // reserve charges a request's estimated cost to every bucket of its
-// caller before anything starts. It sets the rate-limit headers either way
-// and returns a 429 or 413 when the request may not pass.
-func (s *Server) reserve(c echo.Context, id string, who caller, tier config.Tier, enabled bool, cost int) error {
+// caller before anything starts, and returns the reservation that gives
+// back what the request does not use. It sets the rate-limit headers
+// either way and returns a 429 or 413 when the request may not pass.
+func (s *Server) reserve(c echo.Context, id string, who caller, tier config.Tier, enabled bool, cost int) (string, error) {
 	if !enabled || s.limiter == nil {
-		return nil
+		return "", nil
 	}
 	buckets := ratesOf(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: c.RealIP()}, float64(cost))
 	d, err := s.limiter.Reserve(c.Request().Context(), id, buckets)
@@ -36,24 +37,24 @@ func (s *Server) reserve(c echo.Context, id string, who caller, tier config.Tier
 		s.logger.Error("reserve rate limits", "requestID", id, "err", err)
 		// The script may have charged before the reply was lost; the
 		// request will not run, so give back whatever it took.
-		s.refundAll(c.Request().Context(), id)
-		return unavailable("rate limiter unavailable")
+		s.refundAll(c.Request().Context(), id, d.Reservation)
+		return "", unavailable("rate limiter unavailable")
 	}
 	setRateHeaders(c.Response().Header(), buckets, d)
 	switch d.Status {
 	case limiter.TooLarge:
 		b := d.Bucket
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large", Dimension: b.Dimension, Kind: string(b.Kind),
+		return "", &apiError{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large", Dimension: b.Dimension, Kind: string(b.Kind),
 			Message: fmt.Sprintf("this request needs %d %s but the %s limit never holds more than %.0f; lower max_tokens or shorten the query",
 				cost, b.Kind, b.Dimension, b.Capacity)}
 	case limiter.Limited:
 		b := d.Bucket
 		retry := int(math.Ceil(d.RetryAfter.Seconds()))
-		return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", Dimension: b.Dimension, Kind: string(b.Kind),
+		return "", &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", Dimension: b.Dimension, Kind: string(b.Kind),
 			RetryAfter: max(retry, 1),
 			Message:    fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, max(retry, 1))}
 	}
-	return nil
+	return d.Reservation, nil
 }
 
 // setRateHeaders reports, per kind, the most constraining bucket: the one
@@ -86,11 +87,11 @@ func formatReset(d time.Duration) string {
 
 // refundAll gives back a whole reservation, for a request that never
 // started.
-func (s *Server) refundAll(ctx context.Context, id string) {
-	if s.limiter == nil {
+func (s *Server) refundAll(ctx context.Context, id, reservation string) {
+	if s.limiter == nil || reservation == "" {
 		return
 	}
-	if _, err := s.limiter.Refund(context.WithoutCancel(ctx), id, 0, 0); err != nil {
+	if _, err := s.limiter.Refund(context.WithoutCancel(ctx), reservation, 0, 0); err != nil {
 		s.logger.Warn("refund rate limits", "requestID", id, "err", err)
 	}
 }

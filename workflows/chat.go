@@ -462,7 +462,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	in := activities.FinalizeInput{
 		RequestID: w.in.RequestID, Pool: w.pool, AllPools: w.admitting && w.pool == "",
-		StopStream: w.cancelReason != "", Used: w.used,
+		StopStream: w.cancelReason != "", Used: w.used, Reservation: w.in.RateReservation,
 	}
 	w.result.Timings = w.status.Timings
 	switch w.result.Outcome {

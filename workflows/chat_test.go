@@ -417,9 +417,13 @@ func (s *chatSuite) TestInterruptedStreamRefundsTheRest() {
 	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(activities.LLMOutput{},
 		temporal.NewNonRetryableApplicationError("broke", activities.ErrTypeStreamInterrupted, nil,
 			events.Usage{PromptTokens: 300, CompletionTokens: 12, TotalTokens: 312}))
-	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	in := input()
+	in.RateReservation = "r1\nrb\n1\n600 10 600 t tenant"
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
 	s.Equal(OutcomeFailed, s.result().Outcome)
-	s.Equal(&activities.Used{Tokens: 312, Requests: 1}, s.onlyFinalize().Used)
+	f := s.onlyFinalize()
+	s.Equal(&activities.Used{Tokens: 312, Requests: 1}, f.Used)
+	s.Equal(in.RateReservation, f.Reservation, "the refund needs the reservation")
 }
 
 func (s *chatSuite) TestLocalActivityFailureFailsRequestAndReleases() {

@@ -86,7 +86,11 @@ type ChatInput struct {
 	KB        string
 	SessionID string
 	MaxTokens int
-	Settings  ChatSettings
+	// RateReservation is the request's rate-limit charge (from
+	// limiter.Reserve), refunded in part when it ends; empty when no
+	// limit applied.
+	RateReservation string
+	Settings        ChatSettings
 }
 
 // ChatSettings is the part of the configuration a request runs with. It is

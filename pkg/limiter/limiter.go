@@ -11,14 +11,17 @@ package limiter
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -87,6 +90,13 @@ type Decision struct {
 	// level after the decision and the time until it is full again.
 	Remaining  []float64
 	ResetAfter []time.Duration
+	// Reservation is what Refund needs to give back the unused part of
+	// the charge: opaque text of a few hundred bytes, fit to carry in a
+	// workflow input. Set when the request was charged, and also when
+	// Reserve fails after its call may have reached Redis (the reply may
+	// be what was lost): refunding it then returns whatever was taken.
+	// Empty when nothing was or can have been charged.
+	Reservation string
 }
 
 // Limiter reserves and refunds against buckets in Redis.
@@ -94,6 +104,10 @@ type Limiter struct {
 	rdb    redis.Scripter
 	prefix string
 	ttl    time.Duration
+	// Each script call writes its reservations to a hash of its own,
+	// named by this limiter's random id and a counter.
+	id  string
+	seq atomic.Uint64
 
 	// With coalescing: concurrent Reserve calls wait here for one of the
 	// batchers, which decides everything waiting in one script call.
@@ -134,7 +148,9 @@ func New(rdb redis.Scripter, opts Options) *Limiter {
 	if opts.ReservationTTL <= 0 {
 		opts.ReservationTTL = time.Hour
 	}
-	l := &Limiter{rdb: rdb, prefix: opts.KeyPrefix, ttl: opts.ReservationTTL}
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
+	l := &Limiter{rdb: rdb, prefix: opts.KeyPrefix, ttl: opts.ReservationTTL, id: hex.EncodeToString(id[:])}
 	if opts.Batchers > 0 {
 		l.maxBatch = cmp.Or(opts.MaxBatch, 64)
 		l.timeout = cmp.Or(opts.BatchTimeout, 5*time.Second)
@@ -170,13 +186,17 @@ func (l *Limiter) bucketKey(b Bucket) string {
 	return l.prefix + keyspace + b.Dimension + ":" + b.ID + ":" + string(b.Kind)
 }
 
-func (l *Limiter) reservationKey(id string) string { return l.prefix + keyspace + "rsv:" + id }
+// batchKey names the reservation hash of one script call.
+func (l *Limiter) batchKey() string {
+	return l.prefix + keyspace + "rb:" + l.id + ":" + strconv.FormatUint(l.seq.Add(1), 36)
+}
 
 // keyspace names the limiter's keys with the version of their format
-// (lua/bucket.lua, the reservation record): after an upgrade the scripts
+// (lua/bucket.lua, the reservation hash): after an upgrade the scripts
 // never meet a key in an older format (a WRONGTYPE error for every
-// request); the old keys expire on their own, and requests in flight at
-// the upgrade keep their whole charge rather than fail their refund.
+// request); the old keys expire on their own. Requests in flight at an
+// upgrade that changes the Reservation format keep their whole charge
+// (Refund does not know their reservation).
 const keyspace = "rl2:"
 
 // reservation is one Reserve call: its arguments, encoded for the script,
@@ -185,20 +205,20 @@ type reservation struct {
 	id      string
 	buckets []Bucket
 	keys    []string
-	args    []any // n, then capacity, rate, cost per bucket, then ttl, record
+	packed  []byte // n, then capacity, rate, cost per bucket (see reserve.lua)
 
 	decision Decision
 	err      error
 	done     chan struct{}
 }
 
-// Reserve charges every bucket its cost under reservationID, or none of
-// them. Calling it again with the same reservationID charges nothing more.
-func (l *Limiter) Reserve(ctx context.Context, reservationID string, buckets []Bucket) (Decision, error) {
+// Reserve charges every bucket its cost, or none of them; id names the
+// request in errors. Refund(d.Reservation) gives back what it does not use.
+func (l *Limiter) Reserve(ctx context.Context, id string, buckets []Bucket) (Decision, error) {
 	if len(buckets) == 0 {
 		return Decision{Status: Allowed}, nil
 	}
-	r, err := l.encode(reservationID, buckets)
+	r, err := l.encode(id, buckets)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -210,7 +230,7 @@ func (l *Limiter) Reserve(ctx context.Context, reservationID string, buckets []B
 	l.closing.RLock()
 	if l.closed {
 		l.closing.RUnlock()
-		return Decision{}, fmt.Errorf("reserve rate limits for %s: %w", reservationID, errClosed)
+		return Decision{}, fmt.Errorf("reserve rate limits for %s: %w", id, errClosed)
 	}
 	select {
 	case l.queue <- r:
@@ -218,7 +238,7 @@ func (l *Limiter) Reserve(ctx context.Context, reservationID string, buckets []B
 	case <-ctx.Done():
 		l.closing.RUnlock()
 		// Not handed over: nothing was or will be charged.
-		return Decision{}, fmt.Errorf("reserve rate limits for %s: %w", reservationID, ctx.Err())
+		return Decision{}, fmt.Errorf("reserve rate limits for %s: %w", id, ctx.Err())
 	}
 	// Handed over, it may be charged whatever ctx does now, so the answer
 	// is awaited (the batch's own timeout bounds the wait): a caller that
@@ -229,34 +249,24 @@ func (l *Limiter) Reserve(ctx context.Context, reservationID string, buckets []B
 
 func (l *Limiter) encode(id string, buckets []Bucket) (*reservation, error) {
 	n := len(buckets)
-	r := &reservation{id: id, buckets: buckets, keys: make([]string, 0, n+1), args: make([]any, 0, 3+3*n)}
-	r.args = append(r.args, n)
-	var record strings.Builder
+	if n > 255 {
+		return nil, fmt.Errorf("reserve: %d buckets, at most 255", n)
+	}
+	r := &reservation{id: id, buckets: buckets, keys: make([]string, 0, n), packed: make([]byte, 1, 1+24*n)}
+	r.packed[0] = byte(n)
 	for _, b := range buckets {
-		if b.Capacity <= 0 || b.PerSecond <= 0 || b.Cost < 0 {
-			return nil, fmt.Errorf("reserve: bucket %s needs capacity and rate > 0 and cost >= 0", b)
+		if !(b.Capacity > 0 && b.PerSecond > 0 && b.Cost >= 0) || math.IsInf(b.Capacity, 0) || math.IsInf(b.PerSecond, 0) || math.IsInf(b.Cost, 0) {
+			return nil, fmt.Errorf("reserve: bucket %s needs finite capacity and rate > 0 and cost >= 0", b)
 		}
 		key := l.bucketKey(b)
 		if strings.ContainsAny(key, "\n\r") {
 			return nil, fmt.Errorf("reserve: bucket %s: an id may not contain a line break", b)
 		}
 		r.keys = append(r.keys, key)
-		capacity, rate, cost := formatFloat(b.Capacity), formatFloat(b.PerSecond), formatFloat(b.Cost)
-		r.args = append(r.args, capacity, rate, cost)
-		// One line per bucket for refund.lua: capacity rate cost kind key.
-		kind := "t"
-		if b.Kind == Requests {
-			kind = "r"
-		}
-		if record.Len() > 0 {
-			record.WriteByte('\n')
-		}
-		for _, f := range []string{capacity, " ", rate, " ", cost, " ", kind, " ", key} {
-			record.WriteString(f)
+		for _, x := range []float64{b.Capacity, b.PerSecond, b.Cost} {
+			r.packed = binary.LittleEndian.AppendUint64(r.packed, math.Float64bits(x))
 		}
 	}
-	r.keys = append(r.keys, l.reservationKey(id))
-	r.args = append(r.args, l.ttl.Milliseconds(), record.String())
 	return r, nil
 }
 
@@ -299,12 +309,14 @@ func (l *Limiter) batcher() {
 // decide runs reserve.lua for rs, in order, and fills in their decisions.
 func (l *Limiter) decide(ctx context.Context, rs []*reservation) {
 	var keys []string
-	args := []any{len(rs)}
+	var packed []byte
 	for _, r := range rs {
 		keys = append(keys, r.keys...)
-		args = append(args, r.args...)
+		packed = append(packed, r.packed...)
 	}
-	raw, err := reserveScript.Run(ctx, l.rdb, keys, args...).Int64Slice()
+	rsv := l.batchKey()
+	keys = append(keys, rsv)
+	raw, err := reserveScript.Run(ctx, l.rdb, keys, len(rs), packed, l.ttl.Milliseconds()).Int64Slice()
 	if err == nil {
 		want := 0
 		for _, r := range rs {
@@ -314,8 +326,11 @@ func (l *Limiter) decide(ctx context.Context, rs []*reservation) {
 			err = fmt.Errorf("reply of %d values, want %d", len(raw), want)
 		}
 	}
-	for _, r := range rs {
+	for i, r := range rs {
 		if err != nil {
+			// The call may have run and charged; the reservation lets
+			// the caller give that back.
+			r.decision = Decision{Reservation: encodeReservation(rsv, i+1, r)}
 			r.err = fmt.Errorf("reserve rate limits for %s: %w", r.id, err)
 			continue
 		}
@@ -330,21 +345,57 @@ func (l *Limiter) decide(ctx context.Context, rs []*reservation) {
 			d.Remaining[i] = float64(raw[3+i]) / 1000
 			d.ResetAfter[i] = seconds((b.Capacity - d.Remaining[i]) / b.PerSecond)
 		}
+		if d.Status == Allowed {
+			d.Reservation = encodeReservation(rsv, i+1, r)
+		}
 		r.decision = d
 		raw = raw[3+n:]
 	}
 }
 
+// A Reservation is text: a version line, the reservation hash, the field,
+// then one line per bucket, "<capacity> <rate> <cost> <t|r> <key>".
+const reservationVersion = "r1"
+
+func encodeReservation(hash string, field int, r *reservation) string {
+	var sb strings.Builder
+	sb.WriteString(reservationVersion + "\n" + hash + "\n" + strconv.Itoa(field))
+	for i, b := range r.buckets {
+		kind := " t "
+		if b.Kind == Requests {
+			kind = " r "
+		}
+		sb.WriteString("\n" + formatFloat(b.Capacity) + " " + formatFloat(b.PerSecond) + " " + formatFloat(b.Cost) + kind + r.keys[i])
+	}
+	return sb.String()
+}
+
 // Refund gives back what a reservation did not use: each tokens bucket
 // gets cost − usedTokens, each requests bucket cost − usedRequests (never
 // below zero, never above capacity). It refunds at most once; refunded is
-// false when there was nothing to refund (already done, never reserved, or
-// expired).
-func (l *Limiter) Refund(ctx context.Context, reservationID string, usedTokens, usedRequests float64) (refunded bool, err error) {
-	n, err := refundScript.Run(ctx, l.rdb, []string{l.reservationKey(reservationID)},
-		formatFloat(usedTokens), formatFloat(usedRequests)).Int()
+// false when there was nothing to refund (already done, never charged, or
+// expired). An empty reservation refunds nothing.
+func (l *Limiter) Refund(ctx context.Context, reservation string, usedTokens, usedRequests float64) (refunded bool, err error) {
+	if reservation == "" {
+		return false, nil
+	}
+	lines := strings.Split(reservation, "\n")
+	if len(lines) < 4 || lines[0] != reservationVersion {
+		return false, fmt.Errorf("refund rate limits: not a reservation: %.40q", reservation)
+	}
+	keys := []string{lines[1]}
+	args := []any{lines[2], formatFloat(usedTokens), formatFloat(usedRequests)}
+	for _, line := range lines[3:] {
+		f := strings.SplitN(line, " ", 5)
+		if len(f) != 5 {
+			return false, fmt.Errorf("refund rate limits: bad bucket line %q", line)
+		}
+		keys = append(keys, f[4])
+		args = append(args, f[0], f[1], f[2], f[3])
+	}
+	n, err := refundScript.Run(ctx, l.rdb, keys, args...).Int()
 	if err != nil {
-		return false, fmt.Errorf("refund rate limits for %s: %w", reservationID, err)
+		return false, fmt.Errorf("refund rate limits for %s: %w", lines[1]+"#"+lines[2], err)
 	}
 	return n == 1, nil
 }

@@ -67,10 +67,8 @@ func TestReserveChargesEveryBucket(t *testing.T) {
 	if d.ResetAfter[0] < 299*time.Second || d.ResetAfter[0] > 301*time.Second {
 		t.Fatalf("reset after %v, want ~300s", d.ResetAfter[0])
 	}
-	// The same reservation again charges nothing more.
-	d, _ = l.Reserve(ctx, "r1", bs)
-	if d.Status != Allowed || math.Abs(level(t, rdb, l, bs[0])-700) > 1 {
-		t.Fatalf("second reserve of r1 charged again: %+v", d)
+	if got := level(t, rdb, l, bs[0]); math.Abs(got-700) > 1 {
+		t.Fatalf("stored level %v, want ~700", got)
 	}
 }
 
@@ -97,8 +95,11 @@ func TestRefusalChargesNothing(t *testing.T) {
 	if got := level(t, rdb, l, tenant); math.Abs(got-900) > 1 {
 		t.Fatalf("tenant level %v after a refusal, want ~900 (uncharged)", got)
 	}
-	if n, _ := rdb.Exists(ctx, l.reservationKey("b")).Result(); n != 0 {
-		t.Fatal("a refused request left a reservation")
+	if d.Reservation != "" {
+		t.Fatal("a refused request has a reservation")
+	}
+	if ok, _ := l.Refund(ctx, d.Reservation, 0, 0); ok {
+		t.Fatal("refunding a refused request gave something back")
 	}
 }
 
@@ -157,10 +158,11 @@ func TestRefundGivesBackUnusedOnce(t *testing.T) {
 	ctx := context.Background()
 	toks := tok("acme", 1000, 0.001, 1000)
 	reqs := Bucket{Dimension: "tenant", ID: "acme", Kind: Requests, Capacity: 5, PerSecond: 0.001, Cost: 1}
-	if d, _ := l.Reserve(ctx, "r", []Bucket{toks, reqs}); d.Status != Allowed {
-		t.Fatal("reserve refused")
+	d, _ := l.Reserve(ctx, "r", []Bucket{toks, reqs})
+	if d.Status != Allowed || d.Reservation == "" {
+		t.Fatalf("reserve: %+v", d)
 	}
-	ok, err := l.Refund(ctx, "r", 300, 0)
+	ok, err := l.Refund(ctx, d.Reservation, 300, 0)
 	if err != nil || !ok {
 		t.Fatalf("refund: %v %v", ok, err)
 	}
@@ -170,15 +172,23 @@ func TestRefundGivesBackUnusedOnce(t *testing.T) {
 	if got := level(t, rdb, l, reqs); math.Abs(got-5) > 0.01 {
 		t.Fatalf("requests after refunding an unserved request: %v", got)
 	}
-	ok, _ = l.Refund(ctx, "r", 0, 0)
+	ok, _ = l.Refund(ctx, d.Reservation, 0, 0)
 	if ok {
 		t.Fatal("second refund succeeded")
 	}
 	if got := level(t, rdb, l, toks); math.Abs(got-700) > 0.5 {
 		t.Fatalf("second refund changed the level to %v", got)
 	}
-	if ok, _ := l.Refund(ctx, "never-reserved", 0, 0); ok {
+	if ok, _ := l.Refund(ctx, "", 0, 0); ok {
 		t.Fatal("refund without a reservation")
+	}
+	if _, err := l.Refund(ctx, "not a reservation", 0, 0); err == nil {
+		t.Fatal("refund of garbage: no error")
+	}
+	// The reservation hash goes with its last field.
+	hash := strings.Split(d.Reservation, "\n")[1]
+	if n := rdb.Exists(ctx, hash).Val(); n != 0 {
+		t.Fatalf("reservation hash %s still there after its only refund", hash)
 	}
 }
 
@@ -186,9 +196,11 @@ func TestRefundNeverExceedsCapacity(t *testing.T) {
 	l, rdb := newLimiter(t)
 	ctx := context.Background()
 	b := tok("acme", 100, 1000, 60) // refills 1000/s: full again almost at once
-	l.Reserve(ctx, "r", []Bucket{b})
+	d, _ := l.Reserve(ctx, "r", []Bucket{b})
 	time.Sleep(100 * time.Millisecond)
-	l.Refund(ctx, "r", 0, 0)
+	if ok, err := l.Refund(ctx, d.Reservation, 0, 0); err != nil || !ok {
+		t.Fatalf("refund: %v %v", ok, err)
+	}
 	if got := level(t, rdb, l, b); got > 100 {
 		t.Fatalf("level %v above capacity 100", got)
 	}
@@ -201,7 +213,7 @@ func TestKeysExpireWhenFull(t *testing.T) {
 	l, rdb := newLimiter(t)
 	ctx := context.Background()
 	b := tok("acme", 100, 10, 50) // 5 s to refill; 10 s from empty
-	l.Reserve(ctx, "r", []Bucket{b})
+	first, _ := l.Reserve(ctx, "r", []Bucket{b})
 	ttl := rdb.PTTL(ctx, l.bucketKey(b)).Val()
 	if ttl < 5*time.Second || ttl > 11*time.Second+time.Millisecond {
 		t.Fatalf("bucket ttl %v, want between time to full and capacity/rate + 1s", ttl)
@@ -219,7 +231,7 @@ func TestKeysExpireWhenFull(t *testing.T) {
 			t.Fatalf("after charge %d: ttl %v, time to full %v", i, ttl, toFull)
 		}
 	}
-	if ttl := rdb.PTTL(ctx, l.reservationKey("r")).Val(); ttl <= 0 || ttl > time.Minute {
+	if ttl := rdb.PTTL(ctx, strings.Split(first.Reservation, "\n")[1]).Val(); ttl <= 0 || ttl > time.Minute {
 		t.Fatalf("reservation ttl %v", ttl)
 	}
 }
@@ -230,11 +242,12 @@ func TestScriptReloadAfterFlush(t *testing.T) {
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := l.Reserve(ctx, "r", []Bucket{tok("acme", 10, 1, 1)}); err != nil || d.Status != Allowed {
+	d, err := l.Reserve(ctx, "r", []Bucket{tok("acme", 10, 1, 1)})
+	if err != nil || d.Status != Allowed {
 		t.Fatalf("reserve after SCRIPT FLUSH: %+v %v", d, err)
 	}
 	rdb.ScriptFlush(ctx)
-	if ok, err := l.Refund(ctx, "r", 0, 0); err != nil || !ok {
+	if ok, err := l.Refund(ctx, d.Reservation, 0, 0); err != nil || !ok {
 		t.Fatalf("refund after SCRIPT FLUSH: %v %v", ok, err)
 	}
 }
@@ -330,24 +343,55 @@ func BenchmarkReserve(b *testing.B) {
 	}
 }
 
-// A caller that lost the reply of a successful Reserve and calls again
-// with the same reservation id is told it passed, and is not charged
-// twice, even though the bucket could not pay for it a second time.
-func TestRetriedReserveIsIdempotent(t *testing.T) {
-	l, rdb := newLimiter(t)
+// A Reserve whose reply is lost may still have charged: its error comes
+// with the reservation, and refunding that gives the charge back (once).
+// A busy script on another connection holds Redis past the client's read
+// timeout; Redis then reads the request the client gave up on and runs it.
+func TestLostReplyIsRefundable(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	defer rdb.Close()
+	l := New(rdb, Options{KeyPrefix: testenv.KeyPrefix(t), ReservationTTL: time.Minute})
+	admin := srv.Client(t)
 	ctx := context.Background()
 	b := tok("acme", 10, 0.001, 10)
-	for i := 0; i < 2; i++ {
-		d, err := l.Reserve(ctx, "r", []Bucket{b})
-		if err != nil || d.Status != Allowed {
-			t.Fatalf("call %d: %+v %v", i, d, err)
+	// Load the script first: a paused EVALSHA of an unknown script would
+	// only come back NOSCRIPT.
+	if d, err := l.Reserve(ctx, "warm", []Bucket{tok("warm", 10, 1, 1)}); err != nil || d.Status != Allowed {
+		t.Fatalf("warm-up: %+v %v", d, err)
+	}
+	busy := make(chan error, 1)
+	go func() {
+		busy <- admin.Eval(ctx, `local t = redis.call('TIME')
+local until_us = t[1] * 1000000 + t[2] + 400000
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= until_us
+return 1`, nil).Err()
+	}()
+	time.Sleep(100 * time.Millisecond)
+	d, err := l.Reserve(ctx, "r", []Bucket{b})
+	if err == nil {
+		t.Fatalf("reserve during the pause answered: %+v", d)
+	}
+	if d.Reservation == "" {
+		t.Fatal("a failed reserve came without its reservation")
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for level(t, admin, l, b) > 0.01 {
+		if time.Now().After(deadline) {
+			t.Fatal("the paused script never charged the bucket")
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	if got := level(t, rdb, l, b); got > 0.01 {
-		t.Fatalf("level %v, want 0 after one charge of 10", got)
+	if err := <-busy; err != nil {
+		t.Fatal(err)
 	}
-	if d, _ := l.Reserve(ctx, "other", []Bucket{b}); d.Status != Limited {
-		t.Fatalf("a new reservation passed an empty bucket: %+v", d)
+	if ok, err := l.Refund(ctx, d.Reservation, 0, 0); err != nil || !ok {
+		t.Fatalf("refund after a lost reply: %v %v", ok, err)
+	}
+	if got := level(t, admin, l, b); math.Abs(got-10) > 0.01 {
+		t.Fatalf("level %v after the refund, want 10", got)
+	}
+	if ok, _ := l.Refund(ctx, d.Reservation, 0, 0); ok {
+		t.Fatal("second refund succeeded")
 	}
 }
 
@@ -386,24 +430,46 @@ func TestCoalescedDecisions(t *testing.T) {
 	}
 }
 
-// Two requests with one reservation id in the same batch charge once.
-func TestBatchChargesAReservationOnce(t *testing.T) {
+// In one batch, each request charged has its own reservation, refunded
+// on its own; a refused one has none. Later requests see earlier charges.
+func TestBatchReservations(t *testing.T) {
 	l, rdb := newLimiter(t)
-	b := tok("acme", 10, 0.001, 4)
-	r1, _ := l.encode("same", []Bucket{b})
-	r2, _ := l.encode("same", []Bucket{b})
-	r3, _ := l.encode("other", []Bucket{b})
-	l.decide(context.Background(), []*reservation{r1, r2, r3})
-	for i, r := range []*reservation{r1, r2, r3} {
-		if r.err != nil || r.decision.Status != Allowed {
-			t.Fatalf("request %d: %+v %v", i, r.decision, r.err)
+	ctx := context.Background()
+	r1, _ := l.encode("a", []Bucket{tok("acme", 10, 0.001, 4)})
+	r2, _ := l.encode("b", []Bucket{tok("acme", 10, 0.001, 7)}) // 6 left: refused
+	r3, _ := l.encode("c", []Bucket{tok("acme", 10, 0.001, 5)})
+	l.decide(ctx, []*reservation{r1, r2, r3})
+	for i, want := range []Status{Allowed, Limited, Allowed} {
+		r := []*reservation{r1, r2, r3}[i]
+		if r.err != nil || r.decision.Status != want || (r.decision.Reservation != "") != (want == Allowed) {
+			t.Fatalf("request %d: %+v %v", i+1, r.decision, r.err)
 		}
 	}
-	if got := level(t, rdb, l, b); math.Abs(got-2) > 0.01 {
-		t.Fatalf("level %v, want 10 - 4 - 4 = 2", got)
+	b := tok("acme", 10, 0.001, 0)
+	if got := level(t, rdb, l, b); math.Abs(got-1) > 0.01 {
+		t.Fatalf("level %v, want 10 - 4 - 5 = 1", got)
 	}
-	if r3.decision.Remaining[0] != 2 || r1.decision.Remaining[0] != 6 {
+	if r1.decision.Remaining[0] != 6 || r3.decision.Remaining[0] != 1 {
 		t.Fatalf("remaining after each: %v, %v", r1.decision.Remaining, r3.decision.Remaining)
+	}
+	if ok, err := l.Refund(ctx, r3.decision.Reservation, 0, 0); err != nil || !ok {
+		t.Fatalf("refund 3: %v %v", ok, err)
+	}
+	if got := level(t, rdb, l, b); math.Abs(got-6) > 0.01 {
+		t.Fatalf("level %v after refunding request 3, want 6", got)
+	}
+	hash := strings.Split(r1.decision.Reservation, "\n")[1]
+	if n := rdb.HLen(ctx, hash).Val(); n != 1 {
+		t.Fatalf("%d reservations left in the batch after one of two refunds, want 1", n)
+	}
+	if ok, err := l.Refund(ctx, r1.decision.Reservation, 1, 0); err != nil || !ok {
+		t.Fatalf("refund 1: %v %v", ok, err)
+	}
+	if got := level(t, rdb, l, b); math.Abs(got-9) > 0.01 {
+		t.Fatalf("level %v after refunding 3 of request 1's 4, want 9", got)
+	}
+	if n := rdb.Exists(ctx, hash).Val(); n != 0 {
+		t.Fatal("the batch's reservation hash outlived its last reservation")
 	}
 }
 

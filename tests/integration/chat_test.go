@@ -94,8 +94,15 @@ func TestRateLimitReservationIsReconciled(t *testing.T) {
 	if level < want-1 || level > want+10 {
 		t.Fatalf("bucket holds %.1f after the request, want about %.0f (capacity minus the %d tokens used)", level, want, done.Usage.TotalTokens)
 	}
-	if n, _ := stack.redis.Exists(ctx, keyPrefix+"rl2:rsv:"+s.id).Result(); n != 0 {
-		t.Fatal("the reservation was not consumed by its refund")
+	in := chatInput(t, s.id)
+	if in.RateReservation == "" {
+		t.Fatal("the workflow was started without its rate-limit reservation")
+	}
+	// A reservation is "r1\n<hash>\n<field>\n<buckets…>"; the refund
+	// deleted its field.
+	rsv := strings.Split(in.RateReservation, "\n")
+	if n, err := stack.redis.HExists(ctx, rsv[1], rsv[2]).Result(); err != nil || n {
+		t.Fatalf("the reservation was not consumed by its refund: %v %v", n, err)
 	}
 }
 
@@ -121,6 +128,23 @@ func (s *stream) until(t *testing.T, stop func(testenv.SSEEvent) bool) []testenv
 func terminal(ev testenv.SSEEvent) bool { return events.Terminal(ev.Event) }
 
 func (s *stream) close() { s.resp.Body.Close() }
+
+// chatInput is the input a request's workflow was started with.
+func chatInput(t *testing.T, id string) workflows.ChatInput {
+	t.Helper()
+	ctx := context.Background()
+	it := stack.temporal.GetWorkflowHistory(ctx, workflows.ChatWorkflowID(id), "", false, 0)
+	ev, err := it.Next()
+	if err != nil {
+		t.Fatalf("read history of %s: %v", id, err)
+	}
+	var in workflows.ChatInput
+	payloads := ev.GetWorkflowExecutionStartedEventAttributes().GetInput()
+	if err := converter.GetDefaultDataConverter().FromPayloads(payloads, &in); err != nil {
+		t.Fatalf("decode input of %s: %v", id, err)
+	}
+	return in
+}
 
 func result(t *testing.T, id string) workflows.ChatResult {
 	t.Helper()

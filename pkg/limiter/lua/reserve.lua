@@ -12,48 +12,55 @@
 -- no refill is ever lost to rounding.
 --
 -- This is the hot path of every request at the door, so it is written for
--- Redis's cost model: one MGET of every bucket and reservation; one SET
--- per reservation charged and one per bucket changed, however many
--- requests of the batch charged it; no table created per request (Lua's
+-- Redis's cost model, where each redis.call costs more than all the
+-- arithmetic of a decision: one MGET of every bucket; one SET per bucket
+-- changed, however many requests of the batch charged it; one HSET and
+-- one PEXPIREAT for all the reservations of the batch; numbers passed as
+-- packed doubles, not text to parse; no table created per request (Lua's
 -- garbage is collected inside Redis's event loop).
 --
--- KEYS     per request: its n bucket keys, then its reservation key (what
---          was charged, so that exactly one refund can give back the
---          unused part)
+-- KEYS     every request's bucket keys, in order; then the batch's
+--          reservation key (a hash, new for each call)
 -- ARGV[1]  m
---          then per request: n; capacity, refill per second, cost for each
---          bucket; reservation ttl ms; reservation record (what refund.lua
---          reads back)
+-- ARGV[2]  per request: n (one byte), then capacity, refill per second
+--          and cost of each of its n buckets (little-endian doubles)
+-- ARGV[3]  reservation ttl, ms
+-- A request charged gets field i (its place in the batch) in the
+-- reservation hash: refund.lua deletes it, so that the unused part is
+-- given back exactly once.
 -- Returns, per request in order: status, index, retry_after_µs, then its
 -- n bucket levels after its decision in thousandths of a token, floored.
---   status 1 = charged (or already charged under this reservation),
+--   status 1 = charged,
 --          2 = refused: bucket `index` lacks tokens, enough in retry_after,
 --          3 = never: bucket `index` is smaller than the cost.
 local m = tonumber(ARGV[1])
+local packed = ARGV[2]
+local rsv = KEYS[#KEYS]
 
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local now_ms = math.floor(now / 1000)
 
-local vals = redis.call('MGET', unpack(KEYS))
+local vals = redis.call('MGET', unpack(KEYS, 1, #KEYS - 1))
 
 -- Per bucket key: level as of now (after the charges so far), stored
 -- expiry, capacity and rate (from the first request that names it), and
 -- whether it changed.
 local level, expires, caps, rates, dirty = {}, {}, {}, {}, {}
-local charged = {}
 -- One request's costs, reused.
 local costs = {}
+-- HSET arguments: field, value per request charged.
+local fields, f = {}, 0
 local reply, o = {}, 0
-local a, k = 2, 0
-for _ = 1, m do
-  local n = tonumber(ARGV[a])
-  a = a + 1
+local pos, k = 1, 0
+for r = 1, m do
+  local n
+  n, pos = struct.unpack('<B', packed, pos)
   local status, index, retry = 1, 0, 0
   for i = 1, n do
     local key = KEYS[k + i]
-    local cap, rate, cost = tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    a = a + 3
+    local cap, rate, cost
+    cap, rate, cost, pos = struct.unpack('<ddd', packed, pos)
     costs[i] = cost
     local lv = level[key]
     if not lv then
@@ -68,15 +75,9 @@ for _ = 1, m do
       if status == 1 or wait > retry then status, index, retry = 2, i, wait end
     end
   end
-  local rsv = KEYS[k + n + 1]
-  if vals[k + n + 1] or charged[rsv] then
-    -- Already charged, by an earlier call whose reply was lost or by an
-    -- earlier request of this batch: that one passed, and so does this
-    -- one, without a second charge.
-    status, index, retry = 1, 0, 0
-  elseif status == 1 then
-    charged[rsv] = true
-    redis.call('SET', rsv, ARGV[a + 1], 'PXAT', now_ms + tonumber(ARGV[a]))
+  if status == 1 then
+    fields[f + 1], fields[f + 2] = r, 1
+    f = f + 2
     for i = 1, n do
       local key = KEYS[k + i]
       level[key] = level[key] - costs[i]
@@ -89,11 +90,15 @@ for _ = 1, m do
     o = o + 1
     reply[o] = math.floor(level[KEYS[k + i]] * 1000)
   end
-  a, k = a + 2, k + n + 1
+  k = k + n
 end
 
+if f > 0 then
+  redis.call('HSET', rsv, unpack(fields, 1, f))
+  redis.call('PEXPIREAT', rsv, now_ms + tonumber(ARGV[3]))
+end
 -- In KEYS order, so that the writes are the same on every run.
-for i = 1, #KEYS do
+for i = 1, #KEYS - 1 do
   local key = KEYS[i]
   if dirty[key] then
     dirty[key] = nil

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,6 +199,7 @@ func runLimiter(ctx context.Context, o limiterOptions) error {
 	// time it spends expiring keys, for the latency phase.
 	_ = admin.ConfigSet(ctx, "latency-monitor-threshold", "1").Err()
 	_ = admin.Do(ctx, "LATENCY", "RESET").Err()
+	_ = admin.ConfigResetStat(ctx).Err() // and with it the command latency histograms
 	exp0 := infoFields(ctx, admin, "stats", "expired_keys", "expire_cycle_cpu_milliseconds")
 	snap2 := takeCPU()
 	open := paced(ctx, half, o.duration, o.openers, func(ctx context.Context, w, _ int) error { return reserve(ctx, w) })
@@ -207,6 +210,7 @@ func runLimiter(ctx context.Context, o limiterOptions) error {
 	snap3 := takeCPU()
 	exp1 := infoFields(ctx, admin, "stats", "expired_keys", "expire_cycle_cpu_milliseconds")
 	stalls := latencyLatest(ctx, admin)
+	scriptP99, scriptP50 := commandPercentile(ctx, admin, "evalsha", 99), commandPercentile(ctx, admin, "evalsha", 50)
 	// The same open-loop harness issuing plain SETs at the same rate: what
 	// the client, the Go runtime and the shared cores add by themselves.
 	snap4 := takeCPU()
@@ -269,6 +273,7 @@ func runLimiter(ctx context.Context, o limiterOptions) error {
 	fmt.Printf("CPU, open loop: %s\nCPU, control: %s\n", cpuBetween(snap2, snap3), cpuBetween(snap4, snap5))
 	fmt.Printf("redis-server during the open loop: %.0f keys expired, %.0f ms spent expiring keys; stalls >= 1 ms it recorded: %s\n",
 		exp1["expired_keys"]-exp0["expired_keys"], exp1["expire_cycle_cpu_milliseconds"]-exp0["expire_cycle_cpu_milliseconds"], stalls)
+	fmt.Printf("redis-server's own time per script call during the open loop (LATENCY HISTOGRAM evalsha, power-of-two buckets): p50 <= %s, p99 <= %s\n", scriptP50, scriptP99)
 	ratio := closedRate / set.rps
 	goal("throughput, Reserve (coalesced, as the API runs it) vs redis-benchmark SET", fmt.Sprintf("%s vs %s = %.2fx", perSecond(closedRate), perSecond(set.rps), ratio), ">= 0.50x", ratio >= 0.5)
 	p99 := open.lat.at(99)
@@ -328,6 +333,52 @@ func latencyLatest(ctx context.Context, c *redis.Client) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// commandPercentile is an upper bound of the p-th percentile of the time
+// Redis spent executing cmd since the last CONFIG RESETSTAT, from its
+// latency histogram (cumulative counts in power-of-two µs buckets).
+func commandPercentile(ctx context.Context, c *redis.Client, cmd string, p float64) string {
+	raw, err := c.Do(ctx, "LATENCY", "HISTOGRAM", cmd).Result()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	// RESP3: {cmd: {calls: n, histogram_usec: {bound: cumulative count}}}.
+	asMap := func(v any) map[string]any {
+		out := map[string]any{}
+		switch m := v.(type) {
+		case map[any]any:
+			for k, x := range m {
+				out[fmt.Sprint(k)] = x
+			}
+		case []any: // RESP2: flat key, value pairs
+			for i := 0; i+1 < len(m); i += 2 {
+				out[fmt.Sprint(m[i])] = m[i+1]
+			}
+		}
+		return out
+	}
+	stats := asMap(asMap(raw)[cmd])
+	calls, _ := strconv.ParseFloat(fmt.Sprint(stats["calls"]), 64)
+	if calls == 0 {
+		return "unknown (no calls)"
+	}
+	type bucket struct{ bound, count float64 }
+	var bs []bucket
+	for k, v := range asMap(stats["histogram_usec"]) {
+		bound, err1 := strconv.ParseFloat(k, 64)
+		count, err2 := strconv.ParseFloat(fmt.Sprint(v), 64)
+		if err1 == nil && err2 == nil {
+			bs = append(bs, bucket{bound, count})
+		}
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.bound, b.bound) })
+	for _, b := range bs {
+		if b.count >= calls*p/100 {
+			return msFine(time.Duration(b.bound) * time.Microsecond)
+		}
+	}
+	return "unknown"
 }
 
 // usecPerCall is the mean time Redis spent executing cmd since the last
