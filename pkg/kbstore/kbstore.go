@@ -1,0 +1,408 @@
+// Package kbstore keeps knowledge bases durably in Redis: each document's
+// current revision (its chunks and their embeddings), the kb's version,
+// which grows by one with every change, and a log of which documents
+// changed at which version, so that every worker can bring its in-process
+// index up to date by reading only what changed.
+//
+// Revisions are content-addressed (the hash of the document, the chunking
+// and the embedder) and immutable: putting the same content again changes
+// nothing, and a chunk id that names its revision always means the same
+// text. A replaced or deleted revision is kept for a grace period for the
+// requests still holding its chunk ids.
+//
+// Layout, per kb (all under one hash tag):
+//
+//	<prefix>kb:{<kb>}:version   counter
+//	<prefix>kb:{<kb>}:docs      hash id -> current rev
+//	<prefix>kb:{<kb>}:info      hash id -> DocInfo JSON
+//	<prefix>kb:{<kb>}:log       zset id -> version of its last change
+//	<prefix>kb:{<kb>}:model     the embedder model its vectors come from
+//	<prefix>kb:{<kb>}:rev:<id>:<rev>  hash meta (JSON), vecs (float32 LE)
+//	<prefix>kb:{<kb>}:l2doc:<id>      set of retrieval-cache keys holding it
+//	<prefix>kbs                 set of kb names
+package kbstore
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/put.lua
+	putLua string
+	//go:embed lua/delete.lua
+	deleteLua string
+	//go:embed lua/changes.lua
+	changesLua string
+
+	putScript     = redis.NewScript(putLua)
+	deleteScript  = redis.NewScript(deleteLua)
+	changesScript = redis.NewScript(changesLua)
+)
+
+// Redis is what the store needs of a go-redis client.
+type Redis interface {
+	redis.Scripter
+	Get(ctx context.Context, key string) *redis.StringCmd
+	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
+	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
+}
+
+// Store reads and writes knowledge bases.
+type Store struct {
+	rdb    Redis
+	prefix string
+	grace  time.Duration
+}
+
+// Options configures a Store.
+type Options struct {
+	// Prefix starts every key ("sluice:").
+	Prefix string
+	// Grace is how long a replaced or deleted revision stays readable
+	// for requests that retrieved it before the change. Default 10m.
+	Grace time.Duration
+}
+
+// New returns a Store.
+func New(rdb Redis, opts Options) *Store {
+	if opts.Grace <= 0 {
+		opts.Grace = 10 * time.Minute
+	}
+	return &Store{rdb: rdb, prefix: opts.Prefix, grace: opts.Grace}
+}
+
+// Revision is one version of a document, chunked and embedded.
+type Revision struct {
+	ID       string            `json:"id"`
+	Rev      string            `json:"rev"`
+	Title    string            `json:"title"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Chunks are the document's passages, in order.
+	Chunks []string `json:"chunks"`
+	// Vectors holds one embedding of Dims values per chunk, back to back.
+	Vectors []float32 `json:"-"`
+	Dims    int       `json:"dims"`
+}
+
+// DocInfo describes a stored document without its text.
+type DocInfo struct {
+	ID       string            `json:"id"`
+	Rev      string            `json:"rev"`
+	Title    string            `json:"title"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Chunks   int               `json:"chunks"`
+	// Version is the kb version at which this revision was stored.
+	Version int64 `json:"version"`
+}
+
+// RevisionHash names a revision by everything that decides its chunks and
+// vectors: the document's content, how it is chunked (a caller's
+// description, e.g. "words=90/20") and the embedder model.
+func RevisionHash(id, title, text string, metadata map[string]string, chunking, model string) string {
+	h := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field("sluice-doc/1")
+	for _, s := range []string{id, title, text, chunking, model} {
+		field(s)
+	}
+	keys := make([]string, 0, len(metadata))
+	for k := range metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		field(k)
+		field(metadata[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func (s *Store) kbPrefix(kb string) string { return s.prefix + "kb:{" + kb + "}:" }
+
+// VersionKey is the key of kb's version.
+func (s *Store) VersionKey(kb string) string { return s.kbPrefix(kb) + "version" }
+
+func (s *Store) revKey(kb, id, rev string) string { return s.kbPrefix(kb) + "rev:" + id + ":" + rev }
+
+// L2DocKey is the set of retrieval-cache keys whose result holds a chunk
+// of document id; put and delete remove those entries.
+func (s *Store) L2DocKey(kb, id string) string { return s.kbPrefix(kb) + "l2doc:" + id }
+
+// ErrModelMismatch is Put into a kb whose vectors come from another
+// embedder: mixing them would make similarities meaningless.
+var ErrModelMismatch = errors.New("knowledge base embedded with another model")
+
+// PutResult is the outcome of Put.
+type PutResult struct {
+	// Version is the kb's version after the put (unchanged if nothing
+	// changed).
+	Version int64
+	// Changed reports, per revision in order, whether it was new.
+	Changed []bool
+}
+
+// Put stores revs as the current revisions of their documents in kb, in
+// one atomic change, and returns the new version. The vectors must come
+// from model.
+func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (PutResult, error) {
+	if len(revs) == 0 {
+		return PutResult{}, errors.New("put into kb: no documents")
+	}
+	kp := s.kbPrefix(kb)
+	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", s.prefix + "kbs"}
+	args := []any{kp, kb, model, s.grace.Milliseconds(), len(revs)}
+	for _, r := range revs {
+		if err := checkRevision(r); err != nil {
+			return PutResult{}, fmt.Errorf("put %s into kb %s: %w", r.ID, kb, err)
+		}
+		meta, err := json.Marshal(r)
+		if err != nil {
+			return PutResult{}, fmt.Errorf("encode %s: %w", r.ID, err)
+		}
+		info, err := json.Marshal(DocInfo{ID: r.ID, Rev: r.Rev, Title: r.Title, Metadata: r.Metadata, Chunks: len(r.Chunks)})
+		if err != nil {
+			return PutResult{}, fmt.Errorf("encode %s: %w", r.ID, err)
+		}
+		keys = append(keys, s.revKey(kb, r.ID, r.Rev))
+		args = append(args, r.ID, r.Rev, info, meta, encodeVectors(r.Vectors))
+	}
+	raw, err := putScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "MODEL ") {
+			return PutResult{}, fmt.Errorf("put into kb %s: %w: %s", kb, ErrModelMismatch, strings.TrimPrefix(err.Error(), "MODEL "))
+		}
+		return PutResult{}, fmt.Errorf("put %d documents into kb %s: %w", len(revs), kb, err)
+	}
+	if len(raw) != 1+len(revs) {
+		return PutResult{}, fmt.Errorf("put into kb %s: reply of %d values", kb, len(raw))
+	}
+	res := PutResult{Version: raw[0], Changed: make([]bool, len(revs))}
+	for i := range revs {
+		res.Changed[i] = raw[1+i] == 1
+	}
+	return res, nil
+}
+
+func checkRevision(r Revision) error {
+	switch {
+	case r.ID == "" || strings.ContainsAny(r.ID, "\n\r") || strings.Contains(r.ID, "#"):
+		return fmt.Errorf("document id %q: empty, or holds a line break or '#'", r.ID)
+	case r.Rev == "":
+		return errors.New("no revision")
+	case len(r.Chunks) == 0:
+		return errors.New("no chunks")
+	case r.Dims <= 0 || len(r.Vectors) != r.Dims*len(r.Chunks):
+		return fmt.Errorf("%d vector values for %d chunks of %d dimensions", len(r.Vectors), len(r.Chunks), r.Dims)
+	}
+	return nil
+}
+
+// Delete removes document id from kb. deleted is false if there was none
+// (the version is then unchanged).
+func (s *Store) Delete(ctx context.Context, kb, id string) (version int64, deleted bool, err error) {
+	kp := s.kbPrefix(kb)
+	raw, err := deleteScript.Run(ctx, s.rdb, []string{kp + "version", kp + "docs", kp + "info", kp + "log"},
+		kp, id, s.grace.Milliseconds()).Int64Slice()
+	if err != nil {
+		return 0, false, fmt.Errorf("delete %s from kb %s: %w", id, kb, err)
+	}
+	if len(raw) != 2 {
+		return 0, false, fmt.Errorf("delete %s from kb %s: reply of %d values", id, kb, len(raw))
+	}
+	return raw[0], raw[1] == 1, nil
+}
+
+// Version returns kb's version: 0 if it was never written.
+func (s *Store) Version(ctx context.Context, kb string) (int64, error) {
+	v, err := s.rdb.Get(ctx, s.VersionKey(kb)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read version of kb %s: %w", kb, err)
+	}
+	return v, nil
+}
+
+// Change is a document changed after some version: its current revision,
+// or "" when it was deleted.
+type Change struct {
+	ID  string
+	Rev string
+}
+
+// Changes returns kb's version and the documents changed after version
+// since, read atomically. With since 0 that is every document.
+func (s *Store) Changes(ctx context.Context, kb string, since int64) (int64, []Change, error) {
+	kp := s.kbPrefix(kb)
+	raw, err := changesScript.Run(ctx, s.rdb, []string{kp + "version", kp + "docs", kp + "log"}, since).Slice()
+	if err != nil {
+		return 0, nil, fmt.Errorf("read changes of kb %s since v%d: %w", kb, since, err)
+	}
+	if len(raw) == 0 || len(raw)%2 != 1 {
+		return 0, nil, fmt.Errorf("read changes of kb %s: reply of %d values", kb, len(raw))
+	}
+	version, ok := raw[0].(int64)
+	if !ok {
+		return 0, nil, fmt.Errorf("read changes of kb %s: version %v", kb, raw[0])
+	}
+	var out []Change
+	for i := 1; i < len(raw); i += 2 {
+		id, _ := raw[i].(string)
+		rev, _ := raw[i+1].(string) // nil: deleted
+		out = append(out, Change{ID: id, Rev: rev})
+	}
+	return version, out, nil
+}
+
+// Load reads revisions of kb's documents (as named by Changes), in order.
+// A revision that is gone (replaced or deleted longer ago than the grace
+// period) is an error wrapping ErrGone.
+func (s *Store) Load(ctx context.Context, kb string, refs []Change) ([]Revision, error) {
+	cmds := make([]*redis.MapStringStringCmd, len(refs))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range refs {
+			cmds[i] = p.HGetAll(ctx, s.revKey(kb, r.ID, r.Rev))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load %d documents of kb %s: %w", len(refs), kb, err)
+	}
+	out := make([]Revision, len(refs))
+	for i, c := range cmds {
+		m := c.Val()
+		if len(m) == 0 {
+			return nil, fmt.Errorf("load %s@%s of kb %s: %w", refs[i].ID, refs[i].Rev, kb, ErrGone)
+		}
+		var r Revision
+		if err := json.Unmarshal([]byte(m["meta"]), &r); err != nil {
+			return nil, fmt.Errorf("decode %s@%s of kb %s: %w", refs[i].ID, refs[i].Rev, kb, err)
+		}
+		r.Vectors, err = decodeVectors([]byte(m["vecs"]))
+		if err != nil {
+			return nil, fmt.Errorf("decode %s@%s of kb %s: %w", refs[i].ID, refs[i].Rev, kb, err)
+		}
+		if err := checkRevision(r); err != nil {
+			return nil, fmt.Errorf("load %s@%s of kb %s: %w", refs[i].ID, refs[i].Rev, kb, err)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// ErrGone is a revision that is no longer stored.
+var ErrGone = errors.New("document revision no longer stored")
+
+// Info describes a kb: its version, embedder and documents (sorted by
+// id). A kb never written has version 0 and no documents.
+type Info struct {
+	Name      string    `json:"kb"`
+	Version   int64     `json:"version"`
+	Model     string    `json:"embedding_model,omitempty"`
+	Chunks    int       `json:"chunks"`
+	Documents []DocInfo `json:"documents"`
+}
+
+// Info reads kb's description.
+func (s *Store) Info(ctx context.Context, kb string) (Info, error) {
+	kp := s.kbPrefix(kb)
+	var version, model *redis.StringCmd
+	var info *redis.MapStringStringCmd
+	var log *redis.ZSliceCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		version = p.Get(ctx, kp+"version")
+		model = p.Get(ctx, kp+"model")
+		info = p.HGetAll(ctx, kp+"info")
+		log = p.ZRangeWithScores(ctx, kp+"log", 0, -1)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Info{}, fmt.Errorf("read kb %s: %w", kb, err)
+	}
+	out := Info{Name: kb, Model: model.Val(), Documents: []DocInfo{}}
+	out.Version, _ = strconv.ParseInt(version.Val(), 10, 64)
+	changedAt := map[string]int64{}
+	for _, z := range log.Val() {
+		if id, ok := z.Member.(string); ok {
+			changedAt[id] = int64(z.Score)
+		}
+	}
+	for id, raw := range info.Val() {
+		var d DocInfo
+		if err := json.Unmarshal([]byte(raw), &d); err != nil {
+			return Info{}, fmt.Errorf("decode info of %s in kb %s: %w", id, kb, err)
+		}
+		d.Version = changedAt[id]
+		out.Chunks += d.Chunks
+		out.Documents = append(out.Documents, d)
+	}
+	sort.Slice(out.Documents, func(i, j int) bool { return out.Documents[i].ID < out.Documents[j].ID })
+	return out, nil
+}
+
+// Revs returns the current revision of each of ids in kb ("" if absent).
+func (s *Store) Revs(ctx context.Context, kb string, ids []string) ([]string, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	raw, err := s.rdb.HMGet(ctx, s.kbPrefix(kb)+"docs", ids...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read revisions in kb %s: %w", kb, err)
+	}
+	out := make([]string, len(ids))
+	for i, v := range raw {
+		out[i], _ = v.(string)
+	}
+	return out, nil
+}
+
+// KBs lists the names of every kb ever written, sorted.
+func (s *Store) KBs(ctx context.Context) ([]string, error) {
+	names, err := s.rdb.SMembers(ctx, s.prefix+"kbs").Result()
+	if err != nil {
+		return nil, fmt.Errorf("list kbs: %w", err)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+func encodeVectors(v []float32) []byte {
+	out := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(x))
+	}
+	return out
+}
+
+func decodeVectors(raw []byte) ([]float32, error) {
+	if len(raw)%4 != 0 {
+		return nil, fmt.Errorf("vectors of %d bytes", len(raw))
+	}
+	out := make([]float32, len(raw)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return out, nil
+}

@@ -1,0 +1,151 @@
+package kbstore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
+
+var srv *testenv.Redis
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { srv = r }))
+}
+
+func rev(id, text string, chunks int) Revision {
+	r := Revision{ID: id, Title: "T " + id, Dims: 2, Rev: RevisionHash(id, "T "+id, text, nil, "w", "m")}
+	for i := range chunks {
+		r.Chunks = append(r.Chunks, text)
+		r.Vectors = append(r.Vectors, float32(i), float32(len(text)))
+	}
+	return r
+}
+
+func TestPutChangeDelete(t *testing.T) {
+	rdb := srv.Client(t)
+	s := New(rdb, Options{Prefix: testenv.KeyPrefix(t), Grace: time.Minute})
+	ctx := context.Background()
+
+	res, err := s.Put(ctx, "kb", "m", []Revision{rev("a", "alpha", 2), rev("b", "beta", 1)})
+	if err != nil || res.Version != 1 || !slices.Equal(res.Changed, []bool{true, true}) {
+		t.Fatalf("first put: %+v %v", res, err)
+	}
+	// The same content again is no change, not even of the version.
+	res, err = s.Put(ctx, "kb", "m", []Revision{rev("a", "alpha", 2)})
+	if err != nil || res.Version != 1 || res.Changed[0] {
+		t.Fatalf("same put: %+v %v", res, err)
+	}
+	v, changes, err := s.Changes(ctx, "kb", 0)
+	if err != nil || v != 1 || len(changes) != 2 {
+		t.Fatalf("changes since 0: %d %+v %v", v, changes, err)
+	}
+	revs, err := s.Load(ctx, "kb", changes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := rev("a", "alpha", 2)
+	if revs[0].ID != "a" || !slices.Equal(revs[0].Vectors, a.Vectors) || !slices.Equal(revs[0].Chunks, a.Chunks) {
+		t.Fatalf("loaded %+v", revs[0])
+	}
+
+	// A retrieval-cache entry holding a, and one holding only b.
+	for key, doc := range map[string]string{"cache:1": "a", "cache:2": "b"} {
+		rdb.Set(ctx, key, "x", time.Minute)
+		rdb.SAdd(ctx, s.L2DocKey("kb", doc), key)
+	}
+	// Replacing a: one new version, the old revision kept for the grace
+	// period, the cache entries holding a gone, the others kept.
+	a2 := rev("a", "alpha two", 1)
+	res, err = s.Put(ctx, "kb", "m", []Revision{a2})
+	if err != nil || res.Version != 2 || !res.Changed[0] {
+		t.Fatalf("replace: %+v %v", res, err)
+	}
+	if ttl := rdb.PTTL(ctx, s.revKey("kb", "a", a.Rev)).Val(); ttl <= 0 || ttl > time.Minute {
+		t.Fatalf("replaced revision ttl %v, want the grace period", ttl)
+	}
+	if rdb.Exists(ctx, "cache:1").Val() != 0 || rdb.Exists(ctx, "cache:2").Val() != 1 {
+		t.Fatal("replacing a must delete exactly the cache entries that held it")
+	}
+	v, changes, _ = s.Changes(ctx, "kb", 1)
+	if v != 2 || !slices.Equal(changes, []Change{{ID: "a", Rev: a2.Rev}}) {
+		t.Fatalf("changes since 1: %d %+v", v, changes)
+	}
+	if _, err := s.Load(ctx, "kb", []Change{{ID: "a", Rev: a.Rev}}); err != nil {
+		t.Fatalf("the replaced revision within its grace period: %v", err)
+	}
+
+	v, deleted, err := s.Delete(ctx, "kb", "b")
+	if err != nil || !deleted || v != 3 {
+		t.Fatalf("delete: %d %v %v", v, deleted, err)
+	}
+	if rdb.Exists(ctx, "cache:2").Val() != 0 {
+		t.Fatal("deleting b left a cache entry that held it")
+	}
+	if v, deleted, _ := s.Delete(ctx, "kb", "b"); deleted || v != 3 {
+		t.Fatalf("second delete: %d %v", v, deleted)
+	}
+	v, changes, _ = s.Changes(ctx, "kb", 2)
+	if v != 3 || !slices.Equal(changes, []Change{{ID: "b"}}) {
+		t.Fatalf("changes since 2: %d %+v", v, changes)
+	}
+	if v, changes, _ := s.Changes(ctx, "kb", 3); v != 3 || len(changes) != 0 {
+		t.Fatalf("changes since the current version: %d %+v", v, changes)
+	}
+
+	info, err := s.Info(ctx, "kb")
+	if err != nil || info.Version != 3 || info.Model != "m" || info.Chunks != 1 || len(info.Documents) != 1 {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	if d := info.Documents[0]; d.ID != "a" || d.Rev != a2.Rev || d.Chunks != 1 || d.Version != 2 {
+		t.Fatalf("doc info %+v", d)
+	}
+	if names, _ := s.KBs(ctx); !slices.Equal(names, []string{"kb"}) {
+		t.Fatalf("kbs %v", names)
+	}
+	if revs, _ := s.Revs(ctx, "kb", []string{"a", "b"}); !slices.Equal(revs, []string{a2.Rev, ""}) {
+		t.Fatalf("revs %v", revs)
+	}
+}
+
+func TestModelMismatchRefused(t *testing.T) {
+	s := New(srv.Client(t), Options{Prefix: testenv.KeyPrefix(t)})
+	ctx := context.Background()
+	if _, err := s.Put(ctx, "kb", "m", []Revision{rev("a", "alpha", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Put(ctx, "kb", "other", []Revision{rev("b", "beta", 1)})
+	if !errors.Is(err, ErrModelMismatch) {
+		t.Fatalf("put with another model: %v", err)
+	}
+	if v, _ := s.Version(ctx, "kb"); v != 1 {
+		t.Fatalf("version %d after a refused put", v)
+	}
+}
+
+func TestGoneRevision(t *testing.T) {
+	s := New(srv.Client(t), Options{Prefix: testenv.KeyPrefix(t), Grace: time.Millisecond})
+	ctx := context.Background()
+	a := rev("a", "alpha", 1)
+	s.Put(ctx, "kb", "m", []Revision{a})
+	s.Delete(ctx, "kb", "a")
+	time.Sleep(20 * time.Millisecond)
+	if _, err := s.Load(ctx, "kb", []Change{{ID: "a", Rev: a.Rev}}); !errors.Is(err, ErrGone) {
+		t.Fatalf("load after the grace period: %v", err)
+	}
+}
+
+func TestBadRevisionsRefused(t *testing.T) {
+	s := New(srv.Client(t), Options{Prefix: testenv.KeyPrefix(t)})
+	bad := rev("a", "alpha", 2)
+	bad.Vectors = bad.Vectors[:3]
+	for _, r := range []Revision{bad, rev("", "x", 1), rev("a#1", "x", 1), rev("a", "x", 0)} {
+		if _, err := s.Put(context.Background(), "kb", "m", []Revision{r}); err == nil {
+			t.Fatalf("put of %+v succeeded", r)
+		}
+	}
+}

@@ -1,0 +1,22 @@
+-- Remove a document from a knowledge base and bump its version. Its last
+-- revision is kept for a grace period (requests in flight may still hold
+-- its chunk ids); the retrieval-cache entries that contained it are
+-- deleted. See put.lua for the keys.
+-- KEYS[1] version   KEYS[2] docs   KEYS[3] info   KEYS[4] log
+-- ARGV[1] the kb's key prefix   ARGV[2] document id   ARGV[3] grace ms
+-- Returns {version, 1} when deleted, {version, 0} when there was no such
+-- document.
+local kp, id, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local old = redis.call('HGET', KEYS[2], id)
+if not old then
+  return {tonumber(redis.call('GET', KEYS[1]) or '0'), 0}
+end
+redis.call('HDEL', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
+redis.call('PEXPIRE', kp .. 'rev:' .. id .. ':' .. old, grace)
+local l2 = kp .. 'l2doc:' .. id
+for _, key in ipairs(redis.call('SMEMBERS', l2)) do redis.call('DEL', key) end
+redis.call('DEL', l2)
+local version = redis.call('INCR', KEYS[1])
+redis.call('ZADD', KEYS[4], version, id)
+return {version, 1}

@@ -1,0 +1,70 @@
+-- Store new revisions of documents in a knowledge base and bump its
+-- version once, all at once: a worker that reads the kb sees either none
+-- or all of the batch. A document whose revision is already current is
+-- left alone (re-ingesting the same content changes nothing, not even the
+-- version).
+--
+-- A revision is content-addressed and immutable; the one it replaces is
+-- kept for a grace period so that requests still holding its chunk ids
+-- can resolve them. Retrieval-cache entries that contained a replaced
+-- document are deleted (their keys are listed in the document's l2 set);
+-- all of the kb's older entries are already unreachable, since cache keys
+-- carry the version.
+--
+-- Key names are built here from ARGV[1] for the revisions being retired
+-- and the cache entries listed in l2 sets: a single Redis (not Cluster)
+-- is assumed, as for the limiter; all of a kb's own keys share its hash
+-- tag.
+--
+-- KEYS[1] version   KEYS[2] docs (id -> rev)   KEYS[3] info (id -> JSON)
+-- KEYS[4] log (zset id -> version of its last change)
+-- KEYS[5] model     KEYS[6] the set of kb names
+-- KEYS[6+i] the new revision key of document i
+-- ARGV[1] the kb's key prefix ("<prefix>kb:{<name>}:")
+-- ARGV[2] kb name   ARGV[3] embedder model   ARGV[4] grace ms
+-- ARGV[5] n, then per document: id, rev, info JSON, meta JSON, vectors
+-- Returns {version, changed_1, ..., changed_n} (1 changed, 0 unchanged),
+-- or an error when the kb is embedded by another model.
+local kp, name, model, grace = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+
+local current = redis.call('GET', KEYS[5])
+if current and current ~= model then
+  return redis.error_reply('MODEL knowledge base ' .. name .. ' is embedded with ' .. current .. ', not ' .. model)
+end
+
+local changed, any = {}, false
+for i = 1, n do
+  local a = 5 + (i - 1) * 5
+  local id, rev = ARGV[a + 1], ARGV[a + 2]
+  local old = redis.call('HGET', KEYS[2], id)
+  if old == rev then
+    changed[i] = 0
+  else
+    changed[i] = 1
+    any = true
+    redis.call('HSET', KEYS[6 + i], 'meta', ARGV[a + 4], 'vecs', ARGV[a + 5])
+    redis.call('HSET', KEYS[2], id, rev)
+    redis.call('HSET', KEYS[3], id, ARGV[a + 3])
+    if old then
+      redis.call('PEXPIRE', kp .. 'rev:' .. id .. ':' .. old, grace)
+      local l2 = kp .. 'l2doc:' .. id
+      local entries = redis.call('SMEMBERS', l2)
+      for _, key in ipairs(entries) do redis.call('DEL', key) end
+      redis.call('DEL', l2)
+    end
+  end
+end
+
+if not any then
+  return {tonumber(redis.call('GET', KEYS[1]) or '0'), unpack(changed)}
+end
+local version = redis.call('INCR', KEYS[1])
+for i = 1, n do
+  if changed[i] == 1 then
+    redis.call('ZADD', KEYS[4], version, ARGV[5 + (i - 1) * 5 + 1])
+  end
+end
+if not current then redis.call('SET', KEYS[5], model) end
+redis.call('SADD', KEYS[6], name)
+return {version, unpack(changed)}
