@@ -44,7 +44,7 @@ type Retriever interface {
 
 // ChunkStore resolves chunk ids of a kb version to their text.
 type ChunkStore interface {
-	Lookup(kb string, version int64, ids []string) ([]retrieval.Chunk, error)
+	Lookup(ctx context.Context, kb string, version int64, ids []string) ([]retrieval.Chunk, error)
 }
 
 // Pool is one LLM pool's client.
@@ -260,12 +260,12 @@ func (a *Activities) retrieve(ctx context.Context, in RetrieveInput) (retrieval.
 }
 
 // lookup resolves refs to chunks carrying the refs' scores.
-func (a *Activities) lookup(kb string, version int64, hits []ChunkRef) ([]retrieval.Chunk, error) {
+func (a *Activities) lookup(ctx context.Context, kb string, version int64, hits []ChunkRef) ([]retrieval.Chunk, error) {
 	ids := make([]string, len(hits))
 	for i, h := range hits {
 		ids[i] = h.ID
 	}
-	chunks, err := a.Chunks.Lookup(kb, version, ids)
+	chunks, err := a.Chunks.Lookup(ctx, kb, version, ids)
 	if err != nil {
 		// An unknown kb, or another version loaded here than the one the
 		// refs came from: the request cannot be answered from the context
@@ -283,7 +283,7 @@ func (a *Activities) lookup(kb string, version int64, hits []ChunkRef) ([]retrie
 func (a *Activities) Rerank(ctx context.Context, in RerankInput) (RerankOutput, error) {
 	start := time.Now()
 	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "rerank"})
-	candidates, err := a.lookup(in.KB, in.KBVersion, in.Hits)
+	candidates, err := a.lookup(ctx, in.KB, in.KBVersion, in.Hits)
 	if err != nil {
 		_ = written()
 		return RerankOutput{}, err
@@ -317,7 +317,7 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 	if !ok {
 		return LLMOutput{}, temporal.NewNonRetryableApplicationError("unknown pool "+in.Pool, ErrTypeBadRequest, nil)
 	}
-	chunks, err := a.lookup(in.KB, in.KBVersion, in.Context)
+	chunks, err := a.lookup(ctx, in.KB, in.KBVersion, in.Context)
 	if err != nil {
 		return LLMOutput{}, err
 	}

@@ -610,7 +610,7 @@ func TestAdmitWakesWaitersItGranted(t *testing.T) {
 
 func TestRetrieveCachesByKBVersion(t *testing.T) {
 	h := newHarness(t, nil)
-	version, err := h.kb.KBVersion(kbName)
+	version, err := h.kb.KBVersion(context.Background(), kbName)
 	if err != nil || version <= 0 {
 		t.Fatalf("kb version %d, %v: the kb must be versioned for the cache", version, err)
 	}
@@ -679,7 +679,7 @@ func TestRerankKeepsBestK(t *testing.T) {
 		}
 	}
 	// The refs resolve to the kb's chunks.
-	if _, err := h.kb.Lookup(kbName, ret.KBVersion, []string{out.Hits[0].ID}); err != nil {
+	if _, err := h.kb.Lookup(context.Background(), kbName, ret.KBVersion, []string{out.Hits[0].ID}); err != nil {
 		t.Fatal(err)
 	}
 	st := ofType(h.events(t, "r1"), events.TypeStage)
@@ -878,7 +878,7 @@ func TestStreamLLMShedsContextToFitPool(t *testing.T) {
 	for i, hit := range hits {
 		ids[i] = hit.ID
 	}
-	chunks, err := h.kb.Lookup(kbName, version, ids)
+	chunks, err := h.kb.Lookup(context.Background(), kbName, version, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1040,7 +1040,7 @@ func TestStreamLLMAgainstSimulator(t *testing.T) {
 	}
 	// The simulator counts the prompt with the same tokenizer and chat
 	// framing the builder uses.
-	chunks, err := h.kb.Lookup(kbName, version, []string{hits[0].ID, hits[1].ID, hits[2].ID})
+	chunks, err := h.kb.Lookup(context.Background(), kbName, version, []string{hits[0].ID, hits[1].ID, hits[2].ID})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,6 +245,18 @@ func (s *Store) Version(ctx context.Context, kb string) (int64, error) {
 	return v, nil
 }
 
+// Model returns the embedder model of kb's vectors ("" if never written).
+func (s *Store) Model(ctx context.Context, kb string) (string, error) {
+	m, err := s.rdb.Get(ctx, s.kbPrefix(kb)+"model").Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read model of kb %s: %w", kb, err)
+	}
+	return m, nil
+}
+
 // Change is a document changed after some version: its current revision,
 // or "" when it was deleted.
 type Change struct {

@@ -90,14 +90,16 @@ func (c *CachedRetriever) Retrieve(ctx context.Context, q Query) (Result, error)
 }
 
 // KBVersion passes through to the wrapped retriever.
-func (c *CachedRetriever) KBVersion(kb string) (int64, error) { return c.inner.KBVersion(kb) }
+func (c *CachedRetriever) KBVersion(ctx context.Context, kb string) (int64, error) {
+	return c.inner.KBVersion(ctx, kb)
+}
 
 // Get returns the result for q from Redis or from the wrapped retriever,
 // and whether it came from Redis. The key covers the normalised q.Text
 // only: q.Vector is assumed to be the embedding of q.Text by the model
 // named in Options.Version. Redis failures are logged and counted, not returned.
 func (c *CachedRetriever) Get(ctx context.Context, q Query) (Result, bool, error) {
-	version, err := c.inner.KBVersion(q.KB)
+	version, err := c.inner.KBVersion(ctx, q.KB)
 	if err != nil {
 		return Result{}, false, err
 	}

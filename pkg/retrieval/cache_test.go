@@ -24,8 +24,8 @@ type countingRetriever struct {
 	calls   atomic.Int64
 }
 
-func (c *countingRetriever) KBVersion(kb string) (int64, error) {
-	if _, err := c.inner.KBVersion(kb); err != nil {
+func (c *countingRetriever) KBVersion(ctx context.Context, kb string) (int64, error) {
+	if _, err := c.inner.KBVersion(ctx, kb); err != nil {
 		return 0, err
 	}
 	return c.version.Load(), nil

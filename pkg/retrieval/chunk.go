@@ -1,6 +1,7 @@
 package retrieval
 
 import (
+	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -19,6 +20,13 @@ type ChunkOptions struct {
 	// less when the next sentence would not fit beside them. Chunks that
 	// start a paragraph carry nothing. Default 20; negative means none.
 	OverlapWords int
+}
+
+// String describes the effective options ("words=90/20"), for naming what
+// a chunking produced.
+func (o ChunkOptions) String() string {
+	o = o.withDefaults()
+	return fmt.Sprintf("words=%d/%d", o.MaxWords, o.OverlapWords)
 }
 
 func (o ChunkOptions) withDefaults() ChunkOptions {

@@ -62,7 +62,7 @@ func (h *Hybrid) KBs() []string { return slices.Clone(h.names) }
 func (h *Hybrid) Has(name string) bool { _, ok := h.kbs[name]; return ok }
 
 // KBVersion returns the version of a loaded kb.
-func (h *Hybrid) KBVersion(name string) (int64, error) {
+func (h *Hybrid) KBVersion(_ context.Context, name string) (int64, error) {
 	kb, ok := h.kbs[name]
 	if !ok {
 		return 0, &UnknownKBError{KB: name}
@@ -78,7 +78,7 @@ var ErrStaleKB = errors.New("knowledge base version changed")
 // order, with Score zero. Workflows pass chunk ids between stages instead
 // of their text, which keeps Temporal histories small; every worker holds
 // the kb, so any of them can resolve the ids.
-func (h *Hybrid) Lookup(kb string, version int64, ids []string) ([]Chunk, error) {
+func (h *Hybrid) Lookup(_ context.Context, kb string, version int64, ids []string) ([]Chunk, error) {
 	k, ok := h.kbs[kb]
 	if !ok {
 		return nil, &UnknownKBError{KB: kb}
@@ -119,6 +119,12 @@ func (h *Hybrid) Retrieve(ctx context.Context, q Query) (Result, error) {
 	if !ok {
 		return Result{}, &UnknownKBError{KB: q.KB}
 	}
+	return kb.search(ctx, q, h.w)
+}
+
+// search scores every chunk of kb for q, fusing BM25 and cosine similarity
+// with vector weight w (see Hybrid), and returns the q.K best.
+func (kb *KB) search(ctx context.Context, q Query, w float64) (Result, error) {
 	if q.K <= 0 {
 		return Result{}, fmt.Errorf("retrieve from %s: k must be positive, got %d", q.KB, q.K)
 	}
@@ -178,7 +184,7 @@ func (h *Hybrid) Retrieve(ctx context.Context, q Query) (Result, error) {
 		minC, maxC = minMax(cos)
 	}
 
-	wv := h.w
+	wv := w
 	switch {
 	case !useVec:
 		wv = 0

@@ -141,7 +141,7 @@ func TestHybridErrors(t *testing.T) {
 	if !errors.Is(err, ErrUnknownKB) || !errors.As(err, &unknown) || unknown.KB != "nope" {
 		t.Errorf("unknown kb: err = %v", err)
 	}
-	if _, err := h.KBVersion("nope"); !errors.Is(err, ErrUnknownKB) {
+	if _, err := h.KBVersion(context.Background(), "nope"); !errors.Is(err, ErrUnknownKB) {
 		t.Errorf("KBVersion of unknown kb: err = %v", err)
 	}
 	if _, err := h.Retrieve(ctx, Query{KB: "sluice-docs", Text: "x", K: 0}); err == nil {

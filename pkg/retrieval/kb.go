@@ -107,7 +107,7 @@ func NewKB(ctx context.Context, name string, docs []Document, opts KBOptions) (*
 	if err := kb.embedChunks(ctx, opts.Embedder, indexed, opts.BatchSize); err != nil {
 		return nil, fmt.Errorf("load kb %s: %w", name, err)
 	}
-	kb.index = newBM25Index(indexed, opts.BM25)
+	kb.finish(indexed, opts.BM25)
 	if opts.Versions != nil {
 		v, err := opts.Versions.Sync(ctx, name, kb.hash)
 		if err != nil {
@@ -115,15 +115,21 @@ func NewKB(ctx context.Context, name string, docs []Document, opts KBOptions) (*
 		}
 		kb.version = v
 	}
+	opts.Logger.InfoContext(ctx, "loaded knowledge base", "kb", name, "docs", len(docs),
+		"chunks", len(kb.chunks), "version", kb.version, "hash", kb.hash[:12],
+		"embedder", kb.model, "took", time.Since(start).Round(time.Millisecond))
+	return kb, nil
+}
+
+// finish indexes the kb's chunks, whose texts as indexed (title and text)
+// are given, once its chunks and vectors are in place.
+func (kb *KB) finish(indexed []string, bm BM25Options) {
+	kb.index = newBM25Index(indexed, bm)
 	kb.byID = make(map[string]int, len(kb.chunks))
 	for i, c := range kb.chunks {
 		kb.byID[c.ID] = i
 	}
 	kb.scratch.New = func() any { return new(scoreScratch) }
-	opts.Logger.InfoContext(ctx, "loaded knowledge base", "kb", name, "docs", len(docs),
-		"chunks", len(kb.chunks), "version", kb.version, "hash", kb.hash[:12],
-		"embedder", kb.model, "took", time.Since(start).Round(time.Millisecond))
-	return kb, nil
 }
 
 func (kb *KB) embedChunks(ctx context.Context, emb embed.Embedder, texts []string, batch int) error {

@@ -51,7 +51,7 @@ type VersionedRetriever interface {
 	Retriever
 	// KBVersion returns the version of the loaded kb, or an
 	// *UnknownKBError.
-	KBVersion(kb string) (int64, error)
+	KBVersion(ctx context.Context, kb string) (int64, error)
 }
 
 // ErrUnknownKB matches every *UnknownKBError with errors.Is.
