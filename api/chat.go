@@ -80,18 +80,23 @@ func (s *Server) authenticate(c echo.Context) (caller, error) {
 // decodeJSON reads a size-limited JSON object with no unknown fields and
 // nothing after it.
 func (s *Server) decodeJSON(c echo.Context, dst any) error {
+	return s.decodeJSONLimit(c, dst, s.cfg.API.MaxBodyBytes)
+}
+
+// decodeJSONLimit is decodeJSON with a body limit of its own.
+func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != echo.MIMEApplicationJSON {
 			return &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, s.cfg.API.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
-				Message: fmt.Sprintf("request body exceeds %d bytes", s.cfg.API.MaxBodyBytes)}
+				Message: fmt.Sprintf("request body exceeds %d bytes", limit)}
 		}
 		return badRequest("bad_body", "read request body: %v", err)
 	}
@@ -124,9 +129,6 @@ func (s *Server) validate(req *chatRequest) error {
 	}
 	if req.KB == "" {
 		req.KB = s.cfg.Retrieval.DefaultKB
-	}
-	if !s.kbs[req.KB] {
-		return badRequest("unknown_kb", "unknown knowledge base %q", req.KB)
 	}
 	if req.SessionID != "" && !sessionIDPattern.MatchString(req.SessionID) {
 		return badRequest("bad_session_id", "session_id must be 1-128 characters of letters, digits and ._:-")
@@ -176,6 +178,13 @@ func (s *Server) postChat(c echo.Context) error {
 	}
 	if err := s.validate(&req); err != nil {
 		return err
+	}
+	switch known, err := s.kbKnown(c.Request().Context(), req.KB); {
+	case err != nil:
+		s.logger.Error("look up kb", "kb", req.KB, "err", err)
+		return unavailable("knowledge bases unavailable; please retry")
+	case !known:
+		return badRequest("unknown_kb", "unknown knowledge base %q", req.KB)
 	}
 	live := s.policy.Current()
 	tier, _ := live.Tier(who.Tier)

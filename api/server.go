@@ -21,9 +21,12 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/semaphore"
 )
 
 // Server is the HTTP API.
@@ -39,8 +42,12 @@ type Server struct {
 	limiter  *limiter.Limiter
 	policy   *policy.Store
 	kbs      map[string]bool
-	keys     map[string]config.APIKey
-	logger   *slog.Logger
+	kbStore  *kbstore.Store
+	ingester *ingest.Ingester
+	// ingestSlots bounds concurrent ingestion across instances.
+	ingestSlots *semaphore.Semaphore
+	keys        map[string]config.APIKey
+	logger      *slog.Logger
 	// draining is set when the process shuts down: streams then end
 	// without detaching, so their requests carry on.
 	draining atomic.Bool
@@ -61,7 +68,11 @@ type Options struct {
 	Limiter *limiter.Limiter
 	// Policy is the live traffic policy; nil uses the configuration's.
 	Policy *policy.Store
-	Logger *slog.Logger
+	// KBs and Ingester serve /v1/kb; without KBs, chat requests may name
+	// only the configured kbs.
+	KBs      *kbstore.Store
+	Ingester *ingest.Ingester
+	Logger   *slog.Logger
 }
 
 // New builds the server and its routes.
@@ -80,6 +91,15 @@ func New(opts Options) (*Server, error) {
 	}
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
 		s.kbs[kb.Name] = true
+	}
+	s.kbStore, s.ingester = opts.KBs, opts.Ingester
+	if s.ingester != nil {
+		var err error
+		s.ingestSlots, err = semaphore.New(opts.Redis, semaphore.Options{
+			Key: opts.Config.Redis.KeyPrefix + "ingest:permits", Limit: opts.Config.Ingest.MaxConcurrent, Lease: opts.Config.Ingest.Lease})
+		if err != nil {
+			return nil, err
+		}
 	}
 	for _, k := range opts.Config.Auth.APIKeys {
 		s.keys[k.Key] = k
@@ -100,6 +120,10 @@ func New(opts Options) (*Server, error) {
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
 	e.DELETE("/v1/requests/:id", s.deleteRequest)
+	e.GET("/v1/kb", s.listKBs)
+	e.GET("/v1/kb/:kb", s.getKB)
+	e.POST("/v1/kb/:kb/documents", s.postDocuments)
+	e.DELETE("/v1/kb/:kb/documents/:id", s.deleteDocument)
 	admin := e.Group("/v1/admin", s.requireAdmin)
 	admin.GET("/limits", s.getLimits)
 	admin.PUT("/limits", s.putLimits)

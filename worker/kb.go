@@ -5,21 +5,26 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/pkg/embed"
+	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 )
 
-// loadKnowledgeBases loads every configured kb, embeds its chunks and
-// agrees on its version with the other instances through Redis.
-func loadKnowledgeBases(ctx context.Context, cfg config.Config, emb embed.Embedder, rdb *redis.Client, logger *slog.Logger) (*retrieval.Hybrid, error) {
-	versions := retrieval.NewVersions(rdb, cfg.Redis.KeyPrefix)
-	// Chunk sizes are counted in words; English prose runs ~1.3 tokens a
-	// word, so this keeps chunks within retrieval.chunk_tokens.
-	maxWords := max(cfg.Retrieval.ChunkTokens*3/4, 10)
-	var kbs []*retrieval.KB
+// Chunking is how documents are cut: sizes are configured in tokens and
+// counted in words, and English prose runs ~1.3 tokens a word.
+func Chunking(cfg config.Retrieval) retrieval.ChunkOptions {
+	overlap := cfg.ChunkOverlapTokens * 3 / 4
+	if overlap == 0 {
+		overlap = -1 // none
+	}
+	return retrieval.ChunkOptions{MaxWords: max(cfg.ChunkTokens*3/4, 10), OverlapWords: overlap}
+}
+
+// seedKnowledgeBases ingests the configured corpora (built in or from a
+// directory) into the kb store. Content already stored is neither
+// embedded nor written again, so every process can seed at start; documents
+// added through the API are left alone.
+func seedKnowledgeBases(ctx context.Context, cfg config.Config, ing *ingest.Ingester, logger *slog.Logger) error {
 	for i, k := range cfg.Retrieval.KnowledgeBases {
 		var docs []retrieval.Document
 		var err error
@@ -29,20 +34,25 @@ func loadKnowledgeBases(ctx context.Context, cfg config.Config, emb embed.Embedd
 			docs, err = retrieval.LoadDir(k.Dir)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("retrieval.knowledge_bases[%d] (%s): %w", i, k.Name, err)
+			return fmt.Errorf("retrieval.knowledge_bases[%d] (%s): %w", i, k.Name, err)
 		}
-		kb, err := retrieval.NewKB(ctx, k.Name, docs, retrieval.KBOptions{
-			Embedder: emb,
-			Chunking: retrieval.ChunkOptions{MaxWords: maxWords},
-			Versions: versions,
-			Logger:   logger.With("component", "kb"),
-		})
+		in := make([]ingest.Document, len(docs))
+		for j, d := range docs {
+			in[j] = ingest.Document{ID: d.ID, Title: d.Title, Text: d.Text}
+		}
+		res, err := ing.Put(ctx, k.Name, in)
 		if err != nil {
-			return nil, fmt.Errorf("load knowledge base %s: %w", k.Name, err)
+			return fmt.Errorf("seed knowledge base %s (retrieval.knowledge_bases[%d]): %w", k.Name, i, err)
 		}
-		kbs = append(kbs, kb)
+		changed := 0
+		for _, d := range res.Docs {
+			if d.Changed {
+				changed++
+			}
+		}
+		logger.Info("seeded knowledge base", "kb", k.Name, "docs", len(in), "changed", changed, "version", res.Version)
 	}
-	return retrieval.NewHybrid(retrieval.HybridOptions{}, kbs...)
+	return nil
 }
 
 // cachedRetriever adapts the L2 cache to the activities' interface.

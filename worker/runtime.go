@@ -25,6 +25,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/prompt"
@@ -43,10 +45,13 @@ type Runtime struct {
 	Events   *events.Log
 	Gate     *admission.Gate
 	// Waker is nil when admission.fast_wait is 0.
-	Waker      *admission.Waker
-	Tokens     *tokens.Counter
-	Prompts    *prompt.Builder
-	Limiter    *limiter.Limiter
+	Waker   *admission.Waker
+	Tokens  *tokens.Counter
+	Prompts *prompt.Builder
+	Limiter *limiter.Limiter
+	// KBs holds the knowledge bases; Ingester writes documents into it.
+	KBs        *kbstore.Store
+	Ingester   *ingest.Ingester
 	Activities *activities.Activities
 }
 
@@ -162,15 +167,21 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		Prefix: cfg.Redis.KeyPrefix, TTL: cfg.Embedding.CacheTTL, LRUSize: cfg.Embedding.LRUSize,
 		Logger: r.Logger.With("component", "embed-cache"),
 	})
-	store, err := loadKnowledgeBases(ctx, cfg, embedder, r.Redis, r.Logger)
+	r.KBs = kbstore.New(r.Redis, kbstore.Options{Prefix: cfg.Redis.KeyPrefix})
+	r.Ingester = &ingest.Ingester{Store: r.KBs, Embedder: embedder, Chunking: Chunking(cfg.Retrieval)}
+	if err := seedKnowledgeBases(ctx, cfg, r.Ingester, r.Logger); err != nil {
+		return nil, err
+	}
+	live, err := retrieval.NewLive(r.KBs, retrieval.LiveOptions{Model: embedder.Model(), Logger: r.Logger.With("component", "kb")})
 	if err != nil {
 		return nil, err
 	}
 	reranker := rerank.NewLexical(rerank.LexicalOptions{})
-	cached := retrieval.NewCachedRetriever(store, r.Redis, retrieval.CacheOptions{
+	cached := retrieval.NewCachedRetriever(live, r.Redis, retrieval.CacheOptions{
 		Prefix: cfg.Redis.KeyPrefix, TTL: cfg.Retrieval.CacheTTL,
-		Version: embedder.Model(),
-		Logger:  r.Logger.With("component", "retrieval-cache"),
+		Version:     embedder.Model(),
+		DocIndexKey: r.KBs.L2DocKey,
+		Logger:      r.Logger.With("component", "retrieval-cache"),
 	})
 	pools := map[string]activities.Pool{}
 	for name, p := range map[string]config.Pool{activities.PoolShort: cfg.Pools.Short, activities.PoolLong: cfg.Pools.Long} {
@@ -188,7 +199,7 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		Waker:      r.Waker,
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},
-		Chunks:     store,
+		Chunks:     live,
 		Reranker:   reranker,
 		Pools:      pools,
 		Prompts:    r.Prompts,

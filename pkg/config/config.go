@@ -30,6 +30,7 @@ type Config struct {
 	LLM       LLM       `yaml:"llm"`
 	Embedding Embedding `yaml:"embedding"`
 	Retrieval Retrieval `yaml:"retrieval"`
+	Ingest    Ingest    `yaml:"ingest"`
 	Auth      Auth      `yaml:"auth"`
 	Limits    Limits    `yaml:"limits"`
 	Log       Log       `yaml:"log"`
@@ -250,6 +251,23 @@ type Retrieval struct {
 	// ChunkTokens bounds one chunk; used to estimate prompt size before
 	// retrieval has run.
 	ChunkTokens int `yaml:"chunk_tokens"`
+	// ChunkOverlapTokens is how much of a chunk's end the next one repeats
+	// when a break falls inside a paragraph (0: none).
+	ChunkOverlapTokens int `yaml:"chunk_overlap_tokens"`
+}
+
+// Ingest bounds document ingestion (POST /v1/kb/:kb/documents), which
+// chunks and embeds and so is expensive too: it holds one of
+// MaxConcurrent leased permits shared by every API instance.
+type Ingest struct {
+	MaxConcurrent int `yaml:"max_concurrent"`
+	// MaxWait is how long a request waits for a permit before 503.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// Lease is a permit's lease, renewed while the ingestion runs.
+	Lease time.Duration `yaml:"lease"`
+	// MaxDocuments bounds one request's batch; MaxBodyBytes its body.
+	MaxDocuments int   `yaml:"max_documents"`
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 }
 
 // KnowledgeBase names a corpus. Dir, if set, loads *.md and *.txt files
@@ -349,13 +367,15 @@ func Default() Config {
 			CacheTTL: 24 * time.Hour,
 			LRUSize:  10000,
 		},
+		Ingest: Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20},
 		Retrieval: Retrieval{
-			TopK:           3,
-			Candidates:     10,
-			CacheTTL:       time.Hour,
-			KnowledgeBases: []KnowledgeBase{{Name: "sluice-docs", Builtin: "sluice-docs"}},
-			DefaultKB:      "sluice-docs",
-			ChunkTokens:    120,
+			TopK:               3,
+			Candidates:         10,
+			CacheTTL:           time.Hour,
+			KnowledgeBases:     []KnowledgeBase{{Name: "sluice-docs", Builtin: "sluice-docs"}},
+			DefaultKB:          "sluice-docs",
+			ChunkTokens:        120,
+			ChunkOverlapTokens: 24,
 		},
 		Auth: Auth{AllowAnonymous: true},
 		Limits: Limits{
@@ -498,6 +518,16 @@ func (c Config) Validate() error {
 	}
 	v.duration("retrieval.cache_ttl", c.Retrieval.CacheTTL)
 	v.positive("retrieval.chunk_tokens", int64(c.Retrieval.ChunkTokens))
+	v.positive("ingest.max_concurrent", int64(c.Ingest.MaxConcurrent))
+	v.duration("ingest.max_wait", c.Ingest.MaxWait)
+	if c.Ingest.Lease < 3*time.Second {
+		v.add("ingest.lease", "must be at least 3s (it is renewed every third of it), got %s", c.Ingest.Lease)
+	}
+	v.positive("ingest.max_documents", int64(c.Ingest.MaxDocuments))
+	v.positive("ingest.max_body_bytes", c.Ingest.MaxBodyBytes)
+	if c.Retrieval.ChunkOverlapTokens < 0 || c.Retrieval.ChunkOverlapTokens >= c.Retrieval.ChunkTokens {
+		v.add("retrieval.chunk_overlap_tokens", "must be at least 0 and below retrieval.chunk_tokens, got %d", c.Retrieval.ChunkOverlapTokens)
+	}
 	if len(c.Retrieval.KnowledgeBases) == 0 {
 		v.add("retrieval.knowledge_bases", "must name at least one knowledge base")
 	}

@@ -153,3 +153,51 @@ func TestOtherModelRefused(t *testing.T) {
 		t.Fatalf("put with another embedder: %v", err)
 	}
 }
+
+// The retrieval cache over live kbs: an entry holding a document is
+// deleted when that document is deleted; an entry of another kb is not.
+func TestCacheEntriesOfAChangedDocumentAreDeleted(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	rdb := srv.Client(t)
+	prefix := testenv.KeyPrefix(t)
+	cache := retrieval.NewCachedRetriever(f.live, rdb, retrieval.CacheOptions{
+		Prefix: prefix, Version: f.emb.Model(), DocIndexKey: f.store.L2DocKey, Logger: quiet})
+	for _, kb := range []string{"facts", "other"} {
+		if _, err := f.ing.Put(ctx, kb, docs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := func(kb string) retrieval.Query {
+		vecs, _ := f.emb.Embed(ctx, []string{"why do otters hold hands"})
+		return retrieval.Query{KB: kb, Text: "why do otters hold hands", Vector: vecs[0], K: 2}
+	}
+	for _, kb := range []string{"facts", "other"} {
+		if res, hit, err := cache.Get(ctx, q(kb)); err != nil || hit || res.Chunks[0].DocID != "otters" {
+			t.Fatalf("%s: first get %+v %v %v", kb, res, hit, err)
+		}
+		if _, hit, _ := cache.Get(ctx, q(kb)); !hit {
+			t.Fatalf("%s: second get missed", kb)
+		}
+	}
+	facts := cache.Key(q("facts"), 1)
+	other := cache.Key(q("other"), 1)
+	if _, _, err := f.store.Delete(ctx, "facts", "otters"); err != nil {
+		t.Fatal(err)
+	}
+	if rdb.Exists(ctx, facts).Val() != 0 {
+		t.Fatal("the cache entry holding the deleted document is still stored")
+	}
+	if rdb.Exists(ctx, other).Val() != 1 {
+		t.Fatal("another kb's cache entry was deleted")
+	}
+	res, hit, err := cache.Get(ctx, q("facts"))
+	if err != nil || hit || res.KBVersion != 2 {
+		t.Fatalf("after the delete: %+v %v %v", res, hit, err)
+	}
+	for _, c := range res.Chunks {
+		if c.DocID == "otters" {
+			t.Fatal("retrieved the deleted document")
+		}
+	}
+}

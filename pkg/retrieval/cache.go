@@ -21,7 +21,7 @@ import (
 // *redis.Client, *redis.ClusterClient and redis.UniversalClient satisfy it.
 type Redis interface {
 	Get(ctx context.Context, key string) *redis.StringCmd
-	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
+	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
 // CacheOptions configures CachedRetriever.
@@ -42,6 +42,11 @@ type CacheOptions struct {
 	// KeepCase keeps the query's case in the key. Leave it unset when
 	// retrieval ignores case, as BM25 here and the local embedder do.
 	KeepCase bool
+	// DocIndexKey, if set, names the set that lists the cache keys whose
+	// result holds a chunk of a document (kbstore.Store.L2DocKey): every
+	// entry written is added to the set of each of its documents, so that
+	// replacing or deleting a document deletes exactly those entries.
+	DocIndexKey func(kb, docID string) string
 	// Logger receives Redis failures, which the cache survives by
 	// retrieving. Default slog.Default().
 	Logger *slog.Logger
@@ -147,7 +152,24 @@ func (c *CachedRetriever) Get(ctx context.Context, q Query) (Result, bool, error
 	if err != nil {
 		return Result{}, false, fmt.Errorf("encode retrieval result for cache: %w", err)
 	}
-	if err := c.rdb.Set(ctx, key, val, c.opts.TTL).Err(); err != nil {
+	_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, key, val, c.opts.TTL)
+		if c.opts.DocIndexKey == nil {
+			return nil
+		}
+		seen := map[string]bool{}
+		for _, ch := range res.Chunks {
+			if seen[ch.DocID] {
+				continue
+			}
+			seen[ch.DocID] = true
+			set := c.opts.DocIndexKey(q.KB, ch.DocID)
+			p.SAdd(ctx, set, key)
+			p.Expire(ctx, set, c.opts.TTL)
+		}
+		return nil
+	})
+	if err != nil {
 		c.redisErrors.Add(1)
 		c.opts.Logger.WarnContext(ctx, "retrieval cache: redis write failed", "key", key, "err", err)
 	}
