@@ -31,7 +31,7 @@ type fixture struct {
 	emb   embed.Embedder
 }
 
-func newFixture(t *testing.T) fixture {
+func newFixture(t testing.TB) fixture {
 	store := kbstore.New(srv.Client(t), kbstore.Options{Prefix: testenv.KeyPrefix(t)})
 	emb := embed.NewLocal(embed.LocalOptions{})
 	live, err := retrieval.NewLive(store, retrieval.LiveOptions{Model: emb.Model(), Logger: quiet})
@@ -106,6 +106,15 @@ func TestIngestRetrieveReplaceDelete(t *testing.T) {
 	}
 	if got.KBVersion != 3 {
 		t.Fatalf("version %d after the delete", got.KBVersion)
+	}
+	// A kb whose every document is deleted still exists, empty.
+	for _, d := range docs[1:] {
+		if _, _, err := f.store.Delete(ctx, "facts", d.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.ask(t, "facts", "volcano"); got.KBVersion != 5 || len(got.Chunks) != 0 {
+		t.Fatalf("empty kb: %+v", got)
 	}
 }
 

@@ -85,6 +85,9 @@ func (l *Live) Retrieve(ctx context.Context, q Query) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	if len(snap.chunks) == 0 { // every document deleted: nothing to find
+		return Result{KB: q.KB, KBVersion: snap.version, Chunks: []Chunk{}}, nil
+	}
 	return snap.search(ctx, q, l.w)
 }
 
@@ -239,9 +242,6 @@ func (l *Live) catchUp(ctx context.Context, kb string, e *liveKB) (*KB, error) {
 	}
 	for _, r := range revs {
 		docs[r.ID] = r
-	}
-	if len(docs) == 0 {
-		return nil, &UnknownKBError{KB: kb} // every document deleted
 	}
 	snap, err := l.build(kb, version, docs)
 	if err != nil {

@@ -13,6 +13,10 @@ var kbVersionLua string
 
 var kbVersionScript = redis.NewScript(kbVersionLua)
 
+// Versions numbers the contents of kbs built whole by NewKB (the static
+// Hybrid retriever, used by tests and benchmarks); kbs served by Live are
+// numbered by kbstore instead, under other keys.
+//
 // Versions numbers kb contents in Redis. A version only ever grows and
 // each number belongs to exactly one content hash, so a cache key holding
 // (kb, version) can never return results of other content, even while
@@ -30,10 +34,10 @@ func NewVersions(rdb redis.Scripter, prefix string) *Versions {
 // VersionKey is the Redis key of kb's version. The braces are a Redis
 // Cluster hash tag: both keys of a kb hash to one slot, as the script
 // needs.
-func (v *Versions) VersionKey(kb string) string { return v.prefix + "kb:{" + kb + "}:version" }
+func (v *Versions) VersionKey(kb string) string { return v.prefix + "kbhash:{" + kb + "}:version" }
 
 // HashKey is the Redis key of the content hash of kb's current version.
-func (v *Versions) HashKey(kb string) string { return v.prefix + "kb:{" + kb + "}:hash" }
+func (v *Versions) HashKey(kb string) string { return v.prefix + "kbhash:{" + kb + "}:hash" }
 
 // Sync returns the version of kb's content with the given hash, assigning
 // the next version if the hash differs from the one last stored.

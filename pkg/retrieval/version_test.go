@@ -41,10 +41,10 @@ func TestVersionsSync(t *testing.T) {
 			t.Errorf("step %d: Sync(%q) = %d, want %d", i, s.hash, got, s.want)
 		}
 	}
-	if got := rdb.Get(ctx, prefix(t)+"kb:{docs}:version").Val(); got != "3" {
+	if got := rdb.Get(ctx, prefix(t)+"kbhash:{docs}:version").Val(); got != "3" {
 		t.Errorf("version key holds %q, want 3", got)
 	}
-	if got := rdb.Get(ctx, prefix(t)+"kb:{docs}:hash").Val(); got != "aaa" {
+	if got := rdb.Get(ctx, prefix(t)+"kbhash:{docs}:hash").Val(); got != "aaa" {
 		t.Errorf("hash key holds %q, want aaa", got)
 	}
 	if ttl := rdb.TTL(ctx, v.VersionKey("docs")).Val(); ttl != -1 {
