@@ -161,14 +161,22 @@ func (s *Server) listKBs(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"kbs": append([]string{}, names...)})
 }
 
-// kbKnown reports whether a chat request may name kb.
+// kbKnown reports whether a chat request may name kb. A kb, once
+// written, is never removed (only its documents are), so a yes is
+// remembered: a flood naming a real kb costs Redis nothing here.
 func (s *Server) kbKnown(ctx context.Context, kb string) (bool, error) {
 	if s.kbStore == nil {
 		return s.kbs[kb], nil
+	}
+	if _, ok := s.seenKBs.Load(kb); ok {
+		return true, nil
 	}
 	if !ingest.ValidKBName(kb) {
 		return false, nil
 	}
 	v, err := s.kbStore.Version(ctx, kb)
+	if v > 0 {
+		s.seenKBs.Store(kb, struct{}{})
+	}
 	return v > 0, err
 }

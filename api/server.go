@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,7 @@ type Server struct {
 	policy   *policy.Store
 	kbs      map[string]bool
 	kbStore  *kbstore.Store
+	seenKBs  sync.Map // kb names known to exist (see kbKnown)
 	ingester *ingest.Ingester
 	// ingestSlots bounds concurrent ingestion across instances.
 	ingestSlots *semaphore.Semaphore
