@@ -200,7 +200,12 @@ func limitedConfig(c *config.Config) {
 }
 
 func post(srv *Server, body string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(body))
+	return call(srv, http.MethodPost, "/v1/chat", body)
+}
+
+// call sends body as JSON with acme's API key.
+func call(srv *Server, method, path, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer k-acme")
 	rec := httptest.NewRecorder()

@@ -28,8 +28,8 @@ func (s *Server) postDocuments(c echo.Context) error {
 		return err
 	}
 	kb := c.Param("kb")
-	if !ingest.ValidKBName(kb) {
-		return badRequest("bad_kb", "knowledge base names are 1-64 letters, digits, '-', '_' or '.'")
+	if err := checkKBName(kb); err != nil {
+		return err
 	}
 	var req ingestRequest
 	if err := s.decodeJSONLimit(c, &req, s.cfg.Ingest.MaxBodyBytes); err != nil {
@@ -108,8 +108,8 @@ func (s *Server) deleteDocument(c echo.Context) error {
 		return unavailable("knowledge bases are not configured in this process")
 	}
 	kb, doc := c.Param("kb"), c.Param("id")
-	if !ingest.ValidKBName(kb) {
-		return badRequest("bad_kb", "knowledge base names are 1-64 letters, digits, '-', '_' or '.'")
+	if err := checkKBName(kb); err != nil {
+		return err
 	}
 	version, deleted, err := s.kbStore.Delete(c.Request().Context(), kb, doc)
 	if err != nil {
@@ -131,8 +131,8 @@ func (s *Server) getKB(c echo.Context) error {
 		return unavailable("knowledge bases are not configured in this process")
 	}
 	kb := c.Param("kb")
-	if !ingest.ValidKBName(kb) {
-		return badRequest("bad_kb", "knowledge base names are 1-64 letters, digits, '-', '_' or '.'")
+	if err := checkKBName(kb); err != nil {
+		return err
 	}
 	info, err := s.kbStore.Info(c.Request().Context(), kb)
 	if err != nil {
@@ -159,6 +159,14 @@ func (s *Server) listKBs(c echo.Context) error {
 		return unavailable("could not list knowledge bases; please retry")
 	}
 	return c.JSON(http.StatusOK, map[string]any{"kbs": append([]string{}, names...)})
+}
+
+// checkKBName refuses a kb name that cannot name a kb.
+func checkKBName(kb string) error {
+	if !ingest.ValidKBName(kb) {
+		return badRequest("bad_kb", "knowledge base names are 1-64 letters, digits, '-', '_' or '.'")
+	}
+	return nil
 }
 
 // kbKnown reports whether a chat request may name kb. A kb, once

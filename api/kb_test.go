@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -29,15 +28,6 @@ func newKBServer(t *testing.T, mod func(*config.Config)) *Server {
 		t.Fatal(err)
 	}
 	return srv
-}
-
-func call(srv *Server, method, path, body string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer k-acme")
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, req)
-	return rec
 }
 
 func TestKBLifecycle(t *testing.T) {

@@ -130,7 +130,11 @@ func (g *Ingester) Put(ctx context.Context, kb string, docs []Document) (Result,
 	var todo []kbstore.Revision
 	var at []int // index into docs of each of todo
 	for i, d := range docs {
-		res.Docs[i] = DocResult{ID: d.ID, Rev: revs[i]}
+		chunks := retrieval.Split(d.Text, g.Chunking)
+		if len(chunks) == 0 {
+			return Result{}, fmt.Errorf("%w: document %s has no text to index", ErrInvalid, d.ID)
+		}
+		res.Docs[i] = DocResult{ID: d.ID, Rev: revs[i], Chunks: len(chunks)}
 		if stored[i] == revs[i] {
 			continue
 		}
@@ -138,24 +142,17 @@ func (g *Ingester) Put(ctx context.Context, kb string, docs []Document) (Result,
 		if title == "" {
 			title = d.ID
 		}
-		r := kbstore.Revision{ID: d.ID, Rev: revs[i], Title: title, Metadata: d.Metadata, Chunks: retrieval.Split(d.Text, g.Chunking)}
-		if len(r.Chunks) == 0 {
-			return Result{}, fmt.Errorf("%w: document %s has no text to index", ErrInvalid, d.ID)
-		}
-		todo = append(todo, r)
+		todo = append(todo, kbstore.Revision{ID: d.ID, Rev: revs[i], Title: title, Metadata: d.Metadata, Chunks: chunks})
 		at = append(at, i)
-	}
-	if err := g.embed(ctx, todo); err != nil {
-		return Result{}, err
 	}
 	if len(todo) == 0 {
 		if res.Version, err = g.Store.Version(ctx, kb); err != nil {
 			return Result{}, err
 		}
-		for i, d := range docs {
-			res.Docs[i].Chunks = len(retrieval.Split(d.Text, g.Chunking))
-		}
 		return res, nil
+	}
+	if err := g.embed(ctx, todo); err != nil {
+		return Result{}, err
 	}
 	put, err := g.Store.Put(ctx, kb, model, todo)
 	if err != nil {
@@ -166,13 +163,7 @@ func (g *Ingester) Put(ctx context.Context, kb string, docs []Document) (Result,
 	}
 	res.Version = put.Version
 	for j, i := range at {
-		res.Docs[i].Chunks = len(todo[j].Chunks)
 		res.Docs[i].Changed = put.Changed[j]
-	}
-	for i, d := range docs {
-		if res.Docs[i].Chunks == 0 {
-			res.Docs[i].Chunks = len(retrieval.Split(d.Text, g.Chunking))
-		}
 	}
 	return res, nil
 }

@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"math"
 	"sort"
 	"strconv"
@@ -116,12 +117,7 @@ type DocInfo struct {
 // description, e.g. "words=90/20") and the embedder model.
 func RevisionHash(id, title, text string, metadata map[string]string, chunking, model string) string {
 	h := sha256.New()
-	field := func(s string) {
-		var n [8]byte
-		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
+	field := func(s string) { HashField(h, s) }
 	field("sluice-doc/1")
 	for _, s := range []string{id, title, text, chunking, model} {
 		field(s)
@@ -136,6 +132,15 @@ func RevisionHash(id, title, text string, metadata map[string]string, chunking, 
 		field(metadata[k])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// HashField writes s to h length-prefixed, so that a sequence of fields
+// hashes unambiguously ("ab","c" differs from "a","bc").
+func HashField(h hash.Hash, s string) {
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+	h.Write(n[:])
+	h.Write([]byte(s))
 }
 
 func (s *Store) kbPrefix(kb string) string { return s.prefix + "kb:{" + kb + "}:" }

@@ -3,7 +3,6 @@ package retrieval
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/embed"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
 )
 
 // KBOptions configures how NewKB builds a kb.
@@ -162,12 +162,7 @@ func (kb *KB) embedChunks(ctx context.Context, emb embed.Embedder, texts []strin
 // change to any of them yields a new version.
 func contentHash(model string, docs []Document, opts KBOptions) string {
 	h := sha256.New()
-	field := func(s string) {
-		var n [8]byte
-		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
-		h.Write(n[:])
-		h.Write([]byte(s))
-	}
+	field := func(s string) { kbstore.HashField(h, s) }
 	field("sluice-kb/1")
 	field(model)
 	field(fmt.Sprintf("chunk=%d/%d bm25=%g/%g", opts.Chunking.MaxWords, opts.Chunking.OverlapWords, opts.BM25.K1, opts.BM25.B))
