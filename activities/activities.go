@@ -18,18 +18,22 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/pkg/session"
 )
 
 // Pool names.
 const (
 	PoolShort = "short"
 	PoolLong  = "long"
+	// RouteCache is the route of a request answered by the L3 tier.
+	RouteCache = "cache"
 )
 
 // EmbeddingCache is the L1 tier: query → embedding.
@@ -73,6 +77,12 @@ type Activities struct {
 	// Limiter refunds the unused part of a request's rate-limit
 	// reservation; nil when limits are off.
 	Limiter *limiter.Limiter
+	// Sessions keeps conversations; nil: session ids are ignored.
+	Sessions *session.Store
+	// Answers is the L3 tier and KBVersions tells it a kb's current
+	// version; nil: no request asks for it.
+	Answers    *answercache.Cache
+	KBVersions KBVersions
 	Logger  *slog.Logger
 	Options Options
 }
@@ -89,6 +99,13 @@ type Options struct {
 	ChunkTokens int
 	// StopFlagTTL is how long a stop flag outlives its request.
 	StopFlagTTL time.Duration
+	// TruncationNotice ends an answer cut at its max tokens ("": none).
+	TruncationNotice string
+}
+
+// KBVersions reads a knowledge base's current version.
+type KBVersions interface {
+	Version(ctx context.Context, kb string) (int64, error)
 }
 
 func (a *Activities) logger(requestID string) *slog.Logger {
@@ -141,7 +158,8 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	start := time.Now()
 	out := AdmitOutput{Pool: in.Pool}
 	if out.Pool == "" {
-		out.EstimatedPromptTokens = a.Prompts.BoundBeforeRetrieval(in.Query, a.Options.TopK, a.Options.ChunkTokens)
+		_, out.HistoryTokens = a.history(ctx, in.RequestID, in.Session)
+		out.EstimatedPromptTokens = a.Prompts.BoundBeforeRetrieval(in.Query, a.Options.TopK, a.Options.ChunkTokens) + out.HistoryTokens
 		out.Pool = Route(out.EstimatedPromptTokens, a.Options.ShortThreshold)
 	}
 	written := func() error { return nil }
@@ -321,16 +339,21 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 	if err != nil {
 		return LLMOutput{}, err
 	}
-	msgs := a.Prompts.Messages(chunks, in.Query)
+	history, historyTokens := a.history(ctx, in.RequestID, in.Session)
+	msgs := a.Prompts.Conversation(history, chunks, in.Query)
 	promptTokens := 0
 	// The cheap bound keeps exact tokenization off the time to first
 	// token; only a prompt near the pool's limit is counted exactly, and
-	// its lowest-ranked context shed until it fits.
-	if a.Prompts.Bound(chunks, in.Query) > pool.MaxPromptTokens {
+	// its lowest-ranked context shed until it fits, then its oldest turns.
+	if a.Prompts.Bound(chunks, in.Query)+historyTokens > pool.MaxPromptTokens {
 		promptTokens = a.Prompts.Count(msgs)
-		for promptTokens > pool.MaxPromptTokens && len(chunks) > 0 {
-			chunks = chunks[:len(chunks)-1]
-			msgs = a.Prompts.Messages(chunks, in.Query)
+		for promptTokens > pool.MaxPromptTokens && len(chunks)+len(history) > 0 {
+			if len(chunks) > 0 {
+				chunks = chunks[:len(chunks)-1]
+			} else {
+				history = history[1:]
+			}
+			msgs = a.Prompts.Conversation(history, chunks, in.Query)
 			promptTokens = a.Prompts.Count(msgs)
 		}
 	}
@@ -354,6 +377,9 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 	go a.keepAlive(sctx, stop, log, in, stopKey, &n)
 
 	var firstToken time.Duration
+	// The answer's text is kept only when the session or the L3 tier needs it.
+	var answer []string
+	keep := in.Session != nil || in.CacheAnswer
 	res, err := pool.Streamer.Stream(sctx, llm.Request{Model: pool.Model, Messages: msgs, MaxTokens: in.MaxTokens}, func(text string) error {
 		i := int(n.Load())
 		if i == 0 {
@@ -366,6 +392,9 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		stopped, err := a.writeToken(sctx, in.RequestID, i, text, stopKey)
 		if err != nil {
 			return err
+		}
+		if keep {
+			answer = append(answer, text)
 		}
 		n.Add(1)
 		activity.RecordHeartbeat(ctx, streamProgress{Tokens: i + 1})
@@ -418,10 +447,22 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		usage = events.Usage{PromptTokens: promptTokens, CompletionTokens: tokens}
 	}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	if res.FinishReason == "length" && a.Options.TruncationNotice != "" {
+		// The model stopped at max tokens, maybe mid-word: say so.
+		if _, err := a.writeToken(ctx, in.RequestID, tokens, a.Options.TruncationNotice, stopKey); err != nil {
+			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
+		}
+		if keep {
+			answer = append(answer, a.Options.TruncationNotice)
+		}
+	}
 	out := LLMOutput{
 		Usage: usage, FinishReason: res.FinishReason,
 		Sources: sources(chunks), ContextShed: len(in.Context) - len(chunks),
 		FirstTokenMs: firstToken.Milliseconds(), Ms: time.Since(start).Milliseconds(),
+	}
+	if in.Session != nil {
+		out.TurnRecorded = a.recordAnswer(ctx, in, res.FinishReason, answer)
 	}
 	// The client gets its done event now, not after this activity's
 	// completion has gone through the server to the workflow; the workflow
@@ -433,6 +474,9 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
 		}
 		out.DoneWritten = true
+	}
+	if in.CacheAnswer && res.FinishReason == "stop" {
+		a.cacheAnswer(ctx, in, out, answer)
 	}
 	return out, nil
 }
@@ -590,6 +634,11 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) error {
 	}
 	if in.Used != nil && in.Reservation != "" && a.Limiter != nil {
 		if _, err := a.Limiter.Refund(ctx, in.Reservation, float64(in.Used.Tokens), float64(in.Used.Requests)); err != nil {
+			return err
+		}
+	}
+	if in.Turn != nil && a.Sessions != nil {
+		if err := a.recordTurn(ctx, in); err != nil {
 			return err
 		}
 	}

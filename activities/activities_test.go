@@ -1,6 +1,7 @@
 package activities_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
@@ -29,6 +31,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
@@ -144,6 +147,10 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = waker.Close() })
+	sessions, err := session.New(rdb, session.Options{KeyPrefix: prefix, TTL: time.Minute, MaxTurns: cfg.Sessions.MaxTurns})
+	if err != nil {
+		t.Fatal(err)
+	}
 	acts := &activities.Activities{
 		Redis:    rdb,
 		Events:   evlog,
@@ -162,17 +169,29 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 			activities.PoolShort: {Streamer: opts.streamer, Model: "fake", MaxPromptTokens: cfg.Pools.Short.MaxPromptTokens},
 			activities.PoolLong:  {Streamer: opts.streamer, Model: "fake", MaxPromptTokens: cfg.Pools.Long.MaxPromptTokens},
 		},
-		Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tc),
-		Logger:  quiet,
+		Prompts:    prompt.NewBuilder(cfg.LLM.SystemPrompt, tc),
+		Sessions:   sessions,
+		Answers:    answercache.New(rdb, prefix, time.Minute),
+		KBVersions: hybridVersions{kb},
+		Logger:     quiet,
 		Options: activities.Options{
-			KeyPrefix:      prefix,
-			ShortThreshold: opts.shortThreshold,
-			TopK:           cfg.Retrieval.TopK,
-			ChunkTokens:    cfg.Retrieval.ChunkTokens,
-			StopFlagTTL:    time.Minute,
+			KeyPrefix:        prefix,
+			ShortThreshold:   opts.shortThreshold,
+			TopK:             cfg.Retrieval.TopK,
+			ChunkTokens:      cfg.Retrieval.ChunkTokens,
+			StopFlagTTL:      time.Minute,
+			TruncationNotice: cfg.LLM.TruncationNotice,
 		},
 	}
 	return &harness{acts: acts, rdb: rdb, gate: gate, log: evlog, kb: kb, notifier: notifier, prefix: prefix}
+}
+
+// hybridVersions reads kb versions from the static kb, as the worker
+// reads them from the kb store.
+type hybridVersions struct{ h *retrieval.Hybrid }
+
+func (v hybridVersions) Version(ctx context.Context, kb string) (int64, error) {
+	return v.h.KBVersion(ctx, kb)
 }
 
 // cachedRetriever adapts the L2 cache to the activities' interface, as the
@@ -403,6 +422,8 @@ type fakeLLM struct {
 	// onToken runs after each delivered token; true ends the answer
 	// there, as a model that stops.
 	onToken func(i int) bool
+	// finish is the finish reason reported ("stop" if empty).
+	finish string
 
 	mu   sync.Mutex
 	reqs []llm.Request
@@ -412,7 +433,7 @@ func (f *fakeLLM) Stream(ctx context.Context, req llm.Request, onDelta func(stri
 	f.mu.Lock()
 	f.reqs = append(f.reqs, req)
 	f.mu.Unlock()
-	res := llm.Result{Endpoint: "fake", FinishReason: "stop"}
+	res := llm.Result{Endpoint: "fake", FinishReason: cmp.Or(f.finish, "stop")}
 	for i, tok := range f.tokens {
 		if f.err != nil && i == f.failAfter {
 			return res, f.err

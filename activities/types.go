@@ -67,6 +67,18 @@ type AdmitInput struct {
 	// FastWait: how long to wait here for the grant when the request's
 	// turn is near (first call only; 0: not at all).
 	FastWait time.Duration
+	// Session, if set, is the conversation whose earlier turns the prompt
+	// will carry: routing counts them (first call only).
+	Session *SessionRef
+}
+
+// SessionRef names a request's conversation and how much of it the
+// prompt may carry.
+type SessionRef struct {
+	Tenant string
+	ID     string
+	// HistoryTokens bounds the earlier turns in the prompt (0: none).
+	HistoryTokens int
 }
 
 // AdmitOutput is the admission state.
@@ -84,8 +96,10 @@ type AdmitOutput struct {
 	// NextRecheckMs is when a queued request should re-check, its place
 	// kept live until then (0: at the base cadence).
 	NextRecheckMs int64
-	// EstimatedPromptTokens is the upper bound routing used.
+	// EstimatedPromptTokens is the upper bound routing used; HistoryTokens
+	// the part of it that earlier turns of the session take.
 	EstimatedPromptTokens int
+	HistoryTokens         int
 	Ms                    int64
 }
 
@@ -141,6 +155,12 @@ type LLMInput struct {
 	// Done, if set, is the done event so far (route, kb version, earlier
 	// stages' timings): the stream completes and writes it itself.
 	Done *events.Done
+	// Session, if set: the prompt carries the session's earlier turns and
+	// the answer is recorded in it before the done event is written, so
+	// that a follow-up sent the moment the client sees done finds it.
+	Session *SessionRef
+	// CacheAnswer keeps a complete answer in the L3 tier.
+	CacheAnswer bool
 }
 
 // LLMOutput summarises the stream.
@@ -153,8 +173,31 @@ type LLMOutput struct {
 	ContextShed  int
 	FirstTokenMs int64
 	Ms           int64
-	// DoneWritten reports that the done event is already in the stream.
-	DoneWritten bool
+	// DoneWritten reports that the done event is already in the stream;
+	// TurnRecorded that the answer is already in the session.
+	DoneWritten  bool
+	TurnRecorded bool
+}
+
+// LookupAnswerInput asks the L3 tier for an answer to the query and, on a
+// hit, to stream it to the client.
+type LookupAnswerInput struct {
+	RequestID string
+	Query     string
+	KB        string
+	MaxTokens int
+	// Done is the done event so far; a hit completes and writes it.
+	Done *events.Done
+}
+
+// LookupAnswerOutput says whether the request was answered from the cache.
+type LookupAnswerOutput struct {
+	Hit          bool
+	KBVersion    int64
+	FinishReason string
+	Sources      []string
+	ContextShed  int
+	Ms           int64
 }
 
 // FinalizeInput ends a request: give back its permit or queue place and
@@ -179,6 +222,18 @@ type FinalizeInput struct {
 	// unknown (nothing is refunded).
 	Used        *Used
 	Reservation string
+	// Turn, if set, records the request in its session (idempotently).
+	Turn *TurnInput
+}
+
+// TurnInput is a request as its session remembers it. The answer of a done
+// request is read back from its event stream: it is what the client got.
+type TurnInput struct {
+	Session SessionRef
+	Query   string
+	// Outcome is a session outcome (session.OutcomeDone, ...).
+	Outcome string
+	Reason  string
 }
 
 // Used is what a request consumed against its rate-limit reservation.

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -209,6 +210,10 @@ func (s *Server) postChat(c echo.Context) error {
 	cost := 0
 	if live.Limits.Enabled && ratesOf(tier).CountsTokens() {
 		cost = bound() + *req.MaxTokens
+		if req.SessionID != "" {
+			// The session's turns may fill their budget.
+			cost += s.cfg.Sessions.HistoryTokens
+		}
 	}
 	reservation, err := s.reserve(c, id, who, tier, live.Limits.Enabled, cost)
 	if err != nil {
@@ -221,6 +226,7 @@ func (s *Server) postChat(c echo.Context) error {
 	case s.starts <- struct{}{}:
 	default:
 		s.refundAll(ctx, id, reservation)
+		s.recordRefusal(ctx, who, req, id, "busy")
 		return &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
 			Message: "Too many requests are starting right now. Please retry in a moment."}
 	}
@@ -234,6 +240,10 @@ func (s *Server) postChat(c echo.Context) error {
 	defer releaseSlot()
 	if err := s.checkQueue(ctx, activities.Route(bound(), s.cfg.Routing.ShortThresholdTokens), who.Tenant, tier); err != nil {
 		s.refundAll(ctx, id, reservation)
+		var ae *apiError
+		if errors.As(err, &ae) {
+			s.recordRefusal(ctx, who, req, id, ae.Code)
+		}
 		return err
 	}
 
@@ -262,6 +272,23 @@ func (s *Server) postChat(c echo.Context) error {
 		return unavailable("could not start the request; please retry")
 	}
 	return s.stream(c, sub, id)
+}
+
+// recordRefusal records a request the door turned away for want of
+// capacity in its session, as the workflow does with a request its queue
+// turned away: the session's next turn then knows its question went
+// unanswered. Refusals by the rate limits are not recorded: a flood must
+// cost one Redis call per request, and its Retry-After already says when.
+func (s *Server) recordRefusal(ctx context.Context, who caller, req chatRequest, id, reason string) {
+	if s.sessions == nil || req.SessionID == "" {
+		return
+	}
+	err := s.sessions.Append(ctx, who.Tenant, req.SessionID, session.Turn{
+		RequestID: id, Query: req.Query, Outcome: session.OutcomeRejected, Reason: reason, At: time.Now().UTC(),
+	})
+	if err != nil {
+		s.logger.Warn("record refusal in session", "requestID", id, "session", req.SessionID, "err", err)
+	}
 }
 
 // checkQueue refuses a request whose pool queue, or whose tenant's share
@@ -308,6 +335,7 @@ func ChatSettings(cfg config.Config, tier config.Tier) workflows.ChatSettings {
 		SearchAttributes:   cfg.Temporal.SearchAttributes,
 		Weight:             tier.Weight,
 		MaxPerTenant:       tier.MaxQueuePerTenant,
+		HistoryTokens:      cfg.Sessions.HistoryTokens,
 	}
 }
 
@@ -318,6 +346,9 @@ func (s *Server) startChat(ctx context.Context, id string, who caller, tier conf
 		Query: req.Query, KB: req.KB, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
 		RateReservation: reservation, Settings: ChatSettings(cfg, tier),
 	}
+	// An answer that depends on a conversation is that conversation's
+	// own: requests in a session neither read nor fill the answer cache.
+	in.Settings.AnswerCache = s.answerKBs[req.KB] && req.SessionID == ""
 	// No workflow execution timeout: every wait inside the workflow is
 	// bounded (max_wait, LLM timeouts and attempts, local activity
 	// deadlines), and a timeout would cost the server a timer per request.

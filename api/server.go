@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
+	"github.com/sluice-dev/sluice/pkg/session"
 )
 
 // Server is the HTTP API.
@@ -49,7 +50,10 @@ type Server struct {
 	// ingestSlots bounds concurrent ingestion across instances.
 	ingestSlots *semaphore.Semaphore
 	keys        map[string]config.APIKey
-	logger      *slog.Logger
+	sessions    *session.Store
+	// answerKBs are the kbs whose answers the L3 tier keeps.
+	answerKBs map[string]bool
+	logger    *slog.Logger
 	// draining is set when the process shuts down: streams then end
 	// without detaching, so their requests carry on.
 	draining atomic.Bool
@@ -74,6 +78,9 @@ type Options struct {
 	// only the configured kbs.
 	KBs      *kbstore.Store
 	Ingester *ingest.Ingester
+	// Sessions serves /v1/sessions and records requests refused at the
+	// door in their session; nil disables both.
+	Sessions *session.Store
 	Logger   *slog.Logger
 }
 
@@ -88,11 +95,14 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
 		gate: opts.Gate, prompts: opts.Prompts, limiter: opts.Limiter, policy: opts.Policy, logger: opts.Logger,
-		kbs: map[string]bool{}, keys: map[string]config.APIKey{},
+		kbs: map[string]bool{}, keys: map[string]config.APIKey{}, sessions: opts.Sessions, answerKBs: map[string]bool{},
 		starts: make(chan struct{}, opts.Config.API.MaxStartsInFlight),
 	}
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
 		s.kbs[kb.Name] = true
+	}
+	for _, kb := range opts.Config.AnswerCache.KBs {
+		s.answerKBs[kb] = true
 	}
 	s.kbStore, s.ingester = opts.KBs, opts.Ingester
 	if s.ingester != nil {
@@ -126,6 +136,8 @@ func New(opts Options) (*Server, error) {
 	e.GET("/v1/kb/:kb", s.getKB)
 	e.POST("/v1/kb/:kb/documents", s.postDocuments)
 	e.DELETE("/v1/kb/:kb/documents/:id", s.deleteDocument)
+	e.GET("/v1/sessions/:id", s.getSession)
+	e.DELETE("/v1/sessions/:id", s.deleteSession)
 	admin := e.Group("/v1/admin", s.requireAdmin)
 	admin.GET("/limits", s.getLimits)
 	admin.PUT("/limits", s.putLimits)

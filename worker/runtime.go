@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
@@ -32,6 +33,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -50,8 +52,10 @@ type Runtime struct {
 	Prompts *prompt.Builder
 	Limiter *limiter.Limiter
 	// KBs holds the knowledge bases; Ingester writes documents into it.
-	KBs        *kbstore.Store
-	Ingester   *ingest.Ingester
+	KBs      *kbstore.Store
+	Ingester *ingest.Ingester
+	// Sessions keeps conversations (/v1/chat session_id).
+	Sessions   *session.Store
 	Activities *activities.Activities
 }
 
@@ -101,6 +105,11 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 		MaxBatch: 64,
 	})
 	r.Events = events.NewLog(r.Redis, events.LogOptions{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Events.TTL, MaxLen: cfg.Events.MaxLen})
+	r.Sessions, err = session.New(r.Redis, session.Options{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Sessions.TTL, MaxTurns: cfg.Sessions.MaxTurns})
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("sessions: %w", err)
+	}
 	r.Gate, err = admission.New(r.Redis, admission.Options{
 		KeyPrefix:     cfg.Redis.KeyPrefix,
 		Lease:         cfg.Admission.Lease,
@@ -204,6 +213,9 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		Pools:      pools,
 		Prompts:    r.Prompts,
 		Limiter:    r.Limiter,
+		Sessions:   r.Sessions,
+		Answers:    answercache.New(r.Redis, cfg.Redis.KeyPrefix, cfg.AnswerCache.TTL),
+		KBVersions: r.KBs,
 		Logger:     r.Logger.With("component", "activities"),
 		Options: activities.Options{
 			KeyPrefix:      cfg.Redis.KeyPrefix,
@@ -211,6 +223,8 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 			TopK:           cfg.Retrieval.TopK,
 			ChunkTokens:    cfg.Retrieval.ChunkTokens,
 			StopFlagTTL:    10 * time.Minute,
+			// The notice is a token event: every client shows it.
+			TruncationNotice: cfg.LLM.TruncationNotice,
 		},
 	}, nil
 }

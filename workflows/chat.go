@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/session"
 )
 
 // a is only used to name activity methods; Temporal resolves them by name
@@ -57,8 +58,10 @@ type chat struct {
 	pool      string
 	seq       int64
 	admitting bool
-	// doneWritten: the stream already wrote the done event.
-	doneWritten bool
+	// doneWritten: the stream already wrote the done event; turnRecorded:
+	// it recorded the answer in the session too.
+	doneWritten  bool
+	turnRecorded bool
 	// used is what the request consumed, for the rate-limit refund; nil
 	// when a stream ended in a way that does not tell.
 	used    *activities.Used
@@ -169,6 +172,12 @@ func (w *chat) run(ctx workflow.Context) {
 	}
 	w.timing(StageEmbed, emb.Ms, emb.Cache)
 
+	// Histories from before the answer cache have no AnswerCache setting
+	// and so schedule no lookup: they replay unchanged.
+	if w.in.Settings.AnswerCache && w.answeredFromCache() {
+		return
+	}
+
 	if !w.admit(ctx) {
 		return
 	}
@@ -222,7 +231,7 @@ func (w *chat) run(ctx workflow.Context) {
 		err = workflow.ExecuteActivity(lctx, a.StreamLLM, activities.LLMInput{
 			RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query,
 			KB: w.in.KB, KBVersion: ret.KBVersion, Context: rr.Hits, MaxTokens: w.in.MaxTokens,
-			Done: w.doneSoFar(),
+			Done: w.doneSoFar(), Session: w.session(), CacheAnswer: w.in.Settings.AnswerCache,
 		}).Get(lctx, &out)
 		w.llmRunning = false
 		var appErr *temporal.ApplicationError
@@ -245,6 +254,7 @@ func (w *chat) run(ctx workflow.Context) {
 	w.timing("llm_first_token", out.FirstTokenMs, "")
 	w.timing(StageLLM, out.Ms, "")
 	w.doneWritten = out.DoneWritten
+	w.turnRecorded = out.TurnRecorded
 
 	w.result.Outcome = OutcomeDone
 	w.result.Reason = ""
@@ -252,6 +262,62 @@ func (w *chat) run(ctx workflow.Context) {
 	w.result.FinishReason = out.FinishReason
 	w.result.Sources = out.Sources
 	w.result.ContextShed = out.ContextShed
+}
+
+// answeredFromCache asks the answer cache (L3) and reports whether the
+// request ended there: answered (the lookup streamed the answer and the
+// done event) or cancelled. A failed lookup is only a miss.
+func (w *chat) answeredFromCache() bool {
+	sctx := localCtx(w.stageCtx)
+	var out activities.LookupAnswerOutput
+	err := workflow.ExecuteLocalActivity(sctx, a.LookupAnswer, activities.LookupAnswerInput{
+		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
+		Done: w.doneSoFar(),
+	}).Get(sctx, &out)
+	if w.stageCtx.Err() != nil {
+		w.cancelled()
+		return true
+	}
+	if err != nil {
+		w.logger.Warn("answer cache lookup failed; answering", "error", err)
+		return false
+	}
+	if !out.Hit {
+		w.timing("answer_cache", out.Ms, "miss")
+		return false
+	}
+	w.timing("answer_cache", out.Ms, "hit")
+	// No permit, no LLM tokens: only the request itself is charged.
+	w.used = &activities.Used{Requests: 1}
+	w.doneWritten = true
+	w.result = ChatResult{
+		Outcome: OutcomeDone, Route: activities.RouteCache, FinishReason: out.FinishReason,
+		KBVersion: out.KBVersion, Sources: out.Sources, ContextShed: out.ContextShed,
+	}
+	return true
+}
+
+// session names the request's conversation for the activities; nil when
+// it has none.
+func (w *chat) session() *activities.SessionRef {
+	if w.in.SessionID == "" {
+		return nil
+	}
+	return &activities.SessionRef{Tenant: w.in.Tenant, ID: w.in.SessionID, HistoryTokens: w.in.Settings.HistoryTokens}
+}
+
+// turn is what the session records of the request at its end; nil when
+// there is no session or the stream already recorded it.
+func (w *chat) turn() *activities.TurnInput {
+	ref := w.session()
+	if ref == nil || w.turnRecorded {
+		return nil
+	}
+	outcome := w.result.Outcome
+	if outcome == OutcomeDone && w.result.FinishReason == "length" {
+		outcome = session.OutcomeTruncated
+	}
+	return &activities.TurnInput{Session: *ref, Query: w.in.Query, Outcome: outcome, Reason: w.result.Reason}
 }
 
 // maxReadmits bounds how often a request whose permit expired before its
@@ -276,7 +342,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		Pool: w.pool, Seq: w.seq,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
-		FastWait: w.in.Settings.FastWait,
+		FastWait: w.in.Settings.FastWait, Session: w.session(),
 	}).Get(sctx, &adm); err != nil {
 		w.stageFailed(StageAdmission, err)
 		return false
@@ -464,6 +530,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 		RequestID: w.in.RequestID, Pool: w.pool, AllPools: w.admitting && w.pool == "",
 		StopStream: w.cancelReason != "", Used: w.used, Reservation: w.in.RateReservation,
 	}
+	in.Turn = w.turn()
 	w.result.Timings = w.status.Timings
 	switch w.result.Outcome {
 	case OutcomeDone:

@@ -124,6 +124,11 @@ type ChatSettings struct {
 	// cap on one tenant's waiting requests per pool (0: none).
 	Weight       int
 	MaxPerTenant int
+	// HistoryTokens bounds the session turns a prompt carries (0: none).
+	HistoryTokens int
+	// AnswerCache: look the answer up in the L3 tier before admission, and
+	// keep a complete one there (only for allow-listed kbs, no session).
+	AnswerCache bool
 }
 
 // CancelSignal is the payload of SignalCancel.

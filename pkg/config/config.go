@@ -31,6 +31,9 @@ type Config struct {
 	Embedding Embedding `yaml:"embedding"`
 	Retrieval Retrieval `yaml:"retrieval"`
 	Ingest    Ingest    `yaml:"ingest"`
+	Sessions  Sessions  `yaml:"sessions"`
+	// AnswerCache is the L3 tier: whole answers (off unless kbs are listed).
+	AnswerCache AnswerCache `yaml:"answer_cache"`
 	Auth      Auth      `yaml:"auth"`
 	Limits    Limits    `yaml:"limits"`
 	Log       Log       `yaml:"log"`
@@ -222,6 +225,10 @@ type LLM struct {
 	// MaxAttempts bounds retries of an LLM call that failed before its
 	// first token.
 	MaxAttempts int `yaml:"max_attempts"`
+	// TruncationNotice ends an answer cut at its max_tokens, so that the
+	// reader is told instead of left with a sentence that stops mid-word
+	// (empty: no notice).
+	TruncationNotice string `yaml:"truncation_notice"`
 }
 
 // Embedding configures the query embedder and its cache.
@@ -268,6 +275,29 @@ type Ingest struct {
 	// MaxDocuments bounds one request's batch; MaxBodyBytes its body.
 	MaxDocuments int   `yaml:"max_documents"`
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+}
+
+// Sessions configures conversation memory (/v1/chat with a session_id).
+type Sessions struct {
+	// TTL is how long a session outlives its last turn.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxTurns is how many of its newest turns a session keeps.
+	MaxTurns int `yaml:"max_turns"`
+	// HistoryTokens bounds the earlier turns put into a prompt; the newest
+	// that fit are kept (0: sessions are recorded but not replayed).
+	HistoryTokens int `yaml:"history_tokens"`
+}
+
+// AnswerCache configures the L3 tier, which serves a repeated question
+// its earlier answer without an LLM call. An answer is only right for the
+// same kb version, model and prompt, all of which are in its key; still,
+// it is off unless a kb is listed, because a kb's owner must agree that
+// one answer fits every asker.
+type AnswerCache struct {
+	// KBs lists the knowledge bases whose answers are cached.
+	KBs []string `yaml:"kbs"`
+	// TTL is how long an answer is kept.
+	TTL time.Duration `yaml:"ttl"`
 }
 
 // KnowledgeBase names a corpus. Dir, if set, loads *.md and *.txt files
@@ -360,6 +390,7 @@ func Default() Config {
 			Timeout:          5 * time.Minute,
 			HeartbeatTimeout: 10 * time.Second,
 			MaxAttempts:      3,
+			TruncationNotice: " … [answer truncated at the length limit]",
 		},
 		Embedding: Embedding{
 			Model:    "local-hash-v1",
@@ -367,7 +398,9 @@ func Default() Config {
 			CacheTTL: 24 * time.Hour,
 			LRUSize:  10000,
 		},
-		Ingest: Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20},
+		Ingest:      Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20},
+		Sessions:    Sessions{TTL: 24 * time.Hour, MaxTurns: 20, HistoryTokens: 1024},
+		AnswerCache: AnswerCache{TTL: time.Hour},
 		Retrieval: Retrieval{
 			TopK:               3,
 			Candidates:         10,
@@ -525,6 +558,21 @@ func (c Config) Validate() error {
 	}
 	v.positive("ingest.max_documents", int64(c.Ingest.MaxDocuments))
 	v.positive("ingest.max_body_bytes", c.Ingest.MaxBodyBytes)
+	v.duration("sessions.ttl", c.Sessions.TTL)
+	v.positive("sessions.max_turns", int64(c.Sessions.MaxTurns))
+	// A budget beyond what a pool takes is not an error: the oldest turns
+	// of a prompt that does not fit are shed, after its context.
+	if c.Sessions.HistoryTokens < 0 {
+		v.add("sessions.history_tokens", "must not be negative, got %d", c.Sessions.HistoryTokens)
+	}
+	v.duration("answer_cache.ttl", c.AnswerCache.TTL)
+	cached := map[string]bool{}
+	for i, kb := range c.AnswerCache.KBs {
+		if kb == "" || cached[kb] {
+			v.add(fmt.Sprintf("answer_cache.kbs[%d]", i), "must be a knowledge base named once, got %q", kb)
+		}
+		cached[kb] = true
+	}
 	if c.Retrieval.ChunkOverlapTokens < 0 || c.Retrieval.ChunkOverlapTokens >= c.Retrieval.ChunkTokens {
 		v.add("retrieval.chunk_overlap_tokens", "must be at least 0 and below retrieval.chunk_tokens, got %d", c.Retrieval.ChunkOverlapTokens)
 	}

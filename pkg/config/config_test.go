@@ -89,6 +89,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"bad_encoding.yaml":                `routing.encoding: must be cl100k_base or o200k_base, got "gpt2"`,
 		"threshold_above_short_limit.yaml": "routing.short_threshold_tokens: must not exceed pools.short.max_prompt_tokens (512)",
 		"unknown_tier.yaml":                `auth.api_keys[0].tier: names unknown tier "gold"`,
+		"answer_cache_duplicate_kb.yaml":   `answer_cache.kbs[1]: must be a knowledge base named once, got "docs"`,
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {

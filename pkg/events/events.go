@@ -97,6 +97,8 @@ type Done struct {
 	Sources []string `json:"sources,omitempty"`
 	// ContextShed counts context chunks dropped so the prompt fit its pool.
 	ContextShed int `json:"context_shed,omitempty"`
+	// Cached: the answer came from the answer cache (L3), with no LLM call.
+	Cached bool `json:"cached,omitempty"`
 }
 
 // Failure is the payload of rejected and error events.
@@ -153,10 +155,11 @@ type Pending struct {
 	Data any
 }
 
-// AppendBatch adds events in order in one pipelined round trip.
+// AppendBatch adds events in order in one round trip, all or none (a
+// caller that retries a failed batch never leaves half of it twice).
 func (l *Log) AppendBatch(ctx context.Context, requestID string, evs []Pending) ([]string, error) {
 	key := l.Key(requestID)
-	pipe := l.rdb.Pipeline()
+	pipe := l.rdb.TxPipeline()
 	cmds := make([]*redis.StringCmd, len(evs))
 	for i, ev := range evs {
 		raw, err := json.Marshal(ev.Data)

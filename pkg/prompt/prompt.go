@@ -5,6 +5,8 @@
 package prompt
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"strings"
 
@@ -15,22 +17,44 @@ import (
 
 // Builder builds and measures prompts around one system prompt.
 type Builder struct {
-	system string
-	memo   *tokens.Memo
+	system  string
+	memo    *tokens.Memo
+	version string
 }
+
+// templateVersion names the layout Conversation gives a prompt. Change it
+// with the layout: cached answers (the L3 tier) are keyed by Version, and
+// an answer asked with another layout is another answer.
+const templateVersion = "t1"
 
 // NewBuilder returns a Builder; counts of the system prompt and of chunks
 // are remembered in a bounded memo.
 func NewBuilder(system string, c *tokens.Counter) *Builder {
-	return &Builder{system: system, memo: c.NewMemo(50000)}
+	sum := sha256.Sum256([]byte(system))
+	return &Builder{system: system, memo: c.NewMemo(50000), version: templateVersion + "-" + hex.EncodeToString(sum[:6])}
 }
+
+// Version names the prompt template: its layout and its system prompt.
+func (b *Builder) Version() string { return b.version }
 
 // contextHeader opens the context section of the system message.
 const contextHeader = "\n\nContext:\n"
 
+// Exchange is one earlier turn of a conversation as the model sees it:
+// what the user asked and what they were answered (or told instead).
+type Exchange struct {
+	User, Assistant string
+}
+
 // Messages returns the prompt: one system message carrying the
 // instructions and the numbered context chunks, then the user's query.
 func (b *Builder) Messages(chunks []retrieval.Chunk, query string) []llm.Message {
+	return b.Conversation(nil, chunks, query)
+}
+
+// Conversation is Messages with earlier exchanges between the system
+// message and the query, oldest first.
+func (b *Builder) Conversation(history []Exchange, chunks []retrieval.Chunk, query string) []llm.Message {
 	var s strings.Builder
 	s.WriteString(b.system)
 	if len(chunks) > 0 {
@@ -47,10 +71,41 @@ func (b *Builder) Messages(chunks []retrieval.Chunk, query string) []llm.Message
 			s.WriteString("\n\n")
 		}
 	}
-	return []llm.Message{
-		{Role: "system", Content: strings.TrimRight(s.String(), "\n")},
-		{Role: "user", Content: query},
+	msgs := make([]llm.Message, 0, 2+2*len(history))
+	msgs = append(msgs, llm.Message{Role: "system", Content: strings.TrimRight(s.String(), "\n")})
+	for _, e := range history {
+		msgs = append(msgs, llm.Message{Role: "user", Content: e.User}, llm.Message{Role: "assistant", Content: e.Assistant})
 	}
+	return append(msgs, llm.Message{Role: "user", Content: query})
+}
+
+// perMessageFraming bounds the tokens a chat format adds around one
+// message's content (its role and separators).
+const perMessageFraming = 8
+
+// ExchangeTokens bounds what e adds to a prompt.
+func (b *Builder) ExchangeTokens(e Exchange) int {
+	return b.memo.Count(e.User) + b.memo.Count(e.Assistant) + 2*perMessageFraming
+}
+
+// FitHistory keeps the most recent exchanges whose tokens fit budget,
+// oldest first, and returns them with the tokens they add. The newest
+// exchange is what a follow-up question most likely refers to, so an
+// older one never displaces it; one that alone exceeds the budget ends
+// the history there (a gap in the middle would confuse the model more
+// than a shorter memory).
+func (b *Builder) FitHistory(history []Exchange, budget int) ([]Exchange, int) {
+	used := 0
+	i := len(history)
+	for i > 0 {
+		n := b.ExchangeTokens(history[i-1])
+		if used+n > budget {
+			break
+		}
+		used += n
+		i--
+	}
+	return history[i:], used
 }
 
 // Count returns the exact token count of msgs as a chat model sees them.

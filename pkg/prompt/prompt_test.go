@@ -92,3 +92,40 @@ func BenchmarkBound(b *testing.B) {
 		}
 	})
 }
+
+func TestHistoryFitsItsBudgetNewestFirst(t *testing.T) {
+	b := newBuilder(t)
+	var history []Exchange
+	for i := range 10 {
+		history = append(history, Exchange{
+			User:      fmt.Sprintf("question %d about token buckets and queues?", i),
+			Assistant: strings.Repeat(fmt.Sprintf("answer %d ", i), 10),
+		})
+	}
+	one := b.ExchangeTokens(history[9])
+	for _, budget := range []int{0, one - 1, one, 3*one + 1, 1 << 20} {
+		kept, used := b.FitHistory(history, budget)
+		if used > budget {
+			t.Fatalf("budget %d: used %d", budget, used)
+		}
+		if len(kept) > 0 && kept[len(kept)-1] != history[9] {
+			t.Fatalf("budget %d: the newest exchange is not kept", budget)
+		}
+		// The bound covers the exact count of the prompt with history.
+		chunks := []retrieval.Chunk{{Title: "T", Text: "Some context."}}
+		exact := b.Count(b.Conversation(kept, chunks, "and now?"))
+		if bound := b.Bound(chunks, "and now?") + used; bound < exact {
+			t.Fatalf("budget %d: bound %d < exact %d", budget, bound, exact)
+		}
+	}
+	if kept, _ := b.FitHistory(history, one-1); len(kept) != 0 {
+		t.Fatalf("kept %d exchanges under a budget smaller than one", len(kept))
+	}
+	if kept, _ := b.FitHistory(history, 3*one+1); len(kept) != 3 {
+		t.Fatalf("kept %d exchanges, want 3", len(kept))
+	}
+	msgs := b.Conversation(history[8:], nil, "q")
+	if len(msgs) != 6 || msgs[1].Role != "user" || msgs[2].Role != "assistant" || msgs[5].Content != "q" {
+		t.Fatalf("conversation %+v", msgs)
+	}
+}

@@ -1,0 +1,168 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/sluice-dev/sluice/pkg/answercache"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/session"
+)
+
+// history returns the session's newest turns that fit its token budget,
+// and the tokens they add to a prompt. A session that cannot be read is
+// asked without its history: memory makes answers better, its absence
+// does not make them wrong.
+func (a *Activities) history(ctx context.Context, requestID string, ref *SessionRef) ([]prompt.Exchange, int) {
+	if ref == nil || ref.HistoryTokens <= 0 || a.Sessions == nil {
+		return nil, 0
+	}
+	turns, err := a.Sessions.Turns(ctx, ref.Tenant, ref.ID)
+	if err != nil {
+		a.logger(requestID).Warn("read session; asking without its history", "session", ref.ID, "err", err)
+		return nil, 0
+	}
+	return a.Prompts.FitHistory(session.Exchanges(turns), ref.HistoryTokens)
+}
+
+// recordAnswer records a finished stream's answer in its session before
+// the client is told the answer is done. It reports whether that worked;
+// if not, Finalize records the turn from the event stream.
+func (a *Activities) recordAnswer(ctx context.Context, in LLMInput, finishReason string, answer []string) bool {
+	if a.Sessions == nil {
+		return false
+	}
+	outcome := session.OutcomeDone
+	if finishReason == "length" {
+		outcome = session.OutcomeTruncated
+	}
+	err := a.Sessions.Append(ctx, in.Session.Tenant, in.Session.ID, session.Turn{
+		RequestID: in.RequestID, Query: in.Query, Answer: strings.Join(answer, ""),
+		Outcome: outcome, At: time.Now().UTC(),
+	})
+	if err != nil {
+		a.logger(in.RequestID).Warn("record answer in session", "session", in.Session.ID, "err", err)
+		return false
+	}
+	return true
+}
+
+// recordTurn records a finished request in its session; a done request's
+// answer is read back from its event stream.
+func (a *Activities) recordTurn(ctx context.Context, in FinalizeInput) error {
+	t := session.Turn{
+		RequestID: in.RequestID, Query: in.Turn.Query, Outcome: in.Turn.Outcome,
+		Reason: in.Turn.Reason, At: time.Now().UTC(),
+	}
+	if t.Outcome == session.OutcomeDone || t.Outcome == session.OutcomeTruncated {
+		answer, err := a.streamedAnswer(ctx, in.RequestID)
+		if err != nil {
+			return err
+		}
+		t.Answer = answer
+	}
+	return a.Sessions.Append(ctx, in.Turn.Session.Tenant, in.Turn.Session.ID, t)
+}
+
+// streamedAnswer is the text of a request's token events.
+func (a *Activities) streamedAnswer(ctx context.Context, requestID string) (string, error) {
+	var b strings.Builder
+	after := "0"
+	for {
+		evs, err := a.Events.After(ctx, requestID, after, 1000)
+		if err != nil {
+			return "", fmt.Errorf("read answer of %s: %w", requestID, err)
+		}
+		for _, ev := range evs {
+			if ev.Type != events.TypeToken {
+				continue
+			}
+			var tok events.Token
+			if err := json.Unmarshal(ev.Data, &tok); err != nil {
+				return "", fmt.Errorf("decode token of %s: %w", requestID, err)
+			}
+			b.WriteString(tok.Text)
+		}
+		if len(evs) < 1000 {
+			return b.String(), nil
+		}
+		after = evs[len(evs)-1].ID
+	}
+}
+
+// answerKey is the L3 key of a query to a kb version, asked of pool.
+func (a *Activities) answerKey(query, kb string, version int64, pool string) answercache.Key {
+	return answercache.Key{Query: query, KB: kb, KBVersion: version, Model: a.Pools[pool].Model, Prompt: a.Prompts.Version()}
+}
+
+// cacheAnswer keeps a complete answer in the L3 tier. A failure only
+// costs a later request its hit.
+func (a *Activities) cacheAnswer(ctx context.Context, in LLMInput, out LLMOutput, answer []string) {
+	err := a.Answers.Put(ctx, a.answerKey(in.Query, in.KB, in.KBVersion, in.Pool), answercache.Answer{
+		Tokens: answer, FinishReason: out.FinishReason, Usage: out.Usage, Sources: out.Sources,
+		ContextShed: out.ContextShed, RequestID: in.RequestID, CreatedAt: time.Now().UTC(),
+	})
+	if err != nil {
+		a.logger(in.RequestID).Warn("keep answer in the answer cache", "err", err)
+	}
+}
+
+// LookupAnswer serves the request from the L3 tier if its question was
+// answered before at the kb's current version: it streams the answer and
+// the done event (marked cached) itself. It runs before admission, so a
+// hit takes no permit; the key names the model of the pool admission
+// would route the request to, as the stream that cached the answer did.
+func (a *Activities) LookupAnswer(ctx context.Context, in LookupAnswerInput) (LookupAnswerOutput, error) {
+	start := time.Now()
+	version, err := a.KBVersions.Version(ctx, in.KB)
+	if err != nil {
+		return LookupAnswerOutput{}, fmt.Errorf("read version of kb %s: %w", in.KB, err)
+	}
+	pool := Route(a.Prompts.BoundBeforeRetrieval(in.Query, a.Options.TopK, a.Options.ChunkTokens), a.Options.ShortThreshold)
+	ans, hit, err := a.Answers.Get(ctx, a.answerKey(in.Query, in.KB, version, pool), in.MaxTokens)
+	if err != nil || !hit {
+		return LookupAnswerOutput{KBVersion: version, Ms: time.Since(start).Milliseconds()}, err
+	}
+	out := LookupAnswerOutput{
+		Hit: true, KBVersion: version, FinishReason: ans.FinishReason,
+		Sources: ans.Sources, ContextShed: ans.ContextShed,
+	}
+	if activity.GetInfo(ctx).Attempt > 1 {
+		// An earlier attempt may have written the answer and lost only
+		// its reply: never stream it twice.
+		last, ok, err := a.Events.Last(ctx, in.RequestID)
+		if err != nil {
+			return LookupAnswerOutput{}, err
+		}
+		if ok && last.Type == events.TypeDone {
+			out.Ms = time.Since(start).Milliseconds()
+			return out, nil
+		}
+	}
+	out.Ms = time.Since(start).Milliseconds()
+	done := events.Done{RequestID: in.RequestID}
+	if in.Done != nil {
+		done = *in.Done
+	}
+	done.Route, done.KBVersion, done.Cached = RouteCache, version, true
+	done.FinishReason, done.Sources, done.ContextShed = ans.FinishReason, ans.Sources, ans.ContextShed
+	// The answer cost no LLM tokens this time; its usage says so.
+	done.Usage = events.Usage{}
+	done.Timings = append(append([]events.StageTiming(nil), done.Timings...),
+		events.StageTiming{Stage: "answer_cache", Ms: out.Ms, Cache: "hit"})
+	evs := make([]events.Pending, 0, len(ans.Tokens)+1)
+	for i, text := range ans.Tokens {
+		evs = append(evs, events.Pending{Type: events.TypeToken, Data: events.Token{Text: text, Index: i}})
+	}
+	evs = append(evs, events.Pending{Type: events.TypeDone, Data: done})
+	if _, err := a.Events.AppendBatch(ctx, in.RequestID, evs); err != nil {
+		return LookupAnswerOutput{}, err
+	}
+	return out, nil
+}

@@ -1,0 +1,67 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/pkg/session"
+)
+
+// sessionResponse is the body of GET /v1/sessions/:id.
+type sessionResponse struct {
+	ID    string         `json:"id"`
+	Turns []session.Turn `json:"turns"`
+}
+
+// sessionParam authenticates the caller and checks the session id; a
+// session belongs to the caller's tenant.
+func (s *Server) sessionParam(c echo.Context) (caller, string, error) {
+	who, err := s.authenticate(c)
+	if err != nil {
+		return caller{}, "", err
+	}
+	if s.sessions == nil {
+		return caller{}, "", &apiError{Status: http.StatusNotFound, Code: "sessions_disabled", Message: "sessions are not enabled on this server"}
+	}
+	id := c.Param("id")
+	if !sessionIDPattern.MatchString(id) {
+		return caller{}, "", badRequest("bad_session_id", "session id must be 1-128 characters of letters, digits and ._:-")
+	}
+	return who, id, nil
+}
+
+// getSession returns a session's turns, oldest first; 404 when it has
+// none (never started, expired or forgotten).
+func (s *Server) getSession(c echo.Context) error {
+	who, id, err := s.sessionParam(c)
+	if err != nil {
+		return err
+	}
+	turns, err := s.sessions.Turns(c.Request().Context(), who.Tenant, id)
+	if err != nil {
+		s.logger.Error("read session", "session", id, "err", err)
+		return unavailable("sessions unavailable; please retry")
+	}
+	if len(turns) == 0 {
+		return &apiError{Status: http.StatusNotFound, Code: "session_not_found", Message: "no such session"}
+	}
+	return c.JSON(http.StatusOK, sessionResponse{ID: id, Turns: turns})
+}
+
+// deleteSession forgets a session: 204 if it existed, 404 if not.
+func (s *Server) deleteSession(c echo.Context) error {
+	who, id, err := s.sessionParam(c)
+	if err != nil {
+		return err
+	}
+	existed, err := s.sessions.Forget(c.Request().Context(), who.Tenant, id)
+	if err != nil {
+		s.logger.Error("forget session", "session", id, "err", err)
+		return unavailable("sessions unavailable; please retry")
+	}
+	if !existed {
+		return &apiError{Status: http.StatusNotFound, Code: "session_not_found", Message: "no such session"}
+	}
+	return c.NoContent(http.StatusNoContent)
+}

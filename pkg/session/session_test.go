@@ -1,0 +1,100 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
+
+var srv *testenv.Redis
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { srv = r }))
+}
+
+func newStore(t *testing.T, maxTurns int) *Store {
+	t.Helper()
+	s, err := New(srv.Client(t), Options{KeyPrefix: testenv.KeyPrefix(t), TTL: time.Hour, MaxTurns: maxTurns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestAppendKeepsNewestTurnsOnce(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 3)
+	for i := range 5 {
+		turn := Turn{RequestID: fmt.Sprint("chat-", i), Query: fmt.Sprint("q", i), Answer: "a", Outcome: OutcomeDone}
+		if err := s.Append(ctx, "acme", "s1", turn); err != nil {
+			t.Fatal(err)
+		}
+		// A retried append (first answer lost) adds nothing.
+		if err := s.Append(ctx, "acme", "s1", turn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	turns, err := s.Turns(ctx, "acme", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(turns) != 3 || turns[0].Query != "q2" || turns[2].Query != "q4" {
+		t.Fatalf("turns = %+v, want q2..q4", turns)
+	}
+	ttl := srv.Client(t).PTTL(ctx, s.Key("acme", "s1")).Val()
+	if ttl <= 59*time.Minute || ttl > time.Hour {
+		t.Fatalf("ttl = %v, want about an hour", ttl)
+	}
+}
+
+func TestSessionsBelongToTheirTenant(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 10)
+	if err := s.Append(ctx, "acme", "s1", Turn{RequestID: "chat-1", Query: "mine", Outcome: OutcomeDone}); err != nil {
+		t.Fatal(err)
+	}
+	// "a" + "cme:s1" must not spell acme's key.
+	if s.Key("a", "cme:s1") == s.Key("acme", "s1") {
+		t.Fatal("keys of different tenants collide")
+	}
+	other, err := s.Turns(ctx, "globex", "s1")
+	if err != nil || len(other) != 0 {
+		t.Fatalf("another tenant sees %v (%v)", other, err)
+	}
+	if gone, err := s.Forget(ctx, "globex", "s1"); err != nil || gone {
+		t.Fatalf("another tenant forgot acme's session: %v %v", gone, err)
+	}
+	if gone, err := s.Forget(ctx, "acme", "s1"); err != nil || !gone {
+		t.Fatalf("forget = %v %v", gone, err)
+	}
+	if turns, _ := s.Turns(ctx, "acme", "s1"); len(turns) != 0 {
+		t.Fatalf("forgotten session still has %v", turns)
+	}
+}
+
+func TestRequestIDsThatShareAPrefixAreDifferentTurns(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t, 10)
+	for _, id := range []string{"chat-1", "chat-10", `chat-"1"`} {
+		if err := s.Append(ctx, "acme", "s", Turn{RequestID: id, Query: id, Outcome: OutcomeDone}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if turns, _ := s.Turns(ctx, "acme", "s"); len(turns) != 3 {
+		t.Fatalf("turns = %+v", turns)
+	}
+}
+
+func TestUnansweredTurnsSaySo(t *testing.T) {
+	e := Turn{Query: "q", Outcome: OutcomeRejected}.Exchange()
+	if e.User != "q" || e.Assistant == "" {
+		t.Fatalf("rejected turn as %+v", e)
+	}
+	if e := (Turn{Query: "q", Answer: "a", Outcome: OutcomeDone}).Exchange(); e.Assistant != "a" {
+		t.Fatalf("answered turn as %+v", e)
+	}
+}
