@@ -83,8 +83,8 @@ type Activities struct {
 	// version; nil: no request asks for it.
 	Answers    *answercache.Cache
 	KBVersions KBVersions
-	Logger  *slog.Logger
-	Options Options
+	Logger     *slog.Logger
+	Options    Options
 }
 
 // Options are the activity settings taken from config.

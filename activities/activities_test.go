@@ -1046,9 +1046,10 @@ func TestStreamLLMAgainstSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The answer's tokens, then the notice that it was cut.
 	toks := ofType(h.events(t, "r1"), events.TypeToken)
-	if len(toks) != maxTokens {
-		t.Fatalf("%d tokens, want %d", len(toks), maxTokens)
+	if len(toks) != maxTokens+1 || decode[events.Token](t, toks[maxTokens]).Text != h.acts.Options.TruncationNotice {
+		t.Fatalf("%d token events, want %d and the truncation notice", len(toks), maxTokens)
 	}
 	for i, ev := range toks {
 		if tok := decode[events.Token](t, ev); tok.Index != i || tok.Text == "" {

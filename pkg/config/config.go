@@ -34,9 +34,9 @@ type Config struct {
 	Sessions  Sessions  `yaml:"sessions"`
 	// AnswerCache is the L3 tier: whole answers (off unless kbs are listed).
 	AnswerCache AnswerCache `yaml:"answer_cache"`
-	Auth      Auth      `yaml:"auth"`
-	Limits    Limits    `yaml:"limits"`
-	Log       Log       `yaml:"log"`
+	Auth        Auth        `yaml:"auth"`
+	Limits      Limits      `yaml:"limits"`
+	Log         Log         `yaml:"log"`
 }
 
 // Limits are the per-tier traffic rules: token-bucket rate limits at the
