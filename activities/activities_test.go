@@ -479,8 +479,8 @@ func words(n int) []string {
 func TestEmbedQueryMissThenMemoryHit(t *testing.T) {
 	h := newHarness(t, nil)
 	first := mustLocal[activities.EmbedOutput](t, h, h.acts.EmbedQuery, activities.EmbedInput{RequestID: "r1", Query: query})
-	if first.Cache != embed.TierMiss || first.Dims != config.Default().Embedding.Dims {
-		t.Fatalf("first embed: %+v, want a miss of %d dims", first, config.Default().Embedding.Dims)
+	if first.Cache != embed.TierMiss || first.Dims != 256 {
+		t.Fatalf("first embed: %+v, want a miss of 256 dims (the local default)", first)
 	}
 	second := mustLocal[activities.EmbedOutput](t, h, h.acts.EmbedQuery, activities.EmbedInput{RequestID: "r2", Query: "  " + strings.ToUpper(query)})
 	if second.Cache != embed.TierMemory || second.Dims != first.Dims {

@@ -31,7 +31,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/prompt"
-	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
@@ -172,9 +171,15 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 	if err != nil {
 		return nil, err
 	}
+	reranker, err := newReranker(cfg.Rerank)
+	if err != nil {
+		return nil, err
+	}
+	keepCase := caseSensitive(cfg.Embedding)
 	embCache := embed.NewCache(embedder, r.Redis, embed.CacheOptions{
 		Prefix: cfg.Redis.KeyPrefix, TTL: cfg.Embedding.CacheTTL, LRUSize: cfg.Embedding.LRUSize,
-		Logger: r.Logger.With("component", "embed-cache"),
+		KeepCase: keepCase,
+		Logger:   r.Logger.With("component", "embed-cache"),
 	})
 	r.KBs = kbstore.New(r.Redis, kbstore.Options{Prefix: cfg.Redis.KeyPrefix})
 	r.Ingester = &ingest.Ingester{Store: r.KBs, Embedder: embedder, Chunking: Chunking(cfg.Retrieval)}
@@ -185,10 +190,12 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 	if err != nil {
 		return nil, err
 	}
-	reranker := rerank.NewLexical(rerank.LexicalOptions{})
 	cached := retrieval.NewCachedRetriever(live, r.Redis, retrieval.CacheOptions{
 		Prefix: cfg.Redis.KeyPrefix, TTL: cfg.Retrieval.CacheTTL,
-		Version:     embedder.Model(),
+		Version: embedder.Model(),
+		// The key's text must be what was embedded: with a case-sensitive
+		// embedder, "Redis" and "redis" have different vectors.
+		KeepCase:    keepCase,
 		DocIndexKey: r.KBs.L2DocKey,
 		Logger:      r.Logger.With("component", "retrieval-cache"),
 	})
@@ -227,13 +234,6 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 			TruncationNotice: cfg.LLM.TruncationNotice,
 		},
 	}, nil
-}
-
-func newEmbedder(cfg config.Embedding) (embed.Embedder, error) {
-	if strings.HasPrefix(cfg.Model, "local-hash") {
-		return embed.NewLocal(embed.LocalOptions{Dims: cfg.Dims}), nil
-	}
-	return nil, fmt.Errorf("embedding.model: unknown embedder %q (this build has local-hash-v1)", cfg.Model)
 }
 
 // Close releases connections.

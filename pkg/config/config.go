@@ -29,6 +29,7 @@ type Config struct {
 	Routing   Routing   `yaml:"routing"`
 	LLM       LLM       `yaml:"llm"`
 	Embedding Embedding `yaml:"embedding"`
+	Rerank    Rerank    `yaml:"rerank"`
 	Retrieval Retrieval `yaml:"retrieval"`
 	Ingest    Ingest    `yaml:"ingest"`
 	Sessions  Sessions  `yaml:"sessions"`
@@ -231,16 +232,72 @@ type LLM struct {
 	TruncationNotice string `yaml:"truncation_notice"`
 }
 
-// Embedding configures the query embedder and its cache.
+// Embedding providers.
+const (
+	// EmbeddingLocal is the built-in hashed n-gram embedder: no server,
+	// lexical similarity only.
+	EmbeddingLocal = "local"
+	// EmbeddingOpenAI is a server speaking OpenAI's POST /v1/embeddings
+	// (OpenAI, vLLM, TEI, Ollama, LiteLLM...).
+	EmbeddingOpenAI = "openai"
+)
+
+// Embedding configures the embedder of queries and documents, and the
+// query embedding cache.
 type Embedding struct {
-	// Model names the embedder; with "local-hash" the built-in hashed
-	// n-gram embedder is used.
+	// Provider is EmbeddingLocal or EmbeddingOpenAI.
+	Provider string `yaml:"provider"`
+	// Model names the model: local-hash-v1 for the local provider; for
+	// openai it is sent as "model". Model and Dims are part of every cache
+	// key and of the kb store's model check, so changing either retires the
+	// cached embeddings and retrievals and requires re-ingesting the kbs.
 	Model string `yaml:"model"`
-	Dims  int    `yaml:"dims"`
+	// Dims is the vector length; 0 is the embedder's own (256 for local,
+	// the model's for openai). For openai a positive value is sent as
+	// "dimensions", which only some models accept (text-embedding-3
+	// shortens its vectors; most others reject the field).
+	Dims int `yaml:"dims"`
+	// Endpoint is the openai server's base URL, without "/v1".
+	Endpoint string `yaml:"endpoint"`
+	// APIKey, if set, is sent to the openai server as a bearer token.
+	APIKey string `yaml:"api_key"`
+	// Timeout bounds one request to the openai server.
+	Timeout time.Duration `yaml:"timeout"`
 	// CacheTTL is the Redis TTL of a cached query embedding.
 	CacheTTL time.Duration `yaml:"cache_ttl"`
 	// LRUSize is the in-process cache size in entries.
 	LRUSize int `yaml:"lru_size"`
+}
+
+// Rerank providers.
+const (
+	// RerankLexical is the built-in reranker: BM25 over the candidates,
+	// fused with the retrieval score.
+	RerankLexical = "lexical"
+	// RerankHTTP is a cross-encoder behind the rerank API of Hugging Face
+	// Text Embeddings Inference (POST /rerank).
+	RerankHTTP = "http"
+)
+
+// Rerank configures the reranker that cuts retrieval's candidates to
+// retrieval.top_k.
+type Rerank struct {
+	// Provider is RerankLexical or RerankHTTP.
+	Provider string `yaml:"provider"`
+	// Endpoint is the http server's base URL; requests go to
+	// Endpoint + "/rerank".
+	Endpoint string `yaml:"endpoint"`
+	// Model names the model the http server runs. TEI serves one model per
+	// server, so it is not sent, but it versions the reranker.
+	Model string `yaml:"model"`
+	// APIKey, if set, is sent to the http server as a bearer token.
+	APIKey string `yaml:"api_key"`
+	// Timeout bounds one rerank call to the http server, all batches
+	// together.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxBatch is the most candidates per request to the http server
+	// (TEI's max_client_batch_size); more are sent in several requests.
+	MaxBatch int `yaml:"max_batch"`
 }
 
 // Retrieval configures knowledge-base search.
@@ -393,10 +450,16 @@ func Default() Config {
 			TruncationNotice: " … [answer truncated at the length limit]",
 		},
 		Embedding: Embedding{
+			Provider: EmbeddingLocal,
 			Model:    "local-hash-v1",
-			Dims:     256,
+			Timeout:  10 * time.Second,
 			CacheTTL: 24 * time.Hour,
 			LRUSize:  10000,
+		},
+		Rerank: Rerank{
+			Provider: RerankLexical,
+			Timeout:  5 * time.Second,
+			MaxBatch: 32,
 		},
 		Ingest:      Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20},
 		Sessions:    Sessions{TTL: 24 * time.Hour, MaxTurns: 20, HistoryTokens: 1024},
@@ -539,10 +602,8 @@ func (c Config) Validate() error {
 	v.duration("llm.heartbeat_timeout", c.LLM.HeartbeatTimeout)
 	v.positive("llm.max_attempts", int64(c.LLM.MaxAttempts))
 
-	v.nonEmpty("embedding.model", c.Embedding.Model)
-	v.positive("embedding.dims", int64(c.Embedding.Dims))
-	v.duration("embedding.cache_ttl", c.Embedding.CacheTTL)
-	v.positive("embedding.lru_size", int64(c.Embedding.LRUSize))
+	v.embedding(c.Embedding)
+	v.rerank(c.Rerank)
 
 	v.positive("retrieval.top_k", int64(c.Retrieval.TopK))
 	v.positive("retrieval.candidates", int64(c.Retrieval.Candidates))
@@ -659,14 +720,61 @@ func (v *validator) pool(field string, p Pool) {
 		v.add(field+".endpoints", "must list at least one URL")
 	}
 	for i, e := range p.Endpoints {
-		u, err := url.Parse(e)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			v.add(fmt.Sprintf("%s.endpoints[%d]", field, i), "must be an http(s) URL, got %q", e)
-		}
+		v.httpURL(fmt.Sprintf("%s.endpoints[%d]", field, i), e)
 	}
 	v.nonEmpty(field+".model", p.Model)
 	v.positive(field+".max_concurrency", int64(p.MaxConcurrency))
 	v.positive(field+".max_prompt_tokens", int64(p.MaxPromptTokens))
+}
+
+func (v *validator) httpURL(field, s string) {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		v.add(field, "must be an http(s) URL, got %q", s)
+	}
+}
+
+func (v *validator) embedding(e Embedding) {
+	switch e.Provider {
+	case EmbeddingLocal:
+		// Local's vectors are defined by its code, not by a name, so any
+		// other name would be a promise the embedder cannot keep.
+		if e.Model != "local-hash-v1" {
+			v.add("embedding.model", "must be local-hash-v1 with embedding.provider local, got %q", e.Model)
+		}
+		if e.Endpoint != "" {
+			v.add("embedding.endpoint", "is for embedding.provider openai; the local embedder needs none, got %q", e.Endpoint)
+		}
+	case EmbeddingOpenAI:
+		v.nonEmpty("embedding.model", e.Model)
+		v.httpURL("embedding.endpoint", e.Endpoint)
+	default:
+		v.add("embedding.provider", "must be local or openai, got %q", e.Provider)
+	}
+	if e.Dims < 0 {
+		v.add("embedding.dims", "must be >= 0 (0: the embedder's own length), got %d", e.Dims)
+	}
+	v.duration("embedding.timeout", e.Timeout)
+	v.duration("embedding.cache_ttl", e.CacheTTL)
+	v.positive("embedding.lru_size", int64(e.LRUSize))
+}
+
+func (v *validator) rerank(r Rerank) {
+	switch r.Provider {
+	case RerankLexical:
+		if r.Endpoint != "" {
+			v.add("rerank.endpoint", "is for rerank.provider http; the lexical reranker needs none, got %q", r.Endpoint)
+		}
+	case RerankHTTP:
+		v.httpURL("rerank.endpoint", r.Endpoint)
+		if strings.TrimSpace(r.Model) == "" {
+			v.add("rerank.model", "must name the model the server runs (it versions reranked results)")
+		}
+	default:
+		v.add("rerank.provider", "must be lexical or http, got %q", r.Provider)
+	}
+	v.duration("rerank.timeout", r.Timeout)
+	v.positive("rerank.max_batch", int64(r.MaxBatch))
 }
 
 func (v *validator) limits(c Config) {

@@ -24,7 +24,7 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 	def := Default()
 	def.Auth.APIKeys = []APIKey{}
 	if cfg.API != def.API || cfg.Temporal != def.Temporal || cfg.Redis != def.Redis || cfg.Admission != def.Admission ||
-		cfg.Routing != def.Routing || cfg.LLM != def.LLM || cfg.Embedding != def.Embedding || cfg.Log != def.Log || cfg.Events != def.Events {
+		cfg.Routing != def.Routing || cfg.LLM != def.LLM || cfg.Embedding != def.Embedding || cfg.Rerank != def.Rerank || cfg.Log != def.Log || cfg.Events != def.Events {
 		t.Fatalf("example differs from defaults:\n%+v\n%+v", cfg, def)
 	}
 	if cfg.Pools.Short.MaxConcurrency != def.Pools.Short.MaxConcurrency || cfg.Retrieval.TopK != def.Retrieval.TopK {
@@ -60,6 +60,34 @@ func TestEnvOverrides(t *testing.T) {
 	}
 }
 
+// A remote embedder and reranker can be configured from the environment
+// alone, so that API keys need not be written into a file.
+func TestEnvSelectsRemoteEmbedderAndReranker(t *testing.T) {
+	cfg, err := Load("", []string{
+		"SLUICE_EMBEDDING_PROVIDER=openai",
+		"SLUICE_EMBEDDING_MODEL=text-embedding-3-small",
+		"SLUICE_EMBEDDING_DIMS=512",
+		"SLUICE_EMBEDDING_ENDPOINT=https://api.openai.com",
+		"SLUICE_EMBEDDING_API_KEY=sk-test",
+		"SLUICE_RERANK_PROVIDER=http",
+		"SLUICE_RERANK_ENDPOINT=http://tei-rerank:8080",
+		"SLUICE_RERANK_MODEL=BAAI/bge-reranker-base",
+		"SLUICE_RERANK_TIMEOUT=2s",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Embedding{Provider: EmbeddingOpenAI, Model: "text-embedding-3-small", Dims: 512, Endpoint: "https://api.openai.com",
+		APIKey: "sk-test", Timeout: 10 * time.Second, CacheTTL: 24 * time.Hour, LRUSize: 10000}
+	if cfg.Embedding != want {
+		t.Errorf("embedding = %+v, want %+v", cfg.Embedding, want)
+	}
+	wantR := Rerank{Provider: RerankHTTP, Endpoint: "http://tei-rerank:8080", Model: "BAAI/bge-reranker-base", Timeout: 2 * time.Second, MaxBatch: 32}
+	if cfg.Rerank != wantR {
+		t.Errorf("rerank = %+v, want %+v", cfg.Rerank, wantR)
+	}
+}
+
 func TestEnvErrorsNameTheVariable(t *testing.T) {
 	for env, want := range map[string]string{
 		"SLUICE_REDIS_ADR=x":                   "SLUICE_REDIS_ADR: unknown setting",
@@ -78,18 +106,23 @@ func TestEnvErrorsNameTheVariable(t *testing.T) {
 // One fixture per failure, each with the message a user sees.
 func TestBadConfigFixtures(t *testing.T) {
 	want := map[string]string{
-		"unknown_field.yaml":               "field adr not found",
-		"zero_concurrency.yaml":            "pools.short.max_concurrency: must be > 0, got 0",
-		"bad_endpoint.yaml":                `pools.long.endpoints[0]: must be an http(s) URL, got "127.0.0.1:8000"`,
-		"bad_duration.yaml":                "line 2: cannot unmarshal !!str `soon` into time.Duration",
-		"subsecond_recheck.yaml":           "admission.recheck_interval: must be at least 1s",
-		"unknown_default_kb.yaml":          `retrieval.default_kb: names unknown knowledge base "nope"`,
-		"kb_both_sources.yaml":             "retrieval.knowledge_bases[0]: set exactly one of builtin or dir",
-		"no_keys_no_anonymous.yaml":        "auth.api_keys: must not be empty when auth.allow_anonymous is false",
-		"bad_encoding.yaml":                `routing.encoding: must be cl100k_base or o200k_base, got "gpt2"`,
-		"threshold_above_short_limit.yaml": "routing.short_threshold_tokens: must not exceed pools.short.max_prompt_tokens (512)",
-		"unknown_tier.yaml":                `auth.api_keys[0].tier: names unknown tier "gold"`,
-		"answer_cache_duplicate_kb.yaml":   `answer_cache.kbs[1]: must be a knowledge base named once, got "docs"`,
+		"unknown_field.yaml":                "field adr not found",
+		"zero_concurrency.yaml":             "pools.short.max_concurrency: must be > 0, got 0",
+		"bad_endpoint.yaml":                 `pools.long.endpoints[0]: must be an http(s) URL, got "127.0.0.1:8000"`,
+		"bad_duration.yaml":                 "line 2: cannot unmarshal !!str `soon` into time.Duration",
+		"subsecond_recheck.yaml":            "admission.recheck_interval: must be at least 1s",
+		"unknown_default_kb.yaml":           `retrieval.default_kb: names unknown knowledge base "nope"`,
+		"kb_both_sources.yaml":              "retrieval.knowledge_bases[0]: set exactly one of builtin or dir",
+		"no_keys_no_anonymous.yaml":         "auth.api_keys: must not be empty when auth.allow_anonymous is false",
+		"bad_encoding.yaml":                 `routing.encoding: must be cl100k_base or o200k_base, got "gpt2"`,
+		"threshold_above_short_limit.yaml":  "routing.short_threshold_tokens: must not exceed pools.short.max_prompt_tokens (512)",
+		"unknown_tier.yaml":                 `auth.api_keys[0].tier: names unknown tier "gold"`,
+		"embedding_openai_no_endpoint.yaml": `embedding.endpoint: must be an http(s) URL, got ""`,
+		"embedding_unknown_provider.yaml":   `embedding.provider: must be local or openai, got "cohere"`,
+		"embedding_local_other_model.yaml":  `embedding.model: must be local-hash-v1 with embedding.provider local, got "text-embedding-3-small"`,
+		"rerank_http_no_model.yaml":         "rerank.model: must name the model the server runs",
+		"rerank_unknown_provider.yaml":      `rerank.provider: must be lexical or http, got "cohere"`,
+		"answer_cache_duplicate_kb.yaml":    `answer_cache.kbs[1]: must be a knowledge base named once, got "docs"`,
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {
