@@ -1,0 +1,139 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+
+	"github.com/stretchr/testify/mock"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/session"
+)
+
+func cachedInput() ChatInput {
+	in := input()
+	in.Settings.AnswerCache = true
+	return in
+}
+
+func (s *chatSuite) mockLookup(out activities.LookupAnswerOutput, err error) {
+	log := s.log
+	s.env.OnActivity(a.LookupAnswer, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LookupAnswerInput) (activities.LookupAnswerOutput, error) {
+		log.record("LookupAnswer")
+		if in.Done == nil || len(in.Done.Timings) != 1 || in.MaxTokens != 64 {
+			return activities.LookupAnswerOutput{}, errors.New("lookup did not get the done event so far")
+		}
+		return out, err
+	})
+}
+
+// A cached answer ends the request before admission: no permit, no
+// retrieval, no LLM; only the request itself is charged.
+func (s *chatSuite) TestAnswerCacheHitSkipsAdmissionAndLLM() {
+	s.mockEmbed()
+	s.mockLookup(activities.LookupAnswerOutput{Hit: true, KBVersion: 3, FinishReason: "stop", Sources: []string{"d1"}, Ms: 1}, nil)
+	s.env.ExecuteWorkflow(ChatWorkflow, cachedInput())
+	r := s.result()
+	s.Equal(OutcomeDone, r.Outcome)
+	s.Equal(activities.RouteCache, r.Route)
+	s.Equal([]string{"d1"}, r.Sources)
+	s.Equal([]string{"EmbedQuery", "LookupAnswer", "Finalize"}, s.calls())
+	f := s.onlyFinalize()
+	s.Empty(f.Pool, "no permit was taken")
+	s.False(f.AllPools)
+	s.Empty(f.EventType, "the lookup wrote the done event")
+	s.Equal(&activities.Used{Requests: 1}, f.Used, "no LLM tokens are charged")
+}
+
+func (s *chatSuite) TestAnswerCacheMissOrFailureAnswersAsUsual() {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{{"miss", nil}, {"failure", errors.New("redis down")}} {
+		s.Run(tc.name, func() {
+			s.SetupTest()
+			s.mockEmbed()
+			s.mockLookup(activities.LookupAnswerOutput{Ms: 1}, tc.err)
+			s.mockAdmit(granted, nil)
+			s.mockRetrieveRerank()
+			var cache bool
+			s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LLMInput) (activities.LLMOutput, error) {
+				cache = in.CacheAnswer
+				return activities.LLMOutput{FinishReason: "stop"}, nil
+			})
+			s.env.ExecuteWorkflow(ChatWorkflow, cachedInput())
+			s.Equal(OutcomeDone, s.result().Outcome)
+			s.Equal("short", s.result().Route)
+			s.True(cache, "a complete answer should be offered to the cache")
+			s.Contains(s.calls(), "Admit")
+		})
+	}
+}
+
+func (s *chatSuite) TestNoLookupWithoutAnswerCache() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.Equal(OutcomeDone, s.result().Outcome)
+	s.NotContains(s.calls(), "LookupAnswer")
+}
+
+func sessionInput() ChatInput {
+	in := input()
+	in.SessionID = "s1"
+	in.Settings.HistoryTokens = 500
+	return in
+}
+
+// The session reaches admission (routing counts its turns) and the
+// stream; a turn the stream recorded is not recorded again.
+func (s *chatSuite) TestSessionTurnRecordedOnce() {
+	s.mockEmbed()
+	want := &activities.SessionRef{Tenant: "acme", ID: "s1", HistoryTokens: 500}
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+		if in.Session == nil || *in.Session != *want {
+			return activities.AdmitOutput{}, errors.New("admission did not get the session")
+		}
+		return granted, nil
+	})
+	s.mockRetrieveRerank()
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LLMInput) (activities.LLMOutput, error) {
+		if in.Session == nil || *in.Session != *want || in.CacheAnswer {
+			return activities.LLMOutput{}, errors.New("stream did not get the session")
+		}
+		return activities.LLMOutput{FinishReason: "stop", DoneWritten: true, TurnRecorded: true}, nil
+	})
+	s.env.ExecuteWorkflow(ChatWorkflow, sessionInput())
+	s.Equal(OutcomeDone, s.result().Outcome)
+	s.Nil(s.onlyFinalize().Turn)
+}
+
+// A stream that could not record its answer leaves it to finalize, which
+// knows a cut answer from a complete one.
+func (s *chatSuite) TestSessionTurnLeftToFinalize() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(activities.LLMOutput{FinishReason: "length", DoneWritten: true}, nil)
+	s.env.ExecuteWorkflow(ChatWorkflow, sessionInput())
+	f := s.onlyFinalize()
+	s.Require().NotNil(f.Turn)
+	s.Equal(activities.TurnInput{Session: activities.SessionRef{Tenant: "acme", ID: "s1", HistoryTokens: 500},
+		Query: sessionInput().Query, Outcome: session.OutcomeTruncated}, *f.Turn)
+}
+
+// A request its queue turned away is recorded as such, so the session's
+// next turn knows the question went unanswered.
+func (s *chatSuite) TestSessionRecordsRejection() {
+	s.mockEmbed()
+	s.mockAdmit(activities.AdmitOutput{Pool: "short", Full: true}, nil)
+	s.env.ExecuteWorkflow(ChatWorkflow, sessionInput())
+	f := s.onlyFinalize()
+	s.Equal(events.TypeRejected, f.EventType)
+	s.Require().NotNil(f.Turn)
+	s.Equal(session.OutcomeRejected, f.Turn.Outcome)
+	s.Equal(ReasonQueueFull, f.Turn.Reason)
+}
