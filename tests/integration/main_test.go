@@ -92,6 +92,7 @@ func run(m *testing.M) (int, error) {
 	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
 	cfg.Pools.Short.MaxConcurrency = 2
 	cfg.Log.Level = "warn"
+	cfg.AnswerCache.KBs = []string{"it-cached"}
 	cfg.Auth.APIKeys = []config.APIKey{
 		{Key: "k-acme", Tenant: "acme", User: "alice"},
 		{Key: "k-slow", Tenant: "slowco", User: "sam", Tier: "slow"},
