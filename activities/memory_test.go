@@ -239,3 +239,23 @@ func TestAnswerCacheServesACompleteAnswer(t *testing.T) {
 		t.Fatalf("answer cache stats %+v", st)
 	}
 }
+
+// Routing at the exact boundary: a prompt bound equal to the threshold is
+// short, one token more is long.
+func TestAdmitRoutesAtTheExactThreshold(t *testing.T) {
+	cfg := config.Default()
+	h := newHarness(t, nil)
+	bound := h.acts.Prompts.BoundBeforeRetrieval(query, cfg.Retrieval.TopK, cfg.Retrieval.ChunkTokens)
+	if activities.Route(bound, bound) != activities.PoolShort || activities.Route(bound+1, bound) != activities.PoolLong {
+		t.Fatal("Route is not inclusive at the threshold")
+	}
+	for _, tc := range []struct {
+		threshold int
+		want      string
+	}{{bound, activities.PoolShort}, {bound - 1, activities.PoolLong}} {
+		h := newHarness(t, func(o *harnessOptions) { o.shortThreshold = tc.threshold })
+		if out := h.admit(t, "r1", "granted"); out.Pool != tc.want || out.EstimatedPromptTokens != bound {
+			t.Fatalf("threshold %d: %+v, want pool %s at bound %d", tc.threshold, out, tc.want, bound)
+		}
+	}
+}
