@@ -410,3 +410,17 @@ func assertJSONError(t *testing.T, rec *httptest.ResponseRecorder, status int, c
 		t.Fatalf("error %+v, want code %s with a message", body.Error, code)
 	}
 }
+
+// A pool's max_wait applies in that pool unless the tier sets its own.
+func TestChatSettingsMaxWait(t *testing.T) {
+	cfg := config.Default()
+	cfg.Pools.Long.MaxWait = 2 * time.Minute
+	plain := ChatSettings(cfg, config.Tier{Weight: 1})
+	if plain.MaxWait != cfg.Admission.MaxWait || len(plain.MaxWaitByPool) != 1 || plain.MaxWaitByPool["long"] != 2*time.Minute {
+		t.Fatalf("settings %+v", plain)
+	}
+	vip := ChatSettings(cfg, config.Tier{Weight: 5, MaxWait: time.Minute})
+	if vip.MaxWait != time.Minute || vip.MaxWaitByPool != nil {
+		t.Fatalf("a tier's max_wait must win: %+v", vip)
+	}
+}

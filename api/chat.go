@@ -318,11 +318,22 @@ func (s *Server) checkQueue(ctx context.Context, pool, tenant string, tier confi
 // its workflow input, so that a later config change never alters it.
 func ChatSettings(cfg config.Config, tier config.Tier) workflows.ChatSettings {
 	maxWait := cfg.Admission.MaxWait
+	var byPool map[string]time.Duration
 	if tier.MaxWait > 0 {
 		maxWait = tier.MaxWait
+	} else {
+		for name, p := range map[string]config.Pool{activities.PoolShort: cfg.Pools.Short, activities.PoolLong: cfg.Pools.Long} {
+			if p.MaxWait > 0 {
+				if byPool == nil {
+					byPool = map[string]time.Duration{}
+				}
+				byPool[name] = p.MaxWait
+			}
+		}
 	}
 	return workflows.ChatSettings{
 		MaxWait:            maxWait,
+		MaxWaitByPool:      byPool,
 		RecheckInterval:    cfg.Admission.RecheckInterval,
 		MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
 		FastWait:           cfg.Admission.FastWait,

@@ -152,7 +152,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 
 // longestWait is the longest any tier may wait in the queue.
 func longestWait(cfg config.Config) time.Duration {
-	w := cfg.Admission.MaxWait
+	w := max(cfg.Admission.MaxWait, cfg.Pools.Short.MaxWait, cfg.Pools.Long.MaxWait)
 	for _, t := range cfg.Limits.Tiers {
 		w = max(w, t.MaxWait)
 	}

@@ -362,7 +362,11 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		return false
 	}
 	queuedMs := adm.Ms
-	deadline := start.Add(w.in.Settings.MaxWait)
+	maxWait := w.in.Settings.MaxWait
+	if d, ok := w.in.Settings.MaxWaitByPool[adm.Pool]; ok {
+		maxWait = d
+	}
+	deadline := start.Add(maxWait)
 	for !adm.Granted {
 		w.status.Position = adm.Position
 		w.status.EstimatedWaitMs = adm.EstimatedWaitMs

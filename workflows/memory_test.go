@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/stretchr/testify/mock"
 
@@ -136,4 +137,30 @@ func (s *chatSuite) TestSessionRecordsRejection() {
 	s.Require().NotNil(f.Turn)
 	s.Equal(session.OutcomeRejected, f.Turn.Outcome)
 	s.Equal(ReasonQueueFull, f.Turn.Reason)
+}
+
+// A pool's own max wait replaces the default in that pool only.
+func (s *chatSuite) TestPoolMaxWait() {
+	for _, tc := range []struct {
+		name   string
+		byPool map[string]time.Duration
+		want   time.Duration
+	}{
+		{"the queued pool's", map[string]time.Duration{"short": 90 * time.Second}, 90 * time.Second},
+		{"another pool's", map[string]time.Duration{"long": 90 * time.Second}, 30 * time.Second},
+	} {
+		s.Run(tc.name, func() {
+			s.SetupTest()
+			s.mockEmbed()
+			s.mockAdmit(queued, &queued)
+			in := input()
+			in.Settings.MaxWaitByPool = tc.byPool
+			start := s.env.Now()
+			s.env.ExecuteWorkflow(ChatWorkflow, in)
+			s.Equal(ReasonQueueTimeout, s.result().Reason)
+			waited := s.env.Now().Sub(start)
+			s.GreaterOrEqual(waited, tc.want)
+			s.Less(waited, tc.want+6*time.Second)
+		})
+	}
 }

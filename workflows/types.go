@@ -97,8 +97,10 @@ type ChatInput struct {
 // copied into the input so that a config change never alters a running
 // workflow's decisions (and replays stay deterministic).
 type ChatSettings struct {
-	// MaxWait bounds the admission queue wait.
-	MaxWait time.Duration
+	// MaxWait bounds the admission queue wait; MaxWaitByPool replaces it
+	// in the pools it names (a pool's own max_wait, when the tier set none).
+	MaxWait       time.Duration
+	MaxWaitByPool map[string]time.Duration
 	// RecheckInterval is the fallback re-check of a queued entry;
 	// MaxRecheckInterval the longest it grows to for a waiter far back
 	// (0: fixed at RecheckInterval).

@@ -205,6 +205,11 @@ type Pool struct {
 	MaxConcurrency int `yaml:"max_concurrency"`
 	// MaxPromptTokens is the hard limit of a prompt sent to this pool.
 	MaxPromptTokens int `yaml:"max_prompt_tokens"`
+	// MaxWait bounds a request's wait in this pool's queue (0: the
+	// admission.max_wait). A tier's max_wait still wins: it is what the
+	// customer was promised. Long answers hold permits longer, so the long
+	// pool's queue moves slower and may warrant a longer wait.
+	MaxWait time.Duration `yaml:"max_wait"`
 }
 
 // Routing chooses a pool by the prompt's token count.
@@ -725,6 +730,9 @@ func (v *validator) pool(field string, p Pool) {
 	v.nonEmpty(field+".model", p.Model)
 	v.positive(field+".max_concurrency", int64(p.MaxConcurrency))
 	v.positive(field+".max_prompt_tokens", int64(p.MaxPromptTokens))
+	if p.MaxWait < 0 {
+		v.add(field+".max_wait", "must not be negative, got %s", p.MaxWait)
+	}
 }
 
 func (v *validator) httpURL(field, s string) {
