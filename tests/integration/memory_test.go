@@ -22,7 +22,7 @@ func simCompleted() int64 {
 
 // answer sends a chat request and returns the streamed text and the done
 // event once its workflow has ended (and so given back its permit).
-func answer(t *testing.T, ctx context.Context, body string) (string, events.Done) {
+func answer(t *testing.T, ctx context.Context, body string) (string, events.Done, string) {
 	t.Helper()
 	s := chat(t, ctx, body)
 	defer s.close()
@@ -44,7 +44,7 @@ func answer(t *testing.T, ctx context.Context, body string) (string, events.Done
 	if r := result(t, s.id); r.Route != done.Route {
 		t.Fatalf("workflow route %q, done says %q", r.Route, done.Route)
 	}
-	return text.String(), done
+	return text.String(), done, s.id
 }
 
 // An allow-listed kb answers a repeated question from the answer cache,
@@ -56,12 +56,13 @@ func TestAnswerCacheEndToEnd(t *testing.T) {
 	doJSON(t, ctx, "POST", "/v1/kb/it-cached/documents",
 		`{"id":"tides","title":"Tides","text":"Tides are caused mainly by the gravitational pull of the Moon on the oceans."}`, nil)
 	const q = `{"query":"What causes the tides?","kb":"it-cached","max_tokens":1000}`
-	first, d1 := answer(t, ctx, q)
+	first, d1, _ := answer(t, ctx, q)
 	if d1.Cached || d1.FinishReason != "stop" || d1.Route == "cache" {
 		t.Fatalf("first answer %+v", d1)
 	}
 	requests := simCompleted()
-	second, d2 := answer(t, ctx, q)
+	second, d2, id := answer(t, ctx, q)
+	recordHistory(t, id, "chat_answer_cache_hit")
 	if !d2.Cached || d2.Route != "cache" || d2.KBVersion != d1.KBVersion || second != first || d2.Usage.TotalTokens != 0 {
 		t.Fatalf("second answer %+v (same text: %v)", d2, second == first)
 	}
@@ -70,7 +71,7 @@ func TestAnswerCacheEndToEnd(t *testing.T) {
 	}
 	doJSON(t, ctx, "POST", "/v1/kb/it-cached/documents",
 		`{"id":"moon","title":"Moon","text":"The Moon orbits the Earth about once every 27 days."}`, nil)
-	_, d3 := answer(t, ctx, q)
+	_, d3, _ := answer(t, ctx, q)
 	if d3.Cached || d3.KBVersion != d1.KBVersion+1 {
 		t.Fatalf("after a kb change: %+v", d3)
 	}
@@ -81,11 +82,12 @@ func TestAnswerCacheEndToEnd(t *testing.T) {
 func TestSessionTurnsThroughTheAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	first, d1 := answer(t, ctx, `{"query":"How does a token bucket refill?","session_id":"it-s1","max_tokens":8}`)
+	first, d1, _ := answer(t, ctx, `{"query":"How does a token bucket refill?","session_id":"it-s1","max_tokens":8}`)
 	if d1.FinishReason != "length" || !strings.HasSuffix(first, stack.cfg.LLM.TruncationNotice) {
 		t.Fatalf("an answer cut at max_tokens ends %q (finish %q)", first, d1.FinishReason)
 	}
-	second, _ := answer(t, ctx, `{"query":"And how fast?","session_id":"it-s1","max_tokens":500}`)
+	second, _, id := answer(t, ctx, `{"query":"And how fast?","session_id":"it-s1","max_tokens":500}`)
+	recordHistory(t, id, "chat_session_turn")
 	var got struct {
 		ID    string         `json:"id"`
 		Turns []session.Turn `json:"turns"`
