@@ -179,12 +179,28 @@ func (s *Server) postChat(c echo.Context) error {
 	if err := s.validate(&req); err != nil {
 		return err
 	}
+	id, sub, err := s.beginChat(c, who, &req)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	return s.stream(c, sub, id)
+}
+
+// beginChat takes a validated request through the door and starts its
+// workflow: kb check, rate limits, start slot, queue depth, event
+// subscription, accepted event, workflow start. It returns the request's
+// id and a subscription to its events from the first, which the caller
+// must close; once it returns, the workflow runs and the caller renders
+// its events. On error nothing was started and every charge was given
+// back.
+func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string, *events.Subscription, error) {
 	switch known, err := s.kbKnown(c.Request().Context(), req.KB); {
 	case err != nil:
 		s.logger.Error("look up kb", "kb", req.KB, "err", err)
-		return unavailable("knowledge bases unavailable; please retry")
+		return "", nil, unavailable("knowledge bases unavailable; please retry")
 	case !known:
-		return badRequest("unknown_kb", "unknown knowledge base %q", req.KB)
+		return "", nil, badRequest("unknown_kb", "unknown knowledge base %q", req.KB)
 	}
 	live := s.policy.Current()
 	tier, _ := live.Tier(who.Tier)
@@ -204,7 +220,7 @@ func (s *Server) postChat(c echo.Context) error {
 	// Only limits that count tokens need the query counted: a flood
 	// refused on requests per minute never pays for tokenization.
 	bound := func() int {
-		return s.prompts.BoundForQueryTokens(s.queryTokens(&req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
+		return s.prompts.BoundForQueryTokens(s.queryTokens(req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
 	}
 	cost := 0
 	if live.Limits.Enabled && ratesOf(tier).CountsTokens() {
@@ -212,7 +228,7 @@ func (s *Server) postChat(c echo.Context) error {
 	}
 	reservation, err := s.reserve(c, id, who, tier, live.Limits.Enabled, cost)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	// A slot for the workflow start, held until the start returns: a
 	// flood beyond what Temporal can start is answered at once instead of
@@ -221,7 +237,7 @@ func (s *Server) postChat(c echo.Context) error {
 	case s.starts <- struct{}{}:
 	default:
 		s.refundAll(ctx, id, reservation)
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
+		return "", nil, &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
 			Message: "Too many requests are starting right now. Please retry in a moment."}
 	}
 	started := false
@@ -234,7 +250,7 @@ func (s *Server) postChat(c echo.Context) error {
 	defer releaseSlot()
 	if err := s.checkQueue(ctx, activities.Route(bound(), s.cfg.Routing.ShortThresholdTokens), who.Tenant, tier); err != nil {
 		s.refundAll(ctx, id, reservation)
-		return err
+		return "", nil, err
 	}
 
 	// Subscribing first means the events the workflow writes while its
@@ -243,25 +259,26 @@ func (s *Server) postChat(c echo.Context) error {
 	if err != nil {
 		log.Error("subscribe to events", "err", err)
 		s.refundAll(ctx, id, reservation)
-		return unavailable("event stream unavailable")
+		return "", nil, unavailable("event stream unavailable")
 	}
-	defer sub.Close()
 	// The accepted event goes first so that it is the stream's first entry
 	// whatever the workflow writes.
 	if _, err := s.events.Append(ctx, id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: who.Tenant, KB: req.KB}); err != nil {
 		log.Error("write accepted event", "err", err)
+		sub.Close()
 		s.refundAll(ctx, id, reservation)
-		return unavailable("event store unavailable")
+		return "", nil, unavailable("event store unavailable")
 	}
-	err = s.startChat(ctx, id, who, tier, req, reservation)
+	err = s.startChat(ctx, id, who, tier, *req, reservation)
 	releaseSlot()
 	if err != nil {
 		log.Error("start chat workflow", "err", err)
+		sub.Close()
 		_ = s.events.Delete(context.WithoutCancel(ctx), id)
 		s.refundAll(ctx, id, reservation)
-		return unavailable("could not start the request; please retry")
+		return "", nil, unavailable("could not start the request; please retry")
 	}
-	return s.stream(c, sub, id)
+	return id, sub, nil
 }
 
 // checkQueue refuses a request whose pool queue, or whose tenant's share
