@@ -85,23 +85,9 @@ func (s *Server) decodeJSON(c echo.Context, dst any) error {
 
 // decodeJSONLimit is decodeJSON with a body limit of its own.
 func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
-	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != echo.MIMEApplicationJSON {
-			return &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
-		}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
+	body, err := readJSONBody(c, limit)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
-				Message: fmt.Sprintf("request body exceeds %d bytes", limit)}
-		}
-		return badRequest("bad_body", "read request body: %v", err)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return badRequest("bad_json", "request body must be a JSON object")
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -112,6 +98,29 @@ func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
 		return badRequest("bad_json", "unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// readJSONBody reads a non-empty, size-limited body sent as JSON.
+func readJSONBody(c echo.Context, limit int64) ([]byte, error) {
+	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != echo.MIMEApplicationJSON {
+			return nil, &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+				Message: fmt.Sprintf("request body exceeds %d bytes", limit)}
+		}
+		return nil, badRequest("bad_body", "read request body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, badRequest("bad_json", "request body must be a JSON object")
+	}
+	return body, nil
 }
 
 // validate normalises and checks a chat request.

@@ -119,6 +119,7 @@ func New(opts Options) (*Server, error) {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.recoverJSON)
 	e.POST("/v1/chat", s.postChat)
+	e.POST(chatCompletionsPath, s.postChatCompletions)
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
 	e.DELETE("/v1/requests/:id", s.deleteRequest)
