@@ -219,12 +219,14 @@ func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id s
 		// An OpenAI client cannot resume: tell it the answer is cut short
 		// (a stream that just stops would look complete), and end the
 		// request rather than run it for nobody.
-		out.fail(&apiError{Status: http.StatusServiceUnavailable, Code: workflows.ReasonStreamInterrupted,
+		_ = out.fail(&apiError{Status: http.StatusServiceUnavailable, Code: workflows.ReasonStreamInterrupted,
 			Message: "The stream was interrupted (the server is restarting). Please retry."})
+		out.flush()
 		s.signalDetach(id)
 	case endSilent:
-		out.fail(&apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal,
+		_ = out.fail(&apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal,
 			Message: "The request ended without an answer."})
+		out.flush()
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 // Package api is Sluice's HTTP front door (Echo): it authenticates and
 // validates requests, starts one Temporal workflow per chat request, and
-// streams the request's events back as Server-Sent Events. Bad input is
+// streams the request's events back as Server-Sent Events, in Sluice's own
+// format (/v1/chat) or OpenAI's (/v1/chat/completions). Bad input is
 // refused here, before anything is started.
 package api
 
