@@ -14,6 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/worker"
@@ -323,4 +324,42 @@ func TestOpenAINonStreamingDisconnectCancels(t *testing.T) {
 		t.Fatalf("outcome %q after the client left, want cancelled", r.Outcome)
 	}
 	assertPoolsIdle(t)
+}
+
+// A request turned away from the queue reaches OpenAI clients as an
+// error: in the stream as an error object, which the client raises; or,
+// not streaming, as a 503 with Retry-After.
+func TestOpenAIQueueTimeoutIsAnError(t *testing.T) {
+	holdShortPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := openAIClient("k-acme")
+	params := openai.ChatCompletionNewParams{
+		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is weighted fair queuing?")},
+		MaxTokens: openai.Int(20),
+	}
+	streamErr := make(chan error, 1)
+	go func() {
+		stream := client.Chat.Completions.NewStreaming(ctx, params)
+		defer stream.Close()
+		for stream.Next() {
+			if len(stream.Current().Choices) > 0 {
+				streamErr <- errors.New("a chunk from a request that never got a permit")
+				return
+			}
+		}
+		streamErr <- stream.Err()
+	}()
+	var resp *http.Response
+	_, err := client.Chat.Completions.New(ctx, params, option.WithResponseInto(&resp))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 || apiErr.Code != workflows.ReasonQueueTimeout || apiErr.Type != "server_error" ||
+		apiErr.Message == "" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("not streaming: %v", err)
+	}
+	err = <-streamErr
+	var se *ssestream.StreamError
+	if !errors.As(err, &se) || !strings.Contains(string(se.Event.Data), `"code":"queue_timeout"`) {
+		t.Fatalf("streaming: %v", err)
+	}
 }
