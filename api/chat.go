@@ -86,23 +86,9 @@ func (s *Server) decodeJSON(c echo.Context, dst any) error {
 
 // decodeJSONLimit is decodeJSON with a body limit of its own.
 func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
-	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != echo.MIMEApplicationJSON {
-			return &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
-		}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
+	body, err := readJSONBody(c, limit)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
-				Message: fmt.Sprintf("request body exceeds %d bytes", limit)}
-		}
-		return badRequest("bad_body", "read request body: %v", err)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return badRequest("bad_json", "request body must be a JSON object")
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -113,6 +99,29 @@ func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
 		return badRequest("bad_json", "unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// readJSONBody reads a non-empty, size-limited body sent as JSON.
+func readJSONBody(c echo.Context, limit int64) ([]byte, error) {
+	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != echo.MIMEApplicationJSON {
+			return nil, &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+				Message: fmt.Sprintf("request body exceeds %d bytes", limit)}
+		}
+		return nil, badRequest("bad_body", "read request body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, badRequest("bad_json", "request body must be a JSON object")
+	}
+	return body, nil
 }
 
 // validate normalises and checks a chat request.
@@ -180,12 +189,28 @@ func (s *Server) postChat(c echo.Context) error {
 	if err := s.validate(&req); err != nil {
 		return err
 	}
+	id, sub, err := s.beginChat(c, who, &req)
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	return s.stream(c, sub, id)
+}
+
+// beginChat takes a validated request through the door and starts its
+// workflow: kb check, rate limits, start slot, queue depth, event
+// subscription, accepted event, workflow start. It returns the request's
+// id and a subscription to its events from the first, which the caller
+// must close; once it returns, the workflow runs and the caller renders
+// its events. On error nothing was started and every charge was given
+// back.
+func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string, *events.Subscription, error) {
 	switch known, err := s.kbKnown(c.Request().Context(), req.KB); {
 	case err != nil:
 		s.logger.Error("look up kb", "kb", req.KB, "err", err)
-		return unavailable("knowledge bases unavailable; please retry")
+		return "", nil, unavailable("knowledge bases unavailable; please retry")
 	case !known:
-		return badRequest("unknown_kb", "unknown knowledge base %q", req.KB)
+		return "", nil, badRequest("unknown_kb", "unknown knowledge base %q", req.KB)
 	}
 	live := s.policy.Current()
 	tier, _ := live.Tier(who.Tier)
@@ -205,7 +230,7 @@ func (s *Server) postChat(c echo.Context) error {
 	// Only limits that count tokens need the query counted: a flood
 	// refused on requests per minute never pays for tokenization.
 	bound := func() int {
-		return s.prompts.BoundForQueryTokens(s.queryTokens(&req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
+		return s.prompts.BoundForQueryTokens(s.queryTokens(req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
 	}
 	cost := 0
 	if live.Limits.Enabled && ratesOf(tier).CountsTokens() {
@@ -217,7 +242,7 @@ func (s *Server) postChat(c echo.Context) error {
 	}
 	reservation, err := s.reserve(c, id, who, tier, live.Limits.Enabled, cost)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	// A slot for the workflow start, held until the start returns: a
 	// flood beyond what Temporal can start is answered at once instead of
@@ -226,8 +251,8 @@ func (s *Server) postChat(c echo.Context) error {
 	case s.starts <- struct{}{}:
 	default:
 		s.refundAll(ctx, id, reservation)
-		s.recordRefusal(ctx, who, req, id, "busy")
-		return &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
+		s.recordRefusal(ctx, who, *req, id, "busy")
+		return "", nil, &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
 			Message: "Too many requests are starting right now. Please retry in a moment."}
 	}
 	started := false
@@ -242,9 +267,9 @@ func (s *Server) postChat(c echo.Context) error {
 		s.refundAll(ctx, id, reservation)
 		var ae *apiError
 		if errors.As(err, &ae) {
-			s.recordRefusal(ctx, who, req, id, ae.Code)
+			s.recordRefusal(ctx, who, *req, id, ae.Code)
 		}
-		return err
+		return "", nil, err
 	}
 
 	// Subscribing first means the events the workflow writes while its
@@ -253,25 +278,26 @@ func (s *Server) postChat(c echo.Context) error {
 	if err != nil {
 		log.Error("subscribe to events", "err", err)
 		s.refundAll(ctx, id, reservation)
-		return unavailable("event stream unavailable")
+		return "", nil, unavailable("event stream unavailable")
 	}
-	defer sub.Close()
 	// The accepted event goes first so that it is the stream's first entry
 	// whatever the workflow writes.
 	if _, err := s.events.Append(ctx, id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: who.Tenant, KB: req.KB}); err != nil {
 		log.Error("write accepted event", "err", err)
+		sub.Close()
 		s.refundAll(ctx, id, reservation)
-		return unavailable("event store unavailable")
+		return "", nil, unavailable("event store unavailable")
 	}
-	err = s.startChat(ctx, id, who, tier, req, reservation)
+	err = s.startChat(ctx, id, who, tier, *req, reservation)
 	releaseSlot()
 	if err != nil {
 		log.Error("start chat workflow", "err", err)
+		sub.Close()
 		_ = s.events.Delete(context.WithoutCancel(ctx), id)
 		s.refundAll(ctx, id, reservation)
-		return unavailable("could not start the request; please retry")
+		return "", nil, unavailable("could not start the request; please retry")
 	}
-	return s.stream(c, sub, id)
+	return id, sub, nil
 }
 
 // recordRefusal records a request the door turned away for want of

@@ -19,6 +19,39 @@ type apiError struct {
 	Dimension  string `json:"dimension,omitempty"`
 	Kind       string `json:"kind,omitempty"`
 	RetryAfter int    `json:"retry_after_s,omitempty"`
+	// Param names the request field at fault, for OpenAI-shaped errors.
+	Param string `json:"-"`
+}
+
+// openAIError is an error as OpenAI clients parse it:
+// {"error": {"message", "type", "param", "code"}}.
+type openAIError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// openAI renders e in OpenAI's shape; the type follows from the status as
+// OpenAI's do, the code is Sluice's.
+func (e *apiError) openAI() openAIError {
+	out := openAIError{Message: e.Message, Code: e.Code, Type: "invalid_request_error"}
+	if e.Param != "" {
+		out.Param = &e.Param
+	}
+	switch {
+	case e.Status == http.StatusUnauthorized:
+		out.Type = "authentication_error"
+	case e.Status == http.StatusForbidden:
+		out.Type = "permission_error"
+	case e.Status == http.StatusNotFound:
+		out.Type = "not_found_error"
+	case e.Status == http.StatusTooManyRequests:
+		out.Type = "rate_limit_error"
+	case e.Status >= 500:
+		out.Type = "server_error"
+	}
+	return out
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -56,7 +89,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if ae.RetryAfter > 0 {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
 	}
-	if err := c.JSON(ae.Status, map[string]*apiError{"error": ae}); err != nil {
+	var body any = map[string]*apiError{"error": ae}
+	if c.Path() == chatCompletionsPath {
+		body = map[string]openAIError{"error": ae.openAI()}
+	}
+	if err := c.JSON(ae.Status, body); err != nil {
 		s.logger.Warn("write error response", "err", err)
 	}
 }

@@ -1,6 +1,7 @@
 // Package api is Sluice's HTTP front door (Echo): it authenticates and
 // validates requests, starts one Temporal workflow per chat request, and
-// streams the request's events back as Server-Sent Events. Bad input is
+// streams the request's events back as Server-Sent Events, in Sluice's own
+// format (/v1/chat) or OpenAI's (/v1/chat/completions). Bad input is
 // refused here, before anything is started.
 package api
 
@@ -129,6 +130,7 @@ func New(opts Options) (*Server, error) {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.recoverJSON)
 	e.POST("/v1/chat", s.postChat)
+	e.POST(chatCompletionsPath, s.postChatCompletions)
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
 	e.DELETE("/v1/requests/:id", s.deleteRequest)

@@ -53,8 +53,18 @@ func (st *streamState) observe(ev events.Event) {
 // was detached; with no reader back within the grace period it cancels
 // itself.
 func (s *Server) stream(c echo.Context, sub *events.Subscription, id string) error {
-	ctx := c.Request().Context()
 	w := c.Response()
+	startSSE(w, id)
+	switch s.follow(c.Request().Context(), sub, id, sseSink{w}, true) {
+	case endClientGone, endInterrupted:
+		// An interrupted client resumes with Last-Event-ID.
+		s.detach(id)
+	}
+	return nil
+}
+
+// startSSE sends the headers of an event stream.
+func startSSE(w *echo.Response, id string) {
 	h := w.Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
 	h.Set(echo.HeaderCacheControl, "no-cache")
@@ -63,7 +73,51 @@ func (s *Server) stream(c echo.Context, sub *events.Subscription, id string) err
 	h.Set("X-Request-ID", id)
 	w.WriteHeader(http.StatusOK)
 	w.Flush()
+}
 
+// eventSink renders a request's events for one client.
+type eventSink interface {
+	// write renders one event; an error means the client is gone.
+	write(ev events.Event) error
+	// keepAlive is called when the stream has been quiet for a while.
+	keepAlive() error
+	// flush sends what was written.
+	flush()
+}
+
+// sseSink writes events as they are: Sluice's own SSE.
+type sseSink struct{ w *echo.Response }
+
+func (k sseSink) write(ev events.Event) error { return writeEvent(k.w, ev) }
+
+func (k sseSink) keepAlive() error {
+	_, err := fmt.Fprint(k.w, ": keep-alive\n\n")
+	return err
+}
+
+func (k sseSink) flush() { k.w.Flush() }
+
+// followEnd is why follow returned.
+type followEnd int
+
+const (
+	// endTerminal: the request's terminal event was written.
+	endTerminal followEnd = iota
+	// endClientGone: the client left, or writing to it failed.
+	endClientGone
+	// endInterrupted: the hub stopped (shutdown) or this reader fell
+	// behind; the request goes on without this reader.
+	endInterrupted
+	// endSilent: the workflow closed without a terminal event for this
+	// reader (see endedSilently).
+	endSilent
+)
+
+// follow feeds the request's events to out until its terminal event or
+// until the reader can go no further. With positions set it also reports
+// the request's queue position while it waits. The caller decides what a
+// reader that did not reach the end means for the request.
+func (s *Server) follow(ctx context.Context, sub *events.Subscription, id string, out eventSink, positions bool) followEnd {
 	st := &streamState{}
 	poll := time.NewTicker(s.cfg.API.QueuePollInterval)
 	defer poll.Stop()
@@ -75,44 +129,38 @@ func (s *Server) stream(c echo.Context, sub *events.Subscription, id string) err
 	for {
 		select {
 		case <-ctx.Done():
-			s.detach(id)
-			return nil
+			return endClientGone
 		case <-sub.Notify():
 			evs, err := sub.Drain()
 			if err != nil {
-				// The hub stopped (shutdown) or this reader fell behind;
-				// either way the client resumes with Last-Event-ID.
-				s.detach(id)
-				return nil
+				return endInterrupted
 			}
 			if len(evs) == 0 {
 				continue
 			}
 			for _, ev := range evs {
-				if err := writeEvent(w, ev); err != nil {
-					s.detach(id)
-					return nil
+				if err := out.write(ev); err != nil {
+					return endClientGone
 				}
 				st.observe(ev)
 			}
-			w.Flush()
+			out.flush()
 			if st.terminal {
-				return nil
+				return endTerminal
 			}
 			idle.Reset(s.cfg.API.StreamIdleTimeout)
 		case <-poll.C:
-			if st.queued {
+			if positions && st.queued {
 				s.reportPosition(ctx, id, st)
 			}
 		case <-keepAlive.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
-				s.detach(id)
-				return nil
+			if err := out.keepAlive(); err != nil {
+				return endClientGone
 			}
-			w.Flush()
+			out.flush()
 		case <-idle.C:
 			if s.endedSilently(ctx, id) {
-				return nil
+				return endSilent
 			}
 			idle.Reset(s.cfg.API.StreamIdleTimeout)
 		}
@@ -174,6 +222,13 @@ func (s *Server) detach(id string) {
 		// against another instance.
 		return
 	}
+	s.signalDetach(id)
+}
+
+// signalDetach tells the workflow that a reader left, even while the
+// process drains: for a client that cannot resume (an OpenAI client), the
+// request should end rather than run for nobody.
+func (s *Server) signalDetach(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := s.temporal.SignalWorkflow(ctx, workflows.ChatWorkflowID(id), "", workflows.SignalDetach, workflows.AttachSignal{})

@@ -1,0 +1,507 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// chatCompletionsPath is the OpenAI-compatible front door. Errors on it are
+// rendered the way OpenAI clients parse them (see handleError).
+const chatCompletionsPath = "/v1/chat/completions"
+
+// kbHeader names the knowledge base for clients that cannot add a body
+// field; the body's kb wins.
+const kbHeader = "X-Sluice-KB"
+
+// defaultModel is echoed when a request names no model: Sluice routes by
+// length, not by model name.
+const defaultModel = "sluice"
+
+// completionRequest is the part of OpenAI's chat completion request that
+// Sluice reads. The other fields OpenAI clients send (temperature, top_p,
+// user, seed, ...) are accepted and ignored, so that clients work
+// unchanged; only n > 1, which would change the response's shape, is
+// refused.
+type completionRequest struct {
+	Model               string              `json:"model"`
+	Messages            []completionMessage `json:"messages"`
+	MaxTokens           *int                `json:"max_tokens"`
+	MaxCompletionTokens *int                `json:"max_completion_tokens"`
+	Stream              bool                `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	N *int `json:"n"`
+	// KB is Sluice's extension: the knowledge base to answer from.
+	KB string `json:"kb"`
+}
+
+// completionMessage is one message of the conversation. Content is a
+// string or an array of content parts; the official clients send both.
+type completionMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// includeUsage reports whether the client asked for a final usage chunk.
+func (r completionRequest) includeUsage() bool {
+	return r.StreamOptions != nil && r.StreamOptions.IncludeUsage
+}
+
+// parseCompletionRequest reads an OpenAI chat completion request into the
+// chat request it asks for: the query is the last user message (Sluice
+// keeps no history of its own here; earlier turns are read only to check
+// them). kb is the X-Sluice-KB header, used when the body names none.
+func parseCompletionRequest(body []byte, kb string) (completionRequest, chatRequest, error) {
+	var cr completionRequest
+	if err := json.Unmarshal(body, &cr); err != nil {
+		return cr, chatRequest{}, badRequest("bad_json", "malformed JSON: %v", err)
+	}
+	if cr.N != nil && *cr.N != 1 {
+		return cr, chatRequest{}, paramError("n", "bad_n", "n must be 1: Sluice answers with one choice")
+	}
+	if len(cr.Messages) == 0 {
+		return cr, chatRequest{}, paramError("messages", "no_messages", "messages must hold at least one message")
+	}
+	query, found := "", false
+	for i, m := range cr.Messages {
+		switch m.Role {
+		case "system", "developer", "user", "assistant":
+		case "tool", "function":
+			return cr, chatRequest{}, paramError(fmt.Sprintf("messages[%d].role", i), "bad_role",
+				"role %q is not supported: Sluice does not call tools", m.Role)
+		default:
+			return cr, chatRequest{}, paramError(fmt.Sprintf("messages[%d].role", i), "bad_role",
+				"unknown role %q; expected system, developer, user or assistant", m.Role)
+		}
+		text, err := messageText(m.Content, fmt.Sprintf("messages[%d].content", i))
+		if err != nil {
+			return cr, chatRequest{}, err
+		}
+		if strings.TrimSpace(text) == "" {
+			return cr, chatRequest{}, paramError(fmt.Sprintf("messages[%d].content", i), "empty_content",
+				"messages[%d] has no text content", i)
+		}
+		if m.Role == "user" {
+			query, found = text, true
+		}
+	}
+	if !found {
+		return cr, chatRequest{}, paramError("messages", "no_user_message", "messages must include a user message: it is the question answered")
+	}
+	if cr.Model == "" {
+		cr.Model = defaultModel
+	}
+	req := chatRequest{Query: query, KB: cr.KB, MaxTokens: cr.MaxTokens}
+	if req.KB == "" {
+		req.KB = kb
+	}
+	if cr.MaxCompletionTokens != nil {
+		// The newer name wins, as it does at OpenAI.
+		req.MaxTokens = cr.MaxCompletionTokens
+	}
+	return cr, req, nil
+}
+
+// messageText is the text of a message's content: the string, or its text
+// parts joined by newlines.
+func messageText(raw json.RawMessage, param string) (string, error) {
+	raw = json.RawMessage(strings.TrimSpace(string(raw)))
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", paramError(param, "bad_content", "%s: %v", param, err)
+		}
+		return s, nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", paramError(param, "bad_content", "%s must be a string or an array of content parts", param)
+	}
+	texts := make([]string, 0, len(parts))
+	for i, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return "", paramError(fmt.Sprintf("%s[%d]", param, i), "unsupported_content",
+				"content part of type %q is not supported: Sluice reads text parts only", p.Type)
+		}
+		texts = append(texts, *p.Text)
+	}
+	return strings.Join(texts, "\n"), nil
+}
+
+func paramError(param, code, format string, args ...any) *apiError {
+	e := badRequest(code, format, args...)
+	e.Param = param
+	return e
+}
+
+// paramOf names the request field a shared check refused, for OpenAI's
+// error param.
+var paramOf = map[string]string{
+	"empty_query":    "messages",
+	"bad_query":      "messages",
+	"query_too_long": "messages",
+	"bad_max_tokens": "max_tokens",
+	"unknown_kb":     "kb",
+}
+
+func withParam(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) && ae.Param == "" {
+		ae.Param = paramOf[ae.Code]
+	}
+	return err
+}
+
+// completionMeta is what every chunk and completion of one request repeats.
+type completionMeta struct {
+	ID      string
+	Created int64
+	Model   string
+}
+
+// postChatCompletions is OpenAI's chat completions API over the same
+// workflow as /v1/chat: streamed in OpenAI's chunk format, or answered in
+// one JSON completion when stream is false.
+func (s *Server) postChatCompletions(c echo.Context) error {
+	who, err := s.authenticate(c)
+	if err != nil {
+		return err
+	}
+	body, err := readJSONBody(c, s.cfg.API.MaxBodyBytes)
+	if err != nil {
+		return err
+	}
+	cr, req, err := parseCompletionRequest(body, c.Request().Header.Get(kbHeader))
+	if err != nil {
+		return err
+	}
+	if err := s.validate(&req); err != nil {
+		return withParam(err)
+	}
+	created := time.Now().Unix()
+	id, sub, err := s.beginChat(c, who, &req)
+	if err != nil {
+		return withParam(err)
+	}
+	defer sub.Close()
+	meta := completionMeta{ID: "chatcmpl-" + id, Created: created, Model: cr.Model}
+	if cr.Stream {
+		return s.streamCompletion(c, sub, id, meta, cr.includeUsage())
+	}
+	return s.awaitCompletion(c, sub, id, meta)
+}
+
+// streamCompletion renders the request's events as OpenAI chunks.
+func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta, includeUsage bool) error {
+	w := c.Response()
+	startSSE(w, id)
+	out := &chunkSink{w: w, meta: meta, includeUsage: includeUsage}
+	switch s.follow(c.Request().Context(), sub, id, out, true) {
+	case endClientGone:
+		s.detach(id)
+	case endInterrupted:
+		// An OpenAI client cannot resume: tell it the answer is cut short
+		// (a stream that just stops would look complete), and end the
+		// request rather than run it for nobody.
+		_ = out.fail(&apiError{Status: http.StatusServiceUnavailable, Code: workflows.ReasonStreamInterrupted,
+			Message: "The stream was interrupted (the server is restarting). Please retry."})
+		out.flush()
+		s.signalDetach(id)
+	case endSilent:
+		_ = out.fail(&apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal,
+			Message: "The request ended without an answer."})
+		out.flush()
+	}
+	return nil
+}
+
+// awaitCompletion waits for the request's answer and sends it as one
+// completion. A client that leaves first detaches, and so cancels the
+// request, as on the SSE path.
+func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta) error {
+	c.Response().Header().Set("X-Request-ID", id)
+	var col answerCollector
+	switch s.follow(c.Request().Context(), sub, id, &col, false) {
+	case endClientGone:
+		s.detach(id)
+		return nil
+	case endInterrupted:
+		s.signalDetach(id)
+		return unavailable("The request was interrupted (the server is restarting). Please retry.")
+	case endSilent:
+		return &apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal,
+			Message: "The request ended without an answer."}
+	}
+	if col.failure != nil {
+		return col.failure
+	}
+	d := col.done
+	return c.JSON(http.StatusOK, completion{
+		ID: meta.ID, Object: "chat.completion", Created: meta.Created, Model: meta.Model,
+		Choices: []completionChoice{{
+			Message:      assistantMessage{Role: "assistant", Content: col.text.String()},
+			FinishReason: finishReason(d.FinishReason),
+		}},
+		Usage:  usageOf(d.Usage),
+		Sluice: sluiceOf(d),
+	})
+}
+
+// completion is OpenAI's non-streaming chat completion.
+type completion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []completionChoice `json:"choices"`
+	Usage   completionUsage    `json:"usage"`
+	Sluice  *sluiceInfo        `json:"sluice,omitempty"`
+}
+
+type completionChoice struct {
+	Index        int              `json:"index"`
+	Message      assistantMessage `json:"message"`
+	Logprobs     *struct{}        `json:"logprobs"`
+	FinishReason string           `json:"finish_reason"`
+}
+
+type assistantMessage struct {
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"`
+}
+
+type completionUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// sluiceInfo is Sluice's extension of the final chunk and of the
+// completion; OpenAI clients ignore fields they do not know.
+type sluiceInfo struct {
+	RequestID string   `json:"request_id"`
+	Route     string   `json:"route"`
+	KBVersion int64    `json:"kb_version"`
+	Sources   []string `json:"sources,omitempty"`
+	// ContextShed counts context chunks dropped to fit the pool; Cached
+	// marks an answer served by the answer cache.
+	ContextShed int  `json:"context_shed,omitempty"`
+	Cached      bool `json:"cached,omitempty"`
+}
+
+func sluiceOf(d events.Done) *sluiceInfo {
+	return &sluiceInfo{RequestID: d.RequestID, Route: d.Route, KBVersion: d.KBVersion, Sources: d.Sources,
+		ContextShed: d.ContextShed, Cached: d.Cached}
+}
+
+func usageOf(u events.Usage) completionUsage {
+	return completionUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+}
+
+// finishReason maps a backend's finish reason to one of OpenAI's: a
+// backend may say "eos" or nothing where OpenAI says "stop".
+func finishReason(r string) string {
+	switch r {
+	case "length", "content_filter":
+		return r
+	}
+	return "stop"
+}
+
+// completionChunk is one OpenAI streaming chunk.
+type completionChunk struct {
+	ID      string        `json:"id"`
+	Object  string        `json:"object"`
+	Created int64         `json:"created"`
+	Model   string        `json:"model"`
+	Choices []chunkChoice `json:"choices"`
+	// Usage is null on every chunk but the last when the client asked for
+	// usage, and absent otherwise, as at OpenAI.
+	Usage  any         `json:"usage,omitempty"`
+	Sluice *sluiceInfo `json:"sluice,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int        `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	Logprobs     *struct{}  `json:"logprobs"`
+	FinishReason *string    `json:"finish_reason"`
+}
+
+type chunkDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// nullUsage is usage's value on the chunks before the usage chunk.
+var nullUsage = json.RawMessage("null")
+
+// chunkSink renders events as OpenAI chunks. Events that OpenAI has no
+// chunk for (accepted, queue, stage) become SSE comments, which OpenAI
+// parsers skip and a curious reader can see.
+type chunkSink struct {
+	w            *echo.Response
+	meta         completionMeta
+	includeUsage bool
+	// roleSent is set once a chunk carried the assistant role, which
+	// OpenAI sends on the first chunk only.
+	roleSent bool
+}
+
+func (k *chunkSink) write(ev events.Event) error {
+	switch ev.Type {
+	case events.TypeAccepted:
+		return k.comment("accepted")
+	case events.TypeQueue:
+		var q events.Queue
+		if json.Unmarshal(ev.Data, &q) != nil {
+			return nil
+		}
+		return k.comment(fmt.Sprintf("queued position=%d estimated_wait_ms=%d", q.Position, q.EstimatedWaitMs))
+	case events.TypeStage:
+		var sg events.Stage
+		if json.Unmarshal(ev.Data, &sg) != nil {
+			return nil
+		}
+		return k.comment("stage " + sg.Stage)
+	case events.TypeToken:
+		var t events.Token
+		if json.Unmarshal(ev.Data, &t) != nil {
+			return nil
+		}
+		return k.data(k.chunk(chunkDelta{Content: &t.Text}, nil))
+	case events.TypeDone:
+		var d events.Done
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			return k.fail(&apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal, Message: "unreadable answer"})
+		}
+		fr := finishReason(d.FinishReason)
+		last := k.chunk(chunkDelta{}, &fr)
+		if last.Choices[0].Delta.Role != "" {
+			// An empty answer: its only chunk still says who speaks.
+			empty := ""
+			last.Choices[0].Delta.Content = &empty
+		}
+		last.Sluice = sluiceOf(d)
+		if err := k.data(last); err != nil {
+			return err
+		}
+		if k.includeUsage {
+			u := usageOf(d.Usage)
+			if err := k.data(completionChunk{ID: k.meta.ID, Object: "chat.completion.chunk", Created: k.meta.Created,
+				Model: k.meta.Model, Choices: []chunkChoice{}, Usage: &u}); err != nil {
+				return err
+			}
+		}
+		_, err := fmt.Fprint(k.w, "data: [DONE]\n\n")
+		return err
+	case events.TypeRejected, events.TypeError:
+		return k.fail(failureError(ev))
+	}
+	return nil
+}
+
+// chunk is the next chunk of the one choice, with the role on the first.
+func (k *chunkSink) chunk(delta chunkDelta, finish *string) completionChunk {
+	if !k.roleSent {
+		delta.Role, k.roleSent = "assistant", true
+	}
+	ch := completionChunk{ID: k.meta.ID, Object: "chat.completion.chunk", Created: k.meta.Created, Model: k.meta.Model,
+		Choices: []chunkChoice{{Delta: delta, FinishReason: finish}}}
+	if k.includeUsage {
+		ch.Usage = nullUsage
+	}
+	return ch
+}
+
+// fail ends the stream with an error object, which OpenAI clients raise
+// as an error (openai-go: ssestream.StreamError). No [DONE] follows.
+func (k *chunkSink) fail(e *apiError) error {
+	return k.data(map[string]openAIError{"error": e.openAI()})
+}
+
+func (k *chunkSink) data(v any) error {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode chunk: %w", err)
+	}
+	_, err = fmt.Fprintf(k.w, "data: %s\n\n", raw)
+	return err
+}
+
+func (k *chunkSink) comment(text string) error {
+	_, err := fmt.Fprintf(k.w, ": %s\n\n", text)
+	return err
+}
+
+func (k *chunkSink) keepAlive() error { return k.comment("keep-alive") }
+
+func (k *chunkSink) flush() { k.w.Flush() }
+
+// answerCollector gathers a request's answer for a non-streaming reply.
+type answerCollector struct {
+	text    strings.Builder
+	done    events.Done
+	failure *apiError
+}
+
+func (col *answerCollector) write(ev events.Event) error {
+	switch ev.Type {
+	case events.TypeToken:
+		var t events.Token
+		if json.Unmarshal(ev.Data, &t) == nil {
+			col.text.WriteString(t.Text)
+		}
+	case events.TypeDone:
+		if err := json.Unmarshal(ev.Data, &col.done); err != nil {
+			col.failure = &apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal, Message: "unreadable answer"}
+		}
+	case events.TypeRejected, events.TypeError:
+		col.failure = failureError(ev)
+	}
+	return nil
+}
+
+func (col *answerCollector) keepAlive() error { return nil }
+
+func (col *answerCollector) flush() {}
+
+// failureError is the HTTP error a rejected or error event amounts to.
+func failureError(ev events.Event) *apiError {
+	var f events.Failure
+	if err := json.Unmarshal(ev.Data, &f); err != nil || f.Reason == "" {
+		return &apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal, Message: "the request failed"}
+	}
+	e := &apiError{Code: f.Reason, Message: f.Message, RetryAfter: f.RetryAfterS}
+	switch f.Reason {
+	case workflows.ReasonQueueTimeout, workflows.ReasonQueueFull, workflows.ReasonTenantQueueFull:
+		e.Status = http.StatusServiceUnavailable
+	case workflows.ReasonBackendError, workflows.ReasonStreamInterrupted:
+		e.Status = http.StatusBadGateway
+	case workflows.ReasonBadRequest:
+		e.Status = http.StatusBadRequest
+	case workflows.ReasonCancelled:
+		// Not a status clients retry: someone meant it to stop.
+		e.Status = http.StatusGone
+	default:
+		e.Status = http.StatusInternalServerError
+	}
+	return e
+}

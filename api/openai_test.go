@@ -1,0 +1,444 @@
+package api
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+func TestParseCompletionRequest(t *testing.T) {
+	cases := []struct {
+		name, body, header string
+		query, kb, model   string
+		maxTokens          int // 0: unset
+		stream, usage      bool
+	}{
+		{name: "string content", body: `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+			query: "hi", model: "gpt-4o"},
+		{name: "content parts", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}`,
+			query: "a\nb", model: "m"},
+		{name: "last user message wins", body: `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"first"},
+			{"role":"assistant","content":"an answer"},{"role":"developer","content":"x"},{"role":"user","content":"second"}]}`,
+			query: "second", model: "m"},
+		{name: "a trailing assistant message", body: `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]}`,
+			query: "q", model: "m"},
+		{name: "unknown and ignored fields", body: `{"model":"m","messages":[{"role":"user","content":"q","name":"bob"}],"temperature":0.2,"top_p":1,
+			"n":1,"user":"u1","seed":7,"stop":["x"],"presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"store":false,
+			"metadata":{"a":"b"},"stream":true,"stream_options":{"include_usage":true},"some_future_field":{"x":[1]}}`,
+			query: "q", model: "m", stream: true, usage: true},
+		{name: "no model", body: `{"messages":[{"role":"user","content":"q"}]}`, query: "q", model: "sluice"},
+		{name: "max_tokens", body: `{"model":"m","messages":[{"role":"user","content":"q"}],"max_tokens":12}`,
+			query: "q", model: "m", maxTokens: 12},
+		{name: "max_completion_tokens wins", body: `{"model":"m","messages":[{"role":"user","content":"q"}],"max_tokens":12,"max_completion_tokens":30}`,
+			query: "q", model: "m", maxTokens: 30},
+		{name: "kb field", body: `{"model":"m","messages":[{"role":"user","content":"q"}],"kb":"docs"}`, header: "other",
+			query: "q", kb: "docs", model: "m"},
+		{name: "kb header", body: `{"model":"m","messages":[{"role":"user","content":"q"}]}`, header: "hdr",
+			query: "q", kb: "hdr", model: "m"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cr, req, err := parseCompletionRequest([]byte(tc.body), tc.header)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if req.Query != tc.query || req.KB != tc.kb || cr.Model != tc.model || cr.Stream != tc.stream || cr.includeUsage() != tc.usage {
+				t.Fatalf("parsed %+v / %+v", cr, req)
+			}
+			if (tc.maxTokens == 0) != (req.MaxTokens == nil) || (req.MaxTokens != nil && *req.MaxTokens != tc.maxTokens) {
+				t.Fatalf("max tokens %v, want %d", req.MaxTokens, tc.maxTokens)
+			}
+		})
+	}
+}
+
+func TestParseCompletionRequestRefusals(t *testing.T) {
+	cases := []struct{ name, body, code, param string }{
+		{"malformed", `{"messages":[`, "bad_json", ""},
+		{"wrong type", `{"messages":"hi"}`, "bad_json", ""},
+		{"n above 1", `{"messages":[{"role":"user","content":"q"}],"n":2}`, "bad_n", "n"},
+		{"no messages", `{"model":"m"}`, "no_messages", "messages"},
+		{"empty messages", `{"model":"m","messages":[]}`, "no_messages", "messages"},
+		{"no user message", `{"messages":[{"role":"system","content":"s"},{"role":"assistant","content":"a"}]}`, "no_user_message", "messages"},
+		{"unknown role", `{"messages":[{"role":"robot","content":"q"}]}`, "bad_role", "messages[0].role"},
+		{"missing role", `{"messages":[{"content":"q"}]}`, "bad_role", "messages[0].role"},
+		{"tool role", `{"messages":[{"role":"user","content":"q"},{"role":"tool","content":"r","tool_call_id":"c"}]}`, "bad_role", "messages[1].role"},
+		{"empty content", `{"messages":[{"role":"user","content":"  "}]}`, "empty_content", "messages[0].content"},
+		{"null content", `{"messages":[{"role":"user","content":null}]}`, "empty_content", "messages[0].content"},
+		{"missing content", `{"messages":[{"role":"user"}]}`, "empty_content", "messages[0].content"},
+		{"no parts", `{"messages":[{"role":"user","content":[]}]}`, "empty_content", "messages[0].content"},
+		{"image part", `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"image_url","image_url":{"url":"x"}}]}]}`,
+			"unsupported_content", "messages[0].content[1]"},
+		{"content object", `{"messages":[{"role":"user","content":{"text":"q"}}]}`, "bad_content", "messages[0].content"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := parseCompletionRequest([]byte(tc.body), "")
+			var ae *apiError
+			if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != tc.code || ae.Param != tc.param || ae.Message == "" {
+				t.Fatalf("error %#v, want 400 %s on %q", err, tc.code, tc.param)
+			}
+		})
+	}
+}
+
+// openAIErrorBody is what OpenAI clients read from an error response.
+type openAIErrorBody struct {
+	Error struct {
+		Message *string `json:"message"`
+		Type    *string `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	} `json:"error"`
+}
+
+// assertOpenAIError checks an OpenAI-shaped error: all four fields
+// present (param may be null), and nothing else in the error object.
+func assertOpenAIError(t *testing.T, rec *httptest.ResponseRecorder, status int, typ, code, param string) {
+	t.Helper()
+	if rec.Code != status {
+		t.Fatalf("status %d, want %d; body %s", rec.Code, status, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("content type %q", ct)
+	}
+	var raw map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+		t.Fatalf("body %s: %v", rec.Body, err)
+	}
+	for _, k := range []string{"message", "type", "param", "code"} {
+		if _, ok := raw["error"][k]; !ok {
+			t.Fatalf("error object %s lacks %q", rec.Body, k)
+		}
+	}
+	if len(raw["error"]) != 4 || len(raw) != 1 {
+		t.Fatalf("error body %s has more than OpenAI's fields", rec.Body)
+	}
+	var body openAIErrorBody
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	e := body.Error
+	if *e.Type != typ || *e.Code != code || *e.Message == "" {
+		t.Fatalf("error %s, want type %s code %s", rec.Body, typ, code)
+	}
+	if (param == "") != (e.Param == nil) || (e.Param != nil && *e.Param != param) {
+		t.Fatalf("error %s, want param %q", rec.Body, param)
+	}
+}
+
+func postCompletion(srv *Server, body string, header map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer k-acme")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+// Every refusal before the answer starts is an HTTP status with an
+// OpenAI-shaped error, and starts nothing.
+func TestCompletionRefusalsAreOpenAIShaped(t *testing.T) {
+	srv, tc, rdb := newTestServer(t, func(c *config.Config) { c.Auth.AllowAnonymous = false })
+	user := func(extra string) string {
+		return `{"model":"m","messages":[{"role":"user","content":"hello"}]` + extra + `}`
+	}
+	cases := []struct {
+		name, body string
+		header     map[string]string
+		status     int
+		typ, code  string
+		param      string
+	}{
+		{"malformed", `{"model":`, nil, 400, "invalid_request_error", "bad_json", ""},
+		{"n", user(`,"n":3`), nil, 400, "invalid_request_error", "bad_n", "n"},
+		{"no user message", `{"model":"m","messages":[{"role":"system","content":"s"}]}`, nil, 400, "invalid_request_error", "no_user_message", "messages"},
+		{"bad role", `{"model":"m","messages":[{"role":"bot","content":"s"}]}`, nil, 400, "invalid_request_error", "bad_role", "messages[0].role"},
+		{"zero max_tokens", user(`,"max_tokens":0`), nil, 400, "invalid_request_error", "bad_max_tokens", "max_tokens"},
+		{"huge max_completion_tokens", user(`,"max_completion_tokens":999999`), nil, 400, "invalid_request_error", "bad_max_tokens", "max_tokens"},
+		{"query too long", `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 201) + `"}]}`, nil,
+			413, "invalid_request_error", "query_too_long", "messages"},
+		{"unknown kb in body", user(`,"kb":"nope"`), nil, 400, "invalid_request_error", "unknown_kb", "kb"},
+		{"unknown kb in header", user(""), map[string]string{"X-Sluice-KB": "nope"}, 400, "invalid_request_error", "unknown_kb", "kb"},
+		{"no api key", user(""), map[string]string{"Authorization": ""}, 401, "authentication_error", "unauthorized", ""},
+		{"bad api key", user(""), map[string]string{"Authorization": "Bearer nope"}, 401, "authentication_error", "unauthorized", ""},
+		{"form body", `a=b`, map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, "invalid_request_error", "unsupported_media_type", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			assertOpenAIError(t, postCompletion(srv, c.body, c.header), c.status, c.typ, c.code, c.param)
+		})
+	}
+	if n := tc.starts.Load(); n != 0 {
+		t.Fatalf("%d workflows started by bad input", n)
+	}
+	if keys, _ := rdb.Keys(context.Background(), "t:"+t.Name()+"*").Result(); len(keys) != 0 {
+		t.Fatalf("bad input wrote to redis: %v", keys)
+	}
+	// The native route keeps its own error shape.
+	assertJSONError(t, post(srv, `{"query":""}`), 400, "empty_query")
+}
+
+// A rate-limited completion is a 429 with Retry-After, which the OpenAI
+// clients honour when they retry.
+func TestCompletionRateLimitedIs429(t *testing.T) {
+	srv, tc, _ := newTestServer(t, limitedConfig)
+	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
+	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
+		t.Fatalf("drain: %+v %v", d, err)
+	}
+	rec := postCompletion(srv, `{"model":"m","messages":[{"role":"user","content":"how does a bucket refill?"}],"max_tokens":64}`, nil)
+	assertOpenAIError(t, rec, 429, "rate_limit_error", "rate_limited", "")
+	if rec.Header().Get("Retry-After") == "" || rec.Header().Get("X-RateLimit-Limit-Tokens") != "6000" {
+		t.Fatalf("headers %v", rec.Header())
+	}
+	if tc.starts.Load() != 0 {
+		t.Fatal("started")
+	}
+}
+
+// A failed start is a 503 with Retry-After, refunded and cleaned up as on
+// /v1/chat: both go through beginChat.
+func TestCompletionStartFailureIs503AndRefunds(t *testing.T) {
+	srv, tc, rdb := newTestServer(t, limitedConfig)
+	for i := 0; i < 5; i++ {
+		rec := postCompletion(srv, `{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":1000,"stream":true}`, nil)
+		assertOpenAIError(t, rec, 503, "server_error", "unavailable", "")
+		if rec.Header().Get("Retry-After") == "" {
+			t.Fatal("503 without Retry-After")
+		}
+	}
+	if tc.starts.Load() != 5 {
+		t.Fatalf("starts = %d", tc.starts.Load())
+	}
+	if keys, _ := rdb.Keys(context.Background(), "t:"+t.Name()+":ev:*").Result(); len(keys) != 0 {
+		t.Fatalf("failed starts left event streams behind: %v", keys)
+	}
+	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
+	if d, _ := srv.limiter.Reserve(context.Background(), "probe", drain); d.Status != limiter.Allowed {
+		t.Fatalf("bucket not refunded: %+v", d)
+	}
+}
+
+// render feeds events to a chunk sink and returns the HTTP response a
+// client would have read.
+func render(t *testing.T, includeUsage bool, evs ...events.Event) *http.Response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	w := echo.NewResponse(rec, echo.New())
+	startSSE(w, "chat-1")
+	k := &chunkSink{w: w, meta: completionMeta{ID: "chatcmpl-chat-1", Created: 1700000000, Model: "gpt-test"}, includeUsage: includeUsage}
+	for _, ev := range evs {
+		if err := k.write(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rec.Result()
+}
+
+func ev(typ string, data any) events.Event {
+	raw, _ := json.Marshal(data)
+	return events.Event{ID: "1-0", Type: typ, Data: raw}
+}
+
+func answerEvents() []events.Event {
+	return []events.Event{
+		ev(events.TypeAccepted, events.Accepted{RequestID: "chat-1"}),
+		ev(events.TypeStage, events.Stage{Stage: "admission", Pool: "short"}),
+		ev(events.TypeQueue, events.Queue{Position: 3, EstimatedWaitMs: 1200, Pool: "short"}),
+		ev(events.TypeStage, events.Stage{Stage: "llm"}),
+		ev(events.TypeToken, events.Token{Text: "Hello", Index: 0}),
+		ev(events.TypeToken, events.Token{Text: " world", Index: 1}),
+		ev(events.TypeDone, events.Done{RequestID: "chat-1", Route: "short", FinishReason: "length", KBVersion: 4,
+			Sources: []string{"doc-a"}, Usage: events.Usage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}),
+	}
+}
+
+// The stream as OpenAI clients read it: only "data: " lines count, SSE
+// comments are skipped, and "data: [DONE]" ends it. Each chunk is checked
+// field by field against OpenAI's format.
+func TestChunkStreamFormat(t *testing.T) {
+	resp := render(t, true, answerEvents()...)
+	raw, _ := io.ReadAll(resp.Body)
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	if !bytes.Contains(raw, []byte("\n: queued position=3 estimated_wait_ms=1200\n")) || !bytes.Contains(raw, []byte(": stage llm\n")) {
+		t.Fatalf("queue and stage are not SSE comments:\n%s", raw)
+	}
+	datas, done := dataLines(t, raw)
+	if !done {
+		t.Fatalf("no [DONE]:\n%s", raw)
+	}
+	if len(datas) != 4 {
+		t.Fatalf("%d chunks, want 2 tokens + finish + usage:\n%s", len(datas), raw)
+	}
+	for i, d := range datas {
+		var c map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(d), &c); err != nil {
+			t.Fatalf("chunk %d %s: %v", i, d, err)
+		}
+		if string(c["id"]) != `"chatcmpl-chat-1"` || string(c["object"]) != `"chat.completion.chunk"` ||
+			string(c["created"]) != "1700000000" || string(c["model"]) != `"gpt-test"` {
+			t.Fatalf("chunk %d header fields: %s", i, d)
+		}
+		if _, ok := c["error"]; ok {
+			t.Fatalf("chunk %d has an error key: %s", i, d)
+		}
+	}
+	wantChoices := []string{
+		`[{"index":0,"delta":{"role":"assistant","content":"Hello"},"logprobs":null,"finish_reason":null}]`,
+		`[{"index":0,"delta":{"content":" world"},"logprobs":null,"finish_reason":null}]`,
+		`[{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}]`,
+		`[]`,
+	}
+	for i, want := range wantChoices {
+		var c map[string]json.RawMessage
+		_ = json.Unmarshal([]byte(datas[i]), &c)
+		if string(c["choices"]) != want {
+			t.Fatalf("chunk %d choices %s, want %s", i, c["choices"], want)
+		}
+		wantUsage := "null"
+		if i == 3 {
+			wantUsage = `{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}`
+		}
+		if string(c["usage"]) != wantUsage {
+			t.Fatalf("chunk %d usage %s, want %s", i, c["usage"], wantUsage)
+		}
+		if i == 2 && string(c["sluice"]) != `{"request_id":"chat-1","route":"short","kb_version":4,"sources":["doc-a"]}` {
+			t.Fatalf("final chunk's sluice extension %s", c["sluice"])
+		}
+	}
+
+	// Without include_usage: no usage chunk and no usage field.
+	raw, _ = io.ReadAll(render(t, false, answerEvents()...).Body)
+	datas, done = dataLines(t, raw)
+	if !done || len(datas) != 3 || strings.Contains(string(raw), `"usage"`) {
+		t.Fatalf("stream without include_usage:\n%s", raw)
+	}
+}
+
+// dataLines parses an event stream as OpenAI clients do and returns its
+// data payloads before [DONE], and whether [DONE] came.
+func dataLines(t *testing.T, raw []byte) ([]string, bool) {
+	t.Helper()
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "" || strings.HasPrefix(line, ":"):
+		case strings.HasPrefix(line, "data: "):
+			d := strings.TrimPrefix(line, "data: ")
+			if d == "[DONE]" {
+				for sc.Scan() {
+					if sc.Text() != "" {
+						t.Fatalf("%q after [DONE]:\n%s", sc.Text(), raw)
+					}
+				}
+				return out, true
+			}
+			out = append(out, d)
+		default:
+			t.Fatalf("line %q is neither data nor a comment", line)
+		}
+	}
+	return out, false
+}
+
+// The official client's own parser and accumulator read the stream.
+func TestChunkStreamThroughOpenAIClientParser(t *testing.T) {
+	stream := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(render(t, true, answerEvents()...)), nil)
+	var acc openai.ChatCompletionAccumulator
+	n := 0
+	for stream.Next() {
+		if !acc.AddChunk(stream.Current()) {
+			t.Fatalf("accumulator refused chunk %d: %s", n, stream.Current().RawJSON())
+		}
+		n++
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 4 || len(acc.Choices) != 1 {
+		t.Fatalf("%d chunks, %d choices", n, len(acc.Choices))
+	}
+	ch := acc.Choices[0]
+	if ch.Message.Content != "Hello world" || string(ch.Message.Role) != "assistant" || ch.FinishReason != "length" {
+		t.Fatalf("accumulated %+v", ch)
+	}
+	if acc.Usage.TotalTokens != 12 || acc.ID != "chatcmpl-chat-1" || acc.Model != "gpt-test" {
+		t.Fatalf("accumulated usage %+v id %q model %q", acc.Usage, acc.ID, acc.Model)
+	}
+}
+
+// A rejection after the stream began is an error object, which the
+// official client raises as an error; an empty answer still names the
+// assistant.
+func TestChunkStreamRejectionAndEmptyAnswer(t *testing.T) {
+	resp := render(t, false,
+		ev(events.TypeAccepted, events.Accepted{RequestID: "chat-1"}),
+		ev(events.TypeQueue, events.Queue{Position: 1, EstimatedWaitMs: 500, Pool: "short"}),
+		ev(events.TypeRejected, events.Failure{Reason: workflows.ReasonQueueTimeout, Message: "The queue is long.", RetryAfterS: 5}))
+	raw, _ := io.ReadAll(resp.Body)
+	datas, done := dataLines(t, raw)
+	if done || len(datas) != 1 || datas[0] != `{"error":{"message":"The queue is long.","type":"server_error","param":null,"code":"queue_timeout"}}` {
+		t.Fatalf("rejected stream:\n%s", raw)
+	}
+	stream := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(&http.Response{
+		Header: resp.Header, Body: io.NopCloser(bytes.NewReader(raw))}), nil)
+	for stream.Next() {
+		t.Fatalf("chunk before the error: %s", stream.Current().RawJSON())
+	}
+	var se *ssestream.StreamError
+	if !errors.As(stream.Err(), &se) || !strings.Contains(se.Message, "queue_timeout") {
+		t.Fatalf("client error %v", stream.Err())
+	}
+
+	raw, _ = io.ReadAll(render(t, false, ev(events.TypeDone, events.Done{FinishReason: "eos"})).Body)
+	datas, _ = dataLines(t, raw)
+	var c struct {
+		Choices json.RawMessage `json:"choices"`
+	}
+	_ = json.Unmarshal([]byte(datas[0]), &c)
+	if len(datas) != 1 || string(c.Choices) != `[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":"stop"}]` {
+		t.Fatalf("empty answer:\n%s", raw)
+	}
+}
+
+func TestAnswerCollector(t *testing.T) {
+	var col answerCollector
+	for _, e := range answerEvents() {
+		_ = col.write(e)
+	}
+	if col.text.String() != "Hello world" || col.failure != nil || col.done.Usage.TotalTokens != 12 {
+		t.Fatalf("collected %q %+v %+v", col.text.String(), col.failure, col.done)
+	}
+	for reason, status := range map[string]int{
+		workflows.ReasonQueueTimeout: 503, workflows.ReasonTenantQueueFull: 503, workflows.ReasonBackendError: 502,
+		workflows.ReasonCancelled: 410, workflows.ReasonBadRequest: 400, workflows.ReasonInternal: 500,
+	} {
+		var col answerCollector
+		_ = col.write(ev(events.TypeRejected, events.Failure{Reason: reason, Message: "m", RetryAfterS: 2}))
+		if col.failure == nil || col.failure.Status != status || col.failure.Code != reason {
+			t.Fatalf("%s: %+v, want status %d", reason, col.failure, status)
+		}
+	}
+}
