@@ -62,7 +62,7 @@ func BenchmarkHybridRetrieve(b *testing.B) {
 			b.Fatal(err)
 		}
 		// Three frequent and two rarer words: long postings lists.
-		c := kb.chunks[42].Text
+		c := kb.Chunks()[42].Text
 		words := strings.Fields(c)
 		run(b, kb, strings.Join(words[:5], " "))
 	})
@@ -72,7 +72,7 @@ func BenchmarkHybridRetrieve(b *testing.B) {
 			b.Fatal(err)
 		}
 		h := newHybrid(b, HybridOptions{}, kb)
-		text := strings.Join(strings.Fields(kb.chunks[42].Text)[:5], " ")
+		text := strings.Join(strings.Fields(kb.Chunks()[42].Text)[:5], " ")
 		q := Query{KB: kb.Name(), Text: text, Vector: queryVector(b, text), K: 10}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -108,16 +108,16 @@ func TestSyntheticKBFindsItsOwnChunk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(kb.chunks) != 10000 {
-		t.Fatalf("synthetic kb has %d chunks", len(kb.chunks))
+	if len(kb.Chunks()) != 10000 {
+		t.Fatalf("synthetic kb has %d chunks", len(kb.Chunks()))
 	}
 	h := newHybrid(t, HybridOptions{}, kb)
-	text := kb.chunks[42].Text
+	text := kb.Chunks()[42].Text
 	res, err := h.Retrieve(context.Background(), Query{KB: "synthetic", Text: text, Vector: queryVector(t, text), K: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Chunks[0].ID != kb.chunks[42].ID {
+	if res.Chunks[0].ID != kb.Chunks()[42].ID {
 		t.Errorf("querying with a chunk's own text found %s first", res.Chunks[0].ID)
 	}
 }
