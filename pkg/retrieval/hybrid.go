@@ -216,14 +216,8 @@ func (kb *KB) search(ctx context.Context, q Query, w float64) (Result, error) {
 	if useVec {
 		s.cos = resize(s.cos, slots)
 		cos = s.cos
-		d := ix.dims
 		for p, pg := range ix.pages {
-			c := cos[p*pageSlots : (p+1)*pageSlots]
-			for j := range c {
-				if pg.live[j] {
-					c[j] = dot(q.Vector, pg.vecs[j*d:(j+1)*d])
-				}
-			}
+			dotPage(q.Vector, pg, cos[p*pageSlots:(p+1)*pageSlots])
 		}
 		minC, maxC = ix.minMax(cos)
 	}
@@ -373,9 +367,23 @@ func inspect(v []float32) (nonZero, finite bool) {
 	return nonZero, true
 }
 
+// dotPage sets out[j] to the inner product of q and the vector of slot j
+// of the page, for its live slots (others are left as they are).
+func dotPage(q []float32, pg *page, out []float32) {
+	d := len(q)
+	for j := range out[:pageSlots] {
+		if pg.live[j] {
+			out[j] = dot(q, pg.vecs[j*d:(j+1)*d])
+		}
+	}
+}
+
 // dot is the inner product of two vectors of equal length, with four
 // independent sums so that the additions pipeline instead of waiting on
-// each other.
+// each other. Unrolling further, or taking four vectors at a time to load
+// each element of a once, measured no faster at 256 dimensions on 10k
+// chunks or more: the scan is then bound by memory bandwidth, not by
+// arithmetic.
 func dot(a, b []float32) float32 {
 	b = b[:len(a)]
 	var s0, s1, s2, s3 float32

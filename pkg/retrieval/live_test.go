@@ -87,13 +87,18 @@ func (r *randomKB) revision(id string) kbstore.Revision {
 // replaced or unchanged) or a delete.
 func (r *randomKB) step(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
 	if r.rng.IntN(4) == 0 {
-		if _, _, err := r.store.Delete(ctx, r.kb, r.doc()); err != nil {
+		if _, _, err := r.store.Delete(context.Background(), r.kb, r.doc()); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
+	r.put(t)
+}
+
+// put puts one to three documents.
+func (r *randomKB) put(t *testing.T) {
+	t.Helper()
 	var revs []kbstore.Revision
 	seen := map[string]bool{}
 	for range 1 + r.rng.IntN(3) {
@@ -103,7 +108,7 @@ func (r *randomKB) step(t *testing.T) {
 			revs = append(revs, r.revision(id))
 		}
 	}
-	if _, err := r.store.Put(ctx, r.kb, testModel, revs); err != nil {
+	if _, err := r.store.Put(context.Background(), r.kb, testModel, revs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -154,7 +159,7 @@ func TestLivePatchedIndexEqualsFreshOne(t *testing.T) {
 		patched, rebuilt := newTestLive(t, r.store), newTestLive(t, r.store)
 		retrieval.PatchAlways(patched)
 		retrieval.RebuildAlways(rebuilt)
-		r.step(t)
+		r.put(t)
 		for step := range 150 {
 			// Several changes between queries now and then: a catch-up
 			// applies them at once.
@@ -191,7 +196,7 @@ func TestLivePatchedIndexEqualsFreshOne(t *testing.T) {
 func TestLiveQueriesDuringCatchUp(t *testing.T) {
 	ctx := context.Background()
 	r := newRandomKB(t, 42)
-	r.step(t)
+	r.put(t)
 	l := newTestLive(t, r.store)
 	retrieval.PatchAlways(l)
 	qs := r.queries()
@@ -238,7 +243,7 @@ func TestCachedLiveReadsVersionOnce(t *testing.T) {
 	store := kbstore.New(rdb, kbstore.Options{Prefix: prefix(t)})
 	r := newRandomKB(t, 7)
 	r.store = store
-	r.step(t)
+	r.put(t)
 	counter := &getCounter{key: store.VersionKey(r.kb)}
 	counted := testRedis.Client(t)
 	counted.AddHook(counter)
