@@ -231,12 +231,6 @@ func (e *indexEdit) alloc() int32 {
 // document often no longer name its topic; the title does.
 func indexed(title, text string) string { return title + "\n\n" + text }
 
-// has reports whether the document is indexed, and its revision.
-func (e *indexEdit) has(id string) (rev string, ok bool) {
-	d, ok := e.docs.get(id)
-	return d.rev, ok
-}
-
 // remove takes a document out of the index; one that is not in it is no
 // error.
 func (e *indexEdit) remove(id string) {

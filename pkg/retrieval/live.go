@@ -71,17 +71,20 @@ func NewLive(store *kbstore.Store, opts LiveOptions) (*Live, error) {
 
 // rebuildRatherThanPatch decides how to apply a change that frees the
 // slots of removed chunks and fills added ones. A patch costs in
-// proportion to the change (pages and postings lists touched) and a
-// rebuild in proportion to the kb, so a patch wins by far for the usual
-// change of a few documents. At 10k chunks, patching 10% of them took
-// about as long as a rebuild (BenchmarkLiveChangeSize): past a tenth of
-// the kb, rebuild. Rebuild also when a patch would leave more free slots
-// than live ones (mass deletions), since every query scans the free ones
-// too and a rebuild packs them.
+// proportion to what the change touches (the pages of its slots, and the
+// postings lists of its terms, which for the frequent terms are long) and
+// a rebuild in proportion to the kb. On 10k one-chunk documents
+// (BenchmarkPatchOrRebuild) replacing 1% of them by patch took a tenth of
+// a rebuild, 20% about a third, and 50% longer than a rebuild: the two
+// cross when about a third of the documents is replaced, i.e. when
+// removed+added is about two thirds of the chunks. Rebuild from half, a
+// margin below that: a rebuild also packs the index. And rebuild when a
+// patch would leave more free slots than live ones (mass deletions),
+// since every query scans the free ones too.
 func rebuildRatherThanPatch(ix *index, removed, added int) bool {
 	live := ix.chunks - removed + added
 	free := len(ix.free) + removed - added
-	return removed+added > ix.chunks/10 || free > live
+	return removed+added > ix.chunks/2 || free > live
 }
 
 // KBVersion returns the version kb is at now, catching up first.
