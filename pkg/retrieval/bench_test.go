@@ -2,6 +2,7 @@ package retrieval
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/pkg/embed"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
 )
 
 // syntheticKB has 10,000 one-chunk documents of 60 words drawn from a
@@ -62,7 +64,7 @@ func BenchmarkHybridRetrieve(b *testing.B) {
 			b.Fatal(err)
 		}
 		// Three frequent and two rarer words: long postings lists.
-		c := kb.chunks[42].Text
+		c := kb.Chunks()[42].Text
 		words := strings.Fields(c)
 		run(b, kb, strings.Join(words[:5], " "))
 	})
@@ -72,7 +74,7 @@ func BenchmarkHybridRetrieve(b *testing.B) {
 			b.Fatal(err)
 		}
 		h := newHybrid(b, HybridOptions{}, kb)
-		text := strings.Join(strings.Fields(kb.chunks[42].Text)[:5], " ")
+		text := strings.Join(strings.Fields(kb.Chunks()[42].Text)[:5], " ")
 		q := Query{KB: kb.Name(), Text: text, Vector: queryVector(b, text), K: 10}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -108,16 +110,16 @@ func TestSyntheticKBFindsItsOwnChunk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(kb.chunks) != 10000 {
-		t.Fatalf("synthetic kb has %d chunks", len(kb.chunks))
+	if len(kb.Chunks()) != 10000 {
+		t.Fatalf("synthetic kb has %d chunks", len(kb.Chunks()))
 	}
 	h := newHybrid(t, HybridOptions{}, kb)
-	text := kb.chunks[42].Text
+	text := kb.Chunks()[42].Text
 	res, err := h.Retrieve(context.Background(), Query{KB: "synthetic", Text: text, Vector: queryVector(t, text), K: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Chunks[0].ID != kb.chunks[42].ID {
+	if res.Chunks[0].ID != kb.Chunks()[42].ID {
 		t.Errorf("querying with a chunk's own text found %s first", res.Chunks[0].ID)
 	}
 }
@@ -129,5 +131,57 @@ func BenchmarkTokenizer(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		tok.Terms(text)
+	}
+}
+
+// BenchmarkPatchOrRebuild applies a change of some share of a 10k-chunk
+// index's documents by patching it and by rebuilding it (no Redis: the
+// index work alone), which is what Live's choice between the two weighs.
+func BenchmarkPatchOrRebuild(b *testing.B) {
+	const n, dims = 10000, 256
+	rng := rand.New(rand.NewPCG(5, 6))
+	vocab := make([]string, 20000)
+	for i := range vocab {
+		vocab[i] = "t" + strconv.Itoa(i)
+	}
+	zipf := rand.NewZipf(rng, 1.1, 2, uint64(len(vocab)-1))
+	revision := func(id int, rev string) kbstore.Revision {
+		words := make([]string, 60)
+		for j := range words {
+			words[j] = vocab[zipf.Uint64()]
+		}
+		vec := make([]float32, dims)
+		for j := range vec {
+			vec[j] = float32(rng.NormFloat64())
+		}
+		return kbstore.Revision{ID: "d" + strconv.Itoa(id), Rev: rev, Title: words[0], Chunks: []string{strings.Join(words, " ")}, Vectors: vec, Dims: dims}
+	}
+	all := make([]kbstore.Revision, n)
+	for i := range all {
+		all[i] = revision(i, "r0")
+	}
+	base, err := rebuild(newIndex(), nil, all)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, share := range []float64{0.0001, 0.01, 0.05, 0.1, 0.2, 0.5} {
+		var changed []kbstore.Revision
+		for _, i := range rng.Perm(n)[:int(share*n)] {
+			changed = append(changed, revision(i, "r1"))
+		}
+		b.Run(fmt.Sprintf("share=%g/patch", share), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := patch(base, nil, changed); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("share=%g/rebuild", share), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := rebuild(base, nil, changed); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -94,23 +94,33 @@ func (c *CachedRetriever) Retrieve(ctx context.Context, q Query) (Result, error)
 	return res, err
 }
 
-// KBVersion passes through to the wrapped retriever.
+// KBVersion returns the version of kb the wrapped retriever would answer
+// from now.
 func (c *CachedRetriever) KBVersion(ctx context.Context, kb string) (int64, error) {
-	return c.inner.KBVersion(ctx, kb)
+	p, err := c.inner.Pin(ctx, kb)
+	if err != nil {
+		return 0, err
+	}
+	return p.Version(), nil
 }
 
 // Get returns the result for q from Redis or from the wrapped retriever,
 // and whether it came from Redis. The key covers the normalised q.Text
 // only: q.Vector is assumed to be the embedding of q.Text by the model
 // named in Options.Version. Redis failures are logged and counted, not returned.
+//
+// The kb is pinned first, so that a miss searches the very version its
+// key names, however the kb changes meanwhile, and the version is read
+// once.
 func (c *CachedRetriever) Get(ctx context.Context, q Query) (Result, bool, error) {
-	version, err := c.inner.KBVersion(ctx, q.KB)
+	kb, err := c.inner.Pin(ctx, q.KB)
 	if err != nil {
 		return Result{}, false, err
 	}
+	version := kb.Version()
 	if version == 0 {
 		c.bypassed.Add(1)
-		res, err := c.inner.Retrieve(ctx, q)
+		res, err := kb.Retrieve(ctx, q)
 		return res, false, err
 	}
 	key := c.Key(q, version)
@@ -139,12 +149,12 @@ func (c *CachedRetriever) Get(ctx context.Context, q Query) (Result, bool, error
 	}
 
 	c.misses.Add(1)
-	res, err := c.inner.Retrieve(ctx, q)
+	res, err := kb.Retrieve(ctx, q)
 	if err != nil {
 		return Result{}, false, err
 	}
-	// The inner retriever may have been reloaded between KBVersion and
-	// Retrieve; a result of another version must not go under this key.
+	// A Pinned that answered from another version than it named would be
+	// a bug; its result must still not go under this key.
 	if !writeBack || res.KBVersion != version {
 		return res, false, nil
 	}

@@ -16,25 +16,50 @@ import (
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
-// countingRetriever counts retrievals and lets a test change the version
-// it answers from, as a reload with new content would.
+// countingRetriever counts pins and retrievals and lets a test change the
+// version it answers from, as a reload with new content would.
 type countingRetriever struct {
 	inner   *retrieval.Hybrid
 	version atomic.Int64
+	pins    atomic.Int64
 	calls   atomic.Int64
+	// afterPin, if set, runs after each pin, as a change of the kb would.
+	afterPin func()
 }
 
-func (c *countingRetriever) KBVersion(ctx context.Context, kb string) (int64, error) {
-	if _, err := c.inner.KBVersion(ctx, kb); err != nil {
-		return 0, err
+func (c *countingRetriever) Pin(ctx context.Context, kb string) (retrieval.Pinned, error) {
+	p, err := c.inner.Pin(ctx, kb)
+	if err != nil {
+		return nil, err
 	}
-	return c.version.Load(), nil
+	c.pins.Add(1)
+	pinned := countingPinned{c: c, inner: p, version: c.version.Load()}
+	if c.afterPin != nil {
+		c.afterPin()
+	}
+	return pinned, nil
 }
 
 func (c *countingRetriever) Retrieve(ctx context.Context, q retrieval.Query) (retrieval.Result, error) {
-	c.calls.Add(1)
-	res, err := c.inner.Retrieve(ctx, q)
-	res.KBVersion = c.version.Load()
+	p, err := c.Pin(ctx, q.KB)
+	if err != nil {
+		return retrieval.Result{}, err
+	}
+	return p.Retrieve(ctx, q)
+}
+
+type countingPinned struct {
+	c       *countingRetriever
+	inner   retrieval.Pinned
+	version int64
+}
+
+func (p countingPinned) Version() int64 { return p.version }
+
+func (p countingPinned) Retrieve(ctx context.Context, q retrieval.Query) (retrieval.Result, error) {
+	p.c.calls.Add(1)
+	res, err := p.inner.Retrieve(ctx, q)
+	res.KBVersion = p.version
 	return res, err
 }
 
@@ -104,6 +129,28 @@ func TestCachedRetrieverHitMissAndVersion(t *testing.T) {
 	}
 	if got, want := c.Stats(), (retrieval.CacheStats{Hits: 2, Misses: 3}); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
+	}
+}
+
+// A kb that changes between the pin and the search does not matter: the
+// miss searches the pinned version and caches it under that version's key.
+func TestCachedRetrieverSearchesThePinnedVersion(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis.Client(t)
+	inner := newCounting(t, 1)
+	inner.afterPin = func() { inner.version.Add(1) }
+	c := retrieval.NewCachedRetriever(inner, rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
+	q := retrieval.Query{KB: "sluice-docs", Text: "redis streams", K: 2}
+	res, hit, err := c.Get(ctx, q)
+	if err != nil || hit || res.KBVersion != 1 {
+		t.Fatalf("Get: version %d, hit=%v, err=%v; want a v1 miss", res.KBVersion, hit, err)
+	}
+	if pins, calls := inner.pins.Load(), inner.calls.Load(); pins != 1 || calls != 1 {
+		t.Errorf("%d pins and %d searches for one miss, want 1 and 1", pins, calls)
+	}
+	var stored retrieval.Result
+	if err := json.Unmarshal([]byte(rdb.Get(ctx, c.Key(q, 1)).Val()), &stored); err != nil || stored.KBVersion != 1 {
+		t.Errorf("v1 entry: %+v, %v", stored, err)
 	}
 }
 

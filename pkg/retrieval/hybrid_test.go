@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -106,15 +107,25 @@ func TestBM25RanksExactTermFirst(t *testing.T) {
 }
 
 func TestBM25Weights(t *testing.T) {
-	ix := newBM25Index([]string{
+	e := newIndex().edit()
+	for i, text := range []string{
 		"limiter limiter limiter redis",
 		"limiter redis",
 		"redis redis redis redis redis redis redis redis redis redis redis limiter",
-	}, BM25Options{}.withDefaults())
-	score := func(term string, chunk int32) float32 {
-		for _, p := range ix.postings[ix.terms[term]] {
-			if p.chunk == chunk {
-				return p.weight
+	} {
+		if err := e.add(strconv.Itoa(i), "", "", []string{text}, []float32{1}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ix := e.done()
+	score := func(term string, doc int) float64 {
+		ps, _ := ix.terms.get(term)
+		d, _ := ix.docs.get(strconv.Itoa(doc))
+		n := float64(ix.chunks)
+		for _, p := range ps {
+			if p.slot == d.slots[0] {
+				pg, j := ix.at(p.slot)
+				return bm25Weight(BM25Options{}.withDefaults(), bm25IDF(n, float64(len(ps))), float64(p.tf), float64(pg.length[j]), float64(ix.length)/n)
 			}
 		}
 		return 0
@@ -127,7 +138,7 @@ func TestBM25Weights(t *testing.T) {
 	if long, short := score("limiter", 2), score("limiter", 1); long >= short {
 		t.Errorf("length normalisation: long %v, short %v", long, short)
 	}
-	if _, ok := ix.terms["the"]; ok {
+	if _, ok := ix.terms.get("the"); ok {
 		t.Error("stop word indexed")
 	}
 }
@@ -187,8 +198,8 @@ func TestHybridEdgeCases(t *testing.T) {
 	}
 	// K beyond the kb is cut to its size.
 	res, err = h.Retrieve(ctx, Query{KB: "sluice-docs", Text: "x", Vector: queryVector(t, "token"), K: 100000})
-	if err != nil || len(res.Chunks) != len(kb.chunks) {
-		t.Errorf("huge K: %d chunks, %v; want all %d", len(res.Chunks), err, len(kb.chunks))
+	if err != nil || len(res.Chunks) != len(kb.Chunks()) {
+		t.Errorf("huge K: %d chunks, %v; want all %d", len(res.Chunks), err, len(kb.Chunks()))
 	}
 	// The same query twice gives the same answer (pooled scratch is reset).
 	q := Query{KB: "sluice-docs", Text: "redis streams", Vector: queryVector(t, "redis streams"), K: 5}
@@ -220,14 +231,20 @@ func TestKBIndependentOfDocumentOrder(t *testing.T) {
 
 func TestTopKHeap(t *testing.T) {
 	scores := []float64{0.3, 0.9, 0.1, 0.9, 0.5, 0.7, 0.3}
+	worse := func(a, b hit) bool {
+		if a.score != b.score {
+			return a.score < b.score
+		}
+		return a.slot > b.slot
+	}
 	var top []hit
 	for i, s := range scores {
-		top = pushTop(top, 4, hit{s, int32(i)})
+		top = pushTop(top, 4, hit{s, int32(i)}, worse)
 	}
-	sortHits(top)
+	sortHits(top, worse)
 	want := []int32{1, 3, 5, 4} // ties keep index order
 	for i, h := range top {
-		if h.idx != want[i] {
+		if h.slot != want[i] {
 			t.Fatalf("top = %v, want indices %v", top, want)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,21 +35,23 @@ type KBOptions struct {
 	Logger *slog.Logger
 }
 
-// KB is a loaded knowledge base: chunks, their unit-length embeddings in
-// one contiguous array (a linear scan is then a walk through memory) and
-// a BM25 index. It is immutable after NewKB and safe for concurrent use.
+// KB is a knowledge base at one version: its chunks, their unit-length
+// embeddings and a BM25 index (see index). It is immutable and safe for
+// concurrent use; Live makes the next version of a kb by patching a copy
+// that shares everything unchanged with this one.
 type KB struct {
 	name    string
 	hash    string
 	model   string
 	version int64
-	docs    int
-	chunks  []Chunk
-	byID    map[string]int
-	dims    int
-	vecs    []float32
-	index   bm25Index
-	scratch sync.Pool // *scoreScratch
+	bm      BM25Options
+	ix      *index
+	// scratch holds *scoreScratch; the versions of a live kb share it.
+	scratch *sync.Pool
+}
+
+func newScratch() *sync.Pool {
+	return &sync.Pool{New: func() any { return new(scoreScratch) }}
 }
 
 // NewKB chunks docs, embeds and indexes the chunks and, with
@@ -85,29 +86,37 @@ func NewKB(ctx context.Context, name string, docs []Document, opts KBOptions) (*
 		}
 	}
 
-	kb := &KB{name: name, model: opts.Embedder.Model(), docs: len(docs)}
+	kb := &KB{name: name, model: opts.Embedder.Model(), bm: opts.BM25, scratch: newScratch()}
 	kb.hash = contentHash(kb.model, docs, opts)
-	var indexed []string // what is embedded and indexed: title and text
-	for _, d := range docs {
-		for i, text := range Split(d.Text, opts.Chunking) {
-			kb.chunks = append(kb.chunks, Chunk{
-				ID:    d.ID + "#" + strconv.Itoa(i),
-				DocID: d.ID,
-				Title: d.Title,
-				Text:  text,
-			})
-			// Later chunks of a document often no longer name its topic;
-			// the title does.
-			indexed = append(indexed, d.Title+"\n\n"+text)
+	chunks := make([][]string, len(docs))
+	var texts []string // what is embedded: title and text
+	for i, d := range docs {
+		chunks[i] = Split(d.Text, opts.Chunking)
+		for _, text := range chunks[i] {
+			texts = append(texts, indexed(d.Title, text))
 		}
 	}
-	if len(kb.chunks) == 0 {
+	if len(texts) == 0 {
 		return nil, fmt.Errorf("load kb %s: documents hold no text", name)
 	}
-	if err := kb.embedChunks(ctx, opts.Embedder, indexed, opts.BatchSize); err != nil {
+	vecs, err := embedChunks(ctx, opts.Embedder, texts, opts.BatchSize)
+	if err != nil {
 		return nil, fmt.Errorf("load kb %s: %w", name, err)
 	}
-	kb.finish(indexed, opts.BM25)
+	e := newIndex().edit()
+	dims := len(vecs) / len(texts)
+	at := 0
+	for i, d := range docs {
+		if len(chunks[i]) == 0 {
+			continue
+		}
+		n := len(chunks[i])
+		if err := e.add(d.ID, "", d.Title, chunks[i], vecs[at*dims:(at+n)*dims], false); err != nil {
+			return nil, fmt.Errorf("load kb %s: %w", name, err)
+		}
+		at += n
+	}
+	kb.ix = e.done()
 	if opts.Versions != nil {
 		v, err := opts.Versions.Sync(ctx, name, kb.hash)
 		if err != nil {
@@ -116,45 +125,37 @@ func NewKB(ctx context.Context, name string, docs []Document, opts KBOptions) (*
 		kb.version = v
 	}
 	opts.Logger.InfoContext(ctx, "loaded knowledge base", "kb", name, "docs", len(docs),
-		"chunks", len(kb.chunks), "version", kb.version, "hash", kb.hash[:12],
+		"chunks", kb.ix.chunks, "version", kb.version, "hash", kb.hash[:12],
 		"embedder", kb.model, "took", time.Since(start).Round(time.Millisecond))
 	return kb, nil
 }
 
-// finish indexes the kb's chunks, whose texts as indexed (title and text)
-// are given, once its chunks and vectors are in place.
-func (kb *KB) finish(indexed []string, bm BM25Options) {
-	kb.index = newBM25Index(indexed, bm)
-	kb.byID = make(map[string]int, len(kb.chunks))
-	for i, c := range kb.chunks {
-		kb.byID[c.ID] = i
-	}
-	kb.scratch.New = func() any { return new(scoreScratch) }
-}
-
-func (kb *KB) embedChunks(ctx context.Context, emb embed.Embedder, texts []string, batch int) error {
+// embedChunks embeds texts in batches, into one array of vectors back to
+// back.
+func embedChunks(ctx context.Context, emb embed.Embedder, texts []string, batch int) ([]float32, error) {
+	var out []float32
+	dims := 0
 	for lo := 0; lo < len(texts); lo += batch {
 		hi := min(lo+batch, len(texts))
 		vecs, err := emb.Embed(ctx, texts[lo:hi])
 		if err != nil {
-			return fmt.Errorf("embed chunks %d-%d with %s: %w", lo, hi-1, kb.model, err)
+			return nil, fmt.Errorf("embed chunks %d-%d with %s: %w", lo, hi-1, emb.Model(), err)
 		}
 		if len(vecs) != hi-lo {
-			return fmt.Errorf("embed chunks %d-%d with %s: got %d vectors", lo, hi-1, kb.model, len(vecs))
+			return nil, fmt.Errorf("embed chunks %d-%d with %s: got %d vectors", lo, hi-1, emb.Model(), len(vecs))
 		}
 		for i, v := range vecs {
-			if kb.dims == 0 {
-				kb.dims = len(v)
-				kb.vecs = make([]float32, 0, len(texts)*kb.dims)
+			if dims == 0 {
+				dims = len(v)
+				out = make([]float32, 0, len(texts)*dims)
 			}
-			if len(v) != kb.dims || kb.dims == 0 {
-				return fmt.Errorf("embed chunk %d with %s: %d dimensions, want %d", lo+i, kb.model, len(v), kb.dims)
+			if len(v) != dims || dims == 0 {
+				return nil, fmt.Errorf("embed chunk %d with %s: %d dimensions, want %d", lo+i, emb.Model(), len(v), dims)
 			}
-			kb.vecs = append(kb.vecs, v...)
-			embed.Normalize(kb.vecs[len(kb.vecs)-kb.dims:])
+			out = append(out, v...)
 		}
 	}
-	return nil
+	return out, nil
 }
 
 // contentHash covers everything that decides what the kb returns: the
@@ -187,10 +188,11 @@ func (kb *KB) Hash() string { return kb.hash }
 func (kb *KB) Model() string { return kb.model }
 
 // Dims returns the embedding length.
-func (kb *KB) Dims() int { return kb.dims }
+func (kb *KB) Dims() int { return kb.ix.dims }
 
 // Docs returns the number of documents.
-func (kb *KB) Docs() int { return kb.docs }
+func (kb *KB) Docs() int { return kb.ix.ndocs }
 
-// Chunks returns a copy of the kb's chunks, in index order.
-func (kb *KB) Chunks() []Chunk { return slices.Clone(kb.chunks) }
+// Chunks returns the kb's chunks, by document id and position in the
+// document (the order in which equal scores rank).
+func (kb *KB) Chunks() []Chunk { return kb.ix.chunkList() }

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 )
 
@@ -21,14 +18,17 @@ import (
 // brought up to the store's version before every query: a query never
 // sees content older than the version it read, so a document deleted a
 // moment ago is not retrieved by the next request. Catching up reads only
-// the documents changed since the loaded version; the index itself is
-// rebuilt from the chunks and vectors in memory (no re-embedding).
+// the documents changed since the loaded version and patches a copy of the
+// index that shares everything unchanged with the one queries are using
+// meanwhile (see index); a large change rebuilds it instead.
 type Live struct {
 	store  *kbstore.Store
 	model  string
 	w      float64
 	bm     BM25Options
 	logger *slog.Logger
+	// rebuild decides between patching and rebuilding; tests override it.
+	rebuild func(ix *index, removed, added int) bool
 
 	mu  sync.Mutex
 	kbs map[string]*liveKB
@@ -49,7 +49,6 @@ type liveKB struct {
 	// refresh serialises catching up; snap is read without it.
 	refresh sync.Mutex
 	snap    atomic.Pointer[KB]
-	docs    map[string]kbstore.Revision // as of snap; guarded by refresh
 }
 
 // NewLive serves the kbs of store.
@@ -67,7 +66,25 @@ func NewLive(store *kbstore.Store, opts LiveOptions) (*Live, error) {
 		opts.Logger = slog.Default()
 	}
 	return &Live{store: store, model: opts.Model, w: opts.VectorWeight, bm: opts.BM25.withDefaults(),
-		logger: opts.Logger, kbs: map[string]*liveKB{}}, nil
+		logger: opts.Logger, rebuild: rebuildRatherThanPatch, kbs: map[string]*liveKB{}}, nil
+}
+
+// rebuildRatherThanPatch decides how to apply a change that frees the
+// slots of removed chunks and fills added ones. A patch costs in
+// proportion to what the change touches (the pages of its slots, and the
+// postings lists of its terms, which for the frequent terms are long) and
+// a rebuild in proportion to the kb. On 10k one-chunk documents
+// (BenchmarkPatchOrRebuild) replacing 1% of them by patch took a tenth of
+// a rebuild, 20% about a third, and 50% longer than a rebuild: the two
+// cross when about a third of the documents is replaced, i.e. when
+// removed+added is about two thirds of the chunks. Rebuild from half, a
+// margin below that: a rebuild also packs the index. And rebuild when a
+// patch would leave more free slots than live ones (mass deletions),
+// since every query scans the free ones too.
+func rebuildRatherThanPatch(ix *index, removed, added int) bool {
+	live := ix.chunks - removed + added
+	free := len(ix.free) + removed - added
+	return removed+added > ix.chunks/2 || free > live
 }
 
 // KBVersion returns the version kb is at now, catching up first.
@@ -79,14 +96,21 @@ func (l *Live) KBVersion(ctx context.Context, kb string) (int64, error) {
 	return snap.version, nil
 }
 
+// Pin returns kb at the version it is at now, catching up first: one
+// read of the version from Redis, and none when the pinned kb is searched.
+func (l *Live) Pin(ctx context.Context, kb string) (Pinned, error) {
+	snap, err := l.current(ctx, kb)
+	if err != nil {
+		return nil, err
+	}
+	return pinned{kb: snap, w: l.w}, nil
+}
+
 // Retrieve returns the q.K best chunks of q.KB at its current version.
 func (l *Live) Retrieve(ctx context.Context, q Query) (Result, error) {
 	snap, err := l.current(ctx, q.KB)
 	if err != nil {
 		return Result{}, err
-	}
-	if len(snap.chunks) == 0 { // every document deleted: nothing to find
-		return Result{KB: q.KB, KBVersion: snap.version, Chunks: []Chunk{}}, nil
 	}
 	return snap.search(ctx, q, l.w)
 }
@@ -104,8 +128,8 @@ func (l *Live) Lookup(ctx context.Context, kb string, _ int64, ids []string) ([]
 	out := make([]Chunk, len(ids))
 	var missing []int
 	for i, id := range ids {
-		if j, ok := snap.byID[id]; ok {
-			out[i] = snap.chunks[j]
+		if c, ok := snap.ix.chunkByID(id); ok {
+			out[i] = c
 		} else {
 			missing = append(missing, i)
 		}
@@ -121,29 +145,11 @@ func (l *Live) Lookup(ctx context.Context, kb string, _ int64, ids []string) ([]
 }
 
 // ChunkID names chunk i of a document revision: "<doc>#<i>@<rev>".
-func ChunkID(doc string, i int, rev string) string {
-	return doc + "#" + strconv.Itoa(i) + "@" + rev
-}
-
-func parseChunkID(id string) (doc string, i int, rev string, ok bool) {
-	at := strings.LastIndexByte(id, '@')
-	if at < 0 {
-		return "", 0, "", false
-	}
-	hash := strings.LastIndexByte(id[:at], '#')
-	if hash < 0 {
-		return "", 0, "", false
-	}
-	i, err := strconv.Atoi(id[hash+1 : at])
-	if err != nil || i < 0 {
-		return "", 0, "", false
-	}
-	return id[:hash], i, id[at+1:], true
-}
+func ChunkID(doc string, i int, rev string) string { return chunkID(doc, i, rev) }
 
 func (l *Live) fromStore(ctx context.Context, kb, id string) (Chunk, error) {
 	doc, i, rev, ok := parseChunkID(id)
-	if !ok {
+	if !ok || rev == "" {
 		return Chunk{}, fmt.Errorf("look up chunk %q of %s: not a chunk id", id, kb)
 	}
 	revs, err := l.store.Load(ctx, kb, []kbstore.Change{{ID: doc, Rev: rev}})
@@ -165,7 +171,7 @@ func (l *Live) entry(kb string) *liveKB {
 	defer l.mu.Unlock()
 	e, ok := l.kbs[kb]
 	if !ok {
-		e = &liveKB{docs: map[string]kbstore.Revision{}}
+		e = &liveKB{}
 		l.kbs[kb] = e
 	}
 	return e
@@ -200,89 +206,159 @@ func (l *Live) current(ctx context.Context, kb string) (*KB, error) {
 	return l.catchUp(ctx, kb, e)
 }
 
-// catchUp reads what changed since the loaded version and rebuilds the
-// index. Called with e.refresh held.
+// catchUp reads what changed since the loaded version and makes the
+// index of the new version. Called with e.refresh held.
 func (l *Live) catchUp(ctx context.Context, kb string, e *liveKB) (*KB, error) {
 	start := time.Now()
-	var since int64
-	if snap := e.snap.Load(); snap != nil {
-		since = snap.version
+	old := e.snap.Load()
+	snap, st, err := l.next(ctx, kb, old)
+	if errors.Is(err, kbstore.ErrGone) && old != nil {
+		// A changed document's revision was retired before it could be
+		// read (it changed again, longer ago than the grace period): the
+		// change log no longer leads from the loaded version to the
+		// current one. Load the whole kb instead.
+		l.logger.WarnContext(ctx, "knowledge base changes unreadable, reloading it", "kb", kb, "from", old.version, "err", err)
+		snap, st, err = l.next(ctx, kb, nil)
 	}
-	if since == 0 {
+	if err != nil {
+		return nil, err
+	}
+	e.snap.Store(snap)
+	var from int64
+	if old != nil {
+		from = old.version
+	}
+	l.logger.InfoContext(ctx, "knowledge base caught up", "kb", kb, "from", from, "to", snap.version,
+		"changed", st.changed, "patched", st.patched, "docs", snap.ix.ndocs, "chunks", snap.ix.chunks,
+		"took", time.Since(start).Round(time.Microsecond))
+	return snap, nil
+}
+
+type catchUpStats struct {
+	changed int  // documents
+	patched bool // or rebuilt
+}
+
+// next returns the kb's current version, made from old (nil: from
+// scratch) and the documents changed since.
+func (l *Live) next(ctx context.Context, kb string, old *KB) (*KB, catchUpStats, error) {
+	var since int64
+	scratch := newScratch()
+	if old != nil {
+		since, scratch = old.version, old.scratch
+	} else {
 		model, err := l.store.Model(ctx, kb)
 		if err != nil {
-			return nil, err
+			return nil, catchUpStats{}, err
 		}
 		if model != l.model {
-			return nil, fmt.Errorf("load kb %s: its chunks are embedded with %q, this worker embeds queries with %q", kb, model, l.model)
+			return nil, catchUpStats{}, fmt.Errorf("load kb %s: its chunks are embedded with %q, this worker embeds queries with %q", kb, model, l.model)
 		}
 	}
 	version, changes, err := l.store.Changes(ctx, kb, since)
 	if err != nil {
-		return nil, err
+		return nil, catchUpStats{}, err
 	}
+	base := newIndex()
+	if old != nil {
+		base = old.ix
+	}
+	// A document changed and changed back is no change to the index.
+	var deleted []string
 	var load []kbstore.Change
+	removed := 0
 	for _, c := range changes {
-		if c.Rev != "" && e.docs[c.ID].Rev != c.Rev {
+		d, indexed := base.docs.get(c.ID)
+		if indexed && d.rev == c.Rev {
+			continue
+		}
+		if indexed {
+			removed += len(d.slots)
+		}
+		if c.Rev == "" {
+			deleted = append(deleted, c.ID)
+		} else {
 			load = append(load, c)
 		}
 	}
 	revs, err := l.store.Load(ctx, kb, load)
 	if err != nil {
-		return nil, err
+		return nil, catchUpStats{}, err
 	}
-	docs := make(map[string]kbstore.Revision, len(e.docs)+len(revs))
-	for id, r := range e.docs {
-		docs[id] = r
-	}
-	for _, c := range changes {
-		if c.Rev == "" {
-			delete(docs, c.ID)
-		}
-	}
+	added := 0
 	for _, r := range revs {
-		docs[r.ID] = r
+		added += len(r.Chunks)
 	}
-	snap, err := l.build(kb, version, docs)
+	st := catchUpStats{changed: len(deleted) + len(revs)}
+	var ix *index
+	if old == nil || l.rebuild(base, removed, added) {
+		ix, err = rebuild(base, deleted, revs)
+	} else {
+		st.patched = true
+		ix, err = patch(base, deleted, revs)
+	}
 	if err != nil {
-		return nil, err
+		return nil, catchUpStats{}, fmt.Errorf("load kb %s: %w", kb, err)
 	}
-	e.docs = docs
-	e.snap.Store(snap)
-	l.logger.InfoContext(ctx, "knowledge base caught up", "kb", kb, "from", since, "to", version,
-		"changed", len(changes), "docs", len(docs), "chunks", len(snap.chunks), "took", time.Since(start).Round(time.Microsecond))
-	return snap, nil
+	return &KB{name: kb, model: l.model, version: version, bm: l.bm, ix: ix, scratch: scratch}, st, nil
 }
 
-func (l *Live) build(kb string, version int64, docs map[string]kbstore.Revision) (*KB, error) {
-	ids := make([]string, 0, len(docs))
-	total := 0
-	dims := 0
-	for id, r := range docs {
-		ids = append(ids, id)
-		total += len(r.Chunks)
-		if dims == 0 {
-			dims = r.Dims
+// patch applies the deletions and new revisions to an edit of base.
+func patch(base *index, deleted []string, revs []kbstore.Revision) (*index, error) {
+	e := base.edit()
+	for _, id := range deleted {
+		e.remove(id)
+	}
+	for _, r := range revs {
+		e.remove(r.ID)
+		if err := e.add(r.ID, r.Rev, r.Title, r.Chunks, r.Vectors, false); err != nil {
+			return nil, err
 		}
-		if r.Dims != dims {
-			return nil, fmt.Errorf("load kb %s: document %s has %d dimensions, others %d", kb, id, r.Dims, dims)
-		}
+	}
+	return e.done(), nil
+}
+
+// rebuild makes a new index of base's documents, without the deleted
+// ones and with the new revisions, in document id order: the index a
+// fresh load of the same version would make. Unchanged documents are
+// copied from base, not read again.
+func rebuild(base *index, deleted []string, revs []kbstore.Revision) (*index, error) {
+	changed := make(map[string]int, len(deleted)+len(revs))
+	for _, id := range deleted {
+		changed[id] = -1
+	}
+	for i, r := range revs {
+		changed[r.ID] = i
+	}
+	ids := base.docs.keys()
+	ids = slices.DeleteFunc(ids, func(id string) bool { _, ok := changed[id]; return ok })
+	for _, r := range revs {
+		ids = append(ids, r.ID)
 	}
 	slices.Sort(ids)
-	snap := &KB{name: kb, model: l.model, version: version, docs: len(docs), dims: dims,
-		chunks: make([]Chunk, 0, total), vecs: make([]float32, 0, total*dims)}
-	indexed := make([]string, 0, total)
+	e := newIndex().edit()
+	var vecs []float32
+	var texts []string
 	for _, id := range ids {
-		r := docs[id]
-		for i, text := range r.Chunks {
-			snap.chunks = append(snap.chunks, Chunk{ID: ChunkID(id, i, r.Rev), DocID: id, Title: r.Title, Text: text})
-			indexed = append(indexed, r.Title+"\n\n"+text)
+		if i, ok := changed[id]; ok {
+			r := revs[i]
+			if err := e.add(id, r.Rev, r.Title, r.Chunks, r.Vectors, false); err != nil {
+				return nil, err
+			}
+			continue
 		}
-		snap.vecs = append(snap.vecs, r.Vectors...)
+		d, _ := base.docs.get(id)
+		vecs, texts = vecs[:0], texts[:0]
+		var title string
+		for _, s := range d.slots {
+			p, j := base.at(s)
+			title = p.chunks[j].Title
+			texts = append(texts, p.chunks[j].Text)
+			vecs = append(vecs, base.vec(s)...)
+		}
+		if err := e.add(id, d.rev, title, texts, vecs, true); err != nil {
+			return nil, err
+		}
 	}
-	for i := range total {
-		embed.Normalize(snap.vecs[i*dims : (i+1)*dims])
-	}
-	snap.finish(indexed, l.bm)
-	return snap, nil
+	return e.done(), nil
 }

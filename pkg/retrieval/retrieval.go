@@ -45,13 +45,21 @@ type Retriever interface {
 	Retrieve(ctx context.Context, q Query) (Result, error)
 }
 
-// VersionedRetriever is a Retriever that can say which version of a kb it
-// would answer from before it answers, which a cache needs to build its key.
+// VersionedRetriever is a Retriever that can pin a kb at the version it
+// would answer from now, which a cache needs: the version goes into the
+// key before the search, and the search must then be of that version.
 type VersionedRetriever interface {
 	Retriever
-	// KBVersion returns the version of the loaded kb, or an
-	// *UnknownKBError.
-	KBVersion(ctx context.Context, kb string) (int64, error)
+	// Pin returns the kb as it is now, or an *UnknownKBError.
+	Pin(ctx context.Context, kb string) (Pinned, error)
+}
+
+// Pinned is one version of a kb. It answers from that version however the
+// kb has changed since it was pinned (of its own kb only: Query.KB must
+// name it).
+type Pinned interface {
+	Retriever
+	Version() int64
 }
 
 // ErrUnknownKB matches every *UnknownKBError with errors.Is.

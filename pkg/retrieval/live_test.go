@@ -1,0 +1,283 @@
+package retrieval_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+)
+
+const testModel = "test/8"
+
+// randomKB writes random documents to a kb of a store: few words and
+// few dimensions, so that queries match many chunks, and documents that
+// repeat one another word for word, so that scores tie.
+type randomKB struct {
+	rng   *rand.Rand
+	store *kbstore.Store
+	kb    string
+	vocab []string
+	// twin is the text and vectors of the last document, for the next to
+	// copy.
+	twin kbstore.Revision
+}
+
+func newRandomKB(t *testing.T, seed uint64) *randomKB {
+	vocab := make([]string, 60)
+	for i := range vocab {
+		vocab[i] = fmt.Sprintf("w%02d", i)
+	}
+	return &randomKB{
+		rng:   rand.New(rand.NewPCG(seed, 1)),
+		store: kbstore.New(testRedis.Client(t), kbstore.Options{Prefix: prefix(t)}),
+		kb:    "random",
+		vocab: vocab,
+	}
+}
+
+// word draws from a skewed distribution: a few words are in most chunks.
+func (r *randomKB) word() string {
+	return r.vocab[int(float64(len(r.vocab))*math.Pow(r.rng.Float64(), 2.5))]
+}
+
+func (r *randomKB) text(n int) string {
+	words := make([]string, n)
+	for i := range words {
+		words[i] = r.word()
+	}
+	return strings.Join(words, " ")
+}
+
+func (r *randomKB) vector() []float32 {
+	v := make([]float32, 8)
+	for i := range v {
+		v[i] = float32(r.rng.NormFloat64())
+	}
+	return v
+}
+
+func (r *randomKB) doc() string { return fmt.Sprintf("d%02d", r.rng.IntN(40)) }
+
+func (r *randomKB) revision(id string) kbstore.Revision {
+	if r.twin.Rev != "" && r.rng.IntN(5) == 0 {
+		twin := r.twin
+		twin.ID = id
+		twin.Rev = fmt.Sprintf("%016x", r.rng.Uint64())
+		return twin
+	}
+	rev := kbstore.Revision{ID: id, Rev: fmt.Sprintf("%016x", r.rng.Uint64()), Title: r.text(2), Dims: 8}
+	for range 1 + r.rng.IntN(4) {
+		rev.Chunks = append(rev.Chunks, r.text(3+r.rng.IntN(15)))
+		rev.Vectors = append(rev.Vectors, r.vector()...)
+	}
+	r.twin = rev
+	return rev
+}
+
+// step makes one random change: a put of one to three documents (new,
+// replaced or unchanged) or a delete.
+func (r *randomKB) step(t *testing.T) {
+	t.Helper()
+	if r.rng.IntN(4) == 0 {
+		if _, _, err := r.store.Delete(context.Background(), r.kb, r.doc()); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	r.put(t)
+}
+
+// put puts one to three documents.
+func (r *randomKB) put(t *testing.T) {
+	t.Helper()
+	var revs []kbstore.Revision
+	seen := map[string]bool{}
+	for range 1 + r.rng.IntN(3) {
+		id := r.doc()
+		if !seen[id] {
+			seen[id] = true
+			revs = append(revs, r.revision(id))
+		}
+	}
+	if _, err := r.store.Put(context.Background(), r.kb, testModel, revs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *randomKB) queries() []retrieval.Query {
+	var qs []retrieval.Query
+	for range 6 {
+		qs = append(qs,
+			retrieval.Query{KB: r.kb, Text: r.text(1 + r.rng.IntN(3)), Vector: r.vector(), K: 1 + r.rng.IntN(8)},
+			retrieval.Query{KB: r.kb, Text: r.text(2), K: 5},                 // lexical only
+			retrieval.Query{KB: r.kb, Text: "zzz", Vector: r.vector(), K: 5}, // vector only
+		)
+	}
+	// Everything, so that every score is compared.
+	return append(qs, retrieval.Query{KB: r.kb, Text: r.word(), Vector: r.vector(), K: 1000})
+}
+
+func newTestLive(t *testing.T, store *kbstore.Store) *retrieval.Live {
+	t.Helper()
+	l, err := retrieval.NewLive(store, retrieval.LiveOptions{Model: testModel, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func sameResults(a, b retrieval.Result) error {
+	if a.KBVersion != b.KBVersion || len(a.Chunks) != len(b.Chunks) {
+		return fmt.Errorf("version %d, %d chunks; want version %d, %d chunks", a.KBVersion, len(a.Chunks), b.KBVersion, len(b.Chunks))
+	}
+	for i := range a.Chunks {
+		x, y := a.Chunks[i], b.Chunks[i]
+		if x.ID != y.ID || x.Text != y.Text || x.Title != y.Title || math.Abs(x.Score-y.Score) > 1e-9 {
+			return fmt.Errorf("chunk %d is %s (%.12f), want %s (%.12f)", i, x.ID, x.Score, y.ID, y.Score)
+		}
+	}
+	return nil
+}
+
+// After any sequence of changes, an index patched change by change, one
+// rebuilt from memory change by change and one loaded afresh give the
+// same results, scores included.
+func TestLivePatchedIndexEqualsFreshOne(t *testing.T) {
+	ctx := context.Background()
+	for seed := range uint64(3) {
+		r := newRandomKB(t, seed)
+		r.kb = fmt.Sprint("random", seed)
+		patched, rebuilt := newTestLive(t, r.store), newTestLive(t, r.store)
+		retrieval.PatchAlways(patched)
+		retrieval.RebuildAlways(rebuilt)
+		r.put(t)
+		for step := range 150 {
+			// Several changes between queries now and then: a catch-up
+			// applies them at once.
+			n := 1
+			if r.rng.IntN(3) == 0 {
+				n += r.rng.IntN(6)
+			}
+			for range n {
+				r.step(t)
+			}
+			fresh := newTestLive(t, r.store)
+			for _, q := range r.queries() {
+				want, err := fresh.Retrieve(ctx, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for name, l := range map[string]*retrieval.Live{"patched": patched, "rebuilt": rebuilt} {
+					got, err := l.Retrieve(ctx, q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := sameResults(got, want); err != nil {
+						t.Fatalf("seed %d step %d, %s index, query %+v: %v", seed, step, name, q, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Queries go on against the version they started with while catch-ups
+// make new ones (run with -race): every result is whole and versions only
+// grow.
+func TestLiveQueriesDuringCatchUp(t *testing.T) {
+	ctx := context.Background()
+	r := newRandomKB(t, 42)
+	r.put(t)
+	l := newTestLive(t, r.store)
+	retrieval.PatchAlways(l)
+	qs := r.queries()
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Go(func() {
+			var last int64
+			for i := w; !stop.Load(); i++ {
+				res, err := l.Retrieve(ctx, qs[i%len(qs)])
+				if err == nil && res.KBVersion < last {
+					err = fmt.Errorf("version %d after %d", res.KBVersion, last)
+				}
+				for _, c := range res.Chunks {
+					if err == nil && (c.Text == "" || !strings.HasPrefix(c.ID, c.DocID+"#")) {
+						err = fmt.Errorf("chunk %+v", c)
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				last = res.KBVersion
+			}
+		})
+	}
+	for range 200 {
+		r.step(t)
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// A cache miss reads the kb's version once: the pinned kb is searched
+// without asking Redis again.
+func TestCachedLiveReadsVersionOnce(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis.Client(t)
+	store := kbstore.New(rdb, kbstore.Options{Prefix: prefix(t)})
+	r := newRandomKB(t, 7)
+	r.store = store
+	r.put(t)
+	counter := &getCounter{key: store.VersionKey(r.kb)}
+	counted := testRedis.Client(t)
+	counted.AddHook(counter)
+	l := newTestLive(t, kbstore.New(counted, kbstore.Options{Prefix: prefix(t)}))
+	c := retrieval.NewCachedRetriever(l, rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
+	q := retrieval.Query{KB: r.kb, Text: r.word(), K: 3}
+	for i, wantHit := range []bool{false, true} {
+		before := counter.n.Load()
+		if _, hit, err := c.Get(ctx, q); err != nil || hit != wantHit {
+			t.Fatalf("Get %d: hit=%v err=%v", i, hit, err)
+		}
+		if n := counter.n.Load() - before; n != 1 {
+			t.Errorf("Get %d (hit=%v) read the kb version %d times, want once", i, wantHit, n)
+		}
+	}
+}
+
+// getCounter counts GETs of one key.
+type getCounter struct {
+	key string
+	n   atomic.Int64
+}
+
+func (g *getCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *getCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) == 2 && strings.EqualFold(fmt.Sprint(args[0]), "get") && args[1] == g.key {
+			g.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (g *getCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
