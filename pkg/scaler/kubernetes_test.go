@@ -42,10 +42,6 @@ type fakeAPIServer struct {
 	requests  []string // "METHOD path body"
 }
 
-func (f *fakeAPIServer) scalePath() string {
-	return fmt.Sprintf("/apis/apps/v1/namespaces/%s/deployments/%s/scale", f.namespace, f.deployment)
-}
-
 func writeStatus(w http.ResponseWriter, code int, reason, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
