@@ -170,6 +170,11 @@ type Result struct {
 	// QueueAtEnd is the simulator's waiting queue when the load stopped,
 	// MaxQueue the largest seen.
 	QueueAtEnd, MaxQueue int
+	// ArrivalLag is the latest an arrival was sent after its planned
+	// time. More than a fraction of a second means the host could not keep
+	// up with simulated time, and the run measured the host, not the plan:
+	// use a larger TimeScale.
+	ArrivalLag time.Duration
 	// Holds reports that the replicas kept up: the queue at the end of the
 	// load was at most one full batch per replica. A queue that grows
 	// without bound fails this by the end of any run long enough to show
@@ -313,6 +318,7 @@ func (r *run) drive(ctx context.Context) Result {
 			break
 		}
 		req := &request{arrival: simNow()}
+		res.ArrivalLag = max(res.ArrivalLag, req.arrival-at)
 		r.mu.Lock()
 		r.reqs = append(r.reqs, req)
 		r.mu.Unlock()

@@ -126,6 +126,7 @@ func simulate(ctx context.Context, out io.Writer, f flags, p capacity.Plan) erro
 		name string
 		gpus int
 	}{{"plan", p.GPUs}, {"one fewer", p.GPUs - 1}}
+	var slow []string
 	for _, r := range runs {
 		if r.gpus < 1 {
 			fmt.Fprintf(tw, "%s\t0\t\t\t\t\t\t\t\t\t\tno\t\n", r.name)
@@ -149,7 +150,15 @@ func simulate(ctx context.Context, out io.Writer, f flags, p capacity.Plan) erro
 			res.OfferedQPS, res.OfferedTokensPerSecond, res.ThroughputTokensPerSecond, 100*res.Utilization,
 			lower, res.P50.Round(time.Millisecond), lower, res.P99.Round(time.Millisecond),
 			res.QueueAtEnd, res.MaxQueue, res.Unfinished, holds)
-		_ = started
+		if res.ArrivalLag > time.Second {
+			slow = append(slow, fmt.Sprintf("%s: arrivals ran up to %s (simulated) late after %s of wall time", r.name, res.ArrivalLag.Round(time.Millisecond), time.Since(started).Round(time.Millisecond)))
+		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, s := range slow {
+		fmt.Fprintf(out, "warning: this host could not keep up with simulated time (%s); the run measured the host, not the plan: raise -time-scale\n", s)
+	}
+	return nil
 }
