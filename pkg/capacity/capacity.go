@@ -12,6 +12,13 @@
 // the right answer is 500 (499.2 rounded up), and its 35 + 15 pool split is
 // likewise ten times too small: 350 + 150.
 //
+// PlanSplit sizes a short and a long pool separately, each from its own
+// load and per-GPU rate, each rounded up. The two together cost the pooled
+// count or a little more: rounding up twice can add a GPU, and, which the
+// formula cannot show, isolated pools no longer absorb each other's surges,
+// so each keeps its own redundancy. The seed's own split (70% / 30% of the
+// token load) gives 350 + 150 for its example.
+//
 // Tokens here are total tokens, input plus output, and the per-GPU rate must
 // be measured the same way: the total tokens per second one replica sustains
 // with a full batch of the expected request mix. The formula has no term for

@@ -56,7 +56,7 @@ func parse(args []string, out io.Writer) (flags, error) {
 	fs.Float64Var(&f.split.LongTokensPerSecondPerGPU, "long-tokens-per-gpu", 0, "tokens/s per GPU of the long pool (default: -tokens-per-gpu)")
 	fs.BoolVar(&f.simulate, "simulate", false, "check the plan, and one GPU fewer, against the LLM simulator")
 	fs.DurationVar(&f.sim.Duration, "sim-duration", f.sim.Duration, "simulated length of the peak load")
-	fs.Float64Var(&f.sim.TimeScale, "time-scale", f.sim.TimeScale, "wall time per simulated time (0.05 runs 20x faster)")
+	fs.Float64Var(&f.sim.TimeScale, "time-scale", f.sim.TimeScale, "wall time per simulated time (0.1 runs 10x faster)")
 	fs.IntVar(&f.sim.MaxReplicas, "sim-max-replicas", f.sim.MaxReplicas, "replicas to simulate at most; a larger fleet is checked through a slice with the same load per replica")
 	fs.IntVar(&f.sim.MaxNumSeqs, "max-num-seqs", f.sim.MaxNumSeqs, "batch limit of a simulated replica")
 	fs.Uint64Var(&f.sim.Seed, "seed", f.sim.Seed, "seed of the simulated arrivals")
@@ -139,7 +139,10 @@ func simulate(ctx context.Context, out io.Writer, f flags, p capacity.Plan) erro
 			return err
 		}
 		holds := "yes"
-		if !res.Holds {
+		switch {
+		case res.ArrivalLag > time.Second:
+			holds = "n/a (host lagged)"
+		case !res.Holds:
 			holds = "no"
 		}
 		lower := ""
