@@ -15,7 +15,7 @@ SCENARIOS    := overhead limiter reject wakeup burst waiters
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./api/cmd/sluice-api ./worker/cmd/sluice-worker ./pkg/llmsim/cmd/llmsim ./tests/load/cmd/sluice-bench
+	$(GO) build -o $(BIN)/ ./api/cmd/sluice-api ./worker/cmd/sluice-worker ./pkg/llmsim/cmd/llmsim ./pkg/capacity/cmd/sluice-plan ./tests/load/cmd/sluice-bench
 
 # The Temporal CLI (Server 1.29, UI 2.42) is built from the Go module proxy;
 # the first build takes ~6 minutes, later ones come from the Go build cache.
