@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/workflows"
 )
 
 var redisAddr string
@@ -39,10 +41,20 @@ type countingClient struct {
 	// hold, if set, keeps each start in flight until it is closed;
 	// holding receives once per start that began.
 	hold, holding chan struct{}
+
+	mu     sync.Mutex
+	inputs []workflows.ChatInput
 }
 
-func (c *countingClient) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+func (c *countingClient) ExecuteWorkflow(_ context.Context, _ client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
 	c.starts.Add(1)
+	if len(args) == 1 {
+		if in, ok := args[0].(workflows.ChatInput); ok {
+			c.mu.Lock()
+			c.inputs = append(c.inputs, in)
+			c.mu.Unlock()
+		}
+	}
 	if c.hold != nil {
 		c.holding <- struct{}{}
 		<-c.hold
@@ -422,5 +434,35 @@ func TestChatSettingsMaxWait(t *testing.T) {
 	vip := ChatSettings(cfg, config.Tier{Weight: 5, MaxWait: time.Minute})
 	if vip.MaxWait != time.Minute || vip.MaxWaitByPool != nil {
 		t.Fatalf("a tier's max_wait must win: %+v", vip)
+	}
+}
+
+// Only allow-listed kbs use the answer cache, and never a request in a
+// session (its answer depends on the conversation).
+func TestAnswerCacheOnlyForAllowListedKBs(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		allow      []string
+		want       bool
+	}{
+		{"listed", `{"query":"hello"}`, []string{"sluice-docs"}, true},
+		{"listed, in a session", `{"query":"hello","session_id":"s1"}`, []string{"sluice-docs"}, false},
+		{"not listed", `{"query":"hello"}`, []string{"other"}, false},
+		{"off", `{"query":"hello"}`, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, tc2, _ := newTestServer(t, func(c *config.Config) { c.AnswerCache.KBs = tc.allow })
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer k-acme")
+			srv.Handler().ServeHTTP(httptest.NewRecorder(), req)
+			tc2.mu.Lock()
+			defer tc2.mu.Unlock()
+			if len(tc2.inputs) != 1 {
+				t.Fatalf("%d workflow starts", len(tc2.inputs))
+			}
+			if got := tc2.inputs[0].Settings.AnswerCache; got != tc.want {
+				t.Fatalf("AnswerCache = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
