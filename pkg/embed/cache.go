@@ -64,6 +64,8 @@ type CacheStats struct {
 	// RedisErrors counts failed Redis reads and writes, and undecodable
 	// values.
 	RedisErrors uint64
+	// Bytes counts the bytes of vectors served from either tier.
+	Bytes uint64
 }
 
 // Cache is the query→embedding tier: an in-process LRU in front of Redis in
@@ -78,7 +80,7 @@ type Cache struct {
 	mem    *lru
 	flight flight
 
-	memoryHits, redisHits, misses, shared, redisErrors atomic.Uint64
+	memoryHits, redisHits, misses, shared, redisErrors, bytes atomic.Uint64
 }
 
 // NewCache wraps emb. rdb may be nil, which leaves the cache in process only.
@@ -111,6 +113,7 @@ func (c *Cache) Get(ctx context.Context, query string) ([]float32, string, error
 	digest := c.digest(norm)
 	if vec, ok := c.mem.get(digest); ok {
 		c.memoryHits.Add(1)
+		c.bytes.Add(uint64(4 * len(vec)))
 		return vec, TierMemory, nil
 	}
 	for {
@@ -147,6 +150,7 @@ func (c *Cache) Stats() CacheStats {
 		Misses:      c.misses.Load(),
 		Shared:      c.shared.Load(),
 		RedisErrors: c.redisErrors.Load(),
+		Bytes:       c.bytes.Load(),
 	}
 }
 
@@ -172,6 +176,7 @@ func (c *Cache) load(ctx context.Context, digest [32]byte, norm string) ([]float
 	// A concurrent load may have filled the LRU since Get looked.
 	if vec, ok := c.mem.get(digest); ok {
 		c.memoryHits.Add(1)
+		c.bytes.Add(uint64(4 * len(vec)))
 		return vec, TierMemory, nil
 	}
 	key := ""
@@ -184,6 +189,7 @@ func (c *Cache) load(ctx context.Context, digest [32]byte, norm string) ([]float
 			vec, derr := decodeVector(raw)
 			if derr == nil {
 				c.redisHits.Add(1)
+				c.bytes.Add(uint64(len(raw)))
 				c.mem.put(digest, vec)
 				return vec, TierRedis, nil
 			}

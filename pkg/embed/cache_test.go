@@ -95,7 +95,8 @@ func TestCacheTiers(t *testing.T) {
 	if n := emb.calls.Load(); n != 1 {
 		t.Errorf("embedder called %d times, want 1", n)
 	}
-	if got, want := c.Stats(), (embed.CacheStats{MemoryHits: 2, Misses: 1}); got != want {
+	// Two memory hits of a vector of float32s.
+	if got, want := c.Stats(), (embed.CacheStats{MemoryHits: 2, Misses: 1, Bytes: uint64(2 * 4 * len(want))}); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
 

@@ -62,6 +62,8 @@ type CacheStats struct {
 	// RedisErrors counts failed Redis reads and writes, and undecodable
 	// values.
 	RedisErrors uint64
+	// Bytes counts the bytes of cached results served.
+	Bytes uint64
 }
 
 // CachedRetriever is the retrieval result cache. Its keys hold the kb
@@ -73,7 +75,7 @@ type CachedRetriever struct {
 	rdb   Redis
 	opts  CacheOptions
 
-	hits, misses, bypassed, redisErrors atomic.Uint64
+	hits, misses, bypassed, redisErrors, bytes atomic.Uint64
 }
 
 // NewCachedRetriever wraps inner.
@@ -132,6 +134,7 @@ func (c *CachedRetriever) Get(ctx context.Context, q Query) (Result, bool, error
 		derr := json.Unmarshal(raw, &res)
 		if derr == nil && res.KB == q.KB && res.KBVersion == version {
 			c.hits.Add(1)
+			c.bytes.Add(uint64(len(raw)))
 			return res, true, nil
 		}
 		if derr == nil {
@@ -201,5 +204,6 @@ func (c *CachedRetriever) Stats() CacheStats {
 		Misses:      c.misses.Load(),
 		Bypassed:    c.bypassed.Load(),
 		RedisErrors: c.redisErrors.Load(),
+		Bytes:       c.bytes.Load(),
 	}
 }

@@ -127,7 +127,10 @@ func TestCachedRetrieverHitMissAndVersion(t *testing.T) {
 	if _, hit, _ := c.Get(ctx, q); !hit {
 		t.Error("v2 entry not cached")
 	}
-	if got, want := c.Stats(), (retrieval.CacheStats{Hits: 2, Misses: 3}); got != want {
+	if got := c.Stats(); got.Bytes == 0 {
+		t.Errorf("Stats().Bytes = %d, want the two hits' bytes", got.Bytes)
+	}
+	if got, want := c.Stats(), (retrieval.CacheStats{Hits: 2, Misses: 3, Bytes: c.Stats().Bytes}); got != want {
 		t.Errorf("Stats() = %+v, want %+v", got, want)
 	}
 }
