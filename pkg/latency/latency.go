@@ -5,9 +5,10 @@
 //
 // Recording is an atomic increment in a local histogram: the requests'
 // hot path never waits for Redis. Each process flushes what it recorded
-// every second in one script call, adding its bucket counts into a hash per
-// (series, time slot); reading merges the slots that overlap the window in
-// one call. Slots are numbered by Redis's clock, so processes whose clocks
+// every second in one script call, adding its bucket counts into a slot
+// per (series, time slot), a string of counters that expires by itself;
+// reading fetches the slots that overlap the window in one call and adds
+// them up. Slots are numbered by Redis's clock, so processes whose clocks
 // disagree still write into and read the same slots.
 //
 // What a reader sees lags what was recorded by up to one flush interval,
@@ -23,6 +24,7 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -119,7 +121,7 @@ func New(rdb redis.Scripter, opts Options) (*Window, error) {
 	}
 	return &Window{
 		rdb:        rdb,
-		prefix:     opts.KeyPrefix + "lat:{",
+		prefix:     opts.KeyPrefix + keyspace + "{",
 		slot:       opts.Slot,
 		retention:  opts.Retention,
 		flushEvery: opts.FlushEvery,
@@ -200,20 +202,7 @@ func (w *Window) Flush(ctx context.Context) error {
 	args := []any{w.nowArg(), w.slot.Milliseconds(), w.retention.Milliseconds()}
 	for name, p := range w.pending {
 		keys = append(keys, w.key(name))
-		at := len(args)
-		args = append(args, 0)
-		for i, n := range p.buckets {
-			if n != 0 {
-				args = append(args, bucketField[i], n)
-			}
-		}
-		if us := (p.sumNs + 500) / 1000; us != 0 {
-			args = append(args, "s", us)
-		}
-		if p.added != 0 {
-			args = append(args, "n", p.added)
-		}
-		args[at] = (len(args) - at - 1) / 2
+		args = p.appendIncrements(args)
 	}
 	err := flushScript.Run(ctx, w.rdb, keys, args...).Err()
 	if err == nil {
@@ -303,8 +292,8 @@ func (w *Window) Snapshots(ctx context.Context, window time.Duration, series ...
 }
 
 func parseRead(reply []any, n int) ([]Stats, error) {
-	if len(reply) < 2 {
-		return nil, fmt.Errorf("reply of %d values", len(reply))
+	if len(reply) != 2+n {
+		return nil, fmt.Errorf("reply of %d values for %d series", len(reply), n)
 	}
 	now, ok1 := reply[0].(int64)
 	from, ok2 := reply[1].(int64)
@@ -312,43 +301,80 @@ func parseRead(reply []any, n int) ([]Stats, error) {
 		return nil, fmt.Errorf("reply starts with %T, %T", reply[0], reply[1])
 	}
 	stats := make([]Stats, n)
-	at := 2
 	for i := range stats {
+		slots, ok := reply[2+i].([]any)
+		if !ok {
+			return nil, fmt.Errorf("series %d: %T", i, reply[2+i])
+		}
 		s := &stats[i]
 		s.Span = time.Duration(now-from) * time.Millisecond
-		s.hist = make([]int64, numBuckets)
-		if at >= len(reply) {
-			return nil, fmt.Errorf("reply ends before series %d", i)
-		}
-		m, ok := reply[at].(int64)
-		if !ok || at+1+2*int(m) > len(reply) {
-			return nil, fmt.Errorf("series %d: %d fields in a reply of %d values", i, m, len(reply))
-		}
-		for j := at + 1; j < at+1+2*int(m); j += 2 {
-			field, ok1 := reply[j].(string)
-			v, ok2 := reply[j+1].(int64)
-			if !ok1 || !ok2 {
-				return nil, fmt.Errorf("series %d: field %v = %v", i, reply[j], reply[j+1])
+		var sum [slotFields]int64
+		for _, slot := range slots {
+			if slot == nil {
+				continue
 			}
-			switch field {
-			case "s":
-				s.Sum = time.Duration(v) * time.Microsecond
-			case "n":
-				s.Added = v
-			default:
-				b, err := strconv.Atoi(field)
-				if err != nil || b < 0 || b >= numBuckets {
-					return nil, fmt.Errorf("series %d: unknown field %q", i, field)
-				}
-				s.hist[b] = v
-				s.Count += v
+			b, ok := slot.(string)
+			if !ok || len(b)%8 != 0 || len(b) > 8*slotFields {
+				return nil, fmt.Errorf("series %d: a slot of %T, %d bytes", i, slot, len(b))
+			}
+			for j := range len(b) / 8 {
+				sum[j] += int64(binary.BigEndian.Uint64([]byte(b[8*j : 8*j+8])))
 			}
 		}
-		at += 1 + 2*int(m)
+		s.Added = sum[addedField]
+		s.Sum = time.Duration(sum[sumField]) * time.Microsecond
+		s.hist = sum[firstBucketField:]
+		for _, c := range s.hist {
+			s.Count += c
+		}
 		s.P50, s.P90, s.P99 = s.Quantile(0.50), s.Quantile(0.90), s.Quantile(0.99)
 	}
 	return stats, nil
 }
+
+// A slot is slotFields big-endian int64 (BITFIELD's i64 #j): the sum of
+// Add first, so that a counter's slot is 8 bytes; then the sum of the
+// latencies in µs; then the bucket counts (lua/flush.lua).
+const (
+	addedField       = 0
+	sumField         = 1
+	firstBucketField = 2
+	slotFields       = firstBucketField + numBuckets
+)
+
+// fieldOffset is BITFIELD's offset of each field.
+var fieldOffset [slotFields]string
+
+func init() {
+	for j := range fieldOffset {
+		fieldOffset[j] = "#" + strconv.Itoa(j)
+	}
+}
+
+// appendIncrements appends p's flush arguments to args: k, then k
+// BITFIELD arguments.
+func (p *pending) appendIncrements(args []any) []any {
+	at := len(args)
+	args = append(args, 0)
+	incr := func(field int, n int64) {
+		if n != 0 {
+			args = append(args, "INCRBY", "i64", fieldOffset[field], n)
+		}
+	}
+	incr(addedField, p.added)
+	// To the µs: the sum is for the mean, and µs keep a window of a busy
+	// series' latencies far from overflowing.
+	incr(sumField, (p.sumNs+500)/1000)
+	for i, n := range p.buckets {
+		incr(firstBucketField+i, n)
+	}
+	args[at] = len(args) - at - 1
+	return args
+}
+
+// keyspace names the keys with the version of their format (the slot
+// layout): a process of another version never reads or adds into them.
+const keyspace = "lat1:"
 
 // key is the base of a series' slot keys; the scripts append the slot
 // number. The series is a hash tag, so that one series' slots would share
