@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,10 +40,18 @@ func newTestClock() *testClock {
 func (c *testClock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
 func (c *testClock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 
+var runs atomic.Int64
+
+// keyPrefix is the test's key space, new on each run: with -count=N every
+// run shares one redis-server and, on a test clock, the same slots.
+func keyPrefix(t testing.TB) string {
+	return testenv.KeyPrefix(t) + strconv.FormatInt(runs.Add(1), 10) + ":"
+}
+
 func newWindow(t testing.TB, rdb redis.Scripter, clock *testClock, opts Options) *Window {
 	t.Helper()
 	if opts.KeyPrefix == "" {
-		opts.KeyPrefix = testenv.KeyPrefix(t)
+		opts.KeyPrefix = keyPrefix(t)
 	}
 	w, err := New(rdb, opts)
 	if err != nil {
@@ -180,7 +189,7 @@ func TestBimodalTailRatio(t *testing.T) {
 func TestProcessesMerge(t *testing.T) {
 	rdb := srv.Client(t)
 	clock := newTestClock()
-	prefix := testenv.KeyPrefix(t)
+	prefix := keyPrefix(t)
 	a := newWindow(t, rdb, clock, Options{KeyPrefix: prefix})
 	b := newWindow(t, rdb, clock, Options{KeyPrefix: prefix})
 	alone := newWindow(t, rdb, clock, Options{KeyPrefix: prefix + "alone:"})
@@ -267,7 +276,7 @@ func TestOldSlotsFallOut(t *testing.T) {
 func TestCounters(t *testing.T) {
 	rdb := srv.Client(t)
 	clock := newTestClock()
-	prefix := testenv.KeyPrefix(t)
+	prefix := keyPrefix(t)
 	a := newWindow(t, rdb, clock, Options{KeyPrefix: prefix})
 	b := newWindow(t, rdb, clock, Options{KeyPrefix: prefix})
 	requests, timeouts := Series("llm_requests", "long"), Series("llm_timeout", "long")
@@ -488,10 +497,14 @@ func TestOptionsAndWindowChecked(t *testing.T) {
 		{Slot: time.Microsecond},
 		{Slot: time.Minute, Retention: time.Second},
 		{Slot: time.Second, FlushEvery: 2 * time.Second},
+		{FlushEvery: -time.Second},
 	} {
 		if _, err := New(rdb, opts); err == nil {
 			t.Errorf("New accepted %+v", opts)
 		}
+	}
+	if w, err := New(rdb, Options{Slot: 100 * time.Millisecond}); err != nil || w.flushEvery != 100*time.Millisecond {
+		t.Errorf("a slot shorter than the default flush interval: %v", err)
 	}
 	w := newWindow(t, rdb, nil, Options{Retention: time.Minute})
 	for _, window := range []time.Duration{0, -time.Second, 2 * time.Minute} {
