@@ -19,6 +19,8 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/answercache"
+	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
@@ -83,6 +85,10 @@ type Activities struct {
 	// version; nil: no request asks for it.
 	Answers    *answercache.Cache
 	KBVersions KBVersions
+	// Metrics and Latency record finished requests (Prometheus, and the
+	// window shared across instances that the healer reads); nil: not.
+	Metrics *metrics.Metrics
+	Latency *latency.Window
 	Logger     *slog.Logger
 	Options    Options
 }
@@ -641,6 +647,10 @@ func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) error {
 		if err := a.recordTurn(ctx, in); err != nil {
 			return err
 		}
+	}
+	if in.Report != nil && activity.GetInfo(ctx).Attempt == 1 {
+		// Once per request: a retried Finalize would count it again.
+		a.report(*in.Report)
 	}
 	if in.EventType == "" {
 		return nil

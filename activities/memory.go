@@ -11,6 +11,8 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
@@ -165,4 +167,22 @@ func (a *Activities) LookupAnswer(ctx context.Context, in LookupAnswerInput) (Lo
 		return LookupAnswerOutput{}, err
 	}
 	return out, nil
+}
+
+// report records a finished request in the metrics and, for requests that
+// reached a pool, in the shared latency window: each stage's time under
+// "<stage>/<pool>", and the counters "requests/<pool>" and
+// "queue_timeouts/<pool>" the healer's timeout rate is made of.
+func (a *Activities) report(r Report) {
+	a.Metrics.ObserveRequest(metrics.Request{Route: r.Route, Outcome: metrics.OutcomeOf(r.Outcome, r.Reason), Timings: r.Timings})
+	if a.Latency == nil || (r.Route != PoolShort && r.Route != PoolLong) {
+		return
+	}
+	for _, t := range r.Timings {
+		a.Latency.Record(latency.Series(t.Stage, r.Route), time.Duration(t.Ms)*time.Millisecond)
+	}
+	a.Latency.Add(latency.Series("requests", r.Route), 1)
+	if r.Reason == "queue_timeout" {
+		a.Latency.Add(latency.Series("queue_timeouts", r.Route), 1)
+	}
 }

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -257,5 +260,64 @@ func TestAdmitRoutesAtTheExactThreshold(t *testing.T) {
 		if out := h.admit(t, "r1", "granted"); out.Pool != tc.want || out.EstimatedPromptTokens != bound {
 			t.Fatalf("threshold %d: %+v, want pool %s at bound %d", tc.threshold, out, tc.want, bound)
 		}
+	}
+}
+
+// A finished request is reported once: to the metrics, and for a request
+// that reached a pool, to the latency window shared across instances.
+func TestFinalizeReportsTheRequest(t *testing.T) {
+	h := newHarness(t, nil)
+	m := metrics.New(quiet)
+	w, err := latency.New(h.rdb, latency.Options{KeyPrefix: h.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.acts.Metrics, h.acts.Latency = m, w
+	timings := []events.StageTiming{{Stage: "embed", Ms: 1, Cache: "miss"}, {Stage: "admission", Ms: 30000}}
+	finalize(t, h, activities.FinalizeInput{
+		RequestID: "r1", EventType: events.TypeRejected, Failure: &events.Failure{Reason: "queue_timeout"},
+		Report: &activities.Report{Route: activities.PoolShort, Outcome: "rejected", Reason: "queue_timeout", Timings: timings},
+	})
+	// Refused before routing: counted, but no pool's latency.
+	finalize(t, h, activities.FinalizeInput{
+		RequestID: "r2", EventType: events.TypeError, Failure: &events.Failure{Reason: "internal_error"},
+		Report: &activities.Report{Outcome: "failed", Reason: "internal_error", Timings: timings[:1]},
+	})
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "sluice_requests_total" {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			var outcome, route string
+			for _, l := range mt.GetLabel() {
+				switch l.GetName() {
+				case "outcome":
+					outcome = l.GetValue()
+				case "route":
+					route = l.GetValue()
+				}
+			}
+			counts[outcome+"/"+route] = mt.GetCounter().GetValue()
+		}
+	}
+	if counts["rejected_queue_timeout/short"] != 1 || counts["failed/"] != 1 || len(counts) != 2 {
+		t.Fatalf("requests_total %v", counts)
+	}
+	ctx := context.Background()
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.Snapshots(ctx, time.Minute, latency.Series("admission", "short"), latency.Series("requests", "short"),
+		latency.Series("queue_timeouts", "short"), latency.Series("embed", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[0].Count != 1 || st[0].P50 < 28*time.Second || st[1].Added != 1 || st[2].Added != 1 || st[3].Count != 0 {
+		t.Fatalf("latency window %+v", st)
 	}
 }

@@ -224,6 +224,17 @@ type FinalizeInput struct {
 	Reservation string
 	// Turn, if set, records the request in its session (idempotently).
 	Turn *TurnInput
+	// Report, if set, is what the request's metrics record.
+	Report *Report
+}
+
+// Report is a finished request as metrics see it: no tenant, no text.
+type Report struct {
+	// Route is the pool, RouteCache, or empty before routing.
+	Route   string
+	Outcome string
+	Reason  string
+	Timings []events.StageTiming
 }
 
 // TurnInput is a request as its session remembers it. The answer of a done

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
@@ -89,7 +90,7 @@ func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingCl
 	tc := &countingClient{}
 	lim := limiter.New(rdb, limiter.Options{KeyPrefix: prefix})
 	srv, err := New(Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate,
-		Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok), Limiter: lim})
+		Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok), Limiter: lim, Metrics: metrics.New(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +251,17 @@ func TestRateLimitedIs429WithHeaders(t *testing.T) {
 	}
 	if tc.starts.Load() != 0 {
 		t.Fatal("a rate-limited request started a workflow")
+	}
+	// GET /metrics counts the refusal and the decision that made it.
+	mrec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(mrec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, want := range []string{
+		`sluice_requests_total{outcome="rejected_rate",route=""} 1`,
+		`sluice_ratelimit_decisions_total{decision="deny",dimension="tenant"} 1`,
+	} {
+		if !strings.Contains(mrec.Body.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 

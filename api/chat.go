@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -242,6 +243,10 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 	}
 	reservation, err := s.reserve(c, id, who, tier, live.Limits.Enabled, cost)
 	if err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+			s.metrics.Refused(metrics.OutcomeRejectedRate)
+		}
 		return "", nil, err
 	}
 	// A slot for the workflow start, held until the start returns: a
@@ -252,6 +257,7 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 	default:
 		s.refundAll(ctx, id, reservation)
 		s.recordRefusal(ctx, who, *req, id, "busy")
+		s.metrics.Refused(metrics.OutcomeOf(workflows.OutcomeRejected, "busy"))
 		return "", nil, &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
 			Message: "Too many requests are starting right now. Please retry in a moment."}
 	}
@@ -268,6 +274,7 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 		var ae *apiError
 		if errors.As(err, &ae) {
 			s.recordRefusal(ctx, who, *req, id, ae.Code)
+			s.metrics.Refused(metrics.OutcomeOf(workflows.OutcomeRejected, ae.Code))
 		}
 		return "", nil, err
 	}

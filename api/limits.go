@@ -41,6 +41,11 @@ func (s *Server) reserve(c echo.Context, id string, who caller, tier config.Tier
 		return "", unavailable("rate limiter unavailable")
 	}
 	setRateHeaders(c.Response().Header(), buckets, d)
+	if d.Status == limiter.Allowed {
+		s.metrics.RateLimit("all", true)
+	} else {
+		s.metrics.RateLimit(d.Bucket.Dimension, false)
+	}
 	switch d.Status {
 	case limiter.TooLarge:
 		b := d.Bucket

@@ -27,7 +27,7 @@ func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger, rea
 	live := policy.NewStore(rt.Redis, cfg, rt.Gate, logger.With("component", "policy"))
 	srv, err := New(Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub,
-		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Policy: live, KBs: rt.KBs, Ingester: rt.Ingester, Sessions: rt.Sessions,
+		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Policy: live, KBs: rt.KBs, Ingester: rt.Ingester, Sessions: rt.Sessions, Metrics: rt.Metrics,
 		Logger: logger.With("component", "api"),
 	})
 	if err != nil {

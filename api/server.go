@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
@@ -52,6 +53,7 @@ type Server struct {
 	ingestSlots *semaphore.Semaphore
 	keys        map[string]config.APIKey
 	sessions    *session.Store
+	metrics     *metrics.Metrics
 	// answerKBs are the kbs whose answers the L3 tier keeps.
 	answerKBs map[string]bool
 	logger    *slog.Logger
@@ -82,7 +84,10 @@ type Options struct {
 	// Sessions serves /v1/sessions and records requests refused at the
 	// door in their session; nil disables both.
 	Sessions *session.Store
-	Logger   *slog.Logger
+	// Metrics, if set, is served at GET /metrics and counts refusals at
+	// the door and rate-limit decisions.
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 }
 
 // New builds the server and its routes.
@@ -96,7 +101,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
 		gate: opts.Gate, prompts: opts.Prompts, limiter: opts.Limiter, policy: opts.Policy, logger: opts.Logger,
-		kbs: map[string]bool{}, keys: map[string]config.APIKey{}, sessions: opts.Sessions, answerKBs: map[string]bool{},
+		kbs: map[string]bool{}, keys: map[string]config.APIKey{}, sessions: opts.Sessions, answerKBs: map[string]bool{}, metrics: opts.Metrics,
 		starts: make(chan struct{}, opts.Config.API.MaxStartsInFlight),
 	}
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
@@ -144,6 +149,9 @@ func New(opts Options) (*Server, error) {
 	admin.GET("/limits", s.getLimits)
 	admin.PUT("/limits", s.putLimits)
 	admin.GET("/queue", s.getQueue)
+	if opts.Metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(opts.Metrics.Handler()))
+	}
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	s.echo = e

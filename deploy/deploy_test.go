@@ -402,7 +402,7 @@ func TestKubernetes(t *testing.T) {
 
 	// Sluice processes: the mounted ConfigMap must load as-is, and again with
 	// the container's environment (whose names must all be known settings).
-	var apiCfg *config.Config
+	var apiCfg, workerCfg *config.Config
 	for _, name := range []string{"sluice-api", "sluice-worker"} {
 		d := deployments[name]
 		c := d.Spec.Template.Spec.Containers[0]
@@ -435,8 +435,11 @@ func TestKubernetes(t *testing.T) {
 			}
 			return fmt.Sprint(svc.Spec.Ports[0].Port), true
 		})
-		if name == "sluice-api" {
+		switch name {
+		case "sluice-api":
 			apiCfg = &cfg
+		case "sluice-worker":
+			workerCfg = &cfg
 		}
 	}
 
@@ -460,10 +463,17 @@ func TestKubernetes(t *testing.T) {
 	checkProbe(t, "llmsim readinessProbe", sim, sim.ReadinessProbe, simPort, "")
 	checkProbe(t, "llmsim livenessProbe", sim, sim.LivenessProbe, simPort, "")
 
-	// The worker serves nothing: an HTTP or TCP probe could only ever fail.
+	// The worker serves only /metrics, which says nothing of its health:
+	// no probes; its one port is the metrics listener's.
 	worker := deployments["sluice-worker"].Spec.Template.Spec.Containers[0]
-	if worker.ReadinessProbe != nil || worker.LivenessProbe != nil || len(worker.Ports) > 0 {
-		t.Errorf("Deployment sluice-worker: the worker has no HTTP server; remove its probes and ports")
+	if worker.ReadinessProbe != nil || worker.LivenessProbe != nil {
+		t.Errorf("Deployment sluice-worker: the worker has no health endpoint; remove its probes")
+	}
+	if workerCfg != nil {
+		port := checkListenAddr(t, "ConfigMap metrics.worker_addr", workerCfg.Metrics.WorkerAddr)
+		if len(worker.Ports) != 1 || fmt.Sprint(worker.Ports[0].ContainerPort) != port {
+			t.Errorf("Deployment sluice-worker: ports %+v, want the one metrics.worker_addr listens on (%s)", worker.Ports, port)
+		}
 	}
 
 	for name, s := range services {

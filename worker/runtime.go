@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -28,8 +30,10 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
@@ -54,7 +58,11 @@ type Runtime struct {
 	KBs      *kbstore.Store
 	Ingester *ingest.Ingester
 	// Sessions keeps conversations (/v1/chat session_id).
-	Sessions   *session.Store
+	Sessions *session.Store
+	// Metrics is the process's Prometheus registry; Latency the window of
+	// stage latencies shared with every other instance through Redis.
+	Metrics    *metrics.Metrics
+	Latency    *latency.Window
 	Activities *activities.Activities
 }
 
@@ -72,7 +80,7 @@ func NewLogger(cfg config.Log) *slog.Logger {
 // NewRuntime connects to Redis and Temporal and builds every component.
 // It fails fast, naming what it could not reach.
 func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Runtime, error) {
-	r := &Runtime{Config: cfg, Logger: logger}
+	r := &Runtime{Config: cfg, Logger: logger, Metrics: metrics.New(logger.With("component", "metrics"))}
 	r.Redis = redis.NewClient(&redis.Options{
 		Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
 		// Streams, scripts and blocking reads from many requests at once.
@@ -104,6 +112,14 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 		MaxBatch: 64,
 	})
 	r.Events = events.NewLog(r.Redis, events.LogOptions{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Events.TTL, MaxLen: cfg.Events.MaxLen})
+	r.Latency, err = latency.New(r.Redis, latency.Options{
+		KeyPrefix: cfg.Redis.KeyPrefix, Slot: cfg.Metrics.LatencySlot, Retention: cfg.Metrics.LatencyRetention,
+		Logger: logger.With("component", "latency"),
+	})
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	r.Sessions, err = session.New(r.Redis, session.Options{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Sessions.TTL, MaxTurns: cfg.Sessions.MaxTurns})
 	if err != nil {
 		r.Close()
@@ -124,6 +140,11 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 		return nil, err
 	}
 
+	r.Metrics.RegisterPools(r.Gate.Pools(), func(ctx context.Context, pool string) (metrics.PoolStats, error) {
+		st, err := r.Gate.Stats(ctx, pool)
+		return metrics.PoolStats{InUse: st.InUse, Limit: st.Limit, Waiting: st.Waiting}, err
+	})
+
 	if cfg.Admission.FastWait > 0 {
 		if r.Waker, err = admission.NewWaker(ctx, r.Redis, r.Gate); err != nil {
 			r.Close()
@@ -132,9 +153,10 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 	}
 
 	r.Temporal, err = client.Dial(client.Options{
-		HostPort:  cfg.Temporal.HostPort,
-		Namespace: cfg.Temporal.Namespace,
-		Logger:    tlog.NewStructuredLogger(logger.With("component", "temporal")),
+		HostPort:       cfg.Temporal.HostPort,
+		Namespace:      cfg.Temporal.Namespace,
+		Logger:         tlog.NewStructuredLogger(logger.With("component", "temporal")),
+		MetricsHandler: r.Metrics.TemporalHandler(),
 	})
 	if err != nil {
 		r.Close()
@@ -199,6 +221,19 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		DocIndexKey: r.KBs.L2DocKey,
 		Logger:      r.Logger.With("component", "retrieval-cache"),
 	})
+	answers := answercache.New(r.Redis, cfg.Redis.KeyPrefix, cfg.AnswerCache.TTL)
+	r.Metrics.RegisterCache("embedding", func() metrics.CacheStats {
+		s := embCache.Stats()
+		return metrics.CacheStats{Hits: s.MemoryHits + s.RedisHits, Misses: s.Misses, Bytes: s.Bytes}
+	})
+	r.Metrics.RegisterCache("retrieval", func() metrics.CacheStats {
+		s := cached.Stats()
+		return metrics.CacheStats{Hits: s.Hits, Misses: s.Misses, Bytes: s.Bytes}
+	})
+	r.Metrics.RegisterCache("answer", func() metrics.CacheStats {
+		s := answers.Stats()
+		return metrics.CacheStats{Hits: uint64(s.Hits), Misses: uint64(s.Misses), Bytes: uint64(s.Bytes)}
+	})
 	pools := map[string]activities.Pool{}
 	for name, p := range map[string]config.Pool{activities.PoolShort: cfg.Pools.Short, activities.PoolLong: cfg.Pools.Long} {
 		c, err := llm.NewOpenAI(llm.OpenAIOptions{Endpoints: p.Endpoints, APIKey: p.APIKey})
@@ -221,7 +256,9 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		Prompts:    r.Prompts,
 		Limiter:    r.Limiter,
 		Sessions:   r.Sessions,
-		Answers:    answercache.New(r.Redis, cfg.Redis.KeyPrefix, cfg.AnswerCache.TTL),
+		Answers:    answers,
+		Metrics:    r.Metrics,
+		Latency:    r.Latency,
 		KBVersions: r.KBs,
 		Logger:     r.Logger.With("component", "activities"),
 		Options: activities.Options{
@@ -272,8 +309,20 @@ func Register(w worker.Registry, acts *activities.Activities) {
 	w.RegisterActivity(acts)
 }
 
-// Run runs the worker and the admission janitor until ctx ends.
+// Run runs the worker, the admission janitor and the latency window's
+// flusher until ctx ends.
 func (r *Runtime) Run(ctx context.Context) error {
+	// The window stops after the worker (defers run last first), so that
+	// requests the worker finishes while stopping are flushed too.
+	lctx, stopLatency := context.WithCancel(context.WithoutCancel(ctx))
+	flushed := make(chan error, 1)
+	go func() { flushed <- r.Latency.Run(lctx) }()
+	defer func() {
+		stopLatency()
+		if err := <-flushed; err != nil {
+			r.Logger.Warn("last latency flush", "err", err)
+		}
+	}()
 	w := r.NewWorker()
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start temporal worker on %s: %w", r.Config.Temporal.TaskQueue, err)
@@ -333,5 +382,25 @@ func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger) err
 		return err
 	}
 	defer rt.Close()
-	return rt.Run(ctx)
+	if cfg.Metrics.WorkerAddr == "" {
+		return rt.Run(ctx)
+	}
+	ln, err := net.Listen("tcp", cfg.Metrics.WorkerAddr)
+	if err != nil {
+		return fmt.Errorf("listen for metrics on %s (metrics.worker_addr): %w", cfg.Metrics.WorkerAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", rt.Metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("metrics served", "addr", ln.Addr().String())
+	runErr := rt.Run(ctx)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return errors.Join(runErr, fmt.Errorf("serve metrics: %w", err))
+	}
+	return runErr
 }

@@ -536,6 +536,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 	}
 	in.Turn = w.turn()
 	w.result.Timings = w.status.Timings
+	in.Report = &activities.Report{Route: w.result.Route, Outcome: w.result.Outcome, Reason: w.result.Reason, Timings: w.result.Timings}
 	switch w.result.Outcome {
 	case OutcomeDone:
 		if w.doneWritten {

@@ -164,3 +164,14 @@ func (s *chatSuite) TestPoolMaxWait() {
 		})
 	}
 }
+
+// Finalize gets what metrics record: route, outcome and every stage's time.
+func (s *chatSuite) TestFinalizeGetsTheReport() {
+	s.mockEmbed()
+	s.mockAdmit(activities.AdmitOutput{Pool: "long", Full: true}, nil)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.onlyFinalize().Report
+	s.Require().NotNil(r)
+	s.Equal(activities.Report{Route: "long", Outcome: OutcomeRejected, Reason: ReasonQueueFull, Timings: s.result().Timings}, *r)
+	s.Equal(StageEmbed, r.Timings[0].Stage)
+}

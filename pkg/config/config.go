@@ -33,6 +33,7 @@ type Config struct {
 	Retrieval Retrieval `yaml:"retrieval"`
 	Ingest    Ingest    `yaml:"ingest"`
 	Sessions  Sessions  `yaml:"sessions"`
+	Metrics   Metrics   `yaml:"metrics"`
 	// AnswerCache is the L3 tier: whole answers (off unless kbs are listed).
 	AnswerCache AnswerCache `yaml:"answer_cache"`
 	Auth        Auth        `yaml:"auth"`
@@ -339,6 +340,18 @@ type Ingest struct {
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 }
 
+// Metrics configures Prometheus metrics and the latency window that
+// instances share.
+type Metrics struct {
+	// WorkerAddr is where sluice-worker serves GET /metrics ("": not at
+	// all); the API serves it on api.addr.
+	WorkerAddr string `yaml:"worker_addr"`
+	// LatencySlot is the time slot of the shared latency window: a reader
+	// sees the last few slots. LatencyRetention is how long slots are kept.
+	LatencySlot      time.Duration `yaml:"latency_slot"`
+	LatencyRetention time.Duration `yaml:"latency_retention"`
+}
+
 // Sessions configures conversation memory (/v1/chat with a session_id).
 type Sessions struct {
 	// TTL is how long a session outlives its last turn.
@@ -468,6 +481,7 @@ func Default() Config {
 		},
 		Ingest:      Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20},
 		Sessions:    Sessions{TTL: 24 * time.Hour, MaxTurns: 20, HistoryTokens: 1024},
+		Metrics:     Metrics{WorkerAddr: "127.0.0.1:9091", LatencySlot: 10 * time.Second, LatencyRetention: 5 * time.Minute},
 		AnswerCache: AnswerCache{TTL: time.Hour},
 		Retrieval: Retrieval{
 			TopK:               3,
@@ -625,6 +639,10 @@ func (c Config) Validate() error {
 	v.positive("ingest.max_documents", int64(c.Ingest.MaxDocuments))
 	v.positive("ingest.max_body_bytes", c.Ingest.MaxBodyBytes)
 	v.duration("sessions.ttl", c.Sessions.TTL)
+	v.duration("metrics.latency_slot", c.Metrics.LatencySlot)
+	if c.Metrics.LatencyRetention < c.Metrics.LatencySlot {
+		v.add("metrics.latency_retention", "must be at least metrics.latency_slot (%s), got %s", c.Metrics.LatencySlot, c.Metrics.LatencyRetention)
+	}
 	v.positive("sessions.max_turns", int64(c.Sessions.MaxTurns))
 	// A budget beyond what a pool takes is not an error: the oldest turns
 	// of a prompt that does not fit are shed, after its context.

@@ -1,0 +1,142 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluice-dev/sluice/pkg/events"
+)
+
+func TestRequestsAndStages(t *testing.T) {
+	m := New(nil)
+	m.ObserveRequest(Request{Route: "short", Outcome: OutcomeDone, Timings: []events.StageTiming{
+		{Stage: "embed", Ms: 2, Cache: "memory"}, {Stage: "admission", Ms: 1500}, {Stage: "llm", Ms: 800},
+	}})
+	m.ObserveRequest(Request{Route: "short", Outcome: OutcomeOf("rejected", "queue_timeout"), Timings: []events.StageTiming{{Stage: "admission", Ms: 30000}}})
+	m.Refused(OutcomeRejectedRate)
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("done", "short")); got != 1 {
+		t.Fatalf("done requests = %v", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("rejected_queue_timeout", "short")); got != 1 {
+		t.Fatalf("queue-timeout requests = %v", got)
+	}
+	if got := testutil.ToFloat64(m.requests.WithLabelValues("rejected_rate", "")); got != 1 {
+		t.Fatalf("rate-limited requests = %v", got)
+	}
+	if n := testutil.CollectAndCount(m.stages); n != 4 {
+		t.Fatalf("%d stage series, want 4 (embed, admission done, llm, admission rejected)", n)
+	}
+	// The 1.5 s admission wait lands in the (1, 2.5] bucket of its series.
+	out := scrape(t, m)
+	for _, want := range []string{
+		`sluice_stage_duration_seconds_bucket{cache="",outcome="done",pool="short",stage="admission",le="1"} 0`,
+		`sluice_stage_duration_seconds_bucket{cache="",outcome="done",pool="short",stage="admission",le="2.5"} 1`,
+		`sluice_stage_duration_seconds_count{cache="memory",outcome="done",pool="short",stage="embed"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+}
+
+func TestRateLimitsPoolsAndCaches(t *testing.T) {
+	m := New(nil)
+	m.RateLimit("all", true)
+	m.RateLimit("tenant", false)
+	m.RateLimit("tenant", false)
+	m.RegisterPools([]string{"short", "long"}, func(_ context.Context, pool string) (PoolStats, error) {
+		if pool == "long" {
+			return PoolStats{}, errors.New("redis down")
+		}
+		return PoolStats{InUse: 3, Limit: 4, Waiting: 7}, nil
+	})
+	hits := uint64(5)
+	m.RegisterCache("embedding", func() CacheStats { return CacheStats{Hits: hits, Misses: 2, Bytes: 4096} })
+	hits = 6
+	out := scrape(t, m)
+	for _, want := range []string{
+		`sluice_ratelimit_decisions_total{decision="allow",dimension="all"} 1`,
+		`sluice_ratelimit_decisions_total{decision="deny",dimension="tenant"} 2`,
+		`sluice_pool_permits_in_use{pool="short"} 3`,
+		`sluice_pool_permits_limit{pool="short"} 4`,
+		`sluice_pool_queue_depth{pool="short"} 7`,
+		`sluice_cache_hits_total{tier="embedding"} 6`,
+		`sluice_cache_misses_total{tier="embedding"} 2`,
+		`sluice_cache_served_bytes_total{tier="embedding"} 4096`,
+		`go_goroutines`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	// A pool whose stats cannot be read is left out, not reported as 0.
+	if strings.Contains(out, `pool="long"`) {
+		t.Error("an unreadable pool was reported")
+	}
+}
+
+func TestTemporalHandler(t *testing.T) {
+	m := New(nil)
+	h := m.TemporalHandler().WithTags(map[string]string{"namespace": "default", "task_queue": "q"})
+	h.Counter("temporal_request").Inc(2)
+	// The same name tagged differently still lands in one family.
+	h.WithTags(map[string]string{"operation": "Poll"}).Counter("temporal_request").Inc(1)
+	h.Gauge("num-pollers").Update(4)
+	h.Timer("workflow_task_execution_latency").Record(30 * time.Millisecond)
+	// A name first used as a counter cannot also be a gauge, and must
+	// not panic.
+	h.Gauge("temporal_request").Update(1)
+	out := scrape(t, m)
+	for _, want := range []string{
+		`temporal_temporal_request_total{namespace="default",task_queue="q"} 3`,
+		`temporal_num_pollers{namespace="default",task_queue="q"} 4`,
+		`temporal_workflow_task_execution_latency_seconds_count{namespace="default",task_queue="q"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s in\n%s", want, grep(out, "temporal_"))
+		}
+	}
+}
+
+func TestNilMetricsDoNothing(t *testing.T) {
+	var m *Metrics
+	m.ObserveRequest(Request{Outcome: OutcomeDone})
+	m.Refused(OutcomeRejectedRate)
+	m.RateLimit("ip", false)
+	m.RegisterPools(nil, nil)
+	m.RegisterCache("x", nil)
+	m.TemporalHandler().Counter("c").Inc(1)
+}
+
+func scrape(t *testing.T, m *Metrics) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("scrape: %d %s", resp.StatusCode, b)
+	}
+	return string(b)
+}
+
+func grep(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
