@@ -19,11 +19,11 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/answercache"
-	"github.com/sluice-dev/sluice/pkg/latency"
-	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
@@ -89,8 +89,8 @@ type Activities struct {
 	// window shared across instances that the healer reads); nil: not.
 	Metrics *metrics.Metrics
 	Latency *latency.Window
-	Logger     *slog.Logger
-	Options    Options
+	Logger  *slog.Logger
+	Options Options
 }
 
 // Options are the activity settings taken from config.
