@@ -1,0 +1,135 @@
+package workflows
+
+import "time"
+
+// Names of the healing workflow and its handlers.
+const (
+	HealingWorkflowName = "HealingWorkflow"
+	// HealingWorkflowID is the one healing workflow of a deployment
+	// (task queue): the worker starts it idempotently under this ID.
+	HealingWorkflowIDPrefix = "sluice-healing-"
+
+	// SignalPause stops the healer acting (it keeps observing);
+	// SignalResume lets it act again. No payload.
+	SignalPause  = "pause"
+	SignalResume = "resume"
+	// SignalOverride pins a pool at a level, or releases it (payload
+	// OverrideSignal).
+	SignalOverride = "override"
+	// QueryHealing returns HealingStatus.
+	QueryHealing = "healing"
+)
+
+// HealingWorkflowID is the healing workflow's ID for a task queue.
+func HealingWorkflowID(taskQueue string) string { return HealingWorkflowIDPrefix + taskQueue }
+
+// Healing levels of a pool, in escalation order. Each level adds its
+// action to those below it; stepping back undoes the level left.
+const (
+	LevelNormal   = 0
+	LevelShrink   = 1 // fewer permits and a smaller backend batch
+	LevelThrottle = 2 // long requests charged more against token limits
+	LevelScale    = 3 // more replicas
+	LevelShed     = 4 // the lowest tier's waiting requests rejected
+	maxLevel      = LevelShed
+)
+
+// ReasonShed is why a request shed by the healer was rejected.
+const ReasonShed = "shed"
+
+// HealingInput starts (or continues) the healing workflow.
+type HealingInput struct {
+	Settings HealingSettings
+	// State is carried over ContinueAsNew; nil on the first start.
+	State *HealingState
+}
+
+// HealingSettings are the healer's thresholds and bounds, copied from
+// config at start.
+type HealingSettings struct {
+	// Interval between polls; Window is how far back each poll looks.
+	Interval time.Duration
+	Window   time.Duration
+	// Stage is the stage whose P99/P50 is watched.
+	Stage string
+	// Seed 002: P99/P50 above 2 warns, above 5 is critical.
+	WarnRatio, CriticalRatio float64
+	// WarnKVCache: backend KV-cache use (0..1) that warns.
+	WarnKVCache float64
+	// CriticalQueueDepth and CriticalTimeoutRate are critical too.
+	CriticalQueueDepth  int
+	CriticalTimeoutRate float64
+	// MinSamples: with fewer latencies in the window the ratio is not
+	// trusted (a handful of requests has no tail).
+	MinSamples int64
+	// HealthyPolls in a row step a pool back one level; Cooldown is the
+	// least time between two level changes of a pool.
+	HealthyPolls int
+	Cooldown     time.Duration
+	// LongCostFactor is what throttling charges long requests (e.g. 2).
+	LongCostFactor float64
+	Pools          []PoolBounds
+	// PollsPerRun bounds a run's history: then ContinueAsNew.
+	PollsPerRun int
+}
+
+// PoolBounds are a pool's baseline and the bounds no action crosses.
+type PoolBounds struct {
+	Pool string
+	// BasePermits is the configured permit count; shrinking halves it,
+	// never below MinPermits.
+	BasePermits, MinPermits int
+	// BaseBatch is the backends' max_num_seqs; shrinking halves it, never
+	// below MinBatch (0: the batch is not tuned).
+	BaseBatch, MinBatch int
+	// BaseReplicas and MaxReplicas bound scaling (MaxReplicas 0: the pool
+	// has no scaler).
+	BaseReplicas, MaxReplicas int
+}
+
+// HealingState is what the healer remembers across polls and runs.
+type HealingState struct {
+	Pools     []PoolState
+	Paused    bool
+	Decisions []Decision
+	Polls     int64
+}
+
+// PoolState is one pool's level and what is applied to it.
+type PoolState struct {
+	Pool  string
+	Level int
+	// Alert is the last alert level reported ("", "warn", "critical").
+	Alert         string
+	HealthyStreak int
+	LastChange    time.Time
+	// Permits, Batch and Replicas are what the healer last applied.
+	Permits, Batch, Replicas int
+	// Overridden: a person pinned the level; the healer holds it.
+	Overridden bool
+}
+
+// Decision is one thing the healer did or tried.
+type Decision struct {
+	At     time.Time
+	Pool   string
+	From   int
+	To     int
+	Action string
+	Reason string
+	Error  string `json:",omitempty"`
+}
+
+// OverrideSignal pins Pool at Level; Level -1 releases the pin.
+type OverrideSignal struct {
+	Pool  string
+	Level int
+}
+
+// HealingStatus answers QueryHealing.
+type HealingStatus struct {
+	Paused    bool
+	Pools     []PoolState
+	Decisions []Decision
+	Polls     int64
+}
