@@ -306,6 +306,7 @@ func (r *Runtime) NewWorker() worker.Worker {
 // Register registers Sluice's workflows and activities on w.
 func Register(w worker.Registry, acts *activities.Activities) {
 	w.RegisterWorkflowWithOptions(workflows.ChatWorkflow, workflow.RegisterOptions{Name: workflows.ChatWorkflowName})
+	w.RegisterWorkflowWithOptions(workflows.HealingWorkflow, workflow.RegisterOptions{Name: workflows.HealingWorkflowName})
 	w.RegisterActivity(acts)
 }
 

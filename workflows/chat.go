@@ -320,6 +320,9 @@ func (w *chat) turn() *activities.TurnInput {
 	return &activities.TurnInput{Session: *ref, Query: w.in.Query, Outcome: outcome, Reason: w.result.Reason}
 }
 
+// shedRetryAfter is the Retry-After of a request the healer shed.
+const shedRetryAfter = 30 * time.Second
+
 // maxReadmits bounds how often a request whose permit expired before its
 // stream started queues again.
 const maxReadmits = 3
@@ -485,6 +488,13 @@ func (w *chat) stageFailed(stage string, err error) {
 }
 
 func (w *chat) cancelled() {
+	if w.cancelReason == ReasonShed {
+		// The healer shed the queue of this request's tier: a rejection
+		// the client should retry, not a cancel it asked for. Not soon:
+		// shedding means the pool is overloaded.
+		w.reject(ReasonShed, "The service is overloaded and dropped waiting requests of your plan. Please retry in a little while.", shedRetryAfter)
+		return
+	}
 	w.result.Outcome, w.result.Reason = OutcomeCancelled, ReasonCancelled
 	w.failure = &events.Failure{Reason: ReasonCancelled, Message: "The request was cancelled (" + w.cancelReason + ")."}
 }
@@ -525,7 +535,7 @@ func (w *chat) upsert(ctx workflow.Context, u ...temporal.SearchAttributeUpdate)
 // also runs after cancellation: it gives back the permit or queue place
 // exactly once and writes the terminal event.
 func (w *chat) finalize(ctx workflow.Context) {
-	if w.cancelReason != "" && w.result.Outcome != OutcomeCancelled && w.result.Outcome != OutcomeDone {
+	if w.cancelReason != "" && w.result.Outcome != OutcomeCancelled && w.result.Outcome != OutcomeDone && w.result.Reason != ReasonShed {
 		// Cancelled while a stage was failing: report the cancel.
 		w.cancelled()
 	}

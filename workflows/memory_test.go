@@ -175,3 +175,22 @@ func (s *chatSuite) TestFinalizeGetsTheReport() {
 	s.Equal(activities.Report{Route: "long", Outcome: OutcomeRejected, Reason: ReasonQueueFull, Timings: s.result().Timings}, *r)
 	s.Equal(StageEmbed, r.Timings[0].Stage)
 }
+
+// A waiting request the healer sheds ends rejected, with a Retry-After,
+// and gives back its queue place.
+func (s *chatSuite) TestShedWhileQueuedIsARejection() {
+	s.mockEmbed()
+	s.mockAdmit(queued, &queued)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: ReasonShed})
+	}, 2*time.Second)
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(OutcomeRejected, r.Outcome)
+	s.Equal(ReasonShed, r.Reason)
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool)
+	s.Equal(events.TypeRejected, f.EventType)
+	s.Equal(30, f.Failure.RetryAfterS)
+	s.Equal(OutcomeRejected, f.Report.Outcome)
+}

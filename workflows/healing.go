@@ -1,0 +1,432 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sluice-dev/sluice/activities"
+)
+
+// Healing activity names (methods of activities.Healing).
+const (
+	actReadHealth   = "ReadHealth"
+	actSetPermits   = "SetPermits"
+	actSetBatch     = "SetBatch"
+	actThrottleLong = "ThrottleLong"
+	actScale        = "Scale"
+	actShed         = "Shed"
+	actAlert        = "Alert"
+)
+
+// maxDecisions is how many recent decisions the state keeps.
+const maxDecisions = 50
+
+// HealingWorkflow watches every pool's tail and acts on it, one level at a
+// time: seed 002's order — shrink the batch, throttle long requests, scale
+// out, shed the lowest tier — and steps back, one level at a time, once a
+// pool has been healthy for a while. Every action is an activity, so the
+// Temporal UI shows each with its inputs; every decision is kept in the
+// state its query returns.
+func HealingWorkflow(ctx workflow.Context, in HealingInput) (HealingStatus, error) {
+	h := &healer{set: in.Settings, st: initialState(in)}
+	if err := h.setup(ctx); err != nil {
+		return HealingStatus{}, err
+	}
+	return h.run(ctx)
+}
+
+type healer struct {
+	set    HealingSettings
+	st     HealingState
+	logger log.Logger
+
+	pauseCh, resumeCh, overrideCh workflow.ReceiveChannel
+}
+
+// initialState is the carried-over state, reconciled with the pools of the
+// current settings (a pool added to the config starts at its baseline).
+func initialState(in HealingInput) HealingState {
+	var st HealingState
+	if in.State != nil {
+		st = *in.State
+	}
+	old := map[string]PoolState{}
+	for _, p := range st.Pools {
+		old[p.Pool] = p
+	}
+	st.Pools = st.Pools[:0:0]
+	for _, b := range in.Settings.Pools {
+		p, ok := old[b.Pool]
+		if !ok {
+			p = PoolState{Pool: b.Pool, Permits: b.BasePermits, Batch: b.BaseBatch, Replicas: b.BaseReplicas}
+		}
+		st.Pools = append(st.Pools, p)
+	}
+	return st
+}
+
+func (h *healer) setup(ctx workflow.Context) error {
+	h.logger = workflow.GetLogger(ctx)
+	h.pauseCh = workflow.GetSignalChannel(ctx, SignalPause)
+	h.resumeCh = workflow.GetSignalChannel(ctx, SignalResume)
+	h.overrideCh = workflow.GetSignalChannel(ctx, SignalOverride)
+	return workflow.SetQueryHandler(ctx, QueryHealing, func() (HealingStatus, error) {
+		return h.status(), nil
+	})
+}
+
+func (h *healer) status() HealingStatus {
+	return HealingStatus{
+		Paused: h.st.Paused, Polls: h.st.Polls,
+		Pools:     append([]PoolState(nil), h.st.Pools...),
+		Decisions: append([]Decision(nil), h.st.Decisions...),
+	}
+}
+
+func (h *healer) run(ctx workflow.Context) (HealingStatus, error) {
+	for polls := 0; ; polls++ {
+		if polls >= max(h.set.PollsPerRun, 1) || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			// Signals already delivered belong to this run's history:
+			// apply them before handing the state on.
+			h.drainSignals(ctx)
+			st := h.st
+			return HealingStatus{}, workflow.NewContinueAsNewError(ctx, HealingWorkflowName, HealingInput{Settings: h.set, State: &st})
+		}
+		h.st.Polls++
+		h.poll(ctx)
+		h.wait(ctx, h.set.Interval)
+		if err := ctx.Err(); err != nil {
+			return h.status(), err
+		}
+	}
+}
+
+// poll reads every pool's health and decides for each.
+func (h *healer) poll(ctx workflow.Context) {
+	names := make([]string, len(h.st.Pools))
+	for i, p := range h.st.Pools {
+		names[i] = p.Pool
+	}
+	var out activities.HealthOutput
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
+	})
+	err := workflow.ExecuteActivity(actx, actReadHealth, activities.HealthInput{
+		Pools: names, Stage: h.set.Stage, Window: h.set.Window,
+	}).Get(actx, &out)
+	if err != nil {
+		// Blind, the healer does nothing: no signal is not a healthy one.
+		h.logger.Warn("read health failed", "error", err)
+		return
+	}
+	byPool := map[string]activities.PoolHealth{}
+	for _, ph := range out.Pools {
+		byPool[ph.Pool] = ph
+	}
+	for i := range h.st.Pools {
+		if ph, ok := byPool[h.st.Pools[i].Pool]; ok {
+			h.decide(ctx, i, ph)
+		}
+	}
+}
+
+// classify says how bad a pool is: "critical", "warn" or "" (healthy).
+func (h *healer) classify(ph activities.PoolHealth) (string, string) {
+	tail := ph.Samples >= h.set.MinSamples
+	switch {
+	case tail && ph.Ratio > h.set.CriticalRatio:
+		return "critical", fmt.Sprintf("P99/P50 %.1f > %.1f (P50 %.0f ms, P99 %.0f ms, %d samples)", ph.Ratio, h.set.CriticalRatio, ph.P50Ms, ph.P99Ms, ph.Samples)
+	case ph.QueueDepth > h.set.CriticalQueueDepth:
+		return "critical", fmt.Sprintf("queue depth %d > %d", ph.QueueDepth, h.set.CriticalQueueDepth)
+	case ph.Requests > 0 && ph.TimeoutRate > h.set.CriticalTimeoutRate:
+		return "critical", fmt.Sprintf("queue timeout rate %.1f%% > %.1f%%", 100*ph.TimeoutRate, 100*h.set.CriticalTimeoutRate)
+	case tail && ph.Ratio > h.set.WarnRatio:
+		return "warn", fmt.Sprintf("P99/P50 %.1f > %.1f", ph.Ratio, h.set.WarnRatio)
+	case ph.KVCacheUsage > h.set.WarnKVCache:
+		return "warn", fmt.Sprintf("KV cache %.0f%% > %.0f%%", 100*ph.KVCacheUsage, 100*h.set.WarnKVCache)
+	}
+	return "", "healthy"
+}
+
+var alertRank = map[string]int{"": 0, "warn": 1, "critical": 2}
+
+// decide moves pool i at most one level: up when critical and its
+// cool-down has passed, down when it has been healthy for HealthyPolls
+// polls in a row (and its cool-down has passed); a pool in the warn zone
+// holds its level, which is the hysteresis between the two thresholds.
+func (h *healer) decide(ctx workflow.Context, i int, ph activities.PoolHealth) {
+	p := &h.st.Pools[i]
+	state, why := h.classify(ph)
+	if alertRank[state] > alertRank[p.Alert] {
+		h.exec(ctx, actAlert, activities.AlertInput{Pool: p.Pool, Level: state, Message: why, Health: ph}, nil)
+	}
+	p.Alert = state
+	if state == "" {
+		p.HealthyStreak++
+	} else {
+		p.HealthyStreak = 0
+	}
+	if h.st.Paused || p.Overridden {
+		return
+	}
+	now := workflow.Now(ctx)
+	cooled := p.LastChange.IsZero() || now.Sub(p.LastChange) >= h.set.Cooldown
+	switch {
+	case state == "critical" && cooled && p.Level < maxLevel:
+		h.step(ctx, i, p.Level+1, why)
+	case state == "critical" && cooled && p.Level == LevelShed:
+		// At the top, shedding is what is left to do, once per cool-down.
+		if h.shed(ctx, i, why) {
+			p.LastChange = now
+		}
+	case state == "" && p.Level > LevelNormal && p.HealthyStreak >= max(h.set.HealthyPolls, 1) && cooled:
+		h.step(ctx, i, p.Level-1, fmt.Sprintf("healthy for %d polls", p.HealthyStreak))
+		p.HealthyStreak = 0
+	}
+}
+
+// step moves pool i one level up or down: entering a level applies its
+// action, leaving one undoes it. The level changes only if the action
+// succeeded; otherwise the next poll tries again.
+func (h *healer) step(ctx workflow.Context, i, to int, why string) bool {
+	p := &h.st.Pools[i]
+	from := p.Level
+	var ok bool
+	if to > from {
+		ok = h.enter(ctx, i, to, why)
+	} else {
+		ok = h.leave(ctx, i, from, why)
+	}
+	if ok {
+		p.Level = to
+		p.LastChange = workflow.Now(ctx)
+		h.record(ctx, Decision{Pool: p.Pool, From: from, To: to, Action: "level", Reason: why})
+	}
+	return ok
+}
+
+func (h *healer) bounds(pool string) PoolBounds {
+	for _, b := range h.set.Pools {
+		if b.Pool == pool {
+			return b
+		}
+	}
+	return PoolBounds{Pool: pool}
+}
+
+// enter applies level's action to pool i.
+func (h *healer) enter(ctx workflow.Context, i, level int, why string) bool {
+	p := &h.st.Pools[i]
+	b := h.bounds(p.Pool)
+	switch level {
+	case LevelShrink:
+		permits := max(b.MinPermits, b.BasePermits/2, 1)
+		if !h.act(ctx, p, level, actSetPermits, activities.SetPermitsInput{Pool: p.Pool, Permits: permits, Reason: why}, nil) {
+			return false
+		}
+		p.Permits = permits
+		if b.BaseBatch > 0 {
+			batch := max(b.MinBatch, b.BaseBatch/2, 1)
+			var out activities.SetBatchOutput
+			// A backend that cannot change its batch leaves the permits as
+			// the batch control: not a reason to stay.
+			if h.act(ctx, p, level, actSetBatch, activities.SetBatchInput{Pool: p.Pool, MaxNumSeqs: batch, Reason: why}, &out) {
+				p.Batch = batch
+			}
+		}
+		return true
+	case LevelThrottle:
+		return h.act(ctx, p, level, actThrottleLong, activities.ThrottleLongInput{CostFactor: max(h.set.LongCostFactor, 1), Reason: why}, nil)
+	case LevelScale:
+		if b.MaxReplicas <= 0 {
+			h.record(ctx, Decision{Pool: p.Pool, From: p.Level, To: level, Action: actScale, Reason: "skipped: the pool has no scaler"})
+			return true
+		}
+		replicas := min(b.MaxReplicas, b.BaseReplicas+max(1, b.BaseReplicas/2))
+		if !h.act(ctx, p, level, actScale, activities.ScaleInput{Pool: p.Pool, Replicas: replicas, Reason: why}, nil) {
+			return false
+		}
+		p.Replicas = replicas
+		return true
+	case LevelShed:
+		return h.shed(ctx, i, why)
+	}
+	return false
+}
+
+// leave undoes level's action on pool i.
+func (h *healer) leave(ctx workflow.Context, i, level int, why string) bool {
+	p := &h.st.Pools[i]
+	b := h.bounds(p.Pool)
+	switch level {
+	case LevelShed:
+		return true // shedding is done once; nothing stays applied
+	case LevelScale:
+		if b.MaxReplicas <= 0 {
+			return true
+		}
+		if !h.act(ctx, p, level-1, actScale, activities.ScaleInput{Pool: p.Pool, Replicas: b.BaseReplicas, Reason: why}, nil) {
+			return false
+		}
+		p.Replicas = b.BaseReplicas
+		return true
+	case LevelThrottle:
+		// Throttling is global: it stays while another pool needs it.
+		for j, o := range h.st.Pools {
+			if j != i && o.Level >= LevelThrottle {
+				return true
+			}
+		}
+		return h.act(ctx, p, level-1, actThrottleLong, activities.ThrottleLongInput{CostFactor: 1, Reason: why}, nil)
+	case LevelShrink:
+		if !h.act(ctx, p, level-1, actSetPermits, activities.SetPermitsInput{Pool: p.Pool, Permits: b.BasePermits, Reason: why}, nil) {
+			return false
+		}
+		p.Permits = b.BasePermits
+		if b.BaseBatch > 0 {
+			var out activities.SetBatchOutput
+			if h.act(ctx, p, level-1, actSetBatch, activities.SetBatchInput{Pool: p.Pool, MaxNumSeqs: b.BaseBatch, Reason: why}, &out) {
+				p.Batch = b.BaseBatch
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func (h *healer) shed(ctx workflow.Context, i int, why string) bool {
+	p := &h.st.Pools[i]
+	var out activities.ShedOutput
+	if !h.act(ctx, p, LevelShed, actShed, activities.ShedInput{Pool: p.Pool, Reason: why}, &out) {
+		return false
+	}
+	h.logger.Info("shed waiting requests", "pool", p.Pool, "shed", out.Shed)
+	return true
+}
+
+// act runs one action and records it as a decision.
+func (h *healer) act(ctx workflow.Context, p *PoolState, to int, name string, in, out any) bool {
+	err := h.exec(ctx, name, in, out)
+	d := Decision{Pool: p.Pool, From: p.Level, To: to, Action: name, Reason: fmt.Sprintf("%+v", in)}
+	if err != nil {
+		d.Error = err.Error()
+	}
+	h.record(ctx, d)
+	return err == nil
+}
+
+// exec runs one healing activity with bounded retries: an action that
+// keeps failing is tried again at the next poll, not forever now.
+func (h *healer) exec(ctx workflow.Context, name string, in, out any) error {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second, MaximumAttempts: 3,
+		},
+	})
+	err := workflow.ExecuteActivity(actx, name, in).Get(actx, out)
+	if err != nil {
+		h.logger.Warn("healing action failed", "action", name, "error", err)
+	}
+	return err
+}
+
+func (h *healer) record(ctx workflow.Context, d Decision) {
+	d.At = workflow.Now(ctx)
+	h.st.Decisions = append(h.st.Decisions, d)
+	if n := len(h.st.Decisions); n > maxDecisions {
+		h.st.Decisions = append([]Decision(nil), h.st.Decisions[n-maxDecisions:]...)
+	}
+	h.logger.Info("healing decision", "pool", d.Pool, "from", d.From, "to", d.To, "action", d.Action, "reason", d.Reason, "error", d.Error)
+}
+
+// wait sleeps until the next poll, handling signals as they come.
+func (h *healer) wait(ctx workflow.Context, d time.Duration) {
+	timer := workflow.NewTimer(ctx, d)
+	for fired := false; !fired; {
+		sel := workflow.NewSelector(ctx)
+		sel.AddFuture(timer, func(workflow.Future) { fired = true })
+		h.addSignals(ctx, sel)
+		sel.Select(ctx)
+	}
+}
+
+func (h *healer) addSignals(ctx workflow.Context, sel workflow.Selector) {
+	sel.AddReceive(h.pauseCh, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(ctx, nil)
+		h.pause(ctx)
+	})
+	sel.AddReceive(h.resumeCh, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(ctx, nil)
+		h.resume(ctx)
+	})
+	sel.AddReceive(h.overrideCh, func(c workflow.ReceiveChannel, _ bool) {
+		var o OverrideSignal
+		c.Receive(ctx, &o)
+		h.override(ctx, o)
+	})
+}
+
+// drainSignals applies every signal already received. (Across the three
+// channels the order of arrival is not kept; within one it is.)
+func (h *healer) drainSignals(ctx workflow.Context) {
+	for {
+		var o OverrideSignal
+		switch {
+		case h.pauseCh.ReceiveAsync(nil):
+			h.pause(ctx)
+		case h.resumeCh.ReceiveAsync(nil):
+			h.resume(ctx)
+		case h.overrideCh.ReceiveAsync(&o):
+			h.override(ctx, o)
+		default:
+			return
+		}
+	}
+}
+
+func (h *healer) pause(ctx workflow.Context) {
+	h.st.Paused = true
+	h.record(ctx, Decision{Action: "pause"})
+}
+
+func (h *healer) resume(ctx workflow.Context) {
+	h.st.Paused = false
+	h.record(ctx, Decision{Action: "resume"})
+}
+
+// override pins a pool at a level, stepping through each level between so
+// that every action applied is undone on the way back; Level -1 releases
+// the pin (the healer then steps back by itself as the pool is healthy).
+func (h *healer) override(ctx workflow.Context, o OverrideSignal) {
+	for i := range h.st.Pools {
+		p := &h.st.Pools[i]
+		if p.Pool != o.Pool {
+			continue
+		}
+		if o.Level < 0 {
+			p.Overridden = false
+			h.record(ctx, Decision{Pool: p.Pool, From: p.Level, To: p.Level, Action: "override", Reason: "released"})
+			return
+		}
+		to := min(o.Level, maxLevel)
+		p.Overridden = true
+		h.record(ctx, Decision{Pool: p.Pool, From: p.Level, To: to, Action: "override", Reason: "pinned"})
+		for p.Level != to {
+			next := p.Level + 1
+			if to < p.Level {
+				next = p.Level - 1
+			}
+			if !h.step(ctx, i, next, "override") {
+				return
+			}
+		}
+		return
+	}
+	h.record(ctx, Decision{Pool: o.Pool, Action: "override", Reason: "unknown pool", Error: "no such pool"})
+}
