@@ -378,23 +378,27 @@ func (g *Gate) Pump(ctx context.Context, pool string) ([]string, error) {
 }
 
 // Shed removes the waiting requests of the lowest weight (the lowest
-// tier) queued in pool, at most max of them (0: all of that weight), the
-// newest first, and returns their ids; the caller tells each one. It is
-// atomic, and each shed request is tombstoned so that its later re-checks
-// answer Shed rather than queue it again.
+// tier) queued in pool, the newest first, and returns their ids; the
+// caller tells each one. It is atomic, and each shed request is
+// tombstoned so that its later re-checks answer Shed rather than queue it
+// again.
 //
 // Unless at least two distinct weights wait, it sheds nothing: shedding
 // protects the higher tiers from a lower one, and with one tier waiting
 // it would only empty the queue. Permits in use are never touched.
-func (g *Gate) Shed(ctx context.Context, pool string, max int) (ShedResult, error) {
+func (g *Gate) Shed(ctx context.Context, pool string, opts ShedOptions) (ShedResult, error) {
 	if _, err := g.limit(pool); err != nil {
 		return ShedResult{}, err
 	}
-	if max < 0 {
-		return ShedResult{}, fmt.Errorf("shed pool %s: max must be >= 0, got %d", pool, max)
+	if opts.Max < 0 {
+		return ShedResult{}, fmt.Errorf("shed pool %s: max must be >= 0, got %d", pool, opts.Max)
 	}
 	k := g.keys(pool)
-	raw, err := shedScript.Run(ctx, g.rdb, k.list(), k.alivePrefix, k.tombPrefix, g.tombTTL.Milliseconds(), max).Slice()
+	done := ""
+	if opts.Key != "" {
+		done = g.prefix + "adm:{" + pool + "}:shed:" + opts.Key
+	}
+	raw, err := shedScript.Run(ctx, g.rdb, k.list(), k.alivePrefix, k.tombPrefix, g.tombTTL.Milliseconds(), opts.Max, done).Slice()
 	if err != nil {
 		return ShedResult{}, fmt.Errorf("shed pool %s: %w", pool, err)
 	}
@@ -402,6 +406,16 @@ func (g *Gate) Shed(ctx context.Context, pool string, max int) (ShedResult, erro
 		return ShedResult{}, fmt.Errorf("shed pool %s: empty reply", pool)
 	}
 	return ShedResult{Weight: int(toInt(raw[0])), IDs: toStrings(raw[1:])}, nil
+}
+
+// ShedOptions bound one Shed.
+type ShedOptions struct {
+	// Max is the most requests shed (0: every waiter of the lowest weight).
+	Max int
+	// Key, if set, makes the shed idempotent for as long as a tombstone
+	// lasts: a Shed with a key already used answers what the first did and
+	// sheds nothing more (a retried activity must not shed the next tier).
+	Key string
 }
 
 // ShedResult is what Shed removed.

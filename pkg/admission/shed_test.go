@@ -31,7 +31,7 @@ func TestShedRemovesOnlyTheLowestWeight(t *testing.T) {
 	ctx := context.Background()
 	queueTiers(t, g)
 
-	res, err := g.Shed(ctx, "p", 0)
+	res, err := g.Shed(ctx, "p", ShedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestShedRemovesOnlyTheLowestWeight(t *testing.T) {
 		t.Fatalf("std-1 at %d %v, want 2", pos, ok)
 	}
 	// Now standard is the lowest of two weights: it goes next.
-	res, err = g.Shed(ctx, "p", 0)
+	res, err = g.Shed(ctx, "p", ShedOptions{})
 	if err != nil || res.Weight != 3 || !slices.Equal(res.IDs, []string{"std-1"}) {
 		t.Fatalf("second shed %+v, %v, want std-1", res, err)
 	}
@@ -80,7 +80,7 @@ func TestShedNeverEmptiesASingleTier(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		mustEnqueueReq(t, g, Request{ID: id, Tenant: "t-" + id, Weight: 2})
 	}
-	res, err := g.Shed(ctx, "p", 0)
+	res, err := g.Shed(ctx, "p", ShedOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestShedNeverEmptiesASingleTier(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if res, err := g.Shed(ctx, "p", 0); err != nil || len(res.IDs) != 0 {
+	if res, err := g.Shed(ctx, "p", ShedOptions{}); err != nil || len(res.IDs) != 0 {
 		t.Fatalf("shed of an empty queue: %+v, %v", res, err)
 	}
 	assertNoQueueState(t, rdb, g)
@@ -106,7 +106,7 @@ func TestShedCapTakesTheNewestFirst(t *testing.T) {
 	g, rdb := newGate(t, 1, nil)
 	ctx := context.Background()
 	queueTiers(t, g)
-	res, err := g.Shed(ctx, "p", 2)
+	res, err := g.Shed(ctx, "p", ShedOptions{Max: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +126,37 @@ func TestShedCapTakesTheNewestFirst(t *testing.T) {
 		}
 	}
 	assertNoQueueState(t, rdb, g)
-	if _, err := g.Shed(ctx, "p", -1); err == nil {
+	if _, err := g.Shed(ctx, "p", ShedOptions{Max: -1}); err == nil {
 		t.Fatal("negative max accepted")
 	}
-	if _, err := g.Shed(ctx, "nope", 0); err == nil {
+	if _, err := g.Shed(ctx, "nope", ShedOptions{}); err == nil {
 		t.Fatal("unknown pool accepted")
+	}
+}
+
+func TestShedWithAKeyIsIdempotent(t *testing.T) {
+	g, _ := newGate(t, 1, nil)
+	ctx := context.Background()
+	queueTiers(t, g)
+	first, err := g.Shed(ctx, "p", ShedOptions{Key: "run-1/act-7"})
+	if err != nil || first.Weight != 2 || len(first.IDs) != 3 {
+		t.Fatalf("first shed %+v, %v", first, err)
+	}
+	// The retry answers the same and leaves standard alone.
+	again, err := g.Shed(ctx, "p", ShedOptions{Key: "run-1/act-7"})
+	if err != nil || again.Weight != 2 || !slices.Equal(again.IDs, first.IDs) {
+		t.Fatalf("retried shed %+v, %v, want %+v", again, err, first)
+	}
+	if st, _ := g.Stats(ctx, "p"); st.Waiting != 2 {
+		t.Fatalf("%d waiting after a retried shed, want 2", st.Waiting)
+	}
+	// Another key sheds the next lowest tier.
+	next, err := g.Shed(ctx, "p", ShedOptions{Key: "run-1/act-9"})
+	if err != nil || next.Weight != 3 || !slices.Equal(next.IDs, []string{"std-1"}) {
+		t.Fatalf("next shed %+v, %v", next, err)
+	}
+	// Nothing-shed answers are remembered too.
+	if r, err := g.Shed(ctx, "p", ShedOptions{Key: "run-1/act-11"}); err != nil || r.Weight != 0 || len(r.IDs) != 0 {
+		t.Fatalf("shed of one tier %+v, %v", r, err)
 	}
 }

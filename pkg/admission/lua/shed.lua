@@ -15,9 +15,23 @@
 -- ARGV[3] tombstone ttl ms: how long enqueue answers "shed" for an id
 -- ARGV[4] most entries to shed (0 = no cap); the lowest weight's entries
 --         nearest the tail (the newest in virtual time) go first
+-- ARGV[5] key of this shed ("" = none): a shed sent again with the same key
+--         (a retried activity whose reply was lost) answers what the first
+--         did instead of shedding the next tier
 -- Returns {weight shed (0 if none), ids shed...}
 local alive_prefix, tomb_prefix = ARGV[1], ARGV[2]
 local tomb_ttl, cap = tonumber(ARGV[3]), tonumber(ARGV[4])
+local done_key = ARGV[5]
+if done_key ~= '' then
+  local earlier = redis.call('GET', done_key)
+  if earlier then return cjson.decode(earlier) end
+end
+local function answer(reply)
+  if done_key ~= '' then
+    redis.call('SET', done_key, cjson.encode(reply), 'PX', tomb_ttl)
+  end
+  return reply
+end
 
 -- Only entries still queued count: a weight without its entry is stale
 -- bookkeeping, dropped on the way.
@@ -39,7 +53,7 @@ for i = 1, #all, 2 do
   end
 end
 if distinct < 2 then
-  return {0}
+  return answer({0})
 end
 
 -- Take the victims newest tag first, so that a cap sheds those that
@@ -61,4 +75,4 @@ for _, v in ipairs(victims) do
   end
 end
 if #reply == 1 then reply[1] = 0 end
-return reply
+return answer(reply)
