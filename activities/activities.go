@@ -190,6 +190,10 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 		// Retried whole; Enqueue answers a second call with the same state.
 		return out, werr
 	}
+	if res.Status == admission.Shed {
+		// The healer shed it; its cancel signal may still be on the way.
+		return out, temporal.NewNonRetryableApplicationError("request was shed from the queue", ErrTypeShed, nil)
+	}
 	if res.Status == admission.Gone {
 		// Only a call racing the request's own finalize gets here.
 		return out, temporal.NewNonRetryableApplicationError("request already released its admission", ErrTypeCancelled, nil)

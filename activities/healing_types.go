@@ -79,11 +79,15 @@ type ScaleInput struct {
 type ShedInput struct {
 	Pool   string
 	Reason string
+	// Max bounds how many are shed, the newest first (0: all of the tier).
+	Max int
 }
 
-// ShedOutput counts the requests shed.
+// ShedOutput counts the requests shed, and the weight (tier) they had (0
+// when none: fewer than two tiers were waiting).
 type ShedOutput struct {
-	Shed int
+	Shed   int
+	Weight int
 }
 
 // AlertInput reports a pool entering a worse state: logged, counted and

@@ -25,6 +25,18 @@ const (
 	// ErrTypePermitLost: the request's permit was reclaimed (its lease ran
 	// out) before its stream started; it must queue again.
 	ErrTypePermitLost = "PermitLost"
+	// ErrTypeShed: the healer shed the request from its queue (Admit
+	// after the shed, when its cancel signal has not arrived yet); the
+	// workflow rejects it with reason shed.
+	ErrTypeShed = "Shed"
+	// ErrTypeOutOfBounds: a healing action asked for a value outside the
+	// pool's configured bounds; retrying cannot help.
+	ErrTypeOutOfBounds = "OutOfBounds"
+	// ErrTypeNoScaler: Scale on a pool without a scaler.
+	ErrTypeNoScaler = "NoScaler"
+	// ErrTypeScaleRefused: the scaler refused for good (scaler.Permanent:
+	// bad count, target not found, no permission).
+	ErrTypeScaleRefused = "ScaleRefused"
 )
 
 // EmbedInput asks for the query's embedding (the L1 cache tier).

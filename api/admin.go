@@ -26,7 +26,8 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// getLimits returns the live traffic policy: tiers and pool concurrency.
+// getLimits returns the live traffic policy: tiers, pool concurrency and,
+// while the healer throttles long requests, their long_cost_factor.
 func (s *Server) getLimits(c echo.Context) error {
 	return c.JSON(http.StatusOK, s.policy.Current())
 }

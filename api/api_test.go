@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/metrics"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
@@ -476,5 +477,68 @@ func TestAnswerCacheOnlyForAllowListedKBs(t *testing.T) {
 				t.Fatalf("AnswerCache = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// While the healer throttles long requests, a request routed to the long
+// pool is charged the policy's factor times its tokens at the door, so a
+// tenant's long requests hit 429 sooner; short ones are charged as before.
+func TestLongCostFactorChargesLongRequestsMore(t *testing.T) {
+	srv, _, _ := newTestServer(t, func(c *config.Config) {
+		limitedConfig(c)
+		c.Auth.AdminKey = "root"
+		// Every prompt with its context bound is long.
+		c.Routing.ShortThresholdTokens = 10
+	})
+	const body = `{"query":"why do long prompts stretch the tail?","max_tokens":500}`
+	charged := func(rec *httptest.ResponseRecorder) int {
+		t.Helper()
+		// The start is refused by the test client and the charge given
+		// back; the header shows what the door took.
+		assertJSONError(t, rec, 503, "unavailable")
+		left, err := strconv.Atoi(rec.Header().Get("X-RateLimit-Remaining-Tokens"))
+		if err != nil {
+			t.Fatalf("remaining tokens header %q", rec.Header().Get("X-RateLimit-Remaining-Tokens"))
+		}
+		return 6000 - left
+	}
+	plain := charged(post(srv, body))
+
+	rec := admin(srv, "GET", "/v1/admin/limits", "root", "")
+	var doc map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &doc)
+	if _, ok := doc["long_cost_factor"]; ok {
+		t.Fatalf("configured policy shows a long cost factor: %s", rec.Body)
+	}
+	doc["long_cost_factor"] = 2
+	raw, _ := json.Marshal(doc)
+	if rec := admin(srv, "PUT", "/v1/admin/limits", "root", string(raw)); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"long_cost_factor":2`) {
+		t.Fatalf("put limits %d %s", rec.Code, rec.Body)
+	}
+	if got := charged(post(srv, body)); got != 2*plain {
+		t.Fatalf("long request charged %d with factor 2, %d without", got, plain)
+	}
+	// With room for one charge but not two, the long request is refused.
+	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, float64(6000-plain*3/2))
+	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
+		t.Fatalf("drain: %+v %v", d, err)
+	}
+	assertJSONError(t, post(srv, body), 429, "rate_limited")
+
+	doc["long_cost_factor"] = 20
+	raw, _ = json.Marshal(doc)
+	assertJSONError(t, admin(srv, "PUT", "/v1/admin/limits", "root", string(raw)), 400, "invalid_policy")
+}
+
+// Requests routed short are charged as before whatever the factor.
+func TestLongCostFactorLeavesShortRequests(t *testing.T) {
+	srv, _, _ := newTestServer(t, func(c *config.Config) { limitedConfig(c) })
+	const body = `{"query":"hi","max_tokens":100}`
+	before := post(srv, body).Header().Get("X-RateLimit-Remaining-Tokens")
+	if _, err := srv.policy.Update(context.Background(), func(p *policy.Policy) bool { p.LongCostFactor = 5; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if after := post(srv, body).Header().Get("X-RateLimit-Remaining-Tokens"); after != before || before == "" {
+		t.Fatalf("short request left %s tokens with factor 5, %s without", after, before)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"net/http"
 	"regexp"
@@ -239,6 +240,16 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 		if req.SessionID != "" {
 			// The session's turns may fill their budget.
 			cost += s.cfg.Sessions.HistoryTokens
+		}
+		// While the healer throttles long requests (their prompts hold a
+		// batch's KV cache longest, the tail seed 002 is about), a request
+		// routed long must find factor times its tokens in its buckets: a
+		// tenant's long requests hit 429 sooner, short ones are unaffected.
+		// The workflow still refunds the unused part when it ends, so the
+		// factor bounds how many long requests a tenant starts at once,
+		// not what it pays for the tokens it used.
+		if f := live.ChargeFactor(activities.Route(bound(), s.cfg.Routing.ShortThresholdTokens)); f > 1 {
+			cost = int(math.Ceil(float64(cost) * f))
 		}
 	}
 	reservation, err := s.reserve(c, id, who, tier, live.Limits.Enabled, cost)

@@ -64,6 +64,8 @@ type Runtime struct {
 	Metrics    *metrics.Metrics
 	Latency    *latency.Window
 	Activities *activities.Activities
+	// Healing holds the healing workflow's activities.
+	Healing *activities.Healing
 }
 
 // NewLogger builds the process logger from config.
@@ -169,6 +171,10 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 		return nil, err
 	}
 	r.Activities = acts
+	if r.Healing, err = r.buildHealing(); err != nil {
+		r.Close()
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -299,15 +305,20 @@ func (r *Runtime) NewWorker() worker.Worker {
 		MaxConcurrentLocalActivityExecutionSize: 1000,
 		WorkerStopTimeout:                       10 * time.Second,
 	})
-	Register(w, r.Activities)
+	Register(w, r.Activities, r.Healing)
 	return w
 }
 
-// Register registers Sluice's workflows and activities on w.
-func Register(w worker.Registry, acts *activities.Activities) {
+// Register registers Sluice's workflows and activities on w. Activities
+// are named by their method names, so Activities' and Healing's must not
+// collide (registering would panic).
+func Register(w worker.Registry, acts *activities.Activities, healing *activities.Healing) {
 	w.RegisterWorkflowWithOptions(workflows.ChatWorkflow, workflow.RegisterOptions{Name: workflows.ChatWorkflowName})
 	w.RegisterWorkflowWithOptions(workflows.HealingWorkflow, workflow.RegisterOptions{Name: workflows.HealingWorkflowName})
 	w.RegisterActivity(acts)
+	if healing != nil {
+		w.RegisterActivity(healing)
+	}
 }
 
 // Run runs the worker, the admission janitor and the latency window's
@@ -330,6 +341,11 @@ func (r *Runtime) Run(ctx context.Context) error {
 	}
 	defer w.Stop()
 	r.Logger.Info("worker started", "taskQueue", r.Config.Temporal.TaskQueue, "temporal", r.Config.Temporal.HostPort)
+	// A healer that cannot start is logged, not fatal: chat requests do
+	// not need it, and the next worker start tries again.
+	if err := StartHealing(ctx, r.Temporal, r.Config, r.Logger); err != nil {
+		r.Logger.Error("start the healer", "err", err)
+	}
 	r.runJanitor(ctx)
 	return nil
 }

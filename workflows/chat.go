@@ -347,6 +347,11 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 		FastWait: w.in.Settings.FastWait, Session: w.session(),
 	}).Get(sctx, &adm); err != nil {
+		if isShed(err) {
+			w.cancelReason = ReasonShed
+			w.cancelled()
+			return false
+		}
 		w.stageFailed(StageAdmission, err)
 		return false
 	}
@@ -422,6 +427,12 @@ func (w *chat) admit(ctx workflow.Context) bool {
 				w.cancelled()
 				return false
 			}
+			if isShed(err) {
+				// Shed before the healer's cancel signal arrived.
+				w.cancelReason = ReasonShed
+				w.cancelled()
+				return false
+			}
 			// A failed re-check is not fatal: the next one, the signal or
 			// the deadline decides.
 			w.logger.Warn("admission re-check failed", "error", err)
@@ -462,6 +473,12 @@ func streamedBefore(err error) *activities.Used {
 		requests = 1
 	}
 	return &activities.Used{Tokens: u.TotalTokens, Requests: requests}
+}
+
+// isShed reports an admission error saying the healer shed the request.
+func isShed(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeShed
 }
 
 // stageFailed classifies a stage error into the request's outcome.

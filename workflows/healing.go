@@ -11,6 +11,10 @@ import (
 	"github.com/sluice-dev/sluice/activities"
 )
 
+// hact names the healing activities for the workflow, as a names the chat
+// activities; the constants name them in decisions (and in tests).
+var hact *activities.Healing
+
 // Healing activity names (methods of activities.Healing).
 const (
 	actReadHealth   = "ReadHealth"
@@ -116,7 +120,7 @@ func (h *healer) poll(ctx workflow.Context) {
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
 	})
-	err := workflow.ExecuteActivity(actx, actReadHealth, activities.HealthInput{
+	err := workflow.ExecuteActivity(actx, hact.ReadHealth, activities.HealthInput{
 		Pools: names, Stage: h.set.Stage, Window: h.set.Window,
 	}).Get(actx, &out)
 	if err != nil {
@@ -329,11 +333,30 @@ func (h *healer) exec(ctx workflow.Context, name string, in, out any) error {
 			InitialInterval: time.Second, MaximumAttempts: 3,
 		},
 	})
-	err := workflow.ExecuteActivity(actx, name, in).Get(actx, out)
+	err := workflow.ExecuteActivity(actx, healingActivity(name), in).Get(actx, out)
 	if err != nil {
 		h.logger.Warn("healing action failed", "action", name, "error", err)
 	}
 	return err
+}
+
+// healingActivity is the activity method of a name.
+func healingActivity(name string) any {
+	switch name {
+	case actSetPermits:
+		return hact.SetPermits
+	case actSetBatch:
+		return hact.SetBatch
+	case actThrottleLong:
+		return hact.ThrottleLong
+	case actScale:
+		return hact.Scale
+	case actShed:
+		return hact.Shed
+	case actAlert:
+		return hact.Alert
+	}
+	return name
 }
 
 func (h *healer) record(ctx workflow.Context, d Decision) {

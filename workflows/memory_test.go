@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
@@ -193,4 +194,23 @@ func (s *chatSuite) TestShedWhileQueuedIsARejection() {
 	s.Equal(events.TypeRejected, f.EventType)
 	s.Equal(30, f.Failure.RetryAfterS)
 	s.Equal(OutcomeRejected, f.Report.Outcome)
+}
+
+// A re-check that finds the request shed (the healer's signal not yet
+// arrived) ends it the same way.
+func (s *chatSuite) TestShedSeenByARecheck() {
+	s.mockEmbed()
+	calls := 0
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+		calls++
+		if calls == 1 {
+			return queued, nil
+		}
+		return activities.AdmitOutput{}, temporal.NewNonRetryableApplicationError("shed", activities.ErrTypeShed, nil)
+	})
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(OutcomeRejected, r.Outcome)
+	s.Equal(ReasonShed, r.Reason)
+	s.Equal(30, s.onlyFinalize().Failure.RetryAfterS)
 }

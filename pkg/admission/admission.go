@@ -42,6 +42,8 @@ var (
 	pumpLua string
 	//go:embed lua/stats.lua
 	statsLua string
+	//go:embed lua/shed.lua
+	shedLua string
 
 	// redis.Script runs EVALSHA and falls back to EVAL on NOSCRIPT, so a
 	// Redis restart or failover that drops the script cache is harmless.
@@ -50,6 +52,7 @@ var (
 	renewScript   = redis.NewScript(libLua + renewLua)
 	pumpScript    = redis.NewScript(libLua + pumpLua)
 	statsScript   = redis.NewScript(libLua + statsLua)
+	shedScript    = redis.NewScript(libLua + shedLua)
 )
 
 // Status is the outcome of asking for a permit.
@@ -68,6 +71,9 @@ const (
 	// TenantFull: the request's tenant already has Request.MaxPerTenant
 	// entries in the pool's queue; the request was not queued.
 	TenantFull Status = 5
+	// Shed: the request was shed from the queue (Gate.Shed) and can never
+	// be admitted again; like Gone, but it was turned away.
+	Shed Status = 6
 )
 
 func (s Status) String() string {
@@ -82,6 +88,8 @@ func (s Status) String() string {
 		return "gone"
 	case TenantFull:
 		return "tenant_full"
+	case Shed:
+		return "shed"
 	}
 	return "unknown"
 }
@@ -151,8 +159,8 @@ func New(rdb Client, opts Options) (*Gate, error) {
 func (g *Gate) Lease() time.Duration { return g.lease }
 
 type poolKeys struct {
-	permits, grants, queue, stats, tenants, finish, waiters, since string
-	alivePrefix, tombPrefix                                        string
+	permits, grants, queue, stats, tenants, finish, waiters, since, weights string
+	alivePrefix, tombPrefix                                                 string
 }
 
 // keys share the hash tag {pool} so that one pool's keys live in one
@@ -162,13 +170,14 @@ func (g *Gate) keys(pool string) poolKeys {
 	return poolKeys{
 		permits: base + "permits", grants: base + "grants", queue: base + "queue", stats: base + "stats",
 		tenants: base + "tenants", finish: base + "finish", waiters: base + "waiters", since: base + "since",
+		weights:     base + "weights",
 		alivePrefix: base + "alive:", tombPrefix: base + "released:",
 	}
 }
 
 // list is KEYS of every script, in the order lib.lua names them.
 func (k poolKeys) list() []string {
-	return []string{k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since}
+	return []string{k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since, k.weights}
 }
 
 func (g *Gate) limit(pool string) (int, error) {
@@ -366,6 +375,54 @@ func (g *Gate) Pump(ctx context.Context, pool string) ([]string, error) {
 		return nil, fmt.Errorf("pump pool %s: %w", pool, err)
 	}
 	return toStrings(raw), nil
+}
+
+// Shed removes the waiting requests of the lowest weight (the lowest
+// tier) queued in pool, the newest first, and returns their ids; the
+// caller tells each one. It is atomic, and each shed request is
+// tombstoned so that its later re-checks answer Shed rather than queue it
+// again.
+//
+// Unless at least two distinct weights wait, it sheds nothing: shedding
+// protects the higher tiers from a lower one, and with one tier waiting
+// it would only empty the queue. Permits in use are never touched.
+func (g *Gate) Shed(ctx context.Context, pool string, opts ShedOptions) (ShedResult, error) {
+	if _, err := g.limit(pool); err != nil {
+		return ShedResult{}, err
+	}
+	if opts.Max < 0 {
+		return ShedResult{}, fmt.Errorf("shed pool %s: max must be >= 0, got %d", pool, opts.Max)
+	}
+	k := g.keys(pool)
+	done := ""
+	if opts.Key != "" {
+		done = g.prefix + "adm:{" + pool + "}:shed:" + opts.Key
+	}
+	raw, err := shedScript.Run(ctx, g.rdb, k.list(), k.alivePrefix, k.tombPrefix, g.tombTTL.Milliseconds(), opts.Max, done).Slice()
+	if err != nil {
+		return ShedResult{}, fmt.Errorf("shed pool %s: %w", pool, err)
+	}
+	if len(raw) < 1 {
+		return ShedResult{}, fmt.Errorf("shed pool %s: empty reply", pool)
+	}
+	return ShedResult{Weight: int(toInt(raw[0])), IDs: toStrings(raw[1:])}, nil
+}
+
+// ShedOptions bound one Shed.
+type ShedOptions struct {
+	// Max is the most requests shed (0: every waiter of the lowest weight).
+	Max int
+	// Key, if set, makes the shed idempotent for as long as a tombstone
+	// lasts: a Shed with a key already used answers what the first did and
+	// sheds nothing more (a retried activity must not shed the next tier).
+	Key string
+}
+
+// ShedResult is what Shed removed.
+type ShedResult struct {
+	// Weight is the weight shed; 0 when nothing was.
+	Weight int
+	IDs    []string
 }
 
 // Position returns requestID's 1-based queue position, or ok=false if it is

@@ -391,7 +391,7 @@ func assertNoQueueState(t *testing.T, rdb *redis.Client, g *Gate) {
 	t.Helper()
 	k := g.keys("p")
 	ctx := context.Background()
-	for _, key := range []string{k.queue, k.tenants, k.finish, k.waiters, k.since} {
+	for _, key := range []string{k.queue, k.tenants, k.finish, k.waiters, k.since, k.weights} {
 		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
 			t.Errorf("%s left behind (%d, %v)", key, n, err)
 		}

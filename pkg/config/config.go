@@ -34,6 +34,8 @@ type Config struct {
 	Ingest    Ingest    `yaml:"ingest"`
 	Sessions  Sessions  `yaml:"sessions"`
 	Metrics   Metrics   `yaml:"metrics"`
+	// Healing is the tail-latency healer (one workflow per deployment).
+	Healing Healing `yaml:"healing"`
 	// AnswerCache is the L3 tier: whole answers (off unless kbs are listed).
 	AnswerCache AnswerCache `yaml:"answer_cache"`
 	Auth        Auth        `yaml:"auth"`
@@ -211,6 +213,104 @@ type Pool struct {
 	// customer was promised. Long answers hold permits longer, so the long
 	// pool's queue moves slower and may warrant a longer wait.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// Healing bounds what the healer may do to this pool's permits and
+	// batch; Scaler is how it asks for more replicas.
+	Healing PoolHealing `yaml:"healing"`
+	Scaler  Scaler      `yaml:"scaler"`
+}
+
+// PoolHealing bounds the healer's shrinking of a pool.
+type PoolHealing struct {
+	// MinPermits is the fewest permits shrinking leaves (it halves
+	// max_concurrency).
+	MinPermits int `yaml:"min_permits"`
+	// BaseBatch is the backends' max_num_seqs, which shrinking halves
+	// through their admin API (llmsim's POST /admin/config); 0: the batch
+	// is not tuned, the permits are the only batch control (vLLM and TGI
+	// cannot change it at run time).
+	BaseBatch int `yaml:"base_batch"`
+	// MinBatch is the smallest max_num_seqs shrinking sets.
+	MinBatch int `yaml:"min_batch"`
+}
+
+// Scaler kinds.
+const (
+	ScalerNone       = "none"
+	ScalerSimulator  = "simulator"
+	ScalerWebhook    = "webhook"
+	ScalerKubernetes = "kubernetes"
+)
+
+// Scaler is how the healer asks a pool for more replicas (pkg/scaler).
+type Scaler struct {
+	// Kind is none (the healer never scales the pool), simulator (llmsim's
+	// POST /admin/config), webhook (POST {pool, replicas, reason} to URL)
+	// or kubernetes (a Deployment's scale subresource).
+	Kind string `yaml:"kind"`
+	// URL is the simulator's base URL or the webhook's.
+	URL string `yaml:"url"`
+	// StatusURL (webhook) answers GET with {"replicas": N}; optional.
+	StatusURL string `yaml:"status_url"`
+	// Token (webhook) is sent as a bearer token.
+	Token string `yaml:"token"`
+	// APIServer, Namespace and Deployment (kubernetes) name the
+	// Deployment; the API server and namespace default to the pod's own.
+	APIServer  string `yaml:"api_server"`
+	Namespace  string `yaml:"namespace"`
+	Deployment string `yaml:"deployment"`
+	// BaseReplicas is the pool's normal count, which the healer returns
+	// to; MaxReplicas is the most it ever asks for.
+	BaseReplicas int `yaml:"base_replicas"`
+	MaxReplicas  int `yaml:"max_replicas"`
+	// Timeout bounds one call to the scale target.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// MaxLongCostFactor bounds how much more a long request may be charged
+// against token rate limits while the healer throttles long requests.
+const MaxLongCostFactor = 10
+
+// Healing configures the tail-latency healer (seed 002): every Interval
+// it reads each pool's P99/P50 of Stage over Window, its queue, timeout
+// rate and backend KV-cache use, warns above the warn thresholds and,
+// above the critical ones, escalates per pool: shrink the batch, throttle
+// long requests, scale out, shed the lowest tier's waiters; it steps back
+// after HealthyPolls healthy polls in a row.
+type Healing struct {
+	// Enabled starts the healing workflow with the worker.
+	Enabled bool `yaml:"enabled"`
+	// Interval between polls; Window is how far back each poll looks (at
+	// most metrics.latency_retention).
+	Interval time.Duration `yaml:"interval"`
+	Window   time.Duration `yaml:"window"`
+	// Stage is the stage whose P99/P50 is watched.
+	Stage string `yaml:"stage"`
+	// WarnRatio and CriticalRatio are P99/P50 thresholds.
+	WarnRatio     float64 `yaml:"warn_ratio"`
+	CriticalRatio float64 `yaml:"critical_ratio"`
+	// WarnKVCache is the backend KV-cache use (0..1) that warns.
+	WarnKVCache float64 `yaml:"warn_kv_cache"`
+	// CriticalQueueDepth and CriticalTimeoutRate (queue timeouts per
+	// request) are critical too.
+	CriticalQueueDepth  int     `yaml:"critical_queue_depth"`
+	CriticalTimeoutRate float64 `yaml:"critical_timeout_rate"`
+	// MinSamples: fewer latencies in the window and the ratio is ignored.
+	MinSamples int64 `yaml:"min_samples"`
+	// HealthyPolls in a row step a pool back a level; Cooldown is the
+	// least time between two level changes of a pool.
+	HealthyPolls int           `yaml:"healthy_polls"`
+	Cooldown     time.Duration `yaml:"cooldown"`
+	// LongCostFactor is what throttling charges a long request against
+	// token rate limits, as a multiple of its tokens.
+	LongCostFactor float64 `yaml:"long_cost_factor"`
+	// PollsPerRun bounds one workflow run's history (then continue-as-new).
+	PollsPerRun int `yaml:"polls_per_run"`
+	// AlertWebhook receives a JSON POST for every alert ("": none);
+	// AlertTimeout bounds it.
+	AlertWebhook string        `yaml:"alert_webhook"`
+	AlertTimeout time.Duration `yaml:"alert_timeout"`
+	// MetricsTimeout bounds reading a backend's /metrics.
+	MetricsTimeout time.Duration `yaml:"metrics_timeout"`
 }
 
 // Routing chooses a pool by the prompt's token count.
@@ -451,12 +551,16 @@ func Default() Config {
 				Model:           "sluice-sim",
 				MaxConcurrency:  16,
 				MaxPromptTokens: 512,
+				Healing:         PoolHealing{MinPermits: 1, MinBatch: 1},
+				Scaler:          Scaler{Kind: ScalerNone, BaseReplicas: 1, Timeout: 10 * time.Second},
 			},
 			Long: Pool{
 				Endpoints:       []string{"http://127.0.0.1:8090"},
 				Model:           "sluice-sim",
 				MaxConcurrency:  4,
 				MaxPromptTokens: 8192,
+				Healing:         PoolHealing{MinPermits: 1, MinBatch: 1},
+				Scaler:          Scaler{Kind: ScalerNone, BaseReplicas: 1, Timeout: 10 * time.Second},
 			},
 		},
 		Routing: Routing{ShortThresholdTokens: 512, Encoding: "cl100k_base"},
@@ -479,9 +583,15 @@ func Default() Config {
 			Timeout:  5 * time.Second,
 			MaxBatch: 32,
 		},
-		Ingest:      Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20},
-		Sessions:    Sessions{TTL: 24 * time.Hour, MaxTurns: 20, HistoryTokens: 1024},
-		Metrics:     Metrics{WorkerAddr: "127.0.0.1:9091", LatencySlot: 10 * time.Second, LatencyRetention: 5 * time.Minute},
+		Ingest:   Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20},
+		Sessions: Sessions{TTL: 24 * time.Hour, MaxTurns: 20, HistoryTokens: 1024},
+		Metrics:  Metrics{WorkerAddr: "127.0.0.1:9091", LatencySlot: 10 * time.Second, LatencyRetention: 5 * time.Minute},
+		Healing: Healing{
+			Enabled: true, Interval: 10 * time.Second, Window: time.Minute, Stage: "llm_first_token",
+			WarnRatio: 2, CriticalRatio: 5, WarnKVCache: 0.75, CriticalQueueDepth: 100, CriticalTimeoutRate: 0.05,
+			MinSamples: 50, HealthyPolls: 3, Cooldown: 30 * time.Second, LongCostFactor: 2, PollsPerRun: 500,
+			AlertTimeout: 5 * time.Second, MetricsTimeout: 2 * time.Second,
+		},
 		AnswerCache: AnswerCache{TTL: time.Hour},
 		Retrieval: Retrieval{
 			TopK:               3,
@@ -643,6 +753,7 @@ func (c Config) Validate() error {
 	if c.Metrics.LatencyRetention < c.Metrics.LatencySlot {
 		v.add("metrics.latency_retention", "must be at least metrics.latency_slot (%s), got %s", c.Metrics.LatencySlot, c.Metrics.LatencyRetention)
 	}
+	v.healing(c)
 	v.positive("sessions.max_turns", int64(c.Sessions.MaxTurns))
 	// A budget beyond what a pool takes is not an error: the oldest turns
 	// of a prompt that does not fit are shed, after its context.
@@ -751,6 +862,81 @@ func (v *validator) pool(field string, p Pool) {
 	if p.MaxWait < 0 {
 		v.add(field+".max_wait", "must not be negative, got %s", p.MaxWait)
 	}
+	h := p.Healing
+	if h.MinPermits < 1 || (p.MaxConcurrency > 0 && h.MinPermits > p.MaxConcurrency) {
+		v.add(field+".healing.min_permits", "must be between 1 and %s.max_concurrency (%d), got %d", field, p.MaxConcurrency, h.MinPermits)
+	}
+	if h.BaseBatch < 0 {
+		v.add(field+".healing.base_batch", "must be >= 0 (0: the batch is not tuned), got %d", h.BaseBatch)
+	}
+	if h.MinBatch < 1 || (h.BaseBatch > 0 && h.MinBatch > h.BaseBatch) {
+		v.add(field+".healing.min_batch", "must be between 1 and %s.healing.base_batch (%d), got %d", field, h.BaseBatch, h.MinBatch)
+	}
+	v.scaler(field+".scaler", p.Scaler)
+}
+
+func (v *validator) scaler(field string, s Scaler) {
+	switch s.Kind {
+	case ScalerNone:
+		return
+	case ScalerSimulator:
+		v.httpURL(field+".url", s.URL)
+	case ScalerWebhook:
+		v.httpURL(field+".url", s.URL)
+		if s.StatusURL != "" {
+			v.httpURL(field+".status_url", s.StatusURL)
+		}
+	case ScalerKubernetes:
+		v.nonEmpty(field+".deployment", s.Deployment)
+		if s.APIServer != "" {
+			v.httpURL(field+".api_server", s.APIServer)
+		}
+	default:
+		v.add(field+".kind", "must be none, simulator, webhook or kubernetes, got %q", s.Kind)
+		return
+	}
+	v.positive(field+".base_replicas", int64(s.BaseReplicas))
+	if s.MaxReplicas < s.BaseReplicas {
+		v.add(field+".max_replicas", "must be at least %s.base_replicas (%d), got %d", field, s.BaseReplicas, s.MaxReplicas)
+	}
+	v.duration(field+".timeout", s.Timeout)
+}
+
+func (v *validator) healing(c Config) {
+	h := c.Healing
+	v.duration("healing.interval", h.Interval)
+	v.duration("healing.window", h.Window)
+	if h.Window > c.Metrics.LatencyRetention {
+		v.add("healing.window", "must not exceed metrics.latency_retention (%s), got %s", c.Metrics.LatencyRetention, h.Window)
+	}
+	v.nonEmpty("healing.stage", h.Stage)
+	if !(h.WarnRatio > 1) {
+		v.add("healing.warn_ratio", "must be > 1 (P99 is never below P50), got %v", h.WarnRatio)
+	}
+	if !(h.CriticalRatio >= h.WarnRatio) {
+		v.add("healing.critical_ratio", "must be at least healing.warn_ratio (%v), got %v", h.WarnRatio, h.CriticalRatio)
+	}
+	if !(h.WarnKVCache > 0 && h.WarnKVCache <= 1) {
+		v.add("healing.warn_kv_cache", "must be in (0, 1], got %v", h.WarnKVCache)
+	}
+	v.positive("healing.critical_queue_depth", int64(h.CriticalQueueDepth))
+	if !(h.CriticalTimeoutRate > 0 && h.CriticalTimeoutRate <= 1) {
+		v.add("healing.critical_timeout_rate", "must be in (0, 1], got %v", h.CriticalTimeoutRate)
+	}
+	v.positive("healing.min_samples", h.MinSamples)
+	v.positive("healing.healthy_polls", int64(h.HealthyPolls))
+	if h.Cooldown < 0 {
+		v.add("healing.cooldown", "must be >= 0, got %s", h.Cooldown)
+	}
+	if !(h.LongCostFactor >= 1 && h.LongCostFactor <= MaxLongCostFactor) {
+		v.add("healing.long_cost_factor", "must be between 1 and %d, got %v", MaxLongCostFactor, h.LongCostFactor)
+	}
+	v.positive("healing.polls_per_run", int64(h.PollsPerRun))
+	if h.AlertWebhook != "" {
+		v.httpURL("healing.alert_webhook", h.AlertWebhook)
+	}
+	v.duration("healing.alert_timeout", h.AlertTimeout)
+	v.duration("healing.metrics_timeout", h.MetricsTimeout)
 }
 
 func (v *validator) httpURL(field, s string) {

@@ -30,6 +30,14 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 	if cfg.Pools.Short.MaxConcurrency != def.Pools.Short.MaxConcurrency || cfg.Retrieval.TopK != def.Retrieval.TopK {
 		t.Fatal("example pools or retrieval differ from defaults")
 	}
+	if cfg.Healing != def.Healing || cfg.Metrics != def.Metrics {
+		t.Fatalf("example healing or metrics differ from defaults:\n%+v\n%+v", cfg.Healing, def.Healing)
+	}
+	for _, p := range []struct{ got, want Pool }{{cfg.Pools.Short, def.Pools.Short}, {cfg.Pools.Long, def.Pools.Long}} {
+		if p.got.Healing != p.want.Healing || p.got.Scaler != p.want.Scaler {
+			t.Fatalf("example pool healing or scaler differ from defaults: %+v %+v", p.got, p.want)
+		}
+	}
 	if cfg.Limits.Enabled != def.Limits.Enabled || cfg.Limits.DefaultTier != def.Limits.DefaultTier || len(cfg.Limits.Tiers) != len(def.Limits.Tiers) {
 		t.Fatalf("example limits differ from defaults: %+v", cfg.Limits)
 	}
@@ -123,6 +131,16 @@ func TestBadConfigFixtures(t *testing.T) {
 		"rerank_http_no_model.yaml":         "rerank.model: must name the model the server runs",
 		"rerank_unknown_provider.yaml":      `rerank.provider: must be lexical or http, got "cohere"`,
 		"answer_cache_duplicate_kb.yaml":    `answer_cache.kbs[1]: must be a knowledge base named once, got "docs"`,
+		"healing_critical_below_warn.yaml":  "healing.critical_ratio: must be at least healing.warn_ratio (3), got 2",
+		"healing_window_too_long.yaml":      "healing.window: must not exceed metrics.latency_retention (5m0s), got 10m0s",
+		"healing_cost_factor.yaml":          "healing.long_cost_factor: must be between 1 and 10, got 0.5",
+		"healing_bad_webhook.yaml":          `healing.alert_webhook: must be an http(s) URL, got "hooks.example.com"`,
+		"healing_min_permits.yaml":          "pools.long.healing.min_permits: must be between 1 and pools.long.max_concurrency (4), got 5",
+		"healing_min_batch.yaml":            "pools.short.healing.min_batch: must be between 1 and pools.short.healing.base_batch (8), got 16",
+		"scaler_unknown_kind.yaml":          `pools.short.scaler.kind: must be none, simulator, webhook or kubernetes, got "hpa"`,
+		"scaler_max_below_base.yaml":        "pools.short.scaler.max_replicas: must be at least pools.short.scaler.base_replicas (2), got 1",
+		"scaler_simulator_no_url.yaml":      `pools.long.scaler.url: must be an http(s) URL, got ""`,
+		"scaler_kubernetes_no_name.yaml":    "pools.short.scaler.deployment: must not be empty",
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {

@@ -38,6 +38,7 @@ type Metrics struct {
 	stages       *prometheus.HistogramVec
 	requests     *prometheus.CounterVec
 	rateLimits   *prometheus.CounterVec
+	alerts       *prometheus.CounterVec
 	logger       *slog.Logger
 	scrapeBudget time.Duration
 }
@@ -67,9 +68,13 @@ func New(logger *slog.Logger) *Metrics {
 			Name: "sluice_ratelimit_decisions_total",
 			Help: "Rate-limit decisions at the door, by the dimension that decided (tenant, user, ip; all when every bucket allowed) and the decision.",
 		}, []string{"dimension", "decision"}),
+		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_healing_alerts_total",
+			Help: "Alerts the tail-latency healer raised, by pool and level (warn, critical).",
+		}, []string{"pool", "level"}),
 		scrapeBudget: 2 * time.Second,
 	}
-	m.reg.MustRegister(m.stages, m.requests, m.rateLimits,
+	m.reg.MustRegister(m.stages, m.requests, m.rateLimits, m.alerts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -122,6 +127,14 @@ func (m *Metrics) RateLimit(dimension string, allowed bool) {
 		decision = "allow"
 	}
 	m.rateLimits.WithLabelValues(dimension, decision).Inc()
+}
+
+// HealingAlert counts an alert of the healer about pool at level.
+func (m *Metrics) HealingAlert(pool, level string) {
+	if m == nil {
+		return
+	}
+	m.alerts.WithLabelValues(pool, level).Inc()
 }
 
 // OutcomeOf names a workflow outcome and reason as the requests counter

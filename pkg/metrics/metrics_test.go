@@ -140,3 +140,18 @@ func grep(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+func TestHealingAlerts(t *testing.T) {
+	m := New(nil)
+	m.HealingAlert("short", "critical")
+	m.HealingAlert("short", "critical")
+	m.HealingAlert("long", "warn")
+	if got := testutil.ToFloat64(m.alerts.WithLabelValues("short", "critical")); got != 2 {
+		t.Fatalf("critical alerts of short = %v", got)
+	}
+	if !strings.Contains(scrape(t, m), `sluice_healing_alerts_total{level="warn",pool="long"} 1`) {
+		t.Fatal("scrape lacks the warn alert")
+	}
+	var none *Metrics
+	none.HealingAlert("short", "warn") // nil-safe
+}

@@ -27,6 +27,35 @@ type Policy struct {
 	Limits  config.Limits
 	// Pools is each pool's permit count.
 	Pools map[string]int
+	// LongCostFactor multiplies the token charge of a request routed to
+	// the long pool at the door (0 or 1: charged as any request). The
+	// healer raises it to throttle long requests, which hold a batch's
+	// KV cache longest, while it heals.
+	LongCostFactor float64
+}
+
+// ChargeFactor is what a request routed to pool is charged against token
+// rate limits, as a multiple of its tokens.
+func (p *Policy) ChargeFactor(pool string) float64 {
+	if pool == "long" && p.LongCostFactor > 1 {
+		return p.LongCostFactor
+	}
+	return 1
+}
+
+// clone is a deep copy of p, to change without touching the original
+// (which other goroutines read).
+func (p *Policy) clone() Policy {
+	out := *p
+	out.Pools = make(map[string]int, len(p.Pools))
+	for k, v := range p.Pools {
+		out.Pools[k] = v
+	}
+	out.Limits.Tiers = make(map[string]config.Tier, len(p.Limits.Tiers))
+	for k, v := range p.Limits.Tiers {
+		out.Limits.Tiers[k] = v
+	}
+	return out
 }
 
 // Tier returns the named tier (the default tier for ""), and its name.
@@ -56,6 +85,12 @@ func Validate(base config.Config, p Policy) error {
 		return errors.New("invalid policy: pools must name exactly short and long")
 	}
 	cfg.Pools.Short.MaxConcurrency, cfg.Pools.Long.MaxConcurrency = short, long
+	// Shrinking may take a pool below its configured floor for healing;
+	// the floor bounds the healer, not the policy.
+	cfg.Pools.Short.Healing.MinPermits, cfg.Pools.Long.Healing.MinPermits = 1, 1
+	if f := p.LongCostFactor; f != 0 && !(f >= 1 && f <= config.MaxLongCostFactor) {
+		return fmt.Errorf("invalid policy: long_cost_factor must be 0 (off) or between 1 and %d, got %v", config.MaxLongCostFactor, f)
+	}
 	return cfg.Validate()
 }
 
@@ -93,6 +128,8 @@ type document struct {
 	DefaultTier string                  `json:"default_tier"`
 	Tiers       map[string]tierDocument `json:"tiers"`
 	Pools       map[string]poolDocument `json:"pools"`
+	// LongCostFactor is absent (0) when long requests are charged as any.
+	LongCostFactor float64 `json:"long_cost_factor,omitempty"`
 }
 
 type tierDocument struct {
@@ -107,7 +144,7 @@ type poolDocument struct {
 // MarshalJSON writes the admin API's form (durations as "30s").
 func (p Policy) MarshalJSON() ([]byte, error) {
 	d := document{Version: p.Version, Enabled: p.Limits.Enabled, DefaultTier: p.Limits.DefaultTier,
-		Tiers: map[string]tierDocument{}, Pools: map[string]poolDocument{}}
+		Tiers: map[string]tierDocument{}, Pools: map[string]poolDocument{}, LongCostFactor: p.LongCostFactor}
 	for name, t := range p.Limits.Tiers {
 		td := tierDocument{Tier: t}
 		if t.MaxWait > 0 {
@@ -128,7 +165,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	out := Policy{Version: d.Version, Limits: config.Limits{Enabled: d.Enabled, DefaultTier: d.DefaultTier, Tiers: map[string]config.Tier{}},
-		Pools: map[string]int{}}
+		Pools: map[string]int{}, LongCostFactor: d.LongCostFactor}
 	names := make([]string, 0, len(d.Tiers))
 	for name := range d.Tiers {
 		names = append(names, name)
@@ -178,6 +215,22 @@ func (s *Store) Put(ctx context.Context, p Policy) (Policy, error) {
 	}
 	s.adopt(&p)
 	return p, nil
+}
+
+// Update changes the shared policy with change, starting from the newest
+// one (it refreshes first), and puts the result. change returns false to
+// leave the policy as it is (nothing is written). Two updates racing on
+// different instances can still lose one of them: the last Put wins, as
+// with the admin API.
+func (s *Store) Update(ctx context.Context, change func(p *Policy) bool) (Policy, error) {
+	if err := s.Refresh(ctx); err != nil {
+		return Policy{}, err
+	}
+	p := s.Current().clone()
+	if !change(&p) {
+		return p, nil
+	}
+	return s.Put(ctx, p)
 }
 
 // Refresh loads the shared policy if it is newer than the current one.

@@ -132,3 +132,51 @@ func TestRunPicksUpChangesWithinAnInterval(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestLongCostFactorIsValidatedAndShared(t *testing.T) {
+	gate := &fakeGate{limits: map[string]int{}}
+	a, b := newStore(t, gate), newStore(t, &fakeGate{limits: map[string]int{}})
+	ctx := context.Background()
+	if f := a.Current().ChargeFactor("long"); f != 1 {
+		t.Fatalf("configured policy charges long requests %v times", f)
+	}
+	for _, bad := range []float64{0.5, 11, -1} {
+		p := *a.Current()
+		p.LongCostFactor = bad
+		_, err := a.Put(ctx, p)
+		if err == nil || !strings.Contains(err.Error(), "invalid policy: long_cost_factor must be 0 (off) or between 1 and 10") {
+			t.Fatalf("factor %v: %v", bad, err)
+		}
+	}
+	out, err := a.Update(ctx, func(p *Policy) bool { p.LongCostFactor = 2.5; return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Version != 1 || a.Current().ChargeFactor("long") != 2.5 || a.Current().ChargeFactor("short") != 1 {
+		t.Fatalf("after update %+v", out)
+	}
+	if err := b.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b.Current().LongCostFactor != 2.5 || b.Current().Pools["short"] != 16 {
+		t.Fatalf("other instance sees %+v", b.Current())
+	}
+	// b starts from the newest policy: its change keeps a's factor.
+	if _, err := b.Update(ctx, func(p *Policy) bool { p.Pools["short"] = 8; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Current(); got.Version != 2 || got.Pools["short"] != 8 || got.LongCostFactor != 2.5 {
+		t.Fatalf("after b's update a sees %+v", got)
+	}
+	// A change that changes nothing writes nothing.
+	if out, err := a.Update(ctx, func(*Policy) bool { return false }); err != nil || out.Version != 2 {
+		t.Fatalf("no-op update %+v, %v", out, err)
+	}
+	raw, _ := json.Marshal(a.Current())
+	if !strings.Contains(string(raw), `"long_cost_factor":2.5`) {
+		t.Fatalf("json %s", raw)
+	}
+}

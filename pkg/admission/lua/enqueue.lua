@@ -2,7 +2,7 @@
 -- otherwise join (or keep) a place in the weighted fair queue. Idempotent:
 -- calling it again for the same id reports the current state, so it doubles
 -- as the waiter's fallback re-check.
--- KEYS   the pool's keys in lib.lua order (permits … since)
+-- KEYS   the pool's keys in lib.lua order (permits … weights)
 -- ARGV[1]  request id
 -- ARGV[2]  tenant
 -- ARGV[3]  weight (> 0): the tenant's share
@@ -16,12 +16,14 @@
 -- ARGV[9]  max queue depth of the pool
 -- ARGV[10] waiter liveness ttl ms
 -- ARGV[11] liveness key prefix
--- ARGV[12] tombstone key prefix: a request that has released is never
---          admitted again, so a late or retried call cannot resurrect it
+-- ARGV[12] tombstone key prefix: a request that has released (or was shed)
+--          is never admitted again, so a late or retried call cannot
+--          resurrect it
 -- Returns {status, position, tag, limit, ewma_ms, woken ids...}
 --   status 1 = holds a permit, 2 = queued at position (1-based), 3 = pool
 --   queue full, 4 = the request already released (nothing was taken),
---   5 = the tenant's queue is full
+--   5 = the tenant's queue is full, 6 = the request was shed (shed.lua):
+--   like 4, but the request was turned away rather than gone by itself
 --   tag: the entry's finish tag, the restore token (0 when granted at once)
 --   woken: other waiters granted a permit by this call; the caller must
 --   notify them.
@@ -36,7 +38,10 @@ local alive_prefix = ARGV[11]
 local now = now_ms()
 local limit = pool_limit(ARGV[7])
 local ewma = tonumber(redis.call('HGET', K.stats, 'ewma_ms') or '0')
-if redis.call('EXISTS', ARGV[12] .. id) == 1 then
+local tomb = redis.call('GET', ARGV[12] .. id)
+if tomb == 'shed' then
+  return {6, 0, 0, limit, ewma}
+elseif tomb then
   return {4, 0, 0, limit, ewma}
 end
 expire_permits(now)
@@ -50,7 +55,7 @@ if tag then
   tag = tonumber(tag)
 elseif restore > 0 then
   tag = restore
-  add_entry(id, tenant, tag, now)
+  add_entry(id, tenant, tag, now, weight)
   local last = tonumber(redis.call('HGET', K.finish, tenant) or '0')
   if tag > last then redis.call('HSET', K.finish, tenant, tag) end
 elseif redis.call('ZCARD', K.queue) == 0 and redis.call('ZCARD', K.permits) < limit then
@@ -67,7 +72,7 @@ else
   end
   local start = math.max(vtime(), tonumber(redis.call('HGET', K.finish, tenant) or '0'))
   tag = free_tick(start + ticks(cost, weight))
-  add_entry(id, tenant, tag, now)
+  add_entry(id, tenant, tag, now, weight)
   redis.call('HSET', K.finish, tenant, tag)
 end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)

@@ -12,6 +12,9 @@
 --                          the tenant has no entry left
 --   KEYS[7] waiters HASH   queued request id -> its tenant
 --   KEYS[8] since   ZSET   queued request id -> enqueue time (ms)
+--   KEYS[9] weights HASH   queued request id -> its weight (its tier's),
+--                          for shedding the lowest tier; entries queued
+--                          before it existed have none and are never shed
 -- and, by prefix, alive:<id> (waiter liveness mark with a TTL; an entry
 -- whose mark expired belongs to a dead waiter, a zombie, and is skipped) and
 -- released:<id> (tombstone of a request that gave back what it held).
@@ -25,6 +28,7 @@
 local K = {
   permits = KEYS[1], grants = KEYS[2], queue = KEYS[3], stats = KEYS[4],
   tenants = KEYS[5], finish = KEYS[6], waiters = KEYS[7], since = KEYS[8],
+  weights = KEYS[9],
 }
 
 -- Virtual time is counted in integer ticks, TICKS per unit of cost at
@@ -88,9 +92,10 @@ local function free_tick(f)
 end
 
 -- Record a queue entry and count it against its tenant.
-local function add_entry(id, tenant, tag, now)
+local function add_entry(id, tenant, tag, now, weight)
   redis.call('ZADD', K.queue, tag, id)
   redis.call('HSET', K.waiters, id, tenant)
+  redis.call('HSET', K.weights, id, weight)
   redis.call('ZADD', K.since, now, id)
   redis.call('HINCRBY', K.tenants, tenant, 1)
 end
@@ -100,6 +105,7 @@ end
 -- credit nor a debt for entries it gave up.
 local function forget(id)
   redis.call('ZREM', K.since, id)
+  redis.call('HDEL', K.weights, id)
   local tenant = redis.call('HGET', K.waiters, id)
   if not tenant then return end
   redis.call('HDEL', K.waiters, id)

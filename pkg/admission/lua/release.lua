@@ -1,7 +1,7 @@
 -- Give back whatever a request holds in this pool: its permit, or its place
 -- in the queue. Idempotent, so a retried release cannot free a slot twice.
 -- A freed permit is handed straight to the next live waiter.
--- KEYS   the pool's keys in lib.lua order (permits … since)
+-- KEYS   the pool's keys in lib.lua order (permits … weights)
 -- ARGV[1] request id
 -- ARGV[2] default permit limit
 -- ARGV[3] lease ms
@@ -32,7 +32,13 @@ end
 redis.call('HDEL', K.grants, id)
 local queued = unqueue(id)
 redis.call('DEL', alive_prefix .. id)
-redis.call('SET', ARGV[6] .. id, '1', 'PX', tonumber(ARGV[7]))
+-- A shed request's tombstone keeps saying so when its workflow releases.
+local tomb = ARGV[6] .. id
+if redis.call('GET', tomb) == 'shed' then
+  redis.call('SET', tomb, 'shed', 'PX', tonumber(ARGV[7]))
+else
+  redis.call('SET', tomb, '1', 'PX', tonumber(ARGV[7]))
+end
 
 local reply = {held, queued}
 for _, g in ipairs(pump(limit, lease, alive_prefix, now)) do

@@ -1,0 +1,555 @@
+package activities
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/pkg/metrics"
+	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/scaler"
+)
+
+// Healing holds the dependencies of the healer's activities: one reads the
+// signals, each of the others is one action, so that every action shows in
+// the healing workflow's history with its input. Actions take absolute
+// values (a retry is a no-op) and refuse values outside the pool's
+// configured bounds, whatever the workflow asks.
+//
+// It is a struct of its own, registered on the same worker as Activities;
+// its method names must not collide with Activities' (activity names are
+// method names).
+type Healing struct {
+	Gate    *admission.Gate
+	Latency *latency.Window
+	// Policy is the live policy the permit count and the long-request
+	// charge are published through.
+	Policy *policy.Store
+	Pools  map[string]HealingPool
+	// Notifier tells the workflow of each shed request.
+	Notifier ShedNotifier
+	Metrics  *metrics.Metrics
+	// Client sends the backends' /metrics and /admin/config requests and
+	// the alert webhook; nil is a plain http.Client (each call has its own
+	// timeout).
+	Client  *http.Client
+	Options HealingOptions
+	Logger  *slog.Logger
+}
+
+// HealingPool is what the healer may do to one pool.
+type HealingPool struct {
+	// Endpoints are the backends' base URLs (without "/v1"), where
+	// /metrics and /admin/config are.
+	Endpoints []string
+	// MinPermits and MaxPermits bound SetPermits.
+	MinPermits, MaxPermits int
+	// MinBatch and MaxBatch bound SetBatch; MaxBatch 0: the batch is not
+	// tuned and SetBatch refuses.
+	MinBatch, MaxBatch int
+	// Scaler is nil when the pool has none; MinReplicas and MaxReplicas
+	// bound Scale.
+	Scaler                   scaler.Scaler
+	MinReplicas, MaxReplicas int
+}
+
+// HealingOptions are the healer's activity settings from config.
+type HealingOptions struct {
+	// AlertWebhook receives each alert as JSON ("": none).
+	AlertWebhook string
+	AlertTimeout time.Duration
+	// MetricsTimeout bounds one backend call (/metrics, /admin/config).
+	MetricsTimeout time.Duration
+	// ShedNotifyConcurrency bounds the cancel signals in flight while
+	// shedding; 0 is 16.
+	ShedNotifyConcurrency int
+}
+
+// ShedNotifier tells a shed request's workflow that it was shed (the
+// worker sends the cancel signal with reason shed). A request whose
+// workflow is gone is not an error.
+type ShedNotifier interface {
+	NotifyShed(ctx context.Context, pool, requestID string) error
+}
+
+func (h *Healing) pool(name string) (HealingPool, error) {
+	p, ok := h.Pools[name]
+	if !ok {
+		return HealingPool{}, temporal.NewNonRetryableApplicationError("unknown pool "+name, ErrTypeBadRequest, nil)
+	}
+	return p, nil
+}
+
+func (h *Healing) client() *http.Client {
+	if h.Client != nil {
+		return h.Client
+	}
+	return http.DefaultClient
+}
+
+func (h *Healing) backendTimeout() time.Duration {
+	if h.Options.MetricsTimeout > 0 {
+		return h.Options.MetricsTimeout
+	}
+	return 2 * time.Second
+}
+
+func outOfBounds(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrTypeOutOfBounds, nil)
+}
+
+// ReadHealth reads each pool's health: its tail over the shared latency
+// window, its admission gate, and its backends' vLLM metrics. A backend
+// that does not answer is not an error (-1 when none did); Redis failing
+// is.
+func (h *Healing) ReadHealth(ctx context.Context, in HealthInput) (HealthOutput, error) {
+	out := HealthOutput{Pools: make([]PoolHealth, len(in.Pools))}
+	for i, name := range in.Pools {
+		p, err := h.pool(name)
+		if err != nil {
+			return HealthOutput{}, err
+		}
+		ph := PoolHealth{Pool: name}
+		stats, err := h.Latency.Snapshots(ctx, in.Window,
+			latency.Series(in.Stage, name), latency.Series("requests", name), latency.Series("queue_timeouts", name))
+		if err != nil {
+			return HealthOutput{}, fmt.Errorf("read health of pool %s: %w", name, err)
+		}
+		tail := stats[0]
+		ph.Samples = tail.Count
+		ph.P50Ms = float64(tail.P50) / float64(time.Millisecond)
+		ph.P99Ms = float64(tail.P99) / float64(time.Millisecond)
+		ph.Ratio = tail.TailRatio()
+		ph.Requests, ph.Timeouts = stats[1].Added, stats[2].Added
+		if ph.Requests > 0 {
+			ph.TimeoutRate = float64(ph.Timeouts) / float64(ph.Requests)
+		}
+		gs, err := h.Gate.Stats(ctx, name)
+		if err != nil {
+			return HealthOutput{}, fmt.Errorf("read health of pool %s: %w", name, err)
+		}
+		ph.QueueDepth, ph.InUse, ph.Permits = gs.Waiting, gs.InUse, gs.Limit
+		ph.KVCacheUsage, ph.BackendWaiting = h.backendHealth(ctx, name, p.Endpoints)
+		out.Pools[i] = ph
+	}
+	return out, nil
+}
+
+// backendHealth reads every endpoint's /metrics at once and keeps the
+// worst: one saturated replica is what makes the tail.
+func (h *Healing) backendHealth(ctx context.Context, pool string, endpoints []string) (kvCache float64, waiting int) {
+	kvCache, waiting = -1, -1
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, ep := range endpoints {
+		wg.Go(func() {
+			m, err := h.scrape(ctx, ep)
+			if err != nil {
+				h.Logger.Debug("read backend metrics", "pool", pool, "endpoint", ep, "err", err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if m.kvCache >= 0 {
+				kvCache = max(kvCache, m.kvCache)
+			}
+			if m.waiting >= 0 {
+				waiting = max(waiting, int(m.waiting))
+			}
+		})
+	}
+	wg.Wait()
+	return kvCache, waiting
+}
+
+// backendMetrics is what the healer reads of one backend; -1: absent.
+type backendMetrics struct {
+	kvCache, waiting float64
+}
+
+func (h *Healing) scrape(ctx context.Context, endpoint string) (backendMetrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.backendTimeout())
+	defer cancel()
+	url := BackendBase(endpoint) + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return backendMetrics{}, fmt.Errorf("build GET %s: %w", url, err)
+	}
+	resp, err := h.client().Do(req)
+	if err != nil {
+		return backendMetrics{}, fmt.Errorf("GET %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return backendMetrics{}, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return parseBackendMetrics(io.LimitReader(resp.Body, 4<<20))
+}
+
+// Names of the vLLM metrics the healer reads. vLLM renamed the KV-cache
+// gauge in V1; both are accepted.
+const (
+	metricKVCacheOld = "vllm:gpu_cache_usage_perc"
+	metricKVCache    = "vllm:kv_cache_usage_perc"
+	metricWaiting    = "vllm:num_requests_waiting"
+)
+
+// parseBackendMetrics reads the Prometheus text format just far enough
+// for three gauges: a sample line is name, optional {labels}, value,
+// optional timestamp. The series of one name (one per model or engine)
+// are summed; a gauge the backend does not export stays -1.
+func parseBackendMetrics(r io.Reader) (backendMetrics, error) {
+	sums := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		end := strings.IndexAny(line, "{ \t")
+		if end < 0 {
+			continue
+		}
+		name := line[:end]
+		if name != metricKVCache && name != metricKVCacheOld && name != metricWaiting {
+			continue
+		}
+		rest := line[end:]
+		if rest[0] == '{' {
+			end := strings.LastIndexByte(rest, '}')
+			if end < 0 {
+				continue
+			}
+			rest = rest[end+1:]
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		sums[name] += v
+	}
+	if err := sc.Err(); err != nil {
+		return backendMetrics{}, fmt.Errorf("read metrics: %w", err)
+	}
+	m := backendMetrics{kvCache: -1, waiting: -1}
+	for _, name := range []string{metricKVCacheOld, metricKVCache} {
+		if v, ok := sums[name]; ok {
+			m.kvCache = max(m.kvCache, v)
+		}
+	}
+	if v, ok := sums[metricWaiting]; ok {
+		m.waiting = v
+	}
+	return m, nil
+}
+
+// BackendBase is an endpoint's server root: the OpenAI base URL without
+// a trailing "/v1", where /metrics and /admin/config are served.
+func BackendBase(endpoint string) string {
+	base := strings.TrimRight(endpoint, "/")
+	return strings.TrimSuffix(base, "/v1")
+}
+
+// SetPermits sets a pool's permit count through the live policy, so that
+// every instance and the admission gate take it.
+func (h *Healing) SetPermits(ctx context.Context, in SetPermitsInput) error {
+	p, err := h.pool(in.Pool)
+	if err != nil {
+		return err
+	}
+	if in.Permits < 1 || in.Permits < p.MinPermits || in.Permits > p.MaxPermits {
+		return outOfBounds("permits of pool %s must be between %d and %d, got %d", in.Pool, max(p.MinPermits, 1), p.MaxPermits, in.Permits)
+	}
+	_, err = h.Policy.Update(ctx, func(pol *policy.Policy) bool {
+		if pol.Pools[in.Pool] == in.Permits {
+			return false
+		}
+		pol.Pools[in.Pool] = in.Permits
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("set permits of pool %s to %d: %w", in.Pool, in.Permits, err)
+	}
+	// An unchanged policy writes nothing; the gate gets the count anyway,
+	// in case its override was changed behind the policy's back.
+	if err := h.Gate.SetLimit(ctx, in.Pool, in.Permits); err != nil {
+		return fmt.Errorf("set permits of pool %s to %d: %w", in.Pool, in.Permits, err)
+	}
+	h.Logger.Info("healing: permits set", "pool", in.Pool, "permits", in.Permits, "reason", in.Reason)
+	return nil
+}
+
+// SetBatch sets max_num_seqs on every endpoint of the pool that has a
+// run-time admin API (GET/POST /admin/config, as llmsim serves). An
+// endpoint without one (404) is counted, not applied; one that fails
+// otherwise fails the call, to be retried whole (the value is absolute).
+// Endpoints shared by both pools take the last pool's value.
+func (h *Healing) SetBatch(ctx context.Context, in SetBatchInput) (SetBatchOutput, error) {
+	p, err := h.pool(in.Pool)
+	if err != nil {
+		return SetBatchOutput{}, err
+	}
+	if p.MaxBatch == 0 {
+		return SetBatchOutput{}, outOfBounds("pool %s's batch is not tuned (pools.%s.healing.base_batch is 0)", in.Pool, in.Pool)
+	}
+	if in.MaxNumSeqs < max(p.MinBatch, 1) || in.MaxNumSeqs > p.MaxBatch {
+		return SetBatchOutput{}, outOfBounds("max_num_seqs of pool %s must be between %d and %d, got %d", in.Pool, max(p.MinBatch, 1), p.MaxBatch, in.MaxNumSeqs)
+	}
+	out := SetBatchOutput{Endpoints: len(p.Endpoints)}
+	var errs []error
+	for _, ep := range p.Endpoints {
+		applied, err := h.setBatch(ctx, ep, in.MaxNumSeqs)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if applied {
+			out.Applied++
+		}
+	}
+	if len(errs) > 0 {
+		return out, fmt.Errorf("set max_num_seqs of pool %s to %d: %w", in.Pool, in.MaxNumSeqs, errors.Join(errs...))
+	}
+	h.Logger.Info("healing: batch set", "pool", in.Pool, "maxNumSeqs", in.MaxNumSeqs, "applied", out.Applied, "endpoints", out.Endpoints, "reason", in.Reason)
+	return out, nil
+}
+
+// adminConfig is the part of llmsim's /admin/config the healer uses.
+type adminConfig struct {
+	MaxNumSeqs *int `json:"max_num_seqs,omitempty"`
+}
+
+func (h *Healing) setBatch(ctx context.Context, endpoint string, n int) (applied bool, err error) {
+	url := BackendBase(endpoint) + "/admin/config"
+	var cur adminConfig
+	status, err := h.callJSON(ctx, http.MethodGet, url, nil, &cur)
+	switch {
+	case err != nil:
+		return false, err
+	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
+		return false, nil
+	case status != http.StatusOK || cur.MaxNumSeqs == nil:
+		return false, fmt.Errorf("GET %s: %d, max_num_seqs %v", url, status, cur.MaxNumSeqs)
+	case *cur.MaxNumSeqs == n:
+		return true, nil
+	}
+	status, err = h.callJSON(ctx, http.MethodPost, url, adminConfig{MaxNumSeqs: &n}, nil)
+	if err != nil {
+		return false, err
+	}
+	if status != http.StatusOK {
+		return false, fmt.Errorf("POST %s max_num_seqs=%d: %d", url, n, status)
+	}
+	return true, nil
+}
+
+// callJSON sends body (if not nil) as JSON and decodes a 200 answer into
+// out (if not nil), returning the status.
+func (h *Healing) callJSON(ctx context.Context, method, url string, body, out any) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.backendTimeout())
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return 0, fmt.Errorf("build %s %s: %w", method, url, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := h.client().Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", method, url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK && out != nil {
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: decode answer: %w", method, url, err)
+		}
+		return resp.StatusCode, nil
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return resp.StatusCode, nil
+}
+
+// ThrottleLong sets the factor long requests are charged against token
+// rate limits at the door (1 or 0: off), through the live policy.
+func (h *Healing) ThrottleLong(ctx context.Context, in ThrottleLongInput) error {
+	f := in.CostFactor
+	if f == 1 {
+		f = 0
+	}
+	if f != 0 && !(f >= 1 && f <= config.MaxLongCostFactor) {
+		return outOfBounds("long cost factor must be 1 (off) to %d, got %v", config.MaxLongCostFactor, in.CostFactor)
+	}
+	_, err := h.Policy.Update(ctx, func(p *policy.Policy) bool {
+		if p.LongCostFactor == f {
+			return false
+		}
+		p.LongCostFactor = f
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("set long cost factor to %v: %w", in.CostFactor, err)
+	}
+	h.Logger.Info("healing: long requests charged", "factor", max(f, 1), "reason", in.Reason)
+	return nil
+}
+
+// Scale asks the pool's scaler for an absolute replica count.
+func (h *Healing) Scale(ctx context.Context, in ScaleInput) error {
+	p, err := h.pool(in.Pool)
+	if err != nil {
+		return err
+	}
+	if p.Scaler == nil {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("pool %s has no scaler (pools.%s.scaler.kind is none)", in.Pool, in.Pool), ErrTypeNoScaler, nil)
+	}
+	if in.Replicas < p.MinReplicas || in.Replicas > p.MaxReplicas {
+		return outOfBounds("replicas of pool %s must be between %d and %d, got %d", in.Pool, p.MinReplicas, p.MaxReplicas, in.Replicas)
+	}
+	if err := p.Scaler.Scale(ctx, in.Replicas, in.Reason); err != nil {
+		err = fmt.Errorf("scale pool %s to %d replicas: %w", in.Pool, in.Replicas, err)
+		if scaler.Permanent(err) {
+			return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeScaleRefused, err)
+		}
+		return err
+	}
+	h.Logger.Info("healing: scaled", "pool", in.Pool, "replicas", in.Replicas, "reason", in.Reason)
+	return nil
+}
+
+// Shed rejects the waiting requests of the pool's lowest tier (see
+// admission.Gate.Shed: nothing unless two tiers wait) and tells each
+// one's workflow, which ends it with a rejected event. The shed is keyed
+// by the activity, so a retry re-sends the signals of the first attempt's
+// requests instead of shedding the next tier. A signal that fails is
+// logged, not retried: the shed request's next re-check answers Shed.
+func (h *Healing) Shed(ctx context.Context, in ShedInput) (ShedOutput, error) {
+	if _, err := h.pool(in.Pool); err != nil {
+		return ShedOutput{}, err
+	}
+	opts := admission.ShedOptions{Max: in.Max}
+	if activity.IsActivity(ctx) {
+		info := activity.GetInfo(ctx)
+		opts.Key = info.WorkflowExecution.RunID + "/" + info.ActivityID
+	}
+	res, err := h.Gate.Shed(ctx, in.Pool, opts)
+	if err != nil {
+		return ShedOutput{}, err
+	}
+	if len(res.IDs) == 0 {
+		return ShedOutput{}, nil
+	}
+	n := h.Options.ShedNotifyConcurrency
+	if n <= 0 {
+		n = 16
+	}
+	slots := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	var failed int
+	var mu sync.Mutex
+	for _, id := range res.IDs {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := h.Notifier.NotifyShed(ctx, in.Pool, id); err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+				h.Logger.Warn("healing: tell a shed request", "pool", in.Pool, "requestID", id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	h.Logger.Warn("healing: shed the lowest tier's waiters", "pool", in.Pool, "weight", res.Weight,
+		"shed", len(res.IDs), "notifyFailed", failed, "reason", in.Reason)
+	return ShedOutput{Shed: len(res.IDs), Weight: res.Weight}, nil
+}
+
+// alertBody is what the alert webhook receives.
+type alertBody struct {
+	Pool    string     `json:"pool"`
+	Level   string     `json:"level"`
+	Message string     `json:"message"`
+	At      time.Time  `json:"at"`
+	Health  PoolHealth `json:"health"`
+}
+
+// Alert records a pool entering a worse state: a log line (an error when
+// critical), sluice_healing_alerts_total, and a POST to the alert webhook
+// if one is configured; a webhook that fails or answers non-2xx fails the
+// activity, to be retried.
+func (h *Healing) Alert(ctx context.Context, in AlertInput) error {
+	attempt := int32(1)
+	if activity.IsActivity(ctx) {
+		attempt = activity.GetInfo(ctx).Attempt
+	}
+	if attempt == 1 {
+		// Once per alert: a retry is for the webhook.
+		level := slog.LevelWarn
+		if in.Level == "critical" {
+			level = slog.LevelError
+		}
+		hl := in.Health
+		h.Logger.Log(ctx, level, "healing alert: "+in.Message, "pool", in.Pool, "level", in.Level,
+			"ratio", hl.Ratio, "p50Ms", hl.P50Ms, "p99Ms", hl.P99Ms, "samples", hl.Samples,
+			"queueDepth", hl.QueueDepth, "timeoutRate", hl.TimeoutRate, "kvCache", hl.KVCacheUsage, "backendWaiting", hl.BackendWaiting)
+		h.Metrics.HealingAlert(in.Pool, in.Level)
+	}
+	if h.Options.AlertWebhook == "" {
+		return nil
+	}
+	timeout := h.Options.AlertTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	raw, err := json.Marshal(alertBody{Pool: in.Pool, Level: in.Level, Message: in.Message, At: time.Now().UTC(), Health: in.Health})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.Options.AlertWebhook, bytes.NewReader(raw))
+	if err != nil {
+		return temporal.NewNonRetryableApplicationError("build alert webhook request: "+err.Error(), ErrTypeBadRequest, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := h.client().Do(req)
+	if err != nil {
+		return fmt.Errorf("post alert of pool %s to webhook: %w", in.Pool, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("post alert of pool %s to webhook: %s", in.Pool, resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,153 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/scaler"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// HealingSettings are the healing workflow's settings from config, pools
+// short then long.
+func HealingSettings(cfg config.Config) workflows.HealingSettings {
+	h := cfg.Healing
+	s := workflows.HealingSettings{
+		Interval: h.Interval, Window: h.Window, Stage: h.Stage,
+		WarnRatio: h.WarnRatio, CriticalRatio: h.CriticalRatio, WarnKVCache: h.WarnKVCache,
+		CriticalQueueDepth: h.CriticalQueueDepth, CriticalTimeoutRate: h.CriticalTimeoutRate,
+		MinSamples: h.MinSamples, HealthyPolls: h.HealthyPolls, Cooldown: h.Cooldown,
+		LongCostFactor: h.LongCostFactor, PollsPerRun: h.PollsPerRun,
+	}
+	for _, p := range []struct {
+		name string
+		pool config.Pool
+	}{{activities.PoolShort, cfg.Pools.Short}, {activities.PoolLong, cfg.Pools.Long}} {
+		b := workflows.PoolBounds{
+			Pool: p.name, BasePermits: p.pool.MaxConcurrency, MinPermits: p.pool.Healing.MinPermits,
+			BaseBatch: p.pool.Healing.BaseBatch, BaseReplicas: p.pool.Scaler.BaseReplicas,
+		}
+		if b.BaseBatch > 0 {
+			b.MinBatch = p.pool.Healing.MinBatch
+		}
+		if p.pool.Scaler.Kind != config.ScalerNone {
+			b.MaxReplicas = p.pool.Scaler.MaxReplicas
+		}
+		s.Pools = append(s.Pools, b)
+	}
+	return s
+}
+
+// NewScaler builds a pool's scaler from config; nil for kind none.
+func NewScaler(pool string, s config.Scaler, logger *slog.Logger) (scaler.Scaler, error) {
+	var sc scaler.Scaler
+	var err error
+	switch s.Kind {
+	case config.ScalerNone:
+		return nil, nil
+	case config.ScalerSimulator:
+		sc, err = scaler.NewSimulator(scaler.SimulatorOptions{URL: s.URL, Timeout: s.Timeout, Logger: logger})
+	case config.ScalerWebhook:
+		sc, err = scaler.NewWebhook(scaler.WebhookOptions{URL: s.URL, StatusURL: s.StatusURL, Pool: pool, Token: s.Token, Timeout: s.Timeout, Logger: logger})
+	case config.ScalerKubernetes:
+		sc, err = scaler.NewKubernetes(scaler.KubernetesOptions{APIServer: s.APIServer, Namespace: s.Namespace, Deployment: s.Deployment, Timeout: s.Timeout, Logger: logger})
+	default:
+		return nil, fmt.Errorf("pools.%s.scaler.kind: unknown kind %q", pool, s.Kind)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pools.%s.scaler: %w", pool, err)
+	}
+	return sc, nil
+}
+
+// buildHealing wires the healer's activities from config.
+func (r *Runtime) buildHealing() (*activities.Healing, error) {
+	cfg := r.Config
+	pools := map[string]activities.HealingPool{}
+	for name, p := range map[string]config.Pool{activities.PoolShort: cfg.Pools.Short, activities.PoolLong: cfg.Pools.Long} {
+		sc, err := NewScaler(name, p.Scaler, r.Logger.With("component", "scaler", "pool", name))
+		if err != nil {
+			return nil, err
+		}
+		endpoints := make([]string, len(p.Endpoints))
+		for i, e := range p.Endpoints {
+			endpoints[i] = activities.BackendBase(e)
+		}
+		hp := activities.HealingPool{
+			Endpoints: endpoints, MinPermits: p.Healing.MinPermits, MaxPermits: p.MaxConcurrency,
+			Scaler: sc, MinReplicas: p.Scaler.BaseReplicas, MaxReplicas: p.Scaler.MaxReplicas,
+		}
+		if p.Healing.BaseBatch > 0 {
+			hp.MinBatch, hp.MaxBatch = p.Healing.MinBatch, p.Healing.BaseBatch
+		}
+		pools[name] = hp
+	}
+	return &activities.Healing{
+		Gate:    r.Gate,
+		Latency: r.Latency,
+		// Its actions refresh it before changing it; it needs no poller.
+		Policy:   policy.NewStore(r.Redis, cfg, r.Gate, r.Logger.With("component", "policy")),
+		Pools:    pools,
+		Notifier: SignalNotifier{Client: r.Temporal},
+		Metrics:  r.Metrics,
+		Options: activities.HealingOptions{
+			AlertWebhook: cfg.Healing.AlertWebhook, AlertTimeout: cfg.Healing.AlertTimeout,
+			MetricsTimeout: cfg.Healing.MetricsTimeout,
+		},
+		Logger: r.Logger.With("component", "healing"),
+	}, nil
+}
+
+// NotifyShed implements activities.ShedNotifier: the request's workflow
+// gets the cancel signal with reason shed and ends it with a rejected
+// event. A workflow already gone is not an error.
+func (n SignalNotifier) NotifyShed(ctx context.Context, _, requestID string) error {
+	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalCancel,
+		workflows.CancelSignal{Reason: workflows.ReasonShed})
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return nil
+	}
+	return err
+}
+
+// HealingStarter is the part of the Temporal client StartHealing needs.
+type HealingStarter interface {
+	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
+}
+
+// StartHealing starts the deployment's healing workflow when
+// healing.enabled, idempotently: every worker calls it, and the one run
+// under workflows.HealingWorkflowID stays (a run already going is used as
+// is; one that ended, whatever way, is replaced). A running healer keeps
+// the settings it started with (it carries them over continue-as-new);
+// settings changed in config reach it only when it is restarted.
+// With healing disabled it starts nothing, and does not stop a healer
+// already running: terminate it (temporal workflow terminate).
+func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logger *slog.Logger) error {
+	id := workflows.HealingWorkflowID(cfg.Temporal.TaskQueue)
+	if !cfg.Healing.Enabled {
+		logger.Info("healing disabled (healing.enabled); not starting the healer", "workflowID", id)
+		return nil
+	}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                cfg.Temporal.TaskQueue,
+		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}, workflows.HealingWorkflowName, workflows.HealingInput{Settings: HealingSettings(cfg)})
+	if err != nil {
+		return fmt.Errorf("start healing workflow %s: %w", id, err)
+	}
+	logger.Info("healing workflow running", "workflowID", id, "runID", run.GetRunID())
+	return nil
+}

@@ -1,0 +1,107 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+func TestHealingSettingsFromConfig(t *testing.T) {
+	cfg := config.Default()
+	cfg.Pools.Short.Healing = config.PoolHealing{MinPermits: 2, BaseBatch: 16, MinBatch: 4}
+	cfg.Pools.Short.Scaler = config.Scaler{Kind: config.ScalerSimulator, URL: "http://sim:8090", BaseReplicas: 1, MaxReplicas: 4, Timeout: time.Second}
+	cfg.Pools.Long.Scaler.MaxReplicas = 9 // ignored: kind none
+	s := HealingSettings(cfg)
+	if s.Interval != 10*time.Second || s.Window != time.Minute || s.Stage != "llm_first_token" || s.WarnRatio != 2 || s.CriticalRatio != 5 ||
+		s.WarnKVCache != 0.75 || s.CriticalQueueDepth != 100 || s.CriticalTimeoutRate != 0.05 || s.MinSamples != 50 ||
+		s.HealthyPolls != 3 || s.Cooldown != 30*time.Second || s.LongCostFactor != 2 || s.PollsPerRun != 500 {
+		t.Fatalf("settings %+v", s)
+	}
+	want := []workflows.PoolBounds{
+		{Pool: "short", BasePermits: 16, MinPermits: 2, BaseBatch: 16, MinBatch: 4, BaseReplicas: 1, MaxReplicas: 4},
+		{Pool: "long", BasePermits: 4, MinPermits: 1, BaseReplicas: 1},
+	}
+	if len(s.Pools) != 2 || s.Pools[0] != want[0] || s.Pools[1] != want[1] {
+		t.Fatalf("pools %+v, want %+v", s.Pools, want)
+	}
+}
+
+type fakeStarter struct {
+	opts client.StartWorkflowOptions
+	name any
+	in   workflows.HealingInput
+	err  error
+}
+
+func (f *fakeStarter) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	f.opts, f.name = o, wf
+	if len(args) == 1 {
+		f.in, _ = args[0].(workflows.HealingInput)
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	return fakeRun{}, nil
+}
+
+type fakeRun struct{ client.WorkflowRun }
+
+func (fakeRun) GetRunID() string { return "run-1" }
+
+func TestStartHealingIsIdempotent(t *testing.T) {
+	cfg := config.Default()
+	logger := slog.New(slog.DiscardHandler)
+	f := &fakeStarter{}
+	if err := StartHealing(context.Background(), f, cfg, logger); err != nil {
+		t.Fatal(err)
+	}
+	o := f.opts
+	if o.ID != workflows.HealingWorkflowID(cfg.Temporal.TaskQueue) || o.TaskQueue != cfg.Temporal.TaskQueue ||
+		o.WorkflowIDConflictPolicy != enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING ||
+		o.WorkflowIDReusePolicy != enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE {
+		t.Fatalf("start options %+v", o)
+	}
+	if f.name != workflows.HealingWorkflowName || f.in.State != nil || len(f.in.Settings.Pools) != 2 {
+		t.Fatalf("started %v with %+v", f.name, f.in)
+	}
+	f.err = serviceerror.NewUnavailable("down")
+	if err := StartHealing(context.Background(), f, cfg, logger); err == nil || !errors.As(err, new(*serviceerror.Unavailable)) {
+		t.Fatalf("start error %v", err)
+	}
+	cfg.Healing.Enabled = false
+	f = &fakeStarter{}
+	if err := StartHealing(context.Background(), f, cfg, logger); err != nil || f.name != nil {
+		t.Fatalf("disabled healer started: %v %v", f.name, err)
+	}
+}
+
+// Healing's activities register next to the chat activities without a
+// name colliding (a collision panics).
+func TestHealingActivitiesRegisterBesideChat(t *testing.T) {
+	env := (&testsuite.WorkflowTestSuite{}).NewTestWorkflowEnvironment()
+	Register(env, &activities.Activities{}, &activities.Healing{})
+}
+
+func TestNewScalerFromConfig(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	if sc, err := NewScaler("short", config.Scaler{Kind: config.ScalerNone}, logger); sc != nil || err != nil {
+		t.Fatalf("none: %v %v", sc, err)
+	}
+	if sc, err := NewScaler("short", config.Scaler{Kind: config.ScalerWebhook, URL: "http://hook:1/scale", Timeout: time.Second}, logger); sc == nil || err != nil {
+		t.Fatalf("webhook: %v %v", sc, err)
+	}
+	if _, err := NewScaler("short", config.Scaler{Kind: config.ScalerSimulator, URL: "::"}, logger); err == nil {
+		t.Fatal("bad simulator URL accepted")
+	}
+}
