@@ -23,13 +23,19 @@ func recordHistory(t *testing.T, requestID, name string) {
 		return
 	}
 	result(t, requestID) // wait until closed
+	saveHistory(t, workflows.ChatWorkflowID(requestID), name)
+}
+
+// saveHistory writes a workflow's history so far under tests/histories.
+func saveHistory(t *testing.T, workflowID, name string) {
+	t.Helper()
 	ctx := context.Background()
-	it := stack.temporal.GetWorkflowHistory(ctx, workflows.ChatWorkflowID(requestID), "", false, 0)
+	it := stack.temporal.GetWorkflowHistory(ctx, workflowID, "", false, 0)
 	hist := &historypb.History{}
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
-			t.Fatalf("read history of %s: %v", requestID, err)
+			t.Fatalf("read history of %s: %v", workflowID, err)
 		}
 		hist.Events = append(hist.Events, ev)
 	}

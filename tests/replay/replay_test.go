@@ -31,6 +31,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			r.RegisterWorkflowWithOptions(workflows.ChatWorkflow, workflow.RegisterOptions{Name: workflows.ChatWorkflowName})
+			r.RegisterWorkflowWithOptions(workflows.HealingWorkflow, workflow.RegisterOptions{Name: workflows.HealingWorkflowName})
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatalf("replay %s: %v", filepath.Base(f), err)
 			}

@@ -1,0 +1,95 @@
+package integration
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/worker"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// The healer runs on the stack's worker against the real pools: it polls
+// (its health activity reads Redis and the simulator), answers its query,
+// and an override drives real actions — the long pool's permits are halved
+// in the gate and given back when the pin comes down.
+func TestHealingThroughTemporal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := stack.cfg
+	cfg.Healing.Enabled = true
+	cfg.Healing.Interval = time.Second
+	if err := worker.StartHealing(ctx, stack.temporal, cfg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	id := workflows.HealingWorkflowID(cfg.Temporal.TaskQueue)
+	t.Cleanup(func() {
+		_ = stack.temporal.TerminateWorkflow(context.Background(), id, "", "test over")
+		setPoolLimits(t, cfg.Pools.Short.MaxConcurrency, cfg.Pools.Long.MaxConcurrency)
+	})
+	status := func() workflows.HealingStatus {
+		t.Helper()
+		v, err := stack.temporal.QueryWorkflow(ctx, id, "", workflows.QueryHealing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st workflows.HealingStatus
+		if err := v.Get(&st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	waitFor := func(what string, ok func(workflows.HealingStatus) bool) workflows.HealingStatus {
+		t.Helper()
+		for {
+			st := status()
+			if ok(st) {
+				return st
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: never; last status %+v", what, st)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	st := waitFor("two polls", func(s workflows.HealingStatus) bool { return s.Polls >= 2 })
+	if len(st.Pools) != 2 || st.Pools[0].Level != workflows.LevelNormal {
+		t.Fatalf("status %+v", st)
+	}
+
+	signal := func(name string, arg any) {
+		t.Helper()
+		if err := stack.temporal.SignalWorkflow(ctx, id, "", name, arg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	longLimit := func() int {
+		s, err := stack.gate.Stats(ctx, "long")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Limit
+	}
+	base := cfg.Pools.Long.MaxConcurrency
+	signal(workflows.SignalOverride, workflows.OverrideSignal{Pool: "long", Level: workflows.LevelShrink})
+	waitFor("the pin", func(s workflows.HealingStatus) bool { return s.Pools[1].Overridden && s.Pools[1].Level == workflows.LevelShrink })
+	if got := longLimit(); got != max(base/2, 1) {
+		t.Fatalf("long pool limit %d after shrinking, want %d", got, max(base/2, 1))
+	}
+	signal(workflows.SignalOverride, workflows.OverrideSignal{Pool: "long", Level: workflows.LevelNormal})
+	waitFor("back to normal", func(s workflows.HealingStatus) bool { return s.Pools[1].Level == workflows.LevelNormal })
+	if got := longLimit(); got != base {
+		t.Fatalf("long pool limit %d after stepping back, want %d", got, base)
+	}
+	signal(workflows.SignalPause, nil)
+	waitFor("paused", func(s workflows.HealingStatus) bool { return s.Paused })
+	if os.Getenv("SLUICE_TEST_RECORD_HISTORIES") == "1" {
+		// Terminated first: a closed history replays to its end.
+		if err := stack.temporal.TerminateWorkflow(ctx, id, "", "recorded"); err != nil {
+			t.Fatal(err)
+		}
+		saveHistory(t, id, "healing_override_pause")
+	}
+}
