@@ -587,7 +587,7 @@ func Default() Config {
 		Sessions: Sessions{TTL: 24 * time.Hour, MaxTurns: 20, HistoryTokens: 1024},
 		Metrics:  Metrics{WorkerAddr: "127.0.0.1:9091", LatencySlot: 10 * time.Second, LatencyRetention: 5 * time.Minute},
 		Healing: Healing{
-			Enabled: true, Interval: 10 * time.Second, Window: time.Minute, Stage: "llm_first_token",
+			Enabled: true, Interval: 10 * time.Second, Window: 30 * time.Second, Stage: "llm_first_token",
 			WarnRatio: 2, CriticalRatio: 5, WarnKVCache: 0.75, CriticalQueueDepth: 100, CriticalTimeoutRate: 0.05,
 			MinSamples: 50, HealthyPolls: 3, Cooldown: 30 * time.Second, LongCostFactor: 2, PollsPerRun: 500,
 			AlertTimeout: 5 * time.Second, MetricsTimeout: 2 * time.Second,
@@ -925,8 +925,11 @@ func (v *validator) healing(c Config) {
 	}
 	v.positive("healing.min_samples", h.MinSamples)
 	v.positive("healing.healthy_polls", int64(h.HealthyPolls))
-	if h.Cooldown < 0 {
-		v.add("healing.cooldown", "must be >= 0, got %s", h.Cooldown)
+	// The window must hold only latencies from after an action before the
+	// next decision, or the healer escalates again on the tail it already
+	// answered.
+	if h.Cooldown < h.Window {
+		v.add("healing.cooldown", "must be at least healing.window (%s), got %s", h.Window, h.Cooldown)
 	}
 	if !(h.LongCostFactor >= 1 && h.LongCostFactor <= MaxLongCostFactor) {
 		v.add("healing.long_cost_factor", "must be between 1 and %d, got %v", MaxLongCostFactor, h.LongCostFactor)
