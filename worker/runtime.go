@@ -225,6 +225,7 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		// embedder, "Redis" and "redis" have different vectors.
 		KeepCase:    keepCase,
 		DocIndexKey: r.KBs.L2DocKey,
+		VersionKey:  r.KBs.VersionKey,
 		Logger:      r.Logger.With("component", "retrieval-cache"),
 	})
 	answers := answercache.New(r.Redis, cfg.Redis.KeyPrefix, cfg.AnswerCache.TTL)

@@ -3,6 +3,7 @@ package retrieval
 import (
 	"context"
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -17,9 +18,15 @@ import (
 	"github.com/sluice-dev/sluice/pkg/embed"
 )
 
+//go:embed l2get.lua
+var l2getLua string
+
+var l2getScript = redis.NewScript(l2getLua)
+
 // Redis is the part of a go-redis client CachedRetriever needs;
 // *redis.Client, *redis.ClusterClient and redis.UniversalClient satisfy it.
 type Redis interface {
+	redis.Scripter
 	Get(ctx context.Context, key string) *redis.StringCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
@@ -47,6 +54,11 @@ type CacheOptions struct {
 	// entry written is added to the set of each of its documents, so that
 	// replacing or deleting a document deletes exactly those entries.
 	DocIndexKey func(kb, docID string) string
+	// VersionKey, if set, is the Redis key of a kb's version (the one the
+	// wrapped retriever answers from, kbstore.Store.VersionKey): a hit then
+	// costs one round trip, the version and the entry read by one script,
+	// and the wrapped retriever is not consulted at all.
+	VersionKey func(kb string) string
 	// Logger receives Redis failures, which the cache survives by
 	// retrieving. Default slog.Default().
 	Logger *slog.Logger
@@ -115,6 +127,11 @@ func (c *CachedRetriever) KBVersion(ctx context.Context, kb string) (int64, erro
 // key names, however the kb changes meanwhile, and the version is read
 // once.
 func (c *CachedRetriever) Get(ctx context.Context, q Query) (Result, bool, error) {
+	if c.opts.VersionKey != nil {
+		if res, ok := c.hit(ctx, q); ok {
+			return res, true, nil
+		}
+	}
 	kb, err := c.inner.Pin(ctx, q.KB)
 	if err != nil {
 		return Result{}, false, err
@@ -189,12 +206,44 @@ func (c *CachedRetriever) Get(ctx context.Context, q Query) (Result, bool, error
 	return res, false, nil
 }
 
+// hit answers q from Redis in one round trip if its entry at the kb's
+// current version is there. Anything else — a miss, an unversioned kb, a
+// Redis failure — is left to Get's full path.
+func (c *CachedRetriever) hit(ctx context.Context, q Query) (Result, bool) {
+	head, tail := c.keyParts(q)
+	reply, err := l2getScript.Run(ctx, c.rdb, []string{c.opts.VersionKey(q.KB)}, head, tail).Slice()
+	if err != nil || len(reply) != 2 {
+		if err != nil && ctx.Err() == nil {
+			c.redisErrors.Add(1)
+			c.opts.Logger.WarnContext(ctx, "retrieval cache: one-trip read failed", "kb", q.KB, "err", err)
+		}
+		return Result{}, false
+	}
+	version, _ := strconv.ParseInt(fmt.Sprint(reply[0]), 10, 64)
+	raw, ok := reply[1].(string)
+	if !ok || version == 0 {
+		return Result{}, false
+	}
+	var res Result
+	if json.Unmarshal([]byte(raw), &res) != nil || res.KB != q.KB || res.KBVersion != version {
+		return Result{}, false // the full path counts and logs it
+	}
+	c.hits.Add(1)
+	c.bytes.Add(uint64(len(raw)))
+	return res, true
+}
+
 // Key returns the Redis key of q at a kb version:
 // prefix "ret:" kb ":v" kbVersion ":k" K ":" hex(SHA-256(normalised text)) ":" opts.Version.
 func (c *CachedRetriever) Key(q Query, version int64) string {
+	head, tail := c.keyParts(q)
+	return head + strconv.FormatInt(version, 10) + tail
+}
+
+// keyParts are q's key before and after its version.
+func (c *CachedRetriever) keyParts(q Query) (string, string) {
 	sum := sha256.Sum256([]byte(embed.NormalizeQuery(q.Text, c.opts.KeepCase)))
-	return c.opts.Prefix + "ret:" + q.KB + ":v" + strconv.FormatInt(version, 10) +
-		":k" + strconv.Itoa(q.K) + ":" + hex.EncodeToString(sum[:]) + ":" + c.opts.Version
+	return c.opts.Prefix + "ret:" + q.KB + ":v", ":k" + strconv.Itoa(q.K) + ":" + hex.EncodeToString(sum[:]) + ":" + c.opts.Version
 }
 
 // Stats returns the counters since NewCachedRetriever.

@@ -120,19 +120,31 @@ func (l *Live) Retrieve(ctx context.Context, q Query) (Result, error) {
 // the same text: one no longer in the index (its document was replaced or
 // deleted after it was retrieved) is read from the store, which keeps old
 // revisions for a grace period; after that it is ErrStaleKB.
-func (l *Live) Lookup(ctx context.Context, kb string, _ int64, ids []string) ([]Chunk, error) {
+func (l *Live) Lookup(ctx context.Context, kb string, version int64, ids []string) ([]Chunk, error) {
 	snap, err := l.loaded(ctx, kb)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Chunk, len(ids))
-	var missing []int
-	for i, id := range ids {
-		if c, ok := snap.ix.chunkByID(id); ok {
-			out[i] = c
-		} else {
-			missing = append(missing, i)
+	find := func() (missing []int) {
+		for i, id := range ids {
+			if c, ok := snap.ix.chunkByID(id); ok {
+				out[i] = c
+			} else {
+				missing = append(missing, i)
+			}
 		}
+		return missing
+	}
+	missing := find()
+	if len(missing) > 0 && version > snap.Version() {
+		// The ids came from a newer version than this worker's index (a
+		// cached result, read without a search): catch up once rather
+		// than read each chunk from the store.
+		if snap, err = l.current(ctx, kb); err != nil {
+			return nil, err
+		}
+		missing = find()
 	}
 	for _, i := range missing {
 		c, err := l.fromStore(ctx, kb, ids[i])

@@ -281,3 +281,62 @@ func (g *getCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (g *getCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// With the version key known, a hit is one round trip — the version and
+// the entry read by one script — and the kb's index is not consulted.
+func TestCachedHitIsOneRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis.Client(t)
+	store := kbstore.New(rdb, kbstore.Options{Prefix: prefix(t)})
+	r := newRandomKB(t, 11)
+	r.store = store
+	r.put(t)
+	versionReads := &getCounter{key: store.VersionKey(r.kb)}
+	liveClient := testRedis.Client(t)
+	liveClient.AddHook(versionReads)
+	l := newTestLive(t, kbstore.New(liveClient, kbstore.Options{Prefix: prefix(t)}))
+	cmds := &cmdCounter{}
+	cacheClient := testRedis.Client(t)
+	cacheClient.AddHook(cmds)
+	c := retrieval.NewCachedRetriever(l, cacheClient, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet, VersionKey: store.VersionKey})
+	q := retrieval.Query{KB: r.kb, Text: r.word(), K: 3}
+	miss, hit, err := c.Get(ctx, q)
+	if err != nil || hit {
+		t.Fatalf("first Get: hit=%v err=%v", hit, err)
+	}
+	cmdsBefore, readsBefore := cmds.n.Load(), versionReads.n.Load()
+	got, hit, err := c.Get(ctx, q)
+	if err != nil || !hit || got.KBVersion != miss.KBVersion || len(got.Chunks) != len(miss.Chunks) {
+		t.Fatalf("second Get: hit=%v err=%v result %+v", hit, err, got)
+	}
+	if n := cmds.n.Load() - cmdsBefore; n != 1 {
+		t.Errorf("a hit sent %d commands, want 1", n)
+	}
+	if n := versionReads.n.Load() - readsBefore; n != 0 {
+		t.Errorf("a hit consulted the index (%d version reads)", n)
+	}
+	// A change to the kb makes the entry unreachable in the same trip.
+	r.put(t)
+	if _, hit, err := c.Get(ctx, q); err != nil || hit {
+		t.Fatalf("after a change: hit=%v err=%v", hit, err)
+	}
+}
+
+// cmdCounter counts every command sent, pipelined or not.
+type cmdCounter struct{ n atomic.Int64 }
+
+func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
