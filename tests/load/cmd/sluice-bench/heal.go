@@ -136,11 +136,14 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 	sim.KVCacheBlocks = o.kvBlocks
 	sim.AnswerMaxTokens = o.answerMax
 	sim.PrefillPerToken = o.prefillPerTok
+	longQ := strings.Repeat("Explain how weighted fair queuing shares one pool of permits. ", o.longRepeat)
 	var keys []string
 	st, err := launchStack(ctx, stackOptions{Sim: &sim, Quiet: true, Configure: func(cfg *config.Config) {
 		cfg.Pools.Short.MaxConcurrency = o.shortPerms
 		cfg.Pools.Long.MaxConcurrency = o.longPerms
 		cfg.Pools.Long.MaxPromptTokens = 8192
+		// A long RAG prompt: the whole document pasted in.
+		cfg.API.MaxQueryChars = max(cfg.API.MaxQueryChars, 2*len(longQ))
 		// Replicas serve both pools; the short pool owns the scaler, as
 		// its tail is the one that matters here.
 		cfg.Pools.Short.Scaler = config.Scaler{Kind: config.ScalerSimulator, URL: cfg.Pools.Short.Endpoints[0], BaseReplicas: 1, MaxReplicas: o.maxReplicas, Timeout: 5 * time.Second}
@@ -172,7 +175,6 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 	tr := &http.Transport{MaxIdleConns: 1000, MaxIdleConnsPerHost: 1000, DisableCompression: true}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
-	longQ := strings.Repeat("Explain how weighted fair queuing shares one pool of permits. ", o.longRepeat)
 
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -214,6 +216,7 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 	<-sampled
 	// The streams still open are cut short; their outcome is counted.
 	wg.Wait()
+	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s outcomes: %s\n", mode, outcomeLine(run.Outcomes))
 	if healing {
 		if s, err := queryHealing(ctx, st); err == nil {
 			run.Decisions = s.Decisions
