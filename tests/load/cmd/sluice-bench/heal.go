@@ -38,6 +38,7 @@ type healOptions struct {
 	timeScale     float64
 	kvBlocks      int
 	maxNumSeqs    int
+	answerMin     int
 	answerMax     int
 	prefillPerTok time.Duration
 	shortPerms    int
@@ -64,6 +65,7 @@ func defineHeal(fs *flag.FlagSet) func(context.Context) error {
 	fs.Float64Var(&o.timeScale, "time-scale", 1, "simulator time scale (1: real time)")
 	fs.IntVar(&o.kvBlocks, "kv-blocks", 800, "simulator KV blocks per replica (16 tokens each)")
 	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 32, "simulator max_num_seqs per replica")
+	fs.IntVar(&o.answerMin, "answer-min", 400, "simulator answer_min_tokens: a long answer runs to its max_tokens mostly")
 	fs.IntVar(&o.answerMax, "answer-max", 2000, "simulator answer_max_tokens (natural answer length bound)")
 	fs.DurationVar(&o.prefillPerTok, "prefill-per-token", 10*time.Microsecond, "simulator prefill cost per prompt token")
 	fs.IntVar(&o.shortPerms, "short-permits", 16, "permits of the short pool")
@@ -90,6 +92,9 @@ type healSample struct {
 	Pools  map[string]latency.Stats
 	Levels map[string]int
 	Polls  int64
+	// Sim is the simulator at the sample: its batch, queue, cache and
+	// replicas, which is what the healer's actions change.
+	Sim llmsim.Stats
 }
 
 // healRun is what one mode produced.
@@ -134,6 +139,7 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 	sim.TimeScale = o.timeScale
 	sim.MaxNumSeqs = o.maxNumSeqs
 	sim.KVCacheBlocks = o.kvBlocks
+	sim.AnswerMinTokens = o.answerMin
 	sim.AnswerMaxTokens = o.answerMax
 	sim.PrefillPerToken = o.prefillPerTok
 	longQ := strings.Repeat("Explain how weighted fair queuing shares one pool of permits. ", o.longRepeat)
@@ -192,9 +198,11 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 		if d := time.Until(run.Start.Add(time.Duration(float64(i) / o.rate * float64(time.Second)))); d > 0 {
 			time.Sleep(d)
 		}
-		q, maxTokens := "How does a token bucket refill?", o.shortTokens
+		// Every query differs: the simulator derives an answer's length
+		// from its prompt, and the answer cache must not answer it.
+		q, maxTokens := fmt.Sprintf("How does a token bucket refill (question %d)?", i), o.shortTokens
 		if o.longEvery > 0 && i%o.longEvery == o.longEvery-1 {
-			q, maxTokens = longQ, o.longTokens
+			q, maxTokens = fmt.Sprintf("Document %d. %s", i, longQ), o.longTokens
 		}
 		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, maxTokens)
 		wg.Add(1)
@@ -245,7 +253,7 @@ func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool,
 			fmt.Fprintf(os.Stderr, "sluice-bench heal: snapshot: %v\n", err)
 			continue
 		}
-		s := healSample{At: time.Since(run.Start), Pools: map[string]latency.Stats{}, Levels: map[string]int{}}
+		s := healSample{At: time.Since(run.Start), Pools: map[string]latency.Stats{}, Levels: map[string]int{}, Sim: st.sim.Stats()}
 		for i, p := range healPools {
 			s.Pools[p] = stats[i]
 		}
@@ -258,8 +266,9 @@ func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool,
 			}
 		}
 		sh := s.Pools["short"]
-		fmt.Fprintf(os.Stderr, "  %5.0fs short P50 %5.0f ms P99 %6.0f ms ratio %5.1f n %4d | long ratio %5.1f | levels %v\n",
-			s.At.Seconds(), msf(sh.P50), msf(sh.P99), sh.TailRatio(), sh.Count, s.Pools["long"].TailRatio(), s.Levels)
+		fmt.Fprintf(os.Stderr, "  %5.0fs short P50 %5.0f ms P99 %6.0f ms ratio %5.1f n %4d | long ratio %5.1f | levels %v | sim run %d wait %d kv %.0f%% seqs %d replicas %d\n",
+			s.At.Seconds(), msf(sh.P50), msf(sh.P99), sh.TailRatio(), sh.Count, s.Pools["long"].TailRatio(), s.Levels,
+			s.Sim.Running, s.Sim.Waiting, 100*s.Sim.CacheUsage, s.Sim.MaxNumSeqs, s.Sim.ActiveReplicas)
 		run.Samples = append(run.Samples, s)
 	}
 }
