@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"sort"
@@ -31,7 +32,8 @@ import (
 type healOptions struct {
 	rate          float64
 	duration      time.Duration
-	longEvery     int
+	longShare     float64
+	seed          uint64
 	shortTokens   int
 	longTokens    int
 	longRepeat    int
@@ -49,6 +51,7 @@ type healOptions struct {
 	interval      time.Duration
 	window        time.Duration
 	minSamples    int64
+	healthyPolls  int
 	boundPolls    int
 	modes         string
 	out           string
@@ -56,26 +59,28 @@ type healOptions struct {
 
 func defineHeal(fs *flag.FlagSet) func(context.Context) error {
 	var o healOptions
-	fs.Float64Var(&o.rate, "rate", 6, "requests per second, open loop")
-	fs.DurationVar(&o.duration, "duration", 90*time.Second, "how long each mode sends requests")
-	fs.IntVar(&o.longEvery, "long-every", 5, "every n-th request is long (5: 20%)")
-	fs.IntVar(&o.shortTokens, "short-max-tokens", 32, "max_tokens of a short request")
-	fs.IntVar(&o.longTokens, "long-max-tokens", 1000, "max_tokens of a long request")
+	fs.Float64Var(&o.rate, "rate", 5, "requests per second, open loop")
+	fs.DurationVar(&o.duration, "duration", 2*time.Minute, "how long each mode sends requests")
+	fs.Float64Var(&o.longShare, "long-share", 0.2, "share of long requests")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrival times and the short/long draw (the same in both modes)")
+	fs.IntVar(&o.shortTokens, "short-max-tokens", 128, "max_tokens of a short request")
+	fs.IntVar(&o.longTokens, "long-max-tokens", 500, "max_tokens of a long request")
 	fs.IntVar(&o.longRepeat, "long-repeat", 120, "a long query repeats a 15-token sentence this often")
 	fs.Float64Var(&o.timeScale, "time-scale", 1, "simulator time scale (1: real time)")
-	fs.IntVar(&o.kvBlocks, "kv-blocks", 800, "simulator KV blocks per replica (16 tokens each)")
-	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 32, "simulator max_num_seqs per replica")
+	fs.IntVar(&o.kvBlocks, "kv-blocks", 2048, "simulator KV blocks per replica (16 tokens each)")
+	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 22, "simulator max_num_seqs per replica")
 	fs.IntVar(&o.answerMin, "answer-min", 400, "simulator answer_min_tokens: a long answer runs to its max_tokens mostly")
 	fs.IntVar(&o.answerMax, "answer-max", 2000, "simulator answer_max_tokens (natural answer length bound)")
 	fs.DurationVar(&o.prefillPerTok, "prefill-per-token", 10*time.Microsecond, "simulator prefill cost per prompt token")
-	fs.IntVar(&o.shortPerms, "short-permits", 16, "permits of the short pool")
-	fs.IntVar(&o.longPerms, "long-permits", 4, "permits of the long pool")
+	fs.IntVar(&o.shortPerms, "short-permits", 32, "permits of the short pool")
+	fs.IntVar(&o.longPerms, "long-permits", 8, "permits of the long pool")
 	fs.IntVar(&o.maxReplicas, "max-replicas", 4, "the healer's scaler bound (simulator replicas)")
 	fs.DurationVar(&o.sampleEvery, "sample-every", 3*time.Second, "how often the bench samples P50/P99 and the healer")
 	fs.DurationVar(&o.sampleWindow, "sample-window", 10*time.Second, "the window of each sample")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "healing.interval")
 	fs.DurationVar(&o.window, "window", 10*time.Second, "healing.window (= healing.cooldown)")
 	fs.Int64Var(&o.minSamples, "min-samples", 30, "healing.min_samples")
+	fs.IntVar(&o.healthyPolls, "healthy-polls", 10, "healing.healthy_polls: healthy polls in a row before a step back")
 	fs.IntVar(&o.boundPolls, "bound-polls", 30, "with healing on, the short pool's P99/P50 must fall below 2 within this many healer polls")
 	fs.StringVar(&o.modes, "modes", "off,on", "modes to run, in order")
 	fs.StringVar(&o.out, "out", "tests/load/report", "directory of the report (heal.md, heal.csv, heal.png)")
@@ -118,7 +123,7 @@ func runHeal(ctx context.Context, o healOptions) error {
 		}
 		runs = append(runs, r)
 	}
-	header("heal", fmt.Sprintf("%.0f%% short / %.0f%% long at %.1f req/s for %s, healing %s", 100-100/float64(o.longEvery), 100/float64(o.longEvery), o.rate, o.duration, o.modes))
+	header("heal", fmt.Sprintf("%.0f%% short / %.0f%% long, Poisson at %.1f req/s for %s, healing %s", 100-100*o.longShare, 100*o.longShare, o.rate, o.duration, o.modes))
 	v := healVerdicts(o, runs)
 	if err := writeHealReport(o, runs, v); err != nil {
 		return err
@@ -159,7 +164,7 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 		cfg.Healing.Window = o.window
 		cfg.Healing.Cooldown = o.window
 		cfg.Healing.MinSamples = o.minSamples
-		cfg.Healing.HealthyPolls = 3
+		cfg.Healing.HealthyPolls = o.healthyPolls
 		cfg.Healing.LongCostFactor = config.MaxLongCostFactor
 		// No rate limits: the load is to reach the pools.
 		std := cfg.Limits.Tiers["standard"]
@@ -182,6 +187,10 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
 
+	// Clients still running when the load and its last sample are over
+	// are cut off: what they do then is not measured.
+	lctx, cutOff := context.WithCancel(ctx)
+	defer cutOff()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	run.Start = time.Now()
@@ -192,27 +201,33 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 		healSampleLoop(sctx, st, o, healing, run)
 	}()
 
-	total := int(o.rate * o.duration.Seconds())
-	for i := 0; i < total && ctx.Err() == nil; i++ {
-		// Open loop: request i starts at i/rate whatever the others do.
-		if d := time.Until(run.Start.Add(time.Duration(float64(i) / o.rate * float64(time.Second)))); d > 0 {
+	// Open loop with Poisson arrivals: evenly spaced ones of a fixed size
+	// never queue below capacity and always above it, a knife edge real
+	// traffic does not have; its bursts are what make a tail.
+	rng := rand.New(rand.NewPCG(o.seed, o.seed))
+	at := 0.0
+	for i := 0; ctx.Err() == nil; i++ {
+		at += rng.ExpFloat64() / o.rate
+		if at >= o.duration.Seconds() {
+			break
+		}
+		if d := time.Until(run.Start.Add(time.Duration(at * float64(time.Second)))); d > 0 {
 			time.Sleep(d)
 		}
 		// Every query differs: the simulator derives an answer's length
 		// from its prompt, and the answer cache must not answer it.
 		q, maxTokens := fmt.Sprintf("How does a token bucket refill (question %d)?", i), o.shortTokens
-		if o.longEvery > 0 && i%o.longEvery == o.longEvery-1 {
+		if rng.Float64() < o.longShare {
 			q, maxTokens = fmt.Sprintf("Document %d. %s", i, longQ), o.longTokens
 		}
 		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, maxTokens)
 		wg.Add(1)
 		go func(key string) {
 			defer wg.Done()
-			// The mode ends with its load: what is still running a minute
-			// after the last start is cut off, not waited for.
-			cctx, cancel := context.WithDeadline(ctx, run.Start.Add(o.duration+time.Minute))
-			defer cancel()
-			kind, _ := burstClient(cctx, hc, st.baseURL, body, key)
+			kind, _ := burstClient(lctx, hc, st.baseURL, body, key)
+			if kind == kindHang {
+				kind = "cut off at the end"
+			}
 			mu.Lock()
 			run.Outcomes[kind]++
 			mu.Unlock()
@@ -222,7 +237,7 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 	time.Sleep(o.sampleEvery)
 	stopSampling()
 	<-sampled
-	// The streams still open are cut short; their outcome is counted.
+	cutOff()
 	wg.Wait()
 	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s outcomes: %s\n", mode, outcomeLine(run.Outcomes))
 	if healing {
