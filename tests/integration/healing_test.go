@@ -74,7 +74,9 @@ func TestHealingThroughTemporal(t *testing.T) {
 	}
 	base := cfg.Pools.Long.MaxConcurrency
 	signal(workflows.SignalOverride, workflows.OverrideSignal{Pool: "long", Level: workflows.LevelShrink})
-	waitFor("the pin", func(s workflows.HealingStatus) bool { return s.Pools[1].Overridden && s.Pools[1].Level == workflows.LevelShrink })
+	waitFor("the pin", func(s workflows.HealingStatus) bool {
+		return s.Pools[1].Overridden && s.Pools[1].Level == workflows.LevelShrink
+	})
 	if got := longLimit(); got != max(base/2, 1) {
 		t.Fatalf("long pool limit %d after shrinking, want %d", got, max(base/2, 1))
 	}
