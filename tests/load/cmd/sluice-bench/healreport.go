@@ -33,16 +33,6 @@ func writeHealReport(o healOptions, runs []*healRun, v []healVerdict) error {
 	md.WriteString("![short pool P99/P50 over time](heal.png)\n\n")
 	md.WriteString("In the plot: grey healing off, blue healing on; dashed lines at P99/P50 = 2 (warn) and 5 (critical); red ticks on the top edge are healer actions.\n\n")
 	md.WriteString("## Verdicts\n\n")
-	for _, r := range runs {
-		rs := shortRatios(r, o.duration/2, o.minSamples)
-		above := 0
-		for _, x := range rs {
-			if x > 5 {
-				above++
-			}
-		}
-		fmt.Fprintf(&md, "- healing %s, second half: short P99/P50 median %.1f, above 5 in %d of %d samples\n", r.Mode, median(rs), above, len(rs))
-	}
 	for _, g := range v {
 		verdict := "met"
 		if !g.met {
