@@ -8,7 +8,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL     := $(BIN)/temporal
 export SLUICE_TEST_TEMPORAL_BIN := $(TEMPORAL)
 
-SCENARIOS    := overhead limiter reject wakeup burst waiters
+SCENARIOS    := overhead limiter reject wakeup burst waiters heal
 
 .PHONY: all build test test-short bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal check-redis clean
 
@@ -43,6 +43,8 @@ test-short: check-redis
 # after another (each starts its own redis-server, dev server and
 # simulator; see README "Performance"). `make bench-<scenario>` runs one;
 # bench-waiters alone takes ~15 minutes. Run them on a quiet machine.
+# bench-heal (~4 minutes) runs the 80/20 mixed load with healing off, then
+# on, and writes tests/load/report/heal.{md,csv,png}.
 # bench-reject also drives the API with wrk when it is installed
 # (apt-get install wrk): a client light enough to leave the server the CPU.
 bench: bench-go $(addprefix bench-,$(SCENARIOS))
@@ -53,7 +55,7 @@ bench-go: check-redis
 bench-overhead: check-redis $(TEMPORAL) build
 	$(BIN)/sluice-bench overhead -temporal $(TEMPORAL) -n 200
 
-bench-limiter bench-reject bench-wakeup bench-burst bench-waiters: bench-%: check-redis $(TEMPORAL) build
+bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal: bench-%: check-redis $(TEMPORAL) build
 	$(BIN)/sluice-bench $* -temporal $(TEMPORAL)
 
 lint:

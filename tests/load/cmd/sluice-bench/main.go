@@ -50,6 +50,7 @@ var scenarios = map[string]scenario{
 	"wakeup":   {"permit release to the next waiter's retrieval stage, end to end", defineWakeup},
 	"burst":    {"2,000 concurrent SSE clients against 20 permits: outcomes, hangs, leaks", defineBurst},
 	"waiters":  {"10,000 queued workflows on one worker: RSS, goroutines, drain", defineWaiters},
+	"heal":     {"80% short / 20% long on one simulator, healing off then on: short P99/P50 over time", defineHeal},
 }
 
 func main() {

@@ -1,0 +1,394 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// The heal scenario reproduces seed 002's tail problem and the healer's
+// answer to it. Both pools send to one simulator, so the long pool's
+// requests (long prompts, long answers) share batches and the KV cache
+// with the short pool's: a long answer holds its growing blocks until its
+// last token, and a short request behind it waits for blocks before its
+// first token. The same open-loop mix (80% short, 20% long) runs twice on
+// fresh stacks, healing off then on, while the bench samples each pool's
+// P50/P99 of llm_first_token from the shared latency window (its own
+// window, not the healer's) and the healer's decisions by query.
+
+type healOptions struct {
+	rate          float64
+	duration      time.Duration
+	longShare     float64
+	seed          uint64
+	shortTokens   int
+	longTokens    int
+	longRepeat    int
+	timeScale     float64
+	kvBlocks      int
+	maxNumSeqs    int
+	answerMin     int
+	answerMax     int
+	prefillPerTok time.Duration
+	shortPerms    int
+	longPerms     int
+	maxReplicas   int
+	sampleEvery   time.Duration
+	sampleWindow  time.Duration
+	interval      time.Duration
+	window        time.Duration
+	minSamples    int64
+	healthyPolls  int
+	boundPolls    int
+	modes         string
+	out           string
+}
+
+func defineHeal(fs *flag.FlagSet) func(context.Context) error {
+	var o healOptions
+	fs.Float64Var(&o.rate, "rate", 5, "requests per second, open loop")
+	fs.DurationVar(&o.duration, "duration", 2*time.Minute, "how long each mode sends requests")
+	fs.Float64Var(&o.longShare, "long-share", 0.2, "share of long requests")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrival times and the short/long draw (the same in both modes)")
+	fs.IntVar(&o.shortTokens, "short-max-tokens", 128, "max_tokens of a short request")
+	fs.IntVar(&o.longTokens, "long-max-tokens", 500, "max_tokens of a long request")
+	fs.IntVar(&o.longRepeat, "long-repeat", 120, "a long query repeats a 15-token sentence this often")
+	fs.Float64Var(&o.timeScale, "time-scale", 1, "simulator time scale (1: real time)")
+	fs.IntVar(&o.kvBlocks, "kv-blocks", 2048, "simulator KV blocks per replica (16 tokens each)")
+	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 22, "simulator max_num_seqs per replica")
+	fs.IntVar(&o.answerMin, "answer-min", 400, "simulator answer_min_tokens: a long answer runs to its max_tokens mostly")
+	fs.IntVar(&o.answerMax, "answer-max", 2000, "simulator answer_max_tokens (natural answer length bound)")
+	fs.DurationVar(&o.prefillPerTok, "prefill-per-token", 10*time.Microsecond, "simulator prefill cost per prompt token")
+	fs.IntVar(&o.shortPerms, "short-permits", 32, "permits of the short pool")
+	fs.IntVar(&o.longPerms, "long-permits", 8, "permits of the long pool")
+	fs.IntVar(&o.maxReplicas, "max-replicas", 4, "the healer's scaler bound (simulator replicas)")
+	fs.DurationVar(&o.sampleEvery, "sample-every", 3*time.Second, "how often the bench samples P50/P99 and the healer")
+	fs.DurationVar(&o.sampleWindow, "sample-window", 10*time.Second, "the window of each sample")
+	fs.DurationVar(&o.interval, "interval", 2*time.Second, "healing.interval")
+	fs.DurationVar(&o.window, "window", 10*time.Second, "healing.window (= healing.cooldown)")
+	fs.Int64Var(&o.minSamples, "min-samples", 30, "healing.min_samples")
+	fs.IntVar(&o.healthyPolls, "healthy-polls", 10, "healing.healthy_polls: healthy polls in a row before a step back")
+	fs.IntVar(&o.boundPolls, "bound-polls", 30, "with healing on, the short pool's P99/P50 must fall below 2 within this many healer polls")
+	fs.StringVar(&o.modes, "modes", "off,on", "modes to run, in order")
+	fs.StringVar(&o.out, "out", "tests/load/report", "directory of the report (heal.md, heal.csv, heal.png)")
+	return func(ctx context.Context) error { return runHeal(ctx, o) }
+}
+
+const healTier = "heal"
+
+var healPools = []string{"short", "long"}
+
+// healSample is one look at both pools.
+type healSample struct {
+	At     time.Duration // since the load started
+	Pools  map[string]latency.Stats
+	Levels map[string]int
+	Polls  int64
+	// Sim is the simulator at the sample: its batch, queue, cache and
+	// replicas, which is what the healer's actions change.
+	Sim llmsim.Stats
+}
+
+// healRun is what one mode produced.
+type healRun struct {
+	Mode      string
+	Samples   []healSample
+	Decisions []workflows.Decision
+	Start     time.Time
+	Outcomes  map[string]int
+}
+
+func runHeal(ctx context.Context, o healOptions) error {
+	var runs []*healRun
+	for _, m := range strings.Split(o.modes, ",") {
+		if m != "off" && m != "on" {
+			return fmt.Errorf("mode %q: want off or on", m)
+		}
+		r, err := runHealMode(ctx, o, m == "on")
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", m, err)
+		}
+		runs = append(runs, r)
+	}
+	header("heal", fmt.Sprintf("%.0f%% short / %.0f%% long, Poisson at %.1f req/s for %s, healing %s", 100-100*o.longShare, 100*o.longShare, o.rate, o.duration, o.modes))
+	v := healVerdicts(o, runs)
+	if err := writeHealReport(o, runs, v); err != nil {
+		return err
+	}
+	for _, g := range v {
+		goal(g.what, g.measured, g.want, g.met)
+	}
+	for _, g := range v {
+		if !g.met {
+			return errors.New("goal missed")
+		}
+	}
+	return nil
+}
+
+func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, error) {
+	sim := llmsim.DefaultConfig()
+	sim.TimeScale = o.timeScale
+	sim.MaxNumSeqs = o.maxNumSeqs
+	sim.KVCacheBlocks = o.kvBlocks
+	sim.AnswerMinTokens = o.answerMin
+	sim.AnswerMaxTokens = o.answerMax
+	sim.PrefillPerToken = o.prefillPerTok
+	longQ := strings.Repeat("Explain how weighted fair queuing shares one pool of permits. ", o.longRepeat)
+	var keys []string
+	st, err := launchStack(ctx, stackOptions{Sim: &sim, Quiet: true, Configure: func(cfg *config.Config) {
+		cfg.Pools.Short.MaxConcurrency = o.shortPerms
+		cfg.Pools.Long.MaxConcurrency = o.longPerms
+		cfg.Pools.Long.MaxPromptTokens = 8192
+		// A long RAG prompt: the whole document pasted in.
+		cfg.API.MaxQueryChars = max(cfg.API.MaxQueryChars, 2*len(longQ))
+		// Replicas serve both pools; the short pool owns the scaler, as
+		// its tail is the one that matters here.
+		cfg.Pools.Short.Scaler = config.Scaler{Kind: config.ScalerSimulator, URL: cfg.Pools.Short.Endpoints[0], BaseReplicas: 1, MaxReplicas: o.maxReplicas, Timeout: 5 * time.Second}
+		cfg.Metrics.LatencySlot = time.Second
+		cfg.Healing.Enabled = healing
+		cfg.Healing.Interval = o.interval
+		cfg.Healing.Window = o.window
+		cfg.Healing.Cooldown = o.window
+		cfg.Healing.MinSamples = o.minSamples
+		cfg.Healing.HealthyPolls = o.healthyPolls
+		cfg.Healing.LongCostFactor = config.MaxLongCostFactor
+		// No rate limits: the load is to reach the pools.
+		std := cfg.Limits.Tiers["standard"]
+		cfg.Limits.Tiers[healTier] = config.Tier{Weight: std.Weight, MaxWait: std.MaxWait, MaxQueuePerTenant: std.MaxQueuePerTenant}
+		for t := 0; t < 4; t++ {
+			k := fmt.Sprintf("k-heal-%02d", t)
+			keys = append(keys, k)
+			cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, config.APIKey{Key: k, Tenant: fmt.Sprintf("heal-%02d", t), Tier: healTier})
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	mode := map[bool]string{false: "off", true: "on"}[healing]
+	run := &healRun{Mode: mode, Outcomes: map[string]int{}}
+	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s, stack up; sending for %s\n", mode, o.duration)
+
+	tr := &http.Transport{MaxIdleConns: 1000, MaxIdleConnsPerHost: 1000, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+
+	// Clients still running when the load and its last sample are over
+	// are cut off: what they do then is not measured.
+	lctx, cutOff := context.WithCancel(ctx)
+	defer cutOff()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	run.Start = time.Now()
+	sampled := make(chan struct{})
+	sctx, stopSampling := context.WithCancel(ctx)
+	go func() {
+		defer close(sampled)
+		healSampleLoop(sctx, st, o, healing, run)
+	}()
+
+	// Open loop with Poisson arrivals: evenly spaced ones of a fixed size
+	// never queue below capacity and always above it, a knife edge real
+	// traffic does not have; its bursts are what make a tail.
+	rng := rand.New(rand.NewPCG(o.seed, o.seed))
+	at := 0.0
+	for i := 0; ctx.Err() == nil; i++ {
+		at += rng.ExpFloat64() / o.rate
+		if at >= o.duration.Seconds() {
+			break
+		}
+		if d := time.Until(run.Start.Add(time.Duration(at * float64(time.Second)))); d > 0 {
+			time.Sleep(d)
+		}
+		// Every query differs: the simulator derives an answer's length
+		// from its prompt, and the answer cache must not answer it.
+		q, maxTokens := fmt.Sprintf("How does a token bucket refill (question %d)?", i), o.shortTokens
+		if rng.Float64() < o.longShare {
+			q, maxTokens = fmt.Sprintf("Document %d. %s", i, longQ), o.longTokens
+		}
+		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, maxTokens)
+		wg.Add(1)
+		go func(key string) {
+			defer wg.Done()
+			kind, _ := burstClient(lctx, hc, st.baseURL, body, key)
+			if kind == kindHang {
+				kind = "cut off at the end"
+			}
+			mu.Lock()
+			run.Outcomes[kind]++
+			mu.Unlock()
+		}(keys[i%len(keys)])
+	}
+	// A last sample after the load, then stop.
+	time.Sleep(o.sampleEvery)
+	stopSampling()
+	<-sampled
+	cutOff()
+	wg.Wait()
+	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s outcomes: %s\n", mode, outcomeLine(run.Outcomes))
+	if healing {
+		if s, err := queryHealing(ctx, st); err == nil {
+			run.Decisions = s.Decisions
+		} else {
+			return nil, err
+		}
+	}
+	return run, nil
+}
+
+func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool, run *healRun) {
+	t := time.NewTicker(o.sampleEvery)
+	defer t.Stop()
+	series := make([]string, len(healPools))
+	for i, p := range healPools {
+		series[i] = latency.Series("llm_first_token", p)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		stats, err := st.rt.Latency.Snapshots(ctx, o.sampleWindow, series...)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sluice-bench heal: snapshot: %v\n", err)
+			continue
+		}
+		s := healSample{At: time.Since(run.Start), Pools: map[string]latency.Stats{}, Levels: map[string]int{}, Sim: st.sim.Stats()}
+		for i, p := range healPools {
+			s.Pools[p] = stats[i]
+		}
+		if healing {
+			if hs, err := queryHealing(ctx, st); err == nil {
+				s.Polls = hs.Polls
+				for _, p := range hs.Pools {
+					s.Levels[p.Pool] = p.Level
+				}
+			}
+		}
+		sh := s.Pools["short"]
+		fmt.Fprintf(os.Stderr, "  %5.0fs short P50 %5.0f ms P99 %6.0f ms ratio %5.1f n %4d | long ratio %5.1f | levels %v | sim run %d wait %d kv %.0f%% seqs %d replicas %d\n",
+			s.At.Seconds(), msf(sh.P50), msf(sh.P99), sh.TailRatio(), sh.Count, s.Pools["long"].TailRatio(), s.Levels,
+			s.Sim.Running, s.Sim.Waiting, 100*s.Sim.CacheUsage, s.Sim.MaxNumSeqs, s.Sim.ActiveReplicas)
+		run.Samples = append(run.Samples, s)
+	}
+}
+
+func queryHealing(ctx context.Context, st *stack) (workflows.HealingStatus, error) {
+	var hs workflows.HealingStatus
+	v, err := st.rt.Temporal.QueryWorkflow(ctx, workflows.HealingWorkflowID(st.cfg.Temporal.TaskQueue), "", workflows.QueryHealing)
+	if err != nil {
+		return hs, fmt.Errorf("query healer: %w", err)
+	}
+	if err := v.Get(&hs); err != nil {
+		return hs, fmt.Errorf("decode healer status: %w", err)
+	}
+	return hs, nil
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// healVerdict is one asserted goal.
+type healVerdict struct {
+	what, measured, want string
+	met                  bool
+}
+
+// shortRatios are the short pool's P99/P50 of the samples from `from` on
+// (samples without enough latencies left out: their ratio is noise).
+func shortRatios(r *healRun, from time.Duration, minCount int64) []float64 {
+	var out []float64
+	for _, s := range r.Samples {
+		if st := s.Pools["short"]; s.At >= from && st.Count >= minCount {
+			out = append(out, st.TailRatio())
+		}
+	}
+	return out
+}
+
+// shareAbove is the share of xs above x (0 when xs is empty).
+func shareAbove(xs []float64, x float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	n := 0
+	for _, v := range xs {
+		if v > x {
+			n++
+		}
+	}
+	return float64(n) / float64(len(xs))
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
+	var v []healVerdict
+	for _, r := range runs {
+		switch r.Mode {
+		case "off":
+			// Without healing the tail comes and goes with the arrivals'
+			// bursts, and in a collapse P50 rises with P99 (0.5–2 s), so
+			// the ratio falls although nothing is healed: the median is
+			// reported, the share of critical samples is what is asserted.
+			rs := shortRatios(r, o.duration/2, o.minSamples)
+			m := median(rs)
+			share := shareAbove(rs, 5)
+			v = append(v, healVerdict{"healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share, m), ">= 25%", share >= 0.25})
+		case "on":
+			// The first sample at or below 2 after the pool went critical,
+			// counted in healer polls since the load started.
+			var firstPolls int64 = -1
+			var critical bool
+			var polls0 int64 = -1
+			for _, s := range r.Samples {
+				if polls0 < 0 && s.Polls > 0 {
+					polls0 = s.Polls
+				}
+				st := s.Pools["short"]
+				if st.Count < o.minSamples {
+					continue
+				}
+				if st.TailRatio() > 5 {
+					critical = true
+				}
+				if critical && st.TailRatio() < 2 {
+					firstPolls = s.Polls - max(polls0, 0)
+					break
+				}
+			}
+			measured := "never"
+			if !critical {
+				measured = "never critical"
+			} else if firstPolls >= 0 {
+				measured = fmt.Sprintf("%d polls", firstPolls)
+			}
+			rs := shortRatios(r, o.duration/2, o.minSamples)
+			share := shareAbove(rs, 5)
+			v = append(v, healVerdict{"healing on: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share, median(rs)), "<= 5%", share <= 0.05})
+			v = append(v, healVerdict{"healing on: short P99/P50 above 5, then below 2", measured, fmt.Sprintf("within %d polls", o.boundPolls), critical && firstPolls >= 0 && firstPolls <= int64(o.boundPolls)})
+		}
+	}
+	return v
+}
