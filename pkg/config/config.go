@@ -925,6 +925,14 @@ func (v *validator) healing(c Config) {
 	}
 	v.positive("healing.min_samples", h.MinSamples)
 	v.positive("healing.healthy_polls", int64(h.HealthyPolls))
+	// A step back must rest on a whole window of healthy latencies, or the
+	// healer undoes an action while the window still shows its effect
+	// rather than the load (bench-heal saw the tail return 12 s after a
+	// step back taken too early).
+	if h.HealthyPolls > 0 && time.Duration(h.HealthyPolls)*h.Interval < h.Window {
+		v.add("healing.healthy_polls", "healthy_polls × interval (%s) must be at least healing.window (%s)",
+			time.Duration(h.HealthyPolls)*h.Interval, h.Window)
+	}
 	// The window must hold only latencies from after an action before the
 	// next decision, or the healer escalates again on the tail it already
 	// answered.

@@ -21,6 +21,10 @@ func TestHealingThroughTemporal(t *testing.T) {
 	cfg := stack.cfg
 	cfg.Healing.Enabled = true
 	cfg.Healing.Interval = time.Second
+	cfg.Healing.Window, cfg.Healing.Cooldown = 3*time.Second, 3*time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	if err := worker.StartHealing(ctx, stack.temporal, cfg, slog.New(slog.DiscardHandler)); err != nil {
 		t.Fatal(err)
 	}

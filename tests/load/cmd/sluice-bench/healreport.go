@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -84,16 +85,8 @@ func outcomeLine(m map[string]int) string {
 	for k, n := range m {
 		parts = append(parts, fmt.Sprintf("%s %d", k, n))
 	}
-	sortStrings(parts)
+	slices.Sort(parts)
 	return strings.Join(parts, ", ")
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 // The plot: x is seconds since the load started, y is the short pool's
