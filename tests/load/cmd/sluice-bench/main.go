@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -123,7 +124,13 @@ func usage() {
 // commandLine is the command as it was run, for the report.
 func commandLine() string {
 	parts := make([]string, len(os.Args))
+	wd, _ := os.Getwd()
 	for i, a := range os.Args {
+		// Paths under the working directory (the repository, from make)
+		// are shown relative, so a report names the command anyone can run.
+		if rel, err := filepath.Rel(wd, a); wd != "" && filepath.IsAbs(a) && err == nil && !strings.HasPrefix(rel, "..") {
+			a = rel
+		}
 		if a == "" || strings.ContainsAny(a, " \t'\"$;&|<>*?") {
 			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 		}
