@@ -25,7 +25,8 @@ func HealingSettings(cfg config.Config) workflows.HealingSettings {
 		Interval: h.Interval, Window: h.Window, Stage: h.Stage,
 		WarnRatio: h.WarnRatio, CriticalRatio: h.CriticalRatio, WarnKVCache: h.WarnKVCache,
 		CriticalQueueDepth: h.CriticalQueueDepth, CriticalTimeoutRate: h.CriticalTimeoutRate,
-		MinSamples: h.MinSamples, HealthyPolls: h.HealthyPolls, Cooldown: h.Cooldown,
+		CriticalP99: h.CriticalP99,
+		MinSamples:  h.MinSamples, HealthyPolls: h.HealthyPolls, Cooldown: h.Cooldown,
 		LongCostFactor: h.LongCostFactor, PollsPerRun: h.PollsPerRun,
 	}
 	for _, p := range []struct {

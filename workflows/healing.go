@@ -143,6 +143,8 @@ func (h *healer) poll(ctx workflow.Context) {
 func (h *healer) classify(ph activities.PoolHealth) (string, string) {
 	tail := ph.Samples >= h.set.MinSamples
 	switch {
+	case tail && h.set.CriticalP99 > 0 && ph.P99Ms > float64(h.set.CriticalP99.Milliseconds()):
+		return "critical", fmt.Sprintf("P99 %.0f ms > %s (P50 %.0f ms, %d samples)", ph.P99Ms, h.set.CriticalP99, ph.P50Ms, ph.Samples)
 	case tail && ph.Ratio > h.set.CriticalRatio:
 		return "critical", fmt.Sprintf("P99/P50 %.1f > %.1f (P50 %.0f ms, P99 %.0f ms, %d samples)", ph.Ratio, h.set.CriticalRatio, ph.P50Ms, ph.P99Ms, ph.Samples)
 	case ph.QueueDepth > h.set.CriticalQueueDepth:

@@ -314,3 +314,19 @@ func TestHealingContinuesAsNewWithItsState(t *testing.T) {
 	require.EqualValues(t, 5, next.State.Polls)
 	require.Equal(t, []string{"ThrottleLong 1"}, r2.actions())
 }
+
+// In a collapse P50 grows with P99 and the ratio looks tame; an absolute
+// P99 bound still calls it critical.
+func TestHealingCriticalP99CatchesACollapse(t *testing.T) {
+	collapse := activities.PoolHealth{Samples: 500, P50Ms: 1200, P99Ms: 3100, Ratio: 2.6, KVCacheUsage: 0.3}
+	r := newHealRun(t, repeat(collapse, 2)...)
+	st := r.run(healingSettings())
+	require.Equal(t, LevelNormal, shortLevel(st), "without the bound a collapse only warns")
+	require.Equal(t, []string{"Alert short/warn"}, r.actions())
+
+	set := healingSettings()
+	set.CriticalP99 = 2 * time.Second
+	r = newHealRun(t, repeat(collapse, 2)...)
+	st = r.run(set)
+	require.Equal(t, LevelThrottle, shortLevel(st))
+}

@@ -59,6 +59,9 @@ type HealingSettings struct {
 	// CriticalQueueDepth and CriticalTimeoutRate are critical too.
 	CriticalQueueDepth  int
 	CriticalTimeoutRate float64
+	// CriticalP99 is critical whatever the ratio (0: off). In a collapse
+	// P50 grows with P99 and the ratio understates the tail.
+	CriticalP99 time.Duration
 	// MinSamples: with fewer latencies in the window the ratio is not
 	// trusted (a handful of requests has no tail).
 	MinSamples int64

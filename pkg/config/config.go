@@ -294,6 +294,10 @@ type Healing struct {
 	// request) are critical too.
 	CriticalQueueDepth  int     `yaml:"critical_queue_depth"`
 	CriticalTimeoutRate float64 `yaml:"critical_timeout_rate"`
+	// CriticalP99 makes a P99 of the watched stage above it critical
+	// whatever P99/P50 says (0: off): when overload collapses a pool, P50
+	// grows too and the ratio understates the tail (bench-heal shows it).
+	CriticalP99 time.Duration `yaml:"critical_p99"`
 	// MinSamples: fewer latencies in the window and the ratio is ignored.
 	MinSamples int64 `yaml:"min_samples"`
 	// HealthyPolls in a row step a pool back a level; Cooldown is the
@@ -920,6 +924,9 @@ func (v *validator) healing(c Config) {
 		v.add("healing.warn_kv_cache", "must be in (0, 1], got %v", h.WarnKVCache)
 	}
 	v.positive("healing.critical_queue_depth", int64(h.CriticalQueueDepth))
+	if h.CriticalP99 < 0 {
+		v.add("healing.critical_p99", "must not be negative, got %s", h.CriticalP99)
+	}
 	if !(h.CriticalTimeoutRate > 0 && h.CriticalTimeoutRate <= 1) {
 		v.add("healing.critical_timeout_rate", "must be in (0, 1], got %v", h.CriticalTimeoutRate)
 	}
