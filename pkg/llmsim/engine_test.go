@@ -126,7 +126,11 @@ func TestPreemptionWhenKVCacheIsTight(t *testing.T) {
 // for long requests, 30-token budgets for short ones.
 func tailConfig(mode string) llmsim.Config {
 	cfg := testConfig()
-	cfg.TimeScale = 0.05
+	// Slow enough that simulated time, not HTTP and scheduling overhead,
+	// makes up the latencies compared: at 0.05 a short request took ~40 ms
+	// of which the model was a few, and a busy machine (go test runs
+	// packages in parallel) inflated one side of the ratio by 2x.
+	cfg.TimeScale = 0.25
 	cfg.Mode = mode
 	cfg.MaxNumSeqs = 6
 	cfg.DecodeBase = 10 * time.Millisecond
