@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -788,7 +787,7 @@ func BenchmarkGrantRelease(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	resetServerStats(b, rdb)
+	testenv.ResetServerStats(b, rdb)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		id := fmt.Sprint("r", i)
@@ -800,40 +799,9 @@ func BenchmarkGrantRelease(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	reportServerTime(b, rdb)
+	testenv.ReportScriptTime(b, rdb)
 }
 
-// resetServerStats zeroes the test redis-server's command statistics, so
-// that reportServerTime sees the benchmark's scripts only.
-func resetServerStats(b *testing.B, rdb *redis.Client) {
-	b.Helper()
-	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
-		b.Fatal(err)
-	}
-}
-
-// reportServerTime reports the Redis time the scripts took per op, which,
-// unlike ns/op, leaves out the client round trips.
-func reportServerTime(b *testing.B, rdb *redis.Client) {
-	b.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var usec int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				usec += n
-			}
-		}
-	}
-	b.ReportMetric(float64(usec)/float64(b.N), "redis-µs/op")
-}
 
 // BenchmarkEnqueueReleaseWFQ is the saturated path: one permit, a standing
 // queue of three tenants weighted 5:3:2; each op queues one request and
@@ -866,7 +834,7 @@ func BenchmarkEnqueueReleaseWFQ(b *testing.B) {
 			for i := 0; i < depth; i++ {
 				enqueue(i)
 			}
-			resetServerStats(b, rdb)
+			testenv.ResetServerStats(b, rdb)
 			b.ResetTimer()
 			for i := depth; i < depth+b.N; i++ {
 				if r := enqueue(i); r.Status != Queued {
@@ -879,7 +847,7 @@ func BenchmarkEnqueueReleaseWFQ(b *testing.B) {
 				holder = rel.Woken[0]
 			}
 			b.StopTimer()
-			reportServerTime(b, rdb)
+			testenv.ReportScriptTime(b, rdb)
 			_ = rdb.Del(ctx, g.keys("p").list()...).Err()
 		})
 	}

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
 // BenchmarkRecord is the hot path: one latency into a series already seen.
@@ -69,7 +68,7 @@ func BenchmarkFlush(b *testing.B) {
 			series := benchSeries()
 			rng := rand.New(rand.NewPCG(1, 1))
 			ctx := context.Background()
-			resetServerStats(b, rdb)
+			testenv.ResetServerStats(b, rdb)
 			for b.Loop() {
 				b.StopTimer()
 				fill(w, series, n, rng)
@@ -80,7 +79,7 @@ func BenchmarkFlush(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			reportServerTime(b, rdb)
+			testenv.ReportScriptTime(b, rdb)
 		})
 	}
 }
@@ -112,7 +111,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	for _, n := range []int{1, 3} {
 		b.Run("series="+strconv.Itoa(n), func(b *testing.B) {
 			ctx := context.Background()
-			resetServerStats(b, rdb)
+			testenv.ResetServerStats(b, rdb)
 			b.ReportAllocs()
 			for b.Loop() {
 				s, err := w.Snapshots(ctx, time.Minute, series[:n]...)
@@ -120,40 +119,8 @@ func BenchmarkSnapshot(b *testing.B) {
 					b.Fatalf("%+v %v", s[0], err)
 				}
 			}
-			reportServerTime(b, rdb)
+			testenv.ReportScriptTime(b, rdb)
 		})
 	}
 }
 
-// resetServerStats zeroes the test redis-server's command statistics, so
-// that reportServerTime sees the benchmark's scripts only.
-func resetServerStats(b *testing.B, rdb *redis.Client) {
-	b.Helper()
-	if err := rdb.ConfigResetStat(context.Background()).Err(); err != nil {
-		b.Fatal(err)
-	}
-}
-
-// reportServerTime reports the Redis time the scripts took per op, which,
-// unlike ns/op, leaves out the client round trip.
-func reportServerTime(b *testing.B, rdb *redis.Client) {
-	b.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var usec int64
-	for _, line := range strings.Split(info, "\n") {
-		name, stats, ok := strings.Cut(line, ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
-			continue
-		}
-		for _, f := range strings.Split(strings.TrimSpace(stats), ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				usec += n
-			}
-		}
-	}
-	b.ReportMetric(float64(usec)/float64(b.N), "redis-µs/op")
-}
