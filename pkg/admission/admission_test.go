@@ -802,7 +802,6 @@ func BenchmarkGrantRelease(b *testing.B) {
 	testenv.ReportScriptTime(b, rdb)
 }
 
-
 // BenchmarkEnqueueReleaseWFQ is the saturated path: one permit, a standing
 // queue of three tenants weighted 5:3:2; each op queues one request and
 // releases the holder, which hands the permit to the fair-queue head.

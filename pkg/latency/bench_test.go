@@ -123,4 +123,3 @@ func BenchmarkSnapshot(b *testing.B) {
 		})
 	}
 }
-
