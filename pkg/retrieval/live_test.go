@@ -244,7 +244,7 @@ func TestCachedLiveReadsVersionOnce(t *testing.T) {
 	r := newRandomKB(t, 7)
 	r.store = store
 	r.put(t)
-	counter := &getCounter{key: store.VersionKey(r.kb)}
+	counter := getsOf(store.VersionKey(r.kb))
 	counted := testRedis.Client(t)
 	counted.AddHook(counter)
 	l := newTestLive(t, kbstore.New(counted, kbstore.Options{Prefix: prefix(t)}))
@@ -261,25 +261,11 @@ func TestCachedLiveReadsVersionOnce(t *testing.T) {
 	}
 }
 
-// getCounter counts GETs of one key.
-type getCounter struct {
-	key string
-	n   atomic.Int64
-}
-
-func (g *getCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (g *getCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) == 2 && strings.EqualFold(fmt.Sprint(args[0]), "get") && args[1] == g.key {
-			g.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (g *getCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+// getsOf counts GETs of key, pipelined or not.
+func getsOf(key string) *cmdCounter {
+	return &cmdCounter{match: func(args []any) bool {
+		return len(args) == 2 && strings.EqualFold(fmt.Sprint(args[0]), "get") && args[1] == key
+	}}
 }
 
 // With the version key known, a hit is one round trip — the version and
@@ -291,7 +277,7 @@ func TestCachedHitIsOneRoundTrip(t *testing.T) {
 	r := newRandomKB(t, 11)
 	r.store = store
 	r.put(t)
-	versionReads := &getCounter{key: store.VersionKey(r.kb)}
+	versionReads := getsOf(store.VersionKey(r.kb))
 	liveClient := testRedis.Client(t)
 	liveClient.AddHook(versionReads)
 	l := newTestLive(t, kbstore.New(liveClient, kbstore.Options{Prefix: prefix(t)}))
@@ -322,21 +308,33 @@ func TestCachedHitIsOneRoundTrip(t *testing.T) {
 	}
 }
 
-// cmdCounter counts every command sent, pipelined or not.
-type cmdCounter struct{ n atomic.Int64 }
+// cmdCounter counts the commands sent that match (every one if match is
+// nil), pipelined or not.
+type cmdCounter struct {
+	match func(args []any) bool
+	n     atomic.Int64
+}
+
+func (c *cmdCounter) count(cmd redis.Cmder) {
+	if c.match == nil || c.match(cmd.Args()) {
+		c.n.Add(1)
+	}
+}
 
 func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
+		c.count(cmd)
 		return next(ctx, cmd)
 	}
 }
 
 func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
 		return next(ctx, cmds)
 	}
 }
