@@ -347,11 +347,6 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 		FastWait: w.in.Settings.FastWait, Session: w.session(),
 	}).Get(sctx, &adm); err != nil {
-		if isShed(err) {
-			w.cancelReason = ReasonShed
-			w.cancelled()
-			return false
-		}
 		w.stageFailed(StageAdmission, err)
 		return false
 	}
@@ -429,8 +424,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 			}
 			if isShed(err) {
 				// Shed before the healer's cancel signal arrived.
-				w.cancelReason = ReasonShed
-				w.cancelled()
+				w.stageFailed(StageAdmission, err)
 				return false
 			}
 			// A failed re-check is not fatal: the next one, the signal or
@@ -483,7 +477,12 @@ func isShed(err error) bool {
 
 // stageFailed classifies a stage error into the request's outcome.
 func (w *chat) stageFailed(stage string, err error) {
-	if w.stageCtx.Err() != nil || temporal.IsCanceledError(err) {
+	if isShed(err) {
+		// Admission found the request shed by the healer: the same end as
+		// the healer's cancel signal, which may not have arrived yet.
+		w.cancelReason = ReasonShed
+	}
+	if w.cancelReason == ReasonShed || w.stageCtx.Err() != nil || temporal.IsCanceledError(err) {
 		w.cancelled()
 		return
 	}
@@ -552,7 +551,7 @@ func (w *chat) upsert(ctx workflow.Context, u ...temporal.SearchAttributeUpdate)
 // also runs after cancellation: it gives back the permit or queue place
 // exactly once and writes the terminal event.
 func (w *chat) finalize(ctx workflow.Context) {
-	if w.cancelReason != "" && w.result.Outcome != OutcomeCancelled && w.result.Outcome != OutcomeDone && w.result.Reason != ReasonShed {
+	if w.cancelReason != "" && w.result.Outcome != OutcomeCancelled && w.result.Outcome != OutcomeDone {
 		// Cancelled while a stage was failing: report the cancel.
 		w.cancelled()
 	}
