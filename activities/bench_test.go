@@ -2,7 +2,6 @@ package activities_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -23,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -61,7 +61,7 @@ func BenchmarkRepeatedQuestions(b *testing.B) {
 	// on loopback and computes the local embedder's vectors, so the gap to
 	// a real model server (milliseconds of inference) is a lower bound.
 	b.Run("kb=sluice-docs/embedder=openai-loopback", func(b *testing.B) {
-		srv := httptest.NewServer(http.HandlerFunc(serveLocalEmbeddings))
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { testenv.ServeLocalEmbeddings(w, r) }))
 		defer srv.Close()
 		remote, err := embed.NewOpenAI(embed.OpenAIOptions{BaseURL: srv.URL, Model: "loopback-local"})
 		if err != nil {
@@ -273,27 +273,3 @@ type modelAs struct {
 }
 
 func (m modelAs) Model() string { return m.model }
-
-// serveLocalEmbeddings answers POST /v1/embeddings with the local
-// embedder's vectors.
-func serveLocalEmbeddings(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Input []string `json:"input"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	vecs, _ := embed.NewLocal(embed.LocalOptions{}).Embed(r.Context(), req.Input)
-	type item struct {
-		Index     int       `json:"index"`
-		Embedding []float32 `json:"embedding"`
-	}
-	var out struct {
-		Data []item `json:"data"`
-	}
-	for i, v := range vecs {
-		out.Data = append(out.Data, item{i, v})
-	}
-	_ = json.NewEncoder(w).Encode(out)
-}

@@ -47,13 +47,8 @@ func newEmbeddingsServer(t *testing.T) *embeddingsServer {
 			http.NotFound(w, r)
 			return
 		}
-		var req struct {
-			Model      string   `json:"model"`
-			Input      []string `json:"input"`
-			Dimensions int      `json:"dimensions"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+		req, ok := testenv.ServeLocalEmbeddings(w, r)
+		if !ok {
 			return
 		}
 		s.mu.Lock()
@@ -62,22 +57,6 @@ func newEmbeddingsServer(t *testing.T) *embeddingsServer {
 		s.auth = append(s.auth, r.Header.Get("Authorization"))
 		s.inputs = append(s.inputs, req.Input...)
 		s.mu.Unlock()
-		vecs, err := embed.NewLocal(embed.LocalOptions{Dims: req.Dimensions}).Embed(r.Context(), req.Input)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		type item struct {
-			Index     int       `json:"index"`
-			Embedding []float32 `json:"embedding"`
-		}
-		out := struct {
-			Data []item `json:"data"`
-		}{}
-		for i, v := range vecs {
-			out.Data = append(out.Data, item{i, v})
-		}
-		_ = json.NewEncoder(w).Encode(out)
 	}))
 	t.Cleanup(s.Close)
 	return s
