@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -231,7 +232,7 @@ func (h *healer) enter(ctx workflow.Context, i, level int, why string) bool {
 	b := h.bounds(p.Pool)
 	switch level {
 	case LevelShrink:
-		permits := max(b.MinPermits, b.BasePermits/2, 1)
+		permits := h.permits(i, i, level)
 		if !h.act(ctx, p, level, actSetPermits, activities.SetPermitsInput{Pool: p.Pool, Permits: permits, Reason: why}, nil) {
 			return false
 		}
@@ -247,7 +248,10 @@ func (h *healer) enter(ctx workflow.Context, i, level int, why string) bool {
 		}
 		return true
 	case LevelThrottle:
-		return h.act(ctx, p, level, actThrottleLong, activities.ThrottleLongInput{CostFactor: max(h.set.LongCostFactor, 1), Reason: why}, nil)
+		if !h.act(ctx, p, level, actThrottleLong, activities.ThrottleLongInput{CostFactor: max(h.set.LongCostFactor, 1), Reason: why}, nil) {
+			return false
+		}
+		return h.applyLongPermits(ctx, i, level, why)
 	case LevelScale:
 		if b.MaxReplicas <= 0 {
 			h.record(ctx, Decision{Pool: p.Pool, From: p.Level, To: level, Action: actScale, Reason: "skipped: the pool has no scaler"})
@@ -288,12 +292,16 @@ func (h *healer) leave(ctx workflow.Context, i, level int, why string) bool {
 				return true
 			}
 		}
-		return h.act(ctx, p, level-1, actThrottleLong, activities.ThrottleLongInput{CostFactor: 1, Reason: why}, nil)
-	case LevelShrink:
-		if !h.act(ctx, p, level-1, actSetPermits, activities.SetPermitsInput{Pool: p.Pool, Permits: b.BasePermits, Reason: why}, nil) {
+		if !h.act(ctx, p, level-1, actThrottleLong, activities.ThrottleLongInput{CostFactor: 1, Reason: why}, nil) {
 			return false
 		}
-		p.Permits = b.BasePermits
+		return h.applyLongPermits(ctx, i, level-1, why)
+	case LevelShrink:
+		permits := h.permits(i, i, level-1)
+		if !h.act(ctx, p, level-1, actSetPermits, activities.SetPermitsInput{Pool: p.Pool, Permits: permits, Reason: why}, nil) {
+			return false
+		}
+		p.Permits = permits
 		if b.BaseBatch > 0 {
 			var out activities.SetBatchOutput
 			if h.act(ctx, p, level-1, actSetBatch, activities.SetBatchInput{Pool: p.Pool, MaxNumSeqs: b.BaseBatch, Reason: why}, &out) {
@@ -303,6 +311,62 @@ func (h *healer) leave(ctx workflow.Context, i, level int, why string) bool {
 		return true
 	}
 	return false
+}
+
+// permits is what pool k may hold once pool i is at level (the state
+// still has i's old level): its base, halved from shrink up (never below
+// its minimum). The long pool is also capped while any pool is at
+// throttle or above, at its base divided by LongCostFactor: seed 002's
+// "throttle long requests" means fewer long sequences in the batch and
+// KV cache the pools share, which a token charge alone does not give
+// where no token limit binds.
+func (h *healer) permits(k, i, level int) int {
+	levelOf := func(j int) int {
+		if j == i {
+			return level
+		}
+		return h.st.Pools[j].Level
+	}
+	b := h.bounds(h.st.Pools[k].Pool)
+	n := b.BasePermits
+	if levelOf(k) >= LevelShrink {
+		n = max(b.MinPermits, b.BasePermits/2, 1)
+	}
+	if b.Pool != activities.PoolLong {
+		return n
+	}
+	for j := range h.st.Pools {
+		if levelOf(j) >= LevelThrottle {
+			f := max(h.set.LongCostFactor, 1)
+			return min(n, max(b.MinPermits, int(math.Ceil(float64(b.BasePermits)/f)), 1))
+		}
+	}
+	return n
+}
+
+// applyLongPermits sets the long pool's permits to what they must be once
+// pool i is at level: throttling changes them whichever pool throttles.
+func (h *healer) applyLongPermits(ctx workflow.Context, i, level int, why string) bool {
+	// Histories from before throttling capped the long pool's permits
+	// replay without the SetPermits it now adds.
+	if workflow.GetVersion(ctx, "throttle-long-permits", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return true
+	}
+	for k := range h.st.Pools {
+		lp := &h.st.Pools[k]
+		if lp.Pool != activities.PoolLong {
+			continue
+		}
+		n := h.permits(k, i, level)
+		if n == lp.Permits {
+			return true
+		}
+		if !h.act(ctx, lp, lp.Level, actSetPermits, activities.SetPermitsInput{Pool: lp.Pool, Permits: n, Reason: why}, nil) {
+			return false
+		}
+		lp.Permits = n
+	}
+	return true
 }
 
 func (h *healer) shed(ctx workflow.Context, i int, why string) bool {

@@ -157,13 +157,14 @@ func TestHealingEscalatesOneLevelPerPollInSeedOrder(t *testing.T) {
 	require.Equal(t, []string{
 		"Alert short/critical",
 		"SetPermits short=8", "SetBatch short=16", // 1: shrink
-		"ThrottleLong 2",           // 2: throttle long requests
+		"ThrottleLong 2", "SetPermits long=2", // 2: throttle long requests
 		"Scale short=3",            // 3: scale out
 		"Shed short",               // 4: shed the lowest tier
 		"Shed short", "Shed short", // still critical: shed again each poll
 	}, r.actions())
 	require.Equal(t, LevelShed, shortLevel(st))
 	require.Equal(t, 8, st.Pools[0].Permits)
+	require.Equal(t, 2, st.Pools[1].Permits, "the long pool is capped by the short pool's throttle")
 	require.Equal(t, 3, st.Pools[0].Replicas)
 	require.Equal(t, LevelNormal, st.Pools[1].Level, "a healthy pool is left alone")
 }
@@ -211,7 +212,7 @@ func TestHealingRespectsBounds(t *testing.T) {
 	require.Equal(t, []string{
 		"Alert short/critical",
 		"SetPermits short=2", "SetBatch short=4", // halving would cross the minimums
-		"ThrottleLong 2",
+		"ThrottleLong 2", "SetPermits long=2",
 		"Scale short=2", // already at the most replicas
 	}, r.actions())
 }
@@ -222,13 +223,34 @@ func TestHealingStepsBackOneLevelAfterHealthyPolls(t *testing.T) {
 	require.Equal(t, []string{
 		"Alert short/critical",
 		"SetPermits short=8", "SetBatch short=16",
-		"ThrottleLong 2",
+		"ThrottleLong 2", "SetPermits long=2",
 		// three healthy polls: back to shrink; three more: back to normal
-		"ThrottleLong 1",
+		"ThrottleLong 1", "SetPermits long=4",
 		"SetPermits short=16", "SetBatch short=32",
 	}, r.actions())
 	require.Equal(t, LevelNormal, shortLevel(st))
 	require.Equal(t, 16, st.Pools[0].Permits)
+	require.Equal(t, 4, st.Pools[1].Permits)
+}
+
+// The long pool's permits are the smaller of its own level's and the
+// throttle's cap, and stay at its own when the throttle lifts.
+func TestHealingThrottleCapsTheLongPoolWithItsOwnShrink(t *testing.T) {
+	set := healingSettings()
+	set.Pools[1] = PoolBounds{Pool: "long", BasePermits: 12, MinPermits: 1}
+	set.LongCostFactor = 4
+	r := newHealRun(t, concat(repeat(critical, 2), repeat(healthy, 4))...)
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalOverride, OverrideSignal{Pool: "long", Level: LevelShrink}) }, 5*time.Second)
+	st := r.run(set)
+	require.Equal(t, []string{
+		"Alert short/critical",
+		"SetPermits short=8", "SetBatch short=16",
+		"SetPermits long=6",                   // the pin: long's own shrink
+		"ThrottleLong 4", "SetPermits long=3", // the short pool throttles: 12/4
+		"ThrottleLong 1", "SetPermits long=6", // throttle lifted: long stays shrunk
+	}, r.actions())
+	require.Equal(t, LevelShrink, shortLevel(st))
+	require.Equal(t, 6, st.Pools[1].Permits)
 }
 
 // Between the thresholds the healer holds: no escalation, no step back.
@@ -312,7 +334,7 @@ func TestHealingContinuesAsNewWithItsState(t *testing.T) {
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
 	require.Equal(t, LevelShrink, next.State.Pools[0].Level, "three healthy polls in the new run step back from where the old one was")
 	require.EqualValues(t, 5, next.State.Polls)
-	require.Equal(t, []string{"ThrottleLong 1"}, r2.actions())
+	require.Equal(t, []string{"ThrottleLong 1", "SetPermits long=4"}, r2.actions())
 }
 
 // In a collapse P50 grows with P99 and the ratio looks tame; an absolute

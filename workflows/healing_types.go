@@ -28,7 +28,7 @@ func HealingWorkflowID(taskQueue string) string { return HealingWorkflowIDPrefix
 const (
 	LevelNormal   = 0
 	LevelShrink   = 1 // fewer permits and a smaller backend batch
-	LevelThrottle = 2 // long requests charged more against token limits
+	LevelThrottle = 2 // the long pool's permits cut, long requests charged more against token limits
 	LevelScale    = 3 // more replicas
 	LevelShed     = 4 // the lowest tier's waiting requests rejected
 	maxLevel      = LevelShed
@@ -69,7 +69,8 @@ type HealingSettings struct {
 	// least time between two level changes of a pool.
 	HealthyPolls int
 	Cooldown     time.Duration
-	// LongCostFactor is what throttling charges long requests (e.g. 2).
+	// LongCostFactor is how hard throttling bears on long requests (e.g.
+	// 2): their token charge multiplied, the long pool's permits divided.
 	LongCostFactor float64
 	Pools          []PoolBounds
 	// PollsPerRun bounds a run's history: then ContinueAsNew.

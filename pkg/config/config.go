@@ -304,8 +304,9 @@ type Healing struct {
 	// least time between two level changes of a pool.
 	HealthyPolls int           `yaml:"healthy_polls"`
 	Cooldown     time.Duration `yaml:"cooldown"`
-	// LongCostFactor is what throttling charges a long request against
-	// token rate limits, as a multiple of its tokens.
+	// LongCostFactor is how hard throttling bears on long requests: they
+	// are charged this multiple of their tokens against token rate
+	// limits, and the long pool's permits are divided by it.
 	LongCostFactor float64 `yaml:"long_cost_factor"`
 	// PollsPerRun bounds one workflow run's history (then continue-as-new).
 	PollsPerRun int `yaml:"polls_per_run"`
