@@ -123,15 +123,16 @@ func (n SignalNotifier) NotifyShed(ctx context.Context, _, requestID string) err
 
 // HealingStarter is the part of the Temporal client StartHealing needs.
 type HealingStarter interface {
-	ExecuteWorkflow(ctx context.Context, options client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error)
+	SignalWithStartWorkflow(ctx context.Context, workflowID, signalName string, signalArg any,
+		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
 }
 
 // StartHealing starts the deployment's healing workflow when
 // healing.enabled, idempotently: every worker calls it, and the one run
 // under workflows.HealingWorkflowID stays (a run already going is used as
-// is; one that ended, whatever way, is replaced). A running healer keeps
-// the settings it started with (it carries them over continue-as-new);
-// settings changed in config reach it only when it is restarted.
+// is; one that ended, whatever way, is replaced). Either way the run gets
+// this worker's settings by signal, so a config change rolled out with
+// the workers reaches a running healer (levels and state are kept).
 // With healing disabled it starts nothing, and does not stop a healer
 // already running: terminate it (temporal workflow terminate).
 func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logger *slog.Logger) error {
@@ -140,12 +141,12 @@ func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logg
 		logger.Info("healing disabled (healing.enabled); not starting the healer", "workflowID", id)
 		return nil
 	}
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       id,
-		TaskQueue:                cfg.Temporal.TaskQueue,
-		WorkflowIDConflictPolicy: enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-	}, workflows.HealingWorkflowName, workflows.HealingInput{Settings: HealingSettings(cfg)})
+	set := HealingSettings(cfg)
+	run, err := c.SignalWithStartWorkflow(ctx, id, workflows.SignalSettings, set, client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             cfg.Temporal.TaskQueue,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}, workflows.HealingWorkflowName, workflows.HealingInput{Settings: set})
 	if err != nil {
 		return fmt.Errorf("start healing workflow %s: %w", id, err)
 	}

@@ -38,16 +38,21 @@ func TestHealingSettingsFromConfig(t *testing.T) {
 }
 
 type fakeStarter struct {
-	opts client.StartWorkflowOptions
-	name any
-	in   workflows.HealingInput
-	err  error
+	opts   client.StartWorkflowOptions
+	name   any
+	in     workflows.HealingInput
+	signal string
+	arg    any
+	err    error
 }
 
-func (f *fakeStarter) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
-	f.opts, f.name = o, wf
+func (f *fakeStarter) SignalWithStartWorkflow(_ context.Context, id, signal string, arg any, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
+	f.opts, f.name, f.signal, f.arg = o, wf, signal, arg
 	if len(args) == 1 {
 		f.in, _ = args[0].(workflows.HealingInput)
+	}
+	if id != o.ID {
+		return nil, errors.New("workflow ID differs from the options' ID")
 	}
 	if f.err != nil {
 		return nil, f.err
@@ -68,12 +73,14 @@ func TestStartHealingIsIdempotent(t *testing.T) {
 	}
 	o := f.opts
 	if o.ID != workflows.HealingWorkflowID(cfg.Temporal.TaskQueue) || o.TaskQueue != cfg.Temporal.TaskQueue ||
-		o.WorkflowIDConflictPolicy != enums.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING ||
 		o.WorkflowIDReusePolicy != enums.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE {
 		t.Fatalf("start options %+v", o)
 	}
 	if f.name != workflows.HealingWorkflowName || f.in.State != nil || len(f.in.Settings.Pools) != 2 {
 		t.Fatalf("started %v with %+v", f.name, f.in)
+	}
+	if set, ok := f.arg.(workflows.HealingSettings); f.signal != workflows.SignalSettings || !ok || set.Interval != cfg.Healing.Interval {
+		t.Fatalf("signal %q %+v: want the worker's settings", f.signal, f.arg)
 	}
 	f.err = serviceerror.NewUnavailable("down")
 	if err := StartHealing(context.Background(), f, cfg, logger); err == nil || !errors.As(err, new(*serviceerror.Unavailable)) {

@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -49,29 +50,37 @@ type healer struct {
 	st     HealingState
 	logger log.Logger
 
-	pauseCh, resumeCh, overrideCh workflow.ReceiveChannel
+	pauseCh, resumeCh, overrideCh, settingsCh workflow.ReceiveChannel
 }
 
 // initialState is the carried-over state, reconciled with the pools of the
-// current settings (a pool added to the config starts at its baseline).
+// current settings.
 func initialState(in HealingInput) HealingState {
 	var st HealingState
 	if in.State != nil {
 		st = *in.State
 	}
+	st.Pools = reconcilePools(st.Pools, in.Settings)
+	return st
+}
+
+// reconcilePools keeps the state of the pools set still has, in its order
+// (what was applied to them stays until they next change level); a pool
+// new to it starts at its baseline.
+func reconcilePools(pools []PoolState, set HealingSettings) []PoolState {
 	old := map[string]PoolState{}
-	for _, p := range st.Pools {
+	for _, p := range pools {
 		old[p.Pool] = p
 	}
-	st.Pools = st.Pools[:0:0]
-	for _, b := range in.Settings.Pools {
+	out := make([]PoolState, 0, len(set.Pools))
+	for _, b := range set.Pools {
 		p, ok := old[b.Pool]
 		if !ok {
-			p = PoolState{Pool: b.Pool, Permits: b.BasePermits, Batch: b.BaseBatch, Replicas: b.BaseReplicas}
+			p.Pool, p.Permits, p.Batch, p.Replicas = b.Pool, b.BasePermits, b.BaseBatch, b.BaseReplicas
 		}
-		st.Pools = append(st.Pools, p)
+		out = append(out, p)
 	}
-	return st
+	return out
 }
 
 func (h *healer) setup(ctx workflow.Context) error {
@@ -79,6 +88,7 @@ func (h *healer) setup(ctx workflow.Context) error {
 	h.pauseCh = workflow.GetSignalChannel(ctx, SignalPause)
 	h.resumeCh = workflow.GetSignalChannel(ctx, SignalResume)
 	h.overrideCh = workflow.GetSignalChannel(ctx, SignalOverride)
+	h.settingsCh = workflow.GetSignalChannel(ctx, SignalSettings)
 	return workflow.SetQueryHandler(ctx, QueryHealing, func() (HealingStatus, error) {
 		return h.status(), nil
 	})
@@ -459,13 +469,19 @@ func (h *healer) addSignals(ctx workflow.Context, sel workflow.Selector) {
 		c.Receive(ctx, &o)
 		h.override(ctx, o)
 	})
+	sel.AddReceive(h.settingsCh, func(c workflow.ReceiveChannel, _ bool) {
+		var set HealingSettings
+		c.Receive(ctx, &set)
+		h.settings(ctx, set)
+	})
 }
 
-// drainSignals applies every signal already received. (Across the three
+// drainSignals applies every signal already received. (Across the
 // channels the order of arrival is not kept; within one it is.)
 func (h *healer) drainSignals(ctx workflow.Context) {
 	for {
 		var o OverrideSignal
+		var set HealingSettings
 		switch {
 		case h.pauseCh.ReceiveAsync(nil):
 			h.pause(ctx)
@@ -473,10 +489,25 @@ func (h *healer) drainSignals(ctx workflow.Context) {
 			h.resume(ctx)
 		case h.overrideCh.ReceiveAsync(&o):
 			h.override(ctx, o)
+		case h.settingsCh.ReceiveAsync(&set):
+			h.settings(ctx, set)
 		default:
 			return
 		}
 	}
+}
+
+// settings takes new settings from the next poll on. Levels stay; pools
+// at a level keep what was applied to them until they next change level,
+// which then uses the new bounds. Settings equal to the current ones
+// (every worker sends its own when it starts) change nothing.
+func (h *healer) settings(ctx workflow.Context, set HealingSettings) {
+	if reflect.DeepEqual(set, h.set) {
+		return
+	}
+	h.set = set
+	h.st.Pools = reconcilePools(h.st.Pools, set)
+	h.record(ctx, Decision{Action: "settings", Reason: fmt.Sprintf("%+v", set)})
 }
 
 func (h *healer) pause(ctx workflow.Context) {

@@ -352,3 +352,32 @@ func TestHealingCriticalP99CatchesACollapse(t *testing.T) {
 	st = r.run(set)
 	require.Equal(t, LevelThrottle, shortLevel(st))
 }
+
+// New settings by signal apply from the next poll on; the same settings
+// again (every worker sends its own at start) record nothing.
+func TestHealingTakesNewSettingsBySignal(t *testing.T) {
+	r := newHealRun(t, repeat(critical, 3)...)
+	set := healingSettings()
+	set.PollsPerRun = 3
+	changed := set
+	changed.Pools = append([]PoolBounds(nil), set.Pools...)
+	changed.Pools[0].BaseReplicas, changed.Pools[0].MaxReplicas = 4, 8
+	changed.CriticalRatio = 10 // poll 3's 8× tail is no longer critical
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalSettings, set) }, 5*time.Second)
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalSettings, changed) }, 15*time.Second)
+	r.env.ExecuteWorkflow(HealingWorkflowName, HealingInput{Settings: set})
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(r.env.GetWorkflowError(), &can), "%v", r.env.GetWorkflowError())
+	var next HealingInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.Equal(t, changed, next.Settings, "the new settings are carried over continue-as-new")
+	var settings int
+	for _, d := range next.State.Decisions {
+		if d.Action == "settings" {
+			settings++
+		}
+	}
+	require.Equal(t, 1, settings, "only the change is recorded")
+	require.Equal(t, LevelThrottle, shortLevel(*next.State), "poll 3 is a warning under the new threshold")
+	require.Equal(t, 2, next.State.Pools[0].Replicas, "a pool at a level keeps what was applied until it changes level")
+}

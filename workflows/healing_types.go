@@ -16,6 +16,10 @@ const (
 	// SignalOverride pins a pool at a level, or releases it (payload
 	// OverrideSignal).
 	SignalOverride = "override"
+	// SignalSettings hands a running healer new settings (payload
+	// HealingSettings): workers send theirs when they start, so a config
+	// change reaches the healer without restarting it.
+	SignalSettings = "settings"
 	// QueryHealing returns HealingStatus.
 	QueryHealing = "healing"
 )

@@ -89,6 +89,25 @@ func TestHealingThroughTemporal(t *testing.T) {
 	if got := longLimit(); got != base {
 		t.Fatalf("long pool limit %d after stepping back, want %d", got, base)
 	}
+	// A worker started with other settings hands them to the running
+	// healer: the same run, one "settings" decision.
+	runBefore := stack.temporal.GetWorkflow(ctx, id, "").GetRunID()
+	cfg2 := cfg
+	cfg2.Healing.HealthyPolls++
+	if err := worker.StartHealing(ctx, stack.temporal, cfg2, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the new settings", func(s workflows.HealingStatus) bool {
+		for _, d := range s.Decisions {
+			if d.Action == "settings" {
+				return true
+			}
+		}
+		return false
+	})
+	if runAfter := stack.temporal.GetWorkflow(ctx, id, "").GetRunID(); runAfter != runBefore {
+		t.Fatalf("a second worker's start replaced the healer's run %s with %s", runBefore, runAfter)
+	}
 	signal(workflows.SignalPause, nil)
 	waitFor("paused", func(s workflows.HealingStatus) bool { return s.Paused })
 	if os.Getenv("SLUICE_TEST_RECORD_HISTORIES") == "1" {
