@@ -31,6 +31,10 @@ const (
 // maxDecisions is how many recent decisions the state keeps.
 const maxDecisions = 50
 
+// maxHoldFactor bounds how far flapping stretches a pool's hold before it
+// steps back, as a multiple of HealthyPolls.
+const maxHoldFactor = 8
+
 // HealingWorkflow watches every pool's tail and acts on it, one level at a
 // time: seed 002's order — shrink the batch, throttle long requests, scale
 // out, shed the lowest tier — and steps back, one level at a time, once a
@@ -51,6 +55,9 @@ type healer struct {
 	logger log.Logger
 
 	pauseCh, resumeCh, overrideCh, settingsCh workflow.ReceiveChannel
+	// damp: this run stretches the hold of a pool that flaps (runs
+	// started before it replay without).
+	damp bool
 }
 
 // initialState is the carried-over state, reconciled with the pools of the
@@ -85,6 +92,7 @@ func reconcilePools(pools []PoolState, set HealingSettings) []PoolState {
 
 func (h *healer) setup(ctx workflow.Context) error {
 	h.logger = workflow.GetLogger(ctx)
+	h.damp = workflow.GetVersion(ctx, "flap-damping", workflow.DefaultVersion, 1) >= 1
 	h.pauseCh = workflow.GetSignalChannel(ctx, SignalPause)
 	h.resumeCh = workflow.GetSignalChannel(ctx, SignalResume)
 	h.overrideCh = workflow.GetSignalChannel(ctx, SignalOverride)
@@ -201,10 +209,18 @@ func (h *healer) decide(ctx workflow.Context, i int, ph activities.PoolHealth) {
 		if h.shed(ctx, i, why) {
 			p.LastChange = now
 		}
-	case state == "" && p.Level > LevelNormal && p.HealthyStreak >= max(h.set.HealthyPolls, 1) && cooled:
+	case state == "" && p.Level > LevelNormal && p.HealthyStreak >= h.hold(p) && cooled:
 		h.step(ctx, i, p.Level-1, fmt.Sprintf("healthy for %d polls", p.HealthyStreak))
 		p.HealthyStreak = 0
+	case state == "" && p.Level == LevelNormal && p.Hold > 0 && p.HealthyStreak >= h.hold(p):
+		// Stable at the baseline for a whole hold: flapping is over.
+		p.Hold, p.SteppedBack = 0, false
 	}
+}
+
+// hold is how many healthy polls in a row step pool p back.
+func (h *healer) hold(p *PoolState) int {
+	return max(p.Hold, h.set.HealthyPolls, 1)
 }
 
 // step moves pool i one level up or down: entering a level applies its
@@ -223,8 +239,22 @@ func (h *healer) step(ctx workflow.Context, i, to int, why string) bool {
 		p.Level = to
 		p.LastChange = workflow.Now(ctx)
 		h.record(ctx, Decision{Pool: p.Pool, From: from, To: to, Action: "level", Reason: why})
+		h.damping(p, to > from)
 	}
 	return ok
+}
+
+// damping doubles p's hold when it escalates right after stepping back:
+// the healer stepped back too early, and without a longer hold would go
+// round the same loop (step back, tail returns, escalate) forever.
+func (h *healer) damping(p *PoolState, up bool) {
+	if !h.damp || p.Overridden {
+		return
+	}
+	if up && p.SteppedBack {
+		p.Hold = min(2*h.hold(p), maxHoldFactor*max(h.set.HealthyPolls, 1))
+	}
+	p.SteppedBack = !up
 }
 
 func (h *healer) bounds(pool string) PoolBounds {

@@ -381,3 +381,41 @@ func TestHealingTakesNewSettingsBySignal(t *testing.T) {
 	require.Equal(t, LevelThrottle, shortLevel(*next.State), "poll 3 is a warning under the new threshold")
 	require.Equal(t, 2, next.State.Pools[0].Replicas, "a pool at a level keeps what was applied until it changes level")
 }
+
+// A pool that has to escalate again right after stepping back holds its
+// level twice as long the next time, and is forgiven once it has held its
+// baseline for a whole hold.
+func TestHealingFlappingDoublesTheHold(t *testing.T) {
+	levelsAt := func(st HealingState) []int {
+		var out []int
+		for _, d := range st.Decisions {
+			if d.Action == "level" {
+				out = append(out, d.To)
+			}
+		}
+		return out
+	}
+	script := concat(
+		repeat(critical, 1), repeat(healthy, 3), // up, back after 3
+		repeat(critical, 1), repeat(healthy, 5), // up again: 5 healthy polls are not enough now
+	)
+	r := newHealRun(t, script...)
+	st := r.run(healingSettings())
+	require.Equal(t, []int{1, 0, 1}, levelsAt(st))
+	require.Equal(t, 6, st.Pools[0].Hold)
+
+	r = newHealRun(t, concat(script, repeat(healthy, 1+6))...)
+	st = r.run(healingSettings())
+	require.Equal(t, []int{1, 0, 1, 0}, levelsAt(st), "the sixth healthy poll steps back")
+	require.Equal(t, 0, st.Pools[0].Hold, "six more at the baseline: the hold is back to healthy_polls")
+	require.False(t, st.Pools[0].SteppedBack)
+
+	var cycles []activities.PoolHealth
+	for _, hold := range []int{3, 6, 12, 24, 24} {
+		cycles = concat(cycles, repeat(critical, 1), repeat(healthy, hold))
+	}
+	r = newHealRun(t, concat(cycles, repeat(critical, 1))...)
+	st = r.run(healingSettings())
+	require.Equal(t, []int{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}, levelsAt(st))
+	require.Equal(t, maxHoldFactor*3, st.Pools[0].Hold, "the hold is bounded")
+}

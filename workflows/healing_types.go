@@ -115,6 +115,14 @@ type PoolState struct {
 	Permits, Batch, Replicas int
 	// Overridden: a person pinned the level; the healer holds it.
 	Overridden bool
+	// Hold is how many healthy polls in a row step the pool back (0:
+	// HealthyPolls). It doubles each time the pool has to escalate again
+	// after stepping back — the load that needed the level is still
+	// there — up to maxHoldFactor × HealthyPolls, and returns to
+	// HealthyPolls once the pool has held its baseline that long.
+	Hold int `json:",omitempty"`
+	// SteppedBack: the pool's last level change was a step back.
+	SteppedBack bool `json:",omitempty"`
 }
 
 // Decision is one thing the healer did or tried.
