@@ -31,9 +31,12 @@ $(TEMPORAL):
 check-redis:
 	@command -v redis-server >/dev/null || { echo "redis-server not found: apt-get install -y redis-server (or run .ci/run)"; exit 1; }
 
+# The mixed-load healing test measures latency, so it runs after the race
+# run, alone and without the race detector (its file is built !race).
 test: check-redis $(TEMPORAL)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -count=1 -timeout 10m -v -run TestHealingUnderMixedLoad ./tests/load/cmd/sluice-bench/
 
 # Unit tests only: no Temporal dev server.
 test-short: check-redis

@@ -42,13 +42,15 @@ import (
 )
 
 var (
+	//go:embed lua/clock.lua
+	clockLua string
 	//go:embed lua/flush.lua
 	flushLua string
 	//go:embed lua/read.lua
 	readLua string
 
-	flushScript = redis.NewScript(flushLua)
-	readScript  = redis.NewScript(readLua)
+	flushScript = redis.NewScript(clockLua + flushLua)
+	readScript  = redis.NewScript(clockLua + readLua)
 )
 
 // Series names the series of a stage in a pool, "llm_first_token/short",

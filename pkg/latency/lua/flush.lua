@@ -17,11 +17,7 @@
 -- ARGV[4…] per series, in KEYS order: k, then k BITFIELD arguments
 --          (INCRBY i64 #index increment, …)
 -- Returns the slot number written.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = t[1] * 1000 + math.floor(t[2] / 1000)
-end
+local now = now_ms(ARGV[1])
 local slot_ms = tonumber(ARGV[2])
 local slot = math.floor(now / slot_ms)
 -- Relative, so that a test's clock far from Redis's still gets keys that

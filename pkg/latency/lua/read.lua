@@ -8,11 +8,7 @@
 -- ARGV[3]  window, ms
 -- Returns {now ms, start of the oldest slot read ms, then per series in
 -- KEYS order: an array of its slots (nil where none was written)}.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = t[1] * 1000 + math.floor(t[2] / 1000)
-end
+local now = now_ms(ARGV[1])
 local slot_ms = tonumber(ARGV[2])
 local first = math.floor((now - tonumber(ARGV[3])) / slot_ms)
 local last = math.floor(now / slot_ms)

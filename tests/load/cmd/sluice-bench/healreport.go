@@ -27,10 +27,10 @@ func writeHealReport(o healOptions, runs []*healRun, v []healVerdict) error {
 	fmt.Fprintf(&md, "Command: `%s`\n\n", commandLine())
 	fmt.Fprintf(&md, "Both pools send to one simulator (continuous batching, %d KV blocks of 16 tokens, max_num_seqs %d, prefill %s/token, time scale %g). "+
 		"Open loop, Poisson arrivals at %.1f req/s for %s (seed %d, the same in both modes): a share of %.2f is long (a ~%d-token query, max_tokens %d), the others short (max_tokens %d). "+
-		"Permits: short %d, long %d. Healer: interval %s, window and cool-down %s, min_samples %d, healthy_polls %d, short pool scaler up to %d simulator replicas, long cost factor %d. "+
+		"Permits: short %d, long %d. Healer: interval %s, window and cool-down %s, min_samples %d, healthy_polls %d, short pool scaler up to %d simulator replicas, long cost factor %g, critical_p99 %s. "+
 		"The bench samples each pool's llm_first_token P50/P99 every %s over the last %s from the shared latency window (independent of the healer's window).\n\n",
 		o.kvBlocks, o.maxNumSeqs, o.prefillPerTok, o.timeScale, o.rate, o.duration, o.seed, o.longShare, o.longRepeat*12, o.longTokens, o.shortTokens,
-		o.shortPerms, o.longPerms, o.interval, o.window, o.minSamples, o.healthyPolls, o.maxReplicas, 10, o.sampleEvery, o.sampleWindow)
+		o.shortPerms, o.longPerms, o.interval, o.window, o.minSamples, o.healthyPolls, o.maxReplicas, o.costFactor, o.criticalP99, o.sampleEvery, o.sampleWindow)
 	md.WriteString("![short pool P99/P50 over time](heal.png)\n\n")
 	md.WriteString("In the plot: grey healing off, blue healing on; dashed lines at P99/P50 = 2 (warn) and 5 (critical); red ticks on the top edge are healer actions.\n\n")
 	md.WriteString("## Verdicts\n\n")
