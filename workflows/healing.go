@@ -3,7 +3,7 @@ package workflows
 import (
 	"fmt"
 	"math"
-	"reflect"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -532,12 +532,24 @@ func (h *healer) drainSignals(ctx workflow.Context) {
 // which then uses the new bounds. Settings equal to the current ones
 // (every worker sends its own when it starts) change nothing.
 func (h *healer) settings(ctx workflow.Context, set HealingSettings) {
-	if reflect.DeepEqual(set, h.set) {
+	if sameSettings(set, h.set) {
 		return
 	}
 	h.set = set
 	h.st.Pools = reconcilePools(h.st.Pools, set)
 	h.record(ctx, Decision{Action: "settings", Reason: fmt.Sprintf("%+v", set)})
+}
+
+// sameSettings compares field by field: reflect.DeepEqual is not allowed
+// in workflow code, and a struct holding a slice has no ==.
+// TestSameSettingsSeesEveryField fails when a field is left out here.
+func sameSettings(a, b HealingSettings) bool {
+	return a.Interval == b.Interval && a.Window == b.Window && a.Stage == b.Stage &&
+		a.WarnRatio == b.WarnRatio && a.CriticalRatio == b.CriticalRatio && a.WarnKVCache == b.WarnKVCache &&
+		a.CriticalQueueDepth == b.CriticalQueueDepth && a.CriticalTimeoutRate == b.CriticalTimeoutRate &&
+		a.CriticalP99 == b.CriticalP99 && a.MinSamples == b.MinSamples && a.HealthyPolls == b.HealthyPolls &&
+		a.Cooldown == b.Cooldown && a.LongCostFactor == b.LongCostFactor && a.PollsPerRun == b.PollsPerRun &&
+		slices.Equal(a.Pools, b.Pools)
 }
 
 func (h *healer) pause(ctx workflow.Context) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -418,4 +419,30 @@ func TestHealingFlappingDoublesTheHold(t *testing.T) {
 	st = r.run(healingSettings())
 	require.Equal(t, []int{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}, levelsAt(st))
 	require.Equal(t, maxHoldFactor*3, st.Pools[0].Hold, "the hold is bounded")
+}
+
+// Every field of HealingSettings counts in sameSettings: a field added to
+// the struct and not to the comparison fails here.
+func TestSameSettingsSeesEveryField(t *testing.T) {
+	base := healingSettings()
+	require.True(t, sameSettings(base, healingSettings()))
+	v := reflect.ValueOf(&base).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		changed := healingSettings()
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.Int, reflect.Int64:
+			f.SetInt(f.Int() + 1)
+		case reflect.Float64:
+			f.SetFloat(f.Float() + 1)
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Slice:
+			changed.Pools = append([]PoolBounds(nil), changed.Pools...)
+			changed.Pools[0].MaxReplicas++
+		default:
+			t.Fatalf("field %s: kind %s not handled by this test", v.Type().Field(i).Name, f.Kind())
+		}
+		require.False(t, sameSettings(base, changed), "field %s", v.Type().Field(i).Name)
+	}
 }
