@@ -212,8 +212,9 @@ func (h *healer) decide(ctx workflow.Context, i int, ph activities.PoolHealth) {
 	case state == "" && p.Level > LevelNormal && p.HealthyStreak >= h.hold(p) && cooled:
 		h.step(ctx, i, p.Level-1, fmt.Sprintf("healthy for %d polls", p.HealthyStreak))
 		p.HealthyStreak = 0
-	case state == "" && p.Level == LevelNormal && p.Hold > 0 && p.HealthyStreak >= h.hold(p):
-		// Stable at the baseline for a whole hold: flapping is over.
+	case state == "" && p.Level == LevelNormal && (p.Hold > 0 || p.SteppedBack) && p.HealthyStreak >= h.hold(p):
+		// Stable at the baseline for a whole hold: no flapping (any more);
+		// a later escalation is a new episode.
 		p.Hold, p.SteppedBack = 0, false
 	}
 }

@@ -411,6 +411,13 @@ func TestHealingFlappingDoublesTheHold(t *testing.T) {
 	require.Equal(t, 0, st.Pools[0].Hold, "six more at the baseline: the hold is back to healthy_polls")
 	require.False(t, st.Pools[0].SteppedBack)
 
+	// Back at the baseline and healthy for a whole hold before the next
+	// incident: not a flap, the hold stays healthy_polls.
+	r = newHealRun(t, concat(repeat(critical, 1), repeat(healthy, 3+3), repeat(critical, 1), repeat(healthy, 3))...)
+	st = r.run(healingSettings())
+	require.Equal(t, []int{1, 0, 1, 0}, levelsAt(st))
+	require.Equal(t, 0, st.Pools[0].Hold)
+
 	var cycles []activities.PoolHealth
 	for _, hold := range []int{3, 6, 12, 24, 24} {
 		cycles = concat(cycles, repeat(critical, 1), repeat(healthy, hold))
