@@ -157,6 +157,12 @@ func Route(n, shortThreshold int) string {
 	return PoolLong
 }
 
+// promptBound is the prompt's upper bound known before retrieval: the
+// query's tokens and TopK full chunks.
+func (a *Activities) promptBound(query string) int {
+	return a.Prompts.BoundBeforeRetrieval(query, a.Options.TopK, a.Options.ChunkTokens)
+}
+
 // Admit asks for a permit in the request's pool (chosen here on the first
 // call from an upper bound of the prompt), or re-checks a queued request.
 // Waiters that this call granted a permit are woken.
@@ -165,7 +171,11 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 	out := AdmitOutput{Pool: in.Pool}
 	if out.Pool == "" {
 		_, out.HistoryTokens = a.history(ctx, in.RequestID, in.Session)
-		out.EstimatedPromptTokens = a.Prompts.BoundBeforeRetrieval(in.Query, a.Options.TopK, a.Options.ChunkTokens) + out.HistoryTokens
+		bound := in.PromptBound
+		if bound == 0 {
+			bound = a.promptBound(in.Query)
+		}
+		out.EstimatedPromptTokens = bound + out.HistoryTokens
 		out.Pool = Route(out.EstimatedPromptTokens, a.Options.ShortThreshold)
 	}
 	written := func() error { return nil }

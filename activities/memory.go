@@ -20,7 +20,10 @@ import (
 // history returns the session's newest turns that fit its token budget,
 // and the tokens they add to a prompt. A session that cannot be read is
 // asked without its history: memory makes answers better, its absence
-// does not make them wrong.
+// does not make them wrong. Admit (to route by the tokens) and StreamLLM
+// (to build the prompt) each read it: handing the turns from one to the
+// other would put up to history_tokens of text into the workflow's history
+// for every request, a bigger cost than one more Redis read.
 func (a *Activities) history(ctx context.Context, requestID string, ref *SessionRef) ([]prompt.Exchange, int) {
 	if ref == nil || ref.HistoryTokens <= 0 || a.Sessions == nil {
 		return nil, 0
@@ -126,13 +129,14 @@ func (a *Activities) LookupAnswer(ctx context.Context, in LookupAnswerInput) (Lo
 	if err != nil {
 		return LookupAnswerOutput{}, fmt.Errorf("read version of kb %s: %w", in.KB, err)
 	}
-	pool := Route(a.Prompts.BoundBeforeRetrieval(in.Query, a.Options.TopK, a.Options.ChunkTokens), a.Options.ShortThreshold)
+	bound := a.promptBound(in.Query)
+	pool := Route(bound, a.Options.ShortThreshold)
 	ans, hit, err := a.Answers.Get(ctx, a.answerKey(in.Query, in.KB, version, pool), in.MaxTokens)
 	if err != nil || !hit {
-		return LookupAnswerOutput{KBVersion: version, Ms: time.Since(start).Milliseconds()}, err
+		return LookupAnswerOutput{PromptBound: bound, KBVersion: version, Ms: time.Since(start).Milliseconds()}, err
 	}
 	out := LookupAnswerOutput{
-		Hit: true, KBVersion: version, FinishReason: ans.FinishReason,
+		Hit: true, PromptBound: bound, KBVersion: version, FinishReason: ans.FinishReason,
 		Sources: ans.Sources, ContextShed: ans.ContextShed,
 	}
 	if activity.GetInfo(ctx).Attempt > 1 {

@@ -202,11 +202,17 @@ func TestAnswerCacheServesACompleteAnswer(t *testing.T) {
 	toks := []string{"Admission", " queues", " requests."}
 	fake := &fakeLLM{tokens: toks, usage: &llm.Usage{PromptTokens: 300, CompletionTokens: 3, TotalTokens: 303}}
 	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
-	if got := h.lookup(t, "r0", 100); got.Hit {
+	miss := h.lookup(t, "r0", 100)
+	if miss.Hit {
 		t.Fatal("hit in an empty cache")
 	}
-	// The pool the lookup keys by is the one admission routes to.
-	pool := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{RequestID: "r1", Query: query}).Pool
+	// The pool the lookup keys by is the one admission routes to, and the
+	// bound it counted is admission's.
+	adm := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{RequestID: "r1", Query: query})
+	if miss.PromptBound == 0 || miss.PromptBound != adm.EstimatedPromptTokens {
+		t.Fatalf("lookup counted a bound of %d, admission %d", miss.PromptBound, adm.EstimatedPromptTokens)
+	}
+	pool := adm.Pool
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	if _, err := stream(t, h, activities.LLMInput{
 		RequestID: "r1", Pool: pool, Query: query, KB: kbName, KBVersion: version,
@@ -260,6 +266,13 @@ func TestAdmitRoutesAtTheExactThreshold(t *testing.T) {
 		if out := h.admit(t, "r1", "granted"); out.Pool != tc.want || out.EstimatedPromptTokens != bound {
 			t.Fatalf("threshold %d: %+v, want pool %s at bound %d", tc.threshold, out, tc.want, bound)
 		}
+	}
+	// A bound counted before (by the answer-cache lookup) is routed by as
+	// given, not counted again.
+	h = newHarness(t, func(o *harnessOptions) { o.shortThreshold = bound })
+	out := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{RequestID: "r2", Query: query, PromptBound: bound + 1})
+	if out.Pool != activities.PoolLong || out.EstimatedPromptTokens != bound+1 {
+		t.Fatalf("admit with a given bound: %+v; want the long pool at %d", out, bound+1)
 	}
 }
 

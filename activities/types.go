@@ -69,6 +69,9 @@ type AdmitInput struct {
 	// re-checks pass the pool and Seq from the first call's output.
 	Pool string
 	Seq  int64
+	// PromptBound, if not 0, is the prompt's upper bound before retrieval
+	// (without session history) as the answer-cache lookup counted it.
+	PromptBound int
 	// Recheck marks a fallback re-check (no stage event is written).
 	Recheck bool
 	// RecheckBase and RecheckMax bound the cadence of the waiter's
@@ -204,7 +207,11 @@ type LookupAnswerInput struct {
 
 // LookupAnswerOutput says whether the request was answered from the cache.
 type LookupAnswerOutput struct {
-	Hit          bool
+	Hit bool
+	// PromptBound is the prompt's upper bound before retrieval it routed
+	// by (without session history), for admission to route by on a miss
+	// instead of counting the query's tokens again.
+	PromptBound  int
 	KBVersion    int64
 	FinishReason string
 	Sources      []string

@@ -58,6 +58,9 @@ type chat struct {
 	pool      string
 	seq       int64
 	admitting bool
+	// promptBound is the answer-cache lookup's count of the prompt's
+	// bound, which admission routes by instead of counting again.
+	promptBound int
 	// doneWritten: the stream already wrote the done event; turnRecorded:
 	// it recorded the answer in the session too.
 	doneWritten  bool
@@ -284,6 +287,7 @@ func (w *chat) answeredFromCache() bool {
 	}
 	if !out.Hit {
 		w.timing("answer_cache", out.Ms, "miss")
+		w.promptBound = out.PromptBound
 		return false
 	}
 	w.timing("answer_cache", out.Ms, "hit")
@@ -342,7 +346,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	}
 	if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
-		Pool: w.pool, Seq: w.seq,
+		Pool: w.pool, Seq: w.seq, PromptBound: w.promptBound,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 		FastWait: w.in.Settings.FastWait, Session: w.session(),

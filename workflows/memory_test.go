@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/stretchr/testify/mock"
@@ -50,14 +51,22 @@ func (s *chatSuite) TestAnswerCacheHitSkipsAdmissionAndLLM() {
 
 func (s *chatSuite) TestAnswerCacheMissOrFailureAnswersAsUsual() {
 	for _, tc := range []struct {
-		name string
-		err  error
-	}{{"miss", nil}, {"failure", errors.New("redis down")}} {
+		name  string
+		err   error
+		bound int // what admission is handed to route by
+	}{{"miss", nil, 321}, {"failure", errors.New("redis down"), 0}} {
 		s.Run(tc.name, func() {
 			s.SetupTest()
 			s.mockEmbed()
-			s.mockLookup(activities.LookupAnswerOutput{Ms: 1}, tc.err)
-			s.mockAdmit(granted, nil)
+			s.mockLookup(activities.LookupAnswerOutput{PromptBound: 321, Ms: 1}, tc.err)
+			log := s.log
+			s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+				log.record("Admit")
+				if in.PromptBound != tc.bound {
+					return activities.AdmitOutput{}, fmt.Errorf("admission handed prompt bound %d, want %d", in.PromptBound, tc.bound)
+				}
+				return granted, nil
+			})
 			s.mockRetrieveRerank()
 			var cache bool
 			s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LLMInput) (activities.LLMOutput, error) {
