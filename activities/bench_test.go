@@ -173,7 +173,8 @@ func benchRepeated(b *testing.B, kb *benchStore, emb embed.Embedder) {
 		Prefix: prefix, TTL: time.Hour, LRUSize: cfg.Embedding.LRUSize, Logger: quiet,
 	})
 	l2 := retrieval.NewCachedRetriever(kb.live, kb.rdb, retrieval.CacheOptions{
-		Prefix: prefix, TTL: time.Hour, Version: emb.Model(), DocIndexKey: kb.store.L2DocKey, VersionKey: kb.store.VersionKey, Logger: quiet,
+		Prefix: prefix, TTL: time.Hour, Version: emb.Model(), DocIndexKey: kb.store.L2DocKey, VersionKey: kb.store.VersionKey,
+		RefsOnly: true, Logger: quiet,
 	})
 	on.Retriever = cachedRetriever{l2}
 	off.Embeddings = uncachedEmbeddings{emb}

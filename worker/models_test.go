@@ -206,8 +206,8 @@ func TestRemoteEmbedderAndRerankerFromConfig(t *testing.T) {
 		t.Fatalf("second retrieve: hit %v, %v; want an L2 hit", hit, err)
 	}
 	keys, err := rdb.Keys(ctx, prefix+"ret:*").Result()
-	if err != nil || len(keys) != 1 || !strings.HasSuffix(keys[0], ":fake-embed/64") {
-		t.Errorf("retrieval cache keys %q (%v), want one ending in the embedder's model :fake-embed/64", keys, err)
+	if err != nil || len(keys) != 1 || !strings.HasSuffix(keys[0], ":fake-embed/64|refs") {
+		t.Errorf("retrieval cache keys %q (%v), want one ending in the embedder's model and the refs-only format :fake-embed/64|refs", keys, err)
 	}
 
 	ids := make([]string, len(res.Chunks))

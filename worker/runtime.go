@@ -226,7 +226,9 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		KeepCase:    keepCase,
 		DocIndexKey: r.KBs.L2DocKey,
 		VersionKey:  r.KBs.VersionKey,
-		Logger:      r.Logger.With("component", "retrieval-cache"),
+		// Retrieve hands on chunk refs; rerank looks the text up by ID.
+		RefsOnly: true,
+		Logger:   r.Logger.With("component", "retrieval-cache"),
 	})
 	answers := answercache.New(r.Redis, cfg.Redis.KeyPrefix, cfg.AnswerCache.TTL)
 	r.Metrics.RegisterCache("embedding", func() metrics.CacheStats {

@@ -175,6 +175,44 @@ func TestCachedRetrieverVersionOptionSeparatesEntries(t *testing.T) {
 	}
 }
 
+// RefsOnly entries keep each chunk's ID, document and score, not its
+// text: a hit returns the same ranking without Title and Text, from a
+// smaller entry under a key of its own.
+func TestCachedRetrieverRefsOnly(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis.Client(t)
+	inner := newCounting(t, 1)
+	q := retrieval.Query{KB: "sluice-docs", Text: "how does a token bucket refill", K: 5}
+	full := retrieval.NewCachedRetriever(inner, rdb, retrieval.CacheOptions{Prefix: prefix(t), Version: "emb", Logger: quiet})
+	refs := retrieval.NewCachedRetriever(inner, rdb, retrieval.CacheOptions{Prefix: prefix(t), Version: "emb", RefsOnly: true, Logger: quiet})
+	miss, hit, err := refs.Get(ctx, q)
+	if err != nil || hit || len(miss.Chunks) == 0 || miss.Chunks[0].Text == "" {
+		t.Fatalf("first Get: hit %v, err %v, %+v", hit, err, miss)
+	}
+	got, hit, err := refs.Get(ctx, q)
+	if err != nil || !hit {
+		t.Fatalf("second Get: hit %v, err %v", hit, err)
+	}
+	if got.KB != miss.KB || got.KBVersion != miss.KBVersion || len(got.Chunks) != len(miss.Chunks) {
+		t.Fatalf("hit %+v, miss %+v", got, miss)
+	}
+	for i, ch := range got.Chunks {
+		m := miss.Chunks[i]
+		if ch.ID != m.ID || ch.DocID != m.DocID || ch.Score != m.Score || ch.Text != "" || ch.Title != "" {
+			t.Fatalf("chunk %d: hit %+v, miss %+v", i, ch, m)
+		}
+	}
+	if _, hit, _ := full.Get(ctx, q); hit {
+		t.Fatal("a full-entry cache read a refs-only entry")
+	}
+	refsLen := rdb.StrLen(ctx, refs.Key(q, 1)).Val()
+	fullLen := rdb.StrLen(ctx, full.Key(q, 1)).Val()
+	t.Logf("entry bytes: refs-only %d, full %d", refsLen, fullLen)
+	if refsLen == 0 || refsLen*3 > fullLen {
+		t.Fatalf("refs-only entry %d bytes, full entry %d: want under a third", refsLen, fullLen)
+	}
+}
+
 func TestCachedRetrieverBypassesUnversionedKB(t *testing.T) {
 	ctx := context.Background()
 	rdb := testRedis.Client(t)
