@@ -62,9 +62,10 @@ type CacheOptions struct {
 	// RefsOnly keeps only each chunk's ID, DocID and Score in Redis: a
 	// hit returns chunks without Title and Text. It is for callers that
 	// look chunks up by ID themselves (the chat activities do, at rerank):
-	// an entry is then a seventh of the size or less, and decoding the chunk text on
-	// every hit cost more than the search it saved on a small kb. The
-	// key's version names the format, so entries of both never mix.
+	// an entry is then a seventh of the size or less, and decoding the
+	// chunk text on every hit cost more than the search it saved on a
+	// small kb. The key's version names the format, so entries of both
+	// never mix.
 	RefsOnly bool
 	// Logger receives Redis failures, which the cache survives by
 	// retrieving. Default slog.Default().
