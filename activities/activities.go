@@ -149,6 +149,10 @@ func (a *Activities) beginStage(ctx context.Context, requestID string, st events
 	return func() error { return <-errc }
 }
 
+// StageTTFT names the latency series of a request's time to its first
+// token: the sum of its stages up to and including llm_first_token.
+const StageTTFT = "ttft"
+
 // Route picks the pool for a prompt of n tokens.
 func Route(n, shortThreshold int) string {
 	if n <= shortThreshold {

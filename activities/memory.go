@@ -175,15 +175,32 @@ func (a *Activities) LookupAnswer(ctx context.Context, in LookupAnswerInput) (Lo
 
 // report records a finished request in the metrics and, for requests that
 // reached a pool, in the shared latency window: each stage's time under
-// "<stage>/<pool>", and the counters "requests/<pool>" and
-// "queue_timeouts/<pool>" the healer's timeout rate is made of.
+// "<stage>/<pool>", the time to the first token under "ttft/<pool>", and
+// the counters "requests/<pool>" and "queue_timeouts/<pool>" the healer's
+// timeout rate is made of.
 func (a *Activities) report(r Report) {
 	a.Metrics.ObserveRequest(metrics.Request{Route: r.Route, Outcome: metrics.OutcomeOf(r.Outcome, r.Reason), Timings: r.Timings})
 	if a.Latency == nil || (r.Route != PoolShort && r.Route != PoolLong) {
 		return
 	}
+	var ttft int64
+	firstToken := false
 	for _, t := range r.Timings {
 		a.Latency.Record(latency.Series(t.Stage, r.Route), time.Duration(t.Ms)*time.Millisecond)
+		switch t.Stage {
+		case "llm": // the whole answer: past the first token
+		case "llm_first_token":
+			firstToken = true
+			ttft += t.Ms
+		default:
+			ttft += t.Ms
+		}
+	}
+	if firstToken {
+		// The client's wait for its first token, stage by stage: unlike
+		// llm_first_token it counts the admission queue, so a healer
+		// watching it sees waits that shrinking a pool moves there.
+		a.Latency.Record(latency.Series(StageTTFT, r.Route), time.Duration(ttft)*time.Millisecond)
 	}
 	a.Latency.Add(latency.Series("requests", r.Route), 1)
 	if r.Reason == "queue_timeout" {

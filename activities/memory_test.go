@@ -333,4 +333,20 @@ func TestFinalizeReportsTheRequest(t *testing.T) {
 	if st[0].Count != 1 || st[0].P50 < 28*time.Second || st[1].Added != 1 || st[2].Added != 1 || st[3].Count != 0 {
 		t.Fatalf("latency window %+v", st)
 	}
+	// Time to first token: the stages before it and the first token, not
+	// the rest of the answer; only requests that got a first token.
+	finalize(t, h, activities.FinalizeInput{RequestID: "r3", Report: &activities.Report{Route: activities.PoolLong, Outcome: "done", Timings: []events.StageTiming{
+		{Stage: "embed", Ms: 100}, {Stage: "admission", Ms: 2000}, {Stage: "retrieval", Ms: 300},
+		{Stage: "llm_first_token", Ms: 600}, {Stage: "llm", Ms: 9000},
+	}}})
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err = w.Snapshots(ctx, time.Minute, latency.Series(activities.StageTTFT, "long"), latency.Series(activities.StageTTFT, "short"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[0].Count != 1 || st[0].P50 < 2850*time.Millisecond || st[0].P50 > 3150*time.Millisecond || st[1].Count != 0 {
+		t.Fatalf("ttft %+v, want one of 3 s in the long pool and none in the short (no first token)", st)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -266,6 +267,13 @@ type Scaler struct {
 	Timeout time.Duration `yaml:"timeout"`
 }
 
+// HealingStages are the latency series the healer can watch: each stage
+// a request reports, and "ttft", the sum of the stages up to its first
+// token (the admission queue included).
+func HealingStages() []string {
+	return []string{"embed", "answer_cache", "admission", "retrieval", "rerank", "llm_first_token", "llm", "ttft"}
+}
+
 // MaxLongCostFactor bounds how much more a long request may be charged
 // against token rate limits while the healer throttles long requests.
 const MaxLongCostFactor = 10
@@ -283,7 +291,7 @@ type Healing struct {
 	// most metrics.latency_retention).
 	Interval time.Duration `yaml:"interval"`
 	Window   time.Duration `yaml:"window"`
-	// Stage is the stage whose P99/P50 is watched.
+	// Stage is the stage whose P99/P50 is watched (HealingStages).
 	Stage string `yaml:"stage"`
 	// WarnRatio and CriticalRatio are P99/P50 thresholds.
 	WarnRatio     float64 `yaml:"warn_ratio"`
@@ -914,7 +922,9 @@ func (v *validator) healing(c Config) {
 	if h.Window > c.Metrics.LatencyRetention {
 		v.add("healing.window", "must not exceed metrics.latency_retention (%s), got %s", c.Metrics.LatencyRetention, h.Window)
 	}
-	v.nonEmpty("healing.stage", h.Stage)
+	if !slices.Contains(HealingStages(), h.Stage) {
+		v.add("healing.stage", "must be one of %s, got %q", strings.Join(HealingStages(), ", "), h.Stage)
+	}
 	if !(h.WarnRatio > 1) {
 		v.add("healing.warn_ratio", "must be > 1 (P99 is never below P50), got %v", h.WarnRatio)
 	}

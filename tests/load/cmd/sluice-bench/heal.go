@@ -48,6 +48,7 @@ type healOptions struct {
 	maxReplicas   int
 	costFactor    float64
 	criticalP99   time.Duration
+	stage         string
 	sampleEvery   time.Duration
 	sampleWindow  time.Duration
 	interval      time.Duration
@@ -79,6 +80,7 @@ func defineHeal(fs *flag.FlagSet) func(context.Context) error {
 	fs.IntVar(&o.maxReplicas, "max-replicas", 4, "the healer's scaler bound (simulator replicas)")
 	fs.Float64Var(&o.costFactor, "long-cost-factor", 2, "healing.long_cost_factor: throttling divides the long pool's permits by it")
 	fs.DurationVar(&o.criticalP99, "critical-p99", 0, "healing.critical_p99 (0: off)")
+	fs.StringVar(&o.stage, "stage", "llm_first_token", "healing.stage: the series the healer watches (the report shows llm_first_token whatever it is)")
 	fs.DurationVar(&o.sampleEvery, "sample-every", 3*time.Second, "how often the bench samples P50/P99 and the healer")
 	fs.DurationVar(&o.sampleWindow, "sample-window", 10*time.Second, "the window of each sample")
 	fs.DurationVar(&o.interval, "interval", 2*time.Second, "healing.interval")
@@ -171,6 +173,7 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 		cfg.Healing.HealthyPolls = o.healthyPolls
 		cfg.Healing.LongCostFactor = o.costFactor
 		cfg.Healing.CriticalP99 = o.criticalP99
+		cfg.Healing.Stage = o.stage
 		// No rate limits: the load is to reach the pools.
 		std := cfg.Limits.Tiers["standard"]
 		cfg.Limits.Tiers[healTier] = config.Tier{Weight: std.Weight, MaxWait: std.MaxWait, MaxQueuePerTenant: std.MaxQueuePerTenant}
