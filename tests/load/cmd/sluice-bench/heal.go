@@ -353,7 +353,12 @@ func median(xs []float64) float64 {
 
 func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
 	var v []healVerdict
+	// Each mode's share of the second half's samples above 5, first, so
+	// that "on" is compared with "off" whatever order they ran in.
 	share := map[string]float64{}
+	for _, r := range runs {
+		share[r.Mode] = shareAbove(shortRatios(r, o.duration/2, o.minSamples), 5)
+	}
 	for _, r := range runs {
 		switch r.Mode {
 		case "off":
@@ -363,7 +368,6 @@ func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
 			// reported, the share of critical samples is what is asserted.
 			rs := shortRatios(r, o.duration/2, o.minSamples)
 			m := median(rs)
-			share[r.Mode] = shareAbove(rs, 5)
 			v = append(v, healVerdict{"healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], m), ">= 25%", share[r.Mode] >= 0.25})
 		case "on":
 			// The first sample below 2 after the pool went critical, counted
@@ -391,7 +395,6 @@ func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
 			}
 			v = append(v, healVerdict{"healing on: short P99/P50 above 5, then below 2", measured, fmt.Sprintf("within %d polls", o.boundPolls), critical && firstPolls >= 0 && firstPolls <= int64(o.boundPolls)})
 			rs := shortRatios(r, o.duration/2, o.minSamples)
-			share[r.Mode] = shareAbove(rs, 5)
 			// Stepping back while the load that needed the level is still
 			// there brings the tail back once (then the hold doubles), so
 			// the second half is compared with healing off, not with 0.
