@@ -91,7 +91,15 @@ func TestHealingThroughTemporal(t *testing.T) {
 	}
 	// A worker started with other settings hands them to the running
 	// healer: the same run, one "settings" decision.
-	runBefore := stack.temporal.GetWorkflow(ctx, id, "").GetRunID()
+	currentRun := func() string {
+		t.Helper()
+		d, err := stack.temporal.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	}
+	runBefore := currentRun()
 	cfg2 := cfg
 	cfg2.Healing.HealthyPolls++
 	if err := worker.StartHealing(ctx, stack.temporal, cfg2, slog.New(slog.DiscardHandler)); err != nil {
@@ -105,7 +113,7 @@ func TestHealingThroughTemporal(t *testing.T) {
 		}
 		return false
 	})
-	if runAfter := stack.temporal.GetWorkflow(ctx, id, "").GetRunID(); runAfter != runBefore {
+	if runAfter := currentRun(); runBefore == "" || runAfter != runBefore {
 		t.Fatalf("a second worker's start replaced the healer's run %s with %s", runBefore, runAfter)
 	}
 	signal(workflows.SignalPause, nil)
