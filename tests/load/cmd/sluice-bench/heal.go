@@ -353,11 +353,13 @@ func median(xs []float64) float64 {
 
 func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
 	var v []healVerdict
-	// Each mode's share of the second half's samples above 5, first, so
+	// Each mode's second-half ratios and their share above 5, first, so
 	// that "on" is compared with "off" whatever order they ran in.
+	second := map[string][]float64{}
 	share := map[string]float64{}
 	for _, r := range runs {
-		share[r.Mode] = shareAbove(shortRatios(r, o.duration/2, o.minSamples), 5)
+		second[r.Mode] = shortRatios(r, o.duration/2, o.minSamples)
+		share[r.Mode] = shareAbove(second[r.Mode], 5)
 	}
 	for _, r := range runs {
 		switch r.Mode {
@@ -366,9 +368,7 @@ func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
 			// bursts, and in a collapse P50 rises with P99 (0.5–2 s), so
 			// the ratio falls although nothing is healed: the median is
 			// reported, the share of critical samples is what is asserted.
-			rs := shortRatios(r, o.duration/2, o.minSamples)
-			m := median(rs)
-			v = append(v, healVerdict{"healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], m), ">= 25%", share[r.Mode] >= 0.25})
+			v = append(v, healVerdict{"healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])), ">= 25%", share[r.Mode] >= 0.25})
 		case "on":
 			// The first sample below 2 after the pool went critical, counted
 			// in healer polls since the first critical sample.
@@ -394,12 +394,11 @@ func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
 				measured = fmt.Sprintf("%d polls", firstPolls)
 			}
 			v = append(v, healVerdict{"healing on: short P99/P50 above 5, then below 2", measured, fmt.Sprintf("within %d polls", o.boundPolls), critical && firstPolls >= 0 && firstPolls <= int64(o.boundPolls)})
-			rs := shortRatios(r, o.duration/2, o.minSamples)
 			// Stepping back while the load that needed the level is still
 			// there brings the tail back once (then the hold doubles), so
 			// the second half is compared with healing off, not with 0.
 			if off, ok := share["off"]; ok {
-				v = append(v, healVerdict{"healing on: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(rs)),
+				v = append(v, healVerdict{"healing on: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])),
 					fmt.Sprintf("< healing off's %.0f%%", 100*off), share[r.Mode] < off})
 			}
 		}
