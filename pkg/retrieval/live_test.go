@@ -239,16 +239,8 @@ func TestLiveQueriesDuringCatchUp(t *testing.T) {
 // without asking Redis again.
 func TestCachedLiveReadsVersionOnce(t *testing.T) {
 	ctx := context.Background()
-	rdb := testRedis.Client(t)
-	store := kbstore.New(rdb, kbstore.Options{Prefix: prefix(t)})
-	r := newRandomKB(t, 7)
-	r.store = store
-	r.put(t)
-	counter := getsOf(store.VersionKey(r.kb))
-	counted := testRedis.Client(t)
-	counted.AddHook(counter)
-	l := newTestLive(t, kbstore.New(counted, kbstore.Options{Prefix: prefix(t)}))
-	c := retrieval.NewCachedRetriever(l, rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
+	r, l, counter := liveCountingVersionReads(t, 7)
+	c := retrieval.NewCachedRetriever(l, testRedis.Client(t), retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
 	q := retrieval.Query{KB: r.kb, Text: r.word(), K: 3}
 	for i, wantHit := range []bool{false, true} {
 		before := counter.n.Load()
@@ -259,6 +251,21 @@ func TestCachedLiveReadsVersionOnce(t *testing.T) {
 			t.Errorf("Get %d (hit=%v) read the kb version %d times, want once", i, wantHit, n)
 		}
 	}
+}
+
+// liveCountingVersionReads puts a random kb in the store and returns it,
+// a Live retriever over it whose Redis client counts the reads of the kb's
+// version key, and that counter.
+func liveCountingVersionReads(t *testing.T, seed uint64) (*randomKB, *retrieval.Live, *cmdCounter) {
+	t.Helper()
+	store := kbstore.New(testRedis.Client(t), kbstore.Options{Prefix: prefix(t)})
+	r := newRandomKB(t, seed)
+	r.store = store
+	r.put(t)
+	reads := getsOf(store.VersionKey(r.kb))
+	counted := testRedis.Client(t)
+	counted.AddHook(reads)
+	return r, newTestLive(t, kbstore.New(counted, kbstore.Options{Prefix: prefix(t)})), reads
 }
 
 // getsOf counts GETs of key, pipelined or not.
@@ -272,19 +279,11 @@ func getsOf(key string) *cmdCounter {
 // the entry read by one script — and the kb's index is not consulted.
 func TestCachedHitIsOneRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	rdb := testRedis.Client(t)
-	store := kbstore.New(rdb, kbstore.Options{Prefix: prefix(t)})
-	r := newRandomKB(t, 11)
-	r.store = store
-	r.put(t)
-	versionReads := getsOf(store.VersionKey(r.kb))
-	liveClient := testRedis.Client(t)
-	liveClient.AddHook(versionReads)
-	l := newTestLive(t, kbstore.New(liveClient, kbstore.Options{Prefix: prefix(t)}))
+	r, l, versionReads := liveCountingVersionReads(t, 11)
 	cmds := &cmdCounter{}
 	cacheClient := testRedis.Client(t)
 	cacheClient.AddHook(cmds)
-	c := retrieval.NewCachedRetriever(l, cacheClient, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet, VersionKey: store.VersionKey})
+	c := retrieval.NewCachedRetriever(l, cacheClient, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet, VersionKey: r.store.VersionKey})
 	q := retrieval.Query{KB: r.kb, Text: r.word(), K: 3}
 	miss, hit, err := c.Get(ctx, q)
 	if err != nil || hit {
