@@ -93,11 +93,11 @@ func TestHealingThroughTemporal(t *testing.T) {
 	// healer: the same run, one "settings" decision.
 	currentRun := func() string {
 		t.Helper()
-		d, err := stack.temporal.DescribeWorkflowExecution(ctx, id, "")
+		d, err := stack.temporal.DescribeWorkflow(ctx, id, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		return d.WorkflowExecution.RunID
 	}
 	runBefore := currentRun()
 	cfg2 := cfg
