@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -393,34 +391,4 @@ func (n SignalNotifier) NotifyGranted(ctx context.Context, pool, requestID strin
 		return admission.ErrWaiterGone
 	}
 	return err
-}
-
-// RunProcess runs a worker process until ctx ends.
-func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	rt, err := NewRuntime(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	if cfg.Metrics.WorkerAddr == "" {
-		return rt.Run(ctx)
-	}
-	ln, err := net.Listen("tcp", cfg.Metrics.WorkerAddr)
-	if err != nil {
-		return fmt.Errorf("listen for metrics on %s (metrics.worker_addr): %w", cfg.Metrics.WorkerAddr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", rt.Metrics.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	logger.Info("metrics served", "addr", ln.Addr().String())
-	runErr := rt.Run(ctx)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return errors.Join(runErr, fmt.Errorf("serve metrics: %w", err))
-	}
-	return runErr
 }

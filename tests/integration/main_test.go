@@ -15,11 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
-	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/worker/process"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -123,7 +123,7 @@ func run(m *testing.M) (int, error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- api.RunProcess(ctx, cfg, logger, func(addr string) { ready <- addr }) }()
+	go func() { done <- process.RunAPI(ctx, cfg, logger, func(addr string) { ready <- addr }) }()
 	select {
 	case addr := <-ready:
 		stack.baseURL = "http://" + addr

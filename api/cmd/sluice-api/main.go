@@ -9,9 +9,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/worker"
+	"github.com/sluice-dev/sluice/worker/process"
 )
 
 func main() {
@@ -22,7 +22,7 @@ func main() {
 	}
 	logger := worker.NewLogger(cfg.Log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = api.RunProcess(ctx, cfg, logger, func(addr string) {
+	err = process.RunAPI(ctx, cfg, logger, func(addr string) {
 		logger.Info("api listening", "url", "http://"+addr)
 	})
 	stop()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/worker"
+	"github.com/sluice-dev/sluice/worker/process"
 )
 
 func main() {
@@ -21,7 +22,7 @@ func main() {
 	}
 	logger := worker.NewLogger(cfg.Log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = worker.RunProcess(ctx, cfg, logger)
+	err = process.RunWorker(ctx, cfg, logger)
 	stop()
 	if err != nil {
 		logger.Error("sluice-worker stopped", "err", err)

@@ -14,11 +14,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/testsuite"
 
-	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
+	"github.com/sluice-dev/sluice/worker/process"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -57,7 +57,7 @@ type stack struct {
 }
 
 // launchStack starts redis-server and, unless opts.RedisOnly, the Temporal
-// dev server, the simulator and a full API process (api.RunProcess, with
+// dev server, the simulator and a full API process (process.RunAPI, with
 // its embedded worker) in this process. Close stops them all.
 func launchStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	s := &stack{}
@@ -125,7 +125,7 @@ func launchStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	s.cancel = cancel
 	ready := make(chan string, 1)
 	s.apiDone = make(chan error, 1)
-	go func() { s.apiDone <- api.RunProcess(actx, cfg, logger, func(addr string) { ready <- addr }) }()
+	go func() { s.apiDone <- process.RunAPI(actx, cfg, logger, func(addr string) { ready <- addr }) }()
 	select {
 	case addr := <-ready:
 		s.baseURL = "http://" + addr

@@ -1,23 +1,33 @@
-package api
+// Package process runs Sluice's two kinds of process from one config: the
+// API process (HTTP server, event hub, live policy and, by default, an
+// embedded worker) and the worker process. It is the wiring the binaries,
+// the integration tests and the benchmarks share, kept out of api/ so that
+// api/ is HTTP only.
+package process
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/worker"
 )
 
-// RunProcess runs a whole API process until ctx ends: the HTTP server, the
+// RunAPI runs a whole API process until ctx ends: the HTTP server, the
 // event hub and, if api.embedded_worker is set, a Temporal worker in the
 // same process so that eager workflow start can hand it the first workflow
 // task. ready, if not nil, gets the bound HTTP address.
-func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger, ready func(addr string)) error {
+func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready func(addr string)) error {
 	rt, err := worker.NewRuntime(ctx, cfg, logger)
 	if err != nil {
 		return err
@@ -25,7 +35,7 @@ func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger, rea
 	defer rt.Close()
 	hub := events.NewHub(rt.Redis, rt.Events, events.HubOptions{Logger: logger.With("component", "event-hub")})
 	live := policy.NewStore(rt.Redis, cfg, rt.Gate, logger.With("component", "policy"))
-	srv, err := New(Options{
+	srv, err := api.New(api.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub,
 		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Policy: live, KBs: rt.KBs, Ingester: rt.Ingester, Sessions: rt.Sessions, Metrics: rt.Metrics,
 		Logger: logger.With("component", "api"),
@@ -55,4 +65,35 @@ func RunProcess(ctx context.Context, cfg config.Config, logger *slog.Logger, rea
 		return srv.Run(gctx, ready, stopHub)
 	})
 	return g.Wait()
+}
+
+// RunWorker runs a worker process until ctx ends, serving its metrics on
+// metrics.worker_addr when set.
+func RunWorker(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+	rt, err := worker.NewRuntime(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	if cfg.Metrics.WorkerAddr == "" {
+		return rt.Run(ctx)
+	}
+	ln, err := net.Listen("tcp", cfg.Metrics.WorkerAddr)
+	if err != nil {
+		return fmt.Errorf("listen for metrics on %s (metrics.worker_addr): %w", cfg.Metrics.WorkerAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", rt.Metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	logger.Info("metrics served", "addr", ln.Addr().String())
+	runErr := rt.Run(ctx)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return errors.Join(runErr, fmt.Errorf("serve metrics: %w", err))
+	}
+	return runErr
 }

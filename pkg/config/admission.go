@@ -1,0 +1,64 @@
+package config
+
+import "time"
+
+// Admission configures the concurrency gate in front of the LLM pools.
+type Admission struct {
+	// MaxWait bounds how long a request waits in the queue.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// Lease is how long a permit lives without renewal; a crashed holder's
+	// permit comes back after at most this long.
+	Lease time.Duration `yaml:"lease"`
+	// RecheckInterval is the workflow's fallback re-check of its queue entry,
+	// in case a hand-off signal was lost. Workflow timers under 1 s are not
+	// precise, so keep it at 1 s or more.
+	RecheckInterval time.Duration `yaml:"recheck_interval"`
+	// MaxRecheckInterval is the longest a waiter far back in the queue goes
+	// between re-checks: each re-check is a timer, a workflow task and a
+	// Redis call, so 10,000 waiters checking every RecheckInterval would
+	// flood Temporal. A waiter's cadence grows with its position and
+	// expected wait (admission.RecheckAfter), and its queue place stays
+	// live that long (three cadences), so a waiter that vanished without
+	// releasing (a terminated workflow) is dropped after at most that.
+	MaxRecheckInterval time.Duration `yaml:"max_recheck_interval"`
+	// FastWait is how long a request whose turn is near (no more waiters
+	// ahead of it than the pool has permits) waits for its grant inside
+	// its admission activity, woken over Redis pub/sub in about a
+	// millisecond rather than by a Temporal signal; then it parks as
+	// usual. A cancel reaches such a request after at most this long.
+	// 0 turns it off; under 4s (a local activity's time limit is 5s).
+	FastWait time.Duration `yaml:"fast_wait"`
+	// MaxQueueDepth bounds the waiting queue of each pool.
+	MaxQueueDepth int `yaml:"max_queue_depth"`
+}
+
+func defaultAdmission() Admission {
+	return Admission{
+		MaxWait:            30 * time.Second,
+		Lease:              30 * time.Second,
+		RecheckInterval:    2 * time.Second,
+		MaxRecheckInterval: 10 * time.Minute,
+		FastWait:           time.Second,
+		MaxQueueDepth:      10000,
+	}
+}
+
+func (a Admission) validate(v *validator) {
+	v.duration("admission.max_wait", a.MaxWait)
+	v.duration("admission.lease", a.Lease)
+	if a.Lease > 0 && a.Lease < 3*time.Second {
+		v.add("admission.lease", "must be at least 3s (it is renewed every third of it, and a lost lease lets another request in), got %s", a.Lease)
+	}
+	v.duration("admission.recheck_interval", a.RecheckInterval)
+	v.duration("admission.max_recheck_interval", a.MaxRecheckInterval)
+	if a.FastWait < 0 || a.FastWait >= 4*time.Second {
+		v.add("admission.fast_wait", "must be between 0 (off) and 4s, got %s", a.FastWait)
+	}
+	if a.MaxRecheckInterval > 0 && a.MaxRecheckInterval < a.RecheckInterval {
+		v.add("admission.max_recheck_interval", "must be at least admission.recheck_interval (%s), got %s", a.RecheckInterval, a.MaxRecheckInterval)
+	}
+	if a.RecheckInterval > 0 && a.RecheckInterval < time.Second {
+		v.add("admission.recheck_interval", "must be at least 1s (workflow timers are not sub-second), got %s", a.RecheckInterval)
+	}
+	v.positive("admission.max_queue_depth", int64(a.MaxQueueDepth))
+}

@@ -1,0 +1,116 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// API configures the Echo HTTP front door.
+type API struct {
+	// Addr is the listen address of the HTTP API.
+	Addr string `yaml:"addr"`
+	// MaxBodyBytes bounds a request body; larger bodies get 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxQueryChars bounds the query text; longer queries get 413.
+	MaxQueryChars int `yaml:"max_query_chars"`
+	// DefaultMaxTokens is the output budget of a request that names none.
+	DefaultMaxTokens int `yaml:"default_max_tokens"`
+	// MaxTokensLimit is the largest max_tokens a request may ask for.
+	MaxTokensLimit int `yaml:"max_tokens_limit"`
+	// EmbeddedWorker runs a Temporal worker inside the API process so that
+	// eager workflow start can hand the first workflow task to it directly.
+	EmbeddedWorker bool `yaml:"embedded_worker"`
+	// StreamIdleTimeout ends an SSE stream that has seen no event for this
+	// long (the workflow is presumably gone); it is not a request deadline.
+	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
+	// ShutdownTimeout bounds graceful shutdown of open streams.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// DisconnectGrace is how long a request whose client went away waits
+	// for it to reconnect (GET /v1/requests/:id/events with Last-Event-ID)
+	// before it cancels itself; 0 cancels at once.
+	DisconnectGrace time.Duration `yaml:"disconnect_grace"`
+	// QueuePollInterval is how often an SSE stream of a queued request
+	// re-reads its position to send queue events.
+	QueuePollInterval time.Duration `yaml:"queue_poll_interval"`
+	// MaxStartsInFlight bounds the workflow starts one API process has
+	// outstanding; beyond it requests get 503 + Retry-After at once rather
+	// than piling onto a Temporal server that starts only so many
+	// workflows a second.
+	MaxStartsInFlight int `yaml:"max_starts_in_flight"`
+	// TrustForwardedFor takes the client IP (for per-IP limits) from
+	// X-Forwarded-For, as set by a trusted proxy in front; off, it is the
+	// connection's address, which a client cannot forge.
+	TrustForwardedFor bool `yaml:"trust_forwarded_for"`
+}
+
+// Auth maps API keys to tenants.
+type Auth struct {
+	// AllowAnonymous lets requests without an API key through as tenant
+	// "anonymous" (dev stack only).
+	AllowAnonymous bool     `yaml:"allow_anonymous"`
+	APIKeys        []APIKey `yaml:"api_keys"`
+	// AdminKey guards /v1/admin/*; empty disables those routes.
+	AdminKey string `yaml:"admin_key"`
+}
+
+// APIKey is one client credential.
+type APIKey struct {
+	Key    string `yaml:"key"`
+	Tenant string `yaml:"tenant"`
+	User   string `yaml:"user"`
+	Tier   string `yaml:"tier"`
+}
+
+func defaultAPI() API {
+	return API{
+		Addr:              "127.0.0.1:8080",
+		MaxBodyBytes:      64 << 10,
+		MaxQueryChars:     4000,
+		DefaultMaxTokens:  128,
+		MaxTokensLimit:    2048,
+		EmbeddedWorker:    true,
+		StreamIdleTimeout: 2 * time.Minute,
+		ShutdownTimeout:   10 * time.Second,
+		DisconnectGrace:   5 * time.Second,
+		QueuePollInterval: 500 * time.Millisecond,
+		MaxStartsInFlight: 64,
+	}
+}
+
+func defaultAuth() Auth {
+	return Auth{AllowAnonymous: true}
+}
+
+func (a API) validate(v *validator) {
+	v.nonEmpty("api.addr", a.Addr)
+	v.positive("api.max_body_bytes", a.MaxBodyBytes)
+	v.positive("api.max_query_chars", int64(a.MaxQueryChars))
+	v.positive("api.default_max_tokens", int64(a.DefaultMaxTokens))
+	v.positive("api.max_tokens_limit", int64(a.MaxTokensLimit))
+	if a.DefaultMaxTokens > a.MaxTokensLimit {
+		v.add("api.default_max_tokens", "must not exceed api.max_tokens_limit (%d)", a.MaxTokensLimit)
+	}
+	v.duration("api.stream_idle_timeout", a.StreamIdleTimeout)
+	v.duration("api.shutdown_timeout", a.ShutdownTimeout)
+	if a.DisconnectGrace < 0 {
+		v.add("api.disconnect_grace", "must be >= 0, got %s", a.DisconnectGrace)
+	}
+	v.duration("api.queue_poll_interval", a.QueuePollInterval)
+	v.positive("api.max_starts_in_flight", int64(a.MaxStartsInFlight))
+}
+
+// validate checks the keys themselves; the tiers they name are checked
+// with the limits that define them.
+func (a Auth) validate(v *validator) {
+	if !a.AllowAnonymous && len(a.APIKeys) == 0 {
+		v.add("auth.api_keys", "must not be empty when auth.allow_anonymous is false")
+	}
+	keys := map[string]bool{}
+	for i, k := range a.APIKeys {
+		field := fmt.Sprintf("auth.api_keys[%d]", i)
+		v.uniqueName(keys, field+".key", k.Key, "duplicate key")
+		if k.Tenant == "" {
+			v.add(field+".tenant", "must not be empty")
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Limits are the per-tier traffic rules: token-bucket rate limits at the
+// door and the tier's share of the admission queue.
+type Limits struct {
+	// Enabled turns the rate limits at the door on; tier weights, waits
+	// and queue caps apply either way.
+	Enabled bool `yaml:"enabled"`
+	// DefaultTier is the tier of callers whose API key names none, and of
+	// anonymous callers.
+	DefaultTier string `yaml:"default_tier"`
+	// Tiers by name (e.g. free, standard, vip).
+	Tiers map[string]Tier `yaml:"tiers"`
+}
+
+// Tier is one service level.
+type Tier struct {
+	// Weight is the tier's share in weighted fair queuing: with weights
+	// 5:3:2 and all backlogged, tenants are served 50/30/20.
+	Weight int `yaml:"weight" json:"weight"`
+	// MaxWait bounds a queued request's wait; 0 uses admission.max_wait.
+	MaxWait time.Duration `yaml:"max_wait" json:"-"`
+	// MaxQueuePerTenant caps one tenant's waiting requests per pool; 0 is
+	// no cap beyond admission.max_queue_depth.
+	MaxQueuePerTenant int `yaml:"max_queue_per_tenant" json:"max_queue_per_tenant"`
+	// MaxOutputTokens caps a request's max_tokens; 0 uses
+	// api.max_tokens_limit.
+	MaxOutputTokens int `yaml:"max_output_tokens" json:"max_output_tokens"`
+	// Rate limits by dimension; a zero Rate is no limit.
+	Tenant Rate `yaml:"tenant" json:"tenant"`
+	User   Rate `yaml:"user" json:"user"`
+	IP     Rate `yaml:"ip" json:"ip"`
+}
+
+// Rate is a token bucket in tokens (TPM-style), in requests (RPM-style), or
+// both. Bursts default to one minute's worth.
+type Rate struct {
+	TokensPerMinute   float64 `yaml:"tokens_per_minute" json:"tokens_per_minute,omitempty"`
+	TokenBurst        float64 `yaml:"token_burst" json:"token_burst,omitempty"`
+	RequestsPerMinute float64 `yaml:"requests_per_minute" json:"requests_per_minute,omitempty"`
+	RequestBurst      float64 `yaml:"request_burst" json:"request_burst,omitempty"`
+}
+
+// TierOf returns the named tier, or the default tier for "".
+func (c Config) TierOf(name string) (Tier, string) {
+	if name == "" {
+		name = c.Limits.DefaultTier
+	}
+	return c.Limits.Tiers[name], name
+}
+
+func defaultLimits() Limits {
+	return Limits{
+		Enabled:     true,
+		DefaultTier: "standard",
+		Tiers: map[string]Tier{
+			"free": {
+				Weight: 2, MaxWait: 15 * time.Second, MaxQueuePerTenant: 100, MaxOutputTokens: 512,
+				Tenant: Rate{TokensPerMinute: 50000, RequestsPerMinute: 100},
+				User:   Rate{TokensPerMinute: 20000, RequestsPerMinute: 30},
+				IP:     Rate{RequestsPerMinute: 120},
+			},
+			"standard": {
+				Weight: 3, MaxQueuePerTenant: 1000,
+				Tenant: Rate{TokensPerMinute: 200000, RequestsPerMinute: 300},
+				User:   Rate{TokensPerMinute: 60000, RequestsPerMinute: 120},
+				IP:     Rate{RequestsPerMinute: 600},
+			},
+			"vip": {
+				Weight: 5, MaxWait: 60 * time.Second, MaxQueuePerTenant: 5000,
+				Tenant: Rate{TokensPerMinute: 1000000, RequestsPerMinute: 1000},
+			},
+		},
+	}
+}
+
+// validate checks the tiers, and that every tier named elsewhere (the
+// default, the API keys') is one of them; no tier may let a request ask
+// for more than maxTokensLimit (api.max_tokens_limit).
+func (l Limits) validate(v *validator, keys []APIKey, maxTokensLimit int) {
+	if len(l.Tiers) == 0 {
+		v.add("limits.tiers", "must define at least one tier")
+	}
+	if _, ok := l.Tiers[l.DefaultTier]; !ok {
+		v.add("limits.default_tier", "names unknown tier %q", l.DefaultTier)
+	}
+	for i, k := range keys {
+		if _, ok := l.Tiers[k.Tier]; k.Tier != "" && !ok {
+			v.add(fmt.Sprintf("auth.api_keys[%d].tier", i), "names unknown tier %q", k.Tier)
+		}
+	}
+	names := make([]string, 0, len(l.Tiers))
+	for name := range l.Tiers {
+		names = append(names, name)
+	}
+	sort.Strings(names) // report problems in a stable order
+	for _, name := range names {
+		l.Tiers[name].validate(v, "limits.tiers."+name, maxTokensLimit)
+	}
+}
+
+// validate checks the tier at YAML path field.
+func (t Tier) validate(v *validator, field string, maxTokensLimit int) {
+	v.positive(field+".weight", int64(t.Weight))
+	if t.MaxWait < 0 {
+		v.add(field+".max_wait", "must be >= 0, got %s", t.MaxWait)
+	}
+	if t.MaxQueuePerTenant < 0 {
+		v.add(field+".max_queue_per_tenant", "must be >= 0, got %d", t.MaxQueuePerTenant)
+	}
+	if t.MaxOutputTokens < 0 || t.MaxOutputTokens > maxTokensLimit {
+		v.add(field+".max_output_tokens", "must be between 0 and api.max_tokens_limit (%d), got %d", maxTokensLimit, t.MaxOutputTokens)
+	}
+	t.Tenant.validate(v, field+".tenant")
+	t.User.validate(v, field+".user")
+	t.IP.validate(v, field+".ip")
+}
+
+// validate checks the rate at YAML path field. A zero rate is no limit,
+// so a burst without its rate would be silently ignored.
+func (r Rate) validate(v *validator, field string) {
+	if r.TokensPerMinute < 0 || r.TokenBurst < 0 || r.RequestsPerMinute < 0 || r.RequestBurst < 0 {
+		v.add(field, "rates and bursts must be >= 0")
+	}
+	if r.TokensPerMinute == 0 && r.TokenBurst > 0 {
+		v.add(field+".token_burst", "needs tokens_per_minute")
+	}
+	if r.RequestsPerMinute == 0 && r.RequestBurst > 0 {
+		v.add(field+".request_burst", "needs requests_per_minute")
+	}
+}

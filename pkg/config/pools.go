@@ -1,0 +1,138 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// Pools holds the two LLM pools requests are routed to by prompt length.
+type Pools struct {
+	Short Pool `yaml:"short"`
+	Long  Pool `yaml:"long"`
+}
+
+// Pool is one OpenAI-compatible LLM endpoint list with its own permits.
+type Pool struct {
+	// Endpoints are base URLs of OpenAI-compatible servers (".../v1" is added
+	// when missing); requests are spread round-robin.
+	Endpoints []string `yaml:"endpoints"`
+	// Model is sent as "model" in the chat completion request.
+	Model string `yaml:"model"`
+	// APIKey, if set, is sent as a bearer token.
+	APIKey string `yaml:"api_key"`
+	// MaxConcurrency is the number of permits: streams in flight at once.
+	MaxConcurrency int `yaml:"max_concurrency"`
+	// MaxPromptTokens is the hard limit of a prompt sent to this pool.
+	MaxPromptTokens int `yaml:"max_prompt_tokens"`
+	// MaxWait bounds a request's wait in this pool's queue (0: the
+	// admission.max_wait). A tier's max_wait still wins: it is what the
+	// customer was promised. Long answers hold permits longer, so the long
+	// pool's queue moves slower and may warrant a longer wait.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// Healing bounds what the healer may do to this pool's permits and
+	// batch; Scaler is how it asks for more replicas.
+	Healing PoolHealing `yaml:"healing"`
+	Scaler  Scaler      `yaml:"scaler"`
+}
+
+// Routing chooses a pool by the prompt's token count.
+type Routing struct {
+	// ShortThresholdTokens: prompts with at most this many tokens go short.
+	ShortThresholdTokens int `yaml:"short_threshold_tokens"`
+	// Encoding is the tiktoken encoding used to count tokens.
+	Encoding string `yaml:"encoding"`
+}
+
+// LLM configures the streaming LLM call.
+type LLM struct {
+	SystemPrompt string `yaml:"system_prompt"`
+	// Timeout bounds one whole streamed completion.
+	Timeout time.Duration `yaml:"timeout"`
+	// HeartbeatTimeout: a stream that stops heartbeating this long is
+	// presumed lost and retried (only if no token was sent yet).
+	HeartbeatTimeout time.Duration `yaml:"heartbeat_timeout"`
+	// MaxAttempts bounds retries of an LLM call that failed before its
+	// first token.
+	MaxAttempts int `yaml:"max_attempts"`
+	// TruncationNotice ends an answer cut at its max_tokens, so that the
+	// reader is told instead of left with a sentence that stops mid-word
+	// (empty: no notice).
+	TruncationNotice string `yaml:"truncation_notice"`
+}
+
+func defaultPools() Pools {
+	return Pools{
+		Short: defaultPool(16, 512),
+		Long:  defaultPool(4, 8192),
+	}
+}
+
+// defaultPool is a pool of the dev stack's one simulator, which serves
+// both pools; they differ only in permits and prompt size.
+func defaultPool(maxConcurrency, maxPromptTokens int) Pool {
+	return Pool{
+		Endpoints:       []string{"http://127.0.0.1:8090"},
+		Model:           "sluice-sim",
+		MaxConcurrency:  maxConcurrency,
+		MaxPromptTokens: maxPromptTokens,
+		Healing:         defaultPoolHealing(),
+		Scaler:          defaultScaler(),
+	}
+}
+
+func defaultRouting() Routing {
+	return Routing{ShortThresholdTokens: 512, Encoding: "cl100k_base"}
+}
+
+func defaultLLM() LLM {
+	return LLM{
+		SystemPrompt:     "You are a helpful assistant. Answer the question using only the context below. If the context does not contain the answer, say so.",
+		Timeout:          5 * time.Minute,
+		HeartbeatTimeout: 10 * time.Second,
+		MaxAttempts:      3,
+		TruncationNotice: " … [answer truncated at the length limit]",
+	}
+}
+
+func (p Pools) validate(v *validator) {
+	p.Short.validate(v, "pools.short")
+	p.Long.validate(v, "pools.long")
+}
+
+// validate checks the pool at YAML path field.
+func (p Pool) validate(v *validator, field string) {
+	if len(p.Endpoints) == 0 {
+		v.add(field+".endpoints", "must list at least one URL")
+	}
+	for i, e := range p.Endpoints {
+		v.httpURL(fmt.Sprintf("%s.endpoints[%d]", field, i), e)
+	}
+	v.nonEmpty(field+".model", p.Model)
+	v.positive(field+".max_concurrency", int64(p.MaxConcurrency))
+	v.positive(field+".max_prompt_tokens", int64(p.MaxPromptTokens))
+	if p.MaxWait < 0 {
+		v.add(field+".max_wait", "must not be negative, got %s", p.MaxWait)
+	}
+	p.Healing.validate(v, field, p.MaxConcurrency)
+	p.Scaler.validate(v, field+".scaler")
+}
+
+// validate checks the routing rule against the short pool, which must
+// take every prompt the rule sends it.
+func (r Routing) validate(v *validator, short Pool) {
+	v.positive("routing.short_threshold_tokens", int64(r.ShortThresholdTokens))
+	switch r.Encoding {
+	case "cl100k_base", "o200k_base":
+	default:
+		v.add("routing.encoding", "must be cl100k_base or o200k_base, got %q", r.Encoding)
+	}
+	if short.MaxPromptTokens > 0 && r.ShortThresholdTokens > short.MaxPromptTokens {
+		v.add("routing.short_threshold_tokens", "must not exceed pools.short.max_prompt_tokens (%d)", short.MaxPromptTokens)
+	}
+}
+
+func (l LLM) validate(v *validator) {
+	v.duration("llm.timeout", l.Timeout)
+	v.duration("llm.heartbeat_timeout", l.HeartbeatTimeout)
+	v.positive("llm.max_attempts", int64(l.MaxAttempts))
+}
