@@ -25,17 +25,17 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
-// Pool names.
+// Aliases of pool names (pkg/request) kept until every caller imports
+// them directly. TODO(structure): remove.
 const (
-	PoolShort = "short"
-	PoolLong  = "long"
-	// RouteCache is the route of a request answered by the L3 tier.
-	RouteCache = "cache"
+	PoolShort = request.PoolShort
+	PoolLong  = request.PoolLong
 )
 
 // EmbeddingCache is the L1 tier: query → embedding.
@@ -126,7 +126,7 @@ func (a *Activities) stopKey(requestID string) string {
 // storing it on a miss.
 func (a *Activities) EmbedQuery(ctx context.Context, in EmbedInput) (EmbedOutput, error) {
 	start := time.Now()
-	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "embed"})
+	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageEmbed})
 	vec, tier, err := a.Embeddings.Get(ctx, in.Query)
 	if werr := written(); werr != nil {
 		return EmbedOutput{}, werr
@@ -149,18 +149,6 @@ func (a *Activities) beginStage(ctx context.Context, requestID string, st events
 	return func() error { return <-errc }
 }
 
-// StageTTFT names the latency series of a request's time to its first
-// token: the sum of its stages up to and including llm_first_token.
-const StageTTFT = "ttft"
-
-// Route picks the pool for a prompt of n tokens.
-func Route(n, shortThreshold int) string {
-	if n <= shortThreshold {
-		return PoolShort
-	}
-	return PoolLong
-}
-
 // promptBound is the prompt's upper bound known before retrieval: the
 // query's tokens and TopK full chunks.
 func (a *Activities) promptBound(query string) int {
@@ -180,11 +168,11 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 			bound = a.promptBound(in.Query)
 		}
 		out.EstimatedPromptTokens = bound + out.HistoryTokens
-		out.Pool = Route(out.EstimatedPromptTokens, a.Options.ShortThreshold)
+		out.Pool = request.Route(bound, out.HistoryTokens, a.Options.ShortThreshold)
 	}
 	written := func() error { return nil }
 	if !in.Recheck {
-		written = a.beginStage(ctx, in.RequestID, events.Stage{Stage: "admission", Pool: out.Pool})
+		written = a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageAdmission, Pool: out.Pool})
 	}
 	// Histories from before weights existed replay with none: weight 1.
 	weight := max(in.Weight, 1)
@@ -279,7 +267,7 @@ func (a *Activities) waitFast(ctx context.Context, in AdmitInput) (granted bool,
 // Retrieve fetches candidate chunks through the L2 cache.
 func (a *Activities) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOutput, error) {
 	start := time.Now()
-	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "retrieval"})
+	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageRetrieval})
 	res, hit, err := a.retrieve(ctx, in)
 	if werr := written(); werr != nil && err == nil {
 		err = werr
@@ -324,7 +312,7 @@ func (a *Activities) lookup(ctx context.Context, kb string, version int64, hits 
 // Rerank orders the candidates and keeps the best K.
 func (a *Activities) Rerank(ctx context.Context, in RerankInput) (RerankOutput, error) {
 	start := time.Now()
-	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "rerank"})
+	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageRerank})
 	candidates, err := a.lookup(ctx, in.KB, in.KBVersion, in.Hits)
 	if err != nil {
 		_ = written()
@@ -391,7 +379,7 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 		log.Warn("permit lease ran out before the stream started; queueing again", "pool", in.Pool)
 		return LLMOutput{}, temporal.NewNonRetryableApplicationError("permit lease ran out before the stream started", ErrTypePermitLost, nil)
 	}
-	stageWritten := a.beginStage(ctx, in.RequestID, events.Stage{Stage: "llm", Pool: in.Pool})
+	stageWritten := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageLLM, Pool: in.Pool})
 	defer func() { _ = stageWritten() }()
 
 	sctx, stop := context.WithCancelCause(ctx)
@@ -509,8 +497,8 @@ func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, err
 // stream measured.
 func completeDone(d events.Done, out LLMOutput) events.Done {
 	d.Timings = append(append([]events.StageTiming(nil), d.Timings...),
-		events.StageTiming{Stage: "llm_first_token", Ms: out.FirstTokenMs},
-		events.StageTiming{Stage: "llm", Ms: out.Ms})
+		events.StageTiming{Stage: request.StageLLMFirstToken, Ms: out.FirstTokenMs},
+		events.StageTiming{Stage: request.StageLLM, Ms: out.Ms})
 	d.FinishReason = out.FinishReason
 	d.Usage = out.Usage
 	d.Sources = out.Sources
@@ -536,9 +524,9 @@ func (a *Activities) afterLostAttempt(ctx context.Context, in LLMInput, p stream
 		}
 		for _, t := range done.Timings {
 			switch t.Stage {
-			case "llm_first_token":
+			case request.StageLLMFirstToken:
 				out.FirstTokenMs = t.Ms
-			case "llm":
+			case request.StageLLM:
 				out.Ms = t.Ms
 			}
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
@@ -106,7 +107,7 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 	t.Helper()
 	cfg := config.Default()
 	opts := harnessOptions{
-		limits:         map[string]int{activities.PoolShort: 1, activities.PoolLong: 1},
+		limits:         map[string]int{request.PoolShort: 1, request.PoolLong: 1},
 		lease:          10 * time.Second,
 		maxQueueDepth:  100,
 		shortThreshold: cfg.Routing.ShortThresholdTokens,
@@ -166,8 +167,8 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 		Chunks:   kb,
 		Reranker: rerank.NewLexical(rerank.LexicalOptions{}),
 		Pools: map[string]activities.Pool{
-			activities.PoolShort: {Streamer: opts.streamer, Model: "fake", MaxPromptTokens: cfg.Pools.Short.MaxPromptTokens},
-			activities.PoolLong:  {Streamer: opts.streamer, Model: "fake", MaxPromptTokens: cfg.Pools.Long.MaxPromptTokens},
+			request.PoolShort: {Streamer: opts.streamer, Model: "fake", MaxPromptTokens: cfg.Pools.Short.MaxPromptTokens},
+			request.PoolLong:  {Streamer: opts.streamer, Model: "fake", MaxPromptTokens: cfg.Pools.Long.MaxPromptTokens},
 		},
 		Prompts:    prompt.NewBuilder(cfg.LLM.SystemPrompt, tc),
 		Sessions:   sessions,
@@ -504,8 +505,8 @@ func TestAdmitRoutesByPromptBound(t *testing.T) {
 		threshold int
 		want      string
 	}{
-		{"default threshold", cfg.Routing.ShortThresholdTokens, activities.PoolShort},
-		{"tiny threshold", 10, activities.PoolLong},
+		{"default threshold", cfg.Routing.ShortThresholdTokens, request.PoolShort},
+		{"tiny threshold", 10, request.PoolLong},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, func(o *harnessOptions) { o.shortThreshold = tc.threshold })
@@ -527,14 +528,14 @@ func TestAdmitRoutesByPromptBound(t *testing.T) {
 func TestAdmitGrantsWhenFree(t *testing.T) {
 	h := newHarness(t, nil)
 	out := h.admit(t, "r1", "granted")
-	if out.Pool != activities.PoolShort || out.Position != 0 || out.Full {
+	if out.Pool != request.PoolShort || out.Position != 0 || out.Full {
 		t.Fatalf("admit: %+v, want granted in short", out)
 	}
 	evs := h.events(t, "r1")
 	if len(evs) != 1 || evs[0].Type != events.TypeStage {
 		t.Fatalf("events: %+v, want one stage event", evs)
 	}
-	if st := decode[events.Stage](t, evs[0]); st.Stage != "admission" || st.Pool != activities.PoolShort {
+	if st := decode[events.Stage](t, evs[0]); st.Stage != "admission" || st.Pool != request.PoolShort {
 		t.Fatalf("stage event %+v, want admission in short", st)
 	}
 	if got := h.notifier.woken(); len(got) != 0 {
@@ -546,27 +547,27 @@ func TestAdmitQueuesAndRechecksQuietly(t *testing.T) {
 	h := newHarness(t, nil)
 	h.admit(t, "holder", "granted")
 	out := h.admit(t, "waiter", "queued")
-	if out.Position != 1 || out.Seq <= 0 || out.Pool != activities.PoolShort {
+	if out.Position != 1 || out.Seq <= 0 || out.Pool != request.PoolShort {
 		t.Fatalf("admit: %+v, want queued first in short with a seq", out)
 	}
 	evs := h.events(t, "waiter")
 	if len(evs) != 2 || evs[0].Type != events.TypeStage || evs[1].Type != events.TypeQueue {
 		t.Fatalf("events: %+v, want stage then queue", evs)
 	}
-	if q := decode[events.Queue](t, evs[1]); q.Position != 1 || q.Pool != activities.PoolShort || q.EstimatedWaitMs != out.EstimatedWaitMs {
+	if q := decode[events.Queue](t, evs[1]); q.Position != 1 || q.Pool != request.PoolShort || q.EstimatedWaitMs != out.EstimatedWaitMs {
 		t.Fatalf("queue event %+v, want position 1 in short, wait %d", q, out.EstimatedWaitMs)
 	}
 
 	re := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{
 		RequestID: "waiter", Pool: out.Pool, Seq: out.Seq, Recheck: true,
 	})
-	if re.Granted || re.Full || re.Position != 1 || re.Seq != out.Seq || re.Pool != activities.PoolShort {
+	if re.Granted || re.Full || re.Position != 1 || re.Seq != out.Seq || re.Pool != request.PoolShort {
 		t.Fatalf("re-check: %+v, want still queued first with seq %d", re, out.Seq)
 	}
 	if n := len(h.events(t, "waiter")); n != 2 {
 		t.Fatalf("re-check wrote events: %d now, want 2", n)
 	}
-	if s := h.stats(t, activities.PoolShort); s.InUse != 1 || s.Waiting != 1 {
+	if s := h.stats(t, request.PoolShort); s.InUse != 1 || s.Waiting != 1 {
 		t.Fatalf("stats %+v, want 1 in use and 1 waiting", s)
 	}
 }
@@ -579,7 +580,7 @@ func TestAdmitFullQueue(t *testing.T) {
 	if out.Granted || out.Position != 0 {
 		t.Fatalf("admit: %+v, want full", out)
 	}
-	if s := h.stats(t, activities.PoolShort); s.InUse != 1 || s.Waiting != 1 {
+	if s := h.stats(t, request.PoolShort); s.InUse != 1 || s.Waiting != 1 {
 		t.Fatalf("stats %+v, want the full request neither holding nor queued", s)
 	}
 	if q := ofType(h.events(t, "late"), events.TypeQueue); len(q) != 0 {
@@ -592,7 +593,7 @@ func TestAdmitAfterReleaseIsGone(t *testing.T) {
 	h.admit(t, "r1", "granted")
 	if err := func() error {
 		_, err := local[struct{}](t, h, h.acts.Finalize, activities.FinalizeInput{
-			RequestID: "r1", Pool: activities.PoolShort, EventType: events.TypeError,
+			RequestID: "r1", Pool: request.PoolShort, EventType: events.TypeError,
 			Failure: &events.Failure{Reason: "internal", Message: "x"},
 		})
 		return err
@@ -600,10 +601,10 @@ func TestAdmitAfterReleaseIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := local[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{
-		RequestID: "r1", Pool: activities.PoolShort, Recheck: true,
+		RequestID: "r1", Pool: request.PoolShort, Recheck: true,
 	})
 	wantAppError(t, err, activities.ErrTypeCancelled, true)
-	if s := h.stats(t, activities.PoolShort); s.InUse != 0 || s.Waiting != 0 {
+	if s := h.stats(t, request.PoolShort); s.InUse != 0 || s.Waiting != 0 {
 		t.Fatalf("stats %+v: a released request took a place again", s)
 	}
 }
@@ -624,7 +625,7 @@ func TestAdmitWakesWaitersItGranted(t *testing.T) {
 	if got, want := h.notifier.woken(), []string{"short/waiter"}; !slices.Equal(got, want) {
 		t.Fatalf("woke %v, want %v", got, want)
 	}
-	if _, ok := h.permitExpiry(t, activities.PoolShort, "waiter"); !ok {
+	if _, ok := h.permitExpiry(t, request.PoolShort, "waiter"); !ok {
 		t.Fatal("woken waiter holds no permit")
 	}
 }
@@ -740,7 +741,7 @@ func TestStreamLLMWritesTokensInOrder(t *testing.T) {
 			h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
 			version, hits := h.retrieveContext(t, "r1", 10, 3)
 			out, err := stream(t, h, activities.LLMInput{
-				RequestID: "r1", Pool: activities.PoolShort, Query: query,
+				RequestID: "r1", Pool: request.PoolShort, Query: query,
 				KB: kbName, KBVersion: version, Context: hits, MaxTokens: 64,
 			}, nil)
 			if err != nil {
@@ -758,7 +759,7 @@ func TestStreamLLMWritesTokensInOrder(t *testing.T) {
 			if len(got) != len(toks) || evs[llmStage+1].Type != events.TypeToken {
 				t.Fatalf("events %+v: want the llm stage, then %d tokens", evs, len(toks))
 			}
-			if st := decode[events.Stage](t, evs[llmStage]); st.Pool != activities.PoolShort {
+			if st := decode[events.Stage](t, evs[llmStage]); st.Pool != request.PoolShort {
 				t.Fatalf("llm stage event %+v, want pool short", st)
 			}
 			for i, ev := range got {
@@ -802,7 +803,7 @@ func TestStreamLLMStopsOnStopFlag(t *testing.T) {
 	h.admit(t, "r1", "granted")
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	_, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, nil)
 	wantAppError(t, err, activities.ErrTypeCancelled, true)
 	// The token written with the flag read is the last.
@@ -818,7 +819,7 @@ func TestStreamLLMInterruptedAttemptIsNotRetried(t *testing.T) {
 	evsBefore := len(h.events(t, "r1"))
 	// The heartbeat detail of a lost attempt that had streamed 5 tokens.
 	_, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, struct{ Tokens int }{Tokens: 5})
 	wantAppError(t, err, activities.ErrTypeStreamInterrupted, true)
 	if n := len(fake.requests()); n != 0 {
@@ -835,7 +836,7 @@ func TestStreamLLMFreshAttemptWithZeroProgressRuns(t *testing.T) {
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	// A previous attempt that heartbeated before its first token.
 	if _, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, struct{ Tokens int }{Tokens: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -877,7 +878,7 @@ func TestStreamLLMBackendErrors(t *testing.T) {
 			h := newHarness(t, func(o *harnessOptions) { o.streamer = tc.fake })
 			version, hits := h.retrieveContext(t, "r1", 10, 3)
 			_, err := stream(t, h, activities.LLMInput{
-				RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+				RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 			}, nil)
 			wantAppError(t, err, tc.typ, tc.nonRetryable)
 			if n := len(ofType(h.events(t, "r1"), events.TypeToken)); n != tc.tokens {
@@ -907,10 +908,10 @@ func TestStreamLLMShedsContextToFitPool(t *testing.T) {
 	if next := h.acts.Prompts.Count(h.acts.Prompts.Messages(chunks[:keep+1], query)); next <= fits {
 		t.Fatalf("prompt with %d chunks (%d tokens) is not longer than with %d (%d)", keep+1, next, keep, fits)
 	}
-	h.acts.Pools[activities.PoolShort] = activities.Pool{Streamer: fake, Model: "fake", MaxPromptTokens: fits}
+	h.acts.Pools[request.PoolShort] = activities.Pool{Streamer: fake, Model: "fake", MaxPromptTokens: fits}
 
 	out, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -972,7 +973,7 @@ func TestStreamLLMRenewsPermitLease(t *testing.T) {
 	h.admit(t, "r1", "granted")
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	if _, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -991,11 +992,11 @@ func TestStreamLLMKeepsPermitWithSubSecondLease(t *testing.T) {
 	h.admit(t, "r1", "granted")
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	if _, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
-	held, err := h.gate.Renew(context.Background(), activities.PoolShort, "r1")
+	held, err := h.gate.Renew(context.Background(), request.PoolShort, "r1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1009,7 +1010,7 @@ func TestStreamLLMStaleKBIsNotRetried(t *testing.T) {
 	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	_, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version + 1, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version + 1, Context: hits,
 	}, nil)
 	if len(fake.requests()) != 0 {
 		t.Fatal("the llm was called with context of another kb version")
@@ -1041,7 +1042,7 @@ func TestStreamLLMAgainstSimulator(t *testing.T) {
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	const maxTokens = 8
 	out, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits, MaxTokens: maxTokens,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits, MaxTokens: maxTokens,
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -1091,7 +1092,7 @@ func TestStreamLLMSimulatorRejectsPrompt(t *testing.T) {
 	h := newHarness(t, func(o *harnessOptions) { o.streamer = client })
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	_, err = stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, nil)
 	wantAppError(t, err, activities.ErrTypeBadRequest, true)
 	if !strings.Contains(err.Error(), "400") {
@@ -1108,8 +1109,8 @@ func finalize(t *testing.T, h *harness, in activities.FinalizeInput) {
 
 func done(requestID string) activities.FinalizeInput {
 	return activities.FinalizeInput{
-		RequestID: requestID, Pool: activities.PoolShort, EventType: events.TypeDone,
-		Done: &events.Done{RequestID: requestID, Route: activities.PoolShort, FinishReason: "stop"},
+		RequestID: requestID, Pool: request.PoolShort, EventType: events.TypeDone,
+		Done: &events.Done{RequestID: requestID, Route: request.PoolShort, FinishReason: "stop"},
 	}
 }
 
@@ -1122,20 +1123,20 @@ func TestFinalizeHandsPermitToNextWaiter(t *testing.T) {
 	if got, want := h.notifier.woken(), []string{"short/waiter"}; !slices.Equal(got, want) {
 		t.Fatalf("woke %v, want %v", got, want)
 	}
-	if _, ok := h.permitExpiry(t, activities.PoolShort, "waiter"); !ok {
+	if _, ok := h.permitExpiry(t, request.PoolShort, "waiter"); !ok {
 		t.Fatal("the waiter was not handed the permit")
 	}
-	if _, ok := h.permitExpiry(t, activities.PoolShort, "holder"); ok {
+	if _, ok := h.permitExpiry(t, request.PoolShort, "holder"); ok {
 		t.Fatal("the finalized request still holds its permit")
 	}
-	if s := h.stats(t, activities.PoolShort); s.InUse != 1 || s.Waiting != 0 {
+	if s := h.stats(t, request.PoolShort); s.InUse != 1 || s.Waiting != 0 {
 		t.Fatalf("stats %+v, want the permit in use by the waiter and nobody queued", s)
 	}
 	last, ok, err := h.log.Last(context.Background(), "holder")
 	if err != nil || !ok || last.Type != events.TypeDone {
 		t.Fatalf("last event %+v, %v, %v: want done", last, ok, err)
 	}
-	if d := decode[events.Done](t, last); d.RequestID != "holder" || d.Route != activities.PoolShort {
+	if d := decode[events.Done](t, last); d.RequestID != "holder" || d.Route != request.PoolShort {
 		t.Fatalf("done event %+v", d)
 	}
 }
@@ -1144,19 +1145,19 @@ func TestFinalizeAllPools(t *testing.T) {
 	h := newHarness(t, nil)
 	// Admission's answer was lost: the request may hold something in
 	// either pool, here a permit in one and a queue place in the other.
-	h.enqueue(t, activities.PoolShort, "r1")
-	h.enqueue(t, activities.PoolLong, "other")
-	if res := h.enqueue(t, activities.PoolLong, "r1"); res.Status != admission.Queued {
+	h.enqueue(t, request.PoolShort, "r1")
+	h.enqueue(t, request.PoolLong, "other")
+	if res := h.enqueue(t, request.PoolLong, "r1"); res.Status != admission.Queued {
 		t.Fatalf("r1 in long: %v, want queued", res.Status)
 	}
 	finalize(t, h, activities.FinalizeInput{
 		RequestID: "r1", AllPools: true, EventType: events.TypeError,
 		Failure: &events.Failure{Reason: "cancelled", Message: "cancelled"},
 	})
-	if s := h.stats(t, activities.PoolShort); s.InUse != 0 || s.Waiting != 0 {
+	if s := h.stats(t, request.PoolShort); s.InUse != 0 || s.Waiting != 0 {
 		t.Fatalf("short: %+v, want the permit back", s)
 	}
-	if s := h.stats(t, activities.PoolLong); s.InUse != 1 || s.Waiting != 0 {
+	if s := h.stats(t, request.PoolLong); s.InUse != 1 || s.Waiting != 0 {
 		t.Fatalf("long: %+v, want the queue place given up", s)
 	}
 	for _, pool := range h.gate.Pools() {
@@ -1184,13 +1185,13 @@ func TestFinalizeSkipsGoneWaiter(t *testing.T) {
 	if got, want := h.notifier.woken(), []string{"short/gone", "short/live"}; !slices.Equal(got, want) {
 		t.Fatalf("woke %v, want %v", got, want)
 	}
-	if _, ok := h.permitExpiry(t, activities.PoolShort, "live"); !ok {
+	if _, ok := h.permitExpiry(t, request.PoolShort, "live"); !ok {
 		t.Fatal("the live waiter was not handed the permit")
 	}
-	if _, ok := h.permitExpiry(t, activities.PoolShort, "gone"); ok {
+	if _, ok := h.permitExpiry(t, request.PoolShort, "gone"); ok {
 		t.Fatal("the gone waiter kept its permit")
 	}
-	if s := h.stats(t, activities.PoolShort); s.InUse != 1 || s.Waiting != 0 {
+	if s := h.stats(t, request.PoolShort); s.InUse != 1 || s.Waiting != 0 {
 		t.Fatalf("stats %+v, want one permit in use and nobody queued", s)
 	}
 }
@@ -1206,10 +1207,10 @@ func TestFinalizeTwiceFreesOnce(t *testing.T) {
 	if got, want := h.notifier.woken(), []string{"short/next"}; !slices.Equal(got, want) {
 		t.Fatalf("woke %v, want %v", got, want)
 	}
-	if s := h.stats(t, activities.PoolShort); s.InUse != 1 || s.Waiting != 1 {
+	if s := h.stats(t, request.PoolShort); s.InUse != 1 || s.Waiting != 1 {
 		t.Fatalf("stats %+v: the second finalize freed a permit", s)
 	}
-	if _, ok := h.permitExpiry(t, activities.PoolShort, "after"); ok {
+	if _, ok := h.permitExpiry(t, request.PoolShort, "after"); ok {
 		t.Fatal("the second finalize granted the next waiter too")
 	}
 }
@@ -1232,13 +1233,13 @@ func TestFinalizeStopsRunningStream(t *testing.T) {
 	h.admit(t, "r1", "granted")
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	_, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, nil)
 	wantAppError(t, err, activities.ErrTypeCancelled, true)
 	if n := len(ofType(h.events(t, "r1"), events.TypeToken)); n > 4 {
 		t.Fatalf("%d tokens streamed after the stop flag was raised at token 1", n)
 	}
-	if s := h.stats(t, activities.PoolShort); s.InUse != 0 {
+	if s := h.stats(t, request.PoolShort); s.InUse != 0 {
 		t.Fatalf("stats %+v, want the permit released", s)
 	}
 }
@@ -1250,7 +1251,7 @@ func TestStreamLLMWritesDone(t *testing.T) {
 	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	out, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 		Done: &events.Done{RequestID: "r1", Route: "short", KBVersion: version, Timings: []events.StageTiming{{Stage: "embed", Ms: 1}}},
 	}, nil)
 	if err != nil {
@@ -1284,7 +1285,7 @@ func TestStreamLLMRetryAfterDoneReportsIt(t *testing.T) {
 	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	in := activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 		Done: &events.Done{RequestID: "r1", Route: "short", KBVersion: version},
 	}
 	first, err := stream(t, h, in, nil)
@@ -1314,7 +1315,7 @@ func TestStreamLLMWithoutPermitQueuesAgain(t *testing.T) {
 	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	_, err := streamAsIs(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, nil)
 	wantAppError(t, err, activities.ErrTypePermitLost, true)
 	fake.mu.Lock()
@@ -1350,7 +1351,7 @@ func TestAdmitFastWait(t *testing.T) {
 	done := admit("r1", 2*time.Second)
 	time.Sleep(200 * time.Millisecond)
 	released := time.Now()
-	if _, err := local[struct{}](t, h, h.acts.Finalize, activities.FinalizeInput{RequestID: "holder", Pool: activities.PoolShort}); err != nil {
+	if _, err := local[struct{}](t, h, h.acts.Finalize, activities.FinalizeInput{RequestID: "holder", Pool: request.PoolShort}); err != nil {
 		t.Fatal(err)
 	}
 	r := <-done
@@ -1360,11 +1361,11 @@ func TestAdmitFastWait(t *testing.T) {
 	if d := time.Since(released); d > time.Second {
 		t.Fatalf("r1 learned of its grant %v after the release: not from the announcement", d)
 	}
-	if s := h.stats(t, activities.PoolShort); s.InUse != 1 || s.Waiting != 0 {
+	if s := h.stats(t, request.PoolShort); s.InUse != 1 || s.Waiting != 0 {
 		t.Fatalf("stats %+v, want r1 holding the permit", s)
 	}
 	h.notifier.mu.Lock()
-	signalled := slices.Contains(h.notifier.calls, activities.PoolShort+"/r1")
+	signalled := slices.Contains(h.notifier.calls, request.PoolShort+"/r1")
 	h.notifier.mu.Unlock()
 	if signalled {
 		t.Fatal("r1 was signalled although it heard of its grant while waiting fast")

@@ -1,17 +1,10 @@
 package activities
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +12,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/alert"
+	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/metrics"
@@ -45,10 +40,11 @@ type Healing struct {
 	// Notifier tells the workflow of each shed request.
 	Notifier ShedNotifier
 	Metrics  *metrics.Metrics
-	// Client sends the backends' /metrics and /admin/config requests and
-	// the alert webhook; nil is a plain http.Client (each call has its own
-	// timeout).
-	Client  *http.Client
+	// Backends reads the pools' backends' /metrics and sets their batch
+	// through /admin/config.
+	Backends backend.Client
+	// Alerts receives each alert; one without a URL sends none.
+	Alerts  alert.Webhook
 	Options HealingOptions
 	Logger  *slog.Logger
 }
@@ -71,11 +67,6 @@ type HealingPool struct {
 
 // HealingOptions are the healer's activity settings from config.
 type HealingOptions struct {
-	// AlertWebhook receives each alert as JSON ("": none).
-	AlertWebhook string
-	AlertTimeout time.Duration
-	// MetricsTimeout bounds one backend call (/metrics, /admin/config).
-	MetricsTimeout time.Duration
 	// ShedNotifyConcurrency bounds the cancel signals in flight while
 	// shedding; 0 is 16.
 	ShedNotifyConcurrency int
@@ -94,20 +85,6 @@ func (h *Healing) pool(name string) (HealingPool, error) {
 		return HealingPool{}, temporal.NewNonRetryableApplicationError("unknown pool "+name, ErrTypeBadRequest, nil)
 	}
 	return p, nil
-}
-
-func (h *Healing) client() *http.Client {
-	if h.Client != nil {
-		return h.Client
-	}
-	return http.DefaultClient
-}
-
-func (h *Healing) backendTimeout() time.Duration {
-	if h.Options.MetricsTimeout > 0 {
-		return h.Options.MetricsTimeout
-	}
-	return 2 * time.Second
 }
 
 func outOfBounds(format string, args ...any) error {
@@ -159,116 +136,23 @@ func (h *Healing) backendHealth(ctx context.Context, pool string, endpoints []st
 	var wg sync.WaitGroup
 	for _, ep := range endpoints {
 		wg.Go(func() {
-			m, err := h.scrape(ctx, ep)
+			m, err := h.Backends.Metrics(ctx, ep)
 			if err != nil {
 				h.Logger.Debug("read backend metrics", "pool", pool, "endpoint", ep, "err", err)
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if m.kvCache >= 0 {
-				kvCache = max(kvCache, m.kvCache)
+			if m.KVCacheUsage >= 0 {
+				kvCache = max(kvCache, m.KVCacheUsage)
 			}
-			if m.waiting >= 0 {
-				waiting = max(waiting, int(m.waiting))
+			if m.Waiting >= 0 {
+				waiting = max(waiting, int(m.Waiting))
 			}
 		})
 	}
 	wg.Wait()
 	return kvCache, waiting
-}
-
-// backendMetrics is what the healer reads of one backend; -1: absent.
-type backendMetrics struct {
-	kvCache, waiting float64
-}
-
-func (h *Healing) scrape(ctx context.Context, endpoint string) (backendMetrics, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.backendTimeout())
-	defer cancel()
-	url := BackendBase(endpoint) + "/metrics"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return backendMetrics{}, fmt.Errorf("build GET %s: %w", url, err)
-	}
-	resp, err := h.client().Do(req)
-	if err != nil {
-		return backendMetrics{}, fmt.Errorf("GET %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return backendMetrics{}, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return parseBackendMetrics(io.LimitReader(resp.Body, 4<<20))
-}
-
-// Names of the vLLM metrics the healer reads. vLLM renamed the KV-cache
-// gauge in V1; both are accepted.
-const (
-	metricKVCacheOld = "vllm:gpu_cache_usage_perc"
-	metricKVCache    = "vllm:kv_cache_usage_perc"
-	metricWaiting    = "vllm:num_requests_waiting"
-)
-
-// parseBackendMetrics reads the Prometheus text format just far enough
-// for three gauges: a sample line is name, optional {labels}, value,
-// optional timestamp. The series of one name (one per model or engine)
-// are summed; a gauge the backend does not export stays -1.
-func parseBackendMetrics(r io.Reader) (backendMetrics, error) {
-	sums := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		end := strings.IndexAny(line, "{ \t")
-		if end < 0 {
-			continue
-		}
-		name := line[:end]
-		if name != metricKVCache && name != metricKVCacheOld && name != metricWaiting {
-			continue
-		}
-		rest := line[end:]
-		if rest[0] == '{' {
-			end := strings.LastIndexByte(rest, '}')
-			if end < 0 {
-				continue
-			}
-			rest = rest[end+1:]
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
-		sums[name] += v
-	}
-	if err := sc.Err(); err != nil {
-		return backendMetrics{}, fmt.Errorf("read metrics: %w", err)
-	}
-	m := backendMetrics{kvCache: -1, waiting: -1}
-	for _, name := range []string{metricKVCacheOld, metricKVCache} {
-		if v, ok := sums[name]; ok {
-			m.kvCache = max(m.kvCache, v)
-		}
-	}
-	if v, ok := sums[metricWaiting]; ok {
-		m.waiting = v
-	}
-	return m, nil
-}
-
-// BackendBase is an endpoint's server root: the OpenAI base URL without
-// a trailing "/v1", where /metrics and /admin/config are served.
-func BackendBase(endpoint string) string {
-	base := strings.TrimRight(endpoint, "/")
-	return strings.TrimSuffix(base, "/v1")
 }
 
 // SetPermits sets a pool's permit count through the live policy, so that
@@ -319,7 +203,7 @@ func (h *Healing) SetBatch(ctx context.Context, in SetBatchInput) (SetBatchOutpu
 	out := SetBatchOutput{Endpoints: len(p.Endpoints)}
 	var errs []error
 	for _, ep := range p.Endpoints {
-		applied, err := h.setBatch(ctx, ep, in.MaxNumSeqs)
+		applied, err := h.Backends.SetBatch(ctx, ep, in.MaxNumSeqs)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -333,70 +217,6 @@ func (h *Healing) SetBatch(ctx context.Context, in SetBatchInput) (SetBatchOutpu
 	}
 	h.Logger.Info("healing: batch set", "pool", in.Pool, "maxNumSeqs", in.MaxNumSeqs, "applied", out.Applied, "endpoints", out.Endpoints, "reason", in.Reason)
 	return out, nil
-}
-
-// adminConfig is the part of llmsim's /admin/config the healer uses.
-type adminConfig struct {
-	MaxNumSeqs *int `json:"max_num_seqs,omitempty"`
-}
-
-func (h *Healing) setBatch(ctx context.Context, endpoint string, n int) (applied bool, err error) {
-	url := BackendBase(endpoint) + "/admin/config"
-	var cur adminConfig
-	status, err := h.callJSON(ctx, http.MethodGet, url, nil, &cur)
-	switch {
-	case err != nil:
-		return false, err
-	case status == http.StatusNotFound || status == http.StatusMethodNotAllowed:
-		return false, nil
-	case status != http.StatusOK || cur.MaxNumSeqs == nil:
-		return false, fmt.Errorf("GET %s: %d, max_num_seqs %v", url, status, cur.MaxNumSeqs)
-	case *cur.MaxNumSeqs == n:
-		return true, nil
-	}
-	status, err = h.callJSON(ctx, http.MethodPost, url, adminConfig{MaxNumSeqs: &n}, nil)
-	if err != nil {
-		return false, err
-	}
-	if status != http.StatusOK {
-		return false, fmt.Errorf("POST %s max_num_seqs=%d: %d", url, n, status)
-	}
-	return true, nil
-}
-
-// callJSON sends body (if not nil) as JSON and decodes a 200 answer into
-// out (if not nil), returning the status.
-func (h *Healing) callJSON(ctx context.Context, method, url string, body, out any) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.backendTimeout())
-	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, rd)
-	if err != nil {
-		return 0, fmt.Errorf("build %s %s: %w", method, url, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := h.client().Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w", method, url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusOK && out != nil {
-		if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(out); err != nil {
-			return resp.StatusCode, fmt.Errorf("%s %s: decode answer: %w", method, url, err)
-		}
-		return resp.StatusCode, nil
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	return resp.StatusCode, nil
 }
 
 // ThrottleLong sets the factor long requests are charged against token
@@ -494,15 +314,6 @@ func (h *Healing) Shed(ctx context.Context, in ShedInput) (ShedOutput, error) {
 	return ShedOutput{Shed: len(res.IDs), Weight: res.Weight}, nil
 }
 
-// alertBody is what the alert webhook receives.
-type alertBody struct {
-	Pool    string     `json:"pool"`
-	Level   string     `json:"level"`
-	Message string     `json:"message"`
-	At      time.Time  `json:"at"`
-	Health  PoolHealth `json:"health"`
-}
-
 // Alert records a pool entering a worse state: a log line (an error when
 // critical), sluice_healing_alerts_total, and a POST to the alert webhook
 // if one is configured; a webhook that fails or answers non-2xx fails the
@@ -524,32 +335,9 @@ func (h *Healing) Alert(ctx context.Context, in AlertInput) error {
 			"queueDepth", hl.QueueDepth, "timeoutRate", hl.TimeoutRate, "kvCache", hl.KVCacheUsage, "backendWaiting", hl.BackendWaiting)
 		h.Metrics.HealingAlert(in.Pool, in.Level)
 	}
-	if h.Options.AlertWebhook == "" {
-		return nil
+	err := h.Alerts.Send(ctx, alert.Alert{Pool: in.Pool, Level: in.Level, Message: in.Message, Health: in.Health})
+	if errors.Is(err, alert.ErrInvalid) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
 	}
-	timeout := h.Options.AlertTimeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	raw, err := json.Marshal(alertBody{Pool: in.Pool, Level: in.Level, Message: in.Message, At: time.Now().UTC(), Health: in.Health})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.Options.AlertWebhook, bytes.NewReader(raw))
-	if err != nil {
-		return temporal.NewNonRetryableApplicationError("build alert webhook request: "+err.Error(), ErrTypeBadRequest, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := h.client().Do(req)
-	if err != nil {
-		return fmt.Errorf("post alert of pool %s to webhook: %w", in.Pool, err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return fmt.Errorf("post alert of pool %s to webhook: %s", in.Pool, resp.Status)
-	}
-	return nil
+	return err
 }

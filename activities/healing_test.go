@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
@@ -97,7 +98,7 @@ func newHealingHarness(t *testing.T, mod func(*activities.Healing)) *healingHarn
 				Scaler: simScaler, MinReplicas: 1, MaxReplicas: 4},
 			activities.PoolLong: {Endpoints: []string{"http://127.0.0.1:1"}, MinPermits: 1, MaxPermits: 4},
 		},
-		Options: activities.HealingOptions{MetricsTimeout: time.Second},
+		Backends: backend.Client{Timeout: time.Second},
 	}
 	if mod != nil {
 		mod(h)
@@ -393,7 +394,7 @@ func TestAlert(t *testing.T) {
 		w.WriteHeader(status)
 	}))
 	t.Cleanup(hook.Close)
-	hh := newHealingHarness(t, func(h *activities.Healing) { h.Options.AlertWebhook = hook.URL + "/alerts" })
+	hh := newHealingHarness(t, func(h *activities.Healing) { h.Alerts.URL = hook.URL + "/alerts" })
 	ctx := context.Background()
 	in := activities.AlertInput{Pool: activities.PoolShort, Level: "critical", Message: "P99/P50 = 7.2",
 		Health: activities.PoolHealth{Pool: activities.PoolShort, Ratio: 7.2, Samples: 300}}
@@ -419,6 +420,11 @@ func TestAlert(t *testing.T) {
 	err := hh.h.Alert(ctx, in)
 	if err == nil || !strings.Contains(err.Error(), "502") || isAppError(err, "") {
 		t.Fatalf("failing webhook: %v", err)
+	}
+	// A URL no request can be built for is not retried.
+	hh.h.Alerts.URL = "http://[::1"
+	if err := hh.h.Alert(ctx, in); !isAppError(err, activities.ErrTypeBadRequest) {
+		t.Fatalf("malformed webhook URL: %v", err)
 	}
 }
 

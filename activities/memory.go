@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -28,12 +29,12 @@ func (a *Activities) history(ctx context.Context, requestID string, ref *Session
 	if ref == nil || ref.HistoryTokens <= 0 || a.Sessions == nil {
 		return nil, 0
 	}
-	turns, err := a.Sessions.Turns(ctx, ref.Tenant, ref.ID)
+	ex, n, err := a.Sessions.History(ctx, a.Prompts, ref.Tenant, ref.ID, ref.HistoryTokens)
 	if err != nil {
 		a.logger(requestID).Warn("read session; asking without its history", "session", ref.ID, "err", err)
 		return nil, 0
 	}
-	return a.Prompts.FitHistory(session.Exchanges(turns), ref.HistoryTokens)
+	return ex, n
 }
 
 // recordAnswer records a finished stream's answer in its session before
@@ -43,9 +44,9 @@ func (a *Activities) recordAnswer(ctx context.Context, in LLMInput, finishReason
 	if a.Sessions == nil {
 		return false
 	}
-	outcome := session.OutcomeDone
+	outcome := request.OutcomeDone
 	if finishReason == "length" {
-		outcome = session.OutcomeTruncated
+		outcome = request.OutcomeTruncated
 	}
 	err := a.Sessions.Append(ctx, in.Session.Tenant, in.Session.ID, session.Turn{
 		RequestID: in.RequestID, Query: in.Query, Answer: strings.Join(answer, ""),
@@ -65,7 +66,7 @@ func (a *Activities) recordTurn(ctx context.Context, in FinalizeInput) error {
 		RequestID: in.RequestID, Query: in.Turn.Query, Outcome: in.Turn.Outcome,
 		Reason: in.Turn.Reason, At: time.Now().UTC(),
 	}
-	if t.Outcome == session.OutcomeDone || t.Outcome == session.OutcomeTruncated {
+	if t.Outcome == request.OutcomeDone || t.Outcome == request.OutcomeTruncated {
 		answer, err := a.streamedAnswer(ctx, in.RequestID)
 		if err != nil {
 			return err
@@ -130,7 +131,8 @@ func (a *Activities) LookupAnswer(ctx context.Context, in LookupAnswerInput) (Lo
 		return LookupAnswerOutput{}, fmt.Errorf("read version of kb %s: %w", in.KB, err)
 	}
 	bound := a.promptBound(in.Query)
-	pool := Route(bound, a.Options.ShortThreshold)
+	// Requests with a session never get here: no history to count.
+	pool := request.Route(bound, 0, a.Options.ShortThreshold)
 	ans, hit, err := a.Answers.Get(ctx, a.answerKey(in.Query, in.KB, version, pool), in.MaxTokens)
 	if err != nil || !hit {
 		return LookupAnswerOutput{PromptBound: bound, KBVersion: version, Ms: time.Since(start).Milliseconds()}, err
@@ -156,12 +158,12 @@ func (a *Activities) LookupAnswer(ctx context.Context, in LookupAnswerInput) (Lo
 	if in.Done != nil {
 		done = *in.Done
 	}
-	done.Route, done.KBVersion, done.Cached = RouteCache, version, true
+	done.Route, done.KBVersion, done.Cached = request.RouteCache, version, true
 	done.FinishReason, done.Sources, done.ContextShed = ans.FinishReason, ans.Sources, ans.ContextShed
 	// The answer cost no LLM tokens this time; its usage says so.
 	done.Usage = events.Usage{}
 	done.Timings = append(append([]events.StageTiming(nil), done.Timings...),
-		events.StageTiming{Stage: "answer_cache", Ms: out.Ms, Cache: "hit"})
+		events.StageTiming{Stage: request.StageAnswerCache, Ms: out.Ms, Cache: "hit"})
 	evs := make([]events.Pending, 0, len(ans.Tokens)+1)
 	for i, text := range ans.Tokens {
 		evs = append(evs, events.Pending{Type: events.TypeToken, Data: events.Token{Text: text, Index: i}})
@@ -180,7 +182,7 @@ func (a *Activities) LookupAnswer(ctx context.Context, in LookupAnswerInput) (Lo
 // timeout rate is made of.
 func (a *Activities) report(r Report) {
 	a.Metrics.ObserveRequest(metrics.Request{Route: r.Route, Outcome: metrics.OutcomeOf(r.Outcome, r.Reason), Timings: r.Timings})
-	if a.Latency == nil || (r.Route != PoolShort && r.Route != PoolLong) {
+	if a.Latency == nil || !request.IsPool(r.Route) {
 		return
 	}
 	var ttft int64
@@ -188,8 +190,8 @@ func (a *Activities) report(r Report) {
 	for _, t := range r.Timings {
 		a.Latency.Record(latency.Series(t.Stage, r.Route), time.Duration(t.Ms)*time.Millisecond)
 		switch t.Stage {
-		case "llm": // the whole answer: past the first token
-		case "llm_first_token":
+		case request.StageLLM: // the whole answer: past the first token
+		case request.StageLLMFirstToken:
 			firstToken = true
 			ttft += t.Ms
 		default:
@@ -200,10 +202,10 @@ func (a *Activities) report(r Report) {
 		// The client's wait for its first token, stage by stage: unlike
 		// llm_first_token it counts the admission queue, so a healer
 		// watching it sees waits that shrinking a pool moves there.
-		a.Latency.Record(latency.Series(StageTTFT, r.Route), time.Duration(ttft)*time.Millisecond)
+		a.Latency.Record(latency.Series(request.SeriesTTFT, r.Route), time.Duration(ttft)*time.Millisecond)
 	}
-	a.Latency.Add(latency.Series("requests", r.Route), 1)
-	if r.Reason == "queue_timeout" {
-		a.Latency.Add(latency.Series("queue_timeouts", r.Route), 1)
+	a.Latency.Add(latency.Series(request.SeriesRequests, r.Route), 1)
+	if r.Reason == request.ReasonQueueTimeout {
+		a.Latency.Add(latency.Series(request.SeriesQueueTimeouts, r.Route), 1)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/metrics"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -35,7 +36,7 @@ func TestSecondTurnCarriesTheFirst(t *testing.T) {
 	ref := &activities.SessionRef{Tenant: "acme", ID: "s1", HistoryTokens: 1024}
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	out, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: "How do buckets refill?", KB: kbName,
+		RequestID: "r1", Pool: request.PoolShort, Query: "How do buckets refill?", KB: kbName,
 		KBVersion: version, Context: hits, MaxTokens: 64, Session: ref,
 	}, nil)
 	if err != nil {
@@ -46,7 +47,7 @@ func TestSecondTurnCarriesTheFirst(t *testing.T) {
 	}
 	finalize(t, h, done("r1"))
 	if _, err := stream(t, h, activities.LLMInput{
-		RequestID: "r2", Pool: activities.PoolShort, Query: "And how fast?", KB: kbName,
+		RequestID: "r2", Pool: request.PoolShort, Query: "And how fast?", KB: kbName,
 		KBVersion: version, Context: hits, MaxTokens: 64, Session: ref,
 	}, nil); err != nil {
 		t.Fatal(err)
@@ -64,7 +65,7 @@ func TestSecondTurnCarriesTheFirst(t *testing.T) {
 		t.Fatalf("the query is not last: %+v", last)
 	}
 	turns := h.turns(t, "acme", "s1")
-	if len(turns) != 2 || turns[1].RequestID != "r2" || turns[1].Outcome != session.OutcomeDone {
+	if len(turns) != 2 || turns[1].RequestID != "r2" || turns[1].Outcome != request.OutcomeDone {
 		t.Fatalf("turns %+v", turns)
 	}
 	// Another tenant's session of the same name is another session.
@@ -80,7 +81,7 @@ func TestHistoryKeepsTheNewestTurnsThatFitItsBudget(t *testing.T) {
 	for i := range 12 {
 		turn := session.Turn{
 			RequestID: fmt.Sprint("old-", i), Query: fmt.Sprintf("question number %d about queues?", i),
-			Answer: strings.Repeat(fmt.Sprintf("answer %d ", i), 20), Outcome: session.OutcomeDone,
+			Answer: strings.Repeat(fmt.Sprintf("answer %d ", i), 20), Outcome: request.OutcomeDone,
 		}
 		if err := h.acts.Sessions.Append(ctx, "acme", "s", turn); err != nil {
 			t.Fatal(err)
@@ -94,7 +95,7 @@ func TestHistoryKeepsTheNewestTurnsThatFitItsBudget(t *testing.T) {
 	}
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	if _, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version,
 		Context: hits, MaxTokens: 8, Session: &activities.SessionRef{Tenant: "acme", ID: "s", HistoryTokens: budget},
 	}, nil); err != nil {
 		t.Fatal(err)
@@ -113,19 +114,19 @@ func TestAdmitRoutesWithSessionHistory(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
 	// A long earlier answer pushes a short question past the threshold.
-	turn := session.Turn{RequestID: "old", Query: "Tell me everything.", Answer: strings.Repeat("token bucket ", 300), Outcome: session.OutcomeDone}
+	turn := session.Turn{RequestID: "old", Query: "Tell me everything.", Answer: strings.Repeat("token bucket ", 300), Outcome: request.OutcomeDone}
 	if err := h.acts.Sessions.Append(ctx, "acme", "long", turn); err != nil {
 		t.Fatal(err)
 	}
 	alone := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{RequestID: "r1", Query: "And then?", Tenant: "acme"})
-	if alone.Pool != activities.PoolShort || alone.HistoryTokens != 0 {
+	if alone.Pool != request.PoolShort || alone.HistoryTokens != 0 {
 		t.Fatalf("without its session: %+v", alone)
 	}
 	with := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{
 		RequestID: "r2", Query: "And then?", Tenant: "acme",
 		Session: &activities.SessionRef{Tenant: "acme", ID: "long", HistoryTokens: 4096},
 	})
-	if with.Pool != activities.PoolLong || with.HistoryTokens == 0 || with.EstimatedPromptTokens != alone.EstimatedPromptTokens+with.HistoryTokens {
+	if with.Pool != request.PoolLong || with.HistoryTokens == 0 || with.EstimatedPromptTokens != alone.EstimatedPromptTokens+with.HistoryTokens {
 		t.Fatalf("with its session: %+v (alone %+v)", with, alone)
 	}
 }
@@ -136,7 +137,7 @@ func TestFinalizeRecordsWhatBecameOfTheRequest(t *testing.T) {
 	rejected := activities.FinalizeInput{
 		RequestID: "r1", EventType: events.TypeRejected,
 		Failure: &events.Failure{Reason: "queue_timeout", Message: "busy"},
-		Turn:    &activities.TurnInput{Session: ref, Query: "first?", Outcome: session.OutcomeRejected, Reason: "queue_timeout"},
+		Turn:    &activities.TurnInput{Session: ref, Query: "first?", Outcome: request.OutcomeRejected, Reason: "queue_timeout"},
 	}
 	// Finalize is retried whole: the turn is recorded once.
 	finalize(t, h, rejected)
@@ -149,10 +150,10 @@ func TestFinalizeRecordsWhatBecameOfTheRequest(t *testing.T) {
 		}
 	}
 	finalize(t, h, activities.FinalizeInput{
-		RequestID: "r2", Turn: &activities.TurnInput{Session: ref, Query: "second?", Outcome: session.OutcomeDone},
+		RequestID: "r2", Turn: &activities.TurnInput{Session: ref, Query: "second?", Outcome: request.OutcomeDone},
 	})
 	turns := h.turns(t, "acme", "s")
-	if len(turns) != 2 || turns[0].Outcome != session.OutcomeRejected || turns[0].Reason != "queue_timeout" ||
+	if len(turns) != 2 || turns[0].Outcome != request.OutcomeRejected || turns[0].Reason != "queue_timeout" ||
 		turns[1].Answer != "Yes, it is." {
 		t.Fatalf("turns %+v", turns)
 	}
@@ -167,9 +168,9 @@ func TestTruncatedAnswerEndsWithNoticeAndIsNotCached(t *testing.T) {
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	ref := &activities.SessionRef{Tenant: "acme", ID: "s"}
 	out, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: activities.PoolShort, Query: query, KB: kbName, KBVersion: version,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version,
 		Context: hits, MaxTokens: 2, Session: ref, CacheAnswer: true,
-		Done: &events.Done{RequestID: "r1", Route: activities.PoolShort},
+		Done: &events.Done{RequestID: "r1", Route: request.PoolShort},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +183,7 @@ func TestTruncatedAnswerEndsWithNoticeAndIsNotCached(t *testing.T) {
 	if out.Usage.CompletionTokens != 2 || out.FinishReason != "length" {
 		t.Fatalf("the notice counted as model output: %+v", out)
 	}
-	if turns := h.turns(t, "acme", "s"); len(turns) != 1 || turns[0].Outcome != session.OutcomeTruncated || turns[0].Answer != "It depe"+notice {
+	if turns := h.turns(t, "acme", "s"); len(turns) != 1 || turns[0].Outcome != request.OutcomeTruncated || turns[0].Answer != "It depe"+notice {
 		t.Fatalf("turns %+v", turns)
 	}
 	if got := h.lookup(t, "r2", 100); got.Hit {
@@ -233,7 +234,7 @@ func TestAnswerCacheServesACompleteAnswer(t *testing.T) {
 		t.Fatalf("replayed %q", text)
 	}
 	d := decode[events.Done](t, evs[len(evs)-1])
-	if !d.Cached || d.Route != activities.RouteCache || d.Usage.TotalTokens != 0 || d.KBVersion != version ||
+	if !d.Cached || d.Route != request.RouteCache || d.Usage.TotalTokens != 0 || d.KBVersion != version ||
 		len(d.Timings) != 2 || d.Timings[1].Cache != "hit" {
 		t.Fatalf("done %+v", d)
 	}
@@ -255,13 +256,10 @@ func TestAdmitRoutesAtTheExactThreshold(t *testing.T) {
 	cfg := config.Default()
 	h := newHarness(t, nil)
 	bound := h.acts.Prompts.BoundBeforeRetrieval(query, cfg.Retrieval.TopK, cfg.Retrieval.ChunkTokens)
-	if activities.Route(bound, bound) != activities.PoolShort || activities.Route(bound+1, bound) != activities.PoolLong {
-		t.Fatal("Route is not inclusive at the threshold")
-	}
 	for _, tc := range []struct {
 		threshold int
 		want      string
-	}{{bound, activities.PoolShort}, {bound - 1, activities.PoolLong}} {
+	}{{bound, request.PoolShort}, {bound - 1, request.PoolLong}} {
 		h := newHarness(t, func(o *harnessOptions) { o.shortThreshold = tc.threshold })
 		if out := h.admit(t, "r1", "granted"); out.Pool != tc.want || out.EstimatedPromptTokens != bound {
 			t.Fatalf("threshold %d: %+v, want pool %s at bound %d", tc.threshold, out, tc.want, bound)
@@ -271,7 +269,7 @@ func TestAdmitRoutesAtTheExactThreshold(t *testing.T) {
 	// given, not counted again.
 	h = newHarness(t, func(o *harnessOptions) { o.shortThreshold = bound })
 	out := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{RequestID: "r2", Query: query, PromptBound: bound + 1})
-	if out.Pool != activities.PoolLong || out.EstimatedPromptTokens != bound+1 {
+	if out.Pool != request.PoolLong || out.EstimatedPromptTokens != bound+1 {
 		t.Fatalf("admit with a given bound: %+v; want the long pool at %d", out, bound+1)
 	}
 }
@@ -289,7 +287,7 @@ func TestFinalizeReportsTheRequest(t *testing.T) {
 	timings := []events.StageTiming{{Stage: "embed", Ms: 1, Cache: "miss"}, {Stage: "admission", Ms: 30000}}
 	finalize(t, h, activities.FinalizeInput{
 		RequestID: "r1", EventType: events.TypeRejected, Failure: &events.Failure{Reason: "queue_timeout"},
-		Report: &activities.Report{Route: activities.PoolShort, Outcome: "rejected", Reason: "queue_timeout", Timings: timings},
+		Report: &activities.Report{Route: request.PoolShort, Outcome: "rejected", Reason: "queue_timeout", Timings: timings},
 	})
 	// Refused before routing: counted, but no pool's latency.
 	finalize(t, h, activities.FinalizeInput{
@@ -335,14 +333,14 @@ func TestFinalizeReportsTheRequest(t *testing.T) {
 	}
 	// Time to first token: the stages before it and the first token, not
 	// the rest of the answer; only requests that got a first token.
-	finalize(t, h, activities.FinalizeInput{RequestID: "r3", Report: &activities.Report{Route: activities.PoolLong, Outcome: "done", Timings: []events.StageTiming{
+	finalize(t, h, activities.FinalizeInput{RequestID: "r3", Report: &activities.Report{Route: request.PoolLong, Outcome: "done", Timings: []events.StageTiming{
 		{Stage: "embed", Ms: 100}, {Stage: "admission", Ms: 2000}, {Stage: "retrieval", Ms: 300},
 		{Stage: "llm_first_token", Ms: 600}, {Stage: "llm", Ms: 9000},
 	}}})
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st, err = w.Snapshots(ctx, time.Minute, latency.Series(activities.StageTTFT, "long"), latency.Series(activities.StageTTFT, "short"))
+	st, err = w.Snapshots(ctx, time.Minute, latency.Series(request.SeriesTTFT, "long"), latency.Series(request.SeriesTTFT, "short"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -249,7 +249,7 @@ type FinalizeInput struct {
 
 // Report is a finished request as metrics see it: no tenant, no text.
 type Report struct {
-	// Route is the pool, RouteCache, or empty before routing.
+	// Route is the pool, request.RouteCache, or empty before routing.
 	Route   string
 	Outcome string
 	Reason  string
@@ -261,7 +261,7 @@ type Report struct {
 type TurnInput struct {
 	Session SessionRef
 	Query   string
-	// Outcome is a session outcome (session.OutcomeDone, ...).
+	// Outcome is a session outcome (request.OutcomeDone, ...).
 	Outcome string
 	Reason  string
 }

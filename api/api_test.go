@@ -24,6 +24,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
@@ -440,11 +442,11 @@ func assertJSONError(t *testing.T, rec *httptest.ResponseRecorder, status int, c
 func TestChatSettingsMaxWait(t *testing.T) {
 	cfg := config.Default()
 	cfg.Pools.Long.MaxWait = 2 * time.Minute
-	plain := ChatSettings(cfg, config.Tier{Weight: 1})
+	plain := workflows.ChatSettingsFor(cfg, config.Tier{Weight: 1})
 	if plain.MaxWait != cfg.Admission.MaxWait || len(plain.MaxWaitByPool) != 1 || plain.MaxWaitByPool["long"] != 2*time.Minute {
 		t.Fatalf("settings %+v", plain)
 	}
-	vip := ChatSettings(cfg, config.Tier{Weight: 5, MaxWait: time.Minute})
+	vip := workflows.ChatSettingsFor(cfg, config.Tier{Weight: 5, MaxWait: time.Minute})
 	if vip.MaxWait != time.Minute || vip.MaxWaitByPool != nil {
 		t.Fatalf("a tier's max_wait must win: %+v", vip)
 	}
@@ -540,5 +542,43 @@ func TestLongCostFactorLeavesShortRequests(t *testing.T) {
 	}
 	if after := post(srv, body).Header().Get("X-RateLimit-Remaining-Tokens"); after != before || before == "" {
 		t.Fatalf("short request left %s tokens with factor 5, %s without", after, before)
+	}
+}
+
+// The door routes by the rule and the inputs admission uses: the prompt's
+// bound plus the session turns the prompt will carry. A query that is
+// short alone goes long when its session's history pushes it over the
+// threshold, and the workflow is started with that pool.
+func TestDoorRoutesWithTheSessionHistory(t *testing.T) {
+	srv, tc, rdb := newTestServer(t, nil)
+	bound := srv.prompts.BoundForQueryTokens(srv.prompts.QueryTokens("hello"), srv.cfg.Retrieval.TopK, srv.cfg.Retrieval.ChunkTokens)
+	srv.cfg.Routing.ShortThresholdTokens = bound + 5
+	sessions, err := session.New(rdb, session.Options{KeyPrefix: "t:" + t.Name() + ":", TTL: time.Minute, MaxTurns: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.sessions = sessions
+	if err := sessions.Append(context.Background(), "acme", "s1", session.Turn{
+		RequestID: "chat-earlier", Query: "an earlier question", Answer: strings.Repeat("a long earlier answer ", 20),
+		Outcome: request.OutcomeDone, At: time.Now(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{`{"query":"hello"}`, `{"query":"hello","session_id":"s1"}`} {
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k-acme")
+		req.Header.Set("Content-Type", "application/json")
+		srv.Handler().ServeHTTP(httptest.NewRecorder(), req)
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if len(tc.inputs) != 2 {
+		t.Fatalf("%d workflow starts, want 2", len(tc.inputs))
+	}
+	if got := tc.inputs[0].Pool; got != request.PoolShort {
+		t.Errorf("without a session: pool %q, want short", got)
+	}
+	if got := tc.inputs[1].Pool; got != request.PoolLong {
+		t.Errorf("with a session whose turns push it over the threshold: pool %q, want long", got)
 	}
 }

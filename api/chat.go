@@ -1,17 +1,14 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"mime"
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -21,10 +18,11 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/metrics"
+	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -43,88 +41,6 @@ type chatRequest struct {
 }
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-
-// caller is who sent a request.
-type caller struct {
-	Tenant, User, Tier string
-}
-
-func (s *Server) authenticate(c echo.Context) (caller, error) {
-	key := c.Request().Header.Get("X-API-Key")
-	if auth := c.Request().Header.Get("Authorization"); key == "" && auth != "" {
-		scheme, token, ok := strings.Cut(auth, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-			return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Authorization must be 'Bearer <api key>'"}
-		}
-		key = token
-	}
-	if key == "" {
-		if s.cfg.Auth.AllowAnonymous {
-			// Anonymous callers share one tenant; the per-IP limits are
-			// what tell them apart.
-			return caller{Tenant: "anonymous", Tier: s.policy.Current().Limits.DefaultTier}, nil
-		}
-		return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "an API key is required (Authorization: Bearer <key>)"}
-	}
-	k, ok := s.keys[key]
-	if !ok {
-		return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "unknown API key"}
-	}
-	who := caller{Tenant: k.Tenant, User: k.User, Tier: k.Tier}
-	if who.User == "" {
-		who.User = k.Tenant
-	}
-	if who.Tier == "" {
-		who.Tier = s.policy.Current().Limits.DefaultTier
-	}
-	return who, nil
-}
-
-// decodeJSON reads a size-limited JSON object with no unknown fields and
-// nothing after it.
-func (s *Server) decodeJSON(c echo.Context, dst any) error {
-	return s.decodeJSONLimit(c, dst, s.cfg.API.MaxBodyBytes)
-}
-
-// decodeJSONLimit is decodeJSON with a body limit of its own.
-func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
-	body, err := readJSONBody(c, limit)
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		return badRequest("bad_json", "malformed JSON: %v", err)
-	}
-	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 {
-		return badRequest("bad_json", "unexpected data after the JSON object")
-	}
-	return nil
-}
-
-// readJSONBody reads a non-empty, size-limited body sent as JSON.
-func readJSONBody(c echo.Context, limit int64) ([]byte, error) {
-	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != echo.MIMEApplicationJSON {
-			return nil, &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
-		}
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
-				Message: fmt.Sprintf("request body exceeds %d bytes", limit)}
-		}
-		return nil, badRequest("bad_body", "read request body: %v", err)
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, badRequest("bad_json", "request body must be a JSON object")
-	}
-	return body, nil
-}
 
 // validate normalises and checks a chat request.
 func (s *Server) validate(req *chatRequest) error {
@@ -200,19 +116,16 @@ func (s *Server) postChat(c echo.Context) error {
 }
 
 // beginChat takes a validated request through the door and starts its
-// workflow: kb check, rate limits, start slot, queue depth, event
+// workflow: kb check, routing, rate limits, start slot, queue depth, event
 // subscription, accepted event, workflow start. It returns the request's
 // id and a subscription to its events from the first, which the caller
 // must close; once it returns, the workflow runs and the caller renders
 // its events. On error nothing was started and every charge was given
 // back.
 func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string, *events.Subscription, error) {
-	switch known, err := s.kbKnown(c.Request().Context(), req.KB); {
-	case err != nil:
-		s.logger.Error("look up kb", "kb", req.KB, "err", err)
-		return "", nil, unavailable("knowledge bases unavailable; please retry")
-	case !known:
-		return "", nil, badRequest("unknown_kb", "unknown knowledge base %q", req.KB)
+	ctx := c.Request().Context()
+	if err := s.checkKB(ctx, req.KB); err != nil {
+		return "", nil, err
 	}
 	live := s.policy.Current()
 	tier, _ := live.Tier(who.Tier)
@@ -220,39 +133,9 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 		// The tier's cap, not the caller's wish, bounds the answer.
 		*req.MaxTokens = tier.MaxOutputTokens
 	}
-	ctx := c.Request().Context()
-	id := newRequestID()
-	log := s.logger.With("requestID", id, "tenant", who.Tenant)
-
-	// The rate limits come first: a flood is refused here with one Redis
-	// call, before it takes a start slot or looks at the queue. Charged at
-	// the upper bound: the prompt with a full context plus every output
-	// token it may produce; the workflow refunds what it did not use when
-	// it ends, and every refusal below gives the whole charge back.
-	// Only limits that count tokens need the query counted: a flood
-	// refused on requests per minute never pays for tokenization.
-	bound := func() int {
-		return s.prompts.BoundForQueryTokens(s.queryTokens(req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
-	}
-	cost := 0
-	if live.Limits.Enabled && ratesOf(tier).CountsTokens() {
-		cost = bound() + *req.MaxTokens
-		if req.SessionID != "" {
-			// The session's turns may fill their budget.
-			cost += s.cfg.Sessions.HistoryTokens
-		}
-		// While the healer throttles long requests (their prompts hold a
-		// batch's KV cache longest, the tail seed 002 is about), a request
-		// routed long must find factor times its tokens in its buckets: a
-		// tenant's long requests hit 429 sooner, short ones are unaffected.
-		// The workflow still refunds the unused part when it ends, so the
-		// factor bounds how many long requests a tenant starts at once,
-		// not what it pays for the tokens it used.
-		if f := live.ChargeFactor(activities.Route(bound(), s.cfg.Routing.ShortThresholdTokens)); f > 1 {
-			cost = int(math.Ceil(float64(cost) * f))
-		}
-	}
-	reservation, err := s.reserve(c, id, who, tier, live.Limits.Enabled, cost)
+	d := door{id: newRequestID(), who: who, tier: tier, pool: s.route(ctx, who, req)}
+	var err error
+	d.reservation, err = s.reserve(c, d.id, who, tier, live.Limits.Enabled, s.cost(live, d, req))
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
@@ -260,62 +143,147 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 		}
 		return "", nil, err
 	}
-	// A slot for the workflow start, held until the start returns: a
-	// flood beyond what Temporal can start is answered at once instead of
-	// queueing up in this process.
+	release, err := s.takeStartSlot()
+	if err != nil {
+		s.refuse(ctx, d, req, err)
+		return "", nil, err
+	}
+	defer release()
+	if err := s.checkQueue(ctx, d.pool, who.Tenant, tier); err != nil {
+		s.refuse(ctx, d, req, err)
+		return "", nil, err
+	}
+	sub, err := s.open(ctx, d, req)
+	if err != nil {
+		return "", nil, err
+	}
+	err = s.startChat(ctx, d, *req)
+	release()
+	if err != nil {
+		s.logger.Error("start chat workflow", "requestID", d.id, "err", err)
+		sub.Close()
+		_ = s.events.Delete(context.WithoutCancel(ctx), d.id)
+		s.refundAll(ctx, d.id, d.reservation)
+		return "", nil, unavailable("could not start the request; please retry")
+	}
+	return d.id, sub, nil
+}
+
+// door is what the door decided about one request on its way in.
+type door struct {
+	id   string
+	who  caller
+	tier config.Tier
+	// pool is the request's route; admission queues it there.
+	pool string
+	// reservation is its rate-limit charge ("" when none applied).
+	reservation string
+}
+
+// checkKB refuses a request for a knowledge base that does not exist.
+func (s *Server) checkKB(ctx context.Context, kb string) error {
+	known, err := s.kbKnown(ctx, kb)
+	switch {
+	case err != nil:
+		s.logger.Error("look up kb", "kb", kb, "err", err)
+		return unavailable("knowledge bases unavailable; please retry")
+	case !known:
+		return badRequest("unknown_kb", "unknown knowledge base %q", kb)
+	}
+	return nil
+}
+
+// route picks the request's pool by the rule and inputs admission uses:
+// the prompt's bound before retrieval and the tokens of the session turns
+// it will carry. The workflow is started with this pool, so the queue the
+// door checks is the queue the request joins. A session that cannot be
+// read is asked without its history, as the stream would.
+func (s *Server) route(ctx context.Context, who caller, req *chatRequest) string {
+	history := 0
+	if req.SessionID != "" && s.sessions != nil {
+		var err error
+		_, history, err = s.sessions.History(ctx, s.prompts, who.Tenant, req.SessionID, s.cfg.Sessions.HistoryTokens)
+		if err != nil {
+			s.logger.Warn("read session to route; routing without its history", "session", req.SessionID, "err", err)
+		}
+	}
+	return request.Route(s.promptBound(req), history, s.cfg.Routing.ShortThresholdTokens)
+}
+
+// promptBound is the prompt's upper bound before retrieval: the query and
+// top_k full chunks.
+func (s *Server) promptBound(req *chatRequest) int {
+	return s.prompts.BoundForQueryTokens(s.queryTokens(req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
+}
+
+// cost is what the rate limits charge a request up front: the prompt with
+// a full context, the whole session budget and every output token it may
+// produce. The workflow refunds what it did not use when it ends. Only
+// limits that count tokens need a cost; a flood refused on requests per
+// minute never pays for tokenization.
+func (s *Server) cost(live *policy.Policy, d door, req *chatRequest) int {
+	if !live.Limits.Enabled || !ratesOf(d.tier).CountsTokens() {
+		return 0
+	}
+	cost := s.promptBound(req) + *req.MaxTokens
+	if req.SessionID != "" {
+		cost += s.cfg.Sessions.HistoryTokens
+	}
+	// While the healer throttles long requests, a request routed long must
+	// find factor times its tokens in its buckets: a tenant's long
+	// requests hit 429 sooner, short ones are unaffected. The refund still
+	// gives back the unused part, so the factor bounds how many long
+	// requests a tenant starts at once, not what it pays.
+	if f := live.ChargeFactor(d.pool); f > 1 {
+		cost = int(math.Ceil(float64(cost) * f))
+	}
+	return cost
+}
+
+// takeStartSlot takes a slot for a workflow start, to hold until the
+// start returns: a flood beyond what Temporal can start is answered at
+// once instead of queueing up in this process. release may be called more
+// than once.
+func (s *Server) takeStartSlot() (release func(), err error) {
 	select {
 	case s.starts <- struct{}{}:
 	default:
-		s.refundAll(ctx, id, reservation)
-		s.recordRefusal(ctx, who, *req, id, "busy")
-		s.metrics.Refused(metrics.OutcomeOf(workflows.OutcomeRejected, "busy"))
-		return "", nil, &apiError{Status: http.StatusServiceUnavailable, Code: "busy", RetryAfter: 1,
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonBusy, RetryAfter: 1,
 			Message: "Too many requests are starting right now. Please retry in a moment."}
 	}
-	started := false
-	releaseSlot := func() {
-		if !started {
-			started = true
-			<-s.starts
-		}
-	}
-	defer releaseSlot()
-	if err := s.checkQueue(ctx, activities.Route(bound(), s.cfg.Routing.ShortThresholdTokens), who.Tenant, tier); err != nil {
-		s.refundAll(ctx, id, reservation)
-		var ae *apiError
-		if errors.As(err, &ae) {
-			s.recordRefusal(ctx, who, *req, id, ae.Code)
-			s.metrics.Refused(metrics.OutcomeOf(workflows.OutcomeRejected, ae.Code))
-		}
-		return "", nil, err
-	}
+	var once sync.Once
+	return func() { once.Do(func() { <-s.starts }) }, nil
+}
 
-	// Subscribing first means the events the workflow writes while its
-	// start call is still returning are already buffered for the client.
-	sub, err := s.hub.Subscribe(ctx, id, "0")
+// refuse gives back a request's whole charge when the door turns it away
+// for want of capacity, records the refusal in its session and counts it.
+func (s *Server) refuse(ctx context.Context, d door, req *chatRequest, err error) {
+	s.refundAll(ctx, d.id, d.reservation)
+	var ae *apiError
+	if errors.As(err, &ae) {
+		s.recordRefusal(ctx, d.who, *req, d.id, ae.Code)
+		s.metrics.Refused(metrics.OutcomeOf(request.OutcomeRejected, ae.Code))
+	}
+}
+
+// open subscribes to the request's events and writes its accepted event.
+// Subscribing first means the events the workflow writes while its start
+// call is still returning are already buffered for the client; the
+// accepted event is the stream's first entry whatever the workflow writes.
+func (s *Server) open(ctx context.Context, d door, req *chatRequest) (*events.Subscription, error) {
+	sub, err := s.hub.Subscribe(ctx, d.id, "0")
 	if err != nil {
-		log.Error("subscribe to events", "err", err)
-		s.refundAll(ctx, id, reservation)
-		return "", nil, unavailable("event stream unavailable")
+		s.logger.Error("subscribe to events", "requestID", d.id, "err", err)
+		s.refundAll(ctx, d.id, d.reservation)
+		return nil, unavailable("event stream unavailable")
 	}
-	// The accepted event goes first so that it is the stream's first entry
-	// whatever the workflow writes.
-	if _, err := s.events.Append(ctx, id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: who.Tenant, KB: req.KB}); err != nil {
-		log.Error("write accepted event", "err", err)
+	if _, err := s.events.Append(ctx, d.id, events.TypeAccepted, events.Accepted{RequestID: d.id, Tenant: d.who.Tenant, KB: req.KB}); err != nil {
+		s.logger.Error("write accepted event", "requestID", d.id, "err", err)
 		sub.Close()
-		s.refundAll(ctx, id, reservation)
-		return "", nil, unavailable("event store unavailable")
+		s.refundAll(ctx, d.id, d.reservation)
+		return nil, unavailable("event store unavailable")
 	}
-	err = s.startChat(ctx, id, who, tier, *req, reservation)
-	releaseSlot()
-	if err != nil {
-		log.Error("start chat workflow", "err", err)
-		sub.Close()
-		_ = s.events.Delete(context.WithoutCancel(ctx), id)
-		s.refundAll(ctx, id, reservation)
-		return "", nil, unavailable("could not start the request; please retry")
-	}
-	return id, sub, nil
+	return sub, nil
 }
 
 // recordRefusal records a request the door turned away for want of
@@ -328,7 +296,7 @@ func (s *Server) recordRefusal(ctx context.Context, who caller, req chatRequest,
 		return
 	}
 	err := s.sessions.Append(ctx, who.Tenant, req.SessionID, session.Turn{
-		RequestID: id, Query: req.Query, Outcome: session.OutcomeRejected, Reason: reason, At: time.Now().UTC(),
+		RequestID: id, Query: req.Query, Outcome: request.OutcomeRejected, Reason: reason, At: time.Now().UTC(),
 	})
 	if err != nil {
 		s.logger.Warn("record refusal in session", "requestID", id, "session", req.SessionID, "err", err)
@@ -348,58 +316,23 @@ func (s *Server) checkQueue(ctx context.Context, pool, tenant string, tier confi
 	}
 	retry := max(1, int(s.cfg.Admission.RecheckInterval.Seconds()))
 	if total >= s.cfg.Admission.MaxQueueDepth {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: workflows.ReasonQueueFull, RetryAfter: retry,
+		return &apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonQueueFull, RetryAfter: retry,
 			Message: "The service is at capacity and its queue is full. Please retry shortly."}
 	}
 	if tier.MaxQueuePerTenant > 0 && mine >= tier.MaxQueuePerTenant {
-		return &apiError{Status: http.StatusServiceUnavailable, Code: workflows.ReasonTenantQueueFull, RetryAfter: retry,
+		return &apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonTenantQueueFull, RetryAfter: retry,
 			Message: "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished."}
 	}
 	return nil
 }
 
-// ChatSettings is what a request of tier runs with under cfg: copied into
-// its workflow input, so that a later config change never alters it.
-func ChatSettings(cfg config.Config, tier config.Tier) workflows.ChatSettings {
-	maxWait := cfg.Admission.MaxWait
-	var byPool map[string]time.Duration
-	if tier.MaxWait > 0 {
-		maxWait = tier.MaxWait
-	} else {
-		for name, p := range map[string]config.Pool{activities.PoolShort: cfg.Pools.Short, activities.PoolLong: cfg.Pools.Long} {
-			if p.MaxWait > 0 {
-				if byPool == nil {
-					byPool = map[string]time.Duration{}
-				}
-				byPool[name] = p.MaxWait
-			}
-		}
-	}
-	return workflows.ChatSettings{
-		MaxWait:            maxWait,
-		MaxWaitByPool:      byPool,
-		RecheckInterval:    cfg.Admission.RecheckInterval,
-		MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
-		FastWait:           cfg.Admission.FastWait,
-		DisconnectGrace:    cfg.API.DisconnectGrace,
-		TopK:               cfg.Retrieval.TopK,
-		Candidates:         cfg.Retrieval.Candidates,
-		LLMTimeout:         cfg.LLM.Timeout,
-		LLMHeartbeat:       cfg.LLM.HeartbeatTimeout,
-		LLMMaxAttempts:     cfg.LLM.MaxAttempts,
-		SearchAttributes:   cfg.Temporal.SearchAttributes,
-		Weight:             tier.Weight,
-		MaxPerTenant:       tier.MaxQueuePerTenant,
-		HistoryTokens:      cfg.Sessions.HistoryTokens,
-	}
-}
-
-func (s *Server) startChat(ctx context.Context, id string, who caller, tier config.Tier, req chatRequest, reservation string) error {
+// startChat starts the request's workflow with the settings of its tier.
+func (s *Server) startChat(ctx context.Context, d door, req chatRequest) error {
 	cfg := s.cfg
 	in := workflows.ChatInput{
-		RequestID: id, Tenant: who.Tenant, User: who.User, Tier: who.Tier,
+		RequestID: d.id, Tenant: d.who.Tenant, User: d.who.User, Tier: d.who.Tier,
 		Query: req.Query, KB: req.KB, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
-		RateReservation: reservation, Settings: ChatSettings(cfg, tier),
+		Pool: d.pool, RateReservation: d.reservation, Settings: workflows.ChatSettingsFor(cfg, d.tier),
 	}
 	// An answer that depends on a conversation is that conversation's
 	// own: requests in a session neither read nor fill the answer cache.
@@ -408,13 +341,13 @@ func (s *Server) startChat(ctx context.Context, id string, who caller, tier conf
 	// bounded (max_wait, LLM timeouts and attempts, local activity
 	// deadlines), and a timeout would cost the server a timer per request.
 	opts := client.StartWorkflowOptions{
-		ID:                    workflows.ChatWorkflowID(id),
+		ID:                    workflows.ChatWorkflowID(d.id),
 		TaskQueue:             cfg.Temporal.TaskQueue,
 		EnableEagerStart:      cfg.Temporal.EagerStart,
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}
 	if cfg.Temporal.SearchAttributes {
-		opts.TypedSearchAttributes = temporal.NewSearchAttributes(workflows.SearchTenant.ValueSet(who.Tenant))
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(workflows.SearchTenant.ValueSet(d.who.Tenant))
 	}
 	// Not the request's context: a client that leaves mid-call must not
 	// leave a started workflow we believe failed. If it left, streaming
@@ -423,4 +356,10 @@ func (s *Server) startChat(ctx context.Context, id string, who caller, tier conf
 	defer cancel()
 	_, err := s.temporal.ExecuteWorkflow(sctx, opts, workflows.ChatWorkflowName, in)
 	return err
+}
+
+// ChatSettings is workflows.ChatSettingsFor, kept until the benchmarks
+// call it there. TODO(structure): remove.
+func ChatSettings(cfg config.Config, tier config.Tier) workflows.ChatSettings {
+	return workflows.ChatSettingsFor(cfg, tier)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -26,35 +27,15 @@ const kbHeader = "X-Sluice-KB"
 // length, not by model name.
 const defaultModel = "sluice"
 
-// completionRequest is the part of OpenAI's chat completion request that
-// Sluice reads. The other fields OpenAI clients send (temperature, top_p,
-// user, seed, ...) are accepted and ignored, so that clients work
-// unchanged; only n > 1, which would change the response's shape, is
-// refused.
+// completionRequest is OpenAI's chat completion request with Sluice's
+// extension. The fields OpenAI clients send that Sluice does not read
+// (temperature, top_p, user, seed, ...) are accepted and ignored, so that
+// clients work unchanged; only n > 1, which would change the response's
+// shape, is refused.
 type completionRequest struct {
-	Model               string              `json:"model"`
-	Messages            []completionMessage `json:"messages"`
-	MaxTokens           *int                `json:"max_tokens"`
-	MaxCompletionTokens *int                `json:"max_completion_tokens"`
-	Stream              bool                `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-	N *int `json:"n"`
+	openai.ChatRequest
 	// KB is Sluice's extension: the knowledge base to answer from.
 	KB string `json:"kb"`
-}
-
-// completionMessage is one message of the conversation. Content is a
-// string or an array of content parts; the official clients send both.
-type completionMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// includeUsage reports whether the client asked for a final usage chunk.
-func (r completionRequest) includeUsage() bool {
-	return r.StreamOptions != nil && r.StreamOptions.IncludeUsage
 }
 
 // parseCompletionRequest reads an OpenAI chat completion request into the
@@ -83,7 +64,7 @@ func parseCompletionRequest(body []byte, kb string) (completionRequest, chatRequ
 			return cr, chatRequest{}, paramError(fmt.Sprintf("messages[%d].role", i), "bad_role",
 				"unknown role %q; expected system, developer, user or assistant", m.Role)
 		}
-		text, err := messageText(m.Content, fmt.Sprintf("messages[%d].content", i))
+		text, err := messageText(m, fmt.Sprintf("messages[%d].content", i))
 		if err != nil {
 			return cr, chatRequest{}, err
 		}
@@ -101,41 +82,24 @@ func parseCompletionRequest(body []byte, kb string) (completionRequest, chatRequ
 	if cr.Model == "" {
 		cr.Model = defaultModel
 	}
-	req := chatRequest{Query: query, KB: cr.KB, MaxTokens: cr.MaxTokens}
+	req := chatRequest{Query: query, KB: cr.KB, MaxTokens: cr.MaxOutputTokens()}
 	if req.KB == "" {
 		req.KB = kb
-	}
-	if cr.MaxCompletionTokens != nil {
-		// The newer name wins, as it does at OpenAI.
-		req.MaxTokens = cr.MaxCompletionTokens
 	}
 	return cr, req, nil
 }
 
 // messageText is the text of a message's content: the string, or its text
-// parts joined by newlines.
-func messageText(raw json.RawMessage, param string) (string, error) {
-	raw = json.RawMessage(strings.TrimSpace(string(raw)))
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if raw[0] == '"' {
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", paramError(param, "bad_content", "%s: %v", param, err)
-		}
-		return s, nil
-	}
-	var parts []struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
+// parts joined by newlines. A part of any other kind is refused rather than
+// skipped: an answer to half a question would look like a whole one.
+func messageText(m openai.Message, param string) (string, error) {
+	parts, err := m.Parts()
+	if err != nil {
 		return "", paramError(param, "bad_content", "%s must be a string or an array of content parts", param)
 	}
 	texts := make([]string, 0, len(parts))
 	for i, p := range parts {
-		if p.Type != "text" || p.Text == nil {
+		if p.Type != openai.ContentPartText || p.Text == nil {
 			return "", paramError(fmt.Sprintf("%s[%d]", param, i), "unsupported_content",
 				"content part of type %q is not supported: Sluice reads text parts only", p.Type)
 		}
@@ -175,6 +139,11 @@ type completionMeta struct {
 	Model   string
 }
 
+// header is the meta as the head of a response object of the given kind.
+func (m completionMeta) header(object string) openai.Header {
+	return openai.Header{ID: m.ID, Object: object, Created: m.Created, Model: m.Model}
+}
+
 // postChatCompletions is OpenAI's chat completions API over the same
 // workflow as /v1/chat: streamed in OpenAI's chunk format, or answered in
 // one JSON completion when stream is false.
@@ -202,7 +171,7 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 	defer sub.Close()
 	meta := completionMeta{ID: "chatcmpl-" + id, Created: created, Model: cr.Model}
 	if cr.Stream {
-		return s.streamCompletion(c, sub, id, meta, cr.includeUsage())
+		return s.streamCompletion(c, sub, id, meta, cr.IncludeUsage())
 	}
 	return s.awaitCompletion(c, sub, id, meta)
 }
@@ -251,46 +220,32 @@ func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id st
 	if col.failure != nil {
 		return col.failure
 	}
-	d := col.done
-	return c.JSON(http.StatusOK, completion{
-		ID: meta.ID, Object: "chat.completion", Created: meta.Created, Model: meta.Model,
-		Choices: []completionChoice{{
-			Message:      assistantMessage{Role: "assistant", Content: col.text.String()},
-			FinishReason: finishReason(d.FinishReason),
-		}},
-		Usage:  usageOf(d.Usage),
-		Sluice: sluiceOf(d),
-	})
+	return c.JSON(http.StatusOK, completionOf(meta, col.text.String(), col.done))
 }
 
-// completion is OpenAI's non-streaming chat completion.
+// completion is OpenAI's non-streaming chat completion with Sluice's
+// extension.
 type completion struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   completionUsage    `json:"usage"`
-	Sluice  *sluiceInfo        `json:"sluice,omitempty"`
+	openai.Completion
+	Sluice *sluiceInfo `json:"sluice,omitempty"`
 }
 
-type completionChoice struct {
-	Index        int              `json:"index"`
-	Message      assistantMessage `json:"message"`
-	Logprobs     *struct{}        `json:"logprobs"`
-	FinishReason string           `json:"finish_reason"`
-}
-
-type assistantMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"`
-}
-
-type completionUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+// completionOf is the completion of a finished answer. Logprobs and
+// refusal are sent as null, as OpenAI sends them, for clients that look
+// for every field.
+func completionOf(meta completionMeta, text string, d events.Done) completion {
+	return completion{
+		Completion: openai.Completion{
+			Header: meta.header(openai.ObjectChatCompletion),
+			Choices: []openai.Choice{{
+				Message:      openai.AssistantMessage{Role: "assistant", Content: text, Refusal: openai.Null[string]()},
+				Logprobs:     openai.Null[json.RawMessage](),
+				FinishReason: finishReason(d.FinishReason),
+			}},
+			Usage: usageOf(d.Usage),
+		},
+		Sluice: sluiceOf(d),
+	}
 }
 
 // sluiceInfo is Sluice's extension of the final chunk and of the
@@ -311,8 +266,8 @@ func sluiceOf(d events.Done) *sluiceInfo {
 		ContextShed: d.ContextShed, Cached: d.Cached}
 }
 
-func usageOf(u events.Usage) completionUsage {
-	return completionUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+func usageOf(u events.Usage) openai.Usage {
+	return openai.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
 }
 
 // finishReason maps a backend's finish reason to one of OpenAI's: a
@@ -325,33 +280,12 @@ func finishReason(r string) string {
 	return "stop"
 }
 
-// completionChunk is one OpenAI streaming chunk.
+// completionChunk is one OpenAI streaming chunk with Sluice's extension,
+// which only the finish chunk carries.
 type completionChunk struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
-	Choices []chunkChoice `json:"choices"`
-	// Usage is null on every chunk but the last when the client asked for
-	// usage, and absent otherwise, as at OpenAI.
-	Usage  any         `json:"usage,omitempty"`
+	openai.Chunk
 	Sluice *sluiceInfo `json:"sluice,omitempty"`
 }
-
-type chunkChoice struct {
-	Index        int        `json:"index"`
-	Delta        chunkDelta `json:"delta"`
-	Logprobs     *struct{}  `json:"logprobs"`
-	FinishReason *string    `json:"finish_reason"`
-}
-
-type chunkDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
-}
-
-// nullUsage is usage's value on the chunks before the usage chunk.
-var nullUsage = json.RawMessage("null")
 
 // chunkSink renders events as OpenAI chunks. Events that OpenAI has no
 // chunk for (accepted, queue, stage) become SSE comments, which OpenAI
@@ -386,14 +320,14 @@ func (k *chunkSink) write(ev events.Event) error {
 		if json.Unmarshal(ev.Data, &t) != nil {
 			return nil
 		}
-		return k.data(k.chunk(chunkDelta{Content: &t.Text}, nil))
+		return k.data(k.chunk(openai.Delta{Content: &t.Text}, nil))
 	case events.TypeDone:
 		var d events.Done
 		if err := json.Unmarshal(ev.Data, &d); err != nil {
 			return k.fail(&apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal, Message: "unreadable answer"})
 		}
 		fr := finishReason(d.FinishReason)
-		last := k.chunk(chunkDelta{}, &fr)
+		last := k.chunk(openai.Delta{}, &fr)
 		if last.Choices[0].Delta.Role != "" {
 			// An empty answer: its only chunk still says who speaks.
 			empty := ""
@@ -404,9 +338,8 @@ func (k *chunkSink) write(ev events.Event) error {
 			return err
 		}
 		if k.includeUsage {
-			u := usageOf(d.Usage)
-			if err := k.data(completionChunk{ID: k.meta.ID, Object: "chat.completion.chunk", Created: k.meta.Created,
-				Model: k.meta.Model, Choices: []chunkChoice{}, Usage: &u}); err != nil {
+			if err := k.data(openai.Chunk{Header: k.meta.header(openai.ObjectChatCompletionChunk),
+				Choices: []openai.ChunkChoice{}, Usage: openai.Of(usageOf(d.Usage))}); err != nil {
 				return err
 			}
 		}
@@ -419,16 +352,18 @@ func (k *chunkSink) write(ev events.Event) error {
 }
 
 // chunk is the next chunk of the one choice, with the role on the first.
-func (k *chunkSink) chunk(delta chunkDelta, finish *string) completionChunk {
+// Usage is null on it when the client asked for usage, which the last
+// chunk carries.
+func (k *chunkSink) chunk(delta openai.Delta, finish *string) completionChunk {
 	if !k.roleSent {
 		delta.Role, k.roleSent = "assistant", true
 	}
-	ch := completionChunk{ID: k.meta.ID, Object: "chat.completion.chunk", Created: k.meta.Created, Model: k.meta.Model,
-		Choices: []chunkChoice{{Delta: delta, FinishReason: finish}}}
+	ch := openai.Chunk{Header: k.meta.header(openai.ObjectChatCompletionChunk),
+		Choices: []openai.ChunkChoice{{Delta: delta, Logprobs: openai.Null[json.RawMessage](), FinishReason: finish}}}
 	if k.includeUsage {
-		ch.Usage = nullUsage
+		ch.Usage = openai.Null[openai.Usage]()
 	}
-	return ch
+	return completionChunk{Chunk: ch}
 }
 
 // fail ends the stream with an error object, which OpenAI clients raise

@@ -58,7 +58,7 @@ func TestParseCompletionRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if req.Query != tc.query || req.KB != tc.kb || cr.Model != tc.model || cr.Stream != tc.stream || cr.includeUsage() != tc.usage {
+			if req.Query != tc.query || req.KB != tc.kb || cr.Model != tc.model || cr.Stream != tc.stream || cr.IncludeUsage() != tc.usage {
 				t.Fatalf("parsed %+v / %+v", cr, req)
 			}
 			if (tc.maxTokens == 0) != (req.MaxTokens == nil) || (req.MaxTokens != nil && *req.MaxTokens != tc.maxTokens) {
@@ -420,6 +420,29 @@ func TestChunkStreamRejectionAndEmptyAnswer(t *testing.T) {
 	_ = json.Unmarshal([]byte(datas[0]), &c)
 	if len(datas) != 1 || string(c.Choices) != `[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":"stop"}]` {
 		t.Fatalf("empty answer:\n%s", raw)
+	}
+}
+
+// A non-streaming completion carries every field OpenAI's does, with
+// logprobs and refusal null, and Sluice's extension after them.
+func TestCompletionFormat(t *testing.T) {
+	meta := completionMeta{ID: "chatcmpl-chat-1", Created: 1700000000, Model: "gpt-test"}
+	d := events.Done{RequestID: "chat-1", Route: "short", FinishReason: "eos", KBVersion: 4, Sources: []string{"doc-a"},
+		Cached: true, Usage: events.Usage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}
+	raw, err := json.Marshal(completionOf(meta, "Hello world", d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"chatcmpl-chat-1","object":"chat.completion","created":1700000000,"model":"gpt-test",` +
+		`"choices":[{"index":0,"message":{"role":"assistant","content":"Hello world","refusal":null},"logprobs":null,"finish_reason":"stop"}],` +
+		`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12},` +
+		`"sluice":{"request_id":"chat-1","route":"short","kb_version":4,"sources":["doc-a"],"cached":true}}`
+	if string(raw) != want {
+		t.Fatalf("completion\n%s\nwant\n%s", raw, want)
+	}
+	var c openai.ChatCompletion
+	if err := json.Unmarshal(raw, &c); err != nil || c.Choices[0].Message.Content != "Hello world" || c.Usage.TotalTokens != 12 {
+		t.Fatalf("the official client reads %+v, %v", c, err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/api/enums/v1"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -74,7 +75,7 @@ func (s *Server) getRequest(c echo.Context) error {
 	if v, err := s.temporal.QueryWorkflow(qctx, workflows.ChatWorkflowID(id), "", workflows.QueryStatus); err == nil {
 		var st workflows.Status
 		if v.Get(&st) == nil {
-			if st.Stage == workflows.StageAdmission && st.Pool != "" {
+			if st.Stage == request.StageAdmission && st.Pool != "" {
 				// The workflow knows its position only as of its last
 				// check; Redis knows it now.
 				if pos, ok, err := s.gate.Position(ctx, st.Pool, id); err == nil && ok {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -37,7 +38,7 @@ func (st *streamState) observe(ev events.Event) {
 		}
 	case events.TypeStage:
 		var sg events.Stage
-		if json.Unmarshal(ev.Data, &sg) == nil && sg.Stage != workflows.StageAdmission && sg.Stage != workflows.StageEmbed {
+		if json.Unmarshal(ev.Data, &sg) == nil && sg.Stage != request.StageAdmission && sg.Stage != request.StageEmbed {
 			st.queued = false
 		}
 	default:
@@ -209,7 +210,7 @@ func (s *Server) endedSilently(ctx context.Context, id string) bool {
 		return err == nil
 	}
 	_, err = s.events.Append(ctx, id, events.TypeError, events.Failure{
-		Reason: workflows.ReasonInternal, Message: "The request ended without an answer.",
+		Reason: request.ReasonInternal, Message: "The request ended without an answer.",
 	})
 	return err == nil
 }

@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/alert"
+	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/scaler"
@@ -81,7 +83,7 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 		}
 		endpoints := make([]string, len(p.Endpoints))
 		for i, e := range p.Endpoints {
-			endpoints[i] = activities.BackendBase(e)
+			endpoints[i] = backend.Base(e)
 		}
 		hp := activities.HealingPool{
 			Endpoints: endpoints, MinPermits: p.Healing.MinPermits, MaxPermits: p.MaxConcurrency,
@@ -100,11 +102,9 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 		Pools:    pools,
 		Notifier: SignalNotifier{Client: r.Temporal},
 		Metrics:  r.Metrics,
-		Options: activities.HealingOptions{
-			AlertWebhook: cfg.Healing.AlertWebhook, AlertTimeout: cfg.Healing.AlertTimeout,
-			MetricsTimeout: cfg.Healing.MetricsTimeout,
-		},
-		Logger: r.Logger.With("component", "healing"),
+		Backends: backend.Client{Timeout: cfg.Healing.MetricsTimeout},
+		Alerts:   alert.Webhook{URL: cfg.Healing.AlertWebhook, Timeout: cfg.Healing.AlertTimeout},
+		Logger:   r.Logger.With("component", "healing"),
 	}, nil
 }
 

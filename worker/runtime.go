@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
@@ -131,8 +132,8 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 		WaiterTTL:     WaiterTTL(cfg.Admission),
 		MaxQueueDepth: cfg.Admission.MaxQueueDepth,
 		Limits: map[string]int{
-			activities.PoolShort: cfg.Pools.Short.MaxConcurrency,
-			activities.PoolLong:  cfg.Pools.Long.MaxConcurrency,
+			request.PoolShort: cfg.Pools.Short.MaxConcurrency,
+			request.PoolLong:  cfg.Pools.Long.MaxConcurrency,
 		},
 	})
 	if err != nil {
@@ -242,7 +243,7 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		return metrics.CacheStats{Hits: uint64(s.Hits), Misses: uint64(s.Misses), Bytes: uint64(s.Bytes)}
 	})
 	pools := map[string]activities.Pool{}
-	for name, p := range map[string]config.Pool{activities.PoolShort: cfg.Pools.Short, activities.PoolLong: cfg.Pools.Long} {
+	for name, p := range cfg.Pools.ByName() {
 		c, err := llm.NewOpenAI(llm.OpenAIOptions{Endpoints: p.Endpoints, APIKey: p.APIKey})
 		if err != nil {
 			return nil, fmt.Errorf("pools.%s: %w", name, err)

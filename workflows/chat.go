@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"time"
 
@@ -10,7 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/session"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // a is only used to name activity methods; Temporal resolves them by name
@@ -20,7 +21,7 @@ var a *activities.Activities
 // ChatWorkflow runs one chat request through embed → admission → retrieval
 // → rerank → LLM, and always gives back what admission granted.
 func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
-	w := &chat{in: in, status: Status{Stage: StageEmbed, Tenant: in.Tenant, KB: in.KB}}
+	w := &chat{in: in, status: Status{Stage: request.StageEmbed, Tenant: in.Tenant, KB: in.KB}}
 	if err := w.setup(ctx); err != nil {
 		return ChatResult{}, err
 	}
@@ -141,7 +142,7 @@ func (w *chat) watchCancel(ctx workflow.Context) {
 }
 
 func (w *chat) requestCancel(ctx workflow.Context, reason string) {
-	if w.cancelReason != "" || w.status.Stage == StageFinished {
+	if w.cancelReason != "" || w.status.Stage == request.StageFinished {
 		return
 	}
 	w.cancelReason = reason
@@ -161,7 +162,7 @@ func (w *chat) requestCancel(ctx workflow.Context, reason string) {
 
 // run executes the stages; on any early exit w.result says why.
 func (w *chat) run(ctx workflow.Context) {
-	w.result = ChatResult{Outcome: OutcomeFailed, Reason: ReasonInternal}
+	w.result = ChatResult{Outcome: request.OutcomeFailed, Reason: request.ReasonInternal}
 	// Nothing is consumed until the LLM is called.
 	w.used = &activities.Used{}
 
@@ -170,10 +171,10 @@ func (w *chat) run(ctx workflow.Context) {
 	if err := workflow.ExecuteLocalActivity(sctx, a.EmbedQuery, activities.EmbedInput{
 		RequestID: w.in.RequestID, Query: w.in.Query,
 	}).Get(sctx, &emb); err != nil {
-		w.stageFailed(StageEmbed, err)
+		w.stageFailed(request.StageEmbed, err)
 		return
 	}
-	w.timing(StageEmbed, emb.Ms, emb.Cache)
+	w.timing(request.StageEmbed, emb.Ms, emb.Cache)
 
 	// Histories from before the answer cache have no AnswerCache setting
 	// and so schedule no lookup: they replay unchanged.
@@ -185,32 +186,32 @@ func (w *chat) run(ctx workflow.Context) {
 		return
 	}
 
-	w.status.Stage = StageRetrieval
+	w.status.Stage = request.StageRetrieval
 	var ret activities.RetrieveOutput
 	if err := workflow.ExecuteLocalActivity(sctx, a.Retrieve, activities.RetrieveInput{
 		RequestID: w.in.RequestID, KB: w.in.KB, Query: w.in.Query, K: w.in.Settings.Candidates,
 	}).Get(sctx, &ret); err != nil {
-		w.stageFailed(StageRetrieval, err)
+		w.stageFailed(request.StageRetrieval, err)
 		return
 	}
 	tier := "miss"
 	if ret.CacheHit {
 		tier = "redis"
 	}
-	w.timing(StageRetrieval, ret.Ms, tier)
+	w.timing(request.StageRetrieval, ret.Ms, tier)
 	w.result.KBVersion = ret.KBVersion
 
-	w.status.Stage = StageRerank
+	w.status.Stage = request.StageRerank
 	var rr activities.RerankOutput
 	if err := workflow.ExecuteLocalActivity(sctx, a.Rerank, activities.RerankInput{
 		RequestID: w.in.RequestID, KB: w.in.KB, KBVersion: ret.KBVersion, Query: w.in.Query, Hits: ret.Hits, K: w.in.Settings.TopK,
 	}).Get(sctx, &rr); err != nil {
-		w.stageFailed(StageRerank, err)
+		w.stageFailed(request.StageRerank, err)
 		return
 	}
-	w.timing(StageRerank, rr.Ms, "")
+	w.timing(request.StageRerank, rr.Ms, "")
 
-	w.status.Stage = StageLLM
+	w.status.Stage = request.StageLLM
 	lctx := workflow.WithActivityOptions(w.stageCtx, workflow.ActivityOptions{
 		StartToCloseTimeout: w.in.Settings.LLMTimeout,
 		HeartbeatTimeout:    w.in.Settings.LLMHeartbeat,
@@ -246,20 +247,20 @@ func (w *chat) run(ctx workflow.Context) {
 		if !w.admit(ctx) {
 			return
 		}
-		w.status.Stage = StageLLM
+		w.status.Stage = request.StageLLM
 	}
 	if err != nil {
 		w.used = streamedBefore(err)
-		w.stageFailed(StageLLM, err)
+		w.stageFailed(request.StageLLM, err)
 		return
 	}
 	w.used = &activities.Used{Tokens: out.Usage.TotalTokens, Requests: 1}
-	w.timing("llm_first_token", out.FirstTokenMs, "")
-	w.timing(StageLLM, out.Ms, "")
+	w.timing(request.StageLLMFirstToken, out.FirstTokenMs, "")
+	w.timing(request.StageLLM, out.Ms, "")
 	w.doneWritten = out.DoneWritten
 	w.turnRecorded = out.TurnRecorded
 
-	w.result.Outcome = OutcomeDone
+	w.result.Outcome = request.OutcomeDone
 	w.result.Reason = ""
 	w.result.Usage = out.Usage
 	w.result.FinishReason = out.FinishReason
@@ -286,16 +287,16 @@ func (w *chat) answeredFromCache() bool {
 		return false
 	}
 	if !out.Hit {
-		w.timing("answer_cache", out.Ms, "miss")
+		w.timing(request.StageAnswerCache, out.Ms, "miss")
 		w.promptBound = out.PromptBound
 		return false
 	}
-	w.timing("answer_cache", out.Ms, "hit")
+	w.timing(request.StageAnswerCache, out.Ms, "hit")
 	// No permit, no LLM tokens: only the request itself is charged.
 	w.used = &activities.Used{Requests: 1}
 	w.doneWritten = true
 	w.result = ChatResult{
-		Outcome: OutcomeDone, Route: activities.RouteCache, FinishReason: out.FinishReason,
+		Outcome: request.OutcomeDone, Route: request.RouteCache, FinishReason: out.FinishReason,
 		KBVersion: out.KBVersion, Sources: out.Sources, ContextShed: out.ContextShed,
 	}
 	return true
@@ -318,8 +319,8 @@ func (w *chat) turn() *activities.TurnInput {
 		return nil
 	}
 	outcome := w.result.Outcome
-	if outcome == OutcomeDone && w.result.FinishReason == "length" {
-		outcome = session.OutcomeTruncated
+	if outcome == request.OutcomeDone && w.result.FinishReason == "length" {
+		outcome = request.OutcomeTruncated
 	}
 	return &activities.TurnInput{Session: *ref, Query: w.in.Query, Outcome: outcome, Reason: w.result.Reason}
 }
@@ -335,7 +336,7 @@ const maxReadmits = 3
 // when the request must end (w.result says why). Called again after a
 // permit was lost, it asks in the same pool with the old place's token.
 func (w *chat) admit(ctx workflow.Context) bool {
-	w.status.Stage = StageAdmission
+	w.status.Stage = request.StageAdmission
 	sctx := localCtx(w.stageCtx)
 	start := workflow.Now(ctx)
 	var adm activities.AdmitOutput
@@ -346,12 +347,12 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	}
 	if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
-		Pool: w.pool, Seq: w.seq, PromptBound: w.promptBound,
+		Pool: cmp.Or(w.pool, w.in.Pool), Seq: w.seq, PromptBound: w.promptBound,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 		FastWait: w.in.Settings.FastWait, Session: w.session(),
 	}).Get(sctx, &adm); err != nil {
-		w.stageFailed(StageAdmission, err)
+		w.stageFailed(request.StageAdmission, err)
 		return false
 	}
 	w.pool = adm.Pool
@@ -361,11 +362,11 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.status.Pool = adm.Pool
 	w.result.Route = adm.Pool
 	if adm.Full {
-		w.reject(ReasonQueueFull, "The service is at capacity and its queue is full. Please retry shortly.", w.in.Settings.RecheckInterval)
+		w.reject(request.ReasonQueueFull, "The service is at capacity and its queue is full. Please retry shortly.", w.in.Settings.RecheckInterval)
 		return false
 	}
 	if adm.TenantFull {
-		w.reject(ReasonTenantQueueFull, "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished.", w.in.Settings.RecheckInterval)
+		w.reject(request.ReasonTenantQueueFull, "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished.", w.in.Settings.RecheckInterval)
 		return false
 	}
 	queuedMs := adm.Ms
@@ -379,9 +380,9 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		w.status.EstimatedWaitMs = adm.EstimatedWaitMs
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
-			w.timing(StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
+			w.timing(request.StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
 			retry := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
-			w.reject(ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
+			w.reject(request.ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
 			return false
 		}
 		wait := w.in.Settings.RecheckInterval
@@ -428,7 +429,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 			}
 			if isShed(err) {
 				// Shed before the healer's cancel signal arrived.
-				w.stageFailed(StageAdmission, err)
+				w.stageFailed(request.StageAdmission, err)
 				return false
 			}
 			// A failed re-check is not fatal: the next one, the signal or
@@ -442,7 +443,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.status.Position = 0
 	w.status.EstimatedWaitMs = 0
 	elapsed := workflow.Now(ctx).Sub(start).Milliseconds()
-	w.timing(StageAdmission, max(elapsed, queuedMs), "")
+	w.timing(request.StageAdmission, max(elapsed, queuedMs), "")
 	return true
 }
 
@@ -484,43 +485,43 @@ func (w *chat) stageFailed(stage string, err error) {
 	if isShed(err) {
 		// Admission found the request shed by the healer: the same end as
 		// the healer's cancel signal, which may not have arrived yet.
-		w.cancelReason = ReasonShed
+		w.cancelReason = request.ReasonShed
 	}
-	if w.cancelReason == ReasonShed || w.stageCtx.Err() != nil || temporal.IsCanceledError(err) {
+	if w.cancelReason == request.ReasonShed || w.stageCtx.Err() != nil || temporal.IsCanceledError(err) {
 		w.cancelled()
 		return
 	}
 	var appErr *temporal.ApplicationError
-	reason, msg := ReasonInternal, "The request failed. Please retry."
+	reason, msg := request.ReasonInternal, "The request failed. Please retry."
 	if errors.As(err, &appErr) {
 		switch appErr.Type() {
 		case activities.ErrTypeStreamInterrupted:
-			reason, msg = ReasonStreamInterrupted, "The answer stream was interrupted. Please retry."
+			reason, msg = request.ReasonStreamInterrupted, "The answer stream was interrupted. Please retry."
 		case activities.ErrTypeBackend:
-			reason, msg = ReasonBackendError, "The language model backend failed. Please retry."
+			reason, msg = request.ReasonBackendError, "The language model backend failed. Please retry."
 		case activities.ErrTypeBadRequest:
-			reason, msg = ReasonBadRequest, "The request could not be processed: "+appErr.Message()
+			reason, msg = request.ReasonBadRequest, "The request could not be processed: "+appErr.Message()
 		}
 	}
 	w.logger.Error("stage failed", "stage", stage, "error", err)
-	w.result.Outcome, w.result.Reason = OutcomeFailed, reason
+	w.result.Outcome, w.result.Reason = request.OutcomeFailed, reason
 	w.failure = &events.Failure{Reason: reason, Message: msg}
 }
 
 func (w *chat) cancelled() {
-	if w.cancelReason == ReasonShed {
+	if w.cancelReason == request.ReasonShed {
 		// The healer shed the queue of this request's tier: a rejection
 		// the client should retry, not a cancel it asked for. Not soon:
 		// shedding means the pool is overloaded.
-		w.reject(ReasonShed, "The service is overloaded and dropped waiting requests of your plan. Please retry in a little while.", shedRetryAfter)
+		w.reject(request.ReasonShed, "The service is overloaded and dropped waiting requests of your plan. Please retry in a little while.", shedRetryAfter)
 		return
 	}
-	w.result.Outcome, w.result.Reason = OutcomeCancelled, ReasonCancelled
-	w.failure = &events.Failure{Reason: ReasonCancelled, Message: "The request was cancelled (" + w.cancelReason + ")."}
+	w.result.Outcome, w.result.Reason = request.OutcomeCancelled, request.ReasonCancelled
+	w.failure = &events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (" + w.cancelReason + ")."}
 }
 
 func (w *chat) reject(reason, msg string, retryAfter time.Duration) {
-	w.result.Outcome, w.result.Reason = OutcomeRejected, reason
+	w.result.Outcome, w.result.Reason = request.OutcomeRejected, reason
 	secs := int((retryAfter + time.Second - 1) / time.Second)
 	if secs < 1 {
 		secs = 1
@@ -555,7 +556,7 @@ func (w *chat) upsert(ctx workflow.Context, u ...temporal.SearchAttributeUpdate)
 // also runs after cancellation: it gives back the permit or queue place
 // exactly once and writes the terminal event.
 func (w *chat) finalize(ctx workflow.Context) {
-	if w.cancelReason != "" && w.result.Outcome != OutcomeCancelled && w.result.Outcome != OutcomeDone {
+	if w.cancelReason != "" && w.result.Outcome != request.OutcomeCancelled && w.result.Outcome != request.OutcomeDone {
 		// Cancelled while a stage was failing: report the cancel.
 		w.cancelled()
 	}
@@ -568,7 +569,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 	w.result.Timings = w.status.Timings
 	in.Report = &activities.Report{Route: w.result.Route, Outcome: w.result.Outcome, Reason: w.result.Reason, Timings: w.result.Timings}
 	switch w.result.Outcome {
-	case OutcomeDone:
+	case request.OutcomeDone:
 		if w.doneWritten {
 			break
 		}
@@ -578,14 +579,14 @@ func (w *chat) finalize(ctx workflow.Context) {
 			Usage: w.result.Usage, Timings: w.result.Timings, KBVersion: w.result.KBVersion,
 			Sources: w.result.Sources, ContextShed: w.result.ContextShed,
 		}
-	case OutcomeRejected:
+	case request.OutcomeRejected:
 		in.EventType = events.TypeRejected
 		in.Failure = w.failure
 	default:
 		in.EventType = events.TypeError
 		in.Failure = w.failure
 		if in.Failure == nil {
-			in.Failure = &events.Failure{Reason: ReasonInternal, Message: "The request failed. Please retry."}
+			in.Failure = &events.Failure{Reason: request.ReasonInternal, Message: "The request failed. Please retry."}
 		}
 	}
 	fctx := workflow.WithLocalActivityOptions(dctx, workflow.LocalActivityOptions{
@@ -599,7 +600,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 		// The permit's lease and the waiter's liveness TTL bound the damage.
 		w.logger.Error("finalize failed", "error", err)
 	}
-	w.status.Stage = StageFinished
+	w.status.Stage = request.StageFinished
 	w.status.Outcome = w.result.Outcome
 	w.status.Reason = w.result.Reason
 	w.status.Position = 0

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 var registerOpts = workflow.RegisterOptions{Name: ChatWorkflowName}
@@ -181,7 +182,7 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 
 	r := s.result()
-	s.Equal(OutcomeDone, r.Outcome)
+	s.Equal(request.OutcomeDone, r.Outcome)
 	s.Equal("short", r.Route)
 	s.Equal(70, r.Usage.TotalTokens)
 	s.Equal(int64(3), r.KBVersion)
@@ -190,7 +191,7 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 	for _, t := range r.Timings {
 		stages = append(stages, t.Stage)
 	}
-	s.Equal([]string{StageEmbed, StageAdmission, StageRetrieval, StageRerank, "llm_first_token", StageLLM}, stages)
+	s.Equal([]string{request.StageEmbed, request.StageAdmission, request.StageRetrieval, request.StageRerank, "llm_first_token", request.StageLLM}, stages)
 
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool, "the permit must be released")
@@ -204,8 +205,8 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 	s.NoError(err)
 	var st Status
 	s.NoError(v.Get(&st))
-	s.Equal(StageFinished, st.Stage)
-	s.Equal(OutcomeDone, st.Outcome)
+	s.Equal(request.StageFinished, st.Stage)
+	s.Equal(request.OutcomeDone, st.Outcome)
 }
 
 // When the stream wrote the done event itself, finalize only releases.
@@ -220,7 +221,7 @@ func (s *chatSuite) TestDoneWrittenByStreamIsNotRepeated() {
 		return activities.LLMOutput{FinishReason: "stop", DoneWritten: true}, nil
 	})
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
-	s.Equal(OutcomeDone, s.result().Outcome)
+	s.Equal(request.OutcomeDone, s.result().Outcome)
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool)
 	s.Empty(f.EventType, "done must not be written twice")
@@ -233,8 +234,8 @@ func (s *chatSuite) TestAdmissionTimeoutByTimer() {
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 
 	r := s.result()
-	s.Equal(OutcomeRejected, r.Outcome)
-	s.Equal(ReasonQueueTimeout, r.Reason)
+	s.Equal(request.OutcomeRejected, r.Outcome)
+	s.Equal(request.ReasonQueueTimeout, r.Reason)
 	waited := s.env.Now().Sub(start)
 	s.GreaterOrEqual(waited, 30*time.Second, "must wait the full maxWait")
 	s.Less(waited, 36*time.Second)
@@ -245,7 +246,7 @@ func (s *chatSuite) TestAdmissionTimeoutByTimer() {
 	s.Equal("short", f.Pool, "the queue entry must be removed")
 	s.Equal(&activities.Used{}, f.Used, "a request rejected in the queue consumed nothing")
 	s.Equal(events.TypeRejected, f.EventType)
-	s.Equal(ReasonQueueTimeout, f.Failure.Reason)
+	s.Equal(request.ReasonQueueTimeout, f.Failure.Reason)
 	s.Equal(4, f.Failure.RetryAfterS)
 	s.NotEmpty(f.Failure.Message)
 }
@@ -260,14 +261,14 @@ func (s *chatSuite) TestAdmittedBySignal() {
 		s.NoError(err)
 		var st Status
 		s.NoError(v.Get(&st))
-		s.Equal(StageAdmission, st.Stage)
+		s.Equal(request.StageAdmission, st.Stage)
 		s.Equal(3, st.Position)
 		s.env.SignalWorkflow(SignalAdmitted, AdmittedSignal{Pool: "short"})
 	}, 7*time.Second)
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 
 	r := s.result()
-	s.Equal(OutcomeDone, r.Outcome)
+	s.Equal(request.OutcomeDone, r.Outcome)
 	s.Equal([]string{"EmbedQuery", "Admit", "Recheck", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls())
 }
 
@@ -277,7 +278,7 @@ func (s *chatSuite) TestAdmittedOnRecheck() {
 	s.mockRetrieveRerank()
 	s.mockLLM()
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
-	s.Equal(OutcomeDone, s.result().Outcome)
+	s.Equal(request.OutcomeDone, s.result().Outcome)
 	s.Equal([]string{"EmbedQuery", "Admit", "Recheck", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls())
 }
 
@@ -286,8 +287,8 @@ func (s *chatSuite) TestQueueFullRejects() {
 	s.mockAdmit(activities.AdmitOutput{Pool: "long", Full: true}, nil)
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
-	s.Equal(OutcomeRejected, r.Outcome)
-	s.Equal(ReasonQueueFull, r.Reason)
+	s.Equal(request.OutcomeRejected, r.Outcome)
+	s.Equal(request.ReasonQueueFull, r.Reason)
 	f := s.onlyFinalize()
 	s.Equal(events.TypeRejected, f.EventType)
 	s.Positive(f.Failure.RetryAfterS)
@@ -303,11 +304,11 @@ func (s *chatSuite) TestCancelSignalWhileQueued() {
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 
 	r := s.result()
-	s.Equal(OutcomeCancelled, r.Outcome)
+	s.Equal(request.OutcomeCancelled, r.Outcome)
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool, "a cancelled waiter must leave the queue")
 	s.Equal(events.TypeError, f.EventType)
-	s.Equal(ReasonCancelled, f.Failure.Reason)
+	s.Equal(request.ReasonCancelled, f.Failure.Reason)
 	s.Contains(f.Failure.Message, "client_request")
 	s.NotContains(s.calls(), "Retrieve")
 	s.NotContains(s.calls(), "StopStream", "no stream was running")
@@ -348,7 +349,7 @@ func (s *chatSuite) TestCancelSignalDuringStream() {
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 
 	r := s.result()
-	s.Equal(OutcomeCancelled, r.Outcome)
+	s.Equal(request.OutcomeCancelled, r.Outcome)
 	// The cancel raised the stop flag. The workflow may complete before
 	// that local activity has returned: wait for it.
 	select {
@@ -366,7 +367,7 @@ func (s *chatSuite) TestCancelSignalDuringStream() {
 	// What holds either way: Finalize raises the stop flag before it
 	// releases.
 	s.True(f.StopStream)
-	s.Equal(ReasonCancelled, f.Failure.Reason)
+	s.Equal(request.ReasonCancelled, f.Failure.Reason)
 }
 
 func (s *chatSuite) TestLLMRetriesBeforeFirstToken() {
@@ -385,7 +386,7 @@ func (s *chatSuite) TestLLMRetriesBeforeFirstToken() {
 	})
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
-	s.Equal(OutcomeDone, r.Outcome)
+	s.Equal(request.OutcomeDone, r.Outcome)
 	s.Equal("length", r.FinishReason)
 	s.Equal(2, attempts)
 }
@@ -401,8 +402,8 @@ func (s *chatSuite) TestLLMInterruptedIsNotRetried() {
 	})
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
-	s.Equal(OutcomeFailed, r.Outcome)
-	s.Equal(ReasonStreamInterrupted, r.Reason)
+	s.Equal(request.OutcomeFailed, r.Outcome)
+	s.Equal(request.ReasonStreamInterrupted, r.Reason)
 	s.Equal(1, attempts)
 	f := s.onlyFinalize()
 	s.Equal(events.TypeError, f.EventType)
@@ -420,7 +421,7 @@ func (s *chatSuite) TestInterruptedStreamRefundsTheRest() {
 	in := input()
 	in.RateReservation = "r1\nrb\n1\n600 10 600 t tenant"
 	s.env.ExecuteWorkflow(ChatWorkflow, in)
-	s.Equal(OutcomeFailed, s.result().Outcome)
+	s.Equal(request.OutcomeFailed, s.result().Outcome)
 	f := s.onlyFinalize()
 	s.Equal(&activities.Used{Tokens: 312, Requests: 1}, f.Used)
 	s.Equal(in.RateReservation, f.Reservation, "the refund needs the reservation")
@@ -432,7 +433,7 @@ func (s *chatSuite) TestLocalActivityFailureFailsRequestAndReleases() {
 	s.env.OnActivity(a.Retrieve, mock.Anything, mock.Anything).Return(activities.RetrieveOutput{}, errors.New("redis down"))
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
-	s.Equal(OutcomeFailed, r.Outcome)
+	s.Equal(request.OutcomeFailed, r.Outcome)
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool)
 	s.Equal(events.TypeError, f.EventType)
@@ -445,7 +446,7 @@ func (s *chatSuite) TestAdmitFailureReleasesEverywhere() {
 	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(activities.AdmitOutput{}, errors.New("redis timeout after EVALSHA"))
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
-	s.Equal(OutcomeFailed, r.Outcome)
+	s.Equal(request.OutcomeFailed, r.Outcome)
 	f := s.onlyFinalize()
 	s.Empty(f.Pool)
 	s.True(f.AllPools)
@@ -469,7 +470,7 @@ func (s *chatSuite) TestDetachedClientCancelsAfterGrace() {
 	}, 2*time.Second)
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
-	s.Equal(OutcomeCancelled, r.Outcome)
+	s.Equal(request.OutcomeCancelled, r.Outcome)
 	took := s.env.Now().Sub(start)
 	s.GreaterOrEqual(took, 7*time.Second)
 	s.Less(took, 10*time.Second)
@@ -483,8 +484,8 @@ func (s *chatSuite) TestReattachWithinGraceKeepsRequest() {
 	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SignalAttach, AttachSignal{}) }, 4*time.Second)
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
-	s.Equal(OutcomeRejected, r.Outcome, "it stays queued until maxWait instead of being cancelled")
-	s.Equal(ReasonQueueTimeout, r.Reason)
+	s.Equal(request.OutcomeRejected, r.Outcome, "it stays queued until maxWait instead of being cancelled")
+	s.Equal(request.ReasonQueueTimeout, r.Reason)
 }
 
 func (s *chatSuite) TestWorkflowCancellationReleases() {
@@ -495,7 +496,7 @@ func (s *chatSuite) TestWorkflowCancellationReleases() {
 	s.True(s.env.IsWorkflowCompleted())
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool)
-	s.Equal(ReasonCancelled, f.Failure.Reason)
+	s.Equal(request.ReasonCancelled, f.Failure.Reason)
 }
 
 // maybeRetrieve, maybeRerank and maybeLLM mock stages that a cancel may
@@ -530,8 +531,8 @@ func (s *chatSuite) maybeLLM() {
 // once, by the one finalize, and no tokens were asked for or charged.
 func (s *chatSuite) assertCancelledAfterGrant() {
 	r := s.result()
-	s.Equal(OutcomeCancelled, r.Outcome)
-	s.Equal(ReasonCancelled, r.Reason)
+	s.Equal(request.OutcomeCancelled, r.Outcome)
+	s.Equal(request.ReasonCancelled, r.Reason)
 	s.Equal("short", r.Route)
 	s.NotContains(s.calls(), "StreamLLM", "a request cancelled before the LLM stage must not call it")
 	s.NotContains(s.calls(), "StopStream", "no stream was running")
@@ -540,7 +541,7 @@ func (s *chatSuite) assertCancelledAfterGrant() {
 	s.False(f.AllPools, "the pool is known; releasing everywhere is for a lost admission answer")
 	s.Equal(events.TypeError, f.EventType)
 	s.Require().NotNil(f.Failure)
-	s.Equal(ReasonCancelled, f.Failure.Reason)
+	s.Equal(request.ReasonCancelled, f.Failure.Reason)
 	s.Contains(f.Failure.Message, "client_request")
 	s.Equal(&activities.Used{}, f.Used, "nothing was consumed, so the whole reservation is refunded")
 	s.Equal("Finalize", s.calls()[len(s.calls())-1])
@@ -622,12 +623,12 @@ func (s *chatSuite) TestCancelRacesAdmittedSignal() {
 			s.env.ExecuteWorkflow(ChatWorkflow, input())
 
 			r := s.result()
-			s.Equal(OutcomeCancelled, r.Outcome)
+			s.Equal(request.OutcomeCancelled, r.Outcome)
 			s.NotContains(s.calls(), "StreamLLM")
 			f := s.onlyFinalize()
 			s.Equal("short", f.Pool, "the permit the signal announced must be released")
 			s.False(f.AllPools)
-			s.Equal(ReasonCancelled, f.Failure.Reason)
+			s.Equal(request.ReasonCancelled, f.Failure.Reason)
 			s.env.AssertExpectations(s.T())
 		})
 	}
@@ -641,13 +642,13 @@ func (s *chatSuite) TestTenantQueueFullRejects() {
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 
 	r := s.result()
-	s.Equal(OutcomeRejected, r.Outcome)
-	s.Equal(ReasonTenantQueueFull, r.Reason)
+	s.Equal(request.OutcomeRejected, r.Outcome)
+	s.Equal(request.ReasonTenantQueueFull, r.Reason)
 	s.Equal([]string{"EmbedQuery", "Admit", "Finalize"}, s.calls(), "no re-check, no later stage")
 	f := s.onlyFinalize()
 	s.Equal(events.TypeRejected, f.EventType)
 	s.Require().NotNil(f.Failure)
-	s.Equal(ReasonTenantQueueFull, f.Failure.Reason)
+	s.Equal(request.ReasonTenantQueueFull, f.Failure.Reason)
 	s.GreaterOrEqual(f.Failure.RetryAfterS, 1)
 	s.NotEmpty(f.Failure.Message)
 	s.Equal(&activities.Used{}, f.Used, "a refused request consumed nothing")
@@ -676,7 +677,7 @@ func (s *chatSuite) TestRecheckCadenceFollowsTheActivity() {
 		return far, nil
 	})
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
-	s.Equal(ReasonQueueTimeout, s.result().Reason)
+	s.Equal(request.ReasonQueueTimeout, s.result().Reason)
 	// maxWait 30s: re-checks at 12s and 24s, and a last one at the
 	// deadline.
 	s.Equal([]time.Duration{12 * time.Second, 24 * time.Second, 30 * time.Second}, at)
@@ -711,7 +712,7 @@ func (s *chatSuite) TestPermitLostBeforeStreamQueuesAgain() {
 		s.env.SignalWorkflow(SignalAdmitted, AdmittedSignal{Pool: "short"})
 	}, time.Second)
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
-	s.Equal(OutcomeDone, s.result().Outcome)
+	s.Equal(request.OutcomeDone, s.result().Outcome)
 	s.Equal([]string{"EmbedQuery", "Admit", "Retrieve", "Rerank", "StreamLLM", "Admit", "StreamLLM", "Finalize"}, s.calls())
 	s.Require().Len(admits, 2)
 	s.Equal("short", admits[1].Pool, "re-admission asks in the same pool")

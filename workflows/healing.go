@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // hact names the healing activities for the workflow, as a names the chat
@@ -373,7 +374,7 @@ func (h *healer) permits(k, i, level int) int {
 	if levelOf(k) >= LevelShrink {
 		n = max(b.MinPermits, b.BasePermits/2, 1)
 	}
-	if b.Pool != activities.PoolLong {
+	if b.Pool != request.PoolLong {
 		return n
 	}
 	for j := range h.st.Pools {
@@ -395,7 +396,7 @@ func (h *healer) applyLongPermits(ctx workflow.Context, i, level int, why string
 	}
 	for k := range h.st.Pools {
 		lp := &h.st.Pools[k]
-		if lp.Pool != activities.PoolLong {
+		if lp.Pool != request.PoolLong {
 			continue
 		}
 		n := h.permits(k, i, level)

@@ -38,9 +38,6 @@ const (
 	maxLevel      = LevelShed
 )
 
-// ReasonShed is why a request shed by the healer was rejected.
-const ReasonShed = "shed"
-
 // HealingInput starts (or continues) the healing workflow.
 type HealingInput struct {
 	Settings HealingSettings

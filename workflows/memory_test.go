@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/session"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 func cachedInput() ChatInput {
@@ -38,8 +38,8 @@ func (s *chatSuite) TestAnswerCacheHitSkipsAdmissionAndLLM() {
 	s.mockLookup(activities.LookupAnswerOutput{Hit: true, KBVersion: 3, FinishReason: "stop", Sources: []string{"d1"}, Ms: 1}, nil)
 	s.env.ExecuteWorkflow(ChatWorkflow, cachedInput())
 	r := s.result()
-	s.Equal(OutcomeDone, r.Outcome)
-	s.Equal(activities.RouteCache, r.Route)
+	s.Equal(request.OutcomeDone, r.Outcome)
+	s.Equal(request.RouteCache, r.Route)
 	s.Equal([]string{"d1"}, r.Sources)
 	s.Equal([]string{"EmbedQuery", "LookupAnswer", "Finalize"}, s.calls())
 	f := s.onlyFinalize()
@@ -74,7 +74,7 @@ func (s *chatSuite) TestAnswerCacheMissOrFailureAnswersAsUsual() {
 				return activities.LLMOutput{FinishReason: "stop"}, nil
 			})
 			s.env.ExecuteWorkflow(ChatWorkflow, cachedInput())
-			s.Equal(OutcomeDone, s.result().Outcome)
+			s.Equal(request.OutcomeDone, s.result().Outcome)
 			s.Equal("short", s.result().Route)
 			s.True(cache, "a complete answer should be offered to the cache")
 			s.Contains(s.calls(), "Admit")
@@ -88,7 +88,7 @@ func (s *chatSuite) TestNoLookupWithoutAnswerCache() {
 	s.mockRetrieveRerank()
 	s.mockLLM()
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
-	s.Equal(OutcomeDone, s.result().Outcome)
+	s.Equal(request.OutcomeDone, s.result().Outcome)
 	s.NotContains(s.calls(), "LookupAnswer")
 }
 
@@ -118,7 +118,7 @@ func (s *chatSuite) TestSessionTurnRecordedOnce() {
 		return activities.LLMOutput{FinishReason: "stop", DoneWritten: true, TurnRecorded: true}, nil
 	})
 	s.env.ExecuteWorkflow(ChatWorkflow, sessionInput())
-	s.Equal(OutcomeDone, s.result().Outcome)
+	s.Equal(request.OutcomeDone, s.result().Outcome)
 	s.Nil(s.onlyFinalize().Turn)
 }
 
@@ -133,7 +133,7 @@ func (s *chatSuite) TestSessionTurnLeftToFinalize() {
 	f := s.onlyFinalize()
 	s.Require().NotNil(f.Turn)
 	s.Equal(activities.TurnInput{Session: activities.SessionRef{Tenant: "acme", ID: "s1", HistoryTokens: 500},
-		Query: sessionInput().Query, Outcome: session.OutcomeTruncated}, *f.Turn)
+		Query: sessionInput().Query, Outcome: request.OutcomeTruncated}, *f.Turn)
 }
 
 // A request its queue turned away is recorded as such, so the session's
@@ -145,8 +145,8 @@ func (s *chatSuite) TestSessionRecordsRejection() {
 	f := s.onlyFinalize()
 	s.Equal(events.TypeRejected, f.EventType)
 	s.Require().NotNil(f.Turn)
-	s.Equal(session.OutcomeRejected, f.Turn.Outcome)
-	s.Equal(ReasonQueueFull, f.Turn.Reason)
+	s.Equal(request.OutcomeRejected, f.Turn.Outcome)
+	s.Equal(request.ReasonQueueFull, f.Turn.Reason)
 }
 
 // A pool's own max wait replaces the default in that pool only.
@@ -167,7 +167,7 @@ func (s *chatSuite) TestPoolMaxWait() {
 			in.Settings.MaxWaitByPool = tc.byPool
 			start := s.env.Now()
 			s.env.ExecuteWorkflow(ChatWorkflow, in)
-			s.Equal(ReasonQueueTimeout, s.result().Reason)
+			s.Equal(request.ReasonQueueTimeout, s.result().Reason)
 			waited := s.env.Now().Sub(start)
 			s.GreaterOrEqual(waited, tc.want)
 			s.Less(waited, tc.want+6*time.Second)
@@ -182,8 +182,8 @@ func (s *chatSuite) TestFinalizeGetsTheReport() {
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.onlyFinalize().Report
 	s.Require().NotNil(r)
-	s.Equal(activities.Report{Route: "long", Outcome: OutcomeRejected, Reason: ReasonQueueFull, Timings: s.result().Timings}, *r)
-	s.Equal(StageEmbed, r.Timings[0].Stage)
+	s.Equal(activities.Report{Route: "long", Outcome: request.OutcomeRejected, Reason: request.ReasonQueueFull, Timings: s.result().Timings}, *r)
+	s.Equal(request.StageEmbed, r.Timings[0].Stage)
 }
 
 // A waiting request the healer sheds ends rejected, with a Retry-After,
@@ -192,17 +192,17 @@ func (s *chatSuite) TestShedWhileQueuedIsARejection() {
 	s.mockEmbed()
 	s.mockAdmit(queued, &queued)
 	s.env.RegisterDelayedCallback(func() {
-		s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: ReasonShed})
+		s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: request.ReasonShed})
 	}, 2*time.Second)
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
-	s.Equal(OutcomeRejected, r.Outcome)
-	s.Equal(ReasonShed, r.Reason)
+	s.Equal(request.OutcomeRejected, r.Outcome)
+	s.Equal(request.ReasonShed, r.Reason)
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool)
 	s.Equal(events.TypeRejected, f.EventType)
 	s.Equal(30, f.Failure.RetryAfterS)
-	s.Equal(OutcomeRejected, f.Report.Outcome)
+	s.Equal(request.OutcomeRejected, f.Report.Outcome)
 }
 
 // A re-check that finds the request shed (the healer's signal not yet
@@ -219,7 +219,7 @@ func (s *chatSuite) TestShedSeenByARecheck() {
 	})
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
-	s.Equal(OutcomeRejected, r.Outcome)
-	s.Equal(ReasonShed, r.Reason)
+	s.Equal(request.OutcomeRejected, r.Outcome)
+	s.Equal(request.ReasonShed, r.Reason)
 	s.Equal(30, s.onlyFinalize().Failure.RetryAfterS)
 }

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Names shared by the workflow, its callers and its activities.
@@ -29,34 +30,21 @@ const (
 	QueryStatus = "status"
 )
 
-// Stages, in pipeline order.
+// Aliases of the request vocabulary (pkg/request) kept until every
+// caller imports it directly. TODO(structure): remove.
 const (
-	StageEmbed     = "embed"
-	StageAdmission = "admission"
-	StageRetrieval = "retrieval"
-	StageRerank    = "rerank"
-	StageLLM       = "llm"
-	StageFinished  = "finished"
-)
-
-// Outcomes of a request.
-const (
-	OutcomeDone      = "done"
-	OutcomeRejected  = "rejected"
-	OutcomeCancelled = "cancelled"
-	OutcomeFailed    = "failed"
-)
-
-// Reasons a request was rejected or failed, as clients see them.
-const (
-	ReasonQueueTimeout      = "queue_timeout"
-	ReasonQueueFull         = "queue_full"
-	ReasonTenantQueueFull   = "tenant_queue_full"
-	ReasonCancelled         = "cancelled"
-	ReasonStreamInterrupted = "stream_interrupted"
-	ReasonBackendError      = "backend_error"
-	ReasonBadRequest        = "bad_request"
-	ReasonInternal          = "internal_error"
+	StageAdmission          = request.StageAdmission
+	StageRetrieval          = request.StageRetrieval
+	OutcomeDone             = request.OutcomeDone
+	ReasonQueueTimeout      = request.ReasonQueueTimeout
+	ReasonQueueFull         = request.ReasonQueueFull
+	ReasonTenantQueueFull   = request.ReasonTenantQueueFull
+	ReasonCancelled         = request.ReasonCancelled
+	ReasonStreamInterrupted = request.ReasonStreamInterrupted
+	ReasonBackendError      = request.ReasonBackendError
+	ReasonBadRequest        = request.ReasonBadRequest
+	ReasonInternal          = request.ReasonInternal
+	ReasonShed              = request.ReasonShed
 )
 
 // Search attributes Sluice upserts so requests can be found in the
@@ -86,6 +74,11 @@ type ChatInput struct {
 	KB        string
 	SessionID string
 	MaxTokens int
+	// Pool is the route the door picked (request.Route on the prompt's
+	// bound and the session turns it will carry); admission queues the
+	// request there. Empty in histories from before the door routed:
+	// admission then routes.
+	Pool string
 	// RateReservation is the request's rate-limit charge (from
 	// limiter.Reserve), refunded in part when it ends; empty when no
 	// limit applied.

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // seedWorkload is the seed article's example: 800 QPS of 512 input + 256
@@ -104,7 +106,7 @@ func TestPlanSplitSeedShare(t *testing.T) {
 	if !near(sp.Short.TokenShare, 0.7) || !near(sp.Long.TokenShare, 0.3) {
 		t.Errorf("shares %v / %v, want 0.7 / 0.3", sp.Short.TokenShare, sp.Long.TokenShare)
 	}
-	if sp.Short.Name != PoolShort || sp.Long.Name != PoolLong {
+	if sp.Short.Name != request.PoolShort || sp.Long.Name != request.PoolLong {
 		t.Errorf("names %q, %q", sp.Short.Name, sp.Long.Name)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Split says how traffic divides between a short-request pool and a
@@ -30,12 +32,6 @@ type Split struct {
 
 // SeedSplit is the seed article's 70% / 30% split of the token load.
 func SeedSplit() Split { return Split{LongTokenShare: 0.3} }
-
-// Pool names, as Sluice's routing calls them.
-const (
-	PoolShort = "short"
-	PoolLong  = "long"
-)
 
 // PoolPlan is the plan of one pool.
 type PoolPlan struct {
@@ -86,7 +82,7 @@ func PlanSplit(w Workload, t Target, s Split) (SplitPlan, error) {
 		name string
 		w    Workload
 		t    Target
-	}{{&sp.Short, PoolShort, short, t}, {&sp.Long, PoolLong, long, longTarget}} {
+	}{{&sp.Short, request.PoolShort, short, t}, {&sp.Long, request.PoolLong, long, longTarget}} {
 		p, err := PlanGPUs(pool.w, pool.t)
 		if err != nil {
 			return SplitPlan{}, fmt.Errorf("plan %s pool: %w", pool.name, err)

@@ -4,14 +4,9 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-// HealingStages are the latency series the healer can watch: each stage
-// a request reports, and "ttft", the sum of the stages up to its first
-// token (the admission queue included).
-func HealingStages() []string {
-	return []string{"embed", "answer_cache", "admission", "retrieval", "rerank", "llm_first_token", "llm", "ttft"}
-}
+	"github.com/sluice-dev/sluice/pkg/request"
+)
 
 // MaxLongCostFactor bounds how much more a long request may be charged
 // against token rate limits while the healer throttles long requests.
@@ -30,7 +25,7 @@ type Healing struct {
 	// most metrics.latency_retention).
 	Interval time.Duration `yaml:"interval"`
 	Window   time.Duration `yaml:"window"`
-	// Stage is the stage whose P99/P50 is watched (HealingStages).
+	// Stage is the stage whose P99/P50 is watched (request.TimedSeries).
 	Stage string `yaml:"stage"`
 	// WarnRatio and CriticalRatio are P99/P50 thresholds.
 	WarnRatio     float64 `yaml:"warn_ratio"`
@@ -81,7 +76,7 @@ type PoolHealing struct {
 
 func defaultHealing() Healing {
 	return Healing{
-		Enabled: true, Interval: 10 * time.Second, Window: 30 * time.Second, Stage: "llm_first_token",
+		Enabled: true, Interval: 10 * time.Second, Window: 30 * time.Second, Stage: request.StageLLMFirstToken,
 		WarnRatio: 2, CriticalRatio: 5, WarnKVCache: 0.75, CriticalQueueDepth: 100, CriticalTimeoutRate: 0.05,
 		MinSamples: 50, HealthyPolls: 3, Cooldown: 30 * time.Second, LongCostFactor: 2, PollsPerRun: 500,
 		AlertTimeout: 5 * time.Second, MetricsTimeout: 2 * time.Second,
@@ -100,8 +95,8 @@ func (h Healing) validate(v *validator, latencyRetention time.Duration) {
 	if h.Window > latencyRetention {
 		v.add("healing.window", "must not exceed metrics.latency_retention (%s), got %s", latencyRetention, h.Window)
 	}
-	if !slices.Contains(HealingStages(), h.Stage) {
-		v.add("healing.stage", "must be one of %s, got %q", strings.Join(HealingStages(), ", "), h.Stage)
+	if !slices.Contains(request.TimedSeries(), h.Stage) {
+		v.add("healing.stage", "must be one of %s, got %q", strings.Join(request.TimedSeries(), ", "), h.Stage)
 	}
 	h.validateThresholds(v)
 	h.validatePacing(v)

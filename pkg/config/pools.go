@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Pools holds the two LLM pools requests are routed to by prompt length.
@@ -135,4 +137,10 @@ func (l LLM) validate(v *validator) {
 	v.duration("llm.timeout", l.Timeout)
 	v.duration("llm.heartbeat_timeout", l.HeartbeatTimeout)
 	v.positive("llm.max_attempts", int64(l.MaxAttempts))
+}
+
+// ByName returns the pools under their route names (request.PoolShort,
+// request.PoolLong); iterate in request.Pools() order where order matters.
+func (p Pools) ByName() map[string]Pool {
+	return map[string]Pool{request.PoolShort: p.Short, request.PoolLong: p.Long}
 }

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
 // Message is one chat message.
@@ -31,11 +33,7 @@ type Request struct {
 }
 
 // Usage is what the backend reports it used.
-type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
+type Usage = openai.Usage
 
 // Result summarises a finished stream.
 type Result struct {
@@ -125,39 +123,38 @@ func NewOpenAI(opts OpenAIOptions) (*OpenAI, error) {
 	return c, nil
 }
 
-type chatRequest struct {
-	Model         string         `json:"model"`
-	Messages      []Message      `json:"messages"`
-	MaxTokens     int            `json:"max_tokens,omitempty"`
-	Stream        bool           `json:"stream"`
-	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+// streamEvent is one data line of a stream as the client reads it: a
+// chunk, or an error from a server that failed mid-answer. Only what is
+// read is decoded, so that a server's quirks in the rest of a chunk do
+// not break its streams.
+type streamEvent struct {
+	Choices []openai.ChunkChoice   `json:"choices"`
+	Usage   openai.Optional[Usage] `json:"usage"`
+	Error   *openai.Error          `json:"error"`
 }
 
-type streamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-type chunk struct {
-	Choices []struct {
-		Delta struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *Usage `json:"usage"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
+// chatRequest is the body of a streamed completion of req, with usage
+// asked for so that the backend's own count is recorded.
+func chatRequest(req Request) openai.ChatRequest {
+	cr := openai.ChatRequest{
+		Model: req.Model, Messages: make([]openai.Message, len(req.Messages)),
+		Stream: true, StreamOptions: &openai.StreamOptions{IncludeUsage: true},
+	}
+	for i, m := range req.Messages {
+		cr.Messages[i] = openai.TextMessage(m.Role, m.Content)
+	}
+	if req.MaxTokens != 0 {
+		// Zero leaves the cap to the backend.
+		cr.MaxTokens = &req.MaxTokens
+	}
+	return cr
 }
 
 // Stream implements Streamer.
 func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(string) error) (Result, error) {
 	endpoint := c.endpoints[int(c.next.Add(1)-1)%len(c.endpoints)]
 	res := Result{Endpoint: endpoint}
-	body, err := json.Marshal(chatRequest{
-		Model: req.Model, Messages: req.Messages, MaxTokens: req.MaxTokens,
-		Stream: true, StreamOptions: &streamOptions{IncludeUsage: true},
-	})
+	body, err := json.Marshal(chatRequest(req))
 	if err != nil {
 		return res, fmt.Errorf("encode chat request: %w", err)
 	}
@@ -185,8 +182,16 @@ func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(string) e
 			Retryable: resp.StatusCode == 408 || resp.StatusCode == 429 || resp.StatusCode >= 500,
 		}
 	}
+	err = readStream(ctx, resp.Body, &res, onDelta)
+	return res, err
+}
 
-	sc := bufio.NewScanner(resp.Body)
+// readStream reads an event stream into res, passing each piece of
+// content to onDelta, until [DONE] or the end of the body. ctx is the
+// request's: a body that breaks because the caller gave up is not the
+// backend's failure.
+func readStream(ctx context.Context, body io.Reader, res *Result, onDelta func(string) error) error {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
@@ -195,24 +200,24 @@ func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(string) e
 		}
 		data := bytes.TrimSpace(line[len("data:"):])
 		if bytes.Equal(data, []byte("[DONE]")) {
-			return res, nil
+			return nil
 		}
-		var ch chunk
-		if err := json.Unmarshal(data, &ch); err != nil {
-			return res, &Error{Endpoint: endpoint, Message: fmt.Sprintf("bad stream chunk %q: %v", truncate(data), err)}
+		var ev streamEvent
+		if err := json.Unmarshal(data, &ev); err != nil {
+			return &Error{Endpoint: res.Endpoint, Message: fmt.Sprintf("bad stream chunk %q: %v", truncate(data), err)}
 		}
-		if ch.Error != nil {
-			return res, &Error{Endpoint: endpoint, Message: ch.Error.Message}
+		if ev.Error != nil {
+			return &Error{Endpoint: res.Endpoint, Message: ev.Error.Message}
 		}
-		if ch.Usage != nil {
-			res.Usage = *ch.Usage
+		if ev.Usage.Value != nil {
+			res.Usage = *ev.Usage.Value
 			res.UsageReported = true
 		}
-		for _, choice := range ch.Choices {
-			if choice.Delta.Content != "" {
+		for _, choice := range ev.Choices {
+			if choice.Delta.Content != nil && *choice.Delta.Content != "" {
 				res.Chunks++
-				if err := onDelta(choice.Delta.Content); err != nil {
-					return res, err
+				if err := onDelta(*choice.Delta.Content); err != nil {
+					return err
 				}
 			}
 			if choice.FinishReason != nil && *choice.FinishReason != "" {
@@ -222,15 +227,15 @@ func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(string) e
 	}
 	if err := sc.Err(); err != nil {
 		if ctx.Err() != nil {
-			return res, ctx.Err()
+			return ctx.Err()
 		}
-		return res, &Error{Endpoint: endpoint, Message: "stream broken: " + err.Error(), Retryable: true}
+		return &Error{Endpoint: res.Endpoint, Message: "stream broken: " + err.Error(), Retryable: true}
 	}
 	// Some servers end without [DONE]; a finish reason means the answer is complete.
 	if res.FinishReason != "" {
-		return res, nil
+		return nil
 	}
-	return res, &Error{Endpoint: endpoint, Message: "stream ended without finish_reason or [DONE]", Retryable: true}
+	return &Error{Endpoint: res.Endpoint, Message: "stream ended without finish_reason or [DONE]", Retryable: true}
 }
 
 func truncate(b []byte) string {

@@ -10,16 +10,18 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
-func sseServer(t *testing.T, handler func(w http.ResponseWriter, req chatRequest)) *httptest.Server {
+func sseServer(t *testing.T, handler func(w http.ResponseWriter, req openai.ChatRequest)) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/chat/completions" {
 			http.NotFound(w, r)
 			return
 		}
-		var req chatRequest
+		var req openai.ChatRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), 400)
 			return
@@ -31,8 +33,8 @@ func sseServer(t *testing.T, handler func(w http.ResponseWriter, req chatRequest
 }
 
 func TestStreamParsesChunksAndUsage(t *testing.T) {
-	srv := sseServer(t, func(w http.ResponseWriter, req chatRequest) {
-		if !req.Stream || req.StreamOptions == nil || !req.StreamOptions.IncludeUsage || req.MaxTokens != 7 || req.Model != "m" {
+	srv := sseServer(t, func(w http.ResponseWriter, req openai.ChatRequest) {
+		if !req.Stream || req.StreamOptions == nil || !req.StreamOptions.IncludeUsage || req.MaxTokens == nil || *req.MaxTokens != 7 || req.Model != "m" {
 			t.Errorf("unexpected request %+v", req)
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -65,7 +67,7 @@ func TestStreamErrorsClassified(t *testing.T) {
 		status    int
 		retryable bool
 	}{{400, false}, {404, false}, {429, true}, {503, true}} {
-		srv := sseServer(t, func(w http.ResponseWriter, _ chatRequest) {
+		srv := sseServer(t, func(w http.ResponseWriter, _ openai.ChatRequest) {
 			http.Error(w, `{"error":{"message":"nope"}}`, tc.status)
 		})
 		c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{srv.URL + "/v1/"}})
@@ -82,7 +84,7 @@ func TestStreamErrorsClassified(t *testing.T) {
 }
 
 func TestStreamWithoutFinishIsError(t *testing.T) {
-	srv := sseServer(t, func(w http.ResponseWriter, _ chatRequest) {
+	srv := sseServer(t, func(w http.ResponseWriter, _ openai.ChatRequest) {
 		fmt.Fprint(w, `data: {"choices":[{"index":0,"delta":{"content":"half"},"finish_reason":null}]}`+"\n\n")
 	})
 	c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{srv.URL}})
@@ -93,7 +95,7 @@ func TestStreamWithoutFinishIsError(t *testing.T) {
 }
 
 func TestOnDeltaErrorStops(t *testing.T) {
-	srv := sseServer(t, func(w http.ResponseWriter, _ chatRequest) {
+	srv := sseServer(t, func(w http.ResponseWriter, _ openai.ChatRequest) {
 		for i := 0; i < 10; i++ {
 			fmt.Fprintf(w, `data: {"choices":[{"index":0,"delta":{"content":"t%d"}}]}`+"\n\n", i)
 		}
@@ -117,7 +119,7 @@ func TestOnDeltaErrorStops(t *testing.T) {
 func TestRoundRobin(t *testing.T) {
 	var a, b atomic.Int32
 	mk := func(n *atomic.Int32) *httptest.Server {
-		return sseServer(t, func(w http.ResponseWriter, _ chatRequest) {
+		return sseServer(t, func(w http.ResponseWriter, _ openai.ChatRequest) {
 			n.Add(1)
 			fmt.Fprint(w, `data: {"choices":[{"delta":{},"finish_reason":"stop"}]}`+"\n\ndata: [DONE]\n\n")
 		})

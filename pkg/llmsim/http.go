@@ -1,7 +1,6 @@
 package llmsim
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
@@ -34,118 +34,20 @@ func (s *Server) routes() *http.ServeMux {
 	return mux
 }
 
-// chatRequest is the subset of OpenAI's chat completion request the
-// simulator reads. Model is not checked: the gateway may name its pools'
-// models freely. Other fields (temperature, top_p, ...) are ignored.
-type chatRequest struct {
-	Model               string        `json:"model"`
-	Messages            []wireMessage `json:"messages"`
-	MaxTokens           *int          `json:"max_tokens"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
-	N                   *int          `json:"n"`
-	Stream              bool          `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
-
-type wireMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-}
-
-// chatMessage is a message with its content flattened to text.
-type chatMessage struct {
-	Role    string
-	Content string
-}
-
-// text flattens OpenAI message content: a string, null, or an array of
-// parts of which the text parts count.
-func (m wireMessage) text() (string, error) {
-	raw := bytes.TrimSpace(m.Content)
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	if raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", err
-		}
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("content must be a string or an array of content parts")
+// messageText flattens a message's content to its text parts, in order;
+// the simulator skips parts it cannot read rather than refuse them.
+func messageText(m openai.Message) (string, error) {
+	parts, err := m.Parts()
+	if err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	for _, p := range parts {
-		if p.Type == "text" {
-			b.WriteString(p.Text)
+		if p.Type == openai.ContentPartText && p.Text != nil {
+			b.WriteString(*p.Text)
 		}
 	}
 	return b.String(), nil
-}
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-type delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
-}
-
-type chunkChoice struct {
-	Index        int     `json:"index"`
-	Delta        delta   `json:"delta"`
-	FinishReason *string `json:"finish_reason"`
-}
-
-// chunk is one chat.completion.chunk. Usage is present (null until the last
-// chunk, then a usage) only when the client asked for include_usage, as
-// OpenAI does.
-type chunk struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
-	Choices []chunkChoice `json:"choices"`
-	Usage   any           `json:"usage,omitempty"`
-}
-
-type completion struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []completionChoice `json:"choices"`
-	Usage   usage              `json:"usage"`
-}
-
-type completionChoice struct {
-	Index        int            `json:"index"`
-	Message      messageContent `json:"message"`
-	FinishReason string         `json:"finish_reason"`
-}
-
-type messageContent struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-type apiError struct {
-	Error apiErrorBody `json:"error"`
-}
-
-type apiErrorBody struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -155,7 +57,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, typ, format string, args ...any) {
-	writeJSON(w, status, apiError{Error: apiErrorBody{Message: fmt.Sprintf(format, args...), Type: typ}})
+	writeJSON(w, status, openai.ErrorResponse{Error: openai.Error{Message: fmt.Sprintf(format, args...), Type: typ}})
 }
 
 func badRequest(w http.ResponseWriter, format string, args ...any) {
@@ -170,7 +72,7 @@ func newCompletionID() string {
 
 // parsedChat is a validated request ready for the engine.
 type parsedChat struct {
-	msgs         []chatMessage
+	msgs         []tokens.Message
 	promptTokens int
 	maxTokens    int
 	stream       bool
@@ -178,9 +80,10 @@ type parsedChat struct {
 }
 
 // parseChat decodes and validates a request; the error text is meant for
-// the client.
+// the client. The model is not checked: the gateway may name its pools'
+// models freely.
 func (s *Server) parseChat(r *http.Request) (parsedChat, error) {
-	var req chatRequest
+	var req openai.ChatRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		return parsedChat{}, fmt.Errorf("invalid JSON body: %v", err)
 	}
@@ -191,29 +94,24 @@ func (s *Server) parseChat(r *http.Request) (parsedChat, error) {
 		return parsedChat{}, errors.New("the simulator only supports n=1")
 	}
 	p := parsedChat{stream: req.Stream, maxTokens: s.cfg.DefaultMaxTokens}
-	p.includeUsage = req.Stream && req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-	switch {
-	case req.MaxCompletionTokens != nil:
-		p.maxTokens = *req.MaxCompletionTokens
-	case req.MaxTokens != nil:
-		p.maxTokens = *req.MaxTokens
+	p.includeUsage = req.Stream && req.IncludeUsage()
+	if limit := req.MaxOutputTokens(); limit != nil {
+		p.maxTokens = *limit
 	}
 	if p.maxTokens < 1 {
 		return parsedChat{}, fmt.Errorf("max_tokens must be at least 1, got %d", p.maxTokens)
 	}
-	counted := make([]tokens.Message, 0, len(req.Messages))
 	for i, m := range req.Messages {
 		if m.Role == "" {
 			return parsedChat{}, fmt.Errorf("messages[%d].role is required", i)
 		}
-		text, err := m.text()
+		text, err := messageText(m)
 		if err != nil {
 			return parsedChat{}, fmt.Errorf("messages[%d].content: %v", i, err)
 		}
-		p.msgs = append(p.msgs, chatMessage{Role: m.Role, Content: text})
-		counted = append(counted, tokens.Message{Role: m.Role, Content: text})
+		p.msgs = append(p.msgs, tokens.Message{Role: m.Role, Content: text})
 	}
-	p.promptTokens = s.counter.CountChat(counted)
+	p.promptTokens = s.counter.CountChat(p.msgs)
 	// A prompt that cannot fit one replica's whole KV cache (with room for
 	// one output token) could never be scheduled; vLLM refuses it likewise.
 	if limit := s.cfg.contextTokens(); p.promptTokens+1 > limit {
@@ -260,16 +158,21 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	log.Debug("chat completion queued", "prompt_tokens", p.promptTokens, "target_tokens", target, "stream", p.stream)
 
-	u := usage{PromptTokens: p.promptTokens}
-	created := time.Now().Unix()
+	u := openai.Usage{PromptTokens: p.promptTokens}
+	header := openai.Header{ID: id, Created: time.Now().Unix(), Model: s.cfg.Model}
 	if p.stream {
-		s.stream(r.Context(), w, log, seq, p, id, created, u)
+		s.stream(r.Context(), w, log, seq, p.includeUsage, header, u)
 		return
 	}
+	s.complete(r.Context(), w, log, seq, header, u)
+}
+
+// complete waits for the whole answer and writes it as one completion.
+func (s *Server) complete(ctx context.Context, w http.ResponseWriter, log *slog.Logger, seq *sequence, header openai.Header, u openai.Usage) {
 	var text strings.Builder
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			log.Debug("client went away", "completion_tokens", u.CompletionTokens)
 			return
 		case ev := <-seq.events:
@@ -279,10 +182,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 				return
 			case ev.done:
 				u.TotalTokens = u.PromptTokens + u.CompletionTokens
-				writeJSON(w, http.StatusOK, completion{
-					ID: id, Object: "chat.completion", Created: created, Model: s.cfg.Model,
-					Choices: []completionChoice{{
-						Message:      messageContent{Role: "assistant", Content: text.String()},
+				header.Object = openai.ObjectChatCompletion
+				writeJSON(w, http.StatusOK, openai.Completion{
+					Header: header,
+					Choices: []openai.Choice{{
+						Message:      openai.AssistantMessage{Role: "assistant", Content: text.String()},
 						FinishReason: ev.reason,
 					}},
 					Usage: u,
@@ -299,7 +203,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 
 // stream writes the OpenAI SSE stream: a role chunk with the first token,
 // one chunk per token, a finish chunk, the usage chunk if asked, [DONE].
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, log *slog.Logger, seq *sequence, p parsedChat, id string, created int64, u usage) {
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, log *slog.Logger, seq *sequence, includeUsage bool, header openai.Header, u openai.Usage) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -310,24 +214,12 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, log *slog.Lo
 	// chunk waits for the first token.
 	_ = rc.Flush()
 
-	base := chunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.cfg.Model}
-	if p.includeUsage {
+	header.Object = openai.ObjectChatCompletionChunk
+	out := &chunkWriter{w: w, rc: rc, base: openai.Chunk{Header: header}}
+	if includeUsage {
 		// OpenAI sends "usage": null on every chunk but the last.
-		base.Usage = json.RawMessage("null")
+		out.base.Usage = openai.Null[openai.Usage]()
 	}
-	send := func(c chunk) error {
-		b, err := json.Marshal(c)
-		if err != nil {
-			return fmt.Errorf("encode chunk: %w", err)
-		}
-		return writeEvent(w, rc, b)
-	}
-	withChoice := func(d delta, finish *string) chunk {
-		c := base
-		c.Choices = []chunkChoice{{Delta: d, FinishReason: finish}}
-		return c
-	}
-
 	first := true
 	for {
 		var ev event
@@ -340,37 +232,25 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, log *slog.Lo
 		var err error
 		switch {
 		case ev.err != nil:
-			b, _ := json.Marshal(apiError{Error: apiErrorBody{Message: ev.err.Error(), Type: "server_error"}})
+			b, _ := json.Marshal(openai.ErrorResponse{Error: openai.Error{Message: ev.err.Error(), Type: "server_error"}})
 			_ = writeEvent(w, rc, b)
 			return
 		case ev.done:
-			reason := ev.reason
-			err = send(withChoice(delta{}, &reason))
-			if err == nil && p.includeUsage {
-				u.TotalTokens = u.PromptTokens + u.CompletionTokens
-				last := base
-				last.Choices = []chunkChoice{}
-				last.Usage = u
-				err = send(last)
-			}
-			if err == nil {
-				err = writeEvent(w, rc, []byte("[DONE]"))
-			}
-			if err != nil {
+			if err := out.finish(ev.reason, u); err != nil {
 				log.Debug("write final chunks", "err", err)
 				return
 			}
-			log.Debug("chat completion finished", "finish_reason", reason, "completion_tokens", u.CompletionTokens)
+			log.Debug("chat completion finished", "finish_reason", ev.reason, "completion_tokens", u.CompletionTokens)
 			return
 		default:
 			if first {
 				first = false
 				empty := ""
-				err = send(withChoice(delta{Role: "assistant", Content: &empty}, nil))
+				err = out.step(openai.Delta{Role: "assistant", Content: &empty}, nil)
 			}
 			if err == nil {
 				text := ev.text
-				err = send(withChoice(delta{Content: &text}, nil))
+				err = out.step(openai.Delta{Content: &text}, nil)
 			}
 			u.CompletionTokens++
 		}
@@ -383,6 +263,47 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, log *slog.Lo
 	}
 }
 
+// chunkWriter writes one answer's chunks as server-sent events.
+type chunkWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+	// base is what every chunk repeats.
+	base openai.Chunk
+}
+
+// step sends a chunk with the one choice's next step.
+func (cw *chunkWriter) step(d openai.Delta, finish *string) error {
+	c := cw.base
+	c.Choices = []openai.ChunkChoice{{Delta: d, FinishReason: finish}}
+	return cw.send(c)
+}
+
+// finish ends the stream: the finish chunk, the usage chunk if the client
+// asked for it, and [DONE].
+func (cw *chunkWriter) finish(reason string, u openai.Usage) error {
+	if err := cw.step(openai.Delta{}, &reason); err != nil {
+		return err
+	}
+	if cw.base.Usage.Present {
+		u.TotalTokens = u.PromptTokens + u.CompletionTokens
+		last := cw.base
+		last.Choices = []openai.ChunkChoice{}
+		last.Usage = openai.Of(u)
+		if err := cw.send(last); err != nil {
+			return err
+		}
+	}
+	return writeEvent(cw.w, cw.rc, []byte("[DONE]"))
+}
+
+func (cw *chunkWriter) send(c openai.Chunk) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode chunk: %w", err)
+	}
+	return writeEvent(cw.w, cw.rc, b)
+}
+
 func writeEvent(w http.ResponseWriter, rc *http.ResponseController, data []byte) error {
 	if _, err := fmt.Fprintf(w, "data: %s\n\n", data); err != nil {
 		return fmt.Errorf("write event: %w", err)
@@ -393,23 +314,9 @@ func writeEvent(w http.ResponseWriter, rc *http.ResponseController, data []byte)
 	return nil
 }
 
-type modelList struct {
-	Object string      `json:"object"`
-	Data   []modelCard `json:"data"`
-}
-
-type modelCard struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Created int64  `json:"created"`
-	OwnedBy string `json:"owned_by"`
-	// MaxModelLen is vLLM's extension to the model card.
-	MaxModelLen int `json:"max_model_len"`
-}
-
 func (s *Server) handleModels(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, modelList{Object: "list", Data: []modelCard{{
-		ID: s.cfg.Model, Object: "model", Created: time.Now().Unix(), OwnedBy: "sluice-llmsim",
+	writeJSON(w, http.StatusOK, openai.ModelList{Object: openai.ObjectList, Data: []openai.Model{{
+		ID: s.cfg.Model, Object: openai.ObjectModel, Created: time.Now().Unix(), OwnedBy: "sluice-llmsim",
 		MaxModelLen: s.cfg.contextTokens(),
 	}}})
 }

@@ -5,6 +5,8 @@ import (
 	"hash/fnv"
 	"strings"
 	"unicode"
+
+	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
 // vocabulary gives answers the look of a RAG reply without pretending to be
@@ -34,7 +36,7 @@ type answer struct {
 
 // newAnswer derives an answer from the seed, every message (role and text)
 // and the words of the last user message.
-func newAnswer(seed int64, msgs []chatMessage) answer {
+func newAnswer(seed int64, msgs []tokens.Message) answer {
 	h := fnv.New64a()
 	var buf [8]byte
 	binary.LittleEndian.PutUint64(buf[:], uint64(seed))

@@ -16,17 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
-// Outcomes of a request, as the requests counter labels them.
-const (
-	OutcomeDone                 = "done"
-	OutcomeRejectedRate         = "rejected_rate"
-	OutcomeRejectedQueueTimeout = "rejected_queue_timeout"
-	OutcomeRejectedQueueFull    = "rejected_queue_full"
-	OutcomeCancelled            = "cancelled"
-	OutcomeFailed               = "failed"
-)
+// OutcomeRejectedRate labels a request the rate limits refused at the
+// door; every other outcome label is OutcomeOf a request's outcome and
+// reason (pkg/request).
+const OutcomeRejectedRate = request.OutcomeRejected + "_rate"
 
 // Metrics holds Sluice's collectors in a registry of its own (no global
 // state: two servers in one test process do not collide). Methods on a
@@ -140,8 +136,8 @@ func (m *Metrics) HealingAlert(pool, level string) {
 // OutcomeOf names a workflow outcome and reason as the requests counter
 // labels it: a rejection carries its reason (rejected_queue_timeout).
 func OutcomeOf(outcome, reason string) string {
-	if outcome == "rejected" && reason != "" {
-		return "rejected_" + reason
+	if outcome == request.OutcomeRejected && reason != "" {
+		return request.OutcomeRejected + "_" + reason
 	}
 	return outcome
 }

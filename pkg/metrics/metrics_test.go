@@ -12,11 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 func TestRequestsAndStages(t *testing.T) {
 	m := New(nil)
-	m.ObserveRequest(Request{Route: "short", Outcome: OutcomeDone, Timings: []events.StageTiming{
+	m.ObserveRequest(Request{Route: "short", Outcome: request.OutcomeDone, Timings: []events.StageTiming{
 		{Stage: "embed", Ms: 2, Cache: "memory"}, {Stage: "admission", Ms: 1500}, {Stage: "llm", Ms: 800},
 	}})
 	m.ObserveRequest(Request{Route: "short", Outcome: OutcomeOf("rejected", "queue_timeout"), Timings: []events.StageTiming{{Stage: "admission", Ms: 30000}}})
@@ -107,7 +108,7 @@ func TestTemporalHandler(t *testing.T) {
 
 func TestNilMetricsDoNothing(t *testing.T) {
 	var m *Metrics
-	m.ObserveRequest(Request{Outcome: OutcomeDone})
+	m.ObserveRequest(Request{Outcome: request.OutcomeDone})
 	m.Refused(OutcomeRejectedRate)
 	m.RateLimit("ip", false)
 	m.RegisterPools(nil, nil)

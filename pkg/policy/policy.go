@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Policy is one version of the live policy.
@@ -37,7 +38,7 @@ type Policy struct {
 // ChargeFactor is what a request routed to pool is charged against token
 // rate limits, as a multiple of its tokens.
 func (p *Policy) ChargeFactor(pool string) float64 {
-	if pool == "long" && p.LongCostFactor > 1 {
+	if pool == request.PoolLong && p.LongCostFactor > 1 {
 		return p.LongCostFactor
 	}
 	return 1
@@ -70,7 +71,7 @@ func (p *Policy) Tier(name string) (config.Tier, string) {
 func FromConfig(cfg config.Config) Policy {
 	return Policy{
 		Limits: cfg.Limits,
-		Pools:  map[string]int{"short": cfg.Pools.Short.MaxConcurrency, "long": cfg.Pools.Long.MaxConcurrency},
+		Pools:  map[string]int{request.PoolShort: cfg.Pools.Short.MaxConcurrency, request.PoolLong: cfg.Pools.Long.MaxConcurrency},
 	}
 }
 
@@ -79,8 +80,8 @@ func FromConfig(cfg config.Config) Policy {
 func Validate(base config.Config, p Policy) error {
 	cfg := base
 	cfg.Limits = p.Limits
-	short, okS := p.Pools["short"]
-	long, okL := p.Pools["long"]
+	short, okS := p.Pools[request.PoolShort]
+	long, okL := p.Pools[request.PoolLong]
 	if !okS || !okL || len(p.Pools) != 2 {
 		return errors.New("invalid policy: pools must name exactly short and long")
 	}

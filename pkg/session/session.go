@@ -16,22 +16,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 var (
 	//go:embed lua/append.lua
 	appendLua    string
 	appendScript = redis.NewScript(appendLua)
-)
-
-// Outcomes of a turn. They match the chat workflow's outcomes, plus
-// truncated: answered, but cut at the length limit.
-const (
-	OutcomeDone      = "done"
-	OutcomeTruncated = "truncated"
-	OutcomeRejected  = "rejected"
-	OutcomeFailed    = "failed"
-	OutcomeCancelled = "cancelled"
 )
 
 // Turn is one request of a session and what became of it.
@@ -52,11 +43,11 @@ type Turn struct {
 // question twice with no reply in between.
 func (t Turn) Exchange() prompt.Exchange {
 	switch t.Outcome {
-	case OutcomeDone, OutcomeTruncated:
+	case request.OutcomeDone, request.OutcomeTruncated:
 		return prompt.Exchange{User: t.Query, Assistant: t.Answer}
-	case OutcomeRejected:
+	case request.OutcomeRejected:
 		return prompt.Exchange{User: t.Query, Assistant: "[Not answered: the system was busy and the user was asked to retry.]"}
-	case OutcomeCancelled:
+	case request.OutcomeCancelled:
 		return prompt.Exchange{User: t.Query, Assistant: "[Not answered: the request was cancelled.]"}
 	default:
 		return prompt.Exchange{User: t.Query, Assistant: "[Not answered: the request failed.]"}
@@ -156,4 +147,20 @@ func Exchanges(turns []Turn) []prompt.Exchange {
 		out[i] = t.Exchange()
 	}
 	return out
+}
+
+// History returns the session's newest turns that fit budget tokens of a
+// prompt b builds (newest first, never a gap), and the tokens they add.
+// The door and admission route by that count and the stream builds its
+// prompt from the turns, so all three read a session the same way.
+func (s *Store) History(ctx context.Context, b *prompt.Builder, tenant, id string, budget int) ([]prompt.Exchange, int, error) {
+	if budget <= 0 {
+		return nil, 0, nil
+	}
+	turns, err := s.Turns(ctx, tenant, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	ex, n := b.FitHistory(Exchanges(turns), budget)
+	return ex, n, nil
 }

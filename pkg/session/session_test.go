@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -29,7 +30,7 @@ func TestAppendKeepsNewestTurnsOnce(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, 3)
 	for i := range 5 {
-		turn := Turn{RequestID: fmt.Sprint("chat-", i), Query: fmt.Sprint("q", i), Answer: "a", Outcome: OutcomeDone}
+		turn := Turn{RequestID: fmt.Sprint("chat-", i), Query: fmt.Sprint("q", i), Answer: "a", Outcome: request.OutcomeDone}
 		if err := s.Append(ctx, "acme", "s1", turn); err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +55,7 @@ func TestAppendKeepsNewestTurnsOnce(t *testing.T) {
 func TestSessionsBelongToTheirTenant(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, 10)
-	if err := s.Append(ctx, "acme", "s1", Turn{RequestID: "chat-1", Query: "mine", Outcome: OutcomeDone}); err != nil {
+	if err := s.Append(ctx, "acme", "s1", Turn{RequestID: "chat-1", Query: "mine", Outcome: request.OutcomeDone}); err != nil {
 		t.Fatal(err)
 	}
 	// "a" + "cme:s1" must not spell acme's key.
@@ -80,7 +81,7 @@ func TestRequestIDsThatShareAPrefixAreDifferentTurns(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, 10)
 	for _, id := range []string{"chat-1", "chat-10", `chat-"1"`} {
-		if err := s.Append(ctx, "acme", "s", Turn{RequestID: id, Query: id, Outcome: OutcomeDone}); err != nil {
+		if err := s.Append(ctx, "acme", "s", Turn{RequestID: id, Query: id, Outcome: request.OutcomeDone}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -90,11 +91,11 @@ func TestRequestIDsThatShareAPrefixAreDifferentTurns(t *testing.T) {
 }
 
 func TestUnansweredTurnsSaySo(t *testing.T) {
-	e := Turn{Query: "q", Outcome: OutcomeRejected}.Exchange()
+	e := Turn{Query: "q", Outcome: request.OutcomeRejected}.Exchange()
 	if e.User != "q" || e.Assistant == "" {
 		t.Fatalf("rejected turn as %+v", e)
 	}
-	if e := (Turn{Query: "q", Answer: "a", Outcome: OutcomeDone}).Exchange(); e.Assistant != "a" {
+	if e := (Turn{Query: "q", Answer: "a", Outcome: request.OutcomeDone}).Exchange(); e.Assistant != "a" {
 		t.Fatalf("answered turn as %+v", e)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/workflows"
 )
 
 // setPoolLimits sets both pools' permit counts for every instance, and
@@ -228,7 +228,7 @@ func TestBurstNeverExceedsPermits(t *testing.T) {
 			default:
 				t.Errorf("client %d ended with %q", i, e.event)
 			}
-		case e.status == http.StatusServiceUnavailable && (e.reason == "busy" || e.reason == workflows.ReasonQueueFull || e.reason == workflows.ReasonTenantQueueFull),
+		case e.status == http.StatusServiceUnavailable && (e.reason == "busy" || e.reason == request.ReasonQueueFull || e.reason == request.ReasonTenantQueueFull),
 			e.status == http.StatusTooManyRequests:
 			// Refused at the door, at once, with Retry-After: documented.
 			counts[fmt.Sprint(e.status, " ", e.reason)]++
@@ -264,7 +264,7 @@ func TestBurstNeverExceedsPermits(t *testing.T) {
 	if simMax.Load() == 0 {
 		t.Error("the sampler never saw a request in the simulator")
 	}
-	for _, reason := range []string{workflows.ReasonInternal, workflows.ReasonBackendError, workflows.ReasonStreamInterrupted} {
+	for _, reason := range []string{request.ReasonInternal, request.ReasonBackendError, request.ReasonStreamInterrupted} {
 		if n := counts[events.TypeError+":"+reason]; n > 0 {
 			t.Errorf("%d requests failed with %s", n, reason)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
@@ -222,7 +223,7 @@ func TestChatStreamsEveryStageThenDone(t *testing.T) {
 	}
 
 	r := result(t, s.id)
-	if r.Outcome != workflows.OutcomeDone || r.Route != "short" {
+	if r.Outcome != request.OutcomeDone || r.Route != "short" {
 		t.Fatalf("workflow result %+v", r)
 	}
 	assertPoolsIdle(t)
@@ -295,7 +296,7 @@ func TestDisconnectCancelsRequest(t *testing.T) {
 	s.close()
 
 	r := result(t, s.id)
-	if r.Outcome != workflows.OutcomeCancelled {
+	if r.Outcome != request.OutcomeCancelled {
 		t.Fatalf("outcome %q after disconnect, want cancelled", r.Outcome)
 	}
 	assertPoolsIdle(t)
@@ -349,7 +350,7 @@ func TestResumeWithLastEventIDLosesNothing(t *testing.T) {
 	if done.Usage.CompletionTokens != idx {
 		t.Fatalf("saw %d tokens, done says %d", idx, done.Usage.CompletionTokens)
 	}
-	if r := result(t, s.id); r.Outcome != workflows.OutcomeDone {
+	if r := result(t, s.id); r.Outcome != request.OutcomeDone {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
 	recordHistory(t, s.id, "chat_resumed")
@@ -373,10 +374,10 @@ func TestDeleteCancelsRequest(t *testing.T) {
 	}
 	evs := s.until(t, terminal)
 	var f events.Failure
-	if last := evs[len(evs)-1]; last.Event != events.TypeError || last.Decode(&f) != nil || f.Reason != workflows.ReasonCancelled {
+	if last := evs[len(evs)-1]; last.Event != events.TypeError || last.Decode(&f) != nil || f.Reason != request.ReasonCancelled {
 		t.Fatalf("stream ended with %+v", last)
 	}
-	if r := result(t, s.id); r.Outcome != workflows.OutcomeCancelled {
+	if r := result(t, s.id); r.Outcome != request.OutcomeCancelled {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
 	assertPoolsIdle(t)
@@ -439,13 +440,13 @@ func TestQueueTimeoutRejectsWithRetryAfter(t *testing.T) {
 	}
 	var f events.Failure
 	last := evs[len(evs)-1]
-	if last.Event != events.TypeRejected || last.Decode(&f) != nil || f.Reason != workflows.ReasonQueueTimeout || f.RetryAfterS < 1 || f.Message == "" {
+	if last.Event != events.TypeRejected || last.Decode(&f) != nil || f.Reason != request.ReasonQueueTimeout || f.RetryAfterS < 1 || f.Message == "" {
 		t.Fatalf("ended with %+v", last)
 	}
 	if waited := time.Since(start); waited < stack.cfg.Admission.MaxWait {
 		t.Fatalf("rejected after %v, before maxWait %v", waited, stack.cfg.Admission.MaxWait)
 	}
-	if r := result(t, s.id); r.Outcome != workflows.OutcomeRejected || r.Reason != workflows.ReasonQueueTimeout {
+	if r := result(t, s.id); r.Outcome != request.OutcomeRejected || r.Reason != request.ReasonQueueTimeout {
 		t.Fatalf("result %+v", r)
 	}
 	if _, queued, _ := stack.gate.Position(ctx, "short", s.id); queued {
@@ -475,7 +476,7 @@ func TestQueuedRequestIsAdmittedWhenAPermitIsReleased(t *testing.T) {
 	if last := evs[len(evs)-1]; last.Event != events.TypeDone {
 		t.Fatalf("ended with %+v", last)
 	}
-	if r := result(t, s.id); r.Outcome != workflows.OutcomeDone {
+	if r := result(t, s.id); r.Outcome != request.OutcomeDone {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
 	recordHistory(t, s.id, "chat_admitted_by_signal")

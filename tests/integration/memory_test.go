@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -94,7 +95,7 @@ func TestSessionTurnsThroughTheAPI(t *testing.T) {
 	}
 	doJSON(t, ctx, "GET", "/v1/sessions/it-s1", "", &got)
 	if len(got.Turns) != 2 || got.Turns[0].Query != "How does a token bucket refill?" || got.Turns[0].Answer != first ||
-		got.Turns[0].Outcome != session.OutcomeTruncated || got.Turns[1].Answer != second || got.Turns[1].Outcome != session.OutcomeDone {
+		got.Turns[0].Outcome != request.OutcomeTruncated || got.Turns[1].Answer != second || got.Turns[1].Outcome != request.OutcomeDone {
 		t.Fatalf("session %+v", got)
 	}
 	// Sessions are the tenant's: another key does not see this one.
@@ -126,7 +127,7 @@ func TestSessionRecordsQueueTimeout(t *testing.T) {
 		Turns []session.Turn `json:"turns"`
 	}
 	doJSON(t, ctx, "GET", "/v1/sessions/it-busy", "", &got)
-	if len(got.Turns) != 1 || got.Turns[0].Outcome != session.OutcomeRejected || got.Turns[0].Reason != "queue_timeout" {
+	if len(got.Turns) != 1 || got.Turns[0].Outcome != request.OutcomeRejected || got.Turns[0].Reason != "queue_timeout" {
 		t.Fatalf("session %+v", got)
 	}
 }

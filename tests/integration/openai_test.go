@@ -17,8 +17,8 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/worker"
-	"github.com/sluice-dev/sluice/workflows"
 )
 
 // openAIClient is the official client, unchanged, pointed at Sluice. No
@@ -100,7 +100,7 @@ func TestOpenAIClientStreams(t *testing.T) {
 	if in := chatInput(t, id); in.Query != "How does a token bucket refill?" || in.MaxTokens != 40 || in.Tenant != "acme" {
 		t.Fatalf("workflow input %+v", in)
 	}
-	if r := result(t, id); r.Outcome != workflows.OutcomeDone {
+	if r := result(t, id); r.Outcome != request.OutcomeDone {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
 	assertPoolsIdle(t)
@@ -140,7 +140,7 @@ func TestOpenAIClientCompletes(t *testing.T) {
 	if in := chatInput(t, id); in.MaxTokens != 30 || in.KB != stack.cfg.Retrieval.DefaultKB {
 		t.Fatalf("workflow input %+v", in)
 	}
-	if r := result(t, id); r.Outcome != workflows.OutcomeDone {
+	if r := result(t, id); r.Outcome != request.OutcomeDone {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
 	assertPoolsIdle(t)
@@ -260,7 +260,7 @@ func TestOpenAIRawStreamShowsQueueAsComments(t *testing.T) {
 	if strings.TrimSpace(text.String()) == "" {
 		t.Fatal("no answer text")
 	}
-	if r := result(t, id); r.Outcome != workflows.OutcomeDone {
+	if r := result(t, id); r.Outcome != request.OutcomeDone {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
 }
@@ -324,7 +324,7 @@ func TestOpenAINonStreamingDisconnectCancels(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client error %v", err)
 	}
-	if r := result(t, id); r.Outcome != workflows.OutcomeCancelled {
+	if r := result(t, id); r.Outcome != request.OutcomeCancelled {
 		t.Fatalf("outcome %q after the client left, want cancelled", r.Outcome)
 	}
 	assertPoolsIdle(t)
@@ -357,7 +357,7 @@ func TestOpenAIQueueTimeoutIsAnError(t *testing.T) {
 	var resp *http.Response
 	_, err := client.Chat.Completions.New(ctx, params, option.WithResponseInto(&resp))
 	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 || apiErr.Code != workflows.ReasonQueueTimeout || apiErr.Type != "server_error" ||
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 503 || apiErr.Code != request.ReasonQueueTimeout || apiErr.Type != "server_error" ||
 		apiErr.Message == "" || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("not streaming: %v", err)
 	}

@@ -1,0 +1,111 @@
+package openai
+
+import "encoding/json"
+
+// Header is what the completion, or every chunk of a stream, repeats: the
+// same ID, Created and Model throughout one answer.
+type Header struct {
+	ID string `json:"id"`
+	// Object is ObjectChatCompletion or ObjectChatCompletionChunk.
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+}
+
+// Usage is the tokens one request used, as the server counted them.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// Completion is the answer to a request that did not ask to stream. A
+// server that adds fields of its own embeds it.
+type Completion struct {
+	Header
+	Choices []Choice `json:"choices"`
+	Usage   Usage    `json:"usage"`
+}
+
+// Choice is one answer of a completion.
+type Choice struct {
+	Index   int              `json:"index"`
+	Message AssistantMessage `json:"message"`
+	// Logprobs is null at OpenAI unless asked for; a server that never
+	// computes them may leave the field out. Sluice reads none, so it is
+	// kept raw.
+	Logprobs     Optional[json.RawMessage] `json:"logprobs,omitzero"`
+	FinishReason string                    `json:"finish_reason"`
+}
+
+// AssistantMessage is the message a completion's choice answers with.
+type AssistantMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	// Refusal is null at OpenAI unless the model refused; a server without
+	// refusals may leave the field out.
+	Refusal Optional[string] `json:"refusal,omitzero"`
+}
+
+// Chunk is one event of a streamed answer. A server that adds fields of
+// its own embeds it.
+type Chunk struct {
+	Header
+	// Choices is empty on the usage chunk, which comes last.
+	Choices []ChunkChoice `json:"choices"`
+	// Usage is left out unless the client asked for it (IncludeUsage);
+	// then it is null on every chunk but the last, which carries it.
+	Usage Optional[Usage] `json:"usage,omitzero"`
+}
+
+// ChunkChoice is one choice's step in a chunk.
+type ChunkChoice struct {
+	Index int   `json:"index"`
+	Delta Delta `json:"delta"`
+	// Logprobs is as on Choice.
+	Logprobs Optional[json.RawMessage] `json:"logprobs,omitzero"`
+	// FinishReason is null until the choice's last chunk; clients tell the
+	// end of an answer by it, so the null is always sent.
+	FinishReason *string `json:"finish_reason"`
+}
+
+// Delta is what a chunk adds to its choice's message.
+type Delta struct {
+	// Role is sent once, on the choice's first chunk.
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// ErrorResponse is the body of an error response, and of the event that
+// ends a stream which failed after it began.
+type ErrorResponse struct {
+	Error Error `json:"error"`
+}
+
+// Error says what went wrong. OpenAI also sends "param" and "code"; a
+// field for code must accept a number too, as vLLM sends the HTTP status
+// there.
+type Error struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+}
+
+// ModelList is the body of GET /v1/models.
+type ModelList struct {
+	// Object is ObjectList.
+	Object string  `json:"object"`
+	Data   []Model `json:"data"`
+}
+
+// Model describes one model a server serves.
+type Model struct {
+	ID string `json:"id"`
+	// Object is ObjectModel.
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+	// MaxModelLen is vLLM's extension, which vLLM-compatible clients read:
+	// the most tokens, prompt and answer together, one request may hold.
+	// Zero, left out, where the server does not say.
+	MaxModelLen int `json:"max_model_len,omitempty"`
+}

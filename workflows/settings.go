@@ -1,0 +1,45 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/request"
+)
+
+// ChatSettingsFor is what a request of tier runs with under cfg: copied
+// into its workflow input, so that a later config change never alters it.
+func ChatSettingsFor(cfg config.Config, tier config.Tier) ChatSettings {
+	maxWait := cfg.Admission.MaxWait
+	var byPool map[string]time.Duration
+	if tier.MaxWait > 0 {
+		maxWait = tier.MaxWait
+	} else {
+		pools := cfg.Pools.ByName()
+		for _, name := range request.Pools() {
+			if d := pools[name].MaxWait; d > 0 {
+				if byPool == nil {
+					byPool = map[string]time.Duration{}
+				}
+				byPool[name] = d
+			}
+		}
+	}
+	return ChatSettings{
+		MaxWait:            maxWait,
+		MaxWaitByPool:      byPool,
+		RecheckInterval:    cfg.Admission.RecheckInterval,
+		MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
+		FastWait:           cfg.Admission.FastWait,
+		DisconnectGrace:    cfg.API.DisconnectGrace,
+		TopK:               cfg.Retrieval.TopK,
+		Candidates:         cfg.Retrieval.Candidates,
+		LLMTimeout:         cfg.LLM.Timeout,
+		LLMHeartbeat:       cfg.LLM.HeartbeatTimeout,
+		LLMMaxAttempts:     cfg.LLM.MaxAttempts,
+		SearchAttributes:   cfg.Temporal.SearchAttributes,
+		Weight:             tier.Weight,
+		MaxPerTenant:       tier.MaxQueuePerTenant,
+		HistoryTokens:      cfg.Sessions.HistoryTokens,
+	}
+}
