@@ -60,9 +60,9 @@ type Pool struct {
 	MaxPromptTokens int
 }
 
-// Activities holds every dependency of the chat activities. Register one
+// Chat holds every dependency of the chat activities. Register one
 // value with the worker; workflows name its methods through a nil pointer.
-type Activities struct {
+type Chat struct {
 	Redis    redis.UniversalClient
 	Events   *events.Log
 	Gate     *admission.Gate
@@ -114,17 +114,17 @@ type KBVersions interface {
 	Version(ctx context.Context, kb string) (int64, error)
 }
 
-func (a *Activities) logger(requestID string) *slog.Logger {
+func (a *Chat) logger(requestID string) *slog.Logger {
 	return a.Logger.With("requestID", requestID)
 }
 
-func (a *Activities) stopKey(requestID string) string {
+func (a *Chat) stopKey(requestID string) string {
 	return a.Options.KeyPrefix + "stop:" + requestID
 }
 
 // EmbedQuery looks the query's embedding up in the L1 cache, computing and
 // storing it on a miss.
-func (a *Activities) EmbedQuery(ctx context.Context, in EmbedInput) (EmbedOutput, error) {
+func (a *Chat) EmbedQuery(ctx context.Context, in EmbedInput) (EmbedOutput, error) {
 	start := time.Now()
 	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageEmbed})
 	vec, tier, err := a.Embeddings.Get(ctx, in.Query)
@@ -140,7 +140,7 @@ func (a *Activities) EmbedQuery(ctx context.Context, in EmbedInput) (EmbedOutput
 // beginStage writes a stage's event while the stage works, saving a Redis
 // round trip per stage; the returned func waits for the write, so that
 // events stay in stage order.
-func (a *Activities) beginStage(ctx context.Context, requestID string, st events.Stage) func() error {
+func (a *Chat) beginStage(ctx context.Context, requestID string, st events.Stage) func() error {
 	errc := make(chan error, 1)
 	go func() {
 		_, err := a.Events.Append(ctx, requestID, events.TypeStage, st)
@@ -151,14 +151,14 @@ func (a *Activities) beginStage(ctx context.Context, requestID string, st events
 
 // promptBound is the prompt's upper bound known before retrieval: the
 // query's tokens and TopK full chunks.
-func (a *Activities) promptBound(query string) int {
+func (a *Chat) promptBound(query string) int {
 	return a.Prompts.BoundBeforeRetrieval(query, a.Options.TopK, a.Options.ChunkTokens)
 }
 
 // Admit asks for a permit in the request's pool (chosen here on the first
 // call from an upper bound of the prompt), or re-checks a queued request.
 // Waiters that this call granted a permit are woken.
-func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, error) {
+func (a *Chat) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, error) {
 	start := time.Now()
 	out := AdmitOutput{Pool: in.Pool}
 	if out.Pool == "" {
@@ -242,7 +242,7 @@ func (a *Activities) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, err
 // round trip through Temporal. A grant made before the request was marked
 // as waiting fast was signalled instead; the workflow then finds the
 // signal when it parks.
-func (a *Activities) waitFast(ctx context.Context, in AdmitInput) (granted bool, err error) {
+func (a *Chat) waitFast(ctx context.Context, in AdmitInput) (granted bool, err error) {
 	fast, err := a.Waker.Expect(ctx, in.RequestID, in.FastWait+5*time.Second)
 	if err != nil {
 		return false, err
@@ -265,7 +265,7 @@ func (a *Activities) waitFast(ctx context.Context, in AdmitInput) (granted bool,
 }
 
 // Retrieve fetches candidate chunks through the L2 cache.
-func (a *Activities) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOutput, error) {
+func (a *Chat) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOutput, error) {
 	start := time.Now()
 	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageRetrieval})
 	res, hit, err := a.retrieve(ctx, in)
@@ -281,7 +281,7 @@ func (a *Activities) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOu
 	return RetrieveOutput{KBVersion: res.KBVersion, Hits: refs(res.Chunks), CacheHit: hit, Ms: time.Since(start).Milliseconds()}, nil
 }
 
-func (a *Activities) retrieve(ctx context.Context, in RetrieveInput) (retrieval.Result, bool, error) {
+func (a *Chat) retrieve(ctx context.Context, in RetrieveInput) (retrieval.Result, bool, error) {
 	vec, _, err := a.Embeddings.Get(ctx, in.Query)
 	if err != nil {
 		return retrieval.Result{}, false, fmt.Errorf("embed query for retrieval: %w", err)
@@ -290,7 +290,7 @@ func (a *Activities) retrieve(ctx context.Context, in RetrieveInput) (retrieval.
 }
 
 // lookup resolves refs to chunks carrying the refs' scores.
-func (a *Activities) lookup(ctx context.Context, kb string, version int64, hits []ChunkRef) ([]retrieval.Chunk, error) {
+func (a *Chat) lookup(ctx context.Context, kb string, version int64, hits []ChunkRef) ([]retrieval.Chunk, error) {
 	ids := make([]string, len(hits))
 	for i, h := range hits {
 		ids[i] = h.ID
@@ -310,7 +310,7 @@ func (a *Activities) lookup(ctx context.Context, kb string, version int64, hits 
 }
 
 // Rerank orders the candidates and keeps the best K.
-func (a *Activities) Rerank(ctx context.Context, in RerankInput) (RerankOutput, error) {
+func (a *Chat) Rerank(ctx context.Context, in RerankInput) (RerankOutput, error) {
 	start := time.Now()
 	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageRerank})
 	candidates, err := a.lookup(ctx, in.KB, in.KBVersion, in.Hits)
@@ -334,7 +334,7 @@ var errStopped = errors.New("stream stopped by request")
 // stream, renewing the permit's lease and heartbeating as it goes. A
 // failure before the first token is retryable; after it, it is not, because
 // a model cannot resume mid-answer and the client already has a prefix.
-func (a *Activities) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
+func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	start := time.Now()
 	log := a.logger(in.RequestID)
 	if activity.HasHeartbeatDetails(ctx) {
@@ -511,7 +511,7 @@ func completeDone(d events.Done, out LLMOutput) events.Done {
 // never reached the server). If that attempt already wrote the done event,
 // the answer is complete and this attempt reports it; otherwise the client
 // has a prefix that no model can continue, and the request fails.
-func (a *Activities) afterLostAttempt(ctx context.Context, in LLMInput, p streamProgress) (LLMOutput, error) {
+func (a *Chat) afterLostAttempt(ctx context.Context, in LLMInput, p streamProgress) (LLMOutput, error) {
 	last, ok, err := a.Events.Last(ctx, in.RequestID)
 	if err != nil {
 		return LLMOutput{}, err
@@ -550,7 +550,7 @@ func sources(chunks []retrieval.Chunk) []string {
 
 // writeToken appends one token event and reads the stop flag in the same
 // round trip.
-func (a *Activities) writeToken(ctx context.Context, requestID string, index int, text, stopKey string) (bool, error) {
+func (a *Chat) writeToken(ctx context.Context, requestID string, index int, text, stopKey string) (bool, error) {
 	args, err := a.Events.XAddArgs(requestID, events.TypeToken, events.Token{Text: text, Index: index})
 	if err != nil {
 		return false, err
@@ -571,7 +571,7 @@ func (a *Activities) writeToken(ctx context.Context, requestID string, index int
 // in parallel with the request to the backend rather than before it: the
 // permit may have waited through retrieval, rerank and the task queue, and
 // the request may have been cancelled meanwhile.
-func (a *Activities) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log *slog.Logger, in LLMInput, stopKey string, n *atomic.Int64) {
+func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log *slog.Logger, in LLMInput, stopKey string, n *atomic.Int64) {
 	renewEvery := a.Gate.Lease() / 3
 	tick := min(time.Second, renewEvery)
 	t := time.NewTicker(tick)
@@ -613,7 +613,7 @@ func (a *Activities) keepAlive(ctx context.Context, stop context.CancelCauseFunc
 
 // StopStream raises the stop flag that a running LLM stream checks with
 // every token.
-func (a *Activities) StopStream(ctx context.Context, in StopStreamInput) error {
+func (a *Chat) StopStream(ctx context.Context, in StopStreamInput) error {
 	if err := a.Redis.Set(ctx, a.stopKey(in.RequestID), "1", a.Options.StopFlagTTL).Err(); err != nil {
 		return fmt.Errorf("raise stop flag of %s: %w", in.RequestID, err)
 	}
@@ -622,7 +622,7 @@ func (a *Activities) StopStream(ctx context.Context, in StopStreamInput) error {
 
 // Finalize gives back the request's permit or queue place (idempotently:
 // it is retried), wakes whoever that admitted, and writes the terminal event.
-func (a *Activities) Finalize(ctx context.Context, in FinalizeInput) error {
+func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 	if in.StopStream {
 		if err := a.StopStream(ctx, StopStreamInput{RequestID: in.RequestID}); err != nil {
 			return err

@@ -88,11 +88,11 @@ type harnessOptions struct {
 	streamer llm.Streamer
 }
 
-// harness is an *activities.Activities wired from real components as
+// harness is an *activities.Chat wired from real components as
 // worker/runtime.go wires it, over the test Redis and a key prefix of its
 // own.
 type harness struct {
-	acts     *activities.Activities
+	acts     *activities.Chat
 	rdb      *redis.Client
 	gate     *admission.Gate
 	log      *events.Log
@@ -152,7 +152,7 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acts := &activities.Activities{
+	acts := &activities.Chat{
 		Redis:    rdb,
 		Events:   evlog,
 		Gate:     gate,

@@ -160,7 +160,7 @@ func benchRepeated(b *testing.B, kb *benchStore, emb embed.Embedder) {
 	benchRun++
 	prefix := fmt.Sprintf("bench:%s:%d:", b.Name(), benchRun)
 
-	base := activities.Activities{
+	base := activities.Chat{
 		Redis:    kb.rdb,
 		Events:   events.NewLog(kb.rdb, events.LogOptions{KeyPrefix: prefix, TTL: time.Minute}),
 		Chunks:   kb.live,
@@ -221,7 +221,7 @@ func benchRepeated(b *testing.B, kb *benchStore, emb embed.Embedder) {
 
 // runStages runs a request's three non-LLM stages and returns their total
 // latency and whether retrieval was answered by L2.
-func runStages(ctx context.Context, b *testing.B, a *activities.Activities, id, kb, q string, cfg config.Config) (time.Duration, bool) {
+func runStages(ctx context.Context, b *testing.B, a *activities.Chat, id, kb, q string, cfg config.Config) (time.Duration, bool) {
 	start := time.Now()
 	if _, err := a.EmbedQuery(ctx, activities.EmbedInput{RequestID: id, Query: q}); err != nil {
 		b.Fatal(err)

@@ -27,8 +27,8 @@ import (
 // values (a retry is a no-op) and refuse values outside the pool's
 // configured bounds, whatever the workflow asks.
 //
-// It is a struct of its own, registered on the same worker as Activities;
-// its method names must not collide with Activities' (activity names are
+// It is a struct of its own, registered on the same worker as Chat;
+// its method names must not collide with Chat's (activity names are
 // method names).
 type Healing struct {
 	Gate    *admission.Gate

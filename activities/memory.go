@@ -25,7 +25,7 @@ import (
 // (to build the prompt) each read it: handing the turns from one to the
 // other would put up to history_tokens of text into the workflow's history
 // for every request, a bigger cost than one more Redis read.
-func (a *Activities) history(ctx context.Context, requestID string, ref *SessionRef) ([]prompt.Exchange, int) {
+func (a *Chat) history(ctx context.Context, requestID string, ref *SessionRef) ([]prompt.Exchange, int) {
 	if ref == nil || ref.HistoryTokens <= 0 || a.Sessions == nil {
 		return nil, 0
 	}
@@ -40,7 +40,7 @@ func (a *Activities) history(ctx context.Context, requestID string, ref *Session
 // recordAnswer records a finished stream's answer in its session before
 // the client is told the answer is done. It reports whether that worked;
 // if not, Finalize records the turn from the event stream.
-func (a *Activities) recordAnswer(ctx context.Context, in LLMInput, finishReason string, answer []string) bool {
+func (a *Chat) recordAnswer(ctx context.Context, in LLMInput, finishReason string, answer []string) bool {
 	if a.Sessions == nil {
 		return false
 	}
@@ -61,7 +61,7 @@ func (a *Activities) recordAnswer(ctx context.Context, in LLMInput, finishReason
 
 // recordTurn records a finished request in its session; a done request's
 // answer is read back from its event stream.
-func (a *Activities) recordTurn(ctx context.Context, in FinalizeInput) error {
+func (a *Chat) recordTurn(ctx context.Context, in FinalizeInput) error {
 	t := session.Turn{
 		RequestID: in.RequestID, Query: in.Turn.Query, Outcome: in.Turn.Outcome,
 		Reason: in.Turn.Reason, At: time.Now().UTC(),
@@ -77,7 +77,7 @@ func (a *Activities) recordTurn(ctx context.Context, in FinalizeInput) error {
 }
 
 // streamedAnswer is the text of a request's token events.
-func (a *Activities) streamedAnswer(ctx context.Context, requestID string) (string, error) {
+func (a *Chat) streamedAnswer(ctx context.Context, requestID string) (string, error) {
 	var b strings.Builder
 	after := "0"
 	for {
@@ -103,13 +103,13 @@ func (a *Activities) streamedAnswer(ctx context.Context, requestID string) (stri
 }
 
 // answerKey is the L3 key of a query to a kb version, asked of pool.
-func (a *Activities) answerKey(query, kb string, version int64, pool string) answercache.Key {
+func (a *Chat) answerKey(query, kb string, version int64, pool string) answercache.Key {
 	return answercache.Key{Query: query, KB: kb, KBVersion: version, Model: a.Pools[pool].Model, Prompt: a.Prompts.Version()}
 }
 
 // cacheAnswer keeps a complete answer in the L3 tier. A failure only
 // costs a later request its hit.
-func (a *Activities) cacheAnswer(ctx context.Context, in LLMInput, out LLMOutput, answer []string) {
+func (a *Chat) cacheAnswer(ctx context.Context, in LLMInput, out LLMOutput, answer []string) {
 	err := a.Answers.Put(ctx, a.answerKey(in.Query, in.KB, in.KBVersion, in.Pool), answercache.Answer{
 		Tokens: answer, FinishReason: out.FinishReason, Usage: out.Usage, Sources: out.Sources,
 		ContextShed: out.ContextShed, RequestID: in.RequestID, CreatedAt: time.Now().UTC(),
@@ -124,7 +124,7 @@ func (a *Activities) cacheAnswer(ctx context.Context, in LLMInput, out LLMOutput
 // the done event (marked cached) itself. It runs before admission, so a
 // hit takes no permit; the key names the model of the pool admission
 // would route the request to, as the stream that cached the answer did.
-func (a *Activities) LookupAnswer(ctx context.Context, in LookupAnswerInput) (LookupAnswerOutput, error) {
+func (a *Chat) LookupAnswer(ctx context.Context, in LookupAnswerInput) (LookupAnswerOutput, error) {
 	start := time.Now()
 	version, err := a.KBVersions.Version(ctx, in.KB)
 	if err != nil {
@@ -180,7 +180,7 @@ func (a *Activities) LookupAnswer(ctx context.Context, in LookupAnswerInput) (Lo
 // "<stage>/<pool>", the time to the first token under "ttft/<pool>", and
 // the counters "requests/<pool>" and "queue_timeouts/<pool>" the healer's
 // timeout rate is made of.
-func (a *Activities) report(r Report) {
+func (a *Chat) report(r Report) {
 	a.Metrics.ObserveRequest(metrics.Request{Route: r.Route, Outcome: metrics.OutcomeOf(r.Outcome, r.Reason), Timings: r.Timings})
 	if a.Latency == nil || !request.IsPool(r.Route) {
 		return

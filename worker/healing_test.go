@@ -97,7 +97,7 @@ func TestStartHealingIsIdempotent(t *testing.T) {
 // name colliding (a collision panics).
 func TestHealingActivitiesRegisterBesideChat(t *testing.T) {
 	env := (&testsuite.WorkflowTestSuite{}).NewTestWorkflowEnvironment()
-	Register(env, &activities.Activities{}, &activities.Healing{})
+	Register(env, &activities.Chat{}, &activities.Healing{})
 }
 
 func TestNewScalerFromConfig(t *testing.T) {

@@ -158,7 +158,7 @@ func TestRemoteEmbedderAndRerankerFromConfig(t *testing.T) {
 	}
 	rdb := srv.Client(t)
 	r := &Runtime{Config: cfg, Logger: quiet, Redis: rdb}
-	acts, err := r.buildActivities(ctx)
+	acts, err := r.buildChat(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ type Runtime struct {
 	// stage latencies shared with every other instance through Redis.
 	Metrics    *metrics.Metrics
 	Latency    *latency.Window
-	Activities *activities.Activities
+	Activities *activities.Chat
 	// Healing holds the healing workflow's activities.
 	Healing *activities.Healing
 }
@@ -164,7 +164,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 		return nil, fmt.Errorf("connect to temporal at %s (temporal.host_port): %w", cfg.Temporal.HostPort, err)
 	}
 
-	acts, err := r.buildActivities(ctx)
+	acts, err := r.buildChat(ctx)
 	if err != nil {
 		r.Close()
 		return nil, err
@@ -192,7 +192,7 @@ func WaiterTTL(a config.Admission) time.Duration {
 	return admission.AliveFor(a.RecheckInterval)
 }
 
-func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, error) {
+func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 	cfg := r.Config
 	embedder, err := newEmbedder(cfg.Embedding)
 	if err != nil {
@@ -250,7 +250,7 @@ func (r *Runtime) buildActivities(ctx context.Context) (*activities.Activities, 
 		}
 		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens}
 	}
-	return &activities.Activities{
+	return &activities.Chat{
 		Redis:      r.Redis,
 		Events:     r.Events,
 		Gate:       r.Gate,
@@ -312,9 +312,9 @@ func (r *Runtime) NewWorker() worker.Worker {
 }
 
 // Register registers Sluice's workflows and activities on w. Activities
-// are named by their method names, so Activities' and Healing's must not
+// are named by their method names, so Chat's and Healing's must not
 // collide (registering would panic).
-func Register(w worker.Registry, acts *activities.Activities, healing *activities.Healing) {
+func Register(w worker.Registry, acts *activities.Chat, healing *activities.Healing) {
 	w.RegisterWorkflowWithOptions(workflows.ChatWorkflow, workflow.RegisterOptions{Name: workflows.ChatWorkflowName})
 	w.RegisterWorkflowWithOptions(workflows.HealingWorkflow, workflow.RegisterOptions{Name: workflows.HealingWorkflowName})
 	w.RegisterActivity(acts)

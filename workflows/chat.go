@@ -16,7 +16,7 @@ import (
 
 // a is only used to name activity methods; Temporal resolves them by name
 // on the worker, where a real *Activities is registered.
-var a *activities.Activities
+var a *activities.Chat
 
 // ChatWorkflow runs one chat request through embed → admission → retrieval
 // → rerank → LLM, and always gives back what admission granted.

@@ -52,7 +52,7 @@ func TestChatWorkflow(t *testing.T) { suite.Run(t, new(chatSuite)) }
 func (s *chatSuite) SetupTest() {
 	s.env = s.NewTestWorkflowEnvironment()
 	s.env.RegisterWorkflowWithOptions(ChatWorkflow, registerOpts)
-	s.env.RegisterActivity(&activities.Activities{})
+	s.env.RegisterActivity(&activities.Chat{})
 	log := &callLog{}
 	s.log = log
 	s.env.OnActivity(a.Finalize, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) error {
