@@ -1,0 +1,155 @@
+package workflows
+
+import (
+	"cmp"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/request"
+)
+
+// admit gets a permit, waiting in the queue if needed. It returns false
+// when the request must end (w.result says why). Called again after a
+// permit was lost, it asks in the same pool with the old place's token.
+func (w *chat) admit(ctx workflow.Context) bool {
+	w.status.Stage = request.StageAdmission
+	sctx := localCtx(w.stageCtx)
+	start := workflow.Now(ctx)
+	var adm activities.AdmitOutput
+	w.admitting = true
+	// A signal still unread here is from an earlier grant (one the admit
+	// activity caught itself, before a permit was lost): not this one.
+	for w.admittedCh.ReceiveAsync(nil) {
+	}
+	if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
+		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
+		Pool: cmp.Or(w.pool, w.in.Pool), Seq: w.seq, PromptBound: w.promptBound,
+		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
+		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
+		FastWait: w.in.Settings.FastWait, Session: w.session(),
+	}).Get(sctx, &adm); err != nil {
+		w.stageFailed(request.StageAdmission, err)
+		return false
+	}
+	w.pool = adm.Pool
+	if adm.Seq != 0 {
+		w.seq = adm.Seq
+	}
+	w.status.Pool = adm.Pool
+	w.result.Route = adm.Pool
+	if adm.Full {
+		w.reject(request.ReasonQueueFull, "The service is at capacity and its queue is full. Please retry shortly.", w.in.Settings.RecheckInterval)
+		return false
+	}
+	if adm.TenantFull {
+		w.reject(request.ReasonTenantQueueFull, "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished.", w.in.Settings.RecheckInterval)
+		return false
+	}
+	queuedMs := adm.Ms
+	if !adm.Granted {
+		recheckMs, ok := w.waitForGrant(ctx, start, adm)
+		if !ok {
+			return false
+		}
+		queuedMs += recheckMs
+	}
+	w.status.Position = 0
+	w.status.EstimatedWaitMs = 0
+	elapsed := workflow.Now(ctx).Sub(start).Milliseconds()
+	w.timing(request.StageAdmission, max(elapsed, queuedMs), "")
+	return true
+}
+
+// waitForGrant waits in the queue, from start, until the permit is handed
+// over (the admitted signal, or a re-check that finds it granted), the
+// request is cancelled, or its max wait runs out. It returns the time its
+// re-checks took, and false when the request must end (w.result says why).
+func (w *chat) waitForGrant(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) (recheckMs int64, ok bool) {
+	maxWait := w.in.Settings.MaxWait
+	if d, ok := w.in.Settings.MaxWaitByPool[adm.Pool]; ok {
+		maxWait = d
+	}
+	deadline := start.Add(maxWait)
+	for !adm.Granted {
+		w.status.Position = adm.Position
+		w.status.EstimatedWaitMs = adm.EstimatedWaitMs
+		remaining := deadline.Sub(workflow.Now(ctx))
+		if remaining <= 0 {
+			w.timing(request.StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
+			retry := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
+			w.reject(request.ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
+			return recheckMs, false
+		}
+		wait := w.in.Settings.RecheckInterval
+		if adm.NextRecheckMs > 0 {
+			// Far back in the queue: the activity kept the place live
+			// this long.
+			wait = time.Duration(adm.NextRecheckMs) * time.Millisecond
+		}
+		signalled, fired := w.sleepUnlessGranted(min(wait, remaining))
+		if w.stageCtx.Err() != nil {
+			w.cancelled()
+			return recheckMs, false
+		}
+		if signalled {
+			// The releaser moved our entry to the permit set before
+			// signalling, so the permit is already ours.
+			return recheckMs, true
+		}
+		if !fired {
+			continue
+		}
+		re, err := w.recheck(adm.Seq)
+		if err != nil {
+			if w.stageCtx.Err() != nil {
+				w.cancelled()
+				return recheckMs, false
+			}
+			if isShed(err) {
+				// Shed before the healer's cancel signal arrived.
+				w.stageFailed(request.StageAdmission, err)
+				return recheckMs, false
+			}
+			// A failed re-check is not fatal: the next one, the signal or
+			// the deadline decides.
+			w.logger.Warn("admission re-check failed", "error", err)
+			continue
+		}
+		recheckMs += re.Ms
+		adm.Granted, adm.Position, adm.EstimatedWaitMs, adm.NextRecheckMs = re.Granted, re.Position, re.EstimatedWaitMs, re.NextRecheckMs
+	}
+	return recheckMs, true
+}
+
+// sleepUnlessGranted waits up to d for the admitted signal, ending early
+// if the stages are cancelled. It reports whether the signal came and
+// whether the timer fired.
+func (w *chat) sleepUnlessGranted(d time.Duration) (signalled, fired bool) {
+	tctx, stopTimer := workflow.WithCancel(w.stageCtx)
+	defer stopTimer()
+	timer := workflow.NewTimer(tctx, d)
+	sel := workflow.NewSelector(w.stageCtx)
+	sel.AddReceive(w.admittedCh, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(w.stageCtx, nil)
+		signalled = true
+	})
+	sel.AddFuture(timer, func(f workflow.Future) { fired = f.Get(tctx, nil) == nil })
+	sel.AddReceive(w.stageCtx.Done(), func(workflow.ReceiveChannel, bool) {})
+	sel.Select(w.stageCtx)
+	return signalled, fired
+}
+
+// recheck asks whether a queued request's turn has come (the fallback to
+// the admitted signal), keeping its place live.
+func (w *chat) recheck(seq int64) (activities.AdmitOutput, error) {
+	sctx := localCtx(w.stageCtx)
+	var re activities.AdmitOutput
+	err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
+		RequestID: w.in.RequestID, Pool: w.pool, Seq: seq, Recheck: true,
+		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
+		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
+	}).Get(sctx, &re)
+	return re, err
+}

@@ -1,0 +1,161 @@
+package workflows
+
+import (
+	"errors"
+	"time"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// shedRetryAfter is the Retry-After of a request the healer shed.
+const shedRetryAfter = 30 * time.Second
+
+// streamedBefore reads what a failed stream consumed from its error's
+// details; nil when it does not say (e.g. cancelled by Temporal or timed
+// out), and then nothing is refunded.
+func streamedBefore(err error) *activities.Used {
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) {
+		return nil
+	}
+	if !appErr.HasDetails() {
+		// Failures before the first token carry no details and consumed
+		// nothing: the backend refused or never answered.
+		if appErr.Type() == activities.ErrTypeBackend || appErr.Type() == activities.ErrTypeBadRequest {
+			return &activities.Used{}
+		}
+		return nil
+	}
+	var u events.Usage
+	if appErr.Details(&u) != nil {
+		return nil
+	}
+	requests := 0
+	if u.TotalTokens > 0 {
+		requests = 1
+	}
+	return &activities.Used{Tokens: u.TotalTokens, Requests: requests}
+}
+
+// isShed reports an admission error saying the healer shed the request.
+func isShed(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeShed
+}
+
+// stageFailed classifies a stage error into the request's outcome.
+func (w *chat) stageFailed(stage string, err error) {
+	if isShed(err) {
+		// Admission found the request shed by the healer: the same end as
+		// the healer's cancel signal, which may not have arrived yet.
+		w.cancelReason = request.ReasonShed
+	}
+	if w.cancelReason == request.ReasonShed || w.stageCtx.Err() != nil || temporal.IsCanceledError(err) {
+		w.cancelled()
+		return
+	}
+	var appErr *temporal.ApplicationError
+	reason, msg := request.ReasonInternal, "The request failed. Please retry."
+	if errors.As(err, &appErr) {
+		switch appErr.Type() {
+		case activities.ErrTypeStreamInterrupted:
+			reason, msg = request.ReasonStreamInterrupted, "The answer stream was interrupted. Please retry."
+		case activities.ErrTypeBackend:
+			reason, msg = request.ReasonBackendError, "The language model backend failed. Please retry."
+		case activities.ErrTypeBadRequest:
+			reason, msg = request.ReasonBadRequest, "The request could not be processed: "+appErr.Message()
+		}
+	}
+	w.logger.Error("stage failed", "stage", stage, "error", err)
+	w.result.Outcome, w.result.Reason = request.OutcomeFailed, reason
+	w.failure = &events.Failure{Reason: reason, Message: msg}
+}
+
+func (w *chat) cancelled() {
+	if w.cancelReason == request.ReasonShed {
+		// The healer shed the queue of this request's tier: a rejection
+		// the client should retry, not a cancel it asked for. Not soon:
+		// shedding means the pool is overloaded.
+		w.reject(request.ReasonShed, "The service is overloaded and dropped waiting requests of your plan. Please retry in a little while.", shedRetryAfter)
+		return
+	}
+	w.result.Outcome, w.result.Reason = request.OutcomeCancelled, request.ReasonCancelled
+	w.failure = &events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (" + w.cancelReason + ")."}
+}
+
+func (w *chat) reject(reason, msg string, retryAfter time.Duration) {
+	w.result.Outcome, w.result.Reason = request.OutcomeRejected, reason
+	secs := int((retryAfter + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	w.failure = &events.Failure{Reason: reason, Message: msg, RetryAfterS: secs}
+}
+
+// finalize runs on every exit path, in a disconnected context so that it
+// also runs after cancellation: it gives back the permit or queue place
+// exactly once and writes the terminal event.
+func (w *chat) finalize(ctx workflow.Context) {
+	if w.cancelReason != "" && w.result.Outcome != request.OutcomeCancelled && w.result.Outcome != request.OutcomeDone {
+		// Cancelled while a stage was failing: report the cancel.
+		w.cancelled()
+	}
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	in := activities.FinalizeInput{
+		RequestID: w.in.RequestID, Pool: w.pool, AllPools: w.admitting && w.pool == "",
+		StopStream: w.cancelReason != "", Used: w.used, Reservation: w.in.RateReservation,
+	}
+	in.Turn = w.turn()
+	w.result.Timings = w.status.Timings
+	in.Report = &activities.Report{Route: w.result.Route, Outcome: w.result.Outcome, Reason: w.result.Reason, Timings: w.result.Timings}
+	switch w.result.Outcome {
+	case request.OutcomeDone:
+		if w.doneWritten {
+			break
+		}
+		in.EventType = events.TypeDone
+		in.Done = &events.Done{
+			RequestID: w.in.RequestID, Route: w.result.Route, FinishReason: w.result.FinishReason,
+			Usage: w.result.Usage, Timings: w.result.Timings, KBVersion: w.result.KBVersion,
+			Sources: w.result.Sources, ContextShed: w.result.ContextShed,
+		}
+	case request.OutcomeRejected:
+		in.EventType = events.TypeRejected
+		in.Failure = w.failure
+	default:
+		in.EventType = events.TypeError
+		in.Failure = w.failure
+		if in.Failure == nil {
+			in.Failure = &events.Failure{Reason: request.ReasonInternal, Message: "The request failed. Please retry."}
+		}
+	}
+	fctx := workflow.WithLocalActivityOptions(dctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: 5 * time.Second,
+		// Giving back a permit must not be lost to a Redis blip; it is
+		// idempotent, so retry for a good while.
+		ScheduleToCloseTimeout: 2 * time.Minute,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 5 * time.Second},
+	})
+	if err := workflow.ExecuteLocalActivity(fctx, a.Finalize, in).Get(fctx, nil); err != nil {
+		// The permit's lease and the waiter's liveness TTL bound the damage.
+		w.logger.Error("finalize failed", "error", err)
+	}
+	w.status.Stage = request.StageFinished
+	w.status.Outcome = w.result.Outcome
+	w.status.Reason = w.result.Reason
+	w.status.Position = 0
+	w.status.EstimatedWaitMs = 0
+	// Route and outcome go in one upsert at the end: one visibility write
+	// per request instead of two; a running request's route is in its
+	// status query.
+	updates := []temporal.SearchAttributeUpdate{SearchOutcome.ValueSet(w.result.Outcome)}
+	if w.result.Route != "" {
+		updates = append(updates, SearchRoute.ValueSet(w.result.Route))
+	}
+	w.upsert(ctx, updates...)
+	w.logger.Info("request finished", "outcome", w.result.Outcome, "reason", w.result.Reason, "route", w.result.Route)
+}
