@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/labstack/echo/v4"
+	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
 // apiError is every error response: {"error": {"code", "message"}}, with
@@ -23,21 +24,12 @@ type apiError struct {
 	Param string `json:"-"`
 }
 
-// openAIError is an error as OpenAI clients parse it:
-// {"error": {"message", "type", "param", "code"}}.
-type openAIError struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    string  `json:"code"`
-}
-
 // openAI renders e in OpenAI's shape; the type follows from the status as
 // OpenAI's do, the code is Sluice's.
-func (e *apiError) openAI() openAIError {
-	out := openAIError{Message: e.Message, Code: e.Code, Type: "invalid_request_error"}
+func (e *apiError) openAI() openai.ErrorResponse {
+	out := openai.Error{Message: e.Message, Code: openai.Code(e.Code), Type: "invalid_request_error", Param: openai.Null[string]()}
 	if e.Param != "" {
-		out.Param = &e.Param
+		out.Param = openai.Of(e.Param)
 	}
 	switch {
 	case e.Status == http.StatusUnauthorized:
@@ -51,7 +43,7 @@ func (e *apiError) openAI() openAIError {
 	case e.Status >= 500:
 		out.Type = "server_error"
 	}
-	return out
+	return openai.ErrorResponse{Error: out}
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
@@ -91,7 +83,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	var body any = map[string]*apiError{"error": ae}
 	if c.Path() == chatCompletionsPath {
-		body = map[string]openAIError{"error": ae.openAI()}
+		body = ae.openAI()
 	}
 	if err := c.JSON(ae.Status, body); err != nil {
 		s.logger.Warn("write error response", "err", err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
-	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // chatCompletionsPath is the OpenAI-compatible front door. Errors on it are
@@ -188,12 +188,12 @@ func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id s
 		// An OpenAI client cannot resume: tell it the answer is cut short
 		// (a stream that just stops would look complete), and end the
 		// request rather than run it for nobody.
-		_ = out.fail(&apiError{Status: http.StatusServiceUnavailable, Code: workflows.ReasonStreamInterrupted,
+		_ = out.fail(&apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonStreamInterrupted,
 			Message: "The stream was interrupted (the server is restarting). Please retry."})
 		out.flush()
 		s.signalDetach(id)
 	case endSilent:
-		_ = out.fail(&apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal,
+		_ = out.fail(&apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal,
 			Message: "The request ended without an answer."})
 		out.flush()
 	}
@@ -214,7 +214,7 @@ func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id st
 		s.signalDetach(id)
 		return unavailable("The request was interrupted (the server is restarting). Please retry.")
 	case endSilent:
-		return &apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal,
+		return &apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal,
 			Message: "The request ended without an answer."}
 	}
 	if col.failure != nil {
@@ -324,7 +324,7 @@ func (k *chunkSink) write(ev events.Event) error {
 	case events.TypeDone:
 		var d events.Done
 		if err := json.Unmarshal(ev.Data, &d); err != nil {
-			return k.fail(&apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal, Message: "unreadable answer"})
+			return k.fail(&apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"})
 		}
 		fr := finishReason(d.FinishReason)
 		last := k.chunk(openai.Delta{}, &fr)
@@ -369,7 +369,7 @@ func (k *chunkSink) chunk(delta openai.Delta, finish *string) completionChunk {
 // fail ends the stream with an error object, which OpenAI clients raise
 // as an error (openai-go: ssestream.StreamError). No [DONE] follows.
 func (k *chunkSink) fail(e *apiError) error {
-	return k.data(map[string]openAIError{"error": e.openAI()})
+	return k.data(e.openAI())
 }
 
 func (k *chunkSink) data(v any) error {
@@ -406,7 +406,7 @@ func (col *answerCollector) write(ev events.Event) error {
 		}
 	case events.TypeDone:
 		if err := json.Unmarshal(ev.Data, &col.done); err != nil {
-			col.failure = &apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal, Message: "unreadable answer"}
+			col.failure = &apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"}
 		}
 	case events.TypeRejected, events.TypeError:
 		col.failure = failureError(ev)
@@ -422,17 +422,17 @@ func (col *answerCollector) flush() {}
 func failureError(ev events.Event) *apiError {
 	var f events.Failure
 	if err := json.Unmarshal(ev.Data, &f); err != nil || f.Reason == "" {
-		return &apiError{Status: http.StatusInternalServerError, Code: workflows.ReasonInternal, Message: "the request failed"}
+		return &apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "the request failed"}
 	}
 	e := &apiError{Code: f.Reason, Message: f.Message, RetryAfter: f.RetryAfterS}
 	switch f.Reason {
-	case workflows.ReasonQueueTimeout, workflows.ReasonQueueFull, workflows.ReasonTenantQueueFull:
+	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull:
 		e.Status = http.StatusServiceUnavailable
-	case workflows.ReasonBackendError, workflows.ReasonStreamInterrupted:
+	case request.ReasonBackendError, request.ReasonStreamInterrupted:
 		e.Status = http.StatusBadGateway
-	case workflows.ReasonBadRequest:
+	case request.ReasonBadRequest:
 		e.Status = http.StatusBadRequest
-	case workflows.ReasonCancelled:
+	case request.ReasonCancelled:
 		// Not a status clients retry: someone meant it to stop.
 		e.Status = http.StatusGone
 	default:

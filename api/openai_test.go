@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/limiter"
-	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 func TestParseCompletionRequest(t *testing.T) {
@@ -396,7 +396,7 @@ func TestChunkStreamRejectionAndEmptyAnswer(t *testing.T) {
 	resp := render(t, false,
 		ev(events.TypeAccepted, events.Accepted{RequestID: "chat-1"}),
 		ev(events.TypeQueue, events.Queue{Position: 1, EstimatedWaitMs: 500, Pool: "short"}),
-		ev(events.TypeRejected, events.Failure{Reason: workflows.ReasonQueueTimeout, Message: "The queue is long.", RetryAfterS: 5}))
+		ev(events.TypeRejected, events.Failure{Reason: request.ReasonQueueTimeout, Message: "The queue is long.", RetryAfterS: 5}))
 	raw, _ := io.ReadAll(resp.Body)
 	datas, done := dataLines(t, raw)
 	if done || len(datas) != 1 || datas[0] != `{"error":{"message":"The queue is long.","type":"server_error","param":null,"code":"queue_timeout"}}` {
@@ -455,8 +455,8 @@ func TestAnswerCollector(t *testing.T) {
 		t.Fatalf("collected %q %+v %+v", col.text.String(), col.failure, col.done)
 	}
 	for reason, status := range map[string]int{
-		workflows.ReasonQueueTimeout: 503, workflows.ReasonTenantQueueFull: 503, workflows.ReasonBackendError: 502,
-		workflows.ReasonCancelled: 410, workflows.ReasonBadRequest: 400, workflows.ReasonInternal: 500,
+		request.ReasonQueueTimeout: 503, request.ReasonTenantQueueFull: 503, request.ReasonBackendError: 502,
+		request.ReasonCancelled: 410, request.ReasonBadRequest: 400, request.ReasonInternal: 500,
 	} {
 		var col answerCollector
 		_ = col.write(ev(events.TypeRejected, events.Failure{Reason: reason, Message: "m", RetryAfterS: 2}))

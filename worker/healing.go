@@ -15,40 +15,10 @@ import (
 	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 	"github.com/sluice-dev/sluice/workflows"
 )
-
-// HealingSettings are the healing workflow's settings from config, pools
-// short then long.
-func HealingSettings(cfg config.Config) workflows.HealingSettings {
-	h := cfg.Healing
-	s := workflows.HealingSettings{
-		Interval: h.Interval, Window: h.Window, Stage: h.Stage,
-		WarnRatio: h.WarnRatio, CriticalRatio: h.CriticalRatio, WarnKVCache: h.WarnKVCache,
-		CriticalQueueDepth: h.CriticalQueueDepth, CriticalTimeoutRate: h.CriticalTimeoutRate,
-		CriticalP99: h.CriticalP99,
-		MinSamples:  h.MinSamples, HealthyPolls: h.HealthyPolls, Cooldown: h.Cooldown,
-		LongCostFactor: h.LongCostFactor, PollsPerRun: h.PollsPerRun,
-	}
-	for _, p := range []struct {
-		name string
-		pool config.Pool
-	}{{activities.PoolShort, cfg.Pools.Short}, {activities.PoolLong, cfg.Pools.Long}} {
-		b := workflows.PoolBounds{
-			Pool: p.name, BasePermits: p.pool.MaxConcurrency, MinPermits: p.pool.Healing.MinPermits,
-			BaseBatch: p.pool.Healing.BaseBatch, BaseReplicas: p.pool.Scaler.BaseReplicas,
-		}
-		if b.BaseBatch > 0 {
-			b.MinBatch = p.pool.Healing.MinBatch
-		}
-		if p.pool.Scaler.Kind != config.ScalerNone {
-			b.MaxReplicas = p.pool.Scaler.MaxReplicas
-		}
-		s.Pools = append(s.Pools, b)
-	}
-	return s
-}
 
 // NewScaler builds a pool's scaler from config; nil for kind none.
 func NewScaler(pool string, s config.Scaler, logger *slog.Logger) (scaler.Scaler, error) {
@@ -76,7 +46,7 @@ func NewScaler(pool string, s config.Scaler, logger *slog.Logger) (scaler.Scaler
 func (r *Runtime) buildHealing() (*activities.Healing, error) {
 	cfg := r.Config
 	pools := map[string]activities.HealingPool{}
-	for name, p := range map[string]config.Pool{activities.PoolShort: cfg.Pools.Short, activities.PoolLong: cfg.Pools.Long} {
+	for name, p := range cfg.Pools.ByName() {
 		sc, err := NewScaler(name, p.Scaler, r.Logger.With("component", "scaler", "pool", name))
 		if err != nil {
 			return nil, err
@@ -113,7 +83,7 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 // event. A workflow already gone is not an error.
 func (n SignalNotifier) NotifyShed(ctx context.Context, _, requestID string) error {
 	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalCancel,
-		workflows.CancelSignal{Reason: workflows.ReasonShed})
+		workflows.CancelSignal{Reason: request.ReasonShed})
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
 		return nil
@@ -141,7 +111,7 @@ func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logg
 		logger.Info("healing disabled (healing.enabled); not starting the healer", "workflowID", id)
 		return nil
 	}
-	set := HealingSettings(cfg)
+	set := workflows.HealingSettingsFor(cfg)
 	run, err := c.SignalWithStartWorkflow(ctx, id, workflows.SignalSettings, set, client.StartWorkflowOptions{
 		ID:                    id,
 		TaskQueue:             cfg.Temporal.TaskQueue,

@@ -37,11 +37,11 @@ const maxDecisions = 50
 const maxHoldFactor = 8
 
 // HealingWorkflow watches every pool's tail and acts on it, one level at a
-// time: seed 002's order — shrink the batch, throttle long requests, scale
-// out, shed the lowest tier — and steps back, one level at a time, once a
-// pool has been healthy for a while. Every action is an activity, so the
-// Temporal UI shows each with its inputs; every decision is kept in the
-// state its query returns.
+// time, the cheapest and most easily undone first — shrink the batch,
+// throttle long requests, scale out, shed the lowest tier — and steps
+// back, one level at a time, once a pool has been healthy for a while.
+// Every action is an activity, so the Temporal UI shows each with its
+// inputs; every decision is kept in the state its query returns.
 func HealingWorkflow(ctx workflow.Context, in HealingInput) (HealingStatus, error) {
 	h := &healer{set: in.Settings, st: initialState(in)}
 	if err := h.setup(ctx); err != nil {
@@ -358,10 +358,10 @@ func (h *healer) leave(ctx workflow.Context, i, level int, why string) bool {
 // permits is what pool k may hold once pool i is at level (the state
 // still has i's old level): its base, halved from shrink up (never below
 // its minimum). The long pool is also capped while any pool is at
-// throttle or above, at its base divided by LongCostFactor: seed 002's
-// "throttle long requests" means fewer long sequences in the batch and
-// KV cache the pools share, which a token charge alone does not give
-// where no token limit binds.
+// throttle or above, at its base divided by LongCostFactor: throttling
+// long requests must mean fewer long sequences in the batch and KV cache
+// the pools share, which a token charge alone does not give where no token
+// limit binds.
 func (h *healer) permits(k, i, level int) int {
 	levelOf := func(j int) int {
 		if j == i {

@@ -152,7 +152,7 @@ func TestHealingWarnOnlyAlerts(t *testing.T) {
 	require.Equal(t, LevelNormal, shortLevel(st))
 }
 
-func TestHealingEscalatesOneLevelPerPollInSeedOrder(t *testing.T) {
+func TestHealingEscalatesOneLevelPerPollInOrder(t *testing.T) {
 	r := newHealRun(t, repeat(critical, 6)...)
 	st := r.run(healingSettings())
 	require.Equal(t, []string{

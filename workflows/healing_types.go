@@ -53,7 +53,8 @@ type HealingSettings struct {
 	Window   time.Duration
 	// Stage is the stage whose P99/P50 is watched.
 	Stage string
-	// Seed 002: P99/P50 above 2 warns, above 5 is critical.
+	// P99/P50 above 2 warns, above 5 is critical: a healthy stage's tail
+	// is within twice its median.
 	WarnRatio, CriticalRatio float64
 	// WarnKVCache: backend KV-cache use (0..1) that warns.
 	WarnKVCache float64

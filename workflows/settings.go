@@ -43,3 +43,33 @@ func ChatSettingsFor(cfg config.Config, tier config.Tier) ChatSettings {
 		HistoryTokens:      cfg.Sessions.HistoryTokens,
 	}
 }
+
+// HealingSettingsFor is the healing workflow's settings from config, pools
+// short then long.
+func HealingSettingsFor(cfg config.Config) HealingSettings {
+	h := cfg.Healing
+	s := HealingSettings{
+		Interval: h.Interval, Window: h.Window, Stage: h.Stage,
+		WarnRatio: h.WarnRatio, CriticalRatio: h.CriticalRatio, WarnKVCache: h.WarnKVCache,
+		CriticalQueueDepth: h.CriticalQueueDepth, CriticalTimeoutRate: h.CriticalTimeoutRate,
+		CriticalP99: h.CriticalP99,
+		MinSamples:  h.MinSamples, HealthyPolls: h.HealthyPolls, Cooldown: h.Cooldown,
+		LongCostFactor: h.LongCostFactor, PollsPerRun: h.PollsPerRun,
+	}
+	pools := cfg.Pools.ByName()
+	for _, name := range request.Pools() {
+		p := pools[name]
+		b := PoolBounds{
+			Pool: name, BasePermits: p.MaxConcurrency, MinPermits: p.Healing.MinPermits,
+			BaseBatch: p.Healing.BaseBatch, BaseReplicas: p.Scaler.BaseReplicas,
+		}
+		if b.BaseBatch > 0 {
+			b.MinBatch = p.Healing.MinBatch
+		}
+		if p.Scaler.Kind != config.ScalerNone {
+			b.MaxReplicas = p.Scaler.MaxReplicas
+		}
+		s.Pools = append(s.Pools, b)
+	}
+	return s
+}

@@ -2,22 +2,21 @@
 // replicas) a peak load needs, and how to split them between a short-request
 // pool and a long-request pool.
 //
-// The formula is the one in Sluice's design notes (seed article 002, "上线前的
-// 算力精算"):
+// Sluice's capacity formula is
 //
 //	GPUs = (peak QPS × mean tokens per request) / (tokens/s per GPU × target utilisation) × redundancy
 //
-// rounded up. The article's worked example (800 QPS, 512+256 tokens,
-// 2000 tokens/s, 0.8, 1.3) computes 384 × 1.3 ≈ 500 and then says "50 A100s";
-// the right answer is 500 (499.2 rounded up), and its 35 + 15 pool split is
-// likewise ten times too small: 350 + 150.
+// rounded up. A worked example: 800 QPS of 512 input + 256 output tokens on
+// A100s at about 2000 tokens/s each, driven to 0.8 with a redundancy of 1.3,
+// is 614400 / 1600 = 384 GPUs before redundancy and 499.2 after it, so 500
+// GPUs.
 //
 // PlanSplit sizes a short and a long pool separately, each from its own
 // load and per-GPU rate, each rounded up. The two together cost the pooled
 // count or a little more: rounding up twice can add a GPU, and, which the
 // formula cannot show, isolated pools no longer absorb each other's surges,
-// so each keeps its own redundancy. The seed's own split (70% / 30% of the
-// token load) gives 350 + 150 for its example.
+// so each keeps its own redundancy. The default split (70% / 30% of the
+// token load, DefaultSplit) gives 350 + 150 for the worked example.
 //
 // Tokens here are total tokens, input plus output, and the per-GPU rate must
 // be measured the same way: the total tokens per second one replica sustains
@@ -69,17 +68,18 @@ type Target struct {
 	// model replica) sustains on this request mix with a full batch.
 	TokensPerSecondPerGPU float64
 	// Utilization is the fraction of that rate the plan may use at the
-	// peak, in (0, 1]; the seed uses 0.8. Queueing delay grows sharply as
-	// it approaches 1.
+	// peak, in (0, 1]; A100Target uses 0.8. Queueing delay grows sharply
+	// as it approaches 1.
 	Utilization float64
 	// Redundancy multiplies the result to survive losing replicas and
-	// forecast error; >= 1, the seed uses 1.3.
+	// forecast error; >= 1, A100Target uses 1.3.
 	Redundancy float64
 }
 
-// SeedTarget is the target of the seed article's example: an A100 at about
-// 2000 tokens/s, 80% utilisation, 30% redundancy.
-func SeedTarget() Target {
+// A100Target is the target of the worked example and sluice-plan's
+// default: an A100 at about 2000 tokens/s, driven to 80% at the peak, with
+// 30% redundancy.
+func A100Target() Target {
 	return Target{TokensPerSecondPerGPU: 2000, Utilization: 0.8, Redundancy: 1.3}
 }
 

@@ -8,21 +8,21 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
-// seedWorkload is the seed article's example: 800 QPS of 512 input + 256
+// exampleWorkload is the worked example's load: 800 QPS of 512 input + 256
 // output tokens.
-func seedWorkload() Workload {
+func exampleWorkload() Workload {
 	return Workload{PeakQPS: 800, MeanInputTokens: 512, MeanOutputTokens: 256}
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
 
-func TestPlanGPUsSeedExample(t *testing.T) {
-	p, err := PlanGPUs(seedWorkload(), SeedTarget())
+func TestPlanGPUsWorkedExample(t *testing.T) {
+	p, err := PlanGPUs(exampleWorkload(), A100Target())
 	if err != nil {
 		t.Fatal(err)
 	}
 	// (800 × 768) / (2000 × 0.8) × 1.3 = 614400 / 1600 × 1.3 = 384 × 1.3 =
-	// 499.2, so 500 GPUs; the article's "50" drops a zero.
+	// 499.2, so 500 GPUs.
 	if !near(p.LoadTokensPerSecond, 614400) || !near(p.BaseGPUs, 384) || !near(p.ExactGPUs, 499.2) || p.GPUs != 500 {
 		t.Fatalf("plan = %+v, want load 614400, base 384, exact 499.2, 500 GPUs", p)
 	}
@@ -62,7 +62,7 @@ func TestPlanGPUs(t *testing.T) {
 }
 
 func TestPlanGPUsRejects(t *testing.T) {
-	good := SeedTarget()
+	good := A100Target()
 	tests := []struct {
 		name string
 		w    Workload
@@ -72,9 +72,9 @@ func TestPlanGPUsRejects(t *testing.T) {
 		{"zero qps", Workload{MeanInputTokens: 1, MeanOutputTokens: 1}, good, []string{"peak QPS must be > 0, got 0"}},
 		{"negative input", Workload{PeakQPS: 1, MeanInputTokens: -1, MeanOutputTokens: 1}, good, []string{"mean input tokens must be >= 0, got -1"}},
 		{"no output", Workload{PeakQPS: 1, MeanInputTokens: 1}, good, []string{"mean output tokens must be > 0, got 0"}},
-		{"NaN rate", seedWorkload(), Target{TokensPerSecondPerGPU: math.NaN(), Utilization: 0.8, Redundancy: 1}, []string{"tokens/s per GPU must be > 0, got NaN"}},
-		{"utilisation above 1", seedWorkload(), Target{TokensPerSecondPerGPU: 1, Utilization: 1.2, Redundancy: 1}, []string{"target utilisation must be in (0, 1], got 1.2"}},
-		{"redundancy below 1", seedWorkload(), Target{TokensPerSecondPerGPU: 1, Utilization: 1, Redundancy: 0.9}, []string{"redundancy must be >= 1, got 0.9"}},
+		{"NaN rate", exampleWorkload(), Target{TokensPerSecondPerGPU: math.NaN(), Utilization: 0.8, Redundancy: 1}, []string{"tokens/s per GPU must be > 0, got NaN"}},
+		{"utilisation above 1", exampleWorkload(), Target{TokensPerSecondPerGPU: 1, Utilization: 1.2, Redundancy: 1}, []string{"target utilisation must be in (0, 1], got 1.2"}},
+		{"redundancy below 1", exampleWorkload(), Target{TokensPerSecondPerGPU: 1, Utilization: 1, Redundancy: 0.9}, []string{"redundancy must be >= 1, got 0.9"}},
 		{"every bad field", Workload{}, Target{}, []string{"peak QPS", "mean output tokens", "tokens/s per GPU", "target utilisation", "redundancy"}},
 	}
 	for _, tt := range tests {
@@ -92,13 +92,12 @@ func TestPlanGPUsRejects(t *testing.T) {
 	}
 }
 
-func TestPlanSplitSeedShare(t *testing.T) {
-	sp, err := PlanSplit(seedWorkload(), SeedTarget(), SeedSplit())
+func TestPlanSplitDefaultShare(t *testing.T) {
+	sp, err := PlanSplit(exampleWorkload(), A100Target(), DefaultSplit())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 70% of 499.2 is 349.44 and 30% is 149.76: 350 + 150, the seed's
-	// 35 + 15 times ten.
+	// 70% of 499.2 is 349.44 and 30% is 149.76: 350 + 150.
 	if sp.Pooled.GPUs != 500 || sp.Short.GPUs != 350 || sp.Long.GPUs != 150 || sp.Extra() != 0 {
 		t.Fatalf("split = pooled %d, short %d, long %d, extra %d; want 500, 350, 150, 0",
 			sp.Pooled.GPUs, sp.Short.GPUs, sp.Long.GPUs, sp.Extra())
@@ -125,7 +124,7 @@ func TestPlanSplit(t *testing.T) {
 			// 10% of requests carry 2048+512 tokens; the other 90% then
 			// average (512-204.8)/0.9 = 341.33 in and (256-51.2)/0.9 =
 			// 227.56 out. Long load 80×2560 = 204800 of 614400 tokens/s.
-			name: "by request fraction", w: seedWorkload(), tgt: SeedTarget(),
+			name: "by request fraction", w: exampleWorkload(), tgt: A100Target(),
 			split:  Split{LongFraction: 0.1, LongInputTokens: 2048, LongOutputTokens: 512},
 			pooled: 500, short: 333, lng: 167,
 			shortIn: 307.2 / 0.9, shortOut: 204.8 / 0.9, longShare: 1.0 / 3,
@@ -139,7 +138,7 @@ func TestPlanSplit(t *testing.T) {
 			pooled: 1, short: 1, lng: 1, shortIn: 50, shortOut: 50, longShare: 0.5,
 		},
 		{
-			name: "long pool on faster GPUs", w: seedWorkload(), tgt: SeedTarget(),
+			name: "long pool on faster GPUs", w: exampleWorkload(), tgt: A100Target(),
 			split:  Split{LongTokenShare: 0.3, LongTokensPerSecondPerGPU: 4000},
 			pooled: 500, short: 350, lng: 75, shortIn: 512, shortOut: 256, longShare: 0.3,
 		},
@@ -181,7 +180,7 @@ func TestPlanSplitRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := PlanSplit(seedWorkload(), SeedTarget(), tt.split)
+			_, err := PlanSplit(exampleWorkload(), A100Target(), tt.split)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want it to contain %q", err, tt.want)
 			}

@@ -6,10 +6,11 @@ import (
 	"github.com/sluice-dev/sluice/pkg/capacity"
 )
 
-// The seed article's example, with its arithmetic done right.
+// The worked example: 800 QPS of 512 input + 256 output tokens on A100s,
+// pooled and split 70% / 30% of the token load.
 func ExamplePlanSplit() {
 	w := capacity.Workload{PeakQPS: 800, MeanInputTokens: 512, MeanOutputTokens: 256}
-	sp, err := capacity.PlanSplit(w, capacity.SeedTarget(), capacity.SeedSplit())
+	sp, err := capacity.PlanSplit(w, capacity.A100Target(), capacity.DefaultSplit())
 	if err != nil {
 		panic(err)
 	}

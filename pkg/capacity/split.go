@@ -20,7 +20,7 @@ type Split struct {
 	LongInputTokens  float64
 	LongOutputTokens float64
 	// LongTokenShare is the long pool's share of the token load, in (0, 1),
-	// when per-request figures are not known; the seed suggests 0.3. Both
+	// when per-request figures are not known (DefaultSplit: 0.3). Both
 	// pools are then assumed to see the overall request mix, so the share
 	// of tokens is also the share of requests.
 	LongTokenShare float64
@@ -30,8 +30,9 @@ type Split struct {
 	LongTokensPerSecondPerGPU float64
 }
 
-// SeedSplit is the seed article's 70% / 30% split of the token load.
-func SeedSplit() Split { return Split{LongTokenShare: 0.3} }
+// DefaultSplit gives the short pool 70% and the long pool 30% of the token
+// load: sluice-plan's split when the request mix is not given.
+func DefaultSplit() Split { return Split{LongTokenShare: 0.3} }
 
 // PoolPlan is the plan of one pool.
 type PoolPlan struct {

@@ -102,11 +102,12 @@ func (s Stats) Mean() time.Duration {
 	return s.Sum / time.Duration(s.Count)
 }
 
-// TailRatio is P99 / P50, the tail signal (seed 002: above 2 warn, above 5
-// critical, above 10 collapse); zero when Count is 0. P99 and P50 are each
-// within RelativeError, so the ratio is within about twice that (±10.5%).
-// Below about a hundred latencies P99 is one or two of them, and the ratio
-// is noise.
+// TailRatio is P99 / P50, the tail signal (above 2 warn, above 5
+// critical, above 10 collapse: a healthy stage's tail is within twice its
+// median); zero when Count is 0. P99 and P50 are each within
+// RelativeError, so the ratio is within about twice that (±10.5%). Below
+// about a hundred latencies P99 is one or two of them, and the ratio is
+// noise.
 func (s Stats) TailRatio() float64 {
 	if s.P50 == 0 {
 		return 0

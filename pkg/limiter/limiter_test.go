@@ -130,8 +130,9 @@ func TestRetryAfterIsWhenEnoughHasRefilled(t *testing.T) {
 	}
 }
 
-// The seed's script floors each refill, so frequent callers never see a
-// bucket refill at all. Here, tiny charges every 20 ms while 10 tokens/s
+// A script that floors each refill to whole tokens starves frequent
+// callers: each call sees less than a token's worth of time, so the bucket
+// never refills at all. Here, tiny charges every 20 ms while 10 tokens/s
 // flow in must leave the bucket nearly full.
 func TestFractionalRefillIsKept(t *testing.T) {
 	l, _ := newLimiter(t)

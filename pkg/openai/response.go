@@ -82,12 +82,35 @@ type ErrorResponse struct {
 	Error Error `json:"error"`
 }
 
-// Error says what went wrong. OpenAI also sends "param" and "code"; a
-// field for code must accept a number too, as vLLM sends the HTTP status
-// there.
+// Error says what went wrong. Param names the request field at fault
+// (sent as null when none is); Code is left out when empty.
 type Error struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
+	Message string           `json:"message"`
+	Type    string           `json:"type"`
+	Param   Optional[string] `json:"param,omitzero"`
+	Code    Code             `json:"code,omitempty"`
+}
+
+// Code is an error's code. OpenAI sends a string; vLLM sends the HTTP
+// status as a number, which is kept as its decimal text.
+type Code string
+
+// UnmarshalJSON accepts a string, a number or null.
+func (c *Code) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		*c = Code(s)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(data, &n); err != nil {
+		return err
+	}
+	*c = Code(n)
+	return nil
 }
 
 // ModelList is the body of GET /v1/models.

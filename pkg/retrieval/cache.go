@@ -18,7 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/embed"
 )
 
-//go:embed l2get.lua
+//go:embed lua/l2get.lua
 var l2getLua string
 
 var l2getScript = redis.NewScript(l2getLua)

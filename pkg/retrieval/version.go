@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed kbversion.lua
+//go:embed lua/kbversion.lua
 var kbVersionLua string
 
 var kbVersionScript = redis.NewScript(kbVersionLua)

@@ -1,7 +1,7 @@
 // Package semaphore is a counting semaphore in Redis whose permits are
 // leases: shared by every process, renewed by their holder while it works,
 // and given back by themselves when a holder dies. Sluice guards document
-// ingestion with one (seed 000: 10 concurrent uploads, 30 s wait, 30 s
+// ingestion with one (defaults: 10 concurrent uploads, a 30 s wait, a 30 s
 // lease).
 package semaphore
 

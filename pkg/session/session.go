@@ -1,7 +1,8 @@
 // Package session keeps the recent turns of chat sessions in Redis, so
 // that a follow-up question is asked with what came before it — including
-// the turns that were not answered (seed 000 records "system busy, please
-// retry" in the session, so the next turn knows what happened).
+// the turns that were not answered (a turn refused for want of capacity is
+// recorded as such, so the next turn knows the earlier question is still
+// open).
 package session
 
 import (

@@ -1,5 +1,5 @@
-// Command sluice-plan sizes an LLM fleet for a peak load with the formula
-// of Sluice's design notes, splits it into a short-request and a
+// Command sluice-plan sizes an LLM fleet for a peak load with Sluice's
+// capacity formula, splits it into a short-request and a
 // long-request pool, and with -simulate checks the plan against the LLM
 // simulator. See pkg/capacity and pkg/capacity/simcheck.
 //
@@ -40,7 +40,7 @@ type flags struct {
 }
 
 func parse(args []string, out io.Writer) (flags, error) {
-	f := flags{w: capacity.Workload{PeakQPS: 800, MeanInputTokens: 512, MeanOutputTokens: 256}, t: capacity.SeedTarget(), sim: simcheck.DefaultOptions()}
+	f := flags{w: capacity.Workload{PeakQPS: 800, MeanInputTokens: 512, MeanOutputTokens: 256}, t: capacity.A100Target(), sim: simcheck.DefaultOptions()}
 	fs := flag.NewFlagSet("sluice-plan", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Float64Var(&f.w.PeakQPS, "qps", f.w.PeakQPS, "peak requests per second")
@@ -67,7 +67,7 @@ func parse(args []string, out io.Writer) (flags, error) {
 		return f, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	if f.split.LongFraction == 0 && f.split.LongTokenShare == 0 {
-		f.split.LongTokenShare = capacity.SeedSplit().LongTokenShare
+		f.split.LongTokenShare = capacity.DefaultSplit().LongTokenShare
 	}
 	return f, nil
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestRunPrintsSeedPlan(t *testing.T) {
+func TestRunPrintsDefaultPlan(t *testing.T) {
 	var out bytes.Buffer
 	if err := run(context.Background(), nil, &out); err != nil {
 		t.Fatal(err)
