@@ -33,7 +33,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/prompt"
-	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
@@ -80,27 +79,62 @@ func NewLogger(cfg config.Log) *slog.Logger {
 
 // NewRuntime connects to Redis and Temporal and builds every component.
 // It fails fast, naming what it could not reach.
-func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Runtime, error) {
+func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *Runtime, err error) {
 	r := &Runtime{Config: cfg, Logger: logger, Metrics: metrics.New(logger.With("component", "metrics"))}
+	defer func() {
+		if err != nil {
+			r.Close()
+		}
+	}()
+	if err := r.connectRedis(ctx); err != nil {
+		return nil, err
+	}
+	if r.Tokens, err = tokens.For(cfg.Routing.Encoding); err != nil {
+		return nil, err
+	}
+	r.Prompts = prompt.NewBuilder(cfg.LLM.SystemPrompt, r.Tokens)
+	if err := r.buildRedisStores(ctx); err != nil {
+		return nil, err
+	}
+	r.Temporal, err = client.Dial(client.Options{
+		HostPort:       cfg.Temporal.HostPort,
+		Namespace:      cfg.Temporal.Namespace,
+		Logger:         tlog.NewStructuredLogger(logger.With("component", "temporal")),
+		MetricsHandler: r.Metrics.TemporalHandler(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to temporal at %s (temporal.host_port): %w", cfg.Temporal.HostPort, err)
+	}
+	if r.Activities, err = r.buildChat(ctx); err != nil {
+		return nil, err
+	}
+	if r.Healing, err = r.buildHealing(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// connectRedis opens the Redis client and checks that Redis answers.
+func (r *Runtime) connectRedis(ctx context.Context) error {
+	cfg := r.Config.Redis
 	r.Redis = redis.NewClient(&redis.Options{
-		Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB,
+		Addr: cfg.Addr, Password: cfg.Password, DB: cfg.DB,
 		// Streams, scripts and blocking reads from many requests at once.
 		PoolSize: 256,
 	})
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := r.Redis.Ping(pctx).Err(); err != nil {
-		_ = r.Redis.Close()
-		return nil, fmt.Errorf("connect to redis at %s (redis.addr): %w", cfg.Redis.Addr, err)
+		return fmt.Errorf("connect to redis at %s (redis.addr): %w", cfg.Addr, err)
 	}
+	return nil
+}
 
-	var err error
-	r.Tokens, err = tokens.For(cfg.Routing.Encoding)
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	r.Prompts = prompt.NewBuilder(cfg.LLM.SystemPrompt, r.Tokens)
+// buildRedisStores builds what lives in Redis: the rate limiter, the event
+// log, the latency window, sessions, the admission gate (with its metrics)
+// and, when admission.fast_wait is set, the grant waker.
+func (r *Runtime) buildRedisStores(ctx context.Context) error {
+	cfg := r.Config
 	// A reservation lives as long as the longest request: the longest
 	// queue wait plus every LLM attempt, with room to spare.
 	r.Limiter = limiter.New(r.Redis, limiter.Options{
@@ -113,68 +147,42 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (*R
 		MaxBatch: 64,
 	})
 	r.Events = events.NewLog(r.Redis, events.LogOptions{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Events.TTL, MaxLen: cfg.Events.MaxLen})
+	var err error
 	r.Latency, err = latency.New(r.Redis, latency.Options{
 		KeyPrefix: cfg.Redis.KeyPrefix, Slot: cfg.Metrics.LatencySlot, Retention: cfg.Metrics.LatencyRetention,
-		Logger: logger.With("component", "latency"),
+		Logger: r.Logger.With("component", "latency"),
 	})
 	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("metrics: %w", err)
+		return fmt.Errorf("metrics: %w", err)
 	}
 	r.Sessions, err = session.New(r.Redis, session.Options{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Sessions.TTL, MaxTurns: cfg.Sessions.MaxTurns})
 	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("sessions: %w", err)
+		return fmt.Errorf("sessions: %w", err)
+	}
+	limits := map[string]int{}
+	for name, p := range cfg.Pools.ByName() {
+		limits[name] = p.MaxConcurrency
 	}
 	r.Gate, err = admission.New(r.Redis, admission.Options{
 		KeyPrefix:     cfg.Redis.KeyPrefix,
 		Lease:         cfg.Admission.Lease,
 		WaiterTTL:     WaiterTTL(cfg.Admission),
 		MaxQueueDepth: cfg.Admission.MaxQueueDepth,
-		Limits: map[string]int{
-			request.PoolShort: cfg.Pools.Short.MaxConcurrency,
-			request.PoolLong:  cfg.Pools.Long.MaxConcurrency,
-		},
+		Limits:        limits,
 	})
 	if err != nil {
-		r.Close()
-		return nil, err
+		return err
 	}
-
 	r.Metrics.RegisterPools(r.Gate.Pools(), func(ctx context.Context, pool string) (metrics.PoolStats, error) {
 		st, err := r.Gate.Stats(ctx, pool)
 		return metrics.PoolStats{InUse: st.InUse, Limit: st.Limit, Waiting: st.Waiting}, err
 	})
-
 	if cfg.Admission.FastWait > 0 {
 		if r.Waker, err = admission.NewWaker(ctx, r.Redis, r.Gate); err != nil {
-			r.Close()
-			return nil, err
+			return err
 		}
 	}
-
-	r.Temporal, err = client.Dial(client.Options{
-		HostPort:       cfg.Temporal.HostPort,
-		Namespace:      cfg.Temporal.Namespace,
-		Logger:         tlog.NewStructuredLogger(logger.With("component", "temporal")),
-		MetricsHandler: r.Metrics.TemporalHandler(),
-	})
-	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("connect to temporal at %s (temporal.host_port): %w", cfg.Temporal.HostPort, err)
-	}
-
-	acts, err := r.buildChat(ctx)
-	if err != nil {
-		r.Close()
-		return nil, err
-	}
-	r.Activities = acts
-	if r.Healing, err = r.buildHealing(); err != nil {
-		r.Close()
-		return nil, err
-	}
-	return r, nil
+	return nil
 }
 
 // longestWait is the longest any tier may wait in the queue.
@@ -192,6 +200,9 @@ func WaiterTTL(a config.Admission) time.Duration {
 	return admission.AliveFor(a.RecheckInterval)
 }
 
+// buildChat builds the chat activities: the embedder and its cache, the
+// knowledge bases (seeded from config), the retriever and its cache, the
+// reranker, the answer cache and the LLM pools.
 func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 	cfg := r.Config
 	embedder, err := newEmbedder(cfg.Embedding)
@@ -230,25 +241,10 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Logger:   r.Logger.With("component", "retrieval-cache"),
 	})
 	answers := answercache.New(r.Redis, cfg.Redis.KeyPrefix, cfg.AnswerCache.TTL)
-	r.Metrics.RegisterCache("embedding", func() metrics.CacheStats {
-		s := embCache.Stats()
-		return metrics.CacheStats{Hits: s.MemoryHits + s.RedisHits, Misses: s.Misses, Bytes: s.Bytes}
-	})
-	r.Metrics.RegisterCache("retrieval", func() metrics.CacheStats {
-		s := cached.Stats()
-		return metrics.CacheStats{Hits: s.Hits, Misses: s.Misses, Bytes: s.Bytes}
-	})
-	r.Metrics.RegisterCache("answer", func() metrics.CacheStats {
-		s := answers.Stats()
-		return metrics.CacheStats{Hits: uint64(s.Hits), Misses: uint64(s.Misses), Bytes: uint64(s.Bytes)}
-	})
-	pools := map[string]activities.Pool{}
-	for name, p := range cfg.Pools.ByName() {
-		c, err := llm.NewOpenAI(llm.OpenAIOptions{Endpoints: p.Endpoints, APIKey: p.APIKey})
-		if err != nil {
-			return nil, fmt.Errorf("pools.%s: %w", name, err)
-		}
-		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens}
+	r.registerCacheMetrics(embCache, cached, answers)
+	pools, err := llmPools(cfg.Pools)
+	if err != nil {
+		return nil, err
 	}
 	return &activities.Chat{
 		Redis:      r.Redis,
@@ -279,6 +275,35 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 			TruncationNotice: cfg.LLM.TruncationNotice,
 		},
 	}, nil
+}
+
+// llmPools builds a streaming client for each pool.
+func llmPools(cfg config.Pools) (map[string]activities.Pool, error) {
+	pools := map[string]activities.Pool{}
+	for name, p := range cfg.ByName() {
+		c, err := llm.NewOpenAI(llm.OpenAIOptions{Endpoints: p.Endpoints, APIKey: p.APIKey})
+		if err != nil {
+			return nil, fmt.Errorf("pools.%s: %w", name, err)
+		}
+		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens}
+	}
+	return pools, nil
+}
+
+// registerCacheMetrics exposes each cache tier's hits, misses and size.
+func (r *Runtime) registerCacheMetrics(emb *embed.Cache, l2 *retrieval.CachedRetriever, answers *answercache.Cache) {
+	r.Metrics.RegisterCache("embedding", func() metrics.CacheStats {
+		s := emb.Stats()
+		return metrics.CacheStats{Hits: s.MemoryHits + s.RedisHits, Misses: s.Misses, Bytes: s.Bytes}
+	})
+	r.Metrics.RegisterCache("retrieval", func() metrics.CacheStats {
+		s := l2.Stats()
+		return metrics.CacheStats{Hits: s.Hits, Misses: s.Misses, Bytes: s.Bytes}
+	})
+	r.Metrics.RegisterCache("answer", func() metrics.CacheStats {
+		s := answers.Stats()
+		return metrics.CacheStats{Hits: uint64(s.Hits), Misses: uint64(s.Misses), Bytes: uint64(s.Bytes)}
+	})
 }
 
 // Close releases connections.
