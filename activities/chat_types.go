@@ -4,16 +4,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/retrieval"
 )
-
-func refs(chunks []retrieval.Chunk) []ChunkRef {
-	out := make([]ChunkRef, len(chunks))
-	for i, c := range chunks {
-		out[i] = ChunkRef{ID: c.ID, Score: c.Score}
-	}
-	return out
-}
 
 // Error types of application errors activities return, so that the
 // workflow can tell business outcomes from faults.

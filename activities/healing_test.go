@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 )
 
@@ -65,7 +66,7 @@ func newHealingHarness(t *testing.T, mod func(*activities.Healing)) *healingHarn
 	t.Cleanup(func() { _ = rdb.Close() })
 	gate, err := admission.New(rdb, admission.Options{
 		KeyPrefix: prefix, Lease: 10 * time.Second, WaiterTTL: time.Minute, MaxQueueDepth: 100,
-		Limits: map[string]int{activities.PoolShort: cfg.Pools.Short.MaxConcurrency, activities.PoolLong: cfg.Pools.Long.MaxConcurrency},
+		Limits: map[string]int{request.PoolShort: cfg.Pools.Short.MaxConcurrency, request.PoolLong: cfg.Pools.Long.MaxConcurrency},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -94,9 +95,9 @@ func newHealingHarness(t *testing.T, mod func(*activities.Healing)) *healingHarn
 		Gate: gate, Latency: window, Policy: store, Notifier: shed, Metrics: m, Logger: quiet,
 		Pools: map[string]activities.HealingPool{
 			// The OpenAI base URL, as configured: /v1 is stripped.
-			activities.PoolShort: {Endpoints: []string{srv.URL + "/v1"}, MinPermits: 2, MaxPermits: 16, MinBatch: 2, MaxBatch: 16,
+			request.PoolShort: {Endpoints: []string{srv.URL + "/v1"}, MinPermits: 2, MaxPermits: 16, MinBatch: 2, MaxBatch: 16,
 				Scaler: simScaler, MinReplicas: 1, MaxReplicas: 4},
-			activities.PoolLong: {Endpoints: []string{"http://127.0.0.1:1"}, MinPermits: 1, MaxPermits: 4},
+			request.PoolLong: {Endpoints: []string{"http://127.0.0.1:1"}, MinPermits: 1, MaxPermits: 4},
 		},
 		Backends: backend.Client{Timeout: time.Second},
 	}
@@ -111,7 +112,7 @@ func TestReadHealth(t *testing.T) {
 	ctx := context.Background()
 	// What Finalize's report records: first tokens of the short pool with
 	// a tail, its requests and queue timeouts.
-	series := latency.Series("llm_first_token", activities.PoolShort)
+	series := latency.Series("llm_first_token", request.PoolShort)
 	for i := range 200 {
 		d := 100 * time.Millisecond
 		if i%20 == 0 {
@@ -119,26 +120,26 @@ func TestReadHealth(t *testing.T) {
 		}
 		hh.window.Record(series, d)
 	}
-	hh.window.Add(latency.Series("requests", activities.PoolShort), 200)
-	hh.window.Add(latency.Series("queue_timeouts", activities.PoolShort), 10)
+	hh.window.Add(latency.Series("requests", request.PoolShort), 200)
+	hh.window.Add(latency.Series("queue_timeouts", request.PoolShort), 10)
 	if err := hh.window.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Two waiters behind a long pool that holds one permit of one.
-	if err := hh.gate.SetLimit(ctx, activities.PoolLong, 1); err != nil {
+	if err := hh.gate.SetLimit(ctx, request.PoolLong, 1); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := hh.gate.Enqueue(ctx, activities.PoolLong, admission.Request{ID: id, Tenant: "t", Weight: 1}); err != nil {
+		if _, err := hh.gate.Enqueue(ctx, request.PoolLong, admission.Request{ID: id, Tenant: "t", Weight: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	out, err := hh.h.ReadHealth(ctx, activities.HealthInput{Pools: []string{activities.PoolShort, activities.PoolLong}, Stage: "llm_first_token", Window: time.Minute})
+	out, err := hh.h.ReadHealth(ctx, activities.HealthInput{Pools: []string{request.PoolShort, request.PoolLong}, Stage: "llm_first_token", Window: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out.Pools) != 2 || out.Pools[0].Pool != activities.PoolShort || out.Pools[1].Pool != activities.PoolLong {
+	if len(out.Pools) != 2 || out.Pools[0].Pool != request.PoolShort || out.Pools[1].Pool != request.PoolLong {
 		t.Fatalf("pools %+v, want short then long", out.Pools)
 	}
 	short, long := out.Pools[0], out.Pools[1]
@@ -193,11 +194,11 @@ vllm:num_requests_waiting{engine="1",model_name="m"} 5
 `)
 	tgi := serve("tgi_queue_size 7\n")
 	hh := newHealingHarness(t, func(h *activities.Healing) {
-		p := h.Pools[activities.PoolLong]
+		p := h.Pools[request.PoolLong]
 		p.Endpoints = []string{old + "/v1/", v1, tgi, "http://127.0.0.1:1"}
-		h.Pools[activities.PoolLong] = p
+		h.Pools[request.PoolLong] = p
 	})
-	out, err := hh.h.ReadHealth(context.Background(), activities.HealthInput{Pools: []string{activities.PoolLong}, Stage: "llm_first_token", Window: time.Minute})
+	out, err := hh.h.ReadHealth(context.Background(), activities.HealthInput{Pools: []string{request.PoolLong}, Stage: "llm_first_token", Window: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,24 +211,24 @@ func TestSetPermitsThroughThePolicy(t *testing.T) {
 	hh := newHealingHarness(t, nil)
 	ctx := context.Background()
 	for range 2 { // a retry is a no-op
-		if err := hh.h.SetPermits(ctx, activities.SetPermitsInput{Pool: activities.PoolShort, Permits: 8, Reason: "p99/p50 7"}); err != nil {
+		if err := hh.h.SetPermits(ctx, activities.SetPermitsInput{Pool: request.PoolShort, Permits: 8, Reason: "p99/p50 7"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if p := hh.policy.Current(); p.Pools[activities.PoolShort] != 8 || p.Pools[activities.PoolLong] != 4 || p.Version != 1 {
+	if p := hh.policy.Current(); p.Pools[request.PoolShort] != 8 || p.Pools[request.PoolLong] != 4 || p.Version != 1 {
 		t.Fatalf("policy %+v, want short 8 at version 1", p)
 	}
-	st, err := hh.gate.Stats(ctx, activities.PoolShort)
+	st, err := hh.gate.Stats(ctx, request.PoolShort)
 	if err != nil || st.Limit != 8 {
 		t.Fatalf("gate limit %d, %v; want 8", st.Limit, err)
 	}
 	// Another instance sees it.
 	other := policy.NewStore(hh.rdb, hh.cfg, hh.gate, quiet)
-	if err := other.Refresh(ctx); err != nil || other.Current().Pools[activities.PoolShort] != 8 {
+	if err := other.Refresh(ctx); err != nil || other.Current().Pools[request.PoolShort] != 8 {
 		t.Fatalf("other instance sees %+v, %v", other.Current(), err)
 	}
 	for _, bad := range []int{0, 1, 17} {
-		err := hh.h.SetPermits(ctx, activities.SetPermitsInput{Pool: activities.PoolShort, Permits: bad})
+		err := hh.h.SetPermits(ctx, activities.SetPermitsInput{Pool: request.PoolShort, Permits: bad})
 		if !isAppError(err, activities.ErrTypeOutOfBounds) {
 			t.Errorf("permits %d: %v, want out of bounds", bad, err)
 		}
@@ -238,12 +239,12 @@ func TestSetBatchOnBackendsWithAnAdminAPI(t *testing.T) {
 	plain := httptest.NewServer(http.NotFoundHandler()) // vLLM: no /admin/config
 	t.Cleanup(plain.Close)
 	hh := newHealingHarness(t, nil)
-	p := hh.h.Pools[activities.PoolShort]
+	p := hh.h.Pools[request.PoolShort]
 	p.Endpoints = append(p.Endpoints, plain.URL)
-	hh.h.Pools[activities.PoolShort] = p
+	hh.h.Pools[request.PoolShort] = p
 	ctx := context.Background()
 	for range 2 {
-		out, err := hh.h.SetBatch(ctx, activities.SetBatchInput{Pool: activities.PoolShort, MaxNumSeqs: 4, Reason: "shrink"})
+		out, err := hh.h.SetBatch(ctx, activities.SetBatchInput{Pool: request.PoolShort, MaxNumSeqs: 4, Reason: "shrink"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,17 +255,17 @@ func TestSetBatchOnBackendsWithAnAdminAPI(t *testing.T) {
 	if got := hh.sim.RuntimeConfig().MaxNumSeqs; got != 4 {
 		t.Fatalf("llmsim max_num_seqs %d, want 4", got)
 	}
-	if _, err := hh.h.SetBatch(ctx, activities.SetBatchInput{Pool: activities.PoolShort, MaxNumSeqs: 1}); !isAppError(err, activities.ErrTypeOutOfBounds) {
+	if _, err := hh.h.SetBatch(ctx, activities.SetBatchInput{Pool: request.PoolShort, MaxNumSeqs: 1}); !isAppError(err, activities.ErrTypeOutOfBounds) {
 		t.Errorf("below min_batch: %v", err)
 	}
 	// The long pool's batch is not tuned.
-	if _, err := hh.h.SetBatch(ctx, activities.SetBatchInput{Pool: activities.PoolLong, MaxNumSeqs: 4}); !isAppError(err, activities.ErrTypeOutOfBounds) {
+	if _, err := hh.h.SetBatch(ctx, activities.SetBatchInput{Pool: request.PoolLong, MaxNumSeqs: 4}); !isAppError(err, activities.ErrTypeOutOfBounds) {
 		t.Errorf("untuned pool: %v", err)
 	}
 	// A backend that is down fails the call, to be retried.
 	p.Endpoints = append(p.Endpoints, "http://127.0.0.1:1")
-	hh.h.Pools[activities.PoolShort] = p
-	if _, err := hh.h.SetBatch(ctx, activities.SetBatchInput{Pool: activities.PoolShort, MaxNumSeqs: 8}); err == nil || isAppError(err, "") {
+	hh.h.Pools[request.PoolShort] = p
+	if _, err := hh.h.SetBatch(ctx, activities.SetBatchInput{Pool: request.PoolShort, MaxNumSeqs: 8}); err == nil || isAppError(err, "") {
 		t.Errorf("a down backend: %v, want a retryable error", err)
 	}
 }
@@ -275,7 +276,7 @@ func TestThrottleLong(t *testing.T) {
 	if err := hh.h.ThrottleLong(ctx, activities.ThrottleLongInput{CostFactor: 2, Reason: "level 2"}); err != nil {
 		t.Fatal(err)
 	}
-	if p := hh.policy.Current(); p.LongCostFactor != 2 || p.ChargeFactor(activities.PoolLong) != 2 || p.ChargeFactor(activities.PoolShort) != 1 {
+	if p := hh.policy.Current(); p.LongCostFactor != 2 || p.ChargeFactor(request.PoolLong) != 2 || p.ChargeFactor(request.PoolShort) != 1 {
 		t.Fatalf("policy %+v", p)
 	}
 	if err := hh.h.ThrottleLong(ctx, activities.ThrottleLongInput{CostFactor: 1, Reason: "healthy"}); err != nil {
@@ -295,17 +296,17 @@ func TestScale(t *testing.T) {
 	hh := newHealingHarness(t, nil)
 	ctx := context.Background()
 	for range 2 {
-		if err := hh.h.Scale(ctx, activities.ScaleInput{Pool: activities.PoolShort, Replicas: 3, Reason: "level 3"}); err != nil {
+		if err := hh.h.Scale(ctx, activities.ScaleInput{Pool: request.PoolShort, Replicas: 3, Reason: "level 3"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := hh.sim.RuntimeConfig().Replicas; got != 3 {
 		t.Fatalf("llmsim replicas %d, want 3", got)
 	}
-	if err := hh.h.Scale(ctx, activities.ScaleInput{Pool: activities.PoolShort, Replicas: 5}); !isAppError(err, activities.ErrTypeOutOfBounds) {
+	if err := hh.h.Scale(ctx, activities.ScaleInput{Pool: request.PoolShort, Replicas: 5}); !isAppError(err, activities.ErrTypeOutOfBounds) {
 		t.Errorf("beyond max_replicas: %v", err)
 	}
-	if err := hh.h.Scale(ctx, activities.ScaleInput{Pool: activities.PoolLong, Replicas: 2}); !isAppError(err, activities.ErrTypeNoScaler) {
+	if err := hh.h.Scale(ctx, activities.ScaleInput{Pool: request.PoolLong, Replicas: 2}); !isAppError(err, activities.ErrTypeNoScaler) {
 		t.Errorf("no scaler: %v", err)
 	}
 	// A scaler that refuses for good (404: a wrong URL) is not retried.
@@ -313,10 +314,10 @@ func TestScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := hh.h.Pools[activities.PoolShort]
+	p := hh.h.Pools[request.PoolShort]
 	p.Scaler = gone
-	hh.h.Pools[activities.PoolShort] = p
-	if err := hh.h.Scale(ctx, activities.ScaleInput{Pool: activities.PoolShort, Replicas: 2}); !isAppError(err, activities.ErrTypeScaleRefused) {
+	hh.h.Pools[request.PoolShort] = p
+	if err := hh.h.Scale(ctx, activities.ScaleInput{Pool: request.PoolShort, Replicas: 2}); !isAppError(err, activities.ErrTypeScaleRefused) {
 		t.Errorf("refused: %v", err)
 	}
 }
@@ -324,7 +325,7 @@ func TestScale(t *testing.T) {
 func TestShedRejectsTheLowestTier(t *testing.T) {
 	hh := newHealingHarness(t, nil)
 	ctx := context.Background()
-	if err := hh.gate.SetLimit(ctx, activities.PoolShort, 1); err != nil {
+	if err := hh.gate.SetLimit(ctx, request.PoolShort, 1); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []admission.Request{
@@ -333,7 +334,7 @@ func TestShedRejectsTheLowestTier(t *testing.T) {
 		{ID: "vip-1", Tenant: "v", Weight: 5},
 		{ID: "free-2", Tenant: "g", Weight: 2},
 	} {
-		if _, err := hh.gate.Enqueue(ctx, activities.PoolShort, r); err != nil {
+		if _, err := hh.gate.Enqueue(ctx, request.PoolShort, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -345,7 +346,7 @@ func TestShedRejectsTheLowestTier(t *testing.T) {
 	env.RegisterActivity(hh.h)
 	shed := func() activities.ShedOutput {
 		t.Helper()
-		val, err := env.ExecuteActivity(hh.h.Shed, activities.ShedInput{Pool: activities.PoolShort, Reason: "level 4"})
+		val, err := env.ExecuteActivity(hh.h.Shed, activities.ShedInput{Pool: request.PoolShort, Reason: "level 4"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -368,11 +369,11 @@ func TestShedRejectsTheLowestTier(t *testing.T) {
 	if out := shed(); out.Shed != 0 {
 		t.Fatalf("second shed %+v, want nothing", out)
 	}
-	if pos, ok, _ := hh.gate.Position(ctx, activities.PoolShort, "vip-1"); !ok || pos != 1 {
+	if pos, ok, _ := hh.gate.Position(ctx, request.PoolShort, "vip-1"); !ok || pos != 1 {
 		t.Fatalf("vip-1 at %d %v, want first and only", pos, ok)
 	}
 	// A shed request's re-check is refused as shed.
-	res, err := hh.gate.Enqueue(ctx, activities.PoolShort, admission.Request{ID: "free-1", Tenant: "f", Weight: 2})
+	res, err := hh.gate.Enqueue(ctx, request.PoolShort, admission.Request{ID: "free-1", Tenant: "f", Weight: 2})
 	if err != nil || res.Status != admission.Shed {
 		t.Fatalf("re-check of a shed request: %v %v", res.Status, err)
 	}
@@ -396,8 +397,8 @@ func TestAlert(t *testing.T) {
 	t.Cleanup(hook.Close)
 	hh := newHealingHarness(t, func(h *activities.Healing) { h.Alerts.URL = hook.URL + "/alerts" })
 	ctx := context.Background()
-	in := activities.AlertInput{Pool: activities.PoolShort, Level: "critical", Message: "P99/P50 = 7.2",
-		Health: activities.PoolHealth{Pool: activities.PoolShort, Ratio: 7.2, Samples: 300}}
+	in := activities.AlertInput{Pool: request.PoolShort, Level: "critical", Message: "P99/P50 = 7.2",
+		Health: activities.PoolHealth{Pool: request.PoolShort, Ratio: 7.2, Samples: 300}}
 	if err := hh.h.Alert(ctx, in); err != nil {
 		t.Fatal(err)
 	}

@@ -357,9 +357,3 @@ func (s *Server) startChat(ctx context.Context, d door, req chatRequest) error {
 	_, err := s.temporal.ExecuteWorkflow(sctx, opts, workflows.ChatWorkflowName, in)
 	return err
 }
-
-// ChatSettings is workflows.ChatSettingsFor, kept until the benchmarks
-// call it there. TODO(structure): remove.
-func ChatSettings(cfg config.Config, tier config.Tier) workflows.ChatSettings {
-	return workflows.ChatSettingsFor(cfg, tier)
-}

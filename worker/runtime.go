@@ -59,9 +59,9 @@ type Runtime struct {
 	Sessions *session.Store
 	// Metrics is the process's Prometheus registry; Latency the window of
 	// stage latencies shared with every other instance through Redis.
-	Metrics    *metrics.Metrics
-	Latency    *latency.Window
-	Activities *activities.Chat
+	Metrics *metrics.Metrics
+	Latency *latency.Window
+	Chat    *activities.Chat
 	// Healing holds the healing workflow's activities.
 	Healing *activities.Healing
 }
@@ -105,7 +105,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ 
 	if err != nil {
 		return nil, fmt.Errorf("connect to temporal at %s (temporal.host_port): %w", cfg.Temporal.HostPort, err)
 	}
-	if r.Activities, err = r.buildChat(ctx); err != nil {
+	if r.Chat, err = r.buildChat(ctx); err != nil {
 		return nil, err
 	}
 	if r.Healing, err = r.buildHealing(); err != nil {
@@ -332,7 +332,7 @@ func (r *Runtime) NewWorker() worker.Worker {
 		MaxConcurrentLocalActivityExecutionSize: 1000,
 		WorkerStopTimeout:                       10 * time.Second,
 	})
-	Register(w, r.Activities, r.Healing)
+	Register(w, r.Chat, r.Healing)
 	return w
 }
 
@@ -396,7 +396,7 @@ func (r *Runtime) runJanitor(ctx context.Context) {
 					}
 					continue
 				}
-				if err := admission.Wake(ctx, r.Gate, r.Activities.Notifier, pool, woken); err != nil {
+				if err := admission.Wake(ctx, r.Gate, r.Chat.Notifier, pool, woken); err != nil {
 					r.Logger.Warn("admission janitor wake", "pool", pool, "err", err)
 				}
 			}

@@ -9,7 +9,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Names shared by the workflow, its callers and its activities.
@@ -28,23 +27,6 @@ const (
 	SignalAttach = "attach"
 	// QueryStatus returns Status.
 	QueryStatus = "status"
-)
-
-// Aliases of the request vocabulary (pkg/request) kept until every
-// caller imports it directly. TODO(structure): remove.
-const (
-	StageAdmission          = request.StageAdmission
-	StageRetrieval          = request.StageRetrieval
-	OutcomeDone             = request.OutcomeDone
-	ReasonQueueTimeout      = request.ReasonQueueTimeout
-	ReasonQueueFull         = request.ReasonQueueFull
-	ReasonTenantQueueFull   = request.ReasonTenantQueueFull
-	ReasonCancelled         = request.ReasonCancelled
-	ReasonStreamInterrupted = request.ReasonStreamInterrupted
-	ReasonBackendError      = request.ReasonBackendError
-	ReasonBadRequest        = request.ReasonBadRequest
-	ReasonInternal          = request.ReasonInternal
-	ReasonShed              = request.ReasonShed
 )
 
 // Search attributes Sluice upserts so requests can be found in the

@@ -6,6 +6,7 @@ package testenv
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -46,6 +47,20 @@ func LaunchRedis() (*Redis, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not found on PATH (apt-get install redis-server): %w", err)
 	}
+	// A free port can be taken by another test binary between asking for
+	// it and binding it (go test runs packages in parallel): a server that
+	// exits before it is ready is started again on another port.
+	for attempt := 1; ; attempt++ {
+		r, err := launchRedis(bin)
+		if err == nil || !errors.Is(err, errExited) || attempt == 5 {
+			return r, err
+		}
+	}
+}
+
+var errExited = errors.New("redis-server exited before it was ready")
+
+func launchRedis(bin string) (*Redis, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -71,9 +86,10 @@ func LaunchRedis() (*Redis, error) {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir}
-	ready := make(chan struct{})
+	ready, exited := make(chan struct{}), make(chan struct{})
 	var log strings.Builder
 	go func() {
+		defer close(exited)
 		sc := bufio.NewScanner(stdout)
 		signalled := false
 		for sc.Scan() {
@@ -88,6 +104,9 @@ func LaunchRedis() (*Redis, error) {
 	}()
 	select {
 	case <-ready:
+	case <-exited:
+		r.Stop()
+		return nil, fmt.Errorf("%w on %s: %s", errExited, r.Addr, log.String())
 	case <-time.After(10 * time.Second):
 		r.Stop()
 		return nil, fmt.Errorf("redis-server on %s not ready after 10s", r.Addr)

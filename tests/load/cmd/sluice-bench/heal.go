@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -16,86 +14,124 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
-// The heal scenario reproduces seed 002's tail problem and the healer's
-// answer to it. Both pools send to one simulator, so the long pool's
-// requests (long prompts, long answers) share batches and the KV cache
-// with the short pool's: a long answer holds its growing blocks until its
-// last token, and a short request behind it waits for blocks before its
-// first token. The same open-loop mix (80% short, 20% long) runs twice on
-// fresh stacks, healing off then on, while the bench samples each pool's
-// P50/P99 of llm_first_token from the shared latency window (its own
-// window, not the healer's) and the healer's decisions by query.
+// The heal scenario reproduces the tail problem of a mixed load on a
+// shared backend and the healer's answer to it. Both pools send to one
+// simulator, so the long pool's requests (long prompts, long answers)
+// share batches and the KV cache with the short pool's: a long answer
+// holds its growing blocks until its last token, and a short request
+// behind it waits for blocks before its first token. The same open-loop
+// mix (80% short, 20% long) runs twice on fresh stacks, healing off then
+// on, while the bench samples each pool's P50/P99 of llm_first_token from
+// the shared latency window (its own window, not the healer's) and the
+// healer's decisions by query.
 
 type healOptions struct {
-	rate          float64
-	duration      time.Duration
-	longShare     float64
-	seed          uint64
-	shortTokens   int
-	longTokens    int
-	longRepeat    int
-	timeScale     float64
-	kvBlocks      int
-	maxNumSeqs    int
-	answerMin     int
-	answerMax     int
-	prefillPerTok time.Duration
-	shortPerms    int
-	longPerms     int
-	maxReplicas   int
-	costFactor    float64
-	criticalP99   time.Duration
-	stage         string
-	sampleEvery   time.Duration
-	sampleWindow  time.Duration
-	interval      time.Duration
-	window        time.Duration
-	minSamples    int64
-	healthyPolls  int
-	boundPolls    int
-	modes         string
-	out           string
+	mixFlags
+	simFlags
+	healerFlags
+	// The load: Poisson arrivals, a share of them long.
+	rate, longShare                     float64
+	duration                            time.Duration
+	seed                                uint64
+	shortTokens, longTokens, longRepeat int
+	// The bench's samples (those of fewer latencies than the healer's
+	// min_samples are left out), the bound it asserts, the modes, the
+	// report.
+	sampleEvery, sampleWindow time.Duration
+	minSamples                int64
+	boundPolls                int
+	modes, out                string
 }
 
-func defineHeal(fs *flag.FlagSet) func(context.Context) error {
-	var o healOptions
-	fs.Float64Var(&o.rate, "rate", 5, "requests per second, open loop")
-	fs.DurationVar(&o.duration, "duration", 2*time.Minute, "how long each mode sends requests")
-	fs.Float64Var(&o.longShare, "long-share", 0.2, "share of long requests")
-	fs.Uint64Var(&o.seed, "seed", 1, "seed of the arrival times and the short/long draw (the same in both modes)")
-	fs.IntVar(&o.shortTokens, "short-max-tokens", 128, "max_tokens of a short request")
-	fs.IntVar(&o.longTokens, "long-max-tokens", 500, "max_tokens of a long request")
-	fs.IntVar(&o.longRepeat, "long-repeat", 120, "a long query repeats a 15-token sentence this often")
-	fs.Float64Var(&o.timeScale, "time-scale", 1, "simulator time scale (1: real time)")
-	fs.IntVar(&o.kvBlocks, "kv-blocks", 2048, "simulator KV blocks per replica (16 tokens each)")
-	fs.IntVar(&o.maxNumSeqs, "max-num-seqs", 22, "simulator max_num_seqs per replica")
-	fs.IntVar(&o.answerMin, "answer-min", 400, "simulator answer_min_tokens: a long answer runs to its max_tokens mostly")
-	fs.IntVar(&o.answerMax, "answer-max", 2000, "simulator answer_max_tokens (natural answer length bound)")
-	fs.DurationVar(&o.prefillPerTok, "prefill-per-token", 10*time.Microsecond, "simulator prefill cost per prompt token")
-	fs.IntVar(&o.shortPerms, "short-permits", 32, "permits of the short pool")
-	fs.IntVar(&o.longPerms, "long-permits", 8, "permits of the long pool")
-	fs.IntVar(&o.maxReplicas, "max-replicas", 4, "the healer's scaler bound (simulator replicas)")
-	fs.Float64Var(&o.costFactor, "long-cost-factor", 2, "healing.long_cost_factor: throttling divides the long pool's permits by it")
-	fs.DurationVar(&o.criticalP99, "critical-p99", 0, "healing.critical_p99 (0: off)")
-	fs.StringVar(&o.stage, "stage", "llm_first_token", "healing.stage: the series the healer watches (the report shows llm_first_token whatever it is)")
-	fs.DurationVar(&o.sampleEvery, "sample-every", 3*time.Second, "how often the bench samples P50/P99 and the healer")
-	fs.DurationVar(&o.sampleWindow, "sample-window", 10*time.Second, "the window of each sample")
-	fs.DurationVar(&o.interval, "interval", 2*time.Second, "healing.interval")
-	fs.DurationVar(&o.window, "window", 10*time.Second, "healing.window (= healing.cooldown)")
-	fs.Int64Var(&o.minSamples, "min-samples", 30, "healing.min_samples")
-	fs.IntVar(&o.healthyPolls, "healthy-polls", 10, "healing.healthy_polls: healthy polls in a row before a step back")
-	fs.IntVar(&o.boundPolls, "bound-polls", 30, "with healing on, the short pool's P99/P50 must fall below 2 within this many healer polls of going above 5")
-	fs.StringVar(&o.modes, "modes", "off,on", "modes to run, in order")
-	fs.StringVar(&o.out, "out", "tests/load/report", "directory of the report (heal.md, heal.csv, heal.png)")
-	return func(ctx context.Context) error { return runHeal(ctx, o) }
+func (h *healScenario) flags(fs *flag.FlagSet) {
+	h.mixFlags.define(fs, 32, 8)
+	h.simFlags.define(fs)
+	h.healerFlags.define(fs)
+	fs.Float64Var(&h.rate, "rate", 5, "requests per second, open loop")
+	fs.DurationVar(&h.duration, "duration", 2*time.Minute, "how long each mode sends requests")
+	fs.Float64Var(&h.longShare, "long-share", 0.2, "share of long requests")
+	fs.Uint64Var(&h.seed, "seed", 1, "seed of the arrival times and the short/long draw (the same in both modes)")
+	fs.IntVar(&h.shortTokens, "short-max-tokens", 128, "max_tokens of a short request")
+	fs.IntVar(&h.longTokens, "long-max-tokens", 500, "max_tokens of a long request")
+	fs.IntVar(&h.longRepeat, "long-repeat", 120, "a long query repeats a 15-token sentence this often")
+	fs.DurationVar(&h.sampleEvery, "sample-every", 3*time.Second, "how often the bench samples P50/P99 and the healer")
+	fs.DurationVar(&h.sampleWindow, "sample-window", 10*time.Second, "the window of each sample")
+	fs.Int64Var(&h.minSamples, "min-samples", 30, "healing.min_samples")
+	fs.IntVar(&h.boundPolls, "bound-polls", 30, "with healing on, the short pool's P99/P50 must fall below 2 within this many healer polls of going above 5")
+	fs.StringVar(&h.modes, "modes", "off,on", "modes to run, in order")
+	fs.StringVar(&h.out, "out", "tests/load/report", "directory of the report (heal.md, heal.csv, heal.png)")
+}
+
+// healScenario is the heal benchmark: its flags and each mode's run.
+type healScenario struct {
+	healOptions
+	keys []config.APIKey
+	runs []*healRun
+}
+
+// simFlags shape the simulator both pools send to: its batch, its KV
+// cache, the cost of a prompt and the length of an answer.
+type simFlags struct {
+	maxNumSeqs, kvBlocks int
+	prefillPerTok        time.Duration
+	answerMin, answerMax int
+}
+
+func (f *simFlags) define(fs *flag.FlagSet) {
+	fs.IntVar(&f.maxNumSeqs, "max-num-seqs", 22, "simulator max_num_seqs per replica")
+	fs.IntVar(&f.kvBlocks, "kv-blocks", 2048, "simulator KV blocks per replica (16 tokens each)")
+	fs.DurationVar(&f.prefillPerTok, "prefill-per-token", 10*time.Microsecond, "simulator prefill cost per prompt token")
+	fs.IntVar(&f.answerMin, "answer-min", 400, "simulator answer_min_tokens: a long answer runs to its max_tokens mostly")
+	fs.IntVar(&f.answerMax, "answer-max", 2000, "simulator answer_max_tokens (natural answer length bound)")
+}
+
+func (f simFlags) simulator(sim *llmsim.Config) {
+	sim.MaxNumSeqs = f.maxNumSeqs
+	sim.KVCacheBlocks = f.kvBlocks
+	sim.PrefillPerToken = f.prefillPerTok
+	sim.AnswerMinTokens = f.answerMin
+	sim.AnswerMaxTokens = f.answerMax
+}
+
+// healerFlags are the healer's settings, and the bound of its scaler.
+type healerFlags struct {
+	maxReplicas, healthyPolls     int
+	costFactor                    float64
+	criticalP99, interval, window time.Duration
+	stage                         string
+}
+
+func (f *healerFlags) define(fs *flag.FlagSet) {
+	fs.IntVar(&f.maxReplicas, "max-replicas", 4, "the healer's scaler bound (simulator replicas)")
+	fs.Float64Var(&f.costFactor, "long-cost-factor", 2, "healing.long_cost_factor: throttling divides the long pool's permits by it")
+	fs.DurationVar(&f.criticalP99, "critical-p99", 0, "healing.critical_p99 (0: off)")
+	fs.StringVar(&f.stage, "stage", "llm_first_token", "healing.stage: the series the healer watches (the report shows llm_first_token whatever it is)")
+	fs.DurationVar(&f.interval, "interval", 2*time.Second, "healing.interval")
+	fs.DurationVar(&f.window, "window", 10*time.Second, "healing.window (= healing.cooldown)")
+	fs.IntVar(&f.healthyPolls, "healthy-polls", 10, "healing.healthy_polls: healthy polls in a row before a step back")
+}
+
+func (f healerFlags) configure(cfg *config.Config, healing bool) {
+	// Replicas serve both pools; the short pool owns the scaler, as its
+	// tail is the one that matters here.
+	cfg.Pools.Short.Scaler = config.Scaler{Kind: config.ScalerSimulator, URL: cfg.Pools.Short.Endpoints[0], BaseReplicas: 1, MaxReplicas: f.maxReplicas, Timeout: 5 * time.Second}
+	cfg.Healing.Enabled = healing
+	cfg.Healing.Interval = f.interval
+	cfg.Healing.Window = f.window
+	cfg.Healing.Cooldown = f.window
+	cfg.Healing.HealthyPolls = f.healthyPolls
+	cfg.Healing.LongCostFactor = f.costFactor
+	cfg.Healing.CriticalP99 = f.criticalP99
+	cfg.Healing.Stage = f.stage
 }
 
 const healTier = "heal"
 
-var healPools = []string{"short", "long"}
+var healPools = request.Pools()
 
 // healSample is one look at both pools.
 type healSample struct {
@@ -117,106 +153,100 @@ type healRun struct {
 	Outcomes  map[string]int
 }
 
-func runHeal(ctx context.Context, o healOptions) error {
-	var runs []*healRun
-	for _, m := range strings.Split(o.modes, ",") {
-		if m != "off" && m != "on" {
-			return fmt.Errorf("mode %q: want off or on", m)
-		}
-		r, err := runHealMode(ctx, o, m == "on")
-		if err != nil {
-			return fmt.Errorf("mode %s: %w", m, err)
-		}
-		runs = append(runs, r)
+// healMode names a mode by whether healing is on.
+func healMode(healing bool) string {
+	if healing {
+		return "on"
 	}
-	header("heal", fmt.Sprintf("%.0f%% short / %.0f%% long, Poisson at %.1f req/s for %s, healing %s", 100-100*o.longShare, 100*o.longShare, o.rate, o.duration, o.modes))
-	v := healVerdicts(o, runs)
-	if err := writeHealReport(o, runs, v); err != nil {
-		return err
-	}
-	for _, g := range v {
-		goal(g.what, g.measured, g.want, g.met)
-	}
-	for _, g := range v {
-		if !g.met {
-			return errors.New("goal missed")
-		}
-	}
-	return nil
+	return "off"
 }
 
-func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, error) {
-	sim := llmsim.DefaultConfig()
-	sim.TimeScale = o.timeScale
-	sim.MaxNumSeqs = o.maxNumSeqs
-	sim.KVCacheBlocks = o.kvBlocks
-	sim.AnswerMinTokens = o.answerMin
-	sim.AnswerMaxTokens = o.answerMax
-	sim.PrefillPerToken = o.prefillPerTok
-	longQ := strings.Repeat("Explain how weighted fair queuing shares one pool of permits. ", o.longRepeat)
-	var keys []string
-	st, err := launchStack(ctx, stackOptions{Sim: &sim, Quiet: true, Configure: func(cfg *config.Config) {
-		cfg.Pools.Short.MaxConcurrency = o.shortPerms
-		cfg.Pools.Long.MaxConcurrency = o.longPerms
-		cfg.Pools.Long.MaxPromptTokens = 8192
-		// A long RAG prompt: the whole document pasted in.
-		cfg.API.MaxQueryChars = max(cfg.API.MaxQueryChars, 2*len(longQ))
-		// Replicas serve both pools; the short pool owns the scaler, as
-		// its tail is the one that matters here.
-		cfg.Pools.Short.Scaler = config.Scaler{Kind: config.ScalerSimulator, URL: cfg.Pools.Short.Endpoints[0], BaseReplicas: 1, MaxReplicas: o.maxReplicas, Timeout: 5 * time.Second}
-		cfg.Metrics.LatencySlot = time.Second
-		cfg.Healing.Enabled = healing
-		cfg.Healing.Interval = o.interval
-		cfg.Healing.Window = o.window
-		cfg.Healing.Cooldown = o.window
-		cfg.Healing.MinSamples = o.minSamples
-		cfg.Healing.HealthyPolls = o.healthyPolls
-		cfg.Healing.LongCostFactor = o.costFactor
-		cfg.Healing.CriticalP99 = o.criticalP99
-		cfg.Healing.Stage = o.stage
-		// No rate limits: the load is to reach the pools.
-		std := cfg.Limits.Tiers["standard"]
-		cfg.Limits.Tiers[healTier] = config.Tier{Weight: std.Weight, MaxWait: std.MaxWait, MaxQueuePerTenant: std.MaxQueuePerTenant}
-		for t := 0; t < 4; t++ {
-			k := fmt.Sprintf("k-heal-%02d", t)
-			keys = append(keys, k)
-			cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, config.APIKey{Key: k, Tenant: fmt.Sprintf("heal-%02d", t), Tier: healTier})
+// stacks are one fresh stack per mode, alike but for healing.
+func (h *healScenario) stacks() ([]stackOptions, error) {
+	h.keys = tenantKeys(healTier, 4)
+	var stacks []stackOptions
+	for _, m := range strings.Split(h.modes, ",") {
+		if m != "off" && m != "on" {
+			return nil, fmt.Errorf("mode %q: want off or on", m)
 		}
-	}})
-	if err != nil {
-		return nil, err
+		stacks = append(stacks, stackOptions{Simulator: h.simulator, Quiet: true, Configure: func(cfg *config.Config) { h.configure(cfg, m == "on") }})
 	}
-	defer st.Close()
-	mode := map[bool]string{false: "off", true: "on"}[healing]
+	return stacks, nil
+}
+
+func (h *healScenario) simulator(sim *llmsim.Config) {
+	h.mixFlags.simulator(sim)
+	h.simFlags.simulator(sim)
+}
+
+func (h *healScenario) configure(cfg *config.Config, healing bool) {
+	h.mixFlags.configure(cfg)
+	h.healerFlags.configure(cfg, healing)
+	cfg.Healing.MinSamples = h.minSamples
+	cfg.Pools.Long.MaxPromptTokens = 8192
+	// A long RAG prompt: the whole document pasted in.
+	cfg.API.MaxQueryChars = max(cfg.API.MaxQueryChars, 2*len(h.longQuery()))
+	cfg.Metrics.LatencySlot = time.Second
+	// No rate limits: the load is to reach the pools.
+	addOpenTenants(cfg, healTier, h.keys)
+}
+
+func (h *healScenario) longQuery() string {
+	return strings.Repeat("Explain how weighted fair queuing shares one pool of permits. ", h.longRepeat)
+}
+
+// drive runs one mode: the mix on a stack with healing as its
+// configuration says, sampled throughout.
+func (h *healScenario) drive(ctx context.Context, st *stack) error {
+	healing := st.cfg.Healing.Enabled
+	mode := healMode(healing)
 	run := &healRun{Mode: mode, Outcomes: map[string]int{}}
-	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s, stack up; sending for %s\n", mode, o.duration)
-
-	tr := &http.Transport{MaxIdleConns: 1000, MaxIdleConnsPerHost: 1000, DisableCompression: true}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr}
-
+	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s, stack up; sending for %s\n", mode, h.duration)
 	// Clients still running when the load and its last sample are over
 	// are cut off: what they do then is not measured.
 	lctx, cutOff := context.WithCancel(ctx)
 	defer cutOff()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	run.Start = time.Now()
 	sampled := make(chan struct{})
 	sctx, stopSampling := context.WithCancel(ctx)
 	go func() {
 		defer close(sampled)
-		healSampleLoop(sctx, st, o, healing, run)
+		healSampleLoop(sctx, st, h.healOptions, healing, run)
 	}()
+	wait := h.send(ctx, lctx, st, run)
+	// A last sample after the load, then stop.
+	time.Sleep(h.sampleEvery)
+	stopSampling()
+	<-sampled
+	cutOff()
+	wait()
+	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s outcomes: %s\n", mode, outcomeLine(run.Outcomes))
+	if healing {
+		s, err := queryHealing(ctx, st)
+		if err != nil {
+			return fmt.Errorf("mode %s: %w", mode, err)
+		}
+		run.Decisions = s.Decisions
+	}
+	h.runs = append(h.runs, run)
+	return nil
+}
 
+// send sends the mix for -duration, each request's client under clientCtx,
+// and returns the wait for the clients.
+func (h *healScenario) send(ctx, clientCtx context.Context, st *stack, run *healRun) (wait func()) {
+	hc := st.client(1000)
+	longQ := h.longQuery()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
 	// Open loop with Poisson arrivals: evenly spaced ones of a fixed size
 	// never queue below capacity and always above it, a knife edge real
 	// traffic does not have; its bursts are what make a tail.
-	rng := rand.New(rand.NewPCG(o.seed, o.seed))
+	rng := rand.New(rand.NewPCG(h.seed, h.seed))
 	at := 0.0
 	for i := 0; ctx.Err() == nil; i++ {
-		at += rng.ExpFloat64() / o.rate
-		if at >= o.duration.Seconds() {
+		at += rng.ExpFloat64() / h.rate
+		if at >= h.duration.Seconds() {
 			break
 		}
 		if d := time.Until(run.Start.Add(time.Duration(at * float64(time.Second)))); d > 0 {
@@ -224,38 +254,38 @@ func runHealMode(ctx context.Context, o healOptions, healing bool) (*healRun, er
 		}
 		// Every query differs: the simulator derives an answer's length
 		// from its prompt, and the answer cache must not answer it.
-		q, maxTokens := fmt.Sprintf("How does a token bucket refill (question %d)?", i), o.shortTokens
-		if rng.Float64() < o.longShare {
-			q, maxTokens = fmt.Sprintf("Document %d. %s", i, longQ), o.longTokens
+		q, maxTokens := fmt.Sprintf("How does a token bucket refill (question %d)?", i), h.shortTokens
+		if rng.Float64() < h.longShare {
+			q, maxTokens = fmt.Sprintf("Document %d. %s", i, longQ), h.longTokens
 		}
 		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, maxTokens)
 		wg.Add(1)
 		go func(key string) {
 			defer wg.Done()
-			kind, _ := burstClient(lctx, hc, st.baseURL, body, key)
+			kind, _ := burstClient(clientCtx, hc, st.baseURL, body, key)
 			if kind == kindHang {
 				kind = "cut off at the end"
 			}
 			mu.Lock()
 			run.Outcomes[kind]++
 			mu.Unlock()
-		}(keys[i%len(keys)])
+		}(h.keys[i%len(h.keys)].Key)
 	}
-	// A last sample after the load, then stop.
-	time.Sleep(o.sampleEvery)
-	stopSampling()
-	<-sampled
-	cutOff()
-	wg.Wait()
-	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s outcomes: %s\n", mode, outcomeLine(run.Outcomes))
-	if healing {
-		if s, err := queryHealing(ctx, st); err == nil {
-			run.Decisions = s.Decisions
-		} else {
-			return nil, err
-		}
+	return wg.Wait
+}
+
+func (h *healScenario) report(r *report) error {
+	r.header(fmt.Sprintf("%.0f%% short / %.0f%% long, Poisson at %.1f req/s for %s, healing %s", 100-100*h.longShare, 100*h.longShare, h.rate, h.duration, h.modes))
+	v := healVerdicts(h.healOptions, h.runs)
+	if err := writeHealReport(h.healOptions, h.runs, v); err != nil {
+		return err
 	}
-	return run, nil
+	for _, g := range v {
+		r.goal(g.what, g.measured, g.want, g.met)
+	}
+	// These goals are what make test asserts of the scenario.
+	r.strict = true
+	return nil
 }
 
 func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool, run *healRun) {
@@ -288,9 +318,9 @@ func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool,
 				}
 			}
 		}
-		sh := s.Pools["short"]
+		sh := s.Pools[request.PoolShort]
 		fmt.Fprintf(os.Stderr, "  %5.0fs short P50 %5.0f ms P99 %6.0f ms ratio %5.1f n %4d | long ratio %5.1f | levels %v | sim run %d wait %d kv %.0f%% seqs %d replicas %d\n",
-			s.At.Seconds(), msf(sh.P50), msf(sh.P99), sh.TailRatio(), sh.Count, s.Pools["long"].TailRatio(), s.Levels,
+			s.At.Seconds(), msf(sh.P50), msf(sh.P99), sh.TailRatio(), sh.Count, s.Pools[request.PoolLong].TailRatio(), s.Levels,
 			s.Sim.Running, s.Sim.Waiting, 100*s.Sim.CacheUsage, s.Sim.MaxNumSeqs, s.Sim.ActiveReplicas)
 		run.Samples = append(run.Samples, s)
 	}
@@ -310,18 +340,12 @@ func queryHealing(ctx context.Context, st *stack) (workflows.HealingStatus, erro
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// healVerdict is one asserted goal.
-type healVerdict struct {
-	what, measured, want string
-	met                  bool
-}
-
 // shortRatios are the short pool's P99/P50 of the samples from `from` on
 // (samples without enough latencies left out: their ratio is noise).
 func shortRatios(r *healRun, from time.Duration, minCount int64) []float64 {
 	var out []float64
 	for _, s := range r.Samples {
-		if st := s.Pools["short"]; s.At >= from && st.Count >= minCount {
+		if st := s.Pools[request.PoolShort]; s.At >= from && st.Count >= minCount {
 			out = append(out, st.TailRatio())
 		}
 	}
@@ -351,8 +375,8 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
-	var v []healVerdict
+func healVerdicts(o healOptions, runs []*healRun) []goal {
+	var v []goal
 	// Each mode's second-half ratios and their share above 5, first, so
 	// that "on" is compared with "off" whatever order they ran in.
 	second := map[string][]float64{}
@@ -368,14 +392,14 @@ func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
 			// bursts, and in a collapse P50 rises with P99 (0.5–2 s), so
 			// the ratio falls although nothing is healed: the median is
 			// reported, the share of critical samples is what is asserted.
-			v = append(v, healVerdict{"healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])), ">= 25%", share[r.Mode] >= 0.25})
+			v = append(v, goal{"healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])), ">= 25%", share[r.Mode] >= 0.25})
 		case "on":
 			// The first sample below 2 after the pool went critical, counted
 			// in healer polls since the first critical sample.
 			var firstPolls, critPolls int64 = -1, -1
 			var critical bool
 			for _, s := range r.Samples {
-				st := s.Pools["short"]
+				st := s.Pools[request.PoolShort]
 				if st.Count < o.minSamples {
 					continue
 				}
@@ -393,12 +417,12 @@ func healVerdicts(o healOptions, runs []*healRun) []healVerdict {
 			} else if firstPolls >= 0 {
 				measured = fmt.Sprintf("%d polls", firstPolls)
 			}
-			v = append(v, healVerdict{"healing on: short P99/P50 above 5, then below 2", measured, fmt.Sprintf("within %d polls", o.boundPolls), critical && firstPolls >= 0 && firstPolls <= int64(o.boundPolls)})
+			v = append(v, goal{"healing on: short P99/P50 above 5, then below 2", measured, fmt.Sprintf("within %d polls", o.boundPolls), critical && firstPolls >= 0 && firstPolls <= int64(o.boundPolls)})
 			// Stepping back while the load that needed the level is still
 			// there brings the tail back once (then the hold doubles), so
 			// the second half is compared with healing off, not with 0.
 			if off, ok := share["off"]; ok {
-				v = append(v, healVerdict{"healing on: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])),
+				v = append(v, goal{"healing on: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])),
 					fmt.Sprintf("< healing off's %.0f%%", 100*off), share[r.Mode] < off})
 			}
 		}

@@ -35,7 +35,7 @@ func TestHealingUnderMixedLoad(t *testing.T) {
 		t.Skip("two minutes of load on a dev server")
 	}
 	fs := flag.NewFlagSet("heal", flag.ContinueOnError)
-	run := defineHeal(fs)
+	run := bind("heal", &healScenario{}, fs)
 	out := t.TempDir()
 	if err := fs.Parse(append(healTestArgs, "-out", out)); err != nil {
 		t.Fatal(err)

@@ -12,12 +12,14 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // writeHealReport writes heal.md (settings, command, per-mode tables,
 // decisions, verdicts), heal.csv (every sample) and heal.png (the short
 // pool's P99/P50 over time, both modes, actions marked) under o.out.
-func writeHealReport(o healOptions, runs []*healRun, v []healVerdict) error {
+func writeHealReport(o healOptions, runs []*healRun, v []goal) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return fmt.Errorf("report directory: %w", err)
 	}
@@ -35,11 +37,7 @@ func writeHealReport(o healOptions, runs []*healRun, v []healVerdict) error {
 	md.WriteString("In the plot: grey healing off, blue healing on; dashed lines at P99/P50 = 2 (warn) and 5 (critical); red ticks on the top edge are healer actions.\n\n")
 	md.WriteString("## Verdicts\n\n")
 	for _, g := range v {
-		verdict := "met"
-		if !g.met {
-			verdict = "MISSED"
-		}
-		fmt.Fprintf(&md, "- %s: %s (goal %s) — %s\n", g.what, g.measured, g.want, verdict)
+		fmt.Fprintf(&md, "- %s\n", g)
 	}
 	csv.WriteString("mode,t_s,pool,count,p50_ms,p99_ms,ratio,level,polls\n")
 	for _, r := range runs {
@@ -48,9 +46,9 @@ func writeHealReport(o healOptions, runs []*healRun, v []healVerdict) error {
 		md.WriteString("| t (s) | short n | short P50 ms | short P99 ms | short P99/P50 | long n | long P50 ms | long P99 ms | long P99/P50 | levels (short/long) | polls |\n")
 		md.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|\n")
 		for _, s := range r.Samples {
-			sh, lg := s.Pools["short"], s.Pools["long"]
+			sh, lg := s.Pools[request.PoolShort], s.Pools[request.PoolLong]
 			fmt.Fprintf(&md, "| %.0f | %d | %.0f | %.0f | %.1f | %d | %.0f | %.0f | %.1f | %d/%d | %d |\n",
-				s.At.Seconds(), sh.Count, msf(sh.P50), msf(sh.P99), sh.TailRatio(), lg.Count, msf(lg.P50), msf(lg.P99), lg.TailRatio(), s.Levels["short"], s.Levels["long"], s.Polls)
+				s.At.Seconds(), sh.Count, msf(sh.P50), msf(sh.P99), sh.TailRatio(), lg.Count, msf(lg.P50), msf(lg.P99), lg.TailRatio(), s.Levels[request.PoolShort], s.Levels[request.PoolLong], s.Polls)
 			for _, p := range healPools {
 				st := s.Pools[p]
 				fmt.Fprintf(&csv, "%s,%.1f,%s,%d,%.1f,%.1f,%.2f,%d,%d\n", r.Mode, s.At.Seconds(), p, st.Count, msf(st.P50), msf(st.P99), st.TailRatio(), s.Levels[p], s.Polls)
@@ -150,7 +148,7 @@ func plotRatios(o healOptions, runs []*healRun) image.Image {
 		}
 		prevX, prevY := -1, -1
 		for _, s := range r.Samples {
-			st := s.Pools["short"]
+			st := s.Pools[request.PoolShort]
 			if st.Count < o.minSamples {
 				prevX = -1
 				continue

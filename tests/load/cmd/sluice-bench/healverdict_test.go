@@ -22,7 +22,7 @@ func TestHealVerdicts(t *testing.T) {
 	o := healOptions{duration: 10 * time.Second, minSamples: 20, boundPolls: 3}
 	off := fakeHealRun("off", 1, 1, 8, 9, 1.5, 8, 9, 9, 1.5, 9)
 	on := fakeHealRun("on", 1, 1, 8, 9, 1.5, 1.4, 1.3, 1.2, 1.5, 1.4)
-	met := func(v []healVerdict) (n int) {
+	met := func(v []goal) (n int) {
 		for _, g := range v {
 			if g.met {
 				n++

@@ -2,12 +2,36 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
+
+// heldPool is the pool the scenarios that queue requests behind fake
+// holders fill.
+const heldPool = request.PoolShort
+
+// heldFlags is the flag of those scenarios: the pool's permits, all of
+// them held while requests queue.
+type heldFlags struct {
+	holders int
+}
+
+func (f *heldFlags) define(fs *flag.FlagSet, usage string) {
+	fs.IntVar(&f.holders, "permits", 2, usage)
+}
+
+func (f heldFlags) configure(cfg *config.Config) { cfg.Pools.Short.MaxConcurrency = f.holders }
+
+// hold takes all of the pool's permits.
+func (f heldFlags) hold(ctx context.Context, st *stack) (*holders, error) {
+	return holdPermits(ctx, st.rt.Gate, heldPool, f.holders)
+}
 
 // holders are fake permit holders: requests that took a pool's permits
 // and keep them (renewing their leases, as a streaming request does) until

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,29 +25,89 @@ import (
 // Reserve at half the throughput it reached, open loop.
 
 type limiterOptions struct {
-	clients   int
-	instances int
-	batchers  int
-	openers   int
-	duration  time.Duration
-	setN      int
-	callers   int
-	sweep     string
-	cost      float64
+	// The clients, and the coalescing limiters they share.
+	clients, openers, instances, batchers int
+	// Each phase's length, the SET baseline's size, the extra open-loop
+	// rates.
+	duration time.Duration
+	setN     int
+	sweep    string
+	// The decisions: how many callers they are spread over, what each
+	// charges.
+	callers int
+	cost    float64
 }
 
-func defineLimiter(fs *flag.FlagSet) func(context.Context) error {
-	var o limiterOptions
-	fs.IntVar(&o.clients, "c", 50, "concurrent clients, each on its own connection (also redis-benchmark -c)")
-	fs.IntVar(&o.instances, "instances", 2, "limiter instances of the coalesced runs (API processes), the -c clients spread over them")
-	fs.IntVar(&o.batchers, "batchers", 2, "batchers per coalescing limiter (limiter.Options.Batchers, as worker.NewRuntime sets it)")
-	fs.IntVar(&o.openers, "open-clients", 50, "clients (connections) of the open-loop phase, at most -c; requests are dealt to them in turn")
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "length of each limiter phase (closed loop, then open loop)")
-	fs.IntVar(&o.setN, "set-n", 1000000, "requests of the redis-benchmark SET run (-n)")
-	fs.IntVar(&o.callers, "callers", 20000, "distinct callers (tenant = caller/10, user, IP) the decisions are spread over")
-	fs.StringVar(&o.sweep, "sweep", "1000,2000,4000", "decisions/s of extra open-loop phases (coalesced), to show where the tail stays short; empty for none")
-	fs.Float64Var(&o.cost, "cost", 600, "tokens each request is charged (prompt + max output)")
-	return func(ctx context.Context) error { return runLimiter(ctx, o) }
+func (l *limiterScenario) flags(fs *flag.FlagSet) {
+	fs.IntVar(&l.clients, "c", 50, "concurrent clients, each on its own connection (also redis-benchmark -c)")
+	fs.IntVar(&l.openers, "open-clients", 50, "clients (connections) of the open-loop phase, at most -c; requests are dealt to them in turn")
+	fs.IntVar(&l.instances, "instances", 2, "limiter instances of the coalesced runs (API processes), the -c clients spread over them")
+	fs.IntVar(&l.batchers, "batchers", 2, "batchers per coalescing limiter (limiter.Options.Batchers, as worker.NewRuntime sets it)")
+	fs.DurationVar(&l.duration, "duration", 10*time.Second, "length of each limiter phase (closed loop, then open loop)")
+	fs.IntVar(&l.setN, "set-n", 1000000, "requests of the redis-benchmark SET run (-n)")
+	fs.StringVar(&l.sweep, "sweep", "1000,2000,4000", "decisions/s of extra open-loop phases (coalesced), to show where the tail stays short; empty for none")
+	fs.IntVar(&l.callers, "callers", 20000, "distinct callers (tenant = caller/10, user, IP) the decisions are spread over")
+	fs.Float64Var(&l.cost, "cost", 600, "tokens each request is charged (prompt + max output)")
+}
+
+// limiterScenario is the limiter benchmark: its flags, its limiters and
+// connections, and each phase's results.
+type limiterScenario struct {
+	limiterOptions
+	sweepRates []float64
+	admin      *redis.Client
+	// lims are one limiter per client over a connection of its own;
+	// coalesced are the limiters of the coalesced runs; conns are the
+	// clients' connections.
+	lims, coalesced []*limiter.Limiter
+	conns           []*redis.Client
+	// seq numbers the decisions; allowed and limited count them.
+	seq, allowed, limited atomic.Int64
+	// The SET baseline, and redis-server's CPU and time per call in it.
+	set     setResult
+	setCPU  time.Duration
+	setUsec float64
+	// The closed loops: one script call per decision, then coalesced.
+	one, co closedRun
+	// The open loop at half the coalesced rate and its control of plain
+	// SETs, with the CPU of each; Redis during the open loop: keys
+	// expired, stalls, its own time per script call.
+	open, control        loadResult
+	openCPU, ctrlCPU     string
+	expBefore, expAfter  map[string]float64
+	stalls               string
+	scriptP50, scriptP99 string
+	// The extra open-loop phases of -sweep.
+	sweeps []sweepPhase
+}
+
+// closedRun is a closed-loop phase and what Redis did during it.
+type closedRun struct {
+	load     loadResult
+	calls    int64 // script calls Redis ran
+	evalUsec float64
+	redisCPU float64 // share of a core
+	cpu      string
+}
+
+// sweepPhase is one extra open-loop phase.
+type sweepPhase struct {
+	rate float64
+	res  loadResult
+}
+
+func (l *limiterScenario) stacks() ([]stackOptions, error) {
+	if n := len(benchPolicy.Buckets(callerOf(0), l.cost)); n != 3 {
+		return nil, fmt.Errorf("bench policy has %d buckets, want 3", n)
+	}
+	var err error
+	if l.sweepRates, err = positives("sweep", "rate", l.sweep, parseFloat); err != nil {
+		return nil, err
+	}
+	if l.openers <= 0 || l.openers > l.clients {
+		l.openers = l.clients
+	}
+	return []stackOptions{{RedisOnly: true}}, nil
 }
 
 // benchPolicy is a realistic three-bucket policy: the tenant's and the
@@ -68,217 +127,194 @@ func callerOf(i int) limiter.Caller {
 	}
 }
 
-func runLimiter(ctx context.Context, o limiterOptions) error {
-	st, err := launchStack(ctx, stackOptions{RedisOnly: true})
-	if err != nil {
+func (l *limiterScenario) drive(ctx context.Context, st *stack) error {
+	l.admin = redis.NewClient(&redis.Options{Addr: st.redis.Addr})
+	defer l.admin.Close()
+	if err := l.measureSET(ctx, st.redis.Addr); err != nil {
 		return err
 	}
-	defer st.Close()
-	if n := len(benchPolicy.Buckets(callerOf(0), o.cost)); n != 3 {
-		return fmt.Errorf("bench policy has %d buckets, want 3", n)
-	}
-
-	admin := redis.NewClient(&redis.Options{Addr: st.redis.Addr})
-	defer admin.Close()
-	_ = admin.ConfigResetStat(ctx).Err()
-	setCPU := redisCPU(ctx, admin)
-	set, err := redisBenchmarkSET(ctx, st.redis.Addr, o.setN, o.clients)
+	closeAll, err := l.connect(ctx, st.redis.Addr)
+	defer closeAll()
 	if err != nil {
 		return err
-	}
-	setCPU = redisCPU(ctx, admin) - setCPU
-	setUsec := usecPerCall(ctx, admin, "set")
-	_ = admin.ConfigResetStat(ctx).Err()
-
-	// One limiter per client, each over a client with a single connection:
-	// C clients are C connections, as C API instances would be.
-	lims := make([]*limiter.Limiter, o.clients)
-	conns := make([]*redis.Client, o.clients)
-	for i := range lims {
-		c := redis.NewClient(&redis.Options{Addr: st.redis.Addr, PoolSize: 1, MinIdleConns: 1})
-		defer c.Close()
-		if err := c.Ping(ctx).Err(); err != nil {
-			return err
-		}
-		conns[i] = c
-		lims[i] = limiter.New(c, limiter.Options{KeyPrefix: "bench:", ReservationTTL: 5 * time.Minute})
-	}
-	// The coalescing limiters, as the API runs them: a few instances, each
-	// with its batchers over a connection pool, shared by all callers.
-	coalesced := make([]*limiter.Limiter, max(o.instances, 1))
-	for i := range coalesced {
-		c := redis.NewClient(&redis.Options{Addr: st.redis.Addr, PoolSize: o.batchers + 2})
-		defer c.Close()
-		coalesced[i] = limiter.New(c, limiter.Options{KeyPrefix: "bench:", ReservationTTL: 5 * time.Minute, Batchers: o.batchers, MaxBatch: 64})
-		defer coalesced[i].Close()
-	}
-	var seq atomic.Int64
-	var allowed, limited atomic.Int64
-	single := func(client int) *limiter.Limiter { return lims[client] }
-	shared := func(client int) *limiter.Limiter { return coalesced[client%len(coalesced)] }
-	pick := single
-	reserve := func(ctx context.Context, client int) error {
-		n := seq.Add(1)
-		caller := callerOf(int(n % int64(o.callers)))
-		d, err := pick(client).Reserve(ctx, "r"+strconv.FormatInt(n, 36), benchPolicy.Buckets(caller, o.cost))
-		if err != nil {
-			return err
-		}
-		if d.Status == limiter.Allowed {
-			allowed.Add(1)
-		} else {
-			limited.Add(1)
-		}
-		return nil
 	}
 	// Load the script on every connection's server side once (EVALSHA
 	// falls back to EVAL on the first call only).
-	if err := reserve(ctx, 0); err != nil {
+	if err := l.reserve(ctx, l.lims[0]); err != nil {
 		return err
 	}
-
-	// Closed loop: every client issues its next decision as soon as the
-	// previous one returns.
-	var errs atomic.Int64
-	type closedRun struct {
-		rate     float64
-		lat      latencies
-		calls    int64 // script calls Redis ran
-		evalUsec float64
-		redisCPU float64 // share of a core
-		cpu      string
-	}
-	closedLoop := func() closedRun {
-		var mu sync.Mutex
-		var all []time.Duration
-		var wg sync.WaitGroup
-		_ = admin.ConfigResetStat(ctx).Err()
-		cpu0 := redisCPU(ctx, admin)
-		snap0 := takeCPU()
-		start := time.Now()
-		deadline := start.Add(o.duration)
-		for c := 0; c < o.clients; c++ {
-			wg.Add(1)
-			go func(c int) {
-				defer wg.Done()
-				lat := make([]time.Duration, 0, 1<<14)
-				for time.Now().Before(deadline) && ctx.Err() == nil {
-					t0 := time.Now()
-					if err := reserve(ctx, c); err != nil {
-						errs.Add(1)
-						continue
-					}
-					lat = append(lat, time.Since(t0))
-				}
-				mu.Lock()
-				all = append(all, lat...)
-				mu.Unlock()
-			}(c)
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		return closedRun{
-			rate: float64(len(all)) / elapsed.Seconds(), lat: sorted(all),
-			calls: int64(cmdStat(ctx, admin, "evalsha", "calls")), evalUsec: usecPerCall(ctx, admin, "evalsha"),
-			redisCPU: (redisCPU(ctx, admin) - cpu0).Seconds() / elapsed.Seconds(), cpu: cpuBetween(snap0, takeCPU()),
-		}
-	}
-	one := closedLoop()
-	pick = shared
-	co := closedLoop()
+	l.one = l.closedRun(ctx, func(client int) *limiter.Limiter { return l.lims[client] })
+	l.co = l.closedRun(ctx, func(client int) *limiter.Limiter { return l.coalesced[client%len(l.coalesced)] })
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	closedRate := co.rate
-
-	if o.openers <= 0 || o.openers > o.clients {
-		o.openers = o.clients
-	}
-	half := closedRate / 2
-	// Redis's own record of stalls of 1 ms or more, by cause, and of the
-	// time it spends expiring keys, for the latency phase.
-	_ = admin.ConfigSet(ctx, "latency-monitor-threshold", "1").Err()
-	_ = admin.Do(ctx, "LATENCY", "RESET").Err()
-	_ = admin.ConfigResetStat(ctx).Err() // and with it the command latency histograms
-	exp0 := infoFields(ctx, admin, "stats", "expired_keys", "expire_cycle_cpu_milliseconds")
-	snap2 := takeCPU()
-	open := paced(ctx, half, o.duration, o.openers, func(ctx context.Context, w, _ int) error { return reserve(ctx, w) })
+	l.openLoop(ctx)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	openRate := float64(open.sent) / open.elapsed.Seconds()
-	snap3 := takeCPU()
-	exp1 := infoFields(ctx, admin, "stats", "expired_keys", "expire_cycle_cpu_milliseconds")
-	stalls := latencyLatest(ctx, admin)
-	scriptP99, scriptP50 := commandPercentile(ctx, admin, "evalsha", 99), commandPercentile(ctx, admin, "evalsha", 50)
-	// The same open-loop harness issuing plain SETs at the same rate: what
-	// the client, the Go runtime and the shared cores add by themselves.
-	snap4 := takeCPU()
-	control := paced(ctx, half, o.duration, o.openers, func(ctx context.Context, w, i int) error {
-		return conns[w].Set(ctx, "bench:set:"+strconv.Itoa(i%100000), "x", 0).Err()
-	})
-	snap5 := takeCPU()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	type sweepPhase struct {
-		rate float64
-		res  pacedResult
-	}
-	var sweep []sweepPhase
-	for _, f := range strings.Split(o.sweep, ",") {
-		if strings.TrimSpace(f) == "" {
-			continue
-		}
-		rate, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || rate <= 0 {
-			return fmt.Errorf("-sweep: bad rate %q", f)
-		}
-		res := paced(ctx, rate, o.duration, o.openers, func(ctx context.Context, w, _ int) error { return reserve(ctx, w) })
+	for _, rate := range l.sweepRates {
+		res := paced(ctx, rate, l.duration, l.openers, l.reserveShared)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		sweep = append(sweep, sweepPhase{rate, res})
+		l.sweeps = append(l.sweeps, sweepPhase{rate, res})
 	}
+	return nil
+}
 
-	header("limiter", fmt.Sprintf("limiter.Reserve (EVALSHA of reserve.lua, 3 buckets: tenant tokens, user tokens, IP requests; %d callers) from %d clients, %v per phase: one script call per decision (%d limiters, a connection each), then coalesced as the API runs it (%d limiters, %d batchers each); redis-benchmark SET -n %d -c %d on the same redis-server, same run",
-		o.callers, o.clients, o.duration, o.clients, len(coalesced), o.batchers, o.setN, o.clients))
-	fmt.Println("| run | decisions/s | vs SET | p50 | p99 | p99.9 | max |")
-	fmt.Println("|---|---|---|---|---|---|---|")
-	fmt.Printf("| redis-benchmark -t set -c %d | %s | 1.00x | %s | — | — | — |\n", o.clients, perSecond(set.rps), set.p50)
-	row := func(what string, rate float64, l latencies) {
-		fmt.Printf("| %s | %s | %.2fx | %s | %s | %s | %s |\n", what, perSecond(rate), rate/set.rps,
-			msFine(l.at(50)), msFine(l.at(99)), msFine(l.at(99.9)), msFine(l.max()))
+// measureSET runs redis-benchmark's SET on the server: the baseline.
+func (l *limiterScenario) measureSET(ctx context.Context, addr string) error {
+	_ = l.admin.ConfigResetStat(ctx).Err()
+	cpu0 := redisCPU(ctx, l.admin)
+	var err error
+	if l.set, err = redisBenchmarkSET(ctx, addr, l.setN, l.clients); err != nil {
+		return err
 	}
-	row(fmt.Sprintf("Reserve, one call per decision, closed loop, %d clients", o.clients), one.rate, one.lat)
-	row(fmt.Sprintf("**Reserve, coalesced, closed loop, %d clients**", o.clients), co.rate, co.lat)
-	row(fmt.Sprintf("Reserve, coalesced, open loop at half (%s offered), %d clients", perSecond(half), o.openers), openRate, open.lat)
-	row("control: go-redis SET, open loop at the same rate", float64(control.sent)/control.elapsed.Seconds(), control.lat)
-	for _, p := range sweep {
-		row(fmt.Sprintf("Reserve, coalesced, open loop at %s", perSecond(p.rate)), float64(p.res.sent)/p.res.elapsed.Seconds(), p.res.lat)
+	l.setCPU = redisCPU(ctx, l.admin) - cpu0
+	l.setUsec = usecPerCall(ctx, l.admin, "set")
+	return nil
+}
+
+// connect makes one limiter per client, each over a client with a single
+// connection (C clients are C connections, as C API instances would be),
+// and the coalescing limiters, as the API runs them: a few instances,
+// each with its batchers over a connection pool, shared by all callers.
+// The function it returns closes them all.
+func (l *limiterScenario) connect(ctx context.Context, addr string) (func(), error) {
+	var closers []func() error
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			_ = closers[i]()
+		}
 	}
-	fmt.Println()
-	total := allowed.Load() + limited.Load()
-	fmt.Printf("decisions: %d (%.1f%% allowed, the rest refused by a bucket), errors %d; open loop: %d of %d sent over 1 ms late because their client was still busy\n",
-		total, 100*float64(allowed.Load())/float64(max(total, 1)), errs.Load()+int64(open.errs), open.late, open.sent)
-	fmt.Printf("redis-server: SET %.1f µs per call inside Redis, %.0f%% of a core during redis-benchmark\n", setUsec, 100*setCPU.Seconds()/set.elapsed.Seconds())
-	for _, r := range []struct {
+	_ = l.admin.ConfigResetStat(ctx).Err()
+	l.lims = make([]*limiter.Limiter, l.clients)
+	l.conns = make([]*redis.Client, l.clients)
+	for i := range l.lims {
+		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, MinIdleConns: 1})
+		closers = append(closers, c.Close)
+		if err := c.Ping(ctx).Err(); err != nil {
+			return closeAll, err
+		}
+		l.conns[i] = c
+		l.lims[i] = limiter.New(c, limiter.Options{KeyPrefix: "bench:", ReservationTTL: 5 * time.Minute})
+	}
+	l.coalesced = make([]*limiter.Limiter, max(l.instances, 1))
+	for i := range l.coalesced {
+		c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: l.batchers + 2})
+		closers = append(closers, c.Close)
+		l.coalesced[i] = limiter.New(c, limiter.Options{KeyPrefix: "bench:", ReservationTTL: 5 * time.Minute, Batchers: l.batchers, MaxBatch: 64})
+		closers = append(closers, func() error { l.coalesced[i].Close(); return nil })
+	}
+	return closeAll, nil
+}
+
+// reserve makes one decision with lim for the next caller.
+func (l *limiterScenario) reserve(ctx context.Context, lim *limiter.Limiter) error {
+	n := l.seq.Add(1)
+	caller := callerOf(int(n % int64(l.callers)))
+	d, err := lim.Reserve(ctx, "r"+strconv.FormatInt(n, 36), benchPolicy.Buckets(caller, l.cost))
+	if err != nil {
+		return err
+	}
+	if d.Status == limiter.Allowed {
+		l.allowed.Add(1)
+	} else {
+		l.limited.Add(1)
+	}
+	return nil
+}
+
+// reserveShared is an open-loop worker's decision with the coalescing
+// limiters.
+func (l *limiterScenario) reserveShared(ctx context.Context, worker, _ int) error {
+	return l.reserve(ctx, l.coalesced[worker%len(l.coalesced)])
+}
+
+// closedRun runs the closed loop with each client's limiter from pick.
+func (l *limiterScenario) closedRun(ctx context.Context, pick func(client int) *limiter.Limiter) closedRun {
+	_ = l.admin.ConfigResetStat(ctx).Err()
+	cpu0 := redisCPU(ctx, l.admin)
+	snap0 := takeCPU()
+	load := closedLoop(ctx, l.duration, l.clients, func(ctx context.Context, c int) error { return l.reserve(ctx, pick(c)) })
+	return closedRun{
+		load: load, calls: int64(cmdStat(ctx, l.admin, "evalsha", "calls")), evalUsec: usecPerCall(ctx, l.admin, "evalsha"),
+		redisCPU: (redisCPU(ctx, l.admin) - cpu0).Seconds() / load.elapsed.Seconds(), cpu: cpuBetween(snap0, takeCPU()),
+	}
+}
+
+// openLoop runs the coalesced limiters at half the closed loop's rate,
+// with Redis's own record of its stalls, then a control of plain SETs.
+func (l *limiterScenario) openLoop(ctx context.Context) {
+	half := l.co.load.rate() / 2
+	// Redis's own record of stalls of 1 ms or more, by cause, and of the
+	// time it spends expiring keys, for the latency phase.
+	_ = l.admin.ConfigSet(ctx, "latency-monitor-threshold", "1").Err()
+	_ = l.admin.Do(ctx, "LATENCY", "RESET").Err()
+	_ = l.admin.ConfigResetStat(ctx).Err() // and with it the command latency histograms
+	l.expBefore = infoFields(ctx, l.admin, "stats", "expired_keys", "expire_cycle_cpu_milliseconds")
+	snap := takeCPU()
+	l.open = paced(ctx, half, l.duration, l.openers, l.reserveShared)
+	if ctx.Err() != nil {
+		return
+	}
+	l.openCPU = cpuBetween(snap, takeCPU())
+	l.expAfter = infoFields(ctx, l.admin, "stats", "expired_keys", "expire_cycle_cpu_milliseconds")
+	l.stalls = latencyLatest(ctx, l.admin)
+	l.scriptP99, l.scriptP50 = commandPercentile(ctx, l.admin, "evalsha", 99), commandPercentile(ctx, l.admin, "evalsha", 50)
+	// The same open-loop harness issuing plain SETs at the same rate: what
+	// the client, the Go runtime and the shared cores add by themselves.
+	snap = takeCPU()
+	l.control = paced(ctx, half, l.duration, l.openers, func(ctx context.Context, w, i int) error {
+		return l.conns[w].Set(ctx, "bench:set:"+strconv.Itoa(i%100000), "x", 0).Err()
+	})
+	l.ctrlCPU = cpuBetween(snap, takeCPU())
+}
+
+func (l *limiterScenario) report(r *report) error {
+	r.header(fmt.Sprintf("limiter.Reserve (EVALSHA of reserve.lua, 3 buckets: tenant tokens, user tokens, IP requests; %d callers) from %d clients, %v per phase: one script call per decision (%d limiters, a connection each), then coalesced as the API runs it (%d limiters, %d batchers each); redis-benchmark SET -n %d -c %d on the same redis-server, same run",
+		l.callers, l.clients, l.duration, l.clients, len(l.coalesced), l.batchers, l.setN, l.clients))
+	l.phaseTable(r)
+	r.linef("")
+	total := l.allowed.Load() + l.limited.Load()
+	r.linef("decisions: %d (%.1f%% allowed, the rest refused by a bucket), errors %d; open loop: %d of %d sent over 1 ms late because their client was still busy",
+		total, 100*float64(l.allowed.Load())/float64(max(total, 1)), l.one.load.errs+l.co.load.errs+l.open.errs, l.open.late, l.open.sent)
+	r.linef("redis-server: SET %.1f µs per call inside Redis, %.0f%% of a core during redis-benchmark", l.setUsec, 100*l.setCPU.Seconds()/l.set.elapsed.Seconds())
+	for _, run := range []struct {
 		what string
 		run  closedRun
-	}{{"one call per decision", one}, {"coalesced", co}} {
-		decisions := r.run.rate * o.duration.Seconds()
-		fmt.Printf("  %s: %.1f decisions per script call, %.1f µs per call inside Redis (%.1f µs per decision), %.0f%% of a core; CPU: %s\n",
-			r.what, decisions/float64(max(r.run.calls, 1)), r.run.evalUsec, r.run.evalUsec*float64(r.run.calls)/max(decisions, 1), 100*r.run.redisCPU, r.run.cpu)
+	}{{"one call per decision", l.one}, {"coalesced", l.co}} {
+		decisions := run.run.load.rate() * l.duration.Seconds()
+		r.linef("  %s: %.1f decisions per script call, %.1f µs per call inside Redis (%.1f µs per decision), %.0f%% of a core; CPU: %s",
+			run.what, decisions/float64(max(run.run.calls, 1)), run.run.evalUsec, run.run.evalUsec*float64(run.run.calls)/max(decisions, 1), 100*run.run.redisCPU, run.run.cpu)
 	}
-	fmt.Printf("CPU, open loop: %s\nCPU, control: %s\n", cpuBetween(snap2, snap3), cpuBetween(snap4, snap5))
-	fmt.Printf("redis-server during the open loop: %.0f keys expired, %.0f ms spent expiring keys; stalls >= 1 ms it recorded: %s\n",
-		exp1["expired_keys"]-exp0["expired_keys"], exp1["expire_cycle_cpu_milliseconds"]-exp0["expire_cycle_cpu_milliseconds"], stalls)
-	fmt.Printf("redis-server's own time per script call during the open loop (LATENCY HISTOGRAM evalsha, power-of-two buckets): p50 <= %s, p99 <= %s\n", scriptP50, scriptP99)
-	ratio := closedRate / set.rps
-	goal("throughput, Reserve (coalesced, as the API runs it) vs redis-benchmark SET", fmt.Sprintf("%s vs %s = %.2fx", perSecond(closedRate), perSecond(set.rps), ratio), ">= 0.50x", ratio >= 0.5)
-	p99 := open.lat.at(99)
-	goal(fmt.Sprintf("p99 at half that rate (%s)", perSecond(openRate)), msFine(p99), "<= 1 ms", p99 <= time.Millisecond)
+	r.linef("CPU, open loop: %s\nCPU, control: %s", l.openCPU, l.ctrlCPU)
+	exp0, exp1 := l.expBefore, l.expAfter
+	r.linef("redis-server during the open loop: %.0f keys expired, %.0f ms spent expiring keys; stalls >= 1 ms it recorded: %s",
+		exp1["expired_keys"]-exp0["expired_keys"], exp1["expire_cycle_cpu_milliseconds"]-exp0["expire_cycle_cpu_milliseconds"], l.stalls)
+	r.linef("redis-server's own time per script call during the open loop (LATENCY HISTOGRAM evalsha, power-of-two buckets): p50 <= %s, p99 <= %s", l.scriptP50, l.scriptP99)
+	closedRate := l.co.load.rate()
+	ratio := closedRate / l.set.rps
+	r.goal("throughput, Reserve (coalesced, as the API runs it) vs redis-benchmark SET", fmt.Sprintf("%s vs %s = %.2fx", perSecond(closedRate), perSecond(l.set.rps), ratio), ">= 0.50x", ratio >= 0.5)
+	p99 := l.open.lat.at(99)
+	r.goal(fmt.Sprintf("p99 at half that rate (%s)", perSecond(l.open.sentRate())), msFine(p99), "<= 1 ms", p99 <= time.Millisecond)
 	return nil
+}
+
+// phaseTable adds a row per phase, redis-benchmark's SET first.
+func (l *limiterScenario) phaseTable(r *report) {
+	r.table("run", "decisions/s", "vs SET", "p50", "p99", "p99.9", "max")
+	r.row(fmt.Sprintf("redis-benchmark -t set -c %d", l.clients), perSecond(l.set.rps), "1.00x", l.set.p50, "—", "—", "—")
+	row := func(what string, rate float64, lat latencies) {
+		r.row(what, perSecond(rate), fmt.Sprintf("%.2fx", rate/l.set.rps), msFine(lat.at(50)), msFine(lat.at(99)), msFine(lat.at(99.9)), msFine(lat.max()))
+	}
+	row(fmt.Sprintf("Reserve, one call per decision, closed loop, %d clients", l.clients), l.one.load.rate(), l.one.load.lat)
+	row(fmt.Sprintf("**Reserve, coalesced, closed loop, %d clients**", l.clients), l.co.load.rate(), l.co.load.lat)
+	row(fmt.Sprintf("Reserve, coalesced, open loop at half (%s offered), %d clients", perSecond(l.co.load.rate()/2), l.openers), l.open.sentRate(), l.open.lat)
+	row("control: go-redis SET, open loop at the same rate", l.control.sentRate(), l.control.lat)
+	for _, p := range l.sweeps {
+		row("Reserve, coalesced, open loop at "+perSecond(p.rate), p.res.sentRate(), p.res.lat)
+	}
 }
 
 type setResult struct {

@@ -17,10 +17,14 @@
 //	          gets an answer, none hangs, no permit leaks
 //	waiters   10,000 queued chat workflows on one worker: memory and
 //	          goroutines, then drained with nothing leaked
+//	heal      80% short / 20% long requests on one simulator, healing off
+//	          then on: the short pool's P99/P50 over time
 //
-// Run `sluice-bench <scenario> -h` for a scenario's flags. Without a
-// scenario name the overhead benchmark runs, so `sluice-bench -n 200` is
-// `sluice-bench overhead -n 200`.
+// Every scenario has the same skeleton (scenario.go): its flags, the
+// stacks it starts (stack.go), the load it drives, and a report with its
+// goals (report.go). Run `sluice-bench <scenario> -h` for a scenario's
+// flags. Without a scenario name the overhead benchmark runs, so
+// `sluice-bench -n 200` is `sluice-bench overhead -n 200`.
 package main
 
 import (
@@ -29,54 +33,36 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"runtime"
 	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
 )
 
-// scenario is one subcommand: define registers its flags on fs and returns
-// the function that runs it with their parsed values.
-type scenario struct {
+// scenarios are the subcommands: a summary for the usage, and a new
+// scenario to bind the flags to.
+var scenarios = map[string]struct {
 	summary string
-	define  func(fs *flag.FlagSet) func(ctx context.Context) error
-}
-
-var scenarios = map[string]scenario{
-	"overhead": {"what Sluice adds on top of the LLM, vs a bare Temporal workflow (default)", defineOverhead},
-	"limiter":  {"limiter.Reserve decisions/s vs redis-benchmark SET; p99 at half that rate", defineLimiter},
-	"reject":   {"429 path through POST /v1/chat: rejections/s, latency, no workflow started", defineReject},
-	"wakeup":   {"permit release to the next waiter's retrieval stage, end to end", defineWakeup},
-	"burst":    {"2,000 concurrent SSE clients against 20 permits: outcomes, hangs, leaks", defineBurst},
-	"waiters":  {"10,000 queued workflows on one worker: RSS, goroutines, drain", defineWaiters},
-	"heal":     {"80% short / 20% long on one simulator, healing off then on: short P99/P50 over time", defineHeal},
+	new     func() scenario
+}{
+	"overhead": {"what Sluice adds on top of the LLM, vs a bare Temporal workflow (default)", func() scenario { return &overheadScenario{} }},
+	"limiter":  {"limiter.Reserve decisions/s vs redis-benchmark SET; p99 at half that rate", func() scenario { return &limiterScenario{} }},
+	"reject":   {"429 path through POST /v1/chat: rejections/s, latency, no workflow started", func() scenario { return &rejectScenario{} }},
+	"wakeup":   {"permit release to the next waiter's retrieval stage, end to end", func() scenario { return &wakeupScenario{} }},
+	"burst":    {"2,000 concurrent SSE clients against 20 permits: outcomes, hangs, leaks", func() scenario { return &burstScenario{} }},
+	"waiters":  {"10,000 queued workflows on one worker: RSS, goroutines, drain", func() scenario { return &waitersScenario{} }},
+	"heal":     {"80% short / 20% long on one simulator, healing off then on: short P99/P50 over time", func() scenario { return &healScenario{} }},
 }
 
 func main() {
-	args := os.Args[1:]
-	name := "overhead"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	sc, ok := scenarios[name]
-	if !ok && name != "help" {
-		fmt.Fprintf(os.Stderr, "sluice-bench: unknown scenario %q\n\n", name)
-		usage()
-		os.Exit(2)
-	}
-	if name == "help" {
-		usage()
-		return
-	}
+	name, args := scenarioName(os.Args[1:])
 	fs := flag.NewFlagSet("sluice-bench "+name, flag.ExitOnError)
 	fs.Usage = func() {
 		usage()
 		fmt.Fprintf(os.Stderr, "\nflags of %s:\n", name)
 		fs.PrintDefaults()
 	}
-	run := sc.define(fs)
+	run := bind(name, scenarios[name].new(), fs)
 	temporalBin := fs.String("temporal", "", "Temporal CLI (default: bin/temporal or $SLUICE_TEST_TEMPORAL_BIN)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (bench, API and worker share the process)")
 	_ = fs.Parse(args)
@@ -109,6 +95,25 @@ func main() {
 	}
 }
 
+// scenarioName splits the scenario's name off the arguments (overhead
+// when they start with a flag); help and unknown names end the program.
+func scenarioName(args []string) (string, []string) {
+	name := "overhead"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if name == "help" {
+		usage()
+		os.Exit(0)
+	}
+	if _, ok := scenarios[name]; !ok {
+		fmt.Fprintf(os.Stderr, "sluice-bench: unknown scenario %q\n\n", name)
+		usage()
+		os.Exit(2)
+	}
+	return name, args
+}
+
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: sluice-bench [scenario] [flags]   (scenario defaults to overhead; sluice-bench <scenario> -h lists its flags)")
 	names := make([]string, 0, len(scenarios))
@@ -119,56 +124,4 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-9s %s\n", n, scenarios[n].summary)
 	}
-}
-
-// commandLine is the command as it was run, for the report.
-func commandLine() string {
-	parts := make([]string, len(os.Args))
-	wd, _ := os.Getwd()
-	for i, a := range os.Args {
-		// Paths under the working directory (the repository, from make)
-		// are shown relative, so a report names the command anyone can run.
-		if rel, err := filepath.Rel(wd, a); wd != "" && filepath.IsAbs(a) && err == nil && !strings.HasPrefix(rel, "..") {
-			a = rel
-		}
-		if a == "" || strings.ContainsAny(a, " \t'\"$;&|<>*?") {
-			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-		}
-		parts[i] = a
-	}
-	return strings.Join(parts, " ")
-}
-
-// startLoad is the machine's load average when the scenario started:
-// other processes on a 2-core machine move every number here.
-var startLoad string
-
-func loadAverage() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(raw))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// header opens a scenario's report: what ran, the command that ran it,
-// and the machine it ran on.
-func header(name, what string) {
-	fmt.Printf("sluice-bench %s: %s\n", name, what)
-	fmt.Printf("command: %s\n", commandLine())
-	fmt.Printf("machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, loadAverage())
-}
-
-// goal prints one goal line: what was measured, the goal, and whether it
-// was met.
-func goal(what, measured, want string, met bool) {
-	verdict := "met"
-	if !met {
-		verdict = "MISSED"
-	}
-	fmt.Printf("%s: %s (goal %s) — %s\n", what, measured, want, verdict)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
@@ -42,39 +43,59 @@ import (
 // orchestration. It prints p50/p99 of time to first token and total time.
 
 type overheadOptions struct {
+	// Requests per path, measured and warm-up, and each answer's length.
 	n, warmup, maxTokens int
-	searchAttrs          bool
-	gap                  time.Duration
+	// Whether Sluice upserts its search attributes.
+	searchAttrs bool
+	// The pause before each request.
+	gap time.Duration
 }
 
-func defineOverhead(fs *flag.FlagSet) func(context.Context) error {
-	var o overheadOptions
+func (o *overheadScenario) flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.n, "n", 200, "measured requests per path")
 	fs.IntVar(&o.warmup, "warmup", 20, "unmeasured requests per path first")
 	fs.IntVar(&o.maxTokens, "max-tokens", 16, "tokens per answer")
 	fs.BoolVar(&o.searchAttrs, "search-attributes", true, "let Sluice upsert its search attributes")
 	fs.DurationVar(&o.gap, "gap", 50*time.Millisecond, "pause before each request, so the server is idle when it starts")
-	return func(ctx context.Context) error { return runOverhead(ctx, o) }
+}
+
+// overheadScenario is the overhead benchmark: its flags, the paths it
+// compares, and each path's times to first token and total times.
+type overheadScenario struct {
+	overheadOptions
+	paths         []overheadPath
+	ttfts, totals [][]time.Duration
+}
+
+// overheadPath is one way of getting the completion.
+type overheadPath struct {
+	name string
+	run  func(ctx context.Context, i int, q string) (ttft, total time.Duration, err error)
+}
+
+func (o *overheadScenario) stacks() ([]stackOptions, error) {
+	return []stackOptions{{Quiet: true, Configure: func(cfg *config.Config) {
+		cfg.Temporal.SearchAttributes = o.searchAttrs
+	}}}, nil
 }
 
 var trace = os.Getenv("BENCH_TRACE") == "1"
 
-func runOverhead(ctx context.Context, o overheadOptions) error {
-	n, warmup, maxTokens, gap := o.n, o.warmup, o.maxTokens, o.gap
-	st, err := launchStack(ctx, stackOptions{Quiet: true, Configure: func(cfg *config.Config) {
-		cfg.Temporal.SearchAttributes = o.searchAttrs
-	}})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	rt, cfg, baseURL := st.rt, st.cfg, st.baseURL
+// overheadQueries are the questions asked, in turn.
+var overheadQueries = []string{
+	"How does a token bucket refill?", "What is weighted fair queuing?", "How do leased permits work?",
+	"What is continuous batching?", "Why does the P99/P50 ratio matter?", "How are Redis streams used for SSE?",
+	"What does Temporal replay check?", "How is a KV cache paged?", "What is a retry storm?", "How do caches stay fresh?",
+}
 
+const bareQueue = "sluice-bench-bare"
+
+func (o *overheadScenario) drive(ctx context.Context, st *stack) error {
 	// The stack's second runtime gives the bench its own Temporal client,
 	// the same retrieval stack (to build identical prompts) and the pool's
 	// client.
-	b := &bare{rdb: rt.Redis, llm: rt.Activities.Pools["short"].Streamer}
-	const bareQueue = "sluice-bench-bare"
+	rt := st.rt
+	b := &bare{rdb: rt.Redis, llm: rt.Chat.Pools[request.PoolShort].Streamer}
 	w := sdkworker.New(rt.Temporal, bareQueue, sdkworker.Options{})
 	w.RegisterWorkflow(BareWorkflow)
 	w.RegisterActivity(b)
@@ -83,94 +104,98 @@ func runOverhead(ctx context.Context, o overheadOptions) error {
 		return err
 	}
 	defer w.Stop()
-
-	queries := []string{
-		"How does a token bucket refill?", "What is weighted fair queuing?", "How do leased permits work?",
-		"What is continuous batching?", "Why does the P99/P50 ratio matter?", "How are Redis streams used for SSE?",
-		"What does Temporal replay check?", "How is a KV cache paged?", "What is a retry storm?", "How do caches stay fresh?",
-	}
 	prompts := map[string][]llm.Message{}
-	for _, q := range queries {
-		msgs, err := samePrompt(ctx, rt, cfg, q)
+	for _, q := range overheadQueries {
+		msgs, err := samePrompt(ctx, rt, st.cfg, q)
 		if err != nil {
 			return err
 		}
 		prompts[q] = msgs
 	}
+	o.paths = o.pathsOf(st, b, prompts)
+	return o.rounds(ctx)
+}
 
-	paths := []struct {
-		name string
-		run  func(ctx context.Context, i int, q string) (ttft, total time.Duration, err error)
-	}{
+// pathsOf are the four ways to the same completion.
+func (o *overheadScenario) pathsOf(st *stack, b *bare, prompts map[string][]llm.Message) []overheadPath {
+	c, rdb, maxTokens := st.rt.Temporal, st.rt.Redis, o.maxTokens
+	return []overheadPath{
 		{"direct", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
 			return direct(ctx, b.llm, prompts[q], maxTokens)
 		}},
 		{"bare", func(ctx context.Context, i int, q string) (time.Duration, time.Duration, error) {
-			return bareRun(ctx, rt.Temporal, rt.Redis, bareQueue, fmt.Sprintf("bare-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, false)
+			return bareRun(ctx, c, rdb, bareQueue, fmt.Sprintf("bare-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, false)
 		}},
 		{"bare, done from the stream", func(ctx context.Context, i int, q string) (time.Duration, time.Duration, error) {
-			return bareRun(ctx, rt.Temporal, rt.Redis, bareQueue, fmt.Sprintf("bare-inline-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, true)
+			return bareRun(ctx, c, rdb, bareQueue, fmt.Sprintf("bare-inline-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, true)
 		}},
 		{"sluice", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
-			return sluice(ctx, baseURL, q, maxTokens)
+			return sluice(ctx, st.baseURL, q, maxTokens)
 		}},
 	}
-	ttfts := make([][]time.Duration, len(paths))
-	totals := make([][]time.Duration, len(paths))
+}
+
+// rounds sends every path's request once a round, warm-up rounds first.
+func (o *overheadScenario) rounds(ctx context.Context) error {
+	o.ttfts = make([][]time.Duration, len(o.paths))
+	o.totals = make([][]time.Duration, len(o.paths))
 	// Paths run in a shuffled order each round, with a pause before each
 	// request, so that no path always follows another's background work on
 	// the shared server (persistence, visibility) and pays for it.
 	rng := rand.New(rand.NewPCG(1, 2))
-	order := make([]int, len(paths))
+	order := make([]int, len(o.paths))
 	for i := range order {
 		order[i] = i
 	}
-	for i := 0; i < warmup+n; i++ {
-		q := queries[i%len(queries)]
+	for i := 0; i < o.warmup+o.n; i++ {
+		q := overheadQueries[i%len(overheadQueries)]
 		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for _, p := range order {
-			path := paths[p]
-			time.Sleep(gap)
+			path := o.paths[p]
+			time.Sleep(o.gap)
 			ttft, total, err := path.run(ctx, i, q)
 			if err != nil {
 				return fmt.Errorf("%s request %d: %w", path.name, i, err)
 			}
-			if i >= warmup {
-				ttfts[p] = append(ttfts[p], ttft)
-				totals[p] = append(totals[p], total)
+			if i >= o.warmup {
+				o.ttfts[p] = append(o.ttfts[p], ttft)
+				o.totals[p] = append(o.totals[p], total)
 			}
 		}
 	}
+	return nil
+}
 
-	fmt.Printf("sluice-bench: %d sequential requests per path after %d warm-up, %d-token answers, paths shuffled per round, %v pause before each request\n\n", n, warmup, maxTokens, gap)
-	fmt.Println("| path | TTFT p50 | TTFT p99 | total p50 | total p99 |")
-	fmt.Println("|---|---|---|---|---|")
-	for p, path := range paths {
-		fmt.Printf("| %s | %s | %s | %s | %s |\n", path.name, ms(sorted(ttfts[p]).at(50)), ms(sorted(ttfts[p]).at(99)), ms(sorted(totals[p]).at(50)), ms(sorted(totals[p]).at(99)))
+func (o *overheadScenario) report(r *report) error {
+	r.linef("sluice-bench: %d sequential requests per path after %d warm-up, %d-token answers, paths shuffled per round, %v pause before each request", o.n, o.warmup, o.maxTokens, o.gap)
+	r.linef("")
+	r.table("path", "TTFT p50", "TTFT p99", "total p50", "total p99")
+	for p, path := range o.paths {
+		r.row(path.name, ms(sorted(o.ttfts[p]).at(50)), ms(sorted(o.ttfts[p]).at(99)), ms(sorted(o.totals[p]).at(50)), ms(sorted(o.totals[p]).at(99)))
 	}
+	ttft := func(p int) time.Duration { return sorted(o.ttfts[p]).at(50) }
+	total := func(p int) time.Duration { return sorted(o.totals[p]).at(50) }
 	d, bt, bi, s := 0, 1, 2, 3
-	fmt.Println()
-	fmt.Printf("added TTFT p50, sluice vs direct LLM:        %s (goal <= 30 ms)\n", ms(sorted(ttfts[s]).at(50)-sorted(ttfts[d]).at(50)))
-	fmt.Printf("added TTFT p50, bare Temporal vs direct LLM: %s\n", ms(sorted(ttfts[bt]).at(50)-sorted(ttfts[d]).at(50)))
-	ov := sorted(totals[s]).at(50) - sorted(totals[d]).at(50)
-	bov := sorted(totals[bt]).at(50) - sorted(totals[d]).at(50)
-	biov := sorted(totals[bi]).at(50) - sorted(totals[d]).at(50)
-	fmt.Printf("orchestration overhead p50 (total - direct): sluice %s, bare %s, ratio %.2fx (goal <= 1.25x)\n", ms(ov), ms(bov), float64(ov)/float64(bov))
-	fmt.Printf("  vs the bare workflow that also writes done from the stream: %s, ratio %.2fx\n", ms(biov), float64(ov)/float64(biov))
-	fmt.Printf("end-to-end p50 ratio sluice/bare: %.2fx\n", float64(sorted(totals[s]).at(50))/float64(sorted(totals[bt]).at(50)))
+	r.linef("")
+	r.linef("added TTFT p50, sluice vs direct LLM:        %s (goal <= 30 ms)", ms(ttft(s)-ttft(d)))
+	r.linef("added TTFT p50, bare Temporal vs direct LLM: %s", ms(ttft(bt)-ttft(d)))
+	ov, bov, biov := total(s)-total(d), total(bt)-total(d), total(bi)-total(d)
+	r.linef("orchestration overhead p50 (total - direct): sluice %s, bare %s, ratio %.2fx (goal <= 1.25x)", ms(ov), ms(bov), float64(ov)/float64(bov))
+	r.linef("  vs the bare workflow that also writes done from the stream: %s, ratio %.2fx", ms(biov), float64(ov)/float64(biov))
+	r.linef("end-to-end p50 ratio sluice/bare: %.2fx", float64(total(s))/float64(total(bt)))
 	return nil
 }
 
 func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]llm.Message, error) {
-	vec, _, err := rt.Activities.Embeddings.Get(ctx, q)
+	vec, _, err := rt.Chat.Embeddings.Get(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	res, _, err := rt.Activities.Retriever.Retrieve(ctx, retrieval.Query{KB: cfg.Retrieval.DefaultKB, Text: q, Vector: vec, K: cfg.Retrieval.Candidates})
+	res, _, err := rt.Chat.Retriever.Retrieve(ctx, retrieval.Query{KB: cfg.Retrieval.DefaultKB, Text: q, Vector: vec, K: cfg.Retrieval.Candidates})
 	if err != nil {
 		return nil, err
 	}
-	chunks, err := rt.Activities.Reranker.Rerank(ctx, q, res.Chunks, cfg.Retrieval.TopK)
+	chunks, err := rt.Chat.Reranker.Rerank(ctx, q, res.Chunks, cfg.Retrieval.TopK)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sort"
@@ -26,8 +27,9 @@ import (
 type stackOptions struct {
 	// RedisOnly starts redis-server and nothing else.
 	RedisOnly bool
-	// Sim configures the LLM simulator (zero: llmsim.DefaultConfig()).
-	Sim *llmsim.Config
+	// Simulator adjusts the LLM simulator's configuration, which starts
+	// from llmsim.DefaultConfig().
+	Simulator func(sim *llmsim.Config)
 	// Configure adjusts Sluice's configuration before the API starts; it
 	// starts from config.Default() pointed at the launched servers.
 	Configure func(cfg *config.Config)
@@ -61,88 +63,108 @@ type stack struct {
 // its embedded worker) in this process. Close stops them all.
 func launchStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	s := &stack{}
-	ok := false
-	defer func() {
-		if !ok {
-			s.Close()
-		}
-	}()
+	if err := s.launch(ctx, opts); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *stack) launch(ctx context.Context, opts stackOptions) error {
 	rds, err := testenv.LaunchRedis()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.redis = rds
 	s.closers = append(s.closers, rds.Stop)
-	cfg := config.Default()
-	cfg.Redis.Addr = rds.Addr
+	s.cfg = config.Default()
+	s.cfg.Redis.Addr = rds.Addr
 	if opts.RedisOnly {
-		s.cfg = cfg
-		ok = true
-		return s, nil
+		return nil
 	}
+	if err := s.launchServers(ctx, opts.Simulator); err != nil {
+		return err
+	}
+	cfg := s.cfg
+	cfg.API.Addr = "127.0.0.1:0"
+	cfg.Temporal.HostPort = s.temporal.FrontendHostPort()
+	cfg.Pools.Short.Endpoints = []string{s.simURL}
+	cfg.Pools.Long.Endpoints = []string{s.simURL}
+	cfg.Log.Level = "error"
+	if opts.Configure != nil {
+		opts.Configure(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	s.cfg = cfg
+	logger := s.logger(opts.Quiet)
+	if err := s.startAPI(ctx, logger); err != nil {
+		return err
+	}
+	s.rt, err = worker.NewRuntime(ctx, cfg, logger)
+	return err
+}
 
+// launchServers starts the Temporal dev server and the simulator.
+func (s *stack) launchServers(ctx context.Context, simulator func(*llmsim.Config)) error {
 	ts, err := testenv.LaunchTemporal(ctx, workflows.SearchAttributeNames)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.temporal = ts
 	s.closers = append(s.closers, func() { _ = ts.Stop() })
 	simCfg := llmsim.DefaultConfig()
-	if opts.Sim != nil {
-		simCfg = *opts.Sim
+	if simulator != nil {
+		simulator(&simCfg)
 	}
 	sim, err := llmsim.New(simCfg, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.sim = sim
 	s.closers = append(s.closers, sim.Close)
 	simSrv := httptest.NewServer(sim.Handler())
 	s.simURL = simSrv.URL
 	s.closers = append(s.closers, simSrv.Close)
+	return nil
+}
 
-	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Temporal.HostPort = ts.FrontendHostPort()
-	cfg.Pools.Short.Endpoints = []string{simSrv.URL}
-	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
-	cfg.Log.Level = "error"
-	if opts.Configure != nil {
-		opts.Configure(&cfg)
+// logger is the API process's logger.
+func (s *stack) logger(quiet bool) *slog.Logger {
+	if quiet {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	s.cfg = cfg
+	s.logs = &logCounter{next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), mu: &sync.Mutex{}, counts: map[string]int{}}
+	return slog.New(s.logs)
+}
 
-	var logger *slog.Logger
-	if opts.Quiet {
-		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	} else {
-		s.logs = &logCounter{next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), mu: &sync.Mutex{}, counts: map[string]int{}}
-		logger = slog.New(s.logs)
-	}
+// startAPI runs process.RunAPI until Close, and waits until it listens.
+func (s *stack) startAPI(ctx context.Context, logger *slog.Logger) error {
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	ready := make(chan string, 1)
 	s.apiDone = make(chan error, 1)
+	cfg := s.cfg
 	go func() { s.apiDone <- process.RunAPI(actx, cfg, logger, func(addr string) { ready <- addr }) }()
 	select {
 	case addr := <-ready:
 		s.baseURL = "http://" + addr
+		return nil
 	case err := <-s.apiDone:
 		s.apiDone = nil
-		return nil, fmt.Errorf("api process: %w", err)
+		return fmt.Errorf("api process: %w", err)
 	case <-time.After(2 * time.Minute):
-		return nil, fmt.Errorf("api process not ready after 2m")
+		return fmt.Errorf("api process not ready after 2m")
 	}
+}
 
-	rt, err := worker.NewRuntime(ctx, cfg, logger)
-	if err != nil {
-		return nil, err
-	}
-	s.rt = rt
-	ok = true
-	return s, nil
+// client is an HTTP client to the API keeping up to conns connections
+// alive; Close closes them.
+func (s *stack) client(conns int) *http.Client {
+	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute, DisableCompression: true}
+	s.closers = append(s.closers, tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
 }
 
 // Close stops the API process (waiting for it), then everything else in

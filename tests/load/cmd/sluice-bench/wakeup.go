@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
@@ -27,154 +27,187 @@ import (
 // the request's retrieval stage event arrives on its SSE stream.
 
 type wakeupOptions struct {
+	heldFlags
+	// Rounds, one at a time; the pause before each release; each answer's
+	// length.
 	n, warmup int
-	holders   int
 	settle    time.Duration
 	maxTokens int
 }
 
-func defineWakeup(fs *flag.FlagSet) func(context.Context) error {
-	var o wakeupOptions
-	fs.IntVar(&o.n, "n", 100, "measured wake-ups, one at a time")
-	fs.IntVar(&o.warmup, "warmup", 5, "unmeasured wake-ups first")
-	fs.IntVar(&o.holders, "permits", 2, "permits of the short pool, all held by fake holders")
-	fs.DurationVar(&o.settle, "settle", 200*time.Millisecond, "pause between the request's queue event and the release: shorter than admission.fast_wait (1s), the waiter is still waiting fast; longer, its workflow is parked and woken by the signal")
-	fs.IntVar(&o.maxTokens, "max-tokens", 4, "tokens per answer")
-	return func(ctx context.Context) error { return runWakeup(ctx, o) }
+func (w *wakeupScenario) flags(fs *flag.FlagSet) {
+	fs.IntVar(&w.n, "n", 100, "measured wake-ups, one at a time")
+	fs.IntVar(&w.warmup, "warmup", 5, "unmeasured wake-ups first")
+	w.heldFlags.define(fs, "permits of the short pool, all held by fake holders")
+	fs.DurationVar(&w.settle, "settle", 200*time.Millisecond, "pause between the request's queue event and the release: shorter than admission.fast_wait (1s), the waiter is still waiting fast; longer, its workflow is parked and woken by the signal")
+	fs.IntVar(&w.maxTokens, "max-tokens", 4, "tokens per answer")
 }
 
-const wakePool = "short"
+// wakeupScenario is the wakeup benchmark: its flags, the clients it
+// drives with, and each measured round's times from the release call.
+type wakeupScenario struct {
+	wakeupOptions
+	hc       *http.Client
+	notifier worker.SignalNotifier
+	rounds   []wakeTimes
+	// after is the pool once the rounds are over.
+	after admission.Stats
+}
 
-func runWakeup(ctx context.Context, o wakeupOptions) error {
-	sim := llmsim.DefaultConfig()
-	sim.TimeScale = 0.1 // the answer only has to end; keep each round short
-	st, err := launchStack(ctx, stackOptions{Sim: &sim, Configure: func(cfg *config.Config) {
-		cfg.Pools.Short.MaxConcurrency = o.holders
-	}})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	gate := st.rt.Gate
-	notifier := worker.SignalNotifier{Client: st.rt.Temporal}
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+// wakeTimes are one round's times from the release call: to Release
+// returning, to Wake returning, to the retrieval stage event being
+// written (if its stream id told) and being read from the SSE stream.
+type wakeTimes struct {
+	release, wake, total time.Duration
+	written              time.Duration
+	hasWritten           bool
+}
 
-	held, err := holdPermits(ctx, gate, wakePool, o.holders)
+func (w *wakeupScenario) stacks() ([]stackOptions, error) {
+	return []stackOptions{{
+		// The answer only has to end; keep each round short.
+		Simulator: func(sim *llmsim.Config) { sim.TimeScale = 0.1 },
+		Configure: w.heldFlags.configure,
+	}}, nil
+}
+
+func (w *wakeupScenario) drive(ctx context.Context, st *stack) error {
+	w.hc = st.client(4)
+	w.notifier = worker.SignalNotifier{Client: st.rt.Temporal}
+	held, err := w.hold(ctx, st)
 	if err != nil {
 		return err
 	}
 	defer func() { _, _ = held.ReleaseAll(ctx) }()
-
-	var total, release, signal, written []time.Duration
-	body := fmt.Sprintf(`{"query":"How do leased permits work?","max_tokens":%d}`, o.maxTokens)
-	for i := 0; i < o.warmup+o.n; i++ {
+	for i := 0; i < w.warmup+w.n; i++ {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s, err := postChat(ctx, hc, st.baseURL, body, nil)
+		t, err := w.round(ctx, st, held)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i, err)
 		}
-		if _, err := s.until(func(ev testenv.SSEEvent) bool {
-			return ev.Event == events.TypeQueue || isStage(ev, workflows.StageRetrieval) || events.Terminal(ev.Event)
-		}); err != nil {
-			s.close()
-			return err
-		}
-		time.Sleep(o.settle)
-
-		holder := held.Pop()
-		// The stream is read while the releaser is still notifying: the
-		// waiter may be on its way before the notifier returns.
-		type arrival struct {
-			ev  testenv.SSEEvent
-			at  time.Time
-			err error
-		}
-		arrived := make(chan arrival, 1)
-		go func() {
-			ev, err := s.until(func(ev testenv.SSEEvent) bool {
-				return isStage(ev, workflows.StageRetrieval) || events.Terminal(ev.Event)
-			})
-			arrived <- arrival{ev, time.Now(), err}
-		}()
-		t0 := time.Now()
-		rel, err := gate.Release(ctx, wakePool, holder)
-		t1 := time.Now()
-		if err != nil {
-			s.close()
-			return err
-		}
-		if len(rel.Woken) != 1 || rel.Woken[0] != s.id {
-			s.close()
-			return fmt.Errorf("round %d: releasing %s woke %v, want [%s]", i, holder, rel.Woken, s.id)
-		}
-		if err := admission.Wake(ctx, gate, notifier, wakePool, rel.Woken); err != nil {
-			s.close()
-			return err
-		}
-		t2 := time.Now()
-		got := <-arrived
-		ev, t3, err := got.ev, got.at, got.err
-		if err != nil {
-			s.close()
-			return err
-		}
-		if !isStage(ev, workflows.StageRetrieval) {
-			s.close()
-			return fmt.Errorf("round %d: %s ended with %s %s before retrieval", i, s.id, ev.Event, ev.Data)
-		}
-		last, err := s.until(func(ev testenv.SSEEvent) bool { return events.Terminal(ev.Event) })
-		s.close()
-		if err != nil {
-			return err
-		}
-		if last.Event != events.TypeDone {
-			return fmt.Errorf("round %d: %s ended with %s %s", i, s.id, last.Event, last.Data)
-		}
-		// Its permit is given back by finalize, after the done event; only
-		// then can a new holder take it without queueing.
-		if err := st.rt.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(s.id), "").Get(ctx, nil); err != nil {
-			return err
-		}
-		if err := held.Add(ctx); err != nil {
-			return fmt.Errorf("round %d: %w", i, err)
-		}
-		if i < o.warmup {
-			continue
-		}
-		total = append(total, t3.Sub(t0))
-		release = append(release, t1.Sub(t0))
-		signal = append(signal, t2.Sub(t1))
-		if at, ok := streamTime(ev.ID); ok {
-			written = append(written, at.Sub(t0))
+		if i >= w.warmup {
+			w.rounds = append(w.rounds, t)
 		}
 	}
-	stats, err := gate.Stats(ctx, wakePool)
+	w.after, err = st.rt.Gate.Stats(ctx, heldPool)
+	return err
+}
+
+// round queues one request behind the holders, releases one holder for
+// it, and takes a new holder once the request is over.
+func (w *wakeupScenario) round(ctx context.Context, st *stack, held *holders) (wakeTimes, error) {
+	body := fmt.Sprintf(`{"query":"How do leased permits work?","max_tokens":%d}`, w.maxTokens)
+	s, err := postChat(ctx, w.hc, st.baseURL, body, nil)
+	if err != nil {
+		return wakeTimes{}, err
+	}
+	t, err := w.wake(ctx, st.rt.Gate, held, s)
+	s.close()
+	if err != nil {
+		return t, err
+	}
+	// Its permit is given back by finalize, after the done event; only
+	// then can a new holder take it without queueing.
+	if err := st.rt.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(s.id), "").Get(ctx, nil); err != nil {
+		return t, err
+	}
+	return t, held.Add(ctx)
+}
+
+// wake waits for s to be queued, lets one holder go exactly as a finishing
+// request does, and times s's way to its retrieval stage; then reads s to
+// its end.
+func (w *wakeupScenario) wake(ctx context.Context, gate *admission.Gate, held *holders, s *chatStream) (wakeTimes, error) {
+	if _, err := s.until(func(ev testenv.SSEEvent) bool {
+		return ev.Event == events.TypeQueue || isStage(ev, request.StageRetrieval) || events.Terminal(ev.Event)
+	}); err != nil {
+		return wakeTimes{}, err
+	}
+	time.Sleep(w.settle)
+	holder := held.Pop()
+	// The stream is read while the releaser is still notifying: the
+	// waiter may be on its way before the notifier returns.
+	type arrival struct {
+		ev  testenv.SSEEvent
+		at  time.Time
+		err error
+	}
+	arrived := make(chan arrival, 1)
+	go func() {
+		ev, err := s.until(func(ev testenv.SSEEvent) bool {
+			return isStage(ev, request.StageRetrieval) || events.Terminal(ev.Event)
+		})
+		arrived <- arrival{ev, time.Now(), err}
+	}()
+	t0 := time.Now()
+	rel, err := gate.Release(ctx, heldPool, holder)
+	t1 := time.Now()
+	if err != nil {
+		return wakeTimes{}, err
+	}
+	if len(rel.Woken) != 1 || rel.Woken[0] != s.id {
+		return wakeTimes{}, fmt.Errorf("releasing %s woke %v, want [%s]", holder, rel.Woken, s.id)
+	}
+	if err := admission.Wake(ctx, gate, w.notifier, heldPool, rel.Woken); err != nil {
+		return wakeTimes{}, err
+	}
+	t2 := time.Now()
+	got := <-arrived
+	if got.err != nil {
+		return wakeTimes{}, got.err
+	}
+	if !isStage(got.ev, request.StageRetrieval) {
+		return wakeTimes{}, fmt.Errorf("%s ended with %s %s before retrieval", s.id, got.ev.Event, got.ev.Data)
+	}
+	t := wakeTimes{release: t1.Sub(t0), wake: t2.Sub(t0), total: got.at.Sub(t0)}
+	if at, ok := streamTime(got.ev.ID); ok {
+		t.written, t.hasWritten = at.Sub(t0), true
+	}
+	return t, awaitDone(s)
+}
+
+// awaitDone reads s to its terminal event, which must be done.
+func awaitDone(s *chatStream) error {
+	last, err := s.until(func(ev testenv.SSEEvent) bool { return events.Terminal(ev.Event) })
 	if err != nil {
 		return err
 	}
+	if last.Event != events.TypeDone {
+		return fmt.Errorf("%s ended with %s %s", s.id, last.Event, last.Data)
+	}
+	return nil
+}
 
-	header("wakeup", fmt.Sprintf("%d sequential wake-ups after %d warm-up: the short pool's %d permits held by fake holders, a chat request queued through the API (%v after its queue event), then one holder released as a finishing request does (Gate.Release + admission.Wake with worker.SignalNotifier)",
-		o.n, o.warmup, o.holders, o.settle))
-	fmt.Println("| from the release call to | p50 | p90 | p99 | max |")
-	fmt.Println("|---|---|---|---|---|")
+func (w *wakeupScenario) report(r *report) error {
+	var total, release, wake, signal, written []time.Duration
+	for _, t := range w.rounds {
+		total, release, wake = append(total, t.total), append(release, t.release), append(wake, t.wake)
+		signal = append(signal, t.wake-t.release)
+		if t.hasWritten {
+			written = append(written, t.written)
+		}
+	}
+	r.header(fmt.Sprintf("%d sequential wake-ups after %d warm-up: the short pool's %d permits held by fake holders, a chat request queued through the API (%v after its queue event), then one holder released as a finishing request does (Gate.Release + admission.Wake with worker.SignalNotifier)",
+		w.n, w.warmup, w.holders, w.settle))
+	r.table("from the release call to", "p50", "p90", "p99", "max")
 	row := func(what string, ds []time.Duration, f func(time.Duration) string) {
 		l := sorted(ds)
-		fmt.Printf("| %s | %s | %s | %s | %s |\n", what, f(l.at(50)), f(l.at(90)), f(l.at(99)), f(l.max()))
+		r.row(what, f(l.at(50)), f(l.at(90)), f(l.at(99)), f(l.max()))
 	}
 	row("Release returned (the Redis hand-off: release.lua)", release, msFine)
-	row("Wake returned (the announcement, or the admitted signal accepted by Temporal)", relative(release, signal), msFine)
+	row("Wake returned (the announcement, or the admitted signal accepted by Temporal)", wake, msFine)
 	row("retrieval stage event written (Redis stream id, ±1 ms)", written, ms)
 	row("**retrieval stage event read from the SSE stream**", total, msFine)
-	fmt.Println()
-	fmt.Printf("signal call alone: p50 %s, p99 %s; pool after the run: %d in use (the holders), %d waiting\n",
-		msFine(sorted(signal).at(50)), msFine(sorted(signal).at(99)), stats.InUse, stats.Waiting)
+	r.linef("")
+	r.linef("signal call alone: p50 %s, p99 %s; pool after the run: %d in use (the holders), %d waiting",
+		msFine(sorted(signal).at(50)), msFine(sorted(signal).at(99)), w.after.InUse, w.after.Waiting)
 	l := sorted(total)
-	goal("wake-up p50, release → next waiter's retrieval stage on SSE", msFine(l.at(50)), "<= 5 ms", l.at(50) <= 5*time.Millisecond)
-	goal("wake-up p99", msFine(l.at(99)), "<= 25 ms", l.at(99) <= 25*time.Millisecond)
+	r.goal("wake-up p50, release → next waiter's retrieval stage on SSE", msFine(l.at(50)), "<= 5 ms", l.at(50) <= 5*time.Millisecond)
+	r.goal("wake-up p99", msFine(l.at(99)), "<= 25 ms", l.at(99) <= 25*time.Millisecond)
 	rl := sorted(release)
-	fmt.Printf("Redis hand-off (Release script round trip): p50 %s, p99 %s\n", msFine(rl.at(50)), msFine(rl.at(99)))
+	r.linef("Redis hand-off (Release script round trip): p50 %s, p99 %s", msFine(rl.at(50)), msFine(rl.at(99)))
 	return nil
 }
 
@@ -197,14 +230,4 @@ func streamTime(id string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return time.UnixMilli(n), true
-}
-
-// relative adds each base duration to the matching step: times measured
-// from the same start.
-func relative(base, step []time.Duration) []time.Duration {
-	out := make([]time.Duration, len(step))
-	for i := range step {
-		out[i] = base[i] + step[i]
-	}
-	return out
 }

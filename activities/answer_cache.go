@@ -1,0 +1,86 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/sluice-dev/sluice/pkg/answercache"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
+)
+
+// LookupAnswer serves the request from the L3 tier if its question was
+// answered before at the kb's current version: it streams the answer and
+// the done event (marked cached) itself. It runs before admission, so a
+// hit takes no permit; the key names the model of the pool admission
+// would route the request to, as the stream that cached the answer did.
+func (a *Chat) LookupAnswer(ctx context.Context, in LookupAnswerInput) (LookupAnswerOutput, error) {
+	start := time.Now()
+	version, err := a.KBVersions.Version(ctx, in.KB)
+	if err != nil {
+		return LookupAnswerOutput{}, fmt.Errorf("read version of kb %s: %w", in.KB, err)
+	}
+	bound := a.promptBound(in.Query)
+	// Requests with a session never get here: no history to count.
+	pool := request.Route(bound, 0, a.Options.ShortThreshold)
+	ans, hit, err := a.Answers.Get(ctx, a.answerKey(in.Query, in.KB, version, pool), in.MaxTokens)
+	if err != nil || !hit {
+		return LookupAnswerOutput{PromptBound: bound, KBVersion: version, Ms: time.Since(start).Milliseconds()}, err
+	}
+	out := LookupAnswerOutput{
+		Hit: true, PromptBound: bound, KBVersion: version, FinishReason: ans.FinishReason,
+		Sources: ans.Sources, ContextShed: ans.ContextShed,
+	}
+	if activity.GetInfo(ctx).Attempt > 1 {
+		// An earlier attempt may have written the answer and lost only
+		// its reply: never stream it twice.
+		last, ok, err := a.Events.Last(ctx, in.RequestID)
+		if err != nil {
+			return LookupAnswerOutput{}, err
+		}
+		if ok && last.Type == events.TypeDone {
+			out.Ms = time.Since(start).Milliseconds()
+			return out, nil
+		}
+	}
+	out.Ms = time.Since(start).Milliseconds()
+	done := events.Done{RequestID: in.RequestID}
+	if in.Done != nil {
+		done = *in.Done
+	}
+	done.Route, done.KBVersion, done.Cached = request.RouteCache, version, true
+	done.FinishReason, done.Sources, done.ContextShed = ans.FinishReason, ans.Sources, ans.ContextShed
+	// The answer cost no LLM tokens this time; its usage says so.
+	done.Usage = events.Usage{}
+	done.Timings = append(append([]events.StageTiming(nil), done.Timings...),
+		events.StageTiming{Stage: request.StageAnswerCache, Ms: out.Ms, Cache: "hit"})
+	evs := make([]events.Pending, 0, len(ans.Tokens)+1)
+	for i, text := range ans.Tokens {
+		evs = append(evs, events.Pending{Type: events.TypeToken, Data: events.Token{Text: text, Index: i}})
+	}
+	evs = append(evs, events.Pending{Type: events.TypeDone, Data: done})
+	if _, err := a.Events.AppendBatch(ctx, in.RequestID, evs); err != nil {
+		return LookupAnswerOutput{}, err
+	}
+	return out, nil
+}
+
+// answerKey is the L3 key of a query to a kb version, asked of pool.
+func (a *Chat) answerKey(query, kb string, version int64, pool string) answercache.Key {
+	return answercache.Key{Query: query, KB: kb, KBVersion: version, Model: a.Pools[pool].Model, Prompt: a.Prompts.Version()}
+}
+
+// cacheAnswer keeps a complete answer in the L3 tier. A failure only
+// costs a later request its hit.
+func (a *Chat) cacheAnswer(ctx context.Context, in LLMInput, out LLMOutput, answer []string) {
+	err := a.Answers.Put(ctx, a.answerKey(in.Query, in.KB, in.KBVersion, in.Pool), answercache.Answer{
+		Tokens: answer, FinishReason: out.FinishReason, Usage: out.Usage, Sources: out.Sources,
+		ContextShed: out.ContextShed, RequestID: in.RequestID, CreatedAt: time.Now().UTC(),
+	})
+	if err != nil {
+		a.logger(in.RequestID).Warn("keep answer in the answer cache", "err", err)
+	}
+}

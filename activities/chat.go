@@ -1,0 +1,123 @@
+// Package activities holds the side effects of a chat request: cache
+// lookups, admission, retrieval, rerank, the streamed LLM call and the final
+// release. Fast steps run as local activities; the LLM stream is a regular
+// activity so that it survives a worker crash (it heartbeats).
+package activities
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/answercache"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/metrics"
+	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/rerank"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/pkg/session"
+)
+
+// EmbeddingCache is the L1 tier: query → embedding.
+type EmbeddingCache interface {
+	Get(ctx context.Context, query string) (vec []float32, tier string, err error)
+}
+
+// Retriever finds candidate chunks, through the L2 cache.
+type Retriever interface {
+	Retrieve(ctx context.Context, q retrieval.Query) (res retrieval.Result, cacheHit bool, err error)
+}
+
+// ChunkStore resolves chunk ids of a kb version to their text.
+type ChunkStore interface {
+	Lookup(ctx context.Context, kb string, version int64, ids []string) ([]retrieval.Chunk, error)
+}
+
+// KBVersions reads a knowledge base's current version.
+type KBVersions interface {
+	Version(ctx context.Context, kb string) (int64, error)
+}
+
+// Pool is one LLM pool's client.
+type Pool struct {
+	Streamer        llm.Streamer
+	Model           string
+	MaxPromptTokens int
+}
+
+// Chat holds every dependency of the chat activities. Register one
+// value with the worker; workflows name its methods through a nil pointer.
+type Chat struct {
+	Redis    redis.UniversalClient
+	Events   *events.Log
+	Gate     *admission.Gate
+	Notifier admission.Notifier
+	// Waker, when set, lets a request whose turn is near wait for its
+	// grant in Admit (AdmitInput.FastWait).
+	Waker      *admission.Waker
+	Embeddings EmbeddingCache
+	Retriever  Retriever
+	Chunks     ChunkStore
+	Reranker   rerank.Reranker
+	Pools      map[string]Pool
+	Prompts    *prompt.Builder
+	// Limiter refunds the unused part of a request's rate-limit
+	// reservation; nil when limits are off.
+	Limiter *limiter.Limiter
+	// Sessions keeps conversations; nil: session ids are ignored.
+	Sessions *session.Store
+	// Answers is the L3 tier and KBVersions tells it a kb's current
+	// version; nil: no request asks for it.
+	Answers    *answercache.Cache
+	KBVersions KBVersions
+	// Metrics and Latency record finished requests (Prometheus, and the
+	// window shared across instances that the healer reads); nil: not.
+	Metrics *metrics.Metrics
+	Latency *latency.Window
+	Logger  *slog.Logger
+	Options Options
+}
+
+// Options are the activity settings taken from config.
+type Options struct {
+	KeyPrefix string
+	// ShortThreshold routes prompts of at most this many tokens to the
+	// short pool.
+	ShortThreshold int
+	// TopK and ChunkTokens bound the context when estimating the prompt
+	// before retrieval.
+	TopK        int
+	ChunkTokens int
+	// StopFlagTTL is how long a stop flag outlives its request.
+	StopFlagTTL time.Duration
+	// TruncationNotice ends an answer cut at its max tokens ("": none).
+	TruncationNotice string
+}
+
+func (a *Chat) logger(requestID string) *slog.Logger {
+	return a.Logger.With("requestID", requestID)
+}
+
+// beginStage writes a stage's event while the stage works, saving a Redis
+// round trip per stage; the returned func waits for the write, so that
+// events stay in stage order.
+func (a *Chat) beginStage(ctx context.Context, requestID string, st events.Stage) func() error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.Events.Append(ctx, requestID, events.TypeStage, st)
+		errc <- err
+	}()
+	return func() error { return <-errc }
+}
+
+// promptBound is the prompt's upper bound known before retrieval: the
+// query's tokens and TopK full chunks.
+func (a *Chat) promptBound(query string) int {
+	return a.Prompts.BoundBeforeRetrieval(query, a.Options.TopK, a.Options.ChunkTokens)
+}

@@ -1,0 +1,77 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/events"
+)
+
+// Finalize gives back the request's permit or queue place (idempotently:
+// it is retried), wakes whoever that admitted, and writes the terminal event.
+func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
+	if in.StopStream {
+		if err := a.StopStream(ctx, StopStreamInput{RequestID: in.RequestID}); err != nil {
+			return err
+		}
+	}
+	var pools []string
+	switch {
+	case in.AllPools:
+		pools = a.Gate.Pools()
+	case in.Pool != "":
+		pools = []string{in.Pool}
+	}
+	for _, pool := range pools {
+		rel, err := a.Gate.Release(ctx, pool, in.RequestID)
+		if err != nil {
+			return err
+		}
+		if err := admission.Wake(ctx, a.Gate, a.Notifier, pool, rel.Woken); err != nil {
+			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
+		}
+	}
+	if in.Used != nil && in.Reservation != "" && a.Limiter != nil {
+		if _, err := a.Limiter.Refund(ctx, in.Reservation, float64(in.Used.Tokens), float64(in.Used.Requests)); err != nil {
+			return err
+		}
+	}
+	if in.Turn != nil && a.Sessions != nil {
+		if err := a.recordTurn(ctx, in); err != nil {
+			return err
+		}
+	}
+	if in.Report != nil && activity.GetInfo(ctx).Attempt == 1 {
+		// Once per request: a retried Finalize would count it again.
+		a.report(*in.Report)
+	}
+	if in.EventType == "" {
+		return nil
+	}
+	var data any = in.Failure
+	if in.EventType == events.TypeDone {
+		data = in.Done
+	}
+	if _, err := a.Events.Append(ctx, in.RequestID, in.EventType, data); err != nil {
+		return err
+	}
+	return nil
+}
+
+// StopStream raises the stop flag that a running LLM stream checks with
+// every token.
+func (a *Chat) StopStream(ctx context.Context, in StopStreamInput) error {
+	if err := a.Redis.Set(ctx, a.stopKey(in.RequestID), "1", a.Options.StopFlagTTL).Err(); err != nil {
+		return fmt.Errorf("raise stop flag of %s: %w", in.RequestID, err)
+	}
+	return nil
+}
+
+// stopKey is the request's stop flag: StopStream raises it, and the stream
+// reads it with every token and between tokens.
+func (a *Chat) stopKey(requestID string) string {
+	return a.Options.KeyPrefix + "stop:" + requestID
+}

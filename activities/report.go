@@ -1,0 +1,44 @@
+package activities
+
+import (
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/pkg/metrics"
+	"github.com/sluice-dev/sluice/pkg/request"
+)
+
+// report records a finished request in the metrics and, for requests that
+// reached a pool, in the shared latency window: each stage's time under
+// "<stage>/<pool>", the time to the first token under "ttft/<pool>", and
+// the counters "requests/<pool>" and "queue_timeouts/<pool>" the healer's
+// timeout rate is made of.
+func (a *Chat) report(r Report) {
+	a.Metrics.ObserveRequest(metrics.Request{Route: r.Route, Outcome: metrics.OutcomeOf(r.Outcome, r.Reason), Timings: r.Timings})
+	if a.Latency == nil || !request.IsPool(r.Route) {
+		return
+	}
+	var ttft int64
+	firstToken := false
+	for _, t := range r.Timings {
+		a.Latency.Record(latency.Series(t.Stage, r.Route), time.Duration(t.Ms)*time.Millisecond)
+		switch t.Stage {
+		case request.StageLLM: // the whole answer: past the first token
+		case request.StageLLMFirstToken:
+			firstToken = true
+			ttft += t.Ms
+		default:
+			ttft += t.Ms
+		}
+	}
+	if firstToken {
+		// The client's wait for its first token, stage by stage: unlike
+		// llm_first_token it counts the admission queue, so a healer
+		// watching it sees waits that shrinking a pool moves there.
+		a.Latency.Record(latency.Series(request.SeriesTTFT, r.Route), time.Duration(ttft)*time.Millisecond)
+	}
+	a.Latency.Add(latency.Series(request.SeriesRequests, r.Route), 1)
+	if r.Reason == request.ReasonQueueTimeout {
+		a.Latency.Add(latency.Series(request.SeriesQueueTimeouts, r.Route), 1)
+	}
+}

@@ -1,0 +1,87 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+)
+
+// Retrieve fetches candidate chunks through the L2 cache.
+func (a *Chat) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOutput, error) {
+	start := time.Now()
+	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageRetrieval})
+	res, hit, err := a.retrieve(ctx, in)
+	if werr := written(); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		if errors.Is(err, retrieval.ErrUnknownKB) {
+			return RetrieveOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+		}
+		return RetrieveOutput{}, fmt.Errorf("retrieve for %s: %w", in.RequestID, err)
+	}
+	return RetrieveOutput{KBVersion: res.KBVersion, Hits: refs(res.Chunks), CacheHit: hit, Ms: time.Since(start).Milliseconds()}, nil
+}
+
+func (a *Chat) retrieve(ctx context.Context, in RetrieveInput) (retrieval.Result, bool, error) {
+	vec, _, err := a.Embeddings.Get(ctx, in.Query)
+	if err != nil {
+		return retrieval.Result{}, false, fmt.Errorf("embed query for retrieval: %w", err)
+	}
+	return a.Retriever.Retrieve(ctx, retrieval.Query{KB: in.KB, Text: in.Query, Vector: vec, K: in.K})
+}
+
+// Rerank orders the candidates and keeps the best K.
+func (a *Chat) Rerank(ctx context.Context, in RerankInput) (RerankOutput, error) {
+	start := time.Now()
+	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageRerank})
+	candidates, err := a.lookup(ctx, in.KB, in.KBVersion, in.Hits)
+	if err != nil {
+		_ = written()
+		return RerankOutput{}, err
+	}
+	chunks, err := a.Reranker.Rerank(ctx, in.Query, candidates, in.K)
+	if werr := written(); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return RerankOutput{}, fmt.Errorf("rerank for %s: %w", in.RequestID, err)
+	}
+	return RerankOutput{Hits: refs(chunks), Ms: time.Since(start).Milliseconds()}, nil
+}
+
+// lookup resolves refs to chunks carrying the refs' scores.
+func (a *Chat) lookup(ctx context.Context, kb string, version int64, hits []ChunkRef) ([]retrieval.Chunk, error) {
+	ids := make([]string, len(hits))
+	for i, h := range hits {
+		ids[i] = h.ID
+	}
+	chunks, err := a.Chunks.Lookup(ctx, kb, version, ids)
+	if err != nil {
+		// An unknown kb, or another version loaded here than the one the
+		// refs came from: the request cannot be answered from the context
+		// it retrieved, and retrying changes nothing. The error is returned
+		// as is, because Temporal classifies only the outermost error.
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+	}
+	for i := range chunks {
+		chunks[i].Score = hits[i].Score
+	}
+	return chunks, nil
+}
+
+// refs names chunks by id and score, as stages pass them.
+func refs(chunks []retrieval.Chunk) []ChunkRef {
+	out := make([]ChunkRef, len(chunks))
+	for i, c := range chunks {
+		out[i] = ChunkRef{ID: c.ID, Score: c.Score}
+	}
+	return out
+}

@@ -1,0 +1,248 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
+)
+
+var errStopped = errors.New("stream stopped by request")
+
+// StreamLLM streams the answer from the request's pool into its event
+// stream, renewing the permit's lease and heartbeating as it goes. A
+// failure before the first token is retryable; after it, it is not, because
+// a model cannot resume mid-answer and the client already has a prefix.
+func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
+	start := time.Now()
+	log := a.logger(in.RequestID)
+	if p, lost := lostProgress(ctx); lost {
+		return a.afterLostAttempt(ctx, in, p)
+	}
+	pool, ok := a.Pools[in.Pool]
+	if !ok {
+		return LLMOutput{}, temporal.NewNonRetryableApplicationError("unknown pool "+in.Pool, ErrTypeBadRequest, nil)
+	}
+	chunks, err := a.lookup(ctx, in.KB, in.KBVersion, in.Context)
+	if err != nil {
+		return LLMOutput{}, err
+	}
+	p := a.fitPrompt(ctx, in, pool, chunks)
+	if err := a.holdPermit(ctx, log, in); err != nil {
+		return LLMOutput{}, err
+	}
+	s := &tokenStream{
+		a: a, ctx: ctx, requestID: in.RequestID, stopKey: a.stopKey(in.RequestID), start: start,
+		stageWritten: a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageLLM, Pool: in.Pool}),
+		// The answer's text is kept only when the session or the L3 tier needs it.
+		keep: in.Session != nil || in.CacheAnswer,
+	}
+	defer func() { _ = s.stageWritten() }()
+
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	s.sctx = sctx
+	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n)
+
+	res, err := pool.Streamer.Stream(sctx, llm.Request{Model: pool.Model, Messages: p.msgs, MaxTokens: in.MaxTokens}, s.onToken)
+	if err != nil && errors.Is(context.Cause(sctx), errStopped) {
+		err = errStopped
+	}
+	if err := a.classifyStreamError(ctx, log, in.RequestID, err, s.tokens(), &p); err != nil {
+		return LLMOutput{}, err
+	}
+	return a.finishAnswer(ctx, in, res, &p, s)
+}
+
+// lostProgress reports how many tokens a previous attempt of this stream
+// wrote before it was lost, if it wrote any.
+func lostProgress(ctx context.Context) (streamProgress, bool) {
+	var p streamProgress
+	if !activity.HasHeartbeatDetails(ctx) {
+		return p, false
+	}
+	if err := activity.GetHeartbeatDetails(ctx, &p); err != nil || p.Tokens <= 0 {
+		return p, false
+	}
+	return p, true
+}
+
+// fittedPrompt is a request's prompt, cut to fit its pool.
+type fittedPrompt struct {
+	msgs []llm.Message
+	// chunks is the context that stayed in the prompt.
+	chunks []retrieval.Chunk
+	// tokens is the prompt's exact size; 0 until it is counted.
+	tokens int
+}
+
+// fitPrompt builds the prompt from the session's earlier turns, the context
+// and the query. The cheap bound keeps exact tokenization off the time to
+// first token; only a prompt near the pool's limit is counted exactly, and
+// its lowest-ranked context shed until it fits, then its oldest turns.
+func (a *Chat) fitPrompt(ctx context.Context, in LLMInput, pool Pool, chunks []retrieval.Chunk) fittedPrompt {
+	history, historyTokens := a.history(ctx, in.RequestID, in.Session)
+	p := fittedPrompt{msgs: a.Prompts.Conversation(history, chunks, in.Query), chunks: chunks}
+	if a.Prompts.Bound(chunks, in.Query)+historyTokens <= pool.MaxPromptTokens {
+		return p
+	}
+	p.tokens = a.Prompts.Count(p.msgs)
+	for p.tokens > pool.MaxPromptTokens && len(p.chunks)+len(history) > 0 {
+		if len(p.chunks) > 0 {
+			p.chunks = p.chunks[:len(p.chunks)-1]
+		} else {
+			history = history[1:]
+		}
+		p.msgs = a.Prompts.Conversation(history, p.chunks, in.Query)
+		p.tokens = a.Prompts.Count(p.msgs)
+	}
+	return p
+}
+
+// promptTokens is the prompt's exact size, counted on first need: only
+// usage that the backend did not report needs it.
+func (a *Chat) promptTokens(p *fittedPrompt) int {
+	if p.tokens == 0 {
+		p.tokens = a.Prompts.Count(p.msgs)
+	}
+	return p.tokens
+}
+
+// holdPermit checks that the request still holds its permit. The permit
+// was handed over when the request's turn came. A waiter that took longer
+// than a lease to wake (an overloaded worker or server) finds it reclaimed
+// and given to someone else; calling the LLM then would exceed the pool's
+// concurrency, so it queues again.
+func (a *Chat) holdPermit(ctx context.Context, log *slog.Logger, in LLMInput) error {
+	held, err := a.Gate.Renew(ctx, in.Pool, in.RequestID)
+	if err != nil {
+		return err
+	}
+	if !held {
+		log.Warn("permit lease ran out before the stream started; queueing again", "pool", in.Pool)
+		return temporal.NewNonRetryableApplicationError("permit lease ran out before the stream started", ErrTypePermitLost, nil)
+	}
+	return nil
+}
+
+// tokenStream is what one stream's token callback keeps: the tokens
+// written, when the first came, and the answer's text.
+type tokenStream struct {
+	a *Chat
+	// ctx is the activity's, which heartbeats go to; sctx the stream's,
+	// cancelled when the stream must stop.
+	ctx, sctx context.Context
+	requestID string
+	stopKey   string
+	start     time.Time
+	// stageWritten waits for the llm stage's event, which must precede
+	// the first token's.
+	stageWritten func() error
+	keep         bool
+
+	// n is read by the keep-alive loop too.
+	n          atomic.Int64
+	firstToken time.Duration
+	answer     []string
+}
+
+// onToken writes one token to the event stream and heartbeats its
+// progress; it ends the stream when the stop flag is up.
+func (s *tokenStream) onToken(text string) error {
+	i := int(s.n.Load())
+	if i == 0 {
+		s.firstToken = time.Since(s.start)
+		if err := s.stageWritten(); err != nil {
+			return err
+		}
+		s.stageWritten = func() error { return nil }
+	}
+	stopped, err := s.a.writeToken(s.sctx, s.requestID, i, text, s.stopKey)
+	if err != nil {
+		return err
+	}
+	if s.keep {
+		s.answer = append(s.answer, text)
+	}
+	s.n.Add(1)
+	activity.RecordHeartbeat(s.ctx, streamProgress{Tokens: i + 1})
+	if stopped {
+		return errStopped
+	}
+	return nil
+}
+
+func (s *tokenStream) tokens() int { return int(s.n.Load()) }
+
+// writeToken appends one token event and reads the stop flag in the same
+// round trip.
+func (a *Chat) writeToken(ctx context.Context, requestID string, index int, text, stopKey string) (bool, error) {
+	args, err := a.Events.XAddArgs(requestID, events.TypeToken, events.Token{Text: text, Index: index})
+	if err != nil {
+		return false, err
+	}
+	pipe := a.Redis.Pipeline()
+	pipe.XAdd(ctx, args)
+	stop := pipe.Exists(ctx, stopKey)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("write token %d of %s: %w", index, requestID, err)
+	}
+	return stop.Val() == 1, nil
+}
+
+// classifyStreamError maps how a stream ended to the activity's error (nil:
+// it completed). What a failed stream consumed goes with its error, for
+// the refund.
+func (a *Chat) classifyStreamError(ctx context.Context, log *slog.Logger, requestID string, err error, tokens int, p *fittedPrompt) error {
+	consumed := func() events.Usage {
+		if tokens == 0 {
+			return events.Usage{}
+		}
+		promptTokens := a.promptTokens(p)
+		return events.Usage{PromptTokens: promptTokens, CompletionTokens: tokens, TotalTokens: promptTokens + tokens}
+	}
+	switch {
+	case errors.Is(err, errStopped):
+		return temporal.NewNonRetryableApplicationError("stream stopped: request cancelled", ErrTypeCancelled, nil, consumed())
+	case ctx.Err() != nil:
+		// Temporal cancelled the activity (or it timed out).
+		return ctx.Err()
+	case err != nil && tokens > 0:
+		log.Warn("llm stream broke mid-answer", "tokens", tokens, "err", err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err, consumed())
+	case err != nil && llm.IsRetryable(err):
+		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBackend, err)
+	case err != nil:
+		var lerr *llm.Error
+		if errors.As(err, &lerr) {
+			return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+		}
+		return fmt.Errorf("stream llm for %s: %w", requestID, err)
+	}
+	return nil
+}
+
+// usageOf is a completed stream's usage: as the backend reported it, or
+// else counted here.
+func (a *Chat) usageOf(res llm.Result, p *fittedPrompt, tokens int) events.Usage {
+	var usage events.Usage
+	if res.UsageReported {
+		usage = events.Usage{
+			PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, Reported: true,
+		}
+	} else {
+		usage = events.Usage{PromptTokens: a.promptTokens(p), CompletionTokens: tokens}
+	}
+	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
+	return usage
+}

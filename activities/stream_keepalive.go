@@ -1,0 +1,57 @@
+package activities
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+)
+
+// keepAlive runs beside the stream: it heartbeats (so a slow first token
+// is not mistaken for a lost worker, and so Temporal can deliver a
+// cancellation), checks the stop flag between tokens too, and renews the
+// permit's lease at a third of its length. Its first round runs at once,
+// in parallel with the request to the backend rather than before it: the
+// permit may have waited through retrieval, rerank and the task queue, and
+// the request may have been cancelled meanwhile.
+func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log *slog.Logger, in LLMInput, stopKey string, n *atomic.Int64) {
+	renewEvery := a.Gate.Lease() / 3
+	tick := min(time.Second, renewEvery)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	// StreamLLM renewed the lease just before starting this loop.
+	lastRenew := time.Now()
+	warned := false
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			activity.RecordHeartbeat(ctx, streamProgress{Tokens: int(n.Load())})
+		}
+		if stopped, err := a.Redis.Exists(ctx, stopKey).Result(); err == nil && stopped == 1 {
+			stop(errStopped)
+			return
+		}
+		if time.Since(lastRenew) < renewEvery {
+			continue
+		}
+		lastRenew = time.Now()
+		held, err := a.Gate.Renew(ctx, in.Pool, in.RequestID)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("renew permit lease", "err", err)
+		}
+		if err == nil && !held && !warned {
+			// The lease ran out (e.g. Redis was unreachable for a whole
+			// lease). Cutting the answer off would hurt the user more than
+			// a briefly exceeded limit, so the stream goes on; the limit
+			// heals when it ends.
+			log.Warn("permit lease lost while streaming", "pool", in.Pool)
+			warned = true
+		}
+	}
+}

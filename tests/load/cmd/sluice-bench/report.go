@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// report is what a scenario prints on stdout: a header (what ran, the
+// command that ran it, the machine it ran on), then its lines — a
+// markdown table, notes, goal lines — in the order they were added.
+type report struct {
+	name string
+	// what is the header's account of the run; empty, there is no header.
+	what  string
+	lines []string
+	goals []goal
+	// strict makes a missed goal fail the run (exit status 1); otherwise
+	// goals are reported only, so that one noisy scenario does not stop
+	// the others of make bench.
+	strict bool
+}
+
+// goal is one goal: what was measured, the goal, and whether it was met.
+type goal struct {
+	what, measured, want string
+	met                  bool
+}
+
+func (g goal) String() string {
+	verdict := "met"
+	if !g.met {
+		verdict = "MISSED"
+	}
+	return fmt.Sprintf("%s: %s (goal %s) — %s", g.what, g.measured, g.want, verdict)
+}
+
+// header sets the header, which comes first whenever it is set.
+func (r *report) header(what string) { r.what = what }
+
+// table starts a markdown table with its column names.
+func (r *report) table(columns ...string) {
+	r.row(columns...)
+	r.lines = append(r.lines, "|"+strings.Repeat("---|", len(columns)))
+}
+
+// row adds a table row.
+func (r *report) row(cells ...string) {
+	var b strings.Builder
+	b.WriteString("|")
+	for _, c := range cells {
+		if c != "" {
+			b.WriteString(" " + c)
+		}
+		b.WriteString(" |")
+	}
+	r.lines = append(r.lines, b.String())
+}
+
+// linef adds a line of text.
+func (r *report) linef(format string, args ...any) {
+	r.lines = append(r.lines, fmt.Sprintf(format, args...))
+}
+
+// goal adds a goal line.
+func (r *report) goal(what, measured, want string, met bool) {
+	g := goal{what: what, measured: measured, want: want, met: met}
+	r.goals = append(r.goals, g)
+	r.lines = append(r.lines, g.String())
+}
+
+// print writes the report to stdout; a strict report with a missed goal
+// is an error.
+func (r *report) print() error {
+	if r.what != "" {
+		fmt.Printf("sluice-bench %s: %s\n", r.name, r.what)
+		fmt.Printf("command: %s\n", commandLine())
+		fmt.Printf("machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, loadAverage())
+	}
+	for _, l := range r.lines {
+		fmt.Println(l)
+	}
+	if !r.strict {
+		return nil
+	}
+	for _, g := range r.goals {
+		if !g.met {
+			return errors.New("goal missed")
+		}
+	}
+	return nil
+}
+
+// commandLine is the command as it was run, for the report.
+func commandLine() string {
+	parts := make([]string, len(os.Args))
+	wd, _ := os.Getwd()
+	for i, a := range os.Args {
+		// Paths under the working directory (the repository, from make)
+		// are shown relative, so a report names the command anyone can run.
+		if rel, err := filepath.Rel(wd, a); wd != "" && filepath.IsAbs(a) && err == nil && !strings.HasPrefix(rel, "..") {
+			a = rel
+		}
+		if a == "" || strings.ContainsAny(a, " \t'\"$;&|<>*?") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		parts[i] = a
+	}
+	return strings.Join(parts, " ")
+}
+
+// startLoad is the machine's load average when the scenario started:
+// other processes on a 2-core machine move every number here.
+var startLoad string
+
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

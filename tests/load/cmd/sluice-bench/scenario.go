@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"flag"
+)
+
+// A scenario is one subcommand. Every scenario takes the same steps, in
+// the order runScenario runs them: its flags are bound and parsed, it
+// names the stacks it needs, each is started fresh and driven in turn,
+// and what the drives measured is written into a report against the
+// scenario's goals.
+type scenario interface {
+	// flags registers the scenario's flags on fs, bound to its fields.
+	flags(fs *flag.FlagSet)
+	// stacks says what to start once the flags are parsed, rejecting bad
+	// values before anything runs: one stack for most scenarios, one a
+	// setting when a scenario compares settings on fresh stacks.
+	stacks() ([]stackOptions, error)
+	// drive runs the load on one started stack and keeps what it measured.
+	drive(ctx context.Context, st *stack) error
+	// report writes what was measured, and the goals, into r.
+	report(r *report) error
+}
+
+// bind registers sc's flags on fs and returns the run that uses their
+// parsed values: the way main and the tests start a scenario.
+func bind(name string, sc scenario, fs *flag.FlagSet) func(context.Context) error {
+	sc.flags(fs)
+	return func(ctx context.Context) error { return runScenario(ctx, name, sc) }
+}
+
+// runScenario starts each stack sc asks for, drives it and stops it, one
+// after another. The report is printed while the last stack still runs,
+// so that what its API process logged comes after it, as a footnote.
+func runScenario(ctx context.Context, name string, sc scenario) error {
+	stacks, err := sc.stacks()
+	if err != nil {
+		return err
+	}
+	for i, opts := range stacks {
+		last := i == len(stacks)-1
+		err := onStack(ctx, opts, func(st *stack) error {
+			if err := sc.drive(ctx, st); err != nil || !last {
+				return err
+			}
+			r := &report{name: name}
+			if err := sc.report(r); err != nil {
+				return err
+			}
+			return r.print()
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// onStack runs f on a stack started with opts, and stops the stack after.
+func onStack(ctx context.Context, opts stackOptions, f func(st *stack) error) error {
+	st, err := launchStack(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return f(st)
+}
