@@ -218,21 +218,19 @@ func (l *Log) After(ctx context.Context, requestID, afterID string, count int64)
 // ok=false if it has none.
 func (l *Log) First(ctx context.Context, requestID string) (Event, bool, error) {
 	msgs, err := l.rdb.XRangeN(ctx, l.Key(requestID), "-", "+", 1).Result()
-	if err != nil {
-		return Event{}, false, fmt.Errorf("read first event of %s: %w", requestID, err)
-	}
-	evs := decode(msgs)
-	if len(evs) == 0 {
-		return Event{}, false, nil
-	}
-	return evs[0], true, nil
+	return one(msgs, err, "first", requestID)
 }
 
 // Last returns the newest event of a request, or ok=false if it has none.
 func (l *Log) Last(ctx context.Context, requestID string) (Event, bool, error) {
 	msgs, err := l.rdb.XRevRangeN(ctx, l.Key(requestID), "+", "-", 1).Result()
+	return one(msgs, err, "last", requestID)
+}
+
+// one is the event a range of at most one entry read, if any.
+func one(msgs []redis.XMessage, err error, which, requestID string) (Event, bool, error) {
 	if err != nil {
-		return Event{}, false, fmt.Errorf("read last event of %s: %w", requestID, err)
+		return Event{}, false, fmt.Errorf("read %s event of %s: %w", which, requestID, err)
 	}
 	evs := decode(msgs)
 	if len(evs) == 0 {

@@ -12,6 +12,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -96,4 +99,23 @@ func RunWorker(ctx context.Context, cfg config.Config, logger *slog.Logger) erro
 		return errors.Join(runErr, fmt.Errorf("serve metrics: %w", err))
 	}
 	return runErr
+}
+
+// Main is a binary's main: it loads the config from the command line (exit
+// code 2 if it is bad), runs run until SIGINT or SIGTERM, and exits 1 if
+// run failed.
+func Main(name string, run func(ctx context.Context, cfg config.Config, logger *slog.Logger) error) {
+	cfg, err := config.FromCommandLine(name, os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	logger := worker.NewLogger(cfg.Log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, cfg, logger)
+	stop()
+	if err != nil {
+		logger.Error(name+" stopped", "err", err)
+		os.Exit(1)
+	}
 }

@@ -4,30 +4,16 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
+	"log/slog"
 
 	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/worker/process"
 )
 
 func main() {
-	cfg, err := config.FromCommandLine("sluice-api", os.Args[1:])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	logger := worker.NewLogger(cfg.Log)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = process.RunAPI(ctx, cfg, logger, func(addr string) {
-		logger.Info("api listening", "url", "http://"+addr)
+	process.Main("sluice-api", func(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+		return process.RunAPI(ctx, cfg, logger, func(addr string) {
+			logger.Info("api listening", "url", "http://"+addr)
+		})
 	})
-	stop()
-	if err != nil {
-		logger.Error("sluice-api stopped", "err", err)
-		os.Exit(1)
-	}
 }
