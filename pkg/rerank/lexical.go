@@ -81,12 +81,28 @@ func (l *Lexical) Rerank(ctx context.Context, query string, chunks []retrieval.C
 	s := l.scratch.Get().(*lexicalScratch)
 	defer l.scratch.Put(s)
 
+	s.setQuery(query)
+	avgLen := l.countTerms(s, chunks)
+	s.setIDF(len(chunks))
+	lexMax := l.scoreBM25(s, chunks, avgLen)
+	l.fuse(s.s, chunks, lexMax)
+	return top(chunks, s.s, k), nil
+}
+
+// setQuery sets s.qterms to the distinct terms of query.
+func (s *lexicalScratch) setQuery(query string) {
 	s.qterms = s.qterms[:0]
 	for _, t := range s.qtok.Terms(query) {
 		if !containsTerm(s.qterms, t) {
 			s.qterms = append(s.qterms, t)
 		}
 	}
+}
+
+// countTerms sets s.tf to how often each query term occurs in each
+// candidate and s.lengths to the candidates' lengths in terms, and
+// returns their average length (at least 1).
+func (l *Lexical) countTerms(s *lexicalScratch, chunks []retrieval.Chunk) (avgLen float64) {
 	nq, n := len(s.qterms), len(chunks)
 	s.tf = resize(s.tf, n*nq)
 	s.lengths = resize(s.lengths, n)
@@ -101,12 +117,14 @@ func (l *Lexical) Rerank(ctx context.Context, query string, chunks []retrieval.C
 		s.lengths[i] = int32(length)
 		total += length
 	}
-	avgLen := max(float64(total)/float64(n), 1)
+	return max(float64(total)/float64(n), 1)
+}
 
-	// Lucene's IDF over the candidates; it stays positive when a term is
-	// in all of them.
+// setIDF sets s.idf to Lucene's IDF of each query term over the n
+// candidates; it stays positive when a term is in all of them.
+func (s *lexicalScratch) setIDF(n int) {
+	nq := len(s.qterms)
 	s.idf = resize(s.idf, nq)
-	idf := s.idf
 	for j := range nq {
 		df := 0
 		for i := range n {
@@ -114,12 +132,16 @@ func (l *Lexical) Rerank(ctx context.Context, query string, chunks []retrieval.C
 				df++
 			}
 		}
-		idf[j] = math.Log(1 + (float64(n)-float64(df)+0.5)/(float64(df)+0.5))
+		s.idf[j] = math.Log(1 + (float64(n)-float64(df)+0.5)/(float64(df)+0.5))
 	}
+}
 
+// scoreBM25 sets s.s to each candidate's BM25 score and returns the
+// greatest.
+func (l *Lexical) scoreBM25(s *lexicalScratch, chunks []retrieval.Chunk, avgLen float64) (lexMax float64) {
+	nq, idf := len(s.qterms), s.idf
 	s.s = s.s[:0]
-	lexMax, retMin, retMax := 0.0, math.Inf(1), math.Inf(-1)
-	for i, c := range chunks {
+	for i := range chunks {
 		norm := l.k1 * (1 - l.b + l.b*float64(s.lengths[i])/avgLen)
 		var bm float64
 		for j := range nq {
@@ -129,30 +151,42 @@ func (l *Lexical) Rerank(ctx context.Context, query string, chunks []retrieval.C
 		}
 		s.s = append(s.s, scored{idx: i, score: bm})
 		lexMax = max(lexMax, bm)
-		retMin, retMax = min(retMin, c.Score), max(retMax, c.Score)
 	}
-	// BM25 is never negative and most candidate sets have a chunk without
-	// any query term, so it is scaled by its maximum alone.
-	var lexScale, retScale float64
+	return lexMax
+}
+
+// fuse turns each candidate's BM25 score in s into its fused score,
+// Weight*bm25' + (1-Weight)*retrieval'. BM25 is never negative and most
+// candidate sets have a chunk without any query term, so it is scaled by
+// its maximum alone.
+func (l *Lexical) fuse(s []scored, chunks []retrieval.Chunk, lexMax float64) {
+	var lexScale float64
 	if lexMax > 0 {
 		lexScale = l.weight / lexMax
 	}
-	// Non-negative retrieval scores (Hybrid's are in [0, 1]) are divided by
-	// their maximum too, which keeps their ratios: min-max would give the
-	// last candidate 0 even if it trailed the first by a hair. Scores that
-	// go negative need min-max.
-	retOffset := 0.0
+	retScale, retOffset := l.retrievalScale(chunks)
+	for i := range s {
+		s[i].score = lexScale*s[i].score + retScale*(chunks[i].Score-retOffset)
+	}
+}
+
+// retrievalScale returns the scale and offset that take the candidates'
+// retrieval scores to [0, 1-Weight]. Non-negative scores (Hybrid's are in
+// [0, 1]) are divided by their maximum, which keeps their ratios: min-max
+// would give the last candidate 0 even if it trailed the first by a hair.
+// Scores that go negative need min-max.
+func (l *Lexical) retrievalScale(chunks []retrieval.Chunk) (scale, offset float64) {
+	retMin, retMax := math.Inf(1), math.Inf(-1)
+	for _, c := range chunks {
+		retMin, retMax = min(retMin, c.Score), max(retMax, c.Score)
+	}
 	switch {
 	case retMin >= 0 && retMax > 0:
-		retScale = (1 - l.weight) / retMax
+		return (1 - l.weight) / retMax, 0
 	case retMin < 0 && retMax > retMin:
-		retScale = (1 - l.weight) / (retMax - retMin)
-		retOffset = retMin
+		return (1 - l.weight) / (retMax - retMin), retMin
 	}
-	for i := range s.s {
-		s.s[i].score = lexScale*s.s[i].score + retScale*(chunks[i].Score-retOffset)
-	}
-	return top(chunks, s.s, k), nil
+	return 0, 0
 }
 
 // count adds the occurrences of each query term in text to row and returns

@@ -151,26 +151,12 @@ func (h *Hybrid) Retrieve(ctx context.Context, q Query) (Result, error) {
 // search scores every chunk of kb for q, fusing BM25 and cosine similarity
 // with vector weight w (see Hybrid), and returns the q.K best.
 func (kb *KB) search(ctx context.Context, q Query, w float64) (Result, error) {
-	if q.K <= 0 {
-		return Result{}, fmt.Errorf("retrieve from %s: k must be positive, got %d", q.KB, q.K)
-	}
-	if err := ctx.Err(); err != nil {
-		return Result{}, fmt.Errorf("retrieve from %s: %w", q.KB, err)
-	}
-	ix := kb.ix
-	useVec := len(q.Vector) > 0
-	if useVec && ix.chunks > 0 && len(q.Vector) != ix.dims {
-		return Result{}, fmt.Errorf("retrieve from %s: query vector has %d dimensions, kb was embedded with %d by %s",
-			q.KB, len(q.Vector), ix.dims, kb.model)
-	}
-	if useVec {
-		nonZero, finite := inspect(q.Vector)
-		if !finite {
-			return Result{}, fmt.Errorf("retrieve from %s: query vector holds NaN or infinity", q.KB)
-		}
-		useVec = nonZero
+	useVec, err := kb.checkQuery(ctx, q)
+	if err != nil {
+		return Result{}, err
 	}
 	res := Result{KB: kb.name, KBVersion: kb.version, Chunks: []Chunk{}}
+	ix := kb.ix
 	if ix.chunks == 0 { // every document deleted: nothing to find
 		return res, nil
 	}
@@ -178,8 +164,49 @@ func (kb *KB) search(ctx context.Context, q Query, w float64) (Result, error) {
 	s := kb.scratch.Get().(*scoreScratch)
 	defer kb.scratch.Put(s)
 
+	s.lookUpTerms(ix, q.Text)
+	lexical := len(s.lists) > 0
+	if !lexical && !useVec {
+		return res, nil
+	}
+	f := fusion{bm: s.scoreBM25(ix, kb.bm)}
+	if useVec {
+		f.cos = s.scoreCosine(ix, q.Vector)
+	}
+	f.scale(ix, w, lexical)
+	s.top = ix.topK(f, min(q.K, ix.chunks), s.top[:0])
+	res.Chunks = ix.hitChunks(s.top)
+	return res, nil
+}
+
+// checkQuery rejects a query that cannot be answered and reports whether
+// its vector takes part: an all-zero vector has no direction to compare.
+func (kb *KB) checkQuery(ctx context.Context, q Query) (useVec bool, err error) {
+	if q.K <= 0 {
+		return false, fmt.Errorf("retrieve from %s: k must be positive, got %d", q.KB, q.K)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("retrieve from %s: %w", q.KB, err)
+	}
+	if len(q.Vector) == 0 {
+		return false, nil
+	}
+	if ix := kb.ix; ix.chunks > 0 && len(q.Vector) != ix.dims {
+		return false, fmt.Errorf("retrieve from %s: query vector has %d dimensions, kb was embedded with %d by %s",
+			q.KB, len(q.Vector), ix.dims, kb.model)
+	}
+	nonZero, finite := inspect(q.Vector)
+	if !finite {
+		return false, fmt.Errorf("retrieve from %s: query vector holds NaN or infinity", q.KB)
+	}
+	return nonZero, nil
+}
+
+// lookUpTerms sets s.terms to the distinct terms of text that the index
+// holds and s.lists to their postings lists.
+func (s *scoreScratch) lookUpTerms(ix *index, text string) {
 	s.terms, s.lists = s.terms[:0], s.lists[:0]
-	for _, t := range s.tok.Terms(q.Text) {
+	for _, t := range s.tok.Terms(text) {
 		if slices.ContainsFunc(s.terms, func(u []byte) bool { return bytes.Equal(t, u) }) {
 			continue
 		}
@@ -188,14 +215,12 @@ func (kb *KB) search(ctx context.Context, q Query, w float64) (Result, error) {
 			s.lists = append(s.lists, ps)
 		}
 	}
-	lexical := len(s.lists) > 0
-	if !lexical && !useVec {
-		return res, nil
-	}
+}
 
-	// Scores are indexed by slot; free slots score nothing and are skipped.
-	slots := len(ix.pages) * pageSlots
-	s.bm = resize(s.bm, slots)
+// scoreBM25 returns every slot's BM25 score for the terms of s.lists.
+// Scores are indexed by slot; free slots score nothing.
+func (s *scoreScratch) scoreBM25(ix *index, o BM25Options) []float32 {
+	s.bm = resize(s.bm, len(ix.pages)*pageSlots)
 	bm := s.bm
 	clear(bm)
 	n := float64(ix.chunks)
@@ -204,43 +229,69 @@ func (kb *KB) search(ctx context.Context, q Query, w float64) (Result, error) {
 		idf := bm25IDF(n, float64(len(ps)))
 		for _, p := range ps {
 			pg, j := ix.at(p.slot)
-			bm[p.slot] += float32(bm25Weight(kb.bm, idf, float64(p.tf), float64(pg.length[j]), avgLen))
+			bm[p.slot] += float32(bm25Weight(o, idf, float64(p.tf), float64(pg.length[j]), avgLen))
 		}
 	}
-	minB, maxB := ix.minMax(bm)
+	return bm
+}
 
-	// The query vector is not normalised: every cosine would be divided by
-	// the same |q|, which min-max normalisation cancels anyway.
-	var cos []float32
+// scoreCosine returns every live slot's inner product with the query
+// vector, indexed by slot. The query vector is not normalised: every
+// cosine would be divided by the same |q|, which min-max normalisation
+// cancels anyway.
+func (s *scoreScratch) scoreCosine(ix *index, vec []float32) []float32 {
+	s.cos = resize(s.cos, len(ix.pages)*pageSlots)
+	cos := s.cos
+	for p, pg := range ix.pages {
+		dotPage(vec, pg, cos[p*pageSlots:(p+1)*pageSlots])
+	}
+	return cos
+}
+
+// fusion turns a slot's BM25 and cosine scores into its fused score
+//
+//	wv*(cos-minC)/(maxC-minC) + (1-wv)*(bm-minB)/(maxB-minB)
+//
+// where wv is the vector weight, with a constant signal contributing
+// nothing. cos is nil when the query has no usable vector.
+type fusion struct {
+	bm, cos        []float32
+	minB, minC     float32
+	scaleB, scaleC float64
+}
+
+// scale sets the minima and scales of f over the live slots. A signal the
+// query lacks leaves the whole weight to the other one, whatever w says.
+func (f *fusion) scale(ix *index, w float64, lexical bool) {
+	minB, maxB := ix.minMax(f.bm)
 	var minC, maxC float32
-	if useVec {
-		s.cos = resize(s.cos, slots)
-		cos = s.cos
-		for p, pg := range ix.pages {
-			dotPage(q.Vector, pg, cos[p*pageSlots:(p+1)*pageSlots])
-		}
-		minC, maxC = ix.minMax(cos)
+	if f.cos != nil {
+		minC, maxC = ix.minMax(f.cos)
 	}
-
 	wv := w
 	switch {
-	case !useVec:
+	case f.cos == nil:
 		wv = 0
 	case !lexical:
 		wv = 1
 	}
-	// fused = wv*(cos-minC)/(maxC-minC) + (1-wv)*(bm-minB)/(maxB-minB),
-	// with a constant signal contributing nothing.
-	var scaleC, scaleB float64
+	f.minB, f.minC, f.scaleB, f.scaleC = minB, minC, 0, 0
 	if maxC > minC {
-		scaleC = wv / float64(maxC-minC)
+		f.scaleC = wv / float64(maxC-minC)
 	}
 	if maxB > minB {
-		scaleB = (1 - wv) / float64(maxB-minB)
+		f.scaleB = (1 - wv) / float64(maxB-minB)
 	}
+}
 
-	k := min(q.K, ix.chunks)
-	top := s.top[:0]
+// topK fuses the scores of every live slot and returns the k best hits,
+// best first, in top's storage. The fields of f are copied to locals
+// because the loop visits every slot of the kb: the compiler keeps a
+// struct of more than four fields in memory, and read through f each
+// field would be loaded again on every iteration.
+func (ix *index) topK(f fusion, k int, top []hit) []hit {
+	bm, cos, minB, minC, scaleB, scaleC := f.bm, f.cos, f.minB, f.minC, f.scaleB, f.scaleC
+	useVec := cos != nil
 	worse := ix.worse
 	for p, pg := range ix.pages {
 		for j := range pageSlots {
@@ -261,15 +312,18 @@ func (kb *KB) search(ctx context.Context, q Query, w float64) (Result, error) {
 		}
 	}
 	sortHits(top, worse)
-	s.top = top
+	return top
+}
 
-	res.Chunks = make([]Chunk, len(top))
-	for i, t := range top {
+// hitChunks returns the chunks of hits, in order, with their scores.
+func (ix *index) hitChunks(hits []hit) []Chunk {
+	out := make([]Chunk, len(hits))
+	for i, t := range hits {
 		pg, j := ix.at(t.slot)
-		res.Chunks[i] = pg.chunks[j]
-		res.Chunks[i].Score = t.score
+		out[i] = pg.chunks[j]
+		out[i].Score = t.score
 	}
-	return res, nil
+	return out
 }
 
 // worse orders hits: lower score first, and among equal scores the one

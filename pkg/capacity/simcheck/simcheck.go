@@ -274,94 +274,135 @@ type request struct {
 // drive sends the open-loop load, samples the queue, waits a bounded time
 // for stragglers and measures.
 func (r *run) drive(ctx context.Context) Result {
-	scale := r.o.TimeScale
-	start := time.Now()
-	simNow := func() time.Duration { return time.Duration(float64(time.Since(start)) / scale) }
-	wall := func(sim time.Duration) time.Duration { return time.Duration(float64(sim) * scale) }
-
+	clock := simClock{start: time.Now(), scale: r.o.TimeScale}
 	reqCtx, abort := context.WithCancel(ctx)
 	defer abort()
 	var wg sync.WaitGroup
 	var res Result
 
-	sampleDone := make(chan struct{})
-	stopSampling := make(chan struct{})
+	stopSampling := r.sampleQueue(clock)
+	res.ArrivalLag = r.sendArrivals(ctx, reqCtx, clock, &wg)
+	clock.sleepUntil(ctx, r.o.Duration)
+	res.QueueAtEnd = r.sim.Stats().Waiting
+	res.MaxQueue = max(stopSampling(), res.QueueAtEnd)
+
+	cutoff := r.awaitStragglers(ctx, clock, &wg, abort)
+	r.measure(&res, cutoff)
+	return res
+}
+
+// simClock converts between wall time and simulated time since start.
+type simClock struct {
+	start time.Time
+	scale float64 // wall time per simulated time
+}
+
+// now is the simulated time since start.
+func (c simClock) now() time.Duration {
+	return time.Duration(float64(time.Since(c.start)) / c.scale)
+}
+
+// wall is the wall time that a simulated duration takes.
+func (c simClock) wall(sim time.Duration) time.Duration {
+	return time.Duration(float64(sim) * c.scale)
+}
+
+// sleepUntil returns at simulated time at, or earlier if ctx is done.
+func (c simClock) sleepUntil(ctx context.Context, at time.Duration) {
+	d := c.wall(at) - time.Since(c.start)
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// sampleQueue samples the simulator's waiting queue once a simulated
+// second until stop is called; stop returns the largest queue seen.
+func (r *run) sampleQueue(clock simClock) (stop func() int) {
+	done := make(chan struct{})
+	quit := make(chan struct{})
+	maxQueue := 0
 	go func() {
-		defer close(sampleDone)
-		t := time.NewTicker(max(wall(time.Second), time.Millisecond))
+		defer close(done)
+		t := time.NewTicker(max(clock.wall(time.Second), time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
-			case <-stopSampling:
+			case <-quit:
 				return
 			case <-t.C:
-				res.MaxQueue = max(res.MaxQueue, r.sim.Stats().Waiting)
+				maxQueue = max(maxQueue, r.sim.Stats().Waiting)
 			}
 		}
 	}()
+	return func() int {
+		close(quit)
+		<-done
+		return maxQueue
+	}
+}
 
+// sendArrivals sends a request, in a goroutine of wg under reqCtx, at each
+// arrival of a Poisson process of rate r.qps until the load's duration is
+// up or ctx is done. It returns the latest an arrival was sent after its
+// planned time.
+func (r *run) sendArrivals(ctx, reqCtx context.Context, clock simClock, wg *sync.WaitGroup) (lag time.Duration) {
 	rng := rand.New(rand.NewPCG(r.o.Seed, 0x5eed))
-	timer := time.NewTimer(0)
-	<-timer.C
 	var at time.Duration
 	for {
 		at += time.Duration(rng.ExpFloat64() / r.qps * float64(time.Second))
 		if at >= r.o.Duration {
-			break
+			return lag
 		}
-		if d := wall(at) - time.Since(start); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-ctx.Done():
-			case <-timer.C:
-			}
-		}
+		clock.sleepUntil(ctx, at)
 		if ctx.Err() != nil {
-			break
+			return lag
 		}
-		req := &request{arrival: simNow()}
-		res.ArrivalLag = max(res.ArrivalLag, req.arrival-at)
+		req := &request{arrival: clock.now()}
+		lag = max(lag, req.arrival-at)
 		r.mu.Lock()
 		r.reqs = append(r.reqs, req)
 		r.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			n, ok := r.send(reqCtx)
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if ok {
-				req.finished, req.finish, req.tokens = true, simNow(), n
+				req.finished, req.finish, req.tokens = true, clock.now(), n
 			}
-		}()
+		})
 	}
-	if d := wall(r.o.Duration) - time.Since(start); d > 0 {
-		timer.Reset(d)
-		select {
-		case <-ctx.Done():
-		case <-timer.C:
-		}
-	}
-	res.QueueAtEnd = r.sim.Stats().Waiting
-	close(stopSampling)
-	<-sampleDone
-	res.MaxQueue = max(res.MaxQueue, res.QueueAtEnd)
+}
 
-	// Stragglers get a quarter of the run to finish; a backlog that needs
-	// longer is what the run set out to detect, not something to wait for.
+// awaitStragglers gives the requests of wg a quarter of the run to finish,
+// then cancels the rest with abort, waits for them and returns the
+// simulated time of the cut-off. A backlog that needs longer is what the
+// run set out to detect, not something to wait for.
+func (r *run) awaitStragglers(ctx context.Context, clock simClock, wg *sync.WaitGroup, abort context.CancelFunc) (cutoff time.Duration) {
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	grace := time.NewTimer(wall(r.o.Duration / 4))
+	grace := time.NewTimer(clock.wall(r.o.Duration / 4))
 	defer grace.Stop()
 	select {
 	case <-finished:
 	case <-grace.C:
 	case <-ctx.Done():
 	}
-	cutoff := simNow()
+	cutoff = clock.now()
 	abort()
 	<-finished
+	return cutoff
+}
 
+// measure counts the requests into res and sets the throughput and
+// latencies of the steady part of the load, the part after its first
+// quarter. A request unfinished at cutoff counts with its age then.
+func (r *run) measure(res *Result, cutoff time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	steady := r.o.Duration / 4
@@ -388,7 +429,6 @@ func (r *run) drive(ctx context.Context) Result {
 	res.ThroughputTokensPerSecond = float64(steadyTokens) / (r.o.Duration - steady).Seconds()
 	slices.Sort(lat)
 	res.P50, res.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
-	return res
 }
 
 // send runs one chat completion through the simulator's handler, in
