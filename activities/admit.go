@@ -76,8 +76,13 @@ func (a *Chat) enqueue(ctx context.Context, in AdmitInput, pool string) (admissi
 	}
 	// Histories from before weights existed replay with none: weight 1.
 	weight := max(in.Weight, 1)
+	var alive time.Duration
+	if in.WaitFor > 0 {
+		alive = in.WaitFor + deadlineMargin
+	}
 	res, err := a.Gate.Enqueue(ctx, pool, admission.Request{
 		ID: in.RequestID, Tenant: in.Tenant, Weight: weight, MaxPerTenant: in.MaxPerTenant, Seq: in.Seq,
+		AliveFor: alive,
 	})
 	werr := written()
 	if err != nil {
@@ -103,11 +108,17 @@ func (a *Chat) enqueue(ctx context.Context, in AdmitInput, pool string) (admissi
 	return res, nil
 }
 
+// deadlineMargin is how long a place outlives its waiter's deadline: for
+// the workflow's timer to fire late (timers are coarse), its task to run
+// and its last look at the queue to arrive.
+const deadlineMargin = 30 * time.Second
+
 // keepQueued keeps a queued request's place live until its next re-check
 // when that comes later than the base cadence, and returns how long that
-// is (0: at the base cadence).
+// is (0: at the base cadence, or no re-checks at all for a request that
+// waits until its deadline).
 func (a *Chat) keepQueued(ctx context.Context, in AdmitInput, pool string, res admission.Result) (time.Duration, error) {
-	if res.Status != admission.Queued || in.RecheckMax <= in.RecheckBase {
+	if res.Status != admission.Queued || in.WaitFor > 0 || in.RecheckMax <= in.RecheckBase {
 		return 0, nil
 	}
 	next := admission.RecheckAfter(res, in.RecheckBase, in.RecheckMax)

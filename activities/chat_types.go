@@ -70,6 +70,12 @@ type AdmitInput struct {
 	// RecheckBase, as histories from before it did.
 	RecheckBase time.Duration
 	RecheckMax  time.Duration
+	// WaitFor, if not 0, is how long the request will wait for its grant
+	// from this call (what is left of its max wait): it will not re-check,
+	// so its queue place is kept live that long (plus a margin for the
+	// workflow's timer to fire and its last look to arrive) instead of
+	// for the re-check cadence.
+	WaitFor time.Duration
 	// FastWait: how long to wait here for the grant when the request's
 	// turn is near (first call only; 0: not at all).
 	FastWait time.Duration

@@ -17,6 +17,10 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.status.Stage = request.StageAdmission
 	sctx := localCtx(w.stageCtx)
 	start := workflow.Now(ctx)
+	var waitFor time.Duration
+	if w.in.Settings.WaitUntilDeadline {
+		waitFor = w.maxWait(cmp.Or(w.pool, w.in.Pool))
+	}
 	var adm activities.AdmitOutput
 	w.admitting = true
 	// A signal still unread here is from an earlier grant (one the admit
@@ -28,7 +32,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		Pool: cmp.Or(w.pool, w.in.Pool), Seq: w.seq, PromptBound: w.promptBound,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
-		FastWait: w.in.Settings.FastWait, Session: w.session(),
+		WaitFor: waitFor, FastWait: w.in.Settings.FastWait, Session: w.session(),
 	}).Get(sctx, &adm); err != nil {
 		w.stageFailed(request.StageAdmission, err)
 		return false
@@ -49,7 +53,11 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	}
 	queuedMs := adm.Ms
 	if !adm.Granted {
-		recheckMs, ok := w.waitForGrant(ctx, start, adm)
+		wait := w.waitForGrant
+		if w.in.Settings.WaitUntilDeadline {
+			wait = w.waitUntilDeadline
+		}
+		recheckMs, ok := wait(ctx, start, adm)
 		if !ok {
 			return false
 		}
@@ -67,19 +75,13 @@ func (w *chat) admit(ctx workflow.Context) bool {
 // request is cancelled, or its max wait runs out. It returns the time its
 // re-checks took, and false when the request must end (w.result says why).
 func (w *chat) waitForGrant(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) (recheckMs int64, ok bool) {
-	maxWait := w.in.Settings.MaxWait
-	if d, ok := w.in.Settings.MaxWaitByPool[adm.Pool]; ok {
-		maxWait = d
-	}
-	deadline := start.Add(maxWait)
+	deadline := start.Add(w.maxWait(adm.Pool))
 	for !adm.Granted {
 		w.status.Position = adm.Position
 		w.status.EstimatedWaitMs = adm.EstimatedWaitMs
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
-			w.timing(request.StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
-			retry := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
-			w.reject(request.ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
+			w.timedOut(ctx, start, adm)
 			return recheckMs, false
 		}
 		wait := w.in.Settings.RecheckInterval
@@ -121,6 +123,64 @@ func (w *chat) waitForGrant(ctx workflow.Context, start time.Time, adm activitie
 		adm.Granted, adm.Position, adm.EstimatedWaitMs, adm.NextRecheckMs = re.Granted, re.Position, re.EstimatedWaitMs, re.NextRecheckMs
 	}
 	return recheckMs, true
+}
+
+// waitUntilDeadline waits in the queue, from start, until the permit is
+// handed over (the admitted signal), the request is cancelled, or its max
+// wait runs out: one timer, and no re-checks, whatever the wait. At the
+// deadline it looks at the queue once, in case the grant's signal was
+// lost. It returns the time that look took, and false when the request
+// must end (w.result says why).
+func (w *chat) waitUntilDeadline(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) (recheckMs int64, ok bool) {
+	w.status.Position = adm.Position
+	w.status.EstimatedWaitMs = adm.EstimatedWaitMs
+	if remaining := start.Add(w.maxWait(adm.Pool)).Sub(workflow.Now(ctx)); remaining > 0 {
+		signalled, _ := w.sleepUnlessGranted(remaining)
+		if w.stageCtx.Err() != nil {
+			w.cancelled()
+			return 0, false
+		}
+		if signalled {
+			// The releaser moved our entry to the permit set before
+			// signalling, so the permit is already ours.
+			return 0, true
+		}
+	}
+	re, err := w.recheck(adm.Seq)
+	switch {
+	case w.stageCtx.Err() != nil:
+		w.cancelled()
+		return re.Ms, false
+	case err != nil && isShed(err):
+		w.stageFailed(request.StageAdmission, err)
+		return re.Ms, false
+	case err != nil:
+		// Finalize gives back whatever the request holds.
+		w.logger.Warn("admission check at the deadline failed", "error", err)
+	case re.Granted:
+		return re.Ms, true
+	default:
+		adm.EstimatedWaitMs = re.EstimatedWaitMs
+	}
+	w.timedOut(ctx, start, adm)
+	return re.Ms, false
+}
+
+// timedOut rejects a request whose max wait ran out in the queue, telling
+// it to come back after its estimated wait.
+func (w *chat) timedOut(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) {
+	w.timing(request.StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
+	retry := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
+	w.reject(request.ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
+}
+
+// maxWait is how long the request may wait for a permit in pool: its
+// tier's max wait, or the pool's when the tier set none.
+func (w *chat) maxWait(pool string) time.Duration {
+	if d, ok := w.in.Settings.MaxWaitByPool[pool]; ok {
+		return d
+	}
+	return w.in.Settings.MaxWait
 }
 
 // sleepUnlessGranted waits up to d for the admitted signal, ending early

@@ -718,3 +718,79 @@ func (s *chatSuite) TestPermitLostBeforeStreamQueuesAgain() {
 	s.Equal("short", admits[1].Pool, "re-admission asks in the same pool")
 	s.Equal(int64(7), admits[1].Seq, "re-admission restores the old place")
 }
+
+// deadlineInput waits for its grant until its deadline, without re-checks.
+func deadlineInput(maxWait time.Duration) ChatInput {
+	in := input()
+	in.Settings.MaxWait = maxWait
+	in.Settings.WaitUntilDeadline = true
+	return in
+}
+
+// A request that waits until its deadline costs the same however long it
+// waits: one Admit, one timer, the signal; no re-checks. Its queue place
+// is kept live for the whole wait.
+func (s *chatSuite) TestDeadlineWaitAdmittedBySignalWithoutRechecks() {
+	s.mockEmbed()
+	var waitFor time.Duration
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+		if in.Recheck {
+			s.log.record("Recheck")
+			return queued, nil
+		}
+		s.log.record("Admit")
+		waitFor = in.WaitFor
+		return queued, nil
+	})
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	s.env.RegisterDelayedCallback(func() {
+		s.env.SignalWorkflow(SignalAdmitted, AdmittedSignal{Pool: "short"})
+	}, 4*time.Minute)
+	start := s.env.Now()
+	s.env.ExecuteWorkflow(ChatWorkflow, deadlineInput(5*time.Minute))
+
+	s.Equal(request.OutcomeDone, s.result().Outcome)
+	s.Equal([]string{"EmbedQuery", "Admit", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls())
+	s.Equal(5*time.Minute, waitFor, "the queue place must live as long as the wait")
+	s.GreaterOrEqual(s.env.Now().Sub(start), 4*time.Minute)
+}
+
+// At the deadline the request looks at the queue once: a grant whose
+// signal was lost is found there; otherwise the request is rejected.
+func (s *chatSuite) TestDeadlineWaitLooksOnceAtTheDeadline() {
+	for _, tc := range []struct {
+		name string
+		last activities.AdmitOutput
+		want string
+	}{
+		{"still queued", queued, request.OutcomeRejected},
+		{"granted, signal lost", granted, request.OutcomeDone},
+	} {
+		s.Run(tc.name, func() {
+			s.SetupTest()
+			s.mockEmbed()
+			s.mockAdmit(queued, &tc.last)
+			s.maybeRetrieve()
+			s.maybeRerank()
+			s.maybeLLM()
+			start := s.env.Now()
+			s.env.ExecuteWorkflow(ChatWorkflow, deadlineInput(time.Minute))
+
+			r := s.result()
+			s.Equal(tc.want, r.Outcome)
+			rechecks := 0
+			for _, c := range s.calls() {
+				if c == "Recheck" {
+					rechecks++
+				}
+			}
+			s.Equal(1, rechecks, "one look at the deadline, none before")
+			s.GreaterOrEqual(s.env.Now().Sub(start), time.Minute)
+			if tc.want == request.OutcomeRejected {
+				s.Equal(request.ReasonQueueTimeout, r.Reason)
+				s.Equal("short", s.onlyFinalize().Pool, "the queue entry must be removed")
+			}
+		})
+	}
+}

@@ -106,6 +106,15 @@ type ChatSettings struct {
 	// AnswerCache: look the answer up in the L3 tier before admission, and
 	// keep a complete one there (only for allow-listed kbs, no session).
 	AnswerCache bool
+	// WaitUntilDeadline: a queued request waits for its grant's signal
+	// with one timer for its whole max wait and looks at the queue once,
+	// at the deadline, instead of re-checking on a cadence; its place in
+	// Redis lives as long as the wait. So waiting costs Temporal one
+	// timer, one signal and one workflow task whatever its length.
+	// Requests started before it replay with re-checks. (An input flag,
+	// not workflow.GetVersion: a version marker would add an event to
+	// every request's history, the cost this removes.)
+	WaitUntilDeadline bool
 }
 
 // CancelSignal is the payload of SignalCancel.

@@ -41,6 +41,7 @@ func ChatSettingsFor(cfg config.Config, tier config.Tier) ChatSettings {
 		Weight:             tier.Weight,
 		MaxPerTenant:       tier.MaxQueuePerTenant,
 		HistoryTokens:      cfg.Sessions.HistoryTokens,
+		WaitUntilDeadline:  true,
 	}
 }
 

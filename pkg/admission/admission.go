@@ -210,6 +210,11 @@ type Request struct {
 	// waiter missed its re-checks) comes back at its old place, past both
 	// queue caps.
 	Seq int64
+	// AliveFor is how long the request's queue place stays live without
+	// another call (0: Options.WaiterTTL). A waiter that does not re-check
+	// (it waits for its grant's signal until its deadline) passes its
+	// remaining wait, so that its place outlives the wait and no longer.
+	AliveFor time.Duration
 }
 
 // Result is the state of a request after Enqueue.
@@ -262,13 +267,17 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: weight must be > 0, got %d", req.ID, pool, req.Weight)
 	case !(cost > 0) || math.IsInf(cost, 0):
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: cost must be > 0, got %v", req.ID, pool, req.Cost)
-	case req.MaxPerTenant < 0 || req.Seq < 0:
-		return Result{}, fmt.Errorf("enqueue %s in pool %s: negative MaxPerTenant %d or Seq %d", req.ID, pool, req.MaxPerTenant, req.Seq)
+	case req.MaxPerTenant < 0 || req.Seq < 0 || req.AliveFor < 0:
+		return Result{}, fmt.Errorf("enqueue %s in pool %s: negative MaxPerTenant %d, Seq %d or AliveFor %s", req.ID, pool, req.MaxPerTenant, req.Seq, req.AliveFor)
+	}
+	alive := g.aliveTTL
+	if req.AliveFor > 0 {
+		alive = req.AliveFor
 	}
 	k := g.keys(pool)
 	raw, err := enqueueScript.Run(ctx, g.rdb, k.list(),
 		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
-		limit, g.lease.Milliseconds(), g.maxDepth, g.aliveTTL.Milliseconds(), k.alivePrefix, k.tombPrefix,
+		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix,
 	).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)

@@ -1290,6 +1290,23 @@ func TestKeepAlive(t *testing.T) {
 	}
 }
 
+// A waiter that will not re-check passes its remaining wait: its place
+// lives that long instead of WaiterTTL.
+func TestEnqueueAliveFor(t *testing.T) {
+	g, rdb := newGate(t, 1, nil)
+	ctx := context.Background()
+	mustEnqueue(t, g, "holder")
+	if r := mustEnqueueReq(t, g, Request{ID: "w", Tenant: "t", Weight: 1, AliveFor: 5 * time.Minute}); r.Status != Queued {
+		t.Fatalf("w: %+v", r)
+	}
+	if ttl := rdb.PTTL(ctx, g.keys("p").alivePrefix+"w").Val(); ttl < 299*time.Second || ttl > 5*time.Minute {
+		t.Fatalf("liveness ttl %v, want the 5m the waiter asked for", ttl)
+	}
+	if _, err := g.Enqueue(ctx, "p", Request{ID: "x", Tenant: "t", Weight: 1, AliveFor: -time.Second}); err == nil {
+		t.Fatal("a negative AliveFor was accepted")
+	}
+}
+
 type signals struct {
 	mu  sync.Mutex
 	ids []string

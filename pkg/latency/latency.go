@@ -128,7 +128,7 @@ func New(rdb redis.Scripter, opts Options) (*Window, error) {
 	}
 	return &Window{
 		rdb:        rdb,
-		prefix:     opts.KeyPrefix + keyspace + "{",
+		prefix:     opts.KeyPrefix + Keyspace + "{",
 		slot:       opts.Slot,
 		retention:  opts.Retention,
 		flushEvery: opts.FlushEvery,
@@ -379,9 +379,9 @@ func (p *pending) appendIncrements(args []any) []any {
 	return args
 }
 
-// keyspace names the keys with the version of their format (the slot
+// Keyspace names the keys with the version of their format (the slot
 // layout): a process of another version never reads or adds into them.
-const keyspace = "lat1:"
+const Keyspace = "lat1:"
 
 // key is the base of a series' slot keys; the scripts append the slot
 // number. The series is a hash tag, so that one series' slots would share

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -462,6 +463,9 @@ func TestQueuedRequestIsAdmittedWhenAPermitIsReleased(t *testing.T) {
 	s := chat(t, ctx, `{"query":"How do leases protect against crashed holders?","max_tokens":20}`)
 	defer s.close()
 	s.until(t, func(ev testenv.SSEEvent) bool { return ev.Event == events.TypeQueue })
+	// Past its fast wait the request parks in its workflow: one timer for
+	// its whole max wait, no re-checks.
+	waitForTimer(t, ctx, s.id)
 
 	// Release one permit the way a finishing request does: the permit is
 	// handed to the waiter and the waiter's workflow is signalled.
@@ -479,7 +483,38 @@ func TestQueuedRequestIsAdmittedWhenAPermitIsReleased(t *testing.T) {
 	if r := result(t, s.id); r.Outcome != request.OutcomeDone {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
+	if n := countEvents(t, s.id, enums.EVENT_TYPE_TIMER_STARTED); n != 1 {
+		t.Fatalf("%d timers started while waiting, want 1 (no re-checks)", n)
+	}
 	recordHistory(t, s.id, "chat_admitted_by_signal")
+}
+
+// waitForTimer waits until the request's workflow has started a timer.
+func waitForTimer(t *testing.T, ctx context.Context, id string) {
+	t.Helper()
+	for countEvents(t, id, enums.EVENT_TYPE_TIMER_STARTED) == 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("request %s never parked on a timer", id)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// countEvents counts the events of one type in the request's history.
+func countEvents(t *testing.T, id string, typ enums.EventType) int {
+	t.Helper()
+	it := stack.temporal.GetWorkflowHistory(context.Background(), workflows.ChatWorkflowID(id), "", false, 0)
+	n := 0
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.EventType == typ {
+			n++
+		}
+	}
+	return n
 }
 
 func lastEvent(id string) (events.Event, bool, error) {
