@@ -97,6 +97,9 @@ func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingCl
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go srv.room.Run(ctx)
 	return srv, tc, rdb
 }
 
@@ -339,9 +342,10 @@ func TestFullQueueIs503AtTheDoor(t *testing.T) {
 	}
 }
 
-// With every start slot taken, a request is refused at once with 503.
+// With every start slot taken and no waiting room, a request is refused
+// at once with 503.
 func TestStartsInFlightAreBounded(t *testing.T) {
-	srv, tc, _ := newTestServer(t, func(c *config.Config) { c.API.MaxStartsInFlight = 1 })
+	srv, tc, _ := newTestServer(t, func(c *config.Config) { c.API.MaxStartsInFlight, c.API.WaitingRoom = 1, 0 })
 	tc.hold, tc.holding = make(chan struct{}), make(chan struct{}, 1)
 	first := make(chan *httptest.ResponseRecorder)
 	go func() { first <- post(srv, `{"query":"hello","max_tokens":8}`) }()
@@ -359,6 +363,111 @@ func TestStartsInFlightAreBounded(t *testing.T) {
 	// The slot is free again.
 	tc.hold = nil
 	assertJSONError(t, post(srv, `{"query":"hello","max_tokens":8}`), 503, "unavailable")
+}
+
+// With every start slot taken, a request waits in the door's waiting
+// room: its stream gets accepted and queue events at once, and its
+// workflow starts when a slot is free.
+func TestWaitingRoomStartsWhenASlotIsFree(t *testing.T) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) { c.API.MaxStartsInFlight = 1 })
+	runHub(t, srv)
+	tc.hold, tc.holding = make(chan struct{}), make(chan struct{}, 2)
+	go func() { post(srv, `{"query":"hello","max_tokens":8}`) }()
+	<-tc.holding // the first start is in flight
+	second := make(chan *httptest.ResponseRecorder)
+	go func() { second <- post(srv, `{"query":"hello","max_tokens":8}`) }()
+	waitFor(t, "the second request in the waiting room", func() bool { return srv.room.Stats().Waiting == 1 })
+	if tc.starts.Load() != 1 {
+		t.Fatalf("%d starts while the slot was taken, want 1", tc.starts.Load())
+	}
+	close(tc.hold)
+	rec := <-second
+	if tc.starts.Load() != 2 {
+		t.Fatalf("%d starts, want 2: the waiter never started", tc.starts.Load())
+	}
+	body := rec.Body.String()
+	if rec.Code != 200 || !strings.Contains(body, "event: accepted") || !strings.Contains(body, "event: queue") {
+		t.Fatalf("status %d, body %q: want an SSE stream with accepted and queue events", rec.Code, body)
+	}
+	// The test client refuses every start: the waiter's stream ends with
+	// an error event rather than hanging.
+	if !strings.Contains(body, "event: error") {
+		t.Fatalf("body %q: a failed start must end the stream", body)
+	}
+}
+
+// A request whose max wait runs out in the waiting room is rejected with
+// queue_timeout and a Retry-After; its charge is given back.
+func TestWaitingRoomTimesOut(t *testing.T) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+		c.API.MaxStartsInFlight = 1
+		vip := c.Limits.Tiers["vip"]
+		vip.MaxWait = time.Second
+		c.Limits.Tiers["vip"] = vip
+	})
+	runHub(t, srv)
+	tc.hold, tc.holding = make(chan struct{}), make(chan struct{}, 1)
+	defer close(tc.hold)
+	go func() { post(srv, `{"query":"hello","max_tokens":8}`) }()
+	<-tc.holding
+	start := time.Now()
+	rec := post(srv, `{"query":"hello","max_tokens":8}`)
+	body := rec.Body.String()
+	if !strings.Contains(body, "event: rejected") || !strings.Contains(body, `"reason":"queue_timeout"`) || !strings.Contains(body, `"retry_after_s":`) {
+		t.Fatalf("body %q: want a queue_timeout rejection with retry_after_s", body)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Fatalf("rejected after %v, before its max wait", waited)
+	}
+	if tc.starts.Load() != 1 {
+		t.Fatalf("%d starts, want 1", tc.starts.Load())
+	}
+}
+
+// While its pool's queue holds a request per permit, a new request waits
+// at the door, costing Temporal nothing, and starts once the queue is
+// shorter.
+func TestWaitingRoomHoldsStartsWhileThePoolQueueIsLong(t *testing.T) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) { c.Pools.Short.MaxConcurrency = 1 })
+	runHub(t, srv)
+	ctx := context.Background()
+	for _, id := range []string{"holder", "queued"} {
+		if _, err := srv.gate.Enqueue(ctx, "short", admission.Request{ID: id, Tenant: "other", Weight: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- post(srv, `{"query":"hello","max_tokens":8}`) }()
+	waitFor(t, "the request in the waiting room", func() bool { return srv.room.Stats().Waiting == 1 })
+	time.Sleep(100 * time.Millisecond)
+	if tc.starts.Load() != 0 {
+		t.Fatal("started while its pool's queue was full")
+	}
+	if _, err := srv.gate.Release(ctx, "short", "queued"); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if tc.starts.Load() != 1 {
+		t.Fatalf("%d starts after the queue shortened, want 1", tc.starts.Load())
+	}
+}
+
+// runHub runs the server's event hub, for tests that read streams.
+func runHub(t *testing.T, srv *Server) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() { _ = srv.hub.Run(ctx) }()
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 10s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func admin(srv *Server, method, path, key, body string) *httptest.ResponseRecorder {

@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 	"github.com/sluice-dev/sluice/pkg/session"
+	"github.com/sluice-dev/sluice/pkg/waitroom"
 )
 
 // Server is the HTTP API.
@@ -60,8 +61,11 @@ type Server struct {
 	// draining is set when the process shuts down: streams then end
 	// without detaching, so their requests carry on.
 	draining atomic.Bool
-	// starts holds a slot per workflow start in flight.
-	starts chan struct{}
+	// room holds the requests waiting at the door, and a slot per workflow
+	// start in flight.
+	room *waitroom.Room
+	// stats caches each pool's admission stats for the door's waiters.
+	stats statsCache
 }
 
 // Options are the Server's dependencies.
@@ -102,8 +106,15 @@ func New(opts Options) (*Server, error) {
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
 		gate: opts.Gate, prompts: opts.Prompts, limiter: opts.Limiter, policy: opts.Policy, logger: opts.Logger,
 		kbs: map[string]bool{}, keys: map[string]config.APIKey{}, sessions: opts.Sessions, answerKBs: map[string]bool{}, metrics: opts.Metrics,
-		starts: make(chan struct{}, opts.Config.API.MaxStartsInFlight),
 	}
+	room, err := waitroom.New(waitroom.Options{
+		Slots: opts.Config.API.MaxStartsInFlight, Capacity: opts.Config.API.WaitingRoom,
+		Ready: s.poolReady, Logger: s.logger.With("component", "waiting-room"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.room = room
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
 		s.kbs[kb.Name] = true
 	}
@@ -174,6 +185,9 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
+	roomCtx, stopRoom := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRoom()
+	go s.room.Run(roomCtx)
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(ln) }()
 	select {

@@ -33,10 +33,21 @@ type API struct {
 	// re-reads its position to send queue events.
 	QueuePollInterval time.Duration `yaml:"queue_poll_interval"`
 	// MaxStartsInFlight bounds the workflow starts one API process has
-	// outstanding; beyond it requests get 503 + Retry-After at once rather
-	// than piling onto a Temporal server that starts only so many
-	// workflows a second.
+	// outstanding, so that a flood does not pile onto a Temporal server
+	// that starts only so many workflows a second; beyond it requests wait
+	// in the door's waiting room.
 	MaxStartsInFlight int `yaml:"max_starts_in_flight"`
+	// WaitingRoom bounds the requests one API process keeps waiting at the
+	// door for a start slot (or for their pool's queue to shorten), in
+	// weighted fair order, with queue events; beyond it, 503 busy with
+	// Retry-After. 0: no waiting room, 503 busy whenever no slot is free.
+	WaitingRoom int `yaml:"waiting_room"`
+	// QueuePerPermit: a request starts its workflow only while its pool's
+	// admission queue holds fewer than this many requests per permit of
+	// the pool; the rest wait at the door, where waiting costs Temporal
+	// nothing. 1 keeps every queued request within a permit turnover of
+	// its grant. 0: start as soon as a start slot is free.
+	QueuePerPermit float64 `yaml:"queue_per_permit"`
 	// TrustForwardedFor takes the client IP (for per-IP limits) from
 	// X-Forwarded-For, as set by a trusted proxy in front; off, it is the
 	// connection's address, which a client cannot forge.
@@ -74,6 +85,8 @@ func defaultAPI() API {
 		DisconnectGrace:   5 * time.Second,
 		QueuePollInterval: 500 * time.Millisecond,
 		MaxStartsInFlight: 64,
+		WaitingRoom:       10000,
+		QueuePerPermit:    1,
 	}
 }
 
@@ -97,6 +110,12 @@ func (a API) validate(v *validator) {
 	}
 	v.duration("api.queue_poll_interval", a.QueuePollInterval)
 	v.positive("api.max_starts_in_flight", int64(a.MaxStartsInFlight))
+	if a.WaitingRoom < 0 {
+		v.add("api.waiting_room", "must be >= 0, got %d", a.WaitingRoom)
+	}
+	if !(a.QueuePerPermit >= 0) {
+		v.add("api.queue_per_permit", "must be >= 0, got %v", a.QueuePerPermit)
+	}
 }
 
 // validate checks the keys themselves; the tiers they name are checked

@@ -1,0 +1,236 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/metrics"
+	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/session"
+	"github.com/sluice-dev/sluice/pkg/waitroom"
+)
+
+// beginChat takes a validated request through the door: kb check,
+// routing, rate limits, queue caps, the waiting room, event subscription
+// and accepted event. Then it starts the request's workflow, at once when
+// a start slot is free and the pool's queue is short, or from the waiting
+// room when its turn comes (startWhenAdmitted). It returns the request's
+// id and a subscription to its events from the first, which the caller
+// must close and render; every later outcome reaches the client as an
+// event. On error nothing was started and every charge was given back.
+func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string, *events.Subscription, error) {
+	ctx := c.Request().Context()
+	if err := s.checkKB(ctx, req.KB); err != nil {
+		return "", nil, err
+	}
+	live := s.policy.Current()
+	tier, _ := live.Tier(who.Tier)
+	if tier.MaxOutputTokens > 0 && *req.MaxTokens > tier.MaxOutputTokens {
+		// The tier's cap, not the caller's wish, bounds the answer.
+		*req.MaxTokens = tier.MaxOutputTokens
+	}
+	d := door{id: newRequestID(), who: who, tier: tier, pool: s.route(ctx, who, req), arrived: time.Now()}
+	var err error
+	d.reservation, err = s.reserve(c, d.id, who, tier, live.Limits.Enabled, s.cost(live, d, req))
+	if err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+			s.metrics.Refused(metrics.OutcomeRejectedRate)
+		}
+		return "", nil, err
+	}
+	w, err := s.enterRoom(ctx, d, live)
+	if err != nil {
+		s.refuse(ctx, d, req, err)
+		return "", nil, err
+	}
+	sub, err := s.open(ctx, d, req)
+	if err != nil {
+		w.Leave()
+		return "", nil, err
+	}
+	select {
+	case <-w.Admitted():
+	default:
+		go s.startWhenAdmitted(ctx, d, *req, w)
+		return d.id, sub, nil
+	}
+	err = s.startChat(ctx, d, *req, 0)
+	w.Leave()
+	if err != nil {
+		s.logger.Error("start chat workflow", "requestID", d.id, "err", err)
+		sub.Close()
+		_ = s.events.Delete(context.WithoutCancel(ctx), d.id)
+		s.refundAll(ctx, d.id, d.reservation)
+		return "", nil, unavailable("could not start the request; please retry")
+	}
+	return d.id, sub, nil
+}
+
+// door is what the door decided about one request on its way in.
+type door struct {
+	id   string
+	who  caller
+	tier config.Tier
+	// pool is the request's route; admission queues it there.
+	pool string
+	// reservation is its rate-limit charge ("" when none applied).
+	reservation string
+	// arrived starts the request's max wait, the door's share included.
+	arrived time.Time
+}
+
+// checkKB refuses a request for a knowledge base that does not exist.
+func (s *Server) checkKB(ctx context.Context, kb string) error {
+	known, err := s.kbKnown(ctx, kb)
+	switch {
+	case err != nil:
+		s.logger.Error("look up kb", "kb", kb, "err", err)
+		return unavailable("knowledge bases unavailable; please retry")
+	case !known:
+		return badRequest("unknown_kb", "unknown knowledge base %q", kb)
+	}
+	return nil
+}
+
+// route picks the request's pool by the rule and inputs admission uses:
+// the prompt's bound before retrieval and the tokens of the session turns
+// it will carry. The workflow is started with this pool, so the queue the
+// door checks is the queue the request joins. A session that cannot be
+// read is asked without its history, as the stream would.
+func (s *Server) route(ctx context.Context, who caller, req *chatRequest) string {
+	history := 0
+	if req.SessionID != "" && s.sessions != nil {
+		var err error
+		_, history, err = s.sessions.History(ctx, s.prompts, who.Tenant, req.SessionID, s.cfg.Sessions.HistoryTokens)
+		if err != nil {
+			s.logger.Warn("read session to route; routing without its history", "session", req.SessionID, "err", err)
+		}
+	}
+	return request.Route(s.promptBound(req), history, s.cfg.Routing.ShortThresholdTokens)
+}
+
+// promptBound is the prompt's upper bound before retrieval: the query and
+// top_k full chunks.
+func (s *Server) promptBound(req *chatRequest) int {
+	return s.prompts.BoundForQueryTokens(s.queryTokens(req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
+}
+
+// cost is what the rate limits charge a request up front: the prompt with
+// a full context, the whole session budget and every output token it may
+// produce. The workflow refunds what it did not use when it ends. Only
+// limits that count tokens need a cost; a flood refused on requests per
+// minute never pays for tokenization.
+func (s *Server) cost(live *policy.Policy, d door, req *chatRequest) int {
+	if !live.Limits.Enabled || !ratesOf(d.tier).CountsTokens() {
+		return 0
+	}
+	cost := s.promptBound(req) + *req.MaxTokens
+	if req.SessionID != "" {
+		cost += s.cfg.Sessions.HistoryTokens
+	}
+	// While the healer throttles long requests, a request routed long must
+	// find factor times its tokens in its buckets: a tenant's long
+	// requests hit 429 sooner, short ones are unaffected. The refund still
+	// gives back the unused part, so the factor bounds how many long
+	// requests a tenant starts at once, not what it pays.
+	if f := live.ChargeFactor(d.pool); f > 1 {
+		cost = int(math.Ceil(float64(cost) * f))
+	}
+	return cost
+}
+
+// enterRoom checks the pool's queue caps and takes the request into the
+// waiting room: admitted at once when a start slot is free and the pool's
+// queue is short, waiting otherwise. A full queue, room or tenant share
+// is refused with 503 and Retry-After, before any workflow is started
+// (the admission script enforces the queue caps too; this read spares
+// Temporal the flood).
+func (s *Server) enterRoom(ctx context.Context, d door, live *policy.Policy) (*waitroom.Waiter, error) {
+	retry := max(1, int(s.cfg.Admission.RecheckInterval.Seconds()))
+	total, mine, err := s.gate.Depth(ctx, d.pool, d.who.Tenant)
+	if err != nil {
+		// The admission script still enforces the caps; the room waits
+		// for the depth to be readable before it lets a waiter go.
+		s.logger.Warn("read queue depth", "pool", d.pool, "err", err)
+	}
+	switch {
+	case err == nil && total >= s.cfg.Admission.MaxQueueDepth:
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonQueueFull, RetryAfter: retry,
+			Message: "The service is at capacity and its queue is full. Please retry shortly."}
+	case err == nil && d.tier.MaxQueuePerTenant > 0 && mine >= d.tier.MaxQueuePerTenant:
+		return nil, errTenantQueueFull(retry)
+	}
+	w, err := s.room.Enter(waitroom.Ticket{
+		Pool: d.pool, Tenant: d.who.Tenant, Weight: max(d.tier.Weight, 1), MaxPerTenant: d.tier.MaxQueuePerTenant,
+	}, err == nil && s.canTake(live, d.pool, total, 0))
+	switch {
+	case errors.Is(err, waitroom.ErrTenantFull):
+		return nil, errTenantQueueFull(retry)
+	case err != nil:
+		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonBusy, RetryAfter: 1,
+			Message: "Too many requests are waiting to start right now. Please retry in a moment."}
+	}
+	return w, nil
+}
+
+func errTenantQueueFull(retry int) *apiError {
+	return &apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonTenantQueueFull, RetryAfter: retry,
+		Message: "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished."}
+}
+
+// refuse gives back a request's whole charge when the door turns it away
+// for want of capacity, records the refusal in its session and counts it.
+func (s *Server) refuse(ctx context.Context, d door, req *chatRequest, err error) {
+	s.refundAll(ctx, d.id, d.reservation)
+	var ae *apiError
+	if errors.As(err, &ae) {
+		s.recordRefusal(ctx, d.who, *req, d.id, ae.Code)
+		s.metrics.Refused(metrics.OutcomeOf(request.OutcomeRejected, ae.Code))
+	}
+}
+
+// open subscribes to the request's events and writes its accepted event.
+// Subscribing first means the events the workflow writes while its start
+// call is still returning are already buffered for the client; the
+// accepted event is the stream's first entry whatever the workflow writes.
+func (s *Server) open(ctx context.Context, d door, req *chatRequest) (*events.Subscription, error) {
+	sub, err := s.hub.Subscribe(ctx, d.id, "0")
+	if err != nil {
+		s.logger.Error("subscribe to events", "requestID", d.id, "err", err)
+		s.refundAll(ctx, d.id, d.reservation)
+		return nil, unavailable("event stream unavailable")
+	}
+	if _, err := s.events.Append(ctx, d.id, events.TypeAccepted, events.Accepted{RequestID: d.id, Tenant: d.who.Tenant, KB: req.KB}); err != nil {
+		s.logger.Error("write accepted event", "requestID", d.id, "err", err)
+		sub.Close()
+		s.refundAll(ctx, d.id, d.reservation)
+		return nil, unavailable("event store unavailable")
+	}
+	return sub, nil
+}
+
+// recordRefusal records a request the door turned away for want of
+// capacity in its session, as the workflow does with a request its queue
+// turned away: the session's next turn then knows its question went
+// unanswered. Refusals by the rate limits are not recorded: a flood must
+// cost one Redis call per request, and its Retry-After already says when.
+func (s *Server) recordRefusal(ctx context.Context, who caller, req chatRequest, id, reason string) {
+	if s.sessions == nil || req.SessionID == "" {
+		return
+	}
+	err := s.sessions.Append(context.WithoutCancel(ctx), who.Tenant, req.SessionID, session.Turn{
+		RequestID: id, Query: req.Query, Outcome: request.OutcomeRejected, Reason: reason, At: time.Now().UTC(),
+	})
+	if err != nil {
+		s.logger.Warn("record refusal in session", "requestID", id, "session", req.SessionID, "err", err)
+	}
+}

@@ -1,0 +1,206 @@
+package waitroom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func newRoom(t *testing.T, slots, capacity int, ready Ready) *Room {
+	t.Helper()
+	r, err := New(Options{Slots: slots, Capacity: capacity, Ready: ready, Poll: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+func enter(t *testing.T, r *Room, tenant string, weight int, ready bool) *Waiter {
+	t.Helper()
+	w, err := r.Enter(Ticket{Pool: "short", Tenant: tenant, Weight: weight}, ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func admitted(w *Waiter, within time.Duration) bool {
+	select {
+	case <-w.Admitted():
+		return true
+	default:
+	}
+	select {
+	case <-w.Admitted():
+		return true
+	case <-time.After(within):
+		return false
+	}
+}
+
+// A free slot and a ready pool admit at once; without a slot the request
+// waits, and is admitted when a slot is given back.
+func TestSlotsAdmitInTurn(t *testing.T) {
+	r := newRoom(t, 1, 10, nil)
+	first := enter(t, r, "a", 1, true)
+	if !admitted(first, 0) {
+		t.Fatal("a free slot did not admit at once")
+	}
+	second := enter(t, r, "a", 1, true)
+	if admitted(second, 20*time.Millisecond) {
+		t.Fatal("admitted without a free slot")
+	}
+	if p := second.Position(); p != 1 {
+		t.Fatalf("position %d, want 1", p)
+	}
+	first.Leave()
+	first.Leave() // twice gives back one slot
+	if !admitted(second, time.Second) {
+		t.Fatal("a given-back slot did not admit the next waiter")
+	}
+	if st := r.Stats(); st.Waiting != 0 || st.Starting != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A pool that cannot take more keeps its waiters, whatever the slots; it
+// is asked again until it can, and told how many are already starting.
+func TestWaitsForItsPoolToBeReady(t *testing.T) {
+	var open atomic.Bool
+	var starting atomic.Int64
+	r := newRoom(t, 4, 10, func(_ context.Context, _ string, n int) (bool, error) {
+		starting.Store(int64(n))
+		return open.Load(), nil
+	})
+	held := enter(t, r, "a", 1, true)
+	w := enter(t, r, "a", 1, false)
+	if admitted(w, 30*time.Millisecond) {
+		t.Fatal("admitted while its pool was not ready")
+	}
+	if starting.Load() != 1 {
+		t.Fatalf("Ready was told %d starts in flight, want 1", starting.Load())
+	}
+	open.Store(true)
+	if !admitted(w, time.Second) {
+		t.Fatal("not admitted once its pool was ready")
+	}
+	held.Leave()
+	w.Leave()
+}
+
+// A pool whose readiness cannot be read keeps its waiters rather than
+// flooding it.
+func TestReadyErrorKeepsWaiting(t *testing.T) {
+	r := newRoom(t, 1, 10, func(context.Context, string, int) (bool, error) {
+		return false, errors.New("redis down")
+	})
+	w := enter(t, r, "a", 1, false)
+	if admitted(w, 30*time.Millisecond) {
+		t.Fatal("admitted although its pool's readiness was unknown")
+	}
+	w.Leave()
+	if st := r.Stats(); st.Waiting != 0 {
+		t.Fatalf("stats %+v after leaving", st)
+	}
+}
+
+// Backlogged tenants leave in proportion to their weights, each in its
+// own arrival order.
+func TestWeightedFairOrder(t *testing.T) {
+	r := newRoom(t, 1, 100, nil)
+	blocker := enter(t, r, "x", 1, true)
+	var ws []*Waiter
+	names := map[*Waiter]string{}
+	for i := range 12 {
+		for _, tc := range []struct {
+			tenant string
+			weight int
+		}{{"vip", 3}, {"free", 1}} {
+			w := enter(t, r, tc.tenant, tc.weight, true)
+			ws = append(ws, w)
+			names[w] = fmt.Sprintf("%s#%d", tc.tenant, i)
+		}
+	}
+	var order []string
+	blocker.Leave()
+	for range 16 {
+		var next *Waiter
+		deadline := time.After(time.Second)
+		for next == nil {
+			for _, w := range ws {
+				select {
+				case <-w.Admitted():
+					if w.state != gone {
+						next = w
+					}
+				default:
+				}
+			}
+			select {
+			case <-deadline:
+				t.Fatalf("nobody admitted after %v", order)
+			default:
+			}
+		}
+		order = append(order, names[next])
+		next.Leave()
+	}
+	vip := 0
+	for _, o := range order {
+		if o[:3] == "vip" {
+			vip++
+		}
+	}
+	if vip != 12 {
+		t.Fatalf("first 16 admitted %v: %d vip, want 12 (3:1)", order, vip)
+	}
+	next := map[string]int{}
+	for _, o := range order {
+		tenant, n, _ := strings.Cut(o, "#")
+		if want := fmt.Sprint(next[tenant]); n != want {
+			t.Fatalf("order %v: %s out of its tenant's arrival order", order, o)
+		}
+		next[tenant]++
+	}
+}
+
+func TestCapacityAndTenantCap(t *testing.T) {
+	r := newRoom(t, 1, 2, nil)
+	enter(t, r, "a", 1, true) // holds the slot
+	if _, err := r.Enter(Ticket{Pool: "short", Tenant: "a", Weight: 1, MaxPerTenant: 1}, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Enter(Ticket{Pool: "short", Tenant: "a", Weight: 1, MaxPerTenant: 1}, true); !errors.Is(err, ErrTenantFull) {
+		t.Fatalf("tenant over its cap: %v", err)
+	}
+	enter(t, r, "b", 1, true)
+	if _, err := r.Enter(Ticket{Pool: "short", Tenant: "c", Weight: 1}, true); !errors.Is(err, ErrFull) {
+		t.Fatalf("room over capacity: %v", err)
+	}
+	if _, err := r.Enter(Ticket{Pool: "short", Tenant: "c"}, true); err == nil {
+		t.Fatal("a zero weight was accepted")
+	}
+}
+
+// Positions follow the line and move up when someone ahead leaves.
+func TestPositions(t *testing.T) {
+	r := newRoom(t, 1, 10, nil)
+	enter(t, r, "x", 1, true)
+	a, b, c := enter(t, r, "a", 1, true), enter(t, r, "b", 1, true), enter(t, r, "c", 1, true)
+	if a.Position() != 1 || b.Position() != 2 || c.Position() != 3 {
+		t.Fatalf("positions %d %d %d", a.Position(), b.Position(), c.Position())
+	}
+	b.Leave()
+	if a.Position() != 1 || c.Position() != 2 || b.Position() != 0 {
+		t.Fatalf("after b left: %d %d %d", a.Position(), c.Position(), b.Position())
+	}
+}
