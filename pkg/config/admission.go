@@ -9,17 +9,16 @@ type Admission struct {
 	// Lease is how long a permit lives without renewal; a crashed holder's
 	// permit comes back after at most this long.
 	Lease time.Duration `yaml:"lease"`
-	// RecheckInterval is the workflow's fallback re-check of its queue entry,
-	// in case a hand-off signal was lost. Workflow timers under 1 s are not
-	// precise, so keep it at 1 s or more.
+	// RecheckInterval is the Retry-After of a request refused because a
+	// queue was full, and how long a queue place stays live between calls
+	// for waiters that re-check. Requests wait for their grant with one
+	// timer for their whole max wait; only requests started before that
+	// design re-check, on this cadence. Keep it at 1 s or more (workflow
+	// timers under 1 s are not precise).
 	RecheckInterval time.Duration `yaml:"recheck_interval"`
-	// MaxRecheckInterval is the longest a waiter far back in the queue goes
-	// between re-checks: each re-check is a timer, a workflow task and a
-	// Redis call, so 10,000 waiters checking every RecheckInterval would
-	// flood Temporal. A waiter's cadence grows with its position and
-	// expected wait (admission.RecheckAfter), and its queue place stays
-	// live that long (three cadences), so a waiter that vanished without
-	// releasing (a terminated workflow) is dropped after at most that.
+	// MaxRecheckInterval is the longest such an older waiter far back in
+	// the queue goes between re-checks (admission.RecheckAfter); no request
+	// started now re-checks.
 	MaxRecheckInterval time.Duration `yaml:"max_recheck_interval"`
 	// FastWait is how long a request whose turn is near (no more waiters
 	// ahead of it than the pool has permits) waits for its grant inside
