@@ -166,7 +166,7 @@ func benchRepeated(b *testing.B, kb *benchStore, emb embed.Embedder) {
 		Chunks:   kb.live,
 		Reranker: rerank.NewLexical(rerank.LexicalOptions{}),
 		Logger:   quiet,
-		Options:  activities.Options{KeyPrefix: prefix, TopK: cfg.Retrieval.TopK, ChunkTokens: cfg.Retrieval.ChunkTokens},
+		Options:  activities.Options{TopK: cfg.Retrieval.TopK, ChunkTokens: cfg.Retrieval.ChunkTokens},
 	}
 	on, off := base, base
 	on.Embeddings = embed.NewCache(emb, kb.rdb, embed.CacheOptions{

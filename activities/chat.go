@@ -86,7 +86,6 @@ type Chat struct {
 
 // Options are the activity settings taken from config.
 type Options struct {
-	KeyPrefix string
 	// ShortThreshold routes prompts of at most this many tokens to the
 	// short pool.
 	ShortThreshold int

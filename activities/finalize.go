@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"fmt"
 
 	"go.temporal.io/sdk/activity"
 
@@ -64,14 +63,5 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 // StopStream raises the stop flag that a running LLM stream checks with
 // every token.
 func (a *Chat) StopStream(ctx context.Context, in StopStreamInput) error {
-	if err := a.Redis.Set(ctx, a.stopKey(in.RequestID), "1", a.Options.StopFlagTTL).Err(); err != nil {
-		return fmt.Errorf("raise stop flag of %s: %w", in.RequestID, err)
-	}
-	return nil
-}
-
-// stopKey is the request's stop flag: StopStream raises it, and the stream
-// reads it with every token and between tokens.
-func (a *Chat) stopKey(requestID string) string {
-	return a.Options.KeyPrefix + "stop:" + requestID
+	return a.Events.Stop(ctx, in.RequestID, a.Options.StopFlagTTL)
 }

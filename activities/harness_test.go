@@ -173,7 +173,6 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 		KBVersions: hybridVersions{kb},
 		Logger:     quiet,
 		Options: activities.Options{
-			KeyPrefix:        prefix,
 			ShortThreshold:   opts.shortThreshold,
 			TopK:             cfg.Retrieval.TopK,
 			ChunkTokens:      cfg.Retrieval.ChunkTokens,

@@ -42,7 +42,7 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 		return LLMOutput{}, err
 	}
 	s := &tokenStream{
-		a: a, ctx: ctx, requestID: in.RequestID, stopKey: a.stopKey(in.RequestID), start: start,
+		a: a, ctx: ctx, requestID: in.RequestID, stopKey: a.Events.StopKey(in.RequestID), start: start,
 		stageWritten: a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageLLM, Pool: in.Pool}),
 		// The answer's text is kept only when the session or the L3 tier needs it.
 		keep: in.Session != nil || in.CacheAnswer,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -64,6 +65,11 @@ func (c *countingClient) ExecuteWorkflow(_ context.Context, _ client.StartWorkfl
 		<-c.hold
 	}
 	return nil, fmt.Errorf("not starting workflows in this test")
+}
+
+// SignalWorkflow finds no workflow: this client starts none.
+func (c *countingClient) SignalWorkflow(context.Context, string, string, string, any) error {
+	return serviceerror.NewNotFound("no workflows in this test")
 }
 
 func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingClient, *redis.Client) {
@@ -393,6 +399,41 @@ func TestWaitingRoomStartsWhenASlotIsFree(t *testing.T) {
 	// an error event rather than hanging.
 	if !strings.Contains(body, "event: error") {
 		t.Fatalf("body %q: a failed start must end the stream", body)
+	}
+}
+
+// DELETE reaches a request still waiting at the door (it has no workflow
+// to signal yet): its stream ends with a cancel, and it never starts.
+func TestDeleteCancelsARequestAtTheDoor(t *testing.T) {
+	srv, tc, rdb := newTestServer(t, func(c *config.Config) { c.API.MaxStartsInFlight = 1 })
+	runHub(t, srv)
+	tc.hold, tc.holding = make(chan struct{}), make(chan struct{}, 1)
+	defer close(tc.hold)
+	go func() { post(srv, `{"query":"hello","max_tokens":8}`) }()
+	<-tc.holding
+	second := make(chan *httptest.ResponseRecorder)
+	go func() { second <- post(srv, `{"query":"hello","max_tokens":8}`) }()
+	waitFor(t, "the second request in the waiting room", func() bool { return srv.room.Stats().Waiting == 1 })
+	tc.mu.Lock()
+	first := tc.inputs[0].RequestID
+	tc.mu.Unlock()
+	keys, err := rdb.Keys(context.Background(), "t:"+t.Name()+":ev:*").Result()
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("event streams %v %v", keys, err)
+	}
+	id := strings.TrimPrefix(keys[0], "t:"+t.Name()+":ev:")
+	if id == first {
+		id = strings.TrimPrefix(keys[1], "t:"+t.Name()+":ev:")
+	}
+	if rec := admin(srv, "DELETE", "/v1/requests/"+id, "k-acme", ""); rec.Code != http.StatusAccepted {
+		t.Fatalf("DELETE: %d %s", rec.Code, rec.Body)
+	}
+	body := (<-second).Body.String()
+	if !strings.Contains(body, "event: error") || !strings.Contains(body, `"reason":"cancelled"`) {
+		t.Fatalf("body %q: want a cancel", body)
+	}
+	if tc.starts.Load() != 1 {
+		t.Fatalf("%d starts, want 1: the cancelled request started", tc.starts.Load())
 	}
 }
 

@@ -162,8 +162,19 @@ func (s *Server) deleteRequest(c echo.Context) error {
 		if !isNotFound(err) {
 			return unavailable("workflow service unavailable")
 		}
-		// Its events exist, so it ran: it has finished.
-		return &apiError{Status: http.StatusConflict, Code: "already_finished", Message: "the request has already finished"}
+		// No workflow: it finished, or it is still waiting at the door
+		// of some API process for its workflow to start. That process
+		// reads the stop flag while it waits.
+		last, ok, lerr := s.events.Last(ctx, id)
+		if lerr != nil {
+			return unavailable("event store unavailable")
+		}
+		if !ok || events.Terminal(last.Type) {
+			return &apiError{Status: http.StatusConflict, Code: "already_finished", Message: "the request has already finished"}
+		}
+		if err := s.events.Stop(ctx, id, s.cfg.Events.TTL); err != nil {
+			return unavailable("event store unavailable")
+		}
 	}
 	return c.JSON(http.StatusAccepted, map[string]string{"request_id": id, "status": "cancelling"})
 }

@@ -20,8 +20,9 @@ import (
 // Meanwhile it writes queue events with its place (the pool's admission
 // queue ahead of it included). A request whose max wait runs out here is
 // rejected with queue_timeout; one whose client left is dropped (it has no
-// workflow to resume); either way it ends with a terminal event and its
-// charge is given back.
+// workflow to resume), and one whose stop flag was raised (DELETE, on any
+// instance) is cancelled; either way it ends with a terminal event and
+// its charge is given back.
 func (s *Server) startWhenAdmitted(ctx context.Context, d door, req chatRequest, w *waitroom.Waiter) {
 	defer w.Leave()
 	maxWait := s.maxWait(d)
@@ -55,6 +56,10 @@ func (s *Server) startWhenAdmitted(ctx context.Context, d door, req chatRequest,
 			s.endAtDoor(ctx, d, req, s.leftFailure())
 			return
 		case <-poll.C:
+			if stopped, _ := s.events.Stopped(ctx, d.id); stopped {
+				s.endAtDoor(ctx, d, req, events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (client_request)."})
+				return
+			}
 		}
 	}
 }

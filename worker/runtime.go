@@ -266,7 +266,6 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		KBVersions: r.KBs,
 		Logger:     r.Logger.With("component", "activities"),
 		Options: activities.Options{
-			KeyPrefix:      cfg.Redis.KeyPrefix,
 			ShortThreshold: cfg.Routing.ShortThresholdTokens,
 			TopK:           cfg.Retrieval.TopK,
 			ChunkTokens:    cfg.Retrieval.ChunkTokens,

@@ -140,6 +140,28 @@ func NewLog(rdb redis.UniversalClient, opts LogOptions) *Log {
 // Key returns the stream key of a request.
 func (l *Log) Key(requestID string) string { return l.prefix + "ev:" + requestID }
 
+// StopKey is the request's stop flag: raised to cancel it wherever it is
+// (streaming, or still waiting at the door for its workflow to start),
+// read by whoever runs it with every token, and between tokens.
+func (l *Log) StopKey(requestID string) string { return l.prefix + "stop:" + requestID }
+
+// Stop raises the request's stop flag for ttl.
+func (l *Log) Stop(ctx context.Context, requestID string, ttl time.Duration) error {
+	if err := l.rdb.Set(ctx, l.StopKey(requestID), "1", ttl).Err(); err != nil {
+		return fmt.Errorf("raise stop flag of %s: %w", requestID, err)
+	}
+	return nil
+}
+
+// Stopped reports whether the request's stop flag is raised.
+func (l *Log) Stopped(ctx context.Context, requestID string) (bool, error) {
+	n, err := l.rdb.Exists(ctx, l.StopKey(requestID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("read stop flag of %s: %w", requestID, err)
+	}
+	return n == 1, nil
+}
+
 // Append adds one event and refreshes the stream's TTL, in one round trip.
 func (l *Log) Append(ctx context.Context, requestID, typ string, data any) (string, error) {
 	ids, err := l.AppendBatch(ctx, requestID, []Pending{{Type: typ, Data: data}})
