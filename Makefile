@@ -8,7 +8,7 @@ TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL     := $(BIN)/temporal
 export SLUICE_TEST_TEMPORAL_BIN := $(TEMPORAL)
 
-SCENARIOS    := overhead limiter reject wakeup burst waiters heal
+SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput
 
 .PHONY: all build test test-short bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal check-redis clean
 
@@ -48,6 +48,9 @@ test-short: check-redis
 # bench-waiters alone takes ~15 minutes. Run them on a quiet machine.
 # bench-heal (~4 minutes) runs the 80/20 mixed load with healing off, then
 # on, and writes tests/load/report/heal.{md,csv,png}.
+# bench-goodput (~10 minutes) drives Sluice and the bare workflow closed
+# loop, then open loop, at rising load, and writes
+# tests/load/report/goodput.{md,csv,png}.
 # bench-reject also drives the API with wrk when it is installed
 # (apt-get install wrk): a client light enough to leave the server the CPU.
 bench: bench-go $(addprefix bench-,$(SCENARIOS))
@@ -58,7 +61,7 @@ bench-go: check-redis
 bench-overhead: check-redis $(TEMPORAL) build
 	$(BIN)/sluice-bench overhead -temporal $(TEMPORAL) -n 200
 
-bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal: bench-%: check-redis $(TEMPORAL) build
+bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal bench-goodput: bench-%: check-redis $(TEMPORAL) build
 	$(BIN)/sluice-bench $* -temporal $(TEMPORAL)
 
 lint:

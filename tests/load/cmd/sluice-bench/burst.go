@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
@@ -272,15 +270,13 @@ func (b *burstScenario) outcomeTable(r *report) (bad, hangs, fivexx int) {
 	return bad, hangs, fivexx
 }
 
-const kindHang = "hang"
-
 var documented503 = map[string]bool{request.ReasonBusy: true, request.ReasonQueueFull: true, request.ReasonTenantQueueFull: true, "unavailable": true}
 
 // acceptable says whether an outcome is one a client may get under a
 // burst.
 func acceptable(kind string) bool {
 	switch {
-	case kind == "done":
+	case kind == kindDone:
 		return true
 	case strings.HasPrefix(kind, "rejected "), strings.HasPrefix(kind, "error "):
 		return true
@@ -294,38 +290,6 @@ func acceptable(kind string) bool {
 
 // burstClient runs one client's request to its end and names the outcome.
 func burstClient(ctx context.Context, hc *http.Client, baseURL, body, key string) (kind string, tokens int) {
-	s, err := postChat(ctx, hc, baseURL, body, map[string]string{"Authorization": "Bearer " + key})
-	if err != nil {
-		var he *httpError
-		switch {
-		case errors.As(err, &he):
-			return fmt.Sprintf("HTTP %d %s", he.status, he.code), 0
-		case ctx.Err() != nil:
-			return kindHang, 0
-		}
-		return "transport error", 0
-	}
-	defer s.close()
-	for {
-		ev, err := s.next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return kindHang, tokens
-			}
-			return "stream ended without a terminal event", tokens
-		}
-		switch ev.Event {
-		case events.TypeToken:
-			tokens++
-		case events.TypeDone:
-			if tokens == 0 {
-				return "done without tokens", 0
-			}
-			return "done", tokens
-		case events.TypeRejected, events.TypeError:
-			var f events.Failure
-			_ = ev.Decode(&f)
-			return ev.Event + " " + f.Reason, tokens
-		}
-	}
+	r := readChat(ctx, hc, baseURL, body, map[string]string{"Authorization": "Bearer " + key})
+	return r.kind, r.tokens
 }

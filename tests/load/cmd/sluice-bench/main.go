@@ -19,6 +19,9 @@
 //	          goroutines, then drained with nothing leaked
 //	heal      80% short / 20% long requests on one simulator, healing off
 //	          then on: the short pool's P99/P50 over time
+//	goodput   answers completed per second and TTFT against offered load,
+//	          closed and open loop, Sluice beside a bare workflow of its
+//	          shape; what a request costs Temporal, admitted or queued
 //
 // Every scenario has the same skeleton (scenario.go): its flags, the
 // stacks it starts (stack.go), the load it drives, and a report with its
@@ -52,6 +55,7 @@ var scenarios = map[string]struct {
 	"burst":    {"2,000 concurrent SSE clients against 20 permits: outcomes, hangs, leaks", func() scenario { return &burstScenario{} }},
 	"waiters":  {"10,000 queued workflows on one worker: RSS, goroutines, drain", func() scenario { return &waitersScenario{} }},
 	"heal":     {"80% short / 20% long on one simulator, healing off then on: short P99/P50 over time", func() scenario { return &healScenario{} }},
+	"goodput":  {"goodput and TTFT against offered load, closed and open loop, Sluice vs a bare workflow", func() scenario { return &goodputScenario{} }},
 }
 
 func main() {

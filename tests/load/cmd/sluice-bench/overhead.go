@@ -91,29 +91,47 @@ var overheadQueries = []string{
 const bareQueue = "sluice-bench-bare"
 
 func (o *overheadScenario) drive(ctx context.Context, st *stack) error {
-	// The stack's second runtime gives the bench its own Temporal client,
-	// the same retrieval stack (to build identical prompts) and the pool's
-	// client.
-	rt := st.rt
-	b := &bare{rdb: rt.Redis, llm: rt.Chat.Pools[request.PoolShort].Streamer}
-	w := sdkworker.New(rt.Temporal, bareQueue, sdkworker.Options{})
-	w.RegisterWorkflow(BareWorkflow)
-	w.RegisterActivity(b)
-	w.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: "noop"})
-	if err := w.Start(); err != nil {
+	b, err := startBare(ctx, st)
+	if err != nil {
 		return err
 	}
-	defer w.Stop()
-	prompts := map[string][]llm.Message{}
+	defer b.worker.Stop()
+	o.paths = o.pathsOf(st, b.bare, b.prompts)
+	return o.rounds(ctx)
+}
+
+// bareSetup is a running worker of the bare workflow, and the prompts it
+// is to send.
+type bareSetup struct {
+	*bare
+	worker sdkworker.Worker
+	// prompts are overheadQueries' prompts as Sluice builds them (the
+	// same retrieval stack, retrieved context included), so that the
+	// bare paths send the simulator exactly what Sluice sends it.
+	prompts map[string][]llm.Message
+}
+
+// startBare starts a worker of the bare workflow on the bench's own
+// Temporal client (the stack's second runtime), streaming from the short
+// pool's backend through the pool's own client.
+func startBare(ctx context.Context, st *stack) (*bareSetup, error) {
+	rt := st.rt
+	b := &bareSetup{bare: &bare{rdb: rt.Redis, llm: rt.Chat.Pools[request.PoolShort].Streamer}, prompts: map[string][]llm.Message{}}
 	for _, q := range overheadQueries {
 		msgs, err := samePrompt(ctx, rt, st.cfg, q)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		prompts[q] = msgs
+		b.prompts[q] = msgs
 	}
-	o.paths = o.pathsOf(st, b, prompts)
-	return o.rounds(ctx)
+	b.worker = sdkworker.New(rt.Temporal, bareQueue, sdkworker.Options{})
+	b.worker.RegisterWorkflow(BareWorkflow)
+	b.worker.RegisterActivity(b.bare)
+	b.worker.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: "noop"})
+	if err := b.worker.Start(); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // pathsOf are the four ways to the same completion.

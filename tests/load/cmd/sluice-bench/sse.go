@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
+	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/workflows"
 )
 
 // chatStream is one POST /v1/chat whose answer is an event stream.
@@ -71,3 +75,73 @@ func (s *chatStream) until(stop func(testenv.SSEEvent) bool) (testenv.SSEEvent, 
 }
 
 func (s *chatStream) close() { s.resp.Body.Close() }
+
+// Outcome kinds of a chat request, besides "rejected <reason>",
+// "error <reason>" and "HTTP <status> <code>".
+const (
+	kindDone = "done"
+	// kindHang: no terminal event before the client gave up.
+	kindHang = "hang"
+)
+
+// chatResult is what one chat request's client saw.
+type chatResult struct {
+	kind string
+	// id is the request's workflow id; empty when none was started.
+	id     string
+	tokens int
+	// ttft runs from the POST to the first token event (0: none came).
+	ttft time.Duration
+	// queued: the stream had a queue event, so the request waited for a
+	// permit.
+	queued bool
+}
+
+// readChat sends a chat request and reads every event of its stream up
+// to the terminal one, or until ctx ends.
+func readChat(ctx context.Context, hc *http.Client, baseURL, body string, header map[string]string) chatResult {
+	start := time.Now()
+	s, err := postChat(ctx, hc, baseURL, body, header)
+	if err != nil {
+		var he *httpError
+		switch {
+		case errors.As(err, &he):
+			return chatResult{kind: fmt.Sprintf("HTTP %d %s", he.status, he.code)}
+		case ctx.Err() != nil:
+			return chatResult{kind: kindHang}
+		}
+		return chatResult{kind: "transport error"}
+	}
+	defer s.close()
+	r := chatResult{id: workflows.ChatWorkflowID(s.id)}
+	for {
+		ev, err := s.next()
+		if err != nil {
+			r.kind = "stream ended without a terminal event"
+			if ctx.Err() != nil {
+				r.kind = kindHang
+			}
+			return r
+		}
+		switch ev.Event {
+		case events.TypeQueue:
+			r.queued = true
+		case events.TypeToken:
+			if r.tokens == 0 {
+				r.ttft = time.Since(start)
+			}
+			r.tokens++
+		case events.TypeDone:
+			r.kind = kindDone
+			if r.tokens == 0 {
+				r.kind = "done without tokens"
+			}
+			return r
+		case events.TypeRejected, events.TypeError:
+			var f events.Failure
+			_ = ev.Decode(&f)
+			r.kind = ev.Event + " " + f.Reason
+			return r
+		}
+	}
+}

@@ -1,0 +1,384 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// What a step measured, and the report: tables on stdout and in
+// goodput.md, a row a step in goodput.csv, the curves in goodput.png.
+
+func (s *goodputStep) label() string {
+	if s.loop == loopClosed {
+		return fmt.Sprintf("closed %g× (%d clients) %s", s.mult, s.clients, s.system)
+	}
+	return fmt.Sprintf("open %g× (%.1f/s) %s", s.mult, s.rate, s.system)
+}
+
+// load is the load column: the multiple and what it offered.
+func (s *goodputStep) load() string {
+	if s.loop == loopClosed {
+		return fmt.Sprintf("%g× = %d clients", s.mult, s.clients)
+	}
+	return fmt.Sprintf("%g× = %.1f/s (%.1f/s arrived)", s.mult, s.rate, float64(s.arrivals)/s.window.Seconds())
+}
+
+// offered is the load as a number: clients, or arrivals/s asked for.
+func (s *goodputStep) offered() float64 {
+	if s.loop == loopClosed {
+		return float64(s.clients)
+	}
+	return s.rate
+}
+
+func (s *goodputStep) done() int {
+	n := 0
+	for _, r := range s.reqs {
+		if r.kind == kindDone {
+			n++
+		}
+	}
+	return n
+}
+
+// goodput is the answers completed per second of the window.
+func (s *goodputStep) goodput() float64 { return float64(s.done()) / s.window.Seconds() }
+
+// ttft is the sorted times to first token of the completed answers.
+func (s *goodputStep) ttft() latencies {
+	var ds []time.Duration
+	for _, r := range s.reqs {
+		if r.kind == kindDone {
+			ds = append(ds, r.ttft)
+		}
+	}
+	return sorted(ds)
+}
+
+// kindClientTimeout is how the report names kindHang: here the client
+// gave up, as clients do.
+const kindClientTimeout = "client timeout"
+
+const kindShedByClient = "shed by client"
+
+// outcomes counts the step's requests by outcome, arrivals the client
+// shed included.
+func (s *goodputStep) outcomes() map[string]int {
+	m := map[string]int{}
+	for _, r := range s.reqs {
+		k := r.kind
+		if k == kindHang {
+			k = kindClientTimeout
+		}
+		m[k]++
+	}
+	if s.shed > 0 {
+		m[kindShedByClient] = s.shed
+	}
+	return m
+}
+
+// workflows is how many of the step's requests started a workflow.
+func (s *goodputStep) workflows() int {
+	n := 0
+	for _, r := range s.reqs {
+		if r.id != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// perDone divides by the completed answers (0 when there were none).
+func (s *goodputStep) perDone(x float64) float64 {
+	if d := s.done(); d > 0 {
+		return x / float64(d)
+	}
+	return 0
+}
+
+// wftPerDone is the workflow tasks of the step per completed answer: the
+// sample's mean per workflow times the step's workflows, so that the
+// tasks of requests that did not complete are charged to those that did.
+func (s *goodputStep) wftPerDone() float64 {
+	return s.perDone(s.hist.all().per(func(c histCounts) int { return c.workflowTasks }) * float64(s.workflows()))
+}
+
+// othersShare is the CPU that processes outside the bench's own tree
+// used within the window, in percent of one core.
+func (s *goodputStep) othersShare() string {
+	return fmt.Sprintf("%.0f%%", 100*s.cpu.others/s.window.Seconds())
+}
+
+func (s *goodputStep) summary() string {
+	l := s.ttft()
+	return fmt.Sprintf("goodput %.2f/s, TTFT p50 %s p99 %s, outcomes: %s; Temporal %.3f CPU-s/done, %.2f workflow tasks/done; other processes %s of a core",
+		s.goodput(), ms(l.at(50)), ms(l.at(99)), outcomeLine(s.outcomes()), s.perDone(s.cpu.temporal), s.wftPerDone(), s.othersShare())
+}
+
+func (g *goodputScenario) report(r *report) error {
+	r.strict = g.strict
+	settings := workflows.ChatSettingsFor(g.cfg, g.cfg.Limits.Tiers[g.cfg.Limits.DefaultTier])
+	r.header(fmt.Sprintf("goodput against offered load, Sluice (POST /v1/chat, every SSE event read) and the bare workflow of its shape (4 no-op local activities, then one activity streaming the same prompt from the same simulator into a Redis stream and writing done itself; started with eager start, read with XREAD) on one stack: closed loop at %s × P clients, then open loop (Poisson) at %s × %.2f/s (%s), at most %d requests in flight; each step %v warm-up + %v measured, Sluice first, then the bare workflow; P = %d permits of the short pool, %d-token answers, rate limits off, healing %s; an anonymous caller (one tenant, tier %s: max_wait %v, fast_wait %v, recheck %v); simulator: one replica running %d sequences; clients give up after %v",
+		g.closed, g.open, g.measured, g.capacitySource(), g.maxInFlight, g.warmup, g.step, g.permits, g.maxTokens, onOff(g.healing),
+		g.cfg.Limits.DefaultTier, settings.MaxWait, settings.FastWait, settings.RecheckInterval, g.permits, g.timeout))
+	r.table("loop", "load", "system", "goodput (done/s)", "TTFT p50", "TTFT p99", "done", "other outcomes", "Temporal CPU-s / done", "workflow tasks / done", "other processes' CPU")
+	for _, s := range g.steps {
+		l := s.ttft()
+		others := s.outcomes()
+		delete(others, kindDone)
+		r.row(s.loop, s.load(), s.system, fmt.Sprintf("%.2f", s.goodput()), ms(l.at(50)), ms(l.at(99)), fmt.Sprint(s.done()),
+			cmp.Or(outcomeLine(others), "none"), fmt.Sprintf("%.3f", s.perDone(s.cpu.temporal)), fmt.Sprintf("%.2f", s.wftPerDone()), s.othersShare())
+	}
+	r.linef("")
+	r.linef("Goodput counts the answers done within each step's window, TTFT (from the POST, or the bare workflow's start call, to the first token) is theirs. Temporal CPU-s / done: the dev server's CPU seconds in the window over those answers; workflow tasks / done: the history sample's tasks per workflow times the step's workflows, over the answers; other processes' CPU: what ran on the machine outside this process tree, in percent of a core. Shed by client: open-loop arrivals not sent because %d requests were in flight.", g.maxInFlight)
+	r.linef("")
+	r.linef("Per request, from the histories of a sample of each step's workflows (up to %d): admitted at once / queued (a queue event on its stream, the admitted signal or a re-check timer in its history); actions as Temporal Cloud bills them.", g.histories)
+	r.linef("")
+	g.historyTable(r)
+	r.linef("")
+	for _, gl := range goodputGoals(g.steps, g.closedList) {
+		r.goal(gl.what, gl.measured, gl.want, gl.met)
+	}
+	return writeGoodputReport(g, r)
+}
+
+func (g *goodputScenario) capacitySource() string {
+	if g.capacity > 0 {
+		return "-capacity"
+	}
+	return "Sluice's goodput at P clients"
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// historyFields are the history counts the report shows, in order.
+var historyFields = []struct {
+	name string
+	get  func(histCounts) int
+}{
+	{"events", func(c histCounts) int { return c.events }},
+	{"workflow tasks", func(c histCounts) int { return c.workflowTasks }},
+	{"timers", func(c histCounts) int { return c.timers }},
+	{"signals", func(c histCounts) int { return c.signals }},
+	{"activities", func(c histCounts) int { return c.activities }},
+	{"actions", func(c histCounts) int { return c.actions }},
+}
+
+// historyTable adds a row a step: the sample's size and each count per
+// request, admitted at once / queued.
+func (g *goodputScenario) historyTable(r *report) {
+	cols := []string{"loop", "load", "system", "histories (at once / queued)"}
+	for _, f := range historyFields {
+		cols = append(cols, f.name)
+	}
+	r.table(cols...)
+	for _, s := range g.steps {
+		row := []string{s.loop, s.load(), s.system, fmt.Sprintf("%d / %d", s.hist.once.n, s.hist.queued.n)}
+		if s.hist.failed > 0 {
+			row[3] += fmt.Sprintf(" (%d unreadable)", s.hist.failed)
+		}
+		for _, f := range historyFields {
+			row = append(row, perPair(s.hist, f.get))
+		}
+		r.row(row...)
+	}
+}
+
+// perPair is a count per request, at once / queued; "—" for an empty half.
+func perPair(h histSummary, get func(histCounts) int) string {
+	half := func(a histAgg) string {
+		if a.n == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.1f", a.per(get))
+	}
+	return half(h.once) + " / " + half(h.queued)
+}
+
+// goodputGoals judges the steps: Sluice at P clients against the bare
+// workflow at P clients, Sluice above P clients against itself at P, and
+// what queueing adds to a request's history.
+func goodputGoals(steps []*goodputStep, closed []float64) []goal {
+	find := func(mult float64, system string) *goodputStep {
+		for _, s := range steps {
+			if s.loop == loopClosed && s.mult == mult && s.system == system {
+				return s
+			}
+		}
+		return nil
+	}
+	var out []goal
+	one, bare := find(1, sysSluice), find(1, sysBare)
+	if one != nil && bare != nil {
+		out = append(out, goal{"closed loop at P clients: Sluice's goodput / the bare workflow's",
+			fmt.Sprintf("%.2f/s / %.2f/s = %.2f×", one.goodput(), bare.goodput(), ratio(one.goodput(), bare.goodput())), ">= 0.8×",
+			one.goodput() >= 0.8*bare.goodput()})
+	}
+	for _, m := range closed {
+		if s := find(m, sysSluice); m > 1 && s != nil && one != nil {
+			out = append(out, goal{fmt.Sprintf("closed loop at %g× P clients: Sluice's goodput / its goodput at P clients", m),
+				fmt.Sprintf("%.2f/s / %.2f/s = %.2f×", s.goodput(), one.goodput(), ratio(s.goodput(), one.goodput())), ">= 0.9×",
+				s.goodput() >= 0.9*one.goodput()})
+		}
+	}
+	return append(out, queueingGoal(steps))
+}
+
+// queueingGoal compares what a queued Sluice request costs with what one
+// admitted at once costs (pooled over all steps): in the step where
+// queueing costs most, at most one more signal, timer and workflow task.
+func queueingGoal(steps []*goodputStep) goal {
+	what := "a queued Sluice request over one admitted at once (the step where queueing costs most)"
+	want := "<= +1 signal, +1 timer, +1 workflow task"
+	var once histAgg
+	for _, s := range steps {
+		if s.system == sysSluice {
+			once.n += s.hist.once.n
+			once.sum.add(s.hist.once.sum)
+		}
+	}
+	type deltas struct{ sig, tim, wft, act, events float64 }
+	var worst *goodputStep
+	var w deltas
+	for _, s := range steps {
+		q := s.hist.queued
+		if s.system != sysSluice || q.n == 0 || once.n == 0 {
+			continue
+		}
+		d := func(get func(histCounts) int) float64 { return q.per(get) - once.per(get) }
+		ds := deltas{d(func(c histCounts) int { return c.signals }), d(func(c histCounts) int { return c.timers }), d(func(c histCounts) int { return c.workflowTasks }),
+			d(func(c histCounts) int { return c.actions }), d(func(c histCounts) int { return c.events })}
+		if worst == nil || max(ds.sig, ds.tim, ds.wft) > max(w.sig, w.tim, w.wft) {
+			worst, w = s, ds
+		}
+	}
+	if worst == nil {
+		return goal{what, fmt.Sprintf("not measured: no step with both kinds sampled (%d admitted at once)", once.n), want, false}
+	}
+	// Three decimals: one request in a sample of 200 with a second timer
+	// is +0.005, and must not read as +1.00 beside a missed goal.
+	return goal{what, fmt.Sprintf("%s: %+.3f signals, %+.3f timers, %+.3f workflow tasks (%+.2f actions, %+.1f events)", worst.label(), w.sig, w.tim, w.wft, w.act, w.events),
+		want, w.sig <= 1 && w.tim <= 1 && w.wft <= 1}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// csvOutcomes are the outcome columns of goodput.csv, each with the
+// outcome kinds it counts; "other" counts the rest.
+var csvOutcomes = []struct {
+	column string
+	match  func(kind string) bool
+}{
+	{"done", func(k string) bool { return k == kindDone }},
+	{"rejected_queue_timeout", func(k string) bool { return k == "rejected "+request.ReasonQueueTimeout }},
+	{"rejected_queue_full", func(k string) bool { return k == "rejected "+request.ReasonQueueFull }},
+	{"rejected_tenant_queue_full", func(k string) bool { return k == "rejected "+request.ReasonTenantQueueFull }},
+	{"rejected_shed", func(k string) bool { return k == "rejected "+request.ReasonShed }},
+	{"rejected_other", func(k string) bool { return strings.HasPrefix(k, "rejected ") }},
+	{"error_events", func(k string) bool { return strings.HasPrefix(k, "error ") }},
+	{"http_503_busy", func(k string) bool { return k == "HTTP 503 "+request.ReasonBusy }},
+	{"http_other", func(k string) bool { return strings.HasPrefix(k, "HTTP ") }},
+	{"transport_errors", func(k string) bool { return k == "transport error" }},
+	{"client_timeouts", func(k string) bool { return k == kindClientTimeout }},
+	{"shed_by_client", func(k string) bool { return k == kindShedByClient }},
+	{"other", func(string) bool { return true }},
+}
+
+// csvRow is a step's row of goodput.csv.
+func csvRow(s *goodputStep) []string {
+	l := s.ttft()
+	arrived := ""
+	if s.loop == loopOpen {
+		arrived = fmt.Sprintf("%.3f", float64(s.arrivals)/s.window.Seconds())
+	}
+	row := []string{s.loop, fmt.Sprint(s.mult), s.system, fmt.Sprintf("%.3f", s.offered()), arrived,
+		fmt.Sprintf("%.0f", s.window.Seconds()), fmt.Sprintf("%.3f", s.goodput()), fmt.Sprintf("%.1f", msf(l.at(50))), fmt.Sprintf("%.1f", msf(l.at(99)))}
+	counts := make([]int, len(csvOutcomes))
+	for kind, n := range s.outcomes() {
+		for i, c := range csvOutcomes {
+			if c.match(kind) {
+				counts[i] += n
+				break
+			}
+		}
+	}
+	for _, n := range counts {
+		row = append(row, fmt.Sprint(n))
+	}
+	row = append(row, fmt.Sprintf("%.4f", s.perDone(s.cpu.temporal)), fmt.Sprintf("%.3f", s.wftPerDone()), fmt.Sprintf("%.3f", s.cpu.others/s.window.Seconds()),
+		fmt.Sprint(s.hist.once.n), fmt.Sprint(s.hist.queued.n))
+	for _, half := range []histAgg{s.hist.once, s.hist.queued} {
+		for _, f := range historyFields {
+			cell := ""
+			if half.n > 0 {
+				cell = fmt.Sprintf("%.3f", half.per(f.get))
+			}
+			row = append(row, cell)
+		}
+	}
+	return row
+}
+
+// csvHeader names csvRow's columns.
+func csvHeader() []string {
+	h := []string{"loop", "multiple", "system", "offered", "arrivals_per_s", "window_s", "goodput_per_s", "ttft_p50_ms", "ttft_p99_ms"}
+	for _, c := range csvOutcomes {
+		h = append(h, c.column)
+	}
+	h = append(h, "temporal_cpu_s_per_done", "workflow_tasks_per_done", "other_processes_cores", "histories_at_once", "histories_queued")
+	for _, half := range []string{"at_once", "queued"} {
+		for _, f := range historyFields {
+			h = append(h, strings.ReplaceAll(f.name, " ", "_")+"_"+half)
+		}
+	}
+	return h
+}
+
+// writeGoodputReport writes goodput.md (the report's lines under a title,
+// the command and the machine), goodput.csv and goodput.png under -out.
+func writeGoodputReport(g *goodputScenario, r *report) error {
+	if err := os.MkdirAll(g.out, 0o755); err != nil {
+		return fmt.Errorf("report directory: %w", err)
+	}
+	var md, csv bytes.Buffer
+	md.WriteString("# Goodput under overload (sluice-bench goodput)\n\n")
+	fmt.Fprintf(&md, "Generated by `sluice-bench goodput` (`make bench-goodput`) on %s.\n\n", time.Now().UTC().Format(time.DateOnly))
+	fmt.Fprintf(&md, "Command: `%s`\n\n", commandLine())
+	fmt.Fprintf(&md, "Machine: %s; load average %s at the start, %s at the end. Everything (the bench's clients, the API and its worker, the bare workflow's worker, Redis, the Temporal dev server, the simulator) runs on it.\n\n", fmt.Sprintf("%d CPUs", runtime.NumCPU()), startLoad, loadAverage())
+	fmt.Fprintf(&md, "What ran: %s.\n\n", r.what)
+	md.WriteString("![goodput and TTFT p99 against offered load](goodput.png)\n\n")
+	for _, l := range r.lines {
+		md.WriteString(l + "\n")
+	}
+	csv.WriteString(strings.Join(csvHeader(), ",") + "\n")
+	for _, s := range g.steps {
+		csv.WriteString(strings.Join(csvRow(s), ",") + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(g.out, "goodput.md"), md.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(g.out, "goodput.csv"), csv.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write csv: %w", err)
+	}
+	return plotGoodput(g, filepath.Join(g.out, "goodput.png"))
+}
