@@ -26,6 +26,13 @@ var errStopped = errors.New("stream stopped by request")
 func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	start := time.Now()
 	log := a.logger(in.RequestID)
+	if activity.GetInfo(ctx).Attempt > 1 {
+		// The attempt before may have finished the answer, given its
+		// permit back and lost only its completion: never stream twice.
+		if out, answered, err := a.answeredBefore(ctx, in); err != nil || answered {
+			return out, err
+		}
+	}
 	if p, lost := lostProgress(ctx); lost {
 		return a.afterLostAttempt(ctx, in, p)
 	}
@@ -61,6 +68,8 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	if err := a.classifyStreamError(ctx, log, in.RequestID, err, s.tokens(), &p); err != nil {
 		return LLMOutput{}, err
 	}
+	// The keep-alive renews the permit, which finishing gives back.
+	stop(nil)
 	return a.finishAnswer(ctx, in, res, &p, s)
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -47,6 +48,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
 		}
 		out.DoneWritten = true
+		a.releaseEarly(ctx, in)
 	}
 	if in.CacheAnswer && res.FinishReason == "stop" {
 		a.cacheAnswer(ctx, in, out, s.answer)
@@ -73,28 +75,55 @@ func completeDone(d events.Done, out LLMOutput) events.Done {
 // the answer is complete and this attempt reports it; otherwise the client
 // has a prefix that no model can continue, and the request fails.
 func (a *Chat) afterLostAttempt(ctx context.Context, in LLMInput, p streamProgress) (LLMOutput, error) {
-	last, ok, err := a.Events.Last(ctx, in.RequestID)
-	if err != nil {
-		return LLMOutput{}, err
-	}
-	var done events.Done
-	if ok && last.Type == events.TypeDone && json.Unmarshal(last.Data, &done) == nil {
-		out := LLMOutput{
-			Usage: done.Usage, FinishReason: done.FinishReason, Sources: done.Sources,
-			ContextShed: done.ContextShed, DoneWritten: true,
-		}
-		for _, t := range done.Timings {
-			switch t.Stage {
-			case request.StageLLMFirstToken:
-				out.FirstTokenMs = t.Ms
-			case request.StageLLM:
-				out.Ms = t.Ms
-			}
-		}
-		return out, nil
+	out, answered, err := a.answeredBefore(ctx, in)
+	if err != nil || answered {
+		return out, err
 	}
 	return LLMOutput{}, temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("previous attempt streamed %d tokens before it was lost", p.Tokens), ErrTypeStreamInterrupted, nil)
+}
+
+// answeredBefore reports whether an earlier attempt of the stream already
+// wrote the done event, and what it reported there.
+func (a *Chat) answeredBefore(ctx context.Context, in LLMInput) (LLMOutput, bool, error) {
+	last, ok, err := a.Events.Last(ctx, in.RequestID)
+	if err != nil {
+		return LLMOutput{}, false, err
+	}
+	var done events.Done
+	if !ok || last.Type != events.TypeDone || json.Unmarshal(last.Data, &done) != nil {
+		return LLMOutput{}, false, nil
+	}
+	out := LLMOutput{
+		Usage: done.Usage, FinishReason: done.FinishReason, Sources: done.Sources,
+		ContextShed: done.ContextShed, DoneWritten: true,
+	}
+	for _, t := range done.Timings {
+		switch t.Stage {
+		case request.StageLLMFirstToken:
+			out.FirstTokenMs = t.Ms
+		case request.StageLLM:
+			out.Ms = t.Ms
+		}
+	}
+	return out, true, nil
+}
+
+// releaseEarly gives back the permit of a stream whose answer is whole and
+// written: the backend is done with it. Handing it to the next waiter now,
+// rather than in the workflow's Finalize after this activity's completion
+// has gone through the server, saves a waiter a server round trip and a
+// workflow task of waiting. Finalize's release is then a no-op (releases
+// are idempotent). A failure here only leaves the release to Finalize.
+func (a *Chat) releaseEarly(ctx context.Context, in LLMInput) {
+	rel, err := a.Gate.Release(ctx, in.Pool, in.RequestID)
+	if err != nil {
+		a.logger(in.RequestID).Warn("give back the permit after the answer; Finalize will", "err", err)
+		return
+	}
+	if err := admission.Wake(ctx, a.Gate, a.Notifier, in.Pool, rel.Woken); err != nil {
+		a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
+	}
 }
 
 // sources are the documents of chunks, each once, in the chunks' order.

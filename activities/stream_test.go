@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llm"
@@ -440,7 +441,8 @@ func TestStreamLLMRetryAfterDoneReportsIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	evsBefore := len(h.events(t, "r1"))
-	again, err := stream(t, h, in, struct{ Tokens int }{Tokens: 3})
+	// The first attempt gave its permit back with its done event.
+	again, err := streamAsIs(t, h, in, struct{ Tokens int }{Tokens: 3})
 	if err != nil {
 		t.Fatalf("retry after a written done: %v", err)
 	}
@@ -501,5 +503,29 @@ func TestTruncatedAnswerEndsWithNoticeAndIsNotCached(t *testing.T) {
 	}
 	if got := h.lookup(t, "r2", 100); got.Hit {
 		t.Fatal("a truncated answer was served from the answer cache")
+	}
+}
+
+// A stream that wrote its done event gives its permit back at once, and
+// the next waiter is granted it, without waiting for Finalize.
+func TestStreamLLMGivesThePermitBackWithDone(t *testing.T) {
+	fake := &fakeLLM{tokens: words(3)}
+	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
+	version, hits := h.retrieveContext(t, "r1", 10, 3)
+	in := activities.LLMInput{
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+		Done: &events.Done{RequestID: "r1", Route: "short", KBVersion: version},
+	}
+	if r := h.enqueue(t, in.Pool, in.RequestID); r.Status != admission.Granted {
+		t.Fatalf("r1: %+v", r)
+	}
+	if r := h.enqueue(t, in.Pool, "r2"); r.Status != admission.Queued {
+		t.Fatalf("r2 should wait for r1's permit: %+v", r)
+	}
+	if _, err := streamAsIs(t, h, in, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.enqueue(t, in.Pool, "r2"); r.Status != admission.Granted {
+		t.Fatalf("after r1's done, r2 %+v; want the permit r1 gave back", r)
 	}
 }
