@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -30,6 +29,10 @@ type burstOptions struct {
 	ramp                                   time.Duration
 	// When a client is a hang, and how soon the pools must be idle after.
 	deadline, drainWithin time.Duration
+	// reference is how long the closed loop at one client per permit runs
+	// before the burst, to measure the rate the burst's draining is
+	// compared with (0: none).
+	reference time.Duration
 	// Sluice's settings at the door and in the queue.
 	maxStarts, maxQueue  int
 	fastWait, maxRecheck time.Duration
@@ -49,6 +52,7 @@ func (b *burstScenario) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&b.fastWait, "fast-wait", d.Admission.FastWait, "admission.fast_wait (0: waiters learn of grants by signal only)")
 	fs.DurationVar(&b.maxRecheck, "max-recheck", d.Admission.MaxRecheckInterval, "admission.max_recheck_interval")
 	fs.DurationVar(&b.drainWithin, "drain-within", time.Minute, "how long after the last client the pools may take to be idle")
+	fs.DurationVar(&b.reference, "reference", 15*time.Second, "before the burst, a closed loop of one client per permit this long measures the rate at 1x (0: skip)")
 }
 
 // burstScenario is the burst benchmark: its flags, every client's
@@ -67,13 +71,18 @@ type burstScenario struct {
 	idleAfter        time.Duration
 	running, started int64
 	seen             watchMax
+	// rate1x is the done/s of the closed loop at one client per permit;
+	// roomSize the door's waiting room.
+	rate1x   float64
+	roomSize int
 }
 
 // outcome is one client's fate and how long it took.
 type outcome struct {
-	kind   string
-	took   time.Duration
-	tokens int
+	kind       string
+	took       time.Duration
+	tokens     int
+	retryAfter int
 }
 
 const burstTier = "burst"
@@ -111,6 +120,10 @@ func (b *burstScenario) drive(ctx context.Context, st *stack) error {
 	if b.deadline <= 0 {
 		b.deadline = b.maxWait + 60*time.Second
 	}
+	b.roomSize = st.cfg.API.WaitingRoom
+	if err := b.measureReference(ctx, st); err != nil {
+		return err
+	}
 	w := startWatch(ctx, st)
 	defer w.stop()
 	b.send(ctx, st)
@@ -128,6 +141,50 @@ func (b *burstScenario) drive(ctx context.Context, st *stack) error {
 	w.stop()
 	b.seen = w.max
 	return nil
+}
+
+// measureReference runs one client per permit in a closed loop and keeps
+// their done/s: the rate the burst's draining is compared with.
+func (b *burstScenario) measureReference(ctx context.Context, st *stack) error {
+	if b.reference <= 0 {
+		return nil
+	}
+	hc := st.client(b.permits())
+	run := newStepRun("reference", 3*time.Second, b.reference, b.deadline)
+	stopProgress := run.progress(5 * time.Second)
+	run.closedLoop(ctx, b.permits(), func(ctx context.Context, i int) chatResult {
+		q, key := "What does weighted fair queuing guarantee?", b.keys[i%len(b.keys)].Key
+		if b.longEvery > 0 && i%b.longEvery == b.longEvery-1 {
+			q = longQuery
+		}
+		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, b.maxTokens)
+		return readChat(ctx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + key})
+	})
+	stopProgress()
+	b.rate1x = float64(run.done.Load()) / b.reference.Seconds()
+	_, _, err := waitIdle(ctx, st.rt.Gate, b.drainWithin)
+	return err
+}
+
+// drainRate is the burst's served rate while it drained: answers per
+// second between the first and the last.
+func (b *burstScenario) drainRate() float64 {
+	var first, last time.Duration
+	n := 0
+	for _, o := range b.outcomes {
+		if o.kind != kindDone {
+			continue
+		}
+		if n == 0 || o.took < first {
+			first = o.took
+		}
+		last = max(last, o.took)
+		n++
+	}
+	if n < 2 || last <= first {
+		return 0
+	}
+	return float64(n-1) / (last - first).Seconds()
 }
 
 // send runs every client to its outcome.
@@ -151,8 +208,8 @@ func (b *burstScenario) send(ctx context.Context, st *stack) {
 			cctx, cancel := context.WithTimeout(ctx, b.deadline)
 			defer cancel()
 			t0 := time.Now()
-			kind, tokens := burstClient(cctx, hc, st.baseURL, body, b.keys[i%len(b.keys)].Key)
-			b.outcomes[i] = outcome{kind: kind, took: time.Since(t0), tokens: tokens}
+			r := readChat(cctx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + b.keys[i%len(b.keys)].Key})
+			b.outcomes[i] = outcome{kind: r.kind, took: time.Since(t0), tokens: r.tokens, retryAfter: r.retryAfter}
 		}(i)
 	}
 	wg.Wait()
@@ -229,7 +286,32 @@ func (b *burstScenario) report(r *report) error {
 	r.goal("hangs (no terminal event within "+b.deadline.String()+")", fmt.Sprint(hangs), "0", hangs == 0)
 	r.goal("permits in use + queue places left afterwards (both pools idle: "+idle+")", fmt.Sprint(leaks), "0", leaks == 0)
 	r.goal("most requests the simulator saw at once (running + waiting)", fmt.Sprint(b.seen.sim), fmt.Sprintf("<= %d", b.permits()), b.seen.sim <= int64(b.permits()))
+	b.doorGoals(r)
 	return nil
+}
+
+// doorGoals are the waiting room's promises: no 503 busy while it has
+// room, a Retry-After on every rejection, and a crowd drained at the rate
+// one client per permit is served.
+func (b *burstScenario) doorGoals(r *report) {
+	busy, noRetry := 0, 0
+	for _, o := range b.outcomes {
+		if o.kind == "HTTP 503 "+request.ReasonBusy {
+			busy++
+		}
+		if strings.HasPrefix(o.kind, "rejected ") && o.retryAfter < 1 {
+			noRetry++
+		}
+	}
+	if b.clients <= b.roomSize {
+		r.goal(fmt.Sprintf("503 busy with %d clients and a waiting room of %d", b.clients, b.roomSize), fmt.Sprint(busy), "0", busy == 0)
+	}
+	r.goal("rejections without retry_after_s", fmt.Sprint(noRetry), "0", noRetry == 0)
+	if b.rate1x > 0 {
+		drain := b.drainRate()
+		r.goal("served rate while draining / rate at one client per permit",
+			fmt.Sprintf("%.1f/s / %.1f/s = %.2fx", drain, b.rate1x, drain/b.rate1x), ">= 0.8x", drain >= 0.8*b.rate1x)
+	}
 }
 
 // outcomeTable adds a row per kind of outcome, most frequent first, and
@@ -286,10 +368,4 @@ func acceptable(kind string) bool {
 		return documented503[strings.TrimPrefix(kind, "HTTP 503 ")]
 	}
 	return false
-}
-
-// burstClient runs one client's request to its end and names the outcome.
-func burstClient(ctx context.Context, hc *http.Client, baseURL, body, key string) (kind string, tokens int) {
-	r := readChat(ctx, hc, baseURL, body, map[string]string{"Authorization": "Bearer " + key})
-	return r.kind, r.tokens
 }

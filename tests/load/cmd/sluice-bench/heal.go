@@ -262,7 +262,7 @@ func (h *healScenario) send(ctx, clientCtx context.Context, st *stack, run *heal
 		wg.Add(1)
 		go func(key string) {
 			defer wg.Done()
-			kind, _ := burstClient(clientCtx, hc, st.baseURL, body, key)
+			kind := readChat(clientCtx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + key}).kind
 			if kind == kindHang {
 				kind = "cut off at the end"
 			}

@@ -95,6 +95,8 @@ type chatResult struct {
 	// queued: the stream had a queue event, so the request waited for a
 	// permit.
 	queued bool
+	// retryAfter is a rejection's retry_after_s (0: none, or not rejected).
+	retryAfter int
 }
 
 // readChat sends a chat request and reads every event of its stream up
@@ -140,7 +142,7 @@ func readChat(ctx context.Context, hc *http.Client, baseURL, body string, header
 		case events.TypeRejected, events.TypeError:
 			var f events.Failure
 			_ = ev.Decode(&f)
-			r.kind = ev.Event + " " + f.Reason
+			r.kind, r.retryAfter = ev.Event+" "+f.Reason, f.RetryAfterS
 			return r
 		}
 	}
