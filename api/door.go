@@ -64,7 +64,7 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 		return d.id, sub, nil
 	}
 	err = s.startChat(ctx, d, *req, 0)
-	w.Leave()
+	s.started(w, err)
 	if err != nil {
 		s.logger.Error("start chat workflow", "requestID", d.id, "err", err)
 		sub.Close()

@@ -40,11 +40,16 @@ func (s *Server) startWhenAdmitted(ctx context.Context, d door, req chatRequest,
 				return
 			}
 			waited := time.Since(d.arrived)
-			if waited >= maxWait {
+			if maxWait-waited < s.queueWait(ctx, d.pool) {
+				// Too little of its wait is left to reach a permit through
+				// the pool's queue: a workflow started now would only time
+				// out there, spending Temporal what served requests need.
 				s.endAtDoor(ctx, d, req, s.timeoutFailure(d))
 				return
 			}
-			if err := s.startChat(context.WithoutCancel(ctx), d, req, waited); err != nil {
+			err := s.startChat(context.WithoutCancel(ctx), d, req, waited)
+			s.started(w, err)
+			if err != nil {
 				s.logger.Error("start chat workflow after waiting at the door", "requestID", d.id, "err", err)
 				s.endAtDoor(ctx, d, req, events.Failure{Reason: request.ReasonInternal, Message: "The request could not be started. Please retry.", RetryAfterS: 1})
 			}
@@ -62,6 +67,31 @@ func (s *Server) startWhenAdmitted(ctx context.Context, d door, req chatRequest,
 			}
 		}
 	}
+}
+
+// startSettle is how long a started request still counts as starting
+// toward its pool (waitroom.Waiter.Started): its workflow's first task
+// puts it in the pool's queue a few milliseconds after the start returns,
+// longer on a loaded worker.
+const startSettle = 250 * time.Millisecond
+
+// started gives back a request's start slot once its start returned.
+func (s *Server) started(w *waitroom.Waiter, err error) {
+	if err != nil {
+		w.Leave()
+		return
+	}
+	w.Started(startSettle)
+}
+
+// queueWait is the expected wait of a request joining pool's queue now,
+// at its tail.
+func (s *Server) queueWait(ctx context.Context, pool string) time.Duration {
+	st, err := s.poolStats(ctx, pool)
+	if err != nil {
+		return 0
+	}
+	return admission.EstimateWait(st.Waiting+1, st.Limit, st.MeanHold)
 }
 
 // maxWait is the request's whole wait for a permit, the door's share

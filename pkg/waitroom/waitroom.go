@@ -160,6 +160,28 @@ func (w *Waiter) Position() int {
 	return r.lines[w.ticket.Pool].position(w)
 }
 
+// Started gives back the start slot of a waiter whose workflow started,
+// and keeps counting it as starting toward its pool for settle: a started
+// request reaches its pool's queue only with its first workflow task, and
+// until then Ready would not see it. Calling Leave after it does nothing.
+func (w *Waiter) Started(settle time.Duration) {
+	r := w.room
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.state != holding {
+		return
+	}
+	w.state = gone
+	r.free++
+	r.nudge()
+	time.AfterFunc(settle, func() {
+		r.mu.Lock()
+		r.starting[w.ticket.Pool]--
+		r.mu.Unlock()
+		r.nudge()
+	})
+}
+
 // Leave gives back the waiter's start slot, or its place in the line if
 // it was not admitted yet. Calling it again does nothing.
 func (w *Waiter) Leave() {

@@ -204,3 +204,29 @@ func TestPositions(t *testing.T) {
 		t.Fatalf("after b left: %d %d %d", a.Position(), c.Position(), b.Position())
 	}
 }
+
+// A started request keeps counting toward its pool's starts until it has
+// had time to reach the pool's queue, while its slot is free at once.
+func TestStartedSettles(t *testing.T) {
+	var seen atomic.Int64
+	r := newRoom(t, 1, 10, func(_ context.Context, _ string, starting int) (bool, error) {
+		seen.Store(int64(starting))
+		return starting == 0, nil
+	})
+	first := enter(t, r, "a", 1, true)
+	second := enter(t, r, "a", 1, false)
+	first.Started(100 * time.Millisecond)
+	first.Leave() // after Started: nothing more to give back
+	if admitted(second, 50*time.Millisecond) {
+		t.Fatal("admitted while the first start was still settling")
+	}
+	if seen.Load() != 1 {
+		t.Fatalf("Ready saw %d starting, want 1", seen.Load())
+	}
+	if !admitted(second, time.Second) {
+		t.Fatal("not admitted once the first start settled")
+	}
+	if st := r.Stats(); st.Starting != 1 {
+		t.Fatalf("stats %+v: the first slot was given back", st)
+	}
+}

@@ -75,6 +75,9 @@ type burstScenario struct {
 	// roomSize the door's waiting room.
 	rate1x   float64
 	roomSize int
+	// startedRejected counts the workflows that were started only to be
+	// rejected in the queue: Temporal spent on nobody's answer.
+	startedRejected int64
 }
 
 // outcome is one client's fate and how long it took.
@@ -136,6 +139,12 @@ func (b *burstScenario) drive(ctx context.Context, st *stack) error {
 		return err
 	}
 	if b.started, err = countChatWorkflows(ctx, st, ""); err != nil {
+		return err
+	}
+	// Visibility is eventually consistent: the count settles within a
+	// second of the last close.
+	time.Sleep(time.Second)
+	if b.startedRejected, err = countChatWorkflows(ctx, st, fmt.Sprintf("SluiceOutcome = '%s'", request.OutcomeRejected)); err != nil {
 		return err
 	}
 	w.stop()
@@ -274,7 +283,7 @@ func (b *burstScenario) report(r *report) error {
 		b.maxStarts, b.maxQueue, b.timeScale, b.permits()))
 	bad, hangs, fivexx := b.outcomeTable(r)
 	r.linef("")
-	r.linef("all clients finished after %s; chat workflows started: %d, still running afterwards: %d", ms(b.clientsDone), b.started, b.running)
+	r.linef("all clients finished after %s; chat workflows started: %d (rejected in the queue after starting: %d), still running afterwards: %d", ms(b.clientsDone), b.started, b.startedRejected, b.running)
 	r.linef("max seen during the run: simulator running+waiting %d, permits in use %d (both pools), waiting %d", b.seen.sim, b.seen.inUse, b.seen.waiting)
 	leaks := leftInPools(r, b.final)
 	idle := "never"
