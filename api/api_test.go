@@ -417,10 +417,12 @@ func TestDeleteCancelsARequestAtTheDoor(t *testing.T) {
 	tc.mu.Lock()
 	first := tc.inputs[0].RequestID
 	tc.mu.Unlock()
-	keys, err := rdb.Keys(context.Background(), "t:"+t.Name()+":ev:*").Result()
-	if err != nil || len(keys) != 2 {
-		t.Fatalf("event streams %v %v", keys, err)
-	}
+	// It enters the room before its accepted event is written.
+	var keys []string
+	waitFor(t, "both requests' event streams", func() bool {
+		keys, _ = rdb.Keys(context.Background(), "t:"+t.Name()+":ev:*").Result()
+		return len(keys) == 2
+	})
 	id := strings.TrimPrefix(keys[0], "t:"+t.Name()+":ev:")
 	if id == first {
 		id = strings.TrimPrefix(keys[1], "t:"+t.Name()+":ev:")
