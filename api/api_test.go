@@ -84,7 +84,8 @@ func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingCl
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	// As the runtime builds it: a caller's deadline bounds network waits.
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := "t:" + t.Name() + ":"
 	log := events.NewLog(rdb, events.LogOptions{KeyPrefix: prefix})
@@ -733,4 +734,30 @@ func TestDoorRoutesWithTheSessionHistory(t *testing.T) {
 	if got := tc.inputs[1].Pool; got != request.PoolLong {
 		t.Errorf("with a session whose turns push it over the threshold: pool %q, want long", got)
 	}
+}
+
+// With Redis stalled, a chat request is refused with 503 and Retry-After
+// within the door's request timeout, not when Redis answers again.
+func TestStalledRedisIs503InBoundedTime(t *testing.T) {
+	srv, tc, rdb := newTestServer(t, func(c *config.Config) { c.Redis.RequestTimeout = 300 * time.Millisecond })
+	admin := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer admin.Close()
+	const stall = 3 * time.Second
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", stall.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(context.Background(), "CLIENT", "UNPAUSE")
+	start := time.Now()
+	rec := post(srv, `{"query":"hello","max_tokens":8}`)
+	took := time.Since(start)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("status %d, Retry-After %q, body %s: want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	if took >= stall {
+		t.Fatalf("answered after %v: it waited for Redis to come back", took)
+	}
+	if tc.starts.Load() != 0 {
+		t.Fatal("started a workflow")
+	}
+	_ = rdb
 }

@@ -28,7 +28,11 @@ import (
 // event. On error nothing was started and every charge was given back.
 func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string, *events.Subscription, error) {
 	ctx := c.Request().Context()
-	if err := s.checkKB(ctx, req.KB); err != nil {
+	// The door's own Redis calls are bounded: with Redis stalled the
+	// client hears 503 + Retry-After in about this long, not after it.
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.Redis.RequestTimeout)
+	defer cancel()
+	if err := s.checkKB(rctx, req.KB); err != nil {
 		return "", nil, err
 	}
 	live := s.policy.Current()
@@ -37,9 +41,9 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 		// The tier's cap, not the caller's wish, bounds the answer.
 		*req.MaxTokens = tier.MaxOutputTokens
 	}
-	d := door{id: newRequestID(), who: who, tier: tier, pool: s.route(ctx, who, req), arrived: time.Now()}
+	d := door{id: newRequestID(), who: who, tier: tier, pool: s.route(rctx, who, req), arrived: time.Now()}
 	var err error
-	d.reservation, err = s.reserve(c, d.id, who, tier, live.Limits.Enabled, s.cost(live, d, req))
+	d.reservation, err = s.reserve(rctx, c, d.id, who, tier, live.Limits.Enabled, s.cost(live, d, req))
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
@@ -47,12 +51,12 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 		}
 		return "", nil, err
 	}
-	w, err := s.enterRoom(ctx, d, live)
+	w, err := s.enterRoom(rctx, d, live)
 	if err != nil {
 		s.refuse(ctx, d, req, err)
 		return "", nil, err
 	}
-	sub, err := s.open(ctx, d, req)
+	sub, err := s.open(rctx, d, req)
 	if err != nil {
 		w.Leave()
 		return "", nil, err
@@ -157,21 +161,21 @@ func (s *Server) cost(live *policy.Policy, d door, req *chatRequest) int {
 func (s *Server) enterRoom(ctx context.Context, d door, live *policy.Policy) (*waitroom.Waiter, error) {
 	retry := max(1, int(s.cfg.Admission.RecheckInterval.Seconds()))
 	total, mine, err := s.gate.Depth(ctx, d.pool, d.who.Tenant)
-	if err != nil {
-		// The admission script still enforces the caps; the room waits
-		// for the depth to be readable before it lets a waiter go.
-		s.logger.Warn("read queue depth", "pool", d.pool, "err", err)
-	}
 	switch {
-	case err == nil && total >= s.cfg.Admission.MaxQueueDepth:
+	case err != nil:
+		// Redis is unreachable or stalled: nothing could admit the
+		// request anyway.
+		s.logger.Warn("read queue depth", "pool", d.pool, "err", err)
+		return nil, unavailable("the admission queue is unavailable; please retry")
+	case total >= s.cfg.Admission.MaxQueueDepth:
 		return nil, &apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonQueueFull, RetryAfter: retry,
 			Message: "The service is at capacity and its queue is full. Please retry shortly."}
-	case err == nil && d.tier.MaxQueuePerTenant > 0 && mine >= d.tier.MaxQueuePerTenant:
+	case d.tier.MaxQueuePerTenant > 0 && mine >= d.tier.MaxQueuePerTenant:
 		return nil, errTenantQueueFull(retry)
 	}
 	w, err := s.room.Enter(waitroom.Ticket{
 		Pool: d.pool, Tenant: d.who.Tenant, Weight: max(d.tier.Weight, 1), MaxPerTenant: d.tier.MaxQueuePerTenant,
-	}, err == nil && s.canTake(live, d.pool, total, 0))
+	}, s.canTake(live, d.pool, total, 0))
 	switch {
 	case errors.Is(err, waitroom.ErrTenantFull):
 		return nil, errTenantQueueFull(retry)

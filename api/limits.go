@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -27,17 +28,17 @@ func ratesOf(t config.Tier) limiter.Policy {
 // caller before anything starts, and returns the reservation that gives
 // back what the request does not use. It sets the rate-limit headers
 // either way and returns a 429 or 413 when the request may not pass.
-func (s *Server) reserve(c echo.Context, id string, who caller, tier config.Tier, enabled bool, cost int) (string, error) {
+func (s *Server) reserve(ctx context.Context, c echo.Context, id string, who caller, tier config.Tier, enabled bool, cost int) (string, error) {
 	if !enabled || s.limiter == nil {
 		return "", nil
 	}
 	buckets := ratesOf(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: c.RealIP()}, float64(cost))
-	d, err := s.limiter.Reserve(c.Request().Context(), id, buckets)
+	d, err := s.limiter.Reserve(ctx, id, buckets)
 	if err != nil {
 		s.logger.Error("reserve rate limits", "requestID", id, "err", err)
 		// The script may have charged before the reply was lost; the
 		// request will not run, so give back whatever it took.
-		s.refundAll(c.Request().Context(), id, d.Reservation)
+		s.refundAll(ctx, id, d.Reservation)
 		return "", unavailable("rate limiter unavailable")
 	}
 	setRateHeaders(c.Response().Header(), buckets, d)
@@ -91,12 +92,51 @@ func formatReset(d time.Duration) string {
 }
 
 // refundAll gives back a whole reservation, for a request that never
-// started.
+// started. It does not hold up the client's answer: with Redis stalled or
+// gone, the refund is retried in the background until it is written or
+// the reservation has expired by itself (refunds are idempotent).
 func (s *Server) refundAll(ctx context.Context, id, reservation string) {
 	if s.limiter == nil || reservation == "" {
 		return
 	}
-	if _, err := s.limiter.Refund(context.WithoutCancel(ctx), reservation, 0, 0); err != nil {
-		s.logger.Warn("refund rate limits", "requestID", id, "err", err)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.refundPatience())
+	refund := func(ctx context.Context) error {
+		_, err := s.limiter.Refund(ctx, reservation, 0, 0)
+		return err
+	}
+	first, stop := context.WithTimeout(ctx, s.cfg.Redis.RequestTimeout)
+	err := refund(first)
+	stop()
+	if err == nil {
+		cancel()
+		return
+	}
+	go func() {
+		defer cancel()
+		if err := retry(ctx, func() error { return refund(ctx) }); err != nil {
+			s.logger.Warn("refund rate limits: gave up; the charge refills with its bucket", "requestID", id, "err", err)
+		}
+	}()
+}
+
+// refundPatience is how long a refund is retried: as long as its
+// reservation lives.
+func (s *Server) refundPatience() time.Duration { return s.cfg.Admission.MaxWait + 10*time.Minute }
+
+// retry calls f until it succeeds or ctx ends, backing off from 100 ms to
+// 5 s between calls.
+func retry(ctx context.Context, f func() error) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
 	}
 }

@@ -120,7 +120,11 @@ func (r *Runtime) connectRedis(ctx context.Context) error {
 	r.Redis = redis.NewClient(&redis.Options{
 		Addr: cfg.Addr, Password: cfg.Password, DB: cfg.DB,
 		// Streams, scripts and blocking reads from many requests at once.
-		PoolSize: 256,
+		PoolSize:    256,
+		DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout, WriteTimeout: cfg.Timeout,
+		// A caller's deadline (the door's request_timeout) bounds the
+		// network wait too, not only the wait for a connection.
+		ContextTimeoutEnabled: true,
 	})
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

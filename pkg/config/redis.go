@@ -10,6 +10,14 @@ type Redis struct {
 	// KeyPrefix namespaces every key Sluice writes, so that several
 	// deployments (or tests) can share one Redis.
 	KeyPrefix string `yaml:"key_prefix"`
+	// Timeout bounds connecting and every command (a stalled or
+	// unreachable Redis fails calls instead of hanging them; blocking
+	// reads wait their block time on top).
+	Timeout time.Duration `yaml:"timeout"`
+	// RequestTimeout bounds each Redis call a client's request waits on at
+	// the door (rate limits, queue depth, the accepted event): with Redis
+	// stalled, the client gets 503 + Retry-After within about this long.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
 }
 
 // Events configures the per-request Redis Streams that carry SSE events.
@@ -22,7 +30,7 @@ type Events struct {
 }
 
 func defaultRedis() Redis {
-	return Redis{Addr: "127.0.0.1:6379", KeyPrefix: "sluice:"}
+	return Redis{Addr: "127.0.0.1:6379", KeyPrefix: "sluice:", Timeout: 3 * time.Second, RequestTimeout: time.Second}
 }
 
 func defaultEvents() Events {
@@ -37,6 +45,8 @@ func (r Redis) validate(v *validator) {
 	if r.DB < 0 {
 		v.add("redis.db", "must be >= 0, got %d", r.DB)
 	}
+	v.duration("redis.timeout", r.Timeout)
+	v.duration("redis.request_timeout", r.RequestTimeout)
 }
 
 func (e Events) validate(v *validator) {
