@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +26,12 @@ import (
 type Policy struct {
 	// Version grows with every change; 0 is the configuration file's.
 	Version int64
-	Limits  config.Limits
+	// Epoch names the Redis the version counter lives in (set when the
+	// first policy is put there): a Redis that restarted empty counts
+	// versions from 1 again, and a policy of another epoch replaces the
+	// current one whatever their versions.
+	Epoch  string
+	Limits config.Limits
 	// Pools is each pool's permit count.
 	Pools map[string]int
 	// LongCostFactor multiplies the token charge of a request routed to
@@ -125,6 +131,7 @@ func (s *Store) Current() *Policy { return s.cur.Load() }
 // document is the stored and the admin API's form of a Policy.
 type document struct {
 	Version     int64                   `json:"version"`
+	Epoch       string                  `json:"epoch,omitempty"`
 	Enabled     bool                    `json:"enabled"`
 	DefaultTier string                  `json:"default_tier"`
 	Tiers       map[string]tierDocument `json:"tiers"`
@@ -144,7 +151,7 @@ type poolDocument struct {
 
 // MarshalJSON writes the admin API's form (durations as "30s").
 func (p Policy) MarshalJSON() ([]byte, error) {
-	d := document{Version: p.Version, Enabled: p.Limits.Enabled, DefaultTier: p.Limits.DefaultTier,
+	d := document{Version: p.Version, Epoch: p.Epoch, Enabled: p.Limits.Enabled, DefaultTier: p.Limits.DefaultTier,
 		Tiers: map[string]tierDocument{}, Pools: map[string]poolDocument{}, LongCostFactor: p.LongCostFactor}
 	for name, t := range p.Limits.Tiers {
 		td := tierDocument{Tier: t}
@@ -165,7 +172,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return err
 	}
-	out := Policy{Version: d.Version, Limits: config.Limits{Enabled: d.Enabled, DefaultTier: d.DefaultTier, Tiers: map[string]config.Tier{}},
+	out := Policy{Version: d.Version, Epoch: d.Epoch, Limits: config.Limits{Enabled: d.Enabled, DefaultTier: d.DefaultTier, Tiers: map[string]config.Tier{}},
 		Pools: map[string]int{}, LongCostFactor: d.LongCostFactor}
 	names := make([]string, 0, len(d.Tiers))
 	for name := range d.Tiers {
@@ -197,11 +204,11 @@ func (s *Store) Put(ctx context.Context, p Policy) (Policy, error) {
 	if err := Validate(s.base, p); err != nil {
 		return Policy{}, err
 	}
-	v, err := s.rdb.Incr(ctx, s.key+":version").Result()
+	v, epoch, err := s.nextVersion(ctx)
 	if err != nil {
 		return Policy{}, fmt.Errorf("publish policy: %w", err)
 	}
-	p.Version = v
+	p.Version, p.Epoch = v, epoch
 	raw, err := json.Marshal(p)
 	if err != nil {
 		return Policy{}, err
@@ -234,10 +241,31 @@ func (s *Store) Update(ctx context.Context, change func(p *Policy) bool) (Policy
 	return s.Put(ctx, p)
 }
 
-// Refresh loads the shared policy if it is newer than the current one.
+// nextVersion takes the next version number, and the epoch of the Redis
+// that counts them (created with the counter).
+func (s *Store) nextVersion(ctx context.Context) (int64, string, error) {
+	epoch := strconv.FormatInt(time.Now().UnixNano(), 36)
+	pipe := s.rdb.TxPipeline()
+	pipe.SetNX(ctx, s.key+":epoch", epoch, 0)
+	get := pipe.Get(ctx, s.key+":epoch")
+	incr := pipe.Incr(ctx, s.key+":version")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, "", err
+	}
+	return incr.Val(), get.Val(), nil
+}
+
+// Refresh loads the shared policy if it is newer than the current one. If
+// Redis lost it (it restarted empty), every instance goes back to the
+// configuration file's policy rather than keep one nobody shares.
 func (s *Store) Refresh(ctx context.Context) error {
 	raw, err := s.rdb.Get(ctx, s.key).Bytes()
 	if errors.Is(err, redis.Nil) {
+		if s.Current().Version != 0 {
+			p := FromConfig(s.base)
+			s.logger.Warn("the shared traffic policy is gone from Redis; back to the configuration's", "was", s.Current().Version)
+			s.cur.Store(&p)
+		}
 		return nil
 	}
 	if err != nil {
@@ -247,7 +275,7 @@ func (s *Store) Refresh(ctx context.Context) error {
 	if err := json.Unmarshal(raw, &p); err != nil {
 		return fmt.Errorf("decode stored policy: %w", err)
 	}
-	if p.Version <= s.Current().Version {
+	if !newer(&p, s.Current()) {
 		return nil
 	}
 	if err := Validate(s.base, p); err != nil {
@@ -261,7 +289,7 @@ func (s *Store) Refresh(ctx context.Context) error {
 func (s *Store) adopt(p *Policy) {
 	for {
 		cur := s.cur.Load()
-		if p.Version <= cur.Version && cur.Version != 0 {
+		if !newer(p, cur) && cur.Version != 0 {
 			return
 		}
 		if s.cur.CompareAndSwap(cur, p) {
@@ -269,6 +297,15 @@ func (s *Store) adopt(p *Policy) {
 			return
 		}
 	}
+}
+
+// newer reports whether p should replace cur: a later version of the same
+// epoch, or any version of another (a restarted Redis).
+func newer(p, cur *Policy) bool {
+	if p.Epoch != cur.Epoch && cur.Version != 0 {
+		return true
+	}
+	return p.Version > cur.Version
 }
 
 // Run refreshes the policy every interval until ctx ends.

@@ -180,3 +180,46 @@ func TestLongCostFactorIsValidatedAndShared(t *testing.T) {
 		t.Fatalf("json %s", raw)
 	}
 }
+
+// A Redis that restarted empty counts versions from 1 again: instances go
+// back to the configuration's policy when the shared one is gone, and take
+// the next policy put there although its version is lower than theirs.
+func TestRestartedRedisIsNotIgnored(t *testing.T) {
+	a, b := newStore(t, &fakeGate{limits: map[string]int{}}), newStore(t, &fakeGate{limits: map[string]int{}})
+	ctx := context.Background()
+	shrink := func(s *Store, n int) Policy {
+		t.Helper()
+		out, err := s.Update(ctx, func(p *Policy) bool { p.Pools["short"] = n; return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for range 3 {
+		shrink(a, 8)
+	}
+	if err := b.Refresh(ctx); err != nil || b.Current().Version != 3 {
+		t.Fatalf("b at %d (%v), want 3", b.Current().Version, err)
+	}
+	rdb := srv.Client(t)
+	keys, err := rdb.Keys(ctx, a.key+"*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("policy keys %v %v", keys, err)
+	}
+	if err := rdb.Del(ctx, keys...).Err(); err != nil { // Redis restarted empty
+		t.Fatal(err)
+	}
+	if err := b.Refresh(ctx); err != nil || b.Current().Version != 0 || b.Current().Pools["short"] != 16 {
+		t.Fatalf("after the policy vanished b has %+v (%v); want the configuration's", b.Current(), err)
+	}
+	out := shrink(a, 4)
+	if out.Version != 1 {
+		t.Fatalf("first policy after the restart has version %d, want 1", out.Version)
+	}
+	if a.Current().Pools["short"] != 4 {
+		t.Fatalf("a ignored its own new policy: %+v", a.Current())
+	}
+	if err := b.Refresh(ctx); err != nil || b.Current().Pools["short"] != 4 {
+		t.Fatalf("b ignored the new policy: %+v (%v)", b.Current(), err)
+	}
+}
