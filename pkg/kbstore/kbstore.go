@@ -58,6 +58,7 @@ var (
 type Redis interface {
 	redis.Scripter
 	Get(ctx context.Context, key string) *redis.StringCmd
+	MGet(ctx context.Context, keys ...string) *redis.SliceCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
 	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
@@ -175,7 +176,7 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 		return PutResult{}, errors.New("put into kb: no documents")
 	}
 	kp := s.kbPrefix(kb)
-	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", s.prefix + "kbs"}
+	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", s.prefix + "kbs", kp + "epoch"}
 	args := []any{kp, kb, model, s.grace.Milliseconds(), len(revs)}
 	for _, r := range revs {
 		if err := checkRevision(r); err != nil {
@@ -269,28 +270,55 @@ type Change struct {
 	Rev string
 }
 
-// Changes returns kb's version and the documents changed after version
-// since, read atomically. With since 0 that is every document.
-func (s *Store) Changes(ctx context.Context, kb string, since int64) (int64, []Change, error) {
+// Head is where a kb is: its version, and the epoch its version counter
+// started in. A kb written again into a Redis that restarted empty counts
+// its versions from 1 again, in a new epoch: a reader that loaded an
+// older epoch must load the kb afresh, whatever the versions say.
+type Head struct {
+	Version int64
+	Epoch   string
+}
+
+// Head reads kb's version and epoch (version 0: never written).
+func (s *Store) Head(ctx context.Context, kb string) (Head, error) {
 	kp := s.kbPrefix(kb)
-	raw, err := changesScript.Run(ctx, s.rdb, []string{kp + "version", kp + "docs", kp + "log"}, since).Slice()
+	vals, err := s.rdb.MGet(ctx, kp+"version", kp+"epoch").Result()
 	if err != nil {
-		return 0, nil, fmt.Errorf("read changes of kb %s since v%d: %w", kb, since, err)
+		return Head{}, fmt.Errorf("read version of kb %s: %w", kb, err)
 	}
-	if len(raw) == 0 || len(raw)%2 != 1 {
-		return 0, nil, fmt.Errorf("read changes of kb %s: reply of %d values", kb, len(raw))
+	var h Head
+	if v, ok := vals[0].(string); ok {
+		if h.Version, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return Head{}, fmt.Errorf("read version of kb %s: %w", kb, err)
+		}
+	}
+	h.Epoch, _ = vals[1].(string)
+	return h, nil
+}
+
+// Changes returns kb's head and the documents changed after version
+// since, read atomically. With since 0 that is every document.
+func (s *Store) Changes(ctx context.Context, kb string, since int64) (Head, []Change, error) {
+	kp := s.kbPrefix(kb)
+	raw, err := changesScript.Run(ctx, s.rdb, []string{kp + "version", kp + "docs", kp + "log", kp + "epoch"}, since).Slice()
+	if err != nil {
+		return Head{}, nil, fmt.Errorf("read changes of kb %s since v%d: %w", kb, since, err)
+	}
+	if len(raw) < 2 || len(raw)%2 != 0 {
+		return Head{}, nil, fmt.Errorf("read changes of kb %s: reply of %d values", kb, len(raw))
 	}
 	version, ok := raw[0].(int64)
 	if !ok {
-		return 0, nil, fmt.Errorf("read changes of kb %s: version %v", kb, raw[0])
+		return Head{}, nil, fmt.Errorf("read changes of kb %s: version %v", kb, raw[0])
 	}
+	epoch, _ := raw[1].(string)
 	var out []Change
-	for i := 1; i < len(raw); i += 2 {
+	for i := 2; i < len(raw); i += 2 {
 		id, _ := raw[i].(string)
 		rev, _ := raw[i+1].(string) // nil: deleted
 		out = append(out, Change{ID: id, Rev: rev})
 	}
-	return version, out, nil
+	return Head{Version: version, Epoch: epoch}, out, nil
 }
 
 // Load reads revisions of kb's documents (as named by Changes), in order.

@@ -40,10 +40,11 @@ func TestPutChangeDelete(t *testing.T) {
 	if err != nil || res.Version != 1 || res.Changed[0] {
 		t.Fatalf("same put: %+v %v", res, err)
 	}
-	v, changes, err := s.Changes(ctx, "kb", 0)
-	if err != nil || v != 1 || len(changes) != 2 {
-		t.Fatalf("changes since 0: %d %+v %v", v, changes, err)
+	h, changes, err := s.Changes(ctx, "kb", 0)
+	if err != nil || h.Version != 1 || h.Epoch == "" || len(changes) != 2 {
+		t.Fatalf("changes since 0: %+v %+v %v", h, changes, err)
 	}
+	epoch := h.Epoch
 	revs, err := s.Load(ctx, "kb", changes)
 	if err != nil {
 		t.Fatal(err)
@@ -71,9 +72,9 @@ func TestPutChangeDelete(t *testing.T) {
 	if rdb.Exists(ctx, "cache:1").Val() != 0 || rdb.Exists(ctx, "cache:2").Val() != 1 {
 		t.Fatal("replacing a must delete exactly the cache entries that held it")
 	}
-	v, changes, _ = s.Changes(ctx, "kb", 1)
-	if v != 2 || !slices.Equal(changes, []Change{{ID: "a", Rev: a2.Rev}}) {
-		t.Fatalf("changes since 1: %d %+v", v, changes)
+	h, changes, _ = s.Changes(ctx, "kb", 1)
+	if h.Version != 2 || h.Epoch != epoch || !slices.Equal(changes, []Change{{ID: "a", Rev: a2.Rev}}) {
+		t.Fatalf("changes since 1: %+v %+v", h, changes)
 	}
 	if _, err := s.Load(ctx, "kb", []Change{{ID: "a", Rev: a.Rev}}); err != nil {
 		t.Fatalf("the replaced revision within its grace period: %v", err)
@@ -89,12 +90,15 @@ func TestPutChangeDelete(t *testing.T) {
 	if v, deleted, _ := s.Delete(ctx, "kb", "b"); deleted || v != 3 {
 		t.Fatalf("second delete: %d %v", v, deleted)
 	}
-	v, changes, _ = s.Changes(ctx, "kb", 2)
-	if v != 3 || !slices.Equal(changes, []Change{{ID: "b"}}) {
-		t.Fatalf("changes since 2: %d %+v", v, changes)
+	h, changes, _ = s.Changes(ctx, "kb", 2)
+	if h.Version != 3 || !slices.Equal(changes, []Change{{ID: "b"}}) {
+		t.Fatalf("changes since 2: %+v %+v", h, changes)
 	}
-	if v, changes, _ := s.Changes(ctx, "kb", 3); v != 3 || len(changes) != 0 {
-		t.Fatalf("changes since the current version: %d %+v", v, changes)
+	if h, changes, _ := s.Changes(ctx, "kb", 3); h.Version != 3 || len(changes) != 0 {
+		t.Fatalf("changes since the current version: %+v %+v", h, changes)
+	}
+	if h, err := s.Head(ctx, "kb"); err != nil || h != (Head{Version: 3, Epoch: epoch}) {
+		t.Fatalf("head %+v %v, want version 3 of epoch %s", h, err, epoch)
 	}
 
 	info, err := s.Info(ctx, "kb")
@@ -147,5 +151,33 @@ func TestBadRevisionsRefused(t *testing.T) {
 		if _, err := s.Put(context.Background(), "kb", "m", []Revision{r}); err == nil {
 			t.Fatalf("put of %+v succeeded", r)
 		}
+	}
+}
+
+// A kb written again after its keys vanished (Redis restarted empty)
+// counts from version 1 in a new epoch.
+func TestNewEpochAfterTheKBVanished(t *testing.T) {
+	rdb := srv.Client(t)
+	s := New(rdb, Options{Prefix: testenv.KeyPrefix(t), Grace: time.Minute})
+	ctx := context.Background()
+	if _, err := s.Put(ctx, "kb", "m", []Revision{rev("a", "alpha", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.Head(ctx, "kb")
+	if err != nil || before.Version != 1 || before.Epoch == "" {
+		t.Fatalf("head %+v %v", before, err)
+	}
+	keys, _ := rdb.Keys(ctx, s.kbPrefix("kb")+"*").Result()
+	rdb.Del(ctx, keys...)
+	if h, err := s.Head(ctx, "kb"); err != nil || h != (Head{}) {
+		t.Fatalf("head of a vanished kb %+v %v", h, err)
+	}
+	time.Sleep(2 * time.Millisecond) // TIME moves on
+	if _, err := s.Put(ctx, "kb", "m", []Revision{rev("a", "alpha", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.Head(ctx, "kb")
+	if err != nil || after.Version != 1 || after.Epoch == before.Epoch {
+		t.Fatalf("head %+v after %+v: want version 1 in a new epoch", after, before)
 	}
 }

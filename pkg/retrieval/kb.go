@@ -44,8 +44,10 @@ type KB struct {
 	hash    string
 	model   string
 	version int64
-	bm      BM25Options
-	ix      *index
+	// epoch is the store's epoch of version (kbstore.Head).
+	epoch string
+	bm    BM25Options
+	ix    *index
 	// scratch holds *scoreScratch; the versions of a live kb share it.
 	scratch *sync.Pool
 }

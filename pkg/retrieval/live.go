@@ -199,30 +199,43 @@ func (l *Live) loaded(ctx context.Context, kb string) (*KB, error) {
 
 // current returns the kb's index at the store's current version.
 func (l *Live) current(ctx context.Context, kb string) (*KB, error) {
-	version, err := l.store.Version(ctx, kb)
+	head, err := l.store.Head(ctx, kb)
 	if err != nil {
 		return nil, err
 	}
-	if version == 0 {
+	if head.Version == 0 {
 		return nil, &UnknownKBError{KB: kb}
 	}
 	e := l.entry(kb)
-	if snap := e.snap.Load(); snap != nil && snap.version >= version {
+	if snap := e.snap.Load(); snap.at(head) {
 		return snap, nil
 	}
 	e.refresh.Lock()
 	defer e.refresh.Unlock()
-	if snap := e.snap.Load(); snap != nil && snap.version >= version {
+	if snap := e.snap.Load(); snap.at(head) {
 		return snap, nil // caught up by another caller meanwhile
 	}
-	return l.catchUp(ctx, kb, e)
+	return l.catchUp(ctx, kb, e, head)
+}
+
+// at reports whether snap is at least at head: the same epoch, and a
+// version no older.
+func (snap *KB) at(head kbstore.Head) bool {
+	return snap != nil && snap.epoch == head.Epoch && snap.version >= head.Version
 }
 
 // catchUp reads what changed since the loaded version and makes the
 // index of the new version. Called with e.refresh held.
-func (l *Live) catchUp(ctx context.Context, kb string, e *liveKB) (*KB, error) {
+func (l *Live) catchUp(ctx context.Context, kb string, e *liveKB, head kbstore.Head) (*KB, error) {
 	start := time.Now()
 	old := e.snap.Load()
+	if old != nil && old.epoch != head.Epoch {
+		// The kb was written anew (Redis restarted empty and it was
+		// seeded again): its versions count from 1 again and say nothing
+		// about what this index holds. Load it whole.
+		l.logger.WarnContext(ctx, "knowledge base has a new epoch, reloading it", "kb", kb, "from", old.version, "to", head.Version)
+		old = nil
+	}
 	snap, st, err := l.next(ctx, kb, old)
 	if errors.Is(err, kbstore.ErrGone) && old != nil {
 		// A changed document's revision was retired before it could be
@@ -267,9 +280,14 @@ func (l *Live) next(ctx context.Context, kb string, old *KB) (*KB, catchUpStats,
 			return nil, catchUpStats{}, fmt.Errorf("load kb %s: its chunks are embedded with %q, this worker embeds queries with %q", kb, model, l.model)
 		}
 	}
-	version, changes, err := l.store.Changes(ctx, kb, since)
+	head, changes, err := l.store.Changes(ctx, kb, since)
 	if err != nil {
 		return nil, catchUpStats{}, err
+	}
+	if old != nil && head.Epoch != old.epoch {
+		// Written anew since its head was read: changes since old's
+		// version mean nothing in the new epoch.
+		return l.next(ctx, kb, nil)
 	}
 	base := newIndex()
 	if old != nil {
@@ -312,7 +330,7 @@ func (l *Live) next(ctx context.Context, kb string, old *KB) (*KB, catchUpStats,
 	if err != nil {
 		return nil, catchUpStats{}, fmt.Errorf("load kb %s: %w", kb, err)
 	}
-	return &KB{name: kb, model: l.model, version: version, bm: l.bm, ix: ix, scratch: scratch}, st, nil
+	return &KB{name: kb, model: l.model, version: head.Version, epoch: head.Epoch, bm: l.bm, ix: ix, scratch: scratch}, st, nil
 }
 
 // patch applies the deletions and new revisions to an edit of base.

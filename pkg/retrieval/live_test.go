@@ -268,10 +268,15 @@ func liveCountingVersionReads(t *testing.T, seed uint64) (*randomKB, *retrieval.
 	return r, newTestLive(t, kbstore.New(counted, kbstore.Options{Prefix: prefix(t)})), reads
 }
 
-// getsOf counts GETs of key, pipelined or not.
+// getsOf counts reads of key (GET, or MGET with it first), pipelined or
+// not.
 func getsOf(key string) *cmdCounter {
 	return &cmdCounter{match: func(args []any) bool {
-		return len(args) == 2 && strings.EqualFold(fmt.Sprint(args[0]), "get") && args[1] == key
+		if len(args) < 2 || args[1] != key {
+			return false
+		}
+		cmd := fmt.Sprint(args[0])
+		return strings.EqualFold(cmd, "get") || strings.EqualFold(cmd, "mget")
 	}}
 }
 
@@ -335,5 +340,39 @@ func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			c.count(cmd)
 		}
 		return next(ctx, cmds)
+	}
+}
+
+// A kb written anew after Redis lost it counts from version 1 again in a
+// new epoch: a worker that had loaded a later version of the old one
+// reloads it instead of keeping its stale index.
+func TestLiveReloadsANewEpoch(t *testing.T) {
+	ctx := context.Background()
+	r := newRandomKB(t, 5)
+	for range 6 {
+		r.step(t)
+	}
+	r.put(t)
+	l := newTestLive(t, r.store)
+	everything := retrieval.Query{KB: r.kb, Text: r.word(), Vector: r.vector(), K: 1000}
+	before, err := l.Retrieve(ctx, everything)
+	if err != nil || before.KBVersion < 2 {
+		t.Fatalf("before: v%d %v", before.KBVersion, err)
+	}
+	rdb := testRedis.Client(t)
+	keys, _ := rdb.Keys(ctx, prefix(t)+"kb:{"+r.kb+"}:*").Result()
+	if err := rdb.Del(ctx, keys...).Err(); err != nil { // Redis restarted empty
+		t.Fatal(err)
+	}
+	fresh := kbstore.Revision{ID: "only", Rev: "r1", Title: "fresh", Dims: 8, Chunks: []string{"w00 fresh content"}, Vectors: r.vector()}
+	if _, err := r.store.Put(ctx, r.kb, testModel, []kbstore.Revision{fresh}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := l.Retrieve(ctx, everything)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.KBVersion != 1 || len(after.Chunks) != 1 || after.Chunks[0].DocID != "only" {
+		t.Fatalf("after the kb was written anew: v%d, %d chunks (%+v); want v1 with only the new document", after.KBVersion, len(after.Chunks), after.Chunks)
 	}
 }

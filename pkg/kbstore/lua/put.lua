@@ -19,7 +19,9 @@
 -- KEYS[1] version   KEYS[2] docs (id -> rev)   KEYS[3] info (id -> JSON)
 -- KEYS[4] log (zset id -> version of its last change)
 -- KEYS[5] model     KEYS[6] the set of kb names
--- KEYS[6+i] the new revision key of document i
+-- KEYS[7] epoch: set when the version counter starts (a kb written into a
+-- Redis that restarted empty counts from 1 again, in a new epoch)
+-- KEYS[7+i] the new revision key of document i
 -- ARGV[1] the kb's key prefix ("<prefix>kb:{<name>}:")
 -- ARGV[2] kb name   ARGV[3] embedder model   ARGV[4] grace ms
 -- ARGV[5] n, then per document: id, rev, info JSON, meta JSON, vectors
@@ -43,7 +45,7 @@ for i = 1, n do
   else
     changed[i] = 1
     any = true
-    redis.call('HSET', KEYS[6 + i], 'meta', ARGV[a + 4], 'vecs', ARGV[a + 5])
+    redis.call('HSET', KEYS[7 + i], 'meta', ARGV[a + 4], 'vecs', ARGV[a + 5])
     redis.call('HSET', KEYS[2], id, rev)
     redis.call('HSET', KEYS[3], id, ARGV[a + 3])
     if old then
@@ -60,6 +62,10 @@ if not any then
   return {tonumber(redis.call('GET', KEYS[1]) or '0'), unpack(changed)}
 end
 local version = redis.call('INCR', KEYS[1])
+if version == 1 or redis.call('EXISTS', KEYS[7]) == 0 then
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[7], t[1] .. '.' .. t[2])
+end
 for i = 1, n do
   if changed[i] == 1 then
     redis.call('ZADD', KEYS[4], version, ARGV[5 + (i - 1) * 5 + 1])
