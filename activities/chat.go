@@ -39,6 +39,12 @@ type ChunkStore interface {
 	Lookup(ctx context.Context, kb string, version int64, ids []string) ([]retrieval.Chunk, error)
 }
 
+// KBRestorer seeds a configured knowledge base again when Redis lost it,
+// and reports whether it is there now (false: not a configured kb).
+type KBRestorer interface {
+	Restore(ctx context.Context, kb string) (bool, error)
+}
+
 // KBVersions reads a knowledge base's current version.
 type KBVersions interface {
 	Version(ctx context.Context, kb string) (int64, error)
@@ -64,9 +70,11 @@ type Chat struct {
 	Embeddings EmbeddingCache
 	Retriever  Retriever
 	Chunks     ChunkStore
-	Reranker   rerank.Reranker
-	Pools      map[string]Pool
-	Prompts    *prompt.Builder
+	// KBs, when set, restores configured kbs that Redis lost.
+	KBs      KBRestorer
+	Reranker rerank.Reranker
+	Pools    map[string]Pool
+	Prompts  *prompt.Builder
 	// Limiter refunds the unused part of a request's rate-limit
 	// reservation; nil when limits are off.
 	Limiter *limiter.Limiter

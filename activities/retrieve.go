@@ -18,6 +18,15 @@ func (a *Chat) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOutput, 
 	start := time.Now()
 	written := a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageRetrieval})
 	res, hit, err := a.retrieve(ctx, in)
+	if errors.Is(err, retrieval.ErrUnknownKB) && a.KBs != nil {
+		// A configured kb that Redis lost (it restarted empty) is seeded
+		// again, and the request goes on; any other is unknown.
+		if restored, rerr := a.KBs.Restore(ctx, in.KB); rerr != nil {
+			err = fmt.Errorf("restore knowledge base %s: %w", in.KB, rerr)
+		} else if restored {
+			res, hit, err = a.retrieve(ctx, in)
+		}
+	}
 	if werr := written(); werr != nil && err == nil {
 		err = werr
 	}

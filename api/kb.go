@@ -35,28 +35,9 @@ func (s *Server) postDocuments(c echo.Context) error {
 	if err := s.decodeJSONLimit(c, &req, s.cfg.Ingest.MaxBodyBytes); err != nil {
 		return err
 	}
-	docs := req.Documents
-	single := req.Document.ID != "" || req.Document.Text != "" || req.Document.Title != "" || req.Document.Metadata != nil
-	switch {
-	case single && len(docs) > 0:
-		return badRequest("bad_documents", "send one document or a \"documents\" list, not both")
-	case single:
-		docs = []ingest.Document{req.Document}
-	case len(docs) == 0:
-		return badRequest("bad_documents", "no documents: send {id, title, text, metadata} or {\"documents\": [...]}")
-	case len(docs) > s.cfg.Ingest.MaxDocuments:
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "too_many_documents",
-			Message: "at most " + strconv.Itoa(s.cfg.Ingest.MaxDocuments) + " documents per request"}
-	}
-	for i, d := range docs {
-		// Markdown whose first line is "# Title" names itself.
-		if d.Title == "" && strings.HasPrefix(strings.TrimLeft(d.Text, " \t\r\n"), "# ") {
-			p := retrieval.ParseDocument(d.ID, d.Text)
-			docs[i].Title, docs[i].Text = p.Title, p.Text
-		}
-		if err := ingest.Validate(docs[i]); err != nil {
-			return badRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
-		}
+	docs, err := s.documentsOf(req)
+	if err != nil {
+		return err
 	}
 	if s.ingester == nil || s.ingestSlots == nil {
 		return unavailable("document ingestion is not configured in this process")
@@ -97,6 +78,36 @@ func (s *Server) postDocuments(c echo.Context) error {
 	}
 	s.logger.Info("ingested documents", "requestID", id, "kb", kb, "docs", len(docs), "version", res.Version)
 	return c.JSON(http.StatusOK, res)
+}
+
+// documentsOf is the checked list of documents a request sends: the one
+// document of its top level or its "documents" list, each valid, a
+// Markdown title lifted out of its text.
+func (s *Server) documentsOf(req ingestRequest) ([]ingest.Document, error) {
+	docs := req.Documents
+	single := req.Document.ID != "" || req.Document.Text != "" || req.Document.Title != "" || req.Document.Metadata != nil
+	switch {
+	case single && len(docs) > 0:
+		return nil, badRequest("bad_documents", "send one document or a \"documents\" list, not both")
+	case single:
+		docs = []ingest.Document{req.Document}
+	case len(docs) == 0:
+		return nil, badRequest("bad_documents", "no documents: send {id, title, text, metadata} or {\"documents\": [...]}")
+	case len(docs) > s.cfg.Ingest.MaxDocuments:
+		return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: "too_many_documents",
+			Message: "at most " + strconv.Itoa(s.cfg.Ingest.MaxDocuments) + " documents per request"}
+	}
+	for i, d := range docs {
+		// Markdown whose first line is "# Title" names itself.
+		if d.Title == "" && strings.HasPrefix(strings.TrimLeft(d.Text, " \t\r\n"), "# ") {
+			p := retrieval.ParseDocument(d.ID, d.Text)
+			docs[i].Title, docs[i].Text = p.Title, p.Text
+		}
+		if err := ingest.Validate(docs[i]); err != nil {
+			return nil, badRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
+		}
+	}
+	return docs, nil
 }
 
 // deleteDocument removes one document from a kb.
@@ -173,7 +184,9 @@ func checkKBName(kb string) error {
 // written, is never removed (only its documents are), so a yes is
 // remembered: a flood naming a real kb costs Redis nothing here.
 func (s *Server) kbKnown(ctx context.Context, kb string) (bool, error) {
-	if s.kbStore == nil {
+	if s.kbStore == nil || s.kbs[kb] {
+		// A configured kb is known even while Redis lacks it (it
+		// restarted empty): the workers seed it again.
 		return s.kbs[kb], nil
 	}
 	if _, ok := s.seenKBs.Load(kb); ok {

@@ -53,7 +53,9 @@ type Runtime struct {
 	Prompts *prompt.Builder
 	Limiter *limiter.Limiter
 	// KBs holds the knowledge bases; Ingester writes documents into it.
-	KBs      *kbstore.Store
+	KBs *kbstore.Store
+	// keeper seeds configured kbs again when Redis lost them.
+	keeper   *kbKeeper
 	Ingester *ingest.Ingester
 	// Sessions keeps conversations (/v1/chat session_id).
 	Sessions *session.Store
@@ -225,6 +227,7 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 	})
 	r.KBs = kbstore.New(r.Redis, kbstore.Options{Prefix: cfg.Redis.KeyPrefix})
 	r.Ingester = &ingest.Ingester{Store: r.KBs, Embedder: embedder, Chunking: Chunking(cfg.Retrieval)}
+	r.keeper = &kbKeeper{cfg: cfg, ing: r.Ingester, store: r.KBs, logger: r.Logger.With("component", "kb-keeper")}
 	if err := seedKnowledgeBases(ctx, cfg, r.Ingester, r.Logger); err != nil {
 		return nil, err
 	}
@@ -259,6 +262,7 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},
 		Chunks:     live,
+		KBs:        r.keeper,
 		Reranker:   reranker,
 		Pools:      pools,
 		Prompts:    r.Prompts,
@@ -376,6 +380,7 @@ func (r *Runtime) Run(ctx context.Context) error {
 	if err := StartHealing(ctx, r.Temporal, r.Config, r.Logger); err != nil {
 		r.Logger.Error("start the healer", "err", err)
 	}
+	go r.keeper.run(ctx)
 	r.runJanitor(ctx)
 	return nil
 }

@@ -1,0 +1,54 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/embed"
+	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
+
+// A configured kb that Redis lost (it restarted empty) is seeded again
+// (concurrent askers share one seeding) in a new epoch; a kb nobody
+// configured is not.
+func TestKeeperRestoresConfiguredKBs(t *testing.T) {
+	ctx := context.Background()
+	cfg := config.Default()
+	rdb := srv.Client(t)
+	store := kbstore.New(rdb, kbstore.Options{Prefix: testenv.KeyPrefix(t)})
+	ing := &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{Dims: cfg.Embedding.Dims}), Chunking: Chunking(cfg.Retrieval)}
+	k := &kbKeeper{cfg: cfg, ing: ing, store: store, logger: quiet}
+	kb := cfg.Retrieval.KnowledgeBases[0].Name
+
+	if err := seedKnowledgeBases(ctx, cfg, ing, quiet); err != nil {
+		t.Fatal(err)
+	}
+	before, err := store.Head(ctx, kb)
+	if err != nil || before.Version == 0 {
+		t.Fatalf("seeded head %+v %v", before, err)
+	}
+	keys, _ := rdb.Keys(ctx, testenv.KeyPrefix(t)+"*").Result()
+	if err := rdb.Del(ctx, keys...).Err(); err != nil { // Redis restarted empty
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if ok, err := k.Restore(ctx, kb); !ok || err != nil {
+				t.Errorf("restore %s: %v %v", kb, ok, err)
+			}
+		})
+	}
+	wg.Wait()
+	after, err := store.Head(ctx, kb)
+	if err != nil || after.Version != 1 || after.Epoch == before.Epoch {
+		t.Fatalf("restored head %+v (%v); want version 1 of a new epoch: seeded once", after, err)
+	}
+	if ok, err := k.Restore(ctx, "not-configured"); ok || err != nil {
+		t.Fatalf("restore of a kb nobody configured: %v %v", ok, err)
+	}
+}
