@@ -141,8 +141,15 @@ func (w *chat) finalize(ctx workflow.Context) {
 		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 5 * time.Second},
 	})
 	if err := workflow.ExecuteLocalActivity(fctx, a.Finalize, in).Get(fctx, nil); err != nil {
-		// The permit's lease and the waiter's liveness TTL bound the damage.
-		w.logger.Error("finalize failed", "error", err)
+		w.logger.Error("finalize failed for two minutes; retrying it until Redis takes it", "error", err)
+		if workflow.GetVersion(ctx, "finalize-until-written", workflow.DefaultVersion, 1) == 1 {
+			err = w.finalizeDurably(dctx, in)
+		}
+		if err != nil {
+			// The permit's lease and the waiter's liveness TTL bound the
+			// damage; the refund is lost.
+			w.logger.Error("finalize failed", "error", err)
+		}
 	}
 	w.status.Stage = request.StageFinished
 	w.status.Outcome = w.result.Outcome
@@ -159,3 +166,25 @@ func (w *chat) finalize(ctx workflow.Context) {
 	w.upsert(ctx, updates...)
 	w.logger.Info("request finished", "outcome", w.result.Outcome, "reason", w.result.Reason, "route", w.result.Route)
 }
+
+// finalizeDurably retries Finalize as a regular activity, whose retries the
+// server schedules (no workflow task and no timer per attempt), for as long
+// as a request's event stream lives: a permit, a queue place and a refund
+// are given back when Redis returns, not dropped after an outage of a few
+// minutes. Finalize is idempotent. The report is left out: an attempt that
+// failed later may already have made it, and a lost sample costs the
+// metrics less than a doubled one.
+func (w *chat) finalizeDurably(ctx workflow.Context, in activities.FinalizeInput) error {
+	in.Report = nil
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    30 * time.Second,
+		ScheduleToCloseTimeout: finalizePatience,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute,
+		},
+	})
+	return workflow.ExecuteActivity(actx, a.Finalize, in).Get(actx, nil)
+}
+
+// finalizePatience is how long a Finalize that Redis refuses is retried.
+const finalizePatience = 24 * time.Hour

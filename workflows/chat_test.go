@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -793,4 +794,35 @@ func (s *chatSuite) TestDeadlineWaitLooksOnceAtTheDeadline() {
 			}
 		})
 	}
+}
+
+// A Finalize that Redis refuses for longer than its local retries is
+// retried as a regular activity until it is written: the permit, the
+// queue place and the refund are given back when Redis returns.
+func (s *chatSuite) TestFinalizeIsRetriedUntilWritten() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterWorkflowWithOptions(ChatWorkflow, registerOpts)
+	s.env.RegisterActivity(&activities.Chat{})
+	var failing atomic.Bool
+	failing.Store(true)
+	var attempts atomic.Int32
+	var written []activities.FinalizeInput
+	s.env.OnActivity(a.Finalize, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.FinalizeInput) error {
+		attempts.Add(1)
+		if failing.Load() {
+			return errors.New("redis: connection refused")
+		}
+		written = append(written, in)
+		return nil
+	})
+	// Redis comes back four minutes in, well past the local retries.
+	s.env.RegisterDelayedCallback(func() { failing.Store(false) }, 4*time.Minute)
+	s.env.OnActivity(a.EmbedQuery, mock.Anything, mock.Anything).Return(activities.EmbedOutput{}, errors.New("redis: connection refused"))
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+
+	s.Require().True(s.env.IsWorkflowCompleted())
+	s.Require().Len(written, 1, "Finalize must be written once Redis is back")
+	s.Nil(written[0].Report, "the durable retry leaves the report out")
+	s.Equal(events.TypeError, written[0].EventType)
+	s.Greater(int(attempts.Load()), 2)
 }
