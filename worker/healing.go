@@ -2,12 +2,10 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/activities"
@@ -84,8 +82,7 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 func (n SignalNotifier) NotifyShed(ctx context.Context, _, requestID string) error {
 	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalCancel,
 		workflows.CancelSignal{Reason: request.ReasonShed})
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
+	if isNotFound(err) {
 		return nil
 	}
 	return err

@@ -6,7 +6,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
@@ -66,6 +64,8 @@ type Runtime struct {
 	Chat    *activities.Chat
 	// Healing holds the healing workflow's activities.
 	Healing *activities.Healing
+	// restart notices a Redis that lost Sluice's state (the janitor's).
+	restart restartWatch
 }
 
 // NewLogger builds the process logger from config.
@@ -396,6 +396,7 @@ func (r *Runtime) runJanitor(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			r.checkRedisState(ctx)
 			for _, pool := range r.Gate.Pools() {
 				woken, err := r.Gate.Pump(ctx, pool)
 				if err != nil {
@@ -420,8 +421,7 @@ type SignalNotifier struct {
 // NotifyGranted implements admission.Notifier.
 func (n SignalNotifier) NotifyGranted(ctx context.Context, pool, requestID string) error {
 	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalAdmitted, workflows.AdmittedSignal{Pool: pool})
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
+	if isNotFound(err) {
 		return admission.ErrWaiterGone
 	}
 	return err

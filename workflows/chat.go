@@ -33,6 +33,9 @@ func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
 	// itself is spent.
 	for w.admittedCh.ReceiveAsync(nil) {
 	}
+	// A recheck asked of a request that was not waiting is spent too.
+	for w.recheckCh.ReceiveAsync(nil) {
+	}
 	return w.result, nil
 }
 
@@ -51,6 +54,8 @@ type chat struct {
 	llmRunning bool
 
 	admittedCh workflow.ReceiveChannel
+	// recheckCh asks a waiter to look at the queue (SignalRecheck).
+	recheckCh workflow.ReceiveChannel
 	// pool is set once admission answered; admitting is true from the first
 	// admission call on, so that finalize releases even if that call's
 	// answer was lost (cancelled or failed after it took a permit).
@@ -75,6 +80,7 @@ func (w *chat) setup(ctx workflow.Context) error {
 	w.logger = log.With(workflow.GetLogger(ctx), "requestID", w.in.RequestID)
 	w.stageCtx, w.cancelStages = workflow.WithCancel(ctx)
 	w.admittedCh = workflow.GetSignalChannel(ctx, SignalAdmitted)
+	w.recheckCh = workflow.GetSignalChannel(ctx, SignalRecheck)
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
 		return w.status, nil
 	}); err != nil {

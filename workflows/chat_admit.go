@@ -103,7 +103,7 @@ func (w *chat) waitForGrant(ctx workflow.Context, start time.Time, adm activitie
 		if !fired {
 			continue
 		}
-		re, err := w.recheck(adm.Seq)
+		re, err := w.recheck(adm.Seq, 0)
 		if err != nil {
 			if w.stageCtx.Err() != nil {
 				w.cancelled()
@@ -134,19 +134,37 @@ func (w *chat) waitForGrant(ctx workflow.Context, start time.Time, adm activitie
 func (w *chat) waitUntilDeadline(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) (recheckMs int64, ok bool) {
 	w.status.Position = adm.Position
 	w.status.EstimatedWaitMs = adm.EstimatedWaitMs
-	if remaining := start.Add(w.maxWait(adm.Pool)).Sub(workflow.Now(ctx)); remaining > 0 {
-		signalled, _ := w.sleepUnlessGranted(remaining)
-		if w.stageCtx.Err() != nil {
-			w.cancelled()
-			return 0, false
-		}
-		if signalled {
-			// The releaser moved our entry to the permit set before
-			// signalling, so the permit is already ours.
-			return 0, true
+	deadline := start.Add(w.maxWait(adm.Pool))
+	if remaining := deadline.Sub(workflow.Now(ctx)); remaining > 0 {
+		tctx, stopTimer := workflow.WithCancel(w.stageCtx)
+		defer stopTimer()
+		timer := workflow.NewTimer(tctx, remaining)
+		for {
+			got := w.awaitGrant(tctx, timer)
+			if w.stageCtx.Err() != nil {
+				w.cancelled()
+				return recheckMs, false
+			}
+			if got.signalled {
+				// The releaser moved our entry to the permit set before
+				// signalling, so the permit is already ours.
+				return recheckMs, true
+			}
+			if got.fired {
+				break
+			}
+			// Redis lost the queue: the look puts this waiter back at its
+			// old place (or finds it granted), and the wait goes on on the
+			// same timer.
+			re, err := w.recheck(adm.Seq, deadline.Sub(workflow.Now(ctx)))
+			recheckMs += re.Ms
+			if err == nil && re.Granted {
+				return recheckMs, true
+			}
 		}
 	}
-	re, err := w.recheck(adm.Seq)
+	re, err := w.recheck(adm.Seq, 0)
+	re.Ms += recheckMs
 	switch {
 	case w.stageCtx.Err() != nil:
 		w.cancelled()
@@ -189,25 +207,45 @@ func (w *chat) maxWait(pool string) time.Duration {
 func (w *chat) sleepUnlessGranted(d time.Duration) (signalled, fired bool) {
 	tctx, stopTimer := workflow.WithCancel(w.stageCtx)
 	defer stopTimer()
-	timer := workflow.NewTimer(tctx, d)
+	got := w.awaitGrant(tctx, workflow.NewTimer(tctx, d))
+	return got.signalled, got.fired
+}
+
+// woken says what ended a wait for the grant.
+type woken struct {
+	// signalled: the admitted signal; fired: the timer; recheck: a
+	// SignalRecheck. None: the stages were cancelled.
+	signalled, fired, recheck bool
+}
+
+// awaitGrant waits for the admitted signal, timer (made in tctx), a
+// recheck request or the stages' cancellation, whichever comes first.
+func (w *chat) awaitGrant(tctx workflow.Context, timer workflow.Future) woken {
+	var got woken
 	sel := workflow.NewSelector(w.stageCtx)
 	sel.AddReceive(w.admittedCh, func(c workflow.ReceiveChannel, _ bool) {
 		c.Receive(w.stageCtx, nil)
-		signalled = true
+		got.signalled = true
 	})
-	sel.AddFuture(timer, func(f workflow.Future) { fired = f.Get(tctx, nil) == nil })
+	sel.AddFuture(timer, func(f workflow.Future) { got.fired = f.Get(tctx, nil) == nil })
+	sel.AddReceive(w.recheckCh, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(w.stageCtx, nil)
+		got.recheck = true
+	})
 	sel.AddReceive(w.stageCtx.Done(), func(workflow.ReceiveChannel, bool) {})
 	sel.Select(w.stageCtx)
-	return signalled, fired
+	return got
 }
 
 // recheck asks whether a queued request's turn has come (the fallback to
-// the admitted signal), keeping its place live.
-func (w *chat) recheck(seq int64) (activities.AdmitOutput, error) {
+// the admitted signal), keeping its place live: for waitFor when the
+// waiter will not re-check again before then, else for the re-check
+// cadence.
+func (w *chat) recheck(seq int64, waitFor time.Duration) (activities.AdmitOutput, error) {
 	sctx := localCtx(w.stageCtx)
 	var re activities.AdmitOutput
 	err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
-		RequestID: w.in.RequestID, Pool: w.pool, Seq: seq, Recheck: true,
+		RequestID: w.in.RequestID, Pool: w.pool, Seq: seq, Recheck: true, WaitFor: waitFor,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 	}).Get(sctx, &re)

@@ -25,6 +25,11 @@ const (
 	SignalDetach = "detach"
 	// SignalAttach says a client (re)attached to the request's stream.
 	SignalAttach = "attach"
+	// SignalRecheck asks a queued request to look at its place in the
+	// queue once (payload RecheckSignal): sent to every running request
+	// when Redis lost the queue (it restarted empty), so that waiters
+	// come back at their old places instead of waiting for their deadline.
+	SignalRecheck = "recheck"
 	// QueryStatus returns Status.
 	QueryStatus = "status"
 )
@@ -125,6 +130,11 @@ type CancelSignal struct {
 // AdmittedSignal is the payload of SignalAdmitted.
 type AdmittedSignal struct {
 	Pool string
+}
+
+// RecheckSignal is the payload of SignalRecheck.
+type RecheckSignal struct {
+	Reason string
 }
 
 // AttachSignal is the payload of SignalAttach and SignalDetach.

@@ -1369,3 +1369,39 @@ func TestFastWaitersAndSignals(t *testing.T) {
 		t.Fatalf("d: granted %v, %v; a releaser took it over", granted, err)
 	}
 }
+
+// After Redis lost the queue (it restarted empty), waiters that come back
+// with their restore tokens keep their order, and a newcomer queues behind
+// them though the pool's virtual time started again at 0.
+func TestRestoredWaitersStayAheadOfNewcomers(t *testing.T) {
+	g, rdb := newGate(t, 1, nil)
+	ctx := context.Background()
+	mustEnqueue(t, g, "holder")
+	var seqs []int64
+	for _, id := range []string{"w1", "w2", "w3"} {
+		r := mustEnqueue(t, g, id)
+		if r.Status != Queued {
+			t.Fatalf("%s: %+v", id, r)
+		}
+		seqs = append(seqs, r.Seq)
+	}
+	// Redis restarts empty: every key of the pool is gone.
+	keys, _ := rdb.Keys(ctx, g.prefix+"*").Result()
+	if err := rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, g, "holder2") // someone holds the only permit again
+	for i, id := range []string{"w2", "w1"} { // back in any order
+		if r := mustEnqueueReq(t, g, Request{ID: id, Tenant: "t", Weight: 1, Seq: seqs[1-i]}); r.Status != Queued {
+			t.Fatalf("%s restored: %+v", id, r)
+		}
+	}
+	if r := mustEnqueueReq(t, g, Request{ID: "new", Tenant: "other", Weight: 1}); r.Status != Queued || r.Position != 3 {
+		t.Fatalf("newcomer %+v: want position 3, behind the two restored waiters", r)
+	}
+	for want, id := range []string{"w1", "w2"} {
+		if pos, ok, err := g.Position(ctx, "p", id); err != nil || !ok || pos != want+1 {
+			t.Fatalf("%s at %d (%v %v), want %d", id, pos, ok, err, want+1)
+		}
+	}
+}

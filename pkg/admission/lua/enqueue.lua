@@ -58,6 +58,12 @@ elseif restore > 0 then
   add_entry(id, tenant, tag, now, weight)
   local last = tonumber(redis.call('HGET', K.finish, tenant) or '0')
   if tag > last then redis.call('HSET', K.finish, tenant, tag) end
+  -- A Redis that restarted empty starts V again at 0 while the waiters
+  -- coming back hold tags of the old clock: V moves up to where the
+  -- restored entry started, so that newcomers queue behind the waiters
+  -- that were there before them.
+  local start = tag - ticks(cost, weight)
+  if vtime() < start then redis.call('HSET', K.stats, 'vtime', start) end
 elseif redis.call('ZCARD', K.queue) == 0 and redis.call('ZCARD', K.permits) < limit then
   -- Nobody to be fair to: the request never waits, so it takes no tag and
   -- leaves V alone.
