@@ -12,7 +12,11 @@ const (
 	ErrTypeStreamInterrupted = "StreamInterrupted"
 	ErrTypeCancelled         = "Cancelled"
 	ErrTypeBackend           = "BackendError"
-	ErrTypeBadRequest        = "BadRequest"
+	// ErrTypeBackendUnavailable: every endpoint of the request's pool has
+	// its circuit open, so nothing was sent; its details are a
+	// BackendUnavailable saying when to retry.
+	ErrTypeBackendUnavailable = "BackendUnavailable"
+	ErrTypeBadRequest         = "BadRequest"
 	// ErrTypePermitLost: the request's permit was reclaimed (its lease ran
 	// out) before its stream started; it must queue again.
 	ErrTypePermitLost = "PermitLost"
@@ -272,6 +276,13 @@ type Used struct {
 // StopStreamInput asks a running LLM stream to stop.
 type StopStreamInput struct {
 	RequestID string
+}
+
+// BackendUnavailable is the detail of an ErrTypeBackendUnavailable error.
+type BackendUnavailable struct {
+	// RetryAfter is the time until the first circuit of the pool
+	// half-opens and lets a probe through.
+	RetryAfter time.Duration
 }
 
 // streamProgress is the LLM activity's heartbeat detail.

@@ -220,6 +220,7 @@ func (a *Chat) classifyStreamError(ctx context.Context, log *slog.Logger, reques
 		promptTokens := a.promptTokens(p)
 		return events.Usage{PromptTokens: promptTokens, CompletionTokens: tokens, TotalTokens: promptTokens + tokens}
 	}
+	var unavailable *llm.UnavailableError
 	switch {
 	case errors.Is(err, errStopped):
 		return temporal.NewNonRetryableApplicationError("stream stopped: request cancelled", ErrTypeCancelled, nil, consumed())
@@ -229,6 +230,12 @@ func (a *Chat) classifyStreamError(ctx context.Context, log *slog.Logger, reques
 	case err != nil && tokens > 0:
 		log.Warn("llm stream broke mid-answer", "tokens", tokens, "err", err)
 		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err, consumed())
+	case errors.As(err, &unavailable):
+		// Retrying within the activity's short backoff would find the
+		// circuits still open; the client is told when to come back.
+		log.Warn("llm pool unavailable", "retry_after", unavailable.RetryAfter, "err", err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBackendUnavailable, err,
+			BackendUnavailable{RetryAfter: unavailable.RetryAfter})
 	case err != nil && llm.IsRetryable(err):
 		return temporal.NewApplicationErrorWithCause(err.Error(), ErrTypeBackend, err)
 	case err != nil:

@@ -3,7 +3,6 @@ package activities_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -149,6 +148,11 @@ func TestStreamLLMBackendErrors(t *testing.T) {
 			name: "retryable before the first token",
 			fake: &fakeLLM{tokens: words(5), err: &llm.Error{Endpoint: "fake", Status: 503, Message: "overloaded", Retryable: true}},
 			typ:  activities.ErrTypeBackend,
+		},
+		{
+			name: "pool unavailable",
+			fake: &fakeLLM{tokens: words(5), err: &llm.UnavailableError{Pool: request.PoolShort, Endpoints: 2, RetryAfter: 7 * time.Second}},
+			typ:  activities.ErrTypeBackendUnavailable, nonRetryable: true,
 		},
 		{
 			name: "rejected before the first token",
@@ -314,17 +318,7 @@ func TestStreamLLMStaleKBIsNotRetried(t *testing.T) {
 }
 
 func TestStreamLLMAgainstSimulator(t *testing.T) {
-	cfg := llmsim.DefaultConfig()
-	cfg.TimeScale = 0.01
-	sim, err := llmsim.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(sim.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		sim.Close()
-	})
+	_, srv := simulator(t, nil)
 	client, err := llm.NewOpenAI(llm.OpenAIOptions{Endpoints: []string{srv.URL}, HTTPClient: srv.Client()})
 	if err != nil {
 		t.Fatal(err)
@@ -365,17 +359,8 @@ func TestStreamLLMAgainstSimulator(t *testing.T) {
 }
 
 func TestStreamLLMSimulatorRejectsPrompt(t *testing.T) {
-	cfg := llmsim.DefaultConfig()
-	cfg.TimeScale = 0.01
-	cfg.KVCacheBlocks, cfg.BlockSize = 2, 16 // a 32-token context
-	sim, err := llmsim.New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(sim.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		sim.Close()
+	_, srv := simulator(t, func(cfg *llmsim.Config) {
+		cfg.KVCacheBlocks, cfg.BlockSize = 2, 16 // a 32-token context
 	})
 	client, err := llm.NewOpenAI(llm.OpenAIOptions{Endpoints: []string{srv.URL}, HTTPClient: srv.Client()})
 	if err != nil {

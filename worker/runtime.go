@@ -249,7 +249,7 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 	})
 	answers := answercache.New(r.Redis, cfg.Redis.KeyPrefix, cfg.AnswerCache.TTL)
 	r.registerCacheMetrics(embCache, cached, answers)
-	pools, err := llmPools(cfg.Pools)
+	pools, err := r.llmPools(cfg.Pools)
 	if err != nil {
 		return nil, err
 	}
@@ -284,16 +284,31 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 	}, nil
 }
 
-// llmPools builds a streaming client for each pool.
-func llmPools(cfg config.Pools) (map[string]activities.Pool, error) {
+// llmPools builds a streaming client for each pool, and exposes its
+// endpoints' circuits.
+func (r *Runtime) llmPools(cfg config.Pools) (map[string]activities.Pool, error) {
 	pools := map[string]activities.Pool{}
+	clients := map[string]*llm.OpenAI{}
 	for name, p := range cfg.ByName() {
-		c, err := llm.NewOpenAI(llm.OpenAIOptions{Endpoints: p.Endpoints, APIKey: p.APIKey})
+		c, err := llm.NewOpenAI(llm.OpenAIOptions{
+			Name: name, Endpoints: p.Endpoints, APIKey: p.APIKey,
+			Deadlines: p.Deadlines(), Breaker: p.CircuitBreaker(), Logger: r.Logger.With("component", "llm"),
+		})
 		if err != nil {
 			return nil, fmt.Errorf("pools.%s: %w", name, err)
 		}
 		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens}
+		clients[name] = c
 	}
+	r.Metrics.RegisterBackends(func() []metrics.Circuit {
+		var out []metrics.Circuit
+		for pool, client := range clients {
+			for _, c := range client.Circuits() {
+				out = append(out, metrics.Circuit{Pool: pool, Endpoint: c.Endpoint, State: int(c.State)})
+			}
+		}
+		return out
+	})
 	return pools, nil
 }
 

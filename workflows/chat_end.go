@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluice-dev/sluice/activities"
@@ -21,6 +22,10 @@ func streamedBefore(err error) *activities.Used {
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) {
 		return nil
+	}
+	if appErr.Type() == activities.ErrTypeBackendUnavailable {
+		// Refused before anything was sent; its details say when to retry.
+		return &activities.Used{}
 	}
 	if !appErr.HasDetails() {
 		// Failures before the first token carry no details and consumed
@@ -66,6 +71,9 @@ func (w *chat) stageFailed(stage string, err error) {
 			reason, msg = request.ReasonStreamInterrupted, "The answer stream was interrupted. Please retry."
 		case activities.ErrTypeBackend:
 			reason, msg = request.ReasonBackendError, "The language model backend failed. Please retry."
+		case activities.ErrTypeBackendUnavailable:
+			w.backendUnavailable(appErr)
+			return
 		case activities.ErrTypeBadRequest:
 			reason, msg = request.ReasonBadRequest, "The request could not be processed: "+appErr.Message()
 		}
@@ -73,6 +81,24 @@ func (w *chat) stageFailed(stage string, err error) {
 	w.logger.Error("stage failed", "stage", stage, "error", err)
 	w.result.Outcome, w.result.Reason = request.OutcomeFailed, reason
 	w.failure = &events.Failure{Reason: reason, Message: msg}
+}
+
+// backendUnavailable fails a request refused because every backend of its
+// pool has its circuit open: nothing is wrong with the request, and the
+// client is told when to try again.
+func (w *chat) backendUnavailable(appErr *temporal.ApplicationError) {
+	var d activities.BackendUnavailable
+	if err := appErr.Details(&d); err != nil {
+		w.logger.Warn("read the retry-after of an unavailable backend", "error", err)
+	}
+	secs := retryAfterSeconds(d.RetryAfter)
+	w.logger.Warn("llm backend unavailable", "retry_after_s", secs)
+	w.result.Outcome, w.result.Reason = request.OutcomeFailed, request.ReasonBackendUnavailable
+	w.failure = &events.Failure{
+		Reason:      request.ReasonBackendUnavailable,
+		Message:     fmt.Sprintf("The language model service is unavailable right now. Please retry in %d s.", secs),
+		RetryAfterS: secs,
+	}
 }
 
 func (w *chat) cancelled() {
@@ -89,11 +115,13 @@ func (w *chat) cancelled() {
 
 func (w *chat) reject(reason, msg string, retryAfter time.Duration) {
 	w.result.Outcome, w.result.Reason = request.OutcomeRejected, reason
-	secs := int((retryAfter + time.Second - 1) / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
-	w.failure = &events.Failure{Reason: reason, Message: msg, RetryAfterS: secs}
+	w.failure = &events.Failure{Reason: reason, Message: msg, RetryAfterS: retryAfterSeconds(retryAfter)}
+}
+
+// retryAfterSeconds is a Retry-After in whole seconds, rounded up and at
+// least 1: a client told 0 would retry at once.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
 }
 
 // finalize runs on every exit path, in a disconnected context so that it
@@ -169,7 +197,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 
 // finalizeDurably retries Finalize as a regular activity, whose retries the
 // server schedules (no workflow task and no timer per attempt), for as long
-// as a request's event stream lives: a permit, a queue place and a refund
+// as a day: a permit, a queue place and a refund
 // are given back when Redis returns, not dropped after an outage of a few
 // minutes. Finalize is idempotent. The report is left out: an attempt that
 // failed later may already have made it, and a lost sample costs the

@@ -392,24 +392,66 @@ func (s *chatSuite) TestLLMRetriesBeforeFirstToken() {
 	s.Equal(2, attempts)
 }
 
-func (s *chatSuite) TestLLMInterruptedIsNotRetried() {
+// llmFails mocks the stages before the LLM, and an LLM that fails with
+// err every time; it returns the count of its calls.
+func (s *chatSuite) llmFails(err error) *int {
 	s.mockEmbed()
 	s.mockAdmit(granted, nil)
 	s.mockRetrieveRerank()
-	attempts := 0
+	attempts := new(int)
 	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(context.Context, activities.LLMInput) (activities.LLMOutput, error) {
-		attempts++
-		return activities.LLMOutput{}, temporal.NewNonRetryableApplicationError("broke after 5 tokens", activities.ErrTypeStreamInterrupted, nil)
+		*attempts++
+		return activities.LLMOutput{}, err
 	})
+	return attempts
+}
+
+func (s *chatSuite) TestLLMInterruptedIsNotRetried() {
+	attempts := s.llmFails(temporal.NewNonRetryableApplicationError("broke after 5 tokens", activities.ErrTypeStreamInterrupted, nil))
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.result()
 	s.Equal(request.OutcomeFailed, r.Outcome)
 	s.Equal(request.ReasonStreamInterrupted, r.Reason)
-	s.Equal(1, attempts)
+	s.Equal(1, *attempts)
 	f := s.onlyFinalize()
 	s.Equal(events.TypeError, f.EventType)
 	s.Equal("short", f.Pool)
 	s.Nil(f.Used, "an interruption that does not say what it streamed refunds nothing")
+}
+
+// A pool whose every backend has its circuit open fails the request at
+// once: not retried, not blamed on the request, with when to retry.
+func (s *chatSuite) TestBackendUnavailableFailsFastWithRetryAfter() {
+	for _, tc := range []struct {
+		name    string
+		details []any
+		secs    int
+	}{
+		{"rounded up", []any{activities.BackendUnavailable{RetryAfter: 7200 * time.Millisecond}}, 8},
+		{"at least a second", []any{activities.BackendUnavailable{}}, 1},
+		{"without details", nil, 1},
+	} {
+		s.Run(tc.name, func() {
+			s.SetupTest()
+			attempts := s.llmFails(temporal.NewNonRetryableApplicationError("llm pool short: all 2 endpoints have their circuit open",
+				activities.ErrTypeBackendUnavailable, nil, tc.details...))
+			s.env.ExecuteWorkflow(ChatWorkflow, input())
+			r := s.result()
+			s.Equal(request.OutcomeFailed, r.Outcome)
+			s.Equal(request.ReasonBackendUnavailable, r.Reason)
+			s.Equal(1, *attempts, "an unavailable pool is not retried")
+			f := s.onlyFinalize()
+			s.Equal(events.TypeError, f.EventType)
+			s.Equal("short", f.Pool)
+			s.Require().NotNil(f.Failure)
+			s.Equal(request.ReasonBackendUnavailable, f.Failure.Reason)
+			s.Equal(tc.secs, f.Failure.RetryAfterS)
+			s.Contains(f.Failure.Message, "service is unavailable")
+			s.NotContains(f.Failure.Message, "could not be processed")
+			s.Equal(&activities.Used{}, f.Used, "nothing was sent: the whole charge is refunded")
+			s.Equal(request.ReasonBackendUnavailable, f.Report.Reason)
+		})
+	}
 }
 
 func (s *chatSuite) TestInterruptedStreamRefundsTheRest() {

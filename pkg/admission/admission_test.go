@@ -1390,7 +1390,7 @@ func TestRestoredWaitersStayAheadOfNewcomers(t *testing.T) {
 	if err := rdb.Del(ctx, keys...).Err(); err != nil {
 		t.Fatal(err)
 	}
-	mustEnqueue(t, g, "holder2") // someone holds the only permit again
+	mustEnqueue(t, g, "holder2")              // someone holds the only permit again
 	for i, id := range []string{"w2", "w1"} { // back in any order
 		if r := mustEnqueueReq(t, g, Request{ID: id, Tenant: "t", Weight: 1, Seq: seqs[1-i]}); r.Status != Queued {
 			t.Fatalf("%s restored: %+v", id, r)

@@ -52,6 +52,27 @@ type API struct {
 	// X-Forwarded-For, as set by a trusted proxy in front; off, it is the
 	// connection's address, which a client cannot forge.
 	TrustForwardedFor bool `yaml:"trust_forwarded_for"`
+	// BodyReadTimeout bounds the wait for a request's body once its
+	// headers are in, so that a client that trickles it cannot hold a
+	// connection: a body not in by then is answered 408 and its
+	// connection closed.
+	BodyReadTimeout time.Duration `yaml:"body_read_timeout"`
+	// IdleTimeout closes a keep-alive connection that has carried no
+	// request for this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// StreamWriteTimeout bounds each write of an event stream: a client
+	// that stops reading until the socket's buffers are full is dropped
+	// this long after, and its request detached, rather than pin its
+	// handler.
+	StreamWriteTimeout time.Duration `yaml:"stream_write_timeout"`
+	// MaxConnsPerIP bounds the open connections from one client address
+	// (the connection's own, never X-Forwarded-For); beyond it a new
+	// connection is closed as soon as it is accepted. Behind a proxy
+	// every connection is the proxy's: raise it towards max_conns.
+	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
+	// MaxConns bounds the open connections of one API process; beyond it
+	// a new connection is closed as soon as it is accepted.
+	MaxConns int `yaml:"max_conns"`
 }
 
 // Auth maps API keys to tenants.
@@ -74,19 +95,24 @@ type APIKey struct {
 
 func defaultAPI() API {
 	return API{
-		Addr:              "127.0.0.1:8080",
-		MaxBodyBytes:      64 << 10,
-		MaxQueryChars:     4000,
-		DefaultMaxTokens:  128,
-		MaxTokensLimit:    2048,
-		EmbeddedWorker:    true,
-		StreamIdleTimeout: 2 * time.Minute,
-		ShutdownTimeout:   10 * time.Second,
-		DisconnectGrace:   5 * time.Second,
-		QueuePollInterval: 500 * time.Millisecond,
-		MaxStartsInFlight: 64,
-		WaitingRoom:       10000,
-		QueuePerPermit:    1,
+		Addr:               "127.0.0.1:8080",
+		MaxBodyBytes:       64 << 10,
+		MaxQueryChars:      4000,
+		DefaultMaxTokens:   128,
+		MaxTokensLimit:     2048,
+		EmbeddedWorker:     true,
+		StreamIdleTimeout:  2 * time.Minute,
+		ShutdownTimeout:    10 * time.Second,
+		DisconnectGrace:    5 * time.Second,
+		QueuePollInterval:  500 * time.Millisecond,
+		MaxStartsInFlight:  64,
+		WaitingRoom:        10000,
+		QueuePerPermit:     1,
+		BodyReadTimeout:    30 * time.Second,
+		IdleTimeout:        2 * time.Minute,
+		StreamWriteTimeout: 10 * time.Second,
+		MaxConnsPerIP:      256,
+		MaxConns:           10000,
 	}
 }
 
@@ -115,6 +141,14 @@ func (a API) validate(v *validator) {
 	}
 	if !(a.QueuePerPermit >= 0) {
 		v.add("api.queue_per_permit", "must be >= 0, got %v", a.QueuePerPermit)
+	}
+	v.duration("api.body_read_timeout", a.BodyReadTimeout)
+	v.duration("api.idle_timeout", a.IdleTimeout)
+	v.duration("api.stream_write_timeout", a.StreamWriteTimeout)
+	v.positive("api.max_conns", int64(a.MaxConns))
+	v.positive("api.max_conns_per_ip", int64(a.MaxConnsPerIP))
+	if a.MaxConnsPerIP > a.MaxConns {
+		v.add("api.max_conns_per_ip", "must not exceed api.max_conns (%d), got %d", a.MaxConns, a.MaxConnsPerIP)
 	}
 }
 

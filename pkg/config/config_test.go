@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/llm"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -37,6 +39,9 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 		if p.got.Healing != p.want.Healing || p.got.Scaler != p.want.Scaler {
 			t.Fatalf("example pool healing or scaler differ from defaults: %+v %+v", p.got, p.want)
 		}
+		if p.got.Deadlines() != p.want.Deadlines() || p.got.Breaker != p.want.Breaker {
+			t.Fatalf("example pool deadlines or breaker differ from defaults: %+v %+v", p.got, p.want)
+		}
 	}
 	if cfg.Limits.Enabled != def.Limits.Enabled || cfg.Limits.DefaultTier != def.Limits.DefaultTier || len(cfg.Limits.Tiers) != len(def.Limits.Tiers) {
 		t.Fatalf("example limits differ from defaults: %+v", cfg.Limits)
@@ -65,6 +70,26 @@ func TestEnvOverrides(t *testing.T) {
 	if cfg.Redis.Addr != "10.0.0.1:6380" || cfg.Admission.MaxWait != 45*time.Second || cfg.Pools.Short.MaxConcurrency != 7 ||
 		strings.Join(cfg.Pools.Long.Endpoints, "|") != "http://a:1|http://b:2" || cfg.API.EmbeddedWorker {
 		t.Fatalf("overrides not applied: %+v", cfg)
+	}
+}
+
+func TestPoolDeadlinesAndBreakerFromEnv(t *testing.T) {
+	cfg, err := Load("", []string{
+		"SLUICE_POOLS_LONG_FIRST_TOKEN_TIMEOUT=45s",
+		"SLUICE_POOLS_LONG_BREAKER_SLOW_FIRST_TOKEN=20s",
+		"SLUICE_POOLS_SHORT_BREAKER_FAILURES=3",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.Pools.Long.Deadlines(); d != (llm.Deadlines{Connect: 10 * time.Second, FirstToken: 45 * time.Second, TokenIdle: 15 * time.Second}) {
+		t.Errorf("long pool deadlines %+v", d)
+	}
+	if b := cfg.Pools.Long.CircuitBreaker(); b != (llm.Breaker{Failures: 5, OpenFor: 10 * time.Second, SlowFirstToken: 20 * time.Second}) {
+		t.Errorf("long pool breaker %+v", b)
+	}
+	if b := cfg.Pools.Short.CircuitBreaker(); b.Failures != 3 {
+		t.Errorf("short pool breaker %+v", b)
 	}
 }
 
@@ -144,6 +169,15 @@ func TestBadConfigFixtures(t *testing.T) {
 		"scaler_max_below_base.yaml":           "pools.short.scaler.max_replicas: must be at least pools.short.scaler.base_replicas (2), got 1",
 		"scaler_simulator_no_url.yaml":         `pools.long.scaler.url: must be an http(s) URL, got ""`,
 		"scaler_kubernetes_no_name.yaml":       "pools.short.scaler.deployment: must not be empty",
+		"pool_connect_timeout_zero.yaml":       "pools.short.connect_timeout: must be a positive duration such as 30s, got 0s",
+		"pool_connect_above_first_token.yaml":  "pools.long.connect_timeout: must be below pools.long.first_token_timeout (5s), got 10s",
+		"pool_first_token_timeout_zero.yaml":   "pools.short.first_token_timeout: must be a positive duration such as 30s, got 0s",
+		"pool_token_idle_negative.yaml":        "pools.long.token_idle_timeout: must be a positive duration such as 30s, got -1s",
+		"breaker_zero_failures.yaml":           "pools.short.breaker.failures: must be > 0, got 0",
+		"breaker_open_for_zero.yaml":           "pools.short.breaker.open_for: must be a positive duration such as 30s, got 0s",
+		"breaker_slow_above_first_token.yaml":  "pools.long.breaker.slow_first_token: must be below pools.long.first_token_timeout (30s), got 45s",
+		"api_zero_stream_write_timeout.yaml":   "api.stream_write_timeout: must be a positive duration such as 30s, got 0s",
+		"api_per_ip_above_total.yaml":          "api.max_conns_per_ip: must not exceed api.max_conns (100), got 200",
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {

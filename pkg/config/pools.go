@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -31,10 +32,39 @@ type Pool struct {
 	// customer was promised. Long answers hold permits longer, so the long
 	// pool's queue moves slower and may warrant a longer wait.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// ConnectTimeout bounds opening a connection to an endpoint (TCP, and
+	// TLS for https).
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
+	// FirstTokenTimeout bounds the wait from sending a request to its
+	// first token (connecting, the backend's queue and prefill). Passing
+	// it is a retryable failure: the retry goes to the next endpoint.
+	FirstTokenTimeout time.Duration `yaml:"first_token_timeout"`
+	// TokenIdleTimeout bounds the backend's silence between two tokens;
+	// passing it interrupts the answer, which no model can resume.
+	TokenIdleTimeout time.Duration `yaml:"token_idle_timeout"`
+	// Breaker is the circuit breaker each endpoint has.
+	Breaker Breaker `yaml:"breaker"`
 	// Healing bounds what the healer may do to this pool's permits and
 	// batch; Scaler is how it asks for more replicas.
 	Healing PoolHealing `yaml:"healing"`
 	Scaler  Scaler      `yaml:"scaler"`
+}
+
+// Breaker opens an endpoint's circuit, so that requests go to the pool's
+// other endpoints, after failures in a row; a pool whose every circuit is
+// open fails requests at once with backend_unavailable.
+type Breaker struct {
+	// Failures is how many failed streams in a row open the circuit:
+	// connect errors, 5xx, deadlines, broken streams, and first tokens
+	// slower than SlowFirstToken (not 4xx, not cancels).
+	Failures int `yaml:"failures"`
+	// OpenFor is how long an open circuit refuses requests; then one
+	// request probes the endpoint and its first token closes the circuit.
+	OpenFor time.Duration `yaml:"open_for"`
+	// SlowFirstToken: a first token slower than this counts as a failure
+	// (outlier ejection), but only while another endpoint of the pool is
+	// closed: a pool slow all over is loaded, not broken.
+	SlowFirstToken time.Duration `yaml:"slow_first_token"`
 }
 
 // Routing chooses a pool by the prompt's token count.
@@ -70,16 +100,32 @@ func defaultPools() Pools {
 }
 
 // defaultPool is a pool of the dev stack's one simulator, which serves
-// both pools; they differ only in permits and prompt size.
+// both pools; they differ only in permits and prompt size. Its deadlines
+// and breaker are the LLM client's defaults, which suit a real model.
 func defaultPool(maxConcurrency, maxPromptTokens int) Pool {
+	d, b := llm.DefaultDeadlines(), llm.DefaultBreaker()
 	return Pool{
-		Endpoints:       []string{"http://127.0.0.1:8090"},
-		Model:           "sluice-sim",
-		MaxConcurrency:  maxConcurrency,
-		MaxPromptTokens: maxPromptTokens,
-		Healing:         defaultPoolHealing(),
-		Scaler:          defaultScaler(),
+		Endpoints:         []string{"http://127.0.0.1:8090"},
+		Model:             "sluice-sim",
+		MaxConcurrency:    maxConcurrency,
+		MaxPromptTokens:   maxPromptTokens,
+		ConnectTimeout:    d.Connect,
+		FirstTokenTimeout: d.FirstToken,
+		TokenIdleTimeout:  d.TokenIdle,
+		Breaker:           Breaker{Failures: b.Failures, OpenFor: b.OpenFor, SlowFirstToken: b.SlowFirstToken},
+		Healing:           defaultPoolHealing(),
+		Scaler:            defaultScaler(),
 	}
+}
+
+// Deadlines are the pool's deadlines as the LLM client takes them.
+func (p Pool) Deadlines() llm.Deadlines {
+	return llm.Deadlines{Connect: p.ConnectTimeout, FirstToken: p.FirstTokenTimeout, TokenIdle: p.TokenIdleTimeout}
+}
+
+// CircuitBreaker is the pool's breaker as the LLM client takes it.
+func (p Pool) CircuitBreaker() llm.Breaker {
+	return llm.Breaker{Failures: p.Breaker.Failures, OpenFor: p.Breaker.OpenFor, SlowFirstToken: p.Breaker.SlowFirstToken}
 }
 
 func defaultRouting() Routing {
@@ -115,8 +161,28 @@ func (p Pool) validate(v *validator, field string) {
 	if p.MaxWait < 0 {
 		v.add(field+".max_wait", "must not be negative, got %s", p.MaxWait)
 	}
+	p.validateDeadlines(v, field)
 	p.Healing.validate(v, field, p.MaxConcurrency)
 	p.Scaler.validate(v, field+".scaler")
+}
+
+// validateDeadlines checks the pool's deadlines and breaker. Waiting for
+// a connection or calling a first token slow only makes sense within the
+// first-token deadline, which bounds both.
+func (p Pool) validateDeadlines(v *validator, field string) {
+	v.duration(field+".connect_timeout", p.ConnectTimeout)
+	v.duration(field+".first_token_timeout", p.FirstTokenTimeout)
+	v.duration(field+".token_idle_timeout", p.TokenIdleTimeout)
+	v.positive(field+".breaker.failures", int64(p.Breaker.Failures))
+	v.duration(field+".breaker.open_for", p.Breaker.OpenFor)
+	v.duration(field+".breaker.slow_first_token", p.Breaker.SlowFirstToken)
+	below := func(name string, d time.Duration) {
+		if p.FirstTokenTimeout > 0 && d >= p.FirstTokenTimeout {
+			v.add(field+"."+name, "must be below %s.first_token_timeout (%s), got %s", field, p.FirstTokenTimeout, d)
+		}
+	}
+	below("connect_timeout", p.ConnectTimeout)
+	below("breaker.slow_first_token", p.Breaker.SlowFirstToken)
 }
 
 // validate checks the routing rule against the short pool, which must

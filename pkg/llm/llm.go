@@ -6,11 +6,13 @@ package llm
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -58,8 +60,12 @@ type Error struct {
 	Endpoint string
 	Status   int
 	Message  string
+	// Deadline names the deadline that passed (DeadlineConnect, ...), if
+	// one did.
+	Deadline string
 	// Retryable is true for failures a later attempt may not see:
-	// connection errors, 408, 429 and 5xx.
+	// connection errors, deadlines before the first token, 408, 429 and
+	// 5xx.
 	Retryable bool
 }
 
@@ -80,22 +86,50 @@ func IsRetryable(err error) bool {
 }
 
 // OpenAI is a client for one pool's OpenAI-compatible endpoints, spread
-// round-robin.
+// round robin over those whose circuit is not open.
 type OpenAI struct {
-	endpoints []string
+	name      string
+	endpoints []*endpoint
 	apiKey    string
 	http      *http.Client
+	deadlines Deadlines
+	breaker   Breaker
 	next      atomic.Uint64
 }
 
 // OpenAIOptions configures an OpenAI client.
 type OpenAIOptions struct {
+	// Name is the pool's, for errors and logs.
+	Name string
 	// Endpoints are base URLs; "/v1" is appended when they lack it.
 	Endpoints []string
 	APIKey    string
 	// HTTPClient defaults to one with no overall timeout (streams are
-	// bounded by the caller's context) and a 10 s connect/header timeout.
+	// bounded by the caller's context and the deadlines) that gives up
+	// connecting after Deadlines.Connect.
 	HTTPClient *http.Client
+	Deadlines  Deadlines
+	Breaker    Breaker
+	// Logger reports circuits opening and closing (default: slog's).
+	Logger *slog.Logger
+}
+
+// withDefaults fills what o leaves zero: each deadline and breaker
+// setting from DefaultDeadlines and DefaultBreaker, and the logger.
+func (o OpenAIOptions) withDefaults() OpenAIOptions {
+	d, b := DefaultDeadlines(), DefaultBreaker()
+	o.Deadlines = Deadlines{
+		Connect:    cmp.Or(o.Deadlines.Connect, d.Connect),
+		FirstToken: cmp.Or(o.Deadlines.FirstToken, d.FirstToken),
+		TokenIdle:  cmp.Or(o.Deadlines.TokenIdle, d.TokenIdle),
+	}
+	o.Breaker = Breaker{
+		Failures:       cmp.Or(o.Breaker.Failures, b.Failures),
+		OpenFor:        cmp.Or(o.Breaker.OpenFor, b.OpenFor),
+		SlowFirstToken: cmp.Or(o.Breaker.SlowFirstToken, b.SlowFirstToken),
+	}
+	o.Logger = cmp.Or(o.Logger, slog.Default())
+	return o
 }
 
 // NewOpenAI returns a client.
@@ -103,22 +137,21 @@ func NewOpenAI(opts OpenAIOptions) (*OpenAI, error) {
 	if len(opts.Endpoints) == 0 {
 		return nil, errors.New("llm: no endpoints")
 	}
-	c := &OpenAI{apiKey: opts.APIKey, http: opts.HTTPClient}
+	opts = opts.withDefaults()
+	c := &OpenAI{
+		name: opts.Name, apiKey: opts.APIKey, http: opts.HTTPClient,
+		deadlines: opts.Deadlines, breaker: opts.Breaker,
+	}
+	log := opts.Logger.With("pool", opts.Name)
 	for _, e := range opts.Endpoints {
 		e = strings.TrimRight(e, "/")
 		if !strings.HasSuffix(e, "/v1") {
 			e += "/v1"
 		}
-		c.endpoints = append(c.endpoints, e)
+		c.endpoints = append(c.endpoints, newEndpoint(e, c.breaker, log))
 	}
 	if c.http == nil {
-		c.http = &http.Client{Transport: &http.Transport{
-			Proxy:                 nil,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       90 * time.Second,
-			ResponseHeaderTimeout: 60 * time.Second,
-			DisableCompression:    true,
-		}}
+		c.http = newHTTPClient(c.deadlines.Connect)
 	}
 	return c, nil
 }
@@ -150,17 +183,44 @@ func chatRequest(req Request) openai.ChatRequest {
 	return cr
 }
 
-// Stream implements Streamer.
+// Stream implements Streamer. It fails fast with an *UnavailableError
+// when every endpoint's circuit is open; otherwise the endpoint's circuit
+// learns how the stream went.
 func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(string) error) (Result, error) {
-	endpoint := c.endpoints[int(c.next.Add(1)-1)%len(c.endpoints)]
-	res := Result{Endpoint: endpoint}
 	body, err := json.Marshal(chatRequest(req))
 	if err != nil {
-		return res, fmt.Errorf("encode chat request: %w", err)
+		return Result{}, fmt.Errorf("encode chat request: %w", err)
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint+"/chat/completions", bytes.NewReader(body))
+	t, err := c.pick()
 	if err != nil {
-		return res, &Error{Endpoint: endpoint, Message: err.Error()}
+		return Result{}, err
+	}
+	res := Result{Endpoint: t.ep.url}
+	err = c.stream(ctx, t, body, &res, onDelta)
+	var callerErr callerError
+	if errors.As(err, &callerErr) {
+		t.report(errNotCounted)
+		return res, callerErr.err
+	}
+	t.report(outcomeOf(err))
+	return res, err
+}
+
+// callerError is an error of the caller's onDelta, told apart from the
+// endpoint's so that it does not count against the endpoint.
+type callerError struct{ err error }
+
+func (e callerError) Error() string { return e.err.Error() }
+
+// stream sends the request to the ticket's endpoint and reads its answer
+// into res under the deadlines.
+func (c *OpenAI) stream(ctx context.Context, t *ticket, body []byte, res *Result, onDelta func(string) error) error {
+	start := time.Now()
+	sctx, w := watch(ctx, c.deadlines)
+	defer w.stop()
+	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, t.ep.url+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return &Error{Endpoint: t.ep.url, Message: err.Error()}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
@@ -169,28 +229,65 @@ func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(string) e
 	}
 	resp, err := c.http.Do(hreq)
 	if err != nil {
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-		return res, &Error{Endpoint: endpoint, Message: err.Error(), Retryable: true}
+		return c.failed(ctx, sctx, res, fmt.Errorf("send request: %w", err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		return res, &Error{
-			Endpoint: endpoint, Status: resp.StatusCode, Message: strings.TrimSpace(string(msg)),
+		return &Error{
+			Endpoint: t.ep.url, Status: resp.StatusCode, Message: strings.TrimSpace(string(msg)),
 			Retryable: resp.StatusCode == 408 || resp.StatusCode == 429 || resp.StatusCode >= 500,
 		}
 	}
-	err = readStream(ctx, resp.Body, &res, onDelta)
-	return res, err
+	err = readStream(resp.Body, res, func(text string) error {
+		w.pause()
+		if res.Chunks == 1 {
+			t.firstToken(time.Since(start))
+		}
+		if err := onDelta(text); err != nil {
+			return callerError{err}
+		}
+		w.resume()
+		return nil
+	})
+	if err == nil {
+		return nil
+	}
+	var callerErr callerError
+	if errors.As(err, &callerErr) {
+		return err
+	}
+	return c.failed(ctx, sctx, res, err)
+}
+
+// failed names why a request or its stream failed: the caller gave up, a
+// deadline passed (the stream's context says which), or the endpoint
+// failed. A deadline or a broken connection is retryable until content
+// has been streamed: another endpoint may answer.
+func (c *OpenAI) failed(ctx, sctx context.Context, res *Result, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	e := &Error{Endpoint: res.Endpoint, Message: err.Error(), Retryable: res.Chunks == 0}
+	var lerr *Error
+	switch d, ok := passed(sctx); {
+	case ok:
+		e.Deadline, e.Message = d.name, d.Error()
+	case connectTimedOut(err):
+		e.Deadline = DeadlineConnect
+		e.Message = fmt.Sprintf("connect deadline: no connection within %s: %v", c.deadlines.Connect, err)
+	case errors.As(err, &lerr):
+		// The stream itself was bad: a bad chunk, an error event, no end.
+		return lerr
+	}
+	return e
 }
 
 // readStream reads an event stream into res, passing each piece of
-// content to onDelta, until [DONE] or the end of the body. ctx is the
-// request's: a body that breaks because the caller gave up is not the
-// backend's failure.
-func readStream(ctx context.Context, body io.Reader, res *Result, onDelta func(string) error) error {
+// content to onContent, until [DONE] or the end of the body. A body that
+// breaks is returned as is: the caller knows whether its context or a
+// deadline broke it.
+func readStream(body io.Reader, res *Result, onContent func(string) error) error {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -216,7 +313,7 @@ func readStream(ctx context.Context, body io.Reader, res *Result, onDelta func(s
 		for _, choice := range ev.Choices {
 			if choice.Delta.Content != nil && *choice.Delta.Content != "" {
 				res.Chunks++
-				if err := onDelta(*choice.Delta.Content); err != nil {
+				if err := onContent(*choice.Delta.Content); err != nil {
 					return err
 				}
 			}
@@ -226,10 +323,7 @@ func readStream(ctx context.Context, body io.Reader, res *Result, onDelta func(s
 		}
 	}
 	if err := sc.Err(); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return &Error{Endpoint: res.Endpoint, Message: "stream broken: " + err.Error(), Retryable: true}
+		return fmt.Errorf("stream broken: %w", err)
 	}
 	// Some servers end without [DONE]; a finish reason means the answer is complete.
 	if res.FinishReason != "" {

@@ -70,6 +70,9 @@ type Config struct {
 	// the output budget ends with "length".
 	AnswerMinTokens int
 	AnswerMaxTokens int
+	// Fault is every replica's fault from the start; the zero Fault (the
+	// default) is a healthy server. POST /admin/config changes it.
+	Fault Fault
 }
 
 // DefaultConfig returns a single replica sized like a small GPU serving a
@@ -144,6 +147,9 @@ func (c Config) Validate() error {
 	}
 	if c.AnswerMaxTokens < c.AnswerMinTokens {
 		bad("AnswerMaxTokens must be >= AnswerMinTokens (%d), got %d", c.AnswerMinTokens, c.AnswerMaxTokens)
+	}
+	if err := c.Fault.Validate(); err != nil {
+		bad("Fault: %w", err)
 	}
 	if len(errs) == 0 {
 		return nil

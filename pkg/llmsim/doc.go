@@ -21,6 +21,11 @@
 //     has completely finished, and holds a finished request's reply until the
 //     longest member of its batch is done.
 //
+// Faults (a hung engine, answers that stop after N tokens, HTTP 5xx, slow
+// steps) are explicit modes for testing a gateway's deadlines and circuit
+// breakers, off unless Config.Fault or POST /admin/config turns them on,
+// for the server or one replica.
+//
 // It does not model attention cost growing with context length, chunked
 // prefill, prefix caching, swapping to CPU memory, speculative decoding,
 // sampling parameters, tool calls or multiple choices. One generated token is

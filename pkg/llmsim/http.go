@@ -152,8 +152,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		events:  make(chan event, target+1),
 	}
 	if err := s.submit(seq); err != nil {
+		status := http.StatusServiceUnavailable
+		var fault *faultStatus
+		if errors.As(err, &fault) {
+			status = fault.status
+		}
 		log.Warn("refused chat completion", "err", err)
-		writeError(w, http.StatusServiceUnavailable, "server_error", "%s", err.Error())
+		writeError(w, status, "server_error", "%s", err.Error())
 		return
 	}
 	log.Debug("chat completion queued", "prompt_tokens", p.promptTokens, "target_tokens", target, "stream", p.stream)

@@ -80,6 +80,7 @@ type replica struct {
 	id      int
 	cfg     Config
 	limit   func() int // current max_num_seqs, changeable at run time
+	fault   func() Fault
 	clock   clock
 	metrics *metrics
 	log     *slog.Logger
@@ -95,11 +96,12 @@ type replica struct {
 	stopped     bool
 }
 
-func newReplica(id int, cfg Config, limit func() int, clk clock, m *metrics, log *slog.Logger) *replica {
+func newReplica(id int, cfg Config, limit func() int, fault func() Fault, clk clock, m *metrics, log *slog.Logger) *replica {
 	return &replica{
 		id:      id,
 		cfg:     cfg,
 		limit:   limit,
+		fault:   fault,
 		clock:   clk,
 		metrics: m,
 		log:     log.With("replica", id),
@@ -208,7 +210,8 @@ func (r *replica) schedule() (dur time.Duration, busy, exit bool) {
 	}
 	dur = r.cfg.DecodeBase +
 		time.Duration(len(r.running))*r.cfg.DecodePerSeq +
-		time.Duration(prefill)*r.cfg.PrefillPerToken
+		time.Duration(prefill)*r.cfg.PrefillPerToken +
+		r.fault().TokenDelay
 	return dur, true, false
 }
 
@@ -309,12 +312,14 @@ func (r *replica) admit() (prefillTokens int) {
 }
 
 // step applies a decode step: every unfinished running sequence emits one
-// token. In continuous mode a sequence leaves the batch as soon as it is
-// done; in static mode the batch is released only when all of it is done.
+// token, unless a fault stalls it. In continuous mode a sequence leaves the
+// batch as soon as it is done; in static mode the batch is released only
+// when all of it is done.
 func (r *replica) step() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.clock.Now()
+	fault := r.fault()
 	kept := r.running[:0]
 	for _, s := range r.running {
 		if s.finished {
@@ -323,6 +328,12 @@ func (r *replica) step() {
 		}
 		if s.ctx.Err() != nil {
 			r.abort(s, now, s.ctx.Err())
+			continue
+		}
+		if fault.stalls(s.generated) {
+			// A hung sequence keeps its slot and blocks, as it would in
+			// a hung engine, until its client gives up.
+			kept = append(kept, s)
 			continue
 		}
 		r.emit(s, now)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -24,6 +25,7 @@ type Server struct {
 	mux     *http.ServeMux
 
 	maxNumSeqs atomic.Int64
+	faults     atomic.Pointer[faults]
 	// runCtx is the lifetime of the scheduler goroutines, kept so that
 	// replicas added at run time share it; Close cancels it.
 	runCtx context.Context
@@ -62,6 +64,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		stop:    stop,
 	}
 	s.maxNumSeqs.Store(int64(cfg.MaxNumSeqs))
+	s.faults.Store(&faults{server: cfg.Fault})
 	s.mu.Lock()
 	s.scaleLocked(cfg.Replicas)
 	s.mu.Unlock()
@@ -88,7 +91,8 @@ func (s *Server) limit() int { return int(s.maxNumSeqs.Load()) }
 // replicas are drained first. s.mu must be held.
 func (s *Server) scaleLocked(n int) {
 	for len(s.active) < n {
-		r := newReplica(s.nextID, s.cfg, s.limit, s.clock, s.metrics, s.log)
+		id := s.nextID
+		r := newReplica(id, s.cfg, s.limit, func() Fault { return s.faults.Load().of(id) }, s.clock, s.metrics, s.log)
 		s.nextID++
 		s.active = append(s.active, r)
 		s.log.Info("replica started", "replica", r.id)
@@ -108,12 +112,17 @@ func (s *Server) scaleLocked(n int) {
 	}
 }
 
-// forget drops a replica whose scheduler has exited.
+// forget drops a replica whose scheduler has exited, and its fault.
 func (s *Server) forget(r *replica) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.draining = slices.DeleteFunc(s.draining, func(x *replica) bool { return x == r })
 	s.active = slices.DeleteFunc(s.active, func(x *replica) bool { return x == r })
+	if cur := s.faults.Load(); len(cur.replicas) > 0 {
+		next := &faults{server: cur.server, replicas: maps.Clone(cur.replicas)}
+		delete(next.replicas, r.id)
+		s.faults.Store(next)
+	}
 }
 
 // submit hands a sequence to the least-loaded active replica; ties go round
@@ -136,8 +145,12 @@ func (s *Server) submit(seq *sequence) error {
 			best, bestLoad = i, l
 		}
 	}
-	if err := s.active[best].submit(seq); err != nil {
-		return fmt.Errorf("submit to replica %d: %w", s.active[best].id, err)
+	r := s.active[best]
+	if f := s.faults.Load().of(r.id); f.ErrorStatus != 0 {
+		return &faultStatus{replica: r.id, status: f.ErrorStatus}
+	}
+	if err := r.submit(seq); err != nil {
+		return fmt.Errorf("submit to replica %d: %w", r.id, err)
 	}
 	return nil
 }
@@ -146,6 +159,31 @@ func (s *Server) submit(seq *sequence) error {
 type ConfigUpdate struct {
 	MaxNumSeqs *int `json:"max_num_seqs,omitempty"`
 	Replicas   *int `json:"replicas,omitempty"`
+	// Fault replaces the fault of every replica without one of its own,
+	// replicas added later included ({} heals them).
+	Fault *Fault `json:"fault,omitempty"`
+	// ReplicaFaults sets the fault of single replicas by ID, which then
+	// ignore Fault; a null fault gives the replica back to Fault.
+	ReplicaFaults map[int]*Fault `json:"replica_faults,omitempty"`
+}
+
+// validate reports every bad value of the update.
+func (u ConfigUpdate) validate() error {
+	if u.MaxNumSeqs == nil && u.Replicas == nil && u.Fault == nil && len(u.ReplicaFaults) == 0 {
+		return fmt.Errorf("%w: set max_num_seqs, replicas, fault and/or replica_faults", ErrInvalidUpdate)
+	}
+	var errs []error
+	if u.MaxNumSeqs != nil && (*u.MaxNumSeqs < 1 || *u.MaxNumSeqs > MaxMaxNumSeqs) {
+		errs = append(errs, fmt.Errorf("max_num_seqs must be in 1..%d, got %d", MaxMaxNumSeqs, *u.MaxNumSeqs))
+	}
+	if u.Replicas != nil && (*u.Replicas < 1 || *u.Replicas > MaxReplicas) {
+		errs = append(errs, fmt.Errorf("replicas must be in 1..%d, got %d", MaxReplicas, *u.Replicas))
+	}
+	errs = append(errs, u.validateFaults()...)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrInvalidUpdate, errors.Join(errs...))
+	}
+	return nil
 }
 
 // RuntimeConfig is the current configuration as GET /admin/config shows it.
@@ -166,6 +204,9 @@ type RuntimeConfig struct {
 	DefaultMaxTokens       int     `json:"default_max_tokens"`
 	AnswerMinTokens        int     `json:"answer_min_tokens"`
 	AnswerMaxTokens        int     `json:"answer_max_tokens"`
+	// Fault is every replica's fault but those in ReplicaFaults.
+	Fault         Fault         `json:"fault"`
+	ReplicaFaults map[int]Fault `json:"replica_faults,omitempty"`
 }
 
 // ErrInvalidUpdate marks a ConfigUpdate that was refused; nothing changed.
@@ -173,26 +214,23 @@ var ErrInvalidUpdate = errors.New("invalid config update")
 
 // Reconfigure applies an update at run time. Lowering MaxNumSeqs never
 // stops a running sequence: replicas just admit nobody until their batch
-// is below the new limit. Removing replicas drains them.
+// is below the new limit. Removing replicas drains them. Faults apply from
+// the next step of each replica, to the sequences it already holds too.
 func (s *Server) Reconfigure(u ConfigUpdate) (RuntimeConfig, error) {
-	if u.MaxNumSeqs == nil && u.Replicas == nil {
-		return RuntimeConfig{}, fmt.Errorf("%w: set max_num_seqs and/or replicas", ErrInvalidUpdate)
-	}
-	var errs []error
-	if u.MaxNumSeqs != nil && (*u.MaxNumSeqs < 1 || *u.MaxNumSeqs > MaxMaxNumSeqs) {
-		errs = append(errs, fmt.Errorf("max_num_seqs must be in 1..%d, got %d", MaxMaxNumSeqs, *u.MaxNumSeqs))
-	}
-	if u.Replicas != nil && (*u.Replicas < 1 || *u.Replicas > MaxReplicas) {
-		errs = append(errs, fmt.Errorf("replicas must be in 1..%d, got %d", MaxReplicas, *u.Replicas))
-	}
-	if len(errs) > 0 {
-		return RuntimeConfig{}, fmt.Errorf("%w: %w", ErrInvalidUpdate, errors.Join(errs...))
+	if err := u.validate(); err != nil {
+		return RuntimeConfig{}, err
 	}
 
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return RuntimeConfig{}, errServerClosed
+	}
+	// Faults go first: an update that names a replica that does not exist
+	// must change nothing.
+	if err := s.applyFaultsLocked(u, s.replicaIDsLocked()); err != nil {
+		s.mu.Unlock()
+		return RuntimeConfig{}, err
 	}
 	if u.MaxNumSeqs != nil {
 		s.maxNumSeqs.Store(int64(*u.MaxNumSeqs))
@@ -211,8 +249,19 @@ func (s *Server) Reconfigure(u ConfigUpdate) (RuntimeConfig, error) {
 	s.mu.Unlock()
 
 	rc := s.RuntimeConfig()
-	s.log.Info("reconfigured llm simulator", "max_num_seqs", rc.MaxNumSeqs, "replicas", rc.Replicas, "draining_replicas", rc.DrainingReplicas)
+	s.log.Info("reconfigured llm simulator", "max_num_seqs", rc.MaxNumSeqs, "replicas", rc.Replicas,
+		"draining_replicas", rc.DrainingReplicas, "fault", rc.Fault, "replica_faults", rc.ReplicaFaults)
 	return rc, nil
+}
+
+// replicaIDsLocked is the set of replicas that exist, draining ones
+// included. s.mu must be held.
+func (s *Server) replicaIDsLocked() map[int]bool {
+	ids := map[int]bool{}
+	for _, r := range append(slices.Clone(s.active), s.draining...) {
+		ids[r.id] = true
+	}
+	return ids
 }
 
 // RuntimeConfig returns the current configuration.
@@ -221,7 +270,10 @@ func (s *Server) RuntimeConfig() RuntimeConfig {
 	replicas, draining := len(s.active), len(s.draining)
 	s.mu.Unlock()
 	c := s.cfg
+	fs := s.faults.Load()
 	return RuntimeConfig{
+		Fault:                  fs.server,
+		ReplicaFaults:          maps.Clone(fs.replicas),
 		Model:                  c.Model,
 		Mode:                   c.Mode,
 		Replicas:               replicas,

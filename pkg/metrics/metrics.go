@@ -1,6 +1,7 @@
 // Package metrics is Sluice's Prometheus instrumentation: per-stage latency
 // histograms, request outcomes, rate-limit decisions, queue depth and
-// permits per pool, cache tiers, and the Temporal SDK's own metrics. Labels
+// permits per pool, cache tiers, the LLM backends' circuit breakers, and
+// the Temporal SDK's own metrics. Labels
 // never name a tenant or a user: their number is unbounded, and a per-tenant
 // view belongs in logs and the Temporal UI's search attributes.
 package metrics
@@ -211,6 +212,35 @@ func (m *Metrics) RegisterCache(tier string, stats func() CacheStats) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_cache_served_bytes_total", Help: "Bytes of cached values served, per tier.", ConstLabels: labels},
 			func() float64 { return float64(stats().Bytes) }),
 	)
+}
+
+// Circuit is one backend endpoint's circuit breaker as a scrape sees it.
+type Circuit struct {
+	Pool, Endpoint string
+	// State is 0 closed, 1 half-open, 2 open.
+	State int
+}
+
+var circuitDesc = prometheus.NewDesc("sluice_backend_circuit_state",
+	"Circuit breaker of each LLM backend endpoint: 0 closed, 1 half-open (probing), 2 open (skipped).", []string{"pool", "endpoint"}, nil)
+
+// RegisterBackends exposes each backend endpoint's circuit, read from
+// circuits when scraped.
+func (m *Metrics) RegisterBackends(circuits func() []Circuit) {
+	if m == nil {
+		return
+	}
+	m.reg.MustRegister(circuitCollector(circuits))
+}
+
+type circuitCollector func() []Circuit
+
+func (c circuitCollector) Describe(ch chan<- *prometheus.Desc) { ch <- circuitDesc }
+
+func (c circuitCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, ci := range c() {
+		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.GaugeValue, float64(ci.State), ci.Pool, ci.Endpoint)
+	}
 }
 
 type slogPrinter struct{ l *slog.Logger }

@@ -113,7 +113,30 @@ func TestNilMetricsDoNothing(t *testing.T) {
 	m.RateLimit("ip", false)
 	m.RegisterPools(nil, nil)
 	m.RegisterCache("x", nil)
+	m.RegisterBackends(nil)
 	m.TemporalHandler().Counter("c").Inc(1)
+}
+
+func TestBackendCircuits(t *testing.T) {
+	m := New(nil)
+	state := 0
+	m.RegisterBackends(func() []Circuit {
+		return []Circuit{
+			{Pool: "short", Endpoint: "http://a:8000/v1", State: state},
+			{Pool: "short", Endpoint: "http://b:8000/v1", State: 0},
+		}
+	})
+	// Read at scrape time: the gauge follows the breaker.
+	state = 2
+	out := scrape(t, m)
+	for _, want := range []string{
+		`sluice_backend_circuit_state{endpoint="http://a:8000/v1",pool="short"} 2`,
+		`sluice_backend_circuit_state{endpoint="http://b:8000/v1",pool="short"} 0`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s in\n%s", want, grep(out, "circuit"))
+		}
+	}
 }
 
 func scrape(t *testing.T, m *Metrics) string {

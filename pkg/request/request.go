@@ -95,4 +95,8 @@ const (
 	ReasonBusy = "busy"
 	// ReasonRateLimited: a rate limit refused the request at the door.
 	ReasonRateLimited = "rate_limited"
+	// ReasonBackendUnavailable: every backend of the request's pool had
+	// its circuit open; nothing was sent, and the client may retry after
+	// retry_after_s.
+	ReasonBackendUnavailable = "backend_unavailable"
 )

@@ -33,21 +33,7 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	grace := fs.Duration("shutdown-grace", 10*time.Second, "how long in-flight requests may finish after SIGINT/SIGTERM before they are aborted")
-	fs.StringVar(&cfg.Model, "model", cfg.Model, "model name served and used as the model_name metric label")
-	fs.StringVar(&cfg.Encoding, "encoding", cfg.Encoding, "tiktoken encoding that counts prompt tokens (cl100k_base or o200k_base)")
-	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "simulated replicas behind the endpoint")
-	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "running batch limit per replica")
-	fs.IntVar(&cfg.KVCacheBlocks, "kv-cache-blocks", cfg.KVCacheBlocks, "KV cache blocks per replica")
-	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV cache block")
-	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", cfg.PrefillPerToken, "prefill time per prompt token")
-	fs.DurationVar(&cfg.DecodeBase, "decode-base", cfg.DecodeBase, "fixed time of one decode step")
-	fs.DurationVar(&cfg.DecodePerSeq, "decode-per-seq", cfg.DecodePerSeq, "extra decode step time per running sequence")
-	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "wall time per simulated time (0.1 runs 10x faster)")
-	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the generated answers")
-	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "scheduling: continuous or static")
-	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", cfg.DefaultMaxTokens, "output budget of requests that set no max_tokens")
-	fs.IntVar(&cfg.AnswerMinTokens, "answer-min-tokens", cfg.AnswerMinTokens, "shortest natural answer, in tokens")
-	fs.IntVar(&cfg.AnswerMaxTokens, "answer-max-tokens", cfg.AnswerMaxTokens, "longest natural answer, in tokens")
+	configFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -79,6 +65,9 @@ func run(args []string) error {
 	logger.Info("llm simulator listening", "addr", ln.Addr().String(), "model", cfg.Model,
 		"mode", cfg.Mode, "replicas", cfg.Replicas, "max_num_seqs", cfg.MaxNumSeqs,
 		"kv_cache_blocks", cfg.KVCacheBlocks, "time_scale", cfg.TimeScale)
+	if cfg.Fault != (llmsim.Fault{}) {
+		logger.Warn("llm simulator starts with a fault", "fault", cfg.Fault)
+	}
 
 	select {
 	case err := <-serveErr:
@@ -100,6 +89,30 @@ func run(args []string) error {
 		return fmt.Errorf("shut down http server: %w", shutdownErr)
 	}
 	return nil
+}
+
+// configFlags registers a flag for every setting of the simulator, its
+// default the value cfg holds.
+func configFlags(fs *flag.FlagSet, cfg *llmsim.Config) {
+	fs.StringVar(&cfg.Model, "model", cfg.Model, "model name served and used as the model_name metric label")
+	fs.StringVar(&cfg.Encoding, "encoding", cfg.Encoding, "tiktoken encoding that counts prompt tokens (cl100k_base or o200k_base)")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "simulated replicas behind the endpoint")
+	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "running batch limit per replica")
+	fs.IntVar(&cfg.KVCacheBlocks, "kv-cache-blocks", cfg.KVCacheBlocks, "KV cache blocks per replica")
+	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV cache block")
+	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", cfg.PrefillPerToken, "prefill time per prompt token")
+	fs.DurationVar(&cfg.DecodeBase, "decode-base", cfg.DecodeBase, "fixed time of one decode step")
+	fs.DurationVar(&cfg.DecodePerSeq, "decode-per-seq", cfg.DecodePerSeq, "extra decode step time per running sequence")
+	fs.Float64Var(&cfg.TimeScale, "time-scale", cfg.TimeScale, "wall time per simulated time (0.1 runs 10x faster)")
+	fs.Int64Var(&cfg.Seed, "seed", cfg.Seed, "seed of the generated answers")
+	fs.StringVar(&cfg.Mode, "mode", cfg.Mode, "scheduling: continuous or static")
+	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", cfg.DefaultMaxTokens, "output budget of requests that set no max_tokens")
+	fs.IntVar(&cfg.AnswerMinTokens, "answer-min-tokens", cfg.AnswerMinTokens, "shortest natural answer, in tokens")
+	fs.IntVar(&cfg.AnswerMaxTokens, "answer-max-tokens", cfg.AnswerMaxTokens, "longest natural answer, in tokens")
+	fs.BoolVar(&cfg.Fault.StallFirstToken, "fault-stall-first-token", false, "fault: accept requests but never send a token")
+	fs.IntVar(&cfg.Fault.StallAfterTokens, "fault-stall-after-tokens", 0, "fault: stop every answer after this many tokens (0: off)")
+	fs.IntVar(&cfg.Fault.ErrorStatus, "fault-error-status", 0, "fault: refuse every request with this HTTP status, 500..599 (0: off)")
+	fs.DurationVar(&cfg.Fault.TokenDelay, "fault-token-delay", 0, "fault: extra time of every decode step (a slow replica)")
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {

@@ -1,0 +1,128 @@
+package activities_test
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/request"
+)
+
+// simulator serves an in-process llmsim a hundred times faster than real
+// time, its config changed by edit (if not nil), until the test ends.
+func simulator(t *testing.T, edit func(*llmsim.Config)) (*llmsim.Server, *httptest.Server) {
+	t.Helper()
+	cfg := llmsim.DefaultConfig()
+	cfg.TimeScale = 0.01
+	if edit != nil {
+		edit(&cfg)
+	}
+	sim, err := llmsim.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		sim.Close()
+	})
+	return sim, srv
+}
+
+// faultySimulator serves a simulator with fault and returns it with a
+// client of it that has short deadlines and a breaker that opens after
+// one failure.
+func faultySimulator(t *testing.T, fault llmsim.Fault) (*llmsim.Server, *llm.OpenAI) {
+	t.Helper()
+	sim, srv := simulator(t, func(cfg *llmsim.Config) { cfg.Fault = fault })
+	client, err := llm.NewOpenAI(llm.OpenAIOptions{
+		Name: request.PoolShort, Endpoints: []string{srv.URL},
+		Deadlines: llm.Deadlines{FirstToken: 300 * time.Millisecond, TokenIdle: 200 * time.Millisecond},
+		Breaker:   llm.Breaker{Failures: 1, OpenFor: time.Minute},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, client
+}
+
+// A backend that fails before the first token is retried (the next
+// endpoint may be healthy); once every circuit of the pool is open the
+// request is refused at once, with when to come back, and never retried.
+func TestStreamLLMPoolUnavailable(t *testing.T) {
+	_, client := faultySimulator(t, llmsim.Fault{ErrorStatus: 503})
+	h := newHarness(t, func(o *harnessOptions) { o.streamer = client })
+	version, hits := h.retrieveContext(t, "r1", 10, 3)
+	in := activities.LLMInput{RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits}
+	_, err := stream(t, h, in, nil)
+	wantAppError(t, err, activities.ErrTypeBackend, false)
+
+	_, err = stream(t, h, in, nil)
+	wantAppError(t, err, activities.ErrTypeBackendUnavailable, true)
+	var d activities.BackendUnavailable
+	if err := appError(t, err).Details(&d); err != nil {
+		t.Fatalf("details: %v", err)
+	}
+	if d.RetryAfter <= 50*time.Second || d.RetryAfter > time.Minute {
+		t.Fatalf("retry after %s, want just under the minute the circuit stays open", d.RetryAfter)
+	}
+	if !strings.Contains(err.Error(), "circuit open") {
+		t.Errorf("error %q should say why", err)
+	}
+	if n := len(ofType(h.events(t, "r1"), events.TypeToken)); n != 0 {
+		t.Fatalf("%d tokens streamed", n)
+	}
+}
+
+// The deadlines end a stuck stream long before the LLM timeout: before
+// the first token it is a retryable backend error, after it an
+// interruption that says what was consumed.
+func TestStreamLLMDeadlines(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		fault        llmsim.Fault
+		typ          string
+		nonRetryable bool
+		tokens       int
+	}{
+		{"stalled before the first token", llmsim.Fault{StallFirstToken: true}, activities.ErrTypeBackend, false, 0},
+		{"stalled mid-answer", llmsim.Fault{StallAfterTokens: 4}, activities.ErrTypeStreamInterrupted, true, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim, client := faultySimulator(t, tc.fault)
+			h := newHarness(t, func(o *harnessOptions) { o.streamer = client })
+			version, hits := h.retrieveContext(t, "r1", 10, 3)
+			began := time.Now()
+			_, err := stream(t, h, activities.LLMInput{
+				RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits, MaxTokens: 20,
+			}, nil)
+			wantAppError(t, err, tc.typ, tc.nonRetryable)
+			if took := time.Since(began); took > 5*time.Second {
+				t.Errorf("a stuck stream took %s to end", took)
+			}
+			if n := len(ofType(h.events(t, "r1"), events.TypeToken)); n != tc.tokens {
+				t.Fatalf("%d tokens streamed, want %d", n, tc.tokens)
+			}
+			if tc.tokens > 0 {
+				var u events.Usage
+				if err := appError(t, err).Details(&u); err != nil || u.CompletionTokens != tc.tokens {
+					t.Fatalf("consumed %+v, %v: want %d completion tokens", u, err, tc.tokens)
+				}
+			}
+			// The simulator frees the stuck request's slot once the
+			// client has given up.
+			deadline := time.Now().Add(5 * time.Second)
+			for sim.Stats().Running != 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the stuck request still holds its slot")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}
