@@ -49,6 +49,19 @@ type countingClient struct {
 
 	mu     sync.Mutex
 	inputs []workflows.ChatInput
+	// signals are the names of the signals sent, in order.
+	signals []string
+	// startedAnyway: a start reported as failed did start the workflow.
+	startedAnyway atomic.Bool
+}
+
+// DescribeWorkflow finds a workflow only if startedAnyway says a failed
+// start went through after all.
+func (c *countingClient) DescribeWorkflow(context.Context, string, string) (*client.WorkflowExecutionDescription, error) {
+	if c.startedAnyway.Load() {
+		return &client.WorkflowExecutionDescription{}, nil
+	}
+	return nil, serviceerror.NewNotFound("no workflows in this test")
 }
 
 func (c *countingClient) ExecuteWorkflow(_ context.Context, _ client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
@@ -67,9 +80,25 @@ func (c *countingClient) ExecuteWorkflow(_ context.Context, _ client.StartWorkfl
 	return nil, fmt.Errorf("not starting workflows in this test")
 }
 
-// SignalWorkflow finds no workflow: this client starts none.
-func (c *countingClient) SignalWorkflow(context.Context, string, string, string, any) error {
+// SignalWorkflow records the signal and finds no workflow: this client
+// starts none.
+func (c *countingClient) SignalWorkflow(_ context.Context, _, _, name string, _ any) error {
+	c.mu.Lock()
+	c.signals = append(c.signals, name)
+	c.mu.Unlock()
 	return serviceerror.NewNotFound("no workflows in this test")
+}
+
+// sent reports whether a signal of this name was sent.
+func (c *countingClient) sent(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.signals {
+		if s == name {
+			return true
+		}
+	}
+	return false
 }
 
 func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingClient, *redis.Client) {
@@ -167,6 +196,7 @@ func TestQueryTooLongForLongPool(t *testing.T) {
 	})
 	body := `{"query":"` + strings.Repeat("word ", 700) + `"}`
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, req)
 	assertJSONError(t, rec, 413, "query_too_long")
@@ -178,6 +208,7 @@ func TestQueryTooLongForLongPool(t *testing.T) {
 func TestStartFailureIs503AndCleansUp(t *testing.T) {
 	srv, tc, rdb := newTestServer(t, nil)
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(`{"query":"hello"}`))
+	req.Header.Set("Content-Type", "application/json")
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, req)
 	assertJSONError(t, rec, 503, "unavailable")
@@ -622,6 +653,7 @@ func TestAnswerCacheOnlyForAllowListedKBs(t *testing.T) {
 			srv, tc2, _ := newTestServer(t, func(c *config.Config) { c.AnswerCache.KBs = tc.allow })
 			req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(tc.body))
 			req.Header.Set("Authorization", "Bearer k-acme")
+			req.Header.Set("Content-Type", "application/json")
 			srv.Handler().ServeHTTP(httptest.NewRecorder(), req)
 			tc2.mu.Lock()
 			defer tc2.mu.Unlock()
@@ -760,4 +792,25 @@ func TestStalledRedisIs503InBoundedTime(t *testing.T) {
 		t.Fatal("started a workflow")
 	}
 	_ = rdb
+}
+
+// A start that reports an error while the server did start the workflow
+// (its reply was lost) is resolved by id: the client follows the request
+// instead of being told it failed while it runs for nobody.
+func TestStartWithALostReplyIsFollowed(t *testing.T) {
+	srv, tc, _ := newTestServer(t, nil)
+	tc.startedAnyway.Store(true)
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat", strings.NewReader(`{"query":"hello","max_tokens":8}`))
+	req.Header.Set("Authorization", "Bearer k-acme")
+	req.Header.Set("Content-Type", "application/json")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req.WithContext(ctx)) // the stream runs until the client leaves
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("status %d, type %q, body %s: want the request's event stream", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	}
+	if tc.starts.Load() != 1 {
+		t.Fatalf("%d starts, want 1", tc.starts.Load())
+	}
 }

@@ -140,5 +140,21 @@ func (s *Server) startChat(ctx context.Context, d door, req chatRequest, waited 
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_, err := s.temporal.ExecuteWorkflow(sctx, opts, workflows.ChatWorkflowName, in)
+	if err != nil && s.startedAnyway(d.id) {
+		// The start timed out or its reply was lost, but the server
+		// started it: the request runs, and its client follows it.
+		s.logger.Warn("workflow start reported an error but the workflow exists; following it", "requestID", d.id, "err", err)
+		return nil
+	}
 	return err
+}
+
+// startedAnyway resolves a start whose outcome is unknown by its id: a
+// request that runs must not be told it failed (it would run for nobody,
+// and its client would retry it), nor one that does not be followed.
+func (s *Server) startedAnyway(id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := s.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
+	return err == nil
 }

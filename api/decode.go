@@ -8,6 +8,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 )
@@ -35,25 +37,51 @@ func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
 	return nil
 }
 
-// readJSONBody reads a non-empty, size-limited body sent as JSON.
+// readJSONBody reads a non-empty, size-limited body sent as JSON. The
+// Content-Type is required, not assumed: a web page can post a form or
+// text/plain to another origin without a CORS preflight, but not JSON.
 func readJSONBody(c echo.Context, limit int64) ([]byte, error) {
-	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != echo.MIMEApplicationJSON {
-			return nil, &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "Content-Type must be application/json"}
-		}
+	if err := checkJSONContentType(c.Request().Header.Get(echo.HeaderContentType)); err != nil {
+		return nil, err
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		switch {
+		case errors.As(err, &mbe):
 			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
 				Message: fmt.Sprintf("request body exceeds %d bytes", limit)}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// api.body_read_timeout: the server closes the connection.
+			return nil, &apiError{Status: http.StatusRequestTimeout, Code: "body_timeout",
+				Message: "the request body did not arrive in time"}
 		}
 		return nil, badRequest("bad_body", "read request body: %v", err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, badRequest("bad_json", "request body must be a JSON object")
 	}
+	if !textIntact(body) {
+		return nil, invalidUTF8(body)
+	}
 	return body, nil
+}
+
+// checkJSONContentType accepts application/json, with a charset
+// parameter only if it is UTF-8, the only encoding JSON may travel in.
+func checkJSONContentType(ct string) error {
+	refuse := &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+		Message: "Content-Type must be application/json"}
+	if ct == "" {
+		return refuse
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != echo.MIMEApplicationJSON {
+		return refuse
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		refuse.Message = "Content-Type must be application/json in UTF-8, got charset " + cs
+		return refuse
+	}
+	return nil
 }

@@ -178,9 +178,14 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 
 // streamCompletion renders the request's events as OpenAI chunks.
 func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta, includeUsage bool) error {
-	w := c.Response()
-	startSSE(w, id)
-	out := &chunkSink{w: w, meta: meta, includeUsage: includeUsage}
+	sse, err := startSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
+	if err != nil {
+		s.detach(id)
+		return nil
+	}
+	// The server's own closing bytes follow the handler: bound them too.
+	defer sse.arm()
+	out := &chunkSink{out: sse, meta: meta, includeUsage: includeUsage}
 	switch s.follow(c.Request().Context(), sub, id, out, true) {
 	case endClientGone:
 		s.detach(id)
@@ -190,12 +195,12 @@ func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id s
 		// request rather than run it for nobody.
 		_ = out.fail(&apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonStreamInterrupted,
 			Message: "The stream was interrupted (the server is restarting). Please retry."})
-		out.flush()
+		_ = out.flush()
 		s.signalDetach(id)
 	case endSilent:
 		_ = out.fail(&apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal,
 			Message: "The request ended without an answer."})
-		out.flush()
+		_ = out.flush()
 	}
 	return nil
 }
@@ -291,7 +296,7 @@ type completionChunk struct {
 // chunk for (accepted, queue, stage) become SSE comments, which OpenAI
 // parsers skip and a curious reader can see.
 type chunkSink struct {
-	w            *echo.Response
+	out          sseWriter
 	meta         completionMeta
 	includeUsage bool
 	// roleSent is set once a chunk carried the assistant role, which
@@ -343,8 +348,7 @@ func (k *chunkSink) write(ev events.Event) error {
 				return err
 			}
 		}
-		_, err := fmt.Fprint(k.w, "data: [DONE]\n\n")
-		return err
+		return k.out.printf("data: [DONE]\n\n")
 	case events.TypeRejected, events.TypeError:
 		return k.fail(failureError(ev))
 	}
@@ -377,18 +381,16 @@ func (k *chunkSink) data(v any) error {
 	if err != nil {
 		return fmt.Errorf("encode chunk: %w", err)
 	}
-	_, err = fmt.Fprintf(k.w, "data: %s\n\n", raw)
-	return err
+	return k.out.printf("data: %s\n\n", raw)
 }
 
 func (k *chunkSink) comment(text string) error {
-	_, err := fmt.Fprintf(k.w, ": %s\n\n", text)
-	return err
+	return k.out.printf(": %s\n\n", text)
 }
 
 func (k *chunkSink) keepAlive() error { return k.comment("keep-alive") }
 
-func (k *chunkSink) flush() { k.w.Flush() }
+func (k *chunkSink) flush() error { return k.out.flush() }
 
 // answerCollector gathers a request's answer for a non-streaming reply.
 type answerCollector struct {
@@ -416,7 +418,7 @@ func (col *answerCollector) write(ev events.Event) error {
 
 func (col *answerCollector) keepAlive() error { return nil }
 
-func (col *answerCollector) flush() {}
+func (col *answerCollector) flush() error { return nil }
 
 // failureError is the HTTP error a rejected or error event amounts to.
 func failureError(ev events.Event) *apiError {

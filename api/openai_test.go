@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/openai/openai-go/v3"
@@ -243,8 +244,11 @@ func render(t *testing.T, includeUsage bool, evs ...events.Event) *http.Response
 	t.Helper()
 	rec := httptest.NewRecorder()
 	w := echo.NewResponse(rec, echo.New())
-	startSSE(w, "chat-1")
-	k := &chunkSink{w: w, meta: completionMeta{ID: "chatcmpl-chat-1", Created: 1700000000, Model: "gpt-test"}, includeUsage: includeUsage}
+	out, err := startSSE(w, "chat-1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &chunkSink{out: out, meta: completionMeta{ID: "chatcmpl-chat-1", Created: 1700000000, Model: "gpt-test"}, includeUsage: includeUsage}
 	for _, ev := range evs {
 		if err := k.write(ev); err != nil {
 			t.Fatal(err)

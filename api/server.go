@@ -66,6 +66,8 @@ type Server struct {
 	room *waitroom.Room
 	// stats caches each pool's admission stats for the door's waiters.
 	stats statsCache
+	// conns caps the connections Run accepts; set by Run.
+	conns *connLimiter
 }
 
 // Options are the Server's dependencies.
@@ -181,7 +183,9 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.API.Addr, err)
 	}
-	srv := &http.Server{Handler: s.echo, ReadHeaderTimeout: 10 * time.Second}
+	conns := limitConns(ln, s.cfg.API.MaxConns, s.cfg.API.MaxConnsPerIP, s.logger)
+	s.conns = conns
+	srv := s.httpServer()
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
@@ -189,7 +193,7 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	defer stopRoom()
 	go s.room.Run(roomCtx)
 	errCh := make(chan error, 1)
-	go func() { errCh <- srv.Serve(ln) }()
+	go func() { errCh <- srv.Serve(conns) }()
 	select {
 	case err := <-errCh:
 		return fmt.Errorf("serve http: %w", err)
@@ -207,6 +211,36 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 		_ = srv.Close()
 	}
 	return nil
+}
+
+// readHeaderTimeout bounds the wait for a request's headers.
+const readHeaderTimeout = 10 * time.Second
+
+// httpServer is the server of Run, with every wait on a client bounded:
+// headers, body, idle keep-alive connections, and (in stream) each write
+// of an event stream. There is no WriteTimeout: it would cut every stream
+// off at a fixed age.
+func (s *Server) httpServer() *http.Server {
+	return &http.Server{
+		Handler:           bodyDeadline(s.echo, s.cfg.API.BodyReadTimeout),
+		ReadHeaderTimeout: readHeaderTimeout,
+		IdleTimeout:       s.cfg.API.IdleTimeout,
+	}
+}
+
+// bodyDeadline gives a request's body timeout to arrive once its headers
+// are in, whether or not its handler reads it (the server reads what is
+// left afterwards). The server clears the deadline itself when the body
+// is done, before it watches the connection for the client leaving; a
+// request without a body is left alone, as that watch has already begun.
+// http.Server.ReadTimeout would count the headers' time too.
+func bodyDeadline(next http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) healthz(c echo.Context) error {

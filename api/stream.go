@@ -54,9 +54,14 @@ func (st *streamState) observe(ev events.Event) {
 // was detached; with no reader back within the grace period it cancels
 // itself.
 func (s *Server) stream(c echo.Context, sub *events.Subscription, id string) error {
-	w := c.Response()
-	startSSE(w, id)
-	switch s.follow(c.Request().Context(), sub, id, sseSink{w}, true) {
+	out, err := startSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
+	if err != nil {
+		s.detach(id)
+		return nil
+	}
+	// The server's own closing bytes follow the handler: bound them too.
+	defer out.arm()
+	switch s.follow(c.Request().Context(), sub, id, sseSink{out}, true) {
 	case endClientGone, endInterrupted:
 		// An interrupted client resumes with Last-Event-ID.
 		s.detach(id)
@@ -64,16 +69,49 @@ func (s *Server) stream(c echo.Context, sub *events.Subscription, id string) err
 	return nil
 }
 
-// startSSE sends the headers of an event stream.
-func startSSE(w *echo.Response, id string) {
+// startSSE sends the headers of an event stream and returns the writer of
+// its events; an error means the client is gone.
+func startSSE(w *echo.Response, id string, timeout time.Duration) (sseWriter, error) {
 	h := w.Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
 	h.Set(echo.HeaderCacheControl, "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("X-Request-ID", id)
+	out := sseWriter{w: w, rc: http.NewResponseController(w.Writer), timeout: timeout}
+	out.arm()
 	w.WriteHeader(http.StatusOK)
-	w.Flush()
+	return out, out.flush()
+}
+
+// sseWriter writes an event stream to one client. Every write and flush
+// first moves the connection's write deadline timeout ahead: a client that
+// stops reading fills the socket's buffers, and the write that then blocks
+// fails within timeout instead of holding the handler (and the request's
+// subscription) for as long as the client likes. The server clears the
+// deadline once the response is finished, before the connection's next
+// request.
+type sseWriter struct {
+	w *echo.Response
+	// rc reaches the connection under echo's writer; its Flush, unlike
+	// echo's, reports a failed write.
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+// arm sets the write deadline for what is written next. A writer without
+// deadlines (a test's recorder) simply has none.
+func (o sseWriter) arm() { _ = o.rc.SetWriteDeadline(time.Now().Add(o.timeout)) }
+
+func (o sseWriter) printf(format string, args ...any) error {
+	o.arm()
+	_, err := fmt.Fprintf(o.w, format, args...)
+	return err
+}
+
+func (o sseWriter) flush() error {
+	o.arm()
+	return o.rc.Flush()
 }
 
 // eventSink renders a request's events for one client.
@@ -82,21 +120,20 @@ type eventSink interface {
 	write(ev events.Event) error
 	// keepAlive is called when the stream has been quiet for a while.
 	keepAlive() error
-	// flush sends what was written.
-	flush()
+	// flush sends what was written; an error means the client is gone.
+	flush() error
 }
 
 // sseSink writes events as they are: Sluice's own SSE.
-type sseSink struct{ w *echo.Response }
+type sseSink struct{ out sseWriter }
 
-func (k sseSink) write(ev events.Event) error { return writeEvent(k.w, ev) }
-
-func (k sseSink) keepAlive() error {
-	_, err := fmt.Fprint(k.w, ": keep-alive\n\n")
-	return err
+func (k sseSink) write(ev events.Event) error {
+	return k.out.printf("id: %s\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, ev.Data)
 }
 
-func (k sseSink) flush() { k.w.Flush() }
+func (k sseSink) keepAlive() error { return k.out.printf(": keep-alive\n\n") }
+
+func (k sseSink) flush() error { return k.out.flush() }
 
 // followEnd is why follow returned.
 type followEnd int
@@ -145,7 +182,9 @@ func (s *Server) follow(ctx context.Context, sub *events.Subscription, id string
 				}
 				st.observe(ev)
 			}
-			out.flush()
+			if err := out.flush(); err != nil {
+				return endClientGone
+			}
 			if st.terminal {
 				return endTerminal
 			}
@@ -158,7 +197,9 @@ func (s *Server) follow(ctx context.Context, sub *events.Subscription, id string
 			if err := out.keepAlive(); err != nil {
 				return endClientGone
 			}
-			out.flush()
+			if err := out.flush(); err != nil {
+				return endClientGone
+			}
 		case <-idle.C:
 			if s.endedSilently(ctx, id) {
 				return endSilent
@@ -166,11 +207,6 @@ func (s *Server) follow(ctx context.Context, sub *events.Subscription, id string
 			idle.Reset(s.cfg.API.StreamIdleTimeout)
 		}
 	}
-}
-
-func writeEvent(w *echo.Response, ev events.Event) error {
-	_, err := fmt.Fprintf(w, "id: %s\nevent: %s\ndata: %s\n\n", ev.ID, ev.Type, ev.Data)
-	return err
 }
 
 // reportPosition writes a queue event when the request's place changed.

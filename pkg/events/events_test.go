@@ -29,7 +29,12 @@ func newLog(t *testing.T) (*Log, *redis.Client) {
 
 func startHub(t *testing.T, l *Log, rdb *redis.Client) *Hub {
 	t.Helper()
-	h := NewHub(rdb, l, HubOptions{Shards: 2, Block: 500 * time.Millisecond})
+	return startHubWith(t, l, rdb, HubOptions{Shards: 2, Block: 500 * time.Millisecond})
+}
+
+func startHubWith(t *testing.T, l *Log, rdb *redis.Client, opts HubOptions) *Hub {
+	t.Helper()
+	h := NewHub(rdb, l, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = h.Run(ctx); close(done) }()

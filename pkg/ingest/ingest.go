@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/pkg/embed"
@@ -81,7 +82,7 @@ func Validate(d Document) error {
 	switch {
 	case d.ID == "" || len(d.ID) > MaxIDBytes:
 		return fmt.Errorf("%w: id must be 1-%d bytes", ErrInvalid, MaxIDBytes)
-	case strings.ContainsAny(d.ID, "#@\n\r\x00") || !utf8.ValidString(d.ID):
+	case strings.ContainsAny(d.ID, "#@") || strings.ContainsFunc(d.ID, unicode.IsControl) || !utf8.ValidString(d.ID):
 		return fmt.Errorf("%w: id %q may not contain '#', '@' or control characters", ErrInvalid, d.ID)
 	case len(d.Title) > MaxTitleBytes || !utf8.ValidString(d.Title):
 		return fmt.Errorf("%w: document %s: title must be valid UTF-8 of at most %d bytes", ErrInvalid, d.ID, MaxTitleBytes)

@@ -1,0 +1,239 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// serve runs a test server on a loopback port through Run, with the
+// server's own timeouts and connection caps, and returns its address.
+func serve(t *testing.T, mod func(*config.Config)) (*Server, *countingClient, string) {
+	t.Helper()
+	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+		c.API.Addr = "127.0.0.1:0"
+		c.API.ShutdownTimeout = time.Second
+		if mod != nil {
+			mod(c)
+		}
+	})
+	runHub(t, srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	addrCh, done := make(chan string, 1), make(chan error, 1)
+	go func() { done <- srv.Run(ctx, func(a string) { addrCh <- a }, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case addr := <-addrCh:
+		return srv, tc, addr
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	return nil, nil, ""
+}
+
+// dialFrom connects to addr from the local IP from, with a small receive
+// buffer so that a client that does not read is found out quickly.
+func dialFrom(t *testing.T, from, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{
+		LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)},
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+			})
+			return errors.Join(err, serr)
+		},
+	}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, from, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// roundTrip sends a request on c and reads its whole response.
+func roundTrip(t *testing.T, c net.Conn, br *bufio.Reader, raw string) (*http.Response, string) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatalf("write request: %v", err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read response: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return resp, string(body)
+}
+
+const getHealthz = "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"
+
+// acceptedRequest writes the first event of a request of acme's, so that
+// its stream can be read at /v1/requests/:id/events.
+func acceptedRequest(t *testing.T, srv *Server) string {
+	t.Helper()
+	id := newRequestID()
+	if _, err := srv.events.Append(context.Background(), id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func getEventsRequest(id string) string {
+	return "GET /v1/requests/" + id + "/events HTTP/1.1\r\nHost: sluice\r\nAuthorization: Bearer k-acme\r\n\r\n"
+}
+
+// expectClosed reads what is left on c and requires the server to have
+// closed it (EOF or reset), not merely to have gone quiet.
+func expectClosed(t *testing.T, c net.Conn, within time.Duration) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(within))
+	_, err := io.Copy(io.Discard, c)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("connection still open after %v", within)
+	}
+}
+
+// A client that stops reading an event stream is dropped within the write
+// deadline once its socket's buffers are full, and its request detached;
+// the handler does not wait on it.
+func TestSlowSSEReaderIsDroppedAndDetached(t *testing.T) {
+	const writeTimeout = 300 * time.Millisecond
+	srv, tc, addr := serve(t, func(c *config.Config) { c.API.StreamWriteTimeout = writeTimeout })
+	id := acceptedRequest(t, srv)
+	c := dialFrom(t, "127.0.0.1", addr)
+	if _, err := io.WriteString(c, getEventsRequest(id)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stream attached", func() bool { return tc.sent(workflows.SignalAttach) })
+
+	// Far more than the socket buffers of both ends hold, and never read.
+	big := events.Token{Text: strings.Repeat("x", 64<<10)}
+	for i := 0; i < 10; i++ {
+		batch := make([]events.Pending, 20)
+		for j := range batch {
+			batch[j] = events.Pending{Type: events.TypeToken, Data: big}
+		}
+		if _, err := srv.events.AppendBatch(context.Background(), id, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := time.Now()
+	waitFor(t, "the slow reader detached", func() bool { return tc.sent(workflows.SignalDetach) })
+	took := time.Since(written)
+	t.Logf("detached %v after the last event was written", took)
+	if took > 3*writeTimeout+2*time.Second {
+		t.Errorf("detached %v after the events were written; the write deadline is %v", took, writeTimeout)
+	}
+	waitFor(t, "the connection closed", func() bool { return srv.conns.Open() == 0 })
+	expectClosed(t, c, 5*time.Second)
+}
+
+// The deadline of a stream's last write does not carry over to the next
+// request on the same keep-alive connection (net/http clears it once a
+// response is finished; sseWriter relies on that).
+func TestWriteDeadlineEndsWithTheStream(t *testing.T) {
+	const writeTimeout = 200 * time.Millisecond
+	srv, _, addr := serve(t, func(c *config.Config) { c.API.StreamWriteTimeout = writeTimeout })
+	id := acceptedRequest(t, srv)
+	if _, err := srv.events.Append(context.Background(), id, events.TypeDone, events.Done{RequestID: id}); err != nil {
+		t.Fatal(err)
+	}
+	c := dialFrom(t, "127.0.0.1", addr)
+	br := bufio.NewReader(c)
+	resp, body := roundTrip(t, c, br, getEventsRequest(id))
+	if resp.StatusCode != 200 || !strings.Contains(body, "event: done") {
+		t.Fatalf("stream: %d %q", resp.StatusCode, body)
+	}
+	time.Sleep(3 * writeTimeout)
+	if resp, body := roundTrip(t, c, br, getHealthz); resp.StatusCode != 200 {
+		t.Fatalf("next request on the connection: %d %s", resp.StatusCode, body)
+	}
+}
+
+// A body that does not arrive within api.body_read_timeout of its headers
+// is answered 408, and the connection is closed.
+func TestSlowBodyIs408(t *testing.T) {
+	_, tc, addr := serve(t, func(c *config.Config) { c.API.BodyReadTimeout = 300 * time.Millisecond })
+	c := dialFrom(t, "127.0.0.1", addr)
+	start := time.Now()
+	resp, body := roundTrip(t, c, bufio.NewReader(c), "POST /v1/chat HTTP/1.1\r\nHost: sluice\r\nAuthorization: Bearer k-acme\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"query\":")
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(body, `"body_timeout"`) {
+		t.Fatalf("slow body: %d %s", resp.StatusCode, body)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("refused after %v", took)
+	}
+	expectClosed(t, c, 3*time.Second)
+	if tc.starts.Load() != 0 {
+		t.Fatal("a workflow started")
+	}
+}
+
+// A keep-alive connection that carries no request for api.idle_timeout is
+// closed.
+func TestIdleConnectionIsClosed(t *testing.T) {
+	_, _, addr := serve(t, func(c *config.Config) { c.API.IdleTimeout = 300 * time.Millisecond })
+	c := dialFrom(t, "127.0.0.1", addr)
+	if resp, _ := roundTrip(t, c, bufio.NewReader(c), getHealthz); resp.StatusCode != 200 {
+		t.Fatalf("healthz %d", resp.StatusCode)
+	}
+	expectClosed(t, c, 3*time.Second)
+}
+
+// Connections beyond api.max_conns_per_ip from one address, or beyond
+// api.max_conns in all, are closed at once; a place freed is usable again.
+func TestConnectionCaps(t *testing.T) {
+	srv, _, addr := serve(t, func(c *config.Config) { c.API.MaxConnsPerIP = 2; c.API.MaxConns = 3 })
+	open := func(from string) net.Conn {
+		c := dialFrom(t, from, addr)
+		if resp, _ := roundTrip(t, c, bufio.NewReader(c), getHealthz); resp.StatusCode != 200 {
+			t.Fatalf("healthz from %s: %d", from, resp.StatusCode)
+		}
+		return c
+	}
+	refused := func(from, why string) {
+		t.Helper()
+		c := dialFrom(t, from, addr)
+		_, _ = io.WriteString(c, getHealthz)
+		expectClosed(t, c, 3*time.Second)
+		if t.Failed() {
+			t.Fatalf("a connection from %s beyond %s was served", from, why)
+		}
+	}
+	first := open("127.0.0.1")
+	open("127.0.0.1")
+	refused("127.0.0.1", "the per-IP cap")
+	// Another address has places of its own, up to the total.
+	open("127.0.0.2")
+	refused("127.0.0.2", "the total cap")
+	if n := srv.conns.Open(); n != 3 {
+		t.Fatalf("%d connections counted open, want 3", n)
+	}
+	_ = first.Close()
+	waitFor(t, "the closed connection's place freed", func() bool { return srv.conns.Open() == 2 })
+	open("127.0.0.1")
+}
