@@ -26,25 +26,30 @@ var errStopped = errors.New("stream stopped by request")
 func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	start := time.Now()
 	log := a.logger(in.RequestID)
-	if activity.GetInfo(ctx).Attempt > 1 {
-		// The attempt before may have finished the answer, given its
-		// permit back and lost only its completion: never stream twice.
-		if out, answered, err := a.answeredBefore(ctx, in); err != nil || answered {
-			return out, err
+	var prior priorStream
+	if activity.GetInfo(ctx).Attempt > 1 || activity.HasHeartbeatDetails(ctx) {
+		// An earlier attempt may have streamed, or even finished, the
+		// answer: never stream twice.
+		var err error
+		if prior, err = a.readPriorStream(ctx, in.RequestID); err != nil {
+			return LLMOutput{}, err
 		}
-	}
-	if p, lost := lostProgress(ctx); lost {
-		return a.afterLostAttempt(ctx, in, p)
+		if prior.done != nil {
+			return prior.answered(), nil
+		}
 	}
 	pool, ok := a.Pools[in.Pool]
 	if !ok {
 		return LLMOutput{}, temporal.NewNonRetryableApplicationError("unknown pool "+in.Pool, ErrTypeBadRequest, nil)
 	}
 	chunks, err := a.lookup(ctx, in.KB, in.KBVersion, in.Context)
-	if err != nil {
+	if err != nil && prior.tokens == 0 {
 		return LLMOutput{}, err
 	}
 	p := a.fitPrompt(ctx, in, pool, chunks)
+	if prior.tokens > 0 {
+		return LLMOutput{}, a.interruptedBefore(log, prior.tokens, &p)
+	}
 	if err := a.holdPermit(ctx, log, in); err != nil {
 		return LLMOutput{}, err
 	}
@@ -71,19 +76,6 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	// The keep-alive renews the permit, which finishing gives back.
 	stop(nil)
 	return a.finishAnswer(ctx, in, res, &p, s)
-}
-
-// lostProgress reports how many tokens a previous attempt of this stream
-// wrote before it was lost, if it wrote any.
-func lostProgress(ctx context.Context) (streamProgress, bool) {
-	var p streamProgress
-	if !activity.HasHeartbeatDetails(ctx) {
-		return p, false
-	}
-	if err := activity.GetHeartbeatDetails(ctx, &p); err != nil || p.Tokens <= 0 {
-		return p, false
-	}
-	return p, true
 }
 
 // fittedPrompt is a request's prompt, cut to fit its pool.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -69,31 +70,54 @@ func completeDone(d events.Done, out LLMOutput) events.Done {
 	return d
 }
 
-// afterLostAttempt handles a retry of a stream whose previous attempt
-// streamed tokens and was then lost (its worker died, or its completion
-// never reached the server). If that attempt already wrote the done event,
-// the answer is complete and this attempt reports it; otherwise the client
-// has a prefix that no model can continue, and the request fails.
-func (a *Chat) afterLostAttempt(ctx context.Context, in LLMInput, p streamProgress) (LLMOutput, error) {
-	out, answered, err := a.answeredBefore(ctx, in)
-	if err != nil || answered {
-		return out, err
-	}
-	return LLMOutput{}, temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("previous attempt streamed %d tokens before it was lost", p.Tokens), ErrTypeStreamInterrupted, nil)
+// priorStream is what earlier attempts of a stream left in the request's
+// event stream: a done event, or the tokens its client already has.
+type priorStream struct {
+	done *events.Done
+	// tokens is how many tokens were written (the last one's index + 1).
+	tokens int
 }
 
-// answeredBefore reports whether an earlier attempt of the stream already
-// wrote the done event, and what it reported there.
-func (a *Chat) answeredBefore(ctx context.Context, in LLMInput) (LLMOutput, bool, error) {
-	last, ok, err := a.Events.Last(ctx, in.RequestID)
+// priorTail is how many of the newest events readPriorStream looks at:
+// once tokens flow, only tokens and the done event follow them, so the
+// newest token or done is among the last few events if there is one.
+const priorTail = 16
+
+// readPriorStream reads how an earlier attempt of this stream ended from
+// the request's event stream. That is what the client reads, so it is the
+// truth about what the client has; the heartbeat detail an attempt leaves
+// trails its tokens by up to the heartbeat throttle (seconds), and a
+// retry trusting it could append a second answer to the first's prefix.
+func (a *Chat) readPriorStream(ctx context.Context, requestID string) (priorStream, error) {
+	evs, err := a.Events.Tail(ctx, requestID, priorTail)
 	if err != nil {
-		return LLMOutput{}, false, err
+		return priorStream{}, err
 	}
-	var done events.Done
-	if !ok || last.Type != events.TypeDone || json.Unmarshal(last.Data, &done) != nil {
-		return LLMOutput{}, false, nil
+	for _, ev := range evs {
+		switch ev.Type {
+		case events.TypeDone:
+			var done events.Done
+			if err := json.Unmarshal(ev.Data, &done); err != nil {
+				return priorStream{}, temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("read the done event an earlier attempt wrote: %v", err), ErrTypeStreamInterrupted, err)
+			}
+			return priorStream{done: &done}, nil
+		case events.TypeToken:
+			var tok events.Token
+			if err := json.Unmarshal(ev.Data, &tok); err != nil {
+				return priorStream{}, temporal.NewNonRetryableApplicationError(
+					fmt.Sprintf("read the token an earlier attempt wrote: %v", err), ErrTypeStreamInterrupted, err)
+			}
+			return priorStream{tokens: tok.Index + 1}, nil
+		}
 	}
+	return priorStream{}, nil
+}
+
+// answered is the output of a stream whose earlier attempt finished the
+// answer and wrote its done event, then was lost before reporting it.
+func (p priorStream) answered() LLMOutput {
+	done := p.done
 	out := LLMOutput{
 		Usage: done.Usage, FinishReason: done.FinishReason, Sources: done.Sources,
 		ContextShed: done.ContextShed, DoneWritten: true,
@@ -106,7 +130,21 @@ func (a *Chat) answeredBefore(ctx context.Context, in LLMInput) (LLMOutput, bool
 			out.Ms = t.Ms
 		}
 	}
-	return out, true, nil
+	return out
+}
+
+// interruptedBefore ends a stream whose earlier attempt streamed tokens
+// and was lost (its worker died, or its completion never reached the
+// server): the client has a prefix that no model can continue. What that
+// attempt consumed goes with the error, so the request is billed for it
+// once: the prompt as this attempt would have sent it, and the tokens
+// written.
+func (a *Chat) interruptedBefore(log *slog.Logger, tokens int, p *fittedPrompt) error {
+	log.Warn("an earlier attempt streamed tokens and was lost; the answer is interrupted", "tokens", tokens)
+	promptTokens := a.promptTokens(p)
+	return temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("an earlier attempt streamed %d tokens before it was lost", tokens), ErrTypeStreamInterrupted, nil,
+		events.Usage{PromptTokens: promptTokens, CompletionTokens: tokens, TotalTokens: promptTokens + tokens})
 }
 
 // releaseEarly gives back the permit of a stream whose answer is whole and

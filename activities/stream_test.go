@@ -103,21 +103,42 @@ func TestStreamLLMStopsOnStopFlag(t *testing.T) {
 	}
 }
 
+// A retry whose earlier attempt streamed tokens and was lost ends the
+// answer as interrupted, billed for those tokens, whatever that attempt's
+// heartbeat said: the event stream is what the client has, and heartbeats
+// trail it by seconds.
 func TestStreamLLMInterruptedAttemptIsNotRetried(t *testing.T) {
-	fake := &fakeLLM{tokens: words(3)}
-	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
-	version, hits := h.retrieveContext(t, "r1", 10, 3)
-	evsBefore := len(h.events(t, "r1"))
-	// The heartbeat detail of a lost attempt that had streamed 5 tokens.
-	_, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
-	}, struct{ Tokens int }{Tokens: 5})
-	wantAppError(t, err, activities.ErrTypeStreamInterrupted, true)
-	if n := len(fake.requests()); n != 0 {
-		t.Fatalf("the llm was called %d times, want never", n)
-	}
-	if n := len(h.events(t, "r1")); n != evsBefore {
-		t.Fatalf("the new attempt wrote %d events", n-evsBefore)
+	for _, heartbeat := range []int{0, 2, 5} {
+		t.Run(fmt.Sprintf("heartbeat said %d tokens", heartbeat), func(t *testing.T) {
+			fake := &fakeLLM{tokens: words(3)}
+			h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
+			id := fmt.Sprintf("r%d", heartbeat)
+			version, hits := h.retrieveContext(t, id, 10, 3)
+			// The lost attempt wrote 5 tokens before its worker died.
+			for i := range 5 {
+				if _, err := h.log.Append(context.Background(), id, events.TypeToken, events.Token{Text: "w ", Index: i}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			evsBefore := len(h.events(t, id))
+			_, err := stream(t, h, activities.LLMInput{
+				RequestID: id, Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+			}, struct{ Tokens int }{Tokens: heartbeat})
+			wantAppError(t, err, activities.ErrTypeStreamInterrupted, true)
+			var used events.Usage
+			if err := appError(t, err).Details(&used); err != nil {
+				t.Fatalf("interrupted error without usage: %v", err)
+			}
+			if used.CompletionTokens != 5 || used.PromptTokens <= 0 || used.TotalTokens != used.PromptTokens+5 {
+				t.Fatalf("usage %+v, want the 5 streamed tokens and the prompt", used)
+			}
+			if n := len(fake.requests()); n != 0 {
+				t.Fatalf("the llm was called %d times, want never", n)
+			}
+			if n := len(h.events(t, id)); n != evsBefore {
+				t.Fatalf("the new attempt wrote %d events", n-evsBefore)
+			}
+		})
 	}
 }
 

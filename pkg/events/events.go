@@ -243,6 +243,15 @@ func (l *Log) First(ctx context.Context, requestID string) (Event, bool, error) 
 	return one(msgs, err, "first", requestID)
 }
 
+// Tail returns up to n of a request's newest events, newest first.
+func (l *Log) Tail(ctx context.Context, requestID string, n int64) ([]Event, error) {
+	msgs, err := l.rdb.XRevRangeN(ctx, l.Key(requestID), "+", "-", n).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read the last %d events of %s: %w", n, requestID, err)
+	}
+	return decode(msgs), nil
+}
+
 // Last returns the newest event of a request, or ok=false if it has none.
 func (l *Log) Last(ctx context.Context, requestID string) (Event, bool, error) {
 	msgs, err := l.rdb.XRevRangeN(ctx, l.Key(requestID), "+", "-", 1).Result()
