@@ -54,7 +54,7 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 	if in.EventType == events.TypeDone {
 		data = in.Done
 	}
-	if _, err := a.Events.Append(ctx, in.RequestID, in.EventType, data); err != nil {
+	if _, _, err := a.Events.AppendFinal(ctx, in.RequestID, in.EventType, data); err != nil {
 		return err
 	}
 	return nil

@@ -197,10 +197,6 @@ func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id s
 			Message: "The stream was interrupted (the server is restarting). Please retry."})
 		_ = out.flush()
 		s.signalDetach(id)
-	case endSilent:
-		_ = out.fail(&apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal,
-			Message: "The request ended without an answer."})
-		_ = out.flush()
 	}
 	return nil
 }
@@ -218,9 +214,6 @@ func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id st
 	case endInterrupted:
 		s.signalDetach(id)
 		return unavailable("The request was interrupted (the server is restarting). Please retry.")
-	case endSilent:
-		return &apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal,
-			Message: "The request ended without an answer."}
 	}
 	if col.failure != nil {
 		return col.failure
@@ -428,7 +421,7 @@ func failureError(ev events.Event) *apiError {
 	}
 	e := &apiError{Code: f.Reason, Message: f.Message, RetryAfter: f.RetryAfterS}
 	switch f.Reason {
-	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull:
+	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull, request.ReasonBackendUnavailable:
 		e.Status = http.StatusServiceUnavailable
 	case request.ReasonBackendError, request.ReasonStreamInterrupted:
 		e.Status = http.StatusBadGateway

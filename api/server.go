@@ -68,6 +68,8 @@ type Server struct {
 	stats statsCache
 	// conns caps the connections Run accepts; set by Run.
 	conns *connLimiter
+	// live ends the streams of requests whose workflow is gone.
+	live *liveness
 }
 
 // Options are the Server's dependencies.
@@ -117,6 +119,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.room = room
+	s.live = newLiveness(opts.Temporal, opts.Config.Temporal.Namespace, opts.Events, opts.Gate, s.logger.With("component", "liveness"))
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
 		s.kbs[kb.Name] = true
 	}
@@ -192,6 +195,7 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	roomCtx, stopRoom := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRoom()
 	go s.room.Run(roomCtx)
+	go s.live.run(roomCtx)
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(conns) }()
 	select {

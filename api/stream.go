@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -27,6 +27,8 @@ type streamState struct {
 	pool     string
 	position int
 	terminal bool
+	// started: the request's workflow wrote an event, so it exists.
+	started bool
 }
 
 func (st *streamState) observe(ev events.Event) {
@@ -36,7 +38,10 @@ func (st *streamState) observe(ev events.Event) {
 		if json.Unmarshal(ev.Data, &q) == nil {
 			st.queued, st.pool, st.position = true, q.Pool, q.Position
 		}
+	case events.TypeToken:
+		st.started = true
 	case events.TypeStage:
+		st.started = true
 		var sg events.Stage
 		if json.Unmarshal(ev.Data, &sg) == nil && sg.Stage != request.StageAdmission && sg.Stage != request.StageEmbed {
 			st.queued = false
@@ -146,9 +151,6 @@ const (
 	// endInterrupted: the hub stopped (shutdown) or this reader fell
 	// behind; the request goes on without this reader.
 	endInterrupted
-	// endSilent: the workflow closed without a terminal event for this
-	// reader (see endedSilently).
-	endSilent
 )
 
 // follow feeds the request's events to out until its terminal event or
@@ -157,6 +159,7 @@ const (
 // reader that did not reach the end means for the request.
 func (s *Server) follow(ctx context.Context, sub *events.Subscription, id string, out eventSink, positions bool) followEnd {
 	st := &streamState{}
+	defer s.live.follow(id)()
 	poll := time.NewTicker(s.cfg.API.QueuePollInterval)
 	defer poll.Stop()
 	keepAlive := time.NewTicker(keepAliveInterval)
@@ -182,6 +185,9 @@ func (s *Server) follow(ctx context.Context, sub *events.Subscription, id string
 				}
 				st.observe(ev)
 			}
+			if st.started {
+				s.live.started(id)
+			}
 			if err := out.flush(); err != nil {
 				return endClientGone
 			}
@@ -201,9 +207,7 @@ func (s *Server) follow(ctx context.Context, sub *events.Subscription, id string
 				return endClientGone
 			}
 		case <-idle.C:
-			if s.endedSilently(ctx, id) {
-				return endSilent
-			}
+			s.endIfGone(ctx, id, st.started)
 			idle.Reset(s.cfg.API.StreamIdleTimeout)
 		}
 	}
@@ -230,25 +234,30 @@ func (s *Server) reportPosition(ctx context.Context, id string, st *streamState)
 	st.position = pos
 }
 
-// endedSilently reports whether the request's workflow is closed although
-// its stream has no terminal event (e.g. it was terminated by an operator);
-// it then writes an error event so every reader ends.
-func (s *Server) endedSilently(ctx context.Context, id string) bool {
-	desc, err := s.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
+// endIfGone checks a stream that has been quiet for
+// api.stream_idle_timeout: a request whose workflow is gone gets its error
+// event, which ends every reader. The liveness rounds check only requests
+// seen started; this also covers a reader that joined past the events
+// that showed it (a resume), by looking for them in the log.
+func (s *Server) endIfGone(ctx context.Context, id string, started bool) {
+	if !started && !s.hasStage(ctx, id) {
+		// Still at a door, which ends it itself.
+		return
+	}
+	s.live.started(id)
+	if gone, status := s.live.describe(ctx, id); gone {
+		s.live.end(ctx, id, status)
+	}
+}
+
+// hasStage reports whether the request's log shows a stage, which only
+// its workflow writes.
+func (s *Server) hasStage(ctx context.Context, id string) bool {
+	evs, err := s.events.After(ctx, id, "0", 64)
 	if err != nil {
 		return false
 	}
-	if desc.Status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return false
-	}
-	if last, ok, err := s.events.Last(ctx, id); err != nil || (ok && events.Terminal(last.Type)) {
-		// Unknown, or it did end properly and this reader is past the end.
-		return err == nil
-	}
-	_, err = s.events.Append(ctx, id, events.TypeError, events.Failure{
-		Reason: request.ReasonInternal, Message: "The request ended without an answer.",
-	})
-	return err == nil
+	return slices.ContainsFunc(evs, func(ev events.Event) bool { return ev.Type == events.TypeStage })
 }
 
 // detach tells the workflow that a reader left. It must outlive the

@@ -143,7 +143,7 @@ func (s *Server) endAtDoor(ctx context.Context, d door, req chatRequest, f event
 		s.recordRefusal(ctx, d.who, req, d.id, f.Reason)
 	}
 	s.metrics.Refused(metrics.OutcomeOf(outcome, f.Reason))
-	if _, err := s.events.Append(ctx, d.id, typ, f); err != nil {
+	if _, _, err := s.events.AppendFinal(ctx, d.id, typ, f); err != nil {
 		s.logger.Warn("write the terminal event of a request that never started", "requestID", d.id, "err", err)
 	}
 }

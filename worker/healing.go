@@ -13,7 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/policy"
-	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -68,24 +67,12 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 		// Its actions refresh it before changing it; it needs no poller.
 		Policy:   policy.NewStore(r.Redis, cfg, r.Gate, r.Logger.With("component", "policy")),
 		Pools:    pools,
-		Notifier: SignalNotifier{Client: r.Temporal},
+		Notifier: workflows.SignalNotifier{Client: r.Temporal},
 		Metrics:  r.Metrics,
 		Backends: backend.Client{Timeout: cfg.Healing.MetricsTimeout},
 		Alerts:   alert.Webhook{URL: cfg.Healing.AlertWebhook, Timeout: cfg.Healing.AlertTimeout},
 		Logger:   r.Logger.With("component", "healing"),
 	}, nil
-}
-
-// NotifyShed implements activities.ShedNotifier: the request's workflow
-// gets the cancel signal with reason shed and ends it with a rejected
-// event. A workflow already gone is not an error.
-func (n SignalNotifier) NotifyShed(ctx context.Context, _, requestID string) error {
-	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalCancel,
-		workflows.CancelSignal{Reason: request.ReasonShed})
-	if isNotFound(err) {
-		return nil
-	}
-	return err
 }
 
 // HealingStarter is the part of the Temporal client StartHealing needs.

@@ -257,7 +257,7 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Redis:      r.Redis,
 		Events:     r.Events,
 		Gate:       r.Gate,
-		Notifier:   SignalNotifier{Client: r.Temporal},
+		Notifier:   workflows.SignalNotifier{Client: r.Temporal},
 		Waker:      r.Waker,
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},
@@ -426,18 +426,4 @@ func (r *Runtime) runJanitor(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// SignalNotifier wakes a queued chat workflow with the admitted signal.
-type SignalNotifier struct {
-	Client client.Client
-}
-
-// NotifyGranted implements admission.Notifier.
-func (n SignalNotifier) NotifyGranted(ctx context.Context, pool, requestID string) error {
-	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalAdmitted, workflows.AdmittedSignal{Pool: pool})
-	if isNotFound(err) {
-		return admission.ErrWaiterGone
-	}
-	return err
 }

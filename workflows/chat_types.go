@@ -51,6 +51,10 @@ var SearchAttributeNames = []string{"SluiceTenant", "SluiceRoute", "SluiceOutcom
 // keeping it behind this function means no caller builds it by hand.
 func ChatWorkflowID(requestID string) string { return requestID }
 
+// RequestIDOf is the request of a chat workflow ID, ChatWorkflowID's
+// inverse.
+func RequestIDOf(workflowID string) string { return workflowID }
+
 // ChatInput starts one chat request.
 type ChatInput struct {
 	RequestID string

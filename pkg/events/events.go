@@ -7,9 +7,11 @@ package events
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,9 +30,12 @@ const (
 	TypeError    = "error"
 )
 
+// terminalTypes are the types no event follows.
+var terminalTypes = []string{TypeDone, TypeRejected, TypeError}
+
 // Terminal reports whether no event follows an event of this type.
 func Terminal(typ string) bool {
-	return typ == TypeDone || typ == TypeRejected || typ == TypeError
+	return slices.Contains(terminalTypes, typ)
 }
 
 // Event is one stream entry. ID is the Redis stream entry ID, used as the
@@ -169,6 +174,47 @@ func (l *Log) Append(ctx context.Context, requestID, typ string, data any) (stri
 		return "", err
 	}
 	return ids[0], nil
+}
+
+var (
+	//go:embed lua/append_final.lua
+	appendFinalLua    string
+	appendFinalScript = redis.NewScript(appendFinalLua)
+)
+
+// finalLookBack is how many of a stream's newest entries AppendFinal
+// searches for a terminal one: an end is the last event but for a stray
+// queue event a reader may have written just after it.
+const finalLookBack = 8
+
+// AppendFinal adds a terminal event (done, rejected, error) unless the
+// request's stream already has one, in one atomic step: every writer that
+// may end a request (the workflow, a retried Finalize, the door, an API
+// instance that found the workflow gone) uses it, so that a client sees
+// exactly one end. written is false when an end was there already; id is
+// then that end's.
+func (l *Log) AppendFinal(ctx context.Context, requestID, typ string, data any) (id string, written bool, err error) {
+	if !Terminal(typ) {
+		return "", false, fmt.Errorf("append final event to %s: %q is not a terminal type", requestID, typ)
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return "", false, fmt.Errorf("encode %s event for %s: %w", typ, requestID, err)
+	}
+	args := []any{typ, raw, l.maxLen, l.ttl.Milliseconds(), finalLookBack}
+	for _, t := range terminalTypes {
+		args = append(args, t)
+	}
+	res, err := appendFinalScript.Run(ctx, l.rdb, []string{l.Key(requestID)}, args...).Slice()
+	if err != nil {
+		return "", false, fmt.Errorf("append final %s event to %s: %w", typ, requestID, err)
+	}
+	if len(res) != 2 {
+		return "", false, fmt.Errorf("append final %s event to %s: script returned %v", typ, requestID, res)
+	}
+	id, _ = res[0].(string)
+	n, _ := res[1].(int64)
+	return id, n == 1, nil
 }
 
 // Pending is an event not yet written.

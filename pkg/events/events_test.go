@@ -248,3 +248,70 @@ func TestValidIDAndCompare(t *testing.T) {
 		t.Fatal("compareIDs is not numeric")
 	}
 }
+
+// Writers that race to end a request leave exactly one end, and the ones
+// that lost are told which end is there.
+func TestAppendFinalWritesOneEnd(t *testing.T) {
+	l, rdb := newLog(t)
+	ctx := context.Background()
+	if _, err := l.Append(ctx, "r1", TypeToken, Token{Text: "a", Index: 0}); err != nil {
+		t.Fatal(err)
+	}
+	const writers = 8
+	type result struct {
+		id      string
+		written bool
+		err     error
+	}
+	results := make(chan result, writers)
+	for i := range writers {
+		go func() {
+			typ := TypeError
+			if i%2 == 0 {
+				typ = TypeDone
+			}
+			id, written, err := l.AppendFinal(ctx, "r1", typ, Failure{Reason: "x"})
+			results <- result{id, written, err}
+		}()
+	}
+	var ids []string
+	wrote := 0
+	for range writers {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.written {
+			wrote++
+		}
+		ids = append(ids, r.id)
+	}
+	if wrote != 1 {
+		t.Fatalf("%d writers wrote an end, want 1", wrote)
+	}
+	for _, id := range ids[1:] {
+		if id != ids[0] {
+			t.Fatalf("writers were told of different ends: %v", ids)
+		}
+	}
+	evs, err := l.After(ctx, "r1", "0", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || !Terminal(evs[1].Type) || evs[1].ID != ids[0] {
+		t.Fatalf("events %+v, want the token and one end with id %s", evs, ids[0])
+	}
+	if ttl := rdb.PTTL(ctx, l.Key("r1")).Val(); ttl <= 0 {
+		t.Fatalf("stream ttl %v after the end, want it refreshed", ttl)
+	}
+	// A stray event after the end does not let a second end in.
+	if _, err := l.Append(ctx, "r1", TypeQueue, Queue{Position: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, written, err := l.AppendFinal(ctx, "r1", TypeError, Failure{Reason: "late"}); err != nil || written {
+		t.Fatalf("a late end was written (%v, %v)", written, err)
+	}
+	if _, _, err := l.AppendFinal(ctx, "r1", TypeToken, Token{}); err == nil {
+		t.Fatal("AppendFinal took a token")
+	}
+}

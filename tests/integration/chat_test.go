@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -473,7 +472,7 @@ func TestQueuedRequestIsAdmittedWhenAPermitIsReleased(t *testing.T) {
 	if err != nil || len(rel.Woken) != 1 || rel.Woken[0] != s.id {
 		t.Fatalf("release: %+v %v", rel, err)
 	}
-	if err := admission.Wake(ctx, stack.gate, worker.SignalNotifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
+	if err := admission.Wake(ctx, stack.gate, workflows.SignalNotifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
 		t.Fatal(err)
 	}
 	evs := s.until(t, terminal)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/worker"
+	"github.com/sluice-dev/sluice/workflows"
 )
 
 // openAIClient is the official client, unchanged, pointed at Sluice. No
@@ -190,7 +190,7 @@ func TestOpenAIRawStreamShowsQueueAsComments(t *testing.T) {
 				if err != nil || len(rel.Woken) != 1 || rel.Woken[0] != id {
 					t.Fatalf("release: %+v %v", rel, err)
 				}
-				if err := admission.Wake(ctx, stack.gate, worker.SignalNotifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
+				if err := admission.Wake(ctx, stack.gate, workflows.SignalNotifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
 					t.Fatal(err)
 				}
 				released = true

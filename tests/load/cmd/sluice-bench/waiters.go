@@ -19,7 +19,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -148,7 +147,7 @@ func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
 	if err != nil {
 		return err
 	}
-	if err := admission.Wake(ctx, st.rt.Gate, worker.SignalNotifier{Client: st.rt.Temporal}, heldPool, woken); err != nil {
+	if err := admission.Wake(ctx, st.rt.Gate, workflows.SignalNotifier{Client: st.rt.Temporal}, heldPool, woken); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-bench waiters: wake:", err)
 	}
 	if err := w.drain(ctx, st, tick, drainStart); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -48,7 +47,7 @@ func (w *wakeupScenario) flags(fs *flag.FlagSet) {
 type wakeupScenario struct {
 	wakeupOptions
 	hc       *http.Client
-	notifier worker.SignalNotifier
+	notifier workflows.SignalNotifier
 	rounds   []wakeTimes
 	// after is the pool once the rounds are over.
 	after admission.Stats
@@ -73,7 +72,7 @@ func (w *wakeupScenario) stacks() ([]stackOptions, error) {
 
 func (w *wakeupScenario) drive(ctx context.Context, st *stack) error {
 	w.hc = st.client(4)
-	w.notifier = worker.SignalNotifier{Client: st.rt.Temporal}
+	w.notifier = workflows.SignalNotifier{Client: st.rt.Temporal}
 	held, err := w.hold(ctx, st)
 	if err != nil {
 		return err
@@ -189,7 +188,7 @@ func (w *wakeupScenario) report(r *report) error {
 			written = append(written, t.written)
 		}
 	}
-	r.header(fmt.Sprintf("%d sequential wake-ups after %d warm-up: the short pool's %d permits held by fake holders, a chat request queued through the API (%v after its queue event), then one holder released as a finishing request does (Gate.Release + admission.Wake with worker.SignalNotifier)",
+	r.header(fmt.Sprintf("%d sequential wake-ups after %d warm-up: the short pool's %d permits held by fake holders, a chat request queued through the API (%v after its queue event), then one holder released as a finishing request does (Gate.Release + admission.Wake with workflows.SignalNotifier)",
 		w.n, w.warmup, w.holders, w.settle))
 	r.table("from the release call to", "p50", "p90", "p99", "max")
 	row := func(what string, ds []time.Duration, f func(time.Duration) string) {
