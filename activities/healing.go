@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/scaler"
@@ -63,6 +64,9 @@ type HealingPool struct {
 	// bound Scale.
 	Scaler                   scaler.Scaler
 	MinReplicas, MaxReplicas int
+	// Circuits reads the circuit of each of the pool's endpoints in this
+	// worker's LLM client; nil when the client has none.
+	Circuits func() []llm.Circuit
 }
 
 // HealingOptions are the healer's activity settings from config.
@@ -123,9 +127,24 @@ func (h *Healing) ReadHealth(ctx context.Context, in HealthInput) (HealthOutput,
 		}
 		ph.QueueDepth, ph.InUse, ph.Permits = gs.Waiting, gs.InUse, gs.Limit
 		ph.KVCacheUsage, ph.BackendWaiting = h.backendHealth(ctx, name, p.Endpoints)
+		ph.Endpoints, ph.Ejected = len(p.Endpoints), ejected(p.Circuits)
 		out.Pools[i] = ph
 	}
 	return out, nil
+}
+
+// ejected counts the endpoints whose circuit is open.
+func ejected(circuits func() []llm.Circuit) int {
+	if circuits == nil {
+		return 0
+	}
+	n := 0
+	for _, c := range circuits() {
+		if c.State == llm.CircuitOpen {
+			n++
+		}
+	}
+	return n
 }
 
 // backendHealth reads every endpoint's /metrics at once and keeps the

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -437,4 +438,39 @@ func isAppError(err error, typ string) bool {
 		return false
 	}
 	return ae.NonRetryable() && (typ == "" || ae.Type() == typ)
+}
+
+// The healer sees how many of a pool's backends this worker's circuit
+// breakers have ejected.
+func TestReadHealthCountsEjectedBackends(t *testing.T) {
+	hh := newHealingHarness(t, nil)
+	good := hh.simURL
+	dead := "http://127.0.0.1:1" // nothing listens: every stream fails to connect
+	client, err := llm.NewOpenAI(llm.OpenAIOptions{
+		Name: request.PoolLong, Endpoints: []string{good, dead},
+		Breaker: llm.Breaker{Failures: 1, OpenFor: time.Minute}, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := hh.h.Pools[request.PoolLong]
+	p.Endpoints, p.Circuits = []string{good, dead}, client.Circuits
+	hh.h.Pools[request.PoolLong] = p
+	read := func() activities.PoolHealth {
+		out, err := hh.h.ReadHealth(context.Background(), activities.HealthInput{Pools: []string{request.PoolLong}, Stage: "llm_first_token", Window: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Pools[0]
+	}
+	if ph := read(); ph.Endpoints != 2 || ph.Ejected != 0 {
+		t.Fatalf("before any stream: %d of %d ejected, want 0 of 2", ph.Ejected, ph.Endpoints)
+	}
+	for range 2 { // round robin: one stream to each endpoint
+		_, _ = client.Stream(context.Background(), llm.Request{Model: "sluice-sim", Messages: []llm.Message{{Role: "user", Content: "hi"}}, MaxTokens: 2},
+			func(string) error { return nil })
+	}
+	if ph := read(); ph.Endpoints != 2 || ph.Ejected != 1 {
+		t.Fatalf("after the dead endpoint failed: %d of %d ejected, want 1 of 2", ph.Ejected, ph.Endpoints)
+	}
 }

@@ -30,6 +30,10 @@ type PoolHealth struct {
 	// -1 when no endpoint answered.
 	KVCacheUsage   float64
 	BackendWaiting int
+	// Endpoints is how many backends the pool has; Ejected how many of
+	// them have their circuit open, as the worker that read the health
+	// sees them (each worker keeps its own breakers).
+	Endpoints, Ejected int
 }
 
 // HealthOutput holds every pool's health, in the order asked.

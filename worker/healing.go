@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/alert"
 	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 	"github.com/sluice-dev/sluice/workflows"
@@ -55,6 +56,9 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 		hp := activities.HealingPool{
 			Endpoints: endpoints, MinPermits: p.Healing.MinPermits, MaxPermits: p.MaxConcurrency,
 			Scaler: sc, MinReplicas: p.Scaler.BaseReplicas, MaxReplicas: p.Scaler.MaxReplicas,
+		}
+		if cr, ok := r.Chat.Pools[name].Streamer.(interface{ Circuits() []llm.Circuit }); ok {
+			hp.Circuits = cr.Circuits
 		}
 		if p.Healing.BaseBatch > 0 {
 			hp.MinBatch, hp.MaxBatch = p.Healing.MinBatch, p.Healing.BaseBatch

@@ -171,10 +171,17 @@ func (h *healer) classify(ph activities.PoolHealth) (string, string) {
 		return "critical", fmt.Sprintf("queue depth %d > %d", ph.QueueDepth, h.set.CriticalQueueDepth)
 	case ph.Requests > 0 && ph.TimeoutRate > h.set.CriticalTimeoutRate:
 		return "critical", fmt.Sprintf("queue timeout rate %.1f%% > %.1f%%", 100*ph.TimeoutRate, 100*h.set.CriticalTimeoutRate)
+	case ph.Endpoints > 0 && ph.Ejected >= ph.Endpoints:
+		// Requests fail fast with backend_unavailable; more replicas are
+		// what brings the pool back.
+		return "critical", fmt.Sprintf("all %d backends ejected by their circuit breakers", ph.Endpoints)
 	case tail && ph.Ratio > h.set.WarnRatio:
 		return "warn", fmt.Sprintf("P99/P50 %.1f > %.1f", ph.Ratio, h.set.WarnRatio)
 	case ph.KVCacheUsage > h.set.WarnKVCache:
 		return "warn", fmt.Sprintf("KV cache %.0f%% > %.0f%%", 100*ph.KVCacheUsage, 100*h.set.WarnKVCache)
+	case ph.Ejected > 0:
+		// The others take its share; worth a look, not yet an action.
+		return "warn", fmt.Sprintf("%d of %d backends ejected by their circuit breakers", ph.Ejected, ph.Endpoints)
 	}
 	return "", "healthy"
 }

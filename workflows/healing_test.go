@@ -453,3 +453,18 @@ func TestSameSettingsSeesEveryField(t *testing.T) {
 		require.False(t, sameSettings(base, changed), "field %s", v.Type().Field(i).Name)
 	}
 }
+
+// A pool with a backend ejected by its circuit breaker is worth an alert;
+// one with every backend ejected is critical, which scales it out.
+func TestHealingEjectedBackends(t *testing.T) {
+	some, all := healthy, healthy
+	some.Endpoints, some.Ejected = 2, 1
+	all.Endpoints, all.Ejected = 2, 2
+	r := newHealRun(t, some, some, all)
+	st := r.run(healingSettings())
+	require.Equal(t, []string{
+		"Alert short/warn",
+		"Alert short/critical", "SetPermits short=8", "SetBatch short=16",
+	}, r.actions())
+	require.Equal(t, LevelShrink, shortLevel(st))
+}
