@@ -20,8 +20,10 @@ type API struct {
 	// EmbeddedWorker runs a Temporal worker inside the API process so that
 	// eager workflow start can hand the first workflow task to it directly.
 	EmbeddedWorker bool `yaml:"embedded_worker"`
-	// StreamIdleTimeout ends an SSE stream that has seen no event for this
-	// long (the workflow is presumably gone); it is not a request deadline.
+	// StreamIdleTimeout: an SSE stream that has seen no event for this long
+	// checks whether its request's workflow is gone, and ends with an
+	// error if it is. It backs up the API's rounds every 2 s, which check
+	// only requests seen started; it is not a request deadline.
 	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
 	// ShutdownTimeout bounds graceful shutdown of open streams.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
