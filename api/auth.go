@@ -5,11 +5,13 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"github.com/sluice-dev/sluice/pkg/keys"
 )
 
-// caller is who sent a request.
+// caller is who sent a request, and what its key lets it do.
 type caller struct {
 	Tenant, User, Tier string
+	Scopes             keys.Scopes
 }
 
 // authenticate names the caller from its API key (X-API-Key, or
@@ -27,7 +29,10 @@ func (s *Server) authenticate(c echo.Context) (caller, error) {
 		if s.cfg.Auth.AllowAnonymous {
 			// Anonymous callers share one tenant; the per-IP limits are
 			// what tell them apart.
-			return caller{Tenant: "anonymous", Tier: s.policy.Current().Limits.DefaultTier}, nil
+			// In the dev stack it may also ingest, so that the quick start
+			// works without keys.
+			return caller{Tenant: "anonymous", Tier: s.policy.Current().Limits.DefaultTier,
+				Scopes: keys.Scopes{keys.ScopeChat, keys.ScopeIngest}}, nil
 		}
 		return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "an API key is required (Authorization: Bearer <key>)"}
 	}
@@ -35,7 +40,9 @@ func (s *Server) authenticate(c echo.Context) (caller, error) {
 	if !ok {
 		return caller{}, &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "unknown API key"}
 	}
-	who := caller{Tenant: k.Tenant, User: k.User, Tier: k.Tier}
+	// Until keys carry their own scopes, a configured key may chat and
+	// ingest.
+	who := caller{Tenant: k.Tenant, User: k.User, Tier: k.Tier, Scopes: keys.Scopes{keys.ScopeChat, keys.ScopeIngest}}
 	if who.User == "" {
 		who.User = k.Tenant
 	}
