@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -82,7 +83,10 @@ func (s *Server) queryTokens(req *chatRequest) int {
 	return req.queryTokens
 }
 
-func newRequestID() string { return "chat-" + ulid.Make().String() }
+// newRequestID is a new request's id: a ULID (sortable by time) whose 80
+// random bits come from crypto/rand, so that an id cannot be guessed from
+// another (ulid.Make's default entropy is math/rand's).
+func newRequestID() string { return "chat-" + ulid.MustNew(ulid.Now(), rand.Reader).String() }
 
 var requestIDPattern = regexp.MustCompile(`^chat-[0-9A-HJKMNP-TV-Z]{26}$`)
 
@@ -98,7 +102,7 @@ func (s *Server) postChat(c echo.Context) error {
 	if err := s.validate(&req); err != nil {
 		return err
 	}
-	id, sub, err := s.beginChat(c, who, &req)
+	id, sub, err := s.beginChat(c, who, &req, fingerprintOf(c.Path(), req.Query, req.KB, req.SessionID, *req.MaxTokens))
 	if err != nil {
 		return err
 	}

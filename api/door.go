@@ -26,12 +26,24 @@ import (
 // id and a subscription to its events from the first, which the caller
 // must close and render; every later outcome reaches the client as an
 // event. On error nothing was started and every charge was given back.
-func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string, *events.Subscription, error) {
+func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerprint string) (string, *events.Subscription, error) {
 	ctx := c.Request().Context()
 	// The door's own Redis calls are bounded: with Redis stalled the
 	// client hears 503 + Retry-After in about this long, not after it.
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Redis.RequestTimeout)
 	defer cancel()
+	key, prior, err := s.idemKey(rctx, c, who, fingerprint)
+	if err != nil {
+		return "", nil, err
+	}
+	if prior != "" {
+		sub, err := s.attach(rctx, c, prior)
+		if !errors.Is(err, errStreamGone) {
+			return prior, sub, err
+		}
+		// Its events expired (or Redis lost them): the key names nothing.
+		s.releaseKey(ctx, key, prior)
+	}
 	if err := s.checkKB(rctx, req.KB); err != nil {
 		return "", nil, err
 	}
@@ -42,7 +54,6 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 		*req.MaxTokens = tier.MaxOutputTokens
 	}
 	d := door{id: newRequestID(), who: who, tier: tier, pool: s.route(rctx, who, req), arrived: time.Now()}
-	var err error
 	d.reservation, err = s.reserve(rctx, c, d.id, who, tier, live.Limits.Enabled, s.cost(live, d, req))
 	if err != nil {
 		var ae *apiError
@@ -61,6 +72,19 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 		w.Leave()
 		return "", nil, err
 	}
+	if winner, err := s.claimKey(rctx, key, d); err != nil || winner != "" {
+		// A request with the same key got there first (or the key could
+		// not be claimed): this one never starts.
+		sub.Close()
+		w.Leave()
+		_ = s.events.Delete(context.WithoutCancel(ctx), d.id)
+		s.refundAll(ctx, d.id, d.reservation)
+		if err != nil {
+			return "", nil, err
+		}
+		sub, err := s.attach(rctx, c, winner)
+		return winner, sub, err
+	}
 	select {
 	case <-w.Admitted():
 	default:
@@ -72,11 +96,29 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest) (string
 	if err != nil {
 		s.logger.Error("start chat workflow", "requestID", d.id, "err", err)
 		sub.Close()
-		_ = s.events.Delete(context.WithoutCancel(ctx), d.id)
+		if key == nil {
+			_ = s.events.Delete(context.WithoutCancel(ctx), d.id)
+		} else {
+			// Whoever attached with the same key meanwhile hears it
+			// ended; the key is given back for the client's retry.
+			s.endUnstarted(ctx, d.id)
+			s.releaseKey(ctx, key, d.id)
+		}
 		s.refundAll(ctx, d.id, d.reservation)
 		return "", nil, unavailable("could not start the request; please retry")
 	}
 	return d.id, sub, nil
+}
+
+// endUnstarted ends the stream of a request whose workflow could not be
+// started.
+func (s *Server) endUnstarted(ctx context.Context, id string) {
+	_, _, err := s.events.AppendFinal(context.WithoutCancel(ctx), id, events.TypeError, events.Failure{
+		Reason: request.ReasonInternal, Message: "The request could not be started. Please retry.", RetryAfterS: 1,
+	})
+	if err != nil {
+		s.logger.Warn("end the stream of a request that could not be started", "requestID", id, "err", err)
+	}
 }
 
 // door is what the door decided about one request on its way in.

@@ -164,7 +164,7 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 		return withParam(err)
 	}
 	created := time.Now().Unix()
-	id, sub, err := s.beginChat(c, who, &req)
+	id, sub, err := s.beginChat(c, who, &req, fingerprintOf(c.Path(), cr, c.Request().Header.Get(kbHeader)))
 	if err != nil {
 		return withParam(err)
 	}

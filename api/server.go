@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/limiter"
@@ -70,6 +71,8 @@ type Server struct {
 	conns *connLimiter
 	// live ends the streams of requests whose workflow is gone.
 	live *liveness
+	// idem maps Idempotency-Keys to the requests they started.
+	idem *idempotency.Store
 }
 
 // Options are the Server's dependencies.
@@ -119,6 +122,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.room = room
+	s.idem = idempotency.New(opts.Redis, opts.Config.Redis.KeyPrefix, opts.Config.API.IdempotencyTTL)
 	s.live = newLiveness(opts.Temporal, opts.Config.Temporal.Namespace, opts.Events, opts.Gate, s.logger.With("component", "liveness"))
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
 		s.kbs[kb.Name] = true

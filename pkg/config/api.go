@@ -75,6 +75,11 @@ type API struct {
 	// MaxConns bounds the open connections of one API process; beyond it
 	// a new connection is closed as soon as it is accepted.
 	MaxConns int `yaml:"max_conns"`
+	// IdempotencyTTL is how long an Idempotency-Key names the request it
+	// started: a retry within it attaches to that request. At most
+	// events.ttl, so that the request's events are still there to attach
+	// to.
+	IdempotencyTTL time.Duration `yaml:"idempotency_ttl"`
 }
 
 // Auth maps API keys to tenants.
@@ -115,6 +120,7 @@ func defaultAPI() API {
 		StreamWriteTimeout: 10 * time.Second,
 		MaxConnsPerIP:      256,
 		MaxConns:           10000,
+		IdempotencyTTL:     time.Hour,
 	}
 }
 
@@ -122,7 +128,7 @@ func defaultAuth() Auth {
 	return Auth{AllowAnonymous: true}
 }
 
-func (a API) validate(v *validator) {
+func (a API) validate(v *validator, eventsTTL time.Duration) {
 	v.nonEmpty("api.addr", a.Addr)
 	v.positive("api.max_body_bytes", a.MaxBodyBytes)
 	v.positive("api.max_query_chars", int64(a.MaxQueryChars))
@@ -151,6 +157,10 @@ func (a API) validate(v *validator) {
 	v.positive("api.max_conns_per_ip", int64(a.MaxConnsPerIP))
 	if a.MaxConnsPerIP > a.MaxConns {
 		v.add("api.max_conns_per_ip", "must not exceed api.max_conns (%d), got %d", a.MaxConns, a.MaxConnsPerIP)
+	}
+	v.duration("api.idempotency_ttl", a.IdempotencyTTL)
+	if eventsTTL > 0 && a.IdempotencyTTL > eventsTTL {
+		v.add("api.idempotency_ttl", "must not exceed events.ttl (%s), got %s", eventsTTL, a.IdempotencyTTL)
 	}
 }
 

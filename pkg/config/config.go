@@ -112,7 +112,7 @@ func FromCommandLine(name string, args []string) (Config, error) {
 // compares against.
 func (c Config) Validate() error {
 	var v validator
-	c.API.validate(&v)
+	c.API.validate(&v, c.Events.TTL)
 	c.Temporal.validate(&v)
 	c.Redis.validate(&v)
 	c.Events.validate(&v)

@@ -178,6 +178,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"breaker_slow_above_first_token.yaml":  "pools.long.breaker.slow_first_token: must be below pools.long.first_token_timeout (30s), got 45s",
 		"api_zero_stream_write_timeout.yaml":   "api.stream_write_timeout: must be a positive duration such as 30s, got 0s",
 		"api_per_ip_above_total.yaml":          "api.max_conns_per_ip: must not exceed api.max_conns (100), got 200",
+		"api_idempotency_above_events.yaml":    "api.idempotency_ttl: must not exceed events.ttl (30m0s), got 2h0m0s",
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {
