@@ -233,7 +233,12 @@ func (a *Chat) classifyStreamError(ctx context.Context, log *slog.Logger, reques
 	case err != nil:
 		var lerr *llm.Error
 		if errors.As(err, &lerr) {
-			return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+			// The client hears the status; the backend's body and address
+			// are for operators (this log, and the cause in the Temporal
+			// UI), not for whoever sent the prompt.
+			log.Warn("llm backend refused the request", "err", err)
+			return temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("the language model refused the request (HTTP %d)", lerr.Status), ErrTypeBadRequest, err)
 		}
 		return fmt.Errorf("stream llm for %s: %w", requestID, err)
 	}

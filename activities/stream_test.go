@@ -177,7 +177,7 @@ func TestStreamLLMBackendErrors(t *testing.T) {
 		},
 		{
 			name: "rejected before the first token",
-			fake: &fakeLLM{tokens: words(5), err: &llm.Error{Endpoint: "fake", Status: 400, Message: "bad request"}},
+			fake: &fakeLLM{tokens: words(5), err: &llm.Error{Endpoint: "http://10.1.2.3:8000/v1", Status: 400, Message: "secret backend detail"}},
 			typ:  activities.ErrTypeBadRequest, nonRetryable: true,
 		},
 		{
@@ -198,6 +198,11 @@ func TestStreamLLMBackendErrors(t *testing.T) {
 				RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 			}, nil)
 			wantAppError(t, err, tc.typ, tc.nonRetryable)
+			// Clients may see an application error's message; its
+			// backend's address and body are the operators'.
+			if msg := appError(t, err).Message(); strings.Contains(msg, "10.1.2.3") || strings.Contains(msg, "secret") {
+				t.Fatalf("message %q shows the backend's address or body", msg)
+			}
 			if n := len(ofType(h.events(t, "r1"), events.TypeToken)); n != tc.tokens {
 				t.Fatalf("%d tokens streamed, want %d", n, tc.tokens)
 			}

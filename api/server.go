@@ -260,12 +260,16 @@ func (s *Server) readyz(c echo.Context) error {
 	defer cancel()
 	checks := map[string]string{"redis": "ok", "temporal": "ok"}
 	ready := true
+	// Whoever can reach /readyz hears what is down, not where it is: the
+	// errors name internal addresses, and go to the log.
 	if err := s.redis.Ping(ctx).Err(); err != nil {
-		checks["redis"] = err.Error()
+		s.logger.Warn("readiness: redis", "err", err)
+		checks["redis"] = "unavailable"
 		ready = false
 	}
 	if _, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
-		checks["temporal"] = err.Error()
+		s.logger.Warn("readiness: temporal", "err", err)
+		checks["temporal"] = "unavailable"
 		ready = false
 	}
 	status := http.StatusOK
