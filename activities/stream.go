@@ -185,20 +185,38 @@ func (s *tokenStream) onToken(text string) error {
 
 func (s *tokenStream) tokens() int { return int(s.n.Load()) }
 
+// tokenWritePatience is how long a token's write is retried while Redis
+// is unreachable or stalled: a blip of a few seconds delays the answer
+// instead of cutting it off. Time spent here is the caller's, not the
+// backend's (the token-idle deadline does not count it).
+const tokenWritePatience = 15 * time.Second
+
 // writeToken appends one token event and reads the stop flag in the same
-// round trip.
+// round trip, retrying for tokenWritePatience. A retried write may append
+// the token twice (the first attempt was applied but its reply lost):
+// readers drop a token whose index they already sent.
 func (a *Chat) writeToken(ctx context.Context, requestID string, index int, text, stopKey string) (bool, error) {
 	args, err := a.Events.XAddArgs(requestID, events.TypeToken, events.Token{Text: text, Index: index})
 	if err != nil {
 		return false, err
 	}
-	pipe := a.Redis.Pipeline()
-	pipe.XAdd(ctx, args)
-	stop := pipe.Exists(ctx, stopKey)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return false, fmt.Errorf("write token %d of %s: %w", index, requestID, err)
+	deadline := time.Now().Add(tokenWritePatience)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		pipe := a.Redis.Pipeline()
+		pipe.XAdd(ctx, args)
+		stop := pipe.Exists(ctx, stopKey)
+		_, err := pipe.Exec(ctx)
+		if err == nil {
+			return stop.Val() == 1, nil
+		}
+		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return false, fmt.Errorf("write token %d of %s: %w", index, requestID, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
 	}
-	return stop.Val() == 1, nil
 }
 
 // classifyStreamError maps how a stream ended to the activity's error (nil:

@@ -2,6 +2,7 @@ package activities_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
@@ -538,5 +540,49 @@ func TestStreamLLMGivesThePermitBackWithDone(t *testing.T) {
 	}
 	if r := h.enqueue(t, in.Pool, "r2"); r.Status != admission.Granted {
 		t.Fatalf("after r1's done, r2 %+v; want the permit r1 gave back", r)
+	}
+}
+
+// Redis pausing writes for longer than a call's timeout mid-answer delays
+// the answer; it does not cut it off. A retried write may land twice;
+// readers drop the repeat by its index.
+func TestStreamLLMRidesThroughARedisStall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("pauses the shared redis-server for 4 s")
+	}
+	admin := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer admin.Close()
+	var h *harness
+	fake := &fakeLLM{tokens: words(5)}
+	fake.onToken = func(i int) bool {
+		if i == 2 {
+			// Longer than go-redis' 3 s read timeout: the write fails once.
+			if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "4000", "WRITE").Err(); err != nil {
+				t.Error(err)
+			}
+		}
+		return false
+	}
+	h = newHarness(t, func(o *harnessOptions) { o.streamer = fake })
+	version, hits := h.retrieveContext(t, "r1", 10, 3)
+	out, err := stream(t, h, activities.LLMInput{
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
+	}, nil)
+	if err != nil {
+		t.Fatalf("a 4 s write pause ended the stream: %v", err)
+	}
+	if out.Usage.CompletionTokens != 5 {
+		t.Fatalf("usage %+v, want 5 completion tokens", out.Usage)
+	}
+	seen := map[int]bool{}
+	for _, ev := range ofType(h.events(t, "r1"), events.TypeToken) {
+		var tok events.Token
+		if err := json.Unmarshal(ev.Data, &tok); err != nil {
+			t.Fatal(err)
+		}
+		seen[tok.Index] = true
+	}
+	if len(seen) != 5 {
+		t.Fatalf("token indexes %v, want 0..4", seen)
 	}
 }

@@ -29,6 +29,27 @@ type streamState struct {
 	terminal bool
 	// started: the request's workflow wrote an event, so it exists.
 	started bool
+	// tokens is how many tokens were sent: the next one's index.
+	tokens int
+}
+
+// repeated reports a token already sent: a write the activity retried
+// while Redis stalled may have landed twice.
+func (st *streamState) repeated(ev events.Event) bool {
+	if ev.Type != events.TypeToken {
+		return false
+	}
+	var tok struct {
+		Index int `json:"index"`
+	}
+	if json.Unmarshal(ev.Data, &tok) != nil {
+		return false
+	}
+	if tok.Index < st.tokens {
+		return true
+	}
+	st.tokens = tok.Index + 1
+	return false
 }
 
 func (st *streamState) observe(ev events.Event) {
@@ -180,6 +201,9 @@ func (s *Server) follow(ctx context.Context, sub *events.Subscription, id string
 				continue
 			}
 			for _, ev := range evs {
+				if st.repeated(ev) {
+					continue
+				}
 				if err := out.write(ev); err != nil {
 					return endClientGone
 				}
