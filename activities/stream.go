@@ -200,17 +200,29 @@ func (a *Chat) writeToken(ctx context.Context, requestID string, index int, text
 	if err != nil {
 		return false, err
 	}
-	deadline := time.Now().Add(tokenWritePatience)
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+	var stopped bool
+	err = patiently(ctx, func() error {
 		pipe := a.Redis.Pipeline()
 		pipe.XAdd(ctx, args)
 		stop := pipe.Exists(ctx, stopKey)
 		_, err := pipe.Exec(ctx)
-		if err == nil {
-			return stop.Val() == 1, nil
-		}
-		if ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
-			return false, fmt.Errorf("write token %d of %s: %w", index, requestID, err)
+		stopped = stop.Val() == 1
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("write token %d of %s: %w", index, requestID, err)
+	}
+	return stopped, nil
+}
+
+// patiently calls f until it succeeds, backing off from 100 ms to 1 s, for
+// up to tokenWritePatience or until ctx ends; it returns f's last error.
+func patiently(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(tokenWritePatience)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		err := f()
+		if err == nil || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
+			return err
 		}
 		select {
 		case <-ctx.Done():

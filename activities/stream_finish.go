@@ -44,7 +44,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 	// then only gives back the permit.
 	if in.Done != nil {
 		done := completeDone(*in.Done, out)
-		if _, err := a.Events.Append(ctx, in.RequestID, events.TypeDone, done); err != nil {
+		if err := a.writeDone(ctx, in.RequestID, done); err != nil {
 			// Tokens were streamed: a retry would fail as interrupted.
 			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
 		}
@@ -55,6 +55,16 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 		a.cacheAnswer(ctx, in, out, s.answer)
 	}
 	return out, nil
+}
+
+// writeDone writes the answer's done event, retrying as token writes do
+// while Redis stalls; AppendFinal writes one end however often it is
+// retried.
+func (a *Chat) writeDone(ctx context.Context, requestID string, done events.Done) error {
+	return patiently(ctx, func() error {
+		_, _, err := a.Events.AppendFinal(ctx, requestID, events.TypeDone, done)
+		return err
+	})
 }
 
 // completeDone fills the done event the workflow started with what the
