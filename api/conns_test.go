@@ -130,11 +130,11 @@ func TestSlowSSEReaderIsDroppedAndDetached(t *testing.T) {
 	waitFor(t, "the stream attached", func() bool { return tc.sent(workflows.SignalAttach) })
 
 	// Far more than the socket buffers of both ends hold, and never read.
-	big := events.Token{Text: strings.Repeat("x", 64<<10)}
+	text := strings.Repeat("x", 64<<10)
 	for i := 0; i < 10; i++ {
 		batch := make([]events.Pending, 20)
 		for j := range batch {
-			batch[j] = events.Pending{Type: events.TypeToken, Data: big}
+			batch[j] = events.Pending{Type: events.TypeToken, Data: events.Token{Text: text, Index: 20*i + j}}
 		}
 		if _, err := srv.events.AppendBatch(context.Background(), id, batch); err != nil {
 			t.Fatal(err)
