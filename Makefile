@@ -10,12 +10,12 @@ export SLUICE_TEST_TEMPORAL_BIN := $(TEMPORAL)
 
 SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput
 
-.PHONY: all build test test-short bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal check-redis clean
+.PHONY: all build test test-short chaos bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal check-redis clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./api/cmd/sluice-api ./worker/cmd/sluice-worker ./pkg/llmsim/cmd/llmsim ./pkg/capacity/cmd/sluice-plan ./tests/load/cmd/sluice-bench
+	$(GO) build -o $(BIN)/ ./api/cmd/sluice-api ./api/cmd/sluice-keys ./worker/cmd/sluice-worker ./pkg/llmsim/cmd/llmsim ./pkg/capacity/cmd/sluice-plan ./tests/load/cmd/sluice-bench
 
 # The Temporal CLI (Server 1.29, UI 2.42) is built from the Go module proxy;
 # the first build takes ~6 minutes, later ones come from the Go build cache.
@@ -37,6 +37,14 @@ test: check-redis $(TEMPORAL)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 10m -v -run TestHealingUnderMixedLoad ./tests/load/cmd/sluice-bench/
+
+# Real faults against the real stack on loopback, every scenario (README
+# "Faults (make chaos)"; about 5 minutes): a killed worker, Redis restarted
+# empty and stalled, a restarted dev server, hung backends, 1,000 clients
+# hanging up, a client that stops reading. Writes tests/load/report/chaos.md.
+# `make test` runs the fast subset.
+chaos: check-redis $(TEMPORAL)
+	SLUICE_CHAOS=all $(GO) test -count=1 -timeout 30m -v ./tests/chaos/
 
 # Unit tests only: no Temporal dev server.
 test-short: check-redis
@@ -74,4 +82,4 @@ run: check-redis $(TEMPORAL) build
 	@deploy/dev/run.sh
 
 clean:
-	rm -rf $(BIN)/sluice-api $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-bench .data
+	rm -rf $(BIN)/sluice-api $(BIN)/sluice-keys $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-bench .data

@@ -81,8 +81,8 @@ func (a *Chat) enqueue(ctx context.Context, in AdmitInput, pool string) (admissi
 		alive = in.WaitFor + deadlineMargin
 	}
 	res, err := a.Gate.Enqueue(ctx, pool, admission.Request{
-		ID: in.RequestID, Tenant: in.Tenant, Weight: weight, MaxPerTenant: in.MaxPerTenant, Seq: in.Seq,
-		AliveFor: alive,
+		ID: in.RequestID, Tenant: in.Tenant, Weight: weight, Cost: admission.TokenCost(in.Tokens),
+		MaxPerTenant: in.MaxPerTenant, MaxConcurrent: in.MaxConcurrent, Seq: in.Seq, AliveFor: alive,
 	})
 	werr := written()
 	if err != nil {

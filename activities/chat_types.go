@@ -53,13 +53,21 @@ type EmbedOutput struct {
 type AdmitInput struct {
 	RequestID string
 	Query     string
+	// KB is the kb's key (kbref.Ref.Key), its owner's and its name.
 	KB        string
 	MaxTokens int
 	// Tenant, Weight (its tier's share) and MaxPerTenant (its tier's cap
-	// on waiting requests) place it in the weighted fair queue.
-	Tenant       string
-	Weight       int
-	MaxPerTenant int
+	// on waiting requests) place it in the weighted fair queue;
+	// MaxConcurrent is its tier's cap on the permits the tenant holds (0:
+	// none).
+	Tenant        string
+	Weight        int
+	MaxPerTenant  int
+	MaxConcurrent int
+	// Tokens is the request's size in the queue's token-fair order (the
+	// door's estimate, ChatInput.AdmissionTokens); 0 counts it as one
+	// typical request, as histories from before it did.
+	Tokens int
 	// Pool is empty on the first call (the activity routes the request);
 	// re-checks pass the pool and Seq from the first call's output.
 	Pool string
@@ -91,7 +99,10 @@ type AdmitInput struct {
 // SessionRef names a request's conversation and how much of it the
 // prompt may carry.
 type SessionRef struct {
+	// Tenant and User own the session (session.Owner); User is empty in
+	// histories from before sessions belonged to a user.
 	Tenant string
+	User   string
 	ID     string
 	// HistoryTokens bounds the earlier turns in the prompt (0: none).
 	HistoryTokens int
@@ -122,9 +133,10 @@ type AdmitOutput struct {
 // RetrieveInput asks for the top candidates from a knowledge base.
 type RetrieveInput struct {
 	RequestID string
-	KB        string
-	Query     string
-	K         int
+	// KB is the kb's key (kbref.Ref.Key), its owner's and its name.
+	KB    string
+	Query string
+	K     int
 }
 
 // ChunkRef names a chunk of a knowledge-base version with its score.
@@ -146,6 +158,7 @@ type RetrieveOutput struct {
 // RerankInput asks to order candidates and keep the best K.
 type RerankInput struct {
 	RequestID string
+	// KB is the kb's key (kbref.Ref.Key), its owner's and its name.
 	KB        string
 	KBVersion int64
 	Query     string
@@ -164,6 +177,7 @@ type LLMInput struct {
 	RequestID string
 	Pool      string
 	Query     string
+	// KB is the kb's key (kbref.Ref.Key), its owner's and its name.
 	KB        string
 	KBVersion int64
 	Context   []ChunkRef
@@ -200,6 +214,7 @@ type LLMOutput struct {
 type LookupAnswerInput struct {
 	RequestID string
 	Query     string
+	// KB is the kb's key (kbref.Ref.Key), its owner's and its name.
 	KB        string
 	MaxTokens int
 	// Done is the done event so far; a hit completes and writes it.

@@ -13,6 +13,9 @@ import (
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
+// Owner is whom the session belongs to.
+func (r SessionRef) Owner() session.Owner { return session.Owner{Tenant: r.Tenant, User: r.User} }
+
 // history returns the session's newest turns that fit its token budget,
 // and the tokens they add to a prompt. A session that cannot be read is
 // asked without its history: memory makes answers better, its absence
@@ -24,7 +27,7 @@ func (a *Chat) history(ctx context.Context, requestID string, ref *SessionRef) (
 	if ref == nil || ref.HistoryTokens <= 0 || a.Sessions == nil {
 		return nil, 0
 	}
-	ex, n, err := a.Sessions.History(ctx, a.Prompts, ref.Tenant, ref.ID, ref.HistoryTokens)
+	ex, n, err := a.Sessions.History(ctx, a.Prompts, ref.Owner(), ref.ID, ref.HistoryTokens)
 	if err != nil {
 		a.logger(requestID).Warn("read session; asking without its history", "session", ref.ID, "err", err)
 		return nil, 0
@@ -43,7 +46,7 @@ func (a *Chat) recordAnswer(ctx context.Context, in LLMInput, finishReason strin
 	if finishReason == "length" {
 		outcome = request.OutcomeTruncated
 	}
-	err := a.Sessions.Append(ctx, in.Session.Tenant, in.Session.ID, session.Turn{
+	err := a.Sessions.Append(ctx, in.Session.Owner(), in.Session.ID, session.Turn{
 		RequestID: in.RequestID, Query: in.Query, Answer: strings.Join(answer, ""),
 		Outcome: outcome, At: time.Now().UTC(),
 	})
@@ -68,7 +71,7 @@ func (a *Chat) recordTurn(ctx context.Context, in FinalizeInput) error {
 		}
 		t.Answer = answer
 	}
-	return a.Sessions.Append(ctx, in.Turn.Session.Tenant, in.Turn.Session.ID, t)
+	return a.Sessions.Append(ctx, in.Turn.Session.Owner(), in.Turn.Session.ID, t)
 }
 
 // streamedAnswer is the text of a request's token events.

@@ -13,9 +13,12 @@ import (
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
-func (h *harness) turns(t *testing.T, tenant, id string) []session.Turn {
+// alice is the owner of the tests' sessions.
+var alice = session.Owner{Tenant: "acme", User: "alice"}
+
+func (h *harness) turns(t *testing.T, o session.Owner, id string) []session.Turn {
 	t.Helper()
-	turns, err := h.acts.Sessions.Turns(context.Background(), tenant, id)
+	turns, err := h.acts.Sessions.Turns(context.Background(), o, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +32,7 @@ func history(msgs []llm.Message) []llm.Message { return msgs[1 : len(msgs)-1] }
 func TestSecondTurnCarriesTheFirst(t *testing.T) {
 	fake := &fakeLLM{tokens: []string{"Buckets", " refill", " steadily."}}
 	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
-	ref := &activities.SessionRef{Tenant: "acme", ID: "s1", HistoryTokens: 1024}
+	ref := &activities.SessionRef{Tenant: "acme", User: "alice", ID: "s1", HistoryTokens: 1024}
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	out, err := stream(t, h, activities.LLMInput{
 		RequestID: "r1", Pool: request.PoolShort, Query: "How do buckets refill?", KB: kbName,
@@ -60,13 +63,16 @@ func TestSecondTurnCarriesTheFirst(t *testing.T) {
 	if last := reqs[1].Messages[len(reqs[1].Messages)-1]; last.Content != "And how fast?" {
 		t.Fatalf("the query is not last: %+v", last)
 	}
-	turns := h.turns(t, "acme", "s1")
+	turns := h.turns(t, alice, "s1")
 	if len(turns) != 2 || turns[1].RequestID != "r2" || turns[1].Outcome != request.OutcomeDone {
 		t.Fatalf("turns %+v", turns)
 	}
-	// Another tenant's session of the same name is another session.
-	if other := h.turns(t, "globex", "s1"); len(other) != 0 {
-		t.Fatalf("another tenant sees %+v", other)
+	// Another tenant's, or another user's, session of the same name is
+	// another session.
+	for _, o := range []session.Owner{{Tenant: "globex", User: "alice"}, {Tenant: "acme", User: "bob"}} {
+		if other := h.turns(t, o, "s1"); len(other) != 0 {
+			t.Fatalf("%+v sees %+v", o, other)
+		}
 	}
 }
 
@@ -79,11 +85,11 @@ func TestHistoryKeepsTheNewestTurnsThatFitItsBudget(t *testing.T) {
 			RequestID: fmt.Sprint("old-", i), Query: fmt.Sprintf("question number %d about queues?", i),
 			Answer: strings.Repeat(fmt.Sprintf("answer %d ", i), 20), Outcome: request.OutcomeDone,
 		}
-		if err := h.acts.Sessions.Append(ctx, "acme", "s", turn); err != nil {
+		if err := h.acts.Sessions.Append(ctx, alice, "s", turn); err != nil {
 			t.Fatal(err)
 		}
 	}
-	stored := session.Exchanges(h.turns(t, "acme", "s"))
+	stored := session.Exchanges(h.turns(t, alice, "s"))
 	const budget = 200
 	want, used := h.acts.Prompts.FitHistory(stored, budget)
 	if len(want) == 0 || len(want) == len(stored) || used > budget {
@@ -92,7 +98,7 @@ func TestHistoryKeepsTheNewestTurnsThatFitItsBudget(t *testing.T) {
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	if _, err := stream(t, h, activities.LLMInput{
 		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version,
-		Context: hits, MaxTokens: 8, Session: &activities.SessionRef{Tenant: "acme", ID: "s", HistoryTokens: budget},
+		Context: hits, MaxTokens: 8, Session: &activities.SessionRef{Tenant: "acme", User: "alice", ID: "s", HistoryTokens: budget},
 	}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +117,7 @@ func TestAdmitRoutesWithSessionHistory(t *testing.T) {
 	ctx := context.Background()
 	// A long earlier answer pushes a short question past the threshold.
 	turn := session.Turn{RequestID: "old", Query: "Tell me everything.", Answer: strings.Repeat("token bucket ", 300), Outcome: request.OutcomeDone}
-	if err := h.acts.Sessions.Append(ctx, "acme", "long", turn); err != nil {
+	if err := h.acts.Sessions.Append(ctx, alice, "long", turn); err != nil {
 		t.Fatal(err)
 	}
 	alone := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{RequestID: "r1", Query: "And then?", Tenant: "acme"})
@@ -120,7 +126,7 @@ func TestAdmitRoutesWithSessionHistory(t *testing.T) {
 	}
 	with := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{
 		RequestID: "r2", Query: "And then?", Tenant: "acme",
-		Session: &activities.SessionRef{Tenant: "acme", ID: "long", HistoryTokens: 4096},
+		Session: &activities.SessionRef{Tenant: "acme", User: "alice", ID: "long", HistoryTokens: 4096},
 	})
 	if with.Pool != request.PoolLong || with.HistoryTokens == 0 || with.EstimatedPromptTokens != alone.EstimatedPromptTokens+with.HistoryTokens {
 		t.Fatalf("with its session: %+v (alone %+v)", with, alone)
@@ -129,7 +135,7 @@ func TestAdmitRoutesWithSessionHistory(t *testing.T) {
 
 func TestFinalizeRecordsWhatBecameOfTheRequest(t *testing.T) {
 	h := newHarness(t, nil)
-	ref := activities.SessionRef{Tenant: "acme", ID: "s"}
+	ref := activities.SessionRef{Tenant: "acme", User: "alice", ID: "s"}
 	rejected := activities.FinalizeInput{
 		RequestID: "r1", EventType: events.TypeRejected,
 		Failure: &events.Failure{Reason: "queue_timeout", Message: "busy"},
@@ -148,7 +154,7 @@ func TestFinalizeRecordsWhatBecameOfTheRequest(t *testing.T) {
 	finalize(t, h, activities.FinalizeInput{
 		RequestID: "r2", Turn: &activities.TurnInput{Session: ref, Query: "second?", Outcome: request.OutcomeDone},
 	})
-	turns := h.turns(t, "acme", "s")
+	turns := h.turns(t, alice, "s")
 	if len(turns) != 2 || turns[0].Outcome != request.OutcomeRejected || turns[0].Reason != "queue_timeout" ||
 		turns[1].Answer != "Yes, it is." {
 		t.Fatalf("turns %+v", turns)

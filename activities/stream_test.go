@@ -494,7 +494,7 @@ func TestTruncatedAnswerEndsWithNoticeAndIsNotCached(t *testing.T) {
 	fake := &fakeLLM{tokens: []string{"It", " depe"}, finish: "length"}
 	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
-	ref := &activities.SessionRef{Tenant: "acme", ID: "s"}
+	ref := &activities.SessionRef{Tenant: "acme", User: "alice", ID: "s"}
 	out, err := stream(t, h, activities.LLMInput{
 		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version,
 		Context: hits, MaxTokens: 2, Session: ref, CacheAnswer: true,
@@ -511,7 +511,7 @@ func TestTruncatedAnswerEndsWithNoticeAndIsNotCached(t *testing.T) {
 	if out.Usage.CompletionTokens != 2 || out.FinishReason != "length" {
 		t.Fatalf("the notice counted as model output: %+v", out)
 	}
-	if turns := h.turns(t, "acme", "s"); len(turns) != 1 || turns[0].Outcome != request.OutcomeTruncated || turns[0].Answer != "It depe"+notice {
+	if turns := h.turns(t, alice, "s"); len(turns) != 1 || turns[0].Outcome != request.OutcomeTruncated || turns[0].Answer != "It depe"+notice {
 		t.Fatalf("turns %+v", turns)
 	}
 	if got := h.lookup(t, "r2", 100); got.Hit {

@@ -8,22 +8,68 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/policy"
 )
 
-// requireAdmin guards /v1/admin/* with auth.admin_key; without one
-// configured the routes do not exist.
+// requireAdmin guards /v1/admin/* with auth.admin_key (or its hash) or
+// any key holding the admin scope; with neither configured nor managed
+// keys the routes do not exist. Admin calls count against the bans like
+// any other, so the admin key cannot be guessed at leisure.
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if s.cfg.Auth.AdminKey == "" {
-			return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "admin API disabled (auth.admin_key is not set)"}
+		if !s.adminEnabled() {
+			return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "admin API disabled (set auth.admin_key or give a key the admin scope)"}
 		}
-		token := strings.TrimPrefix(c.Request().Header.Get("Authorization"), "Bearer ")
-		if subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.Auth.AdminKey)) != 1 {
-			return &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "admin key required (Authorization: Bearer <auth.admin_key>)"}
+		keyID, authErr := s.adminCaller(c)
+		if err := s.checkBans(c, keyID); err != nil {
+			return err
+		}
+		if authErr != nil {
+			return authErr
 		}
 		return next(c)
 	}
+}
+
+func (s *Server) adminEnabled() bool {
+	if s.cfg.Auth.AdminKey != "" || s.cfg.Auth.AdminKeySHA256 != "" || s.keyCache != nil {
+		return true
+	}
+	for _, k := range s.keys {
+		if k.GrantedScopes().Has(keys.ScopeAdmin) {
+			return true
+		}
+	}
+	return false
+}
+
+// adminCaller checks the request's credential for the admin scope and
+// returns the key id bans count it under ("" for the admin key).
+func (s *Server) adminCaller(c echo.Context) (string, error) {
+	token, err := presentedKey(c)
+	if err != nil {
+		return "", err
+	}
+	if token == "" {
+		return "", &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "admin key required (Authorization: Bearer <auth.admin_key or a key with the admin scope>)"}
+	}
+	want := s.cfg.Auth.AdminKeySHA256
+	if s.cfg.Auth.AdminKey != "" {
+		want = keys.Hash(s.cfg.Auth.AdminKey)
+	}
+	// Hashes are compared, not keys: equal lengths whatever was sent.
+	if want != "" && subtle.ConstantTimeCompare([]byte(keys.Hash(token)), []byte(strings.ToLower(want))) == 1 {
+		return "", nil
+	}
+	who, err := s.callerOf(c.Request().Context(), token)
+	if err != nil {
+		return "", err
+	}
+	if !who.Scopes.Has(keys.ScopeAdmin) {
+		return who.KeyID, &apiError{Status: http.StatusForbidden, Code: "forbidden", Message: "this key lacks the admin scope"}
+	}
+	return who.KeyID, nil
 }
 
 // getLimits returns the live traffic policy: tiers, pool concurrency and,
@@ -33,9 +79,14 @@ func (s *Server) getLimits(c echo.Context) error {
 }
 
 // putLimits replaces the live traffic policy for every instance.
+// policyBodyLimit bounds a policy document sent to PUT /v1/admin/limits.
+const policyBodyLimit = 1 << 20
+
 func (s *Server) putLimits(c echo.Context) error {
 	var p policy.Policy
-	if err := s.decodeJSON(c, &p); err != nil {
+	// A policy is the operator's document, not a client's request: it is
+	// not bounded by api.max_body_bytes, which is sized for chats.
+	if err := s.decodeJSONLimit(c, &p, policyBodyLimit); err != nil {
 		return err
 	}
 	out, err := s.policy.Put(c.Request().Context(), p)
@@ -58,6 +109,10 @@ type poolView struct {
 	MeanHoldMs   int64          `json:"mean_hold_ms"`
 	ByTenant     map[string]int `json:"by_tenant"`
 	ByTier       map[string]int `json:"by_tier"`
+	// Parked waiters wait for their tenant's own permits (its tier's
+	// max_concurrent), not for a free one; HeldByTenant is each tenant's.
+	Parked       int            `json:"parked"`
+	HeldByTenant map[string]int `json:"held_by_tenant"`
 }
 
 // getQueue shows each pool's permits and queue, by tenant and by tier.
@@ -82,7 +137,7 @@ func (s *Server) getQueue(c echo.Context) error {
 		}
 		v := poolView{Pool: pool, Limit: st.Limit, InUse: st.InUse, Waiting: st.Waiting,
 			OldestWaitMs: st.OldestWait.Milliseconds(), MeanHoldMs: st.MeanHold.Milliseconds(),
-			ByTenant: st.ByTenant, ByTier: map[string]int{}}
+			ByTenant: st.ByTenant, ByTier: map[string]int{}, Parked: st.Parked, HeldByTenant: st.HeldByTenant}
 		for tenant, n := range st.ByTenant {
 			t, ok := tierOf[tenant]
 			if !ok {

@@ -111,7 +111,7 @@ func (c *countingClient) sent(name string) bool {
 func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingClient, *redis.Client) {
 	t.Helper()
 	cfg := config.Default()
-	cfg.Auth.APIKeys = []config.APIKey{{Key: "k-acme", Tenant: "acme", Tier: "vip"}}
+	cfg.Auth.APIKeys = []config.APIKey{{Key: "k-acme", Tenant: "acme", Tier: "vip", Scopes: []string{"chat", "ingest"}}}
 	cfg.API.MaxQueryChars = 200
 	cfg.API.MaxBodyBytes = 1024
 	if mod != nil {
@@ -567,7 +567,8 @@ func TestAdminRoutesNeedTheAdminKey(t *testing.T) {
 	off, _, _ := newTestServer(t, nil)
 	assertJSONError(t, admin(off, "GET", "/v1/admin/limits", "", ""), 404, "not_found")
 	srv, _, _ := newTestServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" })
-	assertJSONError(t, admin(srv, "GET", "/v1/admin/limits", "k-acme", ""), 401, "unauthorized")
+	// A valid key without the admin scope is known, and refused.
+	assertJSONError(t, admin(srv, "GET", "/v1/admin/limits", "k-acme", ""), 403, "forbidden")
 	assertJSONError(t, admin(srv, "GET", "/v1/admin/queue", "", ""), 401, "unauthorized")
 	if rec := admin(srv, "GET", "/v1/admin/queue", "root", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"pool":"short"`) {
 		t.Fatalf("queue view %d %s", rec.Code, rec.Body)
@@ -653,7 +654,7 @@ func TestAnswerCacheOnlyForAllowListedKBs(t *testing.T) {
 	}{
 		{"listed", `{"query":"hello"}`, []string{"sluice-docs"}, true},
 		{"listed, in a session", `{"query":"hello","session_id":"s1"}`, []string{"sluice-docs"}, false},
-		{"not listed", `{"query":"hello"}`, []string{"other"}, false},
+		{"not listed", `{"query":"hello"}`, []string{"acme/other"}, false},
 		{"off", `{"query":"hello"}`, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -750,7 +751,7 @@ func TestDoorRoutesWithTheSessionHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.sessions = sessions
-	if err := sessions.Append(context.Background(), "acme", "s1", session.Turn{
+	if err := sessions.Append(context.Background(), session.Owner{Tenant: "acme", User: "acme"}, "s1", session.Turn{
 		RequestID: "chat-earlier", Query: "an earlier question", Answer: strings.Repeat("a long earlier answer ", 20),
 		Outcome: request.OutcomeDone, At: time.Now(),
 	}); err != nil {

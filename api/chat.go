@@ -26,6 +26,9 @@ type chatRequest struct {
 	SessionID string `json:"session_id"`
 	MaxTokens *int   `json:"max_tokens"`
 
+	// kbTenant owns KB, "" for a shared kb (see Server.resolveChatKB).
+	kbTenant string
+
 	// queryTokens is the query's token count once counted (see
 	// Server.queryTokens); 0 until then.
 	queryTokens int
@@ -116,8 +119,8 @@ func (s *Server) startChat(ctx context.Context, d door, req chatRequest, waited 
 	cfg := s.cfg
 	in := workflows.ChatInput{
 		RequestID: d.id, Tenant: d.who.Tenant, User: d.who.User, Tier: d.who.Tier,
-		Query: req.Query, KB: req.KB, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
-		Pool: d.pool, RateReservation: d.reservation, Settings: workflows.ChatSettingsFor(cfg, d.tier),
+		Query: req.Query, KB: req.KB, KBTenant: req.kbTenant, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
+		Pool: d.pool, RateReservation: d.reservation, AdmissionTokens: d.tokens, Settings: workflows.ChatSettingsFor(cfg, d.tier),
 	}
 	if waited > 0 {
 		// The door's wait counts against the request's max wait.
@@ -125,7 +128,7 @@ func (s *Server) startChat(ctx context.Context, d door, req chatRequest, waited 
 	}
 	// An answer that depends on a conversation is that conversation's
 	// own: requests in a session neither read nor fill the answer cache.
-	in.Settings.AnswerCache = s.answerKBs[req.KB] && req.SessionID == ""
+	in.Settings.AnswerCache = s.answerKBs[req.kbRef().Key()] && req.SessionID == ""
 	// No workflow execution timeout: every wait inside the workflow is
 	// bounded (max_wait, LLM timeouts and attempts, local activity
 	// deadlines), and a timeout would cost the server a timer per request.

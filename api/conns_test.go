@@ -95,7 +95,7 @@ const getHealthz = "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"
 func acceptedRequest(t *testing.T, srv *Server) string {
 	t.Helper()
 	id := newRequestID()
-	if _, err := srv.events.Append(context.Background(), id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: "acme"}); err != nil {
+	if _, err := srv.events.Append(context.Background(), id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: "acme", User: "acme"}); err != nil {
 		t.Fatal(err)
 	}
 	return id

@@ -9,8 +9,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -44,7 +46,7 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerp
 		// Its events expired (or Redis lost them): the key names nothing.
 		s.releaseKey(ctx, key, prior)
 	}
-	if err := s.checkKB(rctx, req.KB); err != nil {
+	if err := s.checkKB(rctx, s.resolveChatKB(who, req)); err != nil {
 		return "", nil, err
 	}
 	live := s.policy.Current()
@@ -54,7 +56,8 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerp
 		*req.MaxTokens = tier.MaxOutputTokens
 	}
 	d := door{id: newRequestID(), who: who, tier: tier, pool: s.route(rctx, who, req), arrived: time.Now()}
-	d.reservation, err = s.reserve(rctx, c, d.id, who, tier, live.Limits.Enabled, s.cost(live, d, req))
+	d.tokens = s.tokenBound(req)
+	d.reservation, err = s.reserve(rctx, c, d.id, who, tier, live.Limits.Enabled, s.cost(live, d))
 	if err != nil {
 		var ae *apiError
 		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
@@ -128,6 +131,9 @@ type door struct {
 	tier config.Tier
 	// pool is the request's route; admission queues it there.
 	pool string
+	// tokens is the most the request can take (tokenBound): its size in
+	// the waiting room's and the admission queue's token-fair order.
+	tokens int
 	// reservation is its rate-limit charge ("" when none applied).
 	reservation string
 	// arrived starts the request's max wait, the door's share included.
@@ -135,14 +141,14 @@ type door struct {
 }
 
 // checkKB refuses a request for a knowledge base that does not exist.
-func (s *Server) checkKB(ctx context.Context, kb string) error {
+func (s *Server) checkKB(ctx context.Context, kb kbref.Ref) error {
 	known, err := s.kbKnown(ctx, kb)
 	switch {
 	case err != nil:
 		s.logger.Error("look up kb", "kb", kb, "err", err)
 		return unavailable("knowledge bases unavailable; please retry")
 	case !known:
-		return badRequest("unknown_kb", "unknown knowledge base %q", kb)
+		return badRequest("unknown_kb", "unknown knowledge base %q", kb.Name)
 	}
 	return nil
 }
@@ -156,7 +162,7 @@ func (s *Server) route(ctx context.Context, who caller, req *chatRequest) string
 	history := 0
 	if req.SessionID != "" && s.sessions != nil {
 		var err error
-		_, history, err = s.sessions.History(ctx, s.prompts, who.Tenant, req.SessionID, s.cfg.Sessions.HistoryTokens)
+		_, history, err = s.sessions.History(ctx, s.prompts, who.sessionOwner(), req.SessionID, s.cfg.Sessions.HistoryTokens)
 		if err != nil {
 			s.logger.Warn("read session to route; routing without its history", "session", req.SessionID, "err", err)
 		}
@@ -170,19 +176,25 @@ func (s *Server) promptBound(req *chatRequest) int {
 	return s.prompts.BoundForQueryTokens(s.queryTokens(req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
 }
 
-// cost is what the rate limits charge a request up front: the prompt with
-// a full context, the whole session budget and every output token it may
-// produce. The workflow refunds what it did not use when it ends. Only
-// limits that count tokens need a cost; a flood refused on requests per
-// minute never pays for tokenization.
-func (s *Server) cost(live *policy.Policy, d door, req *chatRequest) int {
+// tokenBound is the most tokens a request can take: the prompt with a
+// full context, the whole session budget and every output token it may
+// produce.
+func (s *Server) tokenBound(req *chatRequest) int {
+	tokens := s.promptBound(req) + *req.MaxTokens
+	if req.SessionID != "" {
+		tokens += s.cfg.Sessions.HistoryTokens
+	}
+	return tokens
+}
+
+// cost is what the rate limits charge a request up front: its token bound
+// (d.tokens). The workflow refunds what it did not use when it ends. Only
+// limits that count tokens need a cost.
+func (s *Server) cost(live *policy.Policy, d door) int {
 	if !live.Limits.Enabled || !ratesOf(d.tier).CountsTokens() {
 		return 0
 	}
-	cost := s.promptBound(req) + *req.MaxTokens
-	if req.SessionID != "" {
-		cost += s.cfg.Sessions.HistoryTokens
-	}
+	cost := d.tokens
 	// While the healer throttles long requests, a request routed long must
 	// find factor times its tokens in its buckets: a tenant's long
 	// requests hit 429 sooner, short ones are unaffected. The refund still
@@ -216,7 +228,8 @@ func (s *Server) enterRoom(ctx context.Context, d door, live *policy.Policy) (*w
 		return nil, errTenantQueueFull(retry)
 	}
 	w, err := s.room.Enter(waitroom.Ticket{
-		Pool: d.pool, Tenant: d.who.Tenant, Weight: max(d.tier.Weight, 1), MaxPerTenant: d.tier.MaxQueuePerTenant,
+		Pool: d.pool, Tenant: d.who.Tenant, Weight: max(d.tier.Weight, 1), Cost: admission.TokenCost(d.tokens),
+		MaxPerTenant: d.tier.MaxQueuePerTenant,
 	}, s.canTake(live, d.pool, total, 0))
 	switch {
 	case errors.Is(err, waitroom.ErrTenantFull):
@@ -255,7 +268,7 @@ func (s *Server) open(ctx context.Context, d door, req *chatRequest) (*events.Su
 		s.refundAll(ctx, d.id, d.reservation)
 		return nil, unavailable("event stream unavailable")
 	}
-	if _, err := s.events.Append(ctx, d.id, events.TypeAccepted, events.Accepted{RequestID: d.id, Tenant: d.who.Tenant, KB: req.KB}); err != nil {
+	if _, err := s.events.Append(ctx, d.id, events.TypeAccepted, events.Accepted{RequestID: d.id, Tenant: d.who.Tenant, User: d.who.User, KB: req.KB}); err != nil {
 		s.logger.Error("write accepted event", "requestID", d.id, "err", err)
 		sub.Close()
 		s.refundAll(ctx, d.id, d.reservation)
@@ -273,7 +286,7 @@ func (s *Server) recordRefusal(ctx context.Context, who caller, req chatRequest,
 	if s.sessions == nil || req.SessionID == "" {
 		return
 	}
-	err := s.sessions.Append(context.WithoutCancel(ctx), who.Tenant, req.SessionID, session.Turn{
+	err := s.sessions.Append(context.WithoutCancel(ctx), who.sessionOwner(), req.SessionID, session.Turn{
 		RequestID: id, Query: req.Query, Outcome: request.OutcomeRejected, Reason: reason, At: time.Now().UTC(),
 	})
 	if err != nil {

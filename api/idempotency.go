@@ -33,7 +33,7 @@ func (s *Server) idemKey(ctx context.Context, c echo.Context, who caller, finger
 	if raw == "" || s.idem == nil {
 		return nil, "", nil
 	}
-	k, err := s.idem.KeyFor(who.Tenant, raw, fingerprint)
+	k, err := s.idem.KeyFor(who.Tenant, who.User, raw, fingerprint)
 	if err != nil {
 		return nil, "", badRequest("bad_idempotency_key", "%s: %v", idempotencyHeader, err)
 	}

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbref"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 )
@@ -24,11 +28,12 @@ type ingestRequest struct {
 // as one change (one new kb version). It holds an ingestion permit while
 // it works; without one after ingest.max_wait it answers 503.
 func (s *Server) postDocuments(c echo.Context) error {
-	if _, err := s.authenticate(c); err != nil {
+	who, err := s.authenticateFor(c, routeIngest)
+	if err != nil {
 		return err
 	}
-	kb := c.Param("kb")
-	if err := checkKBName(kb); err != nil {
+	kb, err := s.writableKB(who, c.Param("kb"))
+	if err != nil {
 		return err
 	}
 	var req ingestRequest
@@ -68,7 +73,7 @@ func (s *Server) postDocuments(c echo.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	res, err := s.ingester.Put(ctx, kb, docs)
+	res, err := s.ingester.Put(ctx, kb.Key(), docs)
 	if errors.Is(err, ingest.ErrInvalid) {
 		return badRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
 	}
@@ -112,92 +117,177 @@ func (s *Server) documentsOf(req ingestRequest) ([]ingest.Document, error) {
 
 // deleteDocument removes one document from a kb.
 func (s *Server) deleteDocument(c echo.Context) error {
-	if _, err := s.authenticate(c); err != nil {
+	who, err := s.authenticateFor(c, routeIngest)
+	if err != nil {
 		return err
 	}
 	if s.kbStore == nil {
 		return unavailable("knowledge bases are not configured in this process")
 	}
-	kb, doc := c.Param("kb"), c.Param("id")
-	if err := checkKBName(kb); err != nil {
+	kb, err := s.writableKB(who, c.Param("kb"))
+	if err != nil {
 		return err
 	}
-	version, deleted, err := s.kbStore.Delete(c.Request().Context(), kb, doc)
+	doc := c.Param("id")
+	version, deleted, err := s.kbStore.Delete(c.Request().Context(), kb.Key(), doc)
 	if err != nil {
 		s.logger.Error("delete document", "kb", kb, "doc", doc, "err", err)
 		return unavailable("could not delete the document; please retry")
 	}
 	if !deleted {
-		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no document " + doc + " in knowledge base " + kb}
+		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no document " + doc + " in knowledge base " + kb.Name}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"kb": kb, "version": version, "deleted": doc})
+	return c.JSON(http.StatusOK, map[string]any{"kb": kb.Name, "version": version, "deleted": doc})
+}
+
+// kbView is the body of GET /v1/kb/:kb.
+type kbView struct {
+	kbstore.Info
+	// Shared: every tenant reads the kb and none may change it.
+	Shared bool `json:"shared"`
 }
 
 // getKB describes a kb: version, documents, chunks.
 func (s *Server) getKB(c echo.Context) error {
-	if _, err := s.authenticate(c); err != nil {
+	who, err := s.authenticateFor(c, routeReads)
+	if err != nil {
 		return err
 	}
 	if s.kbStore == nil {
 		return unavailable("knowledge bases are not configured in this process")
 	}
-	kb := c.Param("kb")
-	if err := checkKBName(kb); err != nil {
+	name := c.Param("kb")
+	if err := checkKBName(name); err != nil {
 		return err
 	}
-	info, err := s.kbStore.Info(c.Request().Context(), kb)
+	kb := s.resolveKB(who, name)
+	info, err := s.kbStore.Info(c.Request().Context(), kb.Key())
 	if err != nil {
 		s.logger.Error("read kb", "kb", kb, "err", err)
 		return unavailable("could not read the knowledge base; please retry")
 	}
 	if info.Version == 0 {
-		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no knowledge base " + kb}
+		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no knowledge base " + name}
 	}
-	return c.JSON(http.StatusOK, info)
+	info.Name = kb.Name
+	return c.JSON(http.StatusOK, kbView{Info: info, Shared: kb.IsShared()})
 }
 
-// listKBs names every kb.
+// listKBs names the kbs the caller may name: its tenant's own and the
+// shared ones ("kbs"), and which of them are shared ("shared").
 func (s *Server) listKBs(c echo.Context) error {
-	if _, err := s.authenticate(c); err != nil {
+	who, err := s.authenticateFor(c, routeReads)
+	if err != nil {
 		return err
 	}
 	if s.kbStore == nil {
 		return unavailable("knowledge bases are not configured in this process")
 	}
-	names, err := s.kbStore.KBs(c.Request().Context())
+	own, err := s.kbStore.KBs(c.Request().Context(), who.Tenant)
 	if err != nil {
-		s.logger.Error("list kbs", "err", err)
+		s.logger.Error("list kbs", "tenant", who.Tenant, "err", err)
 		return unavailable("could not list knowledge bases; please retry")
 	}
-	return c.JSON(http.StatusOK, map[string]any{"kbs": append([]string{}, names...)})
+	shared := s.sharedKBs()
+	names := append([]string{}, shared...)
+	for _, name := range own {
+		// A tenant's kb whose name the operator since declared shared
+		// is out of its reach.
+		if !s.isSharedKB(name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return c.JSON(http.StatusOK, map[string]any{"kbs": names, "shared": shared})
 }
 
 // checkKBName refuses a kb name that cannot name a kb.
 func checkKBName(kb string) error {
-	if !ingest.ValidKBName(kb) {
-		return badRequest("bad_kb", "knowledge base names are 1-64 letters, digits, '-', '_' or '.'")
+	if !kbref.ValidName(kb) {
+		return badRequest("bad_kb", "knowledge base names are %s", kbref.NameRule)
 	}
 	return nil
+}
+
+// isSharedKB reports whether the operator declared name shared. s.kbs
+// holds the configured kbs by key, and a bare name is the key of a
+// shared kb only.
+func (s *Server) isSharedKB(name string) bool { return s.kbs[kbref.Shared(name).Key()] }
+
+// sharedKBs are the shared kbs' names, sorted.
+func (s *Server) sharedKBs() []string {
+	var out []string
+	for _, kb := range s.cfg.Retrieval.KnowledgeBases {
+		if kb.Shared {
+			out = append(out, kb.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// resolveKB is the kb a caller means by name: the shared kb of that
+// name if there is one, else its tenant's own. So a name means one kb to
+// a tenant whatever other tenants call theirs, and another tenant's kb
+// cannot be named at all.
+func (s *Server) resolveKB(who caller, name string) kbref.Ref {
+	if s.isSharedKB(name) {
+		return kbref.Shared(name)
+	}
+	return kbref.Own(who.Tenant, name)
+}
+
+// resolveChatKB resolves a chat request's kb for its caller once, at the
+// door, and records the owner in the request for its workflow input.
+func (s *Server) resolveChatKB(who caller, req *chatRequest) kbref.Ref {
+	kb := s.resolveKB(who, req.KB)
+	req.kbTenant = kb.Tenant
+	return kb
+}
+
+// kbRef is the request's kb as the door resolved it.
+func (req *chatRequest) kbRef() kbref.Ref { return kbref.Ref{Tenant: req.kbTenant, Name: req.KB} }
+
+// writableKB is the kb a write names, if the caller may change it: its
+// key holds the ingest scope and the kb is its tenant's own. A shared kb
+// is anyone's to read, so refusing a write to it (403) reveals nothing;
+// another tenant's kb cannot be named (the name is the caller's own kb).
+func (s *Server) writableKB(who caller, name string) (kbref.Ref, error) {
+	if err := checkKBName(name); err != nil {
+		return kbref.Ref{}, err
+	}
+	if !who.Scopes.Has(keys.ScopeIngest) {
+		return kbref.Ref{}, &apiError{Status: http.StatusForbidden, Code: "missing_scope",
+			Message: "this API key may not change knowledge bases: it lacks the " + string(keys.ScopeIngest) + " scope"}
+	}
+	kb := s.resolveKB(who, name)
+	if kb.IsShared() {
+		return kbref.Ref{}, &apiError{Status: http.StatusForbidden, Code: "kb_read_only",
+			Message: "knowledge base " + name + " is shared: every tenant may read it, none may change it"}
+	}
+	return kb, nil
 }
 
 // kbKnown reports whether a chat request may name kb. A kb, once
 // written, is never removed (only its documents are), so a yes is
 // remembered: a flood naming a real kb costs Redis nothing here.
-func (s *Server) kbKnown(ctx context.Context, kb string) (bool, error) {
-	if s.kbStore == nil || s.kbs[kb] {
+func (s *Server) kbKnown(ctx context.Context, kb kbref.Ref) (bool, error) {
+	key := kb.Key()
+	if s.kbStore == nil || s.kbs[key] || kb.IsShared() {
 		// A configured kb is known even while Redis lacks it (it
-		// restarted empty): the workers seed it again.
-		return s.kbs[kb], nil
+		// restarted empty): the workers seed it again. Every shared kb
+		// is a configured one.
+		return s.kbs[key], nil
 	}
-	if _, ok := s.seenKBs.Load(kb); ok {
+	if _, ok := s.seenKBs.Load(key); ok {
 		return true, nil
 	}
-	if !ingest.ValidKBName(kb) {
+	if !kbref.ValidName(kb.Name) {
 		return false, nil
 	}
-	v, err := s.kbStore.Version(ctx, kb)
+	v, err := s.kbStore.Version(ctx, key)
 	if v > 0 {
-		s.seenKBs.Store(kb, struct{}{})
+		s.seenKBs.Store(key, struct{}{})
 	}
 	return v > 0, err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 )
@@ -88,7 +89,7 @@ func TestBadDocumentsRefused(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) { assertJSONError(t, rec, status, tc.code) })
 	}
-	if v, _ := srv.kbStore.Version(context.Background(), "facts"); v != 0 {
+	if v, _ := srv.kbStore.Version(context.Background(), kbref.Own("acme", "facts").Key()); v != 0 {
 		t.Fatalf("bad input changed the kb (version %d)", v)
 	}
 }

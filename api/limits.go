@@ -37,8 +37,11 @@ func (s *Server) reserve(ctx context.Context, c echo.Context, id string, who cal
 	if err != nil {
 		s.logger.Error("reserve rate limits", "requestID", id, "err", err)
 		// The script may have charged before the reply was lost; the
-		// request will not run, so give back whatever it took.
-		s.refundAll(ctx, id, d.Reservation)
+		// request will not run, so give back whatever it took. In the
+		// background: Redis just failed this call, and a first refund
+		// attempt here would hold the client's 503 up by another
+		// redis.request_timeout.
+		go s.refundAll(ctx, id, d.Reservation)
 		return "", unavailable("rate limiter unavailable")
 	}
 	setRateHeaders(c.Response().Header(), buckets, d)

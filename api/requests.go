@@ -17,11 +17,12 @@ import (
 var errNoRequest = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such request (unknown, expired, or not yours)"}
 
 // ownRequest authenticates the caller and checks that the request in the
-// path is theirs. Another tenant's request is reported as not found, so
-// ids reveal nothing. Requests are known while their event stream lives
-// (events.ttl).
-func (s *Server) ownRequest(c echo.Context) (string, error) {
-	who, err := s.authenticate(c)
+// path is theirs: sent by its tenant and user, as its accepted event
+// says. Another tenant's or user's request is reported as not found, so
+// ids reveal nothing (a request holds its sender's query and answer).
+// Requests are known while their event stream lives (events.ttl).
+func (s *Server) ownRequest(c echo.Context, route string) (string, error) {
+	who, err := s.authenticateFor(c, route)
 	if err != nil {
 		return "", err
 	}
@@ -34,7 +35,8 @@ func (s *Server) ownRequest(c echo.Context) (string, error) {
 		return "", unavailable("event store unavailable")
 	}
 	var acc events.Accepted
-	if !ok || first.Type != events.TypeAccepted || json.Unmarshal(first.Data, &acc) != nil || acc.Tenant != who.Tenant {
+	if !ok || first.Type != events.TypeAccepted || json.Unmarshal(first.Data, &acc) != nil ||
+		acc.Tenant != who.Tenant || acc.User != who.User {
 		return "", errNoRequest
 	}
 	return id, nil
@@ -52,7 +54,7 @@ type requestView struct {
 }
 
 func (s *Server) getRequest(c echo.Context) error {
-	id, err := s.ownRequest(c)
+	id, err := s.ownRequest(c, routeReads)
 	if err != nil {
 		return err
 	}
@@ -125,7 +127,7 @@ func (s *Server) getEvents(c echo.Context) error {
 	} else if !events.ValidID(after) {
 		return badRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
 	}
-	id, err := s.ownRequest(c)
+	id, err := s.ownRequest(c, routeResumes)
 	if err != nil {
 		return err
 	}
@@ -152,7 +154,7 @@ func (s *Server) getEvents(c echo.Context) error {
 }
 
 func (s *Server) deleteRequest(c echo.Context) error {
-	id, err := s.ownRequest(c)
+	id, err := s.ownRequest(c, routeReads)
 	if err != nil {
 		return err
 	}

@@ -21,11 +21,13 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -47,16 +49,21 @@ type Server struct {
 	prompts  *prompt.Builder
 	limiter  *limiter.Limiter
 	policy   *policy.Store
-	kbs      map[string]bool
+	kbs      map[string]bool // the configured kbs, by key (kbref.Ref.Key)
 	kbStore  *kbstore.Store
-	seenKBs  sync.Map // kb names known to exist (see kbKnown)
+	seenKBs  sync.Map // kb keys known to exist (see kbKnown)
 	ingester *ingest.Ingester
 	// ingestSlots bounds concurrent ingestion across instances.
 	ingestSlots *semaphore.Semaphore
-	keys        map[string]config.APIKey
-	sessions    *session.Store
-	metrics     *metrics.Metrics
-	// answerKBs are the kbs whose answers the L3 tier keeps.
+	// keys are the configured keys by their hash; keyCache verifies
+	// managed ones (nil: none).
+	keys     map[string]config.APIKey
+	keyCache *keys.Cache
+	// bans refuses floods (nil: off).
+	bans     *ban.Guard
+	sessions *session.Store
+	metrics  *metrics.Metrics
+	// answerKBs are the kbs whose answers the L3 tier keeps, by key.
 	answerKBs map[string]bool
 	logger    *slog.Logger
 	// draining is set when the process shuts down: streams then end
@@ -98,7 +105,12 @@ type Options struct {
 	// Metrics, if set, is served at GET /metrics and counts refusals at
 	// the door and rate-limit decisions.
 	Metrics *metrics.Metrics
-	Logger  *slog.Logger
+	// Keys verifies managed API keys and serves /v1/admin/keys; nil
+	// accepts only the configured keys. Run runs its invalidation.
+	Keys *keys.Cache
+	// Bans refuses IPs and keys that flood; nil disables bans.
+	Bans   *ban.Guard
+	Logger *slog.Logger
 }
 
 // New builds the server and its routes.
@@ -125,7 +137,7 @@ func New(opts Options) (*Server, error) {
 	s.idem = idempotency.New(opts.Redis, opts.Config.Redis.KeyPrefix, opts.Config.API.IdempotencyTTL)
 	s.live = newLiveness(opts.Temporal, opts.Config.Temporal.Namespace, opts.Events, opts.Gate, s.logger.With("component", "liveness"))
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
-		s.kbs[kb.Name] = true
+		s.kbs[kb.Ref().Key()] = true
 	}
 	for _, kb := range opts.Config.AnswerCache.KBs {
 		s.answerKBs[kb] = true
@@ -140,8 +152,9 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	for _, k := range opts.Config.Auth.APIKeys {
-		s.keys[k.Key] = k
+		s.keys[k.Hash()] = k
 	}
+	s.keyCache, s.bans = opts.Keys, opts.Bans
 	if s.policy == nil {
 		s.policy = policy.NewStore(opts.Redis, opts.Config, opts.Gate, s.logger)
 	}
@@ -169,6 +182,11 @@ func New(opts Options) (*Server, error) {
 	admin.GET("/limits", s.getLimits)
 	admin.PUT("/limits", s.putLimits)
 	admin.GET("/queue", s.getQueue)
+	admin.POST("/keys", s.postKey)
+	admin.GET("/keys", s.listKeys)
+	admin.DELETE("/keys/:id", s.revokeKey)
+	admin.GET("/bans", s.listBans)
+	admin.DELETE("/bans/:kind/:value", s.liftBan)
 	if opts.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(opts.Metrics.Handler()))
 	}
@@ -200,6 +218,9 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	defer stopRoom()
 	go s.room.Run(roomCtx)
 	go s.live.run(roomCtx)
+	if s.keyCache != nil {
+		go s.keyCache.Run(roomCtx)
+	}
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(conns) }()
 	select {

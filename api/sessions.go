@@ -14,10 +14,18 @@ type sessionResponse struct {
 	Turns []session.Turn `json:"turns"`
 }
 
+// sessionOwner is whom the caller's sessions belong to: its user within
+// its tenant. Anonymous callers share one (they share a tenant, with no
+// user to tell them apart).
+func (who caller) sessionOwner() session.Owner {
+	return session.Owner{Tenant: who.Tenant, User: who.User}
+}
+
 // sessionParam authenticates the caller and checks the session id; a
-// session belongs to the caller's tenant.
+// session belongs to the caller's user, so another user's or tenant's
+// session of the same id is not found (404), never confirmed to exist.
 func (s *Server) sessionParam(c echo.Context) (caller, string, error) {
-	who, err := s.authenticate(c)
+	who, err := s.authenticateFor(c, routeReads)
 	if err != nil {
 		return caller{}, "", err
 	}
@@ -38,7 +46,7 @@ func (s *Server) getSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	turns, err := s.sessions.Turns(c.Request().Context(), who.Tenant, id)
+	turns, err := s.sessions.Turns(c.Request().Context(), who.sessionOwner(), id)
 	if err != nil {
 		s.logger.Error("read session", "session", id, "err", err)
 		return unavailable("sessions unavailable; please retry")
@@ -55,7 +63,7 @@ func (s *Server) deleteSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	existed, err := s.sessions.Forget(c.Request().Context(), who.Tenant, id)
+	existed, err := s.sessions.Forget(c.Request().Context(), who.sessionOwner(), id)
 	if err != nil {
 		s.logger.Error("forget session", "session", id, "err", err)
 		return unavailable("sessions unavailable; please retry")

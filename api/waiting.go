@@ -184,16 +184,18 @@ func (s *Server) canTake(live *policy.Policy, pool string, depth, starting int) 
 	return float64(depth+starting) < per*float64(max(limit, 1))
 }
 
-// poolReady is the waiting room's Ready: it reads the pool's queue depth.
+// poolReady is the waiting room's Ready: it reads the pool's backlog, the
+// queue less the entries parked behind their tenant's concurrency cap (a
+// free permit would not admit those, so they must not hold others here).
 func (s *Server) poolReady(ctx context.Context, pool string, starting int) (bool, error) {
 	if s.cfg.API.QueuePerPermit == 0 {
 		return true, nil
 	}
-	total, _, err := s.gate.Depth(ctx, pool, "")
+	backlog, err := s.gate.Backlog(ctx, pool)
 	if err != nil {
 		return false, err
 	}
-	return s.canTake(s.policy.Current(), pool, total, starting), nil
+	return s.canTake(s.policy.Current(), pool, backlog, starting), nil
 }
 
 // poolStatsTTL is how long a pool's stats are reused for the positions

@@ -176,6 +176,10 @@ func TestCompose(t *testing.T) {
 				t.Errorf("%s: sluice-api listens on %s, want 8080", composePath, apiPort)
 			}
 			checkHealthcheckURL(t, name, cf.Services[name], apiPort)
+			checkAuthOff(t, composePath+": sluice-api", cfg)
+			if v := cf.Services[name].Environment[config.EnvPrefix+"AUTH_ADMIN_KEY"]; !strings.HasPrefix(v, "${") {
+				t.Errorf("%s: sluice-api's SLUICE_AUTH_ADMIN_KEY is %q; want it from the shell (${...}), never written in the file", composePath, v)
+			}
 			if !slices.Contains(publishedPorts(cf.Services[name]), apiPort+":"+apiPort) {
 				t.Errorf("%s: sluice-api listens on %s but publishes %v, want %s:%s", composePath, apiPort, cf.Services[name].Ports, apiPort, apiPort)
 			}
@@ -453,6 +457,16 @@ func TestKubernetes(t *testing.T) {
 		}
 		checkProbe(t, "sluice-api readinessProbe", api, api.ReadinessProbe, apiPort, "/readyz")
 		checkProbe(t, "sluice-api livenessProbe", api, api.LivenessProbe, apiPort, "/healthz")
+		checkAuthOff(t, "ConfigMap", *apiCfg)
+		fromSecret := false
+		for _, e := range api.Env {
+			if e.Name == config.EnvPrefix+"AUTH_ADMIN_KEY" {
+				fromSecret = e.ValueFrom != nil && e.Value == ""
+			}
+		}
+		if !fromSecret {
+			t.Errorf("Deployment sluice-api: want SLUICE_AUTH_ADMIN_KEY from a Secret (valueFrom), so that someone can make keys")
+		}
 	}
 
 	sim := deployments["llmsim"].Spec.Template.Spec.Containers[0]
@@ -528,6 +542,21 @@ func TestKustomizeWithKubectl(t *testing.T) {
 	sort.Strings(direct)
 	if !slices.Equal(built, direct) {
 		t.Errorf("kubectl kustomize builds %v; the files hold %v", built, direct)
+	}
+}
+
+// checkAuthOff checks that a deployment refuses requests without a key
+// and writes no credential in plain text: configured keys and the admin
+// key by their hashes only (the admin key may come from the environment).
+func checkAuthOff(t *testing.T, what string, cfg config.Config) {
+	t.Helper()
+	if cfg.Auth.AllowAnonymous {
+		t.Errorf("%s: auth.allow_anonymous is on; deployments need keys", what)
+	}
+	for i, k := range cfg.Auth.APIKeys {
+		if k.Key != "" {
+			t.Errorf("%s: auth.api_keys[%d] is a plain key; use key_sha256", what, i)
+		}
 	}
 }
 

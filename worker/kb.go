@@ -54,7 +54,7 @@ func seedKnowledgeBase(ctx context.Context, cfg config.Config, i int, ing *inges
 	for j, d := range docs {
 		in[j] = ingest.Document{ID: d.ID, Title: d.Title, Text: d.Text}
 	}
-	res, err := ing.Put(ctx, k.Name, in)
+	res, err := ing.Put(ctx, k.Ref().Key(), in)
 	if err != nil {
 		return fmt.Errorf("seed knowledge base %s (retrieval.knowledge_bases[%d]): %w", k.Name, i, err)
 	}
@@ -64,7 +64,7 @@ func seedKnowledgeBase(ctx context.Context, cfg config.Config, i int, ing *inges
 			changed++
 		}
 	}
-	logger.Info("seeded knowledge base", "kb", k.Name, "docs", len(in), "changed", changed, "version", res.Version)
+	logger.Info("seeded knowledge base", "kb", k.Ref().Key(), "docs", len(in), "changed", changed, "version", res.Version)
 	return nil
 }
 
@@ -85,10 +85,11 @@ type kbKeeper struct {
 // keeperInterval is how often the configured kbs are checked.
 const keeperInterval = 5 * time.Second
 
-// Restore seeds kb again if it is configured and missing, and reports
-// whether it is there now. Concurrent calls for one kb seed it once.
+// Restore seeds kb (a kbref key) again if it is configured and missing,
+// and reports whether it is there now. Concurrent calls for one kb seed
+// it once.
 func (k *kbKeeper) Restore(ctx context.Context, kb string) (bool, error) {
-	i := slices.IndexFunc(k.cfg.Retrieval.KnowledgeBases, func(c config.KnowledgeBase) bool { return c.Name == kb })
+	i := slices.IndexFunc(k.cfg.Retrieval.KnowledgeBases, func(c config.KnowledgeBase) bool { return c.Ref().Key() == kb })
 	if i < 0 {
 		return false, nil
 	}
@@ -114,8 +115,8 @@ func (k *kbKeeper) run(ctx context.Context) {
 		case <-t.C:
 		}
 		for _, c := range k.cfg.Retrieval.KnowledgeBases {
-			if _, err := k.Restore(ctx, c.Name); err != nil && ctx.Err() == nil {
-				k.logger.Warn("check configured knowledge base", "kb", c.Name, "err", err)
+			if _, err := k.Restore(ctx, c.Ref().Key()); err != nil && ctx.Err() == nil {
+				k.logger.Warn("check configured knowledge base", "kb", c.Ref().Key(), "err", err)
 			}
 		}
 	}

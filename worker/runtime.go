@@ -151,6 +151,10 @@ func (r *Runtime) buildRedisStores(ctx context.Context) error {
 		// (sluice-bench limiter); idle, a request goes alone at once.
 		Batchers: 2,
 		MaxBatch: 64,
+		// Every caller is a request at the door, which promises a 503
+		// within redis.request_timeout when Redis stalls; a caller waits
+		// for its batch's call, so the call must be bounded by that too.
+		BatchTimeout: cfg.Redis.RequestTimeout,
 	})
 	r.Events = events.NewLog(r.Redis, events.LogOptions{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Events.TTL, MaxLen: cfg.Events.MaxLen})
 	var err error

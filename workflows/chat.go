@@ -138,7 +138,7 @@ func (w *chat) retrieve() (activities.RetrieveOutput, bool) {
 	sctx := localCtx(w.stageCtx)
 	var ret activities.RetrieveOutput
 	if err := workflow.ExecuteLocalActivity(sctx, a.Retrieve, activities.RetrieveInput{
-		RequestID: w.in.RequestID, KB: w.in.KB, Query: w.in.Query, K: w.in.Settings.Candidates,
+		RequestID: w.in.RequestID, KB: w.in.KBRef().Key(), Query: w.in.Query, K: w.in.Settings.Candidates,
 	}).Get(sctx, &ret); err != nil {
 		w.stageFailed(request.StageRetrieval, err)
 		return ret, false
@@ -158,7 +158,7 @@ func (w *chat) rerank(ret activities.RetrieveOutput) (activities.RerankOutput, b
 	sctx := localCtx(w.stageCtx)
 	var rr activities.RerankOutput
 	if err := workflow.ExecuteLocalActivity(sctx, a.Rerank, activities.RerankInput{
-		RequestID: w.in.RequestID, KB: w.in.KB, KBVersion: ret.KBVersion, Query: w.in.Query, Hits: ret.Hits, K: w.in.Settings.TopK,
+		RequestID: w.in.RequestID, KB: w.in.KBRef().Key(), KBVersion: ret.KBVersion, Query: w.in.Query, Hits: ret.Hits, K: w.in.Settings.TopK,
 	}).Get(sctx, &rr); err != nil {
 		w.stageFailed(request.StageRerank, err)
 		return rr, false
@@ -174,7 +174,7 @@ func (w *chat) answeredFromCache() bool {
 	sctx := localCtx(w.stageCtx)
 	var out activities.LookupAnswerOutput
 	err := workflow.ExecuteLocalActivity(sctx, a.LookupAnswer, activities.LookupAnswerInput{
-		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
+		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KBRef().Key(), MaxTokens: w.in.MaxTokens,
 		Done: w.doneSoFar(),
 	}).Get(sctx, &out)
 	if w.stageCtx.Err() != nil {
@@ -207,7 +207,7 @@ func (w *chat) session() *activities.SessionRef {
 	if w.in.SessionID == "" {
 		return nil
 	}
-	return &activities.SessionRef{Tenant: w.in.Tenant, ID: w.in.SessionID, HistoryTokens: w.in.Settings.HistoryTokens}
+	return &activities.SessionRef{Tenant: w.in.Tenant, User: w.in.User, ID: w.in.SessionID, HistoryTokens: w.in.Settings.HistoryTokens}
 }
 
 // turn is what the session records of the request at its end; nil when

@@ -28,9 +28,10 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	for w.admittedCh.ReceiveAsync(nil) {
 	}
 	if err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
-		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KB, MaxTokens: w.in.MaxTokens,
+		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KBRef().Key(), MaxTokens: w.in.MaxTokens,
 		Pool: cmp.Or(w.pool, w.in.Pool), Seq: w.seq, PromptBound: w.promptBound,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
+		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens,
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 		WaitFor: waitFor, FastWait: w.in.Settings.FastWait, Session: w.session(),
 	}).Get(sctx, &adm); err != nil {
@@ -247,6 +248,7 @@ func (w *chat) recheck(seq int64, waitFor time.Duration) (activities.AdmitOutput
 	err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 		RequestID: w.in.RequestID, Pool: w.pool, Seq: seq, Recheck: true, WaitFor: waitFor,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
+		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens,
 		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 	}).Get(sctx, &re)
 	return re, err

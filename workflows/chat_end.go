@@ -29,8 +29,10 @@ func streamedBefore(err error) *activities.Used {
 	}
 	if !appErr.HasDetails() {
 		// Failures before the first token carry no details and consumed
-		// nothing: the backend refused or never answered.
-		if appErr.Type() == activities.ErrTypeBackend || appErr.Type() == activities.ErrTypeBadRequest {
+		// nothing: the backend refused or never answered, or the permit
+		// was lost before the call.
+		switch appErr.Type() {
+		case activities.ErrTypeBackend, activities.ErrTypeBadRequest, activities.ErrTypePermitLost:
 			return &activities.Used{}
 		}
 		return nil

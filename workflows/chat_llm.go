@@ -28,6 +28,9 @@ func (w *chat) stream(ctx workflow.Context, kbVersion int64, hits []activities.C
 		if err == nil || readmits == maxReadmits || !isPermitLost(err) {
 			break
 		}
+		// Nothing was streamed: a request that ends while it queues
+		// again gets its whole charge back.
+		w.used = &activities.Used{}
 		if !w.admit(ctx) {
 			return
 		}
@@ -69,7 +72,7 @@ func (w *chat) streamOnce(lctx workflow.Context, kbVersion int64, hits []activit
 	var out activities.LLMOutput
 	err := workflow.ExecuteActivity(lctx, a.StreamLLM, activities.LLMInput{
 		RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query,
-		KB: w.in.KB, KBVersion: kbVersion, Context: hits, MaxTokens: w.in.MaxTokens,
+		KB: w.in.KBRef().Key(), KBVersion: kbVersion, Context: hits, MaxTokens: w.in.MaxTokens,
 		Done: w.doneSoFar(), Session: w.session(), CacheAnswer: w.in.Settings.AnswerCache,
 	}).Get(lctx, &out)
 	w.llmRunning = false

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/kbref"
 )
 
 // Names shared by the workflow, its callers and its activities.
@@ -62,7 +63,12 @@ type ChatInput struct {
 	User      string
 	Tier      string
 	Query     string
+	// KB is the kb's name as the client gave it; KBTenant the tenant whose
+	// own kb it is, as the door resolved it, or "" for a shared kb (and in
+	// histories from before kbs had owners, when every kb was one
+	// namespace: the shared one's keys). Stages know the kb by KBRef's key.
 	KB        string
+	KBTenant  string
 	SessionID string
 	MaxTokens int
 	// Pool is the route the door picked (request.Route on the prompt's
@@ -74,8 +80,16 @@ type ChatInput struct {
 	// limiter.Reserve), refunded in part when it ends; empty when no
 	// limit applied.
 	RateReservation string
+	// AdmissionTokens is the request's size in tokens (the prompt's bound,
+	// session budget and max output tokens, as the door estimated them),
+	// its cost in the admission queue's token-fair order; 0 in histories
+	// from before: one typical request.
+	AdmissionTokens int
 	Settings        ChatSettings
 }
+
+// KBRef is the request's kb.
+func (in ChatInput) KBRef() kbref.Ref { return kbref.Ref{Tenant: in.KBTenant, Name: in.KB} }
 
 // ChatSettings is the part of the configuration a request runs with. It is
 // copied into the input so that a config change never alters a running
@@ -107,9 +121,11 @@ type ChatSettings struct {
 	// SearchAttributes enables upserting route and outcome.
 	SearchAttributes bool
 	// Weight is the tier's share in weighted fair queuing; MaxPerTenant its
-	// cap on one tenant's waiting requests per pool (0: none).
-	Weight       int
-	MaxPerTenant int
+	// cap on one tenant's waiting requests per pool, MaxConcurrent on the
+	// permits one tenant holds per pool (0: none).
+	Weight        int
+	MaxPerTenant  int
+	MaxConcurrent int
 	// HistoryTokens bounds the session turns a prompt carries (0: none).
 	HistoryTokens int
 	// AnswerCache: look the answer up in the L3 tier before admission, and

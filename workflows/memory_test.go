@@ -94,6 +94,7 @@ func (s *chatSuite) TestNoLookupWithoutAnswerCache() {
 
 func sessionInput() ChatInput {
 	in := input()
+	in.User = "alice"
 	in.SessionID = "s1"
 	in.Settings.HistoryTokens = 500
 	return in
@@ -103,7 +104,8 @@ func sessionInput() ChatInput {
 // stream; a turn the stream recorded is not recorded again.
 func (s *chatSuite) TestSessionTurnRecordedOnce() {
 	s.mockEmbed()
-	want := &activities.SessionRef{Tenant: "acme", ID: "s1", HistoryTokens: 500}
+	// The session is its user's, not the whole tenant's.
+	want := &activities.SessionRef{Tenant: "acme", User: "alice", ID: "s1", HistoryTokens: 500}
 	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
 		if in.Session == nil || *in.Session != *want {
 			return activities.AdmitOutput{}, errors.New("admission did not get the session")
@@ -132,7 +134,7 @@ func (s *chatSuite) TestSessionTurnLeftToFinalize() {
 	s.env.ExecuteWorkflow(ChatWorkflow, sessionInput())
 	f := s.onlyFinalize()
 	s.Require().NotNil(f.Turn)
-	s.Equal(activities.TurnInput{Session: activities.SessionRef{Tenant: "acme", ID: "s1", HistoryTokens: 500},
+	s.Equal(activities.TurnInput{Session: activities.SessionRef{Tenant: "acme", User: "alice", ID: "s1", HistoryTokens: 500},
 		Query: sessionInput().Query, Outcome: request.OutcomeTruncated}, *f.Turn)
 }
 

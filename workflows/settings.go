@@ -40,6 +40,7 @@ func ChatSettingsFor(cfg config.Config, tier config.Tier) ChatSettings {
 		SearchAttributes:   cfg.Temporal.SearchAttributes,
 		Weight:             tier.Weight,
 		MaxPerTenant:       tier.MaxQueuePerTenant,
+		MaxConcurrent:      tier.MaxConcurrent,
 		HistoryTokens:      cfg.Sessions.HistoryTokens,
 		WaitUntilDeadline:  true,
 	}

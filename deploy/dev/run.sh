@@ -15,6 +15,10 @@ export SLUICE_REDIS_ADDR="127.0.0.1:$REDIS_PORT"
 export SLUICE_API_ADDR="$API_ADDR"
 export SLUICE_POOLS_SHORT_ENDPOINTS="http://$SIM_ADDR"
 export SLUICE_POOLS_LONG_ENDPOINTS="http://$SIM_ADDR"
+# A fresh admin key each run (or yours): it guards /v1/admin and makes the
+# demo keys below. Only the API gets it.
+ADMIN_KEY="${SLUICE_AUTH_ADMIN_KEY:-dev-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}"
+unset SLUICE_AUTH_ADMIN_KEY
 
 pids=()
 cleanup() {
@@ -75,7 +79,7 @@ echo ">> sluice-worker"
 "$BIN/sluice-worker" >"$LOGS/worker.log" 2>&1 &
 pids+=($!)
 echo ">> sluice-api on $API_ADDR"
-"$BIN/sluice-api" >"$LOGS/api.log" 2>&1 &
+SLUICE_AUTH_ADMIN_KEY="$ADMIN_KEY" "$BIN/sluice-api" >"$LOGS/api.log" 2>&1 &
 pids+=($!)
 
 for _ in $(seq 1 300); do
@@ -83,6 +87,11 @@ for _ in $(seq 1 300); do
   sleep 0.2
 done
 curl -fsS "http://$API_ADDR/readyz" >/dev/null || { echo "!! API not ready; see $LOGS/api.log" >&2; exit 1; }
+
+# Demo keys, managed ones (hashed in Redis): shown now, never again.
+keys() { SLUICE_URL="http://$API_ADDR" SLUICE_ADMIN_KEY="$ADMIN_KEY" "$BIN/sluice-keys" "$@"; }
+DEMO_KEY="$(keys create -tenant demo -user alice -scopes chat,ingest -quiet)"
+FREE_KEY="$(keys create -tenant smallco -user sam -tier free -scopes chat -quiet)"
 
 cat <<INFO
 
@@ -92,8 +101,15 @@ cat <<INFO
     LLM sim      http://$SIM_ADDR/metrics  (vLLM-style metrics)
     Logs         $LOGS
 
+  Keys (anonymous access is on too, as tenant "anonymous"):
+    admin            $ADMIN_KEY
+    demo/alice       $DEMO_KEY   (chat, ingest)
+    smallco/sam      $FREE_KEY   (chat, free tier)
+    SLUICE_URL=http://$API_ADDR SLUICE_ADMIN_KEY=$ADMIN_KEY bin/sluice-keys list
+
   Try:
     curl -N http://$API_ADDR/v1/chat -H 'Content-Type: application/json' \\
+      -H 'Authorization: Bearer $DEMO_KEY' \\
       -d '{"query":"How does a token bucket refill?","max_tokens":64}'
 
   Ctrl-C stops everything.

@@ -12,8 +12,16 @@
 // finish) plus cost/weight. One tenant's requests are served in arrival
 // order; backlogged tenants get grants in proportion to their weights; a
 // tenant's burst does not push another tenant's request behind it, and a
-// tenant back from idle gets no banked credit. Every operation is one atomic
-// script using Redis's clock.
+// tenant back from idle gets no banked credit. An entry's cost is its
+// request's tokens (TokenCost), so tenants share the pool's tokens, not its
+// request count: one sending long prompts does not outweigh one sending
+// short ones.
+//
+// A tier may cap the permits one tenant holds in a pool at once
+// (Request.MaxConcurrent). A tenant at its cap keeps its entries' places
+// while grants go past them to others, and its first entry is granted as
+// soon as it gives one back. Every operation is one atomic script using
+// Redis's clock.
 package admission
 
 import (
@@ -160,6 +168,7 @@ func (g *Gate) Lease() time.Duration { return g.lease }
 
 type poolKeys struct {
 	permits, grants, queue, stats, tenants, finish, waiters, since, weights string
+	order, heads, held, parked                                              string
 	alivePrefix, tombPrefix                                                 string
 }
 
@@ -170,14 +179,17 @@ func (g *Gate) keys(pool string) poolKeys {
 	return poolKeys{
 		permits: base + "permits", grants: base + "grants", queue: base + "queue", stats: base + "stats",
 		tenants: base + "tenants", finish: base + "finish", waiters: base + "waiters", since: base + "since",
-		weights:     base + "weights",
-		alivePrefix: base + "alive:", tombPrefix: base + "released:",
+		weights: base + "weights", order: base + "order", heads: base + "heads", held: base + "held",
+		parked: base + "parked", alivePrefix: base + "alive:", tombPrefix: base + "released:",
 	}
 }
 
 // list is KEYS of every script, in the order lib.lua names them.
 func (k poolKeys) list() []string {
-	return []string{k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since, k.weights}
+	return []string{
+		k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since, k.weights,
+		k.order, k.heads, k.held, k.parked,
+	}
 }
 
 func (g *Gate) limit(pool string) (int, error) {
@@ -200,11 +212,16 @@ type Request struct {
 	Weight int
 	// Cost is the request's size in the units weights share; 0 means 1.
 	// Keep a typical request near 1: the pool's virtual time has a budget
-	// of about 3.6e12 units of cost/weight over its lifetime.
+	// of about 3.6e12 units of cost/weight over its lifetime. TokenCost
+	// turns a request's tokens into it.
 	Cost float64
 	// MaxPerTenant caps the tenant's entries in the pool's queue; beyond
 	// it Enqueue answers TenantFull. 0 is no cap.
 	MaxPerTenant int
+	// MaxConcurrent caps the permits the tenant holds in the pool at once
+	// (its tier's); 0 is no cap. A request of a tenant at its cap is
+	// queued, and keeps its place while others are granted past it.
+	MaxConcurrent int
 	// Seq is the restore token from an earlier Result of this request, 0
 	// for a new arrival: an entry that was dropped (as a zombie, when its
 	// waiter missed its re-checks) comes back at its old place, past both
@@ -215,6 +232,22 @@ type Request struct {
 	// (it waits for its grant's signal until its deadline) passes its
 	// remaining wait, so that its place outlives the wait and no longer.
 	AliveFor time.Duration
+}
+
+// TokensPerCost is how many tokens make one unit of Request.Cost: about
+// one typical request (a prompt of a few hundred tokens and an answer of
+// a few hundred more), so that the pool's virtual time lasts as the
+// comment on Request.Cost says.
+const TokensPerCost = 1000
+
+// TokenCost is the Request.Cost of a request of tokens tokens (its
+// prompt's bound and its max output tokens); 0 tokens is 0, the old cost
+// of 1 per request.
+func TokenCost(tokens int) float64 {
+	if tokens <= 0 {
+		return 0
+	}
+	return float64(tokens) / TokensPerCost
 }
 
 // Result is the state of a request after Enqueue.
@@ -267,8 +300,9 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: weight must be > 0, got %d", req.ID, pool, req.Weight)
 	case !(cost > 0) || math.IsInf(cost, 0):
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: cost must be > 0, got %v", req.ID, pool, req.Cost)
-	case req.MaxPerTenant < 0 || req.Seq < 0 || req.AliveFor < 0:
-		return Result{}, fmt.Errorf("enqueue %s in pool %s: negative MaxPerTenant %d, Seq %d or AliveFor %s", req.ID, pool, req.MaxPerTenant, req.Seq, req.AliveFor)
+	case req.MaxPerTenant < 0 || req.MaxConcurrent < 0 || req.Seq < 0 || req.AliveFor < 0:
+		return Result{}, fmt.Errorf("enqueue %s in pool %s: negative MaxPerTenant %d, MaxConcurrent %d, Seq %d or AliveFor %s",
+			req.ID, pool, req.MaxPerTenant, req.MaxConcurrent, req.Seq, req.AliveFor)
 	}
 	alive := g.aliveTTL
 	if req.AliveFor > 0 {
@@ -277,7 +311,7 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 	k := g.keys(pool)
 	raw, err := enqueueScript.Run(ctx, g.rdb, k.list(),
 		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
-		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix,
+		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent,
 	).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)
@@ -434,103 +468,6 @@ type ShedResult struct {
 	IDs    []string
 }
 
-// Position returns requestID's 1-based queue position, or ok=false if it is
-// not queued (granted, gone, or never there).
-func (g *Gate) Position(ctx context.Context, pool, requestID string) (int, bool, error) {
-	rank, err := g.cmd.ZRank(ctx, g.keys(pool).queue, requestID).Result()
-	if errors.Is(err, redis.Nil) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("queue position of %s in pool %s: %w", requestID, pool, err)
-	}
-	return int(rank) + 1, true, nil
-}
-
-// Stats is a pool's current state.
-type Stats struct {
-	InUse    int
-	Waiting  int
-	Limit    int
-	MeanHold time.Duration
-}
-
-// Stats reads a pool's permits in use, queue depth and limit. Expired
-// permits still count until the next script reclaims them.
-func (g *Gate) Stats(ctx context.Context, pool string) (Stats, error) {
-	limit, err := g.limit(pool)
-	if err != nil {
-		return Stats{}, err
-	}
-	k := g.keys(pool)
-	pipe := g.cmd.Pipeline()
-	inUse := pipe.ZCard(ctx, k.permits)
-	waiting := pipe.ZCard(ctx, k.queue)
-	stats := pipe.HMGet(ctx, k.stats, "limit", "ewma_ms")
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return Stats{}, fmt.Errorf("read stats of pool %s: %w", pool, err)
-	}
-	s := Stats{InUse: int(inUse.Val()), Waiting: int(waiting.Val()), Limit: limit}
-	vals := stats.Val()
-	if v, ok := vals[0].(string); ok {
-		if n, err := strconv.Atoi(v); err == nil {
-			s.Limit = n
-		}
-	}
-	if v, ok := vals[1].(string); ok {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-			s.MeanHold = time.Duration(n) * time.Millisecond
-		}
-	}
-	return s, nil
-}
-
-// QueueStats is a pool's queue as the admin view shows it.
-type QueueStats struct {
-	Limit int
-	// InUse counts permits whose lease has not run out.
-	InUse int
-	// Waiting is the queue's depth, zombies not yet dropped included.
-	Waiting int
-	// ByTenant is each tenant's entries in the queue; tenants with none
-	// are absent.
-	ByTenant map[string]int
-	// OldestWait is how long the longest-waiting entry has been queued
-	// (since its last restore, for a restored one); 0 when nobody waits.
-	OldestWait time.Duration
-	MeanHold   time.Duration
-}
-
-// QueueStats reads one consistent snapshot of a pool's queue and permits.
-func (g *Gate) QueueStats(ctx context.Context, pool string) (QueueStats, error) {
-	limit, err := g.limit(pool)
-	if err != nil {
-		return QueueStats{}, err
-	}
-	raw, err := statsScript.Run(ctx, g.rdb, g.keys(pool).list(), limit).Slice()
-	if err != nil {
-		return QueueStats{}, fmt.Errorf("read queue stats of pool %s: %w", pool, err)
-	}
-	if len(raw) < 5 || len(raw)%2 != 1 {
-		return QueueStats{}, fmt.Errorf("read queue stats of pool %s: malformed reply %v", pool, raw)
-	}
-	s := QueueStats{
-		Limit:    int(toInt(raw[0])),
-		InUse:    int(toInt(raw[1])),
-		Waiting:  int(toInt(raw[2])),
-		MeanHold: time.Duration(toInt(raw[3])) * time.Millisecond,
-		ByTenant: make(map[string]int, (len(raw)-5)/2),
-	}
-	if age := toInt(raw[4]); age > 0 {
-		s.OldestWait = time.Duration(age) * time.Millisecond
-	}
-	for i := 5; i+1 < len(raw); i += 2 {
-		tenant, _ := raw[i].(string)
-		s.ByTenant[tenant] = int(toInt(raw[i+1]))
-	}
-	return s, nil
-}
-
 // SetLimit overrides a pool's permit count for every instance at once.
 // Lowering it never revokes held permits; it only stops new grants until
 // usage falls below the new limit.
@@ -579,20 +516,4 @@ func toStrings(vs []any) []string {
 		}
 	}
 	return out
-}
-
-// Depth returns how many requests wait in pool, and how many of them are
-// tenant's, in one round trip. The API reads it to refuse a flood at the
-// door, before starting workflows that could only be turned away;
-// Enqueue still enforces the caps atomically.
-func (g *Gate) Depth(ctx context.Context, pool, tenant string) (total, ofTenant int, err error) {
-	k := g.keys(pool)
-	pipe := g.cmd.Pipeline()
-	q := pipe.ZCard(ctx, k.queue)
-	tc := pipe.HGet(ctx, k.tenants, tenant)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return 0, 0, fmt.Errorf("read queue depth of pool %s: %w", pool, err)
-	}
-	n, _ := strconv.Atoi(tc.Val())
-	return int(q.Val()), n, nil
 }

@@ -385,22 +385,29 @@ func TestConcurrentNeverExceedsLimit(t *testing.T) {
 	assertNoQueueState(t, rdb, g)
 }
 
-// assertNoQueueState checks that an empty queue left no bookkeeping behind.
+// assertNoQueueState checks that an empty queue, with no permit held,
+// left no bookkeeping behind: every tenant's count came back to zero.
 func assertNoQueueState(t *testing.T, rdb *redis.Client, g *Gate) {
 	t.Helper()
 	k := g.keys("p")
 	ctx := context.Background()
-	for _, key := range []string{k.queue, k.tenants, k.finish, k.waiters, k.since, k.weights} {
+	for _, key := range []string{
+		k.queue, k.tenants, k.finish, k.waiters, k.since, k.weights,
+		k.order, k.heads, k.held, k.parked,
+	} {
 		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
 			t.Errorf("%s left behind (%d, %v)", key, n, err)
 		}
+	}
+	if n, err := rdb.HGet(ctx, k.stats, "parked").Int(); err != nil && err != redis.Nil || n != 0 {
+		t.Errorf("stats say %d entries parked (%v), want 0", n, err)
 	}
 }
 
 // dropScript removes a queue entry as the pump drops a zombie, through the
 // same lib.lua code, but wherever the entry is in the queue.
 var dropScript = redis.NewScript(libLua + `
-if redis.call('ZREM', K.queue, ARGV[1]) == 1 then forget(ARGV[1]) end
+unqueue(ARGV[1])
 redis.call('DEL', ARGV[2] .. ARGV[1])
 return 0`)
 

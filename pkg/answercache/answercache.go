@@ -26,7 +26,10 @@ import (
 // Key names one answer.
 type Key struct {
 	// Query is normalised as the L1 and L2 tiers normalise it.
-	Query     string
+	Query string
+	// KB is the kb's key (kbref.Ref.Key): an answer from a tenant's own
+	// kb is only ever found by that tenant's requests, whatever other
+	// tenants call their kbs; one from a shared kb by every tenant's.
 	KB        string
 	KBVersion int64
 	// Model is the LLM model the answer came from; Prompt the version of

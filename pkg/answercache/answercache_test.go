@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -42,6 +43,7 @@ func TestHitMissAndWhatIsInTheKey(t *testing.T) {
 	for name, other := range map[string]Key{
 		"kb version": {Query: k.Query, KB: k.KB, KBVersion: 4, Model: k.Model, Prompt: k.Prompt},
 		"kb":         {Query: k.Query, KB: "other", KBVersion: 3, Model: k.Model, Prompt: k.Prompt},
+		"owner":      {Query: k.Query, KB: kbref.Own("acme", "docs").Key(), KBVersion: 3, Model: k.Model, Prompt: k.Prompt},
 		"model":      {Query: k.Query, KB: k.KB, KBVersion: 3, Model: "m2", Prompt: k.Prompt},
 		"prompt":     {Query: k.Query, KB: k.KB, KBVersion: 3, Model: k.Model, Prompt: "p2"},
 		"query":      {Query: "How do queues drain?", KB: k.KB, KBVersion: 3, Model: k.Model, Prompt: k.Prompt},
@@ -54,7 +56,7 @@ func TestHitMissAndWhatIsInTheKey(t *testing.T) {
 	if _, ok, _ := c.Get(ctx, k, 1); ok {
 		t.Error("a 2-token answer served to a request allowing 1")
 	}
-	if st := c.Stats(); st.Hits != 1 || st.Misses != 7 || st.Bytes == 0 {
+	if st := c.Stats(); st.Hits != 1 || st.Misses != 8 || st.Bytes == 0 {
 		t.Fatalf("stats = %+v", st)
 	}
 	ttl := srv.Client(t).PTTL(ctx, c.RedisKey(k)).Val()

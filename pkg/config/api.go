@@ -2,7 +2,11 @@ package config
 
 import (
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/keys"
 )
 
 // API configures the Echo HTTP front door.
@@ -82,22 +86,60 @@ type API struct {
 	IdempotencyTTL time.Duration `yaml:"idempotency_ttl"`
 }
 
-// Auth maps API keys to tenants.
+// Auth says who may call Sluice. Managed keys (created through
+// /v1/admin/keys, kept hashed in Redis) are the usual credential; the keys
+// listed here bootstrap a deployment and need not be written in plain
+// text (key_sha256).
 type Auth struct {
 	// AllowAnonymous lets requests without an API key through as tenant
 	// "anonymous" (dev stack only).
 	AllowAnonymous bool     `yaml:"allow_anonymous"`
 	APIKeys        []APIKey `yaml:"api_keys"`
-	// AdminKey guards /v1/admin/*; empty disables those routes.
-	AdminKey string `yaml:"admin_key"`
+	// AdminKey guards /v1/admin/*, as does any key with the admin scope;
+	// AdminKeySHA256 is the same given as the hex SHA-256 of the key, so
+	// that the file need not hold it. With neither set and no managed
+	// keys, the admin routes do not exist.
+	AdminKey       string `yaml:"admin_key"`
+	AdminKeySHA256 string `yaml:"admin_key_sha256"`
+	// KeyCacheTTL bounds how long an API process trusts a managed key it
+	// read from Redis. Revocations reach every process at once over Redis
+	// pub/sub; this is the backstop should a message be lost.
+	KeyCacheTTL time.Duration `yaml:"key_cache_ttl"`
 }
 
-// APIKey is one client credential.
+// APIKey is one configured credential: exactly one of Key (plain text,
+// for the dev stack) and KeySHA256 (the hex SHA-256 of the key).
 type APIKey struct {
-	Key    string `yaml:"key"`
-	Tenant string `yaml:"tenant"`
-	User   string `yaml:"user"`
-	Tier   string `yaml:"tier"`
+	Key       string `yaml:"key"`
+	KeySHA256 string `yaml:"key_sha256"`
+	Tenant    string `yaml:"tenant"`
+	User      string `yaml:"user"`
+	Tier      string `yaml:"tier"`
+	// Scopes the key grants (chat, ingest, admin); omitted, only chat:
+	// a key may change knowledge bases or reach the admin API only when
+	// its entry says so.
+	Scopes []string `yaml:"scopes"`
+}
+
+// DefaultKeyScopes are the scopes of a configured key that names none.
+var DefaultKeyScopes = keys.Scopes{keys.ScopeChat}
+
+// Hash is the hex SHA-256 the key is known by.
+func (k APIKey) Hash() string {
+	if k.KeySHA256 != "" {
+		return strings.ToLower(k.KeySHA256)
+	}
+	return keys.Hash(k.Key)
+}
+
+// GrantedScopes are the key's scopes, DefaultKeyScopes if it names none;
+// the configuration is validated, so they parse.
+func (k APIKey) GrantedScopes() keys.Scopes {
+	if len(k.Scopes) == 0 {
+		return DefaultKeyScopes
+	}
+	sc, _ := keys.ParseScopes(k.Scopes)
+	return sc
 }
 
 func defaultAPI() API {
@@ -125,7 +167,7 @@ func defaultAPI() API {
 }
 
 func defaultAuth() Auth {
-	return Auth{AllowAnonymous: true}
+	return Auth{AllowAnonymous: true, KeyCacheTTL: 10 * time.Second}
 }
 
 func (a API) validate(v *validator, eventsTTL time.Duration) {
@@ -164,18 +206,35 @@ func (a API) validate(v *validator, eventsTTL time.Duration) {
 	}
 }
 
+var sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
 // validate checks the keys themselves; the tiers they name are checked
-// with the limits that define them.
+// with the limits that define them. A deployment without anonymous access
+// may list no credential at all: managed keys in Redis are enough.
 func (a Auth) validate(v *validator) {
-	if !a.AllowAnonymous && len(a.APIKeys) == 0 {
-		v.add("auth.api_keys", "must not be empty when auth.allow_anonymous is false")
-	}
-	keys := map[string]bool{}
+	seen := map[string]bool{}
 	for i, k := range a.APIKeys {
 		field := fmt.Sprintf("auth.api_keys[%d]", i)
-		v.uniqueName(keys, field+".key", k.Key, "duplicate key")
+		switch {
+		case (k.Key == "") == (k.KeySHA256 == ""):
+			v.add(field, "set exactly one of key and key_sha256")
+		case k.KeySHA256 != "" && !sha256Hex.MatchString(k.KeySHA256):
+			v.add(field+".key_sha256", "must be 64 hex digits (sha256sum of the key)")
+		default:
+			v.uniqueName(seen, field, k.Hash(), "duplicate key")
+		}
 		if k.Tenant == "" {
 			v.add(field+".tenant", "must not be empty")
 		}
+		if _, err := keys.ParseScopes(k.Scopes); err != nil {
+			v.add(field+".scopes", "%v", err)
+		}
 	}
+	if a.AdminKey != "" && a.AdminKeySHA256 != "" {
+		v.add("auth.admin_key_sha256", "set at most one of admin_key and admin_key_sha256")
+	}
+	if a.AdminKeySHA256 != "" && !sha256Hex.MatchString(a.AdminKeySHA256) {
+		v.add("auth.admin_key_sha256", "must be 64 hex digits (sha256sum of the key)")
+	}
+	v.duration("auth.key_cache_ttl", a.KeyCacheTTL)
 }

@@ -127,7 +127,7 @@ func (c Config) Validate() error {
 	c.Sessions.validate(&v)
 	c.Metrics.validate(&v)
 	c.Healing.validate(&v, c.Metrics.LatencyRetention)
-	c.AnswerCache.validate(&v)
+	c.AnswerCache.validate(&v, c.Retrieval)
 	c.Auth.validate(&v)
 	c.Limits.validate(&v, c.Auth.APIKeys, c.API.MaxTokensLimit)
 	c.Log.validate(&v)

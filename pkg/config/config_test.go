@@ -3,6 +3,8 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,6 +34,12 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 	if cfg.Pools.Short.MaxConcurrency != def.Pools.Short.MaxConcurrency || cfg.Retrieval.TopK != def.Retrieval.TopK {
 		t.Fatal("example pools or retrieval differ from defaults")
 	}
+	if !slices.Equal(cfg.Retrieval.KnowledgeBases, def.Retrieval.KnowledgeBases) || cfg.Retrieval.DefaultKB != def.Retrieval.DefaultKB {
+		t.Fatalf("example knowledge bases differ from defaults: %+v", cfg.Retrieval.KnowledgeBases)
+	}
+	if !slices.Equal(cfg.AnswerCache.KBs, def.AnswerCache.KBs) || cfg.AnswerCache.TTL != def.AnswerCache.TTL {
+		t.Fatalf("example answer cache differs from defaults: %+v", cfg.AnswerCache)
+	}
 	if cfg.Healing != def.Healing || cfg.Metrics != def.Metrics {
 		t.Fatalf("example healing or metrics differ from defaults:\n%+v\n%+v", cfg.Healing, def.Healing)
 	}
@@ -42,6 +50,13 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 		if p.got.Deadlines() != p.want.Deadlines() || p.got.Breaker != p.want.Breaker {
 			t.Fatalf("example pool deadlines or breaker differ from defaults: %+v %+v", p.got, p.want)
 		}
+	}
+	if cfg.Auth.AllowAnonymous != def.Auth.AllowAnonymous || cfg.Auth.AdminKey != def.Auth.AdminKey ||
+		cfg.Auth.AdminKeySHA256 != def.Auth.AdminKeySHA256 || cfg.Auth.KeyCacheTTL != def.Auth.KeyCacheTTL {
+		t.Fatalf("example auth differs from defaults: %+v", cfg.Auth)
+	}
+	if !reflect.DeepEqual(cfg.Limits.Ban, def.Limits.Ban) {
+		t.Fatalf("example limits.ban differs from defaults:\n%+v\n%+v", cfg.Limits.Ban, def.Limits.Ban)
 	}
 	if cfg.Limits.Enabled != def.Limits.Enabled || cfg.Limits.DefaultTier != def.Limits.DefaultTier || len(cfg.Limits.Tiers) != len(def.Limits.Tiers) {
 		t.Fatalf("example limits differ from defaults: %+v", cfg.Limits)
@@ -146,10 +161,18 @@ func TestBadConfigFixtures(t *testing.T) {
 		"subsecond_recheck.yaml":               "admission.recheck_interval: must be at least 1s",
 		"unknown_default_kb.yaml":              `retrieval.default_kb: names unknown knowledge base "nope"`,
 		"kb_both_sources.yaml":                 "retrieval.knowledge_bases[0]: set exactly one of builtin or dir",
-		"no_keys_no_anonymous.yaml":            "auth.api_keys: must not be empty when auth.allow_anonymous is false",
+		"key_and_key_sha256.yaml":              "auth.api_keys[0]: set exactly one of key and key_sha256",
+		"key_sha256_not_hex.yaml":              "auth.api_keys[1].key_sha256: must be 64 hex digits (sha256sum of the key)",
+		"key_duplicate_by_hash.yaml":           "auth.api_keys[1]: duplicate key",
+		"key_unknown_scope.yaml":               `auth.api_keys[0].scopes: unknown scope "root" (want one of chat,ingest,admin)`,
+		"admin_key_both.yaml":                  "auth.admin_key_sha256: set at most one of admin_key and admin_key_sha256",
+		"ban_zero_threshold.yaml":              "limits.ban.threshold: must be > 0, got 0",
+		"ban_subsecond_window.yaml":            "limits.ban.window: must be at least 1s, got 500ms",
+		"ban_bad_exempt.yaml":                  `limits.ban.exempt[1]: must be a network such as 10.0.0.0/8, got "10.0.0.1"`,
 		"bad_encoding.yaml":                    `routing.encoding: must be cl100k_base or o200k_base, got "gpt2"`,
 		"threshold_above_short_limit.yaml":     "routing.short_threshold_tokens: must not exceed pools.short.max_prompt_tokens (512)",
 		"unknown_tier.yaml":                    `auth.api_keys[0].tier: names unknown tier "gold"`,
+		"tier_negative_max_concurrent.yaml":    "limits.tiers.free.max_concurrent: must be >= 0 (0 = no cap), got -1",
 		"embedding_openai_no_endpoint.yaml":    `embedding.endpoint: must be an http(s) URL, got ""`,
 		"embedding_unknown_provider.yaml":      `embedding.provider: must be local or openai, got "cohere"`,
 		"embedding_local_other_model.yaml":     `embedding.model: must be local-hash-v1 with embedding.provider local, got "text-embedding-3-small"`,
@@ -157,7 +180,12 @@ func TestBadConfigFixtures(t *testing.T) {
 		"rerank_unknown_provider.yaml":         `rerank.provider: must be lexical or http, got "cohere"`,
 		"healing_step_back_inside_window.yaml": "healing.healthy_polls: healthy_polls × interval (15s) must be at least healing.window (30s)",
 		"healing_cooldown_below_window.yaml":   "healing.cooldown: must be at least healing.window (1m0s), got 30s",
-		"answer_cache_duplicate_kb.yaml":       `answer_cache.kbs[1]: must be a knowledge base named once, got "docs"`,
+		"answer_cache_duplicate_kb.yaml":       `answer_cache.kbs[1]: must be a knowledge base named once, got "sluice-docs"`,
+		"answer_cache_unshared_kb.yaml":        `answer_cache.kbs[0]: names "docs", which is not a shared knowledge base of retrieval.knowledge_bases; name a tenant's own as <tenant>/docs`,
+		"kb_no_owner.yaml":                     "retrieval.knowledge_bases[0]: set exactly one of shared: true or tenant",
+		"kb_tenant_takes_shared_name.yaml":     `retrieval.knowledge_bases[1].name: "sluice-docs" is a shared knowledge base's name`,
+		"kb_bad_name.yaml":                     `retrieval.knowledge_bases[0].name: must be 1-64 letters, digits, '-', '_' or '.', got "my docs"`,
+		"default_kb_not_shared.yaml":           `retrieval.default_kb: names "handbook", which is not shared`,
 		"healing_critical_below_warn.yaml":     "healing.critical_ratio: must be at least healing.warn_ratio (3), got 2",
 		"healing_window_too_long.yaml":         "healing.window: must not exceed metrics.latency_retention (5m0s), got 10m0s",
 		"healing_cost_factor.yaml":             "healing.long_cost_factor: must be between 1 and 10, got 0.5",
@@ -179,6 +207,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"api_zero_stream_write_timeout.yaml":   "api.stream_write_timeout: must be a positive duration such as 30s, got 0s",
 		"api_per_ip_above_total.yaml":          "api.max_conns_per_ip: must not exceed api.max_conns (100), got 200",
 		"api_idempotency_above_events.yaml":    "api.idempotency_ttl: must not exceed events.ttl (30m0s), got 2h0m0s",
+		"route_rate_negative.yaml":             "limits.tiers.free.routes.reads: rates must be >= 0 (0 = no limit), got {TenantPerMinute:-1 IPPerMinute:0}",
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {
@@ -214,5 +243,24 @@ func unwrapAll(err error) error {
 			return err
 		}
 		err = u.Unwrap()
+	}
+}
+
+// Two tenants may each configure a kb of one name; each is its own.
+func TestTenantsConfigureKBsOfOneName(t *testing.T) {
+	cfg := Default()
+	cfg.Retrieval.KnowledgeBases = append(cfg.Retrieval.KnowledgeBases,
+		KnowledgeBase{Name: "docs", Tenant: "acme", Dir: "/srv/acme"},
+		KnowledgeBase{Name: "docs", Tenant: "globex", Dir: "/srv/globex"})
+	cfg.AnswerCache.KBs = []string{"sluice-docs", "acme/docs"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if a, g := cfg.Retrieval.KnowledgeBases[1].Ref(), cfg.Retrieval.KnowledgeBases[2].Ref(); a.Key() == g.Key() || a.IsShared() {
+		t.Fatalf("acme's %v and globex's %v", a, g)
+	}
+	cfg.Retrieval.KnowledgeBases = append(cfg.Retrieval.KnowledgeBases, KnowledgeBase{Name: "docs", Tenant: "acme", Dir: "/srv/other"})
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `retrieval.knowledge_bases[3].name: duplicate knowledge base "docs"`) {
+		t.Fatalf("acme's second docs: %v", err)
 	}
 }

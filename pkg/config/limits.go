@@ -17,6 +17,9 @@ type Limits struct {
 	DefaultTier string `yaml:"default_tier"`
 	// Tiers by name (e.g. free, standard, vip).
 	Tiers map[string]Tier `yaml:"tiers"`
+	// Ban turns away floods; unlike the tiers it is not part of the live
+	// policy.
+	Ban Ban `yaml:"ban" json:"-"`
 }
 
 // Tier is one service level.
@@ -29,6 +32,10 @@ type Tier struct {
 	// MaxQueuePerTenant caps one tenant's waiting requests per pool; 0 is
 	// no cap beyond admission.max_queue_depth.
 	MaxQueuePerTenant int `yaml:"max_queue_per_tenant" json:"max_queue_per_tenant"`
+	// MaxConcurrent caps the permits (streams at once) one tenant holds in
+	// a pool; 0 is no cap beyond the pool's max_concurrency. A tenant at
+	// its cap keeps its place in the queue while others are granted.
+	MaxConcurrent int `yaml:"max_concurrent" json:"max_concurrent"`
 	// MaxOutputTokens caps a request's max_tokens; 0 uses
 	// api.max_tokens_limit.
 	MaxOutputTokens int `yaml:"max_output_tokens" json:"max_output_tokens"`
@@ -36,6 +43,27 @@ type Tier struct {
 	Tenant Rate `yaml:"tenant" json:"tenant"`
 	User   Rate `yaml:"user" json:"user"`
 	IP     Rate `yaml:"ip" json:"ip"`
+	// Routes limits the routes besides the chat POSTs, which cost little
+	// each but a Redis read, a Temporal call or an embedding apiece.
+	Routes RouteLimits `yaml:"routes" json:"routes"`
+}
+
+// RouteLimits are a tier's request rates for the routes besides the chat
+// POSTs, each per tenant and per client address.
+type RouteLimits struct {
+	// Reads: request status (a Temporal query each), kbs and sessions.
+	Reads RouteRate `yaml:"reads" json:"reads"`
+	// Resumes: event streams re-attached (a signal each).
+	Resumes RouteRate `yaml:"resumes" json:"resumes"`
+	// Ingest: document writes and deletes (embeddings and index work).
+	Ingest RouteRate `yaml:"ingest" json:"ingest"`
+}
+
+// RouteRate is a route's requests per minute per tenant and per IP, each
+// with a minute's burst; 0 is no limit.
+type RouteRate struct {
+	TenantPerMinute float64 `yaml:"tenant_per_minute" json:"tenant_per_minute,omitempty"`
+	IPPerMinute     float64 `yaml:"ip_per_minute" json:"ip_per_minute,omitempty"`
 }
 
 // Rate is a token bucket in tokens (TPM-style), in requests (RPM-style), or
@@ -59,22 +87,26 @@ func defaultLimits() Limits {
 	return Limits{
 		Enabled:     true,
 		DefaultTier: "standard",
+		Ban:         defaultBan(),
 		Tiers: map[string]Tier{
 			"free": {
-				Weight: 2, MaxWait: 15 * time.Second, MaxQueuePerTenant: 100, MaxOutputTokens: 512,
+				Weight: 2, MaxWait: 15 * time.Second, MaxQueuePerTenant: 100, MaxConcurrent: 2, MaxOutputTokens: 512,
 				Tenant: Rate{TokensPerMinute: 50000, RequestsPerMinute: 100},
 				User:   Rate{TokensPerMinute: 20000, RequestsPerMinute: 30},
 				IP:     Rate{RequestsPerMinute: 120},
+				Routes: RouteLimits{Reads: RouteRate{300, 300}, Resumes: RouteRate{60, 60}, Ingest: RouteRate{20, 20}},
 			},
 			"standard": {
 				Weight: 3, MaxQueuePerTenant: 1000,
 				Tenant: Rate{TokensPerMinute: 200000, RequestsPerMinute: 300},
 				User:   Rate{TokensPerMinute: 60000, RequestsPerMinute: 120},
 				IP:     Rate{RequestsPerMinute: 600},
+				Routes: RouteLimits{Reads: RouteRate{1200, 600}, Resumes: RouteRate{300, 300}, Ingest: RouteRate{120, 120}},
 			},
 			"vip": {
 				Weight: 5, MaxWait: 60 * time.Second, MaxQueuePerTenant: 5000,
 				Tenant: Rate{TokensPerMinute: 1000000, RequestsPerMinute: 1000},
+				Routes: RouteLimits{Reads: RouteRate{6000, 0}, Resumes: RouteRate{1200, 0}, Ingest: RouteRate{600, 0}},
 			},
 		},
 	}
@@ -86,6 +118,9 @@ func defaultLimits() Limits {
 func (l Limits) validate(v *validator, keys []APIKey, maxTokensLimit int) {
 	if len(l.Tiers) == 0 {
 		v.add("limits.tiers", "must define at least one tier")
+	}
+	if l.Ban.Enabled {
+		l.Ban.validate(v, "limits.ban")
 	}
 	if _, ok := l.Tiers[l.DefaultTier]; !ok {
 		v.add("limits.default_tier", "names unknown tier %q", l.DefaultTier)
@@ -114,12 +149,23 @@ func (t Tier) validate(v *validator, field string, maxTokensLimit int) {
 	if t.MaxQueuePerTenant < 0 {
 		v.add(field+".max_queue_per_tenant", "must be >= 0, got %d", t.MaxQueuePerTenant)
 	}
+	if t.MaxConcurrent < 0 {
+		v.add(field+".max_concurrent", "must be >= 0 (0 = no cap), got %d", t.MaxConcurrent)
+	}
 	if t.MaxOutputTokens < 0 || t.MaxOutputTokens > maxTokensLimit {
 		v.add(field+".max_output_tokens", "must be between 0 and api.max_tokens_limit (%d), got %d", maxTokensLimit, t.MaxOutputTokens)
 	}
 	t.Tenant.validate(v, field+".tenant")
 	t.User.validate(v, field+".user")
 	t.IP.validate(v, field+".ip")
+	for _, r := range []struct {
+		name string
+		rate RouteRate
+	}{{"reads", t.Routes.Reads}, {"resumes", t.Routes.Resumes}, {"ingest", t.Routes.Ingest}} {
+		if r.rate.TenantPerMinute < 0 || r.rate.IPPerMinute < 0 {
+			v.add(field+".routes."+r.name, "rates must be >= 0 (0 = no limit), got %+v", r.rate)
+		}
+	}
 }
 
 // validate checks the rate at YAML path field. A zero rate is no limit,

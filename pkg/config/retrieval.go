@@ -2,7 +2,10 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/kbref"
 )
 
 // Retrieval configures knowledge-base search.
@@ -13,9 +16,11 @@ type Retrieval struct {
 	Candidates int `yaml:"candidates"`
 	// CacheTTL is the Redis TTL of a cached retrieval result.
 	CacheTTL time.Duration `yaml:"cache_ttl"`
-	// KnowledgeBases are the kbs a request may name.
+	// KnowledgeBases are the kbs seeded from a source at start (and again
+	// whenever Redis lost them): each shared, or one tenant's own. Tenants
+	// also make kbs of their own through the API.
 	KnowledgeBases []KnowledgeBase `yaml:"knowledge_bases"`
-	// DefaultKB is used when a request names none.
+	// DefaultKB is used when a request names none; a shared kb.
 	DefaultKB string `yaml:"default_kb"`
 	// ChunkTokens bounds one chunk; used to estimate prompt size before
 	// retrieval has run.
@@ -27,10 +32,25 @@ type Retrieval struct {
 
 // KnowledgeBase names a corpus. Dir, if set, loads *.md and *.txt files
 // from a directory; otherwise Builtin names a corpus compiled into Sluice.
+// Exactly one of Shared and Tenant says whose it is.
 type KnowledgeBase struct {
-	Name    string `yaml:"name"`
+	Name string `yaml:"name"`
+	// Shared makes the kb readable by every tenant and writable by none
+	// through the API: its source here is its content. Its name is then
+	// taken from every tenant (a tenant's kb of that name is unreachable).
+	Shared bool `yaml:"shared"`
+	// Tenant makes the kb that tenant's own, as if it had ingested it.
+	Tenant  string `yaml:"tenant"`
 	Builtin string `yaml:"builtin"`
 	Dir     string `yaml:"dir"`
+}
+
+// Ref is the kb's identity.
+func (k KnowledgeBase) Ref() kbref.Ref {
+	if k.Shared {
+		return kbref.Shared(k.Name)
+	}
+	return kbref.Own(k.Tenant, k.Name)
 }
 
 // Ingest bounds document ingestion (POST /v1/kb/:kb/documents), which
@@ -53,7 +73,9 @@ type Ingest struct {
 // it is off unless a kb is listed, because a kb's owner must agree that
 // one answer fits every asker.
 type AnswerCache struct {
-	// KBs lists the knowledge bases whose answers are cached.
+	// KBs lists the knowledge bases whose answers are cached: the name of
+	// a shared kb (its answers are served to every tenant), or
+	// "<tenant>/<name>" for a tenant's own (served within that tenant).
 	KBs []string `yaml:"kbs"`
 	// TTL is how long an answer is kept.
 	TTL time.Duration `yaml:"ttl"`
@@ -64,7 +86,7 @@ func defaultRetrieval() Retrieval {
 		TopK:               3,
 		Candidates:         10,
 		CacheTTL:           time.Hour,
-		KnowledgeBases:     []KnowledgeBase{{Name: "sluice-docs", Builtin: "sluice-docs"}},
+		KnowledgeBases:     []KnowledgeBase{{Name: "sluice-docs", Shared: true, Builtin: "sluice-docs"}},
 		DefaultKB:          "sluice-docs",
 		ChunkTokens:        120,
 		ChunkOverlapTokens: 24,
@@ -94,7 +116,8 @@ func (r Retrieval) validate(v *validator) {
 }
 
 // validateKnowledgeBases checks that the kbs are named once each, each
-// from one source, and that the default is one of them.
+// from one source and with one owner, and that the default is one of them
+// and shared.
 func (r Retrieval) validateKnowledgeBases(v *validator) {
 	if len(r.KnowledgeBases) == 0 {
 		v.add("retrieval.knowledge_bases", "must name at least one knowledge base")
@@ -102,14 +125,45 @@ func (r Retrieval) validateKnowledgeBases(v *validator) {
 	seen := map[string]bool{}
 	for i, kb := range r.KnowledgeBases {
 		field := fmt.Sprintf("retrieval.knowledge_bases[%d]", i)
-		v.uniqueName(seen, field+".name", kb.Name, fmt.Sprintf("duplicate knowledge base %q", kb.Name))
+		// Names are unique per owner: two tenants may each configure a
+		// "docs" (a tenant may not take a shared kb's name: below).
+		v.uniqueName(seen, field+".name", kb.Ref().Key(), fmt.Sprintf("duplicate knowledge base %q", kb.Name))
+		if kb.Name != "" && !kbref.ValidName(kb.Name) {
+			v.add(field+".name", "must be %s, got %q", kbref.NameRule, kb.Name)
+		}
+		if kb.Shared == (kb.Tenant != "") {
+			v.add(field, "set exactly one of shared: true or tenant")
+		}
 		if (kb.Builtin == "") == (kb.Dir == "") {
 			v.add(field, "set exactly one of builtin or dir")
 		}
 	}
-	if r.DefaultKB != "" && !seen[r.DefaultKB] {
+	shared := r.sharedKBs()
+	for i, kb := range r.KnowledgeBases {
+		if !kb.Shared && kb.Tenant != "" && shared[kb.Name] {
+			v.add(fmt.Sprintf("retrieval.knowledge_bases[%d].name", i), "%q is a shared knowledge base's name", kb.Name)
+		}
+	}
+	isNamed := func(kb KnowledgeBase) bool { return kb.Name == r.DefaultKB }
+	switch {
+	case r.DefaultKB == "" || shared[r.DefaultKB]:
+	case slices.ContainsFunc(r.KnowledgeBases, isNamed):
+		// The default is every tenant's when they name none.
+		v.add("retrieval.default_kb", "names %q, which is not shared", r.DefaultKB)
+	default:
 		v.add("retrieval.default_kb", "names unknown knowledge base %q", r.DefaultKB)
 	}
+}
+
+// sharedKBs are the names of the configured shared kbs.
+func (r Retrieval) sharedKBs() map[string]bool {
+	out := map[string]bool{}
+	for _, kb := range r.KnowledgeBases {
+		if kb.Shared {
+			out[kb.Name] = true
+		}
+	}
+	return out
 }
 
 func (i Ingest) validate(v *validator) {
@@ -122,13 +176,27 @@ func (i Ingest) validate(v *validator) {
 	v.positive("ingest.max_body_bytes", i.MaxBodyBytes)
 }
 
-func (a AnswerCache) validate(v *validator) {
+// validate checks the listed kbs against the configured shared ones: a
+// bare name must be one, since an answer from it is served to every
+// tenant; a tenant's own kb is named with its tenant, whose alone its
+// answers stay.
+func (a AnswerCache) validate(v *validator, r Retrieval) {
 	v.duration("answer_cache.ttl", a.TTL)
+	shared := r.sharedKBs()
 	cached := map[string]bool{}
 	for i, kb := range a.KBs {
+		field := fmt.Sprintf("answer_cache.kbs[%d]", i)
 		if kb == "" || cached[kb] {
-			v.add(fmt.Sprintf("answer_cache.kbs[%d]", i), "must be a knowledge base named once, got %q", kb)
+			v.add(field, "must be a knowledge base named once, got %q", kb)
 		}
 		cached[kb] = true
+		ref, err := kbref.ParseKey(kb)
+		switch {
+		case kb == "":
+		case err != nil:
+			v.add(field, "must be a shared knowledge base's name or <tenant>/<name>, got %q", kb)
+		case ref.IsShared() && !shared[kb]:
+			v.add(field, "names %q, which is not a shared knowledge base of retrieval.knowledge_bases; name a tenant's own as <tenant>/%s", kb, kb)
+		}
 	}
 }

@@ -72,6 +72,15 @@ type CacheStats struct {
 // front of an Embedder. A vector depends only on the normalised query and
 // the embedder's Model, both in the key, so entries are never invalid; this
 // tier needs no versioning. It is safe for concurrent use.
+//
+// Unlike the retrieval and answer tiers it is shared by every tenant, on
+// purpose: an entry holds nothing of any tenant's knowledge bases or
+// sessions — only the vector of a text, which is a function of that text
+// and the model — and it is found only by a request that already holds
+// the same text (the key is its hash). What a hit tells a caller is that
+// the same normalised question was embedded before, by someone; keying by
+// tenant would hide that at the cost of every tenant embedding the common
+// questions again.
 type Cache struct {
 	emb    Embedder
 	model  string

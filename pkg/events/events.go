@@ -50,7 +50,10 @@ type Event struct {
 type Accepted struct {
 	RequestID string `json:"request_id"`
 	Tenant    string `json:"tenant"`
-	KB        string `json:"kb"`
+	// User is the key's user ("" for an anonymous caller): only the
+	// tenant and user who sent a request may read or cancel it.
+	User string `json:"user,omitempty"`
+	KB   string `json:"kb"`
 }
 
 // Queue reports the request's place in the admission queue.

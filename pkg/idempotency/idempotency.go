@@ -1,5 +1,5 @@
 // Package idempotency maps a client's Idempotency-Key to the one request
-// it started, per tenant, for a retention window: a retried POST attaches
+// it started, per caller (tenant and user), for a retention window: a retried POST attaches
 // to that request instead of starting (and paying for) another.
 package idempotency
 
@@ -67,15 +67,17 @@ func Fingerprint(parts ...[]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// KeyFor is tenant's key clientKey for a request whose canonical form has
-// the fingerprint. The client's key is stored hashed: it may be anything
-// the client chose, and its length is bounded either way.
-func (s *Store) KeyFor(tenant, clientKey, fingerprint string) (Key, error) {
+// KeyFor is the key clientKey of one caller (a tenant's user) for a
+// request whose canonical form has the fingerprint: each caller's keys are
+// its own, as its requests are. The client's key is stored hashed with
+// its owner: it may be anything the client chose, and its length is
+// bounded either way.
+func (s *Store) KeyFor(tenant, user, clientKey, fingerprint string) (Key, error) {
 	if clientKey == "" || len(clientKey) > MaxKeyLength || strings.IndexFunc(clientKey, notVisibleASCII) >= 0 {
 		return Key{}, ErrBadKey
 	}
-	sum := sha256.Sum256([]byte(clientKey))
-	return Key{redisKey: s.prefix + "idem:" + tenant + ":" + hex.EncodeToString(sum[:]), fingerprint: fingerprint}, nil
+	sum := sha256.Sum256([]byte(tenant + "\x00" + user + "\x00" + clientKey))
+	return Key{redisKey: s.prefix + "idem:" + hex.EncodeToString(sum[:]), fingerprint: fingerprint}, nil
 }
 
 func notVisibleASCII(r rune) bool { return r < 0x21 || r > 0x7e }

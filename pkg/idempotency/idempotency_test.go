@@ -30,7 +30,7 @@ func newStore(t *testing.T, ttl time.Duration) (*Store, *redis.Client) {
 func TestOneOfManyRacingRequestsWins(t *testing.T) {
 	s, _ := newStore(t, time.Minute)
 	ctx := context.Background()
-	k, err := s.KeyFor("acme", "order-42", Fingerprint([]byte("/v1/chat"), []byte(`{"query":"hi"}`)))
+	k, err := s.KeyFor("acme", "alice", "order-42", Fingerprint([]byte("/v1/chat"), []byte(`{"query":"hi"}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +69,8 @@ func TestOneOfManyRacingRequestsWins(t *testing.T) {
 func TestADifferentBodyIsNotTheSame(t *testing.T) {
 	s, _ := newStore(t, time.Minute)
 	ctx := context.Background()
-	first, _ := s.KeyFor("acme", "k", Fingerprint([]byte(`{"query":"a"}`)))
-	other, _ := s.KeyFor("acme", "k", Fingerprint([]byte(`{"query":"b"}`)))
+	first, _ := s.KeyFor("acme", "alice", "k", Fingerprint([]byte(`{"query":"a"}`)))
+	other, _ := s.KeyFor("acme", "alice", "k", Fingerprint([]byte(`{"query":"b"}`)))
 	if _, won, err := s.Claim(ctx, first, "chat-1"); err != nil || !won {
 		t.Fatal(won, err)
 	}
@@ -80,11 +80,12 @@ func TestADifferentBodyIsNotTheSame(t *testing.T) {
 	}
 }
 
-func TestKeysAreTenantsOwn(t *testing.T) {
+func TestKeysAreTheCallersOwn(t *testing.T) {
 	s, _ := newStore(t, time.Minute)
 	ctx := context.Background()
-	a, _ := s.KeyFor("acme", "k", "f")
-	b, _ := s.KeyFor("globex", "k", "f")
+	a, _ := s.KeyFor("acme", "alice", "k", "f")
+	b, _ := s.KeyFor("globex", "alice", "k", "f")
+	bob, _ := s.KeyFor("acme", "bob", "k", "f")
 	if _, won, err := s.Claim(ctx, a, "chat-a"); err != nil || !won {
 		t.Fatal(won, err)
 	}
@@ -94,12 +95,15 @@ func TestKeysAreTenantsOwn(t *testing.T) {
 	if _, won, err := s.Claim(ctx, b, "chat-b"); err != nil || !won {
 		t.Fatalf("another tenant could not claim the same key (%v, %v)", won, err)
 	}
+	if _, ok, err := s.Lookup(ctx, bob); err != nil || ok {
+		t.Fatalf("another user of the tenant found alice's claim (%v, %v)", ok, err)
+	}
 }
 
 func TestReleaseFreesOnlyItsOwnClaim(t *testing.T) {
 	s, rdb := newStore(t, time.Minute)
 	ctx := context.Background()
-	k, _ := s.KeyFor("acme", "k", "f")
+	k, _ := s.KeyFor("acme", "alice", "k", "f")
 	if _, _, err := s.Claim(ctx, k, "chat-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -126,11 +130,11 @@ func TestReleaseFreesOnlyItsOwnClaim(t *testing.T) {
 func TestBadKeysAreRefused(t *testing.T) {
 	s, _ := newStore(t, time.Minute)
 	for _, bad := range []string{"", strings.Repeat("x", MaxKeyLength+1), "has space", "tab\t", "é"} {
-		if _, err := s.KeyFor("acme", bad, "f"); !errors.Is(err, ErrBadKey) {
+		if _, err := s.KeyFor("acme", "alice", bad, "f"); !errors.Is(err, ErrBadKey) {
 			t.Errorf("key %q: %v, want ErrBadKey", bad, err)
 		}
 	}
-	if _, err := s.KeyFor("acme", strings.Repeat("x", MaxKeyLength), "f"); err != nil {
+	if _, err := s.KeyFor("acme", "alice", strings.Repeat("x", MaxKeyLength), "f"); err != nil {
 		t.Errorf("a key of the longest length was refused: %v", err)
 	}
 }

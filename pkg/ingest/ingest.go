@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/pkg/embed"
+	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 )
@@ -63,20 +64,6 @@ type Result struct {
 	Docs    []DocResult `json:"documents"`
 }
 
-// ValidKBName reports whether name may name a kb: 1–64 of letters,
-// digits, '-', '_' and '.'.
-func ValidKBName(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
-			return false
-		}
-	}
-	return true
-}
-
 // Validate checks one document.
 func Validate(d Document) error {
 	switch {
@@ -96,11 +83,13 @@ func Validate(d Document) error {
 	return nil
 }
 
-// Put stores docs in kb as one change and returns the kb's version after
-// it. Every document is validated before anything is embedded.
+// Put stores docs in kb (a kbref key: a shared kb's name, or a tenant's
+// own kb) as one change and returns the kb's version after it. Every
+// document is validated before anything is embedded.
 func (g *Ingester) Put(ctx context.Context, kb string, docs []Document) (Result, error) {
-	if !ValidKBName(kb) {
-		return Result{}, fmt.Errorf("%w: kb name %q: use 1-64 letters, digits, '-', '_' or '.'", ErrInvalid, kb)
+	ref, err := kbref.ParseKey(kb)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %w: use %s", ErrInvalid, err, kbref.NameRule)
 	}
 	if len(docs) == 0 {
 		return Result{}, fmt.Errorf("%w: no documents", ErrInvalid)
@@ -127,7 +116,8 @@ func (g *Ingester) Put(ctx context.Context, kb string, docs []Document) (Result,
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{KB: kb, Docs: make([]DocResult, len(docs))}
+	// The client named the kb by its name; its owner is the client.
+	res := Result{KB: ref.Name, Docs: make([]DocResult, len(docs))}
 	var todo []kbstore.Revision
 	var at []int // index into docs of each of todo
 	for i, d := range docs {

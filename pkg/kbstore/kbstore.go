@@ -4,6 +4,10 @@
 // changed at which version, so that every worker can bring its in-process
 // index up to date by reading only what changed.
 //
+// A kb is named here by its key (kbref.Ref.Key): a tenant's own kb and a
+// shared kb of the same name are two kbs with their own keys, versions,
+// documents and retrieval-cache entries.
+//
 // Revisions are content-addressed (the hash of the document, the chunking
 // and the embedder) and immutable: putting the same content again changes
 // nothing, and a chunk id that names its revision always means the same
@@ -19,7 +23,8 @@
 //	<prefix>kb:{<kb>}:model     the embedder model its vectors come from
 //	<prefix>kb:{<kb>}:rev:<id>:<rev>  hash meta (JSON), vecs (float32 LE)
 //	<prefix>kb:{<kb>}:l2doc:<id>      set of retrieval-cache keys holding it
-//	<prefix>kbs                 set of kb names
+//	<prefix>kbs                 set of the shared kbs' names
+//	<prefix>kbs:t:<tenant>      set of the names of a tenant's own kbs
 package kbstore
 
 import (
@@ -39,6 +44,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/kbref"
 )
 
 var (
@@ -168,16 +175,29 @@ type PutResult struct {
 	Changed []bool
 }
 
-// Put stores revs as the current revisions of their documents in kb, in
-// one atomic change, and returns the new version. The vectors must come
-// from model.
+// namesKey is the set that lists a kb's name among its owner's kbs: the
+// shared kbs' set, or the tenant's own.
+func (s *Store) namesKey(owner kbref.Ref) string {
+	if owner.IsShared() {
+		return s.prefix + "kbs"
+	}
+	return s.prefix + "kbs:t:" + owner.Tenant
+}
+
+// Put stores revs as the current revisions of their documents in kb (a
+// kbref key), in one atomic change, and returns the new version. The
+// vectors must come from model.
 func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (PutResult, error) {
 	if len(revs) == 0 {
 		return PutResult{}, errors.New("put into kb: no documents")
 	}
+	ref, err := kbref.ParseKey(kb)
+	if err != nil {
+		return PutResult{}, fmt.Errorf("put into kb: %w", err)
+	}
 	kp := s.kbPrefix(kb)
-	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", s.prefix + "kbs", kp + "epoch"}
-	args := []any{kp, kb, model, s.grace.Milliseconds(), len(revs)}
+	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", s.namesKey(ref), kp + "epoch"}
+	args := []any{kp, ref.Name, model, s.grace.Milliseconds(), len(revs)}
 	for _, r := range revs {
 		if err := checkRevision(r); err != nil {
 			return PutResult{}, fmt.Errorf("put %s into kb %s: %w", r.ID, kb, err)
@@ -423,11 +443,12 @@ func (s *Store) Revs(ctx context.Context, kb string, ids []string) ([]string, er
 	return out, nil
 }
 
-// KBs lists the names of every kb ever written, sorted.
-func (s *Store) KBs(ctx context.Context) ([]string, error) {
-	names, err := s.rdb.SMembers(ctx, s.prefix+"kbs").Result()
+// KBs lists the names of tenant's own kbs ever written, sorted; with
+// tenant "", of the shared kbs ever written.
+func (s *Store) KBs(ctx context.Context, tenant string) ([]string, error) {
+	names, err := s.rdb.SMembers(ctx, s.namesKey(kbref.Ref{Tenant: tenant})).Result()
 	if err != nil {
-		return nil, fmt.Errorf("list kbs: %w", err)
+		return nil, fmt.Errorf("list kbs of %q: %w", tenant, err)
 	}
 	sort.Strings(names)
 	return names, nil

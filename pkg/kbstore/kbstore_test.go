@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -108,11 +109,47 @@ func TestPutChangeDelete(t *testing.T) {
 	if d := info.Documents[0]; d.ID != "a" || d.Rev != a2.Rev || d.Chunks != 1 || d.Version != 2 {
 		t.Fatalf("doc info %+v", d)
 	}
-	if names, _ := s.KBs(ctx); !slices.Equal(names, []string{"kb"}) {
+	if names, _ := s.KBs(ctx, ""); !slices.Equal(names, []string{"kb"}) {
 		t.Fatalf("kbs %v", names)
 	}
 	if revs, _ := s.Revs(ctx, "kb", []string{"a", "b"}); !slices.Equal(revs, []string{a2.Rev, ""}) {
 		t.Fatalf("revs %v", revs)
+	}
+}
+
+// Two tenants' kbs of one name, and the shared kb of that name, are three
+// kbs: their own versions, documents and name lists.
+func TestTenantsKBsAreApart(t *testing.T) {
+	s := New(srv.Client(t), Options{Prefix: testenv.KeyPrefix(t)})
+	ctx := context.Background()
+	acme, globex, shared := kbref.Own("acme", "docs").Key(), kbref.Own("globex", "docs").Key(), kbref.Shared("docs").Key()
+	if _, err := s.Put(ctx, acme, "m", []Revision{rev("a", "alpha", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, acme, "m", []Revision{rev("b", "beta", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, globex, "other-model", []Revision{rev("c", "gamma", 1)}); err != nil {
+		t.Fatalf("another tenant's kb of the same name is another kb, with its own model: %v", err)
+	}
+	for kb, want := range map[string]int64{acme: 2, globex: 1, shared: 0} {
+		if v, _ := s.Version(ctx, kb); v != want {
+			t.Errorf("version of %s = %d, want %d", kb, v, want)
+		}
+	}
+	if info, _ := s.Info(ctx, globex); len(info.Documents) != 1 || info.Documents[0].ID != "c" {
+		t.Fatalf("globex sees %+v", info.Documents)
+	}
+	if _, _, err := s.Delete(ctx, globex, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if revs, _ := s.Revs(ctx, acme, []string{"a"}); revs[0] == "" {
+		t.Fatal("a delete in globex's kb removed acme's document")
+	}
+	for tenant, want := range map[string][]string{"acme": {"docs"}, "globex": {"docs"}, "": nil, "initech": nil} {
+		if names, err := s.KBs(ctx, tenant); err != nil || !slices.Equal(names, want) {
+			t.Errorf("kbs of %q = %v %v, want %v", tenant, names, err, want)
+		}
 	}
 }
 

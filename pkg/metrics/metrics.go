@@ -36,6 +36,8 @@ type Metrics struct {
 	requests     *prometheus.CounterVec
 	rateLimits   *prometheus.CounterVec
 	alerts       *prometheus.CounterVec
+	bans         *prometheus.CounterVec
+	banned       *prometheus.CounterVec
 	logger       *slog.Logger
 	scrapeBudget time.Duration
 }
@@ -69,9 +71,17 @@ func New(logger *slog.Logger) *Metrics {
 			Name: "sluice_healing_alerts_total",
 			Help: "Alerts the tail-latency healer raised, by pool and level (warn, critical).",
 		}, []string{"pool", "level"}),
+		bans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_bans_total",
+			Help: "Abuse bans imposed by this instance, by what they name (ip, key).",
+		}, []string{"kind"}),
+		banned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_banned_requests_total",
+			Help: "Requests refused (429) because their IP or key was banned, by what was banned (ip, key).",
+		}, []string{"kind"}),
 		scrapeBudget: 2 * time.Second,
 	}
-	m.reg.MustRegister(m.stages, m.requests, m.rateLimits, m.alerts,
+	m.reg.MustRegister(m.stages, m.requests, m.rateLimits, m.alerts, m.bans, m.banned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -124,6 +134,19 @@ func (m *Metrics) RateLimit(dimension string, allowed bool) {
 		decision = "allow"
 	}
 	m.rateLimits.WithLabelValues(dimension, decision).Inc()
+}
+
+// Banned counts a request refused for a ban of kind (ip, key); imposed
+// says that this request's count imposed it. The label never names the
+// address or the key: their number is unbounded, and logs name them.
+func (m *Metrics) Banned(kind string, imposed bool) {
+	if m == nil {
+		return
+	}
+	if imposed {
+		m.bans.WithLabelValues(kind).Inc()
+	}
+	m.banned.WithLabelValues(kind).Inc()
 }
 
 // HealingAlert counts an alert of the healer about pool at level.

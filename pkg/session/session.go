@@ -87,16 +87,25 @@ func New(rdb Redis, opts Options) (*Store, error) {
 	return &Store{rdb: rdb, prefix: opts.KeyPrefix, ttl: opts.TTL, maxTurns: opts.MaxTurns}, nil
 }
 
-// Key is the Redis key of a tenant's session. Sessions are the tenant's
-// own: the same id under another tenant is another session. The tenant's
-// length goes first so that no tenant and id pair can spell another's.
-func (s *Store) Key(tenant, id string) string {
-	return s.prefix + "sess:" + strconv.Itoa(len(tenant)) + ":" + tenant + ":" + id
+// Owner is whom a session belongs to: a user of a tenant. Another user of
+// the same tenant, or another tenant, naming the same session id names
+// another session: ids are the client's words, not secrets.
+type Owner struct {
+	Tenant, User string
+}
+
+// Key is the Redis key of an owner's session. Each part's length goes
+// before it, so that no owner and id can spell another's. ("usess", not
+// the "sess" of sessions that belonged to a whole tenant: such an old key
+// must not read as some user's session.)
+func (s *Store) Key(o Owner, id string) string {
+	return s.prefix + "usess:" + strconv.Itoa(len(o.Tenant)) + ":" + o.Tenant + ":" +
+		strconv.Itoa(len(o.User)) + ":" + o.User + ":" + id
 }
 
 // Append records a turn; a turn already recorded for its request is not
 // recorded again (Append may be retried).
-func (s *Store) Append(ctx context.Context, tenant, id string, t Turn) error {
+func (s *Store) Append(ctx context.Context, o Owner, id string, t Turn) error {
 	if t.RequestID == "" {
 		return errors.New("session turn without a request id")
 	}
@@ -106,7 +115,7 @@ func (s *Store) Append(ctx context.Context, tenant, id string, t Turn) error {
 	}
 	id8, _ := json.Marshal(t.RequestID)
 	marker := `{"request_id":` + string(id8) + `,`
-	err = appendScript.Run(ctx, s.rdb, []string{s.Key(tenant, id)},
+	err = appendScript.Run(ctx, s.rdb, []string{s.Key(o, id)},
 		marker, b, s.maxTurns, s.ttl.Milliseconds()).Err()
 	if err != nil {
 		return fmt.Errorf("append turn of %s to session %s: %w", t.RequestID, id, err)
@@ -116,8 +125,8 @@ func (s *Store) Append(ctx context.Context, tenant, id string, t Turn) error {
 
 // Turns returns a session's turns, oldest first; none for a session that
 // does not exist (or expired).
-func (s *Store) Turns(ctx context.Context, tenant, id string) ([]Turn, error) {
-	raw, err := s.rdb.LRange(ctx, s.Key(tenant, id), 0, -1).Result()
+func (s *Store) Turns(ctx context.Context, o Owner, id string) ([]Turn, error) {
+	raw, err := s.rdb.LRange(ctx, s.Key(o, id), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("read session %s: %w", id, err)
 	}
@@ -133,8 +142,8 @@ func (s *Store) Turns(ctx context.Context, tenant, id string) ([]Turn, error) {
 }
 
 // Forget deletes a session; it reports whether there was one.
-func (s *Store) Forget(ctx context.Context, tenant, id string) (bool, error) {
-	n, err := s.rdb.Del(ctx, s.Key(tenant, id)).Result()
+func (s *Store) Forget(ctx context.Context, o Owner, id string) (bool, error) {
+	n, err := s.rdb.Del(ctx, s.Key(o, id)).Result()
 	if err != nil {
 		return false, fmt.Errorf("forget session %s: %w", id, err)
 	}
@@ -154,11 +163,11 @@ func Exchanges(turns []Turn) []prompt.Exchange {
 // prompt b builds (newest first, never a gap), and the tokens they add.
 // The door and admission route by that count and the stream builds its
 // prompt from the turns, so all three read a session the same way.
-func (s *Store) History(ctx context.Context, b *prompt.Builder, tenant, id string, budget int) ([]prompt.Exchange, int, error) {
+func (s *Store) History(ctx context.Context, b *prompt.Builder, o Owner, id string, budget int) ([]prompt.Exchange, int, error) {
 	if budget <= 0 {
 		return nil, 0, nil
 	}
-	turns, err := s.Turns(ctx, tenant, id)
+	turns, err := s.Turns(ctx, o, id)
 	if err != nil {
 		return nil, 0, err
 	}

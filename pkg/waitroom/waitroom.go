@@ -2,9 +2,10 @@
 // its workflow yet — every start slot of its API process is in use, or its
 // pool's admission queue already holds as many requests as it can usefully
 // hold — waits here, in the API process, where waiting costs Temporal
-// nothing. Waiters leave in weighted fair order across tenants (start-time
-// fair queuing by tier weight, first come first served within a tenant),
-// one pool at a time, as start slots free up and their pool can take them.
+// nothing. Waiters leave in weighted fair order across tenants (self-clocked
+// fair queuing by tier weight and each request's size in tokens, first come
+// first served within a tenant), one pool at a time, as start slots free up
+// and their pool can take them.
 //
 // Why a room at the door: a workflow that waits in the admission queue
 // costs Temporal a timer, a signal and a workflow task more than one that
@@ -19,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 )
@@ -30,6 +32,11 @@ type Ticket struct {
 	// Weight is the tenant's share while it has waiters (its tier's
 	// weight); > 0.
 	Weight int
+	// Cost is the request's size in the units weights share: its tokens,
+	// as admission counts them (admission.TokenCost), so that the room
+	// hands out tokens fairly, as the admission queue behind it does. 0
+	// means 1.
+	Cost float64
 	// MaxPerTenant caps the tenant's waiters in the room (0: none).
 	MaxPerTenant int
 }
@@ -119,6 +126,9 @@ func (r *Room) Enter(t Ticket, ready bool) (*Waiter, error) {
 	if t.Weight <= 0 {
 		return nil, fmt.Errorf("enter waiting room for pool %s: weight must be > 0, got %d", t.Pool, t.Weight)
 	}
+	if t.Cost < 0 || math.IsNaN(t.Cost) || math.IsInf(t.Cost, 0) {
+		return nil, fmt.Errorf("enter waiting room for pool %s: cost must be >= 0, got %v", t.Pool, t.Cost)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := &Waiter{room: r, ticket: t, admitted: make(chan struct{})}
@@ -135,7 +145,11 @@ func (r *Room) Enter(t Ticket, ready bool) (*Waiter, error) {
 	}
 	r.seq++
 	w.seq = r.seq
-	w.tag = max(l.vtime, l.finish[t.Tenant]) + 1/float64(t.Weight)
+	cost := t.Cost
+	if cost == 0 {
+		cost = 1
+	}
+	w.tag = max(l.vtime, l.finish[t.Tenant]) + cost/float64(t.Weight)
 	l.finish[t.Tenant] = w.tag
 	heap.Push(l, w)
 	l.changed++

@@ -230,3 +230,43 @@ func TestStartedSettles(t *testing.T) {
 		t.Fatalf("stats %+v: the first slot was given back", st)
 	}
 }
+
+// Waiters' costs are their tokens: a tenant sending 8k-token prompts and
+// one sending 100-token prompts, at equal weights, leave with equal shares
+// of the tokens, not of the requests.
+func TestTokenFairOrder(t *testing.T) {
+	r := newRoom(t, 1, 1000, nil)
+	enter(t, r, "x", 1, true) // holds the only slot: everyone else waits
+	tokens := map[*Waiter]int{}
+	tenant := map[*Waiter]string{}
+	for i := range 300 {
+		for _, s := range []struct {
+			name   string
+			tokens int
+		}{{"long", 8000 + 512}, {"brief", 100 + 512}} {
+			if s.name == "long" && i >= 30 {
+				continue
+			}
+			w, err := r.Enter(Ticket{Pool: "short", Tenant: s.name, Weight: 1, Cost: float64(s.tokens) / 1000}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens[w], tenant[w] = s.tokens, s.name
+		}
+	}
+	// The first 150 to leave, while both are still backlogged.
+	got := map[string]int{}
+	for w, n := range tokens {
+		if p := w.Position(); p <= 150 {
+			got[tenant[w]] += n
+		}
+	}
+	share := float64(got["long"]) / float64(got["long"]+got["brief"])
+	t.Logf("long prompts' share of the tokens of the first 150 to leave: %.1f%%", 100*share)
+	if share < 0.45 || share > 0.55 {
+		t.Fatalf("long prompts got %.1f%% of the tokens, want 50%% ± 5", 100*share)
+	}
+	if _, err := r.Enter(Ticket{Pool: "short", Tenant: "c", Weight: 1, Cost: -1}, true); err == nil {
+		t.Fatal("a negative cost was accepted")
+	}
+}

@@ -50,7 +50,8 @@ func ask(t *testing.T, ctx context.Context, body string) events.Done {
 	return done
 }
 
-// Ingest → ask → the answer's context holds the ingested document; delete
+// Ingest → ask → the answer's context holds the ingested document (in the
+// anonymous tenant's own kb, whose key its cache entries carry); delete
 // → the next ask no longer retrieves it (its cache entry is gone too),
 // while another kb's cache entries are untouched.
 func TestIngestAskDelete(t *testing.T) {
@@ -77,12 +78,12 @@ func TestIngestAskDelete(t *testing.T) {
 	if done.KBVersion != 1 || !slices.Contains(done.Sources, "quokka") {
 		t.Fatalf("done %+v: want the quokka document at version 1", done)
 	}
-	if mine, _ := stack.redis.Keys(ctx, keyPrefix+"ret:it-animals:*").Result(); len(mine) == 0 {
+	if mine, _ := stack.redis.Keys(ctx, keyPrefix+"ret:anonymous/it-animals:*").Result(); len(mine) == 0 {
 		t.Fatal("the answer's retrieval was not cached")
 	}
 
 	doJSON(t, ctx, "DELETE", "/v1/kb/it-animals/documents/quokka", "", nil)
-	if mine, _ := stack.redis.Keys(ctx, keyPrefix+"ret:it-animals:*").Result(); len(mine) != 0 {
+	if mine, _ := stack.redis.Keys(ctx, keyPrefix+"ret:anonymous/it-animals:*").Result(); len(mine) != 0 {
 		t.Fatalf("cache entries holding the deleted document survive: %v", mine)
 	}
 	if still, _ := stack.redis.Keys(ctx, keyPrefix+"ret:sluice-docs:*").Result(); len(still) < len(others) {

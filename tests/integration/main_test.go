@@ -92,11 +92,15 @@ func run(m *testing.M) (int, error) {
 	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
 	cfg.Pools.Short.MaxConcurrency = 2
 	cfg.Log.Level = "warn"
-	cfg.AnswerCache.KBs = []string{"it-cached"}
+	// Answers of the anonymous tenant's it-cached, and of two tenants'
+	// kbs of one name (each its own).
+	cfg.AnswerCache.KBs = []string{"anonymous/it-cached", "it-acme/it-faq", "it-globex/it-faq"}
 	// The healer would act on what other tests do to the pools (a queue
 	// timeout test is a 100% timeout rate); TestHealingThroughTemporal
 	// starts one of its own.
 	cfg.Healing.Enabled = false
+	// The burst and fairness tests send hundreds of requests with one key.
+	cfg.Limits.Ban.Enabled = false
 	cfg.Auth.APIKeys = []config.APIKey{
 		{Key: "k-acme", Tenant: "acme", User: "alice"},
 		{Key: "k-slow", Tenant: "slowco", User: "sam", Tier: "slow"},
@@ -104,6 +108,10 @@ func run(m *testing.M) (int, error) {
 		{Key: "k-fair-vip", Tenant: "fair-vip", Tier: "fair-vip"},
 		{Key: "k-fair-std", Tenant: "fair-std", Tier: "fair-std"},
 		{Key: "k-fair-free", Tenant: "fair-free", Tier: "fair-free"},
+		// Two users of one tenant and one of another, for tenancy_test.go.
+		{Key: keyAlice, Tenant: "it-acme", User: "alice", Tier: "burst", Scopes: []string{"chat", "ingest"}},
+		{Key: keyBob, Tenant: "it-acme", User: "bob", Tier: "burst", Scopes: []string{"chat", "ingest"}},
+		{Key: keyGus, Tenant: "it-globex", User: "gus", Tier: "burst", Scopes: []string{"chat", "ingest"}},
 	}
 	// A tier whose token bucket barely refills, so a test can read what a
 	// finished request left charged.

@@ -25,7 +25,17 @@ func simCompleted() int64 {
 // event once its workflow has ended (and so given back its permit).
 func answer(t *testing.T, ctx context.Context, body string) (string, events.Done, string) {
 	t.Helper()
-	s := chat(t, ctx, body)
+	return answerAs(t, ctx, "", body)
+}
+
+// answerAs is answer with an API key ("" for none).
+func answerAs(t *testing.T, ctx context.Context, key, body string) (string, events.Done, string) {
+	t.Helper()
+	var header map[string]string
+	if key != "" {
+		header = map[string]string{"Authorization": "Bearer " + key}
+	}
+	s := open(t, ctx, http.MethodPost, "/v1/chat", body, header)
 	defer s.close()
 	evs := s.until(t, terminal)
 	var text strings.Builder
@@ -98,7 +108,8 @@ func TestSessionTurnsThroughTheAPI(t *testing.T) {
 		got.Turns[0].Outcome != request.OutcomeTruncated || got.Turns[1].Answer != second || got.Turns[1].Outcome != request.OutcomeDone {
 		t.Fatalf("session %+v", got)
 	}
-	// Sessions are the tenant's: another key does not see this one.
+	// Sessions are their user's: another tenant's key does not see this
+	// one (tenancy_test.go tries another user of the same tenant).
 	req, _ := http.NewRequestWithContext(ctx, "GET", stack.baseURL+"/v1/sessions/it-s1", nil)
 	req.Header.Set("Authorization", "Bearer k-acme")
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotFound {

@@ -23,6 +23,8 @@ import (
 // Redis is a redis-server process owned by a test (or a TestMain).
 type Redis struct {
 	Addr string
+	bin  string
+	port int
 	cmd  *exec.Cmd
 	dir  string
 }
@@ -51,20 +53,39 @@ func LaunchRedis() (*Redis, error) {
 	// it and binding it (go test runs packages in parallel): a server that
 	// exits before it is ready is started again on another port.
 	for attempt := 1; ; attempt++ {
-		r, err := launchRedis(bin)
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		r, err := launchRedis(bin, port)
 		if err == nil || !errors.Is(err, errExited) || attempt == 5 {
 			return r, err
 		}
 	}
 }
 
+// Restart kills the server (SIGKILL: a crash, not a shutdown) and starts
+// an empty one on the same port, as a Redis without persistence that
+// crashed and came back looks to its clients: every key is gone.
+func (r *Redis) Restart() error {
+	r.Stop()
+	// The port was just released; a server that cannot bind it yet (the
+	// kernel still tearing the old socket down) is started again.
+	var err error
+	for attempt := 1; attempt <= 20; attempt++ {
+		var next *Redis
+		if next, err = launchRedis(r.bin, r.port); err == nil {
+			*r = *next
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("restart redis-server on %s: %w", r.Addr, err)
+}
+
 var errExited = errors.New("redis-server exited before it was ready")
 
-func launchRedis(bin string) (*Redis, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
+func launchRedis(bin string, port int) (*Redis, error) {
 	dir, err := os.MkdirTemp("", "sluice-redis-")
 	if err != nil {
 		return nil, err
@@ -85,7 +106,7 @@ func launchRedis(bin string) (*Redis, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd, dir: dir}
+	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin, port: port, cmd: cmd, dir: dir}
 	ready, exited := make(chan struct{}), make(chan struct{})
 	var log strings.Builder
 	go func() {
@@ -125,11 +146,13 @@ func (r *Redis) Client(t testing.TB) *redis.Client {
 	return c
 }
 
-// Stop kills the server and removes its directory.
+// Stop kills the server and removes its directory. It may be called
+// again (Cleanup after Restart).
 func (r *Redis) Stop() {
 	if r.cmd != nil && r.cmd.Process != nil {
 		_ = r.cmd.Process.Kill()
 		_ = r.cmd.Wait()
+		r.cmd = nil
 	}
 	_ = os.RemoveAll(r.dir)
 }

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -66,4 +67,81 @@ func LaunchTemporal(ctx context.Context, keywordAttrs []string) (*testsuite.DevS
 		return nil, fmt.Errorf("start temporal dev server (%s): %w", bin, err)
 	}
 	return srv, nil
+}
+
+// Temporal is a dev server that keeps its state in a SQLite file and its
+// frontend on one port, so that a test can stop it and start it again
+// and its clients find the same server, with every workflow it had, at
+// the same address: a restarted server, not a new one.
+type Temporal struct {
+	// HostPort is the frontend's address; DBFile the SQLite file.
+	HostPort string
+	DBFile   string
+	opts     testsuite.DevServerOptions
+	srv      *testsuite.DevServer
+}
+
+// LaunchPersistentTemporal starts the pinned dev server with its database
+// in dir, on a free loopback port, with the given Keyword search
+// attributes registered; its output goes to log. The caller must Stop it
+// before removing dir.
+func LaunchPersistentTemporal(ctx context.Context, keywordAttrs []string, dir string, log io.Writer) (*Temporal, error) {
+	bin, err := TemporalBin()
+	if err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	attrs := make([]temporal.SearchAttributeUpdate, 0, len(keywordAttrs))
+	for _, name := range keywordAttrs {
+		attrs = append(attrs, temporal.NewSearchAttributeKeyKeyword(name).ValueSet(""))
+	}
+	t := &Temporal{HostPort: fmt.Sprintf("127.0.0.1:%d", port), DBFile: filepath.Join(dir, "temporal.db")}
+	t.opts = testsuite.DevServerOptions{
+		ExistingPath:     bin,
+		ClientOptions:    &client.Options{HostPort: t.HostPort, Namespace: "default"},
+		DBFilename:       t.DBFile,
+		LogLevel:         "error",
+		SearchAttributes: temporal.NewSearchAttributes(attrs...),
+		ExtraArgs:        DevServerArgs,
+		Stdout:           log,
+		Stderr:           log,
+	}
+	if err := t.Start(ctx); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Start starts the server (again) on its port and database file and waits
+// until it answers.
+func (t *Temporal) Start(ctx context.Context) error {
+	if t.srv != nil {
+		return fmt.Errorf("temporal dev server on %s already running", t.HostPort)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	srv, err := testsuite.StartDevServer(ctx, t.opts)
+	if err != nil {
+		return fmt.Errorf("start temporal dev server on %s (%s): %w", t.HostPort, t.DBFile, err)
+	}
+	t.srv = srv
+	return nil
+}
+
+// Stop shuts the server down (SIGINT) and waits for it; its database file
+// stays. Stopping a stopped server does nothing.
+func (t *Temporal) Stop() error {
+	if t.srv == nil {
+		return nil
+	}
+	t.srv.Client().Close()
+	err := t.srv.Stop()
+	t.srv = nil
+	if err != nil {
+		return fmt.Errorf("stop temporal dev server on %s: %w", t.HostPort, err)
+	}
+	return nil
 }

@@ -20,8 +20,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -38,9 +40,16 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	defer rt.Close()
 	hub := events.NewHub(rt.Redis, rt.Events, events.HubOptions{Logger: logger.With("component", "event-hub")})
 	live := policy.NewStore(rt.Redis, cfg, rt.Gate, logger.With("component", "policy"))
+	keyCache := keys.NewCache(keys.NewStore(rt.Redis, cfg.Redis.KeyPrefix),
+		keys.CacheOptions{TTL: cfg.Auth.KeyCacheTTL, Logger: logger.With("component", "keys")})
+	bans, err := newBans(rt, cfg)
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(api.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub,
 		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Policy: live, KBs: rt.KBs, Ingester: rt.Ingester, Sessions: rt.Sessions, Metrics: rt.Metrics,
+		Keys: keyCache, Bans: bans,
 		Logger: logger.With("component", "api"),
 	})
 	if err != nil {
@@ -68,6 +77,16 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 		return srv.Run(gctx, ready, stopHub)
 	})
 	return g.Wait()
+}
+
+// newBans is the abuse-ban guard of limits.ban; nil when it is off.
+func newBans(rt *worker.Runtime, cfg config.Config) (*ban.Guard, error) {
+	b := cfg.Limits.Ban
+	if !b.Enabled {
+		return nil, nil
+	}
+	return ban.New(rt.Redis, ban.Options{KeyPrefix: cfg.Redis.KeyPrefix, Threshold: b.Threshold,
+		Window: b.Window, Duration: b.Duration, Exempt: b.ExemptPrefixes()})
 }
 
 // RunWorker runs a worker process until ctx ends, serving its metrics on

@@ -1,8 +1,9 @@
--- Ask for a permit: grant it at once when one is free and nobody waits,
--- otherwise join (or keep) a place in the weighted fair queue. Idempotent:
--- calling it again for the same id reports the current state, so it doubles
--- as the waiter's fallback re-check.
--- KEYS   the pool's keys in lib.lua order (permits … weights)
+-- Ask for a permit: grant it at once when one is free, nobody waits who
+-- could take it and the tenant is below its cap, otherwise join (or keep) a
+-- place in the weighted fair queue. Idempotent: calling it again for the
+-- same id reports the current state, so it doubles as the waiter's
+-- fallback re-check.
+-- KEYS   the pool's keys in lib.lua order (permits … parked)
 -- ARGV[1]  request id
 -- ARGV[2]  tenant
 -- ARGV[3]  weight (> 0): the tenant's share
@@ -19,6 +20,9 @@
 -- ARGV[12] tombstone key prefix: a request that has released (or was shed)
 --          is never admitted again, so a late or retried call cannot
 --          resurrect it
+-- ARGV[13] cap on the permits the tenant holds in this pool at once (0 =
+--          none): while the tenant holds that many, its entries wait at
+--          their places and others are granted past them
 -- Returns {status, position, tag, limit, ewma_ms, woken ids...}
 --   status 1 = holds a permit, 2 = queued at position (1-based), 3 = pool
 --   queue full, 4 = the request already released (nothing was taken),
@@ -34,6 +38,7 @@ local lease = tonumber(ARGV[8])
 local max_depth = tonumber(ARGV[9])
 local alive_ttl = tonumber(ARGV[10])
 local alive_prefix = ARGV[11]
+local held_cap = tonumber(ARGV[13])
 
 local now = now_ms()
 local limit = pool_limit(ARGV[7])
@@ -55,7 +60,7 @@ if tag then
   tag = tonumber(tag)
 elseif restore > 0 then
   tag = restore
-  add_entry(id, tenant, tag, now, weight)
+  add_entry(id, tenant, tag, now, weight, held_cap, false)
   local last = tonumber(redis.call('HGET', K.finish, tenant) or '0')
   if tag > last then redis.call('HSET', K.finish, tenant, tag) end
   -- A Redis that restarted empty starts V again at 0 while the waiters
@@ -64,10 +69,12 @@ elseif restore > 0 then
   -- that were there before them.
   local start = tag - ticks(cost, weight)
   if vtime() < start then redis.call('HSET', K.stats, 'vtime', start) end
-elseif redis.call('ZCARD', K.queue) == 0 and redis.call('ZCARD', K.permits) < limit then
-  -- Nobody to be fair to: the request never waits, so it takes no tag and
-  -- leaves V alone.
-  grant(id, now, lease)
+elseif redis.call('ZCARD', K.heads) == 0 and redis.call('ZCARD', K.permits) < limit
+    and redis.call('HEXISTS', K.tenants, tenant) == 0 and below_cap(tenant, held_cap) then
+  -- Nobody to be fair to (whoever waits is held back by a cap, and none
+  -- of them is this tenant's): the request never waits, so it takes no
+  -- tag and leaves V alone.
+  grant(id, tenant, now, lease)
   return {1, 0, 0, limit, ewma}
 else
   if redis.call('ZCARD', K.queue) >= max_depth then
@@ -78,7 +85,7 @@ else
   end
   local start = math.max(vtime(), tonumber(redis.call('HGET', K.finish, tenant) or '0'))
   tag = free_tick(start + ticks(cost, weight))
-  add_entry(id, tenant, tag, now, weight)
+  add_entry(id, tenant, tag, now, weight, held_cap, true)
   redis.call('HSET', K.finish, tenant, tag)
 end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)

@@ -1,20 +1,36 @@
 -- Shared prelude, prepended to every admission script when it is loaded.
 -- Every script gets the pool's keys in this order (renew only the first two);
 -- all share the pool's hash tag:
---   KEYS[1] permits ZSET   request id -> lease expiry (ms, Redis clock)
---   KEYS[2] grants  HASH   request id -> grant time (ms), to measure hold time
---   KEYS[3] queue   ZSET   request id -> finish tag F (virtual-time ticks);
+--   KEYS[1]  permits ZSET  request id -> lease expiry (ms, Redis clock)
+--   KEYS[2]  grants  HASH  request id -> "<grant time ms>:<tenant>", to
+--                          measure hold time and give the tenant's count
+--                          back (permits granted before tenants were
+--                          counted have the time alone)
+--   KEYS[3]  queue   ZSET  request id -> finish tag F (virtual-time ticks);
 --                          the head is the smallest tag
---   KEYS[4] stats   HASH   limit (optional override), ewma_ms (mean permit
---                          hold time), vtime (the pool's virtual time V)
---   KEYS[5] tenants HASH   tenant -> its entries in queue
---   KEYS[6] finish  HASH   tenant -> F of its last entry (F_t); dropped when
+--   KEYS[4]  stats   HASH  limit (optional override), ewma_ms (mean permit
+--                          hold time), vtime (the pool's virtual time V),
+--                          parked (entries held back by their tenant's
+--                          cap), layout (2 once order and heads are built)
+--   KEYS[5]  tenants HASH  tenant -> its entries in queue
+--   KEYS[6]  finish  HASH  tenant -> F of its last entry (F_t); dropped when
 --                          the tenant has no entry left
---   KEYS[7] waiters HASH   queued request id -> its tenant
---   KEYS[8] since   ZSET   queued request id -> enqueue time (ms)
---   KEYS[9] weights HASH   queued request id -> its weight (its tier's),
---                          for shedding the lowest tier; entries queued
---                          before it existed have none and are never shed
+--   KEYS[7]  waiters HASH  queued request id -> its tenant
+--   KEYS[8]  since   ZSET  queued request id -> enqueue time (ms)
+--   KEYS[9]  weights HASH  queued request id -> its weight (its tier's),
+--                          for shedding the lowest tier, and ":<cap>" when
+--                          its tier caps the permits its tenant holds;
+--                          entries queued before it existed have none and
+--                          are never shed
+--   KEYS[10] order   ZSET  every queued entry as "<len>:<tenant>:<tag>:<id>"
+--                          at score 0: each tenant's entries in tag order,
+--                          read by lex range
+--   KEYS[11] heads   ZSET  tenant -> tag of its first entry, for the tenants
+--                          with entries that may be granted one now (below
+--                          their cap): the next grant is the smallest
+--   KEYS[12] held    HASH  tenant -> permits it holds
+--   KEYS[13] parked  HASH  tenant -> its entries, while its first entry is
+--                          held back by its cap
 -- and, by prefix, alive:<id> (waiter liveness mark with a TTL; an entry
 -- whose mark expired belongs to a dead waiter, a zombie, and is skipped) and
 -- released:<id> (tombstone of a request that gave back what it held).
@@ -25,10 +41,18 @@
 -- order, backlogged tenants share grants in proportion to their weights, an
 -- idle tenant comes back at V without banked credit, and a burst of one
 -- tenant spreads its entries into the future instead of in front of others.
+--
+-- A tenant at its concurrency cap (it holds as many permits as its first
+-- entry's tier allows) leaves heads, so grants pass it by at no cost while
+-- its entries keep their tags; when it gives a permit back its first entry,
+-- whose tag is now the smallest or near it, is granted next. Every change
+-- to a tenant's entries or permits ends with refresh(tenant), which keeps
+-- heads and parked true to the other keys.
 local K = {
   permits = KEYS[1], grants = KEYS[2], queue = KEYS[3], stats = KEYS[4],
   tenants = KEYS[5], finish = KEYS[6], waiters = KEYS[7], since = KEYS[8],
-  weights = KEYS[9],
+  weights = KEYS[9], order = KEYS[10], heads = KEYS[11], held = KEYS[12],
+  parked = KEYS[13],
 }
 
 -- Virtual time is counted in integer ticks, TICKS per unit of cost at
@@ -55,18 +79,146 @@ local function vtime()
   return tonumber(redis.call('HGET', K.stats, 'vtime') or '0')
 end
 
--- Drop permits whose lease ran out (their holder crashed or stalled).
-local function expire_permits(now)
-  local dead = redis.call('ZRANGEBYSCORE', K.permits, '-inf', now)
-  for _, id in ipairs(dead) do
-    redis.call('ZREM', K.permits, id)
-    redis.call('HDEL', K.grants, id)
+-- A tenant's entries in order: the length prefix makes the tenant part
+-- unambiguous whatever its name holds, and the zero-padded tag sorts as a
+-- number (tags are integers below 2^53, 16 digits).
+local function order_prefix(tenant)
+  return #tenant .. ':' .. tenant .. ':'
+end
+
+local function order_member(tenant, tag, id)
+  return order_prefix(tenant) .. string.format('%017.0f', tag) .. ':' .. id
+end
+
+-- The tenant's first n entries, each {id, tag}, in order.
+local function first_entries(tenant, n)
+  local p = order_prefix(tenant)
+  local out = {}
+  for i, m in ipairs(redis.call('ZRANGEBYLEX', K.order, '[' .. p, '(' .. p .. '\255', 'LIMIT', 0, n)) do
+    local rest = string.sub(m, #p + 1)
+    out[i] = {string.sub(rest, 19), tonumber(string.sub(rest, 1, 17))}
+  end
+  return out
+end
+
+-- The text before and after the first ':' of v ("3:2" -> "3", "2"; "3" ->
+-- "3", nil).
+local function split(v)
+  local at = string.find(v, ':', 1, true)
+  if not at then return v, nil end
+  return string.sub(v, 1, at - 1), string.sub(v, at + 1)
+end
+
+-- The cap on the permits its tenant holds that queued entry id carries
+-- (0: none).
+local function cap_of(id)
+  local v = redis.call('HGET', K.weights, id)
+  if not v then return 0 end
+  local _, cap = split(v)
+  return tonumber(cap or '0')
+end
+
+-- Set tenant's parked count (0 drops it), keeping the stats total.
+local function set_parked(tenant, n)
+  local was = tonumber(redis.call('HGET', K.parked, tenant) or '0')
+  if n == was then return end
+  if n == 0 then
+    redis.call('HDEL', K.parked, tenant)
+  else
+    redis.call('HSET', K.parked, tenant, n)
+  end
+  redis.call('HINCRBY', K.stats, 'parked', n - was)
+end
+
+-- Make heads and parked say the truth about tenant: in heads at its first
+-- entry's tag when it has one and holds fewer permits than that entry's cap;
+-- parked (with its entry count) when the cap holds it back. A tenant that
+-- stays in heads was not parked, so the common case reads parked not at all.
+-- first, if the caller knows it, is the tenant's first entry ({id, tag}, or
+-- false for none).
+local function refresh(tenant, first)
+  if first == nil then first = first_entries(tenant, 1)[1] or false end
+  local id, tag
+  if first then id, tag = first[1], first[2] end
+  if id then
+    local cap = cap_of(id)
+    if cap > 0 and tonumber(redis.call('HGET', K.held, tenant) or '0') >= cap then
+      redis.call('ZREM', K.heads, tenant)
+      set_parked(tenant, tonumber(redis.call('HGET', K.tenants, tenant) or '1'))
+    elseif redis.call('ZADD', K.heads, tag, tenant) == 1 then
+      set_parked(tenant, 0)
+    end
+  elseif redis.call('ZREM', K.heads, tenant) == 0 then
+    set_parked(tenant, 0)
   end
 end
 
-local function grant(id, now, lease)
-  redis.call('ZADD', K.permits, now + lease, id)
-  redis.call('HSET', K.grants, id, now)
+-- Queues from before heads existed have entries without an order member;
+-- build them, a bounded batch per call, so that no waiter of an upgrade is
+-- stranded. A fresh pool is marked done at once. pump calls it before it
+-- grants.
+local function migrate()
+  local from = redis.call('HGET', K.stats, 'migrated') or '-inf'
+  local batch = redis.call('ZRANGEBYSCORE', K.queue, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 200)
+  local touched, seen = {}, {}
+  for i = 1, #batch, 2 do
+    local id = batch[i]
+    local tenant = redis.call('HGET', K.waiters, id)
+    if tenant then
+      redis.call('ZADD', K.order, 0, order_member(tenant, tonumber(batch[i + 1]), id))
+      if not seen[tenant] then
+        seen[tenant] = true
+        touched[#touched + 1] = tenant
+      end
+    end
+    from = batch[i + 1]
+  end
+  for _, tenant in ipairs(touched) do refresh(tenant) end
+  if #batch < 400 then
+    redis.call('HSET', K.stats, 'layout', '2')
+    redis.call('HDEL', K.stats, 'migrated')
+  else
+    redis.call('HSET', K.stats, 'migrated', from)
+  end
+end
+
+-- Give back id's permit, if it holds one, and its tenant's count of
+-- permits with it: exactly once, whoever calls (release, lease expiry).
+-- Returns 1 and the grant time (ms, 0 if unknown) if it held one.
+local function drop_permit(id)
+  if redis.call('ZREM', K.permits, id) == 0 then return 0, 0 end
+  local v = redis.call('HGET', K.grants, id)
+  if not v then return 1, 0 end
+  redis.call('HDEL', K.grants, id)
+  local since, tenant = split(v)
+  if tenant then
+    if redis.call('HINCRBY', K.held, tenant, -1) <= 0 then
+      redis.call('HDEL', K.held, tenant)
+    end
+    -- Only a parked tenant can become grantable by giving one back.
+    if redis.call('HEXISTS', K.parked, tenant) == 1 then refresh(tenant) end
+  end
+  return 1, tonumber(since)
+end
+
+-- Drop permits whose lease ran out (their holder crashed or stalled).
+local function expire_permits(now)
+  local dead = redis.call('ZRANGEBYSCORE', K.permits, '-inf', now)
+  for _, id in ipairs(dead) do drop_permit(id) end
+end
+
+-- Give id, of tenant, a permit, counted against the tenant. The caller
+-- refreshes the tenant if it has entries queued.
+local function grant(id, tenant, now, lease)
+  if redis.call('ZADD', K.permits, now + lease, id) == 1 then
+    redis.call('HINCRBY', K.held, tenant, 1)
+  end
+  redis.call('HSET', K.grants, id, now .. ':' .. tenant)
+end
+
+-- Whether tenant may take another permit under cap (0 = none).
+local function below_cap(tenant, cap)
+  return cap <= 0 or tonumber(redis.call('HGET', K.held, tenant) or '0') < cap
 end
 
 -- The length of an entry in ticks: cost/weight, at least one tick.
@@ -91,60 +243,90 @@ local function free_tick(f)
   end
 end
 
--- Record a queue entry and count it against its tenant.
-local function add_entry(id, tenant, tag, now, weight)
+-- Record a queue entry, count it against its tenant and place the tenant.
+-- cap is its tier's cap on the permits its tenant holds (0 = none). newest:
+-- the entry's tag is past the tenant's others (a new arrival), so that its
+-- first entry, and whether the tenant may be granted, are as they were.
+local function add_entry(id, tenant, tag, now, weight, cap, newest)
   redis.call('ZADD', K.queue, tag, id)
+  redis.call('ZADD', K.order, 0, order_member(tenant, tag, id))
   redis.call('HSET', K.waiters, id, tenant)
+  if cap > 0 then weight = weight .. ':' .. cap end
   redis.call('HSET', K.weights, id, weight)
   redis.call('ZADD', K.since, now, id)
-  redis.call('HINCRBY', K.tenants, tenant, 1)
+  if redis.call('HINCRBY', K.tenants, tenant, 1) > 1 and newest then
+    if redis.call('HEXISTS', K.parked, tenant) == 1 then
+      redis.call('HINCRBY', K.parked, tenant, 1)
+      redis.call('HINCRBY', K.stats, 'parked', 1)
+    end
+    return
+  end
+  refresh(tenant)
 end
 
--- Drop the bookkeeping of an entry already taken out of queue. A tenant
--- left with no entry forgets its F_t: it comes back at V, with neither
--- credit nor a debt for entries it gave up.
-local function forget(id)
+-- Drop the bookkeeping of entry id, queued at tag, and return its tenant
+-- (nil if it had none); tenant, if the caller knows it, saves a read. The
+-- caller refreshes the tenant. A tenant left with no entry forgets its F_t:
+-- it comes back at V, with neither credit nor a debt for entries it gave
+-- up.
+local function take(id, tag, tenant)
+  redis.call('ZREM', K.queue, id)
   redis.call('ZREM', K.since, id)
   redis.call('HDEL', K.weights, id)
-  local tenant = redis.call('HGET', K.waiters, id)
-  if not tenant then return end
+  tenant = tenant or redis.call('HGET', K.waiters, id)
+  if not tenant then return nil end
   redis.call('HDEL', K.waiters, id)
+  redis.call('ZREM', K.order, order_member(tenant, tag, id))
   if redis.call('HINCRBY', K.tenants, tenant, -1) <= 0 then
     redis.call('HDEL', K.tenants, tenant)
     redis.call('HDEL', K.finish, tenant)
   end
+  return tenant
 end
 
 -- Remove id's queue entry, if any; returns 1 if there was one.
 local function unqueue(id)
-  local n = redis.call('ZREM', K.queue, id)
-  if n == 1 then forget(id) end
-  return n
+  local tag = redis.call('ZSCORE', K.queue, id)
+  if not tag then return 0 end
+  local tenant = take(id, tonumber(tag))
+  if tenant then refresh(tenant) end
+  return 1
 end
 
--- Hand free permits to live waiters from the head of the queue, dropping
--- zombies on the way, and move V to the tag of the last entry granted.
--- Returns the ids granted, in queue order.
+-- Hand free permits to live waiters, smallest tag first among the tenants
+-- below their caps, dropping zombies on the way, and move V to the tag of
+-- the last entry granted. Tenants at their caps are not in heads, so
+-- passing them by costs nothing; budget bounds the grants and drops of one
+-- call. Returns the ids granted, in grant order.
 local function pump(limit, lease, alive_prefix, now)
   local granted = {}
   local free = limit - redis.call('ZCARD', K.permits)
   if free <= 0 then return granted end
-  local v0 = vtime()
+  local st = redis.call('HMGET', K.stats, 'vtime', 'layout')
+  if st[2] ~= '2' then migrate() end
+  local v0 = tonumber(st[1] or '0')
   local v = v0
   local budget = 1000
   while free > 0 and budget > 0 do
     budget = budget - 1
-    local head = redis.call('ZPOPMIN', K.queue)
+    local head = redis.call('ZRANGE', K.heads, 0, 0)
     if #head == 0 then break end
-    local id, tag = head[1], tonumber(head[2])
-    forget(id)
-    if redis.call('DEL', alive_prefix .. id) == 1 then
-      grant(id, now, lease)
-      granted[#granted + 1] = id
-      free = free - 1
-      -- A restored entry may sit behind V; V never goes back.
-      if tag > v then v = tag end
+    local tenant = head[1]
+    -- The entry to grant and the one that becomes the tenant's first.
+    local two = first_entries(tenant, 2)
+    if two[1] then
+      local id, tag = two[1][1], two[1][2]
+      take(id, tag, tenant)
+      if redis.call('DEL', alive_prefix .. id) == 1 then
+        grant(id, tenant, now, lease)
+        granted[#granted + 1] = id
+        free = free - 1
+        -- A restored entry, or one its tenant's cap held back, may sit
+        -- behind V; V never goes back.
+        if tag > v then v = tag end
+      end
     end
+    refresh(tenant, two[2] or false)
   end
   if v ~= v0 then redis.call('HSET', K.stats, 'vtime', v) end
   return granted

@@ -1,7 +1,7 @@
 -- Give back whatever a request holds in this pool: its permit, or its place
 -- in the queue. Idempotent, so a retried release cannot free a slot twice.
 -- A freed permit is handed straight to the next live waiter.
--- KEYS   the pool's keys in lib.lua order (permits … weights)
+-- KEYS   the pool's keys in lib.lua order (permits … parked)
 -- ARGV[1] request id
 -- ARGV[2] default permit limit
 -- ARGV[3] lease ms
@@ -19,17 +19,14 @@ local now = now_ms()
 local limit = pool_limit(ARGV[2])
 expire_permits(now)
 
-local held = redis.call('ZREM', K.permits, id)
-if held == 1 then
-  local since = tonumber(redis.call('HGET', K.grants, id) or '0')
-  if since > 0 and now >= since then
-    local ewma = tonumber(redis.call('HGET', K.stats, 'ewma_ms') or '0')
-    local hold = now - since
-    if ewma == 0 then ewma = hold else ewma = ewma + alpha * (hold - ewma) end
-    redis.call('HSET', K.stats, 'ewma_ms', math.floor(ewma + 0.5))
-  end
+local held, since = drop_permit(id)
+if held == 1 and since > 0 and now >= since then
+  local ewma = tonumber(redis.call('HGET', K.stats, 'ewma_ms') or '0')
+  local hold = now - since
+  if ewma == 0 then ewma = hold else ewma = ewma + alpha * (hold - ewma) end
+  redis.call('HSET', K.stats, 'ewma_ms', math.floor(ewma + 0.5))
 end
-redis.call('HDEL', K.grants, id)
+if held == 0 then redis.call('HDEL', K.grants, id) end
 local queued = unqueue(id)
 redis.call('DEL', alive_prefix .. id)
 -- A shed request's tombstone keeps saying so when its workflow releases.

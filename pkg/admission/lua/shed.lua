@@ -9,7 +9,7 @@
 -- would only empty the queue, which the queue's own timeouts do more
 -- fairly. Entries without a recorded weight (queued before weights were
 -- kept) are never shed.
--- KEYS   the pool's keys in lib.lua order (permits … weights)
+-- KEYS   the pool's keys in lib.lua order (permits … parked)
 -- ARGV[1] liveness key prefix
 -- ARGV[2] tombstone key prefix
 -- ARGV[3] tombstone ttl ms: how long enqueue answers "shed" for an id
@@ -39,7 +39,7 @@ local all = redis.call('HGETALL', K.weights)
 local entries, seen = {}, {}
 local lowest, distinct = nil, 0
 for i = 1, #all, 2 do
-  local id, w = all[i], tonumber(all[i + 1])
+  local id, w = all[i], tonumber((split(all[i + 1])))
   local tag = redis.call('ZSCORE', K.queue, id)
   if not tag then
     redis.call('HDEL', K.weights, id)

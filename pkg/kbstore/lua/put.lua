@@ -18,12 +18,12 @@
 --
 -- KEYS[1] version   KEYS[2] docs (id -> rev)   KEYS[3] info (id -> JSON)
 -- KEYS[4] log (zset id -> version of its last change)
--- KEYS[5] model     KEYS[6] the set of kb names
+-- KEYS[5] model     KEYS[6] the set of its owner's kb names (shared, or a tenant's)
 -- KEYS[7] epoch: set when the version counter starts (a kb written into a
 -- Redis that restarted empty counts from 1 again, in a new epoch)
 -- KEYS[7+i] the new revision key of document i
 -- ARGV[1] the kb's key prefix ("<prefix>kb:{<name>}:")
--- ARGV[2] kb name   ARGV[3] embedder model   ARGV[4] grace ms
+-- ARGV[2] kb name (without its owner)   ARGV[3] embedder model   ARGV[4] grace ms
 -- ARGV[5] n, then per document: id, rev, info JSON, meta JSON, vectors
 -- Returns {version, changed_1, ..., changed_n} (1 changed, 0 unchanged),
 -- or an error when the kb is embedded by another model.

@@ -1,0 +1,158 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Position returns requestID's 1-based queue position, or ok=false if it is
+// not queued (granted, gone, or never there).
+func (g *Gate) Position(ctx context.Context, pool, requestID string) (int, bool, error) {
+	rank, err := g.cmd.ZRank(ctx, g.keys(pool).queue, requestID).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("queue position of %s in pool %s: %w", requestID, pool, err)
+	}
+	return int(rank) + 1, true, nil
+}
+
+// Stats is a pool's current state.
+type Stats struct {
+	InUse    int
+	Waiting  int
+	Limit    int
+	MeanHold time.Duration
+}
+
+// Stats reads a pool's permits in use, queue depth and limit. Expired
+// permits still count until the next script reclaims them.
+func (g *Gate) Stats(ctx context.Context, pool string) (Stats, error) {
+	limit, err := g.limit(pool)
+	if err != nil {
+		return Stats{}, err
+	}
+	k := g.keys(pool)
+	pipe := g.cmd.Pipeline()
+	inUse := pipe.ZCard(ctx, k.permits)
+	waiting := pipe.ZCard(ctx, k.queue)
+	stats := pipe.HMGet(ctx, k.stats, "limit", "ewma_ms")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Stats{}, fmt.Errorf("read stats of pool %s: %w", pool, err)
+	}
+	s := Stats{InUse: int(inUse.Val()), Waiting: int(waiting.Val()), Limit: limit}
+	vals := stats.Val()
+	if v, ok := vals[0].(string); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			s.Limit = n
+		}
+	}
+	if v, ok := vals[1].(string); ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			s.MeanHold = time.Duration(n) * time.Millisecond
+		}
+	}
+	return s, nil
+}
+
+// QueueStats is a pool's queue as the admin view shows it.
+type QueueStats struct {
+	Limit int
+	// InUse counts permits whose lease has not run out.
+	InUse int
+	// Waiting is the queue's depth, zombies not yet dropped included.
+	Waiting int
+	// ByTenant is each tenant's entries in the queue; tenants with none
+	// are absent.
+	ByTenant map[string]int
+	// Parked counts the entries whose tenant holds as many permits as its
+	// tier allows: they wait for one of its own to come back, not for a
+	// free permit.
+	Parked int
+	// HeldByTenant is each tenant's permits (those granted before tenants
+	// were counted excepted); tenants with none are absent.
+	HeldByTenant map[string]int
+	// OldestWait is how long the longest-waiting entry has been queued
+	// (since its last restore, for a restored one); 0 when nobody waits.
+	OldestWait time.Duration
+	MeanHold   time.Duration
+}
+
+// QueueStats reads one consistent snapshot of a pool's queue and permits.
+func (g *Gate) QueueStats(ctx context.Context, pool string) (QueueStats, error) {
+	limit, err := g.limit(pool)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	raw, err := statsScript.Run(ctx, g.rdb, g.keys(pool).list(), limit).Slice()
+	if err != nil {
+		return QueueStats{}, fmt.Errorf("read queue stats of pool %s: %w", pool, err)
+	}
+	const head = 7
+	if len(raw) < head || len(raw)%2 != 1 || toInt(raw[6]) < 0 || head+int(toInt(raw[6])) > len(raw) {
+		return QueueStats{}, fmt.Errorf("read queue stats of pool %s: malformed reply %v", pool, raw)
+	}
+	depth := head + int(toInt(raw[6]))
+	s := QueueStats{
+		Limit:        int(toInt(raw[0])),
+		InUse:        int(toInt(raw[1])),
+		Waiting:      int(toInt(raw[2])),
+		MeanHold:     time.Duration(toInt(raw[3])) * time.Millisecond,
+		Parked:       int(toInt(raw[5])),
+		ByTenant:     pairs(raw[head:depth]),
+		HeldByTenant: pairs(raw[depth:]),
+	}
+	if age := toInt(raw[4]); age > 0 {
+		s.OldestWait = time.Duration(age) * time.Millisecond
+	}
+	return s, nil
+}
+
+// pairs reads a flat tenant, count, ... reply.
+func pairs(raw []any) map[string]int {
+	m := make(map[string]int, len(raw)/2)
+	for i := 0; i+1 < len(raw); i += 2 {
+		tenant, _ := raw[i].(string)
+		m[tenant] = int(toInt(raw[i+1]))
+	}
+	return m
+}
+
+// Depth returns how many requests wait in pool, and how many of them are
+// tenant's, in one round trip. The API reads it to refuse a flood at the
+// door, before starting workflows that could only be turned away;
+// Enqueue still enforces the caps atomically.
+func (g *Gate) Depth(ctx context.Context, pool, tenant string) (total, ofTenant int, err error) {
+	k := g.keys(pool)
+	pipe := g.cmd.Pipeline()
+	q := pipe.ZCard(ctx, k.queue)
+	tc := pipe.HGet(ctx, k.tenants, tenant)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, 0, fmt.Errorf("read queue depth of pool %s: %w", pool, err)
+	}
+	n, _ := strconv.Atoi(tc.Val())
+	return int(q.Val()), n, nil
+}
+
+// Backlog returns how many requests in pool's queue wait for a free permit:
+// the queue less the entries parked behind their tenant's concurrency cap,
+// which a free permit would not admit. The door reads it to decide whether
+// the queue can take more: a capped tenant's parked backlog must not hold
+// everyone else at the door while permits sit free.
+func (g *Gate) Backlog(ctx context.Context, pool string) (int, error) {
+	k := g.keys(pool)
+	pipe := g.cmd.Pipeline()
+	q := pipe.ZCard(ctx, k.queue)
+	parked := pipe.HGet(ctx, k.stats, "parked")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("read backlog of pool %s: %w", pool, err)
+	}
+	n, _ := strconv.Atoi(parked.Val())
+	return max(int(q.Val())-n, 0), nil
+}

@@ -1,0 +1,188 @@
+package ban
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
+
+var srv *testenv.Redis
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.RedisMain(m, func(r *testenv.Redis) { srv = r }))
+}
+
+func newGuard(t *testing.T, opts Options) *Guard {
+	t.Helper()
+	opts.KeyPrefix = testenv.KeyPrefix(t)
+	rdb := srv.Client(t)
+	// Bans outlive a test; a rerun (-count) starts from none.
+	if old, _ := rdb.Keys(context.Background(), opts.KeyPrefix+"*").Result(); len(old) > 0 {
+		rdb.Del(context.Background(), old...)
+	}
+	g, err := New(rdb, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// More than the threshold within the window bans the subject for the
+// ban's duration; every later request learns what is left of it.
+func TestFloodIsBannedForItsDuration(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t, Options{Threshold: 5, Window: 10 * time.Second, Duration: 300 * time.Millisecond})
+	ip := g.IP("203.0.113.9")
+	for i := range 5 {
+		if v, err := g.Hit(ctx, ip); err != nil || v.Banned {
+			t.Fatalf("request %d: %+v %v", i+1, v, err)
+		}
+	}
+	v, err := g.Hit(ctx, ip)
+	if err != nil || !v.Banned || !v.New || v.Kind != KindIP || v.Value != "203.0.113.9" || v.RetryAfter != 300*time.Millisecond {
+		t.Fatalf("sixth request: %+v %v", v, err)
+	}
+	v, _ = g.Hit(ctx, ip)
+	if !v.Banned || v.New || v.RetryAfter <= 0 || v.RetryAfter > 300*time.Millisecond {
+		t.Fatalf("while banned: %+v", v)
+	}
+	// Another address is not concerned.
+	if v, _ := g.Hit(ctx, g.IP("203.0.113.10")); v.Banned {
+		t.Fatalf("another ip: %+v", v)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if v, _ := g.Hit(ctx, ip); v.Banned {
+		t.Fatalf("after the ban: %+v (the counter must start again)", v)
+	}
+}
+
+// A request counts against its IP and its key; a banned key is refused
+// from any address, and the answer names what is banned.
+func TestKeyAndIPAreCountedTogether(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t, Options{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute})
+	key := Subject{Kind: KindKey, Value: "abcdefghijkl"}
+	for i := range 3 {
+		// From a new address each time: only the key is over.
+		if v, _ := g.Hit(ctx, g.IP(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}).String()), key); v.Banned {
+			t.Fatalf("request %d: %+v", i+1, v)
+		}
+	}
+	v, _ := g.Hit(ctx, g.IP("198.51.100.200"), key)
+	if !v.Banned || v.Kind != KindKey || v.Value != "abcdefghijkl" {
+		t.Fatalf("fourth request: %+v", v)
+	}
+	bans, err := g.List(ctx)
+	if err != nil || len(bans) != 1 || bans[0].Kind != KindKey || bans[0].Remaining <= 0 || bans[0].Since.IsZero() {
+		t.Fatalf("List = %+v %v", bans, err)
+	}
+	if ok, err := g.Lift(ctx, key); !ok || err != nil {
+		t.Fatalf("Lift = %v %v", ok, err)
+	}
+	if v, _ := g.Hit(ctx, g.IP("198.51.100.200"), key); v.Banned {
+		t.Fatalf("after lift: %+v", v)
+	}
+	if bans, _ := g.List(ctx); len(bans) != 0 {
+		t.Fatalf("after lift: %+v", bans)
+	}
+	if ok, _ := g.Lift(ctx, key); ok {
+		t.Fatal("lifted a ban twice")
+	}
+}
+
+// The window slides: a burst split across a window boundary is still
+// seen, because the previous window's count weighs in.
+func TestBurstAcrossAWindowBoundaryIsSeen(t *testing.T) {
+	ctx := context.Background()
+	const window = 400 * time.Millisecond
+	g := newGuard(t, Options{Threshold: 10, Window: window, Duration: time.Minute})
+	ip := g.IP("192.0.2.7")
+	// Start just before a boundary on Redis's clock.
+	now, err := srv.Client(t).Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	into := time.Duration(now.UnixMilli()%window.Milliseconds()) * time.Millisecond
+	time.Sleep(window - into - 60*time.Millisecond)
+	for range 8 {
+		_, _ = g.Hit(ctx, ip)
+	}
+	time.Sleep(80 * time.Millisecond) // into the next window
+	banned := false
+	for range 8 {
+		v, _ := g.Hit(ctx, ip)
+		banned = banned || v.Banned
+	}
+	if !banned {
+		t.Fatal("16 requests within ~100ms across a boundary were not banned at a threshold of 10")
+	}
+}
+
+// Counting is atomic: of many concurrent requests exactly one imposes the
+// ban, and exactly threshold are let through.
+func TestConcurrentHitsBanOnce(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t, Options{Threshold: 20, Window: 10 * time.Second, Duration: time.Minute})
+	ip := g.IP("192.0.2.8")
+	var mu sync.Mutex
+	var passed, imposed int
+	var wg sync.WaitGroup
+	for range 60 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, err := g.Hit(ctx, ip)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !v.Banned {
+				passed++
+			}
+			if v.New {
+				imposed++
+			}
+		}()
+	}
+	wg.Wait()
+	if passed != 20 || imposed != 1 {
+		t.Fatalf("%d passed, %d bans imposed; want 20 and 1", passed, imposed)
+	}
+}
+
+func TestExemptAndIPv6Subjects(t *testing.T) {
+	g := newGuard(t, Options{Threshold: 1, Window: time.Second, Duration: time.Second,
+		Exempt: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
+	for _, addr := range []string{"127.0.0.1", "::1", "::ffff:127.0.0.1", "not an ip", ""} {
+		if s := g.IP(addr); s.Value != "" {
+			t.Errorf("IP(%q) = %+v, want none", addr, s)
+		}
+	}
+	if a, b := g.IP("2001:db8:1:2::1"), g.IP("2001:db8:1:2:ffff::9"); a != b || a.Value != "2001:db8:1:2::" {
+		t.Errorf("one /64: %+v %+v", a, b)
+	}
+	if v, err := g.Hit(context.Background(), g.IP("127.0.0.1"), Subject{}); v.Banned || err != nil {
+		t.Errorf("nothing to count: %+v %v", v, err)
+	}
+}
+
+func TestParseSubject(t *testing.T) {
+	for _, tc := range []struct {
+		kind, value string
+		ok          bool
+	}{
+		{"ip", "203.0.113.9", true}, {"ip", "2001:db8::", true}, {"ip", "nope", false},
+		{"key", "abcdefghijkl", true}, {"key", "a:b", false}, {"key", "", false}, {"user", "x", false},
+	} {
+		if _, err := ParseSubject(tc.kind, tc.value); (err == nil) != tc.ok {
+			t.Errorf("ParseSubject(%q, %q) = %v", tc.kind, tc.value, err)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Ban configures abuse bans: an IP or an API key that sends more than
+// Threshold requests within Window is refused everywhere (429 with
+// Retry-After) for Duration. Every route that authenticates counts. Rate
+// limits decide how much a well-behaved client may spend; a ban is for a
+// client that ignores its 429s, or guesses keys, and costs it nothing but
+// a Redis call per request.
+type Ban struct {
+	Enabled   bool          `yaml:"enabled"`
+	Threshold int           `yaml:"threshold"`
+	Window    time.Duration `yaml:"window"`
+	Duration  time.Duration `yaml:"duration"`
+	// Exempt are networks (CIDR) never counted or banned by address. By
+	// default loopback: behind a proxy on the same host without
+	// api.trust_forwarded_for every client is 127.0.0.1, and one ban
+	// would shut them all out. Their keys are still counted.
+	Exempt []string `yaml:"exempt"`
+}
+
+func defaultBan() Ban {
+	return Ban{Enabled: true, Threshold: 50, Window: 10 * time.Second, Duration: 5 * time.Minute,
+		Exempt: []string{"127.0.0.0/8", "::1/128"}}
+}
+
+// ExemptPrefixes are Exempt parsed; the configuration is validated, so
+// they parse.
+func (b Ban) ExemptPrefixes() []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(b.Exempt))
+	for _, s := range b.Exempt {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+func (b Ban) validate(v *validator, field string) {
+	v.positive(field+".threshold", int64(b.Threshold))
+	if b.Window < time.Second {
+		v.add(field+".window", "must be at least 1s, got %s", b.Window)
+	}
+	if b.Duration < time.Second {
+		v.add(field+".duration", "must be at least 1s, got %s", b.Duration)
+	}
+	for i, s := range b.Exempt {
+		if _, err := netip.ParsePrefix(s); err != nil {
+			v.add(fmt.Sprintf("%s.exempt[%d]", field, i), "must be a network such as 10.0.0.0/8, got %q", s)
+		}
+	}
+}
