@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -80,8 +81,7 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerp
 		// not be claimed): this one never starts.
 		sub.Close()
 		w.Leave()
-		_ = s.events.Delete(context.WithoutCancel(ctx), d.id)
-		s.refundAll(ctx, d.id, d.reservation)
+		s.dropUnstarted(ctx, d, nil)
 		if err != nil {
 			return "", nil, err
 		}
@@ -99,18 +99,24 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerp
 	if err != nil {
 		s.logger.Error("start chat workflow", "requestID", d.id, "err", err)
 		sub.Close()
-		if key == nil {
-			_ = s.events.Delete(context.WithoutCancel(ctx), d.id)
-		} else {
-			// Whoever attached with the same key meanwhile hears it
-			// ended; the key is given back for the client's retry.
-			s.endUnstarted(ctx, d.id)
-			s.releaseKey(ctx, key, d.id)
-		}
-		s.refundAll(ctx, d.id, d.reservation)
+		s.dropUnstarted(ctx, d, key)
 		return "", nil, unavailable("could not start the request; please retry")
 	}
 	return d.id, sub, nil
+}
+
+// dropUnstarted undoes a request that the door accepted but never started:
+// its charge is given back, and its event stream deleted, or, when it held
+// an idempotency key (whoever attached with the key meanwhile reads it),
+// ended, with the key given back for the client's retry.
+func (s *Server) dropUnstarted(ctx context.Context, d door, key *idempotency.Key) {
+	if key == nil {
+		_ = s.events.Delete(context.WithoutCancel(ctx), d.id)
+	} else {
+		s.endUnstarted(ctx, d.id)
+		s.releaseKey(ctx, key, d.id)
+	}
+	s.refundAll(ctx, d.id, d.reservation)
 }
 
 // endUnstarted ends the stream of a request whose workflow could not be

@@ -158,9 +158,15 @@ func New(opts Options) (*Server, error) {
 	if s.policy == nil {
 		s.policy = policy.NewStore(opts.Redis, opts.Config, opts.Gate, s.logger)
 	}
+	s.echo = s.routes(opts.Metrics)
+	return s, nil
+}
+
+// routes is the server's Echo, with its middleware and every route.
+func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e := echo.New()
 	e.IPExtractor = echo.ExtractIPDirect()
-	if opts.Config.API.TrustForwardedFor {
+	if s.cfg.API.TrustForwardedFor {
 		e.IPExtractor = echo.ExtractIPFromXFFHeader()
 	}
 	e.HideBanner = true
@@ -187,13 +193,12 @@ func New(opts Options) (*Server, error) {
 	admin.DELETE("/keys/:id", s.revokeKey)
 	admin.GET("/bans", s.listBans)
 	admin.DELETE("/bans/:kind/:value", s.liftBan)
-	if opts.Metrics != nil {
-		e.GET("/metrics", echo.WrapHandler(opts.Metrics.Handler()))
+	if m != nil {
+		e.GET("/metrics", echo.WrapHandler(m.Handler()))
 	}
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	s.echo = e
-	return s, nil
+	return e
 }
 
 // Handler returns the HTTP handler, for tests and embedding.

@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	}
 	fs.StringVar(&base, "url", base, "the API's base URL")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		return usageError{errors.New(usage)}
+		return usageError{errors.New(strings.TrimSpace(usage))}
 	}
 	c := client{base: strings.TrimRight(base, "/"), key: getenv("SLUICE_ADMIN_KEY"), http: &http.Client{Timeout: 30 * time.Second}}
 	if c.key == "" {
