@@ -73,6 +73,9 @@ func (s *Server) postDocuments(c echo.Context) error {
 		case <-ctx.Done():
 		}
 	}()
+	if err := s.checkIngestQuota(ctx, who, kb, docs); err != nil {
+		return err
+	}
 	res, err := s.ingester.Put(ctx, kb.Key(), docs)
 	if errors.Is(err, ingest.ErrInvalid) {
 		return badRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))

@@ -109,3 +109,34 @@ func TestIngestBusyIs503(t *testing.T) {
 		t.Fatal("no Retry-After")
 	}
 }
+
+// A tenant's kbs hold what its plan allows: a batch that would pass the
+// quota's documents or bytes is refused (403 ingest_quota_exceeded), a
+// new revision of a stored document takes no more of the count, and
+// deleting makes room again.
+func TestIngestQuota(t *testing.T) {
+	srv := newKBServer(t, func(c *config.Config) {
+		vip := c.Limits.Tiers["vip"]
+		vip.IngestQuota = config.IngestQuota{Documents: 2, Bytes: 400}
+		c.Limits.Tiers["vip"] = vip
+	})
+	ok := func(body string) {
+		t.Helper()
+		if rec := call(srv, "POST", "/v1/kb/facts/documents", body); rec.Code != 200 {
+			t.Fatalf("post %s: %d %s", body, rec.Code, rec.Body)
+		}
+	}
+	ok(`{"documents":[{"id":"a","text":"Alpha."},{"id":"b","text":"Beta."}]}`)
+	ok(`{"id":"a","text":"Alpha, revised."}`) // a new revision is not a new document
+	// Another kb of the tenant counts too.
+	assertJSONError(t, call(srv, "POST", "/v1/kb/other/documents", `{"id":"c","text":"Gamma."}`), 403, "ingest_quota_exceeded")
+	if rec := call(srv, "DELETE", "/v1/kb/facts/documents/b", ""); rec.Code != 200 {
+		t.Fatalf("delete: %d %s", rec.Code, rec.Body)
+	}
+	ok(`{"id":"c","text":"Gamma."}`)
+	long := strings.Repeat("word ", 100)
+	if rec := call(srv, "DELETE", "/v1/kb/facts/documents/c", ""); rec.Code != 200 {
+		t.Fatalf("delete: %d %s", rec.Code, rec.Body)
+	}
+	assertJSONError(t, call(srv, "POST", "/v1/kb/facts/documents", `{"id":"d","text":"`+long+`"}`), 403, "ingest_quota_exceeded")
+}

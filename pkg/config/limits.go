@@ -46,6 +46,16 @@ type Tier struct {
 	// Routes limits the routes besides the chat POSTs, which cost little
 	// each but a Redis read, a Temporal call or an embedding apiece.
 	Routes RouteLimits `yaml:"routes" json:"routes"`
+	// IngestQuota bounds what one tenant stores in its own kbs.
+	IngestQuota IngestQuota `yaml:"ingest_quota" json:"ingest_quota"`
+}
+
+// IngestQuota is what one tenant may store across its kbs; 0 is no limit.
+type IngestQuota struct {
+	Documents int64 `yaml:"documents" json:"documents,omitempty"`
+	// Bytes counts the stored text: titles and chunks (which overlap, so
+	// a document stores somewhat more than its text).
+	Bytes int64 `yaml:"bytes" json:"bytes,omitempty"`
 }
 
 // RouteLimits are a tier's request rates for the routes besides the chat
@@ -91,17 +101,19 @@ func defaultLimits() Limits {
 		Tiers: map[string]Tier{
 			"free": {
 				Weight: 2, MaxWait: 15 * time.Second, MaxQueuePerTenant: 100, MaxConcurrent: 2, MaxOutputTokens: 512,
-				Tenant: Rate{TokensPerMinute: 50000, RequestsPerMinute: 100},
-				User:   Rate{TokensPerMinute: 20000, RequestsPerMinute: 30},
-				IP:     Rate{RequestsPerMinute: 120},
-				Routes: RouteLimits{Reads: RouteRate{300, 300}, Resumes: RouteRate{60, 60}, Ingest: RouteRate{20, 20}},
+				Tenant:      Rate{TokensPerMinute: 50000, RequestsPerMinute: 100},
+				User:        Rate{TokensPerMinute: 20000, RequestsPerMinute: 30},
+				IP:          Rate{RequestsPerMinute: 120},
+				Routes:      RouteLimits{Reads: RouteRate{300, 300}, Resumes: RouteRate{60, 60}, Ingest: RouteRate{20, 20}},
+				IngestQuota: IngestQuota{Documents: 1000, Bytes: 20 << 20},
 			},
 			"standard": {
 				Weight: 3, MaxQueuePerTenant: 1000,
-				Tenant: Rate{TokensPerMinute: 200000, RequestsPerMinute: 300},
-				User:   Rate{TokensPerMinute: 60000, RequestsPerMinute: 120},
-				IP:     Rate{RequestsPerMinute: 600},
-				Routes: RouteLimits{Reads: RouteRate{1200, 600}, Resumes: RouteRate{300, 300}, Ingest: RouteRate{120, 120}},
+				Tenant:      Rate{TokensPerMinute: 200000, RequestsPerMinute: 300},
+				User:        Rate{TokensPerMinute: 60000, RequestsPerMinute: 120},
+				IP:          Rate{RequestsPerMinute: 600},
+				Routes:      RouteLimits{Reads: RouteRate{1200, 600}, Resumes: RouteRate{300, 300}, Ingest: RouteRate{120, 120}},
+				IngestQuota: IngestQuota{Documents: 100000, Bytes: 2 << 30},
 			},
 			"vip": {
 				Weight: 5, MaxWait: 60 * time.Second, MaxQueuePerTenant: 5000,
@@ -165,6 +177,9 @@ func (t Tier) validate(v *validator, field string, maxTokensLimit int) {
 		if r.rate.TenantPerMinute < 0 || r.rate.IPPerMinute < 0 {
 			v.add(field+".routes."+r.name, "rates must be >= 0 (0 = no limit), got %+v", r.rate)
 		}
+	}
+	if t.IngestQuota.Documents < 0 || t.IngestQuota.Bytes < 0 {
+		v.add(field+".ingest_quota", "must be >= 0 (0 = no limit), got %+v", t.IngestQuota)
 	}
 }
 

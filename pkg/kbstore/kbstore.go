@@ -116,6 +116,9 @@ type DocInfo struct {
 	Title    string            `json:"title"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Chunks   int               `json:"chunks"`
+	// Bytes is the text it stores: its title and chunks, which count
+	// toward its owner's ingestion quota.
+	Bytes int64 `json:"bytes,omitempty"`
 	// Version is the kb version at which this revision was stored.
 	Version int64 `json:"version"`
 }
@@ -196,7 +199,7 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 		return PutResult{}, fmt.Errorf("put into kb: %w", err)
 	}
 	kp := s.kbPrefix(kb)
-	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", s.namesKey(ref), kp + "epoch"}
+	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", s.namesKey(ref), kp + "epoch", kp + "usage"}
 	args := []any{kp, ref.Name, model, s.grace.Milliseconds(), len(revs)}
 	for _, r := range revs {
 		if err := checkRevision(r); err != nil {
@@ -206,7 +209,7 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 		if err != nil {
 			return PutResult{}, fmt.Errorf("encode %s: %w", r.ID, err)
 		}
-		info, err := json.Marshal(DocInfo{ID: r.ID, Rev: r.Rev, Title: r.Title, Metadata: r.Metadata, Chunks: len(r.Chunks)})
+		info, err := json.Marshal(DocInfo{ID: r.ID, Rev: r.Rev, Title: r.Title, Metadata: r.Metadata, Chunks: len(r.Chunks), Bytes: r.Bytes()})
 		if err != nil {
 			return PutResult{}, fmt.Errorf("encode %s: %w", r.ID, err)
 		}
@@ -230,6 +233,37 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 	return res, nil
 }
 
+// Bytes is the text a revision stores: its title and chunks.
+func (r Revision) Bytes() int64 {
+	n := int64(len(r.Title))
+	for _, c := range r.Chunks {
+		n += int64(len(c))
+	}
+	return n
+}
+
+// Usage is what a kb stores, for its owner's ingestion quota.
+type Usage struct {
+	Documents, Bytes int64
+}
+
+// Usage reads what kb stores.
+func (s *Store) Usage(ctx context.Context, kb string) (Usage, error) {
+	kp := s.kbPrefix(kb)
+	var docs *redis.IntCmd
+	var bytes *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		docs = p.HLen(ctx, kp+"docs")
+		bytes = p.HGet(ctx, kp+"usage", "bytes")
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Usage{}, fmt.Errorf("read the usage of kb %s: %w", kb, err)
+	}
+	n, _ := bytes.Int64()
+	return Usage{Documents: docs.Val(), Bytes: n}, nil
+}
+
 func checkRevision(r Revision) error {
 	switch {
 	case r.ID == "" || strings.ContainsAny(r.ID, "\n\r") || strings.Contains(r.ID, "#"):
@@ -248,7 +282,7 @@ func checkRevision(r Revision) error {
 // (the version is then unchanged).
 func (s *Store) Delete(ctx context.Context, kb, id string) (version int64, deleted bool, err error) {
 	kp := s.kbPrefix(kb)
-	raw, err := deleteScript.Run(ctx, s.rdb, []string{kp + "version", kp + "docs", kp + "info", kp + "log"},
+	raw, err := deleteScript.Run(ctx, s.rdb, []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "usage"},
 		kp, id, s.grace.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, false, fmt.Errorf("delete %s from kb %s: %w", id, kb, err)

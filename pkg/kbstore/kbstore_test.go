@@ -218,3 +218,41 @@ func TestNewEpochAfterTheKBVanished(t *testing.T) {
 		t.Fatalf("head %+v after %+v: want version 1 in a new epoch", after, before)
 	}
 }
+
+// A kb's usage follows its documents exactly through adds, replacements,
+// unchanged re-ingests and deletes.
+func TestUsageFollowsTheDocuments(t *testing.T) {
+	rdb := srv.Client(t)
+	s := New(rdb, Options{Prefix: testenv.KeyPrefix(t), Grace: time.Minute})
+	ctx := context.Background()
+	want := func(docs, bytes int64) {
+		t.Helper()
+		u, err := s.Usage(ctx, "acme/notes")
+		if err != nil || u != (Usage{Documents: docs, Bytes: bytes}) {
+			t.Fatalf("usage %+v %v, want %d documents, %d bytes", u, err, docs, bytes)
+		}
+	}
+	want(0, 0)
+	a, b := rev("a", "alpha", 2), rev("b", "beta", 1)
+	if _, err := s.Put(ctx, "acme/notes", "m", []Revision{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	want(2, a.Bytes()+b.Bytes())
+	if _, err := s.Put(ctx, "acme/notes", "m", []Revision{a}); err != nil { // unchanged
+		t.Fatal(err)
+	}
+	want(2, a.Bytes()+b.Bytes())
+	a2 := rev("a", "alpha, longer now", 3)
+	if _, err := s.Put(ctx, "acme/notes", "m", []Revision{a2}); err != nil {
+		t.Fatal(err)
+	}
+	want(2, a2.Bytes()+b.Bytes())
+	if _, _, err := s.Delete(ctx, "acme/notes", "b"); err != nil {
+		t.Fatal(err)
+	}
+	want(1, a2.Bytes())
+	if _, _, err := s.Delete(ctx, "acme/notes", "b"); err != nil { // gone already
+		t.Fatal(err)
+	}
+	want(1, a2.Bytes())
+}

@@ -2,7 +2,7 @@
 -- revision is kept for a grace period (requests in flight may still hold
 -- its chunk ids); the retrieval-cache entries that contained it are
 -- deleted. See put.lua for the keys.
--- KEYS[1] version   KEYS[2] docs   KEYS[3] info   KEYS[4] log
+-- KEYS[1] version   KEYS[2] docs   KEYS[3] info   KEYS[4] log   KEYS[5] usage
 -- ARGV[1] the kb's key prefix   ARGV[2] document id   ARGV[3] grace ms
 -- Returns {version, 1} when deleted, {version, 0} when there was no such
 -- document.
@@ -12,6 +12,9 @@ if not old then
   return {tonumber(redis.call('GET', KEYS[1]) or '0'), 0}
 end
 redis.call('HDEL', KEYS[2], id)
+local info = redis.call('HGET', KEYS[3], id)
+local bytes = info and cjson.decode(info).bytes or 0
+if bytes ~= 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -bytes) end
 redis.call('HDEL', KEYS[3], id)
 redis.call('PEXPIRE', kp .. 'rev:' .. id .. ':' .. old, grace)
 local l2 = kp .. 'l2doc:' .. id

@@ -21,10 +21,13 @@
 -- KEYS[5] model     KEYS[6] the set of its owner's kb names (shared, or a tenant's)
 -- KEYS[7] epoch: set when the version counter starts (a kb written into a
 -- Redis that restarted empty counts from 1 again, in a new epoch)
--- KEYS[7+i] the new revision key of document i
+-- KEYS[8] usage (hash: bytes, the stored text of its documents, for the
+-- owner's ingestion quota; documents are docs' length)
+-- KEYS[8+i] the new revision key of document i
 -- ARGV[1] the kb's key prefix ("<prefix>kb:{<name>}:")
 -- ARGV[2] kb name (without its owner)   ARGV[3] embedder model   ARGV[4] grace ms
--- ARGV[5] n, then per document: id, rev, info JSON, meta JSON, vectors
+-- ARGV[5] n, then per document: id, rev, info JSON (with its bytes), meta
+-- JSON, vectors
 -- Returns {version, changed_1, ..., changed_n} (1 changed, 0 unchanged),
 -- or an error when the kb is embedded by another model.
 local kp, name, model, grace = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -45,8 +48,11 @@ for i = 1, n do
   else
     changed[i] = 1
     any = true
-    redis.call('HSET', KEYS[7 + i], 'meta', ARGV[a + 4], 'vecs', ARGV[a + 5])
+    redis.call('HSET', KEYS[8 + i], 'meta', ARGV[a + 4], 'vecs', ARGV[a + 5])
     redis.call('HSET', KEYS[2], id, rev)
+    local before = redis.call('HGET', KEYS[3], id)
+    local grown = (cjson.decode(ARGV[a + 3]).bytes or 0) - (before and cjson.decode(before).bytes or 0)
+    if grown ~= 0 then redis.call('HINCRBY', KEYS[8], 'bytes', grown) end
     redis.call('HSET', KEYS[3], id, ARGV[a + 3])
     if old then
       redis.call('PEXPIRE', kp .. 'rev:' .. id .. ':' .. old, grace)
