@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,7 +36,13 @@ func withTwoTenants(cfg *config.Config) {
 }
 
 func TestIdempotentRetryFollowsTheSameRequest(t *testing.T) {
-	srv, tc, _ := newTestServer(t, withTwoTenants)
+	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+		withTwoTenants(c)
+		// A bucket that does not refill within the test, to count charges.
+		vip := c.Limits.Tiers["vip"]
+		vip.Tenant.RequestsPerMinute, vip.Tenant.RequestBurst = 0.01, 10
+		c.Limits.Tiers["vip"] = vip
+	})
 	tc.startedAnyway.Store(true)
 	hctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -57,6 +64,14 @@ func TestIdempotentRetryFollowsTheSameRequest(t *testing.T) {
 	if n := tc.starts.Load(); n != 1 {
 		t.Fatalf("%d workflow starts, want 1", n)
 	}
+	// The retry was not charged: the next request finds one request
+	// gone from acme's bucket since the first, not two.
+	next := postWithKey(t, srv, "/v1/chat", `{"query":"next","max_tokens":8}`, key+"-next", "k-acme")
+	before, _ := strconv.Atoi(first.Header().Get("X-RateLimit-Remaining-Requests"))
+	after, _ := strconv.Atoi(next.Header().Get("X-RateLimit-Remaining-Requests"))
+	if before == 0 || after != before-1 {
+		t.Fatalf("requests remaining %d after the first, %d after the next: the retry was charged", before, after)
+	}
 	// Another body with the key is a mistake the client must hear of.
 	other := postWithKey(t, srv, "/v1/chat", `{"query":"goodbye","max_tokens":8}`, key, "k-acme")
 	if other.Code != http.StatusUnprocessableEntity || !strings.Contains(other.Body.String(), "idempotency_key_reused") {
@@ -67,8 +82,8 @@ func TestIdempotentRetryFollowsTheSameRequest(t *testing.T) {
 	if theirs.Code != http.StatusOK || theirs.Header().Get("X-Request-ID") == id || theirs.Header().Get(replayedHeader) != "" {
 		t.Fatalf("another tenant's request: %d %v, want a request of its own", theirs.Code, theirs.Header())
 	}
-	if n := tc.starts.Load(); n != 2 {
-		t.Fatalf("%d workflow starts, want 2", n)
+	if n := tc.starts.Load(); n != 3 {
+		t.Fatalf("%d workflow starts, want 3", n)
 	}
 }
 
