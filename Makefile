@@ -39,7 +39,7 @@ test: check-redis $(TEMPORAL)
 	$(GO) test -count=1 -timeout 10m -v -run TestHealingUnderMixedLoad ./tests/load/cmd/sluice-bench/
 
 # Real faults against the real stack on loopback, every scenario (README
-# "Faults (make chaos)"; about 5 minutes): a killed worker, Redis restarted
+# "Faults (make chaos)"; about 4 minutes): a killed worker, Redis restarted
 # empty and stalled, a restarted dev server, hung backends, 1,000 clients
 # hanging up, a client that stops reading. Writes tests/load/report/chaos.md.
 # `make test` runs the fast subset.

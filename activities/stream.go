@@ -246,8 +246,12 @@ func (a *Chat) classifyStreamError(ctx context.Context, log *slog.Logger, reques
 	switch {
 	case errors.Is(err, errStopped):
 		return temporal.NewNonRetryableApplicationError("stream stopped: request cancelled", ErrTypeCancelled, nil, consumed())
+	case errors.Is(ctx.Err(), context.Canceled):
+		// Temporal cancelled the activity (the request was cancelled):
+		// what it consumed goes with the cancellation, for the refund.
+		return temporal.NewCanceledError(consumed())
 	case ctx.Err() != nil:
-		// Temporal cancelled the activity (or it timed out).
+		// It timed out: nobody reads what it returns.
 		return ctx.Err()
 	case err != nil && tokens > 0:
 		log.Warn("llm stream broke mid-answer", "tokens", tokens, "err", err)

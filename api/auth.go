@@ -105,6 +105,10 @@ func (s *Server) callerOf(ctx context.Context, key string) (caller, error) {
 	return who, nil
 }
 
+// redisUnansweredKey marks a request (echo.Context) for which Redis just
+// failed to answer within redis.request_timeout.
+const redisUnansweredKey = "sluice.redis_unanswered"
+
 // checkBans counts the request against its IP and key (one Redis call)
 // and refuses it if either is banned, with the ban's remaining time as
 // Retry-After.
@@ -123,6 +127,11 @@ func (s *Server) checkBans(c echo.Context, keyID string) error {
 		// Open rather than closed: bans guard against floods, and the
 		// rate limits, which do fail closed, still stand.
 		s.logger.Warn("ban check failed; request let through", "err", err)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// Redis used up its redis.request_timeout: the door, which
+			// needs it too, refuses at once rather than wait as long again.
+			c.Set(redisUnansweredKey, true)
+		}
 		return nil
 	}
 	if !v.Banned {

@@ -31,6 +31,12 @@ import (
 // event. On error nothing was started and every charge was given back.
 func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerprint string) (string, *events.Subscription, error) {
 	ctx := c.Request().Context()
+	if unanswered, _ := c.Get(redisUnansweredKey).(bool); unanswered {
+		// The ban check already waited redis.request_timeout for Redis
+		// in vain: its client was promised a 503 within about that, not
+		// twice it.
+		return "", nil, unavailable("the service's state store is not answering; please retry")
+	}
 	// The door's own Redis calls are bounded: with Redis stalled the
 	// client hears 503 + Retry-After in about this long, not after it.
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Redis.RequestTimeout)

@@ -19,6 +19,15 @@ const shedRetryAfter = 30 * time.Second
 // details; nil when it does not say (e.g. cancelled by Temporal or timed
 // out), and then nothing is refunded.
 func streamedBefore(err error) *activities.Used {
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		// A stream Temporal cancelled reports what it had consumed.
+		var u events.Usage
+		if !canceled.HasDetails() || canceled.Details(&u) != nil {
+			return nil
+		}
+		return usedOf(u)
+	}
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) {
 		return nil
@@ -41,6 +50,12 @@ func streamedBefore(err error) *activities.Used {
 	if appErr.Details(&u) != nil {
 		return nil
 	}
+	return usedOf(u)
+}
+
+// usedOf is what a stream that consumed u is billed: its tokens, and the
+// request if it consumed any.
+func usedOf(u events.Usage) *activities.Used {
 	requests := 0
 	if u.TotalTokens > 0 {
 		requests = 1

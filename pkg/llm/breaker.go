@@ -125,9 +125,10 @@ func (ep *endpoint) state() CircuitState {
 }
 
 // ticket is one stream's pass through its endpoint's circuit. It reports
-// the stream's outcome once: when the stream ends, or, for the probe of a
-// half-open circuit, at its first token, so that a recovered endpoint
-// takes traffic again without waiting for a whole answer.
+// the stream's outcome once: when the stream ends, or at its first token
+// for the probe of a half-open circuit, so that a recovered endpoint takes
+// traffic again without waiting for a whole answer, and for a slow first
+// token.
 type ticket struct {
 	c        *OpenAI
 	ep       *endpoint
@@ -181,11 +182,13 @@ func (c *OpenAI) Circuits() []Circuit {
 	return out
 }
 
-// firstToken notes how long the first token took; a probe's outcome is
-// known now.
+// firstToken notes how long the first token took. A probe's outcome is
+// known now, and so is a slow first token's: reported at once, a slow
+// replica is ejected after a few slow first tokens, not after as many
+// whole answers at its pace while it keeps taking its share of streams.
 func (t *ticket) firstToken(after time.Duration) {
 	t.slow = after > t.c.breaker.SlowFirstToken
-	if t.probe {
+	if t.probe || t.slow {
 		t.report(nil)
 	}
 }

@@ -1,0 +1,121 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/events"
+	sreq "github.com/sluice-dev/sluice/pkg/request"
+)
+
+// TestChaos runs each fault against a stack of its own. The fast subset
+// (what `go test ./...` runs) is a backend that hangs before its first
+// token and the client that stops reading: the cheapest, and between them
+// they cover the LLM path's deadlines, retry and breaker and the SSE
+// writer's; SLUICE_CHAOS=all runs the rest.
+func TestChaos(t *testing.T) {
+	t.Run("worker-kill-9", testWorkerKilled)
+	t.Run("redis-restart-empty", testRedisRestart)
+	t.Run("redis-stall", testRedisStall)
+	t.Run("temporal-restart", testTemporalRestart)
+	t.Run("backend-hang", testBackendFaults)
+	t.Run("clients-disconnect", testClientsDisconnect)
+	t.Run("client-stops-reading", testSlowReader)
+}
+
+// constTenant is a load whose every request is one tenant's.
+func constTenant(tenant string) func() string { return func() string { return tenant } }
+
+// loadRequest is the closed loops' request: an answer of about two
+// seconds, long enough for a fault to land mid-stream.
+var loadRequest = request{maxTokens: 100, bound: time.Minute}
+
+// cutAnswers lists answers that were cut with anything but the promised
+// end: a client that had tokens gets the rest of its answer, or
+// stream_interrupted (a model cannot resume mid-answer).
+func cutAnswers(rs []result, allowed ...string) []string {
+	var out []string
+	for _, r := range rs {
+		if r.tokens == 0 || r.terminal != events.TypeError {
+			continue
+		}
+		ok := r.reason == sreq.ReasonStreamInterrupted
+		for _, a := range allowed {
+			ok = ok || r.reason == a
+		}
+		if !ok {
+			out = append(out, fmt.Sprintf("an answer cut after %d tokens ended with %s, not stream_interrupted: %s", r.tokens, r.reason, r.summary()))
+		}
+	}
+	return out
+}
+
+// servedAcross counts the requests sent before at that were answered
+// after until: they waited through the fault.
+func servedAcross(rs []result, at, until time.Time) int {
+	n := 0
+	for _, r := range rs {
+		if r.start.Before(at) && r.start.Add(r.took).After(until) && r.terminal == events.TypeDone {
+			n++
+		}
+	}
+	return n
+}
+
+// finishScenario fills in the scenario's row — what its clients saw and
+// everything lost: broken promises on the streams, extra findings of the
+// scenario, and what the stack left behind — and records it.
+func (s *stack) finishScenario(t *testing.T, r row, rs []result, extra []string, tenants ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r.saw = tally(rs)
+	r.lost = append(first(broken(rs), 10), extra...)
+	r.lost = append(r.lost, s.leftovers(ctx, tenants...)...)
+	if r.recover < 0 {
+		r.lost = append(r.lost, "not recovered within the bound ("+r.recoverTo+")")
+	}
+	record(t, r)
+}
+
+// testWorkerKilled kills -9 the only worker while streams run and
+// requests wait, and starts it again two seconds later.
+func testWorkerKilled(t *testing.T) {
+	slow(t)
+	s := startStack(t, stackOptions{externalWorker: true})
+	l := s.startLoad(12, constTenant(tenantLoad), loadRequest)
+	s.waitStreaming(t, 10*time.Second)
+	killed := time.Now()
+	if err := s.worker.kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if err := s.worker.start(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	recovered := s.timeToRecover(restarted, tenantAfter, time.Minute)
+	time.Sleep(3 * time.Second)
+	rs := l.finish()
+	notes := fmt.Sprintf("12 clients in a closed loop, 6 permits; the worker was down 2 s; %d requests sent before the kill were answered after the restart",
+		servedAcross(rs, killed, restarted))
+	s.finishScenario(t, row{fault: "worker killed (kill -9) mid-stream, restarted 2 s later", recover: recovered,
+		recoverTo: "worker started again → first new request answered", notes: notes}, rs, cutAnswers(rs), tenantLoad, tenantAfter)
+}
+
+// waitStreaming waits until both simulators together run at least one
+// sequence: a fault injected now lands mid-stream.
+func (s *stack) waitStreaming(t *testing.T, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if s.sims[0].Stats().Running+s.sims[1].Stats().Running >= 3 {
+			// A little further into the streams.
+			time.Sleep(300 * time.Millisecond)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no streams running after %s", within)
+}
