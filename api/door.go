@@ -41,17 +41,9 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerp
 	// client hears 503 + Retry-After in about this long, not after it.
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.Redis.RequestTimeout)
 	defer cancel()
-	key, prior, err := s.idemKey(rctx, c, who, fingerprint)
-	if err != nil {
-		return "", nil, err
-	}
-	if prior != "" {
-		sub, err := s.attach(rctx, c, prior)
-		if !errors.Is(err, errStreamGone) {
-			return prior, sub, err
-		}
-		// Its events expired (or Redis lost them): the key names nothing.
-		s.releaseKey(ctx, key, prior)
+	key, prior, sub, err := s.replay(rctx, c, who, fingerprint)
+	if err != nil || prior != "" {
+		return prior, sub, err
 	}
 	if err := s.checkKB(rctx, s.resolveChatKB(who, req)); err != nil {
 		return "", nil, err
@@ -77,7 +69,7 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerp
 		s.refuse(ctx, d, req, err)
 		return "", nil, err
 	}
-	sub, err := s.open(rctx, d, req)
+	sub, err = s.open(rctx, d, req)
 	if err != nil {
 		w.Leave()
 		return "", nil, err

@@ -107,6 +107,24 @@ func fingerprintOf(route string, parts ...any) string {
 	return idempotency.Fingerprint(raw...)
 }
 
+// replay resolves a POST's Idempotency-Key: the key to claim for a new
+// request (nil without the header), or, when the key names a request
+// whose events live, that request's id and a subscription that follows
+// it.
+func (s *Server) replay(ctx context.Context, c echo.Context, who caller, fingerprint string) (*idempotency.Key, string, *events.Subscription, error) {
+	key, prior, err := s.idemKey(ctx, c, who, fingerprint)
+	if err != nil || prior == "" {
+		return key, "", nil, err
+	}
+	sub, err := s.attach(ctx, c, prior)
+	if !errors.Is(err, errStreamGone) {
+		return key, prior, sub, err
+	}
+	// Its events expired (or Redis lost them): the key names nothing.
+	s.releaseKey(ctx, key, prior)
+	return key, "", nil, nil
+}
+
 // errStreamGone: the request a key names has no events any more.
 var errStreamGone = errors.New("the request's events are gone")
 
