@@ -82,7 +82,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
 	}
 	var body any = map[string]*apiError{"error": ae}
-	if c.Path() == chatCompletionsPath {
+	if isOpenAIPath(c.Path()) {
 		body = ae.openAI()
 	}
 	if err := c.JSON(ae.Status, body); err != nil {

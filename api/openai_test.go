@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/sluice-dev/sluice/pkg/config"
@@ -467,5 +468,34 @@ func TestAnswerCollector(t *testing.T) {
 		if col.failure == nil || col.failure.Status != status || col.failure.Code != reason {
 			t.Fatalf("%s: %+v, want status %d", reason, col.failure, status)
 		}
+	}
+}
+
+// The official clients' first call lists the models: each model the pools
+// serve, once; its errors take OpenAI's shape too. Asked by openai-go.
+func TestListModels(t *testing.T) {
+	srv, _, _ := newTestServer(t, func(c *config.Config) { c.Pools.Long.Model = "big-model" })
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	client := openai.NewClient(option.WithBaseURL(ts.URL+"/v1"), option.WithAPIKey("k-acme"), option.WithMaxRetries(0))
+	page, err := client.Models.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+		if m.Object != "model" || m.Created == 0 || m.OwnedBy == "" {
+			t.Errorf("model %+v", m)
+		}
+	}
+	if strings.Join(ids, ",") != "big-model,sluice-sim" {
+		t.Fatalf("models %v, want big-model and sluice-sim", ids)
+	}
+	bad := openai.NewClient(option.WithBaseURL(ts.URL+"/v1"), option.WithAPIKey("nope"), option.WithMaxRetries(0))
+	_, err = bad.Models.List(context.Background())
+	var oe *openai.Error
+	if !errors.As(err, &oe) || oe.StatusCode != http.StatusUnauthorized || oe.Message == "" {
+		t.Fatalf("unknown key: %v, want a 401 the client reads", err)
 	}
 }

@@ -80,6 +80,8 @@ type Server struct {
 	live *liveness
 	// idem maps Idempotency-Keys to the requests they started.
 	idem *idempotency.Store
+	// builtAt is when the server was built.
+	builtAt time.Time
 }
 
 // Options are the Server's dependencies.
@@ -134,6 +136,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.room = room
+	s.builtAt = time.Now()
 	s.idem = idempotency.New(opts.Redis, opts.Config.Redis.KeyPrefix, opts.Config.API.IdempotencyTTL)
 	s.live = newLiveness(opts.Temporal, opts.Config.Temporal.Namespace, opts.Events, opts.Gate, s.logger.With("component", "liveness"))
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
@@ -175,6 +178,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.Use(s.recoverJSON)
 	e.POST("/v1/chat", s.postChat)
 	e.POST(chatCompletionsPath, s.postChatCompletions)
+	e.GET(modelsPath, s.listModels)
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
 	e.DELETE("/v1/requests/:id", s.deleteRequest)

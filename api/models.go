@@ -1,0 +1,42 @@
+package api
+
+import (
+	"net/http"
+	"sort"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/pkg/openai"
+)
+
+// modelsPath is OpenAI's model list, which the official clients call
+// first (client.models.list()) and which tools use to fill a model menu.
+const modelsPath = "/v1/models"
+
+// listModels answers GET /v1/models with the models the pools' backends
+// serve, each once, in OpenAI's shape. It is a read like any other: the
+// caller is authenticated and charged to its tier's read limit.
+func (s *Server) listModels(c echo.Context) error {
+	if _, err := s.authenticateFor(c, routeReads); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, p := range s.cfg.Pools.ByName() {
+		if p.Model != "" && !seen[p.Model] {
+			seen[p.Model] = true
+			ids = append(ids, p.Model)
+		}
+	}
+	sort.Strings(ids)
+	list := openai.ModelList{Object: openai.ObjectList, Data: make([]openai.Model, len(ids))}
+	for i, id := range ids {
+		// OpenAI's created is when the model was made; a gateway knows
+		// when it started serving it, this process's start.
+		list.Data[i] = openai.Model{ID: id, Object: openai.ObjectModel, Created: s.builtAt.Unix(), OwnedBy: "sluice"}
+	}
+	return c.JSON(http.StatusOK, list)
+}
+
+// isOpenAIPath reports the routes whose errors take OpenAI's shape.
+func isOpenAIPath(path string) bool { return path == chatCompletionsPath || path == modelsPath }
