@@ -12,9 +12,10 @@ import (
 
 // TestChaos runs each fault against a stack of its own. The fast subset
 // (what `go test ./...` runs) is a backend that hangs before its first
-// token and the client that stops reading: the cheapest, and between them
-// they cover the LLM path's deadlines, retry and breaker and the SSE
-// writer's; SLUICE_CHAOS=all runs the rest.
+// token: the cheapest row, it covers the LLM path's deadlines, retry and
+// breaker, and it is not timed to the second; SLUICE_CHAOS=all runs the rest (api's
+// TestSlowSSEReaderIsDroppedAndDetached covers the SSE writer's deadline
+// in make test).
 func TestChaos(t *testing.T) {
 	t.Run("worker-kill-9", testWorkerKilled)
 	t.Run("redis-restart-empty", testRedisRestart)

@@ -75,6 +75,10 @@ func testClientsDisconnect(t *testing.T) {
 // api.stream_write_timeout, and the request must end and give its permit
 // back, without holding up anyone else.
 func testSlowReader(t *testing.T) {
+	// Timed to the second against a busy worker: in make chaos, not in the
+	// race-detector run of make test, which runs packages side by side
+	// (api's TestSlowSSEReaderIsDroppedAndDetached covers the drop there).
+	slow(t)
 	s := startStack(t, stackOptions{
 		simulator: func(c *llmsim.Config) {
 			// Long answers, produced fast (about 200 tokens a second): the
@@ -99,7 +103,12 @@ func testSlowReader(t *testing.T) {
 	// write timeout of that (and some slack for the hub and the detach
 	// signal on a busy machine).
 	blocked := lastEventTime(data)
-	if d := detached.Sub(blocked); blocked.IsZero() || detached.IsZero() || d > s.cfg.API.StreamWriteTimeout+3*time.Second {
+	switch d := detached.Sub(blocked); {
+	case blocked.IsZero():
+		extra = append(extra, fmt.Sprintf("the stalled client of %s got no event", id))
+	case detached.IsZero():
+		extra = append(extra, fmt.Sprintf("the stalled client of %s was never detached (no detach signal in its history)", id))
+	case d > s.cfg.API.StreamWriteTimeout+3*time.Second:
 		extra = append(extra, fmt.Sprintf("the stalled client of %s was dropped %s after its last event was sent (api.stream_write_timeout %s)", id, d.Round(time.Millisecond), s.cfg.API.StreamWriteTimeout))
 	}
 	// Then the grace, a timer, the stop flag and Finalize: a few workflow
