@@ -120,6 +120,8 @@ func (l *liveness) run(ctx context.Context) {
 func (l *liveness) check(ctx context.Context) {
 	ids := l.startedIDs()
 	if len(ids) == 0 {
+		// Nothing followed: the next search need not reach back past now.
+		l.closedSince = time.Now()
 		return
 	}
 	if err := l.endClosed(ctx, ids); err != nil && ctx.Err() == nil {
