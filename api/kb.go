@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
@@ -28,7 +29,7 @@ type ingestRequest struct {
 // as one change (one new kb version). It holds an ingestion permit while
 // it works; without one after ingest.max_wait it answers 503.
 func (s *Server) postDocuments(c echo.Context) error {
-	who, err := s.authenticateFor(c, routeIngest)
+	who, err := s.authenticateFor(c, config.RouteIngest)
 	if err != nil {
 		return err
 	}
@@ -120,7 +121,7 @@ func (s *Server) documentsOf(req ingestRequest) ([]ingest.Document, error) {
 
 // deleteDocument removes one document from a kb.
 func (s *Server) deleteDocument(c echo.Context) error {
-	who, err := s.authenticateFor(c, routeIngest)
+	who, err := s.authenticateFor(c, config.RouteIngest)
 	if err != nil {
 		return err
 	}
@@ -152,7 +153,7 @@ type kbView struct {
 
 // getKB describes a kb: version, documents, chunks.
 func (s *Server) getKB(c echo.Context) error {
-	who, err := s.authenticateFor(c, routeReads)
+	who, err := s.authenticateFor(c, config.RouteReads)
 	if err != nil {
 		return err
 	}
@@ -179,7 +180,7 @@ func (s *Server) getKB(c echo.Context) error {
 // listKBs names the kbs the caller may name: its tenant's own and the
 // shared ones ("kbs"), and which of them are shared ("shared").
 func (s *Server) listKBs(c echo.Context) error {
-	who, err := s.authenticateFor(c, routeReads)
+	who, err := s.authenticateFor(c, config.RouteReads)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
@@ -17,7 +18,7 @@ const modelsPath = "/v1/models"
 // serve, each once, in OpenAI's shape. It is a read like any other: the
 // caller is authenticated and charged to its tier's read limit.
 func (s *Server) listModels(c echo.Context) error {
-	if _, err := s.authenticateFor(c, routeReads); err != nil {
+	if _, err := s.authenticateFor(c, config.RouteReads); err != nil {
 		return err
 	}
 	seen := map[string]bool{}

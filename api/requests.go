@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.temporal.io/api/enums/v1"
 
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
@@ -54,7 +55,7 @@ type requestView struct {
 }
 
 func (s *Server) getRequest(c echo.Context) error {
-	id, err := s.ownRequest(c, routeReads)
+	id, err := s.ownRequest(c, config.RouteReads)
 	if err != nil {
 		return err
 	}
@@ -127,7 +128,7 @@ func (s *Server) getEvents(c echo.Context) error {
 	} else if !events.ValidID(after) {
 		return badRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
 	}
-	id, err := s.ownRequest(c, routeResumes)
+	id, err := s.ownRequest(c, config.RouteResumes)
 	if err != nil {
 		return err
 	}
@@ -154,7 +155,7 @@ func (s *Server) getEvents(c echo.Context) error {
 }
 
 func (s *Server) deleteRequest(c echo.Context) error {
-	id, err := s.ownRequest(c, routeReads)
+	id, err := s.ownRequest(c, config.RouteReads)
 	if err != nil {
 		return err
 	}

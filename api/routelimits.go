@@ -7,15 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/limiter"
-)
-
-// The routes a tier's route limits name (config.RouteLimits).
-const (
-	routeReads   = "reads"
-	routeResumes = "resumes"
-	routeIngest  = "ingest"
 )
 
 // authenticateFor names the caller, as authenticate does, and charges the
@@ -39,7 +31,7 @@ func (s *Server) limitRoute(c echo.Context, who caller, route string) error {
 		return nil
 	}
 	tier, _ := live.Tier(who.Tier)
-	rate := routeRate(tier.Routes, route)
+	rate := tier.Routes.Of(route)
 	// Each route's buckets are apart from the chat's and each other's.
 	buckets := limiter.Policy{
 		Tenant: limiter.Rate{RequestsPerMinute: rate.TenantPerMinute},
@@ -63,17 +55,4 @@ func (s *Server) limitRoute(c echo.Context, who caller, route string) error {
 	retry := max(1, int(d.RetryAfter.Seconds()+0.999))
 	return &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", Dimension: d.Bucket.Dimension, Kind: string(d.Bucket.Kind),
 		RetryAfter: retry, Message: fmt.Sprintf("the %s limit on %s requests is exhausted; retry in %ds", d.Bucket.Dimension, route, retry)}
-}
-
-// routeRate is a tier's rate for one route.
-func routeRate(r config.RouteLimits, route string) config.RouteRate {
-	switch route {
-	case routeReads:
-		return r.Reads
-	case routeResumes:
-		return r.Resumes
-	case routeIngest:
-		return r.Ingest
-	}
-	return config.RouteRate{}
 }

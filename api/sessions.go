@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -25,7 +26,7 @@ func (who caller) sessionOwner() session.Owner {
 // session belongs to the caller's user, so another user's or tenant's
 // session of the same id is not found (404), never confirmed to exist.
 func (s *Server) sessionParam(c echo.Context) (caller, string, error) {
-	who, err := s.authenticateFor(c, routeReads)
+	who, err := s.authenticateFor(c, config.RouteReads)
 	if err != nil {
 		return caller{}, "", err
 	}

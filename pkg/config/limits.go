@@ -69,6 +69,26 @@ type RouteLimits struct {
 	Ingest RouteRate `yaml:"ingest" json:"ingest"`
 }
 
+// The routes RouteLimits names, as its fields are spelled in YAML.
+const (
+	RouteReads   = "reads"
+	RouteResumes = "resumes"
+	RouteIngest  = "ingest"
+)
+
+// Of is the named route's rate (no limit for a name it does not know).
+func (r RouteLimits) Of(route string) RouteRate {
+	switch route {
+	case RouteReads:
+		return r.Reads
+	case RouteResumes:
+		return r.Resumes
+	case RouteIngest:
+		return r.Ingest
+	}
+	return RouteRate{}
+}
+
 // RouteRate is a route's requests per minute per tenant and per IP, each
 // with a minute's burst; 0 is no limit.
 type RouteRate struct {
@@ -170,12 +190,9 @@ func (t Tier) validate(v *validator, field string, maxTokensLimit int) {
 	t.Tenant.validate(v, field+".tenant")
 	t.User.validate(v, field+".user")
 	t.IP.validate(v, field+".ip")
-	for _, r := range []struct {
-		name string
-		rate RouteRate
-	}{{"reads", t.Routes.Reads}, {"resumes", t.Routes.Resumes}, {"ingest", t.Routes.Ingest}} {
-		if r.rate.TenantPerMinute < 0 || r.rate.IPPerMinute < 0 {
-			v.add(field+".routes."+r.name, "rates must be >= 0 (0 = no limit), got %+v", r.rate)
+	for _, route := range []string{RouteReads, RouteResumes, RouteIngest} {
+		if r := t.Routes.Of(route); r.TenantPerMinute < 0 || r.IPPerMinute < 0 {
+			v.add(field+".routes."+route, "rates must be >= 0 (0 = no limit), got %+v", r)
 		}
 	}
 	if t.IngestQuota.Documents < 0 || t.IngestQuota.Bytes < 0 {
