@@ -61,9 +61,8 @@ type stack struct {
 	// keyTurn picks each request's API key in turn.
 	keyTurn atomic.Int64
 
-	apiLog    string
-	apiCancel context.CancelFunc
-	apiDone   chan error
+	apiLog string
+	api    *process.API
 	// closers stop the simulators, after the API.
 	closers []func()
 	// dir holds the dev server's database and log, removed at the end.
@@ -272,21 +271,12 @@ func (s *stack) startAPI(ctx context.Context) {
 	}
 	s.t.Cleanup(func() { _ = f.Close() })
 	logger := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	actx, cancel := context.WithCancel(context.Background())
-	s.apiCancel = cancel
-	ready := make(chan string, 1)
-	s.apiDone = make(chan error, 1)
-	cfg := s.cfg
-	go func() { s.apiDone <- process.RunAPI(actx, cfg, logger, func(addr string) { ready <- addr }) }()
-	select {
-	case addr := <-ready:
-		s.baseURL = "http://" + addr
-	case err := <-s.apiDone:
-		s.apiDone = nil
-		s.t.Fatalf("api process: %v", err)
-	case <-ctx.Done():
-		s.t.Fatal("api process not ready")
+	api, err := process.StartAPI(ctx, s.cfg, logger)
+	if err != nil {
+		s.t.Fatal(err)
 	}
+	s.api = api
+	s.baseURL = api.URL
 }
 
 // waitReady waits until a request is answered: the kb is seeded and a
@@ -307,14 +297,9 @@ func (s *stack) waitReady(ctx context.Context) error {
 // close stops the API (waiting for it), the worker and the servers; on
 // failure it shows the end of the processes' logs.
 func (s *stack) close() {
-	if s.apiCancel != nil {
-		s.apiCancel()
-		if s.apiDone != nil {
-			select {
-			case <-s.apiDone:
-			case <-time.After(30 * time.Second):
-				s.t.Log("api process did not stop within 30s")
-			}
+	if s.api != nil {
+		if err := s.api.Stop(30 * time.Second); err != nil {
+			s.t.Log(err)
 		}
 	}
 	if s.worker != nil {

@@ -134,17 +134,13 @@ func run(m *testing.M) (int, error) {
 	stack.cfg = cfg
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- process.RunAPI(ctx, cfg, logger, func(addr string) { ready <- addr }) }()
-	select {
-	case addr := <-ready:
-		stack.baseURL = "http://" + addr
-	case err := <-done:
-		return 0, fmt.Errorf("api process: %w", err)
-	case <-time.After(time.Minute):
-		return 0, fmt.Errorf("api process not ready after 1m")
+	wctx, cancelWait := context.WithTimeout(ctx, time.Minute)
+	api, err := process.StartAPI(wctx, cfg, logger)
+	cancelWait()
+	if err != nil {
+		return 0, err
 	}
+	stack.baseURL = api.URL
 
 	stack.temporal = ts.Client()
 	stack.redis = redis.NewClient(&redis.Options{Addr: rds.Addr})
@@ -158,11 +154,8 @@ func run(m *testing.M) (int, error) {
 	}
 
 	code := m.Run()
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		fmt.Fprintln(os.Stderr, "api process did not stop within 20s")
+	if err := api.Stop(20 * time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 	}
 	return code, nil
 }

@@ -138,3 +138,43 @@ func Main(name string, run func(ctx context.Context, cfg config.Config, logger *
 		os.Exit(1)
 	}
 }
+
+// API is an API process running in the background of another program: a
+// test's or a benchmark's stack.
+type API struct {
+	// URL is where it listens ("http://host:port").
+	URL  string
+	stop context.CancelFunc
+	done chan error
+}
+
+// StartAPI runs RunAPI in the background until Stop (ctx bounds only the
+// wait for it to listen) and returns once it listens.
+func StartAPI(ctx context.Context, cfg config.Config, logger *slog.Logger) (*API, error) {
+	actx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	a := &API{stop: stop, done: make(chan error, 1)}
+	ready := make(chan string, 1)
+	go func() { a.done <- RunAPI(actx, cfg, logger, func(addr string) { ready <- addr }) }()
+	select {
+	case addr := <-ready:
+		a.URL = "http://" + addr
+		return a, nil
+	case err := <-a.done:
+		stop()
+		return nil, fmt.Errorf("api process: %w", err)
+	case <-ctx.Done():
+		stop()
+		return nil, fmt.Errorf("api process not ready: %w", ctx.Err())
+	}
+}
+
+// Stop ends the API process and waits up to wait for it to return.
+func (a *API) Stop(wait time.Duration) error {
+	a.stop()
+	select {
+	case err := <-a.done:
+		return err
+	case <-time.After(wait):
+		return fmt.Errorf("api process did not stop within %s", wait)
+	}
+}

@@ -53,8 +53,7 @@ type stack struct {
 	rt *worker.Runtime
 
 	logs    *logCounter
-	cancel  context.CancelFunc
-	apiDone chan error
+	api     *process.API
 	closers []func()
 }
 
@@ -144,22 +143,14 @@ func (s *stack) logger(quiet bool) *slog.Logger {
 
 // startAPI runs process.RunAPI until Close, and waits until it listens.
 func (s *stack) startAPI(ctx context.Context, logger *slog.Logger) error {
-	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	ready := make(chan string, 1)
-	s.apiDone = make(chan error, 1)
-	cfg := s.cfg
-	go func() { s.apiDone <- process.RunAPI(actx, cfg, logger, func(addr string) { ready <- addr }) }()
-	select {
-	case addr := <-ready:
-		s.baseURL = "http://" + addr
-		return nil
-	case err := <-s.apiDone:
-		s.apiDone = nil
-		return fmt.Errorf("api process: %w", err)
-	case <-time.After(2 * time.Minute):
-		return fmt.Errorf("api process not ready after 2m")
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	api, err := process.StartAPI(wctx, s.cfg, logger)
+	if err != nil {
+		return err
 	}
+	s.api, s.baseURL = api, api.URL
+	return nil
 }
 
 // client is an HTTP client to the API keeping up to conns connections
@@ -176,14 +167,9 @@ func (s *stack) Close() {
 	if s.rt != nil {
 		s.rt.Close()
 	}
-	if s.cancel != nil {
-		s.cancel()
-		if s.apiDone != nil {
-			select {
-			case <-s.apiDone:
-			case <-time.After(30 * time.Second):
-				fmt.Fprintln(os.Stderr, "sluice-bench: api process did not stop within 30s")
-			}
+	if s.api != nil {
+		if err := s.api.Stop(30 * time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, "sluice-bench:", err)
 		}
 	}
 	// Whatever still runs in this process (an interrupted run's
