@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
 // Error types of application errors activities return, so that the
@@ -191,6 +192,15 @@ type LLMInput struct {
 	Session *SessionRef
 	// CacheAnswer keeps a complete answer in the L3 tier.
 	CacheAnswer bool
+	// Conversation, if set, is the client's own conversation (OpenAI's
+	// messages), which the prompt carries whole after the context's
+	// system message; Query is then its last user message, what was
+	// retrieved for. Gateway: no context, the conversation is the prompt
+	// as it came.
+	Conversation []openai.Message `json:",omitempty"`
+	Gateway      bool             `json:",omitempty"`
+	// Sampling is forwarded to the backend as it came.
+	Sampling *openai.Sampling `json:",omitempty"`
 }
 
 // LLMOutput summarises the stream.
@@ -207,6 +217,9 @@ type LLMOutput struct {
 	// TurnRecorded that the answer is already in the session.
 	DoneWritten  bool
 	TurnRecorded bool
+	// Model is the model that answered (llm.Result.Model, or the pool's
+	// configured model when the backend named none).
+	Model string `json:",omitempty"`
 }
 
 // LookupAnswerInput asks the L3 tier for an answer to the query and, on a

@@ -409,6 +409,8 @@ func (n *fakeNotifier) woken() []string {
 // fakeLLM streams scripted tokens.
 type fakeLLM struct {
 	tokens []string
+	// deltas, if set, are streamed instead of tokens.
+	deltas []llm.Delta
 	// delay is waited before every token.
 	delay time.Duration
 	// err, if set, is returned after failAfter tokens.
@@ -426,11 +428,21 @@ type fakeLLM struct {
 	reqs []llm.Request
 }
 
-func (f *fakeLLM) Stream(ctx context.Context, req llm.Request, onDelta func(string) error) (llm.Result, error) {
+func (f *fakeLLM) Stream(ctx context.Context, req llm.Request, onDelta func(llm.Delta) error) (llm.Result, error) {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, req)
 	f.mu.Unlock()
 	res := llm.Result{Endpoint: "fake", FinishReason: cmp.Or(f.finish, "stop")}
+	if f.deltas != nil {
+		for _, d := range f.deltas {
+			res.Chunks++
+			res.Model = cmp.Or(res.Model, d.Model)
+			if err := onDelta(d); err != nil {
+				return res, err
+			}
+		}
+		return res, nil
+	}
 	for i, tok := range f.tokens {
 		if f.err != nil && i == f.failAfter {
 			return res, f.err
@@ -443,7 +455,7 @@ func (f *fakeLLM) Stream(ctx context.Context, req llm.Request, onDelta func(stri
 			}
 		}
 		res.Chunks++
-		if err := onDelta(tok); err != nil {
+		if err := onDelta(llm.Delta{Text: tok}); err != nil {
 			return res, err
 		}
 		if f.onToken != nil && f.onToken(i) {

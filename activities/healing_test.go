@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/metrics"
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/scaler"
@@ -467,8 +468,8 @@ func TestReadHealthCountsEjectedBackends(t *testing.T) {
 		t.Fatalf("before any stream: %d of %d ejected, want 0 of 2", ph.Ejected, ph.Endpoints)
 	}
 	for range 2 { // round robin: one stream to each endpoint
-		_, _ = client.Stream(context.Background(), llm.Request{Model: "sluice-sim", Messages: []llm.Message{{Role: "user", Content: "hi"}}, MaxTokens: 2},
-			func(string) error { return nil })
+		_, _ = client.Stream(context.Background(), llm.Request{Model: "sluice-sim", Messages: []openai.Message{openai.TextMessage("user", "hi")}, MaxTokens: 2},
+			func(llm.Delta) error { return nil })
 	}
 	if ph := read(); ph.Endpoints != 2 || ph.Ejected != 1 {
 		t.Fatalf("after the dead endpoint failed: %d of %d ejected, want 1 of 2", ph.Ejected, ph.Endpoints)

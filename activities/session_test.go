@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
@@ -27,7 +27,16 @@ func (h *harness) turns(t *testing.T, o session.Owner, id string) []session.Turn
 
 // history returns the earlier turns a prompt carried: the messages
 // between the system message and the query.
-func history(msgs []llm.Message) []llm.Message { return msgs[1 : len(msgs)-1] }
+func history(msgs []openai.Message) []openai.Message { return msgs[1 : len(msgs)-1] }
+
+// textOf is a message's text.
+func textOf(m openai.Message) string {
+	text, err := m.Text()
+	if err != nil {
+		panic(err)
+	}
+	return text
+}
 
 func TestSecondTurnCarriesTheFirst(t *testing.T) {
 	fake := &fakeLLM{tokens: []string{"Buckets", " refill", " steadily."}}
@@ -56,11 +65,11 @@ func TestSecondTurnCarriesTheFirst(t *testing.T) {
 		t.Fatalf("the first turn carried history %+v", got)
 	}
 	got := history(reqs[1].Messages)
-	if len(got) != 2 || got[0].Role != "user" || got[0].Content != "How do buckets refill?" ||
-		got[1].Role != "assistant" || got[1].Content != "Buckets refill steadily." {
+	if len(got) != 2 || got[0].Role != "user" || textOf(got[0]) != "How do buckets refill?" ||
+		got[1].Role != "assistant" || textOf(got[1]) != "Buckets refill steadily." {
 		t.Fatalf("the second turn carried %+v", got)
 	}
-	if last := reqs[1].Messages[len(reqs[1].Messages)-1]; last.Content != "And how fast?" {
+	if last := reqs[1].Messages[len(reqs[1].Messages)-1]; textOf(last) != "And how fast?" {
 		t.Fatalf("the query is not last: %+v", last)
 	}
 	turns := h.turns(t, alice, "s1")
@@ -107,8 +116,8 @@ func TestHistoryKeepsTheNewestTurnsThatFitItsBudget(t *testing.T) {
 		t.Fatalf("prompt carried %d messages of history, want %d", len(got), 2*len(want))
 	}
 	// The newest turn is the last before the query.
-	if newest := stored[len(stored)-1]; got[len(got)-2].Content != newest.User {
-		t.Fatalf("newest turn in the prompt is %q, want %q", got[len(got)-2].Content, newest.User)
+	if newest := stored[len(stored)-1]; textOf(got[len(got)-2]) != newest.User {
+		t.Fatalf("newest turn in the prompt is %q, want %q", textOf(got[len(got)-2]), newest.User)
 	}
 }
 

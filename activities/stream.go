@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 )
@@ -42,9 +44,13 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	if !ok {
 		return LLMOutput{}, temporal.NewNonRetryableApplicationError("unknown pool "+in.Pool, ErrTypeBadRequest, nil)
 	}
-	chunks, err := a.lookup(ctx, in.KB, in.KBVersion, in.Context)
-	if err != nil && prior.tokens == 0 {
-		return LLMOutput{}, err
+	var chunks []retrieval.Chunk
+	if !in.Gateway {
+		var err error
+		chunks, err = a.lookup(ctx, in.KB, in.KBVersion, in.Context)
+		if err != nil && prior.tokens == 0 {
+			return LLMOutput{}, err
+		}
 	}
 	p := a.fitPrompt(ctx, in, pool, chunks)
 	if prior.tokens > 0 {
@@ -66,7 +72,11 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	s.sctx = sctx
 	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n)
 
-	res, err := pool.Streamer.Stream(sctx, llm.Request{Model: pool.Model, Messages: p.msgs, MaxTokens: in.MaxTokens}, s.onToken)
+	req := llm.Request{Model: pool.Model, Messages: p.msgs, MaxTokens: in.MaxTokens}
+	if in.Sampling != nil {
+		req.Sampling = *in.Sampling
+	}
+	res, err := pool.Streamer.Stream(sctx, req, s.onToken)
 	if err != nil && errors.Is(context.Cause(sctx), errStopped) {
 		err = errStopped
 	}
@@ -75,12 +85,13 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	}
 	// The keep-alive renews the permit, which finishing gives back.
 	stop(nil)
+	res.Model = cmp.Or(res.Model, pool.Model)
 	return a.finishAnswer(ctx, in, res, &p, s)
 }
 
 // fittedPrompt is a request's prompt, cut to fit its pool.
 type fittedPrompt struct {
-	msgs []llm.Message
+	msgs []openai.Message
 	// chunks is the context that stayed in the prompt.
 	chunks []retrieval.Chunk
 	// tokens is the prompt's exact size; 0 until it is counted.
@@ -92,6 +103,14 @@ type fittedPrompt struct {
 // first token; only a prompt near the pool's limit is counted exactly, and
 // its lowest-ranked context shed until it fits, then its oldest turns.
 func (a *Chat) fitPrompt(ctx context.Context, in LLMInput, pool Pool, chunks []retrieval.Chunk) fittedPrompt {
+	if in.Gateway {
+		// The client's prompt, as it came: the door counted it against
+		// the pool's limit.
+		return fittedPrompt{msgs: in.Conversation}
+	}
+	if len(in.Conversation) > 0 {
+		return a.fitAround(in.Conversation, pool, chunks)
+	}
 	history, historyTokens := a.history(ctx, in.RequestID, in.Session)
 	p := fittedPrompt{msgs: a.Prompts.Conversation(history, chunks, in.Query), chunks: chunks}
 	if a.Prompts.Bound(chunks, in.Query)+historyTokens <= pool.MaxPromptTokens {
@@ -105,6 +124,20 @@ func (a *Chat) fitPrompt(ctx context.Context, in LLMInput, pool Pool, chunks []r
 			history = history[1:]
 		}
 		p.msgs = a.Prompts.Conversation(history, p.chunks, in.Query)
+		p.tokens = a.Prompts.Count(p.msgs)
+	}
+	return p
+}
+
+// fitAround is fitPrompt for a client's own conversation: the door
+// checked that the conversation fits the pool with a full context, so
+// only context is shed, lowest-ranked first, when the count says so.
+func (a *Chat) fitAround(conversation []openai.Message, pool Pool, chunks []retrieval.Chunk) fittedPrompt {
+	p := fittedPrompt{msgs: a.Prompts.Around(chunks, conversation), chunks: chunks}
+	p.tokens = a.Prompts.Count(p.msgs)
+	for p.tokens > pool.MaxPromptTokens && len(p.chunks) > 0 {
+		p.chunks = p.chunks[:len(p.chunks)-1]
+		p.msgs = a.Prompts.Around(p.chunks, conversation)
 		p.tokens = a.Prompts.Count(p.msgs)
 	}
 	return p
@@ -159,7 +192,7 @@ type tokenStream struct {
 
 // onToken writes one token to the event stream and heartbeats its
 // progress; it ends the stream when the stop flag is up.
-func (s *tokenStream) onToken(text string) error {
+func (s *tokenStream) onToken(d llm.Delta) error {
 	i := int(s.n.Load())
 	if i == 0 {
 		s.firstToken = time.Since(s.start)
@@ -168,12 +201,12 @@ func (s *tokenStream) onToken(text string) error {
 		}
 		s.stageWritten = func() error { return nil }
 	}
-	stopped, err := s.a.writeToken(s.sctx, s.requestID, i, text, s.stopKey)
+	stopped, err := s.a.writeToken(s.sctx, s.requestID, events.Token{Text: d.Text, Index: i, ToolCalls: d.ToolCalls, Model: d.Model}, s.stopKey)
 	if err != nil {
 		return err
 	}
 	if s.keep {
-		s.answer = append(s.answer, text)
+		s.answer = append(s.answer, d.Text)
 	}
 	s.n.Add(1)
 	activity.RecordHeartbeat(s.ctx, streamProgress{Tokens: i + 1})
@@ -195,8 +228,9 @@ const tokenWritePatience = 15 * time.Second
 // round trip, retrying for tokenWritePatience. A retried write may append
 // the token twice (the first attempt was applied but its reply lost):
 // readers drop a token whose index they already sent.
-func (a *Chat) writeToken(ctx context.Context, requestID string, index int, text, stopKey string) (bool, error) {
-	args, err := a.Events.XAddArgs(requestID, events.TypeToken, events.Token{Text: text, Index: index})
+func (a *Chat) writeToken(ctx context.Context, requestID string, tok events.Token, stopKey string) (bool, error) {
+	index := tok.Index
+	args, err := a.Events.XAddArgs(requestID, events.TypeToken, tok)
 	if err != nil {
 		return false, err
 	}

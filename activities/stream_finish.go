@@ -24,7 +24,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 	usage := a.usageOf(res, p, tokens)
 	if res.FinishReason == "length" && a.Options.TruncationNotice != "" {
 		// The model stopped at max tokens, maybe mid-word: say so.
-		if _, err := a.writeToken(ctx, in.RequestID, tokens, a.Options.TruncationNotice, s.stopKey); err != nil {
+		if _, err := a.writeToken(ctx, in.RequestID, events.Token{Text: a.Options.TruncationNotice, Index: tokens}, s.stopKey); err != nil {
 			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
 		}
 		if s.keep {
@@ -34,7 +34,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 	out := LLMOutput{
 		Usage: usage, FinishReason: res.FinishReason,
 		Sources: sources(p.chunks), ContextShed: len(in.Context) - len(p.chunks),
-		FirstTokenMs: s.firstToken.Milliseconds(), Ms: time.Since(s.start).Milliseconds(),
+		FirstTokenMs: s.firstToken.Milliseconds(), Ms: time.Since(s.start).Milliseconds(), Model: res.Model,
 	}
 	if in.Session != nil {
 		out.TurnRecorded = a.recordAnswer(ctx, in, res.FinishReason, s.answer)
@@ -77,6 +77,7 @@ func completeDone(d events.Done, out LLMOutput) events.Done {
 	d.Usage = out.Usage
 	d.Sources = out.Sources
 	d.ContextShed = out.ContextShed
+	d.Model = out.Model
 	return d
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -247,7 +248,7 @@ func TestStreamLLMShedsContextToFitPool(t *testing.T) {
 	if len(reqs) != 1 {
 		t.Fatalf("%d llm requests, want 1", len(reqs))
 	}
-	sys := reqs[0].Messages[0].Content
+	sys := textOf(reqs[0].Messages[0])
 	if !strings.Contains(sys, fmt.Sprintf("[%d] ", keep)) || strings.Contains(sys, fmt.Sprintf("[%d] ", keep+1)) {
 		t.Fatalf("system prompt does not hold exactly the best %d chunks:\n%s", keep, sys)
 	}
@@ -584,5 +585,59 @@ func TestStreamLLMRidesThroughARedisStall(t *testing.T) {
 	}
 	if len(seen) != 5 {
 		t.Fatalf("token indexes %v, want 0..4", seen)
+	}
+}
+
+// A gateway stream sends the client's conversation and parameters as they
+// came, and writes the backend's tool-call pieces and model name into
+// the request's events.
+func TestGatewayStreamForwardsAndRecordsToolCalls(t *testing.T) {
+	fake := &fakeLLM{finish: "tool_calls", deltas: []llm.Delta{
+		{Model: "m-2024", ToolCalls: []openai.ToolCallDelta{{Index: 0, ID: "call_1", Type: "function", Function: openai.FunctionCallDelta{Name: "calc"}}}},
+		{ToolCalls: []openai.ToolCallDelta{{Index: 0, Function: openai.FunctionCallDelta{Arguments: `{"x":1}`}}}},
+	}}
+	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
+	conv := []openai.Message{openai.TextMessage("system", "be brief"), openai.TextMessage("user", "add one")}
+	temp := 0.0
+	sampling := &openai.Sampling{Temperature: &temp, Tools: []openai.Tool{{Type: "function", Function: openai.FunctionDef{Name: "calc"}}}}
+	out, err := stream(t, h, activities.LLMInput{
+		RequestID: "g1", Pool: request.PoolShort, MaxTokens: 16, Gateway: true, Conversation: conv, Sampling: sampling,
+		Done: &events.Done{RequestID: "g1"},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := fake.requests()
+	if len(reqs) != 1 || len(reqs[0].Messages) != 2 || textOf(reqs[0].Messages[0]) != "be brief" || reqs[0].Sampling.Temperature == nil || len(reqs[0].Sampling.Tools) != 1 {
+		t.Fatalf("backend got %+v", reqs)
+	}
+	if out.Model != "m-2024" || out.FinishReason != "tool_calls" || out.ContextShed != 0 || len(out.Sources) != 0 {
+		t.Fatalf("output %+v", out)
+	}
+	var calls []openai.ToolCall
+	index := map[int]int{}
+	var done events.Done
+	for _, ev := range h.events(t, "g1") {
+		switch ev.Type {
+		case events.TypeToken:
+			var tok events.Token
+			if err := json.Unmarshal(ev.Data, &tok); err != nil {
+				t.Fatal(err)
+			}
+			if (tok.Index == 0) != (tok.Model == "m-2024") {
+				t.Fatalf("token %d names model %q", tok.Index, tok.Model)
+			}
+			calls = openai.AddToolCalls(calls, index, tok.ToolCalls)
+		case events.TypeDone:
+			if err := json.Unmarshal(ev.Data, &done); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(calls) != 1 || calls[0].ID != "call_1" || calls[0].Function.Name != "calc" || calls[0].Function.Arguments != `{"x":1}` {
+		t.Fatalf("tool calls in the events: %+v", calls)
+	}
+	if done.Model != "m-2024" || done.FinishReason != "tool_calls" {
+		t.Fatalf("done %+v", done)
 	}
 }

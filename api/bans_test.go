@@ -47,7 +47,7 @@ func TestFloodingIPIsBannedOnEveryServer(t *testing.T) {
 		}
 	}
 	// The OpenAI endpoint refuses in OpenAI's shape.
-	rec = from(b, flooder, "", "POST", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	rec = from(b, flooder, "", "POST", "/v1/chat/completions", `{"model":"sluice-sim","messages":[{"role":"user","content":"hi"}]}`)
 	var oai struct {
 		Error struct{ Type, Code string }
 	}

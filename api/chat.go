@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -33,12 +34,50 @@ type chatRequest struct {
 	// Server.queryTokens); 0 until then.
 	queryTokens int
 	counted     bool
+
+	// What only the OpenAI endpoint sets (see workflows.ChatInput):
+	// the client's conversation, sent whole; gateway, no knowledge base;
+	// sampling, forwarded. model is the backend model the client named
+	// ("" when it asked for a kb by alias: any pool answers).
+	conversation []openai.Message
+	gateway      bool
+	sampling     *openai.Sampling
+	model        string
+	// promptTokens counts the conversation (text, media parts estimated,
+	// tool definitions); mediaParts and partTypes are its parts that are
+	// not text.
+	promptTokens int
+	mediaParts   int
+	partTypes    []string
+	// pool is the pool the door routed the request to.
+	pool string
+}
+
+// cacheable reports whether the answer to req depends only on its kb,
+// query and max tokens, the answer cache's key: not on a conversation,
+// a session or generation parameters.
+func (req *chatRequest) cacheable() bool {
+	if req.SessionID != "" || req.gateway || req.sampling != nil {
+		return false
+	}
+	return req.conversation == nil || (len(req.conversation) == 1 && req.mediaParts == 0)
 }
 
 var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 
 // validate normalises and checks a chat request.
 func (s *Server) validate(req *chatRequest) error {
+	if err := s.validateMaxTokens(req); err != nil {
+		return err
+	}
+	if req.conversation != nil {
+		if err := s.checkConversation(req); err != nil {
+			return err
+		}
+		if req.gateway {
+			return s.fitsLongPool(req.promptTokens, true)
+		}
+	}
 	req.Query = strings.TrimSpace(req.Query)
 	if req.Query == "" {
 		return badRequest("empty_query", "query must not be empty")
@@ -56,6 +95,23 @@ func (s *Server) validate(req *chatRequest) error {
 	if req.SessionID != "" && !sessionIDPattern.MatchString(req.SessionID) {
 		return badRequest("bad_session_id", "session_id must be 1-128 characters of letters, digits and ._:-")
 	}
+	if req.conversation != nil {
+		// The conversation, the query in it, must fit the long pool
+		// with the system prompt, whatever context is shed.
+		return s.fitsLongPool(s.prompts.BoundForQueryTokens(req.promptTokens, 0, 0), true)
+	}
+	// The query alone must fit the long pool, whatever context is shed.
+	// A token is at least one byte, so a query of few bytes cannot be too
+	// long and is not counted here (a tiktoken encode is most of what a
+	// refused request costs).
+	if s.prompts.BoundForQueryTokens(len(req.Query), 0, 0) <= s.cfg.Pools.Long.MaxPromptTokens {
+		return nil
+	}
+	return s.fitsLongPool(s.prompts.BoundForQueryTokens(s.queryTokens(req), 0, 0), false)
+}
+
+// validateMaxTokens defaults and checks the answer's cap.
+func (s *Server) validateMaxTokens(req *chatRequest) error {
 	if req.MaxTokens == nil {
 		n := s.cfg.API.DefaultMaxTokens
 		req.MaxTokens = &n
@@ -63,19 +119,23 @@ func (s *Server) validate(req *chatRequest) error {
 	if *req.MaxTokens < 1 || *req.MaxTokens > s.cfg.API.MaxTokensLimit {
 		return badRequest("bad_max_tokens", "max_tokens must be between 1 and %d", s.cfg.API.MaxTokensLimit)
 	}
-	// The query alone must fit the long pool, whatever context is shed.
-	// A token is at least one byte, so a query of few bytes cannot be too
-	// long and is not counted here (a tiktoken encode is most of what a
-	// refused request costs).
-	limit := s.cfg.Pools.Long.MaxPromptTokens
-	if s.prompts.BoundForQueryTokens(len(req.Query), 0, 0) <= limit {
-		return nil
-	}
-	if bare := s.prompts.BoundForQueryTokens(s.queryTokens(req), 0, 0); bare > limit {
-		return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
-			Message: fmt.Sprintf("the query needs %d prompt tokens; the limit is %d", bare, limit)}
-	}
 	return nil
+}
+
+// fitsLongPool refuses a prompt of tokens that not even the long pool
+// takes: a query, or an OpenAI client's conversation, refused as OpenAI
+// refuses one too long for its model.
+func (s *Server) fitsLongPool(tokens int, conversation bool) error {
+	limit := s.cfg.Pools.Long.MaxPromptTokens
+	switch {
+	case tokens <= limit:
+		return nil
+	case conversation:
+		return &apiError{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
+			Message: fmt.Sprintf("the largest prompt any model here takes is %d tokens; the messages need %d", limit, tokens)}
+	}
+	return &apiError{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
+		Message: fmt.Sprintf("the query needs %d prompt tokens; the limit is %d", tokens, limit)}
 }
 
 // queryTokens counts the query's tokens once per request.
@@ -121,6 +181,7 @@ func (s *Server) startChat(ctx context.Context, d door, req chatRequest, waited 
 		RequestID: d.id, Tenant: d.who.Tenant, User: d.who.User, Tier: d.who.Tier,
 		Query: req.Query, KB: req.KB, KBTenant: req.kbTenant, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
 		Pool: d.pool, RateReservation: d.reservation, AdmissionTokens: d.tokens, Settings: workflows.ChatSettingsFor(cfg, d.tier),
+		Conversation: req.conversation, Gateway: req.gateway, Sampling: req.sampling,
 	}
 	if waited > 0 {
 		// The door's wait counts against the request's max wait.
@@ -128,7 +189,7 @@ func (s *Server) startChat(ctx context.Context, d door, req chatRequest, waited 
 	}
 	// An answer that depends on a conversation is that conversation's
 	// own: requests in a session neither read nor fill the answer cache.
-	in.Settings.AnswerCache = s.answerKBs[req.kbRef().Key()] && req.SessionID == ""
+	in.Settings.AnswerCache = s.answerKBs[req.kbRef().Key()] && req.cacheable()
 	// No workflow execution timeout: every wait inside the workflow is
 	// bounded (max_wait, LLM timeouts and attempts, local activity
 	// deadlines), and a timeout would cost the server a timer per request.

@@ -45,8 +45,10 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerp
 	if err != nil || prior != "" {
 		return prior, sub, err
 	}
-	if err := s.checkKB(rctx, s.resolveChatKB(who, req)); err != nil {
-		return "", nil, err
+	if !req.gateway {
+		if err := s.checkKB(rctx, s.resolveChatKB(who, req)); err != nil {
+			return "", nil, err
+		}
 	}
 	live := s.policy.Current()
 	tier, _ := live.Tier(who.Tier)
@@ -54,7 +56,12 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerp
 		// The tier's cap, not the caller's wish, bounds the answer.
 		*req.MaxTokens = tier.MaxOutputTokens
 	}
-	d := door{id: newRequestID(), who: who, tier: tier, pool: s.route(rctx, who, req), arrived: time.Now()}
+	pool, err := s.poolFor(s.route(rctx, who, req), req)
+	if err != nil {
+		return "", nil, err
+	}
+	req.pool = pool
+	d := door{id: newRequestID(), who: who, tier: tier, pool: pool, arrived: time.Now()}
 	d.tokens = s.tokenBound(req)
 	d.reservation, err = s.reserve(rctx, c, d.id, who, tier, live.Limits.Enabled, s.cost(live, d))
 	if err != nil {
@@ -174,9 +181,16 @@ func (s *Server) route(ctx context.Context, who caller, req *chatRequest) string
 	return request.Route(s.promptBound(req), history, s.cfg.Routing.ShortThresholdTokens)
 }
 
-// promptBound is the prompt's upper bound before retrieval: the query and
-// top_k full chunks.
+// promptBound is the prompt's upper bound before retrieval: the query (or
+// the client's conversation) and top_k full chunks; a gateway request's
+// prompt is its conversation alone.
 func (s *Server) promptBound(req *chatRequest) int {
+	switch {
+	case req.gateway:
+		return req.promptTokens
+	case req.conversation != nil:
+		return s.prompts.BoundForQueryTokens(req.promptTokens, s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
+	}
 	return s.prompts.BoundForQueryTokens(s.queryTokens(req), s.cfg.Retrieval.TopK, s.cfg.Retrieval.ChunkTokens)
 }
 

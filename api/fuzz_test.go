@@ -142,15 +142,22 @@ func FuzzCompletionRequest(f *testing.F) {
 			return
 		}
 		checkChatInvariants(t, s, body, req)
-		if cr.Model == "" || (cr.N != nil && *cr.N != 1) {
+		if (req.gateway && cr.Model == "") || (cr.N != nil && *cr.N != 1) {
 			t.Fatalf("%q: accepted model %q, n %v", body, cr.Model, cr.N)
 		}
-		// The query is the last user message's text.
+		if len(req.conversation) != len(cr.Messages) {
+			t.Fatalf("%q: %d messages of %d forwarded", body, len(req.conversation), len(cr.Messages))
+		}
+		// In RAG mode the query is the last user message with text; a
+		// gateway request has none.
 		var last string
 		for _, m := range cr.Messages {
-			if m.Role == "user" {
-				last, _ = messageText(m, "")
+			if text, _ := m.Text(); m.Role == "user" && strings.TrimSpace(text) != "" {
+				last = text
 			}
+		}
+		if req.gateway {
+			last = ""
 		}
 		if strings.TrimSpace(last) != req.Query {
 			t.Fatalf("%q: query %q is not the last user message %q", body, req.Query, last)

@@ -119,7 +119,7 @@ func TestRacingRetriesStartOneRequest(t *testing.T) {
 	for i := range retries {
 		wg.Go(func() {
 			rec := postWithKey(t, srv, "/v1/chat/completions",
-				`{"model":"m","messages":[{"role":"user","content":"hello"}],"stream":true}`, key, "k-acme")
+				`{"model":"sluice-sim","messages":[{"role":"user","content":"hello"}],"stream":true}`, key, "k-acme")
 			ids[i] = rec.Header().Get("X-Request-ID")
 		})
 	}

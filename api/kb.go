@@ -187,13 +187,25 @@ func (s *Server) listKBs(c echo.Context) error {
 	if s.kbStore == nil {
 		return unavailable("knowledge bases are not configured in this process")
 	}
-	own, err := s.kbStore.KBs(c.Request().Context(), who.Tenant)
+	names, err := s.readableKBs(c.Request().Context(), who)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"kbs": names, "shared": s.sharedKBs()})
+}
+
+// readableKBs are the names of the kbs who may ask, sorted: the shared
+// ones and its tenant's own (none in a process without a kb store).
+func (s *Server) readableKBs(ctx context.Context, who caller) ([]string, error) {
+	if s.kbStore == nil {
+		return s.sharedKBs(), nil
+	}
+	own, err := s.kbStore.KBs(ctx, who.Tenant)
 	if err != nil {
 		s.logger.Error("list kbs", "tenant", who.Tenant, "err", err)
-		return unavailable("could not list knowledge bases; please retry")
+		return nil, unavailable("could not list knowledge bases; please retry")
 	}
-	shared := s.sharedKBs()
-	names := append([]string{}, shared...)
+	names := append([]string{}, s.sharedKBs()...)
 	for _, name := range own {
 		// A tenant's kb whose name the operator since declared shared
 		// is out of its reach.
@@ -202,7 +214,7 @@ func (s *Server) listKBs(c echo.Context) error {
 		}
 	}
 	slices.Sort(names)
-	return c.JSON(http.StatusOK, map[string]any{"kbs": names, "shared": shared})
+	return names, nil
 }
 
 // checkKBName refuses a kb name that cannot name a kb.

@@ -15,10 +15,13 @@ import (
 const modelsPath = "/v1/models"
 
 // listModels answers GET /v1/models with the models the pools' backends
-// serve, each once, in OpenAI's shape. It is a read like any other: the
-// caller is authenticated and charged to its tier's read limit.
+// serve, each once, then the RAG aliases: sluice-rag (the default kb) and
+// sluice-rag/<kb> for each kb the caller may ask, in OpenAI's shape. It
+// is a read like any other: the caller is authenticated and charged to
+// its tier's read limit.
 func (s *Server) listModels(c echo.Context) error {
-	if _, err := s.authenticateFor(c, config.RouteReads); err != nil {
+	who, err := s.authenticateFor(c, config.RouteReads)
+	if err != nil {
 		return err
 	}
 	seen := map[string]bool{}
@@ -30,6 +33,17 @@ func (s *Server) listModels(c echo.Context) error {
 		}
 	}
 	sort.Strings(ids)
+	if s.embeddings != nil {
+		ids = append(ids, s.cfg.Embedding.Model)
+	}
+	kbs, err := s.readableKBs(c.Request().Context(), who)
+	if err != nil {
+		return err
+	}
+	ids = append(ids, ragModel)
+	for _, kb := range kbs {
+		ids = append(ids, ragModel+"/"+kb)
+	}
 	list := openai.ModelList{Object: openai.ObjectList, Data: make([]openai.Model, len(ids))}
 	for i, id := range ids {
 		// OpenAI's created is when the model was made; a gateway knows
@@ -40,4 +54,6 @@ func (s *Server) listModels(c echo.Context) error {
 }
 
 // isOpenAIPath reports the routes whose errors take OpenAI's shape.
-func isOpenAIPath(path string) bool { return path == chatCompletionsPath || path == modelsPath }
+func isOpenAIPath(path string) bool {
+	return path == chatCompletionsPath || path == modelsPath || path == embeddingsPath
+}

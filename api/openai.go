@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,91 +23,6 @@ const chatCompletionsPath = "/v1/chat/completions"
 // kbHeader names the knowledge base for clients that cannot add a body
 // field; the body's kb wins.
 const kbHeader = "X-Sluice-KB"
-
-// defaultModel is echoed when a request names no model: Sluice routes by
-// length, not by model name.
-const defaultModel = "sluice"
-
-// completionRequest is OpenAI's chat completion request with Sluice's
-// extension. The fields OpenAI clients send that Sluice does not read
-// (temperature, top_p, user, seed, ...) are accepted and ignored, so that
-// clients work unchanged; only n > 1, which would change the response's
-// shape, is refused.
-type completionRequest struct {
-	openai.ChatRequest
-	// KB is Sluice's extension: the knowledge base to answer from.
-	KB string `json:"kb"`
-}
-
-// parseCompletionRequest reads an OpenAI chat completion request into the
-// chat request it asks for: the query is the last user message (Sluice
-// keeps no history of its own here; earlier turns are read only to check
-// them). kb is the X-Sluice-KB header, used when the body names none.
-func parseCompletionRequest(body []byte, kb string) (completionRequest, chatRequest, error) {
-	var cr completionRequest
-	if err := json.Unmarshal(body, &cr); err != nil {
-		return cr, chatRequest{}, badRequest("bad_json", "malformed JSON: %v", err)
-	}
-	if cr.N != nil && *cr.N != 1 {
-		return cr, chatRequest{}, paramError("n", "bad_n", "n must be 1: Sluice answers with one choice")
-	}
-	if len(cr.Messages) == 0 {
-		return cr, chatRequest{}, paramError("messages", "no_messages", "messages must hold at least one message")
-	}
-	query, found := "", false
-	for i, m := range cr.Messages {
-		switch m.Role {
-		case "system", "developer", "user", "assistant":
-		case "tool", "function":
-			return cr, chatRequest{}, paramError(fmt.Sprintf("messages[%d].role", i), "bad_role",
-				"role %q is not supported: Sluice does not call tools", m.Role)
-		default:
-			return cr, chatRequest{}, paramError(fmt.Sprintf("messages[%d].role", i), "bad_role",
-				"unknown role %q; expected system, developer, user or assistant", m.Role)
-		}
-		text, err := messageText(m, fmt.Sprintf("messages[%d].content", i))
-		if err != nil {
-			return cr, chatRequest{}, err
-		}
-		if strings.TrimSpace(text) == "" {
-			return cr, chatRequest{}, paramError(fmt.Sprintf("messages[%d].content", i), "empty_content",
-				"messages[%d] has no text content", i)
-		}
-		if m.Role == "user" {
-			query, found = text, true
-		}
-	}
-	if !found {
-		return cr, chatRequest{}, paramError("messages", "no_user_message", "messages must include a user message: it is the question answered")
-	}
-	if cr.Model == "" {
-		cr.Model = defaultModel
-	}
-	req := chatRequest{Query: query, KB: cr.KB, MaxTokens: cr.MaxOutputTokens()}
-	if req.KB == "" {
-		req.KB = kb
-	}
-	return cr, req, nil
-}
-
-// messageText is the text of a message's content: the string, or its text
-// parts joined by newlines. A part of any other kind is refused rather than
-// skipped: an answer to half a question would look like a whole one.
-func messageText(m openai.Message, param string) (string, error) {
-	parts, err := m.Parts()
-	if err != nil {
-		return "", paramError(param, "bad_content", "%s must be a string or an array of content parts", param)
-	}
-	texts := make([]string, 0, len(parts))
-	for i, p := range parts {
-		if p.Type != openai.ContentPartText || p.Text == nil {
-			return "", paramError(fmt.Sprintf("%s[%d]", param, i), "unsupported_content",
-				"content part of type %q is not supported: Sluice reads text parts only", p.Type)
-		}
-		texts = append(texts, *p.Text)
-	}
-	return strings.Join(texts, "\n"), nil
-}
 
 func paramError(param, code, format string, args ...any) *apiError {
 	e := badRequest(code, format, args...)
@@ -145,8 +61,10 @@ func (m completionMeta) header(object string) openai.Header {
 }
 
 // postChatCompletions is OpenAI's chat completions API over the same
-// workflow as /v1/chat: streamed in OpenAI's chunk format, or answered in
-// one JSON completion when stream is false.
+// workflow as /v1/chat, in gateway mode (the client's messages to the
+// model it names) or RAG mode (the same, after context retrieved from a
+// knowledge base): streamed in OpenAI's chunk format, or answered in one
+// JSON completion when stream is false.
 func (s *Server) postChatCompletions(c echo.Context) error {
 	who, err := s.authenticate(c)
 	if err != nil {
@@ -169,7 +87,13 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 		return withParam(err)
 	}
 	defer sub.Close()
-	meta := completionMeta{ID: "chatcmpl-" + id, Created: created, Model: cr.Model}
+	// The answering model's name arrives with the first token; until
+	// then (and for an answer from the cache) it is the pool's.
+	model := cr.Model
+	if p, ok := s.cfg.Pools.ByName()[req.pool]; ok {
+		model = p.Model
+	}
+	meta := completionMeta{ID: "chatcmpl-" + id, Created: created, Model: model}
 	if cr.Stream {
 		return s.streamCompletion(c, sub, id, meta, cr.IncludeUsage())
 	}
@@ -218,7 +142,8 @@ func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id st
 	if col.failure != nil {
 		return col.failure
 	}
-	return c.JSON(http.StatusOK, completionOf(meta, col.text.String(), col.done))
+	meta.Model = cmp.Or(col.done.Model, meta.Model)
+	return c.JSON(http.StatusOK, completionOf(meta, col.text.String(), col.calls, col.done))
 }
 
 // completion is OpenAI's non-streaming chat completion with Sluice's
@@ -231,12 +156,17 @@ type completion struct {
 // completionOf is the completion of a finished answer. Logprobs and
 // refusal are sent as null, as OpenAI sends them, for clients that look
 // for every field.
-func completionOf(meta completionMeta, text string, d events.Done) completion {
+func completionOf(meta completionMeta, text string, calls []openai.ToolCall, d events.Done) completion {
+	msg := openai.AssistantMessage{Role: openai.RoleAssistant, Content: &text, ToolCalls: calls, Refusal: openai.Null[string]()}
+	if text == "" && len(calls) > 0 {
+		// A message that only calls tools has null content, as at OpenAI.
+		msg.Content = nil
+	}
 	return completion{
 		Completion: openai.Completion{
 			Header: meta.header(openai.ObjectChatCompletion),
 			Choices: []openai.Choice{{
-				Message:      openai.AssistantMessage{Role: "assistant", Content: text, Refusal: openai.Null[string]()},
+				Message:      msg,
 				Logprobs:     openai.Null[json.RawMessage](),
 				FinishReason: finishReason(d.FinishReason),
 			}},
@@ -272,10 +202,10 @@ func usageOf(u events.Usage) openai.Usage {
 // backend may say "eos" or nothing where OpenAI says "stop".
 func finishReason(r string) string {
 	switch r {
-	case "length", "content_filter":
+	case openai.FinishLength, openai.FinishContentFilter, openai.FinishToolCalls:
 		return r
 	}
-	return "stop"
+	return openai.FinishStop
 }
 
 // completionChunk is one OpenAI streaming chunk with Sluice's extension,
@@ -318,11 +248,24 @@ func (k *chunkSink) write(ev events.Event) error {
 		if json.Unmarshal(ev.Data, &t) != nil {
 			return nil
 		}
-		return k.data(k.chunk(openai.Delta{Content: &t.Text}, nil))
+		if t.Model != "" {
+			// The first token names the model that answers; every chunk
+			// repeats it.
+			k.meta.Model = t.Model
+		}
+		delta := openai.Delta{ToolCalls: t.ToolCalls}
+		if t.Text != "" || len(t.ToolCalls) == 0 {
+			delta.Content = &t.Text
+		}
+		return k.data(k.chunk(delta, nil))
 	case events.TypeDone:
 		var d events.Done
 		if err := json.Unmarshal(ev.Data, &d); err != nil {
 			return k.fail(&apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"})
+		}
+		if !k.roleSent && d.Model != "" {
+			// An empty answer: no token named the model.
+			k.meta.Model = d.Model
 		}
 		fr := finishReason(d.FinishReason)
 		last := k.chunk(openai.Delta{}, &fr)
@@ -387,9 +330,13 @@ func (k *chunkSink) flush() error { return k.out.flush() }
 
 // answerCollector gathers a request's answer for a non-streaming reply.
 type answerCollector struct {
-	text    strings.Builder
-	done    events.Done
-	failure *apiError
+	text strings.Builder
+	// calls are the tool calls the answer asks for; callIndex maps a
+	// streamed call's index to its place in calls.
+	calls     []openai.ToolCall
+	callIndex map[int]int
+	done      events.Done
+	failure   *apiError
 }
 
 func (col *answerCollector) write(ev events.Event) error {
@@ -398,6 +345,12 @@ func (col *answerCollector) write(ev events.Event) error {
 		var t events.Token
 		if json.Unmarshal(ev.Data, &t) == nil {
 			col.text.WriteString(t.Text)
+			if len(t.ToolCalls) > 0 {
+				if col.callIndex == nil {
+					col.callIndex = map[int]int{}
+				}
+				col.calls = openai.AddToolCalls(col.calls, col.callIndex, t.ToolCalls)
+			}
 		}
 	case events.TypeDone:
 		if err := json.Unmarshal(ev.Data, &col.done); err != nil {

@@ -28,31 +28,41 @@ func TestParseCompletionRequest(t *testing.T) {
 	cases := []struct {
 		name, body, header string
 		query, kb, model   string
+		gateway            bool
 		maxTokens          int // 0: unset
 		stream, usage      bool
+		sampling           []string
+		mediaParts         int
 	}{
-		{name: "string content", body: `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
-			query: "hi", model: "gpt-4o"},
-		{name: "content parts", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}`,
-			query: "a\nb", model: "m"},
-		{name: "last user message wins", body: `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"first"},
+		{name: "gateway", body: `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+			model: "gpt-4o", gateway: true},
+		{name: "gateway keeps the whole conversation", body: `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"first"},
+			{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+			{"role":"tool","tool_call_id":"c1","content":"42"},{"role":"developer","content":"x"}]}`,
+			model: "m", gateway: true},
+		{name: "gateway image part", body: `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"what is this?"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}}]}]}`,
+			model: "m", gateway: true, mediaParts: 1},
+		{name: "rag alias", body: `{"model":"sluice-rag","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]}`,
+			query: "a\nb", model: "sluice-rag"},
+		{name: "rag alias names the kb", body: `{"model":"sluice-rag/docs","messages":[{"role":"user","content":"q"}]}`,
+			query: "q", kb: "docs", model: "sluice-rag/docs"},
+		{name: "rag: the last user message is the query", body: `{"model":"m","kb":"docs","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"first"},
 			{"role":"assistant","content":"an answer"},{"role":"developer","content":"x"},{"role":"user","content":"second"}]}`,
-			query: "second", model: "m"},
-		{name: "a trailing assistant message", body: `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]}`,
-			query: "q", model: "m"},
-		{name: "unknown and ignored fields", body: `{"model":"m","messages":[{"role":"user","content":"q","name":"bob"}],"temperature":0.2,"top_p":1,
-			"n":1,"user":"u1","seed":7,"stop":["x"],"presence_penalty":0,"frequency_penalty":0,"logit_bias":{},"store":false,
-			"metadata":{"a":"b"},"stream":true,"stream_options":{"include_usage":true},"some_future_field":{"x":[1]}}`,
-			query: "q", model: "m", stream: true, usage: true},
-		{name: "no model", body: `{"messages":[{"role":"user","content":"q"}]}`, query: "q", model: "sluice"},
+			query: "second", kb: "docs", model: "m"},
+		{name: "rag: a trailing assistant message", body: `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"prefill"}]}`,
+			header: "hdr", query: "q", kb: "hdr", model: "m"},
+		{name: "forwarded and accepted fields", body: `{"model":"m","messages":[{"role":"user","content":"q","name":"bob"}],"temperature":0.2,"top_p":1,
+			"n":1,"user":"u1","seed":7,"stop":"x","presence_penalty":0,"frequency_penalty":0,"logit_bias":{"50256":-100},"store":false,"logprobs":false,
+			"response_format":{"type":"json_object"},"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"tool_choice":"auto",
+			"parallel_tool_calls":false,"metadata":null,"stream":true,"stream_options":{"include_usage":true}}`,
+			model: "m", gateway: true, stream: true, usage: true,
+			sampling: []string{"temperature", "top_p", "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias", "response_format", "tools", "tool_choice", "parallel_tool_calls"}},
 		{name: "max_tokens", body: `{"model":"m","messages":[{"role":"user","content":"q"}],"max_tokens":12}`,
-			query: "q", model: "m", maxTokens: 12},
+			model: "m", gateway: true, maxTokens: 12},
 		{name: "max_completion_tokens wins", body: `{"model":"m","messages":[{"role":"user","content":"q"}],"max_tokens":12,"max_completion_tokens":30}`,
-			query: "q", model: "m", maxTokens: 30},
-		{name: "kb field", body: `{"model":"m","messages":[{"role":"user","content":"q"}],"kb":"docs"}`, header: "other",
+			model: "m", gateway: true, maxTokens: 30},
+		{name: "kb field beats the header", body: `{"model":"m","messages":[{"role":"user","content":"q"}],"kb":"docs"}`, header: "other",
 			query: "q", kb: "docs", model: "m"},
-		{name: "kb header", body: `{"model":"m","messages":[{"role":"user","content":"q"}]}`, header: "hdr",
-			query: "q", kb: "hdr", model: "m"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,8 +70,18 @@ func TestParseCompletionRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if req.Query != tc.query || req.KB != tc.kb || cr.Model != tc.model || cr.Stream != tc.stream || cr.IncludeUsage() != tc.usage {
+			if req.Query != tc.query || req.KB != tc.kb || cr.Model != tc.model || req.gateway != tc.gateway || cr.Stream != tc.stream || cr.IncludeUsage() != tc.usage {
 				t.Fatalf("parsed %+v / %+v", cr, req)
+			}
+			if len(req.conversation) != len(cr.Messages) || req.mediaParts != tc.mediaParts {
+				t.Fatalf("conversation of %d messages, %d media parts", len(req.conversation), req.mediaParts)
+			}
+			var got []string
+			if req.sampling != nil {
+				got = req.sampling.Set()
+			}
+			if (req.sampling == nil) != (tc.sampling == nil) || strings.Join(got, ",") != strings.Join(tc.sampling, ",") {
+				t.Fatalf("sampling %v, want %v", got, tc.sampling)
 			}
 			if (tc.maxTokens == 0) != (req.MaxTokens == nil) || (req.MaxTokens != nil && *req.MaxTokens != tc.maxTokens) {
 				t.Fatalf("max tokens %v, want %d", req.MaxTokens, tc.maxTokens)
@@ -71,23 +91,39 @@ func TestParseCompletionRequest(t *testing.T) {
 }
 
 func TestParseCompletionRequestRefusals(t *testing.T) {
+	msgs := `"messages":[{"role":"user","content":"q"}]`
 	cases := []struct{ name, body, code, param string }{
 		{"malformed", `{"messages":[`, "bad_json", ""},
 		{"wrong type", `{"messages":"hi"}`, "bad_json", ""},
-		{"n above 1", `{"messages":[{"role":"user","content":"q"}],"n":2}`, "bad_n", "n"},
+		{"n above 1", `{"model":"m",` + msgs + `,"n":2}`, "unsupported_value", "n"},
+		{"unknown field", `{"model":"m",` + msgs + `,"some_future_field":{"x":[1]}}`, "unsupported_parameter", "some_future_field"},
+		{"logprobs", `{"model":"m",` + msgs + `,"logprobs":true}`, "unsupported_parameter", "logprobs"},
+		{"metadata", `{"model":"m",` + msgs + `,"metadata":{"a":"b"}}`, "unsupported_parameter", "metadata"},
+		{"temperature out of range", `{"model":"m",` + msgs + `,"temperature":2.5}`, "invalid_value", "temperature"},
+		{"top_p out of range", `{"model":"m",` + msgs + `,"top_p":-1}`, "invalid_value", "top_p"},
+		{"five stops", `{"model":"m",` + msgs + `,"stop":["a","b","c","d","e"]}`, "invalid_value", "stop"},
+		{"bad response format", `{"model":"m",` + msgs + `,"response_format":{"type":"yaml"}}`, "invalid_value", "response_format.type"},
+		{"tool without a name", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{}}]}`, "invalid_value", "tools[0]"},
+		{"tool choice without tools", `{"model":"m",` + msgs + `,"tool_choice":"required"}`, "invalid_value", "tool_choice"},
+		{"tool choice names another tool", `{"model":"m",` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`,
+			"invalid_value", "tool_choice"},
+		{"gateway without a model", `{` + msgs + `}`, "missing_model", "model"},
+		{"kb named twice", `{"model":"sluice-rag/a","kb":"b",` + msgs + `}`, "kb_conflict", "model"},
 		{"no messages", `{"model":"m"}`, "no_messages", "messages"},
 		{"empty messages", `{"model":"m","messages":[]}`, "no_messages", "messages"},
-		{"no user message", `{"messages":[{"role":"system","content":"s"},{"role":"assistant","content":"a"}]}`, "no_user_message", "messages"},
-		{"unknown role", `{"messages":[{"role":"robot","content":"q"}]}`, "bad_role", "messages[0].role"},
-		{"missing role", `{"messages":[{"content":"q"}]}`, "bad_role", "messages[0].role"},
-		{"tool role", `{"messages":[{"role":"user","content":"q"},{"role":"tool","content":"r","tool_call_id":"c"}]}`, "bad_role", "messages[1].role"},
-		{"empty content", `{"messages":[{"role":"user","content":"  "}]}`, "empty_content", "messages[0].content"},
-		{"null content", `{"messages":[{"role":"user","content":null}]}`, "empty_content", "messages[0].content"},
-		{"missing content", `{"messages":[{"role":"user"}]}`, "empty_content", "messages[0].content"},
-		{"no parts", `{"messages":[{"role":"user","content":[]}]}`, "empty_content", "messages[0].content"},
-		{"image part", `{"messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"image_url","image_url":{"url":"x"}}]}]}`,
-			"unsupported_content", "messages[0].content[1]"},
-		{"content object", `{"messages":[{"role":"user","content":{"text":"q"}}]}`, "bad_content", "messages[0].content"},
+		{"rag without a user message", `{"model":"sluice-rag","messages":[{"role":"system","content":"s"},{"role":"assistant","content":"a"}]}`, "no_user_message", "messages"},
+		{"unknown role", `{"model":"m","messages":[{"role":"robot","content":"q"}]}`, "bad_role", "messages[0].role"},
+		{"missing role", `{"model":"m","messages":[{"content":"q"}]}`, "bad_role", "messages[0].role"},
+		{"deprecated function role", `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"function","content":"r","name":"f"}]}`, "bad_role", "messages[1].role"},
+		{"tool result without its call", `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"tool","content":"r"}]}`, "missing_tool_call_id", "messages[1].tool_call_id"},
+		{"null content", `{"model":"m","messages":[{"role":"user","content":null}]}`, "empty_content", "messages[0].content"},
+		{"missing content", `{"model":"m","messages":[{"role":"user"}]}`, "empty_content", "messages[0].content"},
+		{"no parts", `{"model":"m","messages":[{"role":"user","content":[]}]}`, "empty_content", "messages[0].content"},
+		{"assistant with nothing", `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null}]}`, "empty_content", "messages[1].content"},
+		{"unknown part", `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"q"},{"type":"video","video":{}}]}]}`,
+			"unsupported_content", "messages[0].content[1].type"},
+		{"text part without text", `{"model":"m","messages":[{"role":"user","content":[{"type":"text"}]}]}`, "bad_content", "messages[0].content[0].text"},
+		{"content object", `{"model":"m","messages":[{"role":"user","content":{"text":"q"}}]}`, "bad_content", "messages[0].content"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,7 +196,7 @@ func postCompletion(srv *Server, body string, header map[string]string) *httptes
 func TestCompletionRefusalsAreOpenAIShaped(t *testing.T) {
 	srv, tc, rdb := newTestServer(t, func(c *config.Config) { c.Auth.AllowAnonymous = false })
 	user := func(extra string) string {
-		return `{"model":"m","messages":[{"role":"user","content":"hello"}]` + extra + `}`
+		return `{"model":"sluice-sim","messages":[{"role":"user","content":"hello"}]` + extra + `}`
 	}
 	cases := []struct {
 		name, body string
@@ -170,14 +206,17 @@ func TestCompletionRefusalsAreOpenAIShaped(t *testing.T) {
 		param      string
 	}{
 		{"malformed", `{"model":`, nil, 400, "invalid_request_error", "bad_json", ""},
-		{"n", user(`,"n":3`), nil, 400, "invalid_request_error", "bad_n", "n"},
-		{"no user message", `{"model":"m","messages":[{"role":"system","content":"s"}]}`, nil, 400, "invalid_request_error", "no_user_message", "messages"},
-		{"bad role", `{"model":"m","messages":[{"role":"bot","content":"s"}]}`, nil, 400, "invalid_request_error", "bad_role", "messages[0].role"},
+		{"n", user(`,"n":3`), nil, 400, "invalid_request_error", "unsupported_value", "n"},
+		{"unknown model", `{"model":"gpt-5","messages":[{"role":"user","content":"s"}]}`, nil, 404, "not_found_error", "model_not_found", "model"},
+		{"unsupported parameter", user(`,"logprobs":true`), nil, 400, "invalid_request_error", "unsupported_parameter", "logprobs"},
+		{"no user message", `{"model":"sluice-rag","messages":[{"role":"system","content":"s"}]}`, nil, 400, "invalid_request_error", "no_user_message", "messages"},
+		{"bad role", `{"model":"sluice-sim","messages":[{"role":"bot","content":"s"}]}`, nil, 400, "invalid_request_error", "bad_role", "messages[0].role"},
 		{"zero max_tokens", user(`,"max_tokens":0`), nil, 400, "invalid_request_error", "bad_max_tokens", "max_tokens"},
 		{"huge max_completion_tokens", user(`,"max_completion_tokens":999999`), nil, 400, "invalid_request_error", "bad_max_tokens", "max_tokens"},
-		{"query too long", `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("a", 201) + `"}]}`, nil,
+		{"query too long", `{"model":"sluice-rag","messages":[{"role":"user","content":"` + strings.Repeat("a", 201) + `"}]}`, nil,
 			413, "invalid_request_error", "query_too_long", "messages"},
 		{"unknown kb in body", user(`,"kb":"nope"`), nil, 400, "invalid_request_error", "unknown_kb", "kb"},
+		{"unknown kb in the alias", `{"model":"sluice-rag/nope","messages":[{"role":"user","content":"s"}]}`, nil, 400, "invalid_request_error", "unknown_kb", "kb"},
 		{"unknown kb in header", user(""), map[string]string{"X-Sluice-KB": "nope"}, 400, "invalid_request_error", "unknown_kb", "kb"},
 		{"no api key", user(""), map[string]string{"Authorization": ""}, 401, "authentication_error", "unauthorized", ""},
 		{"bad api key", user(""), map[string]string{"Authorization": "Bearer nope"}, 401, "authentication_error", "unauthorized", ""},
@@ -206,7 +245,7 @@ func TestCompletionRateLimitedIs429(t *testing.T) {
 	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
-	rec := postCompletion(srv, `{"model":"m","messages":[{"role":"user","content":"how does a bucket refill?"}],"max_tokens":64}`, nil)
+	rec := postCompletion(srv, `{"model":"sluice-rag","messages":[{"role":"user","content":"how does a bucket refill?"}],"max_tokens":64}`, nil)
 	assertOpenAIError(t, rec, 429, "rate_limit_error", "rate_limited", "")
 	if rec.Header().Get("Retry-After") == "" || rec.Header().Get("X-RateLimit-Limit-Tokens") != "6000" {
 		t.Fatalf("headers %v", rec.Header())
@@ -221,7 +260,7 @@ func TestCompletionRateLimitedIs429(t *testing.T) {
 func TestCompletionStartFailureIs503AndRefunds(t *testing.T) {
 	srv, tc, rdb := newTestServer(t, limitedConfig)
 	for i := 0; i < 5; i++ {
-		rec := postCompletion(srv, `{"model":"m","messages":[{"role":"user","content":"hello"}],"max_tokens":1000,"stream":true}`, nil)
+		rec := postCompletion(srv, `{"model":"sluice-rag","messages":[{"role":"user","content":"hello"}],"max_tokens":1000,"stream":true}`, nil)
 		assertOpenAIError(t, rec, 503, "server_error", "unavailable", "")
 		if rec.Header().Get("Retry-After") == "" {
 			t.Fatal("503 without Retry-After")
@@ -434,7 +473,7 @@ func TestCompletionFormat(t *testing.T) {
 	meta := completionMeta{ID: "chatcmpl-chat-1", Created: 1700000000, Model: "gpt-test"}
 	d := events.Done{RequestID: "chat-1", Route: "short", FinishReason: "eos", KBVersion: 4, Sources: []string{"doc-a"},
 		Cached: true, Usage: events.Usage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}
-	raw, err := json.Marshal(completionOf(meta, "Hello world", d))
+	raw, err := json.Marshal(completionOf(meta, "Hello world", nil, d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,8 +528,9 @@ func TestListModels(t *testing.T) {
 			t.Errorf("model %+v", m)
 		}
 	}
-	if strings.Join(ids, ",") != "big-model,sluice-sim" {
-		t.Fatalf("models %v, want big-model and sluice-sim", ids)
+	// The backend models, then the RAG aliases of the kbs acme may read.
+	if strings.Join(ids, ",") != "big-model,sluice-sim,sluice-rag,sluice-rag/sluice-docs" {
+		t.Fatalf("models %v, want big-model, sluice-sim and the RAG aliases", ids)
 	}
 	bad := openai.NewClient(option.WithBaseURL(ts.URL+"/v1"), option.WithAPIKey("nope"), option.WithMaxRetries(0))
 	_, err = bad.Models.List(context.Background())

@@ -53,6 +53,8 @@ type Server struct {
 	kbStore  *kbstore.Store
 	seenKBs  sync.Map // kb keys known to exist (see kbKnown)
 	ingester *ingest.Ingester
+	// embeddings serves POST /v1/embeddings; nil refuses it.
+	embeddings Embeddings
 	// ingestSlots bounds concurrent ingestion across instances.
 	ingestSlots *semaphore.Semaphore
 	// keys are the configured keys by their hash; keyCache verifies
@@ -101,6 +103,9 @@ type Options struct {
 	// only the configured kbs.
 	KBs      *kbstore.Store
 	Ingester *ingest.Ingester
+	// Embeddings, if set, serves POST /v1/embeddings (the worker's
+	// embedding cache, embed.Cache).
+	Embeddings Embeddings
 	// Sessions serves /v1/sessions and records requests refused at the
 	// door in their session; nil disables both.
 	Sessions *session.Store
@@ -145,7 +150,7 @@ func New(opts Options) (*Server, error) {
 	for _, kb := range opts.Config.AnswerCache.KBs {
 		s.answerKBs[kb] = true
 	}
-	s.kbStore, s.ingester = opts.KBs, opts.Ingester
+	s.kbStore, s.ingester, s.embeddings = opts.KBs, opts.Ingester, opts.Embeddings
 	if s.ingester != nil {
 		var err error
 		s.ingestSlots, err = semaphore.New(opts.Redis, semaphore.Options{
@@ -179,6 +184,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.POST("/v1/chat", s.postChat)
 	e.POST(chatCompletionsPath, s.postChatCompletions)
 	e.GET(modelsPath, s.listModels)
+	e.POST(embeddingsPath, s.postEmbeddings)
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
 	e.DELETE("/v1/requests/:id", s.deleteRequest)

@@ -62,6 +62,9 @@ type Runtime struct {
 	Metrics *metrics.Metrics
 	Latency *latency.Window
 	Chat    *activities.Chat
+	// EmbedCache is the embedder behind its cache tier, which the API
+	// serves embeddings through.
+	EmbedCache *embed.Cache
 	// Healing holds the healing workflow's activities.
 	Healing *activities.Healing
 	// restart notices a Redis that lost Sluice's state (the janitor's).
@@ -252,6 +255,7 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Logger:   r.Logger.With("component", "retrieval-cache"),
 	})
 	answers := answercache.New(r.Redis, cfg.Redis.KeyPrefix, cfg.AnswerCache.TTL)
+	r.EmbedCache = embCache
 	r.registerCacheMetrics(embCache, cached, answers)
 	pools, err := r.llmPools(cfg.Pools)
 	if err != nil {

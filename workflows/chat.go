@@ -95,6 +95,14 @@ func (w *chat) run(ctx workflow.Context) {
 	w.result = ChatResult{Outcome: request.OutcomeFailed, Reason: request.ReasonInternal}
 	// Nothing is consumed until the LLM is called.
 	w.used = &activities.Used{}
+	if w.in.Gateway {
+		// The client's prompt goes to the model as it is: nothing to
+		// embed, retrieve or look up.
+		if w.admit(ctx) {
+			w.stream(ctx, 0, nil)
+		}
+		return
+	}
 	if !w.embed() {
 		return
 	}

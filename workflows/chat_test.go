@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -208,6 +209,31 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 	s.NoError(v.Get(&st))
 	s.Equal(request.StageFinished, st.Stage)
 	s.Equal(request.OutcomeDone, st.Outcome)
+}
+
+// A gateway request is admitted and streamed with the client's whole
+// conversation and parameters: nothing is embedded, retrieved or reranked.
+func (s *chatSuite) TestGatewayModeSkipsRetrieval() {
+	s.mockAdmit(granted, nil)
+	log := s.log
+	conv := []openai.Message{openai.TextMessage("system", "be brief"), openai.TextMessage("user", "hi")}
+	temp := 0.5
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LLMInput) (activities.LLMOutput, error) {
+		log.record("StreamLLM")
+		if !in.Gateway || len(in.Conversation) != 2 || in.Sampling == nil || *in.Sampling.Temperature != 0.5 || len(in.Context) != 0 {
+			return activities.LLMOutput{}, errors.New("llm did not get the client's conversation and parameters")
+		}
+		return activities.LLMOutput{Usage: events.Usage{PromptTokens: 9, CompletionTokens: 3, TotalTokens: 12}, FinishReason: "tool_calls", Model: "m-1"}, nil
+	})
+	in := input()
+	in.Query, in.KB, in.Gateway, in.Conversation, in.Sampling = "", "", true, conv, &openai.Sampling{Temperature: &temp}
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+
+	r := s.result()
+	s.Equal(request.OutcomeDone, r.Outcome)
+	s.Equal("tool_calls", r.FinishReason)
+	s.Equal([]string{"Admit", "StreamLLM", "Finalize"}, s.calls())
+	s.Equal(&activities.Used{Tokens: 12, Requests: 1}, s.onlyFinalize().Used)
 }
 
 // When the stream wrote the done event itself, finalize only releases.

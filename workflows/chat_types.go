@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/kbref"
+	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
 // Names shared by the workflow, its callers and its activities.
@@ -85,7 +86,17 @@ type ChatInput struct {
 	// its cost in the admission queue's token-fair order; 0 in histories
 	// from before: one typical request.
 	AdmissionTokens int
-	Settings        ChatSettings
+	// Conversation is an OpenAI client's messages, which the prompt
+	// carries whole: after the context (Query is then its last user
+	// message, what is retrieved for) or, in Gateway mode, alone, with no
+	// embedding, answer cache, retrieval or rerank. Sampling is forwarded
+	// to the backend as it came. All empty on Sluice's own API and in
+	// histories from before, which replay unchanged: the stages a request
+	// runs are read from its input, not from a version marker.
+	Conversation []openai.Message `json:",omitempty"`
+	Gateway      bool             `json:",omitempty"`
+	Sampling     *openai.Sampling `json:",omitempty"`
+	Settings     ChatSettings
 }
 
 // KBRef is the request's kb.

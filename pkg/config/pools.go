@@ -2,9 +2,12 @@ package config
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -19,8 +22,15 @@ type Pool struct {
 	// Endpoints are base URLs of OpenAI-compatible servers (".../v1" is added
 	// when missing); requests are spread round-robin.
 	Endpoints []string `yaml:"endpoints"`
-	// Model is sent as "model" in the chat completion request.
+	// Model is sent as "model" in the chat completion request, and is
+	// what OpenAI clients name to be routed here (GET /v1/models).
 	Model string `yaml:"model"`
+	// Unsupported lists what this pool's backend cannot take, so that a
+	// request asking for it is refused with 400 at the door rather than
+	// sent to fail or be ignored there: OpenAI parameters (logit_bias on
+	// Ollama, say) and content part types (image_url on a text-only
+	// model).
+	Unsupported []string `yaml:"unsupported"`
 	// APIKey, if set, is sent as a bearer token.
 	APIKey string `yaml:"api_key"`
 	// MaxConcurrency is the number of permits: streams in flight at once.
@@ -156,6 +166,12 @@ func (p Pool) validate(v *validator, field string) {
 		v.httpURL(fmt.Sprintf("%s.endpoints[%d]", field, i), e)
 	}
 	v.nonEmpty(field+".model", p.Model)
+	for i, u := range p.Unsupported {
+		if !slices.Contains(openai.SamplingParams, u) && !slices.Contains(openai.ContentPartTypes, u) {
+			v.add(fmt.Sprintf("%s.unsupported[%d]", field, i), "%q is neither a forwarded parameter (%s) nor a content part type (%s)",
+				u, strings.Join(openai.SamplingParams, ", "), strings.Join(openai.ContentPartTypes, ", "))
+		}
+	}
 	v.positive(field+".max_concurrency", int64(p.MaxConcurrency))
 	v.positive(field+".max_prompt_tokens", int64(p.MaxPromptTokens))
 	if p.MaxWait < 0 {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
 // Event types, as they appear in the SSE "event:" field.
@@ -73,6 +75,12 @@ type Stage struct {
 type Token struct {
 	Text  string `json:"text"`
 	Index int    `json:"index"`
+	// ToolCalls are pieces of the tool calls the model asks for, which a
+	// token may carry instead of text (OpenAI's delta.tool_calls).
+	ToolCalls []openai.ToolCallDelta `json:"tool_calls,omitempty"`
+	// Model is the model that answers, as the backend named it, on the
+	// first token only (where it is known).
+	Model string `json:"model,omitempty"`
 }
 
 // Usage counts the tokens of a finished request.
@@ -107,6 +115,10 @@ type Done struct {
 	ContextShed int `json:"context_shed,omitempty"`
 	// Cached: the answer came from the answer cache (L3), with no LLM call.
 	Cached bool `json:"cached,omitempty"`
+	// Model is the model that answered, as the backend named it (the
+	// pool's configured model when it named none); empty for a cached
+	// answer.
+	Model string `json:"model,omitempty"`
 }
 
 // Failure is the payload of rejected and error events.

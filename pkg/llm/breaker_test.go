@@ -41,7 +41,7 @@ func unavailable503(w http.ResponseWriter, _ *http.Request) {
 
 // streamOK streams one answer; it returns the endpoint that served it.
 func streamOK(c *OpenAI) (string, error) {
-	res, err := c.Stream(context.Background(), Request{}, func(string) error { return nil })
+	res, err := c.Stream(context.Background(), Request{}, func(Delta) error { return nil })
 	return res.Endpoint, err
 }
 
@@ -173,7 +173,7 @@ func TestBreakerProbeDecidedByFirstToken(t *testing.T) {
 	probe := make(chan error, 1)
 	go func() {
 		first := true
-		_, err := c.Stream(context.Background(), Request{}, func(string) error {
+		_, err := c.Stream(context.Background(), Request{}, func(Delta) error {
 			if first {
 				first = false
 				close(gotFirst)
@@ -303,12 +303,12 @@ func TestBreakerIgnoresCallerAndRequestFaults(t *testing.T) {
 	e.broken.Store(false)
 	stop := errors.New("client gone")
 	for range 3 {
-		if _, err := c.Stream(context.Background(), Request{}, func(string) error { return stop }); !errors.Is(err, stop) {
+		if _, err := c.Stream(context.Background(), Request{}, func(Delta) error { return stop }); !errors.Is(err, stop) {
 			t.Fatalf("err %v, want the caller's", err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := c.Stream(ctx, Request{}, func(string) error { return nil }); !errors.Is(err, context.Canceled) {
+		if _, err := c.Stream(ctx, Request{}, func(Delta) error { return nil }); !errors.Is(err, context.Canceled) {
 			t.Fatalf("err %v, want the caller's cancel", err)
 		}
 	}

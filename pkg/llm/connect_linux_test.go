@@ -51,7 +51,7 @@ func TestConnectDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	_, err = c.Stream(context.Background(), Request{}, func(string) error { return nil })
+	_, err = c.Stream(context.Background(), Request{}, func(Delta) error { return nil })
 	var e *Error
 	if !errors.As(err, &e) || e.Deadline != DeadlineConnect || !e.Retryable {
 		t.Fatalf("err %v (%+v), want a retryable connect deadline", err, e)

@@ -84,7 +84,7 @@ func TestFirstTokenDeadline(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{url}, Deadlines: Deadlines{FirstToken: 150 * time.Millisecond}})
 			began := time.Now()
-			res, err := c.Stream(context.Background(), Request{}, func(string) error { return nil })
+			res, err := c.Stream(context.Background(), Request{}, func(Delta) error { return nil })
 			var e *Error
 			if !errors.As(err, &e) || e.Deadline != DeadlineFirstToken || !e.Retryable || res.Chunks != 0 {
 				t.Fatalf("err %v (%+v), chunks %d: want a retryable first-token deadline", err, e, res.Chunks)
@@ -103,7 +103,7 @@ func TestTokenIdleDeadline(t *testing.T) {
 	url := hangingServer(t, "Hel", "lo")
 	c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{url}, Deadlines: Deadlines{FirstToken: 5 * time.Second, TokenIdle: 150 * time.Millisecond}})
 	var got strings.Builder
-	res, err := c.Stream(context.Background(), Request{}, func(s string) error { got.WriteString(s); return nil })
+	res, err := c.Stream(context.Background(), Request{}, func(d Delta) error { got.WriteString(d.Text); return nil })
 	var e *Error
 	if !errors.As(err, &e) || e.Deadline != DeadlineTokenIdle || e.Retryable || res.Chunks != 2 || got.String() != "Hello" {
 		t.Fatalf("err %v (%+v), %d chunks %q: want a token-idle deadline after 2 tokens, not retryable", err, e, res.Chunks, got.String())
@@ -118,7 +118,7 @@ func TestTokenIdleDeadline(t *testing.T) {
 func TestSlowCallerIsNotIdleBackend(t *testing.T) {
 	srv := sseServer(t, func(w http.ResponseWriter, _ openai.ChatRequest) { answer(w, "a", "b", "c") })
 	c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{srv.URL}, Deadlines: Deadlines{FirstToken: time.Second, TokenIdle: 50 * time.Millisecond}})
-	res, err := c.Stream(context.Background(), Request{}, func(string) error {
+	res, err := c.Stream(context.Background(), Request{}, func(Delta) error {
 		time.Sleep(120 * time.Millisecond)
 		return nil
 	})
@@ -132,7 +132,7 @@ func TestCallerCancelIsNotADeadline(t *testing.T) {
 	c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{url}})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := c.Stream(ctx, Request{}, func(string) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := c.Stream(ctx, Request{}, func(Delta) error { return nil }); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err %v, want the caller's context error", err)
 	}
 }

@@ -21,17 +21,25 @@ import (
 	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
-// Message is one chat message.
-type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
 // Request is one chat completion.
 type Request struct {
-	Model     string
-	Messages  []Message
+	Model string
+	// Messages are sent as they are: a client's message keeps every field
+	// it came with.
+	Messages  []openai.Message
 	MaxTokens int
+	// Sampling is forwarded as it is; the zero value sends none of it.
+	Sampling openai.Sampling
+}
+
+// Delta is one piece of the answer: text, or pieces of the tool calls
+// the model asks for.
+type Delta struct {
+	Text      string
+	ToolCalls []openai.ToolCallDelta
+	// Model is the model that answers, as the backend names it; set on
+	// the first delta only.
+	Model string
 }
 
 // Usage is what the backend reports it used.
@@ -42,17 +50,20 @@ type Result struct {
 	// Usage as reported by the backend, if UsageReported.
 	Usage         Usage
 	UsageReported bool
-	// Chunks is the number of non-empty content deltas streamed.
+	// Chunks is the number of non-empty deltas streamed.
 	Chunks       int
 	FinishReason string
 	Endpoint     string
+	// Model is the model that answered, as the backend named it in its
+	// chunks; "" when it named none.
+	Model string
 }
 
 // Streamer streams one chat completion, calling onDelta for every piece
-// of content in order. If onDelta returns an error the stream stops and
+// of the answer in order. If onDelta returns an error the stream stops and
 // Stream returns that error.
 type Streamer interface {
-	Stream(ctx context.Context, req Request, onDelta func(text string) error) (Result, error)
+	Stream(ctx context.Context, req Request, onDelta func(Delta) error) (Result, error)
 }
 
 // Error is a backend failure with the HTTP status, if any.
@@ -161,6 +172,7 @@ func NewOpenAI(opts OpenAIOptions) (*OpenAI, error) {
 // read is decoded, so that a server's quirks in the rest of a chunk do
 // not break its streams.
 type streamEvent struct {
+	Model   string                 `json:"model"`
 	Choices []openai.ChunkChoice   `json:"choices"`
 	Usage   openai.Optional[Usage] `json:"usage"`
 	Error   *openai.Error          `json:"error"`
@@ -170,11 +182,8 @@ type streamEvent struct {
 // asked for so that the backend's own count is recorded.
 func chatRequest(req Request) openai.ChatRequest {
 	cr := openai.ChatRequest{
-		Model: req.Model, Messages: make([]openai.Message, len(req.Messages)),
+		Model: req.Model, Messages: req.Messages, Sampling: req.Sampling,
 		Stream: true, StreamOptions: &openai.StreamOptions{IncludeUsage: true},
-	}
-	for i, m := range req.Messages {
-		cr.Messages[i] = openai.TextMessage(m.Role, m.Content)
 	}
 	if req.MaxTokens != 0 {
 		// Zero leaves the cap to the backend.
@@ -186,7 +195,7 @@ func chatRequest(req Request) openai.ChatRequest {
 // Stream implements Streamer. It fails fast with an *UnavailableError
 // when every endpoint's circuit is open; otherwise the endpoint's circuit
 // learns how the stream went.
-func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(string) error) (Result, error) {
+func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta) error) (Result, error) {
 	body, err := json.Marshal(chatRequest(req))
 	if err != nil {
 		return Result{}, fmt.Errorf("encode chat request: %w", err)
@@ -214,7 +223,7 @@ func (e callerError) Error() string { return e.err.Error() }
 
 // stream sends the request to the ticket's endpoint and reads its answer
 // into res under the deadlines.
-func (c *OpenAI) stream(ctx context.Context, t *ticket, body []byte, res *Result, onDelta func(string) error) error {
+func (c *OpenAI) stream(ctx context.Context, t *ticket, body []byte, res *Result, onDelta func(Delta) error) error {
 	start := time.Now()
 	sctx, w := watch(ctx, c.deadlines)
 	defer w.stop()
@@ -239,12 +248,12 @@ func (c *OpenAI) stream(ctx context.Context, t *ticket, body []byte, res *Result
 			Retryable: resp.StatusCode == 408 || resp.StatusCode == 429 || resp.StatusCode >= 500,
 		}
 	}
-	err = readStream(resp.Body, res, func(text string) error {
+	err = readStream(resp.Body, res, func(d Delta) error {
 		w.pause()
 		if res.Chunks == 1 {
 			t.firstToken(time.Since(start))
 		}
-		if err := onDelta(text); err != nil {
+		if err := onDelta(d); err != nil {
 			return callerError{err}
 		}
 		w.resume()
@@ -287,7 +296,7 @@ func (c *OpenAI) failed(ctx, sctx context.Context, res *Result, err error) error
 // content to onContent, until [DONE] or the end of the body. A body that
 // breaks is returned as is: the caller knows whether its context or a
 // deadline broke it.
-func readStream(body io.Reader, res *Result, onContent func(string) error) error {
+func readStream(body io.Reader, res *Result, onContent func(Delta) error) error {
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -310,10 +319,20 @@ func readStream(body io.Reader, res *Result, onContent func(string) error) error
 			res.Usage = *ev.Usage.Value
 			res.UsageReported = true
 		}
+		if res.Model == "" {
+			res.Model = ev.Model
+		}
 		for _, choice := range ev.Choices {
-			if choice.Delta.Content != nil && *choice.Delta.Content != "" {
+			d := Delta{ToolCalls: choice.Delta.ToolCalls}
+			if choice.Delta.Content != nil {
+				d.Text = *choice.Delta.Content
+			}
+			if d.Text != "" || len(d.ToolCalls) > 0 {
+				if res.Chunks == 0 {
+					d.Model = res.Model
+				}
 				res.Chunks++
-				if err := onContent(*choice.Delta.Content); err != nil {
+				if err := onContent(d); err != nil {
 					return err
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
 // simulator starts an llmsim server a hundred times faster than real
@@ -29,7 +30,7 @@ func simulator(t *testing.T, fault llmsim.Fault) (*llmsim.Server, string) {
 }
 
 func simRequest(maxTokens int) Request {
-	return Request{Model: "sluice-sim", MaxTokens: maxTokens, Messages: []Message{{Role: "user", Content: "what is a circuit breaker?"}}}
+	return Request{Model: "sluice-sim", MaxTokens: maxTokens, Messages: []openai.Message{openai.TextMessage("user", "what is a circuit breaker?")}}
 }
 
 // A replica that hangs before its first token costs each request the
@@ -45,7 +46,7 @@ func TestSimulatorStalledReplicaIsRoutedAround(t *testing.T) {
 	})
 	var deadlines, answers int
 	for range 8 {
-		res, err := c.Stream(context.Background(), simRequest(5), func(string) error { return nil })
+		res, err := c.Stream(context.Background(), simRequest(5), func(Delta) error { return nil })
 		var e *Error
 		switch {
 		case err == nil && res.Chunks == 5:
@@ -68,7 +69,7 @@ func TestSimulatorStalledReplicaIsRoutedAround(t *testing.T) {
 func TestSimulatorMidStreamStallIsInterrupted(t *testing.T) {
 	_, url := simulator(t, llmsim.Fault{StallAfterTokens: 3})
 	c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{url}, Deadlines: Deadlines{TokenIdle: 150 * time.Millisecond}})
-	res, err := c.Stream(context.Background(), simRequest(10), func(string) error { return nil })
+	res, err := c.Stream(context.Background(), simRequest(10), func(Delta) error { return nil })
 	var e *Error
 	if !errors.As(err, &e) || e.Deadline != DeadlineTokenIdle || e.Retryable || res.Chunks != 3 {
 		t.Fatalf("%+v %v: want a token-idle deadline after 3 tokens, not retryable", res, err)
@@ -83,19 +84,19 @@ func TestSimulatorErrorsOpenAndHeal(t *testing.T) {
 	c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{url}, Breaker: Breaker{Failures: 3, OpenFor: openFor}})
 	for range 3 {
 		var e *Error
-		if _, err := c.Stream(context.Background(), simRequest(5), func(string) error { return nil }); !errors.As(err, &e) || e.Status != 503 || !e.Retryable {
+		if _, err := c.Stream(context.Background(), simRequest(5), func(Delta) error { return nil }); !errors.As(err, &e) || e.Status != 503 || !e.Retryable {
 			t.Fatalf("err %v, want a retryable 503", err)
 		}
 	}
 	var ue *UnavailableError
-	if _, err := c.Stream(context.Background(), simRequest(5), func(string) error { return nil }); !errors.As(err, &ue) || ue.RetryAfter <= 0 || ue.RetryAfter > openFor {
+	if _, err := c.Stream(context.Background(), simRequest(5), func(Delta) error { return nil }); !errors.As(err, &ue) || ue.RetryAfter <= 0 || ue.RetryAfter > openFor {
 		t.Fatalf("err %v, want unavailable with a retry-after up to %s", err, openFor)
 	}
 	if _, err := sim.Reconfigure(llmsim.ConfigUpdate{Fault: &llmsim.Fault{}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(ue.RetryAfter + 20*time.Millisecond)
-	if res, err := c.Stream(context.Background(), simRequest(5), func(string) error { return nil }); err != nil || res.Chunks != 5 {
+	if res, err := c.Stream(context.Background(), simRequest(5), func(Delta) error { return nil }); err != nil || res.Chunks != 5 {
 		t.Fatalf("the probe: %+v %v", res, err)
 	}
 	if got := states(c)[0]; got != CircuitClosed {
@@ -114,7 +115,7 @@ func TestSimulatorSlowReplicaIsEjected(t *testing.T) {
 		Breaker:   Breaker{Failures: 2, OpenFor: time.Minute, SlowFirstToken: 20 * time.Millisecond},
 	})
 	for range 8 {
-		if _, err := c.Stream(context.Background(), simRequest(2), func(string) error { return nil }); err != nil {
+		if _, err := c.Stream(context.Background(), simRequest(2), func(Delta) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

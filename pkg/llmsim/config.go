@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
@@ -73,6 +76,12 @@ type Config struct {
 	// Fault is every replica's fault from the start; the zero Fault (the
 	// default) is a healthy server. POST /admin/config changes it.
 	Fault Fault
+	// RefuseParams names sampling parameters (of openai.SamplingParams)
+	// the simulated backend does not support, as a backend without
+	// logit_bias, say, does not: a request that sets one is refused with
+	// 400 "<param> is not supported by this model". None by default; POST
+	// /admin/config changes it.
+	RefuseParams []string `json:"refuse_params,omitempty" yaml:"refuse_params,omitempty"`
 }
 
 // DefaultConfig returns a single replica sized like a small GPU serving a
@@ -151,10 +160,24 @@ func (c Config) Validate() error {
 	if err := c.Fault.Validate(); err != nil {
 		bad("Fault: %w", err)
 	}
+	if err := validateRefuseParams(c.RefuseParams); err != nil {
+		bad("RefuseParams %w", err)
+	}
 	if len(errs) == 0 {
 		return nil
 	}
 	return fmt.Errorf("invalid llmsim config: %w", errors.Join(errs...))
+}
+
+// validateRefuseParams checks that every refused parameter is one a
+// request can set, so that a misspelt one is not silently supported.
+func validateRefuseParams(names []string) error {
+	for _, name := range names {
+		if !slices.Contains(openai.SamplingParams, name) {
+			return fmt.Errorf("names %q, which is not one of %s", name, strings.Join(openai.SamplingParams, ", "))
+		}
+	}
+	return nil
 }
 
 // contextTokens is the longest context one sequence can have: all of a

@@ -26,8 +26,17 @@
 // breakers, off unless Config.Fault or POST /admin/config turns them on,
 // for the server or one replica.
 //
+// The generation parameters a gateway forwards are checked within OpenAI's
+// bounds and honoured without sampling: a request's seed picks another
+// deterministic answer, stop sequences end it, response_format makes it a
+// JSON object, and a request with tools gets a deterministic call to one
+// (a text answer once the conversation holds the tool's result). Config.
+// RefuseParams makes the server refuse chosen parameters, as a backend
+// that lacks them does.
+//
 // It does not model attention cost growing with context length, chunked
 // prefill, prefix caching, swapping to CPU memory, speculative decoding,
-// sampling parameters, tool calls or multiple choices. One generated token is
-// one word. See README.md for the API, metrics and run-time controls.
+// the effect of temperature, top_p, penalties or logit_bias on the text,
+// or multiple choices. One generated token is one word. See README.md for
+// the API, metrics and run-time controls.
 package llmsim

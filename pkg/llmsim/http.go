@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/openai"
-	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
 // maxBodyBytes bounds a request body; the largest useful prompt is one
@@ -34,22 +33,6 @@ func (s *Server) routes() *http.ServeMux {
 	return mux
 }
 
-// messageText flattens a message's content to its text parts, in order;
-// the simulator skips parts it cannot read rather than refuse them.
-func messageText(m openai.Message) (string, error) {
-	parts, err := m.Parts()
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type == openai.ContentPartText && p.Text != nil {
-			b.WriteString(*p.Text)
-		}
-	}
-	return b.String(), nil
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -60,8 +43,17 @@ func writeError(w http.ResponseWriter, status int, typ, format string, args ...a
 	writeJSON(w, status, openai.ErrorResponse{Error: openai.Error{Message: fmt.Sprintf(format, args...), Type: typ}})
 }
 
-func badRequest(w http.ResponseWriter, format string, args ...any) {
-	writeError(w, http.StatusBadRequest, "invalid_request_error", format, args...)
+// badRequest answers 400 with OpenAI's error shape, naming the field at
+// fault when err is a *requestError that does.
+func badRequest(w http.ResponseWriter, err error) {
+	param := openai.Null[string]()
+	var re *requestError
+	if errors.As(err, &re) && re.param != "" {
+		param = openai.Of(re.param)
+	}
+	writeJSON(w, http.StatusBadRequest, openai.ErrorResponse{Error: openai.Error{
+		Message: err.Error(), Type: "invalid_request_error", Param: param,
+	}})
 }
 
 func newCompletionID() string {
@@ -70,62 +62,11 @@ func newCompletionID() string {
 	return "chatcmpl-" + hex.EncodeToString(b[:])
 }
 
-// parsedChat is a validated request ready for the engine.
-type parsedChat struct {
-	msgs         []tokens.Message
-	promptTokens int
-	maxTokens    int
-	stream       bool
-	includeUsage bool
-}
-
-// parseChat decodes and validates a request; the error text is meant for
-// the client. The model is not checked: the gateway may name its pools'
-// models freely.
-func (s *Server) parseChat(r *http.Request) (parsedChat, error) {
-	var req openai.ChatRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		return parsedChat{}, fmt.Errorf("invalid JSON body: %v", err)
-	}
-	if len(req.Messages) == 0 {
-		return parsedChat{}, errors.New("messages must be a non-empty array")
-	}
-	if req.N != nil && *req.N != 1 {
-		return parsedChat{}, errors.New("the simulator only supports n=1")
-	}
-	p := parsedChat{stream: req.Stream, maxTokens: s.cfg.DefaultMaxTokens}
-	p.includeUsage = req.Stream && req.IncludeUsage()
-	if limit := req.MaxOutputTokens(); limit != nil {
-		p.maxTokens = *limit
-	}
-	if p.maxTokens < 1 {
-		return parsedChat{}, fmt.Errorf("max_tokens must be at least 1, got %d", p.maxTokens)
-	}
-	for i, m := range req.Messages {
-		if m.Role == "" {
-			return parsedChat{}, fmt.Errorf("messages[%d].role is required", i)
-		}
-		text, err := messageText(m)
-		if err != nil {
-			return parsedChat{}, fmt.Errorf("messages[%d].content: %v", i, err)
-		}
-		p.msgs = append(p.msgs, tokens.Message{Role: m.Role, Content: text})
-	}
-	p.promptTokens = s.counter.CountChat(p.msgs)
-	// A prompt that cannot fit one replica's whole KV cache (with room for
-	// one output token) could never be scheduled; vLLM refuses it likewise.
-	if limit := s.cfg.contextTokens(); p.promptTokens+1 > limit {
-		//lint:ignore ST1005 the message mirrors vLLM's, which clients may match on
-		return parsedChat{}, fmt.Errorf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.", limit, p.promptTokens)
-	}
-	return p, nil
-}
-
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	p, err := s.parseChat(r)
 	if err != nil {
-		badRequest(w, "%s", err.Error())
+		badRequest(w, err)
 		return
 	}
 	id := newCompletionID()
@@ -134,22 +75,18 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		log = log.With("request_id", rid)
 	}
 
-	ans := newAnswer(s.cfg.Seed, p.msgs)
-	target, reason := ans.naturalLength(s.cfg.AnswerMinTokens, s.cfg.AnswerMaxTokens), finishStop
 	// The output budget is also capped by the context left after the prompt,
 	// which is what a full KV cache for one sequence can hold.
 	budget := min(p.maxTokens, s.cfg.contextTokens()-p.promptTokens)
-	if budget <= target {
-		target, reason = budget, finishLength
-	}
+	sc := s.plan(p.msgs, p.gen, budget)
 	seq := &sequence{
 		ctx:     r.Context(),
 		prompt:  p.promptTokens,
-		target:  target,
-		reason:  reason,
-		ans:     ans,
+		target:  sc.target,
+		reason:  sc.reason,
+		out:     sc.out,
 		arrival: s.clock.Now(),
-		events:  make(chan event, target+1),
+		events:  make(chan event, sc.target+1),
 	}
 	if err := s.submit(seq); err != nil {
 		status := http.StatusServiceUnavailable
@@ -161,24 +98,34 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, "server_error", "%s", err.Error())
 		return
 	}
-	log.Debug("chat completion queued", "prompt_tokens", p.promptTokens, "target_tokens", target, "stream", p.stream)
+	log.Debug("chat completion queued", "prompt_tokens", p.promptTokens, "target_tokens", sc.target,
+		"stream", p.stream, "tool_call", sc.call != nil)
 
-	u := openai.Usage{PromptTokens: p.promptTokens}
-	header := openai.Header{ID: id, Created: time.Now().Unix(), Model: s.cfg.Model}
+	a := reply{script: sc, log: log, usage: openai.Usage{PromptTokens: p.promptTokens},
+		header: openai.Header{ID: id, Created: time.Now().Unix(), Model: p.model}}
 	if p.stream {
-		s.stream(r.Context(), w, log, seq, p.includeUsage, header, u)
+		s.stream(r.Context(), w, seq, a, p.includeUsage)
 		return
 	}
-	s.complete(r.Context(), w, log, seq, header, u)
+	s.complete(r.Context(), w, seq, a)
+}
+
+// reply is what the handler needs to write one answer.
+type reply struct {
+	script
+	log    *slog.Logger
+	header openai.Header
+	usage  openai.Usage
 }
 
 // complete waits for the whole answer and writes it as one completion.
-func (s *Server) complete(ctx context.Context, w http.ResponseWriter, log *slog.Logger, seq *sequence, header openai.Header, u openai.Usage) {
+func (s *Server) complete(ctx context.Context, w http.ResponseWriter, seq *sequence, a reply) {
 	var text strings.Builder
+	u := a.usage
 	for {
 		select {
 		case <-ctx.Done():
-			log.Debug("client went away", "completion_tokens", u.CompletionTokens)
+			a.log.Debug("client went away", "completion_tokens", u.CompletionTokens)
 			return
 		case ev := <-seq.events:
 			switch {
@@ -187,16 +134,15 @@ func (s *Server) complete(ctx context.Context, w http.ResponseWriter, log *slog.
 				return
 			case ev.done:
 				u.TotalTokens = u.PromptTokens + u.CompletionTokens
+				header := a.header
 				header.Object = openai.ObjectChatCompletion
+				reason := a.finishReason(ev.reason)
 				writeJSON(w, http.StatusOK, openai.Completion{
-					Header: header,
-					Choices: []openai.Choice{{
-						Message:      openai.AssistantMessage{Role: "assistant", Content: text.String()},
-						FinishReason: ev.reason,
-					}},
-					Usage: u,
+					Header:  header,
+					Choices: []openai.Choice{{Message: a.message(text.String()), FinishReason: reason}},
+					Usage:   u,
 				})
-				log.Debug("chat completion finished", "finish_reason", ev.reason, "completion_tokens", u.CompletionTokens)
+				a.log.Debug("chat completion finished", "finish_reason", reason, "completion_tokens", u.CompletionTokens)
 				return
 			default:
 				text.WriteString(ev.text)
@@ -206,9 +152,10 @@ func (s *Server) complete(ctx context.Context, w http.ResponseWriter, log *slog.
 	}
 }
 
-// stream writes the OpenAI SSE stream: a role chunk with the first token,
-// one chunk per token, a finish chunk, the usage chunk if asked, [DONE].
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, log *slog.Logger, seq *sequence, includeUsage bool, header openai.Header, u openai.Usage) {
+// stream writes the OpenAI SSE stream: an opening chunk with the first
+// token, one chunk per token that adds text, a finish chunk, the usage
+// chunk if asked, [DONE].
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, seq *sequence, a reply, includeUsage bool) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -219,18 +166,19 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, log *slog.Lo
 	// chunk waits for the first token.
 	_ = rc.Flush()
 
+	header := a.header
 	header.Object = openai.ObjectChatCompletionChunk
 	out := &chunkWriter{w: w, rc: rc, base: openai.Chunk{Header: header}}
 	if includeUsage {
 		// OpenAI sends "usage": null on every chunk but the last.
 		out.base.Usage = openai.Null[openai.Usage]()
 	}
-	first := true
+	u := a.usage
 	for {
 		var ev event
 		select {
 		case <-ctx.Done():
-			log.Debug("client went away", "completion_tokens", u.CompletionTokens)
+			a.log.Debug("client went away", "completion_tokens", u.CompletionTokens)
 			return
 		case ev = <-seq.events:
 		}
@@ -241,31 +189,38 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, log *slog.Lo
 			_ = writeEvent(w, rc, b)
 			return
 		case ev.done:
-			if err := out.finish(ev.reason, u); err != nil {
-				log.Debug("write final chunks", "err", err)
+			reason := a.finishReason(ev.reason)
+			if err := out.finish(reason, u); err != nil {
+				a.log.Debug("write final chunks", "err", err)
 				return
 			}
-			log.Debug("chat completion finished", "finish_reason", ev.reason, "completion_tokens", u.CompletionTokens)
+			a.log.Debug("chat completion finished", "finish_reason", reason, "completion_tokens", u.CompletionTokens)
 			return
 		default:
-			if first {
-				first = false
-				empty := ""
-				err = out.step(openai.Delta{Role: "assistant", Content: &empty}, nil)
-			}
-			if err == nil {
-				text := ev.text
-				err = out.step(openai.Delta{Content: &text}, nil)
-			}
+			err = a.sendToken(out, ev.text, u.CompletionTokens == 0)
 			u.CompletionTokens++
 		}
 		if err != nil {
 			// The client is gone; returning cancels the request context,
 			// which makes the engine abort the sequence.
-			log.Debug("write chunk", "err", err)
+			a.log.Debug("write chunk", "err", err)
 			return
 		}
 	}
+}
+
+// sendToken streams a token: after the opening chunk if it is the first,
+// and not at all if it adds no text (the tokens of a stop sequence).
+func (a reply) sendToken(out *chunkWriter, text string, first bool) error {
+	if first {
+		if err := out.step(a.opening(), nil); err != nil {
+			return err
+		}
+	}
+	if text == "" {
+		return nil
+	}
+	return out.step(a.piece(text), nil)
 }
 
 // chunkWriter writes one answer's chunks as server-sent events.
@@ -344,13 +299,13 @@ func (s *Server) handleSetConfig(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	var u ConfigUpdate
 	if err := dec.Decode(&u); err != nil {
-		badRequest(w, "invalid config update JSON: %v", err)
+		badRequest(w, fmt.Errorf("invalid config update JSON: %w", err))
 		return
 	}
 	rc, err := s.Reconfigure(u)
 	switch {
 	case errors.Is(err, ErrInvalidUpdate):
-		badRequest(w, "%s", err.Error())
+		badRequest(w, err)
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "server_error", "%s", err.Error())
 	default:

@@ -49,7 +49,7 @@ type sequence struct {
 	// because answers are deterministic.
 	target  int
 	reason  string
-	ans     answer
+	out     output
 	arrival time.Time
 	// events has room for every token plus the final event, so the
 	// scheduler never blocks on a slow client.
@@ -358,8 +358,7 @@ func (r *replica) step() {
 }
 
 func (r *replica) emit(s *sequence, now time.Time) {
-	last := s.generated == s.target-1 && s.reason == finishStop
-	s.send(event{text: s.ans.token(s.generated, last)})
+	s.send(event{text: s.out.token(s.generated)})
 	if s.generated == 0 {
 		r.metrics.firstToken(now.Sub(s.arrival))
 	} else {

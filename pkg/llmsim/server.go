@@ -26,6 +26,9 @@ type Server struct {
 
 	maxNumSeqs atomic.Int64
 	faults     atomic.Pointer[faults]
+	// refused is Config.RefuseParams as it is now; replaced, never
+	// changed, so requests read it without a lock.
+	refused atomic.Pointer[[]string]
 	// runCtx is the lifetime of the scheduler goroutines, kept so that
 	// replicas added at run time share it; Close cancels it.
 	runCtx context.Context
@@ -65,6 +68,8 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	}
 	s.maxNumSeqs.Store(int64(cfg.MaxNumSeqs))
 	s.faults.Store(&faults{server: cfg.Fault})
+	refused := slices.Clone(cfg.RefuseParams)
+	s.refused.Store(&refused)
 	s.mu.Lock()
 	s.scaleLocked(cfg.Replicas)
 	s.mu.Unlock()
@@ -165,12 +170,14 @@ type ConfigUpdate struct {
 	// ReplicaFaults sets the fault of single replicas by ID, which then
 	// ignore Fault; a null fault gives the replica back to Fault.
 	ReplicaFaults map[int]*Fault `json:"replica_faults,omitempty"`
+	// RefuseParams replaces Config.RefuseParams ([] refuses none).
+	RefuseParams *[]string `json:"refuse_params,omitempty"`
 }
 
 // validate reports every bad value of the update.
 func (u ConfigUpdate) validate() error {
-	if u.MaxNumSeqs == nil && u.Replicas == nil && u.Fault == nil && len(u.ReplicaFaults) == 0 {
-		return fmt.Errorf("%w: set max_num_seqs, replicas, fault and/or replica_faults", ErrInvalidUpdate)
+	if u.MaxNumSeqs == nil && u.Replicas == nil && u.Fault == nil && len(u.ReplicaFaults) == 0 && u.RefuseParams == nil {
+		return fmt.Errorf("%w: set max_num_seqs, replicas, fault, replica_faults and/or refuse_params", ErrInvalidUpdate)
 	}
 	var errs []error
 	if u.MaxNumSeqs != nil && (*u.MaxNumSeqs < 1 || *u.MaxNumSeqs > MaxMaxNumSeqs) {
@@ -180,6 +187,11 @@ func (u ConfigUpdate) validate() error {
 		errs = append(errs, fmt.Errorf("replicas must be in 1..%d, got %d", MaxReplicas, *u.Replicas))
 	}
 	errs = append(errs, u.validateFaults()...)
+	if u.RefuseParams != nil {
+		if err := validateRefuseParams(*u.RefuseParams); err != nil {
+			errs = append(errs, fmt.Errorf("refuse_params %w", err))
+		}
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrInvalidUpdate, errors.Join(errs...))
 	}
@@ -207,6 +219,8 @@ type RuntimeConfig struct {
 	// Fault is every replica's fault but those in ReplicaFaults.
 	Fault         Fault         `json:"fault"`
 	ReplicaFaults map[int]Fault `json:"replica_faults,omitempty"`
+	// RefuseParams is what requests may not set; [] when they may set all.
+	RefuseParams []string `json:"refuse_params"`
 }
 
 // ErrInvalidUpdate marks a ConfigUpdate that was refused; nothing changed.
@@ -246,11 +260,16 @@ func (s *Server) Reconfigure(u ConfigUpdate) (RuntimeConfig, error) {
 	if u.Replicas != nil {
 		s.scaleLocked(*u.Replicas)
 	}
+	if u.RefuseParams != nil {
+		refused := slices.Clone(*u.RefuseParams)
+		s.refused.Store(&refused)
+	}
 	s.mu.Unlock()
 
 	rc := s.RuntimeConfig()
 	s.log.Info("reconfigured llm simulator", "max_num_seqs", rc.MaxNumSeqs, "replicas", rc.Replicas,
-		"draining_replicas", rc.DrainingReplicas, "fault", rc.Fault, "replica_faults", rc.ReplicaFaults)
+		"draining_replicas", rc.DrainingReplicas, "fault", rc.Fault, "replica_faults", rc.ReplicaFaults,
+		"refuse_params", rc.RefuseParams)
 	return rc, nil
 }
 
@@ -274,6 +293,7 @@ func (s *Server) RuntimeConfig() RuntimeConfig {
 	return RuntimeConfig{
 		Fault:                  fs.server,
 		ReplicaFaults:          maps.Clone(fs.replicas),
+		RefuseParams:           append([]string{}, *s.refused.Load()...),
 		Model:                  c.Model,
 		Mode:                   c.Mode,
 		Replicas:               replicas,

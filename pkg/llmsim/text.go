@@ -6,6 +6,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
@@ -35,7 +36,9 @@ type answer struct {
 }
 
 // newAnswer derives an answer from the seed, every message (role and text)
-// and the words of the last user message.
+// and the words of the last user message. When the conversation ends with
+// a tool's result, its words come first, so that the answer reads as using
+// what the tool returned.
 func newAnswer(seed int64, msgs []tokens.Message) answer {
 	h := fnv.New64a()
 	var buf [8]byte
@@ -47,11 +50,22 @@ func newAnswer(seed int64, msgs []tokens.Message) answer {
 		h.Write([]byte{0})
 		h.Write([]byte(m.Content))
 		h.Write([]byte{0})
-		if m.Role == "user" {
+		if m.Role == openai.RoleUser {
 			lastUser = m.Content
 		}
 	}
-	return answer{hash: h.Sum64(), echoes: echoWords(lastUser)}
+	var echoes []string
+	if n := len(msgs); n > 0 && msgs[n-1].Role == openai.RoleTool {
+		echoes = echoWords(msgs[n-1].Content)
+	}
+	return answer{hash: h.Sum64(), echoes: append(echoes, echoWords(lastUser)...)}
+}
+
+// withSeed mixes a request's seed into the answer: the same seed and
+// prompt give the same answer, another seed another one.
+func (a answer) withSeed(seed int64) answer {
+	a.hash = mix(a.hash ^ mix(uint64(seed)^0x5eed5eed))
+	return a
 }
 
 // questionWords are too common in questions to make an answer look related.
@@ -90,6 +104,16 @@ func mix(x uint64) uint64 {
 }
 
 func (a answer) at(pos int) uint64 { return mix(a.hash ^ mix(uint64(pos)+1)) }
+
+// Salts of the numbers an answer draws apart from its words, so that the
+// i-th of one kind is not the i-th of another, nor a word.
+const (
+	saltNumber = 0x6e756d
+	saltEcho   = 0x6563686f
+)
+
+// draw is the i-th number of a kind the answer needs besides words.
+func (a answer) draw(salt uint64, i int) uint64 { return mix(a.hash ^ salt ^ mix(uint64(i)+1)) }
 
 // naturalLength is where the answer would end on its own.
 func (a answer) naturalLength(min, max int) int {
@@ -130,6 +154,19 @@ func (a answer) token(pos int, last bool) string {
 		w = " " + w
 	}
 	return w
+}
+
+// phrase is n tokens from position from as a sentence of its own, for a
+// string inside JSON: capitalized, no leading space, a full stop at the end.
+func (a answer) phrase(from, n int) []string {
+	out := make([]string, n)
+	for i := range n {
+		out[i] = a.token(from+i, i == n-1)
+	}
+	if n > 0 {
+		out[0] = capitalize(strings.TrimPrefix(out[0], " "))
+	}
+	return out
 }
 
 func capitalize(w string) string {

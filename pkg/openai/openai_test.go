@@ -114,3 +114,41 @@ func TestChatRequestDecoding(t *testing.T) {
 		t.Fatalf("neither set: %+v", req)
 	}
 }
+
+// A field sent as null is not set: a backend that refuses a parameter
+// must not refuse a client that names it only to say "none".
+func TestSamplingSetIgnoresNull(t *testing.T) {
+	var s Sampling
+	if err := json.Unmarshal([]byte(`{"tool_choice":null,"temperature":null,"stop":null,"seed":3}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Set(); !reflect.DeepEqual(got, []string{"seed"}) {
+		t.Fatalf("set %v, want [seed]", got)
+	}
+	if mode, _, err := s.DecodeToolChoice(); err != nil || mode != ToolChoiceNone {
+		t.Fatalf("tool choice %q %v", mode, err)
+	}
+}
+
+// A decoded message encodes to the JSON it came from, fields this package
+// does not declare included; a built one encodes its fields.
+func TestMessageKeepsItsJSON(t *testing.T) {
+	in := `{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"AA==","format":"wav"}}],"x_extra":{"a":1}}`
+	var m Message
+	if err := json.Unmarshal([]byte(in), &m); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := json.Marshal(m); err != nil || string(out) != in {
+		t.Fatalf("re-encoded as %s %v", out, err)
+	}
+	if out, _ := json.Marshal(TextMessage("user", "hi")); string(out) != `{"role":"user","content":"hi"}` {
+		t.Fatalf("built message encodes as %s", out)
+	}
+	call := `{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}`
+	if err := json.Unmarshal([]byte(call), &m); err != nil || len(m.ToolCalls) != 1 || m.ToolCalls[0].Function.Name != "f" {
+		t.Fatalf("tool call message %+v %v", m, err)
+	}
+	if text, _ := m.Text(); text != "f{}" {
+		t.Fatalf("text %q", text)
+	}
+}

@@ -10,12 +10,6 @@
 // gateway and the simulator are deliberately different servers.
 package openai
 
-import (
-	"bytes"
-	"encoding/json"
-	"errors"
-)
-
 // Object names the kind of a response object, in its "object" field.
 const (
 	ObjectChatCompletion      = "chat.completion"
@@ -27,10 +21,10 @@ const (
 // ContentPartText is the type of a content part that carries text.
 const ContentPartText = "text"
 
-// ChatRequest is the body of POST /v1/chat/completions. Fields a reader
-// does not declare here (temperature, user, ...) are ignored when decoding,
-// which is what lets unchanged OpenAI clients talk to Sluice. Optional
-// numbers are pointers so that a reader can tell "absent" from zero.
+// ChatRequest is the body of POST /v1/chat/completions. Fields it does not
+// declare are ignored when decoding; a server that must refuse what it
+// cannot honour asks UnknownFields. Optional numbers are pointers so that
+// a reader can tell "absent" from zero.
 type ChatRequest struct {
 	Model    string    `json:"model"`
 	Messages []Message `json:"messages"`
@@ -42,6 +36,8 @@ type ChatRequest struct {
 	N             *int           `json:"n,omitempty"`
 	Stream        bool           `json:"stream"`
 	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
+	// Sampling is what a gateway forwards to the model as it came.
+	Sampling
 }
 
 // StreamOptions tunes a streamed answer.
@@ -64,56 +60,4 @@ func (r ChatRequest) MaxOutputTokens() *int {
 		return r.MaxCompletionTokens
 	}
 	return r.MaxTokens
-}
-
-// Message is one message of a conversation.
-type Message struct {
-	Role string `json:"role"`
-	// Content is a JSON string, an array of content parts, or null. It is
-	// kept as sent so that a malformed content is the reader's error about
-	// one message, with its index, not a failure to decode the request;
-	// Parts decodes it.
-	Content json.RawMessage `json:"content"`
-}
-
-// ContentPart is one part of a message's content.
-type ContentPart struct {
-	Type string `json:"type"`
-	// Text is set on text parts; nil tells a part without text from an
-	// empty one.
-	Text *string `json:"text,omitempty"`
-}
-
-// errContentShape is the one way content can be malformed once the request
-// it is in has decoded.
-var errContentShape = errors.New("content must be a string or an array of content parts")
-
-// TextMessage is a message whose content is a plain string, the form every
-// OpenAI-compatible server accepts.
-func TextMessage(role, text string) Message {
-	// Marshalling a string cannot fail.
-	raw, _ := json.Marshal(text)
-	return Message{Role: role, Content: raw}
-}
-
-// Parts decodes the message's content. A string is one text part; null or
-// no content is no parts. Which parts count is the reader's choice: the
-// gateway refuses a part it cannot read, the simulator skips it.
-func (m Message) Parts() ([]ContentPart, error) {
-	raw := bytes.TrimSpace(m.Content)
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
-	}
-	if raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, err
-		}
-		return []ContentPart{{Type: ContentPartText, Text: &s}}, nil
-	}
-	var parts []ContentPart
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return nil, errContentShape
-	}
-	return parts, nil
 }

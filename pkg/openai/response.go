@@ -40,8 +40,11 @@ type Choice struct {
 
 // AssistantMessage is the message a completion's choice answers with.
 type AssistantMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role string `json:"role"`
+	// Content is null when the model only asked for tool calls.
+	Content *string `json:"content"`
+	// ToolCalls are the calls the model asks the client to make.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	// Refusal is null at OpenAI unless the model refused; a server without
 	// refusals may leave the field out.
 	Refusal Optional[string] `json:"refusal,omitzero"`
@@ -74,6 +77,59 @@ type Delta struct {
 	// Role is sent once, on the choice's first chunk.
 	Role    string  `json:"role,omitempty"`
 	Content *string `json:"content,omitempty"`
+	// ToolCalls are pieces of the calls the model asks for: the first
+	// piece of a call has its index, id, type and name, later ones add to
+	// its arguments.
+	ToolCalls []ToolCallDelta `json:"tool_calls,omitempty"`
+}
+
+// ToolCallDelta is one piece of a streamed tool call. Index tells the
+// calls of one answer apart; the other fields are set on a call's first
+// piece only, but for Arguments, which every piece extends.
+type ToolCallDelta struct {
+	Index    int               `json:"index"`
+	ID       string            `json:"id,omitempty"`
+	Type     string            `json:"type,omitempty"`
+	Function FunctionCallDelta `json:"function"`
+}
+
+// FunctionCallDelta is a piece of a function call.
+type FunctionCallDelta struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// Finish reasons a choice ends with.
+const (
+	FinishStop          = "stop"
+	FinishLength        = "length"
+	FinishToolCalls     = "tool_calls"
+	FinishContentFilter = "content_filter"
+)
+
+// AddToolCalls folds streamed pieces into the calls they build, in the
+// order their indexes first appear.
+func AddToolCalls(calls []ToolCall, index map[int]int, pieces []ToolCallDelta) []ToolCall {
+	for _, p := range pieces {
+		i, ok := index[p.Index]
+		if !ok {
+			i = len(calls)
+			index[p.Index] = i
+			calls = append(calls, ToolCall{Type: "function"})
+		}
+		c := &calls[i]
+		if p.ID != "" {
+			c.ID = p.ID
+		}
+		if p.Type != "" {
+			c.Type = p.Type
+		}
+		if p.Function.Name != "" {
+			c.Function.Name = p.Function.Name
+		}
+		c.Function.Arguments += p.Function.Arguments
+	}
+	return calls
 }
 
 // ErrorResponse is the body of an error response, and of the event that
@@ -131,4 +187,50 @@ type Model struct {
 	// the most tokens, prompt and answer together, one request may hold.
 	// Zero, left out, where the server does not say.
 	MaxModelLen int `json:"max_model_len,omitempty"`
+}
+
+// ObjectEmbedding is the "object" of one vector of an embeddings answer.
+const ObjectEmbedding = "embedding"
+
+// Encodings of an embedding on the wire.
+const (
+	EncodingFloat = "float"
+	// EncodingBase64 is the vector's little-endian float32s in base64,
+	// what the official JavaScript client asks for by default.
+	EncodingBase64 = "base64"
+)
+
+// EmbeddingRequest is the body of POST /v1/embeddings.
+type EmbeddingRequest struct {
+	// Input is a string or an array of strings (token arrays are also
+	// OpenAI's; a reader decides what it accepts).
+	Input          json.RawMessage `json:"input"`
+	Model          string          `json:"model"`
+	EncodingFormat string          `json:"encoding_format,omitempty"`
+	Dimensions     *int            `json:"dimensions,omitempty"`
+	User           string          `json:"user,omitempty"`
+}
+
+// EmbeddingList is the answer to an embeddings request.
+type EmbeddingList struct {
+	// Object is ObjectList.
+	Object string           `json:"object"`
+	Data   []EmbeddingDatum `json:"data"`
+	Model  string           `json:"model"`
+	Usage  EmbeddingUsage   `json:"usage"`
+}
+
+// EmbeddingDatum is one input's vector.
+type EmbeddingDatum struct {
+	// Object is ObjectEmbedding.
+	Object string `json:"object"`
+	Index  int    `json:"index"`
+	// Embedding is a []float32, or a base64 string (EncodingBase64).
+	Embedding any `json:"embedding"`
+}
+
+// EmbeddingUsage counts an embeddings request's input tokens.
+type EmbeddingUsage struct {
+	PromptTokens int `json:"prompt_tokens"`
+	TotalTokens  int `json:"total_tokens"`
 }

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 )
@@ -48,13 +48,32 @@ type Exchange struct {
 
 // Messages returns the prompt: one system message carrying the
 // instructions and the numbered context chunks, then the user's query.
-func (b *Builder) Messages(chunks []retrieval.Chunk, query string) []llm.Message {
+func (b *Builder) Messages(chunks []retrieval.Chunk, query string) []openai.Message {
 	return b.Conversation(nil, chunks, query)
 }
 
 // Conversation is Messages with earlier exchanges between the system
 // message and the query, oldest first.
-func (b *Builder) Conversation(history []Exchange, chunks []retrieval.Chunk, query string) []llm.Message {
+func (b *Builder) Conversation(history []Exchange, chunks []retrieval.Chunk, query string) []openai.Message {
+	msgs := make([]openai.Message, 0, 2+2*len(history))
+	msgs = append(msgs, b.systemMessage(chunks))
+	for _, e := range history {
+		msgs = append(msgs, openai.TextMessage(openai.RoleUser, e.User), openai.TextMessage(openai.RoleAssistant, e.Assistant))
+	}
+	return append(msgs, openai.TextMessage(openai.RoleUser, query))
+}
+
+// Around is the prompt of a client's own conversation answered from a
+// knowledge base: the system message with the context, then the
+// conversation as the client sent it (its own system message included,
+// after Sluice's, so that the client's instructions have the last word).
+func (b *Builder) Around(chunks []retrieval.Chunk, conversation []openai.Message) []openai.Message {
+	return append([]openai.Message{b.systemMessage(chunks)}, conversation...)
+}
+
+// systemMessage is the system message: the instructions, then the numbered
+// context chunks.
+func (b *Builder) systemMessage(chunks []retrieval.Chunk) openai.Message {
 	var s strings.Builder
 	s.WriteString(b.system)
 	if len(chunks) > 0 {
@@ -71,12 +90,7 @@ func (b *Builder) Conversation(history []Exchange, chunks []retrieval.Chunk, que
 			s.WriteString("\n\n")
 		}
 	}
-	msgs := make([]llm.Message, 0, 2+2*len(history))
-	msgs = append(msgs, llm.Message{Role: "system", Content: strings.TrimRight(s.String(), "\n")})
-	for _, e := range history {
-		msgs = append(msgs, llm.Message{Role: "user", Content: e.User}, llm.Message{Role: "assistant", Content: e.Assistant})
-	}
-	return append(msgs, llm.Message{Role: "user", Content: query})
+	return openai.TextMessage(openai.RoleSystem, strings.TrimRight(s.String(), "\n"))
 }
 
 // perMessageFraming bounds the tokens a chat format adds around one
@@ -108,11 +122,15 @@ func (b *Builder) FitHistory(history []Exchange, budget int) ([]Exchange, int) {
 	return history[i:], used
 }
 
-// Count returns the exact token count of msgs as a chat model sees them.
-func (b *Builder) Count(msgs []llm.Message) int {
+// Count returns the exact token count of msgs' text as a chat model sees
+// it (Message.Text: parts that are not text are not counted here).
+func (b *Builder) Count(msgs []openai.Message) int {
 	tm := make([]tokens.Message, len(msgs))
 	for i, m := range msgs {
-		tm[i] = tokens.Message{Role: m.Role, Content: m.Content}
+		// A message whose content does not decode counts as empty: the
+		// door refuses such messages before anything is counted.
+		text, _ := m.Text()
+		tm[i] = tokens.Message{Role: m.Role, Content: text}
 	}
 	return b.memo.Counter().CountChat(tm)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 )
@@ -20,12 +21,12 @@ func newBuilder(t testing.TB) *Builder {
 func TestMessagesCarryContextAndQuery(t *testing.T) {
 	b := newBuilder(t)
 	msgs := b.Messages([]retrieval.Chunk{{Title: "Token buckets", Text: "A bucket refills at a fixed rate."}, {Text: "Second."}}, "how?")
-	if len(msgs) != 2 || msgs[0].Role != "system" || msgs[1].Role != "user" || msgs[1].Content != "how?" {
+	if len(msgs) != 2 || msgs[0].Role != "system" || msgs[1].Role != "user" || text(msgs[1]) != "how?" {
 		t.Fatalf("messages %+v", msgs)
 	}
 	want := "You are a helpful assistant. Answer from the context.\n\nContext:\n[1] Token buckets\nA bucket refills at a fixed rate.\n\n[2] Second."
-	if msgs[0].Content != want {
-		t.Fatalf("system message %q", msgs[0].Content)
+	if text(msgs[0]) != want {
+		t.Fatalf("system message %q", text(msgs[0]))
 	}
 }
 
@@ -125,7 +126,29 @@ func TestHistoryFitsItsBudgetNewestFirst(t *testing.T) {
 		t.Fatalf("kept %d exchanges, want 3", len(kept))
 	}
 	msgs := b.Conversation(history[8:], nil, "q")
-	if len(msgs) != 6 || msgs[1].Role != "user" || msgs[2].Role != "assistant" || msgs[5].Content != "q" {
+	if len(msgs) != 6 || msgs[1].Role != "user" || msgs[2].Role != "assistant" || text(msgs[5]) != "q" {
 		t.Fatalf("conversation %+v", msgs)
+	}
+}
+
+func text(m openai.Message) string {
+	s, err := m.Text()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// A client's conversation follows the context, whole and in order.
+func TestAround(t *testing.T) {
+	b := newBuilder(t)
+	conv := []openai.Message{openai.TextMessage("system", "Be terse."), openai.TextMessage("user", "a"),
+		openai.TextMessage("assistant", "b"), openai.TextMessage("user", "c")}
+	msgs := b.Around([]retrieval.Chunk{{Text: "fact"}}, conv)
+	if len(msgs) != 5 || msgs[0].Role != "system" || !strings.Contains(text(msgs[0]), "[1] fact") || text(msgs[1]) != "Be terse." || text(msgs[4]) != "c" {
+		t.Fatalf("prompt %+v", msgs)
+	}
+	if n := b.Count(msgs); n <= b.Count(msgs[:1]) {
+		t.Fatalf("count %d does not grow with the conversation", n)
 	}
 }

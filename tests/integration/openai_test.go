@@ -42,7 +42,7 @@ func TestOpenAIClientStreams(t *testing.T) {
 	defer cancel()
 	client := openAIClient("k-acme")
 	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-		Model: "gpt-4o-mini",
+		Model: "sluice-rag",
 		Messages: []openai.ChatCompletionMessageParamUnion{
 			openai.SystemMessage("You are terse."),
 			openai.UserMessage("What is a leased semaphore?"),
@@ -80,7 +80,8 @@ func TestOpenAIClientStreams(t *testing.T) {
 	if strings.TrimSpace(ch.Message.Content) == "" || ch.Message.Role != "assistant" || ch.FinishReason != "length" {
 		t.Fatalf("accumulated choice %+v", ch)
 	}
-	if acc.Model != "gpt-4o-mini" || acc.Usage.CompletionTokens < 1 || acc.Usage.PromptTokens < 50 ||
+	// The model that answered, not the alias asked for.
+	if acc.Model != stack.cfg.Pools.Short.Model || acc.Usage.CompletionTokens < 1 || acc.Usage.PromptTokens < 50 ||
 		acc.Usage.TotalTokens != acc.Usage.PromptTokens+acc.Usage.CompletionTokens {
 		t.Fatalf("model %q usage %+v", acc.Model, acc.Usage)
 	}
@@ -96,8 +97,10 @@ func TestOpenAIClientStreams(t *testing.T) {
 	if sluice["request_id"] != id || sluice["route"] != "short" {
 		t.Fatalf("sluice extension %v", sluice)
 	}
-	// The same workflow as /v1/chat answered the last user message.
-	if in := chatInput(t, id); in.Query != "How does a token bucket refill?" || in.MaxTokens != 40 || in.Tenant != "acme" {
+	// The same workflow as /v1/chat retrieved for the last user message
+	// and kept the whole conversation.
+	if in := chatInput(t, id); in.Query != "How does a token bucket refill?" || len(in.Conversation) != 4 || in.Gateway ||
+		in.MaxTokens != 40 || in.Tenant != "acme" {
 		t.Fatalf("workflow input %+v", in)
 	}
 	if r := result(t, id); r.Outcome != request.OutcomeDone {
@@ -120,7 +123,7 @@ func TestOpenAIClientCompletes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Choices) != 1 || c.Object != "chat.completion" || c.Model != "sluice-rag" || c.Created == 0 {
+	if len(c.Choices) != 1 || c.Object != "chat.completion" || c.Model != stack.cfg.Pools.Short.Model || c.Created == 0 {
 		t.Fatalf("completion %s", c.RawJSON())
 	}
 	ch := c.Choices[0]
@@ -147,10 +150,10 @@ func TestOpenAIClientCompletes(t *testing.T) {
 
 	// A refusal is an error the client decodes.
 	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, N: openai.Int(2),
+		Model: "sluice-sim", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, N: openai.Int(2),
 	})
 	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "bad_n" || apiErr.Param != "n" || apiErr.Type != "invalid_request_error" {
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "unsupported_value" || apiErr.Param != "n" || apiErr.Type != "invalid_request_error" {
 		t.Fatalf("n=2: %v", err)
 	}
 }
@@ -162,7 +165,7 @@ func TestOpenAIRawStreamShowsQueueAsComments(t *testing.T) {
 	holders := holdShortPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	body := `{"model":"gpt-x","messages":[{"role":"user","content":"How do leases protect against crashed holders?"}],"max_tokens":20,"stream":true,"temperature":1,"top_p":1}`
+	body := `{"model":"sluice-rag","messages":[{"role":"user","content":"How do leases protect against crashed holders?"}],"max_tokens":20,"stream":true,"temperature":1,"top_p":1}`
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, stack.baseURL+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -237,7 +240,7 @@ func TestOpenAIRawStreamShowsQueueAsComments(t *testing.T) {
 			t.Fatalf("chunk %d %s: %v", i, d, err)
 		}
 		if c.ID == nil || *c.ID != "chatcmpl-"+id || c.Object == nil || *c.Object != "chat.completion.chunk" ||
-			c.Created == nil || *c.Created < time.Now().Add(-time.Minute).Unix() || c.Model == nil || *c.Model != "gpt-x" || c.Usage != nil {
+			c.Created == nil || *c.Created < time.Now().Add(-time.Minute).Unix() || c.Model == nil || *c.Model != stack.cfg.Pools.Short.Model || c.Usage != nil {
 			t.Fatalf("chunk %d: %s", i, d)
 		}
 		if len(c.Choices) != 1 || c.Choices[0].Index == nil || *c.Choices[0].Index != 0 || c.Choices[0].Delta == nil {
@@ -283,7 +286,7 @@ func TestOpenAINonStreamingDisconnectCancels(t *testing.T) {
 	client := openAIClient("k-acme")
 	go func() {
 		_, err := client.Chat.Completions.New(cctx, openai.ChatCompletionNewParams{
-			Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Explain continuous batching in detail")},
+			Model: "sluice-sim", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Explain continuous batching in detail")},
 			MaxTokens: openai.Int(1000),
 		})
 		errc <- err
@@ -339,7 +342,7 @@ func TestOpenAIQueueTimeoutIsAnError(t *testing.T) {
 	defer cancel()
 	client := openAIClient("k-acme")
 	params := openai.ChatCompletionNewParams{
-		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is weighted fair queuing?")},
+		Model: "sluice-sim", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is weighted fair queuing?")},
 		MaxTokens: openai.Int(20),
 	}
 	streamErr := make(chan error, 1)

@@ -48,7 +48,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	}
 	srv, err := api.New(api.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub,
-		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Policy: live, KBs: rt.KBs, Ingester: rt.Ingester, Sessions: rt.Sessions, Metrics: rt.Metrics,
+		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Policy: live, KBs: rt.KBs, Ingester: rt.Ingester, Embeddings: rt.EmbedCache, Sessions: rt.Sessions, Metrics: rt.Metrics,
 		Keys: keyCache, Bans: bans,
 		Logger: logger.With("component", "api"),
 	})

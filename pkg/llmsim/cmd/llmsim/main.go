@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -64,7 +65,7 @@ func run(args []string) error {
 	go func() { serveErr <- srv.Serve(ln) }()
 	logger.Info("llm simulator listening", "addr", ln.Addr().String(), "model", cfg.Model,
 		"mode", cfg.Mode, "replicas", cfg.Replicas, "max_num_seqs", cfg.MaxNumSeqs,
-		"kv_cache_blocks", cfg.KVCacheBlocks, "time_scale", cfg.TimeScale)
+		"kv_cache_blocks", cfg.KVCacheBlocks, "time_scale", cfg.TimeScale, "refuse_params", cfg.RefuseParams)
 	if cfg.Fault != (llmsim.Fault{}) {
 		logger.Warn("llm simulator starts with a fault", "fault", cfg.Fault)
 	}
@@ -113,6 +114,16 @@ func configFlags(fs *flag.FlagSet, cfg *llmsim.Config) {
 	fs.IntVar(&cfg.Fault.StallAfterTokens, "fault-stall-after-tokens", 0, "fault: stop every answer after this many tokens (0: off)")
 	fs.IntVar(&cfg.Fault.ErrorStatus, "fault-error-status", 0, "fault: refuse every request with this HTTP status, 500..599 (0: off)")
 	fs.DurationVar(&cfg.Fault.TokenDelay, "fault-token-delay", 0, "fault: extra time of every decode step (a slow replica)")
+	fs.Func("refuse-params", "comma-separated sampling parameters the backend does not support, e.g. logit_bias,seed; requests that set one get 400",
+		func(v string) error {
+			cfg.RefuseParams = nil
+			for name := range strings.SplitSeq(v, ",") {
+				if name = strings.TrimSpace(name); name != "" {
+					cfg.RefuseParams = append(cfg.RefuseParams, name)
+				}
+			}
+			return nil
+		})
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
@@ -108,7 +109,7 @@ type bareSetup struct {
 	// prompts are overheadQueries' prompts as Sluice builds them (the
 	// same retrieval stack, retrieved context included), so that the
 	// bare paths send the simulator exactly what Sluice sends it.
-	prompts map[string][]llm.Message
+	prompts map[string][]openai.Message
 }
 
 // startBare starts a worker of the bare workflow on the bench's own
@@ -116,7 +117,7 @@ type bareSetup struct {
 // pool's backend through the pool's own client.
 func startBare(ctx context.Context, st *stack) (*bareSetup, error) {
 	rt := st.rt
-	b := &bareSetup{bare: &bare{rdb: rt.Redis, llm: rt.Chat.Pools[request.PoolShort].Streamer}, prompts: map[string][]llm.Message{}}
+	b := &bareSetup{bare: &bare{rdb: rt.Redis, llm: rt.Chat.Pools[request.PoolShort].Streamer}, prompts: map[string][]openai.Message{}}
 	for _, q := range overheadQueries {
 		msgs, err := samePrompt(ctx, rt, st.cfg, q)
 		if err != nil {
@@ -135,7 +136,7 @@ func startBare(ctx context.Context, st *stack) (*bareSetup, error) {
 }
 
 // pathsOf are the four ways to the same completion.
-func (o *overheadScenario) pathsOf(st *stack, b *bare, prompts map[string][]llm.Message) []overheadPath {
+func (o *overheadScenario) pathsOf(st *stack, b *bare, prompts map[string][]openai.Message) []overheadPath {
 	c, rdb, maxTokens := st.rt.Temporal, st.rt.Redis, o.maxTokens
 	return []overheadPath{
 		{"direct", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
@@ -204,7 +205,7 @@ func (o *overheadScenario) report(r *report) error {
 	return nil
 }
 
-func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]llm.Message, error) {
+func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]openai.Message, error) {
 	vec, _, err := rt.Chat.Embeddings.Get(ctx, q)
 	if err != nil {
 		return nil, err
@@ -220,10 +221,10 @@ func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q st
 	return rt.Prompts.Messages(chunks, q), nil
 }
 
-func direct(ctx context.Context, s llm.Streamer, msgs []llm.Message, maxTokens int) (time.Duration, time.Duration, error) {
+func direct(ctx context.Context, s llm.Streamer, msgs []openai.Message, maxTokens int) (time.Duration, time.Duration, error) {
 	start := time.Now()
 	var ttft time.Duration
-	_, err := s.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: msgs, MaxTokens: maxTokens}, func(string) error {
+	_, err := s.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: msgs, MaxTokens: maxTokens}, func(llm.Delta) error {
 		if ttft == 0 {
 			ttft = time.Since(start)
 		}
@@ -269,7 +270,7 @@ func sluice(ctx context.Context, baseURL, q string, maxTokens int) (time.Duratio
 // BareInput is the bare workflow's input.
 type BareInput struct {
 	ID        string
-	Messages  []llm.Message
+	Messages  []openai.Message
 	MaxTokens int
 	// InlineDone makes the streaming activity write "done" itself, as
 	// Sluice's does, instead of a local activity after it.
@@ -306,9 +307,9 @@ type bare struct {
 }
 
 func (b *bare) BareStream(ctx context.Context, in BareInput) error {
-	_, err := b.llm.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: in.Messages, MaxTokens: in.MaxTokens}, func(text string) error {
+	_, err := b.llm.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: in.Messages, MaxTokens: in.MaxTokens}, func(d llm.Delta) error {
 		activity.RecordHeartbeat(ctx)
-		return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + in.ID, Values: []any{"t", "token", "d", text}}).Err()
+		return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + in.ID, Values: []any{"t", "token", "d", d.Text}}).Err()
 	})
 	if err != nil || !in.InlineDone {
 		return err
@@ -320,7 +321,7 @@ func (b *bare) BareDone(ctx context.Context, id string) error {
 	return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + id, Values: []any{"t", "done"}}).Err()
 }
 
-func bareRun(ctx context.Context, c client.Client, rdb *redis.Client, queue, id string, msgs []llm.Message, maxTokens int, inlineDone bool) (time.Duration, time.Duration, error) {
+func bareRun(ctx context.Context, c client.Client, rdb *redis.Client, queue, id string, msgs []openai.Message, maxTokens int, inlineDone bool) (time.Duration, time.Duration, error) {
 	start := time.Now()
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue, EnableEagerStart: true},
 		BareWorkflow, BareInput{ID: id, Messages: msgs, MaxTokens: maxTokens, InlineDone: inlineDone})

@@ -1,0 +1,306 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/sluice-dev/sluice/pkg/openai"
+)
+
+// ragModel is the model alias that asks for an answer from a knowledge
+// base: "sluice-rag" from the default kb, "sluice-rag/<kb>" from kb. Any
+// other model is a backend model, answered in gateway mode unless the
+// request names a kb (the kb field or X-Sluice-KB).
+const ragModel = "sluice-rag"
+
+// completionRequest is OpenAI's chat completion request with Sluice's
+// extension.
+type completionRequest struct {
+	openai.ChatRequest
+	// KB is Sluice's extension: the knowledge base to answer from.
+	KB string `json:"kb"`
+}
+
+// acceptedFields are the request fields Sluice reads or forwards. A field
+// outside them, or in defaultOnly at another value, is refused: a client
+// asking for logprobs or audio must hear that it gets none, not receive
+// an answer that looks as if it did.
+var acceptedFields = append([]string{
+	"model", "messages", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options", "kb",
+	// user is OpenAI's end-user id for abuse reports; Sluice knows the
+	// user by the API key, so it is read as a label and not forwarded.
+	"user",
+}, openai.SamplingParams...)
+
+// defaultOnly are fields accepted only at the value that asks for nothing.
+var defaultOnly = map[string]string{"logprobs": "false", "store": "false"}
+
+// mediaPartTokens is what a content part that is not text (an image, a
+// sound, a file) is counted as at the door, where only text is counted.
+// The backend's usage says what it really took; this only routes the
+// request and sizes its reservation, so it errs high: an image in a
+// LLaVA-style model takes 576 to a few thousand tokens.
+const mediaPartTokens = 1024
+
+// parseCompletionRequest reads an OpenAI chat completion request into the
+// chat request it asks for. kb is the X-Sluice-KB header. It checks what
+// can be checked without the configuration; Server.checkConversation does
+// the rest.
+func parseCompletionRequest(body []byte, kb string) (completionRequest, chatRequest, error) {
+	var cr completionRequest
+	if err := json.Unmarshal(body, &cr); err != nil {
+		return cr, chatRequest{}, badRequest("bad_json", "malformed JSON: %v", err)
+	}
+	if err := refuseUnsupported(body); err != nil {
+		return cr, chatRequest{}, err
+	}
+	if cr.N != nil && *cr.N != 1 {
+		return cr, chatRequest{}, paramError("n", "unsupported_value", "n must be 1: Sluice answers with one choice")
+	}
+	if err := checkSampling(cr.Sampling); err != nil {
+		return cr, chatRequest{}, err
+	}
+	req := chatRequest{KB: cr.KB, MaxTokens: cr.MaxOutputTokens(), conversation: cr.Messages}
+	if req.KB == "" {
+		req.KB = kb
+	}
+	rag := false
+	switch alias, named := strings.CutPrefix(cr.Model, ragModel+"/"); {
+	case cr.Model == ragModel:
+		rag = true
+	case named:
+		if req.KB != "" && req.KB != alias {
+			return cr, chatRequest{}, paramError("model", "kb_conflict",
+				"model %q names knowledge base %q but the request also names %q", cr.Model, alias, req.KB)
+		}
+		req.KB, rag = alias, true
+	default:
+		req.model = cr.Model
+		rag = req.KB != ""
+	}
+	req.gateway = !rag
+	if req.gateway && cr.Model == "" {
+		return cr, chatRequest{}, paramError("model", "missing_model",
+			"model is required: a backend model (GET /v1/models lists them), or %q to answer from a knowledge base", ragModel)
+	}
+	if len(cr.Sampling.Set()) > 0 {
+		req.sampling = &cr.Sampling
+	}
+	query, err := checkMessages(cr.Messages, &req)
+	if err != nil {
+		return cr, chatRequest{}, err
+	}
+	if rag {
+		if query == "" {
+			return cr, chatRequest{}, paramError("messages", "no_user_message",
+				"messages must include a user message with text: it is what the knowledge base is searched for")
+		}
+		req.Query = query
+	}
+	return cr, req, nil
+}
+
+// refuseUnsupported refuses a field outside acceptedFields, naming it.
+func refuseUnsupported(body []byte) error {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return badRequest("bad_json", "the body must be a JSON object: %v", err)
+	}
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v := string(bytes.TrimSpace(fields[name]))
+		if slices.Contains(acceptedFields, name) || v == "null" || defaultOnly[name] == v {
+			continue
+		}
+		return paramError(name, "unsupported_parameter", "%s is not supported by Sluice", name)
+	}
+	return nil
+}
+
+// checkSampling checks the forwarded parameters against OpenAI's ranges,
+// so that a request the model would refuse is refused before it waits in
+// a queue, naming the field.
+func checkSampling(p openai.Sampling) error {
+	inRange := func(name string, v *float64, lo, hi float64) error {
+		if v != nil && (*v < lo || *v > hi) {
+			return paramError(name, "invalid_value", "%s must be between %g and %g, got %g", name, lo, hi, *v)
+		}
+		return nil
+	}
+	for _, err := range []error{
+		inRange("temperature", p.Temperature, 0, 2), inRange("top_p", p.TopP, 0, 1),
+		inRange("presence_penalty", p.PresencePenalty, -2, 2), inRange("frequency_penalty", p.FrequencyPenalty, -2, 2),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	if len(p.Stop) > 4 {
+		return paramError("stop", "invalid_value", "stop holds at most 4 sequences, got %d", len(p.Stop))
+	}
+	for tok, bias := range p.LogitBias {
+		if bias < -100 || bias > 100 {
+			return paramError("logit_bias", "invalid_value", "logit_bias[%s] must be between -100 and 100", tok)
+		}
+	}
+	if f := p.ResponseFormat; f != nil && !slices.Contains([]string{openai.FormatText, openai.FormatJSONObject, openai.FormatJSONSchema}, f.Type) {
+		return paramError("response_format.type", "invalid_value", "response_format.type must be text, json_object or json_schema")
+	}
+	return checkTools(p)
+}
+
+// checkTools checks the tools and that tool_choice names one of them.
+func checkTools(p openai.Sampling) error {
+	names := map[string]bool{}
+	for i, t := range p.Tools {
+		if t.Type != "function" || t.Function.Name == "" {
+			return paramError(fmt.Sprintf("tools[%d]", i), "invalid_value", `tools[%d] must be {"type":"function","function":{"name":...}}`, i)
+		}
+		if names[t.Function.Name] {
+			return paramError(fmt.Sprintf("tools[%d].function.name", i), "invalid_value", "tool %q is declared twice", t.Function.Name)
+		}
+		names[t.Function.Name] = true
+	}
+	mode, name, err := p.DecodeToolChoice()
+	switch {
+	case err != nil:
+		return paramError("tool_choice", "invalid_value", "%v", err)
+	case mode != openai.ToolChoiceNone && len(p.Tools) == 0:
+		return paramError("tool_choice", "invalid_value", "tool_choice %q needs tools", mode)
+	case mode == openai.ToolChoiceFunction && !names[name]:
+		return paramError("tool_choice", "invalid_value", "tool_choice names %q, which is not among the tools", name)
+	}
+	return nil
+}
+
+// checkMessages checks each message's role and content, notes the kinds
+// of content the conversation holds in req, and returns the text of the
+// last user message.
+func checkMessages(msgs []openai.Message, req *chatRequest) (string, error) {
+	if len(msgs) == 0 {
+		return "", paramError("messages", "no_messages", "messages must hold at least one message")
+	}
+	query := ""
+	for i, m := range msgs {
+		at := fmt.Sprintf("messages[%d]", i)
+		parts, err := m.Parts()
+		if err != nil {
+			return "", paramError(at+".content", "bad_content", "%s.content must be a string, an array of content parts or null", at)
+		}
+		text, err := req.noteParts(parts, at+".content")
+		if err != nil {
+			return "", err
+		}
+		if err := checkMessage(m, at, len(parts) > 0); err != nil {
+			return "", err
+		}
+		if m.Role == openai.RoleUser && strings.TrimSpace(text) != "" {
+			query = text
+		}
+	}
+	return query, nil
+}
+
+// checkMessage checks a message's role and what that role must carry.
+func checkMessage(m openai.Message, at string, hasContent bool) error {
+	switch m.Role {
+	case openai.RoleSystem, openai.RoleDeveloper, openai.RoleUser:
+		if !hasContent {
+			return paramError(at+".content", "empty_content", "%s has no content", at)
+		}
+	case openai.RoleAssistant:
+		if !hasContent && len(m.ToolCalls) == 0 {
+			return paramError(at+".content", "empty_content", "%s has neither content nor tool_calls", at)
+		}
+	case openai.RoleTool:
+		if m.ToolCallID == "" {
+			return paramError(at+".tool_call_id", "missing_tool_call_id", "%s is a tool result: it needs the tool_call_id it answers", at)
+		}
+	default:
+		return paramError(at+".role", "bad_role", "unknown role %q; expected system, developer, user, assistant or tool", m.Role)
+	}
+	return nil
+}
+
+// noteParts checks a message's content parts and counts what is not text;
+// it returns the text parts joined by newlines.
+func (req *chatRequest) noteParts(parts []openai.ContentPart, at string) (string, error) {
+	texts := make([]string, 0, len(parts))
+	for i, p := range parts {
+		switch {
+		case p.Type == openai.ContentPartText && p.Text != nil:
+			texts = append(texts, *p.Text)
+		case p.Type == openai.ContentPartText:
+			return "", paramError(fmt.Sprintf("%s[%d].text", at, i), "bad_content", "a text part needs its text")
+		case slices.Contains(openai.ContentPartTypes, p.Type):
+			req.mediaParts++
+			if !slices.Contains(req.partTypes, p.Type) {
+				req.partTypes = append(req.partTypes, p.Type)
+			}
+		default:
+			return "", paramError(fmt.Sprintf("%s[%d].type", at, i), "unsupported_content",
+				"content part of type %q is unknown; expected one of %s", p.Type, strings.Join(openai.ContentPartTypes, ", "))
+		}
+	}
+	return strings.Join(texts, "\n"), nil
+}
+
+// checkConversation counts an OpenAI request's prompt and checks that
+// some pool can take it: its model, its size and what it asks for.
+func (s *Server) checkConversation(req *chatRequest) error {
+	req.promptTokens = s.prompts.Count(req.conversation) + req.mediaParts*mediaPartTokens
+	if req.sampling != nil && len(req.sampling.Tools) > 0 {
+		// Tool definitions are part of the prompt the model reads.
+		raw, _ := json.Marshal(req.sampling.Tools)
+		req.promptTokens += s.prompts.QueryTokens(string(raw))
+	}
+	if req.model == "" {
+		return nil
+	}
+	for _, p := range s.cfg.Pools.ByName() {
+		if p.Model == req.model {
+			return nil
+		}
+	}
+	return &apiError{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
+		Message: fmt.Sprintf("the model %q is not served here; GET /v1/models lists the models, and %q answers from a knowledge base", req.model, ragModel)}
+}
+
+// poolFor is the pool that answers req: the one its length routes it to,
+// unless the model it names is served only by the other, which it must
+// then fit. What the pool's backend cannot do is refused.
+func (s *Server) poolFor(routed string, req *chatRequest) (string, error) {
+	pools := s.cfg.Pools.ByName()
+	pool := routed
+	if req.model != "" && pools[routed].Model != req.model {
+		for name, p := range pools {
+			if p.Model == req.model {
+				pool = name
+			}
+		}
+		if bound := s.promptBound(req); bound > pools[pool].MaxPromptTokens {
+			return "", &apiError{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
+				Message: fmt.Sprintf("this model's maximum context length is %d tokens; the messages take up to %d", pools[pool].MaxPromptTokens, bound)}
+		}
+	}
+	unsupported := pools[pool].Unsupported
+	asked := append([]string(nil), req.partTypes...)
+	if req.sampling != nil {
+		asked = append(asked, req.sampling.Set()...)
+	}
+	for _, a := range asked {
+		if slices.Contains(unsupported, a) {
+			return "", paramError(a, "unsupported_parameter", "%s is not supported by the model %q", a, pools[pool].Model)
+		}
+	}
+	return pool, nil
+}

@@ -1,0 +1,150 @@
+// The official npm client, unchanged, against a running Sluice. Run by
+// tests/integration/jsclient_test.go, which starts the stack and sets
+//   SLUICE_BASE_URL  the OpenAI base URL (http://.../v1)
+//   SLUICE_KEY       an API key
+//   SLUICE_MODEL     a backend model the pools serve
+//   SLUICE_KB        a knowledge base the key may read
+//   SLUICE_EMBED     the embedding model
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+
+const env = (name) => {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set`);
+  return v;
+};
+const client = new OpenAI({ baseURL: env('SLUICE_BASE_URL'), apiKey: env('SLUICE_KEY'), maxRetries: 0, timeout: 60_000 });
+const model = env('SLUICE_MODEL');
+const kb = env('SLUICE_KB');
+
+const weather = {
+  type: 'function',
+  function: {
+    name: 'get_weather',
+    description: 'The weather in a city now.',
+    parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } }, required: ['city'] },
+  },
+};
+
+test('models.list names the backend model and the RAG aliases', async () => {
+  const ids = [];
+  for await (const m of client.models.list()) ids.push(m.id);
+  for (const want of [model, 'sluice-rag', `sluice-rag/${kb}`, env('SLUICE_EMBED')]) {
+    assert.ok(ids.includes(want), `${want} missing from ${ids}`);
+  }
+});
+
+test('a gateway completion answers the whole conversation', async () => {
+  const c = await client.chat.completions.create({
+    model,
+    messages: [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Name a queue.' },
+      { role: 'assistant', content: 'A FIFO.' },
+      { role: 'user', content: 'Another one?' },
+    ],
+    max_tokens: 16, temperature: 0, seed: 7,
+  });
+  assert.equal(c.object, 'chat.completion');
+  assert.equal(c.model, model);
+  assert.ok(c.id.startsWith('chatcmpl-'));
+  assert.ok(c.choices[0].message.content.length > 0);
+  assert.equal(c.usage.total_tokens, c.usage.prompt_tokens + c.usage.completion_tokens);
+  // The same seed and prompt give the same answer: the seed reached the model.
+  const again = await client.chat.completions.create({
+    model, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Name a queue.' },
+      { role: 'assistant', content: 'A FIFO.' }, { role: 'user', content: 'Another one?' }],
+    max_tokens: 16, temperature: 0, seed: 7,
+  });
+  assert.equal(again.choices[0].message.content, c.choices[0].message.content);
+});
+
+test('a streamed gateway answer ends with the usage chunk', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Count to five.' }], max_tokens: 12, stream: true, stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    assert.equal(chunk.model, model);
+    if (chunk.usage) usage = chunk.usage;
+    for (const ch of chunk.choices) {
+      text += ch.delta.content ?? '';
+      finish = ch.finish_reason ?? finish;
+    }
+  }
+  assert.ok(text.length > 0);
+  assert.ok(['stop', 'length'].includes(finish), `finish ${finish}`);
+  assert.ok(usage && usage.completion_tokens > 0);
+});
+
+test('a tool call is streamed, then its result answered', async () => {
+  const question = { role: 'user', content: 'What is the weather in Paris?' };
+  const runner = client.chat.completions.stream({ model, messages: [question], tools: [weather] });
+  const finished = [];
+  runner.on('tool_calls.function.arguments.done', (e) => finished.push(e));
+  const first = await runner.finalChatCompletion();
+  const choice = first.choices[0];
+  assert.equal(choice.finish_reason, 'tool_calls');
+  assert.equal(choice.message.tool_calls.length, 1);
+  const call = choice.message.tool_calls[0];
+  assert.equal(call.type, 'function');
+  assert.equal(call.function.name, 'get_weather');
+  assert.equal(typeof JSON.parse(call.function.arguments).city, 'string');
+  assert.equal(finished.length, 1);
+  assert.equal(finished[0].name, 'get_weather');
+
+  const answer = await client.chat.completions.create({
+    model, tools: [weather], max_tokens: 24,
+    messages: [question, choice.message, { role: 'tool', tool_call_id: call.id, content: '{"temp_c": 18, "sky": "clear"}' }],
+  });
+  assert.ok(['stop', 'length'].includes(answer.choices[0].finish_reason));
+  assert.ok(answer.choices[0].message.content.length > 0);
+});
+
+test('a named tool is called without streaming', async () => {
+  const c = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Weather in Oslo?' }], tools: [weather],
+    tool_choice: { type: 'function', function: { name: 'get_weather' } },
+  });
+  assert.equal(c.choices[0].finish_reason, 'tool_calls');
+  assert.equal(c.choices[0].message.content, null);
+  assert.equal(c.choices[0].message.tool_calls[0].function.name, 'get_weather');
+});
+
+test('RAG mode answers from a knowledge base', async () => {
+  const c = await client.chat.completions.create({
+    model: `sluice-rag/${kb}`, messages: [{ role: 'user', content: 'How does a token bucket refill?' }], max_tokens: 20,
+  });
+  assert.equal(c.model, model);
+  assert.ok(c.choices[0].message.content.length > 0);
+  assert.ok(c.sluice && c.sluice.kb_version > 0, `sluice extension ${JSON.stringify(c.sluice)}`);
+});
+
+test('embeddings come back decoded from the default base64', async () => {
+  const e = await client.embeddings.create({ model: env('SLUICE_EMBED'), input: ['token bucket', 'leaky bucket'] });
+  assert.equal(e.data.length, 2);
+  const [a, b] = e.data.map((d) => d.embedding);
+  assert.ok(Array.isArray(a) && a.length > 0 && a.length === b.length);
+  assert.ok(a.every((x) => typeof x === 'number' && Number.isFinite(x)));
+  assert.notDeepEqual(a, b);
+  assert.ok(e.usage.prompt_tokens > 0);
+});
+
+test('refusals are the typed errors the client raises', async () => {
+  await assert.rejects(
+    client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] }),
+    (err) => err instanceof OpenAI.NotFoundError && err.code === 'model_not_found' && err.param === 'model',
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], logprobs: true }),
+    (err) => err instanceof OpenAI.BadRequestError && err.code === 'unsupported_parameter' && err.param === 'logprobs',
+  );
+  await assert.rejects(
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }], temperature: 9 }),
+    (err) => err instanceof OpenAI.BadRequestError && err.param === 'temperature',
+  );
+});
