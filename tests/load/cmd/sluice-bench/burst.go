@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/config"
@@ -78,6 +79,11 @@ type burstScenario struct {
 	// startedRejected counts the workflows that were started only to be
 	// rejected in the queue: Temporal spent on nobody's answer.
 	startedRejected int64
+	// For the progress line: the reference loop while it runs, then the
+	// phase, its clients that ended and those answered.
+	cur      atomic.Pointer[stepRun]
+	prog     meter
+	answered atomic.Int64
 }
 
 // outcome is one client's fate and how long it took.
@@ -133,11 +139,14 @@ func (b *burstScenario) drive(ctx context.Context, st *stack) error {
 	}
 	w := startWatch(ctx, st)
 	defer w.stop()
+	b.prog.enter("burst", int64(b.clients))
 	b.send(ctx, st)
 	// Every permit and queue place must come back.
+	b.prog.enter("wait-idle", -1)
 	if b.final, b.idleAfter, err = waitIdle(ctx, st.rt.Gate, b.drainWithin); err != nil {
 		return err
 	}
+	b.prog.enter("count-workflows", -1)
 	if b.running, err = runningChatWorkflows(ctx, st, 10*time.Second); err != nil {
 		return err
 	}
@@ -164,7 +173,7 @@ func (b *burstScenario) measureReference(ctx context.Context, st *stack) error {
 	}
 	hc := st.client(b.permits())
 	run := newStepRun("reference", 3*time.Second, b.reference, b.deadline)
-	stopProgress := run.progress(5 * time.Second)
+	b.cur.Store(run)
 	run.closedLoop(ctx, b.permits(), func(ctx context.Context, i int) chatResult {
 		q, key := "What does weighted fair queuing guarantee?", b.keys[i%len(b.keys)].Key
 		if b.longEvery > 0 && i%b.longEvery == b.longEvery-1 {
@@ -173,10 +182,18 @@ func (b *burstScenario) measureReference(ctx context.Context, st *stack) error {
 		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, b.maxTokens)
 		return readChat(ctx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + key})
 	})
-	stopProgress()
+	b.prog.enter("reference-wait-idle", -1)
+	b.cur.Store(nil)
 	b.rate1x = float64(run.done.Load()) / b.reference.Seconds()
 	_, _, err := waitIdle(ctx, st.rt.Gate, b.drainWithin)
 	return err
+}
+
+func (b *burstScenario) status(st *stack) string {
+	if r := b.cur.Load(); r != nil {
+		return r.status() + " " + poolsNow(st)
+	}
+	return fmt.Sprintf("%s answered=%d %s", b.prog.String(), b.answered.Load(), poolsNow(st))
 }
 
 // drainRate is the burst's served rate while it drained: answers per
@@ -223,6 +240,10 @@ func (b *burstScenario) send(ctx context.Context, st *stack) {
 			t0 := time.Now()
 			r := readChat(cctx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + b.keys[i%len(b.keys)].Key})
 			b.outcomes[i] = outcome{kind: r.kind, took: time.Since(t0), tokens: r.tokens, retryAfter: r.retryAfter}
+			b.prog.add(1)
+			if r.kind == kindDone {
+				b.answered.Add(1)
+			}
 		}(i)
 	}
 	wg.Wait()

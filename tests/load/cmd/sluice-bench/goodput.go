@@ -62,6 +62,10 @@ type goodputScenario struct {
 	// measured is the capacity the open loop used.
 	measured float64
 	steps    []*goodputStep
+	// For the progress line: the step sending its load, or between
+	// steps, what the scenario waits for.
+	cur  atomic.Pointer[stepRun]
+	prog meter
 }
 
 func (g *goodputScenario) flags(fs *flag.FlagSet) {
@@ -235,14 +239,15 @@ func (g *goodputScenario) runLoad(ctx context.Context, st *stack, env goodputEnv
 func (g *goodputScenario) runStep(ctx context.Context, st *stack, do requester, s *goodputStep) error {
 	s.window = g.step
 	run := newStepRun(s.label(), g.warmup, g.step, g.timeout)
-	stop := run.progress(5 * time.Second)
+	g.cur.Store(run)
 	cpu := run.cpuInWindow(ctx)
 	if s.loop == loopClosed {
 		run.closedLoop(ctx, s.clients, do)
 	} else {
 		run.openLoop(ctx, s.rate, g.maxInFlight, s.seed, do)
 	}
-	stop()
+	g.prog.enter("wait-idle", -1)
+	g.cur.Store(nil)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -253,8 +258,16 @@ func (g *goodputScenario) runStep(ctx context.Context, st *stack, do requester, 
 	if _, _, err := waitIdle(ctx, st.rt.Gate, g.timeout); err != nil {
 		return err
 	}
+	g.prog.enter("read-histories", -1)
 	s.hist = sampleHistories(ctx, st.rt.Temporal, s.reqs, g.histories)
 	return nil
+}
+
+func (g *goodputScenario) status(st *stack) string {
+	if r := g.cur.Load(); r != nil {
+		return r.status() + " " + poolsNow(st)
+	}
+	return g.prog.String() + " " + poolsNow(st)
 }
 
 // sluiceRequester sends POST /v1/chat as an anonymous caller.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,37 +132,25 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	}
 }
 
-// progress prints a line on stderr every interval until the returned
-// stop is called.
-func (r *stepRun) progress(interval time.Duration) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-			}
-			phase := "warm-up"
-			switch now := time.Now(); {
-			case now.After(r.winEnd):
-				phase = "draining"
-			case now.After(r.winStart):
-				phase = "measuring"
-			}
-			fmt.Fprintf(os.Stderr, "%s goodput %s: %s, %.0fs of %.0fs, %d done in the window, %d in flight\n",
-				time.Now().Format("15:04:05"), r.label, phase, time.Since(r.start).Seconds(), r.winEnd.Sub(r.start).Seconds(), r.done.Load(), r.inFlight.Load())
-		}
-	}()
-	return func() {
-		close(done)
-		wg.Wait()
+// status is the step's progress line: its phase, how far into it, and
+// what it has done so far.
+func (r *stepRun) status() string {
+	phase := "warm-up"
+	switch now := time.Now(); {
+	case now.After(r.winEnd):
+		phase = "draining"
+	case now.After(r.winStart):
+		phase = "measuring"
 	}
+	r.mu.Lock()
+	arrivals, shed := r.arrivals, r.shed
+	r.mu.Unlock()
+	s := fmt.Sprintf("step=%q phase=%s at=%.0fs/%.0fs answered_in_window=%d in_flight=%d",
+		r.label, phase, time.Since(r.start).Seconds(), r.winEnd.Sub(r.start).Seconds(), r.done.Load(), r.inFlight.Load())
+	if arrivals > 0 {
+		s += fmt.Sprintf(" offered_in_window=%d shed=%d", arrivals, shed)
+	}
+	return s
 }
 
 // windowCPU is where CPU went within a step's window, in CPU-seconds.

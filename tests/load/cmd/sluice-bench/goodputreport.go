@@ -355,7 +355,8 @@ func csvHeader() []string {
 }
 
 // writeGoodputReport writes goodput.md (the report's lines under a title,
-// the command and the machine), goodput.csv and goodput.png under -out.
+// the command and the machine), goodput.csv and goodput.png (drawn from
+// goodput.csv) under -out.
 func writeGoodputReport(g *goodputScenario, r *report) error {
 	if err := os.MkdirAll(g.out, 0o755); err != nil {
 		return fmt.Errorf("report directory: %w", err)
@@ -380,5 +381,7 @@ func writeGoodputReport(g *goodputScenario, r *report) error {
 	if err := os.WriteFile(filepath.Join(g.out, "goodput.csv"), csv.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write csv: %w", err)
 	}
-	return plotGoodput(g, filepath.Join(g.out, "goodput.png"))
+	png := filepath.Join(g.out, "goodput.png")
+	drawBeside("goodput", png, func() error { return plotGoodputCSV(filepath.Join(g.out, "goodput.csv"), png) })
+	return nil
 }

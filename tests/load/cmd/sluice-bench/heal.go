@@ -60,7 +60,7 @@ func (h *healScenario) flags(fs *flag.FlagSet) {
 	fs.IntVar(&h.longRepeat, "long-repeat", 120, "a long query repeats a 15-token sentence this often")
 	fs.DurationVar(&h.sampleEvery, "sample-every", 3*time.Second, "how often the bench samples P50/P99 and the healer")
 	fs.DurationVar(&h.sampleWindow, "sample-window", 10*time.Second, "the window of each sample")
-	fs.Int64Var(&h.minSamples, "min-samples", 30, "healing.min_samples")
+	fs.Int64Var(&h.minSamples, "min-samples", healDefaultMinSamples, "healing.min_samples")
 	fs.IntVar(&h.boundPolls, "bound-polls", 30, "with healing on, the short pool's P99/P50 must fall below 2 within this many healer polls of going above 5")
 	fs.StringVar(&h.modes, "modes", "off,on", "modes to run, in order")
 	fs.StringVar(&h.out, "out", "tests/load/report", "directory of the report (heal.md, heal.csv, heal.png)")
@@ -71,6 +71,7 @@ type healScenario struct {
 	healOptions
 	keys []config.APIKey
 	runs []*healRun
+	live healLive
 }
 
 // simFlags shape the simulator both pools send to: its batch, its KV
@@ -130,6 +131,10 @@ func (f healerFlags) configure(cfg *config.Config, healing bool) {
 }
 
 const healTier = "heal"
+
+// healDefaultMinSamples is -min-samples unless set: the healer's
+// healing.min_samples, below which the bench's samples are left out too.
+const healDefaultMinSamples = 30
 
 var healPools = request.Pools()
 
@@ -207,11 +212,12 @@ func (h *healScenario) drive(ctx context.Context, st *stack) error {
 	lctx, cutOff := context.WithCancel(ctx)
 	defer cutOff()
 	run.Start = time.Now()
+	h.live.begin(mode, run.Start)
 	sampled := make(chan struct{})
 	sctx, stopSampling := context.WithCancel(ctx)
 	go func() {
 		defer close(sampled)
-		healSampleLoop(sctx, st, h.healOptions, healing, run)
+		healSampleLoop(sctx, st, h.healOptions, healing, run, h.live.sampled)
 	}()
 	wait := h.send(ctx, lctx, st, run)
 	// A last sample after the load, then stop.
@@ -260,9 +266,11 @@ func (h *healScenario) send(ctx, clientCtx context.Context, st *stack, run *heal
 		}
 		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, maxTokens)
 		wg.Add(1)
+		h.live.sent()
 		go func(key string) {
 			defer wg.Done()
 			kind := readChat(clientCtx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + key}).kind
+			h.live.ended(kind)
 			if kind == kindHang {
 				kind = "cut off at the end"
 			}
@@ -288,7 +296,9 @@ func (h *healScenario) report(r *report) error {
 	return nil
 }
 
-func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool, run *healRun) {
+// healSampleLoop samples both pools every o.sampleEvery into run, and
+// hands each sample to seen.
+func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool, run *healRun, seen func(healSample)) {
 	t := time.NewTicker(o.sampleEvery)
 	defer t.Stop()
 	series := make([]string, len(healPools))
@@ -318,11 +328,8 @@ func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool,
 				}
 			}
 		}
-		sh := s.Pools[request.PoolShort]
-		fmt.Fprintf(os.Stderr, "  %5.0fs short P50 %5.0f ms P99 %6.0f ms ratio %5.1f n %4d | long ratio %5.1f | levels %v | sim run %d wait %d kv %.0f%% seqs %d replicas %d\n",
-			s.At.Seconds(), msf(sh.P50), msf(sh.P99), sh.TailRatio(), sh.Count, s.Pools[request.PoolLong].TailRatio(), s.Levels,
-			s.Sim.Running, s.Sim.Waiting, 100*s.Sim.CacheUsage, s.Sim.MaxNumSeqs, s.Sim.ActiveReplicas)
 		run.Samples = append(run.Samples, s)
+		seen(s)
 	}
 }
 

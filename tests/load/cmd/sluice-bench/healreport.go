@@ -3,10 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"image"
-	"image/color"
-	"image/draw"
-	"image/png"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,9 +12,18 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
+// healPlotCaption says what heal.png shows.
+func healPlotCaption() string {
+	warn, critical := healThresholds()
+	return fmt.Sprintf("The plot, drawn from heal.csv (`sluice-bench plot -in heal.csv` redraws it): top, the short pool's P99/P50 of time to first token, grey healing off, blue healing on, "+
+		"against the healer's thresholds (above %g it steps a level up; below %g the pool is healthy); middle, the same samples' P99 (solid) and P50 (dashed); "+
+		"bottom, each pool's healing level with healing on, every step a healer action. Samples of fewer than min_samples latencies are left out.\n\n", critical, warn)
+}
+
 // writeHealReport writes heal.md (settings, command, per-mode tables,
-// decisions, verdicts), heal.csv (every sample) and heal.png (the short
-// pool's P99/P50 over time, both modes, actions marked) under o.out.
+// decisions, verdicts), heal.csv (every sample) and heal.png (drawn from
+// heal.csv: the short pool's tail over time in both modes, and the
+// healing levels) under o.out.
 func writeHealReport(o healOptions, runs []*healRun, v []goal) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return fmt.Errorf("report directory: %w", err)
@@ -34,7 +39,7 @@ func writeHealReport(o healOptions, runs []*healRun, v []goal) error {
 		o.kvBlocks, o.maxNumSeqs, o.prefillPerTok, o.timeScale, o.rate, o.duration, o.seed, o.longShare, o.longRepeat*12, o.longTokens, o.shortTokens,
 		o.shortPerms, o.longPerms, o.interval, o.window, o.minSamples, o.healthyPolls, o.maxReplicas, o.costFactor, o.criticalP99, o.sampleEvery, o.sampleWindow)
 	md.WriteString("![short pool P99/P50 over time](heal.png)\n\n")
-	md.WriteString("In the plot: grey healing off, blue healing on; dashed lines at P99/P50 = 2 (warn) and 5 (critical); red ticks on the top edge are healer actions.\n\n")
+	md.WriteString(healPlotCaption())
 	md.WriteString("## Verdicts\n\n")
 	for _, g := range v {
 		fmt.Fprintf(&md, "- %s\n", g)
@@ -67,15 +72,9 @@ func writeHealReport(o healOptions, runs []*healRun, v []goal) error {
 	if err := os.WriteFile(filepath.Join(o.out, "heal.csv"), csv.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write csv: %w", err)
 	}
-	f, err := os.Create(filepath.Join(o.out, "heal.png"))
-	if err != nil {
-		return fmt.Errorf("create plot: %w", err)
-	}
-	defer f.Close()
-	if err := png.Encode(f, plotRatios(o, runs)); err != nil {
-		return fmt.Errorf("encode plot: %w", err)
-	}
-	return f.Close()
+	png := filepath.Join(o.out, "heal.png")
+	drawBeside("heal", png, func() error { return plotHealCSV(filepath.Join(o.out, "heal.csv"), png, o.minSamples) })
+	return nil
 }
 
 func outcomeLine(m map[string]int) string {
@@ -85,133 +84,4 @@ func outcomeLine(m map[string]int) string {
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, ", ")
-}
-
-// The plot: x is seconds since the load started, y is the short pool's
-// P99/P50 on a linear axis clipped at yMax (a collapsed tail would flatten
-// everything else). Labels are in the markdown; the image has ticks only:
-// x every 10 s, y every 1 (longer at 2 and 5, which are also dashed lines).
-const (
-	plotW, plotH = 900, 420
-	plotMargin   = 30
-	yMax         = 20.0
-)
-
-var (
-	colOff    = color.RGBA{120, 120, 120, 255}
-	colOn     = color.RGBA{30, 90, 220, 255}
-	colAction = color.RGBA{220, 30, 30, 255}
-	colAxis   = color.RGBA{0, 0, 0, 255}
-	colGuide  = color.RGBA{200, 140, 0, 255}
-)
-
-func plotRatios(o healOptions, runs []*healRun) image.Image {
-	img := image.NewRGBA(image.Rect(0, 0, plotW, plotH))
-	draw.Draw(img, img.Bounds(), image.NewUniform(color.White), image.Point{}, draw.Src)
-	tMax := o.duration.Seconds() + o.sampleEvery.Seconds()
-	for _, r := range runs {
-		if n := len(r.Samples); n > 0 {
-			tMax = max(tMax, r.Samples[n-1].At.Seconds())
-		}
-	}
-	x0, x1 := plotMargin, plotW-plotMargin
-	y0, y1 := plotH-plotMargin, plotMargin
-	px := func(t float64) int { return x0 + int(t/tMax*float64(x1-x0)) }
-	py := func(r float64) int { return y0 - int(min(r, yMax)/yMax*float64(y0-y1)) }
-
-	line(img, x0, y0, x1, y0, colAxis, false)
-	line(img, x0, y0, x0, y1, colAxis, false)
-	for t := 0.0; t <= tMax; t += 10 {
-		line(img, px(t), y0, px(t), y0+5, colAxis, false)
-	}
-	for r := 0.0; r <= yMax; r++ {
-		l := 3
-		if r == 2 || r == 5 {
-			l = 8
-		}
-		line(img, x0-l, py(r), x0, py(r), colAxis, false)
-	}
-	line(img, x0, py(2), x1, py(2), colGuide, true)
-	line(img, x0, py(5), x1, py(5), colGuide, true)
-	for _, r := range runs {
-		col := colOff
-		if r.Mode == "on" {
-			col = colOn
-			for _, d := range r.Decisions {
-				if d.Action == actAlertName {
-					continue
-				}
-				x := px(d.At.Sub(r.Start).Seconds())
-				line(img, x, y1, x, y1+15, colAction, false)
-				line(img, x+1, y1, x+1, y1+15, colAction, false)
-			}
-		}
-		prevX, prevY := -1, -1
-		for _, s := range r.Samples {
-			st := s.Pools[request.PoolShort]
-			if st.Count < o.minSamples {
-				prevX = -1
-				continue
-			}
-			x, y := px(s.At.Seconds()), py(st.TailRatio())
-			dot(img, x, y, col)
-			if prevX >= 0 {
-				line(img, prevX, prevY, x, y, col, false)
-				line(img, prevX, prevY+1, x, y+1, col, false)
-			}
-			prevX, prevY = x, y
-		}
-	}
-	return img
-}
-
-// actAlertName is the healer's alert activity: an alert changes nothing,
-// so the plot does not mark it.
-const actAlertName = "Alert"
-
-// line draws a straight line (Bresenham), dashed if asked.
-func line(img *image.RGBA, xa, ya, xb, yb int, c color.Color, dashed bool) {
-	dx, dy := abs(xb-xa), -abs(yb-ya)
-	sx, sy := sign(xb-xa), sign(yb-ya)
-	e := dx + dy
-	for i := 0; ; i++ {
-		if !dashed || (i/6)%2 == 0 {
-			img.Set(xa, ya, c)
-		}
-		if xa == xb && ya == yb {
-			return
-		}
-		if e2 := 2 * e; e2 >= dy {
-			e += dy
-			xa += sx
-		} else {
-			e += dx
-			ya += sy
-		}
-	}
-}
-
-func dot(img *image.RGBA, x, y int, c color.Color) {
-	for i := -2; i <= 2; i++ {
-		for j := -2; j <= 2; j++ {
-			img.Set(x+i, y+j, c)
-		}
-	}
-}
-
-func abs(x int) int {
-	if x < 0 {
-		return -x
-	}
-	return x
-}
-
-func sign(x int) int {
-	switch {
-	case x > 0:
-		return 1
-	case x < 0:
-		return -1
-	}
-	return 0
 }

@@ -79,6 +79,9 @@ type limiterScenario struct {
 	scriptP50, scriptP99 string
 	// The extra open-loop phases of -sweep.
 	sweeps []sweepPhase
+	// prog counts the current phase's decisions (or SETs), for the
+	// progress line.
+	prog meter
 }
 
 // closedRun is a closed-loop phase and what Redis did during it.
@@ -130,6 +133,7 @@ func callerOf(i int) limiter.Caller {
 func (l *limiterScenario) drive(ctx context.Context, st *stack) error {
 	l.admin = redis.NewClient(&redis.Options{Addr: st.redis.Addr})
 	defer l.admin.Close()
+	l.prog.enter("redis-benchmark-set", -1)
 	if err := l.measureSET(ctx, st.redis.Addr); err != nil {
 		return err
 	}
@@ -143,7 +147,9 @@ func (l *limiterScenario) drive(ctx context.Context, st *stack) error {
 	if err := l.reserve(ctx, l.lims[0]); err != nil {
 		return err
 	}
+	l.prog.enter("closed-one-call-per-decision", 0)
 	l.one = l.closedRun(ctx, func(client int) *limiter.Limiter { return l.lims[client] })
+	l.prog.enter("closed-coalesced", 0)
 	l.co = l.closedRun(ctx, func(client int) *limiter.Limiter { return l.coalesced[client%len(l.coalesced)] })
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -153,6 +159,7 @@ func (l *limiterScenario) drive(ctx context.Context, st *stack) error {
 		return ctx.Err()
 	}
 	for _, rate := range l.sweepRates {
+		l.prog.enter(fmt.Sprintf("sweep-%.0f/s", rate), int64(rate*l.duration.Seconds()))
 		res := paced(ctx, rate, l.duration, l.openers, l.reserveShared)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -160,6 +167,10 @@ func (l *limiterScenario) drive(ctx context.Context, st *stack) error {
 		l.sweeps = append(l.sweeps, sweepPhase{rate, res})
 	}
 	return nil
+}
+
+func (l *limiterScenario) status(*stack) string {
+	return fmt.Sprintf("%s allowed=%d limited=%d", l.prog.String(), l.allowed.Load(), l.limited.Load())
 }
 
 // measureSET runs redis-benchmark's SET on the server: the baseline.
@@ -215,8 +226,10 @@ func (l *limiterScenario) reserve(ctx context.Context, lim *limiter.Limiter) err
 	caller := callerOf(int(n % int64(l.callers)))
 	d, err := lim.Reserve(ctx, "r"+strconv.FormatInt(n, 36), benchPolicy.Buckets(caller, l.cost))
 	if err != nil {
+		l.prog.fail()
 		return err
 	}
+	l.prog.add(1)
 	if d.Status == limiter.Allowed {
 		l.allowed.Add(1)
 	} else {
@@ -254,6 +267,7 @@ func (l *limiterScenario) openLoop(ctx context.Context) {
 	_ = l.admin.ConfigResetStat(ctx).Err() // and with it the command latency histograms
 	l.expBefore = infoFields(ctx, l.admin, "stats", "expired_keys", "expire_cycle_cpu_milliseconds")
 	snap := takeCPU()
+	l.prog.enter("open-half", int64(half*l.duration.Seconds()))
 	l.open = paced(ctx, half, l.duration, l.openers, l.reserveShared)
 	if ctx.Err() != nil {
 		return
@@ -265,8 +279,15 @@ func (l *limiterScenario) openLoop(ctx context.Context) {
 	// The same open-loop harness issuing plain SETs at the same rate: what
 	// the client, the Go runtime and the shared cores add by themselves.
 	snap = takeCPU()
+	l.prog.enter("control-set", int64(half*l.duration.Seconds()))
 	l.control = paced(ctx, half, l.duration, l.openers, func(ctx context.Context, w, i int) error {
-		return l.conns[w].Set(ctx, "bench:set:"+strconv.Itoa(i%100000), "x", 0).Err()
+		err := l.conns[w].Set(ctx, "bench:set:"+strconv.Itoa(i%100000), "x", 0).Err()
+		if err != nil {
+			l.prog.fail()
+		} else {
+			l.prog.add(1)
+		}
+		return err
 	})
 	l.ctrlCPU = cpuBetween(snap, takeCPU())
 }

@@ -23,15 +23,21 @@
 //	          closed and open loop, Sluice beside a bare workflow of its
 //	          shape; what a request costs Temporal, admitted or queued
 //
+// and one command that runs no scenario:
+//
+//	plot      redraws a report's PNG from its CSV (plotcmd.go)
+//
 // Every scenario has the same skeleton (scenario.go): its flags, the
 // stacks it starts (stack.go), the load it drives, and a report with its
-// goals (report.go). Run `sluice-bench <scenario> -h` for a scenario's
+// goals (report.go); while it runs, a progress line on stderr every few
+// seconds (progress.go). Run `sluice-bench <scenario> -h` for a scenario's
 // flags. Without a scenario name the overhead benchmark runs, so
 // `sluice-bench -n 200` is `sluice-bench overhead -n 200`.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -59,6 +65,17 @@ var scenarios = map[string]struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "plot" {
+		err := runPlot(os.Args[2:])
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sluice-bench plot: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	name, args := scenarioName(os.Args[1:])
 	fs := flag.NewFlagSet("sluice-bench "+name, flag.ExitOnError)
 	fs.Usage = func() {
@@ -128,4 +145,5 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-9s %s\n", n, scenarios[n].summary)
 	}
+	fmt.Fprintf(os.Stderr, "or: sluice-bench plot -in <csv> [-out <png>]\n  %-9s %s\n", "plot", plotSummary)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,6 +67,9 @@ type overheadScenario struct {
 	overheadOptions
 	paths         []overheadPath
 	ttfts, totals [][]time.Duration
+	// For the progress line: requests done, and Sluice's latest TTFT.
+	prog       meter
+	lastSluice atomic.Int64
 }
 
 // overheadPath is one way of getting the completion.
@@ -148,10 +152,16 @@ func (o *overheadScenario) pathsOf(st *stack, b *bare, prompts map[string][]open
 		{"bare, done from the stream", func(ctx context.Context, i int, q string) (time.Duration, time.Duration, error) {
 			return bareRun(ctx, c, rdb, bareQueue, fmt.Sprintf("bare-inline-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, true)
 		}},
-		{"sluice", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
+		{pathSluice, func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
 			return sluice(ctx, st.baseURL, q, maxTokens)
 		}},
 	}
+}
+
+const pathSluice = "sluice"
+
+func (o *overheadScenario) status(*stack) string {
+	return fmt.Sprintf("%s sluice_ttft_last=%.1fms", o.prog.String(), msf(time.Duration(o.lastSluice.Load())))
 }
 
 // rounds sends every path's request once a round, warm-up rounds first.
@@ -167,6 +177,11 @@ func (o *overheadScenario) rounds(ctx context.Context) error {
 		order[i] = i
 	}
 	for i := 0; i < o.warmup+o.n; i++ {
+		if i == o.warmup {
+			o.prog.enter("measuring", int64(o.n*len(o.paths)))
+		} else if i == 0 {
+			o.prog.enter("warm-up", int64(o.warmup*len(o.paths)))
+		}
 		q := overheadQueries[i%len(overheadQueries)]
 		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for _, p := range order {
@@ -175,6 +190,10 @@ func (o *overheadScenario) rounds(ctx context.Context) error {
 			ttft, total, err := path.run(ctx, i, q)
 			if err != nil {
 				return fmt.Errorf("%s request %d: %w", path.name, i, err)
+			}
+			o.prog.add(1)
+			if path.name == pathSluice {
+				o.lastSluice.Store(int64(ttft))
 			}
 			if i >= o.warmup {
 				o.ttfts[p] = append(o.ttfts[p], ttft)

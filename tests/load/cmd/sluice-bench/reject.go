@@ -68,6 +68,8 @@ type rejectScenario struct {
 	wrks            []wrkPhase
 	wrkSkipped      string
 	controlRun      loadResult
+	// prog counts the current phase's responses, for the progress line.
+	prog meter
 }
 
 // openPhase is one open-loop phase.
@@ -114,9 +116,11 @@ func (j *rejectScenario) stacks() ([]stackOptions, error) {
 }
 
 func (j *rejectScenario) drive(ctx context.Context, st *stack) error {
+	j.prog.enter("prepare", -1)
 	if err := j.prepare(ctx, st); err != nil {
 		return err
 	}
+	j.prog.enter("warm-up", 0)
 	closedLoop(ctx, j.warmup, j.conns, j.postAs)
 	j.responses.take()
 	if err := j.measureClosed(ctx); err != nil {
@@ -126,6 +130,7 @@ func (j *rejectScenario) drive(ctx context.Context, st *stack) error {
 		return ctx.Err()
 	}
 	for _, rate := range j.rateList {
+		j.prog.enter(fmt.Sprintf("open-%.0f/s", rate), int64(rate*j.duration.Seconds()))
 		c0 := takeCPU()
 		// Enough workers that the open loop is never short of a free one.
 		res := paced(ctx, rate, j.duration, max(j.conns, 256), func(ctx context.Context, _, _ int) error { return j.postAs(ctx, 0) })
@@ -136,14 +141,20 @@ func (j *rejectScenario) drive(ctx context.Context, st *stack) error {
 	}
 	j.runWrk(ctx)
 	if j.control > 0 {
+		j.prog.enter("control-healthz", int64(j.control*j.duration.Seconds()))
 		j.controlRun = paced(ctx, j.control, j.duration, max(j.conns, 256), j.getHealth)
 	}
 	// Visibility lags a little behind starts; a workflow started by a
 	// refused request would show up within this.
+	j.prog.enter("count-workflows", -1)
 	time.Sleep(2 * time.Second)
 	var err error
 	j.after, err = countChatWorkflows(ctx, st, "")
 	return err
+}
+
+func (j *rejectScenario) status(*stack) string {
+	return j.prog.String()
 }
 
 // prepare drains the flood tenant's bucket and checks that its first
@@ -177,11 +188,13 @@ func (j *rejectScenario) post(ctx context.Context) (int, error) {
 	req.Header.Set("Authorization", "Bearer "+floodKey)
 	resp, err := j.hc.Do(req)
 	if err != nil {
+		j.prog.fail()
 		return 0, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	j.responses.add(resp.StatusCode)
+	j.prog.add(1)
 	return resp.StatusCode, nil
 }
 
@@ -199,10 +212,12 @@ func (j *rejectScenario) getHealth(ctx context.Context, _, _ int) error {
 	}
 	resp, err := j.hc.Do(req)
 	if err != nil {
+		j.prog.fail()
 		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	j.prog.add(1)
 	return nil
 }
 
@@ -221,6 +236,7 @@ func (j *rejectScenario) measureClosed(ctx context.Context) error {
 			defer pprof.StopCPUProfile()
 		}
 	}
+	j.prog.enter("closed", 0)
 	runtime.ReadMemStats(&j.mem0)
 	cpu0 := takeCPU()
 	j.closed = closedLoop(ctx, j.duration, j.conns, j.postAs)
@@ -237,6 +253,7 @@ func (j *rejectScenario) measureClosed(ctx context.Context) error {
 // server the cores.
 func (j *rejectScenario) runWrk(ctx context.Context) {
 	for _, n := range j.wrkList {
+		j.prog.enter(fmt.Sprintf("wrk-%dconns", n), -1)
 		res, err := runWrk(ctx, j.baseURL+"/v1/chat", string(rejectBody), floodKey, n, j.duration)
 		if err != nil {
 			j.wrkSkipped = err.Error()

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"os"
+	"sync"
 )
 
 // A scenario is one subcommand. Every scenario takes the same steps, in
@@ -19,6 +22,11 @@ type scenario interface {
 	stacks() ([]stackOptions, error)
 	// drive runs the load on one started stack and keeps what it measured.
 	drive(ctx context.Context, st *stack) error
+	// status is the progress line while drive runs on st: its phase and
+	// the numbers it has at hand. It is called from another goroutine
+	// than drive's, so it reads only what is safe to read concurrently,
+	// and it must be cheap: it runs every progressEvery.
+	status(st *stack) string
 	// report writes what was measured, and the goals, into r.
 	report(r *report) error
 }
@@ -33,28 +41,66 @@ func bind(name string, sc scenario, fs *flag.FlagSet) func(context.Context) erro
 // runScenario starts each stack sc asks for, drives it and stops it, one
 // after another. The report is printed while the last stack still runs,
 // so that what its API process logged comes after it, as a footnote.
+// Throughout, a progress line goes to stderr every progressEvery.
 func runScenario(ctx context.Context, name string, sc scenario) error {
 	stacks, err := sc.stacks()
 	if err != nil {
 		return err
 	}
+	var now runStage
+	ticker := startProgress(os.Stderr, name, progressEvery, func() string { return now.line(sc) })
+	defer ticker.Stop()
 	for i, opts := range stacks {
 		last := i == len(stacks)-1
+		now.set(fmt.Sprintf("phase=starting-stack stack=%d/%d", i+1, len(stacks)), nil)
 		err := onStack(ctx, opts, func(st *stack) error {
-			if err := sc.drive(ctx, st); err != nil || !last {
-				return err
+			now.set("", st)
+			err := sc.drive(ctx, st)
+			if err == nil && last {
+				now.set("phase=report", nil)
+				err = printReport(name, sc)
 			}
-			r := &report{name: name}
-			if err := sc.report(r); err != nil {
-				return err
-			}
-			return r.print()
+			now.set("phase=stopping-stack", nil)
+			return err
 		})
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// printReport has sc write its report, and prints it.
+func printReport(name string, sc scenario) error {
+	r := &report{name: name}
+	if err := sc.report(r); err != nil {
+		return err
+	}
+	return r.print()
+}
+
+// runStage is where runScenario is, for its progress line: a fixed line
+// outside drive, or the stack being driven.
+type runStage struct {
+	mu    sync.Mutex
+	fixed string
+	st    *stack
+}
+
+func (r *runStage) set(fixed string, st *stack) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fixed, r.st = fixed, st
+}
+
+func (r *runStage) line(sc scenario) string {
+	r.mu.Lock()
+	fixed, st := r.fixed, r.st
+	r.mu.Unlock()
+	if st == nil {
+		return fixed
+	}
+	return sc.status(st)
 }
 
 // onStack runs f on a stack started with opts, and stops the stack after.

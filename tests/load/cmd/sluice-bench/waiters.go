@@ -40,8 +40,6 @@ type waitersOptions struct {
 	// Watching the full queue, then draining it.
 	steady, drainWithin time.Duration
 	drainLimit          int
-	// How often progress is told on stderr.
-	progress time.Duration
 }
 
 func (w *waitersScenario) flags(fs *flag.FlagSet) {
@@ -55,7 +53,6 @@ func (w *waitersScenario) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&w.queueWithin, "queue-within", 20*time.Minute, "stop and report how far the queue got if it is not full after this long")
 	fs.DurationVar(&w.drainWithin, "drain-within", 40*time.Minute, "give up if the queue has not drained after this long")
 	fs.DurationVar(&w.steady, "steady", 15*time.Second, "how long to watch the full queue before draining it")
-	fs.DurationVar(&w.progress, "progress", 10*time.Second, "progress line interval (stderr)")
 }
 
 // waitersScenario is the waiters benchmark: its flags, the workflows it
@@ -88,6 +85,9 @@ type waitersScenario struct {
 	peakDrain      memory
 	after          []poolState
 	running        int64
+	// prog is the phase and what it has done (started, finished), for
+	// the progress line.
+	prog meter
 }
 
 // waitersStall is how far a queue that did not fill got, and what
@@ -116,6 +116,7 @@ func (w *waitersScenario) stacks() ([]stackOptions, error) {
 
 func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
 	w.cfg = st.cfg
+	w.prog.enter("hold-permits", -1)
 	held, err := w.hold(ctx, st)
 	if err != nil {
 		return err
@@ -128,12 +129,12 @@ func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
 	}()
 	runtime.GC()
 	w.memBefore = readMemory()
-	tick := time.NewTicker(w.progress)
-	defer tick.Stop()
 	// Phase 1: fill the queue.
-	if err := w.fill(ctx, st, tick); err != nil || w.stalled != nil {
+	w.prog.enter(phaseFill, int64(w.n))
+	if err := w.fill(ctx, st); err != nil || w.stalled != nil {
 		return err
 	}
+	w.prog.enter("watch", -1)
 	w.watch(ctx, st)
 	// Phase 2: let them through. Raise the limit first, then give back
 	// the holders' permits the way a finishing request does; the worker's
@@ -150,9 +151,11 @@ func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
 	if err := admission.Wake(ctx, st.rt.Gate, workflows.SignalNotifier{Client: st.rt.Temporal}, heldPool, woken); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-bench waiters: wake:", err)
 	}
-	if err := w.drain(ctx, st, tick, drainStart); err != nil {
+	w.prog.enter(phaseDrain, int64(w.n))
+	if err := w.drain(ctx, st, drainStart); err != nil {
 		return err
 	}
+	w.prog.enter("check-leaks", -1)
 	if w.after, _, err = waitIdle(ctx, st.rt.Gate, 0); err != nil {
 		return err
 	}
@@ -160,18 +163,35 @@ func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
 	return err
 }
 
-// progressLine tells on stderr how far a phase got.
-func (w *waitersScenario) progressLine(ctx context.Context, st *stack, phase string, done int64, since time.Time) {
+// The phases whose progress line has more to tell.
+const (
+	phaseFill  = "fill"
+	phaseDrain = "drain"
+)
+
+// status tells how far the phase got: the queue, the process's memory
+// and, while draining, the workflows the server has seen complete
+// (completions come in queue order, not start order, so the server's
+// visibility counts them better than the awaited results do).
+func (w *waitersScenario) status(st *stack) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	qs, _ := st.rt.Gate.QueueStats(ctx, heldPool)
 	m := readMemory()
-	rate := float64(done) / time.Since(since).Seconds()
-	fmt.Fprintf(os.Stderr, "%s %s: %d (%.1f/s); queue %d waiting, %d in use; RSS %s, goroutines %d\n",
-		time.Now().Format("15:04:05"), phase, done, rate, qs.Waiting, qs.InUse, mib(float64(m.rssKB)*1024), m.goroutines)
+	s := fmt.Sprintf("%s queued=%d in_use=%d rss=%s goroutines=%d", w.prog.String(), qs.Waiting, qs.InUse, mib(float64(m.rssKB)*1024), m.goroutines)
+	if w.prog.current() == phaseDrain {
+		completed, err := countChatWorkflows(ctx, st, "ExecutionStatus != 'Running'")
+		if err != nil {
+			completed = -1
+		}
+		s += fmt.Sprintf(" completed=%d", completed)
+	}
+	return s
 }
 
 // fill starts the workflows and waits until all of them are in the queue,
 // or until -queue-within, when it measures how far the queue got.
-func (w *waitersScenario) fill(ctx context.Context, st *stack, tick *time.Ticker) error {
+func (w *waitersScenario) fill(ctx context.Context, st *stack) error {
 	w.fillStart = time.Now()
 	allStarted := w.startAll(ctx, st)
 	for {
@@ -184,8 +204,6 @@ func (w *waitersScenario) fill(ctx context.Context, st *stack, tick *time.Ticker
 				fmt.Fprintf(os.Stderr, "sluice-bench waiters: %d starts failed, first: %v\n", n, w.firstErr)
 			}
 			allStarted = nil
-		case <-tick.C:
-			w.progressLine(ctx, st, "started", w.started.Load(), w.fillStart)
 		case <-time.After(200 * time.Millisecond):
 		}
 		qs, err := st.rt.Gate.QueueStats(ctx, heldPool)
@@ -220,6 +238,7 @@ func (w *waitersScenario) startAll(ctx context.Context, st *stack) <-chan struct
 			for i := range jobs {
 				if err := startWaiter(ctx, st, w.cfg, w.ids[i], i, w.maxWait); err != nil {
 					w.startErrs.Add(1)
+					w.prog.fail()
 					w.errMu.Lock()
 					if w.firstErr == nil {
 						w.firstErr = err
@@ -228,6 +247,7 @@ func (w *waitersScenario) startAll(ctx context.Context, st *stack) <-chan struct
 					continue
 				}
 				w.started.Add(1)
+				w.prog.add(1)
 			}
 		}()
 	}
@@ -249,8 +269,9 @@ func (w *waitersScenario) watch(ctx context.Context, st *stack) {
 	w.queued, _ = st.rt.Gate.QueueStats(ctx, heldPool)
 }
 
-// drain awaits every workflow's result.
-func (w *waitersScenario) drain(ctx context.Context, st *stack, tick *time.Ticker, drainStart time.Time) error {
+// drain awaits every workflow's result, and keeps the process's peak
+// memory meanwhile.
+func (w *waitersScenario) drain(ctx context.Context, st *stack, drainStart time.Time) error {
 	w.outcomes = map[string]int{}
 	results := feed(ctx, len(w.ids))
 	var wg sync.WaitGroup
@@ -266,6 +287,10 @@ func (w *waitersScenario) drain(ctx context.Context, st *stack, tick *time.Ticke
 	drained := make(chan struct{})
 	go func() { wg.Wait(); close(drained) }()
 	timeout := time.After(w.drainWithin)
+	// The peak is sampled once a second: RSS moves with the drain's
+	// batches, and a reading is cheap.
+	memTick := time.NewTicker(time.Second)
+	defer memTick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -275,15 +300,7 @@ func (w *waitersScenario) drain(ctx context.Context, st *stack, tick *time.Ticke
 		case <-drained:
 			w.drainedIn = time.Since(drainStart)
 			return nil
-		case <-tick.C:
-			// Completions come in queue order, not start order, so
-			// progress is counted by the server's visibility rather than
-			// by awaited results.
-			completed, err := countChatWorkflows(ctx, st, "ExecutionStatus != 'Running'")
-			if err != nil {
-				completed = -1
-			}
-			w.progressLine(ctx, st, "completed", completed, drainStart)
+		case <-memTick.C:
 			if m := readMemory(); m.rssKB > w.peakDrain.rssKB {
 				w.peakDrain = m
 			}
@@ -311,6 +328,7 @@ func (w *waitersScenario) collect(ctx context.Context, st *stack, id string) {
 	}
 	w.outcomesMu.Unlock()
 	w.finished.Add(1)
+	w.prog.add(1)
 }
 
 func (w *waitersScenario) report(r *report) error {

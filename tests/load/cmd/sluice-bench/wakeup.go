@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -51,6 +52,9 @@ type wakeupScenario struct {
 	rounds   []wakeTimes
 	// after is the pool once the rounds are over.
 	after admission.Stats
+	// For the progress line: rounds done, the latest wake-up.
+	prog     meter
+	lastWake atomic.Int64
 }
 
 // wakeTimes are one round's times from the release call: to Release
@@ -73,12 +77,18 @@ func (w *wakeupScenario) stacks() ([]stackOptions, error) {
 func (w *wakeupScenario) drive(ctx context.Context, st *stack) error {
 	w.hc = st.client(4)
 	w.notifier = workflows.SignalNotifier{Client: st.rt.Temporal}
+	w.prog.enter("hold-permits", -1)
 	held, err := w.hold(ctx, st)
 	if err != nil {
 		return err
 	}
 	defer func() { _, _ = held.ReleaseAll(ctx) }()
 	for i := 0; i < w.warmup+w.n; i++ {
+		if i == w.warmup {
+			w.prog.enter("measuring", int64(w.n))
+		} else if i == 0 {
+			w.prog.enter("warm-up", int64(w.warmup))
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -86,12 +96,18 @@ func (w *wakeupScenario) drive(ctx context.Context, st *stack) error {
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i, err)
 		}
+		w.prog.add(1)
+		w.lastWake.Store(int64(t.total))
 		if i >= w.warmup {
 			w.rounds = append(w.rounds, t)
 		}
 	}
 	w.after, err = st.rt.Gate.Stats(ctx, heldPool)
 	return err
+}
+
+func (w *wakeupScenario) status(*stack) string {
+	return fmt.Sprintf("%s wake_last=%.2fms", w.prog.String(), msf(time.Duration(w.lastWake.Load())))
 }
 
 // round queues one request behind the holders, releases one holder for
