@@ -67,6 +67,7 @@ func TestOpenAIGoClientToolCall(t *testing.T) {
 	if r := result(t, id); r.Outcome != request.OutcomeDone || r.FinishReason != "tool_calls" {
 		t.Fatalf("result %+v", r)
 	}
+	recordHistory(t, id, "chat_gateway_tool_call")
 
 	// The tool's result goes back in the conversation; the model answers.
 	params.Messages = append(params.Messages, acc.Choices[0].Message.ToParam(),

@@ -106,6 +106,7 @@ func TestOpenAIClientStreams(t *testing.T) {
 	if r := result(t, id); r.Outcome != request.OutcomeDone {
 		t.Fatalf("outcome %q", r.Outcome)
 	}
+	recordHistory(t, id, "chat_rag_conversation")
 	assertPoolsIdle(t)
 }
 
