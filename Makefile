@@ -10,7 +10,7 @@ export SLUICE_TEST_TEMPORAL_BIN := $(TEMPORAL)
 
 SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput
 
-.PHONY: all build test test-short chaos bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal check-redis clean
+.PHONY: all build test test-short chaos bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal need need-test clean
 
 all: build
 
@@ -28,12 +28,18 @@ $(TEMPORAL):
 	kill $$ticker 2>/dev/null; exit $$rc
 	@$(TEMPORAL) --version
 
-check-redis:
-	@command -v redis-server >/dev/null || { echo "redis-server not found: apt-get install -y redis-server (or run .ci/run)"; exit 1; }
+# What the stack needs: Go as new as go.mod's, redis-server, and for
+# `make test` node/npm (the openai SDK tests). Missing ones are installed
+# with apt-get when run as root or with password-less sudo, otherwise one
+# line says what to run. Silent when all is there. See deploy/dev/need.sh.
+need:
+	@GO=$(GO) deploy/dev/need.sh go redis
+need-test:
+	@GO=$(GO) deploy/dev/need.sh go redis node
 
 # The mixed-load healing test measures latency, so it runs after the race
 # run, alone and without the race detector (its file is built !race).
-test: check-redis $(TEMPORAL)
+test: need-test $(TEMPORAL)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 10m -v -run TestHealingUnderMixedLoad ./tests/load/cmd/sluice-bench/
@@ -43,11 +49,11 @@ test: check-redis $(TEMPORAL)
 # empty and stalled, a restarted dev server, hung backends, 1,000 clients
 # hanging up, a client that stops reading. Writes tests/load/report/chaos.md.
 # `make test` runs the fast subset.
-chaos: check-redis $(TEMPORAL)
+chaos: need $(TEMPORAL)
 	SLUICE_CHAOS=all $(GO) test -count=1 -timeout 30m -v ./tests/chaos/
 
 # Unit tests only: no Temporal dev server.
-test-short: check-redis
+test-short: need
 	$(GO) test -race -count=1 -short ./...
 
 # Benchmarks: Go micro-benchmarks, then every sluice-bench scenario, one
@@ -63,13 +69,13 @@ test-short: check-redis
 # (apt-get install wrk): a client light enough to leave the server the CPU.
 bench: bench-go $(addprefix bench-,$(SCENARIOS))
 
-bench-go: check-redis
+bench-go: need
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
-bench-overhead: check-redis $(TEMPORAL) build
+bench-overhead: need $(TEMPORAL) build
 	$(BIN)/sluice-bench overhead -temporal $(TEMPORAL) -n 200
 
-bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal bench-goodput: bench-%: check-redis $(TEMPORAL) build
+bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal bench-goodput: bench-%: need $(TEMPORAL) build
 	$(BIN)/sluice-bench $* -temporal $(TEMPORAL)
 
 lint:
@@ -78,7 +84,7 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./workflows/...
 
-run: check-redis $(TEMPORAL) build
+run: need $(TEMPORAL) build
 	@deploy/dev/run.sh
 
 clean:

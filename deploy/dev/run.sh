@@ -93,24 +93,47 @@ keys() { SLUICE_URL="http://$API_ADDR" SLUICE_ADMIN_KEY="$ADMIN_KEY" "$BIN/sluic
 DEMO_KEY="$(keys create -tenant demo -user alice -scopes chat,ingest -quiet)"
 FREE_KEY="$(keys create -tenant smallco -user sam -tier free -scopes chat -quiet)"
 
+# The commands below are printed ready to paste: the exports first, then
+# commands that read $SLUICE_KEY (escaped here so they stay literal).
+U="http://$API_ADDR"
+row() { printf '    %-12s %-30s %s\n' "$@"; }
+echo
+echo "  Sluice is up."
+row "API" "$U" "(OpenAI base URL: $U/v1)"
+row "Temporal UI" "http://127.0.0.1:8233" "(search: SluiceTenant=\"demo\")"
+row "LLM sim" "http://$SIM_ADDR/metrics" "(vLLM-style metrics; it answers in word salad)"
+printf '    %-12s %s\n' "Logs" "$LOGS"
 cat <<INFO
 
-  Sluice is up.
-    API          http://$API_ADDR
-    Temporal UI  http://127.0.0.1:8233   (search: SluiceTenant="anonymous")
-    LLM sim      http://$SIM_ADDR/metrics  (vLLM-style metrics)
-    Logs         $LOGS
-
   Keys (anonymous access is on too, as tenant "anonymous"):
-    admin            $ADMIN_KEY
-    demo/alice       $DEMO_KEY   (chat, ingest)
-    smallco/sam      $FREE_KEY   (chat, free tier)
-    SLUICE_URL=http://$API_ADDR SLUICE_ADMIN_KEY=$ADMIN_KEY bin/sluice-keys list
+    admin        $ADMIN_KEY
+    demo/alice   $DEMO_KEY   (chat, ingest)
+    smallco/sam  $FREE_KEY   (chat, free tier)
+    SLUICE_URL=$U SLUICE_ADMIN_KEY=$ADMIN_KEY bin/sluice-keys list
 
-  Try:
-    curl -N http://$API_ADDR/v1/chat -H 'Content-Type: application/json' \\
-      -H 'Authorization: Bearer $DEMO_KEY' \\
+  Try it (paste into a shell):
+    export SLUICE_KEY=$DEMO_KEY
+    export OPENAI_BASE_URL=$U/v1 OPENAI_API_KEY=$DEMO_KEY   # OpenAI SDKs
+
+    # streaming chat, Sluice's native API (SSE; answers from the shared kb sluice-docs)
+    curl -N $U/v1/chat -H "Authorization: Bearer \$SLUICE_KEY" -H 'Content-Type: application/json' \\
       -d '{"query":"How does a token bucket refill?","max_tokens":64}'
+
+    # ingest a document into demo's own kb "notes" (made by its first write)
+    curl $U/v1/kb/notes/documents -H "Authorization: Bearer \$SLUICE_KEY" -H 'Content-Type: application/json' \\
+      -d '{"id":"refunds","title":"Refund policy","text":"Refunds reach the original card within 14 days of the return arriving."}'
+
+    # ask that kb
+    curl -N $U/v1/chat -H "Authorization: Bearer \$SLUICE_KEY" -H 'Content-Type: application/json' \\
+      -d '{"query":"How long do refunds take?","kb":"notes","max_tokens":64}'
+
+    # OpenAI endpoint, gateway: the conversation goes to the backend model, no retrieval
+    curl $U/v1/chat/completions -H "Authorization: Bearer \$SLUICE_KEY" -H 'Content-Type: application/json' \\
+      -d '{"model":"sluice-sim","messages":[{"role":"user","content":"Hello"}]}'
+
+    # OpenAI endpoint, RAG: answered from kb notes
+    curl $U/v1/chat/completions -H "Authorization: Bearer \$SLUICE_KEY" -H 'Content-Type: application/json' \\
+      -d '{"model":"sluice-rag/notes","messages":[{"role":"user","content":"How long do refunds take?"}]}'
 
   Ctrl-C stops everything.
 INFO
