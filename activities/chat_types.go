@@ -199,8 +199,10 @@ type LLMInput struct {
 	// as it came.
 	Conversation []openai.Message `json:",omitempty"`
 	Gateway      bool             `json:",omitempty"`
-	// Sampling is forwarded to the backend as it came.
+	// Sampling is forwarded to the backend as it came; Choices is how
+	// many answers the client asked for (OpenAI's n; 0 is one).
 	Sampling *openai.Sampling `json:",omitempty"`
+	Choices  int              `json:",omitempty"`
 }
 
 // LLMOutput summarises the stream.
@@ -220,6 +222,8 @@ type LLMOutput struct {
 	// Model is the model that answered (llm.Result.Model, or the pool's
 	// configured model when the backend named none).
 	Model string `json:",omitempty"`
+	// FinishReasons are every choice's when several were asked for.
+	FinishReasons []string `json:",omitempty"`
 }
 
 // LookupAnswerInput asks the L3 tier for an answer to the query and, on a

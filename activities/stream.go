@@ -72,7 +72,7 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	s.sctx = sctx
 	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n)
 
-	req := llm.Request{Model: pool.Model, Messages: p.msgs, MaxTokens: in.MaxTokens}
+	req := llm.Request{Model: pool.Model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices}
 	if in.Sampling != nil {
 		req.Sampling = *in.Sampling
 	}
@@ -201,7 +201,7 @@ func (s *tokenStream) onToken(d llm.Delta) error {
 		}
 		s.stageWritten = func() error { return nil }
 	}
-	stopped, err := s.a.writeToken(s.sctx, s.requestID, events.Token{Text: d.Text, Index: i, ToolCalls: d.ToolCalls, Model: d.Model}, s.stopKey)
+	stopped, err := s.a.writeToken(s.sctx, s.requestID, events.Token{Text: d.Text, Index: i, ToolCalls: d.ToolCalls, Model: d.Model, Choice: d.Choice}, s.stopKey)
 	if err != nil {
 		return err
 	}

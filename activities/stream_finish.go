@@ -20,19 +20,12 @@ import (
 // answer with the notice, records the answer in its session, writes the
 // done event and keeps a complete answer in the L3 tier.
 func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p *fittedPrompt, s *tokenStream) (LLMOutput, error) {
-	tokens := s.tokens()
-	usage := a.usageOf(res, p, tokens)
-	if res.FinishReason == "length" && a.Options.TruncationNotice != "" {
-		// The model stopped at max tokens, maybe mid-word: say so.
-		if _, err := a.writeToken(ctx, in.RequestID, events.Token{Text: a.Options.TruncationNotice, Index: tokens}, s.stopKey); err != nil {
-			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
-		}
-		if s.keep {
-			s.answer = append(s.answer, a.Options.TruncationNotice)
-		}
+	usage := a.usageOf(res, p, s.tokens())
+	if err := a.noteTruncations(ctx, in.RequestID, res, s); err != nil {
+		return LLMOutput{}, err
 	}
 	out := LLMOutput{
-		Usage: usage, FinishReason: res.FinishReason,
+		Usage: usage, FinishReason: res.FinishReason, FinishReasons: res.Finishes,
 		Sources: sources(p.chunks), ContextShed: len(in.Context) - len(p.chunks),
 		FirstTokenMs: s.firstToken.Milliseconds(), Ms: time.Since(s.start).Milliseconds(), Model: res.Model,
 	}
@@ -57,6 +50,33 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 	return out, nil
 }
 
+// noteTruncations ends each answer the model stopped at max tokens, maybe
+// mid-word, with the truncation notice: the first's, or each choice's
+// when several were asked for.
+func (a *Chat) noteTruncations(ctx context.Context, requestID string, res llm.Result, s *tokenStream) error {
+	if a.Options.TruncationNotice == "" {
+		return nil
+	}
+	finishes := res.Finishes
+	if len(finishes) < 2 {
+		finishes = []string{res.FinishReason}
+	}
+	for choice, reason := range finishes {
+		if reason != "length" {
+			continue
+		}
+		tok := events.Token{Text: a.Options.TruncationNotice, Index: s.tokens(), Choice: choice}
+		if _, err := a.writeToken(ctx, requestID, tok, s.stopKey); err != nil {
+			return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
+		}
+		s.n.Add(1)
+		if s.keep {
+			s.answer = append(s.answer, a.Options.TruncationNotice)
+		}
+	}
+	return nil
+}
+
 // writeDone writes the answer's done event, retrying as token writes do
 // while Redis stalls; AppendFinal writes one end however often it is
 // retried.
@@ -78,6 +98,9 @@ func completeDone(d events.Done, out LLMOutput) events.Done {
 	d.Sources = out.Sources
 	d.ContextShed = out.ContextShed
 	d.Model = out.Model
+	if len(out.FinishReasons) > 1 {
+		d.FinishReasons = out.FinishReasons
+	}
 	return d
 }
 

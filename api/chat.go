@@ -51,13 +51,16 @@ type chatRequest struct {
 	partTypes    []string
 	// pool is the pool the door routed the request to.
 	pool string
+	// choices is how many answers an OpenAI client asked for (n); 0 on
+	// Sluice's own API, which answers once.
+	choices int
 }
 
 // cacheable reports whether the answer to req depends only on its kb,
 // query and max tokens, the answer cache's key: not on a conversation,
 // a session or generation parameters.
 func (req *chatRequest) cacheable() bool {
-	if req.SessionID != "" || req.gateway || req.sampling != nil {
+	if req.SessionID != "" || req.gateway || req.sampling != nil || req.choices > 1 {
 		return false
 	}
 	return req.conversation == nil || (len(req.conversation) == 1 && req.mediaParts == 0)
@@ -182,6 +185,9 @@ func (s *Server) startChat(ctx context.Context, d door, req chatRequest, waited 
 		Query: req.Query, KB: req.KB, KBTenant: req.kbTenant, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
 		Pool: d.pool, RateReservation: d.reservation, AdmissionTokens: d.tokens, Settings: workflows.ChatSettingsFor(cfg, d.tier),
 		Conversation: req.conversation, Gateway: req.gateway, Sampling: req.sampling,
+	}
+	if req.choices > 1 {
+		in.Choices = req.choices
 	}
 	if waited > 0 {
 		// The door's wait counts against the request's max wait.

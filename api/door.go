@@ -198,7 +198,7 @@ func (s *Server) promptBound(req *chatRequest) int {
 // full context, the whole session budget and every output token it may
 // produce.
 func (s *Server) tokenBound(req *chatRequest) int {
-	tokens := s.promptBound(req) + *req.MaxTokens
+	tokens := s.promptBound(req) + max(req.choices, 1)*(*req.MaxTokens)
 	if req.SessionID != "" {
 		tokens += s.cfg.Sessions.HistoryTokens
 	}

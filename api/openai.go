@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -143,7 +141,7 @@ func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id st
 		return col.failure
 	}
 	meta.Model = cmp.Or(col.done.Model, meta.Model)
-	return c.JSON(http.StatusOK, completionOf(meta, col.text.String(), col.calls, col.done))
+	return c.JSON(http.StatusOK, completionOf(meta, col.answers, col.done))
 }
 
 // completion is OpenAI's non-streaming chat completion with Sluice's
@@ -153,27 +151,41 @@ type completion struct {
 	Sluice *sluiceInfo `json:"sluice,omitempty"`
 }
 
-// completionOf is the completion of a finished answer. Logprobs and
-// refusal are sent as null, as OpenAI sends them, for clients that look
-// for every field.
-func completionOf(meta completionMeta, text string, calls []openai.ToolCall, d events.Done) completion {
-	msg := openai.AssistantMessage{Role: openai.RoleAssistant, Content: &text, ToolCalls: calls, Refusal: openai.Null[string]()}
-	if text == "" && len(calls) > 0 {
-		// A message that only calls tools has null content, as at OpenAI.
-		msg.Content = nil
+// completionOf is the completion of a finished answer: a choice per
+// answer, with its finish reason. Logprobs and refusal are sent as null,
+// as OpenAI sends them, for clients that look for every field.
+func completionOf(meta completionMeta, answers []*choiceAnswer, d events.Done) completion {
+	finishes := finishReasons(d)
+	for len(answers) < max(len(finishes), 1) {
+		answers = append(answers, &choiceAnswer{})
+	}
+	choices := make([]openai.Choice, len(answers))
+	for i, ans := range answers {
+		text := ans.text.String()
+		msg := openai.AssistantMessage{Role: openai.RoleAssistant, Content: &text, ToolCalls: ans.calls, Refusal: openai.Null[string]()}
+		if text == "" && len(ans.calls) > 0 {
+			// A message that only calls tools has null content, as at OpenAI.
+			msg.Content = nil
+		}
+		fr := ""
+		if i < len(finishes) {
+			fr = finishes[i]
+		}
+		choices[i] = openai.Choice{Index: i, Message: msg, Logprobs: openai.Null[json.RawMessage](), FinishReason: finishReason(fr)}
 	}
 	return completion{
-		Completion: openai.Completion{
-			Header: meta.header(openai.ObjectChatCompletion),
-			Choices: []openai.Choice{{
-				Message:      msg,
-				Logprobs:     openai.Null[json.RawMessage](),
-				FinishReason: finishReason(d.FinishReason),
-			}},
-			Usage: usageOf(d.Usage),
-		},
-		Sluice: sluiceOf(d),
+		Completion: openai.Completion{Header: meta.header(openai.ObjectChatCompletion), Choices: choices, Usage: usageOf(d.Usage)},
+		Sluice:     sluiceOf(d),
 	}
+}
+
+// finishReasons are the answer's finish reasons by choice: one, unless
+// the client asked for several answers.
+func finishReasons(d events.Done) []string {
+	if len(d.FinishReasons) > 1 {
+		return d.FinishReasons
+	}
+	return []string{d.FinishReason}
 }
 
 // sluiceInfo is Sluice's extension of the final chunk and of the
@@ -207,164 +219,6 @@ func finishReason(r string) string {
 	}
 	return openai.FinishStop
 }
-
-// completionChunk is one OpenAI streaming chunk with Sluice's extension,
-// which only the finish chunk carries.
-type completionChunk struct {
-	openai.Chunk
-	Sluice *sluiceInfo `json:"sluice,omitempty"`
-}
-
-// chunkSink renders events as OpenAI chunks. Events that OpenAI has no
-// chunk for (accepted, queue, stage) become SSE comments, which OpenAI
-// parsers skip and a curious reader can see.
-type chunkSink struct {
-	out          sseWriter
-	meta         completionMeta
-	includeUsage bool
-	// roleSent is set once a chunk carried the assistant role, which
-	// OpenAI sends on the first chunk only.
-	roleSent bool
-}
-
-func (k *chunkSink) write(ev events.Event) error {
-	switch ev.Type {
-	case events.TypeAccepted:
-		return k.comment("accepted")
-	case events.TypeQueue:
-		var q events.Queue
-		if json.Unmarshal(ev.Data, &q) != nil {
-			return nil
-		}
-		return k.comment(fmt.Sprintf("queued position=%d estimated_wait_ms=%d", q.Position, q.EstimatedWaitMs))
-	case events.TypeStage:
-		var sg events.Stage
-		if json.Unmarshal(ev.Data, &sg) != nil {
-			return nil
-		}
-		return k.comment("stage " + sg.Stage)
-	case events.TypeToken:
-		var t events.Token
-		if json.Unmarshal(ev.Data, &t) != nil {
-			return nil
-		}
-		if t.Model != "" {
-			// The first token names the model that answers; every chunk
-			// repeats it.
-			k.meta.Model = t.Model
-		}
-		delta := openai.Delta{ToolCalls: t.ToolCalls}
-		if t.Text != "" || len(t.ToolCalls) == 0 {
-			delta.Content = &t.Text
-		}
-		return k.data(k.chunk(delta, nil))
-	case events.TypeDone:
-		var d events.Done
-		if err := json.Unmarshal(ev.Data, &d); err != nil {
-			return k.fail(&apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"})
-		}
-		if !k.roleSent && d.Model != "" {
-			// An empty answer: no token named the model.
-			k.meta.Model = d.Model
-		}
-		fr := finishReason(d.FinishReason)
-		last := k.chunk(openai.Delta{}, &fr)
-		if last.Choices[0].Delta.Role != "" {
-			// An empty answer: its only chunk still says who speaks.
-			empty := ""
-			last.Choices[0].Delta.Content = &empty
-		}
-		last.Sluice = sluiceOf(d)
-		if err := k.data(last); err != nil {
-			return err
-		}
-		if k.includeUsage {
-			if err := k.data(openai.Chunk{Header: k.meta.header(openai.ObjectChatCompletionChunk),
-				Choices: []openai.ChunkChoice{}, Usage: openai.Of(usageOf(d.Usage))}); err != nil {
-				return err
-			}
-		}
-		return k.out.printf("data: [DONE]\n\n")
-	case events.TypeRejected, events.TypeError:
-		return k.fail(failureError(ev))
-	}
-	return nil
-}
-
-// chunk is the next chunk of the one choice, with the role on the first.
-// Usage is null on it when the client asked for usage, which the last
-// chunk carries.
-func (k *chunkSink) chunk(delta openai.Delta, finish *string) completionChunk {
-	if !k.roleSent {
-		delta.Role, k.roleSent = "assistant", true
-	}
-	ch := openai.Chunk{Header: k.meta.header(openai.ObjectChatCompletionChunk),
-		Choices: []openai.ChunkChoice{{Delta: delta, Logprobs: openai.Null[json.RawMessage](), FinishReason: finish}}}
-	if k.includeUsage {
-		ch.Usage = openai.Null[openai.Usage]()
-	}
-	return completionChunk{Chunk: ch}
-}
-
-// fail ends the stream with an error object, which OpenAI clients raise
-// as an error (openai-go: ssestream.StreamError). No [DONE] follows.
-func (k *chunkSink) fail(e *apiError) error {
-	return k.data(e.openAI())
-}
-
-func (k *chunkSink) data(v any) error {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode chunk: %w", err)
-	}
-	return k.out.printf("data: %s\n\n", raw)
-}
-
-func (k *chunkSink) comment(text string) error {
-	return k.out.printf(": %s\n\n", text)
-}
-
-func (k *chunkSink) keepAlive() error { return k.comment("keep-alive") }
-
-func (k *chunkSink) flush() error { return k.out.flush() }
-
-// answerCollector gathers a request's answer for a non-streaming reply.
-type answerCollector struct {
-	text strings.Builder
-	// calls are the tool calls the answer asks for; callIndex maps a
-	// streamed call's index to its place in calls.
-	calls     []openai.ToolCall
-	callIndex map[int]int
-	done      events.Done
-	failure   *apiError
-}
-
-func (col *answerCollector) write(ev events.Event) error {
-	switch ev.Type {
-	case events.TypeToken:
-		var t events.Token
-		if json.Unmarshal(ev.Data, &t) == nil {
-			col.text.WriteString(t.Text)
-			if len(t.ToolCalls) > 0 {
-				if col.callIndex == nil {
-					col.callIndex = map[int]int{}
-				}
-				col.calls = openai.AddToolCalls(col.calls, col.callIndex, t.ToolCalls)
-			}
-		}
-	case events.TypeDone:
-		if err := json.Unmarshal(ev.Data, &col.done); err != nil {
-			col.failure = &apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"}
-		}
-	case events.TypeRejected, events.TypeError:
-		col.failure = failureError(ev)
-	}
-	return nil
-}
-
-func (col *answerCollector) keepAlive() error { return nil }
-
-func (col *answerCollector) flush() error { return nil }
 
 // failureError is the HTTP error a rejected or error event amounts to.
 func failureError(ev events.Event) *apiError {

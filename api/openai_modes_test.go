@@ -101,3 +101,40 @@ func TestConversationTooLongForAnyPool(t *testing.T) {
 		t.Fatal("started")
 	}
 }
+
+// n answers are asked of the backend and charged at the door as n
+// answers; a pool whose backend cannot give them refuses n.
+func TestSeveralChoicesAtTheDoor(t *testing.T) {
+	srv, tc, _ := newTestServer(t, nil)
+	in := startedInput(t, srv, tc, `{"model":"sluice-sim","n":3,"max_tokens":10,"messages":[{"role":"user","content":"q"}]}`, nil)
+	if in.Choices != 3 {
+		t.Fatalf("choices %d", in.Choices)
+	}
+	one := startedInputAgain(t, srv, tc, `{"model":"sluice-sim","max_tokens":10,"messages":[{"role":"user","content":"q"}]}`)
+	if in.AdmissionTokens-one.AdmissionTokens != 20 || one.Choices != 0 {
+		t.Fatalf("3 answers of 10 tokens size %d, one answer %d", in.AdmissionTokens, one.AdmissionTokens)
+	}
+	srv, tc, _ = newTestServer(t, func(c *config.Config) { c.Pools.Short.Unsupported = []string{"n"} })
+	assertOpenAIError(t, postCompletion(srv, `{"model":"sluice-sim","n":2,"messages":[{"role":"user","content":"q"}]}`, nil),
+		400, "invalid_request_error", "unsupported_parameter", "n")
+	assertOpenAIError(t, postCompletion(srv, `{"model":"sluice-sim","n":9,"messages":[{"role":"user","content":"q"}]}`, nil),
+		400, "invalid_request_error", "invalid_value", "n")
+	if tc.starts.Load() != 0 {
+		t.Fatal("a refused request started")
+	}
+}
+
+// startedInputAgain posts body and returns the input of the start it made.
+func startedInputAgain(t *testing.T, srv *Server, tc *countingClient, body string) workflows.ChatInput {
+	t.Helper()
+	tc.mu.Lock()
+	before := len(tc.inputs)
+	tc.mu.Unlock()
+	rec := postCompletion(srv, body, nil)
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if len(tc.inputs) != before+1 {
+		t.Fatalf("no workflow start; response %d %s", rec.Code, rec.Body)
+	}
+	return tc.inputs[before]
+}

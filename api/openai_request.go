@@ -40,6 +40,11 @@ var acceptedFields = append([]string{
 // defaultOnly are fields accepted only at the value that asks for nothing.
 var defaultOnly = map[string]string{"logprobs": "false", "store": "false"}
 
+// maxChoices bounds OpenAI's n: each choice is a sequence the backend
+// decodes beside the others under the request's one permit, so n is a
+// multiplier on what a permit costs.
+const maxChoices = 8
+
 // mediaPartTokens is what a content part that is not text (an image, a
 // sound, a file) is counted as at the door, where only text is counted.
 // The backend's usage says what it really took; this only routes the
@@ -59,13 +64,16 @@ func parseCompletionRequest(body []byte, kb string) (completionRequest, chatRequ
 	if err := refuseUnsupported(body); err != nil {
 		return cr, chatRequest{}, err
 	}
-	if cr.N != nil && *cr.N != 1 {
-		return cr, chatRequest{}, paramError("n", "unsupported_value", "n must be 1: Sluice answers with one choice")
+	if cr.N != nil && (*cr.N < 1 || *cr.N > maxChoices) {
+		return cr, chatRequest{}, paramError("n", "invalid_value", "n must be between 1 and %d", maxChoices)
 	}
 	if err := checkSampling(cr.Sampling); err != nil {
 		return cr, chatRequest{}, err
 	}
-	req := chatRequest{KB: cr.KB, MaxTokens: cr.MaxOutputTokens(), conversation: cr.Messages}
+	req := chatRequest{KB: cr.KB, MaxTokens: cr.MaxOutputTokens(), conversation: cr.Messages, choices: 1}
+	if cr.N != nil {
+		req.choices = *cr.N
+	}
 	if req.KB == "" {
 		req.KB = kb
 	}
@@ -296,6 +304,9 @@ func (s *Server) poolFor(routed string, req *chatRequest) (string, error) {
 	asked := append([]string(nil), req.partTypes...)
 	if req.sampling != nil {
 		asked = append(asked, req.sampling.Set()...)
+	}
+	if req.choices > 1 {
+		asked = append(asked, openai.ParamN)
 	}
 	for _, a := range asked {
 		if slices.Contains(unsupported, a) {

@@ -95,7 +95,7 @@ func TestParseCompletionRequestRefusals(t *testing.T) {
 	cases := []struct{ name, body, code, param string }{
 		{"malformed", `{"messages":[`, "bad_json", ""},
 		{"wrong type", `{"messages":"hi"}`, "bad_json", ""},
-		{"n above 1", `{"model":"m",` + msgs + `,"n":2}`, "unsupported_value", "n"},
+		{"n above the cap", `{"model":"m",` + msgs + `,"n":9}`, "invalid_value", "n"},
 		{"unknown field", `{"model":"m",` + msgs + `,"some_future_field":{"x":[1]}}`, "unsupported_parameter", "some_future_field"},
 		{"logprobs", `{"model":"m",` + msgs + `,"logprobs":true}`, "unsupported_parameter", "logprobs"},
 		{"metadata", `{"model":"m",` + msgs + `,"metadata":{"a":"b"}}`, "unsupported_parameter", "metadata"},
@@ -206,7 +206,7 @@ func TestCompletionRefusalsAreOpenAIShaped(t *testing.T) {
 		param      string
 	}{
 		{"malformed", `{"model":`, nil, 400, "invalid_request_error", "bad_json", ""},
-		{"n", user(`,"n":3`), nil, 400, "invalid_request_error", "unsupported_value", "n"},
+		{"n", user(`,"n":0`), nil, 400, "invalid_request_error", "invalid_value", "n"},
 		{"unknown model", `{"model":"gpt-5","messages":[{"role":"user","content":"s"}]}`, nil, 404, "not_found_error", "model_not_found", "model"},
 		{"unsupported parameter", user(`,"logprobs":true`), nil, 400, "invalid_request_error", "unsupported_parameter", "logprobs"},
 		{"no user message", `{"model":"sluice-rag","messages":[{"role":"system","content":"s"}]}`, nil, 400, "invalid_request_error", "no_user_message", "messages"},
@@ -473,7 +473,7 @@ func TestCompletionFormat(t *testing.T) {
 	meta := completionMeta{ID: "chatcmpl-chat-1", Created: 1700000000, Model: "gpt-test"}
 	d := events.Done{RequestID: "chat-1", Route: "short", FinishReason: "eos", KBVersion: 4, Sources: []string{"doc-a"},
 		Cached: true, Usage: events.Usage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}
-	raw, err := json.Marshal(completionOf(meta, "Hello world", nil, d))
+	raw, err := json.Marshal(completionOf(meta, []*choiceAnswer{answerOf("Hello world")}, d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,8 +495,8 @@ func TestAnswerCollector(t *testing.T) {
 	for _, e := range answerEvents() {
 		_ = col.write(e)
 	}
-	if col.text.String() != "Hello world" || col.failure != nil || col.done.Usage.TotalTokens != 12 {
-		t.Fatalf("collected %q %+v %+v", col.text.String(), col.failure, col.done)
+	if len(col.answers) != 1 || col.answers[0].text.String() != "Hello world" || col.failure != nil || col.done.Usage.TotalTokens != 12 {
+		t.Fatalf("collected %+v %+v %+v", col.answers, col.failure, col.done)
 	}
 	for reason, status := range map[string]int{
 		request.ReasonQueueTimeout: 503, request.ReasonTenantQueueFull: 503, request.ReasonBackendError: 502,
@@ -537,5 +537,60 @@ func TestListModels(t *testing.T) {
 	var oe *openai.Error
 	if !errors.As(err, &oe) || oe.StatusCode != http.StatusUnauthorized || oe.Message == "" {
 		t.Fatalf("unknown key: %v, want a 401 the client reads", err)
+	}
+}
+
+func answerOf(text string) *choiceAnswer {
+	a := &choiceAnswer{}
+	a.text.WriteString(text)
+	return a
+}
+
+// With n answers, each choice's tokens arrive as chunks of its index (the
+// role on its first), each choice ends with its own finish chunk, and the
+// official client's accumulator builds n choices; a non-streaming reply
+// holds n choices.
+func TestSeveralChoices(t *testing.T) {
+	done := events.Done{RequestID: "chat-1", FinishReason: "stop", FinishReasons: []string{"stop", "length"},
+		Usage: events.Usage{PromptTokens: 5, CompletionTokens: 4, TotalTokens: 9}}
+	evs := []events.Event{
+		ev(events.TypeToken, events.Token{Text: "a", Index: 0, Model: "m-1"}),
+		ev(events.TypeToken, events.Token{Text: "x", Index: 1, Choice: 1}),
+		ev(events.TypeToken, events.Token{Text: "b", Index: 2}),
+		ev(events.TypeToken, events.Token{Text: "y", Index: 3, Choice: 1}),
+		ev(events.TypeDone, done),
+	}
+	resp := render(t, true, evs...)
+	stream := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(resp), nil)
+	var acc openai.ChatCompletionAccumulator
+	roles := map[int64]int{}
+	for stream.Next() {
+		ch := stream.Current()
+		if !acc.AddChunk(ch) {
+			t.Fatalf("accumulator refused %s", ch.RawJSON())
+		}
+		for _, c := range ch.Choices {
+			if c.Delta.Role != "" {
+				roles[c.Index]++
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(acc.Choices) != 2 || acc.Choices[0].Message.Content != "ab" || acc.Choices[1].Message.Content != "xy" ||
+		acc.Choices[0].FinishReason != "stop" || acc.Choices[1].FinishReason != "length" || acc.Model != "m-1" {
+		t.Fatalf("accumulated %+v", acc.ChatCompletion)
+	}
+	if roles[0] != 1 || roles[1] != 1 {
+		t.Fatalf("roles sent %v, want once per choice", roles)
+	}
+	var col answerCollector
+	for _, e := range evs {
+		_ = col.write(e)
+	}
+	c := completionOf(completionMeta{ID: "chatcmpl-chat-1", Model: "m-1"}, col.answers, col.done)
+	if len(c.Choices) != 2 || *c.Choices[1].Message.Content != "xy" || c.Choices[1].Index != 1 || c.Choices[1].FinishReason != "length" {
+		t.Fatalf("completion %+v", c)
 	}
 }

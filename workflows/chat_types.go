@@ -96,7 +96,10 @@ type ChatInput struct {
 	Conversation []openai.Message `json:",omitempty"`
 	Gateway      bool             `json:",omitempty"`
 	Sampling     *openai.Sampling `json:",omitempty"`
-	Settings     ChatSettings
+	// Choices is how many answers the client asked for (OpenAI's n); 0
+	// is one.
+	Choices  int `json:",omitempty"`
+	Settings ChatSettings
 }
 
 // KBRef is the request's kb.

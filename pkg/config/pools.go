@@ -28,8 +28,8 @@ type Pool struct {
 	// Unsupported lists what this pool's backend cannot take, so that a
 	// request asking for it is refused with 400 at the door rather than
 	// sent to fail or be ignored there: OpenAI parameters (logit_bias on
-	// Ollama, say) and content part types (image_url on a text-only
-	// model).
+	// Ollama, say; n for more than one answer) and content part types
+	// (image_url on a text-only model).
 	Unsupported []string `yaml:"unsupported"`
 	// APIKey, if set, is sent as a bearer token.
 	APIKey string `yaml:"api_key"`
@@ -167,8 +167,8 @@ func (p Pool) validate(v *validator, field string) {
 	}
 	v.nonEmpty(field+".model", p.Model)
 	for i, u := range p.Unsupported {
-		if !slices.Contains(openai.SamplingParams, u) && !slices.Contains(openai.ContentPartTypes, u) {
-			v.add(fmt.Sprintf("%s.unsupported[%d]", field, i), "%q is neither a forwarded parameter (%s) nor a content part type (%s)",
+		if u != openai.ParamN && !slices.Contains(openai.SamplingParams, u) && !slices.Contains(openai.ContentPartTypes, u) {
+			v.add(fmt.Sprintf("%s.unsupported[%d]", field, i), "%q is neither n, a forwarded parameter (%s) nor a content part type (%s)",
 				u, strings.Join(openai.SamplingParams, ", "), strings.Join(openai.ContentPartTypes, ", "))
 		}
 	}

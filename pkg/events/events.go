@@ -81,6 +81,9 @@ type Token struct {
 	// Model is the model that answers, as the backend named it, on the
 	// first token only (where it is known).
 	Model string `json:"model,omitempty"`
+	// Choice is the answer the token belongs to when the client asked for
+	// several (OpenAI's n); 0 otherwise.
+	Choice int `json:"choice,omitempty"`
 }
 
 // Usage counts the tokens of a finished request.
@@ -119,6 +122,9 @@ type Done struct {
 	// pool's configured model when it named none); empty for a cached
 	// answer.
 	Model string `json:"model,omitempty"`
+	// FinishReasons are every choice's, by index, when the client asked
+	// for several (FinishReason is the first's).
+	FinishReasons []string `json:"finish_reasons,omitempty"`
 }
 
 // Failure is the payload of rejected and error events.

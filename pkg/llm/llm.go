@@ -30,6 +30,9 @@ type Request struct {
 	MaxTokens int
 	// Sampling is forwarded as it is; the zero value sends none of it.
 	Sampling openai.Sampling
+	// Choices is how many answers to generate (OpenAI's n); 0 or 1 asks
+	// for one and sends no n.
+	Choices int
 }
 
 // Delta is one piece of the answer: text, or pieces of the tool calls
@@ -40,6 +43,9 @@ type Delta struct {
 	// Model is the model that answers, as the backend names it; set on
 	// the first delta only.
 	Model string
+	// Choice is the answer the delta belongs to when several were asked
+	// for (0 otherwise).
+	Choice int
 }
 
 // Usage is what the backend reports it used.
@@ -51,8 +57,11 @@ type Result struct {
 	Usage         Usage
 	UsageReported bool
 	// Chunks is the number of non-empty deltas streamed.
-	Chunks       int
+	Chunks int
+	// FinishReason is the first choice's; Finishes every choice's, by
+	// index, when several were asked for.
 	FinishReason string
+	Finishes     []string
 	Endpoint     string
 	// Model is the model that answered, as the backend named it in its
 	// chunks; "" when it named none.
@@ -189,6 +198,9 @@ func chatRequest(req Request) openai.ChatRequest {
 		// Zero leaves the cap to the backend.
 		cr.MaxTokens = &req.MaxTokens
 	}
+	if req.Choices > 1 {
+		cr.N = &req.Choices
+	}
 	return cr
 }
 
@@ -323,7 +335,7 @@ func readStream(body io.Reader, res *Result, onContent func(Delta) error) error 
 			res.Model = ev.Model
 		}
 		for _, choice := range ev.Choices {
-			d := Delta{ToolCalls: choice.Delta.ToolCalls}
+			d := Delta{ToolCalls: choice.Delta.ToolCalls, Choice: choice.Index}
 			if choice.Delta.Content != nil {
 				d.Text = *choice.Delta.Content
 			}
@@ -337,7 +349,7 @@ func readStream(body io.Reader, res *Result, onContent func(Delta) error) error 
 				}
 			}
 			if choice.FinishReason != nil && *choice.FinishReason != "" {
-				res.FinishReason = *choice.FinishReason
+				res.finished(choice.Index, *choice.FinishReason)
 			}
 		}
 	}
@@ -350,6 +362,24 @@ func readStream(body io.Reader, res *Result, onContent func(Delta) error) error 
 	}
 	return &Error{Endpoint: res.Endpoint, Message: "stream ended without finish_reason or [DONE]", Retryable: true}
 }
+
+// finished records how choice ended.
+func (r *Result) finished(choice int, reason string) {
+	if choice == 0 {
+		r.FinishReason = reason
+	}
+	if choice < 0 || choice > maxChoices {
+		return
+	}
+	for len(r.Finishes) <= choice {
+		r.Finishes = append(r.Finishes, "")
+	}
+	r.Finishes[choice] = reason
+}
+
+// maxChoices bounds the choices a stream's result records, against a
+// backend that numbers them wildly.
+const maxChoices = 128
 
 func truncate(b []byte) string {
 	if len(b) > 200 {

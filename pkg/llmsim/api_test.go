@@ -202,7 +202,8 @@ func TestBadRequests(t *testing.T) {
 		"bad content":       `{"messages":[{"role":"user","content":42}]}`,
 		"zero max_tokens":   `{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}`,
 		"negative max_comp": `{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":-3}`,
-		"n=2":               `{"messages":[{"role":"user","content":"hi"}],"n":2}`,
+		"n=0":               `{"messages":[{"role":"user","content":"hi"}],"n":0}`,
+		"n=9":               `{"messages":[{"role":"user","content":"hi"}],"n":9}`,
 		"prompt beyond kv":  `{"messages":[{"role":"user","content":"` + strings.Repeat("word ", 80) + `"}]}`,
 	}
 	for name, body := range cases {

@@ -76,10 +76,11 @@ type Config struct {
 	// Fault is every replica's fault from the start; the zero Fault (the
 	// default) is a healthy server. POST /admin/config changes it.
 	Fault Fault
-	// RefuseParams names sampling parameters (of openai.SamplingParams)
-	// the simulated backend does not support, as a backend without
-	// logit_bias, say, does not: a request that sets one is refused with
-	// 400 "<param> is not supported by this model". None by default; POST
+	// RefuseParams names sampling parameters (of openai.SamplingParams,
+	// or "n") the simulated backend does not support, as a backend
+	// without logit_bias, say, does not: a request that sets one is
+	// refused with 400 "<param> is not supported by this model"; with
+	// "n", a request for other than one choice is. None by default; POST
 	// /admin/config changes it.
 	RefuseParams []string `json:"refuse_params,omitempty" yaml:"refuse_params,omitempty"`
 }
@@ -169,12 +170,15 @@ func (c Config) Validate() error {
 	return fmt.Errorf("invalid llmsim config: %w", errors.Join(errs...))
 }
 
+// refusableParams are the parameters RefuseParams may name.
+var refusableParams = append(slices.Clip(openai.SamplingParams), openai.ParamN)
+
 // validateRefuseParams checks that every refused parameter is one a
 // request can set, so that a misspelt one is not silently supported.
 func validateRefuseParams(names []string) error {
 	for _, name := range names {
-		if !slices.Contains(openai.SamplingParams, name) {
-			return fmt.Errorf("names %q, which is not one of %s", name, strings.Join(openai.SamplingParams, ", "))
+		if !slices.Contains(refusableParams, name) {
+			return fmt.Errorf("names %q, which is not one of %s", name, strings.Join(refusableParams, ", "))
 		}
 	}
 	return nil

@@ -30,13 +30,16 @@
 // bounds and honoured without sampling: a request's seed picks another
 // deterministic answer, stop sequences end it, response_format makes it a
 // JSON object, and a request with tools gets a deterministic call to one
-// (a text answer once the conversation holds the tool's result). Config.
-// RefuseParams makes the server refuse chosen parameters, as a backend
-// that lacks them does.
+// (a text answer once the conversation holds the tool's result). A
+// request for n choices is n sequences sharing one prompt: it is
+// prefilled once and its full KV blocks are held once, while each
+// sequence takes a batch slot and KV blocks of its own for its answer.
+// Config.RefuseParams makes the server refuse chosen parameters, n among
+// them, as a backend that lacks them does.
 //
 // It does not model attention cost growing with context length, chunked
 // prefill, prefix caching, swapping to CPU memory, speculative decoding,
-// the effect of temperature, top_p, penalties or logit_bias on the text,
-// or multiple choices. One generated token is one word. See README.md for
-// the API, metrics and run-time controls.
+// or the effect of temperature, top_p, penalties or logit_bias on the
+// text. One generated token is one word. See README.md for the API,
+// metrics and run-time controls.
 package llmsim

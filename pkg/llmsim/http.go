@@ -78,17 +78,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	// The output budget is also capped by the context left after the prompt,
 	// which is what a full KV cache for one sequence can hold.
 	budget := min(p.maxTokens, s.cfg.contextTokens()-p.promptTokens)
-	sc := s.plan(p.msgs, p.gen, budget)
-	seq := &sequence{
-		ctx:     r.Context(),
-		prompt:  p.promptTokens,
-		target:  sc.target,
-		reason:  sc.reason,
-		out:     sc.out,
-		arrival: s.clock.Now(),
-		events:  make(chan event, sc.target+1),
-	}
-	if err := s.submit(seq); err != nil {
+	scripts := s.plan(p.msgs, p.gen, budget, p.n)
+	seqs, events := s.sequences(r.Context(), p.promptTokens, scripts)
+	if err := s.submit(seqs); err != nil {
 		status := http.StatusServiceUnavailable
 		var fault *faultStatus
 		if errors.As(err, &fault) {
@@ -98,64 +90,102 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, "server_error", "%s", err.Error())
 		return
 	}
-	log.Debug("chat completion queued", "prompt_tokens", p.promptTokens, "target_tokens", sc.target,
-		"stream", p.stream, "tool_call", sc.call != nil)
+	target := 0
+	for _, sc := range scripts {
+		target += sc.target
+	}
+	log.Debug("chat completion queued", "prompt_tokens", p.promptTokens, "choices", p.n,
+		"target_tokens", target, "stream", p.stream, "tool_call", scripts[0].call != nil)
 
-	a := reply{script: sc, log: log, usage: openai.Usage{PromptTokens: p.promptTokens},
+	a := reply{choices: scripts, events: events, log: log, usage: openai.Usage{PromptTokens: p.promptTokens},
 		header: openai.Header{ID: id, Created: time.Now().Unix(), Model: p.model}}
 	if p.stream {
-		s.stream(r.Context(), w, seq, a, p.includeUsage)
+		s.stream(r.Context(), w, a, p.includeUsage)
 		return
 	}
-	s.complete(r.Context(), w, seq, a)
+	s.complete(r.Context(), w, a)
 }
 
-// reply is what the handler needs to write one answer.
+// sequences makes a request's sequences, one per choice, sharing its
+// prompt and one events channel with room for all they report.
+func (s *Server) sequences(ctx context.Context, promptTokens int, scripts []script) ([]*sequence, <-chan event) {
+	room := 0
+	for _, sc := range scripts {
+		room += sc.target + 1
+	}
+	events := make(chan event, room)
+	pr := newPrompt(promptTokens, s.cfg.BlockSize)
+	arrival := s.clock.Now()
+	seqs := make([]*sequence, len(scripts))
+	for i, sc := range scripts {
+		seqs[i] = &sequence{
+			ctx:     ctx,
+			prompt:  pr,
+			choice:  i,
+			target:  sc.target,
+			reason:  sc.reason,
+			out:     sc.out,
+			arrival: arrival,
+			events:  events,
+		}
+	}
+	return seqs, events
+}
+
+// reply is what the handler needs to write one completion.
 type reply struct {
-	script
-	log    *slog.Logger
-	header openai.Header
-	usage  openai.Usage
+	// choices are the scripts of the answers, by choice index.
+	choices []script
+	events  <-chan event
+	log     *slog.Logger
+	header  openai.Header
+	usage   openai.Usage
 }
 
-// complete waits for the whole answer and writes it as one completion.
-func (s *Server) complete(ctx context.Context, w http.ResponseWriter, seq *sequence, a reply) {
-	var text strings.Builder
+// complete waits for every choice's whole answer and writes them as one
+// completion.
+func (s *Server) complete(ctx context.Context, w http.ResponseWriter, a reply) {
+	texts := make([]strings.Builder, len(a.choices))
+	choices := make([]openai.Choice, len(a.choices))
+	left := len(a.choices)
 	u := a.usage
-	for {
+	for left > 0 {
 		select {
 		case <-ctx.Done():
 			a.log.Debug("client went away", "completion_tokens", u.CompletionTokens)
 			return
-		case ev := <-seq.events:
+		case ev := <-a.events:
 			switch {
 			case ev.err != nil:
 				writeError(w, http.StatusServiceUnavailable, "server_error", "%s", ev.err.Error())
 				return
 			case ev.done:
-				u.TotalTokens = u.PromptTokens + u.CompletionTokens
-				header := a.header
-				header.Object = openai.ObjectChatCompletion
-				reason := a.finishReason(ev.reason)
-				writeJSON(w, http.StatusOK, openai.Completion{
-					Header:  header,
-					Choices: []openai.Choice{{Message: a.message(text.String()), FinishReason: reason}},
-					Usage:   u,
-				})
-				a.log.Debug("chat completion finished", "finish_reason", reason, "completion_tokens", u.CompletionTokens)
-				return
+				sc := a.choices[ev.choice]
+				choices[ev.choice] = openai.Choice{Index: ev.choice, Message: sc.message(texts[ev.choice].String()),
+					FinishReason: sc.finishReason(ev.reason)}
+				left--
 			default:
-				text.WriteString(ev.text)
+				texts[ev.choice].WriteString(ev.text)
 				u.CompletionTokens++
 			}
 		}
 	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	header := a.header
+	header.Object = openai.ObjectChatCompletion
+	writeJSON(w, http.StatusOK, openai.Completion{Header: header, Choices: choices, Usage: u})
+	reasons := make([]string, len(choices))
+	for i, c := range choices {
+		reasons[i] = c.FinishReason
+	}
+	a.log.Debug("chat completion finished", "finish_reasons", reasons, "completion_tokens", u.CompletionTokens)
 }
 
-// stream writes the OpenAI SSE stream: an opening chunk with the first
-// token, one chunk per token that adds text, a finish chunk, the usage
-// chunk if asked, [DONE].
-func (s *Server) stream(ctx context.Context, w http.ResponseWriter, seq *sequence, a reply, includeUsage bool) {
+// stream writes the OpenAI SSE stream. Every choice has an opening chunk
+// with its first token, one chunk per token that adds text and a finish
+// chunk, one choice a chunk, interleaved as the engine produces them; the
+// usage chunk if asked and [DONE] follow the last choice's finish.
+func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a reply, includeUsage bool) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -173,6 +203,9 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, seq *sequenc
 		// OpenAI sends "usage": null on every chunk but the last.
 		out.base.Usage = openai.Null[openai.Usage]()
 	}
+	opened := make([]bool, len(a.choices))
+	reasons := make([]string, len(a.choices))
+	left := len(a.choices)
 	u := a.usage
 	for {
 		var ev event
@@ -180,8 +213,9 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, seq *sequenc
 		case <-ctx.Done():
 			a.log.Debug("client went away", "completion_tokens", u.CompletionTokens)
 			return
-		case ev = <-seq.events:
+		case ev = <-a.events:
 		}
+		sc := a.choices[ev.choice]
 		var err error
 		switch {
 		case ev.err != nil:
@@ -189,41 +223,47 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, seq *sequenc
 			_ = writeEvent(w, rc, b)
 			return
 		case ev.done:
-			reason := a.finishReason(ev.reason)
-			if err := out.finish(reason, u); err != nil {
-				a.log.Debug("write final chunks", "err", err)
-				return
-			}
-			a.log.Debug("chat completion finished", "finish_reason", reason, "completion_tokens", u.CompletionTokens)
-			return
+			reasons[ev.choice] = sc.finishReason(ev.reason)
+			err = out.step(ev.choice, openai.Delta{}, &reasons[ev.choice])
+			left--
 		default:
-			err = a.sendToken(out, ev.text, u.CompletionTokens == 0)
+			err = sc.sendToken(out, ev.choice, ev.text, !opened[ev.choice])
+			opened[ev.choice] = true
 			u.CompletionTokens++
 		}
 		if err != nil {
 			// The client is gone; returning cancels the request context,
-			// which makes the engine abort the sequence.
+			// which makes the engine abort the sequences.
 			a.log.Debug("write chunk", "err", err)
+			return
+		}
+		if left == 0 {
+			if err := out.end(u); err != nil {
+				a.log.Debug("write final chunks", "err", err)
+				return
+			}
+			a.log.Debug("chat completion finished", "finish_reasons", reasons, "completion_tokens", u.CompletionTokens)
 			return
 		}
 	}
 }
 
-// sendToken streams a token: after the opening chunk if it is the first,
-// and not at all if it adds no text (the tokens of a stop sequence).
-func (a reply) sendToken(out *chunkWriter, text string, first bool) error {
+// sendToken streams a token of choice i: after the choice's opening chunk
+// if it is the first, and not at all if it adds no text (the tokens of a
+// stop sequence).
+func (sc script) sendToken(out *chunkWriter, i int, text string, first bool) error {
 	if first {
-		if err := out.step(a.opening(), nil); err != nil {
+		if err := out.step(i, sc.opening(), nil); err != nil {
 			return err
 		}
 	}
 	if text == "" {
 		return nil
 	}
-	return out.step(a.piece(text), nil)
+	return out.step(i, sc.piece(text), nil)
 }
 
-// chunkWriter writes one answer's chunks as server-sent events.
+// chunkWriter writes one completion's chunks as server-sent events.
 type chunkWriter struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
@@ -231,19 +271,16 @@ type chunkWriter struct {
 	base openai.Chunk
 }
 
-// step sends a chunk with the one choice's next step.
-func (cw *chunkWriter) step(d openai.Delta, finish *string) error {
+// step sends a chunk with choice i's next step.
+func (cw *chunkWriter) step(i int, d openai.Delta, finish *string) error {
 	c := cw.base
-	c.Choices = []openai.ChunkChoice{{Delta: d, FinishReason: finish}}
+	c.Choices = []openai.ChunkChoice{{Index: i, Delta: d, FinishReason: finish}}
 	return cw.send(c)
 }
 
-// finish ends the stream: the finish chunk, the usage chunk if the client
-// asked for it, and [DONE].
-func (cw *chunkWriter) finish(reason string, u openai.Usage) error {
-	if err := cw.step(openai.Delta{}, &reason); err != nil {
-		return err
-	}
+// end ends the stream once every choice has finished: the usage chunk if
+// the client asked for it, and [DONE].
+func (cw *chunkWriter) end(u openai.Usage) error {
 	if cw.base.Usage.Present {
 		u.TotalTokens = u.PromptTokens + u.CompletionTokens
 		last := cw.base

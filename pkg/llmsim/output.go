@@ -71,12 +71,15 @@ type script struct {
 	call *openai.ToolCall
 }
 
-// generation is what a request asks of its answer beyond its length.
+// generation is what a request asks of its answers beyond their length.
 type generation struct {
 	// seed is the request's seed; nil when it set none or asked for greedy
 	// decoding (temperature 0), which no seed changes.
 	seed *int64
-	stop []string
+	// greedy is decoding at temperature 0, which writes the same text in
+	// every choice.
+	greedy bool
+	stop   []string
 	// format is openai.FormatText, FormatJSONObject or FormatJSONSchema;
 	// schema is json_schema's schema.
 	format string
@@ -85,12 +88,22 @@ type generation struct {
 	tool *openai.FunctionDef
 }
 
-// plan writes the script of an answer that may take up to budget tokens.
-func (s *Server) plan(msgs []tokens.Message, g generation, budget int) script {
+// plan writes the scripts of a request's n answers, one per choice, each
+// of which may take up to budget tokens.
+func (s *Server) plan(msgs []tokens.Message, g generation, budget, n int) []script {
 	ans := newAnswer(s.cfg.Seed, msgs)
 	if g.seed != nil {
 		ans = ans.withSeed(*g.seed)
 	}
+	scripts := make([]script, n)
+	for i := range scripts {
+		scripts[i] = s.planAnswer(ans.forChoice(i, g.greedy), g, budget)
+	}
+	return scripts
+}
+
+// planAnswer writes the script of one answer.
+func (s *Server) planAnswer(ans answer, g generation, budget int) script {
 	if g.tool != nil {
 		// Stop sequences end text; a call's arguments ignore them.
 		call, toks := toolCall(ans, *g.tool)

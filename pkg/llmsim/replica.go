@@ -29,21 +29,45 @@ var (
 const maxCatchUp = time.Second
 
 // event is what a sequence reports to the HTTP handler serving it: a token,
-// or the end (done with a finish reason, or err).
+// or the end (done with a finish reason, or err), of the choice it writes.
 type event struct {
+	choice int
 	text   string
 	done   bool
 	reason string
 	err    error
 }
 
-// sequence is one request inside the engine. The fields after unwatch change
-// only under the lock of the replica holding the sequence.
+// prompt is a request's prompt inside the engine. The request's sequences,
+// one per choice, share it as vLLM's forked sequences do: it is prefilled
+// once, and its full KV blocks are held once while any of them holds
+// blocks. The last, partial block is each sequence's own, since each
+// writes its first token into its copy. Its fields after tokens and
+// shared change only under the lock of the replica holding the request.
+type prompt struct {
+	tokens int
+	// shared is the number of full KV blocks the prompt fills.
+	shared int
+	// holders is how many of the sequences hold KV blocks; the shared
+	// blocks are allocated while it is above zero.
+	holders int
+	// counted tells that the prompt's tokens are in the metrics, which
+	// count them once per request.
+	counted bool
+}
+
+func newPrompt(tokens, blockSize int) *prompt {
+	return &prompt{tokens: tokens, shared: tokens / blockSize}
+}
+
+// sequence is one choice of a request inside the engine. The fields after
+// unwatch change only under the lock of the replica holding the sequence.
 type sequence struct {
 	// ctx is the HTTP request's context: the client going away cancels it,
 	// and the replica then aborts the sequence.
 	ctx    context.Context
-	prompt int // prompt tokens
+	prompt *prompt
+	choice int
 	// target is the number of tokens the sequence will produce and reason
 	// the finish reason it will then report; both are known on arrival
 	// because answers are deterministic.
@@ -51,23 +75,26 @@ type sequence struct {
 	reason  string
 	out     output
 	arrival time.Time
-	// events has room for every token plus the final event, so the
-	// scheduler never blocks on a slow client.
+	// events has room for every token plus the final event of every
+	// sequence of the request, which share it, so the scheduler never
+	// blocks on a slow client.
 	events chan event
 	// unwatch stops the cancellation watch that wakes the replica.
 	unwatch func() bool
 
 	generated int
+	// blocks are the KV blocks the sequence holds beyond its prompt's
+	// shared ones; it holds none while it waits.
 	blocks    int
-	prefilled bool
 	finished  bool // static mode: done, waiting for its batch to end
 	lastToken time.Time
 }
 
-func (s *sequence) contextLen() int { return s.prompt + s.generated }
+func (s *sequence) contextLen() int { return s.prompt.tokens + s.generated }
 
-// send never blocks: events is sized for the whole life of the sequence.
+// send never blocks: events is sized for the whole life of the request.
 func (s *sequence) send(ev event) {
+	ev.choice = s.choice
 	select {
 	case s.events <- ev:
 	default:
@@ -122,18 +149,29 @@ func (r *replica) blocksFor(tokens int) int {
 	return (tokens + r.cfg.BlockSize - 1) / r.cfg.BlockSize
 }
 
-// submit queues a sequence. It fails once the replica drains or stops.
-func (r *replica) submit(s *sequence) error {
+// ownBlocks is what the sequence needs of its own for its context and the
+// token it produces next: the blocks beyond its prompt's shared ones.
+func (r *replica) ownBlocks(s *sequence) int {
+	return r.blocksFor(s.contextLen()+1) - s.prompt.shared
+}
+
+// submit queues the sequences of one request, together so that they share
+// its prompt. It fails once the replica drains or stops.
+func (r *replica) submit(seqs []*sequence) error {
 	// A cancelled request must free its blocks even while the replica sleeps
 	// or idles, so cancellation wakes the scheduler.
-	s.unwatch = context.AfterFunc(s.ctx, r.poke)
+	for _, s := range seqs {
+		s.unwatch = context.AfterFunc(s.ctx, r.poke)
+	}
 	r.mu.Lock()
 	if r.draining || r.stopped {
 		r.mu.Unlock()
-		s.unwatch()
+		for _, s := range seqs {
+			s.unwatch()
+		}
 		return errReplicaGone
 	}
-	r.waiting = append(r.waiting, s)
+	r.waiting = append(r.waiting, seqs...)
 	r.mu.Unlock()
 	r.poke()
 	return nil
@@ -241,7 +279,7 @@ func (r *replica) reserveSlots() (preempted bool) {
 		if s.finished {
 			continue
 		}
-		for s.blocks < r.blocksFor(s.contextLen()+1) {
+		for s.blocks < r.ownBlocks(s) {
 			if r.free > 0 {
 				r.free--
 				s.blocks++
@@ -270,12 +308,12 @@ func (r *replica) newestUnfinished() int {
 
 // preempt is vLLM's recompute preemption: the sequence loses its KV blocks
 // and goes back to the front of the queue. The tokens it already sent stay
-// sent; readmission prefills prompt and generated tokens again.
+// sent; readmission prefills its generated tokens again, and its prompt
+// too unless another choice of the request still holds it.
 func (r *replica) preempt(j int) {
 	s := r.running[j]
-	r.free += s.blocks
 	r.log.Debug("preempted sequence", "blocks", s.blocks, "generated", s.generated)
-	s.blocks = 0
+	r.freeBlocks(s)
 	r.running = slices.Delete(r.running, j, j+1)
 	r.waiting = slices.Insert(r.waiting, 0, s)
 	r.preemptions++
@@ -284,8 +322,10 @@ func (r *replica) preempt(j int) {
 
 // admit moves waiting sequences into the batch, FIFO, while the batch has
 // room and the cache has blocks for the sequence's context plus the token
-// its prefill produces. The queue head blocks the rest, as in vLLM, so a
-// large prompt is not starved by small ones.
+// its prefill produces. A sequence whose prompt another choice of its
+// request holds needs only its own blocks, and prefills only the tokens it
+// generated before a preemption. The queue head blocks the rest, as in
+// vLLM, so a large prompt is not starved by small ones.
 func (r *replica) admit() (prefillTokens int) {
 	if r.cfg.Mode == ModeStatic && len(r.running) > 0 {
 		return 0
@@ -293,22 +333,42 @@ func (r *replica) admit() (prefillTokens int) {
 	limit := r.limit()
 	for len(r.waiting) > 0 && len(r.running) < limit {
 		s := r.waiting[0]
-		need := r.blocksFor(s.contextLen() + 1)
+		own := r.ownBlocks(s)
+		need, prefill := own, s.generated
+		if s.prompt.holders == 0 {
+			need += s.prompt.shared
+			prefill += s.prompt.tokens
+		}
 		if need > r.free {
 			break
 		}
 		r.waiting[0] = nil
 		r.waiting = r.waiting[1:]
-		s.blocks = need
+		s.blocks = own
+		s.prompt.holders++
 		r.free -= need
 		r.running = append(r.running, s)
-		prefillTokens += s.contextLen()
-		if !s.prefilled {
-			s.prefilled = true
-			r.metrics.promptTokens(s.prompt)
+		prefillTokens += prefill
+		if !s.prompt.counted {
+			s.prompt.counted = true
+			r.metrics.promptTokens(s.prompt.tokens)
 		}
 	}
 	return prefillTokens
+}
+
+// freeBlocks gives back the sequence's KV blocks, and its prompt's shared
+// blocks when no other choice of the request holds them.
+func (r *replica) freeBlocks(s *sequence) {
+	if s.blocks == 0 {
+		return
+	}
+	r.free += s.blocks
+	s.blocks = 0
+	s.prompt.holders--
+	if s.prompt.holders == 0 {
+		r.free += s.prompt.shared
+	}
 }
 
 // step applies a decode step: every unfinished running sequence emits one
@@ -369,8 +429,7 @@ func (r *replica) emit(s *sequence, now time.Time) {
 }
 
 func (r *replica) release(s *sequence, now time.Time) {
-	r.free += s.blocks
-	s.blocks = 0
+	r.freeBlocks(s)
 	r.completed++
 	s.unwatch()
 	r.metrics.finished(s.reason, now.Sub(s.arrival))
@@ -378,8 +437,7 @@ func (r *replica) release(s *sequence, now time.Time) {
 }
 
 func (r *replica) abort(s *sequence, now time.Time, err error) {
-	r.free += s.blocks
-	s.blocks = 0
+	r.freeBlocks(s)
 	s.unwatch()
 	r.metrics.finished(finishAbort, now.Sub(s.arrival))
 	s.send(event{err: err})
@@ -404,13 +462,16 @@ func (r *replica) abortAll(err error) {
 type ReplicaStats struct {
 	ID int
 	// Draining replicas take no new requests and stop once empty.
-	Draining    bool
+	Draining bool
+	// Running and Waiting count sequences, as max_num_seqs does: a
+	// request with n choices is n of them.
 	Running     int
 	Waiting     int
 	UsedBlocks  int
 	TotalBlocks int
 	Preemptions int64
-	// Completed counts requests that finished normally (stop or length).
+	// Completed counts sequences that finished normally (stop or length):
+	// one per request, n for a request with n choices.
 	Completed int64
 }
 

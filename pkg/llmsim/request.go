@@ -18,6 +18,8 @@ type parsedChat struct {
 	msgs         []tokens.Message
 	promptTokens int
 	maxTokens    int
+	// n is the number of choices, each a sequence in the engine.
+	n            int
 	stream       bool
 	includeUsage bool
 	gen          generation
@@ -31,16 +33,19 @@ func (s *Server) parseChat(r *http.Request) (parsedChat, error) {
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		return parsedChat{}, fmt.Errorf("invalid JSON body: %v", err)
 	}
-	if err := refuse(req.Sampling, *s.refused.Load()); err != nil {
+	if err := refuse(req, *s.refused.Load()); err != nil {
 		return parsedChat{}, err
 	}
 	if len(req.Messages) == 0 {
 		return parsedChat{}, invalid("messages", "messages must be a non-empty array")
 	}
-	if req.N != nil && *req.N != 1 {
-		return parsedChat{}, invalid("n", "the simulator only supports n=1")
+	p := parsedChat{model: cmp.Or(req.Model, s.cfg.Model), n: 1, stream: req.Stream, maxTokens: s.cfg.DefaultMaxTokens}
+	if req.N != nil {
+		if *req.N < 1 || *req.N > maxChoices {
+			return parsedChat{}, invalid(openai.ParamN, "n must be between 1 and %d, got %d", maxChoices, *req.N)
+		}
+		p.n = *req.N
 	}
-	p := parsedChat{model: cmp.Or(req.Model, s.cfg.Model), stream: req.Stream, maxTokens: s.cfg.DefaultMaxTokens}
 	p.includeUsage = req.Stream && req.IncludeUsage()
 	if limit := req.MaxOutputTokens(); limit != nil {
 		p.maxTokens = *limit
@@ -103,7 +108,8 @@ func readGeneration(req openai.ChatRequest) (generation, error) {
 	g := generation{stop: sp.Stop, format: format, schema: schema, tool: calledTool(sp.Tools, mode, name, req.Messages)}
 	// Greedy decoding picks the likeliest token every time, so no seed
 	// changes its answer.
-	if greedy := sp.Temperature != nil && *sp.Temperature == 0; !greedy {
+	g.greedy = sp.Temperature != nil && *sp.Temperature == 0
+	if !g.greedy {
 		g.seed = sp.Seed
 	}
 	return g, nil

@@ -28,8 +28,20 @@ func (s *testSim) postChat(t *testing.T, body string) (int, []byte) {
 	return resp.StatusCode, raw
 }
 
-// completion runs a non-streaming request and decodes the completion.
+// completion runs a non-streaming request for one choice and decodes the
+// completion.
 func (s *testSim) completion(t *testing.T, body map[string]any) (openai.Completion, string) {
+	t.Helper()
+	c, raw := s.completionN(t, body)
+	if len(c.Choices) != 1 {
+		t.Fatalf("want one choice: %s", raw)
+	}
+	return c, raw
+}
+
+// completionN runs a non-streaming request and decodes the completion,
+// whatever its number of choices.
+func (s *testSim) completionN(t *testing.T, body map[string]any) (openai.Completion, string) {
 	t.Helper()
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -42,9 +54,6 @@ func (s *testSim) completion(t *testing.T, body map[string]any) (openai.Completi
 	var c openai.Completion
 	if err := json.Unmarshal(raw, &c); err != nil {
 		t.Fatalf("decode completion %s: %v", raw, err)
-	}
-	if len(c.Choices) != 1 {
-		t.Fatalf("want one choice: %s", raw)
 	}
 	return c, string(raw)
 }
@@ -116,6 +125,9 @@ func TestSamplingValidation(t *testing.T) {
 		{"tool_choice not in tools", `"tools":[` + weather + `],"tool_choice":{"type":"function","function":{"name":"time"}}`, "tool_choice"},
 		{"tool_choice without tools", `"tool_choice":"auto"`, "tool_choice"},
 		{"required without tools", `"tool_choice":"required"`, "tool_choice"},
+		{"n above 8", `"n":9`, "n"},
+		{"n 0", `"n":0`, "n"},
+		{"n negative", `"n":-1`, "n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -130,9 +130,9 @@ func (s *Server) forget(r *replica) {
 	}
 }
 
-// submit hands a sequence to the least-loaded active replica; ties go round
-// robin so that an idle fleet still spreads requests.
-func (s *Server) submit(seq *sequence) error {
+// submit hands a request's sequences to the least-loaded active replica;
+// ties go round robin so that an idle fleet still spreads requests.
+func (s *Server) submit(seqs []*sequence) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -154,7 +154,7 @@ func (s *Server) submit(seq *sequence) error {
 	if f := s.faults.Load().of(r.id); f.ErrorStatus != 0 {
 		return &faultStatus{replica: r.id, status: f.ErrorStatus}
 	}
-	if err := r.submit(seq); err != nil {
+	if err := r.submit(seqs); err != nil {
 		return fmt.Errorf("submit to replica %d: %w", r.id, err)
 	}
 	return nil
@@ -316,6 +316,7 @@ func (s *Server) RuntimeConfig() RuntimeConfig {
 // Stats is a snapshot of the whole simulator. Totals include draining
 // replicas, which still hold requests and KV blocks.
 type Stats struct {
+	// Running and Waiting count sequences: a request with n choices is n.
 	Running     int
 	Waiting     int
 	UsedBlocks  int

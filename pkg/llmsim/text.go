@@ -33,6 +33,8 @@ var vocabulary = [...]string{
 type answer struct {
 	hash   uint64
 	echoes []string
+	// choice is the index of the choice the answer writes.
+	choice int
 }
 
 // newAnswer derives an answer from the seed, every message (role and text)
@@ -65,6 +67,17 @@ func newAnswer(seed int64, msgs []tokens.Message) answer {
 // prompt give the same answer, another seed another one.
 func (a answer) withSeed(seed int64) answer {
 	a.hash = mix(a.hash ^ mix(uint64(seed)^0x5eed5eed))
+	return a
+}
+
+// forChoice is the answer of choice i of a request. Sampling draws every
+// choice anew, so each has its own text; greedy decoding writes the same
+// text in all of them. Choice 0 is the answer of a request for one.
+func (a answer) forChoice(i int, greedy bool) answer {
+	a.choice = i
+	if i > 0 && !greedy {
+		a.hash = mix(a.hash ^ mix(uint64(i)^saltChoice))
+	}
 	return a
 }
 
@@ -110,6 +123,7 @@ func (a answer) at(pos int) uint64 { return mix(a.hash ^ mix(uint64(pos)+1)) }
 const (
 	saltNumber = 0x6e756d
 	saltEcho   = 0x6563686f
+	saltChoice = 0x63686f696365
 )
 
 // draw is the i-th number of a kind the answer needs besides words.

@@ -26,13 +26,15 @@ func calledTool(tools []openai.Tool, mode, name string, msgs []openai.Message) *
 }
 
 // toolCall is the call an answer makes to fn, and its tokens. The call's
-// id, type and name are the first token, which adds no arguments; the
+// id is the server's, not the model's, so it differs between choices
+// even when greedy decoding gives them the same arguments. Its id, type
+// and name are the first token, which adds no arguments; the
 // arguments, a JSON object made from fn's parameters, follow in the
 // pieces a model writes them in. Every token is a step of the engine, so
 // a call costs batch time and KV blocks like text of its length.
 func toolCall(ans answer, fn openai.FunctionDef) (openai.ToolCall, tokenList) {
 	call := openai.ToolCall{
-		ID:       fmt.Sprintf("call_%016x", mix(ans.hash^0xca11)),
+		ID:       fmt.Sprintf("call_%016x", mix(ans.hash^0xca11^uint64(ans.choice)<<32)),
 		Type:     "function",
 		Function: openai.FunctionCall{Name: fn.Name},
 	}

@@ -12,6 +12,11 @@ import (
 // maxStops is how many stop sequences OpenAI takes.
 const maxStops = 4
 
+// maxChoices bounds n. OpenAI takes up to 128; the simulator takes few
+// enough that a request's choices fit the default batch with room for
+// other requests.
+const maxChoices = 8
+
 // requestError is a request the simulator refuses with 400. Param names
 // the field at fault, as OpenAI's error does, so a client (or a gateway's
 // test) can tell which one it was.
@@ -27,9 +32,14 @@ func invalid(param, format string, args ...any) error {
 }
 
 // refuse names the first parameter the request sets that the simulated
-// backend does not support, as a backend without one refuses it.
-func refuse(sp openai.Sampling, refused []string) error {
-	for _, name := range sp.Set() {
+// backend does not support, as a backend without one refuses it. A
+// backend without several choices still takes n=1.
+func refuse(req openai.ChatRequest, refused []string) error {
+	set := req.Sampling.Set()
+	if req.N != nil && *req.N != 1 {
+		set = append(set, openai.ParamN)
+	}
+	for _, name := range set {
 		if slices.Contains(refused, name) {
 			return invalid(name, "%s is not supported by this model", name)
 		}

@@ -36,6 +36,10 @@ var SamplingParams = []string{
 	"logit_bias", "response_format", "tools", "tool_choice", "parallel_tool_calls",
 }
 
+// ParamN is OpenAI's n, the number of answers: not a sampling parameter,
+// but one a backend may not support.
+const ParamN = "n"
+
 // Set lists the parameters s sets, in SamplingParams' order.
 func (s Sampling) Set() []string {
 	set := []bool{

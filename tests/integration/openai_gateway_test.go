@@ -122,3 +122,43 @@ func TestOpenAIGoClientEmbeddings(t *testing.T) {
 }
 
 func asOpenAIError(err error, target **openai.Error) bool { return errors.As(err, target) }
+
+// Several answers (n) come back as several choices, streamed and not,
+// each whole and ended with its own finish reason.
+func TestOpenAIGoClientSeveralChoices(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := openAIClient("k-acme")
+	params := openai.ChatCompletionNewParams{
+		Model: stack.cfg.Pools.Short.Model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Name a queueing discipline.")},
+		N: openai.Int(3), MaxTokens: openai.Int(12), Seed: openai.Int(1),
+	}
+	c, err := client.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Choices) != 3 || c.Choices[0].Message.Content == c.Choices[1].Message.Content {
+		t.Fatalf("completion %s", c.RawJSON())
+	}
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		if !acc.AddChunk(stream.Current()) {
+			t.Fatalf("the accumulator refused %s", stream.Current().RawJSON())
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(acc.Choices) != 3 {
+		t.Fatalf("%d choices streamed", len(acc.Choices))
+	}
+	for i, ch := range acc.Choices {
+		// The same seed and prompt: the streamed answers are the ones
+		// answered whole, notice included.
+		if ch.Index != int64(i) || ch.Message.Content != c.Choices[i].Message.Content || ch.FinishReason != c.Choices[i].FinishReason {
+			t.Fatalf("choice %d streamed %+v, answered %+v", i, ch, c.Choices[i])
+		}
+	}
+	assertPoolsIdle(t)
+}

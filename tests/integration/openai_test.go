@@ -151,11 +151,11 @@ func TestOpenAIClientCompletes(t *testing.T) {
 
 	// A refusal is an error the client decodes.
 	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-		Model: "sluice-sim", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, N: openai.Int(2),
+		Model: "sluice-sim", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, N: openai.Int(9),
 	})
 	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "unsupported_value" || apiErr.Param != "n" || apiErr.Type != "invalid_request_error" {
-		t.Fatalf("n=2: %v", err)
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "invalid_value" || apiErr.Param != "n" || apiErr.Type != "invalid_request_error" {
+		t.Fatalf("n=9: %v", err)
 	}
 }
 

@@ -115,6 +115,15 @@ test('a named tool is called without streaming', async () => {
   assert.equal(c.choices[0].message.tool_calls[0].function.name, 'get_weather');
 });
 
+test('n answers come back as n choices', async () => {
+  const c = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Name a queueing discipline.' }], n: 2, max_tokens: 10,
+  });
+  assert.deepEqual(c.choices.map((ch) => ch.index), [0, 1]);
+  assert.ok(c.choices.every((ch) => ch.message.content.length > 0));
+  assert.notEqual(c.choices[0].message.content, c.choices[1].message.content);
+});
+
 test('RAG mode answers from a knowledge base', async () => {
   const c = await client.chat.completions.create({
     model: `sluice-rag/${kb}`, messages: [{ role: 'user', content: 'How does a token bucket refill?' }], max_tokens: 20,

@@ -114,7 +114,7 @@ func configFlags(fs *flag.FlagSet, cfg *llmsim.Config) {
 	fs.IntVar(&cfg.Fault.StallAfterTokens, "fault-stall-after-tokens", 0, "fault: stop every answer after this many tokens (0: off)")
 	fs.IntVar(&cfg.Fault.ErrorStatus, "fault-error-status", 0, "fault: refuse every request with this HTTP status, 500..599 (0: off)")
 	fs.DurationVar(&cfg.Fault.TokenDelay, "fault-token-delay", 0, "fault: extra time of every decode step (a slow replica)")
-	fs.Func("refuse-params", "comma-separated sampling parameters the backend does not support, e.g. logit_bias,seed; requests that set one get 400",
+	fs.Func("refuse-params", "comma-separated sampling parameters (or n) the backend does not support, e.g. logit_bias,seed; requests that set one get 400",
 		func(v string) error {
 			cfg.RefuseParams = nil
 			for name := range strings.SplitSeq(v, ",") {
