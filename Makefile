@@ -44,8 +44,8 @@ test: need-test $(TEMPORAL)
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 10m -v -run TestHealingUnderMixedLoad ./tests/load/cmd/sluice-bench/
 
-# Real faults against the real stack on loopback, every scenario (README
-# "Faults (make chaos)"; about 4 minutes): a killed worker, Redis restarted
+# Real faults against the real stack on loopback, every scenario
+# (docs/faults.md; about 4 minutes): a killed worker, Redis restarted
 # empty and stalled, a restarted dev server, hung backends, 1,000 clients
 # hanging up, a client that stops reading. Writes tests/load/report/chaos.md.
 # `make test` runs the fast subset.
@@ -58,7 +58,7 @@ test-short: need
 
 # Benchmarks: Go micro-benchmarks, then every sluice-bench scenario, one
 # after another (each starts its own redis-server, dev server and
-# simulator; see README "Performance"). `make bench-<scenario>` runs one;
+# simulator; see docs/performance.md). `make bench-<scenario>` runs one;
 # bench-waiters alone takes ~15 minutes. Run them on a quiet machine.
 # bench-heal (~4 minutes) runs the 80/20 mixed load with healing off, then
 # on, and writes tests/load/report/heal.{md,csv,png}.

@@ -38,6 +38,27 @@ func (s *Server) authenticate(c echo.Context) (caller, error) {
 	return who, authErr
 }
 
+// authenticateChat is authenticate for the routes that spend a model's
+// time (chat, chat completions, embeddings): the key must hold the chat
+// scope, so that a key made only to ingest cannot be spent on answers.
+func (s *Server) authenticateChat(c echo.Context) (caller, error) {
+	who, err := s.authenticate(c)
+	if err != nil {
+		return who, err
+	}
+	return who, who.needs(keys.ScopeChat, "ask for answers")
+}
+
+// needs refuses a caller whose key lacks scope; what says what the scope
+// allows.
+func (who caller) needs(scope keys.Scope, what string) error {
+	if who.Scopes.Has(scope) {
+		return nil
+	}
+	return &apiError{Status: http.StatusForbidden, Code: "missing_scope",
+		Message: fmt.Sprintf("this API key may not %s: it lacks the %s scope", what, scope)}
+}
+
 func (s *Server) identify(c echo.Context) (caller, error) {
 	key, err := presentedKey(c)
 	if err != nil {

@@ -157,7 +157,7 @@ func newRequestID() string { return "chat-" + ulid.MustNew(ulid.Now(), rand.Read
 var requestIDPattern = regexp.MustCompile(`^chat-[0-9A-HJKMNP-TV-Z]{26}$`)
 
 func (s *Server) postChat(c echo.Context) error {
-	who, err := s.authenticate(c)
+	who, err := s.authenticateChat(c)
 	if err != nil {
 		return err
 	}

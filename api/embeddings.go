@@ -51,7 +51,7 @@ type embeddingInput struct {
 // like a chat request (one request, its input tokens) to the caller's
 // tier; the tokens are not refunded, since the embedder read them all.
 func (s *Server) postEmbeddings(c echo.Context) error {
-	who, err := s.authenticate(c)
+	who, err := s.authenticateChat(c)
 	if err != nil {
 		return err
 	}

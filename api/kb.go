@@ -272,9 +272,8 @@ func (s *Server) writableKB(who caller, name string) (kbref.Ref, error) {
 	if err := checkKBName(name); err != nil {
 		return kbref.Ref{}, err
 	}
-	if !who.Scopes.Has(keys.ScopeIngest) {
-		return kbref.Ref{}, &apiError{Status: http.StatusForbidden, Code: "missing_scope",
-			Message: "this API key may not change knowledge bases: it lacks the " + string(keys.ScopeIngest) + " scope"}
+	if err := who.needs(keys.ScopeIngest, "change knowledge bases"); err != nil {
+		return kbref.Ref{}, err
 	}
 	kb := s.resolveKB(who, name)
 	if kb.IsShared() {

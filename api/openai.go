@@ -64,7 +64,7 @@ func (m completionMeta) header(object string) openai.Header {
 // knowledge base): streamed in OpenAI's chunk format, or answered in one
 // JSON completion when stream is false.
 func (s *Server) postChatCompletions(c echo.Context) error {
-	who, err := s.authenticate(c)
+	who, err := s.authenticateChat(c)
 	if err != nil {
 		return err
 	}

@@ -230,3 +230,24 @@ func TestRequestsBelongToTheirSender(t *testing.T) {
 	// Hers to cancel too: it has finished.
 	assertJSONError(t, as(srv, keyAlice, "DELETE", "/v1/requests/"+id, ""), 409, "already_finished")
 }
+
+// A key made only to ingest cannot be spent on answers: chat, chat
+// completions and embeddings are refused 403, before anything starts.
+func TestIngestOnlyKeyCannotAskForAnswers(t *testing.T) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+		c.Auth.APIKeys = []config.APIKey{{Key: "k-ingest", Tenant: "acme", Scopes: []string{string(keys.ScopeIngest)}}}
+	})
+	for path, body := range map[string]string{
+		"/v1/chat":             `{"query":"hi"}`,
+		"/v1/chat/completions": `{"model":"sluice-sim","messages":[{"role":"user","content":"hi"}]}`,
+		"/v1/embeddings":       `{"model":"local-hash-v1","input":"hi"}`,
+	} {
+		rec := as(srv, "k-ingest", http.MethodPost, path, body)
+		if rec.Code != http.StatusForbidden || !strings.Contains(rec.Body.String(), "missing_scope") {
+			t.Errorf("%s with an ingest-only key: %d %s, want 403 missing_scope", path, rec.Code, rec.Body)
+		}
+	}
+	if tc.starts.Load() != 0 {
+		t.Fatal("a request started")
+	}
+}

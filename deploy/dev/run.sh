@@ -13,8 +13,12 @@ API_ADDR="${SLUICE_API_ADDR:-127.0.0.1:8080}"
 SIM_ADDR="${SIM_ADDR:-127.0.0.1:8090}"
 export SLUICE_REDIS_ADDR="127.0.0.1:$REDIS_PORT"
 export SLUICE_API_ADDR="$API_ADDR"
-export SLUICE_POOLS_SHORT_ENDPOINTS="http://$SIM_ADDR"
-export SLUICE_POOLS_LONG_ENDPOINTS="http://$SIM_ADDR"
+# With a config of your own (SLUICE_CONFIG=sluice.yaml make run) its pools
+# answer; otherwise both pools are the simulator started below.
+if [ -z "${SLUICE_CONFIG:-}" ]; then
+  export SLUICE_POOLS_SHORT_ENDPOINTS="http://$SIM_ADDR"
+  export SLUICE_POOLS_LONG_ENDPOINTS="http://$SIM_ADDR"
+fi
 # A fresh admin key each run (or yours): it guards /v1/admin and makes the
 # demo keys below. Only the API gets it.
 ADMIN_KEY="${SLUICE_AUTH_ADMIN_KEY:-dev-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}"
@@ -91,6 +95,8 @@ curl -fsS "http://$API_ADDR/readyz" >/dev/null || { echo "!! API not ready; see 
 # Demo keys, managed ones (hashed in Redis): shown now, never again.
 keys() { SLUICE_URL="http://$API_ADDR" SLUICE_ADMIN_KEY="$ADMIN_KEY" "$BIN/sluice-keys" "$@"; }
 DEMO_KEY="$(keys create -tenant demo -user alice -scopes chat,ingest -quiet)"
+# The first model the pools serve, for the gateway example.
+MODEL="$(curl -fsS "http://$API_ADDR/v1/models" -H "Authorization: Bearer $DEMO_KEY" | grep -o '"id":"[^"]*"' | head -1 | cut -d'"' -f4)"
 FREE_KEY="$(keys create -tenant smallco -user sam -tier free -scopes chat -quiet)"
 
 # The commands below are printed ready to paste: the exports first, then
@@ -129,7 +135,7 @@ cat <<INFO
 
     # OpenAI endpoint, gateway: the conversation goes to the backend model, no retrieval
     curl $U/v1/chat/completions -H "Authorization: Bearer \$SLUICE_KEY" -H 'Content-Type: application/json' \\
-      -d '{"model":"sluice-sim","messages":[{"role":"user","content":"Hello"}]}'
+      -d '{"model":"$MODEL","messages":[{"role":"user","content":"Hello"}]}'
 
     # OpenAI endpoint, RAG: answered from kb notes
     curl $U/v1/chat/completions -H "Authorization: Bearer \$SLUICE_KEY" -H 'Content-Type: application/json' \\

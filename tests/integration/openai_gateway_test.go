@@ -80,8 +80,12 @@ func TestOpenAIGoClientToolCall(t *testing.T) {
 	if fr := c.Choices[0].FinishReason; (fr != "stop" && fr != "length") || strings.TrimSpace(c.Choices[0].Message.Content) == "" {
 		t.Fatalf("answer to the tool result %s", c.RawJSON())
 	}
-	if in := chatInput(t, requestIDOf(t, c.ID)); len(in.Conversation) != 3 || in.Conversation[2].ToolCallID != calls[0].ID {
+	answerID := requestIDOf(t, c.ID)
+	if in := chatInput(t, answerID); len(in.Conversation) != 3 || in.Conversation[2].ToolCallID != calls[0].ID {
 		t.Fatalf("conversation forwarded %+v", in.Conversation)
+	}
+	if r := result(t, answerID); r.Outcome != request.OutcomeDone {
+		t.Fatalf("outcome %q", r.Outcome)
 	}
 	assertPoolsIdle(t)
 }
@@ -158,6 +162,13 @@ func TestOpenAIGoClientSeveralChoices(t *testing.T) {
 		// answered whole, notice included.
 		if ch.Index != int64(i) || ch.Message.Content != c.Choices[i].Message.Content || ch.FinishReason != c.Choices[i].FinishReason {
 			t.Fatalf("choice %d streamed %+v, answered %+v", i, ch, c.Choices[i])
+		}
+	}
+	// The client has its answers before the workflows give their permits
+	// back.
+	for _, id := range []string{c.ID, acc.ID} {
+		if r := result(t, requestIDOf(t, id)); r.Outcome != request.OutcomeDone {
+			t.Fatalf("outcome %q", r.Outcome)
 		}
 	}
 	assertPoolsIdle(t)
