@@ -347,6 +347,13 @@ func showTail(t *testing.T, path string, n int) {
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
 	}
+	// A panic's message comes before its stack: show from it.
+	for i, l := range lines {
+		if strings.HasPrefix(l, "panic:") {
+			lines = lines[i:min(i+n, len(lines))]
+			break
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}

@@ -52,21 +52,27 @@ func LaunchTemporal(ctx context.Context, keywordAttrs []string) (*testsuite.DevS
 	for _, name := range keywordAttrs {
 		attrs = append(attrs, temporal.NewSearchAttributeKeyKeyword(name).ValueSet(""))
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath:     bin,
-		ClientOptions:    &client.Options{Namespace: "default"},
-		LogLevel:         "error",
-		SearchAttributes: temporal.NewSearchAttributes(attrs...),
-		ExtraArgs:        DevServerArgs,
-		Stdout:           os.Stderr,
-		Stderr:           os.Stderr,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("start temporal dev server (%s): %w", bin, err)
+	// Two tries, for the reason LaunchPersistentTemporal gives.
+	for try := 0; ; try++ {
+		srv, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+			ExistingPath:     bin,
+			ClientOptions:    &client.Options{Namespace: "default"},
+			LogLevel:         "error",
+			SearchAttributes: temporal.NewSearchAttributes(attrs...),
+			ExtraArgs:        DevServerArgs,
+			Stdout:           os.Stderr,
+			Stderr:           os.Stderr,
+		})
+		if err == nil {
+			return srv, nil
+		}
+		if try == 1 || ctx.Err() != nil {
+			return nil, fmt.Errorf("start temporal dev server (%s): %w", bin, err)
+		}
+		fmt.Fprintf(os.Stderr, "testenv: start temporal dev server: %v; trying again\n", err)
 	}
-	return srv, nil
 }
 
 // Temporal is a dev server that keeps its state in a SQLite file and its
@@ -90,29 +96,37 @@ func LaunchPersistentTemporal(ctx context.Context, keywordAttrs []string, dir st
 	if err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
 	attrs := make([]temporal.SearchAttributeUpdate, 0, len(keywordAttrs))
 	for _, name := range keywordAttrs {
 		attrs = append(attrs, temporal.NewSearchAttributeKeyKeyword(name).ValueSet(""))
 	}
-	t := &Temporal{HostPort: fmt.Sprintf("127.0.0.1:%d", port), DBFile: filepath.Join(dir, "temporal.db")}
-	t.opts = testsuite.DevServerOptions{
-		ExistingPath:     bin,
-		ClientOptions:    &client.Options{HostPort: t.HostPort, Namespace: "default"},
-		DBFilename:       t.DBFile,
-		LogLevel:         "error",
-		SearchAttributes: temporal.NewSearchAttributes(attrs...),
-		ExtraArgs:        DevServerArgs,
-		Stdout:           log,
-		Stderr:           log,
+	// The dev server takes more ports than the one it is given (its
+	// services' membership ports, picked free as it starts); with other
+	// test packages starting servers at the same moment one of them can
+	// be taken first, and the server panics. A second try, on a new port
+	// and a new database file, does not meet the same race.
+	for try := range 2 {
+		var port int
+		if port, err = FreePort(); err != nil {
+			return nil, err
+		}
+		t := &Temporal{HostPort: fmt.Sprintf("127.0.0.1:%d", port), DBFile: filepath.Join(dir, fmt.Sprintf("temporal-%d.db", try))}
+		t.opts = testsuite.DevServerOptions{
+			ExistingPath:     bin,
+			ClientOptions:    &client.Options{HostPort: t.HostPort, Namespace: "default"},
+			DBFilename:       t.DBFile,
+			LogLevel:         "error",
+			SearchAttributes: temporal.NewSearchAttributes(attrs...),
+			ExtraArgs:        DevServerArgs,
+			Stdout:           log,
+			Stderr:           log,
+		}
+		if err = t.Start(ctx); err == nil {
+			return t, nil
+		}
+		fmt.Fprintf(log, "testenv: %v; trying again on another port\n", err)
 	}
-	if err := t.Start(ctx); err != nil {
-		return nil, err
-	}
-	return t, nil
+	return nil, err
 }
 
 // Start starts the server (again) on its port and database file and waits
