@@ -89,3 +89,48 @@ run: need $(TEMPORAL) build
 
 clean:
 	rm -rf $(BIN)/sluice-api $(BIN)/sluice-keys $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-bench .data
+
+# A real Temporal server for `make run-cluster` (and testenv.LaunchTemporalServer):
+# the server and its SQL schema tool at the version the pinned CLI embeds,
+# and the UI server the CLI embeds, each built from the Go module proxy
+# (first build ~10 min for the server, a few for the rest; later ones come
+# from the Go build cache). go install names a binary after its package
+# directory (server, sql), so each is installed into a scratch GOBIN and
+# renamed.
+TEMPORAL_SERVER_VERSION := v1.29.1
+TEMPORAL_UI_VERSION     := v2.42.1
+TEMPORAL_SERVER   := $(BIN)/temporal-server
+TEMPORAL_SQL_TOOL := $(BIN)/temporal-sql-tool
+TEMPORAL_UI       := $(BIN)/temporal-ui-server
+
+# $(call go_install_as,PACKAGE@VERSION,NAME go install gives it,DESTINATION,LABEL)
+define go_install_as
+	@mkdir -p $(BIN)/.gobin-$(notdir $(3))
+	@echo ">> building $(4) into $(3) (progress below)"
+	@( while sleep 30; do echo "   ... still building $(4) ($$(date +%T))"; done ) & ticker=$$!; \
+	t0=$$(date +%s); GOBIN=$(BIN)/.gobin-$(notdir $(3)) $(GO) install $(1); rc=$$?; \
+	kill $$ticker 2>/dev/null; \
+	if [ $$rc -eq 0 ]; then mv -f $(BIN)/.gobin-$(notdir $(3))/$(2) $(3) && rmdir $(BIN)/.gobin-$(notdir $(3)) && \
+	  echo "   $(notdir $(3)) built in $$(( $$(date +%s) - t0 ))s"; else exit $$rc; fi
+endef
+
+.PHONY: temporal-server temporal-ui run-cluster
+temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
+temporal-ui: $(TEMPORAL_UI)
+
+$(TEMPORAL_SERVER):
+	$(call go_install_as,go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VERSION),server,$@,Temporal server $(TEMPORAL_SERVER_VERSION))
+	@$@ --version
+$(TEMPORAL_SQL_TOOL):
+	$(call go_install_as,go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VERSION),sql,$@,temporal-sql-tool $(TEMPORAL_SERVER_VERSION))
+	@$@ --version
+$(TEMPORAL_UI):
+	$(call go_install_as,github.com/temporalio/ui-server/v2/cmd/server@$(TEMPORAL_UI_VERSION),server,$@,Temporal UI server $(TEMPORAL_UI_VERSION))
+	@$@ --version
+
+# The stack on real parts, on loopback: Temporal server on PostgreSQL
+# (SQL visibility), the Temporal UI, a Redis Cluster of three masters and
+# three replicas, two simulators, two workers and two APIs. Ctrl-C stops
+# everything. See deploy/cluster/README.md.
+run-cluster: need $(TEMPORAL) temporal-server temporal-ui build
+	@deploy/cluster/run.sh

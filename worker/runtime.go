@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/ingest"
@@ -41,7 +42,7 @@ import (
 type Runtime struct {
 	Config   config.Config
 	Logger   *slog.Logger
-	Redis    *redis.Client
+	Redis    redis.UniversalClient
 	Temporal client.Client
 	Events   *events.Log
 	Gate     *admission.Gate
@@ -101,14 +102,8 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ 
 	if err := r.buildRedisStores(ctx); err != nil {
 		return nil, err
 	}
-	r.Temporal, err = client.Dial(client.Options{
-		HostPort:       cfg.Temporal.HostPort,
-		Namespace:      cfg.Temporal.Namespace,
-		Logger:         tlog.NewStructuredLogger(logger.With("component", "temporal")),
-		MetricsHandler: r.Metrics.TemporalHandler(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to temporal at %s (temporal.host_port): %w", cfg.Temporal.HostPort, err)
+	if err := r.connectTemporal(); err != nil {
+		return nil, err
 	}
 	if r.Chat, err = r.buildChat(ctx); err != nil {
 		return nil, err
@@ -122,19 +117,37 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ 
 // connectRedis opens the Redis client and checks that Redis answers.
 func (r *Runtime) connectRedis(ctx context.Context) error {
 	cfg := r.Config.Redis
-	r.Redis = redis.NewClient(&redis.Options{
-		Addr: cfg.Addr, Password: cfg.Password, DB: cfg.DB,
-		// Streams, scripts and blocking reads from many requests at once.
-		PoolSize:    256,
-		DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout, WriteTimeout: cfg.Timeout,
-		// A caller's deadline (the door's request_timeout) bounds the
-		// network wait too, not only the wait for a connection.
-		ContextTimeoutEnabled: true,
-	})
+	if cfg.UsesTLS() && cfg.TLS.InsecureSkipVerifyDevOnly {
+		r.Logger.Warn("redis.tls.insecure_skip_verify_dev_only is set: the Redis server's certificate is not checked")
+	}
+	var err error
+	if r.Redis, err = conn.NewRedis(cfg); err != nil {
+		return err
+	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := r.Redis.Ping(pctx).Err(); err != nil {
-		return fmt.Errorf("connect to redis at %s (redis.addr): %w", cfg.Addr, err)
+		return fmt.Errorf("connect to redis at %s: %w", conn.RedisTarget(cfg), err)
+	}
+	return nil
+}
+
+// connectTemporal opens the Temporal client; Dial checks that the
+// frontend answers.
+func (r *Runtime) connectTemporal() error {
+	cfg := r.Config.Temporal
+	if cfg.UsesTLS() && cfg.TLS.InsecureSkipVerifyDevOnly {
+		r.Logger.Warn("temporal.tls.insecure_skip_verify_dev_only is set: the Temporal server's certificate is not checked")
+	}
+	opts, err := conn.TemporalOptions(cfg)
+	if err != nil {
+		return err
+	}
+	opts.Logger = tlog.NewStructuredLogger(r.Logger.With("component", "temporal"))
+	opts.MetricsHandler = r.Metrics.TemporalHandler()
+	if r.Temporal, err = client.Dial(opts); err != nil {
+		return fmt.Errorf("connect to temporal at %s, namespace %s (temporal.host_port, temporal.namespace; TLS %t, API key %t): %w",
+			cfg.HostPort, cfg.Namespace, cfg.UsesTLS(), cfg.APIKey != "", err)
 	}
 	return nil
 }

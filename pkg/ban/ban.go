@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/hashtag"
 )
 
 var (
@@ -51,6 +53,9 @@ type Options struct {
 type Guard struct {
 	rdb  redis.UniversalClient
 	opts Options
+	// splits: rdb sends each subject's keys to its own slot's server, so
+	// that a request's subjects are counted one call each.
+	splits bool
 }
 
 // New returns a Guard.
@@ -58,7 +63,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Guard, error) {
 	if opts.Threshold <= 0 || opts.Window < time.Millisecond || opts.Duration < time.Millisecond {
 		return nil, fmt.Errorf("ban: needs a threshold > 0, a window and a duration, got %+v", opts)
 	}
-	return &Guard{rdb: rdb, opts: opts}, nil
+	return &Guard{rdb: rdb, opts: opts, splits: hashtag.Splits(rdb)}, nil
 }
 
 // Verdict is what a request learns from Hit.
@@ -101,38 +106,75 @@ func (g *Guard) IP(addr string) Subject {
 }
 
 // Hit counts one request of each subject given (zero ones are skipped)
-// and says whether one of them is banned.
+// and says whether one of them is banned. On a single Redis it is one
+// call for all the subjects and the index. On a cluster each subject is
+// counted by a call of its own, in order, so a request whose second
+// subject is banned has counted against the first (a single call checks
+// every ban before it counts), and a ban imposed there is added to the
+// index by a second command: if that fails, the ban holds but List misses
+// it, and Hit returns the verdict with the error.
 func (g *Guard) Hit(ctx context.Context, subjects ...Subject) (Verdict, error) {
-	keys := []string{g.indexKey()}
-	args := []any{g.opts.Threshold, g.opts.Window.Milliseconds(), g.opts.Duration.Milliseconds()}
 	var counted []Subject
 	for _, s := range subjects {
-		if s.Value == "" {
-			continue
+		if s.Value != "" {
+			counted = append(counted, s)
 		}
-		keys = append(keys, g.counterKey(s), g.banKey(s))
-		counted = append(counted, s)
 	}
 	if len(counted) == 0 {
 		return Verdict{}, nil
 	}
-	for _, s := range counted {
-		args = append(args, s.member())
+	calls := [][]Subject{counted}
+	if g.splits {
+		calls = calls[:0]
+		for _, s := range counted {
+			calls = append(calls, []Subject{s})
+		}
 	}
-	res, err := hitScript.Run(ctx, g.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return Verdict{}, fmt.Errorf("count request for bans: %w", err)
+	for _, call := range calls {
+		keys := make([]string, 0, 2*len(call)+1)
+		args := []any{g.opts.Threshold, g.opts.Window.Milliseconds(), g.opts.Duration.Milliseconds()}
+		for _, s := range call {
+			keys = append(keys, g.counterKey(s), g.banKey(s))
+			args = append(args, s.member())
+		}
+		indexed := !g.splits
+		if indexed {
+			keys = append(keys, g.indexKey())
+		}
+		res, err := hitScript.Run(ctx, g.rdb, keys, args...).Int64Slice()
+		if err != nil {
+			return Verdict{}, fmt.Errorf("count request for bans: %w", err)
+		}
+		if len(res) != 4 || res[0] < 1 || int(res[0]) > len(call) {
+			continue
+		}
+		s := call[res[0]-1]
+		v := Verdict{Banned: true, Kind: s.Kind, Value: s.Value, RetryAfter: time.Duration(res[1]) * time.Millisecond, New: res[2] == 1}
+		if v.New && !indexed {
+			if err := g.rdb.ZAdd(ctx, g.indexKey(), redis.Z{Score: float64(res[3]), Member: s.member()}).Err(); err != nil {
+				return v, fmt.Errorf("list the new ban of %s %s: %w", s.Kind, s.Value, err)
+			}
+		}
+		return v, nil
 	}
-	if len(res) != 3 || res[0] == 0 {
-		return Verdict{}, nil
-	}
-	s := counted[res[0]-1]
-	return Verdict{Banned: true, Kind: s.Kind, Value: s.Value, RetryAfter: time.Duration(res[1]) * time.Millisecond, New: res[2] == 1}, nil
+	return Verdict{}, nil
 }
 
+// Key layout: a subject's ban and counter share its hash tag, so that
+// counting it is one script call on Redis Cluster too; the index of bans
+// is one key of its own.
+//
+//	<prefix>ban:{<kind>:<value>}     the ban: its start (ms), expiring with it
+//	<prefix>ban:{<kind>:<value>}:n   the subject's request counter (hit.lua)
+//	<prefix>bans                     zset of the bans: "<kind>:<value>" -> end (ms)
+//
+// Before the tags, bans and counters were ban:<kind>:<value> and
+// ban:n:<kind>:<value>: an upgrade forgets the bans in force and the
+// counts (List drops the old index entries as ended), so a flood that was
+// banned is counted afresh from the upgrade.
 func (g *Guard) indexKey() string            { return g.opts.KeyPrefix + "bans" }
-func (g *Guard) banKey(s Subject) string     { return g.opts.KeyPrefix + "ban:" + s.member() }
-func (g *Guard) counterKey(s Subject) string { return g.opts.KeyPrefix + "ban:n:" + s.member() }
+func (g *Guard) banKey(s Subject) string     { return g.opts.KeyPrefix + "ban:{" + s.member() + "}" }
+func (g *Guard) counterKey(s Subject) string { return g.banKey(s) + ":n" }
 
 // Ban is one ban in force.
 type Ban struct {
@@ -186,14 +228,18 @@ func (g *Guard) List(ctx context.Context) ([]Ban, error) {
 	return out, nil
 }
 
-// Lift ends a ban at once; false if there was none.
+// Lift ends a ban at once; false if there was none. The ban and the
+// counter go together (one slot); the index entry after them, since List
+// drops an entry whose ban is gone anyway.
 func (g *Guard) Lift(ctx context.Context, s Subject) (bool, error) {
 	pipe := g.rdb.TxPipeline()
 	del := pipe.Del(ctx, g.banKey(s))
 	pipe.Del(ctx, g.counterKey(s)) // a fresh start, not one request short of a new ban
-	pipe.ZRem(ctx, g.indexKey(), s.member())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("lift ban of %s %s: %w", s.Kind, s.Value, err)
+	}
+	if err := g.rdb.ZRem(ctx, g.indexKey(), s.member()).Err(); err != nil {
+		return false, fmt.Errorf("lift ban of %s %s: drop it from the index: %w", s.Kind, s.Value, err)
 	}
 	return del.Val() > 0, nil
 }

@@ -186,3 +186,25 @@ func TestParseSubject(t *testing.T) {
 		}
 	}
 }
+
+// Counted one subject a call, as on a cluster: the ban is the same, and
+// it is listed although the script did not write the index.
+func TestBanOneSubjectACall(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t, Options{Threshold: 2, Window: 10 * time.Second, Duration: time.Minute})
+	g.splits = true
+	ip, key := g.IP("203.0.113.9"), Subject{Kind: KindKey, Value: "abcdefghijkl"}
+	for i := range 2 {
+		if v, err := g.Hit(ctx, ip, key); err != nil || v.Banned {
+			t.Fatalf("request %d: %+v %v", i+1, v, err)
+		}
+	}
+	v, err := g.Hit(ctx, ip, key)
+	if err != nil || !v.Banned || !v.New || v.Kind != KindIP {
+		t.Fatalf("third request: %+v %v; want the ip banned", v, err)
+	}
+	list, err := g.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Kind != KindIP || list[0].Value != "203.0.113.9" {
+		t.Fatalf("bans %+v %v, want the ip's", list, err)
+	}
+}

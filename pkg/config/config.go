@@ -41,7 +41,9 @@ type Config struct {
 }
 
 // Default returns a configuration that runs the local dev stack. Each
-// section's defaults live beside its type.
+// section's defaults live beside its type. Load applies redis.addr,
+// temporal.host_port and temporal.namespace last, after the sources that
+// may set them another way.
 func Default() Config {
 	return Config{
 		API:         defaultAPI(),
@@ -68,9 +70,13 @@ func Default() Config {
 
 // Load reads path (if not empty) over the defaults, applies environment
 // overrides from environ (KEY=VALUE pairs, as os.Environ returns) and
-// validates the result.
+// validates the result. Where Redis and Temporal are is layered: the file,
+// then SLUICE_* variables, then for Temporal its own TEMPORAL_* variables
+// and profile file (see Temporal), and only then the defaults, so that a
+// redis.url or a TEMPORAL_ADDRESS is not shadowed by a default address.
 func Load(path string, environ []string) (Config, error) {
 	cfg := Default()
+	cfg.Redis.Addr, cfg.Temporal.HostPort, cfg.Temporal.Namespace = "", "", ""
 	if path != "" {
 		raw, err := os.ReadFile(path)
 		if err != nil {
@@ -83,6 +89,10 @@ func Load(path string, environ []string) (Config, error) {
 		}
 	}
 	if err := applyEnv(&cfg, environ); err != nil {
+		return Config{}, err
+	}
+	cfg.Redis.fillDefaultAddr()
+	if err := cfg.Temporal.resolve(environ); err != nil {
 		return Config{}, err
 	}
 	if err := cfg.Validate(); err != nil {

@@ -27,7 +27,7 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 	}
 	def := Default()
 	def.Auth.APIKeys = []APIKey{}
-	if cfg.API != def.API || cfg.Temporal != def.Temporal || cfg.Redis != def.Redis || cfg.Admission != def.Admission ||
+	if cfg.API != def.API || cfg.Temporal != def.Temporal || !reflect.DeepEqual(cfg.Redis, def.Redis) || cfg.Admission != def.Admission ||
 		cfg.Routing != def.Routing || cfg.LLM != def.LLM || cfg.Embedding != def.Embedding || cfg.Rerank != def.Rerank || cfg.Log != def.Log || cfg.Events != def.Events {
 		t.Fatalf("example differs from defaults:\n%+v\n%+v", cfg, def)
 	}
@@ -208,6 +208,21 @@ func TestBadConfigFixtures(t *testing.T) {
 		"api_per_ip_above_total.yaml":          "api.max_conns_per_ip: must not exceed api.max_conns (100), got 200",
 		"api_idempotency_above_events.yaml":    "api.idempotency_ttl: must not exceed events.ttl (30m0s), got 2h0m0s",
 		"route_rate_negative.yaml":             "limits.tiers.free.routes.reads: rates must be >= 0 (0 = no limit), got {TenantPerMinute:-1 IPPerMinute:0}",
+		"redis_addr_and_url.yaml":              "redis.url: set only one of redis.addr, redis.addrs, redis.url and redis.sentinel; redis.addr is set too",
+		"redis_cluster_db.yaml":                "redis.db: must be 0 with a Redis Cluster (redis.addrs, or a redis.url with ?addr=), which has only database 0, got 2",
+		"redis_url_bad_scheme.yaml":            `redis.url: must be a redis:// or rediss:// URL, got "http://sluice:xxxxx@redis.example.com:6379"`,
+		"redis_url_query.yaml":                 `redis.url: query parameter "pool_size" is not supported (only addr, a cluster seed; timeouts and pools come from redis.timeout)`,
+		"redis_url_user_twice.yaml":            "redis.username: must not be set when redis.url carries a user",
+		"redis_url_db_twice.yaml":              "redis.db: must not be set when redis.url selects a database (/1)",
+		"redis_url_cluster_db.yaml":            "redis.url: must select database 0 (or none) with ?addr= seeds: a Redis Cluster has only database 0, got /3",
+		"redis_sentinel_no_addrs.yaml":         `redis.sentinel.addrs: must list the sentinels (host:port) that watch "mymaster"`,
+		"redis_sentinel_no_master.yaml":        "redis.sentinel.master_name: must name the primary that the sentinels watch",
+		"redis_addrs_no_port.yaml":             `redis.addrs[0]: must be host:port, got "redis-0"`,
+		"redis_tls_cert_no_key.yaml":           "redis.tls.key_file: must be set with redis.tls.cert_file (a client certificate needs its key)",
+		"redis_tls_plain_url.yaml":             "redis.tls: settings are given, but redis.url is redis://, without TLS; use rediss://",
+		"redis_tls_disabled_rediss.yaml":       "redis.tls.enabled: is false, but redis.url is rediss://; the scheme says whether to use TLS",
+		"temporal_tls_disabled_with_ca.yaml":   "temporal.tls.enabled: is false, but other temporal.tls settings are given; remove them or the false",
+		"temporal_tls_key_no_cert.yaml":        "temporal.tls.cert_file: must be set with temporal.tls.key_file (a client key needs its certificate)",
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {
@@ -225,6 +240,9 @@ func TestBadConfigFixtures(t *testing.T) {
 		_, err := Load(f, nil)
 		if err == nil || !strings.Contains(err.Error(), msg) {
 			t.Errorf("%s: error %v, want it to contain %q", filepath.Base(f), err, msg)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: error shows a password: %v", filepath.Base(f), err)
 		}
 	}
 }

@@ -87,6 +87,13 @@ func setField(f reflect.Value, s string) error {
 		return nil
 	}
 	switch f.Kind() {
+	case reflect.Pointer:
+		// An optional value, such as tls.enabled: set means given.
+		v := reflect.New(f.Type().Elem())
+		if err := setField(v.Elem(), s); err != nil {
+			return err
+		}
+		f.Set(v)
 	case reflect.String:
 		f.SetString(s)
 	case reflect.Bool:

@@ -81,3 +81,10 @@ func (v *validator) err() error {
 	}
 	return fmt.Errorf("invalid config:\n  %s", strings.Join(v.problems, "\n  "))
 }
+
+// hostPort checks a network address such as redis:6379.
+func (v *validator) hostPort(field, s string) {
+	if !hostPortOK(s) {
+		v.add(field, "must be host:port, got %q", s)
+	}
+}

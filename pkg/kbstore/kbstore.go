@@ -14,17 +14,27 @@
 // text. A replaced or deleted revision is kept for a grace period for the
 // requests still holding its chunk ids.
 //
-// Layout, per kb (all under one hash tag):
+// Layout, per kb (all under one hash tag, the kb's key, so that a script
+// over a kb's keys touches one Redis Cluster slot):
 //
 //	<prefix>kb:{<kb>}:version   counter
+//	<prefix>kb:{<kb>}:epoch     when the version counter started
 //	<prefix>kb:{<kb>}:docs      hash id -> current rev
 //	<prefix>kb:{<kb>}:info      hash id -> DocInfo JSON
 //	<prefix>kb:{<kb>}:log       zset id -> version of its last change
 //	<prefix>kb:{<kb>}:model     the embedder model its vectors come from
+//	<prefix>kb:{<kb>}:usage     hash bytes -> the text its documents store
 //	<prefix>kb:{<kb>}:rev:<id>:<rev>  hash meta (JSON), vecs (float32 LE)
 //	<prefix>kb:{<kb>}:l2doc:<id>      set of retrieval-cache keys holding it
 //	<prefix>kbs                 set of the shared kbs' names
 //	<prefix>kbs:t:<tenant>      set of the names of a tenant's own kbs
+//
+// The retrieval cache's entries carry the same tag (retrieval's
+// CachedRetriever.Key), so put and delete can drop them in the same
+// script. The name sets are one key each, in slots of their own: Put
+// adds a kb's name before it writes the kb, never in the same script.
+// (That layout is what kbs had before the cache's tag: an upgrade keeps
+// every kb; only cache entries are written anew.)
 package kbstore
 
 import (
@@ -56,8 +66,11 @@ var (
 	//go:embed lua/changes.lua
 	changesLua string
 
-	putScript     = redis.NewScript(putLua)
-	deleteScript  = redis.NewScript(deleteLua)
+	//go:embed lua/tag.lua
+	tagLua string
+
+	putScript     = redis.NewScript(tagLua + putLua)
+	deleteScript  = redis.NewScript(tagLua + deleteLua)
 	changesScript = redis.NewScript(changesLua)
 )
 
@@ -69,6 +82,7 @@ type Redis interface {
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
 	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
 	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
+	SAdd(ctx context.Context, key string, members ...any) *redis.IntCmd
 	Pipelined(ctx context.Context, fn func(redis.Pipeliner) error) ([]redis.Cmder, error)
 }
 
@@ -189,7 +203,10 @@ func (s *Store) namesKey(owner kbref.Ref) string {
 
 // Put stores revs as the current revisions of their documents in kb (a
 // kbref key), in one atomic change, and returns the new version. The
-// vectors must come from model.
+// vectors must come from model. The kb is listed among its owner's (KBs)
+// first, so a kb is never written without being listed (its owner's
+// quota counts what the listed kbs store); a Put that then fails may
+// leave an empty kb listed.
 func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (PutResult, error) {
 	if len(revs) == 0 {
 		return PutResult{}, errors.New("put into kb: no documents")
@@ -199,7 +216,7 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 		return PutResult{}, fmt.Errorf("put into kb: %w", err)
 	}
 	kp := s.kbPrefix(kb)
-	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", s.namesKey(ref), kp + "epoch", kp + "usage"}
+	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", kp + "epoch", kp + "usage"}
 	args := []any{kp, ref.Name, model, s.grace.Milliseconds(), len(revs)}
 	for _, r := range revs {
 		if err := checkRevision(r); err != nil {
@@ -215,6 +232,9 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 		}
 		keys = append(keys, s.revKey(kb, r.ID, r.Rev))
 		args = append(args, r.ID, r.Rev, info, meta, encodeVectors(r.Vectors))
+	}
+	if err := s.rdb.SAdd(ctx, s.namesKey(ref), ref.Name).Err(); err != nil {
+		return PutResult{}, fmt.Errorf("put into kb %s: list it: %w", kb, err)
 	}
 	raw, err := putScript.Run(ctx, s.rdb, keys, args...).Int64Slice()
 	if err != nil {

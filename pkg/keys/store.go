@@ -37,6 +37,13 @@ func NewStore(rdb redis.UniversalClient, keyPrefix string) *Store {
 	return &Store{rdb: rdb, prefix: keyPrefix}
 }
 
+// Key layout: a record per key, and two keys over all of them. No script
+// or transaction names more than one of them, so they need no hash tag.
+//
+//	<prefix>key:<id>     hash: the record (hash, tenant, user, tier, scopes,
+//	                     created, revoked)
+//	<prefix>keys         set of every id, for List
+//	<prefix>keys:used    hash id -> last use (ms)
 func (s *Store) recordKey(id string) string { return s.prefix + "key:" + id }
 func (s *Store) idsKey() string             { return s.prefix + "keys" }
 func (s *Store) usedKey() string            { return s.prefix + "keys:used" }
@@ -87,7 +94,13 @@ func (s *Store) Create(ctx context.Context, sp Spec) (string, Key, error) {
 			return "", Key{}, err
 		}
 		hash := Hash(plain)
-		created, err := createScript.Run(ctx, s.rdb, []string{s.recordKey(id), s.idsKey()},
+		// Listed first: an id listed without a record (the create failed,
+		// or the id was taken, so it is listed already) is skipped by
+		// List, while a record that no list names could not be found.
+		if err := s.rdb.SAdd(ctx, s.idsKey(), id).Err(); err != nil {
+			return "", Key{}, fmt.Errorf("create key for tenant %s: list its id: %w", sp.Tenant, err)
+		}
+		created, err := createScript.Run(ctx, s.rdb, []string{s.recordKey(id)},
 			id, hash, sp.Tenant, sp.User, sp.Tier, sp.Scopes.String()).Int64()
 		if err != nil {
 			return "", Key{}, fmt.Errorf("create key for tenant %s: %w", sp.Tenant, err)

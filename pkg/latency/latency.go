@@ -21,8 +21,10 @@
 // than about a hundred latencies is one or two of them; a ratio read from
 // so few is noise, not a signal.
 //
-// A flush and a read name several series' keys in one call, as the
-// limiter does: Redis standalone or Sentinel, not Cluster.
+// A flush and a read name several series' keys in one call, so every key
+// of the window carries one Redis Cluster hash tag (see Keyspace): on a
+// cluster the whole window is in one slot. It is small (series × slots of
+// a few hundred bytes) and written once a second per process.
 package latency
 
 import (
@@ -128,7 +130,7 @@ func New(rdb redis.Scripter, opts Options) (*Window, error) {
 	}
 	return &Window{
 		rdb:        rdb,
-		prefix:     opts.KeyPrefix + Keyspace + "{",
+		prefix:     opts.KeyPrefix + Keyspace + "{window}:",
 		slot:       opts.Slot,
 		retention:  opts.Retention,
 		flushEvery: opts.FlushEvery,
@@ -381,12 +383,19 @@ func (p *pending) appendIncrements(args []any) []any {
 
 // Keyspace names the keys with the version of their format (the slot
 // layout): a process of another version never reads or adds into them.
-const Keyspace = "lat1:"
+// A slot's key is
+//
+//	<prefix>lat2:{window}:<series>:<slot number>
+//
+// one hash tag for every series, so that a flush or a read of several
+// series is one script call on Redis Cluster too. (lat1 tagged each series
+// alone; an upgrade starts the window empty: until it holds
+// healing.min_samples latencies again, the healer ignores the ratio.)
+const Keyspace = "lat2:"
 
 // key is the base of a series' slot keys; the scripts append the slot
-// number. The series is a hash tag, so that one series' slots would share
-// a Cluster node.
-func (w *Window) key(series string) string { return w.prefix + series + "}:" }
+// number.
+func (w *Window) key(series string) string { return w.prefix + series + ":" }
 
 // nowArg is the scripts' clock argument: 0 for Redis's own.
 func (w *Window) nowArg() int64 {

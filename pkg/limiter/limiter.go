@@ -6,6 +6,23 @@
 // A request is charged its estimate up front (reserve) and given back what
 // it did not use when it ends (refund, exactly once), so that concurrent
 // requests cannot overrun a limit that is only charged after the fact.
+//
+// On Redis Cluster one script can only touch one hash slot, and a
+// request's buckets are in several by nature: its tenant's are shared
+// with the tenant's other callers, its address's with other tenants'
+// callers at that address. Buckets are therefore grouped (Bucket.Group,
+// one hash tag per group; Policy.Buckets puts a tenant and its users in
+// one group, an address in another), and on a cluster client a request is
+// decided group by group, in the order its buckets name them: each group
+// all or nothing in one script call, and when a later group refuses, what
+// the earlier ones took is given back at once. The trade-off: between
+// that charge and its return (one round trip) the earlier group's buckets
+// look lower to concurrent requests, which a single call never shows; and
+// a process that dies in between leaves that charge to refill by itself.
+// Put the group most likely to refuse first (Policy.Buckets puts the
+// tenant first: quotas refuse far more often than an address, whose
+// floods the bans stop before the limiter). A plain client talks to one
+// Redis, where every group goes in one call as before.
 package limiter
 
 import (
@@ -18,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +43,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/hashtag"
 )
 
 var (
@@ -63,6 +83,11 @@ type Bucket struct {
 	PerSecond float64
 	// Cost is what this request takes from it.
 	Cost float64
+	// Group names the buckets whose keys share one Redis Cluster hash
+	// slot with this one; a request's buckets of one group are always
+	// decided in one step (see the package doc). Empty: a group of its
+	// own, named by Dimension and ID.
+	Group string
 }
 
 func (b Bucket) String() string { return fmt.Sprintf("%s %s (%s)", b.Dimension, b.ID, b.Kind) }
@@ -87,7 +112,9 @@ type Decision struct {
 	// RetryAfter is when the refusing bucket will hold the cost.
 	RetryAfter time.Duration
 	// Remaining and ResetAfter are, per bucket in the order given, its
-	// level after the decision and the time until it is full again.
+	// level after the decision and the time until it is full again. A
+	// bucket that was not read — on a cluster, one of a group after the
+	// group that refused — shows its capacity and 0.
 	Remaining  []float64
 	ResetAfter []time.Duration
 	// Reservation is what Refund needs to give back the unused part of
@@ -104,6 +131,9 @@ type Limiter struct {
 	rdb    redis.Scripter
 	prefix string
 	ttl    time.Duration
+	// splits: rdb sends keys of different slots to different servers,
+	// so that one script call may only touch one bucket group.
+	splits bool
 	// Each script call writes its reservations to a hash of its own,
 	// named by this limiter's random id and a counter.
 	id  string
@@ -150,7 +180,7 @@ func New(rdb redis.Scripter, opts Options) *Limiter {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
-	l := &Limiter{rdb: rdb, prefix: opts.KeyPrefix, ttl: opts.ReservationTTL, id: hex.EncodeToString(id[:])}
+	l := &Limiter{rdb: rdb, prefix: opts.KeyPrefix, ttl: opts.ReservationTTL, id: hex.EncodeToString(id[:]), splits: hashtag.Splits(rdb)}
 	if opts.Batchers > 0 {
 		l.maxBatch = cmp.Or(opts.MaxBatch, 64)
 		l.timeout = cmp.Or(opts.BatchTimeout, 5*time.Second)
@@ -182,34 +212,40 @@ func (l *Limiter) Close() {
 // errClosed is Reserve after Close.
 var errClosed = errors.New("limiter closed")
 
-func (l *Limiter) bucketKey(b Bucket) string {
-	return l.prefix + keyspace + b.Dimension + ":" + b.ID + ":" + string(b.Kind)
-}
-
-// batchKey names the reservation hash of one script call.
-func (l *Limiter) batchKey() string {
-	return l.prefix + keyspace + "rb:" + l.id + ":" + strconv.FormatUint(l.seq.Add(1), 36)
-}
-
-// keyspace names the limiter's keys with the version of their format
-// (lua/bucket.lua, the reservation hash): after an upgrade the scripts
-// never meet a key in an older format (a WRONGTYPE error for every
-// request); the old keys expire on their own. Requests in flight at an
-// upgrade that changes the Reservation format keep their whole charge
-// (Refund does not know their reservation).
-const keyspace = "rl2:"
-
 // reservation is one Reserve call: its arguments, encoded for the script,
 // and once decided, its outcome.
 type reservation struct {
 	id      string
 	buckets []Bucket
 	keys    []string
-	packed  []byte // n, then capacity, rate, cost per bucket (see reserve.lua)
+	// parts are its buckets by group, decided one after the other; one
+	// part of every bucket when the client does not split.
+	parts []part
 
+	// next is the part to decide; charged, what the parts before it took.
+	next     int
+	charged  []charge
+	finished bool
 	decision Decision
 	err      error
 	done     chan struct{}
+}
+
+// part is the buckets of one group of a reservation.
+type part struct {
+	// tag is what Redis Cluster hashes of its keys (calls are grouped by
+	// it); group builds its call's reservation key in the same slot.
+	tag, group string
+	buckets    []int  // indexes into reservation.buckets, in order
+	packed     []byte // n, then capacity, rate, cost per bucket (see reserve.lua)
+}
+
+// charge is a part that was (or, after a lost reply, may have been)
+// charged: its field in a call's reservation hash.
+type charge struct {
+	hash  string
+	field int
+	part  *part
 }
 
 // Reserve charges every bucket its cost, or none of them; id names the
@@ -252,9 +288,8 @@ func (l *Limiter) encode(id string, buckets []Bucket) (*reservation, error) {
 	if n > 255 {
 		return nil, fmt.Errorf("reserve: %d buckets, at most 255", n)
 	}
-	r := &reservation{id: id, buckets: buckets, keys: make([]string, 0, n), packed: make([]byte, 1, 1+24*n)}
-	r.packed[0] = byte(n)
-	for _, b := range buckets {
+	r := &reservation{id: id, buckets: buckets, keys: make([]string, 0, n)}
+	for i, b := range buckets {
 		if !(b.Capacity > 0 && b.PerSecond > 0 && b.Cost >= 0) || math.IsInf(b.Capacity, 0) || math.IsInf(b.PerSecond, 0) || math.IsInf(b.Cost, 0) {
 			return nil, fmt.Errorf("reserve: bucket %s needs finite capacity and rate > 0 and cost >= 0", b)
 		}
@@ -263,8 +298,20 @@ func (l *Limiter) encode(id string, buckets []Bucket) (*reservation, error) {
 			return nil, fmt.Errorf("reserve: bucket %s: an id may not contain a line break", b)
 		}
 		r.keys = append(r.keys, key)
+		tag := hashtag.Of(key)
+		p := len(r.parts) - 1
+		if l.splits {
+			p = slices.IndexFunc(r.parts, func(p part) bool { return p.tag == tag })
+		}
+		if p < 0 {
+			r.parts = append(r.parts, part{tag: tag, group: b.group(), packed: []byte{0}})
+			p = len(r.parts) - 1
+		}
+		pt := &r.parts[p]
+		pt.buckets = append(pt.buckets, i)
+		pt.packed[0]++
 		for _, x := range []float64{b.Capacity, b.PerSecond, b.Cost} {
-			r.packed = binary.LittleEndian.AppendUint64(r.packed, math.Float64bits(x))
+			pt.packed = binary.LittleEndian.AppendUint64(pt.packed, math.Float64bits(x))
 		}
 	}
 	return r, nil
@@ -306,68 +353,189 @@ func (l *Limiter) batcher() {
 	}
 }
 
-// decide runs reserve.lua for rs, in order, and fills in their decisions.
+// decide runs reserve.lua for rs, in order, and fills in their decisions:
+// one call for all of them when the client does not split; else a round
+// per part, each round one call per hash tag (concurrently), and then the
+// charges of requests a later part refused are given back.
 func (l *Limiter) decide(ctx context.Context, rs []*reservation) {
-	var keys []string
-	var packed []byte
 	for _, r := range rs {
-		keys = append(keys, r.keys...)
-		packed = append(packed, r.packed...)
-	}
-	rsv := l.batchKey()
-	keys = append(keys, rsv)
-	raw, err := reserveScript.Run(ctx, l.rdb, keys, len(rs), packed, l.ttl.Milliseconds()).Int64Slice()
-	if err == nil {
-		want := 0
-		for _, r := range rs {
-			want += 3 + len(r.buckets)
-		}
-		if len(raw) != want {
-			err = fmt.Errorf("reply of %d values, want %d", len(raw), want)
-		}
-	}
-	for i, r := range rs {
-		if err != nil {
-			// The call may have run and charged; the reservation lets
-			// the caller give that back.
-			r.decision = Decision{Reservation: encodeReservation(rsv, i+1, r)}
-			r.err = fmt.Errorf("reserve rate limits for %s: %w", r.id, err)
-			continue
-		}
 		n := len(r.buckets)
-		d := Decision{Status: Status(raw[0]), RetryAfter: time.Duration(raw[2]) * time.Microsecond,
-			Remaining: make([]float64, n), ResetAfter: make([]time.Duration, n)}
-		if i := int(raw[1]); i >= 1 && i <= n {
-			b := r.buckets[i-1]
-			d.Bucket = &b
-		}
+		r.next, r.charged, r.finished, r.err = 0, nil, false, nil
+		r.decision = Decision{Remaining: make([]float64, n), ResetAfter: make([]time.Duration, n)}
 		for i, b := range r.buckets {
-			d.Remaining[i] = float64(raw[3+i]) / 1000
-			d.ResetAfter[i] = seconds((b.Capacity - d.Remaining[i]) / b.PerSecond)
+			r.decision.Remaining[i] = b.Capacity
 		}
-		if d.Status == Allowed {
-			d.Reservation = encodeReservation(rsv, i+1, r)
+	}
+	pending := rs
+	for len(pending) > 0 {
+		calls := l.calls(pending)
+		if len(calls) == 1 {
+			l.call(ctx, calls[0])
+		} else {
+			var wg sync.WaitGroup
+			for _, c := range calls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					l.call(ctx, c)
+				}()
+			}
+			wg.Wait()
 		}
-		r.decision = d
-		raw = raw[3+n:]
+		var next []*reservation
+		for _, r := range pending {
+			if !r.finished {
+				next = append(next, r)
+			}
+		}
+		pending = next
+	}
+	for _, r := range rs {
+		if r.err == nil && r.decision.Status != Allowed && len(r.charged) > 0 {
+			l.giveBack(ctx, r)
+		}
 	}
 }
 
-// A Reservation is text: a version line, the reservation hash, the field,
-// then one line per bucket, "<capacity> <rate> <cost> <t|r> <key>".
-const reservationVersion = "r1"
+// calls groups the next part of every pending reservation by its hash
+// tag, in order: one script call each (a single one when the client does
+// not split).
+func (l *Limiter) calls(pending []*reservation) [][]*reservation {
+	if !l.splits {
+		return [][]*reservation{pending}
+	}
+	var out [][]*reservation
+	at := map[string]int{}
+	for _, r := range pending {
+		tag := r.parts[r.next].tag
+		i, ok := at[tag]
+		if !ok {
+			i = len(out)
+			at[tag] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], r)
+	}
+	return out
+}
 
-func encodeReservation(hash string, field int, r *reservation) string {
+// call decides the next part of each reservation of batch in one script
+// call, in order.
+func (l *Limiter) call(ctx context.Context, batch []*reservation) {
+	var keys []string
+	var packed []byte
+	want := 0
+	for _, r := range batch {
+		p := &r.parts[r.next]
+		for _, i := range p.buckets {
+			keys = append(keys, r.keys[i])
+		}
+		packed = append(packed, p.packed...)
+		want += 3 + len(p.buckets)
+	}
+	rsv := l.batchKey(batch[0].parts[batch[0].next].group)
+	keys = append(keys, rsv)
+	raw, err := reserveScript.Run(ctx, l.rdb, keys, len(batch), packed, l.ttl.Milliseconds()).Int64Slice()
+	if err == nil && len(raw) != want {
+		err = fmt.Errorf("reply of %d values, want %d", len(raw), want)
+	}
+	for i, r := range batch {
+		p := &r.parts[r.next]
+		r.finished = true
+		if err != nil {
+			// The call may have run and charged; the reservation lets
+			// the caller give that back, with what earlier parts took.
+			r.charged = append(r.charged, charge{hash: rsv, field: i + 1, part: p})
+			r.decision.Reservation = r.encodeCharges()
+			r.err = fmt.Errorf("reserve rate limits for %s: %w", r.id, err)
+			continue
+		}
+		d := &r.decision
+		for j, bi := range p.buckets {
+			b := r.buckets[bi]
+			d.Remaining[bi] = float64(raw[3+j]) / 1000
+			d.ResetAfter[bi] = seconds((b.Capacity - d.Remaining[bi]) / b.PerSecond)
+		}
+		status := Status(raw[0])
+		if status == Allowed {
+			r.charged = append(r.charged, charge{hash: rsv, field: i + 1, part: p})
+			if r.next++; r.next < len(r.parts) {
+				r.finished = false
+			} else {
+				d.Status = Allowed
+				d.Reservation = r.encodeCharges()
+			}
+		} else {
+			d.Status = status
+			d.RetryAfter = time.Duration(raw[2]) * time.Microsecond
+			if j := int(raw[1]); j >= 1 && j <= len(p.buckets) {
+				b := r.buckets[p.buckets[j-1]]
+				d.Bucket = &b
+			}
+		}
+		raw = raw[3+len(p.buckets):]
+	}
+}
+
+// giveBack returns all that the earlier parts of a refused request took.
+// If Redis fails meanwhile, the refusal becomes an error that carries the
+// reservation, so that the caller gives it back later (as after any
+// failed Reserve).
+func (l *Limiter) giveBack(ctx context.Context, r *reservation) {
+	var errs []error
+	for _, c := range r.charged {
+		if _, err := l.refundPart(ctx, c.hash, strconv.Itoa(c.field), r.chargeLines(c.part), 0, 0); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		r.decision.Reservation = r.encodeCharges()
+		r.err = fmt.Errorf("reserve rate limits for %s: give back what a refused request took: %w", r.id, err)
+	}
+}
+
+// A Reservation is text: a version line, then per charged part the
+// reservation hash, the field and one line per bucket, "<capacity> <rate>
+// <cost> <t|r> <key>". A reservation of one part (always, but on a
+// cluster) is r1, the format from before parts, so that a process of the
+// version before them still refunds it during a rolling upgrade; one of
+// several parts is r2, its parts apart by an empty line.
+const (
+	onePart   = "r1"
+	manyParts = "r2"
+)
+
+func (r *reservation) encodeCharges() string {
 	var sb strings.Builder
-	sb.WriteString(reservationVersion + "\n" + hash + "\n" + strconv.Itoa(field))
-	for i, b := range r.buckets {
+	if len(r.charged) == 1 {
+		sb.WriteString(onePart)
+	} else {
+		sb.WriteString(manyParts)
+	}
+	for i, c := range r.charged {
+		if i > 0 {
+			sb.WriteString("\n")
+		}
+		sb.WriteString("\n" + c.hash + "\n" + strconv.Itoa(c.field))
+		for _, line := range r.chargeLines(c.part) {
+			sb.WriteString("\n" + line)
+		}
+	}
+	return sb.String()
+}
+
+// chargeLines are the bucket lines of one part.
+func (r *reservation) chargeLines(p *part) []string {
+	out := make([]string, len(p.buckets))
+	for i, bi := range p.buckets {
+		b := r.buckets[bi]
 		kind := " t "
 		if b.Kind == Requests {
 			kind = " r "
 		}
-		sb.WriteString("\n" + formatFloat(b.Capacity) + " " + formatFloat(b.PerSecond) + " " + formatFloat(b.Cost) + kind + r.keys[i])
+		out[i] = formatFloat(b.Capacity) + " " + formatFloat(b.PerSecond) + " " + formatFloat(b.Cost) + kind + r.keys[bi]
 	}
-	return sb.String()
+	return out
 }
 
 // Refund gives back what a reservation did not use: each tokens bucket
@@ -379,13 +547,39 @@ func (l *Limiter) Refund(ctx context.Context, reservation string, usedTokens, us
 	if reservation == "" {
 		return false, nil
 	}
-	lines := strings.Split(reservation, "\n")
-	if len(lines) < 4 || lines[0] != reservationVersion {
+	version, body, _ := strings.Cut(reservation, "\n")
+	var parts []string
+	switch version {
+	case manyParts:
+		parts = strings.Split(body, "\n\n")
+	case onePart:
+		parts = []string{body}
+	default:
 		return false, fmt.Errorf("refund rate limits: not a reservation: %.40q", reservation)
 	}
-	keys := []string{lines[1]}
-	args := []any{lines[2], formatFloat(usedTokens), formatFloat(usedRequests)}
-	for _, line := range lines[3:] {
+	// Each part is refunded once on its own, so a retry after a failure
+	// gives back only the parts still owed.
+	var errs []error
+	for _, p := range parts {
+		lines := strings.Split(p, "\n")
+		if len(lines) < 3 {
+			return false, fmt.Errorf("refund rate limits: not a reservation: %.40q", reservation)
+		}
+		ok, err := l.refundPart(ctx, lines[0], lines[1], lines[2:], usedTokens, usedRequests)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		refunded = refunded || ok
+	}
+	return refunded, errors.Join(errs...)
+}
+
+// refundPart runs refund.lua for the field of one reservation hash and
+// its bucket lines.
+func (l *Limiter) refundPart(ctx context.Context, hash, field string, lines []string, usedTokens, usedRequests float64) (bool, error) {
+	keys := []string{hash}
+	args := []any{field, formatFloat(usedTokens), formatFloat(usedRequests)}
+	for _, line := range lines {
 		f := strings.SplitN(line, " ", 5)
 		if len(f) != 5 {
 			return false, fmt.Errorf("refund rate limits: bad bucket line %q", line)
@@ -395,7 +589,7 @@ func (l *Limiter) Refund(ctx context.Context, reservation string, usedTokens, us
 	}
 	n, err := refundScript.Run(ctx, l.rdb, keys, args...).Int()
 	if err != nil {
-		return false, fmt.Errorf("refund rate limits for %s: %w", lines[1]+"#"+lines[2], err)
+		return false, fmt.Errorf("refund rate limits for %s: %w", hash+"#"+field, err)
 	}
 	return n == 1, nil
 }

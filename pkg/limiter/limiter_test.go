@@ -315,9 +315,9 @@ func TestPolicyBuckets(t *testing.T) {
 		t.Fatalf("buckets %+v", bs)
 	}
 	want := []Bucket{
-		{Dimension: "tenant", ID: "acme", Kind: Tokens, Capacity: 600, PerSecond: 10, Cost: 250},
-		{Dimension: "tenant", ID: "acme", Kind: Requests, Capacity: 10, PerSecond: 1, Cost: 1},
-		{Dimension: "ip", ID: "10.0.0.1", Kind: Requests, Capacity: 120, PerSecond: 2, Cost: 1},
+		{Dimension: "tenant", ID: "acme", Kind: Tokens, Capacity: 600, PerSecond: 10, Cost: 250, Group: "t:acme"},
+		{Dimension: "tenant", ID: "acme", Kind: Requests, Capacity: 10, PerSecond: 1, Cost: 1, Group: "t:acme"},
+		{Dimension: "ip", ID: "10.0.0.1", Kind: Requests, Capacity: 120, PerSecond: 2, Cost: 1, Group: "ip:10.0.0.1"},
 	}
 	for i := range want {
 		if bs[i] != want[i] {
@@ -526,5 +526,67 @@ func BenchmarkDecideBatch(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*size), "µs/decision")
 		})
+	}
+}
+
+// Decided group by group, as on a cluster: a request that its second
+// group refuses gets back what its first took, at once; one that both
+// allow is refunded part by part, once.
+func TestGroupsDecidedInTurn(t *testing.T) {
+	l, rdb := newLimiter(t)
+	l.splits = true
+	ctx := context.Background()
+	tenant := Bucket{Dimension: "tenant", ID: "acme", Kind: Tokens, Capacity: 1000, PerSecond: 0.001, Cost: 100, Group: TenantGroup("acme")}
+	ip := Bucket{Dimension: "ip", ID: "10.0.0.1", Kind: Requests, Capacity: 1, PerSecond: 0.001, Cost: 1, Group: AddressGroup("10.0.0.1")}
+	bs := []Bucket{tenant, ip}
+	d, err := l.Reserve(ctx, "r1", bs)
+	if err != nil || d.Status != Allowed || strings.Count(d.Reservation, "\n\n") != 1 {
+		t.Fatalf("first: %+v %v; want allowed, a reservation of two parts", d, err)
+	}
+	d2, err := l.Reserve(ctx, "r2", bs)
+	if err != nil || d2.Status != Limited || d2.Bucket == nil || d2.Bucket.Dimension != "ip" || d2.Reservation != "" {
+		t.Fatalf("second: %+v %v; want refused by the ip bucket, nothing to refund", d2, err)
+	}
+	if got := level(t, rdb, l, tenant); math.Abs(got-900) > 0.01 {
+		t.Fatalf("tenant level %v after a refusal by the ip, want 900: the tenant's charge was not given back", got)
+	}
+	ok, err := l.Refund(ctx, d.Reservation, 40, 1)
+	if err != nil || !ok {
+		t.Fatalf("refund: %v %v", ok, err)
+	}
+	if got := level(t, rdb, l, tenant); math.Abs(got-960) > 0.01 {
+		t.Fatalf("tenant level %v after using 40 of 100, want 960", got)
+	}
+	if got := level(t, rdb, l, ip); got > 0.01 {
+		t.Fatalf("ip level %v after using its request, want 0", got)
+	}
+	if ok, _ := l.Refund(ctx, d.Reservation, 0, 0); ok {
+		t.Fatal("second refund succeeded")
+	}
+}
+
+// A reservation of one part has the format from before bucket groups
+// (r1), which the previous version refunds; one of two parts is refunded
+// part by part.
+func TestReservationFormats(t *testing.T) {
+	l, rdb := newLimiter(t)
+	ctx := context.Background()
+	b := tok("acme", 10, 0.001, 4)
+	d, err := l.Reserve(ctx, "r", []Bucket{b, {Dimension: "ip", ID: "10.0.0.1", Kind: Requests, Capacity: 5, PerSecond: 0.001, Cost: 1}})
+	if err != nil || d.Status != Allowed || !strings.HasPrefix(d.Reservation, "r1\n") {
+		t.Fatalf("%+v %v; want allowed, a reservation in format r1", d, err)
+	}
+	l.splits = true
+	d2, err := l.Reserve(ctx, "r2", []Bucket{b, {Dimension: "ip", ID: "10.0.0.1", Kind: Requests, Capacity: 5, PerSecond: 0.001, Cost: 1}})
+	if err != nil || d2.Status != Allowed || !strings.HasPrefix(d2.Reservation, "r2\n") {
+		t.Fatalf("%+v %v; want allowed, a reservation of two parts in format r2", d2, err)
+	}
+	for _, r := range []string{d.Reservation, d2.Reservation} {
+		if ok, err := l.Refund(ctx, r, 1, 1); err != nil || !ok {
+			t.Fatalf("refund of %q: %v %v", r, ok, err)
+		}
+	}
+	if got := level(t, rdb, l, b); math.Abs(got-8) > 0.01 {
+		t.Fatalf("level %v after two requests used 1 of 4 each, want 8", got)
 	}
 }

@@ -26,23 +26,29 @@ func (p Policy) CountsTokens() bool {
 }
 
 // Buckets returns every bucket a request costing tokens is charged
-// against, in a fixed order: tenant, user, IP; tokens before requests.
+// against, in a fixed order: tenant, user, IP; tokens before requests. A
+// user's buckets are its tenant's (in the tenant's group); the IP's are in
+// a group of their own, decided after the tenant's on a cluster.
 func (p Policy) Buckets(c Caller, tokens float64) []Bucket {
+	userGroup := TenantGroup(c.Tenant)
+	if c.Tenant == "" {
+		userGroup = "u:" + c.User
+	}
 	var out []Bucket
 	for _, d := range []struct {
-		dim, id string
-		rate    Rate
-	}{{"tenant", c.Tenant, p.Tenant}, {"user", c.User, p.User}, {"ip", c.IP, p.IP}} {
+		dim, id, group string
+		rate           Rate
+	}{{"tenant", c.Tenant, TenantGroup(c.Tenant), p.Tenant}, {"user", c.User, userGroup, p.User}, {"ip", c.IP, AddressGroup(c.IP), p.IP}} {
 		if d.id == "" {
 			continue
 		}
 		if r := d.rate.TokensPerMinute; r > 0 {
 			out = append(out, Bucket{Dimension: d.dim, ID: d.id, Kind: Tokens,
-				Capacity: burst(d.rate.TokenBurst, r), PerSecond: r / 60, Cost: tokens})
+				Capacity: burst(d.rate.TokenBurst, r), PerSecond: r / 60, Cost: tokens, Group: d.group})
 		}
 		if r := d.rate.RequestsPerMinute; r > 0 {
 			out = append(out, Bucket{Dimension: d.dim, ID: d.id, Kind: Requests,
-				Capacity: burst(d.rate.RequestBurst, r), PerSecond: r / 60, Cost: 1})
+				Capacity: burst(d.rate.RequestBurst, r), PerSecond: r / 60, Cost: 1, Group: d.group})
 		}
 	}
 	return out

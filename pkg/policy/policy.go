@@ -246,14 +246,29 @@ func (s *Store) Update(ctx context.Context, change func(p *Policy) bool) (Policy
 func (s *Store) nextVersion(ctx context.Context) (int64, string, error) {
 	epoch := strconv.FormatInt(time.Now().UnixNano(), 36)
 	pipe := s.rdb.TxPipeline()
-	pipe.SetNX(ctx, s.key+":epoch", epoch, 0)
-	get := pipe.Get(ctx, s.key+":epoch")
-	incr := pipe.Incr(ctx, s.key+":version")
+	pipe.SetNX(ctx, s.epochKey(), epoch, 0)
+	get := pipe.Get(ctx, s.epochKey())
+	incr := pipe.Incr(ctx, s.versionKey())
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, "", err
 	}
 	return incr.Val(), get.Val(), nil
 }
+
+// Key layout: the policy document, and its version counter with the
+// counter's epoch, which one transaction takes together and so share a
+// Redis Cluster hash tag:
+//
+//	<prefix>policy                   the policy in force (JSON)
+//	<prefix>policy:{policy}:version  counter
+//	<prefix>policy:{policy}:epoch    when the counter started
+//
+// The counter had no tag before (policy:version, policy:epoch): after an
+// upgrade it starts again at 1 in a new epoch, which every instance takes
+// as newer than the stored policy's (as after a Redis that restarted
+// empty), and the stored policy stays in force until the next Put.
+func (s *Store) versionKey() string { return s.key + ":{policy}:version" }
+func (s *Store) epochKey() string   { return s.key + ":{policy}:epoch" }
 
 // Refresh loads the shared policy if it is newer than the current one. If
 // Redis lost it (it restarted empty), every instance goes back to the

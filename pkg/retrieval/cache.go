@@ -285,7 +285,13 @@ func (c *CachedRetriever) decode(raw []byte) (Result, error) {
 }
 
 // Key returns the Redis key of q at a kb version:
-// prefix "ret:" kb ":v" kbVersion ":k" K ":" hex(SHA-256(normalised text)) ":" opts.Version.
+// prefix "ret:{" kb "}:v" kbVersion ":k" K ":" hex(SHA-256(normalised text)) ":" opts.Version.
+// The kb is a Redis Cluster hash tag, the one every key of the kb has
+// (its version key, kbstore's and Versions', and the document sets that
+// list its entries), so that a script reading or dropping an entry with
+// them touches one slot. Entries from before the tag (prefix "ret:" kb
+// ":v…") are never read again and expire by TTL: an upgrade starts the
+// cache empty.
 func (c *CachedRetriever) Key(q Query, version int64) string {
 	head, tail := c.keyParts(q)
 	return head + strconv.FormatInt(version, 10) + tail
@@ -294,7 +300,7 @@ func (c *CachedRetriever) Key(q Query, version int64) string {
 // keyParts are q's key before and after its version.
 func (c *CachedRetriever) keyParts(q Query) (string, string) {
 	sum := sha256.Sum256([]byte(embed.NormalizeQuery(q.Text, c.opts.KeepCase)))
-	return c.opts.Prefix + "ret:" + q.KB + ":v", ":k" + strconv.Itoa(q.K) + ":" + hex.EncodeToString(sum[:]) + ":" + c.opts.Version
+	return c.opts.Prefix + "ret:{" + q.KB + "}:v", ":k" + strconv.Itoa(q.K) + ":" + hex.EncodeToString(sum[:]) + ":" + c.opts.Version
 }
 
 // Stats returns the counters since NewCachedRetriever.

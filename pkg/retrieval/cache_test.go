@@ -95,7 +95,7 @@ func TestCachedRetrieverHitMissAndVersion(t *testing.T) {
 	}
 
 	key := c.Key(q, 1)
-	wantPrefix := prefix(t) + "ret:sluice-docs:v1:k3:"
+	wantPrefix := prefix(t) + "ret:{sluice-docs}:v1:k3:"
 	if !strings.HasPrefix(key, wantPrefix) || !strings.HasSuffix(key, ":local-hash-v1/256") || len(key) != len(wantPrefix)+64+len(":local-hash-v1/256") {
 		t.Errorf("key = %q, want %s<sha256 hex>:local-hash-v1/256", key, wantPrefix)
 	}

@@ -248,7 +248,7 @@ func (s *stack) listChats(ctx context.Context, where string) ([]string, error) {
 // once. A positive gap is charge that never came back.
 func (s *stack) bucketGap(ctx context.Context, tenant string, billed bill) (tokens, requests float64, err error) {
 	level := func(kind string, capacity float64) (float64, error) {
-		raw, err := s.rdb.Get(ctx, s.cfg.Redis.KeyPrefix+"rl2:tenant:"+tenant+":"+kind).Result()
+		raw, err := s.rdb.Get(ctx, s.cfg.Redis.KeyPrefix+"rl3:{t:"+tenant+"}:tenant:"+tenant+":"+kind).Result()
 		if errors.Is(err, redis.Nil) {
 			return capacity, nil
 		}
@@ -276,7 +276,7 @@ func (s *stack) bucketGap(ctx context.Context, tenant string, billed bill) (toke
 // the limiter's reservation hashes.
 func (s *stack) reservationsLeft(ctx context.Context) (int64, error) {
 	var n int64
-	iter := s.rdb.Scan(ctx, 0, s.cfg.Redis.KeyPrefix+"rl2:rb:*", 1000).Iterator()
+	iter := s.rdb.Scan(ctx, 0, s.cfg.Redis.KeyPrefix+"rl3:*:rb:*", 1000).Iterator()
 	for iter.Next(ctx) {
 		l, err := s.rdb.HLen(ctx, iter.Val()).Result()
 		if err != nil {

@@ -67,7 +67,7 @@ func TestRateLimitReservationIsReconciled(t *testing.T) {
 	defer cancel()
 	// Start from a full bucket: it barely refills, and an earlier run
 	// (-count=N) would still be charged.
-	if err := stack.redis.Del(ctx, keyPrefix+"rl2:tenant:slowco:tokens").Err(); err != nil {
+	if err := stack.redis.Del(ctx, keyPrefix+"rl3:{t:slowco}:tenant:slowco:tokens").Err(); err != nil {
 		t.Fatal(err)
 	}
 	s := open(t, ctx, http.MethodPost, "/v1/chat", `{"query":"What is a leased semaphore?","max_tokens":40}`,
@@ -82,7 +82,7 @@ func TestRateLimitReservationIsReconciled(t *testing.T) {
 		t.Fatalf("ended with %+v", last)
 	}
 	result(t, s.id) // finalize, and so the refund, has run
-	raw, err := stack.redis.Get(ctx, keyPrefix+"rl2:tenant:slowco:tokens").Result()
+	raw, err := stack.redis.Get(ctx, keyPrefix+"rl3:{t:slowco}:tenant:slowco:tokens").Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func TestIngestAskDelete(t *testing.T) {
 	}
 	// Something cached for another kb, to check it survives.
 	ask(t, ctx, `{"query":"How does a token bucket refill?","max_tokens":8}`)
-	others, _ := stack.redis.Keys(ctx, keyPrefix+"ret:sluice-docs:*").Result()
+	others, _ := stack.redis.Keys(ctx, keyPrefix+"ret:{sluice-docs}:*").Result()
 	if len(others) == 0 {
 		t.Fatal("no cache entry for the built-in kb")
 	}
@@ -78,15 +78,15 @@ func TestIngestAskDelete(t *testing.T) {
 	if done.KBVersion != 1 || !slices.Contains(done.Sources, "quokka") {
 		t.Fatalf("done %+v: want the quokka document at version 1", done)
 	}
-	if mine, _ := stack.redis.Keys(ctx, keyPrefix+"ret:anonymous/it-animals:*").Result(); len(mine) == 0 {
+	if mine, _ := stack.redis.Keys(ctx, keyPrefix+"ret:{anonymous/it-animals}:*").Result(); len(mine) == 0 {
 		t.Fatal("the answer's retrieval was not cached")
 	}
 
 	doJSON(t, ctx, "DELETE", "/v1/kb/it-animals/documents/quokka", "", nil)
-	if mine, _ := stack.redis.Keys(ctx, keyPrefix+"ret:anonymous/it-animals:*").Result(); len(mine) != 0 {
+	if mine, _ := stack.redis.Keys(ctx, keyPrefix+"ret:{anonymous/it-animals}:*").Result(); len(mine) != 0 {
 		t.Fatalf("cache entries holding the deleted document survive: %v", mine)
 	}
-	if still, _ := stack.redis.Keys(ctx, keyPrefix+"ret:sluice-docs:*").Result(); len(still) < len(others) {
+	if still, _ := stack.redis.Keys(ctx, keyPrefix+"ret:{sluice-docs}:*").Result(); len(still) < len(others) {
 		t.Fatalf("another kb's cache entries went: %d of %d left", len(still), len(others))
 	}
 	done = ask(t, ctx, q)

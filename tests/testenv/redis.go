@@ -85,19 +85,25 @@ func (r *Redis) Restart() error {
 
 var errExited = errors.New("redis-server exited before it was ready")
 
-func launchRedis(bin string, port int) (*Redis, error) {
+// launchRedis starts one redis-server on port, with extra arguments after
+// the common ones (a cluster node's); "{dir}" in them is its directory.
+func launchRedis(bin string, port int, extra ...string) (*Redis, error) {
 	dir, err := os.MkdirTemp("", "sluice-redis-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin,
+	args := []string{
 		"--bind", "127.0.0.1",
 		"--port", strconv.Itoa(port),
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", dir,
 		"--protected-mode", "yes",
-	)
+	}
+	for _, a := range extra {
+		args = append(args, strings.ReplaceAll(a, "{dir}", dir))
+	}
+	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -33,7 +33,9 @@
 --                          held back by its cap
 -- and, by prefix, alive:<id> (waiter liveness mark with a TTL; an entry
 -- whose mark expired belongs to a dead waiter, a zombie, and is skipped) and
--- released:<id> (tombstone of a request that gave back what it held).
+-- released:<id> (tombstone of a request that gave back what it held). The
+-- prefixes carry the pool's hash tag too, so on Redis Cluster the keys a
+-- script builds from them are in the slot of its declared keys.
 --
 -- Ordering is self-clocked fair queuing. A new entry of tenant t starts at
 -- S = max(V, F_t) and finishes at F = S + cost/weight; V moves to the tag of

@@ -1,7 +1,7 @@
 -- Remove a document from a knowledge base and bump its version. Its last
 -- revision is kept for a grace period (requests in flight may still hold
 -- its chunk ids); the retrieval-cache entries that contained it are
--- deleted. See put.lua for the keys.
+-- deleted. See put.lua for the keys, and for those built here.
 -- KEYS[1] version   KEYS[2] docs   KEYS[3] info   KEYS[4] log   KEYS[5] usage
 -- ARGV[1] the kb's key prefix   ARGV[2] document id   ARGV[3] grace ms
 -- Returns {version, 1} when deleted, {version, 0} when there was no such
@@ -17,9 +17,7 @@ local bytes = info and cjson.decode(info).bytes or 0
 if bytes ~= 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -bytes) end
 redis.call('HDEL', KEYS[3], id)
 redis.call('PEXPIRE', kp .. 'rev:' .. id .. ':' .. old, grace)
-local l2 = kp .. 'l2doc:' .. id
-for _, key in ipairs(redis.call('SMEMBERS', l2)) do redis.call('DEL', key) end
-redis.call('DEL', l2)
+drop_cached(kp .. 'l2doc:' .. id, hash_tag(KEYS[1]))
 local version = redis.call('INCR', KEYS[1])
 redis.call('ZADD', KEYS[4], version, id)
 return {version, 1}

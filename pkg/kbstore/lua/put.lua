@@ -11,27 +11,31 @@
 -- all of the kb's older entries are already unreachable, since cache keys
 -- carry the version.
 --
--- Key names are built here from ARGV[1] for the revisions being retired
--- and the cache entries listed in l2 sets: a single Redis (not Cluster)
--- is assumed, as for the limiter; all of a kb's own keys share its hash
--- tag.
+-- Key names are built here from ARGV[1] for the revisions being retired,
+-- and taken from l2 sets for the cache entries: all of them share the
+-- kb's hash tag, so on Redis Cluster they are in the slot of the declared
+-- keys, as a script requires (a listed entry of another tag is left to
+-- expire; see tag.lua). The set of its owner's kb names is in a slot of
+-- its own: the caller adds the name before this runs.
 --
 -- KEYS[1] version   KEYS[2] docs (id -> rev)   KEYS[3] info (id -> JSON)
 -- KEYS[4] log (zset id -> version of its last change)
--- KEYS[5] model     KEYS[6] the set of its owner's kb names (shared, or a tenant's)
--- KEYS[7] epoch: set when the version counter starts (a kb written into a
+-- KEYS[5] model
+-- KEYS[6] epoch: set when the version counter starts (a kb written into a
 -- Redis that restarted empty counts from 1 again, in a new epoch)
--- KEYS[8] usage (hash: bytes, the stored text of its documents, for the
+-- KEYS[7] usage (hash: bytes, the stored text of its documents, for the
 -- owner's ingestion quota; documents are docs' length)
--- KEYS[8+i] the new revision key of document i
+-- KEYS[7+i] the new revision key of document i
 -- ARGV[1] the kb's key prefix ("<prefix>kb:{<name>}:")
--- ARGV[2] kb name (without its owner)   ARGV[3] embedder model   ARGV[4] grace ms
+-- ARGV[2] kb name (without its owner), for errors   ARGV[3] embedder model
+-- ARGV[4] grace ms
 -- ARGV[5] n, then per document: id, rev, info JSON (with its bytes), meta
 -- JSON, vectors
 -- Returns {version, changed_1, ..., changed_n} (1 changed, 0 unchanged),
 -- or an error when the kb is embedded by another model.
 local kp, name, model, grace = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
+local tag = hash_tag(KEYS[1])
 
 local current = redis.call('GET', KEYS[5])
 if current and current ~= model then
@@ -48,18 +52,15 @@ for i = 1, n do
   else
     changed[i] = 1
     any = true
-    redis.call('HSET', KEYS[8 + i], 'meta', ARGV[a + 4], 'vecs', ARGV[a + 5])
+    redis.call('HSET', KEYS[7 + i], 'meta', ARGV[a + 4], 'vecs', ARGV[a + 5])
     redis.call('HSET', KEYS[2], id, rev)
     local before = redis.call('HGET', KEYS[3], id)
     local grown = (cjson.decode(ARGV[a + 3]).bytes or 0) - (before and cjson.decode(before).bytes or 0)
-    if grown ~= 0 then redis.call('HINCRBY', KEYS[8], 'bytes', grown) end
+    if grown ~= 0 then redis.call('HINCRBY', KEYS[7], 'bytes', grown) end
     redis.call('HSET', KEYS[3], id, ARGV[a + 3])
     if old then
       redis.call('PEXPIRE', kp .. 'rev:' .. id .. ':' .. old, grace)
-      local l2 = kp .. 'l2doc:' .. id
-      local entries = redis.call('SMEMBERS', l2)
-      for _, key in ipairs(entries) do redis.call('DEL', key) end
-      redis.call('DEL', l2)
+      drop_cached(kp .. 'l2doc:' .. id, tag)
     end
   end
 end
@@ -68,9 +69,9 @@ if not any then
   return {tonumber(redis.call('GET', KEYS[1]) or '0'), unpack(changed)}
 end
 local version = redis.call('INCR', KEYS[1])
-if version == 1 or redis.call('EXISTS', KEYS[7]) == 0 then
+if version == 1 or redis.call('EXISTS', KEYS[6]) == 0 then
   local t = redis.call('TIME')
-  redis.call('SET', KEYS[7], t[1] .. '.' .. t[2])
+  redis.call('SET', KEYS[6], t[1] .. '.' .. t[2])
 end
 for i = 1, n do
   if changed[i] == 1 then
@@ -78,5 +79,4 @@ for i = 1, n do
   end
 end
 if not current then redis.call('SET', KEYS[5], model) end
-redis.call('SADD', KEYS[6], name)
 return {version, unpack(changed)}

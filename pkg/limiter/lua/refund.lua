@@ -2,7 +2,8 @@
 -- deleted from the batch's reservation hash, so a second call refunds
 -- nothing (and the hash goes when its last field does).
 -- KEYS[1]  the reservation hash (written by reserve.lua)
--- KEYS[2…] the reservation's bucket keys
+-- KEYS[2…] the reservation's bucket keys (of the hash's hash tag: one part
+--          of a reservation, see limiter.go)
 -- ARGV[1]  the reservation's field
 -- ARGV[2]  tokens used (charged to buckets that count tokens)
 -- ARGV[3]  requests used, 0 or 1 (charged to buckets that count requests)

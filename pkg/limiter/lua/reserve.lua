@@ -20,7 +20,10 @@
 -- garbage is collected inside Redis's event loop).
 --
 -- KEYS     every request's bucket keys, in order; then the batch's
---          reservation key (a hash, new for each call)
+--          reservation key (a hash, new for each call). On Redis Cluster
+--          they are all of one bucket group (one hash tag), and a request
+--          with buckets in several groups comes once per group (see the
+--          package doc).
 -- ARGV[1]  m
 -- ARGV[2]  per request: n (one byte), then capacity, refill per second
 --          and cost of each of its n buckets (little-endian doubles)

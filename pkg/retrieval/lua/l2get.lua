@@ -4,8 +4,8 @@
 -- ARGV[1] the entry key up to the version   ARGV[2] the rest of the key
 -- Returns {version, entry or false}; version "0" (unversioned) reads no
 -- entry. The entry key is built here from the version it names, so it is
--- not declared in KEYS: Sluice's Redis is a single instance (a cluster
--- would need the kb's keys in one hash slot).
+-- not declared in KEYS; it has the kb's hash tag, as KEYS[1] has, so on
+-- Redis Cluster it is in the declared key's slot, as a script requires.
 local v = redis.call('GET', KEYS[1]) or '0'
 if v == '0' then
   return {v, false}

@@ -321,7 +321,7 @@ func BareWorkflow(ctx workflow.Context, in BareInput) error {
 func noop(_ context.Context, i int) (int, error) { return i, nil }
 
 type bare struct {
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	llm llm.Streamer
 }
 
@@ -340,7 +340,7 @@ func (b *bare) BareDone(ctx context.Context, id string) error {
 	return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + id, Values: []any{"t", "done"}}).Err()
 }
 
-func bareRun(ctx context.Context, c client.Client, rdb *redis.Client, queue, id string, msgs []openai.Message, maxTokens int, inlineDone bool) (time.Duration, time.Duration, error) {
+func bareRun(ctx context.Context, c client.Client, rdb redis.UniversalClient, queue, id string, msgs []openai.Message, maxTokens int, inlineDone bool) (time.Duration, time.Duration, error) {
 	start := time.Now()
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue, EnableEagerStart: true},
 		BareWorkflow, BareInput{ID: id, Messages: msgs, MaxTokens: maxTokens, InlineDone: inlineDone})

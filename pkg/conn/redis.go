@@ -1,0 +1,125 @@
+package conn
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+)
+
+// redisPoolSize is the connections per Redis node: streams, scripts and
+// blocking reads from many requests at once.
+const redisPoolSize = 256
+
+// NewRedis builds the Redis client cfg describes: a single-node client
+// (redis.addr, or a redis.url without ?addr=), a cluster client
+// (redis.addrs, or a redis.url with ?addr= seeds) or a Sentinel-backed
+// failover client (redis.sentinel). It does not connect; the first command
+// does.
+func NewRedis(cfg config.Redis) (redis.UniversalClient, error) {
+	o, err := RedisOptions(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewUniversalClient(o), nil
+}
+
+// RedisOptions is what NewRedis hands go-redis, from a cfg it validates
+// first. A cluster is marked with IsClusterMode, so that one seed address
+// still gets a cluster client.
+func RedisOptions(cfg config.Redis) (*redis.UniversalOptions, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	o := &redis.UniversalOptions{
+		Username: cfg.Username, Password: cfg.Password, DB: cfg.DB,
+		PoolSize:    redisPoolSize,
+		DialTimeout: cfg.Timeout, ReadTimeout: cfg.Timeout, WriteTimeout: cfg.Timeout,
+		// A caller's deadline (the door's request_timeout) bounds the
+		// network wait too, not only the wait for a connection.
+		ContextTimeoutEnabled: true,
+	}
+	switch {
+	case cfg.Sentinel.MasterName != "":
+		o.MasterName, o.Addrs = cfg.Sentinel.MasterName, cfg.Sentinel.Addrs
+		o.SentinelUsername, o.SentinelPassword = cfg.Sentinel.Username, cfg.Sentinel.Password
+	case len(cfg.Addrs) > 0:
+		o.Addrs, o.IsClusterMode = cfg.Addrs, true
+	case cfg.URL != "":
+		if err := fromURL(o, cfg); err != nil {
+			return nil, err
+		}
+	default:
+		o.Addrs = []string{cfg.Addr}
+	}
+	if cfg.UsesTLS() {
+		var err error
+		if o.TLSConfig, err = TLSConfig(cfg.TLS, "redis.tls"); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// fromURL takes the addresses, credentials and database of redis.url; the
+// url's user and password win over redis.username and redis.password,
+// which config validation allows only to fill in what the url lacks. TLS
+// is set from the url's scheme by the caller (cfg.UsesTLS), with
+// redis.tls's files.
+func fromURL(o *redis.UniversalOptions, cfg config.Redis) error {
+	var user, password string
+	if cfg.Cluster() {
+		co, err := redis.ParseClusterURL(cfg.URL)
+		if err != nil {
+			return urlError(err)
+		}
+		o.Addrs, o.IsClusterMode, user, password = co.Addrs, true, co.Username, co.Password
+	} else {
+		so, err := redis.ParseURL(cfg.URL)
+		if err != nil {
+			return urlError(err)
+		}
+		o.Addrs, o.DB, user, password = []string{so.Addr}, so.DB, so.Username, so.Password
+		if o.DB == 0 {
+			o.DB = cfg.DB
+		}
+	}
+	if user != "" {
+		o.Username = user
+	}
+	if password != "" {
+		o.Password = password
+	}
+	return nil
+}
+
+// urlError reports a bad redis.url without quoting it: it may hold a
+// password.
+func urlError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return errors.New("redis.url: does not parse as a URL")
+	}
+	return fmt.Errorf("redis.url: %w", err)
+}
+
+// RedisTarget says which Redis cfg points at, for logs and errors, without
+// secrets.
+func RedisTarget(cfg config.Redis) string {
+	switch {
+	case cfg.Sentinel.MasterName != "":
+		return fmt.Sprintf("primary %q via sentinels %s (redis.sentinel)", cfg.Sentinel.MasterName, strings.Join(cfg.Sentinel.Addrs, ","))
+	case len(cfg.Addrs) > 0:
+		return fmt.Sprintf("cluster %s (redis.addrs)", strings.Join(cfg.Addrs, ","))
+	case cfg.URL != "":
+		if u, err := url.Parse(cfg.URL); err == nil {
+			return u.Redacted() + " (redis.url)"
+		}
+		return "an unparseable redis.url"
+	}
+	return cfg.Addr + " (redis.addr)"
+}

@@ -1,0 +1,108 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/admission"
+)
+
+type notes struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (n *notes) NotifyGranted(_ context.Context, _, id string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.ids = append(n.ids, id)
+	return nil
+}
+
+// Every admission script (enqueue, pump, release, renew, shed, stats) and
+// the pipelines of the door's reads, on one pool's keys.
+func TestAdmission(t *testing.T) {
+	rdb, prefix := client(t)
+	ctx := context.Background()
+	g, err := admission.New(rdb, admission.Options{KeyPrefix: prefix, Lease: 10 * time.Second, WaiterTTL: 10 * time.Second,
+		MaxQueueDepth: 100, Limits: map[string]int{"short": 1}})
+	ok(t, "new gate", err)
+	r, err := g.Enqueue(ctx, "short", admission.Request{ID: "a", Tenant: "acme", Weight: 3})
+	ok(t, "enqueue a", err)
+	if r.Status != admission.Granted {
+		t.Fatalf("a: %+v, want granted", r)
+	}
+	for _, req := range []admission.Request{
+		{ID: "b", Tenant: "globex", Weight: 3, MaxConcurrent: 2},
+		{ID: "c", Tenant: "initech", Weight: 1, MaxPerTenant: 5},
+		{ID: "d", Tenant: "initech", Weight: 1},
+	} {
+		r, err := g.Enqueue(ctx, "short", req)
+		ok(t, "enqueue "+req.ID, err)
+		if r.Status != admission.Queued {
+			t.Fatalf("%s: %+v, want queued", req.ID, r)
+		}
+	}
+	held, err := g.Renew(ctx, "short", "a")
+	ok(t, "renew", err)
+	if !held {
+		t.Fatal("a lost its permit")
+	}
+	ok(t, "keep alive", g.KeepAlive(ctx, "short", "b", time.Minute))
+	_, _, err = g.Position(ctx, "short", "b")
+	ok(t, "position", err)
+	_, err = g.Stats(ctx, "short")
+	ok(t, "stats", err)
+	qs, err := g.QueueStats(ctx, "short")
+	ok(t, "queue stats", err)
+	if qs.Waiting != 3 || qs.InUse != 1 {
+		t.Fatalf("queue stats %+v, want 1 in use and 3 waiting", qs)
+	}
+	_, _, err = g.Depth(ctx, "short", "initech")
+	ok(t, "depth", err)
+	_, err = g.Backlog(ctx, "short")
+	ok(t, "backlog", err)
+	shed, err := g.Shed(ctx, "short", admission.ShedOptions{Max: 1, Key: "once"})
+	ok(t, "shed", err)
+	if shed.Weight != 1 || len(shed.IDs) != 1 {
+		t.Fatalf("shed %+v, want one of the weight-1 entries", shed)
+	}
+	again, err := g.Shed(ctx, "short", admission.ShedOptions{Max: 1, Key: "once"})
+	ok(t, "shed again with its key", err)
+	if len(again.IDs) != 1 || again.IDs[0] != shed.IDs[0] {
+		t.Fatalf("a shed repeated with its key shed %+v, want the first's %+v", again, shed)
+	}
+	_, err = g.Pump(ctx, "short")
+	ok(t, "pump", err)
+	ok(t, "set limit", g.SetLimit(ctx, "short", 1))
+
+	w, err := admission.NewWaker(ctx, rdb, g)
+	ok(t, "new waker", err)
+	defer w.Close()
+	fast, err := w.Expect(ctx, "b", 10*time.Second)
+	ok(t, "expect", err)
+	rel, err := g.Release(ctx, "short", "a")
+	ok(t, "release", err)
+	if !rel.HeldPermit || len(rel.Woken) != 1 || rel.Woken[0] != "b" {
+		t.Fatalf("release a: %+v, want its permit handed to b", rel)
+	}
+	n := &notes{}
+	ok(t, "wake", admission.Wake(ctx, g, n, "short", rel.Woken))
+	select {
+	case <-fast.C:
+	case <-time.After(5 * time.Second):
+		t.Fatal("b never heard of its grant")
+	}
+	granted, err := fast.End(ctx)
+	ok(t, "end fast wait", err)
+	if !granted || len(n.ids) != 0 {
+		t.Fatalf("b granted %v, signalled %v; want granted over pub/sub, no signal", granted, n.ids)
+	}
+	r, err = g.Enqueue(ctx, "short", admission.Request{ID: "a", Tenant: "acme", Weight: 3})
+	ok(t, "enqueue a released request", err)
+	if r.Status != admission.Gone {
+		t.Fatalf("a after its release: %+v, want gone", r)
+	}
+}

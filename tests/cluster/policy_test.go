@@ -1,0 +1,36 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/policy"
+)
+
+type limits map[string]int
+
+func (l limits) SetLimit(_ context.Context, pool string, n int) error {
+	l[pool] = n
+	return nil
+}
+
+// The live policy's version transaction (counter and epoch together).
+func TestPolicy(t *testing.T) {
+	rdb, prefix := client(t)
+	ctx := context.Background()
+	cfg := config.Default()
+	cfg.Redis.KeyPrefix = prefix
+	gate := limits{}
+	s := policy.NewStore(rdb, cfg, gate, logger(t))
+	out, err := s.Update(ctx, func(p *policy.Policy) bool { p.Pools["short"] = 3; return true })
+	ok(t, "put", err)
+	if out.Version != 1 || gate["short"] != 3 {
+		t.Fatalf("put: version %d, gate %v", out.Version, gate)
+	}
+	other := policy.NewStore(rdb, cfg, limits{}, logger(t))
+	ok(t, "refresh", other.Refresh(ctx))
+	if other.Current().Version != 1 {
+		t.Fatalf("another instance has version %d", other.Current().Version)
+	}
+}
