@@ -459,12 +459,12 @@ func TestDeleteCancelsARequestAtTheDoor(t *testing.T) {
 	// It enters the room before its accepted event is written.
 	var keys []string
 	waitFor(t, "both requests' event streams", func() bool {
-		keys, _ = rdb.Keys(context.Background(), "t:"+t.Name()+":ev:*").Result()
+		keys, _ = rdb.Keys(context.Background(), srv.events.StreamPattern()).Result()
 		return len(keys) == 2
 	})
-	id := strings.TrimPrefix(keys[0], "t:"+t.Name()+":ev:")
+	id, _ := srv.events.RequestID(keys[0])
 	if id == first {
-		id = strings.TrimPrefix(keys[1], "t:"+t.Name()+":ev:")
+		id, _ = srv.events.RequestID(keys[1])
 	}
 	if rec := admin(srv, "DELETE", "/v1/requests/"+id, "k-acme", ""); rec.Code != http.StatusAccepted {
 		t.Fatalf("DELETE: %d %s", rec.Code, rec.Body)

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,7 +135,8 @@ type Failure struct {
 	RetryAfterS int    `json:"retry_after_s,omitempty"`
 }
 
-// Log appends to and reads request event streams.
+// Log appends to and reads request event streams. It is the one place
+// that names the keys of a request's events.
 type Log struct {
 	rdb    redis.UniversalClient
 	prefix string
@@ -144,7 +146,10 @@ type Log struct {
 
 // LogOptions configures a Log.
 type LogOptions struct {
-	// KeyPrefix namespaces the stream keys ("sluice:" gives "sluice:ev:<id>").
+	// KeyPrefix namespaces the keys ("sluice:" gives
+	// "sluice:ev:{ev:<group>}:<id>"). It must not hold a hash tag of its
+	// own: Redis would hash every key by the prefix's tag, putting every
+	// stream in one slot.
 	KeyPrefix string
 	// TTL is how long a stream lives after its last write.
 	TTL time.Duration
@@ -163,13 +168,71 @@ func NewLog(rdb redis.UniversalClient, opts LogOptions) *Log {
 	return &Log{rdb: rdb, prefix: opts.KeyPrefix, ttl: opts.TTL, maxLen: opts.MaxLen}
 }
 
-// Key returns the stream key of a request.
-func (l *Log) Key(requestID string) string { return l.prefix + "ev:" + requestID }
+// streamGroups is how many groups request streams are spread over. A
+// group's keys share a hash tag, {ev:<group>}, so they are in one Redis
+// Cluster slot: the Hub reads all the streams of a group in one XREAD,
+// which a cluster refuses over keys of several slots. Sixteen groups
+// spread the streams over up to sixteen slots (and so over the cluster's
+// masters) for at most sixteen blocking reads per Hub. Changing it moves
+// every request to another key.
+const streamGroups = 16
+
+// groupOf is the stream group of a request: stable across processes and
+// releases, since every writer and reader must agree on it.
+func groupOf(requestID string) int {
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(requestID))
+	return int(f.Sum32() % streamGroups)
+}
+
+// groupTag is the hash tag of a stream group's keys.
+func groupTag(group int) string { return "{ev:" + strconv.Itoa(group) + "}" }
+
+// Key returns the stream key of a request, "<prefix>ev:{ev:<group>}:<id>".
+//
+// Before streams were grouped the key was "<prefix>ev:<id>" (and the stop
+// key "<prefix>stop:<id>"). A reader of the new layout does not find a
+// stream written under the old one, so during a rolling upgrade a client
+// reading a request that an old worker still serves sees no events; the
+// API's liveness check then ends its stream with an error event and the
+// client retries, as after any lost request.
+func (l *Log) Key(requestID string) string {
+	return l.prefix + "ev:" + groupTag(groupOf(requestID)) + ":" + requestID
+}
 
 // StopKey is the request's stop flag: raised to cancel it wherever it is
 // (streaming, or still waiting at the door for its workflow to start),
-// read by whoever runs it with every token, and between tokens.
-func (l *Log) StopKey(requestID string) string { return l.prefix + "stop:" + requestID }
+// read by whoever runs it with every token, and between tokens. It is in
+// its stream's slot, so that one call may write the one and read the
+// other.
+func (l *Log) StopKey(requestID string) string {
+	return l.prefix + "stop:" + groupTag(groupOf(requestID)) + ":" + requestID
+}
+
+// wakeKey is the stream a Hub writes to interrupt its blocking read of a
+// group: one per Hub and group, in the group's slot so that the read can
+// include it, and outside the "ev:" keys so that it is not taken for a
+// request's stream.
+func (l *Log) wakeKey(group int, instance string) string {
+	return l.prefix + "hub:" + groupTag(group) + ":" + instance
+}
+
+// StreamPattern is the KEYS/SCAN pattern of every request stream.
+func (l *Log) StreamPattern() string { return l.prefix + "ev:*" }
+
+// RequestID returns the request whose stream key is key, or ok=false if
+// key is not one Key returns.
+func (l *Log) RequestID(key string) (id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, l.prefix+"ev:")
+	if !ok {
+		return "", false
+	}
+	_, id, ok = strings.Cut(rest, "}:")
+	if !ok || l.Key(id) != key {
+		return "", false
+	}
+	return id, true
+}
 
 // Stop raises the request's stop flag for ttl.
 func (l *Log) Stop(ctx context.Context, requestID string, ttl time.Duration) error {

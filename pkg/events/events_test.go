@@ -29,7 +29,7 @@ func newLog(t *testing.T) (*Log, *redis.Client) {
 
 func startHub(t *testing.T, l *Log, rdb *redis.Client) *Hub {
 	t.Helper()
-	return startHubWith(t, l, rdb, HubOptions{Shards: 2, Block: 500 * time.Millisecond})
+	return startHubWith(t, l, rdb, HubOptions{Block: 500 * time.Millisecond})
 }
 
 func startHubWith(t *testing.T, l *Log, rdb *redis.Client, opts HubOptions) *Hub {

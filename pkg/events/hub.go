@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -15,9 +14,12 @@ import (
 )
 
 // Hub multiplexes every SSE reader of one process onto a few blocking
-// XREAD calls, one per shard, instead of holding one Redis connection per
-// open stream. A new subscriber interrupts its shard's blocked XREAD by
-// writing to the shard's private wake stream, so it is served at once.
+// XREAD calls, one per stream group that has readers, instead of holding
+// one Redis connection per open stream. One XREAD reads keys of one group
+// only, since on Redis Cluster a call's keys must share a slot. A new
+// subscriber interrupts its group's blocked XREAD by writing to the
+// group's wake stream (this Hub's own, in the group's slot), so it is
+// served at once.
 type Hub struct {
 	rdb    redis.UniversalClient
 	log    *Log
@@ -25,13 +27,11 @@ type Hub struct {
 	block  time.Duration
 	count  int64
 	maxBuf int
-	shards []*shard
+	groups []*group
 }
 
 // HubOptions configures a Hub.
 type HubOptions struct {
-	// Shards is the number of concurrent blocking XREADs (connections).
-	Shards int
 	// Block is how long one XREAD blocks; it bounds shutdown time.
 	Block time.Duration
 	// MaxBuffered events per subscriber before it is cut off as too slow
@@ -40,8 +40,11 @@ type HubOptions struct {
 	Logger      *slog.Logger
 }
 
-type shard struct {
+// group is the Hub's reader of one stream group.
+type group struct {
 	wakeKey string
+	// readers receives when a subscriber joins, to start an idle reader.
+	readers chan struct{}
 	mu      sync.Mutex
 	subs    map[string]map[*Subscription]struct{}
 	stopped bool
@@ -49,9 +52,6 @@ type shard struct {
 
 // NewHub returns a Hub reading streams written through log. Call Run.
 func NewHub(rdb redis.UniversalClient, log *Log, opts HubOptions) *Hub {
-	if opts.Shards <= 0 {
-		opts.Shards = 4
-	}
 	if opts.Block <= 0 {
 		opts.Block = 2 * time.Second
 	}
@@ -63,9 +63,10 @@ func NewHub(rdb redis.UniversalClient, log *Log, opts HubOptions) *Hub {
 	}
 	h := &Hub{rdb: rdb, log: log, logger: opts.Logger, block: opts.Block, count: 512, maxBuf: opts.MaxBuffered}
 	instance := strconv.FormatInt(time.Now().UnixNano(), 36)
-	for i := 0; i < opts.Shards; i++ {
-		h.shards = append(h.shards, &shard{
-			wakeKey: fmt.Sprintf("%shub:%s:%d", log.prefix, instance, i),
+	for g := range streamGroups {
+		h.groups = append(h.groups, &group{
+			wakeKey: log.wakeKey(g, instance),
+			readers: make(chan struct{}, 1),
 			subs:    map[string]map[*Subscription]struct{}{},
 		})
 	}
@@ -76,32 +77,39 @@ func NewHub(rdb redis.UniversalClient, log *Log, opts HubOptions) *Hub {
 // gets ErrClosed.
 func (h *Hub) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, s := range h.shards {
+	for _, g := range h.groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.runShard(ctx, s)
+			h.runGroup(ctx, g)
 		}()
 	}
 	wg.Wait()
 	return nil
 }
 
-func (h *Hub) runShard(ctx context.Context, s *shard) {
-	defer s.closeAll(ErrClosed)
-	defer h.rdb.Del(context.Background(), s.wakeKey)
-	// The wake cursor starts at a concrete entry, not "$": a wake written
-	// between two XREADs must still be seen by the next one.
-	wakeCursor, err := h.wake(ctx, s)
-	for err != nil {
-		h.logger.Warn("event hub cannot reach redis", "err", err)
-		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return
+// runGroup reads a group's streams while it has subscribers, and holds
+// no connection while it has none.
+func (h *Hub) runGroup(ctx context.Context, g *group) {
+	defer g.closeAll(ErrClosed)
+	defer h.rdb.Del(context.Background(), g.wakeKey)
+	// The wake cursor is a concrete entry, not "$": a wake written between
+	// two XREADs must still be seen by the next one.
+	var wakeCursor string
+	for g.awaitReaders(ctx) {
+		if wakeCursor == "" {
+			c, err := h.wake(ctx, g)
+			if err != nil {
+				h.logger.Warn("event hub cannot reach redis", "err", err)
+				sleepCtx(ctx, 200*time.Millisecond)
+				continue
+			}
+			wakeCursor = c
 		}
-		wakeCursor, err = h.wake(ctx, s)
-	}
-	for ctx.Err() == nil {
-		streams, starts := s.snapshot(wakeCursor)
+		streams, starts := g.snapshot(wakeCursor)
+		if len(starts) == 0 {
+			continue
+		}
 		res, err := h.rdb.XRead(ctx, &redis.XReadArgs{Streams: streams, Count: h.count, Block: h.block}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
@@ -115,23 +123,41 @@ func (h *Hub) runShard(ctx context.Context, s *shard) {
 			continue
 		}
 		for _, st := range res {
-			if st.Stream == s.wakeKey {
+			if st.Stream == g.wakeKey {
 				if n := len(st.Messages); n > 0 {
 					wakeCursor = st.Messages[n-1].ID
 				}
 				continue
 			}
-			s.deliver(st.Stream, starts[st.Stream], decode(st.Messages), h.maxBuf)
+			g.deliver(st.Stream, starts[st.Stream], decode(st.Messages), h.maxBuf)
 		}
 	}
 }
 
-func (h *Hub) wake(ctx context.Context, s *shard) (string, error) {
+// awaitReaders waits until the group has a subscriber; false when ctx
+// ended first.
+func (g *group) awaitReaders(ctx context.Context) bool {
+	for ctx.Err() == nil {
+		g.mu.Lock()
+		n := len(g.subs)
+		g.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+		case <-g.readers:
+		}
+	}
+	return false
+}
+
+func (h *Hub) wake(ctx context.Context, g *group) (string, error) {
 	pipe := h.rdb.Pipeline()
-	add := pipe.XAdd(ctx, &redis.XAddArgs{Stream: s.wakeKey, MaxLen: 16, Approx: true, Values: []any{"w", 1}})
-	pipe.PExpire(ctx, s.wakeKey, time.Hour)
+	add := pipe.XAdd(ctx, &redis.XAddArgs{Stream: g.wakeKey, MaxLen: 16, Approx: true, Values: []any{"w", 1}})
+	pipe.PExpire(ctx, g.wakeKey, time.Hour)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return "", fmt.Errorf("wake event hub shard: %w", err)
+		return "", fmt.Errorf("wake event hub reader: %w", err)
 	}
 	return add.Val(), nil
 }
@@ -143,48 +169,46 @@ func (h *Hub) Subscribe(ctx context.Context, requestID, afterID string) (*Subscr
 		afterID = "0-0"
 	}
 	key := h.log.Key(requestID)
-	s := h.shardFor(key)
-	sub := &Subscription{hub: h, shard: s, key: key, cursor: afterID, notify: make(chan struct{}, 1)}
-	s.mu.Lock()
-	if s.stopped {
-		s.mu.Unlock()
+	g := h.groups[groupOf(requestID)]
+	sub := &Subscription{hub: h, group: g, key: key, cursor: afterID, notify: make(chan struct{}, 1)}
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if s.subs[key] == nil {
-		s.subs[key] = map[*Subscription]struct{}{}
+	if g.subs[key] == nil {
+		g.subs[key] = map[*Subscription]struct{}{}
 	}
-	s.subs[key][sub] = struct{}{}
-	s.mu.Unlock()
-	// The wake only shortens the wait for the shard's next read (which
+	g.subs[key][sub] = struct{}{}
+	g.mu.Unlock()
+	select {
+	case g.readers <- struct{}{}:
+	default:
+	}
+	// The wake only shortens the wait for the group's next read (which
 	// would otherwise come when its XREAD times out), so the caller need
 	// not wait for it.
 	go func() {
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := h.wake(wctx, s); err != nil {
-			h.logger.Warn("wake event hub shard", "err", err)
+		if _, err := h.wake(wctx, g); err != nil {
+			h.logger.Warn("wake event hub reader", "err", err)
 		}
 	}()
 	return sub, nil
 }
 
-func (h *Hub) shardFor(key string) *shard {
-	f := fnv.New32a()
-	_, _ = f.Write([]byte(key))
-	return h.shards[int(f.Sum32()%uint32(len(h.shards)))]
-}
-
 // snapshot returns the XREAD arguments — each stream read from the lowest
 // cursor of its readers — and that start cursor per stream.
-func (s *shard) snapshot(wakeCursor string) ([]string, map[string]string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.subs)+1)
-	ids := make([]string, 0, len(s.subs)+1)
-	starts := make(map[string]string, len(s.subs))
-	keys = append(keys, s.wakeKey)
+func (g *group) snapshot(wakeCursor string) ([]string, map[string]string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	keys := make([]string, 0, len(g.subs)+1)
+	ids := make([]string, 0, len(g.subs)+1)
+	starts := make(map[string]string, len(g.subs))
+	keys = append(keys, g.wakeKey)
 	ids = append(ids, wakeCursor)
-	for key, subs := range s.subs {
+	for key, subs := range g.subs {
 		var min string
 		for sub := range subs {
 			c := sub.cursorID()
@@ -203,10 +227,10 @@ func (s *shard) snapshot(wakeCursor string) ([]string, map[string]string) {
 // whose cursor is below start joined while the read was in flight: the
 // batch does not cover what it still needs, so it waits for the next read,
 // which starts from its cursor.
-func (s *shard) deliver(key, start string, evs []Event, maxBuf int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for sub := range s.subs[key] {
+func (g *group) deliver(key, start string, evs []Event, maxBuf int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for sub := range g.subs[key] {
 		if start == "" || compareIDs(sub.cursorID(), start) < 0 {
 			continue
 		}
@@ -214,33 +238,33 @@ func (s *shard) deliver(key, start string, evs []Event, maxBuf int) {
 	}
 }
 
-func (s *shard) remove(sub *Subscription) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if subs := s.subs[sub.key]; subs != nil {
+func (g *group) remove(sub *Subscription) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if subs := g.subs[sub.key]; subs != nil {
 		delete(subs, sub)
 		if len(subs) == 0 {
-			delete(s.subs, sub.key)
+			delete(g.subs, sub.key)
 		}
 	}
 }
 
-func (s *shard) closeAll(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.stopped = true
-	for key, subs := range s.subs {
+func (g *group) closeAll(err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stopped = true
+	for key, subs := range g.subs {
 		for sub := range subs {
 			sub.fail(err)
 		}
-		delete(s.subs, key)
+		delete(g.subs, key)
 	}
 }
 
 // Subscription is one reader's view of a request's stream.
 type Subscription struct {
 	hub    *Hub
-	shard  *shard
+	group  *group
 	key    string
 	notify chan struct{}
 
@@ -343,7 +367,7 @@ func (sub *Subscription) Notify() <-chan struct{} { return sub.notify }
 
 // Close stops delivery. It is safe to call more than once.
 func (sub *Subscription) Close() {
-	sub.shard.remove(sub)
+	sub.group.remove(sub)
 	sub.fail(ErrClosed)
 }
 

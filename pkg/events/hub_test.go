@@ -6,19 +6,25 @@ import (
 	"math/big"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
 
 // A reader that stops reading is cut off once its buffer is full, and
 // nobody else waits for it: another reader of the same stream and a reader
-// of another stream on the same shard get every event meanwhile.
+// of another stream of the same group (read by the same XREAD) get every
+// event meanwhile.
 func TestHubCutsOffASlowReaderWithoutBlockingOthers(t *testing.T) {
 	l, rdb := newLog(t)
-	h := startHubWith(t, l, rdb, HubOptions{Shards: 1, Block: 200 * time.Millisecond, MaxBuffered: 20})
+	h := startHubWith(t, l, rdb, HubOptions{Block: 200 * time.Millisecond, MaxBuffered: 20})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
+	const neighbour = "other-4"
+	if groupOf(neighbour) != groupOf("shared") {
+		t.Fatalf("%q is not in the group of %q", neighbour, "shared")
+	}
 	slow, err := h.Subscribe(ctx, "shared", "")
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +35,7 @@ func TestHubCutsOffASlowReaderWithoutBlockingOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer peer.Close()
-	other, err := h.Subscribe(ctx, "other", "")
+	other, err := h.Subscribe(ctx, neighbour, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +48,7 @@ func TestHubCutsOffASlowReaderWithoutBlockingOthers(t *testing.T) {
 		if _, err := l.Append(ctx, "shared", TypeToken, Token{Index: i}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.Append(ctx, "other", TypeToken, Token{Index: i}); err != nil {
+		if _, err := l.Append(ctx, neighbour, TypeToken, Token{Index: i}); err != nil {
 			t.Fatal(err)
 		}
 		for name, sub := range map[string]*Subscription{"peer": peer, "other": other} {
@@ -96,4 +102,82 @@ func FuzzValidID(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The keys of one request, and the wake stream of its group, carry the
+// same hash tag, so Redis Cluster puts them in one slot; the stream key
+// gives back its request.
+func TestKeysOfARequestShareAHashTag(t *testing.T) {
+	l := NewLog(nil, LogOptions{KeyPrefix: "sluice:"})
+	tags := map[string]bool{}
+	for i := range 200 {
+		id := "chat-" + strconv.Itoa(i)
+		key := l.Key(id)
+		tag := hashTag(key)
+		if tag == "" || hashTag(l.StopKey(id)) != tag || hashTag(l.wakeKey(groupOf(id), "x")) != tag {
+			t.Fatalf("%s: stream %q, stop %q and wake %q do not share a hash tag",
+				id, key, l.StopKey(id), l.wakeKey(groupOf(id), "x"))
+		}
+		tags[tag] = true
+		if got, ok := l.RequestID(key); !ok || got != id {
+			t.Fatalf("RequestID(%q) = %q, %v; want %q", key, got, ok, id)
+		}
+	}
+	if len(tags) != streamGroups {
+		t.Fatalf("200 requests in %d groups, want %d", len(tags), streamGroups)
+	}
+	for _, key := range []string{"sluice:ev:x", "sluice:ev:{ev:1}:chat-0", "other:ev:{ev:4}:chat-0", l.StopKey("chat-0")} {
+		if id, ok := l.RequestID(key); ok {
+			t.Errorf("RequestID(%q) = %q, want none", key, id)
+		}
+	}
+}
+
+// hashTag is the part of key Redis Cluster hashes when it has one: the
+// text between its first "{" and the first "}" after it, if not empty.
+func hashTag(key string) string {
+	_, rest, ok := strings.Cut(key, "{")
+	if !ok {
+		return ""
+	}
+	tag, _, ok := strings.Cut(rest, "}")
+	if !ok {
+		return ""
+	}
+	return tag
+}
+
+// Readers of streams in every group are served, each group by its own
+// read.
+func TestHubServesEveryGroup(t *testing.T) {
+	l, rdb := newLog(t)
+	h := startHubWith(t, l, rdb, HubOptions{Block: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	subs := map[string]*Subscription{}
+	groups := map[int]bool{}
+	for i := 0; len(groups) < streamGroups; i++ {
+		id := "r" + strconv.Itoa(i)
+		if groups[groupOf(id)] {
+			continue
+		}
+		groups[groupOf(id)] = true
+		sub, err := h.Subscribe(ctx, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		subs[id] = sub
+	}
+	for id := range subs {
+		if _, err := l.Append(ctx, id, TypeToken, Token{Text: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, sub := range subs {
+		evs, err := sub.Next(ctx)
+		if err != nil || len(evs) != 1 || !strings.Contains(string(evs[0].Data), id) {
+			t.Fatalf("%s (group %d): %+v, %v", id, groupOf(id), evs, err)
+		}
+	}
 }

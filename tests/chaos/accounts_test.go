@@ -98,7 +98,7 @@ func (s *stack) billOf(ctx context.Context, id, tenant string) (bill, error) {
 
 // tokensStreamed counts the token events in a request's event stream.
 func (s *stack) tokensStreamed(ctx context.Context, id string) int {
-	entries, err := s.rdb.XRange(ctx, s.cfg.Redis.KeyPrefix+"ev:"+id, "-", "+").Result()
+	entries, err := s.rdb.XRange(ctx, events.NewLog(s.rdb, events.LogOptions{KeyPrefix: s.cfg.Redis.KeyPrefix}).Key(id), "-", "+").Result()
 	if err != nil {
 		return -1
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -274,8 +275,9 @@ func TestOpenAIRawStreamShowsQueueAsComments(t *testing.T) {
 func TestOpenAINonStreamingDisconnectCancels(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	log := events.NewLog(stack.redis, events.LogOptions{KeyPrefix: keyPrefix})
 	before := map[string]bool{}
-	keys, err := stack.redis.Keys(ctx, keyPrefix+"ev:chat-*").Result()
+	keys, err := stack.redis.Keys(ctx, log.StreamPattern()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +300,7 @@ func TestOpenAINonStreamingDisconnectCancels(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatal("the request never started")
 		}
-		keys, _ := stack.redis.Keys(ctx, keyPrefix+"ev:chat-*").Result()
+		keys, _ := stack.redis.Keys(ctx, log.StreamPattern()).Result()
 		for _, k := range keys {
 			if !before[k] {
 				key = k
@@ -306,7 +308,7 @@ func TestOpenAINonStreamingDisconnectCancels(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	id := strings.TrimPrefix(key, keyPrefix+"ev:")
+	id, _ := log.RequestID(key)
 	// Leave once tokens flow.
 	for {
 		evs, err := stack.redis.XRange(ctx, key, "-", "+").Result()
