@@ -589,9 +589,24 @@ func checkDependencies(t *testing.T, what string, cfg config.Config, externalSto
 		field, addr string
 		inStack     bool
 	}
-	deps := []dep{
-		{"temporal.host_port", cfg.Temporal.HostPort, !externalStores},
-		{"redis.addr", cfg.Redis.Addr, !externalStores},
+	deps := []dep{{"temporal.host_port", cfg.Temporal.HostPort, !externalStores}}
+	// Redis is one address, a Cluster's seeds, a URL or Sentinels: each
+	// must name a service of the stack (or, externalStores, none).
+	switch r := cfg.Redis; {
+	case r.Addr != "":
+		deps = append(deps, dep{"redis.addr", r.Addr, !externalStores})
+	case r.URL != "":
+		if u, err := url.Parse(r.URL); err != nil {
+			t.Errorf("%s: redis.url %q: %v", what, r.URL, err)
+		} else {
+			deps = append(deps, dep{"redis.url", u.Host, !externalStores})
+		}
+	}
+	for i, a := range cfg.Redis.Addrs {
+		deps = append(deps, dep{fmt.Sprintf("redis.addrs[%d]", i), a, !externalStores})
+	}
+	for i, a := range cfg.Redis.Sentinel.Addrs {
+		deps = append(deps, dep{fmt.Sprintf("redis.sentinel.addrs[%d]", i), a, !externalStores})
 	}
 	for i, e := range cfg.Pools.Short.Endpoints {
 		deps = append(deps, dep{fmt.Sprintf("pools.short.endpoints[%d]", i), e, true})
