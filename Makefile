@@ -134,3 +134,11 @@ $(TEMPORAL_UI):
 # everything. See deploy/cluster/README.md.
 run-cluster: need $(TEMPORAL) temporal-server temporal-ui build
 	@deploy/cluster/run.sh
+
+# Two APIs and two workers as real processes on the real Temporal server
+# and the Redis Cluster: no over-admission across instances, a stream
+# resumed on the other API after kill -9, a killed worker's activities
+# moving to the other (tests/multi; about a minute).
+.PHONY: test-cluster
+test-cluster: need $(TEMPORAL) temporal-server build
+	SLUICE_MULTI=1 $(GO) test -count=1 -timeout 20m -v ./tests/multi/

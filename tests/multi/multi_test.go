@@ -1,0 +1,280 @@
+package multi
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// settleBound is how long the stack may take, once the clients are
+// done, to give back every permit and finish every workflow: a dead
+// holder's lease (5 s) and a heartbeat timeout (4 s), with room for a
+// busy machine.
+const settleBound = time.Minute
+
+// checkSettled fails the test for any permit held, queue place taken or
+// chat workflow running once the stack has settled.
+func checkSettled(t *testing.T, s *stack) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.waitPoolsIdle(ctx, settleBound); err != nil {
+		t.Errorf("left in use: %v", err)
+	}
+	n, err := s.runningChats(ctx, settleBound)
+	switch {
+	case err != nil:
+		t.Error(err)
+	case n > 0:
+		t.Errorf("%d chat workflows still running after %s", n, settleBound)
+	}
+}
+
+// poolWatch samples, until its context ends, the short pool's permits in
+// Redis (as every process sees them) and the requests the simulators run.
+type poolWatch struct {
+	done                          chan struct{}
+	samples, maxInUse, maxRunning int
+	err                           error
+}
+
+func (s *stack) watchShortPool(ctx context.Context) *poolWatch {
+	w := &poolWatch{done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			st, err := s.gate.Stats(ctx, "short")
+			if err != nil && ctx.Err() == nil && w.err == nil {
+				w.err = err
+			}
+			running := 0
+			for _, sim := range s.sims {
+				running += sim.Stats().Running
+			}
+			w.samples++
+			w.maxInUse, w.maxRunning = max(w.maxInUse, st.InUse), max(w.maxRunning, running)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return w
+}
+
+// check waits for the watch to end (its context must be done) and fails
+// the test if more than the short pool's limit was ever in use or
+// running at once.
+func (w *poolWatch) check(t *testing.T) {
+	t.Helper()
+	<-w.done
+	t.Logf("%d samples: at most %d short permits in use (limit %d), at most %d requests running on the simulators",
+		w.samples, w.maxInUse, shortLimit, w.maxRunning)
+	if w.err != nil {
+		t.Errorf("read the short pool's permits: %v", w.err)
+	}
+	if w.maxInUse > shortLimit {
+		t.Errorf("%d short permits in use at once; the limit is %d", w.maxInUse, shortLimit)
+	}
+	if w.maxRunning > shortLimit {
+		t.Errorf("the simulators ran %d requests at once; the short pool's limit is %d", w.maxRunning, shortLimit)
+	}
+	if w.maxInUse == 0 {
+		t.Error("no permit was ever seen in use: the watch saw no load")
+	}
+}
+
+// TestNoOverAdmissionAcrossInstances sends forty requests at once, half
+// through each API, to a pool of three permits that two workers admit
+// from, and watches the permits in Redis and the requests the simulators
+// run all along: never more than three at a time, whichever process
+// admitted them.
+func TestNoOverAdmissionAcrossInstances(t *testing.T) {
+	s := stackFor(t)
+	const clients = 40
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	w := s.watchShortPool(ctx)
+
+	start := time.Now()
+	results := make([]*result, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = s.send(context.Background(), s.apis[i%2], request{maxTokens: 30, bound: 90 * time.Second})
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	cancel()
+
+	t.Logf("%d requests over 2 APIs and 2 workers in %s: %s", clients, took.Round(time.Millisecond), tally(results))
+	w.check(t)
+	for _, r := range results {
+		if !r.ended() {
+			t.Errorf("no terminal event: %s", r.summary())
+		}
+	}
+	checkSettled(t, s)
+}
+
+// TestAPIKilledClientResumesOnTheOther starts a long answer through API
+// 1, reads some of it, kills API 1 with SIGKILL, and resumes through API
+// 2 after the last event id seen: the rest of the answer arrives, every
+// token once and in order, and ends with done. API 1 is started again
+// afterwards, on its address, for the tests that follow.
+func TestAPIKilledClientResumesOnTheOther(t *testing.T) {
+	s := stackFor(t)
+	const before = 20
+	api1, api2 := s.apis[0], s.apis[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(func() {
+		if api1.cmd != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.restartAPI(ctx, api1); err != nil {
+			t.Errorf("restart %s: %v", api1.name, err)
+		}
+	})
+
+	start := time.Now()
+	r := &result{key: apiKey(int(keyTurn.Add(1)))}
+	body, err := r.post(ctx, s, api1, request{query: defaultQuery, maxTokens: 400})
+	if err != nil {
+		t.Fatalf("post through %s: %v", api1.name, err)
+	}
+	r.read(body, before)
+	if r.tokens < before || r.terminal != "" {
+		body.Close()
+		t.Fatalf("wanted %d tokens through %s before killing it, got %s", before, api1.name, r.summary())
+	}
+	if err := api1.kill(); err != nil {
+		t.Fatal(err)
+	}
+	// What was already in flight on the dead connection: read to its
+	// end, counted like the rest (it belongs to the same stream).
+	r.read(body, -1)
+	body.Close()
+	cut := r.tokens
+	r.err = nil
+	t.Logf("%s: %d tokens read, then %s killed (last event id %s)", r.id, cut, api1.name, r.lastID)
+	if r.terminal != "" {
+		t.Fatalf("the answer ended before %s was killed: %s; make it longer", api1.name, r.summary())
+	}
+
+	resumed, err := r.resume(ctx, s, api2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.read(resumed, -1)
+	resumed.Close()
+	r.took = time.Since(start)
+	if ctx.Err() != nil && r.terminal == "" {
+		r.hung = true
+	}
+	t.Logf("resumed on %s: %s, %d tokens after the cut, finish %q, %d completion tokens billed", api2.name, r.summary(), r.tokens-cut, r.finish, r.completion)
+	if r.err != nil || r.terminal != "done" || len(r.violations) > 0 {
+		t.Errorf("the resumed stream did not bring the whole answer once: %s", r.summary())
+	}
+	if r.tokens <= cut {
+		t.Errorf("no token after the resume (%d before it)", cut)
+	}
+	if r.completion != 0 && r.completion != r.tokens {
+		t.Errorf("the client read %d tokens; the request was billed %d completion tokens", r.tokens, r.completion)
+	}
+	checkSettled(t, s)
+}
+
+// TestWorkerKilledActivitiesMove runs a closed loop of long answers
+// through both APIs, kills worker 1 with SIGKILL mid-load, and checks
+// that every request still ends (answered, or a terminal error such as
+// stream_interrupted), that new requests are answered by worker 2 alone,
+// and that nothing is left in use. Worker 1 is started again afterwards.
+func TestWorkerKilledActivitiesMove(t *testing.T) {
+	s := stackFor(t)
+	w1 := s.workers[0]
+	t.Cleanup(func() {
+		if w1.cmd == nil {
+			if err := w1.start(); err != nil {
+				t.Errorf("restart %s: %v", w1.name, err)
+			}
+		}
+	})
+	const clients = 8
+	q := request{maxTokens: 200, bound: 2 * time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := s.watchShortPool(ctx)
+
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var during []*result
+	var wg sync.WaitGroup
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r := s.send(context.Background(), s.apis[(i+n)%2], q)
+				mu.Lock()
+				during = append(during, r)
+				mu.Unlock()
+				if r.status != http.StatusOK {
+					time.Sleep(200 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	time.Sleep(5 * time.Second)
+	// Both workers take activities: worker 1 has some to lose.
+	if n, err := s.activityPollers(ctx); err != nil || n < 2 {
+		t.Errorf("before the kill, %d workers poll for activities (want 2): %v", n, err)
+	}
+	killedAt := time.Now()
+	if err := w1.kill(); err != nil {
+		close(stop)
+		wg.Wait()
+		t.Fatal(err)
+	}
+	t.Logf("%s killed with %d clients running", w1.name, clients)
+	time.Sleep(10 * time.Second)
+	close(stop)
+	wg.Wait()
+	cancel()
+	t.Logf("during the load (%d requests, last one ended %s after the kill): %s",
+		len(during), time.Since(killedAt).Round(time.Millisecond), tally(during))
+	w.check(t)
+	for _, r := range during {
+		if !r.ended() {
+			t.Errorf("no terminal event: %s", r.summary())
+		}
+	}
+
+	// Only worker 2 is left: new requests through both APIs.
+	var after []*result
+	for i := range 6 {
+		after = append(after, s.send(context.Background(), s.apis[i%2], request{maxTokens: 20, bound: time.Minute}))
+	}
+	t.Logf("after the kill, worker 2 alone: %s", tally(after))
+	for _, r := range after {
+		if r.terminal != "done" || len(r.violations) > 0 {
+			t.Errorf("not answered with one worker left: %s", r.summary())
+		}
+	}
+	checkSettled(t, s)
+}

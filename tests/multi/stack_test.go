@@ -1,0 +1,474 @@
+package multi
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/workflows"
+)
+
+// shortLimit is the short pool's max_concurrency: small, so that forty
+// requests over two APIs and two workers contend for it.
+const shortLimit = 3
+
+// stack is the whole deployment and the test's own clients of it.
+type stack struct {
+	dir      string
+	cfg      config.Config
+	temporal *testenv.TemporalServer
+	cluster  *testenv.RedisCluster
+	sims     [2]*llmsim.Server
+	apis     [2]*proc
+	workers  [2]*proc
+
+	rdb  *redis.ClusterClient
+	gate *admission.Gate
+	tc   client.Client
+	http *http.Client
+
+	closers []func()
+}
+
+// launchStack starts every part; on error the caller closes what it
+// returns (it may be partly started).
+func launchStack(ctx context.Context) (*stack, error) {
+	dir, err := os.MkdirTemp("", "sluice-multi-")
+	if err != nil {
+		return nil, err
+	}
+	s := &stack{dir: dir}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return s, err
+	}
+	apiBin, workerBin := filepath.Join(root, "bin", "sluice-api"), filepath.Join(root, "bin", "sluice-worker")
+	for _, b := range []string{apiBin, workerBin} {
+		if _, err := os.Stat(b); err != nil {
+			return s, fmt.Errorf("%s is missing: run `make build` (make test-cluster does): %w", b, err)
+		}
+	}
+	tlog, err := os.Create(filepath.Join(dir, "temporal-server.log"))
+	if err != nil {
+		return s, err
+	}
+	s.closers = append(s.closers, func() { _ = tlog.Close() })
+	if s.temporal, err = testenv.LaunchTemporalServer(ctx, workflows.SearchAttributeNames, tlog); err != nil {
+		return s, fmt.Errorf("temporal server: %w", err)
+	}
+	if s.cluster, err = testenv.LaunchRedisCluster(ctx); err != nil {
+		return s, fmt.Errorf("redis cluster: %w", err)
+	}
+	urls, err := s.startSimulators()
+	if err != nil {
+		return s, err
+	}
+	s.cfg = multiConfig(s.cluster.Addrs, s.temporal.HostPort, urls)
+	if err := s.cfg.Validate(); err != nil {
+		return s, err
+	}
+	if err := s.connect(ctx); err != nil {
+		return s, err
+	}
+	for i := range s.workers {
+		p, err := newProc(dir, fmt.Sprintf("worker%d", i+1), workerBin, s.cfg)
+		if err != nil {
+			return s, err
+		}
+		s.workers[i] = p
+		if err := p.start(); err != nil {
+			return s, err
+		}
+	}
+	for i := range s.apis {
+		cfg := s.cfg
+		if cfg.API.Addr, err = freeAddr(); err != nil {
+			return s, err
+		}
+		p, err := newProc(dir, fmt.Sprintf("api%d", i+1), apiBin, cfg)
+		if err != nil {
+			return s, err
+		}
+		p.url = "http://" + cfg.API.Addr
+		s.apis[i] = p
+		if err := p.start(); err != nil {
+			return s, err
+		}
+	}
+	for _, a := range s.apis {
+		if err := s.waitAnswered(ctx, a); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// multiConfig is the configuration of every process: no worker inside an
+// API process (killing an API must not kill activities), deadlines short
+// enough that a dead process is noticed within seconds, and rate limits
+// too generous to refuse anything.
+func multiConfig(redisAddrs []string, temporalHostPort string, simURLs []string) config.Config {
+	cfg := config.Default()
+	cfg.Redis.Addr = ""
+	cfg.Redis.Addrs = redisAddrs
+	cfg.Temporal.HostPort = temporalHostPort
+	cfg.API.EmbeddedWorker = false
+	// Eager start hands the first workflow task to a worker in the API
+	// process; there is none.
+	cfg.Temporal.EagerStart = false
+	cfg.API.DisconnectGrace = 5 * time.Second
+	cfg.API.QueuePollInterval = 200 * time.Millisecond
+	cfg.API.MaxConnsPerIP = 4096
+	cfg.API.MaxConns = 8192
+	cfg.Admission.MaxWait = 45 * time.Second
+	// A killed worker's permits come back within a lease.
+	cfg.Admission.Lease = 5 * time.Second
+	cfg.Pools.Short.MaxConcurrency = shortLimit
+	cfg.Pools.Long.MaxConcurrency = 2
+	for _, p := range []*config.Pool{&cfg.Pools.Short, &cfg.Pools.Long} {
+		p.Endpoints = simURLs
+		p.MaxWait = 45 * time.Second
+		p.ConnectTimeout = time.Second
+		p.FirstTokenTimeout = 5 * time.Second
+		p.TokenIdleTimeout = 3 * time.Second
+		p.Breaker.SlowFirstToken = 2 * time.Second
+	}
+	cfg.LLM.HeartbeatTimeout = 4 * time.Second
+	cfg.LLM.Timeout = time.Minute
+	cfg.Healing.Enabled = false
+	// Two workers on one machine: neither serves metrics on a port.
+	cfg.Metrics.WorkerAddr = ""
+	cfg.Log.Level = "warn"
+	cfg.Limits.Tiers[tierName] = config.Tier{
+		Weight: 3, MaxWait: 45 * time.Second,
+		Tenant: config.Rate{TokensPerMinute: 1e9, TokenBurst: 1e9, RequestsPerMinute: 1e6, RequestBurst: 1e6},
+	}
+	cfg.Auth.APIKeys = nil
+	for i := range keyCount {
+		cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, config.APIKey{Key: apiKey(i), Tenant: tenant, User: apiKey(i), Tier: tierName})
+	}
+	return cfg
+}
+
+const (
+	tenant   = "multi"
+	tierName = "multi"
+	// keyCount: requests take turns among this many keys, so that no key
+	// reaches a per-key abuse limit.
+	keyCount = 32
+)
+
+func apiKey(i int) string { return fmt.Sprintf("k-multi-%d", i%keyCount) }
+
+// startSimulators starts two simulator endpoints in this process:
+// real-time decoding (about 60 tokens a second per sequence), answers of
+// 300 to 400 tokens unless max_tokens cuts them.
+func (s *stack) startSimulators() ([]string, error) {
+	urls := make([]string, len(s.sims))
+	for i := range s.sims {
+		c := llmsim.DefaultConfig()
+		c.AnswerMinTokens, c.AnswerMaxTokens = 300, 400
+		c.Seed = int64(i + 1)
+		sim, err := llmsim.New(c, nil)
+		if err != nil {
+			return nil, err
+		}
+		srv := httptest.NewServer(sim.Handler())
+		s.closers = append(s.closers, func() { srv.CloseClientConnections(); srv.Close(); sim.Close() })
+		s.sims[i], urls[i] = sim, srv.URL
+	}
+	return urls, nil
+}
+
+// connect makes the test's own clients: the cluster, the admission gate
+// over it (to read permits and queues as the processes see them) and
+// Temporal.
+func (s *stack) connect(ctx context.Context) error {
+	s.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: s.cluster.Addrs})
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping redis cluster: %w", err)
+	}
+	gate, err := admission.New(s.rdb, admission.Options{
+		KeyPrefix: s.cfg.Redis.KeyPrefix, Lease: s.cfg.Admission.Lease, WaiterTTL: time.Minute,
+		MaxQueueDepth: s.cfg.Admission.MaxQueueDepth,
+		Limits:        map[string]int{"short": s.cfg.Pools.Short.MaxConcurrency, "long": s.cfg.Pools.Long.MaxConcurrency},
+	})
+	if err != nil {
+		return err
+	}
+	s.gate = gate
+	tc, err := client.DialContext(ctx, client.Options{HostPort: s.temporal.HostPort, Namespace: s.cfg.Temporal.Namespace, Logger: quietTemporal{}})
+	if err != nil {
+		return fmt.Errorf("dial temporal: %w", err)
+	}
+	s.tc = tc
+	s.http = &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, DisableCompression: true}}
+	return nil
+}
+
+// waitAnswered waits until the API answers a small request to the end:
+// it listens, and a worker polls.
+func (s *stack) waitAnswered(ctx context.Context, api *proc) error {
+	for {
+		r := s.send(ctx, api, request{maxTokens: 4, bound: 20 * time.Second})
+		if r.terminal == "done" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not answering: last request %s", api.name, r.summary())
+		case <-api.exited:
+			return fmt.Errorf("%s exited: %s", api.name, tail(api.logPath, 20))
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// close stops every process and server; failed shows the ends of the
+// processes' logs.
+func (s *stack) close(failed bool) {
+	for _, p := range append(s.apis[:], s.workers[:]...) {
+		if p != nil {
+			p.stop()
+		}
+	}
+	if failed {
+		for _, p := range append(s.apis[:], s.workers[:]...) {
+			if p != nil {
+				fmt.Fprintf(os.Stderr, "--- last lines of %s:\n%s\n", p.logPath, tail(p.logPath, 40))
+			}
+		}
+		fmt.Fprintf(os.Stderr, "--- last lines of temporal-server.log:\n%s\n", tail(filepath.Join(s.dir, "temporal-server.log"), 5))
+	}
+	if s.tc != nil {
+		s.tc.Close()
+	}
+	if s.rdb != nil {
+		_ = s.rdb.Close()
+	}
+	if s.temporal != nil {
+		if err := s.temporal.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+	for _, c := range s.closers {
+		c()
+	}
+	if s.cluster != nil {
+		s.cluster.Stop()
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+// waitPoolsIdle waits until no pool has a permit held (expired ones count
+// until reclaimed) or anyone queued.
+func (s *stack) waitPoolsIdle(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		var busy []string
+		for _, pool := range s.gate.Pools() {
+			st, err := s.gate.Stats(ctx, pool)
+			if err != nil {
+				busy = append(busy, fmt.Sprintf("pool %s: %v", pool, err))
+				continue
+			}
+			if st.InUse != 0 || st.Waiting != 0 {
+				busy = append(busy, fmt.Sprintf("pool %s: %d permits held, %d queued", pool, st.InUse, st.Waiting))
+			}
+		}
+		if len(busy) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %s: %s", within, strings.Join(busy, "; "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// runningChats waits up to within for no chat workflow to be running and
+// returns how many still are.
+func (s *stack) runningChats(ctx context.Context, within time.Duration) (int64, error) {
+	deadline := time.Now().Add(within)
+	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.ChatWorkflowName)
+	for {
+		resp, err := s.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: s.cfg.Temporal.Namespace, Query: q})
+		if err != nil && time.Now().After(deadline) {
+			return 0, fmt.Errorf("count running chat workflows: %w", err)
+		}
+		if err == nil && (resp.GetCount() == 0 || time.Now().After(deadline)) {
+			return resp.GetCount(), nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// activityPollers counts the distinct identities polling the chat task
+// queue for activities: two while both workers are up.
+func (s *stack) activityPollers(ctx context.Context) (int, error) {
+	resp, err := s.tc.DescribeTaskQueue(ctx, s.cfg.Temporal.TaskQueue, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+	if err != nil {
+		return 0, fmt.Errorf("describe task queue %s: %w", s.cfg.Temporal.TaskQueue, err)
+	}
+	ids := map[string]bool{}
+	for _, p := range resp.GetPollers() {
+		ids[p.GetIdentity()] = true
+	}
+	return len(ids), nil
+}
+
+// proc is a sluice-api or sluice-worker running as its own OS process,
+// configured by a YAML file, that a test can kill -9 and start again
+// (an API on the same address).
+type proc struct {
+	name    string
+	bin     string
+	cfgPath string
+	logPath string
+	url     string // an API's base URL
+	cmd     *exec.Cmd
+	exited  chan struct{}
+}
+
+func newProc(dir, name, bin string, cfg config.Config) (*proc, error) {
+	raw, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("write %s config: %w", name, err)
+	}
+	p := &proc{name: name, bin: bin, cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log")}
+	if err := os.WriteFile(p.cfgPath, raw, 0o600); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// start runs the process; its output is appended to its log, one file
+// across restarts.
+func (p *proc) start() error {
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(p.bin, "-config", p.cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The file is the whole configuration: the config loader refuses a
+	// SLUICE_* variable it does not know (SLUICE_MULTI).
+	cmd.Env = cleanEnv()
+	if err := cmd.Start(); err != nil {
+		_ = logf.Close()
+		return fmt.Errorf("start %s: %w", p.name, err)
+	}
+	p.cmd = cmd
+	exited := make(chan struct{})
+	p.exited = exited
+	go func() {
+		_ = cmd.Wait()
+		_ = logf.Close()
+		close(exited)
+	}()
+	return nil
+}
+
+// kill sends SIGKILL: the process dies mid-whatever, without closing a
+// stream, finishing an activity or releasing a permit.
+func (p *proc) kill() error {
+	if p.cmd == nil {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill -9 %s (%d): %w", p.name, p.cmd.Process.Pid, err)
+	}
+	<-p.exited
+	p.cmd = nil
+	return nil
+}
+
+// stop ends the process with SIGTERM, or kills it after 20 s.
+func (p *proc) stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		_ = p.kill()
+	}
+	p.cmd = nil
+}
+
+// restartAPI starts a killed API again on its address and waits until
+// it answers.
+func (s *stack) restartAPI(ctx context.Context, p *proc) error {
+	if err := p.start(); err != nil {
+		return err
+	}
+	return s.waitAnswered(ctx, p)
+}
+
+// cleanEnv is this process's environment without SLUICE_* variables.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SLUICE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// freeAddr is a loopback address with a port free right now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// tail is the last n lines of a log file.
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// quietTemporal keeps the test's own Temporal client quiet.
+type quietTemporal struct{}
+
+func (quietTemporal) Debug(string, ...any) {}
+func (quietTemporal) Info(string, ...any)  {}
+func (quietTemporal) Warn(string, ...any)  {}
+func (quietTemporal) Error(string, ...any) {}
