@@ -7,9 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"go.temporal.io/api/workflowservice/v1"
-
-	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/tests/settle"
 )
 
 // settleBound is how long the stack may take, after a scenario's load
@@ -25,10 +23,10 @@ const settleBound = time.Minute
 // nothing.
 func (s *stack) leftovers(ctx context.Context, tenants ...string) []string {
 	var lost []string
-	if err := s.waitPoolsIdle(ctx, settleBound); err != nil {
+	if err := settle.PoolsIdle(ctx, s.gate, settleBound); err != nil {
 		lost = append(lost, err.Error())
 	}
-	n, err := s.runningChats(ctx, settleBound)
+	n, err := settle.RunningChats(ctx, s.tc, s.cfg.Temporal.Namespace, settleBound)
 	switch {
 	case err != nil:
 		lost = append(lost, err.Error())
@@ -46,49 +44,6 @@ func (s *stack) leftovers(ctx context.Context, tenants ...string) []string {
 		lost = append(lost, fmt.Sprintf("%d reservations never refunded (still in the limiter's hashes)", left))
 	}
 	return lost
-}
-
-// waitPoolsIdle waits until every pool has no permit held (expired ones
-// count until reclaimed) and nobody queued.
-func (s *stack) waitPoolsIdle(ctx context.Context, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		var busy []string
-		for _, pool := range s.gate.Pools() {
-			st, err := s.gate.Stats(ctx, pool)
-			if err != nil {
-				busy = append(busy, fmt.Sprintf("pool %s: %v", pool, err))
-				continue
-			}
-			if st.InUse != 0 || st.Waiting != 0 {
-				busy = append(busy, fmt.Sprintf("pool %s: %d permits held, %d queued", pool, st.InUse, st.Waiting))
-			}
-		}
-		if len(busy) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s: %s", within, strings.Join(busy, "; "))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// runningChats waits up to within for no chat workflow to be running and
-// returns how many still are.
-func (s *stack) runningChats(ctx context.Context, within time.Duration) (int64, error) {
-	deadline := time.Now().Add(within)
-	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.ChatWorkflowName)
-	for {
-		resp, err := s.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: s.cfg.Temporal.Namespace, Query: q})
-		if err != nil && time.Now().After(deadline) {
-			return 0, fmt.Errorf("count running chat workflows: %w", err)
-		}
-		if err == nil && (resp.GetCount() == 0 || time.Now().After(deadline)) {
-			return resp.GetCount(), nil
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 // unsettled checks one tenant's reservations against its requests' bills.

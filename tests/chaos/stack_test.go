@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -252,7 +250,7 @@ func (s *stack) connect(ctx context.Context) {
 	}
 	s.gate = gate
 	tc, err := client.DialContext(ctx, client.Options{HostPort: s.temporal.HostPort, Namespace: s.cfg.Temporal.Namespace,
-		Logger: quietTemporal{}})
+		Logger: testenv.QuietLogger{}})
 	if err != nil {
 		s.t.Fatalf("dial temporal: %v", err)
 	}
@@ -334,37 +332,7 @@ func (s *stack) close() {
 	}
 }
 
-// showTail logs the last n lines of a log file.
+// showTail logs the last n lines of a log file (from its panic, if any).
 func showTail(t *testing.T, path string, n int) {
-	f, err := os.Open(path)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	// A panic's message comes before its stack: show from it.
-	for i, l := range lines {
-		if strings.HasPrefix(l, "panic:") {
-			lines = lines[i:min(i+n, len(lines))]
-			break
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	t.Logf("last lines of %s:\n%s", filepath.Base(path), strings.Join(lines, "\n"))
+	t.Logf("last lines of %s:\n%s", filepath.Base(path), testenv.Tail(path, n))
 }
-
-// quietTemporal keeps the test's own Temporal client from logging the
-// reconnects a restarted server causes.
-type quietTemporal struct{}
-
-func (quietTemporal) Debug(string, ...any) {}
-func (quietTemporal) Info(string, ...any)  {}
-func (quietTemporal) Warn(string, ...any)  {}
-func (quietTemporal) Error(string, ...any) {}

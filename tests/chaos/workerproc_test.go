@@ -90,7 +90,7 @@ func (w *workerProcess) start() error {
 	// The file is the whole configuration: a SLUICE_* variable of the
 	// test's environment would override it, or stop the worker if the
 	// config loader does not know it (SLUICE_CHAOS).
-	cmd.Env = cleanEnv()
+	cmd.Env = testenv.CleanEnv()
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		return fmt.Errorf("start sluice-worker: %w", err)
@@ -131,16 +131,4 @@ func (w *workerProcess) stop() {
 		_ = w.kill()
 	}
 	w.cmd = nil
-}
-
-// cleanEnv is this process's environment without SLUICE_* variables.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if len(kv) >= 7 && kv[:7] == "SLUICE_" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
 }

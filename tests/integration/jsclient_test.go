@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/settle"
 )
 
 // jsClientDir holds the npm client's pinned version (package.json and
@@ -39,30 +41,9 @@ func TestOfficialJSClient(t *testing.T) {
 		t.Fatalf("the npm client's tests failed: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
-	waitPoolsIdle(t, 10*time.Second)
-}
-
-// waitPoolsIdle waits for every permit and queue place to be given back:
-// a client has its answer before its workflow ends and releases.
-func waitPoolsIdle(t *testing.T, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		idle := true
-		for _, pool := range []string{"short", "long"} {
-			st, err := stack.gate.Stats(context.Background(), pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			idle = idle && st.InUse == 0 && st.Waiting == 0
-		}
-		if idle {
-			return
-		}
-		if time.Now().After(deadline) {
-			assertPoolsIdle(t)
-		}
-		time.Sleep(50 * time.Millisecond)
+	// A client has its answer before its workflow ends and releases.
+	if err := settle.PoolsIdle(ctx, stack.gate, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -120,12 +120,10 @@ func TestOpenAIGoClientEmbeddings(t *testing.T) {
 	}
 	_, err = client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "text-embedding-3-small", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("x")}})
 	var apiErr *openai.Error
-	if !asOpenAIError(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 || apiErr.Code != "model_not_found" {
 		t.Fatalf("another model: %v", err)
 	}
 }
-
-func asOpenAIError(err error, target **openai.Error) bool { return errors.As(err, target) }
 
 // Several answers (n) come back as several choices, streamed and not,
 // each whole and ended with its own finish reason.

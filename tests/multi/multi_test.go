@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/settle"
 )
 
 // settleBound is how long the stack may take, once the clients are
@@ -19,10 +21,10 @@ const settleBound = time.Minute
 func checkSettled(t *testing.T, s *stack) {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.waitPoolsIdle(ctx, settleBound); err != nil {
+	if err := settle.PoolsIdle(ctx, s.gate, settleBound); err != nil {
 		t.Errorf("left in use: %v", err)
 	}
-	n, err := s.runningChats(ctx, settleBound)
+	n, err := settle.RunningChats(ctx, s.tc, s.cfg.Temporal.Namespace, settleBound)
 	switch {
 	case err != nil:
 		t.Error(err)

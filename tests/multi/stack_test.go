@@ -1,7 +1,6 @@
 package multi
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -10,13 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"gopkg.in/yaml.v3"
 
@@ -216,7 +213,7 @@ func (s *stack) connect(ctx context.Context) error {
 		return err
 	}
 	s.gate = gate
-	tc, err := client.DialContext(ctx, client.Options{HostPort: s.temporal.HostPort, Namespace: s.cfg.Temporal.Namespace, Logger: quietTemporal{}})
+	tc, err := client.DialContext(ctx, client.Options{HostPort: s.temporal.HostPort, Namespace: s.cfg.Temporal.Namespace, Logger: testenv.QuietLogger{}})
 	if err != nil {
 		return fmt.Errorf("dial temporal: %w", err)
 	}
@@ -237,7 +234,7 @@ func (s *stack) waitAnswered(ctx context.Context, api *proc) error {
 		case <-ctx.Done():
 			return fmt.Errorf("%s not answering: last request %s", api.name, r.summary())
 		case <-api.exited:
-			return fmt.Errorf("%s exited: %s", api.name, tail(api.logPath, 20))
+			return fmt.Errorf("%s exited: %s", api.name, testenv.Tail(api.logPath, 20))
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
@@ -254,10 +251,10 @@ func (s *stack) close(failed bool) {
 	if failed {
 		for _, p := range append(s.apis[:], s.workers[:]...) {
 			if p != nil {
-				fmt.Fprintf(os.Stderr, "--- last lines of %s:\n%s\n", p.logPath, tail(p.logPath, 40))
+				fmt.Fprintf(os.Stderr, "--- last lines of %s:\n%s\n", p.logPath, testenv.Tail(p.logPath, 40))
 			}
 		}
-		fmt.Fprintf(os.Stderr, "--- last lines of temporal-server.log:\n%s\n", tail(filepath.Join(s.dir, "temporal-server.log"), 5))
+		fmt.Fprintf(os.Stderr, "--- last lines of temporal-server.log:\n%s\n", testenv.Tail(filepath.Join(s.dir, "temporal-server.log"), 5))
 	}
 	if s.tc != nil {
 		s.tc.Close()
@@ -277,49 +274,6 @@ func (s *stack) close(failed bool) {
 		s.cluster.Stop()
 	}
 	_ = os.RemoveAll(s.dir)
-}
-
-// waitPoolsIdle waits until no pool has a permit held (expired ones count
-// until reclaimed) or anyone queued.
-func (s *stack) waitPoolsIdle(ctx context.Context, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		var busy []string
-		for _, pool := range s.gate.Pools() {
-			st, err := s.gate.Stats(ctx, pool)
-			if err != nil {
-				busy = append(busy, fmt.Sprintf("pool %s: %v", pool, err))
-				continue
-			}
-			if st.InUse != 0 || st.Waiting != 0 {
-				busy = append(busy, fmt.Sprintf("pool %s: %d permits held, %d queued", pool, st.InUse, st.Waiting))
-			}
-		}
-		if len(busy) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %s: %s", within, strings.Join(busy, "; "))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// runningChats waits up to within for no chat workflow to be running and
-// returns how many still are.
-func (s *stack) runningChats(ctx context.Context, within time.Duration) (int64, error) {
-	deadline := time.Now().Add(within)
-	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.ChatWorkflowName)
-	for {
-		resp, err := s.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: s.cfg.Temporal.Namespace, Query: q})
-		if err != nil && time.Now().After(deadline) {
-			return 0, fmt.Errorf("count running chat workflows: %w", err)
-		}
-		if err == nil && (resp.GetCount() == 0 || time.Now().After(deadline)) {
-			return resp.GetCount(), nil
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }
 
 // activityPollers counts the distinct identities polling the chat task
@@ -372,7 +326,7 @@ func (p *proc) start() error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The file is the whole configuration: the config loader refuses a
 	// SLUICE_* variable it does not know (SLUICE_MULTI).
-	cmd.Env = cleanEnv()
+	cmd.Env = testenv.CleanEnv()
 	if err := cmd.Start(); err != nil {
 		_ = logf.Close()
 		return fmt.Errorf("start %s: %w", p.name, err)
@@ -425,17 +379,6 @@ func (s *stack) restartAPI(ctx context.Context, p *proc) error {
 	return s.waitAnswered(ctx, p)
 }
 
-// cleanEnv is this process's environment without SLUICE_* variables.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "SLUICE_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // freeAddr is a loopback address with a port free right now.
 func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -445,30 +388,3 @@ func freeAddr() (string, error) {
 	defer l.Close()
 	return l.Addr().String(), nil
 }
-
-// tail is the last n lines of a log file.
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// quietTemporal keeps the test's own Temporal client quiet.
-type quietTemporal struct{}
-
-func (quietTemporal) Debug(string, ...any) {}
-func (quietTemporal) Info(string, ...any)  {}
-func (quietTemporal) Warn(string, ...any)  {}
-func (quietTemporal) Error(string, ...any) {}
