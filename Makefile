@@ -7,10 +7,15 @@ BIN          := $(CURDIR)/bin
 TEMPORAL_CLI_VERSION := v1.5.1
 TEMPORAL     := $(BIN)/temporal
 export SLUICE_TEST_TEMPORAL_BIN := $(TEMPORAL)
+# Under make the alert-rule tests fail, not skip, without promtool.
+export SLUICE_TEST_PROMTOOL := promtool
+HELM_VERSION := v3.22.0
+HELM         := $(BIN)/helm
+export SLUICE_TEST_HELM_BIN := $(HELM)
 
 SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput
 
-.PHONY: all build test test-short chaos bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal need need-test clean
+.PHONY: all build test test-short chaos bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal helm need need-test clean
 
 all: build
 
@@ -28,6 +33,18 @@ $(TEMPORAL):
 	kill $$ticker 2>/dev/null; exit $$rc
 	@$(TEMPORAL) --version
 
+# Helm, for `go test ./deploy/` (helm lint and helm template of
+# deploy/helm/sluice); built from the Go module proxy like the Temporal CLI
+# (first build a few minutes, later ones from the Go build cache).
+helm: $(HELM)
+$(HELM):
+	@mkdir -p $(BIN)
+	@echo ">> building helm $(HELM_VERSION) into $(BIN) (first time a few min; progress below)"
+	@( while sleep 30; do echo "   ... still building helm ($$(date +%T))"; done ) & ticker=$$!; \
+	GOBIN=$(BIN) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); rc=$$?; \
+	kill $$ticker 2>/dev/null; exit $$rc
+	@$(HELM) version --short
+
 # What the stack needs: Go as new as go.mod's, redis-server, and for
 # `make test` node/npm (the openai SDK tests). Missing ones are installed
 # with apt-get when run as root or with password-less sudo, otherwise one
@@ -35,11 +52,11 @@ $(TEMPORAL):
 need:
 	@GO=$(GO) deploy/dev/need.sh go redis
 need-test:
-	@GO=$(GO) deploy/dev/need.sh go redis node
+	@GO=$(GO) deploy/dev/need.sh go redis node promtool
 
 # The mixed-load healing test measures latency, so it runs after the race
 # run, alone and without the race detector (its file is built !race).
-test: need-test $(TEMPORAL)
+test: need-test $(TEMPORAL) $(HELM)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 10m -v -run TestHealingUnderMixedLoad ./tests/load/cmd/sluice-bench/
@@ -142,3 +159,14 @@ run-cluster: need $(TEMPORAL) temporal-server temporal-ui build
 .PHONY: test-cluster
 test-cluster: need $(TEMPORAL) temporal-server build
 	SLUICE_MULTI=1 $(GO) test -count=1 -timeout 20m -v ./tests/multi/
+
+# deploy/grafana/preview.png: the dashboard's queries drawn from a real
+# Prometheus (Debian's prometheus package) scraping a loaded stack of its
+# own on free ports; Grafana itself is not installable here (~5 minutes).
+# After changing deploy/grafana/dashboard.go, regenerate sluice.json with
+# `go run ./deploy/grafana/cmd/sluice-dashboard json`.
+.PHONY: dashboard-preview
+dashboard-preview: need $(TEMPORAL) build
+	@GO=$(GO) deploy/dev/need.sh promtool
+	$(GO) build -o $(BIN)/ ./deploy/grafana/cmd/sluice-dashboard
+	deploy/grafana/preview.sh

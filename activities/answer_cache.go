@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 // LookupAnswer serves the request from the L3 tier if its question was
@@ -52,6 +53,7 @@ func (a *Chat) LookupAnswer(ctx context.Context, in LookupAnswerInput) (LookupAn
 		done = *in.Done
 	}
 	done.Route, done.KBVersion, done.Cached = request.RouteCache, version, true
+	done.TraceID = tracing.TraceID(ctx)
 	done.FinishReason, done.Sources, done.ContextShed = ans.FinishReason, ans.Sources, ans.ContextShed
 	// The answer cost no LLM tokens this time; its usage says so.
 	done.Usage = events.Usage{}

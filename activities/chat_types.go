@@ -280,13 +280,21 @@ type FinalizeInput struct {
 	Report *Report
 }
 
-// Report is a finished request as metrics see it: no tenant, no text.
+// Report is a finished request as metrics and its log line see it: no
+// text of the prompt or answer.
 type Report struct {
 	// Route is the pool, request.RouteCache, or empty before routing.
 	Route   string
 	Outcome string
 	Reason  string
 	Timings []events.StageTiming
+	// Tier is the caller's tier and Usage the LLM call's tokens; both are
+	// empty in histories from before metrics counted them by tier.
+	Tier  string       `json:",omitempty"`
+	Usage events.Usage `json:",omitzero"`
+	// Tenant is for the request's log line only, never a metric label;
+	// empty in histories from before the log line.
+	Tenant string `json:",omitempty"`
 }
 
 // TurnInput is a request as its session remembers it. The answer of a done

@@ -7,11 +7,18 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 // Finalize gives back the request's permit or queue place (idempotently:
 // it is retried), wakes whoever that admitted, and writes the terminal event.
 func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
+	if in.Report != nil && activity.GetInfo(ctx).Attempt == 1 {
+		// The request's one log line, before anything here can fail: a
+		// retried Finalize would write it again, and one failing on Redis
+		// would never write it.
+		a.logFinished(ctx, in.RequestID, *in.Report)
+	}
 	if in.StopStream {
 		if err := a.StopStream(ctx, StopStreamInput{RequestID: in.RequestID}); err != nil {
 			return err
@@ -51,8 +58,10 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 		return nil
 	}
 	var data any = in.Failure
-	if in.EventType == events.TypeDone {
-		data = in.Done
+	if in.EventType == events.TypeDone && in.Done != nil {
+		done := *in.Done
+		done.TraceID = tracing.TraceID(ctx)
+		data = done
 	}
 	if _, _, err := a.Events.AppendFinal(ctx, in.RequestID, in.EventType, data); err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 )
 
@@ -101,6 +102,11 @@ func outOfBounds(format string, args ...any) error {
 // is.
 func (h *Healing) ReadHealth(ctx context.Context, in HealthInput) (HealthOutput, error) {
 	out := HealthOutput{Pools: make([]PoolHealth, len(in.Pools))}
+	for pool, level := range in.Levels {
+		// Three polls without hearing again, and this instance stops
+		// reporting it: another worker runs the healer's polls now.
+		h.Metrics.HealingLevel(pool, level, 3*in.Interval)
+	}
 	for i, name := range in.Pools {
 		p, err := h.pool(name)
 		if err != nil {
@@ -200,6 +206,7 @@ func (h *Healing) SetPermits(ctx context.Context, in SetPermitsInput) error {
 		return fmt.Errorf("set permits of pool %s to %d: %w", in.Pool, in.Permits, err)
 	}
 	h.Logger.Info("healing: permits set", "pool", in.Pool, "permits", in.Permits, "reason", in.Reason)
+	h.Metrics.HealingAction(in.Pool, "set_permits")
 	return nil
 }
 
@@ -235,6 +242,7 @@ func (h *Healing) SetBatch(ctx context.Context, in SetBatchInput) (SetBatchOutpu
 		return out, fmt.Errorf("set max_num_seqs of pool %s to %d: %w", in.Pool, in.MaxNumSeqs, errors.Join(errs...))
 	}
 	h.Logger.Info("healing: batch set", "pool", in.Pool, "maxNumSeqs", in.MaxNumSeqs, "applied", out.Applied, "endpoints", out.Endpoints, "reason", in.Reason)
+	h.Metrics.HealingAction(in.Pool, "set_batch")
 	return out, nil
 }
 
@@ -259,6 +267,7 @@ func (h *Healing) ThrottleLong(ctx context.Context, in ThrottleLongInput) error 
 		return fmt.Errorf("set long cost factor to %v: %w", in.CostFactor, err)
 	}
 	h.Logger.Info("healing: long requests charged", "factor", max(f, 1), "reason", in.Reason)
+	h.Metrics.HealingAction(request.PoolLong, "throttle_long")
 	return nil
 }
 
@@ -282,6 +291,7 @@ func (h *Healing) Scale(ctx context.Context, in ScaleInput) error {
 		return err
 	}
 	h.Logger.Info("healing: scaled", "pool", in.Pool, "replicas", in.Replicas, "reason", in.Reason)
+	h.Metrics.HealingAction(in.Pool, "scale")
 	return nil
 }
 
@@ -330,6 +340,7 @@ func (h *Healing) Shed(ctx context.Context, in ShedInput) (ShedOutput, error) {
 	wg.Wait()
 	h.Logger.Warn("healing: shed the lowest tier's waiters", "pool", in.Pool, "weight", res.Weight,
 		"shed", len(res.IDs), "notifyFailed", failed, "reason", in.Reason)
+	h.Metrics.HealingAction(in.Pool, "shed")
 	return ShedOutput{Shed: len(res.IDs), Weight: res.Weight}, nil
 }
 

@@ -9,6 +9,11 @@ type HealthInput struct {
 	// Stage is the stage whose tail is watched (e.g. "llm_first_token").
 	Stage  string
 	Window time.Duration
+	// Levels is each pool's level before this poll's decisions and
+	// Interval the time between polls, for the sluice_healing_level
+	// gauge; empty in histories from before it.
+	Levels   map[string]int `json:",omitempty"`
+	Interval time.Duration  `json:",omitempty"`
 }
 
 // PoolHealth is what the healer sees of one pool.

@@ -14,28 +14,21 @@ import (
 // the counters "requests/<pool>" and "queue_timeouts/<pool>" the healer's
 // timeout rate is made of.
 func (a *Chat) report(r Report) {
-	a.Metrics.ObserveRequest(metrics.Request{Route: r.Route, Outcome: metrics.OutcomeOf(r.Outcome, r.Reason), Timings: r.Timings})
+	a.Metrics.ObserveRequest(metrics.Request{
+		Route: r.Route, Outcome: metrics.OutcomeOf(r.Outcome, r.Reason), Tier: r.Tier, Timings: r.Timings,
+		PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens,
+	})
 	if a.Latency == nil || !request.IsPool(r.Route) {
 		return
 	}
-	var ttft int64
-	firstToken := false
 	for _, t := range r.Timings {
 		a.Latency.Record(latency.Series(t.Stage, r.Route), time.Duration(t.Ms)*time.Millisecond)
-		switch t.Stage {
-		case request.StageLLM: // the whole answer: past the first token
-		case request.StageLLMFirstToken:
-			firstToken = true
-			ttft += t.Ms
-		default:
-			ttft += t.Ms
-		}
 	}
-	if firstToken {
-		// The client's wait for its first token, stage by stage: unlike
-		// llm_first_token it counts the admission queue, so a healer
-		// watching it sees waits that shrinking a pool moves there.
-		a.Latency.Record(latency.Series(request.SeriesTTFT, r.Route), time.Duration(ttft)*time.Millisecond)
+	// Unlike llm_first_token, the time to the first token counts the
+	// admission queue, so a healer watching it sees waits that shrinking
+	// a pool moves there.
+	if ttft, ok := metrics.TimeToFirstToken(r.Timings); ok {
+		a.Latency.Record(latency.Series(request.SeriesTTFT, r.Route), ttft)
 	}
 	a.Latency.Add(latency.Series(request.SeriesRequests, r.Route), 1)
 	if r.Reason == request.ReasonQueueTimeout {

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 var errStopped = errors.New("stream stopped by request")
@@ -33,7 +34,7 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 		// An earlier attempt may have streamed, or even finished, the
 		// answer: never stream twice.
 		var err error
-		if prior, err = a.readPriorStream(ctx, in.RequestID); err != nil {
+		if prior, err = a.readPriorStreamPatiently(ctx, in.RequestID); err != nil {
 			return LLMOutput{}, err
 		}
 		if prior.done != nil {
@@ -201,7 +202,8 @@ func (s *tokenStream) onToken(d llm.Delta) error {
 		}
 		s.stageWritten = func() error { return nil }
 	}
-	stopped, err := s.a.writeToken(s.sctx, s.requestID, events.Token{Text: d.Text, Index: i, ToolCalls: d.ToolCalls, Model: d.Model, Choice: d.Choice}, s.stopKey)
+	// A token's Redis write is not a span of its own (tracing.Untraced).
+	stopped, err := s.a.writeToken(tracing.Untraced(s.sctx), s.requestID, events.Token{Text: d.Text, Index: i, ToolCalls: d.ToolCalls, Model: d.Model, Choice: d.Choice}, s.stopKey)
 	if err != nil {
 		return err
 	}

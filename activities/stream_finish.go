@@ -3,10 +3,12 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -14,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 // finishAnswer completes a stream that ended well: it ends a truncated
@@ -37,6 +40,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 	// then only gives back the permit.
 	if in.Done != nil {
 		done := completeDone(*in.Done, out)
+		done.TraceID = tracing.TraceID(ctx)
 		if err := a.writeDone(ctx, in.RequestID, done); err != nil {
 			// Tokens were streamed: a retry would fail as interrupted.
 			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
@@ -116,6 +120,36 @@ type priorStream struct {
 // once tokens flow, only tokens and the done event follow them, so the
 // newest token or done is among the last few events if there is one.
 const priorTail = 16
+
+// priorStreamWait bounds how long a retried stream waits for its event
+// stream's Redis to answer: longer than a Redis Cluster failover (node
+// timeout plus the election). Without it the retries, two seconds apart,
+// run out while a master is replaced, and the request fails.
+const priorStreamWait = 20 * time.Second
+
+// readPriorStreamPatiently is readPriorStream, tried again while Redis
+// does not answer, heartbeating the progress the earlier attempt reported
+// so that the attempt is neither timed out nor loses that progress.
+func (a *Chat) readPriorStreamPatiently(ctx context.Context, requestID string) (priorStream, error) {
+	var hb streamProgress
+	if activity.HasHeartbeatDetails(ctx) {
+		_ = activity.GetHeartbeatDetails(ctx, &hb)
+	}
+	deadline := time.Now().Add(priorStreamWait)
+	for {
+		p, err := a.readPriorStream(ctx, requestID)
+		var appErr *temporal.ApplicationError
+		if err == nil || errors.As(err, &appErr) || time.Now().After(deadline) {
+			return p, err
+		}
+		activity.RecordHeartbeat(ctx, hb)
+		select {
+		case <-ctx.Done():
+			return p, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
 
 // readPriorStream reads how an earlier attempt of this stream ended from
 // the request's event stream. That is what the client reads, so it is the

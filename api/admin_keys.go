@@ -135,7 +135,7 @@ func (s *Server) liftBan(c echo.Context) error {
 	if s.bans == nil {
 		return errNoBans
 	}
-	sub, err := ban.ParseSubject(c.Param("kind"), c.Param("value"))
+	sub, err := s.bans.ParseSubject(c.Param("kind"), c.Param("value"))
 	if err != nil {
 		return badRequest("bad_ban", "%v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/iphash"
 )
 
 // An IP that floods one server is banned on every server sharing the
@@ -59,11 +60,16 @@ func TestFloodingIPIsBannedOnEveryServer(t *testing.T) {
 		t.Fatalf("another ip: %d %s", rec.Code, rec.Body)
 	}
 
+	// The list names the address by its keyed hash, never as it is.
 	list := admin(b, "GET", "/v1/admin/bans", "root", "")
-	if list.Code != 200 || !strings.Contains(list.Body.String(), `"kind":"ip","value":"203.0.113.7"`) || !strings.Contains(list.Body.String(), `"remaining_s":`) {
+	hash := iphash.New(nil).Of(flooder)
+	if list.Code != 200 || !strings.Contains(list.Body.String(), `"kind":"ip","value":"`+hash+`"`) || !strings.Contains(list.Body.String(), `"remaining_s":`) ||
+		strings.Contains(list.Body.String(), flooder) {
 		t.Fatalf("bans: %d %s", list.Code, list.Body)
 	}
 	assertJSONError(t, admin(b, "DELETE", "/v1/admin/bans/ip/not-an-ip", "root", ""), 400, "bad_ban")
+	// A hash of the list's form names a client too.
+	assertJSONError(t, admin(b, "DELETE", "/v1/admin/bans/ip/"+iphash.New(nil).Of("198.51.100.1"), "root", ""), 404, "not_found")
 	assertJSONError(t, admin(b, "DELETE", "/v1/admin/bans/user/x", "root", ""), 400, "bad_ban")
 	assertJSONError(t, admin(b, "DELETE", "/v1/admin/bans/ip/198.51.100.1", "root", ""), 404, "not_found")
 	if rec := admin(b, "DELETE", "/v1/admin/bans/ip/"+flooder, "root", ""); rec.Code != 200 {

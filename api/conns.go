@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/iphash"
 )
 
 // refusalLogInterval spaces the log lines about refused connections, so
@@ -27,6 +29,9 @@ type connLimiter struct {
 	net.Listener
 	total, perIP int
 	logger       *slog.Logger
+	// addresses names the refused client in the log by its hash (nil:
+	// the development key).
+	addresses *iphash.Hasher
 
 	mu   sync.Mutex
 	open int
@@ -100,7 +105,7 @@ func (l *connLimiter) noteRefusal(ip netip.Addr, limit string) {
 	n := l.refused
 	l.refused, l.lastLog = 0, now
 	l.mu.Unlock()
-	l.logger.Warn("refusing connections over a cap", "limit", limit, "lastIP", ip, "refused", n)
+	l.logger.Warn("refusing connections over a cap", "limit", limit, "lastIPHash", l.addresses.Addr(ip), "refused", n)
 }
 
 // remoteIP is the connection's client address; an unknown one (not TCP)

@@ -32,7 +32,7 @@ func (s *Server) reserve(ctx context.Context, c echo.Context, id string, who cal
 	if !enabled || s.limiter == nil {
 		return "", nil
 	}
-	buckets := ratesOf(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: c.RealIP()}, float64(cost))
+	buckets := ratesOf(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: s.addresses.Of(c.RealIP())}, float64(cost))
 	d, err := s.limiter.Reserve(ctx, id, buckets)
 	if err != nil {
 		s.logger.Error("reserve rate limits", "requestID", id, "err", err)

@@ -36,7 +36,7 @@ func (s *Server) limitRoute(c echo.Context, who caller, route string) error {
 	buckets := limiter.Policy{
 		Tenant: limiter.Rate{RequestsPerMinute: rate.TenantPerMinute},
 		IP:     limiter.Rate{RequestsPerMinute: rate.IPPerMinute},
-	}.Buckets(limiter.Caller{Tenant: route + ":" + who.Tenant, IP: route + ":" + c.RealIP()}, 0)
+	}.Buckets(limiter.Caller{Tenant: route + ":" + who.Tenant, IP: route + ":" + s.addresses.Of(c.RealIP())}, 0)
 	if len(buckets) == 0 {
 		return nil
 	}

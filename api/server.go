@@ -18,6 +18,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -26,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/limiter"
@@ -62,15 +64,21 @@ type Server struct {
 	keys     map[string]config.APIKey
 	keyCache *keys.Cache
 	// bans refuses floods (nil: off).
-	bans     *ban.Guard
-	sessions *session.Store
-	metrics  *metrics.Metrics
+	bans *ban.Guard
+	// addresses names client addresses in rate-limit keys and logs by
+	// their keyed hash (privacy.ip_hash_key).
+	addresses *iphash.Hasher
+	sessions  *session.Store
+	metrics   *metrics.Metrics
 	// answerKBs are the kbs whose answers the L3 tier keeps, by key.
 	answerKBs map[string]bool
 	logger    *slog.Logger
 	// draining is set when the process shuts down: streams then end
 	// without detaching, so their requests carry on.
 	draining atomic.Bool
+	// unready makes GET /readyz answer 503 from the moment the process is
+	// told to stop, so that load balancers stop sending it requests.
+	unready atomic.Bool
 	// room holds the requests waiting at the door, and a slot per workflow
 	// start in flight.
 	room *waitroom.Room
@@ -84,6 +92,8 @@ type Server struct {
 	idem *idempotency.Store
 	// builtAt is when the server was built.
 	builtAt time.Time
+	// handler is echo, in a server span per request when tracing is on.
+	handler http.Handler
 }
 
 // Options are the Server's dependencies.
@@ -116,7 +126,10 @@ type Options struct {
 	// accepts only the configured keys. Run runs its invalidation.
 	Keys *keys.Cache
 	// Bans refuses IPs and keys that flood; nil disables bans.
-	Bans   *ban.Guard
+	Bans *ban.Guard
+	// Tracer, if set, traces each request from its HTTP span on
+	// (pkg/tracing); nil traces nothing.
+	Tracer trace.TracerProvider
 	Logger *slog.Logger
 }
 
@@ -163,10 +176,15 @@ func New(opts Options) (*Server, error) {
 		s.keys[k.Hash()] = k
 	}
 	s.keyCache, s.bans = opts.Keys, opts.Bans
+	s.addresses = iphash.New([]byte(opts.Config.Privacy.IPHashKey))
 	if s.policy == nil {
 		s.policy = policy.NewStore(opts.Redis, opts.Config, opts.Gate, s.logger)
 	}
 	s.echo = s.routes(opts.Metrics)
+	if opts.Tracer != nil {
+		s.echo.Use(nameSpan)
+	}
+	s.handler = traced(s.echo, opts.Tracer)
 	return s, nil
 }
 
@@ -203,6 +221,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	admin.DELETE("/keys/:id", s.revokeKey)
 	admin.GET("/bans", s.listBans)
 	admin.DELETE("/bans/:kind/:value", s.liftBan)
+	s.routeCodec(e)
 	if m != nil {
 		e.GET("/metrics", echo.WrapHandler(m.Handler()))
 	}
@@ -212,7 +231,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 }
 
 // Handler returns the HTTP handler, for tests and embedding.
-func (s *Server) Handler() http.Handler { return s.echo }
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Run serves on cfg.API.Addr until ctx ends, then shuts down gracefully:
 // it stops accepting, calls endStreams (which should close the event hub,
@@ -224,6 +243,7 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 		return fmt.Errorf("listen on %s: %w", s.cfg.API.Addr, err)
 	}
 	conns := limitConns(ln, s.cfg.API.MaxConns, s.cfg.API.MaxConnsPerIP, s.logger)
+	conns.addresses = s.addresses
 	s.conns = conns
 	srv := s.httpServer()
 	if ready != nil {
@@ -243,6 +263,8 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 		return fmt.Errorf("serve http: %w", err)
 	case <-ctx.Done():
 	}
+	s.unready.Store(true)
+	s.drainDelay()
 	s.draining.Store(true)
 	if endStreams != nil {
 		endStreams()
@@ -266,7 +288,7 @@ const readHeaderTimeout = 10 * time.Second
 // off at a fixed age.
 func (s *Server) httpServer() *http.Server {
 	return &http.Server{
-		Handler:           bodyDeadline(s.echo, s.cfg.API.BodyReadTimeout),
+		Handler:           bodyDeadline(s.handler, s.cfg.API.BodyReadTimeout),
 		ReadHeaderTimeout: readHeaderTimeout,
 		IdleTimeout:       s.cfg.API.IdleTimeout,
 	}
@@ -287,11 +309,27 @@ func bodyDeadline(next http.Handler, timeout time.Duration) http.Handler {
 	})
 }
 
+// drainDelay keeps serving for api.drain_delay after the stop signal, with
+// /readyz failing, so that a load balancer that probes the pod itself
+// takes it out before the listener closes; requests arriving meanwhile are
+// served as usual.
+func (s *Server) drainDelay() {
+	d := s.cfg.API.DrainDelay
+	if d <= 0 {
+		return
+	}
+	s.logger.Info("draining: /readyz answers 503 before the listener closes", "drain_delay", d)
+	time.Sleep(d)
+}
+
 func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) readyz(c echo.Context) error {
+	if s.unready.Load() {
+		return c.JSON(http.StatusServiceUnavailable, map[string]any{"ready": false, "draining": true})
+	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	checks := map[string]string{"redis": "ok", "temporal": "ok"}

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/waitroom"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -143,8 +144,37 @@ func (s *Server) endAtDoor(ctx context.Context, d door, req chatRequest, f event
 		s.recordRefusal(ctx, d.who, req, d.id, f.Reason)
 	}
 	s.metrics.Refused(metrics.OutcomeOf(outcome, f.Reason))
-	if _, _, err := s.events.AppendFinal(ctx, d.id, typ, f); err != nil {
-		s.logger.Warn("write the terminal event of a request that never started", "requestID", d.id, "err", err)
+	// Its one log line: it ended here, and no workflow will write another.
+	request.Finished{
+		RequestID: d.id, Tenant: d.who.Tenant, Route: d.pool, Outcome: outcome, Reason: f.Reason,
+		Stages:  []request.StageTime{{Stage: request.StageAdmission, Ms: time.Since(d.arrived).Milliseconds()}},
+		TraceID: tracing.TraceID(ctx),
+	}.Log(ctx, s.logger)
+	if err := s.appendDoorEnd(ctx, d.id, typ, f); err != nil {
+		s.logger.Error("write the terminal event of a request that never started", "requestID", d.id, "err", err)
+	}
+}
+
+// doorEndRetry bounds how long the door keeps trying to write a terminal
+// event: longer than a Redis Cluster failover (node timeout plus the
+// election) or a restart, during which the stream's slot is unreachable.
+// No one else will end this request's stream: it has no workflow.
+const doorEndRetry = 30 * time.Second
+
+// appendDoorEnd writes a request's terminal event, trying again while
+// Redis is unreachable (AppendFinal writes one end only, so a retry of
+// a write that did land is harmless).
+func (s *Server) appendDoorEnd(ctx context.Context, id, typ string, f events.Failure) error {
+	deadline := time.Now().Add(doorEndRetry)
+	backoff := 100 * time.Millisecond
+	for {
+		_, _, err := s.events.AppendFinal(ctx, id, typ, f)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		s.logger.Warn("write the terminal event of a request that never started; retrying", "requestID", id, "err", err)
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

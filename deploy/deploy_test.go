@@ -820,6 +820,7 @@ type composeService struct {
 	Healthcheck *struct {
 		Test stringList `yaml:"test"`
 	} `yaml:"healthcheck"`
+	Volumes []string `yaml:"volumes"`
 }
 
 // stringList is a compose command: a list, or a string split on spaces.
@@ -909,7 +910,7 @@ func loadCompose(t *testing.T) composeFile {
 type envRef struct{ key, host string }
 
 // listenKeys are settings that name an address to listen on, not a peer.
-var listenKeys = []string{config.EnvPrefix + "API_ADDR"}
+var listenKeys = []string{config.EnvPrefix + "API_ADDR", config.EnvPrefix + "METRICS_WORKER_ADDR"}
 
 // envReferences returns the hosts that environment values point at: the
 // host of every URL, and of every host:port in an *_ADDR or *_HOST_PORT.

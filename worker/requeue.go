@@ -4,52 +4,64 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
-// restartWatch notices a Redis that lost Sluice's state — it restarted
-// empty, or was flushed — by a sentinel key that the first janitor to
-// find it missing writes again. Every queue place was lost with it, and a
+// restartWatch notices a Redis that may have lost some of Sluice's
+// queue: the process serving a pool's keys changed (a failover promoted a
+// replica, or Redis restarted, empty or not). Queue places, grants and
+// releases of the last moments — or all of them — may be gone, and a
 // waiter does not re-check on its own (it waits for its grant's signal
-// until its deadline), so the janitor that wrote the sentinel asks every
-// running chat request to look at its place once: waiters come back at
-// their old places (their restore tokens keep the order) instead of
-// waiting out their max wait.
+// until its deadline), so the janitor that sees the change first asks
+// every running chat request to look at its place once: waiters come
+// back at their old places (their restore tokens keep the order) instead
+// of waiting out their max wait. See admission.Gate.CheckServer.
 type restartWatch struct {
-	// seen: the sentinel was read or written once by this process, so a
-	// missing one later means Redis lost it (not that this is the first
-	// process ever to run against this Redis).
-	seen bool
+	// seen: pools whose server this process has noted once, so that an
+	// epoch found missing later means Redis lost it (not that this is the
+	// first process ever to run against this Redis).
+	seen map[string]bool
 }
 
-// sentinelKey is the key whose absence says Redis lost its state.
-func (r *Runtime) sentinelKey() string { return r.Config.Redis.KeyPrefix + "adm:epoch" }
-
-// checkRedisState writes the sentinel if it is missing and, if this
-// process had seen it before, asks the running requests to re-check.
+// checkRedisState notes which Redis process serves each pool and, when
+// one changed or lost its keys, asks the running requests to re-check.
 func (r *Runtime) checkRedisState(ctx context.Context) {
-	created, err := r.Redis.SetNX(ctx, r.sentinelKey(), strconv.FormatInt(time.Now().UnixNano(), 36), 0).Result()
-	if err != nil {
-		return // Redis unreachable: the pump's own warning says so
+	if r.restart.seen == nil {
+		r.restart.seen = map[string]bool{}
 	}
-	if created && r.restart.seen {
-		r.Logger.Warn("Redis lost Sluice's state (restarted empty?); asking running requests to re-check their queue places")
-		go func() {
-			if n, err := r.requeueWaiters(ctx); err != nil {
-				r.Logger.Error("ask running requests to re-check", "asked", n, "err", err)
-			} else {
-				r.Logger.Info("asked running requests to re-check", "asked", n)
-			}
-		}()
+	var changed []string
+	for _, pool := range r.Gate.Pools() {
+		id, err := r.Gate.ServerOf(ctx, pool)
+		if err != nil {
+			continue // Redis unreachable: the pump's own warning says so
+		}
+		served, err := r.Gate.CheckServer(ctx, pool, id)
+		if err != nil {
+			continue
+		}
+		if served == admission.ServedMoved || (served == admission.ServedLost && r.restart.seen[pool]) {
+			changed = append(changed, pool+" "+served.String())
+		}
+		r.restart.seen[pool] = true
 	}
-	r.restart.seen = true
+	if len(changed) == 0 {
+		return
+	}
+	r.Logger.Warn("the Redis serving the admission queue changed (failover or restart): its last writes may be lost; asking running requests to re-check their queue places",
+		"pools", changed)
+	go func() {
+		if n, err := r.requeueWaiters(ctx); err != nil {
+			r.Logger.Error("ask running requests to re-check", "asked", n, "err", err)
+		} else {
+			r.Logger.Info("asked running requests to re-check", "asked", n)
+		}
+	}()
 }
 
 // requeueWaiters sends the recheck signal to every running chat request;

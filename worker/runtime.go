@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
@@ -21,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/answercache"
+	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/embed"
@@ -35,6 +37,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
+	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -70,6 +73,12 @@ type Runtime struct {
 	Healing *activities.Healing
 	// restart notices a Redis that lost Sluice's state (the janitor's).
 	restart restartWatch
+	// Tracer traces requests through Redis, Temporal and the LLM
+	// backends; nil when tracing is off (pkg/tracing).
+	Tracer trace.TracerProvider
+	// Codec seals workflow payloads (nil: codec.enabled is false); the
+	// API serves it to operators at /codec.
+	Codec *codec.Keyring
 }
 
 // NewLogger builds the process logger from config.
@@ -86,7 +95,7 @@ func NewLogger(cfg config.Log) *slog.Logger {
 // NewRuntime connects to Redis and Temporal and builds every component.
 // It fails fast, naming what it could not reach.
 func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *Runtime, err error) {
-	r := &Runtime{Config: cfg, Logger: logger, Metrics: metrics.New(logger.With("component", "metrics"))}
+	r := &Runtime{Config: cfg, Logger: logger, Metrics: metrics.New(logger.With("component", "metrics")), Tracer: tracing.Provider()}
 	defer func() {
 		if err != nil {
 			r.Close()
@@ -105,6 +114,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ 
 	if err := r.connectTemporal(); err != nil {
 		return nil, err
 	}
+	r.registerDependencyMetrics()
 	if r.Chat, err = r.buildChat(ctx); err != nil {
 		return nil, err
 	}
@@ -123,6 +133,11 @@ func (r *Runtime) connectRedis(ctx context.Context) error {
 	var err error
 	if r.Redis, err = conn.NewRedis(cfg); err != nil {
 		return err
+	}
+	if r.Tracer != nil {
+		if err := tracing.InstrumentRedis(r.Redis, r.Tracer); err != nil {
+			return err
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -145,6 +160,19 @@ func (r *Runtime) connectTemporal() error {
 	}
 	opts.Logger = tlog.NewStructuredLogger(r.Logger.With("component", "temporal"))
 	opts.MetricsHandler = r.Metrics.TemporalHandler()
+	if r.Tracer != nil {
+		i, err := tracing.TemporalInterceptor(r.Tracer)
+		if err != nil {
+			return err
+		}
+		opts.Interceptors = append(opts.Interceptors, i)
+	}
+	// With codec.enabled every payload this client (and every worker on
+	// it) sends is sealed, and every one it reads opened.
+	if r.Codec, err = codec.FromConfig(r.Config.Codec); err != nil {
+		return err
+	}
+	r.Codec.Apply(&opts)
 	if r.Temporal, err = client.Dial(opts); err != nil {
 		return fmt.Errorf("connect to temporal at %s, namespace %s (temporal.host_port, temporal.namespace; TLS %t, API key %t): %w",
 			cfg.HostPort, cfg.Namespace, cfg.UsesTLS(), cfg.APIKey != "", err)
@@ -200,8 +228,8 @@ func (r *Runtime) buildRedisStores(ctx context.Context) error {
 		return err
 	}
 	r.Metrics.RegisterPools(r.Gate.Pools(), func(ctx context.Context, pool string) (metrics.PoolStats, error) {
-		st, err := r.Gate.Stats(ctx, pool)
-		return metrics.PoolStats{InUse: st.InUse, Limit: st.Limit, Waiting: st.Waiting}, err
+		st, err := r.Gate.QueueStats(ctx, pool)
+		return metrics.PoolStats{InUse: st.InUse, Limit: st.Limit, Waiting: st.Waiting, OldestWait: st.OldestWait}, err
 	})
 	if cfg.Admission.FastWait > 0 {
 		if r.Waker, err = admission.NewWaker(ctx, r.Redis, r.Gate); err != nil {
@@ -313,7 +341,7 @@ func (r *Runtime) llmPools(cfg config.Pools) (map[string]activities.Pool, error)
 	for name, p := range cfg.ByName() {
 		c, err := llm.NewOpenAI(llm.OpenAIOptions{
 			Name: name, Endpoints: p.Endpoints, APIKey: p.APIKey,
-			Deadlines: p.Deadlines(), Breaker: p.CircuitBreaker(), Logger: r.Logger.With("component", "llm"),
+			Deadlines: p.Deadlines(), Breaker: p.CircuitBreaker(), Logger: r.Logger.With("component", "llm"), Tracer: r.Tracer,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("pools.%s: %w", name, err)
@@ -349,6 +377,16 @@ func (r *Runtime) registerCacheMetrics(emb *embed.Cache, l2 *retrieval.CachedRet
 	})
 }
 
+// registerDependencyMetrics exposes whether Redis and Temporal answer
+// this process, checked as /readyz checks them.
+func (r *Runtime) registerDependencyMetrics() {
+	r.Metrics.RegisterDependency("redis", func(ctx context.Context) error { return r.Redis.Ping(ctx).Err() })
+	r.Metrics.RegisterDependency("temporal", func(ctx context.Context) error {
+		_, err := r.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	})
+}
+
 // Close releases connections.
 func (r *Runtime) Close() {
 	if r.Limiter != nil {
@@ -373,7 +411,7 @@ func (r *Runtime) NewWorker() worker.Worker {
 		MaxConcurrentActivityExecutionSize:      cfg.MaxConcurrentActivities,
 		MaxConcurrentWorkflowTaskExecutionSize:  cfg.MaxConcurrentWorkflowTasks,
 		MaxConcurrentLocalActivityExecutionSize: 1000,
-		WorkerStopTimeout:                       10 * time.Second,
+		WorkerStopTimeout:                       cfg.WorkerStopTimeout,
 	})
 	Register(w, r.Chat, r.Healing)
 	return w

@@ -156,7 +156,8 @@ func (w *chat) finalize(ctx workflow.Context) {
 	}
 	in.Turn = w.turn()
 	w.result.Timings = w.status.Timings
-	in.Report = &activities.Report{Route: w.result.Route, Outcome: w.result.Outcome, Reason: w.result.Reason, Timings: w.result.Timings}
+	in.Report = &activities.Report{Route: w.result.Route, Outcome: w.result.Outcome, Reason: w.result.Reason, Timings: w.result.Timings,
+		Tier: w.in.Tier, Usage: w.result.Usage, Tenant: w.in.Tenant}
 	switch w.result.Outcome {
 	case request.OutcomeDone:
 		if w.doneWritten {
@@ -209,7 +210,8 @@ func (w *chat) finalize(ctx workflow.Context) {
 		updates = append(updates, SearchRoute.ValueSet(w.result.Route))
 	}
 	w.upsert(ctx, updates...)
-	w.logger.Info("request finished", "outcome", w.result.Outcome, "reason", w.result.Reason, "route", w.result.Route)
+	// The request's log line is Finalize's (request.Finished): it has the
+	// tenant, each stage's time, the tokens and the trace.
 }
 
 // finalizeDurably retries Finalize as a regular activity, whose retries the

@@ -131,8 +131,10 @@ func (h *healer) run(ctx workflow.Context) (HealingStatus, error) {
 // poll reads every pool's health and decides for each.
 func (h *healer) poll(ctx workflow.Context) {
 	names := make([]string, len(h.st.Pools))
+	levels := make(map[string]int, len(h.st.Pools))
 	for i, p := range h.st.Pools {
 		names[i] = p.Pool
+		levels[p.Pool] = p.Level
 	}
 	var out activities.HealthOutput
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -140,7 +142,7 @@ func (h *healer) poll(ctx workflow.Context) {
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 2},
 	})
 	err := workflow.ExecuteActivity(actx, hact.ReadHealth, activities.HealthInput{
-		Pools: names, Stage: h.set.Stage, Window: h.set.Window,
+		Pools: names, Stage: h.set.Stage, Window: h.set.Window, Levels: levels, Interval: h.set.Interval,
 	}).Get(actx, &out)
 	if err != nil {
 		// Blind, the healer does nothing: no signal is not a healthy one.

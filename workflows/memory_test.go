@@ -177,14 +177,16 @@ func (s *chatSuite) TestPoolMaxWait() {
 	}
 }
 
-// Finalize gets what metrics record: route, outcome and every stage's time.
+// Finalize gets what metrics and the request's log line record: route,
+// outcome, every stage's time and the tenant.
 func (s *chatSuite) TestFinalizeGetsTheReport() {
 	s.mockEmbed()
 	s.mockAdmit(activities.AdmitOutput{Pool: "long", Full: true}, nil)
 	s.env.ExecuteWorkflow(ChatWorkflow, input())
 	r := s.onlyFinalize().Report
 	s.Require().NotNil(r)
-	s.Equal(activities.Report{Route: "long", Outcome: request.OutcomeRejected, Reason: request.ReasonQueueFull, Timings: s.result().Timings}, *r)
+	s.Equal(activities.Report{Route: "long", Outcome: request.OutcomeRejected, Reason: request.ReasonQueueFull, Timings: s.result().Timings,
+		Tenant: input().Tenant}, *r)
 	s.Equal(request.StageEmbed, r.Timings[0].Stage)
 }
 

@@ -6,7 +6,8 @@
 # Makefile and .ci/run both call it.
 #
 #   deploy/dev/need.sh go redis        # make run, make chaos, make bench-*
-#   deploy/dev/need.sh go redis node   # make test (node/npm: the openai SDK tests)
+#   deploy/dev/need.sh go redis node promtool   # make test (node/npm: the openai
+#                                               # SDK tests; promtool: the alert rules)
 #
 # GO names the go command (the Makefile passes its $(GO)).
 set -euo pipefail
@@ -101,12 +102,29 @@ need_node() {
   fi
 }
 
+# promtool checks and unit-tests the Prometheus alert rules (go test
+# ./deploy/); Debian ships it in the prometheus package, with the server
+# that make dashboard-preview runs.
+need_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  if [ "$root_ok" = 1 ] && command -v apt-get >/dev/null 2>&1; then
+    echo ">> promtool is missing: installing it with apt-get (${SUDO}apt-get install -y prometheus)"
+    apt_install prometheus
+    command -v promtool >/dev/null 2>&1 || die "apt-get installed prometheus but promtool is not on PATH ($PATH)"
+  elif [ "$root_ok" = 1 ]; then
+    die "promtool is missing and there is no apt-get here: install Prometheus (\`brew install prometheus\` on macOS), then run make again"
+  else
+    die "promtool is missing and I cannot install it without root: run \`sudo apt-get install -y prometheus\` (Debian/Ubuntu) or \`brew install prometheus\` (macOS), then run make again"
+  fi
+}
+
 [ "$#" -gt 0 ] || set -- go redis
 for what in "$@"; do
   case "$what" in
     go) need_go ;;
     redis) need_redis ;;
     node) need_node ;;
-    *) die "need.sh: unknown requirement $what (want go, redis or node)" ;;
+    promtool) need_promtool ;;
+    *) die "need.sh: unknown requirement $what (want go, redis, node or promtool)" ;;
   esac
 done

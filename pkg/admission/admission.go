@@ -170,6 +170,8 @@ type poolKeys struct {
 	permits, grants, queue, stats, tenants, finish, waiters, since, weights string
 	order, heads, held, parked                                              string
 	alivePrefix, tombPrefix                                                 string
+	// epoch notes the Redis process serving the pool (epoch.go).
+	epoch string
 }
 
 // keys share the hash tag {pool} so that one pool's keys live in one
@@ -181,6 +183,7 @@ func (g *Gate) keys(pool string) poolKeys {
 		tenants: base + "tenants", finish: base + "finish", waiters: base + "waiters", since: base + "since",
 		weights: base + "weights", order: base + "order", heads: base + "heads", held: base + "held",
 		parked: base + "parked", alivePrefix: base + "alive:", tombPrefix: base + "released:",
+		epoch: base + "epoch",
 	}
 }
 

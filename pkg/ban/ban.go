@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/pkg/hashtag"
+	"github.com/sluice-dev/sluice/pkg/iphash"
 )
 
 var (
@@ -29,7 +30,8 @@ var (
 type Kind string
 
 // The kinds of subject: a client address (an IPv6 client's /64, which is
-// what one host is usually given), and an API key by its public id.
+// what one host is usually given) by its keyed hash (iphash), and an API
+// key by its public id.
 const (
 	KindIP  Kind = "ip"
 	KindKey Kind = "key"
@@ -47,6 +49,9 @@ type Options struct {
 	// Exempt are networks whose addresses are never counted or banned,
 	// such as a local proxy's.
 	Exempt []netip.Prefix
+	// Addresses names client addresses in keys and in the list; nil
+	// hashes with the public development key.
+	Addresses *iphash.Hasher
 }
 
 // Guard counts requests and keeps the bans.
@@ -86,8 +91,9 @@ type Subject struct {
 
 func (s Subject) member() string { return string(s.Kind) + ":" + s.Value }
 
-// IP is the subject of a client address: an IPv6 address by its /64; the
-// zero Subject for an exempt or unparsable address, which is not counted.
+// IP is the subject of a client address: the hash of the address, or of
+// an IPv6 address's /64; the zero Subject for an exempt or unparsable
+// address, which is not counted.
 func (g *Guard) IP(addr string) Subject {
 	ip, err := netip.ParseAddr(addr)
 	if err != nil {
@@ -99,10 +105,14 @@ func (g *Guard) IP(addr string) Subject {
 			return Subject{}
 		}
 	}
-	if ip.Is6() {
+	return g.addressSubject(ip)
+}
+
+func (g *Guard) addressSubject(ip netip.Addr) Subject {
+	if ip = ip.Unmap(); ip.Is6() {
 		ip = netip.PrefixFrom(ip, 64).Masked().Addr()
 	}
-	return Subject{Kind: KindIP, Value: ip.String()}
+	return Subject{Kind: KindIP, Value: g.opts.Addresses.Addr(ip)}
 }
 
 // Hit counts one request of each subject given (zero ones are skipped)
@@ -164,6 +174,8 @@ func (g *Guard) Hit(ctx context.Context, subjects ...Subject) (Verdict, error) {
 // counting it is one script call on Redis Cluster too; the index of bans
 // is one key of its own.
 //
+// where an address's value is its hash (Guard.IP), never the address.
+//
 //	<prefix>ban:{<kind>:<value>}     the ban: its start (ms), expiring with it
 //	<prefix>ban:{<kind>:<value>}:n   the subject's request counter (hit.lua)
 //	<prefix>bans                     zset of the bans: "<kind>:<value>" -> end (ms)
@@ -171,7 +183,8 @@ func (g *Guard) Hit(ctx context.Context, subjects ...Subject) (Verdict, error) {
 // Before the tags, bans and counters were ban:<kind>:<value> and
 // ban:n:<kind>:<value>: an upgrade forgets the bans in force and the
 // counts (List drops the old index entries as ended), so a flood that was
-// banned is counted afresh from the upgrade.
+// banned is counted afresh from the upgrade. So did naming addresses by
+// their hash rather than in the clear, and so does changing the hash key.
 func (g *Guard) indexKey() string            { return g.opts.KeyPrefix + "bans" }
 func (g *Guard) banKey(s Subject) string     { return g.opts.KeyPrefix + "ban:{" + s.member() + "}" }
 func (g *Guard) counterKey(s Subject) string { return g.banKey(s) + ":n" }
@@ -244,15 +257,20 @@ func (g *Guard) Lift(ctx context.Context, s Subject) (bool, error) {
 	return del.Val() > 0, nil
 }
 
-// ParseSubject reads a kind and value given by an operator.
-func ParseSubject(kind, value string) (Subject, error) {
+// ParseSubject reads a kind and value given by an operator. An address
+// may be given as it is (hashed here, an IPv6 one by its /64, as Hit
+// counted it) or as the hash List shows.
+func (g *Guard) ParseSubject(kind, value string) (Subject, error) {
 	switch Kind(kind) {
 	case KindIP:
+		if iphash.IsHash(value) {
+			return Subject{Kind: KindIP, Value: value}, nil
+		}
 		ip, err := netip.ParseAddr(value)
 		if err != nil {
-			return Subject{}, fmt.Errorf("ip ban: %q is not an IP address", value)
+			return Subject{}, fmt.Errorf("ip ban: %q is neither an IP address nor the %d-hex-digit hash the ban list shows", value, iphash.Len)
 		}
-		return Subject{Kind: KindIP, Value: ip.Unmap().String()}, nil
+		return g.addressSubject(ip), nil
 	case KindKey:
 		if value == "" || len(value) > 64 || strings.ContainsAny(value, ": \t\r\n") {
 			return Subject{}, fmt.Errorf("key ban: %q is not a key id", value)

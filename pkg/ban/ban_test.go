@@ -4,10 +4,12 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -44,7 +46,7 @@ func TestFloodIsBannedForItsDuration(t *testing.T) {
 		}
 	}
 	v, err := g.Hit(ctx, ip)
-	if err != nil || !v.Banned || !v.New || v.Kind != KindIP || v.Value != "203.0.113.9" || v.RetryAfter != 300*time.Millisecond {
+	if err != nil || !v.Banned || !v.New || v.Kind != KindIP || v.Value != iphash.New(nil).Of("203.0.113.9") || v.RetryAfter != 300*time.Millisecond {
 		t.Fatalf("sixth request: %+v %v", v, err)
 	}
 	v, _ = g.Hit(ctx, ip)
@@ -165,7 +167,7 @@ func TestExemptAndIPv6Subjects(t *testing.T) {
 			t.Errorf("IP(%q) = %+v, want none", addr, s)
 		}
 	}
-	if a, b := g.IP("2001:db8:1:2::1"), g.IP("2001:db8:1:2:ffff::9"); a != b || a.Value != "2001:db8:1:2::" {
+	if a, b := g.IP("2001:db8:1:2::1"), g.IP("2001:db8:1:2:ffff::9"); a != b || a.Value != iphash.New(nil).Of("2001:db8:1:2::") {
 		t.Errorf("one /64: %+v %+v", a, b)
 	}
 	if v, err := g.Hit(context.Background(), g.IP("127.0.0.1"), Subject{}); v.Banned || err != nil {
@@ -174,16 +176,57 @@ func TestExemptAndIPv6Subjects(t *testing.T) {
 }
 
 func TestParseSubject(t *testing.T) {
+	g := newGuard(t, Options{Threshold: 1, Window: time.Second, Duration: time.Second, Addresses: iphash.New([]byte("test-ip-hash-key-0123"))})
 	for _, tc := range []struct {
 		kind, value string
 		ok          bool
 	}{
-		{"ip", "203.0.113.9", true}, {"ip", "2001:db8::", true}, {"ip", "nope", false},
-		{"key", "abcdefghijkl", true}, {"key", "a:b", false}, {"key", "", false}, {"user", "x", false},
+		{"ip", "203.0.113.9", true}, {"ip", "2001:db8::", true}, {"ip", "nope", false}, {"ip", "0123456789abcdef", true},
+		{"ip", "0123456789ABCDEF", false}, {"key", "abcdefghijkl", true}, {"key", "a:b", false}, {"key", "", false}, {"user", "x", false},
 	} {
-		if _, err := ParseSubject(tc.kind, tc.value); (err == nil) != tc.ok {
+		if _, err := g.ParseSubject(tc.kind, tc.value); (err == nil) != tc.ok {
 			t.Errorf("ParseSubject(%q, %q) = %v", tc.kind, tc.value, err)
 		}
+	}
+	// An operator names a client by its address or by the hash the list
+	// shows, and means the subject Hit counted: an IPv6 one by its /64.
+	for _, given := range []string{"2001:db8:1:2::77", g.IP("2001:db8:1:2::1").Value} {
+		if s, err := g.ParseSubject("ip", given); err != nil || s != g.IP("2001:db8:1:2::1") {
+			t.Errorf("ParseSubject(ip, %s) = %+v %v, want %+v", given, s, err, g.IP("2001:db8:1:2::1"))
+		}
+	}
+}
+
+// Addresses become key names and list entries only as their keyed hash.
+func TestAddressesAreHashedInKeysAndList(t *testing.T) {
+	ctx := context.Background()
+	h := iphash.New([]byte("test-ip-hash-key-0123"))
+	g := newGuard(t, Options{Threshold: 1, Window: 10 * time.Second, Duration: time.Minute, Addresses: h})
+	ip := g.IP("198.51.100.23")
+	if ip.Value != h.Of("198.51.100.23") || ip.Value == iphash.New(nil).Of("198.51.100.23") {
+		t.Fatalf("subject %+v: not the configured key's hash", ip)
+	}
+	for range 2 {
+		if _, err := g.Hit(ctx, ip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := g.rdb.Keys(ctx, g.opts.KeyPrefix+"*").Result()
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("keys %v %v, want the ban and the index", keys, err)
+	}
+	for _, k := range keys {
+		if strings.Contains(k, "198.51") {
+			t.Errorf("key %s names the address", k)
+		}
+	}
+	list, _ := g.List(ctx)
+	if len(list) != 1 || list[0].Value != ip.Value {
+		t.Fatalf("list %+v", list)
+	}
+	sub, _ := g.ParseSubject("ip", "198.51.100.23")
+	if lifted, err := g.Lift(ctx, sub); err != nil || !lifted {
+		t.Fatalf("lift by address: %t %v", lifted, err)
 	}
 }
 
@@ -204,7 +247,7 @@ func TestBanOneSubjectACall(t *testing.T) {
 		t.Fatalf("third request: %+v %v; want the ip banned", v, err)
 	}
 	list, err := g.List(ctx)
-	if err != nil || len(list) != 1 || list[0].Kind != KindIP || list[0].Value != "203.0.113.9" {
+	if err != nil || len(list) != 1 || list[0].Kind != KindIP || list[0].Value != ip.Value {
 		t.Fatalf("bans %+v %v, want the ip's", list, err)
 	}
 }

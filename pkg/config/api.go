@@ -31,6 +31,11 @@ type API struct {
 	StreamIdleTimeout time.Duration `yaml:"stream_idle_timeout"`
 	// ShutdownTimeout bounds graceful shutdown of open streams.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// DrainDelay is how long the API keeps serving after SIGTERM with
+	// GET /readyz answering 503, before it stops accepting: a load
+	// balancer that probes pods itself (not through a Kubernetes Service)
+	// needs that long to take the pod out. 0: stop accepting at once.
+	DrainDelay time.Duration `yaml:"drain_delay"`
 	// DisconnectGrace is how long a request whose client went away waits
 	// for it to reconnect (GET /v1/requests/:id/events with Last-Event-ID)
 	// before it cancels itself; 0 cancels at once.
@@ -181,6 +186,9 @@ func (a API) validate(v *validator, eventsTTL time.Duration) {
 	}
 	v.duration("api.stream_idle_timeout", a.StreamIdleTimeout)
 	v.duration("api.shutdown_timeout", a.ShutdownTimeout)
+	if a.DrainDelay < 0 {
+		v.add("api.drain_delay", "must be >= 0, got %s", a.DrainDelay)
+	}
 	if a.DisconnectGrace < 0 {
 		v.add("api.disconnect_grace", "must be >= 0, got %s", a.DisconnectGrace)
 	}

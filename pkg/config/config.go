@@ -38,6 +38,11 @@ type Config struct {
 	Auth        Auth        `yaml:"auth"`
 	Limits      Limits      `yaml:"limits"`
 	Log         Log         `yaml:"log"`
+	// Codec encrypts workflow payloads before Temporal stores them (off
+	// by default).
+	Codec Codec `yaml:"codec"`
+	// Privacy keys the hash that names client addresses.
+	Privacy Privacy `yaml:"privacy"`
 }
 
 // Default returns a configuration that runs the local dev stack. Each
@@ -65,6 +70,7 @@ func Default() Config {
 		Auth:        defaultAuth(),
 		Limits:      defaultLimits(),
 		Log:         defaultLog(),
+		Codec:       defaultCodec(),
 	}
 }
 
@@ -91,6 +97,7 @@ func Load(path string, environ []string) (Config, error) {
 	if err := applyEnv(&cfg, environ); err != nil {
 		return Config{}, err
 	}
+	cfg.Codec.readKeys(environ)
 	cfg.Redis.fillDefaultAddr()
 	if err := cfg.Temporal.resolve(environ); err != nil {
 		return Config{}, err
@@ -141,5 +148,7 @@ func (c Config) Validate() error {
 	c.Auth.validate(&v)
 	c.Limits.validate(&v, c.Auth.APIKeys, c.API.MaxTokensLimit)
 	c.Log.validate(&v)
+	c.Codec.validate(&v)
+	c.Privacy.validate(&v)
 	return v.err()
 }

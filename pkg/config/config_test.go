@@ -55,6 +55,9 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 		cfg.Auth.AdminKeySHA256 != def.Auth.AdminKeySHA256 || cfg.Auth.KeyCacheTTL != def.Auth.KeyCacheTTL {
 		t.Fatalf("example auth differs from defaults: %+v", cfg.Auth)
 	}
+	if !reflect.DeepEqual(cfg.Codec, def.Codec) || cfg.Privacy != def.Privacy {
+		t.Fatalf("example codec or privacy differ from defaults:\n%+v %+v\n%+v %+v", cfg.Codec, cfg.Privacy, def.Codec, def.Privacy)
+	}
 	if !reflect.DeepEqual(cfg.Limits.Ban, def.Limits.Ban) {
 		t.Fatalf("example limits.ban differs from defaults:\n%+v\n%+v", cfg.Limits.Ban, def.Limits.Ban)
 	}
@@ -204,6 +207,8 @@ func TestBadConfigFixtures(t *testing.T) {
 		"breaker_zero_failures.yaml":           "pools.short.breaker.failures: must be > 0, got 0",
 		"breaker_open_for_zero.yaml":           "pools.short.breaker.open_for: must be a positive duration such as 30s, got 0s",
 		"breaker_slow_above_first_token.yaml":  "pools.long.breaker.slow_first_token: must be below pools.long.first_token_timeout (30s), got 45s",
+		"api_negative_drain_delay.yaml":        "api.drain_delay: must be >= 0, got -1s",
+		"temporal_stop_timeout_zero.yaml":      "temporal.worker_stop_timeout: must be a positive duration such as 30s, got 0s",
 		"api_zero_stream_write_timeout.yaml":   "api.stream_write_timeout: must be a positive duration such as 30s, got 0s",
 		"api_per_ip_above_total.yaml":          "api.max_conns_per_ip: must not exceed api.max_conns (100), got 200",
 		"api_idempotency_above_events.yaml":    "api.idempotency_ttl: must not exceed events.ttl (30m0s), got 2h0m0s",
@@ -223,6 +228,15 @@ func TestBadConfigFixtures(t *testing.T) {
 		"redis_tls_disabled_rediss.yaml":       "redis.tls.enabled: is false, but redis.url is rediss://; the scheme says whether to use TLS",
 		"temporal_tls_disabled_with_ca.yaml":   "temporal.tls.enabled: is false, but other temporal.tls settings are given; remove them or the false",
 		"temporal_tls_key_no_cert.yaml":        "temporal.tls.cert_file: must be set with temporal.tls.key_file (a client key needs its certificate)",
+		"codec_no_keys.yaml":                   "codec.keys: must list at least one key when codec.enabled is true",
+		"codec_key_variable_unset.yaml":        "codec.keys[0]: variable SLUICE_CODEC_KEY_NOPE is not set",
+		"codec_key_file_and_env.yaml":          "codec.keys[0]: set exactly one of file and env",
+		"codec_key_short.yaml":                 "codec.keys[0]: must be 32 bytes (AES-256) in base64 (openssl rand -base64 32), got 16 bytes",
+		"codec_unknown_active_key.yaml":        `codec.active_key: must name one of codec.keys, got "k2"`,
+		"codec_duplicate_key_id.yaml":          `codec.keys[1].id: duplicate key id "k1"`,
+		"codec_bad_ui_origin.yaml":             `codec.ui_origins[0]: must be an http(s) URL, got "temporal.example.com"`,
+		"codec_ui_origin_with_path.yaml":       `codec.ui_origins[0]: must be an origin (scheme://host[:port], no path), got "https://temporal.example.com/"`,
+		"privacy_short_ip_hash_key.yaml":       "privacy.ip_hash_key: must be at least 16 characters (openssl rand -base64 32), got 5",
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {

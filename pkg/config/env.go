@@ -16,8 +16,9 @@ import (
 // file.
 const EnvPrefix = "SLUICE_"
 
-// envIgnored are SLUICE_* variables that are not settings.
-var envIgnored = []string{"SLUICE_CONFIG", "SLUICE_TEST_"}
+// envIgnored are SLUICE_* variables that are not settings: codec keys
+// (codec.keys[].env) may be named SLUICE_CODEC_KEY_<id>.
+var envIgnored = []string{"SLUICE_CONFIG", "SLUICE_TEST_", codecKeyEnvPrefix}
 
 func applyEnv(cfg *Config, environ []string) error {
 	fields := map[string]reflect.Value{}

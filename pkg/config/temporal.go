@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/contrib/envconfig"
 )
@@ -38,6 +39,12 @@ type Temporal struct {
 	MaxConcurrentActivities int `yaml:"max_concurrent_activities"`
 	// MaxConcurrentWorkflowTasks bounds workflow tasks per worker.
 	MaxConcurrentWorkflowTasks int `yaml:"max_concurrent_workflow_tasks"`
+	// WorkerStopTimeout is how long a stopping worker lets its running
+	// activities (LLM streams) finish before cancelling them. A stream cut
+	// off is lost like a crashed worker's, so a deployment that must not
+	// cut answers sets it above llm.timeout and gives the process as long
+	// to exit (the Helm chart derives both).
+	WorkerStopTimeout time.Duration `yaml:"worker_stop_timeout"`
 }
 
 const (
@@ -54,6 +61,7 @@ func defaultTemporal() Temporal {
 		SearchAttributes:           true,
 		MaxConcurrentActivities:    1000,
 		MaxConcurrentWorkflowTasks: 100,
+		WorkerStopTimeout:          10 * time.Second,
 	}
 }
 
@@ -150,6 +158,7 @@ func (t Temporal) validate(v *validator) {
 	t.TLS.validate(v, "temporal.tls")
 	v.positive("temporal.max_concurrent_activities", int64(t.MaxConcurrentActivities))
 	v.positive("temporal.max_concurrent_workflow_tasks", int64(t.MaxConcurrentWorkflowTasks))
+	v.duration("temporal.worker_stop_timeout", t.WorkerStopTimeout)
 }
 
 // envList is environ (KEY=VALUE pairs) as envconfig looks variables up.

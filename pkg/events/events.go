@@ -126,6 +126,9 @@ type Done struct {
 	// FinishReasons are every choice's, by index, when the client asked
 	// for several (FinishReason is the first's).
 	FinishReasons []string `json:"finish_reasons,omitempty"`
+	// TraceID is the request's OpenTelemetry trace, when tracing is on:
+	// the one to look up in the tracing backend.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Failure is the payload of rejected and error events.

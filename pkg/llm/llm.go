@@ -18,6 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
@@ -115,6 +118,7 @@ type OpenAI struct {
 	deadlines Deadlines
 	breaker   Breaker
 	next      atomic.Uint64
+	tracer    trace.Tracer
 }
 
 // OpenAIOptions configures an OpenAI client.
@@ -132,6 +136,9 @@ type OpenAIOptions struct {
 	Breaker    Breaker
 	// Logger reports circuits opening and closing (default: slog's).
 	Logger *slog.Logger
+	// Tracer, if set, traces each completion as a GenAI client span
+	// (see trace.go); nil traces nothing.
+	Tracer trace.TracerProvider
 }
 
 // withDefaults fills what o leaves zero: each deadline and breaker
@@ -162,6 +169,10 @@ func NewOpenAI(opts OpenAIOptions) (*OpenAI, error) {
 		name: opts.Name, apiKey: opts.APIKey, http: opts.HTTPClient,
 		deadlines: opts.Deadlines, breaker: opts.Breaker,
 	}
+	if opts.Tracer == nil {
+		opts.Tracer = noop.NewTracerProvider()
+	}
+	c.tracer = opts.Tracer.Tracer(tracerName)
 	log := opts.Logger.With("pool", opts.Name)
 	for _, e := range opts.Endpoints {
 		e = strings.TrimRight(e, "/")
@@ -207,7 +218,9 @@ func chatRequest(req Request) openai.ChatRequest {
 // Stream implements Streamer. It fails fast with an *UnavailableError
 // when every endpoint's circuit is open; otherwise the endpoint's circuit
 // learns how the stream went.
-func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta) error) (Result, error) {
+func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta) error) (res Result, err error) {
+	ctx, span := c.startSpan(ctx, req)
+	defer func() { endSpan(span, res, err) }()
 	body, err := json.Marshal(chatRequest(req))
 	if err != nil {
 		return Result{}, fmt.Errorf("encode chat request: %w", err)
@@ -216,7 +229,8 @@ func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta) er
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Endpoint: t.ep.url}
+	res = Result{Endpoint: t.ep.url}
+	spanEndpoint(span, t.ep.url)
 	err = c.stream(ctx, t, body, &res, onDelta)
 	var callerErr callerError
 	if errors.As(err, &callerErr) {
@@ -263,7 +277,9 @@ func (c *OpenAI) stream(ctx context.Context, t *ticket, body []byte, res *Result
 	err = readStream(resp.Body, res, func(d Delta) error {
 		w.pause()
 		if res.Chunks == 1 {
-			t.firstToken(time.Since(start))
+			ttft := time.Since(start)
+			t.firstToken(ttft)
+			spanFirstToken(ctx, ttft)
 		}
 		if err := onDelta(d); err != nil {
 			return callerError{err}

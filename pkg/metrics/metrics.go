@@ -1,7 +1,8 @@
 // Package metrics is Sluice's Prometheus instrumentation: per-stage latency
 // histograms, request outcomes, rate-limit decisions, queue depth and
 // permits per pool, cache tiers, the LLM backends' circuit breakers, and
-// the Temporal SDK's own metrics. Labels
+// the Temporal SDK's own metrics, tokens, queue waits, the healer's
+// levels and actions, and whether Redis and Temporal answer. Labels
 // never name a tenant or a user: their number is unbounded, and a per-tenant
 // view belongs in logs and the Temporal UI's search attributes.
 package metrics
@@ -10,6 +11,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +36,13 @@ type Metrics struct {
 
 	stages       *prometheus.HistogramVec
 	requests     *prometheus.CounterVec
+	queueWait    *prometheus.HistogramVec
+	ttft         *prometheus.HistogramVec
+	tokens       *prometheus.CounterVec
+	healing      *healingLevels
+	deps         *dependencyCollector
+	depsOnce     sync.Once
+	actions      *prometheus.CounterVec
 	rateLimits   *prometheus.CounterVec
 	alerts       *prometheus.CounterVec
 	bans         *prometheus.CounterVec
@@ -71,6 +80,24 @@ func New(logger *slog.Logger) *Metrics {
 			Name: "sluice_healing_alerts_total",
 			Help: "Alerts the tail-latency healer raised, by pool and level (warn, critical).",
 		}, []string{"pool", "level"}),
+		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_admission_wait_seconds",
+			Help:    "Time a request waited for an LLM permit (0 when one was free), by pool and the caller's tier.",
+			Buckets: stageBuckets,
+		}, []string{"pool", "tier"}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_ttft_seconds",
+			Help:    "Time from the request's start to its first LLM token, every stage before it included (the admission wait too), by pool and tier.",
+			Buckets: stageBuckets,
+		}, []string{"pool", "tier"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_llm_tokens_total",
+			Help: "Tokens of finished LLM calls, by pool, tier and kind (prompt, completion); the backend's usage when it sent one, streamed chunks otherwise.",
+		}, []string{"pool", "tier", "kind"}),
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_healing_actions_total",
+			Help: "Actions the healer applied through this instance, by pool and action (set_permits, set_batch, throttle_long, scale, shed).",
+		}, []string{"pool", "action"}),
 		bans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_bans_total",
 			Help: "Abuse bans imposed by this instance, by what they name (ip, key).",
@@ -81,7 +108,9 @@ func New(logger *slog.Logger) *Metrics {
 		}, []string{"kind"}),
 		scrapeBudget: 2 * time.Second,
 	}
-	m.reg.MustRegister(m.stages, m.requests, m.rateLimits, m.alerts, m.bans, m.banned,
+	m.healing = newHealingLevels()
+	m.reg.MustRegister(m.stages, m.requests, m.queueWait, m.ttft, m.tokens, m.actions, m.healing,
+		m.rateLimits, m.alerts, m.bans, m.banned,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -101,7 +130,12 @@ type Request struct {
 	Route string
 	// Outcome is an Outcome* label (see OutcomeOf).
 	Outcome string
+	// Tier is the caller's tier (limits.tiers; bounded by configuration).
+	Tier    string
 	Timings []events.StageTiming
+	// PromptTokens and CompletionTokens are the LLM call's usage (0 when
+	// no call was made).
+	PromptTokens, CompletionTokens int
 }
 
 // ObserveRequest counts a finished request and observes its stages.
@@ -112,7 +146,36 @@ func (m *Metrics) ObserveRequest(r Request) {
 	m.requests.WithLabelValues(r.Outcome, r.Route).Inc()
 	for _, t := range r.Timings {
 		m.stages.WithLabelValues(t.Stage, r.Route, t.Cache, r.Outcome).Observe(float64(t.Ms) / 1000)
+		if t.Stage == request.StageAdmission {
+			m.queueWait.WithLabelValues(r.Route, r.Tier).Observe(float64(t.Ms) / 1000)
+		}
 	}
+	if d, ok := TimeToFirstToken(r.Timings); ok {
+		m.ttft.WithLabelValues(r.Route, r.Tier).Observe(d.Seconds())
+	}
+	if r.PromptTokens > 0 || r.CompletionTokens > 0 {
+		m.tokens.WithLabelValues(r.Route, r.Tier, "prompt").Add(float64(r.PromptTokens))
+		m.tokens.WithLabelValues(r.Route, r.Tier, "completion").Add(float64(r.CompletionTokens))
+	}
+}
+
+// TimeToFirstToken is the client's wait for its first token, stage by
+// stage: every stage before the LLM's first token, plus that. Unlike
+// llm_first_token it counts the admission queue. ok is false when no
+// token came.
+func TimeToFirstToken(timings []events.StageTiming) (d time.Duration, ok bool) {
+	var ms int64
+	for _, t := range timings {
+		switch t.Stage {
+		case request.StageLLM: // the whole answer: past the first token
+		case request.StageLLMFirstToken:
+			ok = true
+			ms += t.Ms
+		default:
+			ms += t.Ms
+		}
+	}
+	return time.Duration(ms) * time.Millisecond, ok
 }
 
 // Refused counts a request refused at the door (its outcome label says
@@ -149,14 +212,6 @@ func (m *Metrics) Banned(kind string, imposed bool) {
 	m.banned.WithLabelValues(kind).Inc()
 }
 
-// HealingAlert counts an alert of the healer about pool at level.
-func (m *Metrics) HealingAlert(pool, level string) {
-	if m == nil {
-		return
-	}
-	m.alerts.WithLabelValues(pool, level).Inc()
-}
-
 // OutcomeOf names a workflow outcome and reason as the requests counter
 // labels it: a rejection carries its reason (rejected_queue_timeout).
 func OutcomeOf(outcome, reason string) string {
@@ -169,6 +224,8 @@ func OutcomeOf(outcome, reason string) string {
 // PoolStats is what a pool reports at scrape time.
 type PoolStats struct {
 	InUse, Limit, Waiting int
+	// OldestWait is how long the longest-waiting request has queued.
+	OldestWait time.Duration
 }
 
 // RegisterPools exposes each pool's permits and queue, read when scraped
@@ -185,6 +242,7 @@ var (
 	inUseDesc   = prometheus.NewDesc("sluice_pool_permits_in_use", "LLM permits held, per pool.", []string{"pool"}, nil)
 	limitDesc   = prometheus.NewDesc("sluice_pool_permits_limit", "LLM permits a pool has, per pool.", []string{"pool"}, nil)
 	waitingDesc = prometheus.NewDesc("sluice_pool_queue_depth", "Requests waiting for a permit, per pool.", []string{"pool"}, nil)
+	oldestDesc  = prometheus.NewDesc("sluice_pool_queue_oldest_wait_seconds", "How long the longest-waiting request of a pool has queued (0 when none waits).", []string{"pool"}, nil)
 )
 
 type poolCollector struct {
@@ -198,6 +256,7 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- inUseDesc
 	ch <- limitDesc
 	ch <- waitingDesc
+	ch <- oldestDesc
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
@@ -212,6 +271,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(inUseDesc, prometheus.GaugeValue, float64(st.InUse), pool)
 		ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(st.Limit), pool)
 		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(st.Waiting), pool)
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestWait.Seconds(), pool)
 	}
 }
 

@@ -56,7 +56,7 @@ func TestRateLimitsPoolsAndCaches(t *testing.T) {
 		if pool == "long" {
 			return PoolStats{}, errors.New("redis down")
 		}
-		return PoolStats{InUse: 3, Limit: 4, Waiting: 7}, nil
+		return PoolStats{InUse: 3, Limit: 4, Waiting: 7, OldestWait: 2500 * time.Millisecond}, nil
 	})
 	hits := uint64(5)
 	m.RegisterCache("embedding", func() CacheStats { return CacheStats{Hits: hits, Misses: 2, Bytes: 4096} })
@@ -68,6 +68,7 @@ func TestRateLimitsPoolsAndCaches(t *testing.T) {
 		`sluice_pool_permits_in_use{pool="short"} 3`,
 		`sluice_pool_permits_limit{pool="short"} 4`,
 		`sluice_pool_queue_depth{pool="short"} 7`,
+		`sluice_pool_queue_oldest_wait_seconds{pool="short"} 2.5`,
 		`sluice_cache_hits_total{tier="embedding"} 6`,
 		`sluice_cache_misses_total{tier="embedding"} 2`,
 		`sluice_cache_served_bytes_total{tier="embedding"} 4096`,
@@ -83,25 +84,108 @@ func TestRateLimitsPoolsAndCaches(t *testing.T) {
 	}
 }
 
+// The SDK's metrics keep Temporal's names and tags: counters end in
+// _total, timers are second histograms with buckets that fit seconds.
 func TestTemporalHandler(t *testing.T) {
 	m := New(nil)
 	h := m.TemporalHandler().WithTags(map[string]string{"namespace": "default", "task_queue": "q"})
 	h.Counter("temporal_request").Inc(2)
-	// The same name tagged differently still lands in one family.
+	// The same name tagged differently is another series of one family.
 	h.WithTags(map[string]string{"operation": "Poll"}).Counter("temporal_request").Inc(1)
-	h.Gauge("num-pollers").Update(4)
-	h.Timer("workflow_task_execution_latency").Record(30 * time.Millisecond)
-	// A name first used as a counter cannot also be a gauge, and must
-	// not panic.
+	h.Gauge("temporal_num_pollers").Update(4)
+	h.WithTags(map[string]string{"workflow_type": "Chat"}).Timer("temporal_workflow_task_execution_latency").Record(30 * time.Millisecond)
+	// A name first used as a counter and then as a gauge must not panic.
 	h.Gauge("temporal_request").Update(1)
 	out := scrape(t, m)
 	for _, want := range []string{
-		`temporal_temporal_request_total{namespace="default",task_queue="q"} 3`,
+		`temporal_request_total{namespace="default",task_queue="q"} 2`,
+		`temporal_request_total{namespace="default",operation="Poll",task_queue="q"} 1`,
 		`temporal_num_pollers{namespace="default",task_queue="q"} 4`,
-		`temporal_workflow_task_execution_latency_seconds_count{namespace="default",task_queue="q"} 1`,
+		`temporal_workflow_task_execution_latency_seconds_bucket{namespace="default",task_queue="q",workflow_type="Chat",le="0.025"} 0`,
+		`temporal_workflow_task_execution_latency_seconds_bucket{namespace="default",task_queue="q",workflow_type="Chat",le="0.05"} 1`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("scrape lacks %s in\n%s", want, grep(out, "temporal_"))
+		}
+	}
+	if strings.Contains(out, "otel_scope") || strings.Contains(out, "target_info") {
+		t.Errorf("scrape carries OpenTelemetry scope or target info:\n%s", grep(out, "otel_scope"))
+	}
+}
+
+func TestTokensQueueWaitAndTTFT(t *testing.T) {
+	m := New(nil)
+	m.ObserveRequest(Request{Route: "short", Outcome: request.OutcomeDone, Tier: "pro",
+		PromptTokens: 300, CompletionTokens: 40, Timings: []events.StageTiming{
+			{Stage: "embed", Ms: 10}, {Stage: "admission", Ms: 1500}, {Stage: "llm_first_token", Ms: 200}, {Stage: "llm", Ms: 900},
+		}})
+	// A request the queue timed out used no tokens and saw no first token.
+	m.ObserveRequest(Request{Route: "short", Outcome: OutcomeOf("rejected", "queue_timeout"), Tier: "free",
+		Timings: []events.StageTiming{{Stage: "admission", Ms: 30000}}})
+	out := scrape(t, m)
+	for _, want := range []string{
+		`sluice_llm_tokens_total{kind="prompt",pool="short",tier="pro"} 300`,
+		`sluice_llm_tokens_total{kind="completion",pool="short",tier="pro"} 40`,
+		`sluice_admission_wait_seconds_bucket{pool="short",tier="pro",le="1"} 0`,
+		`sluice_admission_wait_seconds_bucket{pool="short",tier="pro",le="2.5"} 1`,
+		`sluice_admission_wait_seconds_count{pool="short",tier="free"} 1`,
+		// 10 + 1500 + 200 ms: the LLM's whole time is not waited for.
+		`sluice_ttft_seconds_sum{pool="short",tier="pro"} 1.71`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s in\n%s", want, grep(out, `tier="`))
+		}
+	}
+	for _, unwanted := range []string{`sluice_llm_tokens_total{kind="prompt",pool="short",tier="free"}`, `sluice_ttft_seconds_count{pool="short",tier="free"}`} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("scrape has %s", unwanted)
+		}
+	}
+}
+
+func TestHealingLevelsAgeOut(t *testing.T) {
+	m := New(nil)
+	now := time.Unix(1000, 0)
+	m.healing.now = func() time.Time { return now }
+	m.HealingLevel("short", 2, 30*time.Second)
+	m.HealingLevel("long", 0, 30*time.Second)
+	m.HealingAction("short", "set_permits")
+	out := scrape(t, m)
+	for _, want := range []string{
+		`sluice_healing_level{pool="short"} 2`,
+		`sluice_healing_level{pool="long"} 0`,
+		`sluice_healing_actions_total{action="set_permits",pool="short"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s in\n%s", want, grep(out, "healing"))
+		}
+	}
+	// Another worker runs the healer's polls now: this one's level of
+	// short is old news and drops out; long was heard again.
+	now = now.Add(20 * time.Second)
+	m.HealingLevel("long", 1, 30*time.Second)
+	now = now.Add(15 * time.Second)
+	out = scrape(t, m)
+	if strings.Contains(out, `sluice_healing_level{pool="short"}`) {
+		t.Error("a level not heard for longer than its freshness is still reported")
+	}
+	if !strings.Contains(out, `sluice_healing_level{pool="long"} 1`) {
+		t.Errorf("scrape lacks the fresh level of long in\n%s", grep(out, "healing_level"))
+	}
+}
+
+func TestDependencyUp(t *testing.T) {
+	m := New(nil)
+	m.scrapeBudget = 50 * time.Millisecond
+	m.RegisterDependency("redis", func(context.Context) error { return nil })
+	m.RegisterDependency("temporal", func(ctx context.Context) error {
+		<-ctx.Done() // a frontend that does not answer
+		return ctx.Err()
+	})
+	out := scrape(t, m)
+	for _, want := range []string{`sluice_dependency_up{dependency="redis"} 1`, `sluice_dependency_up{dependency="temporal"} 0`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("scrape lacks %s in\n%s", want, grep(out, "dependency"))
 		}
 	}
 }
@@ -114,6 +198,9 @@ func TestNilMetricsDoNothing(t *testing.T) {
 	m.RegisterPools(nil, nil)
 	m.RegisterCache("x", nil)
 	m.RegisterBackends(nil)
+	m.RegisterDependency("redis", nil)
+	m.HealingLevel("short", 1, time.Minute)
+	m.HealingAction("short", "shed")
 	m.TemporalHandler().Counter("c").Inc(1)
 }
 

@@ -1,150 +1,74 @@
 package metrics
 
 import (
-	"maps"
-	"slices"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.temporal.io/sdk/client"
+	otelsdk "go.temporal.io/sdk/contrib/opentelemetry"
 )
 
-// TemporalHandler exports the Temporal SDK's metrics (workflow task and
-// activity latencies, poller counts, sticky cache use …) into the registry,
-// named temporal_<name>.
-//
-// Prometheus wants one label set per metric name, while the SDK tags a
-// metric at several call sites: the first use of a name fixes its label
-// names; later uses fill labels they lack with "" and drop labels the
-// first did not have.
+// TemporalSeries are the Temporal SDK series that Sluice's dashboard and
+// alert rules read, as Prometheus names them. They are the names
+// Temporal's own SDK dashboards and worker-health guide use:
+// counters end in _total, timers are histograms in seconds. A test
+// against a real Temporal server (tests/integration) checks that a worker
+// run exposes each; series that only a fault produces (long-poll
+// failures, sticky cache misses) are left out, since that run cannot
+// show them.
+var TemporalSeries = []string{
+	"temporal_request_total",
+	"temporal_request_failure_total",
+	"temporal_long_request_total",
+	"temporal_num_pollers",
+	"temporal_worker_task_slots_available",
+	"temporal_worker_task_slots_used",
+	"temporal_sticky_cache_size",
+	"temporal_sticky_cache_hit_total",
+	"temporal_workflow_task_schedule_to_start_latency_seconds_bucket",
+	"temporal_workflow_task_execution_latency_seconds_bucket",
+	"temporal_activity_schedule_to_start_latency_seconds_bucket",
+	"temporal_activity_execution_latency_seconds_bucket",
+}
+
+// TemporalHandler exports the Temporal SDK's metrics into the registry
+// through the SDK's own OpenTelemetry contrib and OpenTelemetry's
+// Prometheus exporter, so that they carry Temporal's names and tags
+// (namespace, task_queue, workflow_type, activity_type, worker_type,
+// poller_type, operation): dashboards and alerts written for Temporal work
+// on them unchanged. Each Metrics has a meter provider of its own, like
+// its registry.
 func (m *Metrics) TemporalHandler() client.MetricsHandler {
 	if m == nil {
 		return client.MetricsNopHandler
 	}
-	return &temporalHandler{shared: &temporalVecs{reg: m.reg, vecs: map[string]*temporalVec{}}}
-}
-
-type temporalVecs struct {
-	reg  *prometheus.Registry
-	mu   sync.Mutex
-	vecs map[string]*temporalVec
-}
-
-// temporalVec is one SDK metric name: its kind and fixed label names.
-type temporalVec struct {
-	labels  []string
-	counter *prometheus.CounterVec
-	gauge   *prometheus.GaugeVec
-	timer   *prometheus.HistogramVec
-}
-
-type temporalHandler struct {
-	shared *temporalVecs
-	tags   map[string]string
-}
-
-func (h *temporalHandler) WithTags(tags map[string]string) client.MetricsHandler {
-	merged := maps.Clone(h.tags)
-	if merged == nil {
-		merged = map[string]string{}
+	exp, err := prometheus.New(
+		prometheus.WithRegisterer(m.reg),
+		// One scrape target is one process: the scope and target_info
+		// series would only repeat that on every line.
+		prometheus.WithoutScopeInfo(),
+		prometheus.WithoutTargetInfo(),
+	)
+	if err != nil {
+		// Registering twice in one registry is the only way this fails:
+		// run without SDK metrics rather than without a worker.
+		m.logger.Error("metrics: export Temporal SDK metrics", "err", err)
+		return client.MetricsNopHandler
 	}
-	maps.Copy(merged, tags)
-	return &temporalHandler{shared: h.shared, tags: merged}
+	// OpenTelemetry's default buckets are for milliseconds; the SDK's
+	// timers are seconds, from a sticky-cache hit to a minutes-long stream.
+	seconds := sdkmetric.NewView(
+		sdkmetric.Instrument{Kind: sdkmetric.InstrumentKindHistogram, Unit: "s"},
+		sdkmetric.Stream{Aggregation: sdkmetric.AggregationExplicitBucketHistogram{Boundaries: stageBuckets}},
+	)
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithView(seconds))
+	logger := m.logger
+	return otelsdk.NewMetricsHandler(otelsdk.MetricsHandlerOptions{
+		Meter: provider.Meter("temporal-sdk-go"),
+		// Counters as monotonic sums: Prometheus counters with _total,
+		// which rate() and Temporal's dashboards expect.
+		UseMonotonicCounters: true,
+		// The default panics: a metric the SDK cannot record must not
+		// take a worker down.
+		OnError: func(err error) { logger.Warn("metrics: Temporal SDK metric", "err", err) },
+	})
 }
-
-func (h *temporalHandler) Counter(name string) client.MetricsCounter {
-	v := h.shared.vec(name, "counter", h.tags)
-	if v.counter == nil {
-		return client.MetricsNopHandler.Counter(name)
-	}
-	c := v.counter.WithLabelValues(v.values(h.tags)...)
-	return counterFunc(func(d int64) { c.Add(float64(d)) })
-}
-
-func (h *temporalHandler) Gauge(name string) client.MetricsGauge {
-	v := h.shared.vec(name, "gauge", h.tags)
-	if v.gauge == nil {
-		return client.MetricsNopHandler.Gauge(name)
-	}
-	g := v.gauge.WithLabelValues(v.values(h.tags)...)
-	return gaugeFunc(g.Set)
-}
-
-func (h *temporalHandler) Timer(name string) client.MetricsTimer {
-	v := h.shared.vec(name, "timer", h.tags)
-	if v.timer == nil {
-		return client.MetricsNopHandler.Timer(name)
-	}
-	o := v.timer.WithLabelValues(v.values(h.tags)...)
-	return timerFunc(func(d time.Duration) { o.Observe(d.Seconds()) })
-}
-
-// vec returns the collector of name, creating and registering it on first
-// use. A name used as another kind than it was first gets no collector.
-func (s *temporalVecs) vec(name, kind string, tags map[string]string) *temporalVec {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := kind + "/" + name
-	if v, ok := s.vecs[key]; ok {
-		return v
-	}
-	labels := slices.Sorted(maps.Keys(tags))
-	for i, l := range labels {
-		labels[i] = sanitize(l)
-	}
-	full := "temporal_" + sanitize(name)
-	v := &temporalVec{labels: labels}
-	var c prometheus.Collector
-	switch kind {
-	case "counter":
-		v.counter = prometheus.NewCounterVec(prometheus.CounterOpts{Name: full + "_total", Help: "Temporal SDK counter " + name + "."}, labels)
-		c = v.counter
-	case "gauge":
-		v.gauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: full, Help: "Temporal SDK gauge " + name + "."}, labels)
-		c = v.gauge
-	default:
-		v.timer = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: full + "_seconds", Help: "Temporal SDK timer " + name + ".", Buckets: stageBuckets}, labels)
-		c = v.timer
-	}
-	if err := s.reg.Register(c); err != nil {
-		// Another kind already took the name: drop this one's values.
-		*v = temporalVec{labels: labels}
-	}
-	s.vecs[key] = v
-	return v
-}
-
-// values orders tags as the vec's labels, "" for those missing.
-func (v *temporalVec) values(tags map[string]string) []string {
-	out := make([]string, len(v.labels))
-	for k, val := range tags {
-		if i := slices.Index(v.labels, sanitize(k)); i >= 0 {
-			out[i] = val
-		}
-	}
-	return out
-}
-
-// sanitize makes an SDK metric name a valid Prometheus name.
-func sanitize(name string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
-			return r
-		}
-		return '_'
-	}, name)
-}
-
-type counterFunc func(int64)
-
-func (f counterFunc) Inc(d int64) { f(d) }
-
-type gaugeFunc func(float64)
-
-func (f gaugeFunc) Update(v float64) { f(v) }
-
-type timerFunc func(time.Duration)
-
-func (f timerFunc) Record(d time.Duration) { f(d) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/events"
 	sreq "github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/settle"
 )
 
 // TestChaos runs each fault against a stack of its own. The fast subset
@@ -72,7 +73,7 @@ func (s *stack) finishScenario(t *testing.T, r row, rs []result, extra []string,
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	r.saw = tally(rs)
-	r.lost = append(first(broken(rs), 10), extra...)
+	r.lost = append(settle.First(broken(rs), 10), extra...)
 	r.lost = append(r.lost, s.leftovers(ctx, tenants...)...)
 	if r.recover < 0 {
 		r.lost = append(r.lost, "not recovered within the bound ("+r.recoverTo+")")

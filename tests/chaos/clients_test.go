@@ -59,7 +59,7 @@ func testClientsDisconnect(t *testing.T) {
 	wg.Wait()
 	gone := time.Now()
 	recovered := s.timeToRecover(gone, tenantAfter, time.Minute)
-	started, err := s.listChats(context.Background(), "SluiceTenant = '"+tenantLoad+"'")
+	started, err := s.accounts().ListChats(context.Background(), "SluiceTenant = '"+tenantLoad+"'")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,4 +105,23 @@ func TestAdmission(t *testing.T) {
 	if r.Status != admission.Gone {
 		t.Fatalf("a after its release: %+v, want gone", r)
 	}
+
+	// The janitor's watch of the process serving each pool: the master of
+	// the pool's slot, whose run id differs from the other pool's when
+	// their slots are on different masters.
+	ids := map[string]string{}
+	for _, pool := range []string{"short", "long"} {
+		id, err := g.ServerOf(ctx, pool)
+		ok(t, "find the redis serving "+pool, err)
+		served, err := g.CheckServer(ctx, pool, id)
+		ok(t, "note the redis serving "+pool, err)
+		if served != admission.ServedLost {
+			t.Fatalf("%s: first CheckServer = %v, want lost", pool, served)
+		}
+		if served, err = g.CheckServer(ctx, pool, id); err != nil || served != admission.ServedSame {
+			t.Fatalf("%s: second CheckServer = %v, %v; want same", pool, served, err)
+		}
+		ids[pool] = id
+	}
+	t.Logf("pool short served by %s, long by %s", ids["short"], ids["long"])
 }

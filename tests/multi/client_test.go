@@ -22,6 +22,11 @@ type request struct {
 	// bound is how long the client waits for its terminal event before
 	// it counts the request as hung.
 	bound time.Duration
+	// key is the API key to send with ("": the next of the multi
+	// tenant's keys in turn).
+	key string
+	// leaveAfter, if > 0, hangs up this long after sending.
+	leaveAfter time.Duration
 }
 
 // result is what one client saw, over one connection or several (a
@@ -49,12 +54,16 @@ type result struct {
 	// an event after the end.
 	violations []string
 	hung       bool
+	// left: the client hung up on purpose (request.leaveAfter).
+	left bool
 	took       time.Duration
 }
 
 // outcome is a result's class in a tally.
 func (r *result) outcome() string {
 	switch {
+	case r.left:
+		return "left"
 	case r.hung:
 		return "HUNG"
 	case r.err != nil:
@@ -83,6 +92,9 @@ func (r *result) summary() string {
 // ended reports whether the client got an end Sluice promises: a
 // refusal, or a stream closed by its terminal event, nothing repeated.
 func (r *result) ended() bool {
+	if r.left {
+		return len(r.violations) == 0
+	}
 	if r.hung || r.err != nil || len(r.violations) > 0 {
 		return false
 	}
@@ -105,13 +117,28 @@ func (s *stack) send(ctx context.Context, api *proc, q request) *result {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, q.bound)
 	defer cancel()
-	r := &result{key: apiKey(int(keyTurn.Add(1)))}
+	r := &result{key: q.key}
+	if r.key == "" {
+		r.key = apiKey(int(keyTurn.Add(1)))
+	}
+	var left atomic.Bool
+	if q.leaveAfter > 0 {
+		leave, stopLeave := context.WithCancel(ctx)
+		defer stopLeave()
+		ctx = leave
+		timer := time.AfterFunc(q.leaveAfter, func() { left.Store(true); stopLeave() })
+		defer timer.Stop()
+	}
 	body, err := r.post(ctx, s, api, q)
 	if err == nil {
 		r.read(body, -1)
 		body.Close()
 	}
 	r.took = time.Since(start)
+	if left.Load() && r.terminal == "" {
+		r.left, r.err = true, nil
+		return r
+	}
 	if r.terminal == "" && r.status == http.StatusOK && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		r.hung = true
 	}

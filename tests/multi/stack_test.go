@@ -155,16 +155,42 @@ func multiConfig(redisAddrs []string, temporalHostPort string, simURLs []string)
 	// Two workers on one machine: neither serves metrics on a port.
 	cfg.Metrics.WorkerAddr = ""
 	cfg.Log.Level = "warn"
-	cfg.Limits.Tiers[tierName] = config.Tier{
-		Weight: 3, MaxWait: 45 * time.Second,
-		Tenant: config.Rate{TokensPerMinute: 1e9, TokenBurst: 1e9, RequestsPerMinute: 1e6, RequestBurst: 1e6},
-	}
+	// Buckets too big to refuse anything and refilling so slowly (one
+	// token a thousand minutes) that what a tenant's bucket lacks after a
+	// run is what its requests were billed (settle.Accounts).
+	rate := config.Rate{TokensPerMinute: refillPerMinute, TokenBurst: tokenCapacity, RequestsPerMinute: refillPerMinute, RequestBurst: requestCapacity}
+	cfg.Limits.Tiers[tierName] = config.Tier{Weight: 3, MaxWait: 45 * time.Second, Tenant: rate}
 	cfg.Auth.APIKeys = nil
 	for i := range keyCount {
 		cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, config.APIKey{Key: apiKey(i), Tenant: tenant, User: apiKey(i), Tier: tierName})
 	}
+	// Three tenants on tiers weighted 5:3:2, one tier each.
+	for _, f := range fairTenants {
+		cfg.Limits.Tiers[f.name] = config.Tier{Weight: f.weight, MaxWait: 45 * time.Second, Tenant: rate}
+		for i := range keyCount {
+			k := f.key(i)
+			cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, config.APIKey{Key: k, Tenant: f.name, User: k, Tier: f.name})
+		}
+	}
 	return cfg
 }
+
+// fairTenant is a tenant of the fairness test, alone on its tier.
+type fairTenant struct {
+	name   string
+	weight int
+}
+
+var fairTenants = []fairTenant{{"fair-5", 5}, {"fair-3", 3}, {"fair-2", 2}}
+
+func (f fairTenant) key(i int) string { return fmt.Sprintf("k-%s-%d", f.name, i%keyCount) }
+
+// Bucket sizes and refill of every tier (see multiConfig).
+const (
+	tokenCapacity   = 1e9
+	requestCapacity = 1e6
+	refillPerMinute = 0.001
+)
 
 const (
 	tenant   = "multi"
@@ -272,6 +298,10 @@ func (s *stack) close(failed bool) {
 	}
 	if s.cluster != nil {
 		s.cluster.Stop()
+	}
+	if failed {
+		fmt.Fprintf(os.Stderr, "--- every process's log is kept in %s\n", s.dir)
+		return
 	}
 	_ = os.RemoveAll(s.dir)
 }

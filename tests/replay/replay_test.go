@@ -15,6 +15,52 @@ import (
 	"github.com/sluice-dev/sluice/workflows"
 )
 
+// Histories recorded with codec.enabled (under encrypted/, sealed with
+// testenv.CodecTestKey) replay through the same codec; without it, they
+// do not, so the codec is what makes them readable.
+func TestReplayEncryptedHistories(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "tests", "histories", "encrypted", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no recorded histories under tests/histories/encrypted")
+	}
+	ring, err := testenv.CodecTestKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			var opts worker.WorkflowReplayerOptions
+			ring.ApplyReplayer(&opts)
+			r, err := worker.NewWorkflowReplayerWithOptions(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			register(r)
+			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
+				t.Fatalf("replay %s: %v", filepath.Base(f), err)
+			}
+			plain := worker.NewWorkflowReplayer()
+			register(plain)
+			// Quiet: its failure is expected, and would log a panic.
+			if err := plain.ReplayWorkflowHistoryFromJSONFile(testenv.QuietLogger{}, f); err == nil {
+				t.Fatalf("%s replays without the codec: it is not encrypted", filepath.Base(f))
+			}
+		})
+	}
+}
+
+func register(r worker.WorkflowReplayer) {
+	r.RegisterWorkflowWithOptions(workflows.ChatWorkflow, workflow.RegisterOptions{Name: workflows.ChatWorkflowName})
+	r.RegisterWorkflowWithOptions(workflows.HealingWorkflow, workflow.RegisterOptions{Name: workflows.HealingWorkflowName})
+}
+
 func TestReplayRecordedHistories(t *testing.T) {
 	root, err := testenv.RepoRoot()
 	if err != nil {

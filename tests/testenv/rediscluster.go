@@ -138,6 +138,19 @@ func (c *RedisCluster) Client(t testing.TB) *redis.ClusterClient {
 	return rdb
 }
 
+// Kill stops the node at addr with SIGKILL, as a crashed machine: its
+// replica takes over its slots once the others stop hearing from it
+// (cluster-node-timeout, 5 s).
+func (c *RedisCluster) Kill(addr string) error {
+	for _, n := range c.nodes {
+		if n.Addr == addr {
+			n.Stop()
+			return nil
+		}
+	}
+	return fmt.Errorf("no node of the cluster at %s", addr)
+}
+
 // Stop kills every node and removes their directories. It may be called
 // again.
 func (c *RedisCluster) Stop() {

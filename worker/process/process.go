@@ -23,8 +23,10 @@ import (
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -46,10 +48,14 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	if err != nil {
 		return err
 	}
+	if iphash.New([]byte(cfg.Privacy.IPHashKey)).UsesDevKey() {
+		logger.Warn("privacy.ip_hash_key is not set: client addresses in Redis keys, bans and logs are hashed with a public key, " +
+			"which anyone can reverse by hashing every IPv4 address; set it (the same on every instance) in production")
+	}
 	srv, err := api.New(api.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub,
 		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Policy: live, KBs: rt.KBs, Ingester: rt.Ingester, Embeddings: rt.EmbedCache, Sessions: rt.Sessions, Metrics: rt.Metrics,
-		Keys: keyCache, Bans: bans,
+		Keys: keyCache, Bans: bans, Tracer: rt.Tracer,
 		Logger: logger.With("component", "api"),
 	})
 	if err != nil {
@@ -86,7 +92,7 @@ func newBans(rt *worker.Runtime, cfg config.Config) (*ban.Guard, error) {
 		return nil, nil
 	}
 	return ban.New(rt.Redis, ban.Options{KeyPrefix: cfg.Redis.KeyPrefix, Threshold: b.Threshold,
-		Window: b.Window, Duration: b.Duration, Exempt: b.ExemptPrefixes()})
+		Window: b.Window, Duration: b.Duration, Exempt: b.ExemptPrefixes(), Addresses: iphash.New([]byte(cfg.Privacy.IPHashKey))})
 }
 
 // RunWorker runs a worker process until ctx ends, serving its metrics on
@@ -121,8 +127,9 @@ func RunWorker(ctx context.Context, cfg config.Config, logger *slog.Logger) erro
 }
 
 // Main is a binary's main: it loads the config from the command line (exit
-// code 2 if it is bad), runs run until SIGINT or SIGTERM, and exits 1 if
-// run failed.
+// code 2 if it is bad), starts tracing if the OTEL_* environment asks for
+// it (pkg/tracing; exit code 2 if it is bad), runs run until SIGINT or
+// SIGTERM, and exits 1 if run failed.
 func Main(name string, run func(ctx context.Context, cfg config.Config, logger *slog.Logger) error) {
 	cfg, err := config.FromCommandLine(name, os.Args[1:])
 	if err != nil {
@@ -131,8 +138,19 @@ func Main(name string, run func(ctx context.Context, cfg config.Config, logger *
 	}
 	logger := worker.NewLogger(cfg.Log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	stopTracing, err := tracing.Start(ctx, name, logger)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	err = run(ctx, cfg, logger)
 	stop()
+	// The last spans are flushed before the process exits.
+	tctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if terr := stopTracing(tctx); terr != nil {
+		logger.Warn("flush traces", "err", terr)
+	}
+	cancel()
 	if err != nil {
 		logger.Error(name+" stopped", "err", err)
 		os.Exit(1)

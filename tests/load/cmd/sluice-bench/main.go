@@ -40,12 +40,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 // scenarios are the subcommands: a summary for the usage, and a new
@@ -109,6 +112,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	startLoad = loadAverage()
+	// OTEL_* turn tracing on for the stack the bench runs, as they do for
+	// the binaries: the overhead scenario then measures its cost.
+	stopTracing, err := tracing.Start(ctx, "sluice-bench", slog.Default())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	defer func() { _ = stopTracing(context.Background()) }()
 	if err := run(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "sluice-bench %s: %v\n", name, err)
 		pprof.StopCPUProfile()

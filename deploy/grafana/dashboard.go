@@ -1,0 +1,270 @@
+// Package grafana defines Sluice's Grafana dashboard: its rows, panels and
+// queries are declared here once, sluice.json is generated from them with
+// Grafana's foundation SDK (go run ./deploy/grafana/cmd/sluice-dashboard
+// json), and the preview tool draws the same queries from a real
+// Prometheus.
+package grafana
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/grafana/grafana-foundation-sdk/go/common"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
+)
+
+// DatasourceUID is the Prometheus datasource's uid, the one that
+// provisioning/datasources/prometheus.yaml provisions: every panel names
+// it, so the dashboard works without a datasource variable.
+const DatasourceUID = "sluice-prometheus"
+
+// UID is the dashboard's uid (its URL: /d/sluice).
+const UID = "sluice"
+
+// Target is one query of a panel.
+type Target struct {
+	Expr   string
+	Legend string
+}
+
+// Panel is one time series panel.
+type Panel struct {
+	Title       string
+	Description string
+	// Unit is a Grafana unit id (s, reqps, percentunit, short).
+	Unit    string
+	Targets []Target
+	// Width is in grid columns out of 24 (8: three a row).
+	Width int
+	// Thresholds draws dashed lines at these values (the alert rules'
+	// thresholds).
+	Thresholds []float64
+}
+
+// Row is a titled group of panels.
+type Row struct {
+	Title  string
+	Panels []Panel
+}
+
+// Annotation marks events on every panel from a query: each step where
+// it has a value is one mark.
+type Annotation struct {
+	Name, Expr, Title, Color string
+}
+
+// rate is the window rate() and friends use; Grafana widens
+// $__rate_interval to at least four scrape intervals.
+const rate = "[$__rate_interval]"
+
+func quantile(q, by, metric, selector string) string {
+	return fmt.Sprintf("histogram_quantile(%s, sum by (%sle) (rate(%s_bucket%s%s)))", q, by, metric, selector, rate)
+}
+
+// tailRatio is P99/P50 of the LLM's time to first token per pool: the
+// healer's signal, and the alert rules' (deploy/prometheus).
+var tailRatio = quantile("0.99", "pool, ", "sluice_stage_duration_seconds", `{stage="llm_first_token"}`) +
+	" / " + quantile("0.5", "pool, ", "sluice_stage_duration_seconds", `{stage="llm_first_token"}`)
+
+// Rows are the dashboard's panels, top to bottom.
+var Rows = []Row{
+	{Title: "Requests", Panels: []Panel{
+		{Title: "Outcomes", Unit: "reqps", Width: 8,
+			Description: "Chat requests per second by how they ended (sluice_requests_total).",
+			Targets:     []Target{{`sum by (outcome) (rate(sluice_requests_total` + rate + `))`, "{{outcome}}"}}},
+		{Title: "Goodput", Unit: "reqps", Width: 8,
+			Description: "Requests answered in full per second, by pool (cache: answered from the answer cache).",
+			Targets:     []Target{{`sum by (route) (rate(sluice_requests_total{outcome="done"}` + rate + `))`, "{{route}}"}}},
+		{Title: "429s by dimension", Unit: "reqps", Width: 8,
+			Description: "Requests refused at the door per second: by the rate-limit dimension that refused, and for a ban.",
+			Targets: []Target{
+				{`sum by (dimension) (rate(sluice_ratelimit_decisions_total{decision="deny"}` + rate + `))`, "{{dimension}}"},
+				{`sum by (kind) (rate(sluice_banned_requests_total` + rate + `))`, "banned {{kind}}"},
+			}},
+	}},
+	{Title: "Latency", Panels: []Panel{
+		{Title: "Stage P50", Unit: "s", Width: 8,
+			Description: "Median time in each stage, all pools.",
+			Targets:     []Target{{quantile("0.5", "stage, ", "sluice_stage_duration_seconds", ""), "{{stage}}"}}},
+		{Title: "Stage P99", Unit: "s", Width: 8,
+			Description: "99th percentile of the time in each stage, all pools.",
+			Targets:     []Target{{quantile("0.99", "stage, ", "sluice_stage_duration_seconds", ""), "{{stage}}"}}},
+		{Title: "P99/P50 of the first token, per pool", Unit: "short", Width: 8, Thresholds: []float64{2, 5, 10},
+			Description: "The tail ratio the healer and the alerts watch: warn above 2, critical above 5, collapse above 10.",
+			Targets:     []Target{{tailRatio, "{{pool}}"}}},
+		{Title: "Time to first token", Unit: "s", Width: 12,
+			Description: "From the request's start to its first token, the admission wait included, per pool (sluice_ttft_seconds).",
+			Targets: []Target{
+				{quantile("0.5", "pool, ", "sluice_ttft_seconds", ""), "P50 {{pool}}"},
+				{quantile("0.99", "pool, ", "sluice_ttft_seconds", ""), "P99 {{pool}}"},
+			}},
+		{Title: "Tokens", Unit: "short", Width: 12,
+			Description: "LLM tokens per second by pool and kind (prompt, completion).",
+			Targets:     []Target{{`sum by (pool, kind) (rate(sluice_llm_tokens_total` + rate + `))`, "{{pool}} {{kind}}"}}},
+	}},
+	{Title: "Admission", Panels: []Panel{
+		{Title: "Queue depth", Unit: "short", Width: 6,
+			Description: "Requests waiting for a permit, per pool (read from Redis: every instance reports the same).",
+			Targets:     []Target{{`max by (pool) (sluice_pool_queue_depth)`, "{{pool}}"}}},
+		{Title: "Oldest wait", Unit: "s", Width: 6,
+			Description: "How long the longest-waiting request of each pool has queued.",
+			Targets:     []Target{{`max by (pool) (sluice_pool_queue_oldest_wait_seconds)`, "{{pool}}"}}},
+		{Title: "Permits in use", Unit: "short", Width: 6,
+			Description: "LLM permits held and the pool's current limit (the healer lowers it at level 1).",
+			Targets: []Target{
+				{`max by (pool) (sluice_pool_permits_in_use)`, "in use {{pool}}"},
+				{`max by (pool) (sluice_pool_permits_limit)`, "limit {{pool}}"},
+			}},
+		{Title: "Queue wait P99 by tier", Unit: "s", Width: 6,
+			Description: "99th percentile of the admission wait per pool and tier (sluice_admission_wait_seconds).",
+			Targets:     []Target{{quantile("0.99", "pool, tier, ", "sluice_admission_wait_seconds", ""), "{{pool}} {{tier}}"}}},
+	}},
+	{Title: "Caches", Panels: []Panel{
+		{Title: "Cache hit ratio per tier", Unit: "percentunit", Width: 12,
+			Description: "Hits / lookups: embedding (L1), retrieval (L2) and answer cache.",
+			Targets: []Target{{`sum by (tier) (rate(sluice_cache_hits_total` + rate + `)) / (sum by (tier) (rate(sluice_cache_hits_total` + rate +
+				`)) + sum by (tier) (rate(sluice_cache_misses_total` + rate + `)))`, "{{tier}}"}}},
+		{Title: "Cache bytes served", Unit: "Bps", Width: 12,
+			Description: "Bytes of cached values served per second, per tier.",
+			Targets:     []Target{{`sum by (tier) (rate(sluice_cache_served_bytes_total` + rate + `))`, "{{tier}}"}}},
+	}},
+	{Title: "Healing and dependencies", Panels: []Panel{
+		{Title: "Healing level", Unit: "short", Width: 8, Thresholds: []float64{1, 4},
+			Description: "The healer's level per pool: 0 normal, 1 shrink, 2 throttle long, 3 scale, 4 shed. Its actions are the dashboard's annotations.",
+			Targets:     []Target{{`max by (pool) (sluice_healing_level)`, "{{pool}}"}}},
+		{Title: "Circuit breakers", Unit: "short", Width: 8, Thresholds: []float64{2},
+			Description: "Each backend endpoint's breaker, worst over instances: 0 closed, 1 half-open, 2 open.",
+			Targets:     []Target{{`max by (pool, endpoint) (sluice_backend_circuit_state)`, "{{pool}} {{endpoint}}"}}},
+		{Title: "Redis and Temporal reachable", Unit: "short", Width: 8,
+			Description: "1 when every instance reached the dependency at its last scrape.",
+			Targets:     []Target{{`min by (dependency) (sluice_dependency_up)`, "{{dependency}}"}}},
+	}},
+	{Title: "Temporal workers", Panels: []Panel{
+		{Title: "Task slots", Unit: "short", Width: 6,
+			Description: "Free and used execution slots per worker type (Temporal SDK).",
+			Targets: []Target{
+				{`sum by (worker_type) (temporal_worker_task_slots_available)`, "free {{worker_type}}"},
+				{`sum by (worker_type) (temporal_worker_task_slots_used)`, "used {{worker_type}}"},
+			}},
+		{Title: "Schedule-to-start P99", Unit: "s", Width: 6,
+			Description: "How long tasks wait for a worker: rising means too few workers or slots.",
+			Targets: []Target{
+				{quantile("0.99", "", "temporal_workflow_task_schedule_to_start_latency_seconds", ""), "workflow task"},
+				{quantile("0.99", "", "temporal_activity_schedule_to_start_latency_seconds", ""), "activity"},
+			}},
+		{Title: "Pollers and RPC failures", Unit: "short", Width: 6,
+			Description: "Pollers per poller type, and the workers' failed calls to the Temporal frontend per second, by operation.",
+			Targets: []Target{
+				{`sum by (poller_type) (temporal_num_pollers)`, "pollers {{poller_type}}"},
+				{`sum by (operation) (rate(temporal_request_failure_total` + rate + `))`, "failed {{operation}}/s"},
+			}},
+		{Title: "Sticky cache", Unit: "short", Width: 6,
+			Description: "Workflows cached on workers, and workflow tasks per second that found theirs there (a replay avoided).",
+			Targets: []Target{
+				{`sum(temporal_sticky_cache_size)`, "size"},
+				{`sum(rate(temporal_sticky_cache_hit_total` + rate + `))`, "hits/s"},
+			}},
+	}},
+}
+
+// Annotations mark the healer's actions and alerts on every panel.
+var Annotations = []Annotation{
+	{Name: "Healing actions", Color: "orange",
+		Expr:  `sum by (pool, action) (increase(sluice_healing_actions_total[1m])) > 0`,
+		Title: "{{action}} {{pool}}"},
+	{Name: "Healing alerts", Color: "red",
+		Expr:  `sum by (pool, level) (increase(sluice_healing_alerts_total[1m])) > 0`,
+		Title: "{{level}} {{pool}}"},
+}
+
+// Exprs lists every query of the dashboard, panels then annotations.
+func Exprs() []string {
+	var out []string
+	for _, r := range Rows {
+		for _, p := range r.Panels {
+			for _, t := range p.Targets {
+				out = append(out, t.Expr)
+			}
+		}
+	}
+	for _, a := range Annotations {
+		out = append(out, a.Expr)
+	}
+	return out
+}
+
+// panelHeight is every panel's height in grid units.
+const panelHeight = 8
+
+// JSON is the dashboard as Grafana imports it, indented.
+func JSON() ([]byte, error) {
+	d, err := build()
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode dashboard: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+func build() (dashboard.Dashboard, error) {
+	ds := datasource()
+	b := dashboard.NewDashboardBuilder("Sluice").
+		Uid(UID).
+		Description("Sluice's requests, stages, admission queues, caches, healing and Temporal workers. Generated from deploy/grafana/dashboard.go.").
+		Tags([]string{"sluice", "temporal"}).
+		Refresh("30s").
+		Time("now-1h", "now").
+		Timezone(common.TimeZoneBrowser).
+		Tooltip(dashboard.DashboardCursorSyncCrosshair)
+	for _, a := range Annotations {
+		b.Annotation(dashboard.NewAnnotationQueryBuilder().
+			Name(a.Name).Datasource(ds).Enable(true).IconColor(a.Color).
+			Expr(a.Expr).TitleFormat(a.Title).Step("1m"))
+	}
+	id := uint32(1)
+	for _, r := range Rows {
+		b.WithRow(dashboard.NewRowBuilder(r.Title).Id(id))
+		id++
+		for _, p := range r.Panels {
+			b.WithPanel(panel(p, id, ds))
+			id++
+		}
+	}
+	d, err := b.Build()
+	if err != nil {
+		return dashboard.Dashboard{}, fmt.Errorf("build dashboard: %w", err)
+	}
+	return d, nil
+}
+
+func panel(p Panel, id uint32, ds common.DataSourceRef) *timeseries.PanelBuilder {
+	pb := timeseries.NewPanelBuilder().
+		Id(id).Title(p.Title).Description(p.Description).Datasource(ds).
+		Unit(p.Unit).Height(panelHeight).Span(uint32(p.Width)).
+		FillOpacity(10).LineWidth(1).ShowPoints(common.VisibilityModeNever).
+		Legend(common.NewVizLegendOptionsBuilder().DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).ShowLegend(true))
+	if len(p.Thresholds) > 0 {
+		steps := []dashboard.Threshold{{Color: "green"}}
+		colors := []string{"yellow", "orange", "red"}
+		for i, v := range p.Thresholds {
+			steps = append(steps, dashboard.Threshold{Value: &v, Color: colors[min(i+len(colors)-len(p.Thresholds), len(colors)-1)]})
+		}
+		pb.Thresholds(dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps(steps)).
+			ThresholdsStyle(common.NewGraphThresholdsStyleConfigBuilder().Mode(common.GraphThresholdsStyleModeDashed))
+	}
+	for i, t := range p.Targets {
+		pb.WithTarget(prometheus.NewDataqueryBuilder().
+			Datasource(ds).Expr(t.Expr).LegendFormat(t.Legend).RefId(string(rune('A' + i))).Range())
+	}
+	return pb
+}
+
+func datasource() common.DataSourceRef {
+	typ, uid := "prometheus", DatasourceUID
+	return common.DataSourceRef{Type: &typ, Uid: &uid}
+}
