@@ -156,9 +156,15 @@ run-cluster: need $(TEMPORAL) temporal-server temporal-ui build
 # and the Redis Cluster: no over-admission across instances, a stream
 # resumed on the other API after kill -9, a killed worker's activities
 # moving to the other (tests/multi; about a minute).
-.PHONY: test-cluster
+.PHONY: test-cluster bench-cluster
 test-cluster: need $(TEMPORAL) temporal-server build
 	SLUICE_MULTI=1 $(GO) test -count=1 -timeout 20m -v ./tests/multi/
+
+# The same closed loops through the cluster stack and through `make run`'s
+# shape started beside it, one after the other (about 4 minutes); writes
+# tests/load/report/cluster-goodput.md (docs/scaling.md).
+bench-cluster: need $(TEMPORAL) temporal-server build
+	SLUICE_MULTI=1 SLUICE_MULTI_GOODPUT=1 $(GO) test -count=1 -timeout 20m -v -run TestGoodputClusterAgainstSingle ./tests/multi/
 
 # deploy/grafana/preview.png: the dashboard's queries drawn from a real
 # Prometheus (Debian's prometheus package) scraping a loaded stack of its

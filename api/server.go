@@ -182,7 +182,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.echo = s.routes(opts.Metrics)
 	if opts.Tracer != nil {
-		s.echo.Use(nameSpan)
+		s.echo.Use(s.nameSpan)
 	}
 	s.handler = traced(s.echo, opts.Tracer)
 	return s, nil

@@ -1,10 +1,12 @@
 package api
 
 import (
+	"net"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
@@ -34,13 +36,30 @@ func traced(h http.Handler, tp trace.TracerProvider) http.Handler {
 }
 
 // nameSpan names the request's server span after the route Echo matched
-// ("POST /v1/chat", not the path with its ids), once Echo has routed it.
-func nameSpan(next echo.HandlerFunc) echo.HandlerFunc {
+// ("POST /v1/chat", not the path with its ids), once Echo has routed it,
+// and replaces the client addresses otelhttp records with their keyed
+// hash: traces leave the process, and nothing stored may name a client's
+// address (the same hash as its rate-limit keys and bans).
+func (s *Server) nameSpan(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if span := trace.SpanFromContext(c.Request().Context()); span.IsRecording() && c.Path() != "" {
-			span.SetName(c.Request().Method + " " + c.Path())
-			span.SetAttributes(semconv.HTTPRoute(c.Path()))
+		if span := trace.SpanFromContext(c.Request().Context()); span.IsRecording() {
+			if c.Path() != "" {
+				span.SetName(c.Request().Method + " " + c.Path())
+				span.SetAttributes(semconv.HTTPRoute(c.Path()))
+			}
+			span.SetAttributes(
+				attribute.String(string(semconv.ClientAddressKey), s.addresses.Of(c.RealIP())),
+				attribute.String(string(semconv.NetworkPeerAddressKey), s.addresses.Of(peerHost(c.Request().RemoteAddr))),
+			)
 		}
 		return next(c)
 	}
+}
+
+// peerHost is the host of a connection's remote address.
+func peerHost(remote string) string {
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return host
+	}
+	return remote
 }

@@ -171,12 +171,16 @@ var Rows = []Row{
 
 // Annotations mark the healer's actions and alerts on every panel.
 var Annotations = []Annotation{
-	{Name: "Healing actions", Color: "orange",
-		Expr:  `sum by (pool, action) (increase(sluice_healing_actions_total[1m])) > 0`,
-		Title: "{{action}} {{pool}}"},
-	{Name: "Healing alerts", Color: "red",
-		Expr:  `sum by (pool, level) (increase(sluice_healing_alerts_total[1m])) > 0`,
-		Title: "{{level}} {{pool}}"},
+	{Name: "Healing actions", Color: "orange", Expr: newEvents("sluice_healing_actions_total", "pool, action"), Title: "{{action}} {{pool}}"},
+	{Name: "Healing alerts", Color: "red", Expr: newEvents("sluice_healing_alerts_total", "pool, level"), Title: "{{level}} {{pool}}"},
+}
+
+// newEvents is a counter's events of the last minute. increase() cannot
+// see a series' first event (the series appears with it, at 1), so the
+// series that did not exist a minute ago are added.
+func newEvents(counter, by string) string {
+	return fmt.Sprintf("(sum by (%s) (increase(%s[1m])) > 0) or (sum by (%s) (%s unless %s offset 1m))",
+		by, counter, by, counter, counter)
 }
 
 // Exprs lists every query of the dashboard, panels then annotations.

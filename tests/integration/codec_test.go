@@ -19,6 +19,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-dev/sluice/pkg/codec"
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker/process"
@@ -38,7 +40,7 @@ func startEncryptedStack(t *testing.T) string {
 	cfg.Temporal.TaskQueue = "sluice-encrypted"
 	cfg.Redis.KeyPrefix = "itenc:"
 	cfg.Auth.AdminKey = codecAdminKey
-	cfg.Codec = testenv.CodecTestConfig()
+	cfg.Codec = codecTestConfig()
 	// Its worker starts a healer of its own (named by the task queue), so
 	// that the healing workflow's payloads are sealed too.
 	cfg.Healing.Enabled = true
@@ -186,7 +188,7 @@ func TestEncryptedHistory(t *testing.T) {
 	if bytes.Contains(raw, []byte(secret)) {
 		t.Fatal("the encrypted stack's history holds the prompt in the clear")
 	}
-	if !bytes.Contains(raw, []byte("binary/encrypted")) || !bytes.Contains(raw, []byte(testenv.CodecTestKey.ID)) {
+	if !bytes.Contains(raw, []byte("binary/encrypted")) || !bytes.Contains(raw, []byte(testenv.CodecTestKeyID)) {
 		t.Fatal("the history holds no sealed payload naming its key")
 	}
 
@@ -218,7 +220,7 @@ func TestEncryptedHistory(t *testing.T) {
 // history sealed.
 func checkEncryptedHealer(t *testing.T) {
 	t.Helper()
-	ring, err := testenv.CodecTestKeyring()
+	ring, err := codec.NewKeyring(testenv.CodecTestKeyID, codec.Key{ID: testenv.CodecTestKeyID, Secret: testenv.CodecTestKeySecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,4 +274,11 @@ func checkEncryptedHealer(t *testing.T) {
 	if os.Getenv("SLUICE_TEST_RECORD_HISTORIES") == "1" {
 		saveHistory(t, id, "encrypted/healing_override_pause")
 	}
+}
+
+// codecTestConfig is codec: on with the test key (testenv.CodecTestKeyID), as a stack under test
+// sets it.
+func codecTestConfig() config.Codec {
+	return config.Codec{Enabled: true, ActiveKey: testenv.CodecTestKeyID,
+		Keys: []config.CodecKey{{ID: testenv.CodecTestKeyID, Secret: testenv.CodecTestKeySecret}}}
 }

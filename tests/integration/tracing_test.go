@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker/process"
@@ -183,6 +184,20 @@ func TestOneTraceFromHTTPToBackend(t *testing.T) {
 		case s.Name == "POST /v1/chat":
 			if s.SpanKind != trace.SpanKindServer || s.Parent.SpanID().String() != "00f067aa0ba902b7" {
 				t.Errorf("HTTP span kind %s parent %s: want a server span under the client's", s.SpanKind, s.Parent.SpanID())
+			}
+			// The client's address (127.0.0.1 here) only as its keyed
+			// hash; server.address is Sluice's own.
+			addrs := 0
+			for _, a := range s.Attributes {
+				if a.Key == "client.address" || a.Key == "network.peer.address" {
+					addrs++
+					if !iphash.IsHash(a.Value.Emit()) {
+						t.Errorf("%s=%q: want the address's keyed hash", a.Key, a.Value.Emit())
+					}
+				}
+			}
+			if addrs == 0 {
+				t.Error("the HTTP span has no client.address or network.peer.address")
 			}
 		case s.Name == "evalsha" || s.Name == "eval":
 			scripts++

@@ -54,6 +54,10 @@ type result struct {
 	// an event after the end.
 	violations []string
 	hung       bool
+	// start is when the request was sent, ttft how long its first
+	// token took from then.
+	start time.Time
+	ttft  time.Duration
 	// left: the client hung up on purpose (request.leaveAfter).
 	left bool
 	took       time.Duration
@@ -117,7 +121,7 @@ func (s *stack) send(ctx context.Context, api *proc, q request) *result {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, q.bound)
 	defer cancel()
-	r := &result{key: q.key}
+	r := &result{key: q.key, start: start}
 	if r.key == "" {
 		r.key = apiKey(int(keyTurn.Add(1)))
 	}
@@ -223,6 +227,9 @@ func (r *result) read(body io.Reader, maxTokens int) {
 				r.violations = append(r.violations, fmt.Sprintf("token with index %d after %d tokens (text repeated or lost)", tok.Index, r.tokens))
 			}
 			r.text.WriteString(tok.Text)
+			if r.tokens == 0 && !r.start.IsZero() {
+				r.ttft = time.Since(r.start)
+			}
 			r.tokens++
 		case events.Terminal(ev.Event):
 			r.terminal = ev.Event

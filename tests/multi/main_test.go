@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("SLUICE_MULTI") != "1" {
 		os.Exit(m.Run())
 	}
+	if goodputMode() {
+		shortLimit = goodputPermits
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	s, err := launchStack(ctx)
 	cancel()

@@ -11,12 +11,13 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
 // Histories recorded with codec.enabled (under encrypted/, sealed with
-// testenv.CodecTestKey) replay through the same codec; without it, they
+// testenv.CodecTestKeyID) replay through the same codec; without it, they
 // do not, so the codec is what makes them readable.
 func TestReplayEncryptedHistories(t *testing.T) {
 	root, err := testenv.RepoRoot()
@@ -30,7 +31,7 @@ func TestReplayEncryptedHistories(t *testing.T) {
 	if len(files) == 0 {
 		t.Fatal("no recorded histories under tests/histories/encrypted")
 	}
-	ring, err := testenv.CodecTestKeyring()
+	ring, err := codec.NewKeyring(testenv.CodecTestKeyID, codec.Key{ID: testenv.CodecTestKeyID, Secret: testenv.CodecTestKeySecret})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,22 +1,11 @@
 package testenv
 
-import (
-	"github.com/sluice-dev/sluice/pkg/codec"
-	"github.com/sluice-dev/sluice/pkg/config"
-)
+// The key that sealed the encrypted histories under
+// tests/histories/encrypted. It is a TEST KEY, published with the source:
+// never use it for real data. (Plain values: testenv may not import
+// pkg/codec, which imports pkg/config, whose packages' tests import
+// testenv.)
+const CodecTestKeyID = "sluice-test-key"
 
-// CodecTestKey sealed the encrypted histories under tests/histories/encrypted.
-// It is a TEST KEY, published with the source: never use it for real data.
-var CodecTestKey = codec.Key{ID: "sluice-test-key", Secret: []byte("sluice-test-codec-key-NOT-SECRET")}
-
-// CodecTestConfig is codec: on with CodecTestKey, as a stack under test
-// sets it.
-func CodecTestConfig() config.Codec {
-	return config.Codec{Enabled: true, ActiveKey: CodecTestKey.ID,
-		Keys: []config.CodecKey{{ID: CodecTestKey.ID, Secret: CodecTestKey.Secret}}}
-}
-
-// CodecTestKeyring opens what CodecTestConfig sealed.
-func CodecTestKeyring() (*codec.Keyring, error) {
-	return codec.NewKeyring(CodecTestKey.ID, CodecTestKey)
-}
+// CodecTestKeySecret is the test key's 32 bytes.
+var CodecTestKeySecret = []byte("sluice-test-codec-key-NOT-SECRET")
