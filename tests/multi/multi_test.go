@@ -2,7 +2,6 @@ package multi
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -222,30 +221,7 @@ func TestWorkerKilledActivitiesMove(t *testing.T) {
 	defer cancel()
 	w := s.watchShortPool(ctx)
 
-	stop := make(chan struct{})
-	var mu sync.Mutex
-	var during []*result
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				r := s.send(context.Background(), s.apis[(i+n)%2], q)
-				mu.Lock()
-				during = append(during, r)
-				mu.Unlock()
-				if r.status != http.StatusOK {
-					time.Sleep(200 * time.Millisecond)
-				}
-			}
-		}()
-	}
+	stopLoad := s.closedLoop(clients, q)
 	time.Sleep(5 * time.Second)
 	// Both workers take activities: worker 1 has some to lose.
 	if n, err := s.activityPollers(ctx); err != nil || n < 2 {
@@ -253,14 +229,12 @@ func TestWorkerKilledActivitiesMove(t *testing.T) {
 	}
 	killedAt := time.Now()
 	if err := w1.kill(); err != nil {
-		close(stop)
-		wg.Wait()
+		stopLoad()
 		t.Fatal(err)
 	}
 	t.Logf("%s killed with %d clients running", w1.name, clients)
 	time.Sleep(10 * time.Second)
-	close(stop)
-	wg.Wait()
+	during := stopLoad()
 	cancel()
 	t.Logf("during the load (%d requests, last one ended %s after the kill): %s",
 		len(during), time.Since(killedAt).Round(time.Millisecond), tally(during))
