@@ -60,7 +60,7 @@ type result struct {
 	ttft  time.Duration
 	// left: the client hung up on purpose (request.leaveAfter).
 	left bool
-	took       time.Duration
+	took time.Duration
 }
 
 // outcome is a result's class in a tally.
