@@ -3,6 +3,12 @@
 // Grafana's foundation SDK (go run ./deploy/grafana/cmd/sluice-dashboard
 // json), and the preview tool draws the same queries from a real
 // Prometheus.
+//
+// It builds the classic dashboard JSON, which Grafana's file provisioning
+// loads, rather than the SDK's newer dashboardv2 resource, which only
+// Grafana 12's v2 dashboard API takes.
+//
+//lint:file-ignore SA1019 the classic dashboard builder is the one file provisioning loads everywhere
 package grafana
 
 import (

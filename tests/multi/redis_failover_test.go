@@ -116,10 +116,11 @@ func (s *stack) describe(ctx context.Context, id string) string {
 		return "(no request id)"
 	}
 	var b strings.Builder
-	d, err := s.tc.DescribeWorkflowExecution(ctx, workflows.ChatWorkflowID(id), "")
+	desc, err := s.tc.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
 	if err != nil {
 		return fmt.Sprintf("describe %s: %v", id, err)
 	}
+	d := desc.RawResponse
 	fmt.Fprintf(&b, "  workflow %s\n", d.GetWorkflowExecutionInfo().GetStatus())
 	for _, a := range d.GetPendingActivities() {
 		fmt.Fprintf(&b, "  pending %s attempt %d state %s last failure %q\n", a.GetActivityType().GetName(), a.GetAttempt(), a.GetState(), a.GetLastFailure().GetMessage())
@@ -176,38 +177,54 @@ func (s *stack) masterOf(ctx context.Context, key string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("slot of %s: %w", key, err)
 	}
-	slots, err := s.rdb.ClusterSlots(ctx).Result()
+	shards, err := s.rdb.ClusterShards(ctx).Result()
 	if err != nil {
-		return "", fmt.Errorf("cluster slots: %w", err)
+		return "", fmt.Errorf("cluster shards: %w", err)
 	}
-	for _, r := range slots {
-		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-			return r.Nodes[0].Addr, nil
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start <= slot && slot <= r.End {
+				if m, ok := shardNode(sh, "master"); ok {
+					return m, nil
+				}
+			}
 		}
 	}
 	return "", fmt.Errorf("no master serves slot %d", slot)
 }
 
 // replicaOf is the address of a replica of the master at addr, waiting
-// for one to be listed (a new cluster lists its replicas once they have
-// synced).
+// for one to be listed online (a new cluster's replicas are once they
+// have synced).
 func (s *stack) replicaOf(ctx context.Context, addr string) (string, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		slots, err := s.rdb.ClusterSlots(ctx).Result()
+		shards, err := s.rdb.ClusterShards(ctx).Result()
 		if err != nil {
-			return "", fmt.Errorf("cluster slots: %w", err)
+			return "", fmt.Errorf("cluster shards: %w", err)
 		}
-		for _, r := range slots {
-			if len(r.Nodes) > 1 && r.Nodes[0].Addr == addr {
-				return r.Nodes[1].Addr, nil
+		for _, sh := range shards {
+			if m, _ := shardNode(sh, "master"); m == addr {
+				if r, ok := shardNode(sh, "replica"); ok {
+					return r, nil
+				}
 			}
 		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("master %s has no replica", addr)
+			return "", fmt.Errorf("master %s has no replica online", addr)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// shardNode is the address of a shard's online node in role.
+func shardNode(sh redis.ClusterShard, role string) (string, bool) {
+	for _, n := range sh.Nodes {
+		if n.Role == role && n.Health == "online" {
+			return fmt.Sprintf("%s:%d", n.IP, n.Port), true
+		}
+	}
+	return "", false
 }
 
 func nodeClient(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }
