@@ -199,11 +199,14 @@ type sluiceInfo struct {
 	// marks an answer served by the answer cache.
 	ContextShed int  `json:"context_shed,omitempty"`
 	Cached      bool `json:"cached,omitempty"`
+	// TraceID is the request's trace when tracing is on, as in the done
+	// event: the way from a client's answer to its spans and log line.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 func sluiceOf(d events.Done) *sluiceInfo {
 	return &sluiceInfo{RequestID: d.RequestID, Route: d.Route, KBVersion: d.KBVersion, Sources: d.Sources,
-		ContextShed: d.ContextShed, Cached: d.Cached}
+		ContextShed: d.ContextShed, Cached: d.Cached, TraceID: d.TraceID}
 }
 
 func usageOf(u events.Usage) openai.Usage {

@@ -472,7 +472,7 @@ func TestChunkStreamRejectionAndEmptyAnswer(t *testing.T) {
 func TestCompletionFormat(t *testing.T) {
 	meta := completionMeta{ID: "chatcmpl-chat-1", Created: 1700000000, Model: "gpt-test"}
 	d := events.Done{RequestID: "chat-1", Route: "short", FinishReason: "eos", KBVersion: 4, Sources: []string{"doc-a"},
-		Cached: true, Usage: events.Usage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}
+		Cached: true, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", Usage: events.Usage{PromptTokens: 10, CompletionTokens: 2, TotalTokens: 12}}
 	raw, err := json.Marshal(completionOf(meta, []*choiceAnswer{answerOf("Hello world")}, d))
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +480,7 @@ func TestCompletionFormat(t *testing.T) {
 	want := `{"id":"chatcmpl-chat-1","object":"chat.completion","created":1700000000,"model":"gpt-test",` +
 		`"choices":[{"index":0,"message":{"role":"assistant","content":"Hello world","refusal":null},"logprobs":null,"finish_reason":"stop"}],` +
 		`"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12},` +
-		`"sluice":{"request_id":"chat-1","route":"short","kb_version":4,"sources":["doc-a"],"cached":true}}`
+		`"sluice":{"request_id":"chat-1","route":"short","kb_version":4,"sources":["doc-a"],"cached":true,"trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}}`
 	if string(raw) != want {
 		t.Fatalf("completion\n%s\nwant\n%s", raw, want)
 	}

@@ -3,16 +3,23 @@ package worker
 import (
 	"fmt"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/rerank"
+	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 // newEmbedder builds the configured embedder. Its Model names the model and
 // its dimensions, and goes into every embedding and retrieval cache key and
 // into the kb store's model check, so another model never reads vectors
 // of this one.
-func newEmbedder(cfg config.Embedding) (embed.Embedder, error) {
+//
+// With tracing on (tp not nil), a remote model's calls are client spans
+// named as OpenTelemetry's GenAI conventions name them.
+func newEmbedder(cfg config.Embedding, tp trace.TracerProvider) (embed.Embedder, error) {
 	switch cfg.Provider {
 	case config.EmbeddingLocal:
 		return embed.NewLocal(embed.LocalOptions{Dims: cfg.Dims}), nil
@@ -20,6 +27,8 @@ func newEmbedder(cfg config.Embedding) (embed.Embedder, error) {
 		e, err := embed.NewOpenAI(embed.OpenAIOptions{
 			BaseURL: cfg.Endpoint, Model: cfg.Model, Dimensions: cfg.Dims,
 			APIKey: cfg.APIKey, Timeout: cfg.Timeout,
+			HTTPClient: tracing.HTTPClient(tp, "embeddings "+cfg.Model,
+				semconv.GenAIOperationNameEmbeddings, semconv.GenAIProviderNameOpenAI, semconv.GenAIRequestModel(cfg.Model)),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("embedding (provider openai): %w", err)
@@ -36,8 +45,10 @@ func caseSensitive(cfg config.Embedding) bool {
 	return cfg.Provider != config.EmbeddingLocal
 }
 
-// newReranker builds the configured reranker.
-func newReranker(cfg config.Rerank) (rerank.Reranker, error) {
+// newReranker builds the configured reranker; with tracing on, a remote
+// one's calls are client spans ("rerank <model>": the GenAI conventions
+// name no rerank operation).
+func newReranker(cfg config.Rerank, tp trace.TracerProvider) (rerank.Reranker, error) {
 	switch cfg.Provider {
 	case config.RerankLexical:
 		return rerank.NewLexical(rerank.LexicalOptions{}), nil
@@ -45,6 +56,7 @@ func newReranker(cfg config.Rerank) (rerank.Reranker, error) {
 		r, err := rerank.NewHTTP(rerank.HTTPOptions{
 			BaseURL: cfg.Endpoint, Model: cfg.Model, APIKey: cfg.APIKey,
 			Timeout: cfg.Timeout, MaxBatch: cfg.MaxBatch,
+			HTTPClient: tracing.HTTPClient(tp, "rerank "+cfg.Model, semconv.GenAIRequestModel(cfg.Model)),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("rerank (provider http): %w", err)

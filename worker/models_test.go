@@ -115,14 +115,14 @@ func newRerankServer(t *testing.T) *rerankServer {
 
 func TestDefaultsAreLocalEmbedderAndLexicalReranker(t *testing.T) {
 	cfg := config.Default()
-	e, err := newEmbedder(cfg.Embedding)
+	e, err := newEmbedder(cfg.Embedding, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := e.(*embed.Local); !ok || e.Model() != "local-hash-v1/256" {
 		t.Errorf("default embedder %T %q, want *embed.Local local-hash-v1/256", e, e.Model())
 	}
-	r, err := newReranker(cfg.Rerank)
+	r, err := newReranker(cfg.Rerank, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -259,11 +259,11 @@ func WaiterTTL(a config.Admission) time.Duration {
 // reranker, the answer cache and the LLM pools.
 func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 	cfg := r.Config
-	embedder, err := newEmbedder(cfg.Embedding)
+	embedder, err := newEmbedder(cfg.Embedding, r.Tracer)
 	if err != nil {
 		return nil, err
 	}
-	reranker, err := newReranker(cfg.Rerank)
+	reranker, err := newReranker(cfg.Rerank, r.Tracer)
 	if err != nil {
 		return nil, err
 	}

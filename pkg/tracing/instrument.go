@@ -3,9 +3,13 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
@@ -76,4 +80,23 @@ func TemporalInterceptor(tp trace.TracerProvider) (interceptor.Interceptor, erro
 // LLM call's span counts the tokens instead.
 func Untraced(ctx context.Context) context.Context {
 	return trace.ContextWithSpanContext(ctx, trace.SpanContext{})
+}
+
+// HTTPClient is an HTTP client whose requests are client spans named
+// name, with attrs, under the caller's span (never a trace of their own),
+// for the model servers Sluice calls besides the LLM (a remote embedder,
+// a reranker). nil when tp is nil: tracing is off, and the caller's
+// default client is used.
+func HTTPClient(tp trace.TracerProvider, name string, attrs ...attribute.KeyValue) *http.Client {
+	if tp == nil {
+		return nil
+	}
+	return &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport,
+		otelhttp.WithTracerProvider(ChildrenOnly(tp)),
+		otelhttp.WithPropagators(Propagator()),
+		// Tracing only: the calls' times are Sluice's stage metrics.
+		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
+		otelhttp.WithSpanNameFormatter(func(string, *http.Request) string { return name }),
+		otelhttp.WithSpanOptions(trace.WithAttributes(attrs...)),
+	)}
 }

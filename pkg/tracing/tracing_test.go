@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -229,5 +230,60 @@ func TestRedisScriptsAreChildSpansWithoutArguments(t *testing.T) {
 	}
 	if !script0 {
 		t.Fatalf("no script span among %d spans", len(rec.Ended()))
+	}
+}
+
+// A remote model's calls are client spans under the request's span, named
+// and described as asked, carrying the trace to the server; outside a
+// request (a seeding job) they make no trace; off, there is no client.
+func TestHTTPClientSpansModelCalls(t *testing.T) {
+	if HTTPClient(nil, "embeddings m") != nil {
+		t.Fatal("tracing off: want no client (the caller's default)")
+	}
+	var gotParent string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotParent = r.Header.Get("traceparent")
+	}))
+	defer srv.Close()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	hc := HTTPClient(tp, "embeddings text-embedding-3-small", attribute.String("gen_ai.operation.name", "embeddings"))
+
+	get := func(ctx context.Context) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	get(context.Background())
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("a call outside any request made %d spans", n)
+	}
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "RunActivity:EmbedQuery")
+	get(ctx)
+	parent.End()
+	var call sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == "embeddings text-embedding-3-small" {
+			call = s
+		}
+	}
+	if call == nil {
+		t.Fatalf("no span for the call: %d spans", len(rec.Ended()))
+	}
+	if call.Parent().SpanID() != parent.SpanContext().SpanID() || call.SpanKind().String() != "client" {
+		t.Errorf("call span parent %s kind %s: want a client span under the activity's", call.Parent().SpanID(), call.SpanKind())
+	}
+	found := false
+	for _, a := range call.Attributes() {
+		found = found || (a.Key == "gen_ai.operation.name" && a.Value.AsString() == "embeddings")
+	}
+	if !found {
+		t.Errorf("attributes %v: want gen_ai.operation.name=embeddings", call.Attributes())
+	}
+	if !strings.Contains(gotParent, call.SpanContext().TraceID().String()) {
+		t.Errorf("server got traceparent %q, want trace %s", gotParent, call.SpanContext().TraceID())
 	}
 }
