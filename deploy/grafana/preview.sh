@@ -77,7 +77,10 @@ wait_http "http://127.0.0.1:$PROM_PORT/-/ready" "prometheus"
 
 API="http://127.0.0.1:$API_PORT"
 chat() { curl -sS -N -o /dev/null -m 120 "$API/v1/chat" -H 'Content-Type: application/json' -d "$1" || true; }
-LONG_TEXT="$(for _ in $(seq 1 90); do printf 'Explain how admission queues, permits and rate limits interact under load. '; done)"
+# About 700 tokens: over routing.short_threshold_tokens (512), so these go
+# to the long pool, and under api.max_query_chars (4,000), which refuses
+# longer queries with 413.
+LONG_TEXT="$(for _ in $(seq 1 45); do printf 'Explain how admission queues, permits and rate limits interact under load. '; done)"
 START=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 echo ">> load for ${LOAD_SECONDS}s from $START"
 end=$((SECONDS + LOAD_SECONDS))
