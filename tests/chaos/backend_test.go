@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	sreq "github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/chatclient"
 )
 
 // backendFault is one way the second of the pool's two endpoints breaks.
@@ -53,7 +54,7 @@ func testBackendFaults(t *testing.T) {
 
 // backendRequest is the backend scenarios' request: short answers, so
 // that a slow endpoint's stay within the bound.
-var backendRequest = request{maxTokens: 20, bound: time.Minute}
+var backendRequest = chatclient.Request{MaxTokens: 20, Bound: time.Minute}
 
 // oneBackendDown breaks the second endpoint under a closed loop, waits
 // for its circuit to open, lets the loop run on the first endpoint alone,
@@ -67,7 +68,7 @@ func (s *stack) oneBackendDown(t *testing.T, f backendFault) {
 	time.Sleep(3 * time.Second)
 	s.setFault(t, 1, llmsim.Fault{})
 	closed := s.waitCircuit(1, 0, 20*time.Second)
-	rs := l.finish()
+	rs := l.Stop()
 	var extra []string
 	if opened < 0 {
 		extra = append(extra, "the faulty endpoint's circuit never opened")
@@ -76,7 +77,7 @@ func (s *stack) oneBackendDown(t *testing.T, f backendFault) {
 		extra = append(extra, "the healed endpoint's circuit never closed")
 	}
 	notes := fmt.Sprintf("8 clients in a closed loop, %d-token answers, 6 permits, endpoints A and B, B broken; B's circuit opened %s after the fault, closed again %s after B was healed; %d requests answered after B's circuit opened",
-		backendRequest.maxTokens, secs(opened), secs(closed), answeredAfter(rs, routedAt))
+		backendRequest.MaxTokens, secs(opened), secs(closed), answeredAfter(rs, routedAt))
 	s.finishScenario(t, row{fault: "one of two backends: " + f.name, recover: opened,
 		recoverTo: "fault → its circuit open, every request to the other endpoint", notes: notes}, rs, append(extra, cutAnswers(rs)...), tenantLoad)
 }
@@ -92,12 +93,12 @@ func (s *stack) poolDown(t *testing.T) {
 	s.setFault(t, 0, stall)
 	s.setFault(t, 1, stall)
 	down := time.Now()
-	var rs []result
+	var rs []*chatclient.Result
 	var fastFails int
 	for time.Since(down) < poolDownFor {
-		r := s.send(context.Background(), request{tenant: tenantLoad, maxTokens: 8, bound: 30 * time.Second})
+		r := s.send(context.Background(), tenantLoad, chatclient.Request{MaxTokens: 8, Bound: 30 * time.Second})
 		rs = append(rs, r)
-		if r.terminal == events.TypeError && r.reason == sreq.ReasonBackendUnavailable && r.retryAfterS > 0 && r.took < time.Second {
+		if r.Terminal == events.TypeError && r.Reason == sreq.ReasonBackendUnavailable && r.RetryAfterS > 0 && r.Took < time.Second {
 			fastFails++
 		}
 	}
@@ -110,8 +111,8 @@ func (s *stack) poolDown(t *testing.T) {
 		extra = append(extra, "no request failed fast with backend_unavailable and a retry-after while every circuit was open")
 	}
 	for _, r := range rs {
-		if r.terminal == events.TypeDone || r.terminal == events.TypeError && r.retryAfterS == 0 && r.reason == sreq.ReasonBackendUnavailable {
-			extra = append(extra, "with the whole pool down: "+r.summary())
+		if r.Terminal == events.TypeDone || r.Terminal == events.TypeError && r.RetryAfterS == 0 && r.Reason == sreq.ReasonBackendUnavailable {
+			extra = append(extra, "with the whole pool down: "+r.Summary())
 		}
 	}
 	notes := fmt.Sprintf("both endpoints stalled for %s, one client sending one request after another: %d failed in under 1 s with backend_unavailable and a retry-after once both circuits were open", poolDownFor, fastFails)
@@ -165,10 +166,10 @@ func (s *stack) circuit(host string) (int, bool) {
 }
 
 // answeredAfter counts the requests sent after at that were answered.
-func answeredAfter(rs []result, at time.Time) int {
+func answeredAfter(rs []*chatclient.Result, at time.Time) int {
 	n := 0
 	for _, r := range rs {
-		if r.start.After(at) && r.terminal == events.TypeDone {
+		if r.Start.After(at) && r.Terminal == events.TypeDone {
 			n++
 		}
 	}

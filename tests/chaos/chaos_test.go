@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/events"
 	sreq "github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/settle"
 )
 
@@ -32,23 +33,23 @@ func constTenant(tenant string) func() string { return func() string { return te
 
 // loadRequest is the closed loops' request: an answer of about two
 // seconds, long enough for a fault to land mid-stream.
-var loadRequest = request{maxTokens: 100, bound: time.Minute}
+var loadRequest = chatclient.Request{MaxTokens: 100, Bound: time.Minute}
 
 // cutAnswers lists answers that were cut with anything but the promised
 // end: a client that had tokens gets the rest of its answer, or
 // stream_interrupted (a model cannot resume mid-answer).
-func cutAnswers(rs []result, allowed ...string) []string {
+func cutAnswers(rs []*chatclient.Result, allowed ...string) []string {
 	var out []string
 	for _, r := range rs {
-		if r.tokens == 0 || r.terminal != events.TypeError {
+		if r.Tokens == 0 || r.Terminal != events.TypeError {
 			continue
 		}
-		ok := r.reason == sreq.ReasonStreamInterrupted
+		ok := r.Reason == sreq.ReasonStreamInterrupted
 		for _, a := range allowed {
-			ok = ok || r.reason == a
+			ok = ok || r.Reason == a
 		}
 		if !ok {
-			out = append(out, fmt.Sprintf("an answer cut after %d tokens ended with %s, not stream_interrupted: %s", r.tokens, r.reason, r.summary()))
+			out = append(out, fmt.Sprintf("an answer cut after %d tokens ended with %s, not stream_interrupted: %s", r.Tokens, r.Reason, r.Summary()))
 		}
 	}
 	return out
@@ -56,10 +57,10 @@ func cutAnswers(rs []result, allowed ...string) []string {
 
 // servedAcross counts the requests sent before at that were answered
 // after until: they waited through the fault.
-func servedAcross(rs []result, at, until time.Time) int {
+func servedAcross(rs []*chatclient.Result, at, until time.Time) int {
 	n := 0
 	for _, r := range rs {
-		if r.start.Before(at) && r.start.Add(r.took).After(until) && r.terminal == events.TypeDone {
+		if r.Start.Before(at) && r.End().After(until) && r.Terminal == events.TypeDone {
 			n++
 		}
 	}
@@ -69,11 +70,11 @@ func servedAcross(rs []result, at, until time.Time) int {
 // finishScenario fills in the scenario's row — what its clients saw and
 // everything lost: broken promises on the streams, extra findings of the
 // scenario, and what the stack left behind — and records it.
-func (s *stack) finishScenario(t *testing.T, r row, rs []result, extra []string, tenants ...string) {
+func (s *stack) finishScenario(t *testing.T, r row, rs []*chatclient.Result, extra []string, tenants ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	r.saw = tally(rs)
-	r.lost = append(settle.First(broken(rs), 10), extra...)
+	r.saw = chatclient.Tally(rs)
+	r.lost = append(settle.First(chatclient.Broken(rs), 10), extra...)
 	r.lost = append(r.lost, s.leftovers(ctx, tenants...)...)
 	if r.recover < 0 {
 		r.lost = append(r.lost, "not recovered within the bound ("+r.recoverTo+")")
@@ -89,17 +90,17 @@ func testWorkerKilled(t *testing.T) {
 	l := s.startLoad(12, constTenant(tenantLoad), loadRequest)
 	s.waitStreaming(t, 10*time.Second)
 	killed := time.Now()
-	if err := s.worker.kill(); err != nil {
+	if err := s.worker.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second)
-	if err := s.worker.start(); err != nil {
+	if err := s.worker.Start(); err != nil {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
 	recovered := s.timeToRecover(restarted, tenantAfter, time.Minute)
 	time.Sleep(3 * time.Second)
-	rs := l.finish()
+	rs := l.Stop()
 	notes := fmt.Sprintf("12 clients in a closed loop, 6 permits; the worker was down 2 s; %d requests sent before the kill were answered after the restart",
 		servedAcross(rs, killed, restarted))
 	s.finishScenario(t, row{fault: "worker killed (kill -9) mid-stream, restarted 2 s later", recover: recovered,

@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	sreq "github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -44,19 +44,9 @@ func testClientsDisconnect(t *testing.T) {
 		// the door.
 		cfg.Pools.Short.MaxConcurrency = 16
 	}})
-	rng := rand.New(rand.NewPCG(1, 2))
-	rs := make([]result, crowd)
-	var wg sync.WaitGroup
-	for i := range crowd {
-		leave := time.Duration(rng.Int64N(int64(crowdLeave))) + time.Millisecond
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rs[i] = s.send(context.Background(), request{tenant: tenantLoad, maxTokens: 40, bound: time.Minute, leaveAfter: leave})
-		}()
-		time.Sleep(crowdSpread / crowd)
-	}
-	wg.Wait()
+	rs := chatclient.Crowd(crowd, crowdSpread, crowdLeave, rand.New(rand.NewPCG(1, 2)), func(_ int, leave time.Duration) *chatclient.Result {
+		return s.send(context.Background(), tenantLoad, chatclient.Request{MaxTokens: 40, Bound: time.Minute, LeaveAfter: leave})
+	})
 	gone := time.Now()
 	recovered := s.timeToRecover(gone, tenantAfter, time.Minute)
 	started, err := s.accounts().ListChats(context.Background(), "SluiceTenant = '"+tenantLoad+"'")
@@ -90,13 +80,13 @@ func testSlowReader(t *testing.T) {
 		},
 		configure: func(cfg *config.Config) { cfg.API.MaxTokensLimit = 8000 },
 	})
-	others := s.startLoad(2, constTenant(tenantAfter), request{maxTokens: 30, bound: 30 * time.Second})
+	others := s.startLoad(2, constTenant(tenantAfter), chatclient.Request{MaxTokens: 30, Bound: 30 * time.Second})
 	conn, id := s.openUnread(t, 8000)
 	defer conn.Close()
 	stopped := time.Now()
 	status, took := s.waitClosed(t, id, time.Minute)
 	detached := s.signalledAt(t, id, workflows.SignalDetach)
-	rs := others.finish()
+	rs := others.Stop()
 	data, extra := drainDropped(conn)
 	// The server's write blocked once the buffers were full, right after
 	// the last event the client got; it must drop the client within its
@@ -156,7 +146,7 @@ func (s *stack) openUnread(t *testing.T, maxTokens int) (*net.TCPConn, string) {
 		t.Fatal(err)
 	}
 	conn := c.(*net.TCPConn)
-	body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, defaultQuery, maxTokens)
+	body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, chatclient.DefaultQuery, maxTokens)
 	req := fmt.Sprintf("POST /v1/chat HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s",
 		u.Host, s.nextKey(tenantLoad), len(body), body)
 	if _, err := conn.Write([]byte(req)); err != nil {
@@ -252,14 +242,14 @@ func (s *stack) signalledAt(t *testing.T, id, name string) time.Time {
 }
 
 // whenLeft says at what point the clients that left did.
-func whenLeft(rs []result) string {
+func whenLeft(rs []*chatclient.Result) string {
 	var before, waiting, mid int
 	for _, r := range rs {
 		switch {
-		case !r.left:
-		case r.status == 0:
+		case !r.Left:
+		case r.Status == 0:
 			before++
-		case r.tokens == 0:
+		case r.Tokens == 0:
 			waiting++
 		default:
 			mid++

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/chatclient"
 )
 
 // testRedisRestart kills Redis mid-load and starts an empty one on the
@@ -29,7 +31,7 @@ func testRedisRestart(t *testing.T) {
 	tenant.Store(tenantAfter)
 	recovered := s.timeToRecover(restarted, tenantAfter, time.Minute)
 	time.Sleep(3 * time.Second)
-	rs := l.finish()
+	rs := l.Stop()
 	notes := "12 clients in a closed loop, 6 permits; Redis killed and started empty on the same port (no persistence); " +
 		"refunds checked for the requests sent after the restart (the earlier ones' buckets and reservations were lost with Redis)"
 	s.finishScenario(t, row{fault: "Redis restarted empty mid-load", recover: recovered,
@@ -56,20 +58,20 @@ func testRedisStall(t *testing.T) {
 	time.Sleep(time.Until(stalled.Add(stallFor)))
 	recovered := s.timeToRecover(stalled.Add(stallFor), tenantAfter, time.Minute)
 	time.Sleep(2 * time.Second)
-	rs := l.finish()
+	rs := l.Stop()
 	extra, slowest := doorRefusals(door)
 	notes := fmt.Sprintf("8 clients in a closed loop, 6 permits; during the stall %d new requests were sent to the door one after another: %s, the slowest answer in %s",
-		len(door), tally(door), slowest.Round(time.Millisecond))
+		len(door), chatclient.Tally(door), slowest.Round(time.Millisecond))
 	s.finishScenario(t, row{fault: "Redis stalled 5 s (CLIENT PAUSE ALL)", recover: recovered,
 		recoverTo: "stall over → first new request answered", notes: notes}, append(rs, door...), append(extra, cutAnswers(rs)...), tenantLoad, tenantAfter)
 }
 
 // probeDoor sends requests one after another until until, each bounded
 // by 10 s.
-func (s *stack) probeDoor(until time.Time) []result {
-	var rs []result
+func (s *stack) probeDoor(until time.Time) []*chatclient.Result {
+	var rs []*chatclient.Result
 	for time.Now().Before(until) {
-		rs = append(rs, s.send(context.Background(), request{tenant: tenantAfter, maxTokens: 4, bound: 10 * time.Second}))
+		rs = append(rs, s.send(context.Background(), tenantAfter, chatclient.Request{MaxTokens: 4, Bound: 10 * time.Second}))
 		time.Sleep(100 * time.Millisecond)
 	}
 	return rs
@@ -82,15 +84,15 @@ const doorBound = 1500 * time.Millisecond
 // doorRefusals checks that requests sent during a stall were refused at
 // once with 503 and Retry-After (or answered, had the stall ended), and
 // returns the slowest answer.
-func doorRefusals(rs []result) (lost []string, slowest time.Duration) {
+func doorRefusals(rs []*chatclient.Result) (lost []string, slowest time.Duration) {
 	for _, r := range rs {
-		slowest = max(slowest, r.took)
+		slowest = max(slowest, r.Took)
 		switch {
-		case r.status == http.StatusOK && r.terminal != "":
-		case r.status == http.StatusServiceUnavailable && r.retryAfter != "" && r.took <= doorBound:
+		case r.Status == http.StatusOK && r.Terminal != "":
+		case r.Status == http.StatusServiceUnavailable && r.RetryAfter != "" && r.Took <= doorBound:
 		default:
 			lost = append(lost, fmt.Sprintf("during the stall the door answered %d (Retry-After %q) in %s, not 503 + Retry-After within %s: %s",
-				r.status, r.retryAfter, r.took.Round(time.Millisecond), doorBound, r.summary()))
+				r.Status, r.RetryAfter, r.Took.Round(time.Millisecond), doorBound, r.Summary()))
 		}
 	}
 	return lost, slowest
@@ -115,7 +117,7 @@ func testTemporalRestart(t *testing.T) {
 	restarted := time.Now()
 	recovered := s.timeToRecover(restarted, tenantAfter, 2*time.Minute)
 	time.Sleep(3 * time.Second)
-	rs := l.finish()
+	rs := l.Stop()
 	notes := fmt.Sprintf("12 clients in a closed loop, 6 permits; the dev server was down %.1f s (SIGINT, then started again on its port and SQLite file); %d requests sent before the stop were answered after the restart",
 		restarted.Sub(stopped).Seconds(), servedAcross(rs, stopped, restarted))
 	s.finishScenario(t, row{fault: "Temporal dev server restarted mid-load (same database file)", recover: recovered,

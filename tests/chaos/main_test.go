@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -154,8 +155,8 @@ func writeReport(loadBefore, loadAfter string) error {
 func (s *stack) timeToRecover(since time.Time, tenant string, bound time.Duration) time.Duration {
 	deadline := since.Add(bound)
 	for time.Now().Before(deadline) {
-		r := s.send(context.Background(), request{tenant: tenant, maxTokens: 4, bound: time.Until(deadline)})
-		if r.status == http.StatusOK && r.terminal == "done" {
+		r := s.send(context.Background(), tenant, chatclient.Request{MaxTokens: 4, Bound: time.Until(deadline)})
+		if r.Status == http.StatusOK && r.Terminal == "done" {
 			return time.Since(since)
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker/process"
 	"github.com/sluice-dev/sluice/workflows"
@@ -49,7 +50,7 @@ type stack struct {
 	temporal *testenv.Temporal
 	sims     [2]*llmsim.Server
 	baseURL  string
-	worker   *workerProcess
+	worker   *testenv.Process
 
 	// The test's own clients, to look at what the stack left behind.
 	rdb  *redis.Client
@@ -88,6 +89,21 @@ func apiKey(tenant string, i int) string { return fmt.Sprintf("k-%s-%d", tenant,
 
 // nextKey is the tenant's next API key in turn.
 func (s *stack) nextKey(tenant string) string { return apiKey(tenant, int(s.keyTurn.Add(1))) }
+
+// send makes one chat request as tenant, with its next API key, and reads
+// its stream to the end.
+func (s *stack) send(ctx context.Context, tenant string, q chatclient.Request) *chatclient.Result {
+	q.Key = s.nextKey(tenant)
+	return chatclient.Send(ctx, s.http, s.baseURL, q)
+}
+
+// startLoad starts a closed loop of clients; tenantOf names the tenant
+// of each new request (it may change mid-run).
+func (s *stack) startLoad(clients int, tenantOf func() string, q chatclient.Request) *chatclient.Load {
+	return chatclient.StartLoad(s.http, clients, func(int, int) (string, string) {
+		return s.baseURL, s.nextKey(tenantOf())
+	}, q)
+}
 
 // Bucket sizes of the chaos tier. The buckets refill so slowly (one
 // token and one request per 1,000 minutes) that what a tenant's bucket
@@ -206,7 +222,7 @@ func startStack(t *testing.T, opts stackOptions) *stack {
 	s.connect(ctx)
 	if opts.externalWorker {
 		s.worker = newWorkerProcess(t, cfg)
-		if err := s.worker.start(); err != nil {
+		if err := s.worker.Start(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -281,12 +297,12 @@ func (s *stack) startAPI(ctx context.Context) {
 // worker polls.
 func (s *stack) waitReady(ctx context.Context) error {
 	for {
-		r := s.send(ctx, request{tenant: tenantReady, maxTokens: 4, bound: 20 * time.Second})
-		if r.terminal == "done" {
+		r := s.send(ctx, tenantReady, chatclient.Request{MaxTokens: 4, Bound: 20 * time.Second})
+		if r.Terminal == "done" {
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("stack not ready: last request %s", r.summary())
+			return fmt.Errorf("stack not ready: last request %s", r.Summary())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -301,7 +317,7 @@ func (s *stack) close() {
 		}
 	}
 	if s.worker != nil {
-		s.worker.stop()
+		s.worker.Stop()
 	}
 	if s.tc != nil {
 		s.tc.Close()
@@ -323,7 +339,7 @@ func (s *stack) close() {
 	if s.t.Failed() {
 		showTail(s.t, s.apiLog, 40)
 		if s.worker != nil {
-			showTail(s.t, s.worker.logPath, 40)
+			showTail(s.t, s.worker.LogPath, 40)
 		}
 		showTail(s.t, s.temporalLog, 20)
 	}

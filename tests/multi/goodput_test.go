@@ -8,10 +8,10 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -48,13 +48,13 @@ func TestGoodputClusterAgainstSingle(t *testing.T) {
 	for _, clients := range []int{goodputPermits, 4 * goodputPermits} {
 		for _, sys := range []struct {
 			name string
-			apis []*proc
-		}{{"cluster stack (2 APIs, 2 workers)", s.apis[:]}, {"make run's shape (1 API with its worker)", []*proc{single}}} {
+			apis []*apiProc
+		}{{"cluster stack (2 APIs, 2 workers)", s.apis[:]}, {"make run's shape (1 API with its worker)", []*apiProc{single}}} {
 			m := s.measureGoodput(sys.apis, clients, warmUp, window)
 			t.Logf("%s, %d clients: %s", sys.name, clients, m)
 			rows = append(rows, row{sys.name, clients, m})
 			if m.broken > 0 {
-				t.Errorf("%s, %d clients: %d requests without a terminal event", sys.name, clients, m.broken)
+				t.Errorf("%s, %d clients: %d requests broke a promise", sys.name, clients, m.broken)
 			}
 		}
 	}
@@ -88,7 +88,7 @@ type goodput struct {
 	perSecond float64
 	p50, p99  time.Duration
 	// other tallies what did not end in an answer; broken counts
-	// requests without a terminal event.
+	// requests that were not OK.
 	other  string
 	broken int
 	// cpu is each part's CPU per answer over the window.
@@ -101,7 +101,7 @@ func (g goodput) String() string {
 
 // measureGoodput runs clients in a closed loop through apis (in turn) and
 // counts the answers that ended inside the window after the warm-up.
-func (s *stack) measureGoodput(apis []*proc, clients int, warmUp, window time.Duration) goodput {
+func (s *stack) measureGoodput(apis []*apiProc, clients int, warmUp, window time.Duration) goodput {
 	from := time.Now().Add(warmUp)
 	until := from.Add(window)
 	var cpuFrom, cpuUntil map[string]float64
@@ -113,41 +113,32 @@ func (s *stack) measureGoodput(apis []*proc, clients int, warmUp, window time.Du
 		time.Sleep(time.Until(until))
 		cpuUntil = cpuByPart()
 	}()
-	var mu sync.Mutex
-	var inWindow, all []*result
-	var wg sync.WaitGroup
-	for c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; time.Now().Before(until); n++ {
-				r := s.send(context.Background(), apis[(c+n)%len(apis)], request{maxTokens: goodputTokens, bound: time.Minute})
-				end := time.Now()
-				mu.Lock()
-				all = append(all, r)
-				if end.After(from) && end.Before(until) {
-					inWindow = append(inWindow, r)
-				}
-				mu.Unlock()
-			}
-		}()
+	load := chatclient.StartLoad(s.http, clients, func(c, n int) (string, string) {
+		return apis[(c+n)%len(apis)].url, nextKey()
+	}, chatclient.Request{MaxTokens: goodputTokens, Bound: time.Minute})
+	time.Sleep(time.Until(until))
+	all := load.Stop()
+	var inWindow []*chatclient.Result
+	for _, r := range all {
+		if r.End().After(from) && r.End().Before(until) {
+			inWindow = append(inWindow, r)
+		}
 	}
-	wg.Wait()
 	var ttfts []time.Duration
-	var other []*result
+	var other []*chatclient.Result
 	for _, r := range inWindow {
-		if r.terminal == "done" {
-			ttfts = append(ttfts, r.ttft)
+		if r.Terminal == "done" {
+			ttfts = append(ttfts, r.TTFT)
 		} else {
 			other = append(other, r)
 		}
 	}
 	g := goodput{perSecond: float64(len(ttfts)) / window.Seconds(), other: "none"}
 	if len(other) > 0 {
-		g.other = tally(other)
+		g.other = chatclient.Tally(other)
 	}
 	for _, r := range all {
-		if !r.ended() {
+		if !r.OK() {
 			g.broken++
 		}
 	}
@@ -163,7 +154,7 @@ func (s *stack) measureGoodput(apis []*proc, clients int, warmUp, window time.Du
 // launchSingle starts `make run`'s shape beside the cluster stack, on the
 // same simulators: the dev server on SQLite, one redis-server, one API
 // process with the worker inside it and eager workflow start.
-func (s *stack) launchSingle(t *testing.T) *proc {
+func (s *stack) launchSingle(t *testing.T) *apiProc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -193,15 +184,15 @@ func (s *stack) launchSingle(t *testing.T) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := newProc(dir, "single-api", filepath.Join(root, "bin", "sluice-api"), cfg)
+	proc, err := testenv.NewProcess(dir, "single-api", filepath.Join(root, "bin", "sluice-api"), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.url = "http://" + cfg.API.Addr
-	if err := p.start(); err != nil {
+	p := &apiProc{Process: proc, url: "http://" + cfg.API.Addr}
+	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.stop)
+	t.Cleanup(p.Stop)
 	if err := s.waitAnswered(ctx, p); err != nil {
 		t.Fatalf("the single stack: %v", err)
 	}

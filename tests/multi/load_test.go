@@ -4,9 +4,10 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/chatclient"
 )
 
 // TestFairSharesAcrossInstances keeps three tenants on tiers weighted
@@ -22,41 +23,28 @@ func TestFairSharesAcrossInstances(t *testing.T) {
 		warmUp    = 5 * time.Second
 		run       = 35 * time.Second
 	)
+	// Client c is the tenant c%3's, through the APIs in turn.
 	start := time.Now()
+	load := chatclient.StartLoad(s.http, perTenant*len(fairTenants), func(c, n int) (string, string) {
+		f, i := fairTenants[c%len(fairTenants)], c/len(fairTenants)
+		return s.apis[(i+n)%len(s.apis)].url, f.key(i*1000 + n)
+	}, chatclient.Request{MaxTokens: 20, Bound: 90 * time.Second})
 	until := start.Add(run)
-	var mu sync.Mutex
+	time.Sleep(time.Until(until))
+	all := load.Stop()
 	answered := map[string]int{}
-	var all []*result
-	var wg sync.WaitGroup
-	for _, f := range fairTenants {
-		for c := range perTenant {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := 0; time.Now().Before(until); n++ {
-					r := s.send(context.Background(), s.apis[(c+n)%2], request{key: f.key(c*1000 + n), maxTokens: 20, bound: 90 * time.Second})
-					end := time.Now()
-					mu.Lock()
-					all = append(all, r)
-					// Counted while every tenant was still sending.
-					if r.terminal == "done" && end.After(start.Add(warmUp)) && end.Before(until) {
-						answered[f.name]++
-					}
-					mu.Unlock()
-					if r.status != 200 {
-						time.Sleep(200 * time.Millisecond)
-					}
-				}
-			}()
+	for _, r := range all {
+		// Counted while every tenant was still sending.
+		if r.Terminal == "done" && r.End().After(start.Add(warmUp)) && r.End().Before(until) {
+			answered[tenantOfKey(r.Key)]++
 		}
 	}
-	wg.Wait()
 	total := 0
 	for _, n := range answered {
 		total += n
 	}
 	t.Logf("%d requests over 2 APIs and 2 workers in %s: %s; answered between %s and %s: %v",
-		len(all), time.Since(start).Round(time.Millisecond), tally(all), warmUp, run, answered)
+		len(all), time.Since(start).Round(time.Millisecond), chatclient.Tally(all), warmUp, run, answered)
 	if total < 40 {
 		t.Fatalf("only %d answers counted: too few to judge shares", total)
 	}
@@ -72,8 +60,8 @@ func TestFairSharesAcrossInstances(t *testing.T) {
 		}
 	}
 	for _, r := range all {
-		if !r.ended() {
-			t.Errorf("no terminal event: %s", r.summary())
+		if !r.OK() {
+			t.Errorf("promise broken: %s", r.Summary())
 		}
 	}
 	checkSettled(t, s, "fair-5", "fair-3", "fair-2")
@@ -92,30 +80,20 @@ func TestCrowdLeavesNothingAcrossInstances(t *testing.T) {
 		spread = 6 * time.Second
 		leave  = 3 * time.Second
 	)
-	rng := rand.New(rand.NewPCG(3, 4))
-	rs := make([]*result, crowd)
-	var wg sync.WaitGroup
-	for i := range crowd {
-		after := time.Duration(rng.Int64N(int64(leave))) + time.Millisecond
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rs[i] = s.send(context.Background(), s.apis[i%2], request{maxTokens: 40, bound: time.Minute, leaveAfter: after})
-		}()
-		time.Sleep(spread / crowd)
-	}
-	wg.Wait()
-	t.Logf("%d clients over %s, each hanging up 1ms–%s after sending: %s", crowd, spread, leave, tally(rs))
+	rs := chatclient.Crowd(crowd, spread, leave, rand.New(rand.NewPCG(3, 4)), func(i int, after time.Duration) *chatclient.Result {
+		return s.send(context.Background(), s.apis[i%2], chatclient.Request{MaxTokens: 40, Bound: time.Minute, LeaveAfter: after})
+	})
+	t.Logf("%d clients over %s, each hanging up 1ms–%s after sending: %s", crowd, spread, leave, chatclient.Tally(rs))
 	for _, r := range rs {
-		if !r.ended() {
-			t.Errorf("no terminal event: %s", r.summary())
+		if !r.OK() {
+			t.Errorf("promise broken: %s", r.Summary())
 		}
 	}
 	checkSettled(t, s, tenant)
 	// And the stack still answers.
 	for i := range 2 {
-		if r := s.send(context.Background(), s.apis[i], request{maxTokens: 10}); r.terminal != "done" {
-			t.Errorf("after the crowd, through %s: %s", s.apis[i].name, r.summary())
+		if r := s.send(context.Background(), s.apis[i], chatclient.Request{MaxTokens: 10}); r.Terminal != "done" {
+			t.Errorf("after the crowd, through %s: %s", s.apis[i].Name, r.Summary())
 		}
 	}
 }

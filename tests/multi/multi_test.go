@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/settle"
 )
 
@@ -107,24 +108,24 @@ func TestNoOverAdmissionAcrossInstances(t *testing.T) {
 	w := s.watchShortPool(ctx)
 
 	start := time.Now()
-	results := make([]*result, clients)
+	results := make([]*chatclient.Result, clients)
 	var wg sync.WaitGroup
 	for i := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = s.send(context.Background(), s.apis[i%2], request{maxTokens: 30, bound: 90 * time.Second})
+			results[i] = s.send(context.Background(), s.apis[i%2], chatclient.Request{MaxTokens: 30, Bound: 90 * time.Second})
 		}()
 	}
 	wg.Wait()
 	took := time.Since(start)
 	cancel()
 
-	t.Logf("%d requests over 2 APIs and 2 workers in %s: %s", clients, took.Round(time.Millisecond), tally(results))
+	t.Logf("%d requests over 2 APIs and 2 workers in %s: %s", clients, took.Round(time.Millisecond), chatclient.Tally(results))
 	w.check(t)
 	for _, r := range results {
-		if !r.ended() {
-			t.Errorf("no terminal event: %s", r.summary())
+		if !r.OK() {
+			t.Errorf("promise broken: %s", r.Summary())
 		}
 	}
 	checkSettled(t, s, tenant)
@@ -142,60 +143,60 @@ func TestAPIKilledClientResumesOnTheOther(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t.Cleanup(func() {
-		if api1.cmd != nil {
+		if api1.Running() {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if err := s.restartAPI(ctx, api1); err != nil {
-			t.Errorf("restart %s: %v", api1.name, err)
+			t.Errorf("restart %s: %v", api1.Name, err)
 		}
 	})
 
 	start := time.Now()
-	r := &result{key: apiKey(int(keyTurn.Add(1)))}
-	body, err := r.post(ctx, s, api1, request{query: defaultQuery, maxTokens: 400})
+	r := &chatclient.Result{}
+	body, err := r.Post(ctx, s.http, api1.url, chatclient.Request{Key: nextKey(), MaxTokens: 400})
 	if err != nil {
-		t.Fatalf("post through %s: %v", api1.name, err)
+		t.Fatalf("post through %s: %v", api1.Name, err)
 	}
-	r.read(body, before)
-	if r.tokens < before || r.terminal != "" {
+	r.Read(body, before)
+	if r.Tokens < before || r.Terminal != "" {
 		body.Close()
-		t.Fatalf("wanted %d tokens through %s before killing it, got %s", before, api1.name, r.summary())
+		t.Fatalf("wanted %d tokens through %s before killing it, got %s", before, api1.Name, r.Summary())
 	}
-	if err := api1.kill(); err != nil {
+	if err := api1.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	// What was already in flight on the dead connection: read to its
 	// end, counted like the rest (it belongs to the same stream).
-	r.read(body, -1)
+	r.Read(body, -1)
 	body.Close()
-	cut := r.tokens
-	r.err = nil
-	t.Logf("%s: %d tokens read, then %s killed (last event id %s)", r.id, cut, api1.name, r.lastID)
-	if r.terminal != "" {
-		t.Fatalf("the answer ended before %s was killed: %s; make it longer", api1.name, r.summary())
+	cut := r.Tokens
+	r.Err = nil
+	t.Logf("%s: %d tokens read, then %s killed (last event id %s)", r.ID, cut, api1.Name, r.LastID)
+	if r.Terminal != "" {
+		t.Fatalf("the answer ended before %s was killed: %s; make it longer", api1.Name, r.Summary())
 	}
 
-	resumed, err := r.resume(ctx, s, api2)
+	resumed, err := r.Resume(ctx, s.http, api2.url)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("through %s: %v", api2.Name, err)
 	}
-	r.read(resumed, -1)
+	r.Read(resumed, -1)
 	resumed.Close()
-	r.took = time.Since(start)
-	if ctx.Err() != nil && r.terminal == "" {
-		r.hung = true
+	r.Took = time.Since(start)
+	if ctx.Err() != nil && r.Terminal == "" {
+		r.Hung = true
 	}
-	t.Logf("resumed on %s: %s, %d tokens after the cut, finish %q, %d completion tokens billed", api2.name, r.summary(), r.tokens-cut, r.finish, r.completion)
-	if r.err != nil || r.terminal != "done" || len(r.violations) > 0 {
-		t.Errorf("the resumed stream did not bring the whole answer once: %s", r.summary())
+	t.Logf("resumed on %s: %s, %d tokens after the cut, finish %q, %d completion tokens billed", api2.Name, r.Summary(), r.Tokens-cut, r.Finish, r.Completion)
+	if r.Err != nil || r.Terminal != "done" || len(r.Violations) > 0 {
+		t.Errorf("the resumed stream did not bring the whole answer once: %s", r.Summary())
 	}
-	if r.tokens <= cut {
+	if r.Tokens <= cut {
 		t.Errorf("no token after the resume (%d before it)", cut)
 	}
-	if r.completion != 0 && r.completion != r.tokens {
-		t.Errorf("the client read %d tokens; the request was billed %d completion tokens", r.tokens, r.completion)
+	if r.Completion != 0 && r.Completion != r.Tokens {
+		t.Errorf("the client read %d tokens; the request was billed %d completion tokens", r.Tokens, r.Completion)
 	}
 	checkSettled(t, s, tenant)
 }
@@ -209,51 +210,51 @@ func TestWorkerKilledActivitiesMove(t *testing.T) {
 	s := stackFor(t)
 	w1 := s.workers[0]
 	t.Cleanup(func() {
-		if w1.cmd == nil {
-			if err := w1.start(); err != nil {
-				t.Errorf("restart %s: %v", w1.name, err)
+		if !w1.Running() {
+			if err := w1.Start(); err != nil {
+				t.Errorf("restart %s: %v", w1.Name, err)
 			}
 		}
 	})
 	const clients = 8
-	q := request{maxTokens: 200, bound: 2 * time.Minute}
+	q := chatclient.Request{MaxTokens: 200, Bound: 2 * time.Minute}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := s.watchShortPool(ctx)
 
-	stopLoad := s.closedLoop(clients, q)
+	load := s.closedLoop(clients, q)
 	time.Sleep(5 * time.Second)
 	// Both workers take activities: worker 1 has some to lose.
 	if n, err := s.activityPollers(ctx); err != nil || n < 2 {
 		t.Errorf("before the kill, %d workers poll for activities (want 2): %v", n, err)
 	}
 	killedAt := time.Now()
-	if err := w1.kill(); err != nil {
-		stopLoad()
+	if err := w1.Kill(); err != nil {
+		load.Stop()
 		t.Fatal(err)
 	}
-	t.Logf("%s killed with %d clients running", w1.name, clients)
+	t.Logf("%s killed with %d clients running", w1.Name, clients)
 	time.Sleep(10 * time.Second)
-	during := stopLoad()
+	during := load.Stop()
 	cancel()
 	t.Logf("during the load (%d requests, last one ended %s after the kill): %s",
-		len(during), time.Since(killedAt).Round(time.Millisecond), tally(during))
+		len(during), time.Since(killedAt).Round(time.Millisecond), chatclient.Tally(during))
 	w.check(t)
 	for _, r := range during {
-		if !r.ended() {
-			t.Errorf("no terminal event: %s", r.summary())
+		if !r.OK() {
+			t.Errorf("promise broken: %s", r.Summary())
 		}
 	}
 
 	// Only worker 2 is left: new requests through both APIs.
-	var after []*result
+	var after []*chatclient.Result
 	for i := range 6 {
-		after = append(after, s.send(context.Background(), s.apis[i%2], request{maxTokens: 20, bound: time.Minute}))
+		after = append(after, s.send(context.Background(), s.apis[i%2], chatclient.Request{MaxTokens: 20, Bound: time.Minute}))
 	}
-	t.Logf("after the kill, worker 2 alone: %s", tally(after))
+	t.Logf("after the kill, worker 2 alone: %s", chatclient.Tally(after))
 	for _, r := range after {
-		if r.terminal != "done" || len(r.violations) > 0 {
-			t.Errorf("not answered with one worker left: %s", r.summary())
+		if r.Terminal != "done" || len(r.Violations) > 0 {
+			t.Errorf("not answered with one worker left: %s", r.Summary())
 		}
 	}
 	checkSettled(t, s, tenant)

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -33,7 +33,7 @@ func TestRedisFailoverUnderLoad(t *testing.T) {
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	w := s.watchShortPool(wctx)
-	stopLoad := s.closedLoop(8, request{maxTokens: 60, bound: 2 * time.Minute})
+	load := s.closedLoop(8, chatclient.Request{MaxTokens: 60, Bound: 2 * time.Minute})
 	time.Sleep(5 * time.Second)
 
 	first, err := s.masterOf(ctx, slotKey)
@@ -71,21 +71,21 @@ func TestRedisFailoverUnderLoad(t *testing.T) {
 	t.Logf("crash: %s killed, %s promoted after %s", replica, first, time.Since(start).Round(time.Millisecond))
 	time.Sleep(8 * time.Second)
 
-	rs := stopLoad()
+	rs := load.Stop()
 	stopWatch()
 	<-w.done
 	t.Logf("%d requests through both failovers: %s; at most %d short permits in use, %d requests on the simulators at once (limit %d); %d reads of the pool failed",
-		len(rs), tally(rs), w.maxInUse, w.maxRunning, shortLimit, w.errs)
+		len(rs), chatclient.Tally(rs), w.maxInUse, w.maxRunning, shortLimit, w.errs)
 	for _, r := range rs {
-		if !r.ended() {
-			t.Errorf("no terminal event: %s\n%s", r.summary(), s.describe(ctx, r.id))
+		if !r.OK() {
+			t.Errorf("promise broken: %s\n%s", r.Summary(), s.describe(ctx, r.ID))
 		}
 	}
 	// Each worker's janitor notes the queue's Redis; one of them is told
 	// of each change.
 	changes := 0
 	for _, p := range s.workers {
-		raw, _ := os.ReadFile(p.logPath)
+		raw, _ := os.ReadFile(p.LogPath)
 		changes += strings.Count(string(raw), "the Redis serving the admission queue changed")
 	}
 	t.Logf("the janitors saw the queue's Redis change %d times", changes)
@@ -103,8 +103,8 @@ func TestRedisFailoverUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d requests kept their whole charge: %v", len(acc.Kept), acc.Kept)
 	for i := range 2 {
-		if r := s.send(ctx, s.apis[i], request{maxTokens: 10}); r.terminal != "done" {
-			t.Errorf("after the failovers, through %s: %s", s.apis[i].name, r.summary())
+		if r := s.send(ctx, s.apis[i], chatclient.Request{MaxTokens: 10}); r.Terminal != "done" {
+			t.Errorf("after the failovers, through %s: %s", s.apis[i].Name, r.Summary())
 		}
 	}
 }
@@ -134,41 +134,6 @@ func (s *stack) describe(ctx context.Context, id string) string {
 		fmt.Fprintf(&b, "  %d %s %s\n", ev.GetEventId(), ev.GetEventTime().AsTime().Format("15:04:05.000"), ev.GetEventType())
 	}
 	return b.String()
-}
-
-// closedLoop runs clients that each send a request through the APIs in
-// turn as soon as the last one ended, until the returned stop is called;
-// stop returns every result.
-func (s *stack) closedLoop(clients int, q request) (stop func() []*result) {
-	done := make(chan struct{})
-	var mu sync.Mutex
-	var rs []*result
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				r := s.send(context.Background(), s.apis[(i+n)%2], q)
-				mu.Lock()
-				rs = append(rs, r)
-				mu.Unlock()
-				if r.status != 200 {
-					time.Sleep(200 * time.Millisecond)
-				}
-			}
-		}()
-	}
-	return func() []*result {
-		close(done)
-		wg.Wait()
-		return rs
-	}
 }
 
 // masterOf is the address of the master serving key.

@@ -7,19 +7,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -36,8 +36,8 @@ type stack struct {
 	temporal *testenv.TemporalServer
 	cluster  *testenv.RedisCluster
 	sims     [2]*llmsim.Server
-	apis     [2]*proc
-	workers  [2]*proc
+	apis     [2]*apiProc
+	workers  [2]*testenv.Process
 
 	rdb  *redis.ClusterClient
 	gate *admission.Gate
@@ -88,12 +88,12 @@ func launchStack(ctx context.Context) (*stack, error) {
 		return s, err
 	}
 	for i := range s.workers {
-		p, err := newProc(dir, fmt.Sprintf("worker%d", i+1), workerBin, s.cfg)
+		p, err := testenv.NewProcess(dir, fmt.Sprintf("worker%d", i+1), workerBin, s.cfg)
 		if err != nil {
 			return s, err
 		}
 		s.workers[i] = p
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			return s, err
 		}
 	}
@@ -102,13 +102,12 @@ func launchStack(ctx context.Context) (*stack, error) {
 		if cfg.API.Addr, err = freeAddr(); err != nil {
 			return s, err
 		}
-		p, err := newProc(dir, fmt.Sprintf("api%d", i+1), apiBin, cfg)
+		p, err := testenv.NewProcess(dir, fmt.Sprintf("api%d", i+1), apiBin, cfg)
 		if err != nil {
 			return s, err
 		}
-		p.url = "http://" + cfg.API.Addr
-		s.apis[i] = p
-		if err := p.start(); err != nil {
+		s.apis[i] = &apiProc{Process: p, url: "http://" + cfg.API.Addr}
+		if err := p.Start(); err != nil {
 			return s, err
 		}
 	}
@@ -186,6 +185,16 @@ var fairTenants = []fairTenant{{"fair-5", 5}, {"fair-3", 3}, {"fair-2", 2}}
 
 func (f fairTenant) key(i int) string { return fmt.Sprintf("k-%s-%d", f.name, i%keyCount) }
 
+// tenantOfKey is the fair tenant whose key k is ("" for none).
+func tenantOfKey(k string) string {
+	for _, f := range fairTenants {
+		if strings.HasPrefix(k, "k-"+f.name+"-") {
+			return f.name
+		}
+	}
+	return ""
+}
+
 // Bucket sizes and refill of every tier (see multiConfig).
 const (
 	tokenCapacity   = 1e9
@@ -202,6 +211,28 @@ const (
 )
 
 func apiKey(i int) string { return fmt.Sprintf("k-multi-%d", i%keyCount) }
+
+var keyTurn atomic.Int64
+
+// nextKey is the multi tenant's next API key in turn.
+func nextKey() string { return apiKey(int(keyTurn.Add(1))) }
+
+// send makes one chat request through api (q.Key "": with the multi
+// tenant's next key) and reads its stream to the end.
+func (s *stack) send(ctx context.Context, api *apiProc, q chatclient.Request) *chatclient.Result {
+	if q.Key == "" {
+		q.Key = nextKey()
+	}
+	return chatclient.Send(ctx, s.http, api.url, q)
+}
+
+// closedLoop starts clients that each send q through the APIs in turn,
+// with the multi tenant's keys, as soon as their last request ended.
+func (s *stack) closedLoop(clients int, q chatclient.Request) *chatclient.Load {
+	return chatclient.StartLoad(s.http, clients, func(c, n int) (string, string) {
+		return s.apis[(c+n)%len(s.apis)].url, nextKey()
+	}, q)
+}
 
 // startSimulators starts two simulator endpoints in this process:
 // real-time decoding (about 60 tokens a second per sequence), answers of
@@ -251,17 +282,17 @@ func (s *stack) connect(ctx context.Context) error {
 
 // waitAnswered waits until the API answers a small request to the end:
 // it listens, and a worker polls.
-func (s *stack) waitAnswered(ctx context.Context, api *proc) error {
+func (s *stack) waitAnswered(ctx context.Context, api *apiProc) error {
 	for {
-		r := s.send(ctx, api, request{maxTokens: 4, bound: 20 * time.Second})
-		if r.terminal == "done" {
+		r := s.send(ctx, api, chatclient.Request{MaxTokens: 4, Bound: 20 * time.Second})
+		if r.Terminal == "done" {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not answering: last request %s", api.name, r.summary())
-		case <-api.exited:
-			return fmt.Errorf("%s exited: %s", api.name, testenv.Tail(api.logPath, 20))
+			return fmt.Errorf("%s not answering: last request %s", api.Name, r.Summary())
+		case <-api.Exited():
+			return fmt.Errorf("%s exited: %s", api.Name, testenv.Tail(api.LogPath, 20))
 		case <-time.After(300 * time.Millisecond):
 		}
 	}
@@ -270,16 +301,13 @@ func (s *stack) waitAnswered(ctx context.Context, api *proc) error {
 // close stops every process and server; failed shows the ends of the
 // processes' logs.
 func (s *stack) close(failed bool) {
-	for _, p := range append(s.apis[:], s.workers[:]...) {
-		if p != nil {
-			p.stop()
-		}
+	procs := s.processes()
+	for _, p := range procs {
+		p.Stop()
 	}
 	if failed {
-		for _, p := range append(s.apis[:], s.workers[:]...) {
-			if p != nil {
-				fmt.Fprintf(os.Stderr, "--- last lines of %s:\n%s\n", p.logPath, testenv.Tail(p.logPath, 40))
-			}
+		for _, p := range procs {
+			fmt.Fprintf(os.Stderr, "--- last lines of %s:\n%s\n", p.LogPath, testenv.Tail(p.LogPath, 40))
 		}
 		fmt.Fprintf(os.Stderr, "--- last lines of temporal-server.log:\n%s\n", testenv.Tail(filepath.Join(s.dir, "temporal-server.log"), 5))
 	}
@@ -307,6 +335,23 @@ func (s *stack) close(failed bool) {
 	_ = os.RemoveAll(s.dir)
 }
 
+// processes are the APIs and workers started so far (a stack that
+// failed to start is partly started).
+func (s *stack) processes() []*testenv.Process {
+	var ps []*testenv.Process
+	for _, a := range s.apis {
+		if a != nil {
+			ps = append(ps, a.Process)
+		}
+	}
+	for _, w := range s.workers {
+		if w != nil {
+			ps = append(ps, w)
+		}
+	}
+	return ps
+}
+
 // activityPollers counts the distinct identities polling the chat task
 // queue for activities: two while both workers are up.
 func (s *stack) activityPollers(ctx context.Context) (int, error) {
@@ -321,90 +366,17 @@ func (s *stack) activityPollers(ctx context.Context) (int, error) {
 	return len(ids), nil
 }
 
-// proc is a sluice-api or sluice-worker running as its own OS process,
-// configured by a YAML file, that a test can kill -9 and start again
-// (an API on the same address).
-type proc struct {
-	name    string
-	bin     string
-	cfgPath string
-	logPath string
-	url     string // an API's base URL
-	cmd     *exec.Cmd
-	exited  chan struct{}
-}
-
-func newProc(dir, name, bin string, cfg config.Config) (*proc, error) {
-	raw, err := yaml.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("write %s config: %w", name, err)
-	}
-	p := &proc{name: name, bin: bin, cfgPath: filepath.Join(dir, name+".yaml"), logPath: filepath.Join(dir, name+".log")}
-	if err := os.WriteFile(p.cfgPath, raw, 0o600); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
-
-// start runs the process; its output is appended to its log, one file
-// across restarts.
-func (p *proc) start() error {
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(p.bin, "-config", p.cfgPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The file is the whole configuration: the config loader refuses a
-	// SLUICE_* variable it does not know (SLUICE_MULTI).
-	cmd.Env = testenv.CleanEnv()
-	if err := cmd.Start(); err != nil {
-		_ = logf.Close()
-		return fmt.Errorf("start %s: %w", p.name, err)
-	}
-	p.cmd = cmd
-	exited := make(chan struct{})
-	p.exited = exited
-	go func() {
-		_ = cmd.Wait()
-		_ = logf.Close()
-		close(exited)
-	}()
-	return nil
-}
-
-// kill sends SIGKILL: the process dies mid-whatever, without closing a
-// stream, finishing an activity or releasing a permit.
-func (p *proc) kill() error {
-	if p.cmd == nil {
-		return nil
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("kill -9 %s (%d): %w", p.name, p.cmd.Process.Pid, err)
-	}
-	<-p.exited
-	p.cmd = nil
-	return nil
-}
-
-// stop ends the process with SIGTERM, or kills it after 20 s.
-func (p *proc) stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-		_ = p.kill()
-	}
-	p.cmd = nil
+// apiProc is a sluice-api process and the base URL it serves on (the
+// same across restarts).
+type apiProc struct {
+	*testenv.Process
+	url string
 }
 
 // restartAPI starts a killed API again on its address and waits until
 // it answers.
-func (s *stack) restartAPI(ctx context.Context, p *proc) error {
-	if err := p.start(); err != nil {
+func (s *stack) restartAPI(ctx context.Context, p *apiProc) error {
+	if err := p.Start(); err != nil {
 		return err
 	}
 	return s.waitAnswered(ctx, p)
