@@ -100,7 +100,7 @@ func (s *Server) beginChat(c echo.Context, who caller, req *chatRequest, fingerp
 		return d.id, sub, nil
 	}
 	err = s.startChat(ctx, d, *req, 0)
-	s.started(w, err)
+	s.started(w, d, err)
 	if err != nil {
 		s.logger.Error("start chat workflow", "requestID", d.id, "err", err)
 		sub.Close()

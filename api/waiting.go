@@ -49,7 +49,7 @@ func (s *Server) startWhenAdmitted(ctx context.Context, d door, req chatRequest,
 				return
 			}
 			err := s.startChat(context.WithoutCancel(ctx), d, req, waited)
-			s.started(w, err)
+			s.started(w, d, err)
 			if err != nil {
 				s.logger.Error("start chat workflow after waiting at the door", "requestID", d.id, "err", err)
 				s.endAtDoor(ctx, d, req, events.Failure{Reason: request.ReasonInternal, Message: "The request could not be started. Please retry.", RetryAfterS: 1})
@@ -70,19 +70,43 @@ func (s *Server) startWhenAdmitted(ctx context.Context, d door, req chatRequest,
 	}
 }
 
-// startSettle is how long a started request still counts as starting
-// toward its pool (waitroom.Waiter.Started): its workflow's first task
-// puts it in the pool's queue a few milliseconds after the start returns,
-// longer on a loaded worker.
-const startSettle = 250 * time.Millisecond
+// startSettleMax bounds how long a started request still counts as
+// starting toward its pool (waitroom.Waiter.Started) when it is not seen
+// in the pool (an answer from the cache, a request that ended early, a
+// slow worker): its first workflow task puts it in the pool's queue a few
+// milliseconds after the start returns, longer on a loaded worker.
+const startSettleMax = time.Second
 
-// started gives back a request's start slot once its start returned.
-func (s *Server) started(w *waitroom.Waiter, err error) {
+// startPoll is how often the door looks for a started request in its
+// pool: one Redis round trip each.
+const startPoll = 10 * time.Millisecond
+
+// started gives back a request's start slot once its start returned, and
+// counts it as starting until it has reached its pool.
+func (s *Server) started(w *waitroom.Waiter, d door, err error) {
 	if err != nil {
 		w.Leave()
 		return
 	}
-	w.Started(startSettle)
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		ctx, cancel := context.WithTimeout(context.Background(), startSettleMax)
+		defer cancel()
+		tick := time.NewTicker(startPoll)
+		defer tick.Stop()
+		for {
+			if ok, err := s.gate.Reached(ctx, d.pool, d.id); ok || err != nil {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	w.Started(settled, startSettleMax)
 }
 
 // queueWait is the expected wait of a request joining pool's queue now,

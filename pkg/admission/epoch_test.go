@@ -72,3 +72,34 @@ func TestServerOfChangesOnRestart(t *testing.T) {
 		t.Fatalf("after an empty restart CheckServer = %v, %v; want lost", got, err)
 	}
 }
+
+// Reached: queued, holding a permit, or released count as in the pool;
+// a request never enqueued does not.
+func TestReached(t *testing.T) {
+	g, _ := newGate(t, 1, nil)
+	ctx := context.Background()
+	reached := func(id string) bool {
+		t.Helper()
+		ok, err := g.Reached(ctx, "p", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if reached("holder") {
+		t.Fatal("a request never enqueued reached the pool")
+	}
+	mustEnqueue(t, g, "holder") // granted
+	if r := mustEnqueue(t, g, "waiter"); r.Status != Queued {
+		t.Fatalf("waiter: %+v", r)
+	}
+	if !reached("holder") || !reached("waiter") {
+		t.Fatal("a holder or a waiter did not count as reached")
+	}
+	if _, err := g.Release(ctx, "p", "holder"); err != nil {
+		t.Fatal(err)
+	}
+	if !reached("holder") {
+		t.Fatal("a released request did not count as reached")
+	}
+}

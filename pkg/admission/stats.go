@@ -156,3 +156,19 @@ func (g *Gate) Backlog(ctx context.Context, pool string) (int, error) {
 	n, _ := strconv.Atoi(parked.Val())
 	return max(int(q.Val())-n, 0), nil
 }
+
+// Reached reports whether requestID has reached pool: it is queued, holds
+// a permit, or has already given its permit back. The door asks it of a
+// request it just started, whose first workflow task enqueues it.
+func (g *Gate) Reached(ctx context.Context, pool, requestID string) (bool, error) {
+	k := g.keys(pool)
+	// One slot (the pool's tag): one round trip on a cluster too.
+	pipe := g.cmd.Pipeline()
+	queued := pipe.ZScore(ctx, k.queue, requestID)
+	held := pipe.ZScore(ctx, k.permits, requestID)
+	released := pipe.Exists(ctx, k.tombPrefix+requestID)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("has %s reached pool %s: %w", requestID, pool, err)
+	}
+	return queued.Err() == nil || held.Err() == nil || released.Val() > 0, nil
+}

@@ -175,10 +175,15 @@ func (w *Waiter) Position() int {
 }
 
 // Started gives back the start slot of a waiter whose workflow started,
-// and keeps counting it as starting toward its pool for settle: a started
-// request reaches its pool's queue only with its first workflow task, and
-// until then Ready would not see it. Calling Leave after it does nothing.
-func (w *Waiter) Started(settle time.Duration) {
+// and keeps counting it as starting toward its pool until settled is
+// closed (its request reached the pool's queue or a permit) or within has
+// passed: a started request reaches its pool's queue only with its first
+// workflow task, and until then Ready would not see it. Counting it until
+// it is there, not for a fixed time, keeps the next request of the line
+// from starting early and reaching the queue first, which on a slow
+// worker would serve a tenant's requests out of their order. Calling
+// Leave after it does nothing.
+func (w *Waiter) Started(settled <-chan struct{}, within time.Duration) {
 	r := w.room
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -188,12 +193,18 @@ func (w *Waiter) Started(settle time.Duration) {
 	w.state = gone
 	r.free++
 	r.nudge()
-	time.AfterFunc(settle, func() {
+	go func() {
+		t := time.NewTimer(within)
+		defer t.Stop()
+		select {
+		case <-settled:
+		case <-t.C:
+		}
 		r.mu.Lock()
 		r.starting[w.ticket.Pool]--
 		r.mu.Unlock()
 		r.nudge()
-	})
+	}()
 }
 
 // Leave gives back the waiter's start slot, or its place in the line if

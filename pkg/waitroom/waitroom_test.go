@@ -206,7 +206,8 @@ func TestPositions(t *testing.T) {
 }
 
 // A started request keeps counting toward its pool's starts until it has
-// had time to reach the pool's queue, while its slot is free at once.
+// reached the pool's queue (settled), however long that takes, while its
+// slot is free at once; and at most for its bound.
 func TestStartedSettles(t *testing.T) {
 	var seen atomic.Int64
 	r := newRoom(t, 1, 10, func(_ context.Context, _ string, starting int) (bool, error) {
@@ -215,19 +216,27 @@ func TestStartedSettles(t *testing.T) {
 	})
 	first := enter(t, r, "a", 1, true)
 	second := enter(t, r, "a", 1, false)
-	first.Started(100 * time.Millisecond)
+	settled := make(chan struct{})
+	first.Started(settled, time.Minute)
 	first.Leave() // after Started: nothing more to give back
-	if admitted(second, 50*time.Millisecond) {
-		t.Fatal("admitted while the first start was still settling")
+	if admitted(second, 300*time.Millisecond) {
+		t.Fatal("admitted while the first start had not reached the queue")
 	}
 	if seen.Load() != 1 {
 		t.Fatalf("Ready saw %d starting, want 1", seen.Load())
 	}
+	close(settled)
 	if !admitted(second, time.Second) {
 		t.Fatal("not admitted once the first start settled")
 	}
 	if st := r.Stats(); st.Starting != 1 {
 		t.Fatalf("stats %+v: the first slot was given back", st)
+	}
+	// A start that never reports it settled stops counting at its bound.
+	third := enter(t, r, "a", 1, false)
+	second.Started(make(chan struct{}), 100*time.Millisecond)
+	if !admitted(third, time.Second) {
+		t.Fatal("not admitted after the second start's bound")
 	}
 }
 
