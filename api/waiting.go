@@ -95,14 +95,16 @@ func (s *Server) started(w *waitroom.Waiter, d door, err error) {
 		defer cancel()
 		tick := time.NewTicker(startPoll)
 		defer tick.Stop()
+		// Its first workflow task has not run yet when the start returns:
+		// the first look is a poll interval later.
 		for {
-			if ok, err := s.gate.Reached(ctx, d.pool, d.id); ok || err != nil {
-				return
-			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+			}
+			if ok, err := s.gate.Reached(ctx, d.pool, d.id); ok || err != nil {
+				return
 			}
 		}
 	}()
@@ -189,17 +191,12 @@ const doorEndRetry = 30 * time.Second
 // Redis is unreachable (AppendFinal writes one end only, so a retry of
 // a write that did land is harmless).
 func (s *Server) appendDoorEnd(ctx context.Context, id, typ string, f events.Failure) error {
-	deadline := time.Now().Add(doorEndRetry)
-	backoff := 100 * time.Millisecond
-	for {
+	ctx, cancel := context.WithTimeout(ctx, doorEndRetry)
+	defer cancel()
+	return retry(ctx, func() error {
 		_, _, err := s.events.AppendFinal(ctx, id, typ, f)
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		s.logger.Warn("write the terminal event of a request that never started; retrying", "requestID", id, "err", err)
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 2*time.Second)
-	}
+		return err
+	})
 }
 
 // reportDoorPosition writes a queue event when the request's place
