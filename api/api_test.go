@@ -124,6 +124,11 @@ func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingCl
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := "t:" + t.Name() + ":"
+	// A test's keys are named for it: what an earlier run of it left
+	// (go test -count=N) must not be read as this run's.
+	if old, _ := rdb.Keys(context.Background(), prefix+"*").Result(); len(old) > 0 {
+		rdb.Del(context.Background(), old...)
+	}
 	log := events.NewLog(rdb, events.LogOptions{KeyPrefix: prefix})
 	gate, err := admission.New(rdb, admission.Options{KeyPrefix: prefix, Lease: time.Second, WaiterTTL: time.Second, MaxQueueDepth: 10, Limits: map[string]int{"short": 1, "long": 1}})
 	if err != nil {
@@ -414,7 +419,7 @@ func TestStartsInFlightAreBounded(t *testing.T) {
 // room: its stream gets accepted and queue events at once, and its
 // workflow starts when a slot is free.
 func TestWaitingRoomStartsWhenASlotIsFree(t *testing.T) {
-	srv, tc, _ := newTestServer(t, func(c *config.Config) { c.API.MaxStartsInFlight = 1 })
+	srv, tc, rdb := newTestServer(t, func(c *config.Config) { c.API.MaxStartsInFlight = 1 })
 	runHub(t, srv)
 	tc.hold, tc.holding = make(chan struct{}), make(chan struct{}, 2)
 	go func() { post(srv, `{"query":"hello","max_tokens":8}`) }()
@@ -422,6 +427,10 @@ func TestWaitingRoomStartsWhenASlotIsFree(t *testing.T) {
 	second := make(chan *httptest.ResponseRecorder)
 	go func() { second <- post(srv, `{"query":"hello","max_tokens":8}`) }()
 	waitFor(t, "the second request in the waiting room", func() bool { return srv.room.Stats().Waiting == 1 })
+	// It enters the room before its stream opens; a slot freed before
+	// then starts it on the spot (and its failed start is a plain 503).
+	// Its first queue event says it waits with its stream open.
+	waitFor(t, "the waiter's queue event", func() bool { return hasEventOfType(rdb, srv, events.TypeQueue) })
 	if tc.starts.Load() != 1 {
 		t.Fatalf("%d starts while the slot was taken, want 1", tc.starts.Load())
 	}
@@ -539,6 +548,22 @@ func runHub(t *testing.T, srv *Server) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go func() { _ = srv.hub.Run(ctx) }()
+}
+
+// hasEventOfType reports whether any request's event stream holds an
+// event of type typ.
+func hasEventOfType(rdb *redis.Client, srv *Server, typ string) bool {
+	ctx := context.Background()
+	keys, _ := rdb.Keys(ctx, srv.events.StreamPattern()).Result()
+	for _, k := range keys {
+		msgs, _ := rdb.XRange(ctx, k, "-", "+").Result()
+		for _, m := range msgs {
+			if m.Values["t"] == typ {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
