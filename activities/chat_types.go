@@ -30,6 +30,11 @@ const (
 	ErrTypeOutOfBounds = "OutOfBounds"
 	// ErrTypeNoScaler: Scale on a pool without a scaler.
 	ErrTypeNoScaler = "NoScaler"
+	// ErrTypeDependencyUnavailable: a dependency (Redis, an embedding or
+	// rerank service) could not be reached or could not serve for now
+	// (conn.Unreachable); retryable. A request that ends with it is told
+	// to retry, not that Sluice failed.
+	ErrTypeDependencyUnavailable = "DependencyUnavailable"
 	// ErrTypeScaleRefused: the scaler refused for good (scaler.Permanent:
 	// bad count, target not found, no permission).
 	ErrTypeScaleRefused = "ScaleRefused"

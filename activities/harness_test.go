@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -83,6 +85,9 @@ type harnessOptions struct {
 	shortThreshold int
 	// streamer serves both pools.
 	streamer llm.Streamer
+	// redis, when set, adjusts the harness's Redis client (its Addr is
+	// the test binary's server).
+	redis func(*redis.Options)
 }
 
 // harness is an *activities.Chat wired from real components as
@@ -124,7 +129,11 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 	// -count=N reruns a test against the same Redis: the sequence keeps
 	// the runs' keys apart.
 	prefix := fmt.Sprintf("acts:%s:%d:", t.Name(), runSeq.Add(1))
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	ro := &redis.Options{Addr: redisAddr}
+	if opts.redis != nil {
+		opts.redis(ro)
+	}
+	rdb := redis.NewClient(ro)
 	t.Cleanup(func() { _ = rdb.Close() })
 
 	gate, err := admission.New(rdb, admission.Options{
@@ -202,10 +211,11 @@ func (r cachedRetriever) Retrieve(ctx context.Context, q retrieval.Query) (retri
 // local runs fn as the workflow runs it, as a local activity: a local
 // activity's error reaches the SDK's retry decision unconverted. It does
 // not fail t, so that a fake may call it from inside another activity.
-func local[T any](t *testing.T, h *harness, fn, in any) (T, error) {
+func local[T any](t *testing.T, h *harness, fn, in any, interceptors ...interceptor.WorkerInterceptor) (T, error) {
 	t.Helper()
 	var out T
 	env := (&testsuite.WorkflowTestSuite{}).NewTestActivityEnvironment()
+	env.SetWorkerOptions(worker.Options{Interceptors: interceptors})
 	env.RegisterActivity(h.acts)
 	val, err := env.ExecuteLocalActivity(fn, in)
 	if err != nil {

@@ -127,12 +127,16 @@ func (s *Server) dropUnstarted(ctx context.Context, d door, key *idempotency.Key
 // endUnstarted ends the stream of a request whose workflow could not be
 // started.
 func (s *Server) endUnstarted(ctx context.Context, id string) {
-	_, _, err := s.events.AppendFinal(context.WithoutCancel(ctx), id, events.TypeError, events.Failure{
-		Reason: request.ReasonInternal, Message: "The request could not be started. Please retry.", RetryAfterS: 1,
-	})
+	_, _, err := s.events.AppendFinal(context.WithoutCancel(ctx), id, events.TypeError, startFailure)
 	if err != nil {
 		s.logger.Warn("end the stream of a request that could not be started", "requestID", id, "err", err)
 	}
+}
+
+// startFailure ends a request whose workflow could not be started: the
+// workflow service did not take it, which a retry may well get past.
+var startFailure = events.Failure{
+	Reason: request.ReasonUnavailable, Message: "The request could not be started. Please retry.", RetryAfterS: 1,
 }
 
 // door is what the door decided about one request on its way in.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // apiError is every error response: {"error": {"code", "message"}}, with
@@ -53,7 +54,7 @@ func badRequest(code, format string, args ...any) *apiError {
 }
 
 func unavailable(msg string) *apiError {
-	return &apiError{Status: http.StatusServiceUnavailable, Code: "unavailable", Message: msg, RetryAfter: 1}
+	return &apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonUnavailable, Message: msg, RetryAfter: 1}
 }
 
 func (s *Server) handleError(err error, c echo.Context) {

@@ -231,7 +231,8 @@ func failureError(ev events.Event) *apiError {
 	}
 	e := &apiError{Code: f.Reason, Message: f.Message, RetryAfter: f.RetryAfterS}
 	switch f.Reason {
-	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull, request.ReasonBackendUnavailable:
+	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull, request.ReasonShed,
+		request.ReasonBackendUnavailable, request.ReasonUnavailable:
 		e.Status = http.StatusServiceUnavailable
 	case request.ReasonBackendError, request.ReasonStreamInterrupted:
 		e.Status = http.StatusBadGateway

@@ -501,6 +501,7 @@ func TestAnswerCollector(t *testing.T) {
 	for reason, status := range map[string]int{
 		request.ReasonQueueTimeout: 503, request.ReasonTenantQueueFull: 503, request.ReasonBackendError: 502,
 		request.ReasonCancelled: 410, request.ReasonBadRequest: 400, request.ReasonInternal: 500,
+		request.ReasonShed: 503, request.ReasonUnavailable: 503, request.ReasonBackendUnavailable: 503,
 	} {
 		var col answerCollector
 		_ = col.write(ev(events.TypeRejected, events.Failure{Reason: reason, Message: "m", RetryAfterS: 2}))

@@ -52,7 +52,7 @@ func (s *Server) startWhenAdmitted(ctx context.Context, d door, req chatRequest,
 			s.started(w, d, err)
 			if err != nil {
 				s.logger.Error("start chat workflow after waiting at the door", "requestID", d.id, "err", err)
-				s.endAtDoor(ctx, d, req, events.Failure{Reason: request.ReasonInternal, Message: "The request could not be started. Please retry.", RetryAfterS: 1})
+				s.endAtDoor(ctx, d, req, startFailure)
 			}
 			return
 		case <-deadline.C:
@@ -160,7 +160,7 @@ func (s *Server) endAtDoor(ctx context.Context, d door, req chatRequest, f event
 	ctx = context.WithoutCancel(ctx)
 	s.refundAll(ctx, d.id, d.reservation)
 	typ, outcome := events.TypeRejected, request.OutcomeRejected
-	if f.Reason == request.ReasonCancelled || f.Reason == request.ReasonInternal {
+	if f.Reason == request.ReasonCancelled || f.Reason == request.ReasonUnavailable {
 		typ, outcome = events.TypeError, request.OutcomeFailed
 		if f.Reason == request.ReasonCancelled {
 			outcome = request.OutcomeCancelled

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -412,6 +413,9 @@ func (r *Runtime) NewWorker() worker.Worker {
 		MaxConcurrentWorkflowTaskExecutionSize:  cfg.MaxConcurrentWorkflowTasks,
 		MaxConcurrentLocalActivityExecutionSize: 1000,
 		WorkerStopTimeout:                       cfg.WorkerStopTimeout,
+		// A request that failed because Redis or another dependency was
+		// out of reach is told to retry, not that Sluice failed.
+		Interceptors: []interceptor.WorkerInterceptor{activities.UnavailableInterceptor()},
 	})
 	Register(w, r.Chat, r.Healing)
 	return w

@@ -15,6 +15,12 @@ import (
 // shedRetryAfter is the Retry-After of a request the healer shed.
 const shedRetryAfter = 30 * time.Second
 
+// dependencyRetryAfterS is the retry_after_s of a request that failed
+// because a dependency was out of reach: about what a Redis restart or a
+// cluster failover's promotion takes once noticed. A retry that comes too
+// early is refused cheaply at the door (503) while Redis is still away.
+const dependencyRetryAfterS = 2
+
 // streamedBefore reads what a failed stream consumed from its error's
 // details; nil when it does not say (e.g. cancelled by Temporal or timed
 // out), and then nothing is refunded.
@@ -80,6 +86,9 @@ func (w *chat) stageFailed(stage string, err error) {
 		w.cancelled()
 		return
 	}
+	if w.dependencyUnavailable(stage, err) {
+		return
+	}
 	var appErr *temporal.ApplicationError
 	reason, msg := request.ReasonInternal, "The request failed. Please retry."
 	if errors.As(err, &appErr) {
@@ -98,6 +107,30 @@ func (w *chat) stageFailed(stage string, err error) {
 	w.logger.Error("stage failed", "stage", stage, "error", err)
 	w.result.Outcome, w.result.Reason = request.OutcomeFailed, reason
 	w.failure = &events.Failure{Reason: reason, Message: msg}
+}
+
+// dependencyUnavailable fails the request with reason unavailable and
+// when to retry when its stage failed because a dependency was out of
+// reach — Redis failing over or restarting, an embedding service
+// unreachable: the activity says so (ErrTypeDependencyUnavailable), or a
+// stage before the model timed out on every attempt, which only a stalled
+// dependency makes it do. The request may well succeed when retried; it
+// is not Sluice's fault to report as internal_error. Histories from
+// before this rule replay as recorded (internal_error).
+func (w *chat) dependencyUnavailable(stage string, err error) bool {
+	var appErr *temporal.ApplicationError
+	marked := errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeDependencyUnavailable
+	if !marked && (stage == request.StageLLM || !temporal.IsTimeoutError(err)) {
+		return false
+	}
+	if workflow.GetVersion(w.stageCtx, "unavailable-reason", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return false
+	}
+	w.logger.Warn("stage failed: a dependency was unavailable", "stage", stage, "error", err)
+	w.result.Outcome, w.result.Reason = request.OutcomeFailed, request.ReasonUnavailable
+	w.failure = &events.Failure{Reason: request.ReasonUnavailable, RetryAfterS: dependencyRetryAfterS,
+		Message: fmt.Sprintf("A service Sluice depends on was unavailable. Please retry in %d s.", dependencyRetryAfterS)}
+	return true
 }
 
 // backendUnavailable fails a request refused because every backend of its

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/suite"
 	"go.temporal.io/sdk/activity"
@@ -478,6 +480,74 @@ func (s *chatSuite) TestBackendUnavailableFailsFastWithRetryAfter() {
 			s.Equal(request.ReasonBackendUnavailable, f.Report.Reason)
 		})
 	}
+}
+
+// A stage that could not reach a dependency (Redis failing over) is
+// retried, and when its retries run out the request ends unavailable with
+// when to retry, not internal_error; a plain fault stays internal_error.
+func (s *chatSuite) TestUnreachableDependencyEndsUnavailable() {
+	unreachable := temporal.NewApplicationError("CLUSTERDOWN Hash slot not served", activities.ErrTypeDependencyUnavailable)
+	for _, tc := range []struct {
+		stage  string
+		err    error
+		reason string
+	}{
+		{"embed", unreachable, request.ReasonUnavailable},
+		{"admit", unreachable, request.ReasonUnavailable},
+		{"retrieve", unreachable, request.ReasonUnavailable},
+		{"retrieve", errors.New("index corrupt"), request.ReasonInternal},
+		// No cause: a local activity that ran out of time on every
+		// attempt. Only a stalled dependency makes a stage before the
+		// model do that.
+		{"retrieve", temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil), request.ReasonUnavailable},
+	} {
+		s.Run(tc.stage+" "+tc.reason, func() {
+			s.SetupTest()
+			calls := 0
+			fail := func() error { calls++; return tc.err }
+			if tc.stage == "embed" {
+				s.env.OnActivity(a.EmbedQuery, mock.Anything, mock.Anything).Return(func(context.Context, activities.EmbedInput) (activities.EmbedOutput, error) {
+					return activities.EmbedOutput{}, fail()
+				})
+			} else {
+				s.mockEmbed()
+			}
+			if tc.stage == "admit" {
+				s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(context.Context, activities.AdmitInput) (activities.AdmitOutput, error) {
+					return activities.AdmitOutput{}, fail()
+				})
+			} else {
+				s.mockAdmit(granted, nil)
+			}
+			s.env.OnActivity(a.Retrieve, mock.Anything, mock.Anything).Return(func(context.Context, activities.RetrieveInput) (activities.RetrieveOutput, error) {
+				return activities.RetrieveOutput{}, fail()
+			})
+			s.env.ExecuteWorkflow(ChatWorkflow, input())
+			r := s.result()
+			s.Equal(request.OutcomeFailed, r.Outcome)
+			s.Equal(tc.reason, r.Reason)
+			s.Greater(calls, 1, "the stage is retried first")
+			f := s.onlyFinalize()
+			s.Equal(events.TypeError, f.EventType)
+			s.Require().NotNil(f.Failure)
+			s.Equal(tc.reason, f.Failure.Reason)
+			if tc.reason == request.ReasonUnavailable {
+				s.Equal(dependencyRetryAfterS, f.Failure.RetryAfterS)
+			} else {
+				s.Zero(f.Failure.RetryAfterS)
+			}
+		})
+	}
+}
+
+// A model call that times out is the backend's slowness, not an
+// unreachable dependency: it is not reported as unavailable.
+func (s *chatSuite) TestLLMTimeoutIsNotUnavailable() {
+	s.llmFails(temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil))
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	r := s.result()
+	s.Equal(request.OutcomeFailed, r.Outcome)
+	s.NotEqual(request.ReasonUnavailable, r.Reason)
 }
 
 func (s *chatSuite) TestInterruptedStreamRefundsTheRest() {

@@ -99,4 +99,8 @@ const (
 	// its circuit open; nothing was sent, and the client may retry after
 	// retry_after_s.
 	ReasonBackendUnavailable = "backend_unavailable"
+	// ReasonUnavailable: something Sluice depends on (Redis, Temporal, an
+	// embedding service) could not be reached for now; the client may
+	// retry after retry_after_s. At the door it is a 503 refusal's code.
+	ReasonUnavailable = "unavailable"
 )

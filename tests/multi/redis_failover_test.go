@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -79,6 +80,11 @@ func TestRedisFailoverUnderLoad(t *testing.T) {
 	for _, r := range rs {
 		if !r.OK() {
 			t.Errorf("promise broken: %s\n%s", r.Summary(), s.describe(ctx, r.ID))
+		}
+		// A request the failover stopped is told to retry (unavailable,
+		// with when), not that Sluice failed.
+		if r.Reason == request.ReasonInternal {
+			t.Errorf("ended as Sluice's fault: %s\n%s", r.Summary(), s.describe(ctx, r.ID))
 		}
 	}
 	// Each worker's janitor notes the queue's Redis; one of them is told

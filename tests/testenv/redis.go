@@ -30,11 +30,12 @@ type Redis struct {
 }
 
 // StartRedis starts redis-server on a free loopback port with persistence
-// off. It fails the test if redis-server is not installed: tests always use
-// the real server (.ci/run installs it).
-func StartRedis(t testing.TB) *Redis {
+// off, with extra arguments after the common ones ("{dir}" in them is its
+// directory). It fails the test if redis-server is not installed: tests
+// always use the real server (.ci/run installs it).
+func StartRedis(t testing.TB, extra ...string) *Redis {
 	t.Helper()
-	r, err := LaunchRedis()
+	r, err := LaunchRedis(extra...)
 	if err != nil {
 		t.Fatalf("start redis-server: %v", err)
 	}
@@ -44,7 +45,7 @@ func StartRedis(t testing.TB) *Redis {
 
 // LaunchRedis is StartRedis for a TestMain, where no testing.TB exists.
 // The caller must call Stop.
-func LaunchRedis() (*Redis, error) {
+func LaunchRedis(extra ...string) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("redis-server not found on PATH (apt-get install redis-server): %w", err)
@@ -57,7 +58,7 @@ func LaunchRedis() (*Redis, error) {
 		if err != nil {
 			return nil, err
 		}
-		r, err := launchRedis(bin, port)
+		r, err := launchRedis(bin, port, extra...)
 		if err == nil || !errors.Is(err, errExited) || attempt == 5 {
 			return r, err
 		}

@@ -386,7 +386,7 @@ func (b *burstScenario) outcomeTable(r *report) (bad, hangs, fivexx int) {
 	return bad, hangs, fivexx
 }
 
-var documented503 = map[string]bool{request.ReasonBusy: true, request.ReasonQueueFull: true, request.ReasonTenantQueueFull: true, "unavailable": true}
+var documented503 = map[string]bool{request.ReasonBusy: true, request.ReasonQueueFull: true, request.ReasonTenantQueueFull: true, request.ReasonUnavailable: true}
 
 // acceptable says whether an outcome is one a client may get under a
 // burst.
