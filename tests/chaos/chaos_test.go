@@ -22,6 +22,7 @@ func TestChaos(t *testing.T) {
 	t.Run("worker-kill-9", testWorkerKilled)
 	t.Run("redis-restart-empty", testRedisRestart)
 	t.Run("redis-stall", testRedisStall)
+	t.Run("redis-down", testRedisDown)
 	t.Run("temporal-restart", testTemporalRestart)
 	t.Run("backend-hang", testBackendFaults)
 	t.Run("clients-disconnect", testClientsDisconnect)

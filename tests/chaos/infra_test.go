@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	sreq "github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 )
 
@@ -64,6 +65,48 @@ func testRedisStall(t *testing.T) {
 		len(door), chatclient.Tally(door), slowest.Round(time.Millisecond))
 	s.finishScenario(t, row{fault: "Redis stalled 5 s (CLIENT PAUSE ALL)", recover: recovered,
 		recoverTo: "stall over → first new request answered", notes: notes}, append(rs, door...), append(extra, cutAnswers(rs)...), tenantLoad, tenantAfter)
+}
+
+// downFor is how long Redis stays away in the outage scenario: longer
+// than a stage's retries before the model (20 s) and a retried stream's
+// wait for its events (20 s), shorter than the door's retries of a
+// terminal event (30 s).
+const downFor = 25 * time.Second
+
+// testRedisDown kills Redis mid-load and starts it, empty, only 25 s
+// later: requests inside the pipeline run out of retries meanwhile. Each
+// client gets an answer or a terminal event that says to retry — never
+// internal_error — and the door refuses new requests at once.
+func testRedisDown(t *testing.T) {
+	slow(t)
+	s := startStack(t, stackOptions{})
+	var tenant atomic.Value
+	tenant.Store(tenantLoad)
+	l := s.startLoad(12, func() string { return tenant.Load().(string) }, loadRequest)
+	s.waitStreaming(t, 10*time.Second)
+	down := time.Now()
+	probed := make(chan []*chatclient.Result)
+	go func() { probed <- s.probeDoor(down.Add(downFor - 2*time.Second)) }()
+	if err := s.redis.RestartAfter(downFor); err != nil {
+		t.Fatal(err)
+	}
+	door := <-probed
+	up := time.Now()
+	tenant.Store(tenantAfter)
+	recovered := s.timeToRecover(up, tenantAfter, time.Minute)
+	time.Sleep(3 * time.Second)
+	rs := l.Stop()
+	extra, _ := doorRefusals(door)
+	for _, r := range rs {
+		if r.Reason == sreq.ReasonInternal {
+			extra = append(extra, "ended as Sluice's fault, not unavailable: "+r.Summary())
+		}
+	}
+	notes := fmt.Sprintf("12 clients in a closed loop, 6 permits; Redis killed, down %.1f s, started empty on the same port; during the outage %d new requests were sent to the door one after another: %s",
+		up.Sub(down).Seconds(), len(door), chatclient.Tally(door))
+	s.finishScenario(t, row{fault: "Redis down 25 s, then started empty", recover: recovered,
+		recoverTo: "empty Redis up → first new request answered", notes: notes},
+		append(rs, door...), append(extra, cutAnswers(rs, sreq.ReasonUnavailable)...), tenantAfter)
 }
 
 // probeDoor sends requests one after another until until, each bounded

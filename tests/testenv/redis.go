@@ -68,8 +68,13 @@ func LaunchRedis(extra ...string) (*Redis, error) {
 // Restart kills the server (SIGKILL: a crash, not a shutdown) and starts
 // an empty one on the same port, as a Redis without persistence that
 // crashed and came back looks to its clients: every key is gone.
-func (r *Redis) Restart() error {
+func (r *Redis) Restart() error { return r.RestartAfter(0) }
+
+// RestartAfter is Restart with the server down for d in between: an
+// outage, not a blip.
+func (r *Redis) RestartAfter(d time.Duration) error {
 	r.Stop()
+	time.Sleep(d)
 	// The port was just released; a server that cannot bind it yet (the
 	// kernel still tearing the old socket down) is started again.
 	var err error
