@@ -152,6 +152,13 @@ func (g *goodputScenario) stacks() ([]stackOptions, error) {
 			cfg.Limits.Enabled = false
 			cfg.Healing.Enabled = g.healing
 			cfg.Pools.Short.MaxConcurrency = g.permits
+			// Every client is on 127.0.0.1: the per-address connection
+			// cap, a flood guard, would refuse the open loop's excess
+			// (closing the connection) before the client's own cap on
+			// requests in flight, measuring the guard, not admission.
+			if need := g.maxInFlight + 16; cfg.API.MaxConnsPerIP < need {
+				cfg.API.MaxConnsPerIP, cfg.API.MaxConns = need, max(cfg.API.MaxConns, need)
+			}
 		},
 	}}, nil
 }
