@@ -20,13 +20,17 @@ import (
 // pass unchanged.
 func UnavailableInterceptor() interceptor.WorkerInterceptor { return &unavailableWorker{} }
 
-type unavailableWorker struct{ interceptor.WorkerInterceptorBase }
+type unavailableWorker struct {
+	interceptor.WorkerInterceptorBase
+}
 
 func (*unavailableWorker) InterceptActivity(ctx context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
 	return &unavailableActivity{ActivityInboundInterceptorBase: interceptor.ActivityInboundInterceptorBase{Next: next}}
 }
 
-type unavailableActivity struct{ interceptor.ActivityInboundInterceptorBase }
+type unavailableActivity struct {
+	interceptor.ActivityInboundInterceptorBase
+}
 
 func (a *unavailableActivity) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
 	out, err := a.Next.ExecuteActivity(ctx, in)

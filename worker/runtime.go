@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/interceptor"
+	tlog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 

@@ -62,7 +62,9 @@ func TestUnreachable(t *testing.T) {
 			return c.LPush(ctx, "s", 1).Err()
 		}, false},
 		{"missing key", func(t *testing.T) error { return plain.Client(t).Get(ctx, "nope").Err() }, false},
-		{"script error", func(t *testing.T) error { return plain.Client(t).Eval(ctx, "return redis.error_reply('BAD x')", nil).Err() }, false},
+		{"script error", func(t *testing.T) error {
+			return plain.Client(t).Eval(ctx, "return redis.error_reply('BAD x')", nil).Err()
+		}, false},
 		{"caller's deadline", func(t *testing.T) error {
 			c, cancel := context.WithCancel(ctx)
 			cancel()
