@@ -17,19 +17,12 @@ import (
 // same port: permits, queue, buckets, reservations, event streams and the
 // knowledge base are all gone at once.
 func testRedisRestart(t *testing.T) {
-	slow(t)
-	s := startStack(t, stackOptions{})
-	var tenant atomic.Value
-	tenant.Store(tenantLoad)
-	l := s.startLoad(12, func() string { return tenant.Load().(string) }, loadRequest)
-	s.waitStreaming(t, 10*time.Second)
+	s, l, afterLoss := loadAcrossRedisLoss(t)
 	if err := s.redis.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
-	// Requests from now on reserve in the new Redis: their refunds can be
-	// checked to the token; the earlier ones' buckets went with the old.
-	tenant.Store(tenantAfter)
+	afterLoss()
 	recovered := s.timeToRecover(restarted, tenantAfter, time.Minute)
 	time.Sleep(3 * time.Second)
 	rs := l.Stop()
@@ -37,6 +30,21 @@ func testRedisRestart(t *testing.T) {
 		"refunds checked for the requests sent after the restart (the earlier ones' buckets and reservations were lost with Redis)"
 	s.finishScenario(t, row{fault: "Redis restarted empty mid-load", recover: recovered,
 		recoverTo: "empty Redis up → first new request answered", notes: notes}, rs, cutAnswers(rs), tenantAfter)
+}
+
+// loadAcrossRedisLoss starts a stack with 12 clients in a closed loop
+// and waits until answers stream. afterLoss, called once the lost Redis
+// is back (empty), moves the clients to tenantAfter: requests from then on
+// reserve in the new Redis, so their refunds can be checked to the token;
+// the earlier ones' buckets went with the old.
+func loadAcrossRedisLoss(t *testing.T) (s *stack, l *chatclient.Load, afterLoss func()) {
+	slow(t)
+	s = startStack(t, stackOptions{})
+	var tenant atomic.Value
+	tenant.Store(tenantLoad)
+	l = s.startLoad(12, func() string { return tenant.Load().(string) }, loadRequest)
+	s.waitStreaming(t, 10*time.Second)
+	return s, l, func() { tenant.Store(tenantAfter) }
 }
 
 // stallFor is how long the Redis stall lasts.
@@ -78,12 +86,7 @@ const downFor = 25 * time.Second
 // client gets an answer or a terminal event that says to retry — never
 // internal_error — and the door refuses new requests at once.
 func testRedisDown(t *testing.T) {
-	slow(t)
-	s := startStack(t, stackOptions{})
-	var tenant atomic.Value
-	tenant.Store(tenantLoad)
-	l := s.startLoad(12, func() string { return tenant.Load().(string) }, loadRequest)
-	s.waitStreaming(t, 10*time.Second)
+	s, l, afterLoss := loadAcrossRedisLoss(t)
 	down := time.Now()
 	probed := make(chan []*chatclient.Result)
 	go func() { probed <- s.probeDoor(down.Add(downFor - 2*time.Second)) }()
@@ -92,7 +95,7 @@ func testRedisDown(t *testing.T) {
 	}
 	door := <-probed
 	up := time.Now()
-	tenant.Store(tenantAfter)
+	afterLoss()
 	recovered := s.timeToRecover(up, tenantAfter, time.Minute)
 	time.Sleep(3 * time.Second)
 	rs := l.Stop()
