@@ -11,6 +11,8 @@ import (
 
 	sreq "github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/chatclient"
+	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/workflows"
 )
 
 // testRedisRestart kills Redis mid-load and starts an empty one on the
@@ -100,9 +102,20 @@ func testRedisDown(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	rs := l.Stop()
 	extra, _ := doorRefusals(door)
+	recorded := !testenv.RecordingHistories()
 	for _, r := range rs {
 		if r.Reason == sreq.ReasonInternal {
 			extra = append(extra, "ended as Sluice's fault, not unavailable: "+r.Summary())
+		}
+		if !recorded && r.Status == http.StatusOK && r.Reason == sreq.ReasonUnavailable {
+			// For tests/replay: a history through the unavailable-reason
+			// version marker.
+			path, n, err := testenv.SaveHistory(context.Background(), s.tc, workflows.ChatWorkflowID(r.ID), "chat_dependency_unavailable")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("recorded %s (%d events)", path, n)
+			recorded = true
 		}
 	}
 	notes := fmt.Sprintf("12 clients in a closed loop, 6 permits; Redis killed, down %.1f s, started empty on the same port; during the outage %d new requests were sent to the door one after another: %s",

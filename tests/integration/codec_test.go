@@ -209,7 +209,7 @@ func TestEncryptedHistory(t *testing.T) {
 		t.Fatalf("the codec endpoint opened payloads for a wrong key:\n%.1000s", out)
 	}
 
-	if os.Getenv("SLUICE_TEST_RECORD_HISTORIES") == "1" {
+	if testenv.RecordingHistories() {
 		saveHistory(t, wfID, "encrypted/chat_done")
 	}
 	checkEncryptedHealer(t)
@@ -271,7 +271,7 @@ func checkEncryptedHealer(t *testing.T) {
 	if !bytes.Contains(raw, []byte("binary/encrypted")) || bytes.Contains(raw, []byte(`"Pool":"long"`)) {
 		t.Fatal("the healer's history is not sealed: its override signal is in the clear")
 	}
-	if os.Getenv("SLUICE_TEST_RECORD_HISTORIES") == "1" {
+	if testenv.RecordingHistories() {
 		saveHistory(t, id, "encrypted/healing_override_pause")
 	}
 }

@@ -3,11 +3,11 @@ package integration
 import (
 	"context"
 	"log/slog"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -122,7 +122,7 @@ func TestHealingThroughTemporal(t *testing.T) {
 	}
 	signal(workflows.SignalPause, nil)
 	waitFor("paused", func(s workflows.HealingStatus) bool { return s.Paused })
-	if os.Getenv("SLUICE_TEST_RECORD_HISTORIES") == "1" {
+	if testenv.RecordingHistories() {
 		// Terminated first: a closed history replays to its end.
 		if err := stack.temporal.TerminateWorkflow(ctx, id, "", "recorded"); err != nil {
 			t.Fatal(err)

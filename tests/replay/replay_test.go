@@ -1,7 +1,8 @@
 // Package replay replays recorded workflow histories against the current
 // workflow code, so that a change that would break running workflows
 // (non-determinism) fails CI. Histories are recorded from real runs by
-// `SLUICE_TEST_RECORD_HISTORIES=1 go test ./tests/integration/`.
+// `SLUICE_TEST_RECORD_HISTORIES=1 go test ./tests/integration/` (and, for
+// a request that lost Redis, the chaos suite's redis-down scenario).
 package replay
 
 import (
