@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // ratesOf converts a tier's configured rates to the limiter's.
@@ -59,7 +60,7 @@ func (s *Server) reserve(ctx context.Context, c echo.Context, id string, who cal
 	case limiter.Limited:
 		b := d.Bucket
 		retry := int(math.Ceil(d.RetryAfter.Seconds()))
-		return "", &apiError{Status: http.StatusTooManyRequests, Code: "rate_limited", Dimension: b.Dimension, Kind: string(b.Kind),
+		return "", &apiError{Status: http.StatusTooManyRequests, Code: request.ReasonRateLimited, Dimension: b.Dimension, Kind: string(b.Kind),
 			RetryAfter: max(retry, 1),
 			Message:    fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, max(retry, 1))}
 	}

@@ -88,6 +88,8 @@ type Server struct {
 	conns *connLimiter
 	// live ends the streams of requests whose workflow is gone.
 	live *liveness
+	// refusals logs the requests refused before any workflow.
+	refusals *refusalLog
 	// idem maps Idempotency-Keys to the requests they started.
 	idem *idempotency.Store
 	// builtAt is when the server was built.
@@ -156,6 +158,7 @@ func New(opts Options) (*Server, error) {
 	s.room = room
 	s.builtAt = time.Now()
 	s.idem = idempotency.New(opts.Redis, opts.Config.Redis.KeyPrefix, opts.Config.API.IdempotencyTTL)
+	s.refusals = newRefusalLog(s.logger)
 	s.live = newLiveness(opts.Temporal, opts.Config.Temporal.Namespace, opts.Events, opts.Gate, s.logger.With("component", "liveness"))
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
 		s.kbs[kb.Ref().Key()] = true

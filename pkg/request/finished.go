@@ -30,6 +30,10 @@ type Finished struct {
 	Cached string
 	// TraceID is the request's trace when tracing is on.
 	TraceID string
+	// Similar counts the requests of the same tenant refused for the same
+	// reason since the previous line, which had no line of their own: the
+	// door logs its refusals at most once per tenant and reason a window.
+	Similar int
 }
 
 // StageTime is how long one stage took.
@@ -82,6 +86,9 @@ func (f Finished) attrs() []slog.Attr {
 		slog.String("cached", f.Cached))
 	if f.TraceID != "" {
 		attrs = append(attrs, slog.String("trace_id", f.TraceID))
+	}
+	if f.Similar > 0 {
+		attrs = append(attrs, slog.Int("similar_since_last", f.Similar))
 	}
 	return attrs
 }

@@ -1,0 +1,91 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/request"
+)
+
+// logLines decodes the JSON lines written to buf.
+func logLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// The first refusal of a tenant and reason is logged at once; the next
+// ones within the window are counted onto the line after it.
+func TestRefusalLogOneLinePerTenantAndReasonAWindow(t *testing.T) {
+	var buf bytes.Buffer
+	l := newRefusalLog(slog.New(slog.NewJSONHandler(&buf, nil)))
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	refuse := func(tenant, reason string) {
+		l.note(context.Background(), request.Finished{RequestID: "r", Tenant: tenant, Outcome: request.OutcomeRejected, Reason: reason})
+	}
+	for range 4 {
+		refuse("acme", request.ReasonRateLimited)
+	}
+	refuse("globex", request.ReasonRateLimited)
+	refuse("acme", request.ReasonQueueFull)
+	now = now.Add(refusalLogEvery)
+	refuse("acme", request.ReasonRateLimited)
+
+	lines := logLines(t, &buf)
+	want := []struct {
+		tenant, reason string
+		similar        float64
+	}{
+		{"acme", request.ReasonRateLimited, 0},
+		{"globex", request.ReasonRateLimited, 0},
+		{"acme", request.ReasonQueueFull, 0},
+		{"acme", request.ReasonRateLimited, 3},
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d lines, want %d: %s", len(lines), len(want), buf.String())
+	}
+	for i, w := range want {
+		got := lines[i]
+		similar, _ := got["similar_since_last"].(float64)
+		if got["msg"] != "request finished" || got["tenant"] != w.tenant || got["reason"] != w.reason || similar != w.similar || got["outcome"] != request.OutcomeRejected {
+			t.Errorf("line %d: %v, want tenant %s reason %s similar_since_last %v", i, got, w.tenant, w.reason, w.similar)
+		}
+	}
+}
+
+// A request the rate limits refuse gets its log line, without its text.
+func TestRateLimitedRequestIsLogged(t *testing.T) {
+	srv, _, _ := newTestServer(t, limitedConfig)
+	var buf bytes.Buffer
+	srv.refusals.logger = slog.New(slog.NewJSONHandler(&buf, nil))
+	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
+	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
+		t.Fatalf("drain: %+v %v", d, err)
+	}
+	rec := post(srv, `{"query":"a secret question","max_tokens":64}`)
+	assertJSONError(t, rec, 429, request.ReasonRateLimited)
+	lines := logLines(t, &buf)
+	if len(lines) != 1 || lines[0]["tenant"] != "acme" || lines[0]["reason"] != request.ReasonRateLimited || lines[0]["route"] != request.PoolShort {
+		t.Fatalf("log %s: want one line for acme's rate_limited short request", buf.String())
+	}
+	if strings.Contains(buf.String(), "secret") || strings.Contains(buf.String(), "k-acme") {
+		t.Fatalf("the line holds the request's text or key: %s", buf.String())
+	}
+}
