@@ -2,29 +2,14 @@ package activities_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"log/slog"
-	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/testenv"
 )
-
-// finishedLines are the "request finished" lines in a JSON log.
-func finishedLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		var m map[string]any
-		if l == "" || json.Unmarshal([]byte(l), &m) != nil || m["msg"] != "request finished" {
-			continue
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // TestFinalizeLogsTheRequestOnce: Finalize writes the request's one line
 // from the workflow's report, and a Finalize without a report (the durable
@@ -47,7 +32,7 @@ func TestFinalizeLogsTheRequestOnce(t *testing.T) {
 	finalize(t, h, in)
 	in.Report = nil
 	finalize(t, h, in)
-	lines := finishedLines(t, &buf)
+	lines := testenv.FinishedLines(buf.String())
 	if len(lines) != 1 {
 		t.Fatalf("%d request lines, want 1:\n%s", len(lines), buf.String())
 	}
@@ -73,7 +58,7 @@ func TestFinalizeLogsAnAnswerCacheHit(t *testing.T) {
 		Timings: []events.StageTiming{{Stage: request.StageEmbed, Ms: 1, Cache: "redis"}, {Stage: request.StageAnswerCache, Ms: 2, Cache: "hit"}},
 	}}
 	finalize(t, h, in)
-	lines := finishedLines(t, &buf)
+	lines := testenv.FinishedLines(buf.String())
 	if len(lines) != 1 || lines[0]["cached"] != "answer" || lines[0]["route"] != request.RouteCache {
 		t.Fatalf("lines %v", lines)
 	}

@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"strings"
 	"testing"
@@ -11,24 +10,8 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/testenv"
 )
-
-// logLines decodes the JSON lines written to buf.
-func logLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
-		if l == "" {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // The first refusal of a tenant and reason is logged at once; the next
 // ones within the window are counted onto the line after it.
@@ -48,7 +31,7 @@ func TestRefusalLogOneLinePerTenantAndReasonAWindow(t *testing.T) {
 	now = now.Add(refusalLogEvery)
 	refuse("acme", request.ReasonRateLimited)
 
-	lines := logLines(t, &buf)
+	lines := testenv.FinishedLines(buf.String())
 	want := []struct {
 		tenant, reason string
 		similar        float64
@@ -64,7 +47,7 @@ func TestRefusalLogOneLinePerTenantAndReasonAWindow(t *testing.T) {
 	for i, w := range want {
 		got := lines[i]
 		similar, _ := got["similar_since_last"].(float64)
-		if got["msg"] != "request finished" || got["tenant"] != w.tenant || got["reason"] != w.reason || similar != w.similar || got["outcome"] != request.OutcomeRejected {
+		if got["tenant"] != w.tenant || got["reason"] != w.reason || similar != w.similar || got["outcome"] != request.OutcomeRejected {
 			t.Errorf("line %d: %v, want tenant %s reason %s similar_since_last %v", i, got, w.tenant, w.reason, w.similar)
 		}
 	}
@@ -81,7 +64,7 @@ func TestRateLimitedRequestIsLogged(t *testing.T) {
 	}
 	rec := post(srv, `{"query":"a secret question","max_tokens":64}`)
 	assertJSONError(t, rec, 429, request.ReasonRateLimited)
-	lines := logLines(t, &buf)
+	lines := testenv.FinishedLines(buf.String())
 	if len(lines) != 1 || lines[0]["tenant"] != "acme" || lines[0]["reason"] != request.ReasonRateLimited || lines[0]["route"] != request.PoolShort {
 		t.Fatalf("log %s: want one line for acme's rate_limited short request", buf.String())
 	}

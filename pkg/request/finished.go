@@ -54,9 +54,12 @@ var stageKeys = []struct{ stage, key string }{
 	{StageLLM, "llm_ms"},
 }
 
-// Log writes the request's line, "request finished", at info level.
+// FinishedMessage is the message of a finished request's log line.
+const FinishedMessage = "request finished"
+
+// Log writes the request's line, FinishedMessage, at info level.
 func (f Finished) Log(ctx context.Context, logger *slog.Logger) {
-	logger.LogAttrs(ctx, slog.LevelInfo, "request finished", f.attrs()...)
+	logger.LogAttrs(ctx, slog.LevelInfo, FinishedMessage, f.attrs()...)
 }
 
 // attrs are the line's fields: the stages that ran only, each once (a

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/iphash"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker/process"
@@ -244,7 +245,7 @@ func checkLogLine(t *testing.T, log *lockedBuffer, done events.Done, query, answ
 	for line == nil && time.Now().Before(deadline) {
 		for _, l := range strings.Split(log.String(), "\n") {
 			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request finished" && m["requestID"] == done.RequestID {
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == request.FinishedMessage && m["requestID"] == done.RequestID {
 				if line != nil {
 					t.Fatalf("two lines for %s", done.RequestID)
 				}
