@@ -1,7 +1,6 @@
 package latency
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -434,7 +433,7 @@ func TestFailedFlushKeepsCounts(t *testing.T) {
 // when its context ends.
 func TestRun(t *testing.T) {
 	rdb := &failing{Scripter: srv.Client(t)}
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	w := newWindow(t, rdb, nil, Options{
 		FlushEvery: 10 * time.Millisecond,
 		Logger:     slog.New(slog.NewTextHandler(&logs, nil)),
@@ -472,23 +471,6 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("no %s after 10s", what)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func TestOptionsAndWindowChecked(t *testing.T) {

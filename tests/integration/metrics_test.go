@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +17,7 @@ func TestMetricsAfterARequest(t *testing.T) {
 	defer cancel()
 	answer(t, ctx, `{"query":"What does the janitor reclaim?","max_tokens":8}`)
 
-	resp, err := http.Get(stack.baseURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	out := string(raw)
+	out := scrape(t)
 	for _, want := range []string{
 		`sluice_stage_duration_seconds_count{cache="",outcome="done",pool="short",stage="llm"}`,
 		`sluice_stage_duration_seconds_count{cache="",outcome="done",pool="short",stage="llm_first_token"}`,

@@ -80,7 +80,8 @@ func TestTemporalSDKMetricsOnAWorkerRun(t *testing.T) {
 	}
 }
 
-func scrapeFamilies(t *testing.T) map[string]*dto.MetricFamily {
+// scrape is the API's /metrics page.
+func scrape(t *testing.T) string {
 	t.Helper()
 	resp, err := http.Get(stack.baseURL + "/metrics")
 	if err != nil {
@@ -91,8 +92,13 @@ func scrapeFamilies(t *testing.T) map[string]*dto.MetricFamily {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return string(raw)
+}
+
+func scrapeFamilies(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := p.TextToMetricFamilies(strings.NewReader(string(raw)))
+	families, err := p.TextToMetricFamilies(strings.NewReader(scrape(t)))
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}

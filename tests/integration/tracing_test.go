@@ -1,13 +1,11 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,24 +21,6 @@ import (
 	"github.com/sluice-dev/sluice/worker/process"
 )
 
-// lockedBuffer is a log sink that the API process and the test share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // tracedStack is a second API process (with its embedded worker) on the
 // package's Temporal server and Redis, with tracing on into an in-memory
 // exporter and its log in a buffer. Its own task queue and key prefix
@@ -48,12 +28,12 @@ func (b *lockedBuffer) String() string {
 type tracedStack struct {
 	url   string
 	spans *tracetest.InMemoryExporter
-	log   *lockedBuffer
+	log   *testenv.SyncBuffer
 }
 
 func startTracedStack(t *testing.T) *tracedStack {
 	t.Helper()
-	ts := &tracedStack{spans: tracetest.NewInMemoryExporter(), log: &lockedBuffer{}}
+	ts := &tracedStack{spans: tracetest.NewInMemoryExporter(), log: &testenv.SyncBuffer{}}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(ts.spans))
 	cfg := stack.cfg
 	cfg.Temporal.TaskQueue = "sluice-traced"
@@ -237,7 +217,7 @@ func checkGenAISpan(t *testing.T, s tracetest.SpanStub, model string) {
 }
 
 // checkLogLine finds the request's "request finished" line and checks it.
-func checkLogLine(t *testing.T, log *lockedBuffer, done events.Done, query, answer string) {
+func checkLogLine(t *testing.T, log *testenv.SyncBuffer, done events.Done, query, answer string) {
 	t.Helper()
 	var line map[string]any
 	var raw string

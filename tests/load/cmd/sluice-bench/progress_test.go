@@ -1,52 +1,33 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
-// syncBuffer is a buffer the ticker's goroutine and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Split(strings.TrimSuffix(b.buf.String(), "\n"), "\n")
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// lines are the lines written to b so far.
+func lines(b *testenv.SyncBuffer) []string {
+	return strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
 }
 
 func TestProgressTickerPrintsEveryIntervalUntilStopped(t *testing.T) {
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	calls := 0
 	p := startProgress(&out, "heal", 10*time.Millisecond, func() string {
 		calls++
 		return fmt.Sprintf("phase=on n=%d", calls)
 	})
 	deadline := time.Now().Add(5 * time.Second)
-	for len(out.lines()) < 3 && time.Now().Before(deadline) {
+	for len(lines(&out)) < 3 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	p.Stop()
-	got := out.lines()
+	got := lines(&out)
 	if len(got) < 3 {
 		t.Fatalf("after 5s: %d lines, want 3 or more: %q", len(got), out.String())
 	}
@@ -61,14 +42,14 @@ func TestProgressTickerPrintsEveryIntervalUntilStopped(t *testing.T) {
 		}
 	}
 	time.Sleep(50 * time.Millisecond)
-	if after := out.lines(); len(after) != len(got) {
+	if after := lines(&out); len(after) != len(got) {
 		t.Errorf("%d lines printed after Stop returned", len(after)-len(got))
 	}
 	p.Stop() // a second Stop is harmless
 }
 
 func TestProgressTickerStopsBeforeItsFirstLine(t *testing.T) {
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	p := startProgress(&out, "burst", time.Hour, func() string { return "never" })
 	done := make(chan struct{})
 	go func() { p.Stop(); close(done) }()
