@@ -5,14 +5,9 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"time"
 
 	"github.com/sluice-dev/sluice/pkg/iphash"
 )
-
-// refusalLogInterval spaces the log lines about refused connections, so
-// that a flood of them cannot flood the log as well.
-const refusalLogInterval = 10 * time.Second
 
 // connLimiter is a listener that caps open connections, in total and per
 // client address. A connection beyond either cap is closed as soon as it
@@ -36,13 +31,12 @@ type connLimiter struct {
 	mu   sync.Mutex
 	open int
 	byIP map[netip.Addr]int
-	// refused counts refusals since the last log line, at lastLog.
-	refused int
-	lastLog time.Time
+	// refusals samples the log lines about refused connections.
+	refusals *logSampler
 }
 
 func limitConns(ln net.Listener, total, perIP int, logger *slog.Logger) *connLimiter {
-	return &connLimiter{Listener: ln, total: total, perIP: perIP, logger: logger, byIP: map[netip.Addr]int{}}
+	return &connLimiter{Listener: ln, total: total, perIP: perIP, logger: logger, byIP: map[netip.Addr]int{}, refusals: newLogSampler()}
 }
 
 // Accept returns the next connection within the caps, closing those
@@ -95,17 +89,9 @@ func (l *connLimiter) Open() int {
 }
 
 func (l *connLimiter) noteRefusal(ip netip.Addr, limit string) {
-	l.mu.Lock()
-	l.refused++
-	now := time.Now()
-	if now.Sub(l.lastLog) < refusalLogInterval {
-		l.mu.Unlock()
-		return
+	if skipped, ok := l.refusals.allow(""); ok {
+		l.logger.Warn("refusing connections over a cap", "limit", limit, "lastIPHash", l.addresses.Addr(ip), "refused", skipped+1)
 	}
-	n := l.refused
-	l.refused, l.lastLog = 0, now
-	l.mu.Unlock()
-	l.logger.Warn("refusing connections over a cap", "limit", limit, "lastIPHash", l.addresses.Addr(ip), "refused", n)
 }
 
 // remoteIP is the connection's client address; an unknown one (not TCP)

@@ -18,7 +18,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
-	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/waitroom"
 )
 
@@ -280,15 +279,6 @@ func (s *Server) refuse(ctx context.Context, d door, req *chatRequest, err error
 		s.metrics.Refused(metrics.OutcomeOf(request.OutcomeRejected, ae.Code))
 		s.logRefusal(ctx, d, ae.Code)
 	}
-}
-
-// logRefusal is the log line of a request the door refused before any
-// workflow, rate-limited per tenant and reason (refusalLog).
-func (s *Server) logRefusal(ctx context.Context, d door, reason string) {
-	s.refusals.note(ctx, request.Finished{
-		RequestID: d.id, Tenant: d.who.Tenant, Route: d.pool, Outcome: request.OutcomeRejected, Reason: reason,
-		TraceID: tracing.TraceID(ctx),
-	})
 }
 
 // open subscribes to the request's events and writes its accepted event.

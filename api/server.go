@@ -88,8 +88,9 @@ type Server struct {
 	conns *connLimiter
 	// live ends the streams of requests whose workflow is gone.
 	live *liveness
-	// refusals logs the requests refused before any workflow.
-	refusals *refusalLog
+	// refusals samples the log lines of requests refused before any
+	// workflow, per tenant and reason.
+	refusals *logSampler
 	// idem maps Idempotency-Keys to the requests they started.
 	idem *idempotency.Store
 	// builtAt is when the server was built.
@@ -158,7 +159,7 @@ func New(opts Options) (*Server, error) {
 	s.room = room
 	s.builtAt = time.Now()
 	s.idem = idempotency.New(opts.Redis, opts.Config.Redis.KeyPrefix, opts.Config.API.IdempotencyTTL)
-	s.refusals = newRefusalLog(s.logger)
+	s.refusals = newLogSampler()
 	s.live = newLiveness(opts.Temporal, opts.Config.Temporal.Namespace, opts.Events, opts.Gate, s.logger.With("component", "liveness"))
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
 		s.kbs[kb.Ref().Key()] = true

@@ -17,18 +17,18 @@ import (
 // ones within the window are counted onto the line after it.
 func TestRefusalLogOneLinePerTenantAndReasonAWindow(t *testing.T) {
 	var buf bytes.Buffer
-	l := newRefusalLog(slog.New(slog.NewJSONHandler(&buf, nil)))
+	s := &Server{logger: slog.New(slog.NewJSONHandler(&buf, nil)), refusals: newLogSampler()}
 	now := time.Unix(1000, 0)
-	l.now = func() time.Time { return now }
+	s.refusals.now = func() time.Time { return now }
 	refuse := func(tenant, reason string) {
-		l.note(context.Background(), request.Finished{RequestID: "r", Tenant: tenant, Outcome: request.OutcomeRejected, Reason: reason})
+		s.logRefusal(context.Background(), door{id: "r", who: caller{Tenant: tenant}}, reason)
 	}
 	for range 4 {
 		refuse("acme", request.ReasonRateLimited)
 	}
 	refuse("globex", request.ReasonRateLimited)
 	refuse("acme", request.ReasonQueueFull)
-	now = now.Add(refusalLogEvery)
+	now = now.Add(logEvery)
 	refuse("acme", request.ReasonRateLimited)
 
 	lines := testenv.FinishedLines(buf.String())
@@ -57,7 +57,7 @@ func TestRefusalLogOneLinePerTenantAndReasonAWindow(t *testing.T) {
 func TestRateLimitedRequestIsLogged(t *testing.T) {
 	srv, _, _ := newTestServer(t, limitedConfig)
 	var buf bytes.Buffer
-	srv.refusals.logger = slog.New(slog.NewJSONHandler(&buf, nil))
+	srv.logger = slog.New(slog.NewJSONHandler(&buf, nil))
 	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
 	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
