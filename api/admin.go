@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/policy"
 )
@@ -19,7 +20,7 @@ import (
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if !s.adminEnabled() {
-			return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "admin API disabled (set auth.admin_key or give a key the admin scope)"}
+			return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "admin API disabled (set auth.admin_key or give a key the admin scope)"}
 		}
 		keyID, authErr := s.adminCaller(c)
 		if err := s.checkBans(c, keyID); err != nil {
@@ -52,7 +53,7 @@ func (s *Server) adminCaller(c echo.Context) (string, error) {
 		return "", err
 	}
 	if token == "" {
-		return "", &apiError{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "admin key required (Authorization: Bearer <auth.admin_key or a key with the admin scope>)"}
+		return "", &httperr.Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "admin key required (Authorization: Bearer <auth.admin_key or a key with the admin scope>)"}
 	}
 	want := s.cfg.Auth.AdminKeySHA256
 	if s.cfg.Auth.AdminKey != "" {
@@ -67,7 +68,7 @@ func (s *Server) adminCaller(c echo.Context) (string, error) {
 		return "", err
 	}
 	if !who.Scopes.Has(keys.ScopeAdmin) {
-		return who.KeyID, &apiError{Status: http.StatusForbidden, Code: "forbidden", Message: "this key lacks the admin scope"}
+		return who.KeyID, &httperr.Error{Status: http.StatusForbidden, Code: "forbidden", Message: "this key lacks the admin scope"}
 	}
 	return who.KeyID, nil
 }
@@ -92,9 +93,9 @@ func (s *Server) putLimits(c echo.Context) error {
 	out, err := s.policy.Put(c.Request().Context(), p)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "invalid") {
-			return badRequest("invalid_policy", "%v", err)
+			return httperr.BadRequest("invalid_policy", "%v", err)
 		}
-		return unavailable("could not publish the policy")
+		return httperr.Unavailable("could not publish the policy")
 	}
 	s.logger.Info("traffic policy changed", "version", out.Version)
 	return c.JSON(http.StatusOK, out)
@@ -133,7 +134,7 @@ func (s *Server) getQueue(c echo.Context) error {
 	for _, pool := range pools {
 		st, err := s.gate.QueueStats(ctx, pool)
 		if err != nil {
-			return unavailable("queue state unavailable")
+			return httperr.Unavailable("queue state unavailable")
 		}
 		v := poolView{Pool: pool, Limit: st.Limit, InUse: st.InUse, Waiting: st.Waiting,
 			OldestWaitMs: st.OldestWait.Milliseconds(), MeanHoldMs: st.MeanHold.Milliseconds(),

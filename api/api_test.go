@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,9 +20,12 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -31,6 +35,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 var redisAddr string
@@ -109,6 +114,16 @@ func (c *countingClient) sent(name string) bool {
 }
 
 func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingClient, *redis.Client) {
+	return newTestServerWith(t, mod, nil)
+}
+
+// testHubs are the test servers' event hubs, for the tests that run them.
+var testHubs sync.Map // *Server -> *events.Hub
+
+// newTestServerWith is newTestServer with dependencies of the test's own:
+// with, if set, changes the server's options before the door and the
+// server are built from them.
+func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Auth.APIKeys = []config.APIKey{{Key: "k-acme", Tenant: "acme", Tier: "vip", Scopes: []string{"chat", "ingest"}}}
@@ -139,16 +154,47 @@ func newTestServer(t *testing.T, mod func(*config.Config)) (*Server, *countingCl
 		t.Fatal(err)
 	}
 	tc := &countingClient{}
+	opts := Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Gate: gate,
+		Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok), Metrics: metrics.New(nil), Logger: slog.Default(),
+		Policy: policy.NewStore(rdb, cfg, gate, slog.Default()), Addresses: iphash.New([]byte(cfg.Privacy.IPHashKey))}
+	if with != nil {
+		with(rdb, &opts)
+	}
+	hub := events.NewHub(rdb, log, events.HubOptions{})
 	lim := limiter.New(rdb, limiter.Options{KeyPrefix: prefix})
-	srv, err := New(Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate,
-		Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok), Limiter: lim, Metrics: metrics.New(nil)})
+	opts.Door, err = door.New(door.Options{Config: cfg, Temporal: opts.Temporal, Redis: rdb, Events: log, Hub: hub, Gate: gate,
+		Prompts: opts.Prompts, Policy: opts.Policy, Settings: func(t config.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
+		Limiter: lim, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
+		Metrics: opts.Metrics, Addresses: opts.Addresses, Logger: opts.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testHubs.Store(srv, hub)
+	testLimiters.Store(srv, lim)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go srv.room.Run(ctx)
+	go srv.door.Run(ctx)
 	return srv, tc, rdb
+}
+
+// testLimiters are the test servers' door limiters.
+var testLimiters sync.Map // *Server -> *limiter.Limiter
+
+// limiterOf is the test server's rate limiter: Reserve on it drains the
+// buckets the door charges, as another instance would.
+func limiterOf(srv *Server) *limiter.Limiter {
+	l, _ := testLimiters.Load(srv)
+	return l.(*limiter.Limiter)
+}
+
+// hubOf is the test server's event hub.
+func hubOf(srv *Server) *events.Hub {
+	h, _ := testHubs.Load(srv)
+	return h.(*events.Hub)
 }
 
 func TestBadChatInputIsRefusedBeforeAnythingStarts(t *testing.T) {
@@ -287,14 +333,14 @@ func call(srv *Server, method, path, body string) *httptest.ResponseRecorder {
 func TestRateLimitedIs429WithHeaders(t *testing.T) {
 	srv, tc, _ := newTestServer(t, limitedConfig)
 	// Drain the tenant's 6000-token bucket from "another instance".
-	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
-	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
+	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
+	if d, err := limiterOf(srv).Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
 	rec := post(srv, `{"query":"how does a token bucket refill?","max_tokens":64}`)
 	assertJSONError(t, rec, 429, "rate_limited")
 	var body struct {
-		Error apiError `json:"error"`
+		Error httperr.Error `json:"error"`
 	}
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	if body.Error.Dimension != "tenant" || body.Error.Kind != "tokens" || body.Error.RetryAfter < 1 {
@@ -348,8 +394,8 @@ func TestFailedStartRefunds(t *testing.T) {
 		}
 	}
 	// Five ~1,100-token requests would have drained 6000 without refunds.
-	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
-	if d, _ := srv.limiter.Reserve(context.Background(), "probe", drain); d.Status != limiter.Allowed {
+	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
+	if d, _ := limiterOf(srv).Reserve(context.Background(), "probe", drain); d.Status != limiter.Allowed {
 		t.Fatalf("bucket not refunded: %+v", d)
 	}
 }
@@ -426,7 +472,7 @@ func TestWaitingRoomStartsWhenASlotIsFree(t *testing.T) {
 	<-tc.holding // the first start is in flight
 	second := make(chan *httptest.ResponseRecorder)
 	go func() { second <- post(srv, `{"query":"hello","max_tokens":8}`) }()
-	waitFor(t, "the second request in the waiting room", func() bool { return srv.room.Stats().Waiting == 1 })
+	waitFor(t, "the second request in the waiting room", func() bool { return srv.door.Room().Waiting == 1 })
 	// It enters the room before its stream opens; a slot freed before
 	// then starts it on the spot (and its failed start is a plain 503).
 	// Its first queue event says it waits with its stream open.
@@ -461,7 +507,7 @@ func TestDeleteCancelsARequestAtTheDoor(t *testing.T) {
 	<-tc.holding
 	second := make(chan *httptest.ResponseRecorder)
 	go func() { second <- post(srv, `{"query":"hello","max_tokens":8}`) }()
-	waitFor(t, "the second request in the waiting room", func() bool { return srv.room.Stats().Waiting == 1 })
+	waitFor(t, "the second request in the waiting room", func() bool { return srv.door.Room().Waiting == 1 })
 	tc.mu.Lock()
 	first := tc.inputs[0].RequestID
 	tc.mu.Unlock()
@@ -529,7 +575,7 @@ func TestWaitingRoomHoldsStartsWhileThePoolQueueIsLong(t *testing.T) {
 	}
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- post(srv, `{"query":"hello","max_tokens":8}`) }()
-	waitFor(t, "the request in the waiting room", func() bool { return srv.room.Stats().Waiting == 1 })
+	waitFor(t, "the request in the waiting room", func() bool { return srv.door.Room().Waiting == 1 })
 	time.Sleep(100 * time.Millisecond)
 	if tc.starts.Load() != 0 {
 		t.Fatal("started while its pool's queue was full")
@@ -547,7 +593,7 @@ func TestWaitingRoomHoldsStartsWhileThePoolQueueIsLong(t *testing.T) {
 func runHub(t *testing.T, srv *Server) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	go func() { _ = srv.hub.Run(ctx) }()
+	go func() { _ = hubOf(srv).Run(ctx) }()
 }
 
 // hasEventOfType reports whether any request's event stream holds an
@@ -659,11 +705,11 @@ func assertJSONError(t *testing.T, rec *httptest.ResponseRecorder, status int, c
 func TestChatSettingsMaxWait(t *testing.T) {
 	cfg := config.Default()
 	cfg.Pools.Long.MaxWait = 2 * time.Minute
-	plain := workflows.ChatSettingsFor(cfg, config.Tier{Weight: 1})
+	plain := settings.Chat(cfg, config.Tier{Weight: 1})
 	if plain.MaxWait != cfg.Admission.MaxWait || len(plain.MaxWaitByPool) != 1 || plain.MaxWaitByPool["long"] != 2*time.Minute {
 		t.Fatalf("settings %+v", plain)
 	}
-	vip := workflows.ChatSettingsFor(cfg, config.Tier{Weight: 5, MaxWait: time.Minute})
+	vip := settings.Chat(cfg, config.Tier{Weight: 5, MaxWait: time.Minute})
 	if vip.MaxWait != time.Minute || vip.MaxWaitByPool != nil {
 		t.Fatalf("a tier's max_wait must win: %+v", vip)
 	}
@@ -739,8 +785,8 @@ func TestLongCostFactorChargesLongRequestsMore(t *testing.T) {
 		t.Fatalf("long request charged %d with factor 2, %d without", got, plain)
 	}
 	// With room for one charge but not two, the long request is refused.
-	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, float64(6000-plain*3/2))
-	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
+	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, float64(6000-plain*3/2))
+	if d, err := limiterOf(srv).Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
 	assertJSONError(t, post(srv, body), 429, "rate_limited")
@@ -768,14 +814,15 @@ func TestLongCostFactorLeavesShortRequests(t *testing.T) {
 // short alone goes long when its session's history pushes it over the
 // threshold, and the workflow is started with that pool.
 func TestDoorRoutesWithTheSessionHistory(t *testing.T) {
-	srv, tc, rdb := newTestServer(t, nil)
-	bound := srv.prompts.BoundForQueryTokens(srv.prompts.QueryTokens("hello"), srv.cfg.Retrieval.TopK, srv.cfg.Retrieval.ChunkTokens)
-	srv.cfg.Routing.ShortThresholdTokens = bound + 5
-	sessions, err := session.New(rdb, session.Options{KeyPrefix: "t:" + t.Name() + ":", TTL: time.Minute, MaxTurns: 10})
+	def := config.Default()
+	tok, err := tokens.For(tokens.CL100K)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.sessions = sessions
+	prompts := prompt.NewBuilder(def.LLM.SystemPrompt, tok)
+	bound := prompts.BoundForQueryTokens(prompts.QueryTokens("hello"), def.Retrieval.TopK, def.Retrieval.ChunkTokens)
+	srv, tc, _ := newTestServerWith(t, func(c *config.Config) { c.Routing.ShortThresholdTokens = bound + 5 }, withSessions(t))
+	sessions := srv.sessions
 	if err := sessions.Append(context.Background(), session.Owner{Tenant: "acme", User: "acme"}, "s1", session.Turn{
 		RequestID: "chat-earlier", Query: "an earlier question", Answer: strings.Repeat("a long earlier answer ", 20),
 		Outcome: request.OutcomeDone, At: time.Now(),
@@ -845,5 +892,16 @@ func TestStartWithALostReplyIsFollowed(t *testing.T) {
 	}
 	if tc.starts.Load() != 1 {
 		t.Fatalf("%d starts, want 1", tc.starts.Load())
+	}
+}
+
+// withSessions gives a test server a session store of the test's own.
+func withSessions(t *testing.T) func(*redis.Client, *Options) {
+	return func(rdb *redis.Client, o *Options) {
+		sessions, err := session.New(rdb, session.Options{KeyPrefix: "t:" + t.Name() + ":", TTL: time.Minute, MaxTurns: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Sessions = sessions
 	}
 }

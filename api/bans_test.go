@@ -18,11 +18,8 @@ import (
 // Redis: every authenticated route answers 429 with the ban's remaining
 // time as Retry-After, until an admin lifts it.
 func TestFloodingIPIsBannedOnEveryServer(t *testing.T) {
-	a, _, rdbA := newTestServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" })
-	b, _, rdbB := newTestServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" })
-	prefix := sharedPrefix(t, rdbA)
-	withBans(t, a, rdbA, prefix)
-	withBans(t, b, rdbB, prefix)
+	a, _, _ := newBannedServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" }, nil)
+	b, _, _ := newBannedServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" }, nil)
 	const flooder = "203.0.113.7"
 	for i := range 5 {
 		if rec := from(a, flooder, "", "GET", probe, ""); rec.Code != http.StatusNotFound {
@@ -97,10 +94,8 @@ func TestFloodingIPIsBannedOnEveryServer(t *testing.T) {
 
 // A key that floods is banned from any address; its id names the ban.
 func TestFloodingKeyIsBannedFromAnyAddress(t *testing.T) {
-	srv, _, rdb := newTestServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" })
-	prefix := sharedPrefix(t, rdb)
+	srv, rdb, prefix := newBannedServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" }, nil)
 	withManagedKeys(t, srv, rdb, prefix)
-	withBans(t, srv, rdb, prefix)
 	k := createKey(t, srv, "root", `{"tenant":"acme"}`)
 	for i := range 5 {
 		authenticated(t, from(srv, "198.51.100."+strconv.Itoa(i+1), k.Key, "GET", probe, ""))
@@ -128,11 +123,8 @@ func TestFloodingKeyIsBannedFromAnyAddress(t *testing.T) {
 func TestLogsNeverHoldAPlainKey(t *testing.T) {
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv, _, rdb := newTestServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" })
-	srv.logger = logger
-	prefix := sharedPrefix(t, rdb)
+	srv, rdb, prefix := newBannedServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" }, func(o *Options) { o.Logger = logger })
 	withManagedKeys(t, srv, rdb, prefix)
-	withBans(t, srv, rdb, prefix)
 
 	k := createKey(t, srv, "root", `{"tenant":"acme","scopes":["chat","ingest"]}`)
 	secret := k.Key[strings.LastIndex(k.Key, "_")+1:]

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/sluice-dev/sluice/pkg/codec"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 )
 
 // codecBodyLimit bounds one codec request: the payloads of one history
@@ -62,7 +63,7 @@ func (s *Server) routeCodec(e *echo.Echo) {
 // reading a long history would ban their own address.
 func (s *Server) codecCaller(c echo.Context) error {
 	if !s.adminEnabled() {
-		return &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "the codec endpoint needs an admin credential (set auth.admin_key or give a key the admin scope)"}
+		return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "the codec endpoint needs an admin credential (set auth.admin_key or give a key the admin scope)"}
 	}
 	keyID, err := s.adminCaller(c)
 	if err == nil {

@@ -119,8 +119,7 @@ func TestCodecCORS(t *testing.T) {
 // Wrong credentials on the codec count against the bans like any other
 // route's; an admin decoding a long history is not banned for it.
 func TestCodecGuessesAreBanned(t *testing.T) {
-	srv, _, rdb := newTestServer(t, withCodec())
-	withBans(t, srv, rdb, sharedPrefix(t, rdb))
+	srv, _, _ := newBannedServer(t, withCodec(), nil)
 	for i := range 20 {
 		req := httptest.NewRequest(http.MethodPost, "/codec/decode", strings.NewReader(`{"payloads":[]}`))
 		req.RemoteAddr = "198.51.100.30:4000"

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/sluice-dev/sluice/pkg/iphash"
+	"github.com/sluice-dev/sluice/pkg/logsample"
 )
 
 // connLimiter is a listener that caps open connections, in total and per
@@ -32,11 +33,11 @@ type connLimiter struct {
 	open int
 	byIP map[netip.Addr]int
 	// refusals samples the log lines about refused connections.
-	refusals *logSampler
+	refusals *logsample.Sampler
 }
 
 func limitConns(ln net.Listener, total, perIP int, logger *slog.Logger) *connLimiter {
-	return &connLimiter{Listener: ln, total: total, perIP: perIP, logger: logger, byIP: map[netip.Addr]int{}, refusals: newLogSampler()}
+	return &connLimiter{Listener: ln, total: total, perIP: perIP, logger: logger, byIP: map[netip.Addr]int{}, refusals: logsample.New()}
 }
 
 // Accept returns the next connection within the caps, closing those
@@ -89,7 +90,7 @@ func (l *connLimiter) Open() int {
 }
 
 func (l *connLimiter) noteRefusal(ip netip.Addr, limit string) {
-	if skipped, ok := l.refusals.allow(""); ok {
+	if skipped, ok := l.refusals.Allow(""); ok {
 		l.logger.Warn("refusing connections over a cap", "limit", limit, "lastIPHash", l.addresses.Addr(ip), "refused", skipped+1)
 	}
 }

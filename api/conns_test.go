@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/workflows"
@@ -94,7 +95,7 @@ const getHealthz = "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"
 // its stream can be read at /v1/requests/:id/events.
 func acceptedRequest(t *testing.T, srv *Server) string {
 	t.Helper()
-	id := newRequestID()
+	id := door.NewRequestID()
 	if _, err := srv.events.Append(context.Background(), id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: "acme", User: "acme"}); err != nil {
 		t.Fatal(err)
 	}

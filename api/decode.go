@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 )
 
 // decodeJSON reads a size-limited JSON object with no unknown fields and
@@ -29,10 +30,10 @@ func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return badRequest("bad_json", "malformed JSON: %v", err)
+		return httperr.BadRequest("bad_json", "malformed JSON: %v", err)
 	}
 	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 {
-		return badRequest("bad_json", "unexpected data after the JSON object")
+		return httperr.BadRequest("bad_json", "unexpected data after the JSON object")
 	}
 	return nil
 }
@@ -49,17 +50,17 @@ func readJSONBody(c echo.Context, limit int64) ([]byte, error) {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			return nil, &apiError{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+			return nil, &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
 				Message: fmt.Sprintf("request body exceeds %d bytes", limit)}
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// api.body_read_timeout: the server closes the connection.
-			return nil, &apiError{Status: http.StatusRequestTimeout, Code: "body_timeout",
+			return nil, &httperr.Error{Status: http.StatusRequestTimeout, Code: "body_timeout",
 				Message: "the request body did not arrive in time"}
 		}
-		return nil, badRequest("bad_body", "read request body: %v", err)
+		return nil, httperr.BadRequest("bad_body", "read request body: %v", err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, badRequest("bad_json", "request body must be a JSON object")
+		return nil, httperr.BadRequest("bad_json", "request body must be a JSON object")
 	}
 	if !textIntact(body) {
 		return nil, invalidUTF8(body)
@@ -70,7 +71,7 @@ func readJSONBody(c echo.Context, limit int64) ([]byte, error) {
 // checkJSONContentType accepts application/json, with a charset
 // parameter only if it is UTF-8, the only encoding JSON may travel in.
 func checkJSONContentType(ct string) error {
-	refuse := &apiError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+	refuse := &httperr.Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 		Message: "Content-Type must be application/json"}
 	if ct == "" {
 		return refuse

@@ -66,7 +66,7 @@ func TestReadyzFailsWhileDraining(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("GET /healthz while draining: %d, want 200", resp.StatusCode)
 	}
-	if srv.draining.Load() {
+	if srv.door.Draining() {
 		t.Error("streams were told to drain before the drain delay ended")
 	}
 

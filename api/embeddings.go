@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
@@ -56,7 +57,7 @@ func (s *Server) postEmbeddings(c echo.Context) error {
 		return err
 	}
 	if s.embeddings == nil {
-		return unavailable("embeddings are not configured in this process")
+		return httperr.Unavailable("embeddings are not configured in this process")
 	}
 	body, err := readJSONBody(c, s.cfg.API.MaxBodyBytes)
 	if err != nil {
@@ -66,29 +67,20 @@ func (s *Server) postEmbeddings(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	live := s.policy.Current()
-	tier, _ := live.Tier(who.Tier)
 	ctx := c.Request().Context()
-	rctx, cancel := context.WithTimeout(ctx, s.cfg.Redis.RequestTimeout)
-	id := "emb-" + strings.TrimPrefix(newRequestID(), "chat-")
-	cost := 0
-	if live.Limits.Enabled && ratesOf(tier).CountsTokens() {
-		cost = in.tokens
-	}
-	reservation, err := s.reserve(rctx, c, id, who, tier, live.Limits.Enabled, cost)
-	cancel()
+	charge, err := s.door.ChargeTokens(ctx, c.Response().Header(), who, in.tokens)
 	if err != nil {
 		return err
 	}
 	list, err := s.embed(ctx, in)
 	if err != nil {
 		// Nothing was given to the caller: its charge goes back.
-		s.refundAll(ctx, id, reservation)
-		if ae, ok := err.(*apiError); ok {
+		s.door.Refund(ctx, charge)
+		if ae, ok := err.(*httperr.Error); ok {
 			return ae
 		}
-		s.logger.Warn("embeddings", "requestID", id, "err", err)
-		return unavailable("the embedder did not answer; please retry")
+		s.logger.Warn("embeddings", "requestID", charge.ID, "err", err)
+		return httperr.Unavailable("the embedder did not answer; please retry")
 	}
 	return c.JSON(http.StatusOK, list)
 }
@@ -98,10 +90,10 @@ func (s *Server) postEmbeddings(c echo.Context) error {
 func (s *Server) parseEmbeddingRequest(body []byte) (embeddingInput, error) {
 	var req openai.EmbeddingRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return embeddingInput{}, badRequest("bad_json", "malformed JSON: %v", err)
+		return embeddingInput{}, httperr.BadRequest("bad_json", "malformed JSON: %v", err)
 	}
 	if model := s.cfg.Embedding.Model; req.Model != model && req.Model != s.embeddings.Model() {
-		return embeddingInput{}, &apiError{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
+		return embeddingInput{}, &httperr.Error{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
 			Message: fmt.Sprintf("the embedding model here is %q, not %q", model, req.Model)}
 	}
 	in := embeddingInput{}

@@ -7,27 +7,13 @@ import (
 	"strconv"
 
 	"github.com/labstack/echo/v4"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
-	"github.com/sluice-dev/sluice/pkg/request"
 )
-
-// apiError is every error response: {"error": {"code", "message"}}, with
-// an optional Retry-After header.
-type apiError struct {
-	Status  int    `json:"-"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	// Dimension and Kind name the rate limit that refused (429, 413).
-	Dimension  string `json:"dimension,omitempty"`
-	Kind       string `json:"kind,omitempty"`
-	RetryAfter int    `json:"retry_after_s,omitempty"`
-	// Param names the request field at fault, for OpenAI-shaped errors.
-	Param string `json:"-"`
-}
 
 // openAI renders e in OpenAI's shape; the type follows from the status as
 // OpenAI's do, the code is Sluice's.
-func (e *apiError) openAI() openai.ErrorResponse {
+func openAIError(e *httperr.Error) openai.ErrorResponse {
 	out := openai.Error{Message: e.Message, Code: openai.Code(e.Code), Type: "invalid_request_error", Param: openai.Null[string]()}
 	if e.Param != "" {
 		out.Param = openai.Of(e.Param)
@@ -47,26 +33,16 @@ func (e *apiError) openAI() openai.ErrorResponse {
 	return openai.ErrorResponse{Error: out}
 }
 
-func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message) }
-
-func badRequest(code, format string, args ...any) *apiError {
-	return &apiError{Status: http.StatusBadRequest, Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
-func unavailable(msg string) *apiError {
-	return &apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonUnavailable, Message: msg, RetryAfter: 1}
-}
-
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	var ae *apiError
+	var ae *httperr.Error
 	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &ae):
 	case errors.As(err, &he):
-		ae = &apiError{Status: he.Code, Code: http.StatusText(he.Code), Message: fmt.Sprint(he.Message)}
+		ae = &httperr.Error{Status: he.Code, Code: http.StatusText(he.Code), Message: fmt.Sprint(he.Message)}
 		switch he.Code {
 		case http.StatusNotFound:
 			ae.Code, ae.Message = "not_found", "no such route"
@@ -77,14 +53,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 	default:
 		s.logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
-		ae = &apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+		ae = &httperr.Error{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
 	}
 	if ae.RetryAfter > 0 {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
 	}
-	var body any = map[string]*apiError{"error": ae}
+	var body any = map[string]*httperr.Error{"error": ae}
 	if isOpenAIPath(c.Path()) {
-		body = ae.openAI()
+		body = openAIError(ae)
 	}
 	if err := c.JSON(ae.Status, body); err != nil {
 		s.logger.Warn("write error response", "err", err)
@@ -101,7 +77,7 @@ func (s *Server) recoverJSON(next echo.HandlerFunc) echo.HandlerFunc {
 					panic(r)
 				}
 				s.logger.Error("handler panic", "path", c.Path(), "panic", r)
-				err = &apiError{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+				err = &httperr.Error{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
 			}
 		}()
 		return next(c)

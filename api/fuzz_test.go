@@ -4,19 +4,29 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/tokens"
+	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // The fuzz targets run the request parsers as the handlers do, up to the
@@ -31,7 +41,23 @@ func parserServer(t testing.TB) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Server{cfg: cfg, echo: echo.New(), prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok)}
+	prompts := prompt.NewBuilder(cfg.LLM.SystemPrompt, tok)
+	// Clients of an address nothing listens on: the parsers never call
+	// them, and a call would fail the target.
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	log := events.NewLog(rdb, events.LogOptions{})
+	gate, err := admission.New(rdb, admission.Options{Lease: time.Second, WaiterTTL: time.Second, MaxQueueDepth: 1, Limits: map[string]int{"short": 1, "long": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := door.New(door.Options{Config: cfg, Temporal: &countingClient{}, Redis: rdb, Events: log, Hub: events.NewHub(rdb, log, events.HubOptions{}),
+		Gate: gate, Prompts: prompts, Policy: policy.NewStore(rdb, cfg, gate, slog.Default()),
+		Settings: func(t config.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Server{cfg: cfg, echo: echo.New(), prompts: prompts, door: d}
 }
 
 // jsonContext is the echo context of a JSON POST of body.
@@ -45,25 +71,25 @@ func (s *Server) jsonContext(body []byte) echo.Context {
 // message: the handlers would answer it 4xx with a JSON body.
 func requireRefusal(t *testing.T, body []byte, err error) {
 	t.Helper()
-	var ae *apiError
+	var ae *httperr.Error
 	if !errors.As(err, &ae) {
-		t.Fatalf("%q: refused with %T %v, not an apiError (a 500)", body, err, err)
+		t.Fatalf("%q: refused with %T %v, not an httperr.Error (a 500)", body, err, err)
 	}
 	if ae.Status < 400 || ae.Status > 499 || ae.Code == "" || ae.Message == "" {
 		t.Fatalf("%q: refusal %+v is not a 4xx with a code and a message", body, ae)
 	}
-	if _, err := json.Marshal(map[string]*apiError{"error": ae}); err != nil {
+	if _, err := json.Marshal(map[string]*httperr.Error{"error": ae}); err != nil {
 		t.Fatalf("%q: refusal cannot be rendered: %v", body, err)
 	}
 }
 
 // parseChat is POST /v1/chat up to the door.
-func (s *Server) parseChat(body []byte) (chatRequest, error) {
-	var req chatRequest
+func (s *Server) parseChat(body []byte) (door.Request, error) {
+	var req door.Request
 	if err := s.decodeJSON(s.jsonContext(body), &req); err != nil {
 		return req, err
 	}
-	return req, s.validate(&req)
+	return req, s.door.Validate(&req)
 }
 
 // requireSentText fails if an accepted text holds U+FFFD that the body did
@@ -79,7 +105,7 @@ func requireSentText(t *testing.T, body []byte, texts ...string) {
 }
 
 // checkChatInvariants fails unless req is what validate promises.
-func checkChatInvariants(t *testing.T, s *Server, body []byte, req chatRequest) {
+func checkChatInvariants(t *testing.T, s *Server, body []byte, req door.Request) {
 	t.Helper()
 	q := req.Query
 	switch {
@@ -89,7 +115,7 @@ func checkChatInvariants(t *testing.T, s *Server, body []byte, req chatRequest) 
 		t.Fatalf("%q: accepted query %q", body, q)
 	case req.KB == "":
 		t.Fatalf("%q: accepted without a kb", body)
-	case req.SessionID != "" && !sessionIDPattern.MatchString(req.SessionID):
+	case req.SessionID != "" && !door.ValidSessionID(req.SessionID):
 		t.Fatalf("%q: accepted session id %q", body, req.SessionID)
 	case req.MaxTokens == nil || *req.MaxTokens < 1 || *req.MaxTokens > s.cfg.API.MaxTokensLimit:
 		t.Fatalf("%q: accepted max_tokens %v", body, req.MaxTokens)
@@ -121,16 +147,16 @@ func FuzzChatRequest(f *testing.F) {
 }
 
 // parseCompletion is POST /v1/chat/completions up to the door.
-func (s *Server) parseCompletion(body []byte, kb string) (completionRequest, chatRequest, error) {
+func (s *Server) parseCompletion(body []byte, kb string) (completionRequest, door.Request, error) {
 	raw, err := readJSONBody(s.jsonContext(body), s.cfg.API.MaxBodyBytes)
 	if err != nil {
-		return completionRequest{}, chatRequest{}, err
+		return completionRequest{}, door.Request{}, err
 	}
 	cr, req, err := parseCompletionRequest(raw, kb)
 	if err != nil {
 		return cr, req, err
 	}
-	return cr, req, withParam(s.validate(&req))
+	return cr, req, withParam(s.door.Validate(&req))
 }
 
 func FuzzCompletionRequest(f *testing.F) {
@@ -142,11 +168,11 @@ func FuzzCompletionRequest(f *testing.F) {
 			return
 		}
 		checkChatInvariants(t, s, body, req)
-		if (req.gateway && cr.Model == "") || (cr.N != nil && *cr.N != 1) {
+		if (req.Gateway && cr.Model == "") || (cr.N != nil && *cr.N != 1) {
 			t.Fatalf("%q: accepted model %q, n %v", body, cr.Model, cr.N)
 		}
-		if len(req.conversation) != len(cr.Messages) {
-			t.Fatalf("%q: %d messages of %d forwarded", body, len(req.conversation), len(cr.Messages))
+		if len(req.Conversation) != len(cr.Messages) {
+			t.Fatalf("%q: %d messages of %d forwarded", body, len(req.Conversation), len(cr.Messages))
 		}
 		// In RAG mode the query is the last user message with text; a
 		// gateway request has none.
@@ -156,7 +182,7 @@ func FuzzCompletionRequest(f *testing.F) {
 				last = text
 			}
 		}
-		if req.gateway {
+		if req.Gateway {
 			last = ""
 		}
 		if strings.TrimSpace(last) != req.Query {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/ingest"
@@ -19,10 +20,10 @@ import (
 // newKBServer is a test server with a kb store and an ingester.
 func newKBServer(t *testing.T, mod func(*config.Config)) *Server {
 	t.Helper()
-	srv, _, rdb := newTestServer(t, mod)
-	store := kbstore.New(rdb, kbstore.Options{Prefix: "t:" + t.Name() + ":"})
-	srv.kbStore = store
-	srv.ingester = &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{})}
+	srv, _, rdb := newTestServerWith(t, mod, func(rdb *redis.Client, o *Options) {
+		store := kbstore.New(rdb, kbstore.Options{Prefix: "t:" + t.Name() + ":"})
+		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{})}
+	})
 	var err error
 	srv.ingestSlots, err = semaphore.New(rdb, semaphore.Options{Key: "t:" + t.Name() + ":ingest", Limit: srv.cfg.Ingest.MaxConcurrent, Lease: srv.cfg.Ingest.Lease})
 	if err != nil {

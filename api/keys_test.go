@@ -44,17 +44,30 @@ func withManagedKeys(t *testing.T, srv *Server, rdb *redis.Client, prefix string
 	waitFor(t, "the key cache's subscription", srv.keyCache.Live)
 }
 
-// withBans gives srv a ban guard over prefix: more than 5 requests in
-// 10 s ban for 3 s; the admin's address is exempt.
-func withBans(t *testing.T, srv *Server, rdb *redis.Client, prefix string) {
+// newBannedServer is a test server with a ban guard over the test's
+// shared prefix (returned): more than 5 requests in 10 s ban for 3 s; the
+// admin's address is exempt. with, if set, changes its options too.
+func newBannedServer(t *testing.T, mod func(*config.Config), with func(*Options)) (*Server, *redis.Client, string) {
 	t.Helper()
-	g, err := ban.New(rdb, ban.Options{KeyPrefix: prefix, Threshold: 5, Window: 10 * time.Second, Duration: 3 * time.Second,
-		Exempt: []netip.Prefix{netip.MustParsePrefix(adminIP + "/32")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.bans = g
-	srv.cfg.Limits.Ban = config.Ban{Enabled: true, Threshold: 5, Window: 10 * time.Second, Duration: 3 * time.Second}
+	var prefix string
+	srv, _, rdb := newTestServerWith(t, func(c *config.Config) {
+		if mod != nil {
+			mod(c)
+		}
+		c.Limits.Ban = config.Ban{Enabled: true, Threshold: 5, Window: 10 * time.Second, Duration: 3 * time.Second}
+	}, func(rdb *redis.Client, o *Options) {
+		prefix = sharedPrefix(t, rdb)
+		g, err := ban.New(rdb, ban.Options{KeyPrefix: prefix, Threshold: 5, Window: 10 * time.Second, Duration: 3 * time.Second,
+			Exempt: []netip.Prefix{netip.MustParsePrefix(adminIP + "/32")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Bans = g
+		if with != nil {
+			with(o)
+		}
+	})
+	return srv, rdb, prefix
 }
 
 // from sends a request with key ("" for none) from the address ip.

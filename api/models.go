@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/openai"
 )
@@ -40,9 +41,9 @@ func (s *Server) listModels(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ids = append(ids, ragModel)
+	ids = append(ids, door.RAGModel)
 	for _, kb := range kbs {
-		ids = append(ids, ragModel+"/"+kb)
+		ids = append(ids, door.RAGModel+"/"+kb)
 	}
 	list := openai.ModelList{Object: openai.ObjectList, Data: make([]openai.Model, len(ids))}
 	for i, id := range ids {

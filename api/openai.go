@@ -9,7 +9,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
@@ -22,8 +24,8 @@ const chatCompletionsPath = "/v1/chat/completions"
 // field; the body's kb wins.
 const kbHeader = "X-Sluice-KB"
 
-func paramError(param, code, format string, args ...any) *apiError {
-	e := badRequest(code, format, args...)
+func paramError(param, code, format string, args ...any) *httperr.Error {
+	e := httperr.BadRequest(code, format, args...)
 	e.Param = param
 	return e
 }
@@ -39,7 +41,7 @@ var paramOf = map[string]string{
 }
 
 func withParam(err error) error {
-	var ae *apiError
+	var ae *httperr.Error
 	if errors.As(err, &ae) && ae.Param == "" {
 		ae.Param = paramOf[ae.Code]
 	}
@@ -76,49 +78,51 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.validate(&req); err != nil {
+	if err := s.door.Validate(&req); err != nil {
 		return withParam(err)
 	}
 	created := time.Now().Unix()
-	id, sub, err := s.beginChat(c, who, &req, fingerprintOf(c.Path(), cr, c.Request().Header.Get(kbHeader)))
+	s.idempotency(c, &req, door.Fingerprint(c.Path(), cr, c.Request().Header.Get(kbHeader)))
+	adm, err := s.admit(c, who, &req)
 	if err != nil {
 		return withParam(err)
 	}
-	defer sub.Close()
+	defer adm.Sub.Close()
+	id := adm.ID
 	// The answering model's name arrives with the first token; until
 	// then (and for an answer from the cache) it is the pool's.
 	model := cr.Model
-	if p, ok := s.cfg.Pools.ByName()[req.pool]; ok {
+	if p, ok := s.cfg.Pools.ByName()[adm.Pool]; ok {
 		model = p.Model
 	}
 	meta := completionMeta{ID: "chatcmpl-" + id, Created: created, Model: model}
 	if cr.Stream {
-		return s.streamCompletion(c, sub, id, meta, cr.IncludeUsage())
+		return s.streamCompletion(c, adm.Sub, id, meta, cr.IncludeUsage())
 	}
-	return s.awaitCompletion(c, sub, id, meta)
+	return s.awaitCompletion(c, adm.Sub, id, meta)
 }
 
 // streamCompletion renders the request's events as OpenAI chunks.
 func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta, includeUsage bool) error {
 	sse, err := startSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
 	if err != nil {
-		s.detach(id)
+		s.door.Detach(id)
 		return nil
 	}
 	// The server's own closing bytes follow the handler: bound them too.
 	defer sse.arm()
 	out := &chunkSink{out: sse, meta: meta, includeUsage: includeUsage}
-	switch s.follow(c.Request().Context(), sub, id, out, true) {
-	case endClientGone:
-		s.detach(id)
-	case endInterrupted:
+	switch s.door.Follow(c.Request().Context(), sub, id, out, true) {
+	case door.EndClientGone:
+		s.door.Detach(id)
+	case door.EndInterrupted:
 		// An OpenAI client cannot resume: tell it the answer is cut short
 		// (a stream that just stops would look complete), and end the
 		// request rather than run it for nobody.
-		_ = out.fail(&apiError{Status: http.StatusServiceUnavailable, Code: request.ReasonStreamInterrupted,
+		_ = out.fail(&httperr.Error{Status: http.StatusServiceUnavailable, Code: request.ReasonStreamInterrupted,
 			Message: "The stream was interrupted (the server is restarting). Please retry."})
-		_ = out.flush()
-		s.signalDetach(id)
+		_ = out.Flush()
+		s.door.DetachNow(id)
 	}
 	return nil
 }
@@ -129,13 +133,13 @@ func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id s
 func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta) error {
 	c.Response().Header().Set("X-Request-ID", id)
 	var col answerCollector
-	switch s.follow(c.Request().Context(), sub, id, &col, false) {
-	case endClientGone:
-		s.detach(id)
+	switch s.door.Follow(c.Request().Context(), sub, id, &col, false) {
+	case door.EndClientGone:
+		s.door.Detach(id)
 		return nil
-	case endInterrupted:
-		s.signalDetach(id)
-		return unavailable("The request was interrupted (the server is restarting). Please retry.")
+	case door.EndInterrupted:
+		s.door.DetachNow(id)
+		return httperr.Unavailable("The request was interrupted (the server is restarting). Please retry.")
 	}
 	if col.failure != nil {
 		return col.failure
@@ -224,12 +228,12 @@ func finishReason(r string) string {
 }
 
 // failureError is the HTTP error a rejected or error event amounts to.
-func failureError(ev events.Event) *apiError {
+func failureError(ev events.Event) *httperr.Error {
 	var f events.Failure
 	if err := json.Unmarshal(ev.Data, &f); err != nil || f.Reason == "" {
-		return &apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "the request failed"}
+		return &httperr.Error{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "the request failed"}
 	}
-	e := &apiError{Code: f.Reason, Message: f.Message, RetryAfter: f.RetryAfterS}
+	e := &httperr.Error{Code: f.Reason, Message: f.Message, RetryAfter: f.RetryAfterS}
 	switch f.Reason {
 	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull, request.ReasonShed,
 		request.ReasonBackendUnavailable, request.ReasonUnavailable:

@@ -4,19 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
 )
-
-// ragModel is the model alias that asks for an answer from a knowledge
-// base: "sluice-rag" from the default kb, "sluice-rag/<kb>" from kb. Any
-// other model is a backend model, answered in gateway mode unless the
-// request names a kb (the kb field or X-Sluice-KB).
-const ragModel = "sluice-rag"
 
 // completionRequest is OpenAI's chat completion request with Sluice's
 // extension.
@@ -45,67 +40,60 @@ var defaultOnly = map[string]string{"logprobs": "false", "store": "false"}
 // multiplier on what a permit costs.
 const maxChoices = 8
 
-// mediaPartTokens is what a content part that is not text (an image, a
-// sound, a file) is counted as at the door, where only text is counted.
-// The backend's usage says what it really took; this only routes the
-// request and sizes its reservation, so it errs high: an image in a
-// LLaVA-style model takes 576 to a few thousand tokens.
-const mediaPartTokens = 1024
-
 // parseCompletionRequest reads an OpenAI chat completion request into the
 // chat request it asks for. kb is the X-Sluice-KB header. It checks what
 // can be checked without the configuration; Server.checkConversation does
 // the rest.
-func parseCompletionRequest(body []byte, kb string) (completionRequest, chatRequest, error) {
+func parseCompletionRequest(body []byte, kb string) (completionRequest, door.Request, error) {
 	var cr completionRequest
 	if err := json.Unmarshal(body, &cr); err != nil {
-		return cr, chatRequest{}, badRequest("bad_json", "malformed JSON: %v", err)
+		return cr, door.Request{}, httperr.BadRequest("bad_json", "malformed JSON: %v", err)
 	}
 	if err := refuseUnsupported(body); err != nil {
-		return cr, chatRequest{}, err
+		return cr, door.Request{}, err
 	}
 	if cr.N != nil && (*cr.N < 1 || *cr.N > maxChoices) {
-		return cr, chatRequest{}, paramError("n", "invalid_value", "n must be between 1 and %d", maxChoices)
+		return cr, door.Request{}, paramError("n", "invalid_value", "n must be between 1 and %d", maxChoices)
 	}
 	if err := checkSampling(cr.Sampling); err != nil {
-		return cr, chatRequest{}, err
+		return cr, door.Request{}, err
 	}
-	req := chatRequest{KB: cr.KB, MaxTokens: cr.MaxOutputTokens(), conversation: cr.Messages, choices: 1}
+	req := door.Request{KB: cr.KB, MaxTokens: cr.MaxOutputTokens(), Conversation: cr.Messages, Choices: 1}
 	if cr.N != nil {
-		req.choices = *cr.N
+		req.Choices = *cr.N
 	}
 	if req.KB == "" {
 		req.KB = kb
 	}
 	rag := false
-	switch alias, named := strings.CutPrefix(cr.Model, ragModel+"/"); {
-	case cr.Model == ragModel:
+	switch alias, named := strings.CutPrefix(cr.Model, door.RAGModel+"/"); {
+	case cr.Model == door.RAGModel:
 		rag = true
 	case named:
 		if req.KB != "" && req.KB != alias {
-			return cr, chatRequest{}, paramError("model", "kb_conflict",
+			return cr, door.Request{}, paramError("model", "kb_conflict",
 				"model %q names knowledge base %q but the request also names %q", cr.Model, alias, req.KB)
 		}
 		req.KB, rag = alias, true
 	default:
-		req.model = cr.Model
+		req.Model = cr.Model
 		rag = req.KB != ""
 	}
-	req.gateway = !rag
-	if req.gateway && cr.Model == "" {
-		return cr, chatRequest{}, paramError("model", "missing_model",
-			"model is required: a backend model (GET /v1/models lists them), or %q to answer from a knowledge base", ragModel)
+	req.Gateway = !rag
+	if req.Gateway && cr.Model == "" {
+		return cr, door.Request{}, paramError("model", "missing_model",
+			"model is required: a backend model (GET /v1/models lists them), or %q to answer from a knowledge base", door.RAGModel)
 	}
 	if len(cr.Sampling.Set()) > 0 {
-		req.sampling = &cr.Sampling
+		req.Sampling = &cr.Sampling
 	}
 	query, err := checkMessages(cr.Messages, &req)
 	if err != nil {
-		return cr, chatRequest{}, err
+		return cr, door.Request{}, err
 	}
 	if rag {
 		if query == "" {
-			return cr, chatRequest{}, paramError("messages", "no_user_message",
+			return cr, door.Request{}, paramError("messages", "no_user_message",
 				"messages must include a user message with text: it is what the knowledge base is searched for")
 		}
 		req.Query = query
@@ -117,7 +105,7 @@ func parseCompletionRequest(body []byte, kb string) (completionRequest, chatRequ
 func refuseUnsupported(body []byte) error {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
-		return badRequest("bad_json", "the body must be a JSON object: %v", err)
+		return httperr.BadRequest("bad_json", "the body must be a JSON object: %v", err)
 	}
 	names := make([]string, 0, len(fields))
 	for name := range fields {
@@ -193,7 +181,7 @@ func checkTools(p openai.Sampling) error {
 // checkMessages checks each message's role and content, notes the kinds
 // of content the conversation holds in req, and returns the text of the
 // last user message.
-func checkMessages(msgs []openai.Message, req *chatRequest) (string, error) {
+func checkMessages(msgs []openai.Message, req *door.Request) (string, error) {
 	if len(msgs) == 0 {
 		return "", paramError("messages", "no_messages", "messages must hold at least one message")
 	}
@@ -204,7 +192,7 @@ func checkMessages(msgs []openai.Message, req *chatRequest) (string, error) {
 		if err != nil {
 			return "", paramError(at+".content", "bad_content", "%s.content must be a string, an array of content parts or null", at)
 		}
-		text, err := req.noteParts(parts, at+".content")
+		text, err := noteParts(req, parts, at+".content")
 		if err != nil {
 			return "", err
 		}
@@ -241,7 +229,7 @@ func checkMessage(m openai.Message, at string, hasContent bool) error {
 
 // noteParts checks a message's content parts and counts what is not text;
 // it returns the text parts joined by newlines.
-func (req *chatRequest) noteParts(parts []openai.ContentPart, at string) (string, error) {
+func noteParts(req *door.Request, parts []openai.ContentPart, at string) (string, error) {
 	texts := make([]string, 0, len(parts))
 	for i, p := range parts {
 		switch {
@@ -250,9 +238,9 @@ func (req *chatRequest) noteParts(parts []openai.ContentPart, at string) (string
 		case p.Type == openai.ContentPartText:
 			return "", paramError(fmt.Sprintf("%s[%d].text", at, i), "bad_content", "a text part needs its text")
 		case slices.Contains(openai.ContentPartTypes, p.Type):
-			req.mediaParts++
-			if !slices.Contains(req.partTypes, p.Type) {
-				req.partTypes = append(req.partTypes, p.Type)
+			req.MediaParts++
+			if !slices.Contains(req.PartTypes, p.Type) {
+				req.PartTypes = append(req.PartTypes, p.Type)
 			}
 		default:
 			return "", paramError(fmt.Sprintf("%s[%d].type", at, i), "unsupported_content",
@@ -260,58 +248,4 @@ func (req *chatRequest) noteParts(parts []openai.ContentPart, at string) (string
 		}
 	}
 	return strings.Join(texts, "\n"), nil
-}
-
-// checkConversation counts an OpenAI request's prompt and checks that
-// some pool can take it: its model, its size and what it asks for.
-func (s *Server) checkConversation(req *chatRequest) error {
-	req.promptTokens = s.prompts.Count(req.conversation) + req.mediaParts*mediaPartTokens
-	if req.sampling != nil && len(req.sampling.Tools) > 0 {
-		// Tool definitions are part of the prompt the model reads.
-		raw, _ := json.Marshal(req.sampling.Tools)
-		req.promptTokens += s.prompts.QueryTokens(string(raw))
-	}
-	if req.model == "" {
-		return nil
-	}
-	for _, p := range s.cfg.Pools.ByName() {
-		if p.Model == req.model {
-			return nil
-		}
-	}
-	return &apiError{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
-		Message: fmt.Sprintf("the model %q is not served here; GET /v1/models lists the models, and %q answers from a knowledge base", req.model, ragModel)}
-}
-
-// poolFor is the pool that answers req: the one its length routes it to,
-// unless the model it names is served only by the other, which it must
-// then fit. What the pool's backend cannot do is refused.
-func (s *Server) poolFor(routed string, req *chatRequest) (string, error) {
-	pools := s.cfg.Pools.ByName()
-	pool := routed
-	if req.model != "" && pools[routed].Model != req.model {
-		for name, p := range pools {
-			if p.Model == req.model {
-				pool = name
-			}
-		}
-		if bound := s.promptBound(req); bound > pools[pool].MaxPromptTokens {
-			return "", &apiError{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
-				Message: fmt.Sprintf("this model's maximum context length is %d tokens; the messages take up to %d", pools[pool].MaxPromptTokens, bound)}
-		}
-	}
-	unsupported := pools[pool].Unsupported
-	asked := append([]string(nil), req.partTypes...)
-	if req.sampling != nil {
-		asked = append(asked, req.sampling.Set()...)
-	}
-	if req.choices > 1 {
-		asked = append(asked, openai.ParamN)
-	}
-	for _, a := range asked {
-		if slices.Contains(unsupported, a) {
-			return "", paramError(a, "unsupported_parameter", "%s is not supported by the model %q", a, pools[pool].Model)
-		}
-	}
-	return pool, nil
 }

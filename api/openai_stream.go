@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
@@ -30,7 +31,7 @@ type chunkSink struct {
 	roleSent []bool
 }
 
-func (k *chunkSink) write(ev events.Event) error {
+func (k *chunkSink) Write(ev events.Event) error {
 	switch ev.Type {
 	case events.TypeAccepted:
 		return k.comment("accepted")
@@ -67,7 +68,7 @@ func (k *chunkSink) write(ev events.Event) error {
 	case events.TypeDone:
 		var d events.Done
 		if err := json.Unmarshal(ev.Data, &d); err != nil {
-			return k.fail(&apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"})
+			return k.fail(&httperr.Error{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"})
 		}
 		if len(k.roleSent) == 0 && d.Model != "" {
 			// An empty answer: no token named the model.
@@ -131,8 +132,8 @@ func (k *chunkSink) chunk(choice int, delta openai.Delta, finish *string) comple
 
 // fail ends the stream with an error object, which OpenAI clients raise
 // as an error (openai-go: ssestream.StreamError). No [DONE] follows.
-func (k *chunkSink) fail(e *apiError) error {
-	return k.data(e.openAI())
+func (k *chunkSink) fail(e *httperr.Error) error {
+	return k.data(openAIError(e))
 }
 
 func (k *chunkSink) data(v any) error {
@@ -147,16 +148,16 @@ func (k *chunkSink) comment(text string) error {
 	return k.out.printf(": %s\n\n", text)
 }
 
-func (k *chunkSink) keepAlive() error { return k.comment("keep-alive") }
+func (k *chunkSink) KeepAlive() error { return k.comment("keep-alive") }
 
-func (k *chunkSink) flush() error { return k.out.flush() }
+func (k *chunkSink) Flush() error { return k.out.flush() }
 
 // answerCollector gathers a request's answers for a non-streaming reply.
 type answerCollector struct {
 	// answers are by choice: one unless the client asked for several.
 	answers []*choiceAnswer
 	done    events.Done
-	failure *apiError
+	failure *httperr.Error
 }
 
 // choiceAnswer is one choice's answer: its text and the tool calls it
@@ -171,7 +172,7 @@ type choiceAnswer struct {
 // not expect; the door lets a client ask for at most maxChoices.
 func validChoice(i int) bool { return i >= 0 && i < maxChoices }
 
-func (col *answerCollector) write(ev events.Event) error {
+func (col *answerCollector) Write(ev events.Event) error {
 	switch ev.Type {
 	case events.TypeToken:
 		var t events.Token
@@ -191,7 +192,7 @@ func (col *answerCollector) write(ev events.Event) error {
 		}
 	case events.TypeDone:
 		if err := json.Unmarshal(ev.Data, &col.done); err != nil {
-			col.failure = &apiError{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"}
+			col.failure = &httperr.Error{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"}
 		}
 	case events.TypeRejected, events.TypeError:
 		col.failure = failureError(ev)
@@ -199,6 +200,6 @@ func (col *answerCollector) write(ev events.Event) error {
 	return nil
 }
 
-func (col *answerCollector) keepAlive() error { return nil }
+func (col *answerCollector) KeepAlive() error { return nil }
 
-func (col *answerCollector) flush() error { return nil }
+func (col *answerCollector) Flush() error { return nil }

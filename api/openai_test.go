@@ -18,8 +18,10 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
@@ -70,17 +72,17 @@ func TestParseCompletionRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if req.Query != tc.query || req.KB != tc.kb || cr.Model != tc.model || req.gateway != tc.gateway || cr.Stream != tc.stream || cr.IncludeUsage() != tc.usage {
+			if req.Query != tc.query || req.KB != tc.kb || cr.Model != tc.model || req.Gateway != tc.gateway || cr.Stream != tc.stream || cr.IncludeUsage() != tc.usage {
 				t.Fatalf("parsed %+v / %+v", cr, req)
 			}
-			if len(req.conversation) != len(cr.Messages) || req.mediaParts != tc.mediaParts {
-				t.Fatalf("conversation of %d messages, %d media parts", len(req.conversation), req.mediaParts)
+			if len(req.Conversation) != len(cr.Messages) || req.MediaParts != tc.mediaParts {
+				t.Fatalf("conversation of %d messages, %d media parts", len(req.Conversation), req.MediaParts)
 			}
 			var got []string
-			if req.sampling != nil {
-				got = req.sampling.Set()
+			if req.Sampling != nil {
+				got = req.Sampling.Set()
 			}
-			if (req.sampling == nil) != (tc.sampling == nil) || strings.Join(got, ",") != strings.Join(tc.sampling, ",") {
+			if (req.Sampling == nil) != (tc.sampling == nil) || strings.Join(got, ",") != strings.Join(tc.sampling, ",") {
 				t.Fatalf("sampling %v, want %v", got, tc.sampling)
 			}
 			if (tc.maxTokens == 0) != (req.MaxTokens == nil) || (req.MaxTokens != nil && *req.MaxTokens != tc.maxTokens) {
@@ -128,7 +130,7 @@ func TestParseCompletionRequestRefusals(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := parseCompletionRequest([]byte(tc.body), "")
-			var ae *apiError
+			var ae *httperr.Error
 			if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != tc.code || ae.Param != tc.param || ae.Message == "" {
 				t.Fatalf("error %#v, want 400 %s on %q", err, tc.code, tc.param)
 			}
@@ -241,8 +243,8 @@ func TestCompletionRefusalsAreOpenAIShaped(t *testing.T) {
 // clients honour when they retry.
 func TestCompletionRateLimitedIs429(t *testing.T) {
 	srv, tc, _ := newTestServer(t, limitedConfig)
-	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
-	if d, err := srv.limiter.Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
+	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
+	if d, err := limiterOf(srv).Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
 	rec := postCompletion(srv, `{"model":"sluice-rag","messages":[{"role":"user","content":"how does a bucket refill?"}],"max_tokens":64}`, nil)
@@ -272,8 +274,8 @@ func TestCompletionStartFailureIs503AndRefunds(t *testing.T) {
 	if keys, _ := rdb.Keys(context.Background(), "t:"+t.Name()+":ev:*").Result(); len(keys) != 0 {
 		t.Fatalf("failed starts left event streams behind: %v", keys)
 	}
-	drain := ratesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
-	if d, _ := srv.limiter.Reserve(context.Background(), "probe", drain); d.Status != limiter.Allowed {
+	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
+	if d, _ := limiterOf(srv).Reserve(context.Background(), "probe", drain); d.Status != limiter.Allowed {
 		t.Fatalf("bucket not refunded: %+v", d)
 	}
 }
@@ -290,7 +292,7 @@ func render(t *testing.T, includeUsage bool, evs ...events.Event) *http.Response
 	}
 	k := &chunkSink{out: out, meta: completionMeta{ID: "chatcmpl-chat-1", Created: 1700000000, Model: "gpt-test"}, includeUsage: includeUsage}
 	for _, ev := range evs {
-		if err := k.write(ev); err != nil {
+		if err := k.Write(ev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -493,7 +495,7 @@ func TestCompletionFormat(t *testing.T) {
 func TestAnswerCollector(t *testing.T) {
 	var col answerCollector
 	for _, e := range answerEvents() {
-		_ = col.write(e)
+		_ = col.Write(e)
 	}
 	if len(col.answers) != 1 || col.answers[0].text.String() != "Hello world" || col.failure != nil || col.done.Usage.TotalTokens != 12 {
 		t.Fatalf("collected %+v %+v %+v", col.answers, col.failure, col.done)
@@ -504,7 +506,7 @@ func TestAnswerCollector(t *testing.T) {
 		request.ReasonShed: 503, request.ReasonUnavailable: 503, request.ReasonBackendUnavailable: 503,
 	} {
 		var col answerCollector
-		_ = col.write(ev(events.TypeRejected, events.Failure{Reason: reason, Message: "m", RetryAfterS: 2}))
+		_ = col.Write(ev(events.TypeRejected, events.Failure{Reason: reason, Message: "m", RetryAfterS: 2}))
 		if col.failure == nil || col.failure.Status != status || col.failure.Code != reason {
 			t.Fatalf("%s: %+v, want status %d", reason, col.failure, status)
 		}
@@ -588,7 +590,7 @@ func TestSeveralChoices(t *testing.T) {
 	}
 	var col answerCollector
 	for _, e := range evs {
-		_ = col.write(e)
+		_ = col.Write(e)
 	}
 	c := completionOf(completionMeta{ID: "chatcmpl-chat-1", Model: "m-1"}, col.answers, col.done)
 	if len(c.Choices) != 2 || *c.Choices[1].Message.Content != "xy" || c.Choices[1].Index != 1 || c.Choices[1].FinishReason != "length" {

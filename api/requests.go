@@ -3,19 +3,23 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
-var errNoRequest = &apiError{Status: http.StatusNotFound, Code: "not_found", Message: "no such request (unknown, expired, or not yours)"}
+var errNoRequest = &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such request (unknown, expired, or not yours)"}
 
 // ownRequest authenticates the caller and checks that the request in the
 // path is theirs: sent by its tenant and user, as its accepted event
@@ -28,12 +32,12 @@ func (s *Server) ownRequest(c echo.Context, route string) (string, error) {
 		return "", err
 	}
 	id := c.Param("id")
-	if !requestIDPattern.MatchString(id) {
-		return "", badRequest("bad_request_id", "request id must look like chat-<ULID>")
+	if !door.ValidRequestID(id) {
+		return "", httperr.BadRequest("bad_request_id", "request id must look like chat-<ULID>")
 	}
 	first, ok, err := s.events.First(c.Request().Context(), id)
 	if err != nil {
-		return "", unavailable("event store unavailable")
+		return "", httperr.Unavailable("event store unavailable")
 	}
 	var acc events.Accepted
 	if !ok || first.Type != events.TypeAccepted || json.Unmarshal(first.Data, &acc) != nil ||
@@ -62,10 +66,10 @@ func (s *Server) getRequest(c echo.Context) error {
 	ctx := c.Request().Context()
 	desc, err := s.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
 	if err != nil {
-		if isNotFound(err) {
+		if nf := new(serviceerror.NotFound); errors.As(err, &nf) {
 			return errNoRequest
 		}
-		return unavailable("workflow service unavailable")
+		return httperr.Unavailable("workflow service unavailable")
 	}
 	view := requestView{
 		RequestID: id,
@@ -126,31 +130,22 @@ func (s *Server) getEvents(c echo.Context) error {
 	if after == "" {
 		after = "0-0"
 	} else if !events.ValidID(after) {
-		return badRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
+		return httperr.BadRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
 	}
 	id, err := s.ownRequest(c, config.RouteResumes)
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	last, ok, err := s.events.Last(ctx, id)
-	if err != nil {
-		return unavailable("event store unavailable")
-	}
-	if ok && events.Terminal(last.Type) && events.CompareIDs(after, last.ID) >= 0 {
-		// The client already has the final event (an EventSource
-		// reconnects after every close); 204 tells it to stop.
+	sub, err := s.door.Resume(c.Request().Context(), id, after)
+	if errors.Is(err, door.ErrAlreadySent) {
+		// An EventSource reconnects after every close; 204 tells it to
+		// stop.
 		return c.NoContent(http.StatusNoContent)
 	}
-	sub, err := s.hub.Subscribe(ctx, id, after)
 	if err != nil {
-		return unavailable("event stream unavailable")
+		return err
 	}
 	defer sub.Close()
-	err = s.temporal.SignalWorkflow(ctx, workflows.ChatWorkflowID(id), "", workflows.SignalAttach, workflows.AttachSignal{})
-	if err != nil && !isNotFound(err) {
-		s.logger.Warn("signal attach", "requestID", id, "err", err)
-	}
 	return s.stream(c, sub, id)
 }
 
@@ -159,25 +154,8 @@ func (s *Server) deleteRequest(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	err = s.temporal.SignalWorkflow(ctx, workflows.ChatWorkflowID(id), "", workflows.SignalCancel, workflows.CancelSignal{Reason: "client_request"})
-	if err != nil {
-		if !isNotFound(err) {
-			return unavailable("workflow service unavailable")
-		}
-		// No workflow: it finished, or it is still waiting at the door
-		// of some API process for its workflow to start. That process
-		// reads the stop flag while it waits.
-		last, ok, lerr := s.events.Last(ctx, id)
-		if lerr != nil {
-			return unavailable("event store unavailable")
-		}
-		if !ok || events.Terminal(last.Type) {
-			return &apiError{Status: http.StatusConflict, Code: "already_finished", Message: "the request has already finished"}
-		}
-		if err := s.events.Stop(ctx, id, s.cfg.Events.TTL); err != nil {
-			return unavailable("event store unavailable")
-		}
+	if err := s.door.Cancel(c.Request().Context(), id); err != nil {
+		return err
 	}
 	return c.JSON(http.StatusAccepted, map[string]string{"request_id": id, "status": "cancelling"})
 }

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,22 +20,20 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/keys"
-	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 	"github.com/sluice-dev/sluice/pkg/session"
-	"github.com/sluice-dev/sluice/pkg/waitroom"
 )
 
 // Server is the HTTP API.
@@ -46,14 +43,13 @@ type Server struct {
 	temporal client.Client
 	redis    redis.UniversalClient
 	events   *events.Log
-	hub      *events.Hub
 	gate     *admission.Gate
 	prompts  *prompt.Builder
-	limiter  *limiter.Limiter
 	policy   *policy.Store
-	kbs      map[string]bool // the configured kbs, by key (kbref.Ref.Key)
+	// door admits chat requests and follows their streams.
+	door *door.Door
+	// kbStore and ingester serve /v1/kb (nil: no kb writes).
 	kbStore  *kbstore.Store
-	seenKBs  sync.Map // kb keys known to exist (see kbKnown)
 	ingester *ingest.Ingester
 	// embeddings serves POST /v1/embeddings; nil refuses it.
 	embeddings Embeddings
@@ -63,72 +59,53 @@ type Server struct {
 	// managed ones (nil: none).
 	keys     map[string]config.APIKey
 	keyCache *keys.Cache
-	// bans refuses floods (nil: off).
+	// bans lists and lifts bans for the admin routes (nil: off); the
+	// door checks them.
 	bans *ban.Guard
-	// addresses names client addresses in rate-limit keys and logs by
-	// their keyed hash (privacy.ip_hash_key).
+	// addresses names client addresses in traces and logs by their keyed
+	// hash (privacy.ip_hash_key).
 	addresses *iphash.Hasher
 	sessions  *session.Store
 	metrics   *metrics.Metrics
-	// answerKBs are the kbs whose answers the L3 tier keeps, by key.
-	answerKBs map[string]bool
 	logger    *slog.Logger
-	// draining is set when the process shuts down: streams then end
-	// without detaching, so their requests carry on.
-	draining atomic.Bool
 	// unready makes GET /readyz answer 503 from the moment the process is
 	// told to stop, so that load balancers stop sending it requests.
 	unready atomic.Bool
-	// room holds the requests waiting at the door, and a slot per workflow
-	// start in flight.
-	room *waitroom.Room
-	// stats caches each pool's admission stats for the door's waiters.
-	stats statsCache
 	// conns caps the connections Run accepts; set by Run.
 	conns *connLimiter
-	// live ends the streams of requests whose workflow is gone.
-	live *liveness
-	// refusals samples the log lines of requests refused before any
-	// workflow, per tenant and reason.
-	refusals *logSampler
-	// idem maps Idempotency-Keys to the requests they started.
-	idem *idempotency.Store
 	// builtAt is when the server was built.
 	builtAt time.Time
 	// handler is echo, in a server span per request when tracing is on.
 	handler http.Handler
 }
 
-// Options are the Server's dependencies.
+// Options are the Server's dependencies, each built once by the process
+// that serves (package app).
 type Options struct {
 	Config   config.Config
 	Temporal client.Client
 	Redis    redis.UniversalClient
 	Events   *events.Log
-	Hub      *events.Hub
 	Gate     *admission.Gate
 	Prompts  *prompt.Builder
-	// Limiter enforces limits.* at the door; nil disables rate limits.
-	Limiter *limiter.Limiter
-	// Policy is the live traffic policy; nil uses the configuration's.
-	Policy *policy.Store
-	// KBs and Ingester serve /v1/kb; without KBs, chat requests may name
-	// only the configured kbs.
+	Policy   *policy.Store
+	Door     *door.Door
+	// Addresses hashes client addresses (privacy.ip_hash_key).
+	Addresses *iphash.Hasher
+	// KBs and Ingester serve /v1/kb.
 	KBs      *kbstore.Store
 	Ingester *ingest.Ingester
 	// Embeddings, if set, serves POST /v1/embeddings (the worker's
 	// embedding cache, embed.Cache).
 	Embeddings Embeddings
-	// Sessions serves /v1/sessions and records requests refused at the
-	// door in their session; nil disables both.
+	// Sessions serves /v1/sessions; nil disables it.
 	Sessions *session.Store
-	// Metrics, if set, is served at GET /metrics and counts refusals at
-	// the door and rate-limit decisions.
+	// Metrics, if set, is served at GET /metrics.
 	Metrics *metrics.Metrics
 	// Keys verifies managed API keys and serves /v1/admin/keys; nil
 	// accepts only the configured keys. Run runs its invalidation.
 	Keys *keys.Cache
-	// Bans refuses IPs and keys that flood; nil disables bans.
+	// Bans serves /v1/admin/bans; nil disables it.
 	Bans *ban.Guard
 	// Tracer, if set, traces each request from its HTTP span on
 	// (pkg/tracing); nil traces nothing.
@@ -138,36 +115,19 @@ type Options struct {
 
 // New builds the server and its routes.
 func New(opts Options) (*Server, error) {
-	if opts.Temporal == nil || opts.Redis == nil || opts.Events == nil || opts.Hub == nil || opts.Gate == nil || opts.Prompts == nil {
-		return nil, errors.New("api: Temporal, Redis, Events, Hub, Gate and Prompts are required")
+	if opts.Temporal == nil || opts.Redis == nil || opts.Events == nil || opts.Gate == nil || opts.Prompts == nil ||
+		opts.Policy == nil || opts.Door == nil {
+		return nil, errors.New("api: Temporal, Redis, Events, Gate, Prompts, Policy and Door are required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{
-		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
-		gate: opts.Gate, prompts: opts.Prompts, limiter: opts.Limiter, policy: opts.Policy, logger: opts.Logger,
-		kbs: map[string]bool{}, keys: map[string]config.APIKey{}, sessions: opts.Sessions, answerKBs: map[string]bool{}, metrics: opts.Metrics,
+		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
+		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]config.APIKey{},
+		sessions: opts.Sessions, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
+		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, builtAt: time.Now(),
 	}
-	room, err := waitroom.New(waitroom.Options{
-		Slots: opts.Config.API.MaxStartsInFlight, Capacity: opts.Config.API.WaitingRoom,
-		Ready: s.poolReady, Logger: s.logger.With("component", "waiting-room"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.room = room
-	s.builtAt = time.Now()
-	s.idem = idempotency.New(opts.Redis, opts.Config.Redis.KeyPrefix, opts.Config.API.IdempotencyTTL)
-	s.refusals = newLogSampler()
-	s.live = newLiveness(opts.Temporal, opts.Config.Temporal.Namespace, opts.Events, opts.Gate, s.logger.With("component", "liveness"))
-	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
-		s.kbs[kb.Ref().Key()] = true
-	}
-	for _, kb := range opts.Config.AnswerCache.KBs {
-		s.answerKBs[kb] = true
-	}
-	s.kbStore, s.ingester, s.embeddings = opts.KBs, opts.Ingester, opts.Embeddings
 	if s.ingester != nil {
 		var err error
 		s.ingestSlots, err = semaphore.New(opts.Redis, semaphore.Options{
@@ -178,11 +138,6 @@ func New(opts Options) (*Server, error) {
 	}
 	for _, k := range opts.Config.Auth.APIKeys {
 		s.keys[k.Hash()] = k
-	}
-	s.keyCache, s.bans = opts.Keys, opts.Bans
-	s.addresses = iphash.New([]byte(opts.Config.Privacy.IPHashKey))
-	if s.policy == nil {
-		s.policy = policy.NewStore(opts.Redis, opts.Config, opts.Gate, s.logger)
 	}
 	s.echo = s.routes(opts.Metrics)
 	if opts.Tracer != nil {
@@ -253,12 +208,11 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	roomCtx, stopRoom := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopRoom()
-	go s.room.Run(roomCtx)
-	go s.live.run(roomCtx)
+	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopDoor()
+	go s.door.Run(doorCtx)
 	if s.keyCache != nil {
-		go s.keyCache.Run(roomCtx)
+		go s.keyCache.Run(doorCtx)
 	}
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(conns) }()
@@ -269,7 +223,7 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	}
 	s.unready.Store(true)
 	s.drainDelay()
-	s.draining.Store(true)
+	s.door.Drain()
 	if endStreams != nil {
 		endStreams()
 	}

@@ -5,7 +5,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -15,27 +17,20 @@ type sessionResponse struct {
 	Turns []session.Turn `json:"turns"`
 }
 
-// sessionOwner is whom the caller's sessions belong to: its user within
-// its tenant. Anonymous callers share one (they share a tenant, with no
-// user to tell them apart).
-func (who caller) sessionOwner() session.Owner {
-	return session.Owner{Tenant: who.Tenant, User: who.User}
-}
-
 // sessionParam authenticates the caller and checks the session id; a
 // session belongs to the caller's user, so another user's or tenant's
 // session of the same id is not found (404), never confirmed to exist.
-func (s *Server) sessionParam(c echo.Context) (caller, string, error) {
+func (s *Server) sessionParam(c echo.Context) (door.Caller, string, error) {
 	who, err := s.authenticateFor(c, config.RouteReads)
 	if err != nil {
-		return caller{}, "", err
+		return door.Caller{}, "", err
 	}
 	if s.sessions == nil {
-		return caller{}, "", &apiError{Status: http.StatusNotFound, Code: "sessions_disabled", Message: "sessions are not enabled on this server"}
+		return door.Caller{}, "", &httperr.Error{Status: http.StatusNotFound, Code: "sessions_disabled", Message: "sessions are not enabled on this server"}
 	}
 	id := c.Param("id")
-	if !sessionIDPattern.MatchString(id) {
-		return caller{}, "", badRequest("bad_session_id", "session id must be 1-128 characters of letters, digits and ._:-")
+	if !door.ValidSessionID(id) {
+		return door.Caller{}, "", httperr.BadRequest("bad_session_id", "session id must be 1-128 characters of letters, digits and ._:-")
 	}
 	return who, id, nil
 }
@@ -47,13 +42,13 @@ func (s *Server) getSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	turns, err := s.sessions.Turns(c.Request().Context(), who.sessionOwner(), id)
+	turns, err := s.sessions.Turns(c.Request().Context(), who.SessionOwner(), id)
 	if err != nil {
 		s.logger.Error("read session", "session", id, "err", err)
-		return unavailable("sessions unavailable; please retry")
+		return httperr.Unavailable("sessions unavailable; please retry")
 	}
 	if len(turns) == 0 {
-		return &apiError{Status: http.StatusNotFound, Code: "session_not_found", Message: "no such session"}
+		return &httperr.Error{Status: http.StatusNotFound, Code: "session_not_found", Message: "no such session"}
 	}
 	return c.JSON(http.StatusOK, sessionResponse{ID: id, Turns: turns})
 }
@@ -64,13 +59,13 @@ func (s *Server) deleteSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	existed, err := s.sessions.Forget(c.Request().Context(), who.sessionOwner(), id)
+	existed, err := s.sessions.Forget(c.Request().Context(), who.SessionOwner(), id)
 	if err != nil {
 		s.logger.Error("forget session", "session", id, "err", err)
-		return unavailable("sessions unavailable; please retry")
+		return httperr.Unavailable("sessions unavailable; please retry")
 	}
 	if !existed {
-		return &apiError{Status: http.StatusNotFound, Code: "session_not_found", Message: "no such session"}
+		return &httperr.Error{Status: http.StatusNotFound, Code: "session_not_found", Message: "no such session"}
 	}
 	return c.NoContent(http.StatusNoContent)
 }

@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/keys"
@@ -168,10 +170,10 @@ func TestSharedKBsAreReadOnly(t *testing.T) {
 	if v, _ := srv.kbStore.Version(context.Background(), "sluice-docs"); v != 1 {
 		t.Fatalf("shared kb at version %d after refused writes", v)
 	}
-	reader := caller{Tenant: "acme", User: "carol", Scopes: keys.Scopes{keys.ScopeChat}}
+	reader := door.Caller{Tenant: "acme", User: "carol", Scopes: keys.Scopes{keys.ScopeChat}}
 	for _, name := range []string{"docs", "sluice-docs"} {
-		_, err := srv.writableKB(reader, name)
-		var ae *apiError
+		_, err := srv.door.KBs().Writable(reader, name)
+		var ae *httperr.Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusForbidden || ae.Code != "missing_scope" {
 			t.Errorf("a chat-only key writing %s: %v, want 403 missing_scope", name, err)
 		}
@@ -182,12 +184,8 @@ func TestSharedKBsAreReadOnly(t *testing.T) {
 // or another tenant, naming the same id finds nothing (404) and cannot
 // forget it.
 func TestSessionsBelongToTheirUser(t *testing.T) {
-	srv, _, rdb := newTestServer(t, tenantsConfig)
-	sessions, err := session.New(rdb, session.Options{KeyPrefix: "t:" + t.Name() + ":", TTL: time.Minute, MaxTurns: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.sessions = sessions
+	srv, _, _ := newTestServerWith(t, tenantsConfig, withSessions(t))
+	sessions := srv.sessions
 	alice := session.Owner{Tenant: "acme", User: "alice"}
 	if err := sessions.Append(context.Background(), alice, "s1", session.Turn{RequestID: "chat-1", Query: "private question"}); err != nil {
 		t.Fatal(err)
@@ -209,7 +207,7 @@ func TestSessionsBelongToTheirUser(t *testing.T) {
 func TestRequestsBelongToTheirSender(t *testing.T) {
 	srv, _, _ := newTestServer(t, tenantsConfig)
 	ctx := context.Background()
-	id := newRequestID()
+	id := door.NewRequestID()
 	if _, err := srv.events.Append(ctx, id, events.TypeAccepted, events.Accepted{RequestID: id, Tenant: "acme", User: "alice", KB: "docs"}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/pkg/httperr"
 )
 
 // textIntact reports whether a JSON body's text decodes as sent: its
@@ -60,9 +62,9 @@ func hex4(b []byte) (rune, bool) {
 
 // invalidUTF8 is the refusal of a body whose text is not intact, naming
 // the field at fault.
-func invalidUTF8(body []byte) *apiError {
+func invalidUTF8(body []byte) *httperr.Error {
 	field, param := badUTF8Field(body)
-	e := &apiError{Status: http.StatusBadRequest, Code: "bad_utf8", Param: param,
+	e := &httperr.Error{Status: http.StatusBadRequest, Code: "bad_utf8", Param: param,
 		Message: field + " is not valid UTF-8 text"}
 	if field == "" {
 		e.Message = "the request body is not valid UTF-8 text"

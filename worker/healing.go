@@ -16,6 +16,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/settings"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // NewScaler builds a pool's scaler from config; nil for kind none.
@@ -71,7 +73,7 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 		// Its actions refresh it before changing it; it needs no poller.
 		Policy:   policy.NewStore(r.Redis, cfg, r.Gate, r.Logger.With("component", "policy")),
 		Pools:    pools,
-		Notifier: workflows.SignalNotifier{Client: r.Temporal},
+		Notifier: signal.Notifier{Client: r.Temporal},
 		Metrics:  r.Metrics,
 		Backends: backend.Client{Timeout: cfg.Healing.MetricsTimeout},
 		Alerts:   alert.Webhook{URL: cfg.Healing.AlertWebhook, Timeout: cfg.Healing.AlertTimeout},
@@ -99,7 +101,7 @@ func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logg
 		logger.Info("healing disabled (healing.enabled); not starting the healer", "workflowID", id)
 		return nil
 	}
-	set := workflows.HealingSettingsFor(cfg)
+	set := settings.Healing(cfg)
 	run, err := c.SignalWithStartWorkflow(ctx, id, workflows.SignalSettings, set, client.StartWorkflowOptions{
 		ID:                    id,
 		TaskQueue:             cfg.Temporal.TaskQueue,

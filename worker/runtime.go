@@ -40,6 +40,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // Runtime is what a Sluice process needs, built once from config.
@@ -307,7 +308,7 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Redis:      r.Redis,
 		Events:     r.Events,
 		Gate:       r.Gate,
-		Notifier:   workflows.SignalNotifier{Client: r.Temporal},
+		Notifier:   signal.Notifier{Client: r.Temporal},
 		Waker:      r.Waker,
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},

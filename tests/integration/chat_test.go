@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 type stream struct {
@@ -472,7 +473,7 @@ func TestQueuedRequestIsAdmittedWhenAPermitIsReleased(t *testing.T) {
 	if err != nil || len(rel.Woken) != 1 || rel.Woken[0] != s.id {
 		t.Fatalf("release: %+v %v", rel, err)
 	}
-	if err := admission.Wake(ctx, stack.gate, workflows.SignalNotifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
+	if err := admission.Wake(ctx, stack.gate, signal.Notifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
 		t.Fatal(err)
 	}
 	evs := s.until(t, terminal)

@@ -16,7 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // With one permit and three tenants weighted 5:3:2 all backlogged, the
@@ -120,7 +120,7 @@ func TestFairOrderEndToEnd(t *testing.T) {
 	if err != nil || len(rel.Woken) != 1 {
 		t.Fatalf("release the holder: %+v %v", rel, err)
 	}
-	if err := admission.Wake(ctx, stack.gate, workflows.SignalNotifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
+	if err := admission.Wake(ctx, stack.gate, signal.Notifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
 		t.Fatal(err)
 	}
 	for seen := 0; seen < window; {

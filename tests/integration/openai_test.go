@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // openAIClient is the official client, unchanged, pointed at Sluice. No
@@ -195,7 +195,7 @@ func TestOpenAIRawStreamShowsQueueAsComments(t *testing.T) {
 				if err != nil || len(rel.Woken) != 1 || rel.Woken[0] != id {
 					t.Fatalf("release: %+v %v", rel, err)
 				}
-				if err := admission.Wake(ctx, stack.gate, workflows.SignalNotifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
+				if err := admission.Wake(ctx, stack.gate, signal.Notifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
 					t.Fatal(err)
 				}
 				released = true

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
@@ -28,6 +29,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/worker"
+	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // RunAPI runs a whole API process until ctx ends: the HTTP server, the
@@ -44,18 +47,28 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	live := policy.NewStore(rt.Redis, cfg, rt.Gate, logger.With("component", "policy"))
 	keyCache := keys.NewCache(keys.NewStore(rt.Redis, cfg.Redis.KeyPrefix),
 		keys.CacheOptions{TTL: cfg.Auth.KeyCacheTTL, Logger: logger.With("component", "keys")})
-	bans, err := newBans(rt, cfg)
-	if err != nil {
-		return err
-	}
-	if iphash.New([]byte(cfg.Privacy.IPHashKey)).UsesDevKey() {
+	addresses := iphash.New([]byte(cfg.Privacy.IPHashKey))
+	if addresses.UsesDevKey() {
 		logger.Warn("privacy.ip_hash_key is not set: client addresses in Redis keys, bans and logs are hashed with a public key, " +
 			"which anyone can reverse by hashing every IPv4 address; set it (the same on every instance) in production")
 	}
+	bans, err := newBans(rt, cfg, addresses)
+	if err != nil {
+		return err
+	}
+	gate, err := door.New(door.Options{
+		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub, Gate: rt.Gate,
+		Prompts: rt.Prompts, Policy: live, Settings: func(t config.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
+		Limiter: rt.Limiter, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
+		Logger: logger.With("component", "door"),
+	})
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(api.Options{
-		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub,
-		Gate: rt.Gate, Prompts: rt.Prompts, Limiter: rt.Limiter, Policy: live, KBs: rt.KBs, Ingester: rt.Ingester, Embeddings: rt.EmbedCache, Sessions: rt.Sessions, Metrics: rt.Metrics,
-		Keys: keyCache, Bans: bans, Tracer: rt.Tracer,
+		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Gate: rt.Gate, Prompts: rt.Prompts,
+		Policy: live, Door: gate, Addresses: addresses, KBs: rt.KBs, Ingester: rt.Ingester, Embeddings: rt.EmbedCache,
+		Sessions: rt.Sessions, Metrics: rt.Metrics, Keys: keyCache, Bans: bans, Tracer: rt.Tracer,
 		Logger: logger.With("component", "api"),
 	})
 	if err != nil {
@@ -86,13 +99,13 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 }
 
 // newBans is the abuse-ban guard of limits.ban; nil when it is off.
-func newBans(rt *worker.Runtime, cfg config.Config) (*ban.Guard, error) {
+func newBans(rt *worker.Runtime, cfg config.Config, addresses *iphash.Hasher) (*ban.Guard, error) {
 	b := cfg.Limits.Ban
 	if !b.Enabled {
 		return nil, nil
 	}
 	return ban.New(rt.Redis, ban.Options{KeyPrefix: cfg.Redis.KeyPrefix, Threshold: b.Threshold,
-		Window: b.Window, Duration: b.Duration, Exempt: b.ExemptPrefixes(), Addresses: iphash.New([]byte(cfg.Privacy.IPHashKey))})
+		Window: b.Window, Duration: b.Duration, Exempt: b.ExemptPrefixes(), Addresses: addresses})
 }
 
 // RunWorker runs a worker process until ctx ends, serving its metrics on

@@ -20,6 +20,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/settings"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // The waiters benchmark parks many chat workflows in one pool's queue on
@@ -148,7 +150,7 @@ func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
 	if err != nil {
 		return err
 	}
-	if err := admission.Wake(ctx, st.rt.Gate, workflows.SignalNotifier{Client: st.rt.Temporal}, heldPool, woken); err != nil {
+	if err := admission.Wake(ctx, st.rt.Gate, signal.Notifier{Client: st.rt.Temporal}, heldPool, woken); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-bench waiters: wake:", err)
 	}
 	w.prog.enter(phaseDrain, int64(w.n))
@@ -387,7 +389,7 @@ func (w *waitersScenario) memoryTable(r *report) {
 func startWaiter(ctx context.Context, st *stack, cfg config.Config, id string, i int, maxWait time.Duration) error {
 	// The standard tier's settings, but the bench's wait limit, no cap
 	// on a tenant's waiting requests and no search attributes.
-	settings := workflows.ChatSettingsFor(cfg, cfg.Limits.Tiers["standard"])
+	settings := settings.Chat(cfg, cfg.Limits.Tiers["standard"])
 	settings.MaxWait, settings.MaxPerTenant, settings.SearchAttributes = maxWait, 0, false
 	in := workflows.ChatInput{
 		RequestID: id, Tenant: fmt.Sprintf("bench-t%02d", i%50), User: fmt.Sprintf("bench-u%03d", i%500), Tier: "standard",

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // The wakeup benchmark measures how long a queued request waits after a
@@ -48,7 +49,7 @@ func (w *wakeupScenario) flags(fs *flag.FlagSet) {
 type wakeupScenario struct {
 	wakeupOptions
 	hc       *http.Client
-	notifier workflows.SignalNotifier
+	notifier signal.Notifier
 	rounds   []wakeTimes
 	// after is the pool once the rounds are over.
 	after admission.Stats
@@ -76,7 +77,7 @@ func (w *wakeupScenario) stacks() ([]stackOptions, error) {
 
 func (w *wakeupScenario) drive(ctx context.Context, st *stack) error {
 	w.hc = st.client(4)
-	w.notifier = workflows.SignalNotifier{Client: st.rt.Temporal}
+	w.notifier = signal.Notifier{Client: st.rt.Temporal}
 	w.prog.enter("hold-permits", -1)
 	held, err := w.hold(ctx, st)
 	if err != nil {
@@ -204,7 +205,7 @@ func (w *wakeupScenario) report(r *report) error {
 			written = append(written, t.written)
 		}
 	}
-	r.header(fmt.Sprintf("%d sequential wake-ups after %d warm-up: the short pool's %d permits held by fake holders, a chat request queued through the API (%v after its queue event), then one holder released as a finishing request does (Gate.Release + admission.Wake with workflows.SignalNotifier)",
+	r.header(fmt.Sprintf("%d sequential wake-ups after %d warm-up: the short pool's %d permits held by fake holders, a chat request queued through the API (%v after its queue event), then one holder released as a finishing request does (Gate.Release + admission.Wake with signal.Notifier)",
 		w.n, w.warmup, w.holders, w.settle))
 	r.table("from the release call to", "p50", "p90", "p99", "max")
 	row := func(what string, ds []time.Duration, f func(time.Duration) string) {

@@ -1,36 +1,37 @@
-package api
+package door
 
 import (
 	"context"
 	"fmt"
 	"net/http"
 
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 )
 
-// checkIngestQuota refuses a batch that would take the caller's tenant
+// CheckIngestQuota refuses a batch that would take the Caller's tenant
 // past its tier's ingestion quota (documents and stored bytes across its
 // own kbs). It runs while the batch holds an ingestion permit, so batches
 // racing past it are at most ingest.max_concurrent; and it counts the
 // batch by its text, which its chunks' overlap makes a little smaller
 // than what is stored.
-func (s *Server) checkIngestQuota(ctx context.Context, who caller, kb kbref.Ref, docs []ingest.Document) error {
-	tier, _ := s.policy.Current().Tier(who.Tier)
+func (d *Door) CheckIngestQuota(ctx context.Context, who Caller, kb kbref.Ref, docs []ingest.Document) error {
+	tier, _ := d.policy.Current().Tier(who.Tier)
 	quota := tier.IngestQuota
 	if quota.Documents == 0 && quota.Bytes == 0 {
 		return nil
 	}
-	used, err := s.tenantUsage(ctx, who.Tenant)
+	used, err := d.tenantUsage(ctx, who.Tenant)
 	if err != nil {
-		s.logger.Error("read the tenant's ingestion usage", "tenant", who.Tenant, "err", err)
-		return unavailable("could not check the ingestion quota; please retry")
+		d.logger.Error("read the tenant's ingestion usage", "tenant", who.Tenant, "err", err)
+		return httperr.Unavailable("could not check the ingestion quota; please retry")
 	}
-	added, err := s.newDocuments(ctx, kb, docs)
+	added, err := d.newDocuments(ctx, kb, docs)
 	if err != nil {
-		s.logger.Error("read the kb's documents", "kb", kb, "err", err)
-		return unavailable("could not check the ingestion quota; please retry")
+		d.logger.Error("read the kb's documents", "kb", kb, "err", err)
+		return httperr.Unavailable("could not check the ingestion quota; please retry")
 	}
 	var bytes int64
 	for _, d := range docs {
@@ -45,20 +46,20 @@ func (s *Server) checkIngestQuota(ctx context.Context, who caller, kb kbref.Ref,
 	return nil
 }
 
-func quotaExceeded(detail string) *apiError {
-	return &apiError{Status: http.StatusForbidden, Code: "ingest_quota_exceeded",
+func quotaExceeded(detail string) *httperr.Error {
+	return &httperr.Error{Status: http.StatusForbidden, Code: "ingest_quota_exceeded",
 		Message: "Your organisation's knowledge bases are full: " + detail + ". Delete documents or ask for a larger plan."}
 }
 
 // tenantUsage adds up what the tenant's own kbs store.
-func (s *Server) tenantUsage(ctx context.Context, tenant string) (kbstore.Usage, error) {
-	names, err := s.kbStore.KBs(ctx, tenant)
+func (d *Door) tenantUsage(ctx context.Context, tenant string) (kbstore.Usage, error) {
+	names, err := d.kbStore.KBs(ctx, tenant)
 	if err != nil {
 		return kbstore.Usage{}, err
 	}
 	var total kbstore.Usage
 	for _, name := range names {
-		u, err := s.kbStore.Usage(ctx, kbref.Ref{Tenant: tenant, Name: name}.Key())
+		u, err := d.kbStore.Usage(ctx, kbref.Ref{Tenant: tenant, Name: name}.Key())
 		if err != nil {
 			return kbstore.Usage{}, err
 		}
@@ -70,12 +71,12 @@ func (s *Server) tenantUsage(ctx context.Context, tenant string) (kbstore.Usage,
 
 // newDocuments counts the batch's documents kb does not hold yet: a new
 // revision of a stored document takes no more of the quota's count.
-func (s *Server) newDocuments(ctx context.Context, kb kbref.Ref, docs []ingest.Document) (int64, error) {
+func (d *Door) newDocuments(ctx context.Context, kb kbref.Ref, docs []ingest.Document) (int64, error) {
 	ids := make([]string, len(docs))
 	for i, d := range docs {
 		ids[i] = d.ID
 	}
-	revs, err := s.kbStore.Revs(ctx, kb.Key(), ids)
+	revs, err := d.kbStore.Revs(ctx, kb.Key(), ids)
 	if err != nil {
 		return 0, err
 	}

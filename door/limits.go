@@ -1,4 +1,4 @@
-package api
+package door
 
 import (
 	"context"
@@ -7,17 +7,17 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
-	"github.com/labstack/echo/v4"
-
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
-// ratesOf converts a tier's configured rates to the limiter's.
-func ratesOf(t config.Tier) limiter.Policy {
+// RatesOf converts a tier's configured rates to the limiter'd.
+func RatesOf(t config.Tier) limiter.Policy {
 	conv := func(r config.Rate) limiter.Rate {
 		return limiter.Rate{TokensPerMinute: r.TokensPerMinute, TokenBurst: r.TokenBurst,
 			RequestsPerMinute: r.RequestsPerMinute, RequestBurst: r.RequestBurst}
@@ -26,45 +26,44 @@ func ratesOf(t config.Tier) limiter.Policy {
 }
 
 // reserve charges a request's estimated cost to every bucket of its
-// caller before anything starts, and returns the reservation that gives
+// Caller before anything starts, and returns the reservation that gives
 // back what the request does not use. It sets the rate-limit headers
 // either way and returns a 429 or 413 when the request may not pass.
-func (s *Server) reserve(ctx context.Context, c echo.Context, id string, who caller, tier config.Tier, enabled bool, cost int) (string, error) {
-	if !enabled || s.limiter == nil {
+func (d *Door) reserve(ctx context.Context, header http.Header, id string, who Caller, tier config.Tier, enabled bool, cost int) (string, error) {
+	if !enabled || d.limiter == nil {
 		return "", nil
 	}
-	buckets := ratesOf(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: s.addresses.Of(c.RealIP())}, float64(cost))
-	d, err := s.limiter.Reserve(ctx, id, buckets)
+	buckets := RatesOf(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: d.addresses.Of(who.IP)}, float64(cost))
+	dec, err := d.limiter.Reserve(ctx, id, buckets)
 	if err != nil {
-		s.logger.Error("reserve rate limits", "requestID", id, "err", err)
+		d.logger.Error("reserve rate limits", "requestID", id, "err", err)
 		// The script may have charged before the reply was lost; the
 		// request will not run, so give back whatever it took. In the
 		// background: Redis just failed this call, and a first refund
 		// attempt here would hold the client's 503 up by another
 		// redis.request_timeout.
-		go s.refundAll(ctx, id, d.Reservation)
-		return "", unavailable("rate limiter unavailable")
+		go d.refundAll(ctx, id, dec.Reservation)
+		return "", httperr.Unavailable("rate limiter unavailable")
 	}
-	setRateHeaders(c.Response().Header(), buckets, d)
-	if d.Status == limiter.Allowed {
-		s.metrics.RateLimit("all", true)
+	setRateHeaders(header, buckets, dec)
+	if dec.Status == limiter.Allowed {
+		d.metrics.RateLimit("all", true)
 	} else {
-		s.metrics.RateLimit(d.Bucket.Dimension, false)
+		d.metrics.RateLimit(dec.Bucket.Dimension, false)
 	}
-	switch d.Status {
+	switch dec.Status {
 	case limiter.TooLarge:
-		b := d.Bucket
-		return "", &apiError{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large", Dimension: b.Dimension, Kind: string(b.Kind),
+		b := dec.Bucket
+		return "", &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large", Dimension: b.Dimension, Kind: string(b.Kind),
 			Message: fmt.Sprintf("this request needs %d %s but the %s limit never holds more than %.0f; lower max_tokens or shorten the query",
 				cost, b.Kind, b.Dimension, b.Capacity)}
 	case limiter.Limited:
-		b := d.Bucket
-		retry := int(math.Ceil(d.RetryAfter.Seconds()))
-		return "", &apiError{Status: http.StatusTooManyRequests, Code: request.ReasonRateLimited, Dimension: b.Dimension, Kind: string(b.Kind),
-			RetryAfter: max(retry, 1),
-			Message:    fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, max(retry, 1))}
+		b := dec.Bucket
+		retry := httperr.RetryAfterSeconds(dec.RetryAfter)
+		return "", &httperr.Error{Status: http.StatusTooManyRequests, Code: request.ReasonRateLimited, Dimension: b.Dimension, Kind: string(b.Kind),
+			RetryAfter: retry, Message: fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, retry)}
 	}
-	return d.Reservation, nil
+	return dec.Reservation, nil
 }
 
 // setRateHeaders reports, per kind, the most constraining bucket: the one
@@ -99,16 +98,16 @@ func formatReset(d time.Duration) string {
 // started. It does not hold up the client's answer: with Redis stalled or
 // gone, the refund is retried in the background until it is written or
 // the reservation has expired by itself (refunds are idempotent).
-func (s *Server) refundAll(ctx context.Context, id, reservation string) {
-	if s.limiter == nil || reservation == "" {
+func (d *Door) refundAll(ctx context.Context, id, reservation string) {
+	if d.limiter == nil || reservation == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.refundPatience())
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.refundPatience())
 	refund := func(ctx context.Context) error {
-		_, err := s.limiter.Refund(ctx, reservation, 0, 0)
+		_, err := d.limiter.Refund(ctx, reservation, 0, 0)
 		return err
 	}
-	first, stop := context.WithTimeout(ctx, s.cfg.Redis.RequestTimeout)
+	first, stop := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
 	err := refund(first)
 	stop()
 	if err == nil {
@@ -118,14 +117,14 @@ func (s *Server) refundAll(ctx context.Context, id, reservation string) {
 	go func() {
 		defer cancel()
 		if err := retry(ctx, func() error { return refund(ctx) }); err != nil {
-			s.logger.Warn("refund rate limits: gave up; the charge refills with its bucket", "requestID", id, "err", err)
+			d.logger.Warn("refund rate limits: gave up; the charge refills with its bucket", "requestID", id, "err", err)
 		}
 	}()
 }
 
 // refundPatience is how long a refund is retried: as long as its
 // reservation lives.
-func (s *Server) refundPatience() time.Duration { return s.cfg.Admission.MaxWait + 10*time.Minute }
+func (d *Door) refundPatience() time.Duration { return d.cfg.Admission.MaxWait + 10*time.Minute }
 
 // retry calls f until it succeeds or ctx ends, backing off from 100 ms to
 // 5 s between calls.
@@ -144,3 +143,33 @@ func retry(ctx context.Context, f func() error) error {
 		wait = min(2*wait, 5*time.Second)
 	}
 }
+
+// Charge is what a request outside the chat path (an embeddings call)
+// was charged to its caller's token buckets.
+type Charge struct {
+	// ID names the request in logs and in its reservation.
+	ID          string
+	reservation string
+}
+
+// ChargeTokens charges tokens to the caller's buckets, as Admit charges a
+// chat request, and writes the rate-limit headers into header: 429 or 413
+// when the request may not pass. Refund gives the charge back when
+// nothing was served.
+func (d *Door) ChargeTokens(ctx context.Context, header http.Header, who Caller, tokens int) (Charge, error) {
+	live := d.policy.Current()
+	tier, _ := live.Tier(who.Tier)
+	ch := Charge{ID: "emb-" + strings.TrimPrefix(NewRequestID(), "chat-")}
+	cost := 0
+	if live.Limits.Enabled && RatesOf(tier).CountsTokens() {
+		cost = tokens
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
+	defer cancel()
+	var err error
+	ch.reservation, err = d.reserve(ctx, header, ch.ID, who, tier, live.Limits.Enabled, cost)
+	return ch, err
+}
+
+// Refund gives a whole charge back.
+func (d *Door) Refund(ctx context.Context, ch Charge) { d.refundAll(ctx, ch.ID, ch.reservation) }

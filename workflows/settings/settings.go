@@ -1,15 +1,21 @@
-package workflows
+// Package settings turns the configuration into the settings Sluice's
+// workflows run with: copied into a workflow's input (or its healing
+// state) when it starts, so that a later config change never alters a
+// running request. It lives apart from package workflows, which holds only
+// what runs inside a workflow.
+package settings
 
 import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/workflows"
 )
 
-// ChatSettingsFor is what a request of tier runs with under cfg: copied
+// Chat is what a request of tier runs with under cfg: copied
 // into its workflow input, so that a later config change never alters it.
-func ChatSettingsFor(cfg config.Config, tier config.Tier) ChatSettings {
+func Chat(cfg config.Config, tier config.Tier) workflows.ChatSettings {
 	maxWait := cfg.Admission.MaxWait
 	var byPool map[string]time.Duration
 	if tier.MaxWait > 0 {
@@ -25,7 +31,7 @@ func ChatSettingsFor(cfg config.Config, tier config.Tier) ChatSettings {
 			}
 		}
 	}
-	return ChatSettings{
+	return workflows.ChatSettings{
 		MaxWait:            maxWait,
 		MaxWaitByPool:      byPool,
 		RecheckInterval:    cfg.Admission.RecheckInterval,
@@ -46,11 +52,11 @@ func ChatSettingsFor(cfg config.Config, tier config.Tier) ChatSettings {
 	}
 }
 
-// HealingSettingsFor is the healing workflow's settings from config, pools
+// Healing is the healing workflow's settings from config, pools
 // short then long.
-func HealingSettingsFor(cfg config.Config) HealingSettings {
+func Healing(cfg config.Config) workflows.HealingSettings {
 	h := cfg.Healing
-	s := HealingSettings{
+	s := workflows.HealingSettings{
 		Interval: h.Interval, Window: h.Window, Stage: h.Stage,
 		WarnRatio: h.WarnRatio, CriticalRatio: h.CriticalRatio, WarnKVCache: h.WarnKVCache,
 		CriticalQueueDepth: h.CriticalQueueDepth, CriticalTimeoutRate: h.CriticalTimeoutRate,
@@ -61,7 +67,7 @@ func HealingSettingsFor(cfg config.Config) HealingSettings {
 	pools := cfg.Pools.ByName()
 	for _, name := range request.Pools() {
 		p := pools[name]
-		b := PoolBounds{
+		b := workflows.PoolBounds{
 			Pool: name, BasePermits: p.MaxConcurrency, MinPermits: p.Healing.MinPermits,
 			BaseBatch: p.Healing.BaseBatch, BaseReplicas: p.Scaler.BaseReplicas,
 		}

@@ -1,4 +1,4 @@
-package api
+package door
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/waitroom"
-	"github.com/sluice-dev/sluice/workflows"
 )
 
 // startWhenAdmitted waits in the door's waiting room while the client
@@ -24,46 +23,46 @@ import (
 // workflow to resume), and one whose stop flag was raised (DELETE, on any
 // instance) is cancelled; either way it ends with a terminal event and
 // its charge is given back.
-func (s *Server) startWhenAdmitted(ctx context.Context, d door, req chatRequest, w *waitroom.Waiter) {
+func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w *waitroom.Waiter) {
 	defer w.Leave()
-	maxWait := s.maxWait(d)
-	deadline := time.NewTimer(maxWait - time.Since(d.arrived))
+	maxWait := d.maxWait(a)
+	deadline := time.NewTimer(maxWait - time.Since(a.arrived))
 	defer deadline.Stop()
-	poll := time.NewTicker(s.cfg.API.QueuePollInterval)
+	poll := time.NewTicker(d.cfg.API.QueuePollInterval)
 	defer poll.Stop()
 	reported := 0
 	for {
-		reported = s.reportDoorPosition(ctx, d, w, reported)
+		reported = d.reportDoorPosition(ctx, a, w, reported)
 		select {
 		case <-w.Admitted():
 			if ctx.Err() != nil {
-				s.endAtDoor(ctx, d, req, s.leftFailure())
+				d.endAtDoor(ctx, a, req, d.leftFailure())
 				return
 			}
-			waited := time.Since(d.arrived)
-			if maxWait-waited < s.queueWait(ctx, d.pool) {
+			waited := time.Since(a.arrived)
+			if maxWait-waited < d.queueWait(ctx, a.pool) {
 				// Too little of its wait is left to reach a permit through
 				// the pool's queue: a workflow started now would only time
 				// out there, spending Temporal what served requests need.
-				s.endAtDoor(ctx, d, req, s.timeoutFailure(d))
+				d.endAtDoor(ctx, a, req, d.timeoutFailure(a))
 				return
 			}
-			err := s.startChat(context.WithoutCancel(ctx), d, req, waited)
-			s.started(w, d, err)
+			err := d.startChat(context.WithoutCancel(ctx), a, req, waited)
+			d.started(w, a, err)
 			if err != nil {
-				s.logger.Error("start chat workflow after waiting at the door", "requestID", d.id, "err", err)
-				s.endAtDoor(ctx, d, req, startFailure)
+				d.logger.Error("start chat workflow after waiting at the door", "requestID", a.id, "err", err)
+				d.endAtDoor(ctx, a, req, startFailure)
 			}
 			return
 		case <-deadline.C:
-			s.endAtDoor(ctx, d, req, s.timeoutFailure(d))
+			d.endAtDoor(ctx, a, req, d.timeoutFailure(a))
 			return
 		case <-ctx.Done():
-			s.endAtDoor(ctx, d, req, s.leftFailure())
+			d.endAtDoor(ctx, a, req, d.leftFailure())
 			return
 		case <-poll.C:
-			if stopped, _ := s.events.Stopped(ctx, d.id); stopped {
-				s.endAtDoor(ctx, d, req, events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (client_request)."})
+			if stopped, _ := d.events.Stopped(ctx, a.id); stopped {
+				d.endAtDoor(ctx, a, req, events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (client_request)."})
 				return
 			}
 		}
@@ -83,7 +82,7 @@ const startPoll = 10 * time.Millisecond
 
 // started gives back a request's start slot once its start returned, and
 // counts it as starting until it has reached its pool.
-func (s *Server) started(w *waitroom.Waiter, d door, err error) {
+func (d *Door) started(w *waitroom.Waiter, a arrival, err error) {
 	if err != nil {
 		w.Leave()
 		return
@@ -103,7 +102,7 @@ func (s *Server) started(w *waitroom.Waiter, d door, err error) {
 				return
 			case <-tick.C:
 			}
-			if ok, err := s.gate.Reached(ctx, d.pool, d.id); ok || err != nil {
+			if ok, err := d.gate.Reached(ctx, a.pool, a.id); ok || err != nil {
 				return
 			}
 		}
@@ -113,8 +112,8 @@ func (s *Server) started(w *waitroom.Waiter, d door, err error) {
 
 // queueWait is the expected wait of a request joining pool's queue now,
 // at its tail.
-func (s *Server) queueWait(ctx context.Context, pool string) time.Duration {
-	st, err := s.poolStats(ctx, pool)
+func (d *Door) queueWait(ctx context.Context, pool string) time.Duration {
+	st, err := d.poolStats(ctx, pool)
 	if err != nil {
 		return 0
 	}
@@ -123,9 +122,9 @@ func (s *Server) queueWait(ctx context.Context, pool string) time.Duration {
 
 // maxWait is the request's whole wait for a permit, the door's share
 // included: its tier's, else its pool's, else admission.max_wait.
-func (s *Server) maxWait(d door) time.Duration {
-	set := workflows.ChatSettingsFor(s.cfg, d.tier)
-	if w, ok := set.MaxWaitByPool[d.pool]; ok {
+func (d *Door) maxWait(a arrival) time.Duration {
+	set := d.settings(a.tier)
+	if w, ok := set.MaxWaitByPool[a.pool]; ok {
 		return w
 	}
 	return set.MaxWait
@@ -133,10 +132,10 @@ func (s *Server) maxWait(d door) time.Duration {
 
 // timeoutFailure is the rejection of a request whose max wait ran out at
 // the door; it may come back after the queue ahead of it has drained.
-func (s *Server) timeoutFailure(d door) events.Failure {
+func (d *Door) timeoutFailure(a arrival) events.Failure {
 	retry := time.Second
-	if st, err := s.poolStats(context.Background(), d.pool); err == nil {
-		retry = max(retry, admission.EstimateWait(st.Waiting+s.room.Stats().Waiting, st.Limit, st.MeanHold))
+	if st, err := d.poolStats(context.Background(), a.pool); err == nil {
+		retry = max(retry, admission.EstimateWait(st.Waiting+d.room.Stats().Waiting, st.Limit, st.MeanHold))
 	}
 	return events.Failure{
 		Reason: request.ReasonQueueTimeout, RetryAfterS: int(math.Ceil(retry.Seconds())),
@@ -146,8 +145,8 @@ func (s *Server) timeoutFailure(d door) events.Failure {
 
 // leftFailure ends a request that left the waiting room before its turn:
 // its client went away, or this process is shutting down.
-func (s *Server) leftFailure() events.Failure {
-	if s.draining.Load() {
+func (d *Door) leftFailure() events.Failure {
+	if d.draining.Load() {
 		return events.Failure{Reason: request.ReasonBusy, RetryAfterS: 1,
 			Message: "The service is restarting and your request had not started. Please retry."}
 	}
@@ -156,9 +155,9 @@ func (s *Server) leftFailure() events.Failure {
 
 // endAtDoor ends a request that never started: its charge back, the
 // refusal counted and recorded in its session, and its terminal event.
-func (s *Server) endAtDoor(ctx context.Context, d door, req chatRequest, f events.Failure) {
+func (d *Door) endAtDoor(ctx context.Context, a arrival, req Request, f events.Failure) {
 	ctx = context.WithoutCancel(ctx)
-	s.refundAll(ctx, d.id, d.reservation)
+	d.refundAll(ctx, a.id, a.reservation)
 	typ, outcome := events.TypeRejected, request.OutcomeRejected
 	if f.Reason == request.ReasonCancelled || f.Reason == request.ReasonUnavailable {
 		typ, outcome = events.TypeError, request.OutcomeFailed
@@ -167,17 +166,17 @@ func (s *Server) endAtDoor(ctx context.Context, d door, req chatRequest, f event
 		}
 	}
 	if outcome == request.OutcomeRejected {
-		s.recordRefusal(ctx, d.who, req, d.id, f.Reason)
+		d.recordRefusal(ctx, a.who, req, a.id, f.Reason)
 	}
-	s.metrics.Refused(metrics.OutcomeOf(outcome, f.Reason))
+	d.metrics.Refused(metrics.OutcomeOf(outcome, f.Reason))
 	// Its one log line: it ended here, and no workflow will write another.
 	request.Finished{
-		RequestID: d.id, Tenant: d.who.Tenant, Route: d.pool, Outcome: outcome, Reason: f.Reason,
-		Stages:  []request.StageTime{{Stage: request.StageAdmission, Ms: time.Since(d.arrived).Milliseconds()}},
+		RequestID: a.id, Tenant: a.who.Tenant, Route: a.pool, Outcome: outcome, Reason: f.Reason,
+		Stages:  []request.StageTime{{Stage: request.StageAdmission, Ms: time.Since(a.arrived).Milliseconds()}},
 		TraceID: tracing.TraceID(ctx),
-	}.Log(ctx, s.logger)
-	if err := s.appendDoorEnd(ctx, d.id, typ, f); err != nil {
-		s.logger.Error("write the terminal event of a request that never started", "requestID", d.id, "err", err)
+	}.Log(ctx, d.logger)
+	if err := d.appendDoorEnd(ctx, a.id, typ, f); err != nil {
+		d.logger.Error("write the terminal event of a request that never started", "requestID", a.id, "err", err)
 	}
 }
 
@@ -190,11 +189,11 @@ const doorEndRetry = 30 * time.Second
 // appendDoorEnd writes a request's terminal event, trying again while
 // Redis is unreachable (AppendFinal writes one end only, so a retry of
 // a write that did land is harmless).
-func (s *Server) appendDoorEnd(ctx context.Context, id, typ string, f events.Failure) error {
+func (d *Door) appendDoorEnd(ctx context.Context, id, typ string, f events.Failure) error {
 	ctx, cancel := context.WithTimeout(ctx, doorEndRetry)
 	defer cancel()
 	return retry(ctx, func() error {
-		_, _, err := s.events.AppendFinal(ctx, id, typ, f)
+		_, _, err := d.events.AppendFinal(ctx, id, typ, f)
 		return err
 	})
 }
@@ -202,12 +201,12 @@ func (s *Server) appendDoorEnd(ctx context.Context, id, typ string, f events.Fai
 // reportDoorPosition writes a queue event when the request's place
 // changed: its place in the waiting room behind the pool's admission
 // queue. It returns the place reported.
-func (s *Server) reportDoorPosition(ctx context.Context, d door, w *waitroom.Waiter, reported int) int {
+func (d *Door) reportDoorPosition(ctx context.Context, a arrival, w *waitroom.Waiter, reported int) int {
 	pos := w.Position()
 	if pos == 0 {
 		return reported
 	}
-	st, err := s.poolStats(ctx, d.pool)
+	st, err := d.poolStats(ctx, a.pool)
 	if err != nil {
 		return reported
 	}
@@ -215,9 +214,9 @@ func (s *Server) reportDoorPosition(ctx context.Context, d door, w *waitroom.Wai
 	if pos == reported {
 		return reported
 	}
-	q := events.Queue{Position: pos, EstimatedWaitMs: admission.EstimateWait(pos, st.Limit, st.MeanHold).Milliseconds(), Pool: d.pool}
-	if _, err := s.events.Append(ctx, d.id, events.TypeQueue, q); err != nil {
-		s.logger.Warn("write queue event", "requestID", d.id, "err", err)
+	q := events.Queue{Position: pos, EstimatedWaitMs: admission.EstimateWait(pos, st.Limit, st.MeanHold).Milliseconds(), Pool: a.pool}
+	if _, err := d.events.Append(ctx, a.id, events.TypeQueue, q); err != nil {
+		d.logger.Warn("write queue event", "requestID", a.id, "err", err)
 		return reported
 	}
 	return pos
@@ -226,8 +225,8 @@ func (s *Server) reportDoorPosition(ctx context.Context, d door, w *waitroom.Wai
 // canTake reports whether pool's admission queue, holding depth requests
 // with starting more on their way, is short enough for one more: fewer
 // than api.queue_per_permit requests per permit.
-func (s *Server) canTake(live *policy.Policy, pool string, depth, starting int) bool {
-	per := s.cfg.API.QueuePerPermit
+func (d *Door) canTake(live *policy.Policy, pool string, depth, starting int) bool {
+	per := d.cfg.API.QueuePerPermit
 	if per == 0 {
 		return true
 	}
@@ -238,15 +237,15 @@ func (s *Server) canTake(live *policy.Policy, pool string, depth, starting int) 
 // poolReady is the waiting room's Ready: it reads the pool's backlog, the
 // queue less the entries parked behind their tenant's concurrency cap (a
 // free permit would not admit those, so they must not hold others here).
-func (s *Server) poolReady(ctx context.Context, pool string, starting int) (bool, error) {
-	if s.cfg.API.QueuePerPermit == 0 {
+func (d *Door) poolReady(ctx context.Context, pool string, starting int) (bool, error) {
+	if d.cfg.API.QueuePerPermit == 0 {
 		return true, nil
 	}
-	backlog, err := s.gate.Backlog(ctx, pool)
+	backlog, err := d.gate.Backlog(ctx, pool)
 	if err != nil {
 		return false, err
 	}
-	return s.canTake(s.policy.Current(), pool, backlog, starting), nil
+	return d.canTake(d.policy.Current(), pool, backlog, starting), nil
 }
 
 // poolStatsTTL is how long a pool's stats are reused for the positions
@@ -266,15 +265,15 @@ type cachedStats struct {
 }
 
 // poolStats reads pool's stats, at most once per poolStatsTTL.
-func (s *Server) poolStats(ctx context.Context, pool string) (admission.Stats, error) {
-	c := &s.stats
+func (d *Door) poolStats(ctx context.Context, pool string) (admission.Stats, error) {
+	c := &d.stats
 	c.mu.Lock()
 	if e, ok := c.pools[pool]; ok && time.Since(e.at) < poolStatsTTL {
 		c.mu.Unlock()
 		return e.stats, nil
 	}
 	c.mu.Unlock()
-	st, err := s.gate.Stats(ctx, pool)
+	st, err := d.gate.Stats(ctx, pool)
 	if err != nil {
 		return st, err
 	}

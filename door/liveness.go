@@ -1,4 +1,4 @@
-package api
+package door
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // livenessInterval is how often the process looks for followed requests
@@ -261,7 +262,7 @@ func (l *liveness) end(ctx context.Context, id string, status enums.WorkflowExec
 	for _, pool := range l.gate.Pools() {
 		rel, err := l.gate.Release(ctx, pool, id)
 		if err == nil {
-			err = admission.Wake(ctx, l.gate, workflows.SignalNotifier{Client: l.temporal}, pool, rel.Woken)
+			err = admission.Wake(ctx, l.gate, signal.Notifier{Client: l.temporal}, pool, rel.Woken)
 		}
 		if err != nil && ctx.Err() == nil {
 			l.logger.Warn("give back the place of a request whose workflow is gone", "requestID", id, "pool", pool, "err", err)

@@ -1,4 +1,4 @@
-package api
+package door
 
 import (
 	"encoding/json"

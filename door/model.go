@@ -1,0 +1,86 @@
+package door
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/openai"
+)
+
+// RAGModel is the model alias that asks for an answer from a knowledge
+// base: "sluice-rag" from the default kb, "sluice-rag/<kb>" from kb. Any
+// other model is a backend model, answered in gateway mode unless the
+// request names a kb (the kb field or X-Sluice-KB).
+const RAGModel = "sluice-rag"
+
+// MediaPartTokens is what a content part that is not text (an image, a
+// sound, a file) is counted as at the door, where only text is counted.
+// The backend's usage says what it really took; this only routes the
+// request and sizes its reservation, so it errs high: an image in a
+// LLaVA-style model takes 576 to a few thousand tokens.
+const MediaPartTokens = 1024
+
+// checkConversation counts an OpenAI request's prompt and checks that
+// some pool can take it: its model, its size and what it asks for.
+func (d *Door) checkConversation(req *Request) error {
+	req.promptTokens = d.prompts.Count(req.Conversation) + req.MediaParts*MediaPartTokens
+	if req.Sampling != nil && len(req.Sampling.Tools) > 0 {
+		// Tool definitions are part of the prompt the model reads.
+		raw, _ := json.Marshal(req.Sampling.Tools)
+		req.promptTokens += d.prompts.QueryTokens(string(raw))
+	}
+	if req.Model == "" {
+		return nil
+	}
+	for _, p := range d.cfg.Pools.ByName() {
+		if p.Model == req.Model {
+			return nil
+		}
+	}
+	return &httperr.Error{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
+		Message: fmt.Sprintf("the model %q is not served here; GET /v1/models lists the models, and %q answers from a knowledge base", req.Model, RAGModel)}
+}
+
+// poolFor is the pool that answers req: the one its length routes it to,
+// unless the model it names is served only by the other, which it must
+// then fit. What the pool's backend cannot do is refused.
+func (d *Door) poolFor(routed string, req *Request) (string, error) {
+	pools := d.cfg.Pools.ByName()
+	pool := routed
+	if req.Model != "" && pools[routed].Model != req.Model {
+		for name, p := range pools {
+			if p.Model == req.Model {
+				pool = name
+			}
+		}
+		if bound := d.promptBound(req); bound > pools[pool].MaxPromptTokens {
+			return "", &httperr.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
+				Message: fmt.Sprintf("this model's maximum context length is %d tokens; the messages take up to %d", pools[pool].MaxPromptTokens, bound)}
+		}
+	}
+	unsupported := pools[pool].Unsupported
+	asked := append([]string(nil), req.PartTypes...)
+	if req.Sampling != nil {
+		asked = append(asked, req.Sampling.Set()...)
+	}
+	if req.Choices > 1 {
+		asked = append(asked, openai.ParamN)
+	}
+	for _, a := range asked {
+		if slices.Contains(unsupported, a) {
+			return "", badParam(a, "unsupported_parameter", "%s is not supported by the model %q", a, pools[pool].Model)
+		}
+	}
+	return pool, nil
+}
+
+// badParam is a 400 that names the request field at fault, for
+// OpenAI-shaped errors.
+func badParam(param, code, format string, args ...any) *httperr.Error {
+	e := httperr.BadRequest(code, format, args...)
+	e.Param = param
+	return e
+}

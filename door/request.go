@@ -1,0 +1,167 @@
+package door
+
+import (
+	"crypto/rand"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/openai"
+)
+
+// Request is the body of POST /v1/chat.
+type Request struct {
+	Query     string `json:"query"`
+	KB        string `json:"kb"`
+	SessionID string `json:"session_id"`
+	MaxTokens *int   `json:"max_tokens"`
+
+	// kbTenant owns KB, "" for a shared kb (see Server.resolveChatKB).
+	kbTenant string
+
+	// queryTokens is the query's token count once counted (see
+	// Server.queryTokens); 0 until then.
+	queryTokens int
+	counted     bool
+
+	// What only the OpenAI endpoint sets (see workflows.ChatInput):
+	// the client's conversation, sent whole; gateway, no knowledge base;
+	// sampling, forwarded. Model is the backend model the client named
+	// ("" when it asked for a kb by alias: any pool answers).
+	Conversation []openai.Message `json:"-"`
+	Gateway      bool             `json:"-"`
+	Sampling     *openai.Sampling `json:"-"`
+	Model        string           `json:"-"`
+	// MediaParts and PartTypes are the conversation's parts that are not
+	// text (the door counts the prompt's tokens, estimating media).
+	MediaParts int      `json:"-"`
+	PartTypes  []string `json:"-"`
+	// Choices is how many answers an OpenAI client asked for (n); 0 on
+	// Sluice's own API, which answers once.
+	Choices int `json:"-"`
+
+	// Fingerprint is what a retry's body is compared by (Fingerprint);
+	// IdempotencyKey is the client's Idempotency-Key header, "" if none,
+	// and LastEventID where a replay of it resumes.
+	Fingerprint    string `json:"-"`
+	IdempotencyKey string `json:"-"`
+	LastEventID    string `json:"-"`
+
+	// promptTokens counts the conversation (text, media parts estimated,
+	// tool definitions).
+	promptTokens int
+	// pool is the pool the door routed the request to.
+	pool string
+}
+
+// cacheable reports whether the answer to req depends only on its kb,
+// query and max tokens, the answer cache's key: not on a conversation,
+// a session or generation parameters.
+func (req *Request) cacheable() bool {
+	if req.SessionID != "" || req.Gateway || req.Sampling != nil || req.Choices > 1 {
+		return false
+	}
+	return req.Conversation == nil || (len(req.Conversation) == 1 && req.MediaParts == 0)
+}
+
+var sessionIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// ValidSessionID reports whether id can name a session.
+func ValidSessionID(id string) bool { return sessionIDPattern.MatchString(id) }
+
+// Validate normalises and checks a chat request.
+func (d *Door) Validate(req *Request) error {
+	if err := d.validateMaxTokens(req); err != nil {
+		return err
+	}
+	if req.Conversation != nil {
+		if err := d.checkConversation(req); err != nil {
+			return err
+		}
+		if req.Gateway {
+			return d.fitsLongPool(req.promptTokens, true)
+		}
+	}
+	req.Query = strings.TrimSpace(req.Query)
+	if req.Query == "" {
+		return httperr.BadRequest("empty_query", "query must not be empty")
+	}
+	if !utf8.ValidString(req.Query) {
+		return httperr.BadRequest("bad_query", "query must be valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(req.Query); n > d.cfg.API.MaxQueryChars {
+		return &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
+			Message: fmt.Sprintf("query has %d characters; the limit is %d", n, d.cfg.API.MaxQueryChars)}
+	}
+	if req.KB == "" {
+		req.KB = d.cfg.Retrieval.DefaultKB
+	}
+	if req.SessionID != "" && !sessionIDPattern.MatchString(req.SessionID) {
+		return httperr.BadRequest("bad_session_id", "session_id must be 1-128 characters of letters, digits and ._:-")
+	}
+	if req.Conversation != nil {
+		// The conversation, the query in it, must fit the long pool
+		// with the system prompt, whatever context is shed.
+		return d.fitsLongPool(d.prompts.BoundForQueryTokens(req.promptTokens, 0, 0), true)
+	}
+	// The query alone must fit the long pool, whatever context is shed.
+	// A token is at least one byte, so a query of few bytes cannot be too
+	// long and is not counted here (a tiktoken encode is most of what a
+	// refused request costs).
+	if d.prompts.BoundForQueryTokens(len(req.Query), 0, 0) <= d.cfg.Pools.Long.MaxPromptTokens {
+		return nil
+	}
+	return d.fitsLongPool(d.prompts.BoundForQueryTokens(d.queryTokens(req), 0, 0), false)
+}
+
+// validateMaxTokens defaults and checks the answer's cap.
+func (d *Door) validateMaxTokens(req *Request) error {
+	if req.MaxTokens == nil {
+		n := d.cfg.API.DefaultMaxTokens
+		req.MaxTokens = &n
+	}
+	if *req.MaxTokens < 1 || *req.MaxTokens > d.cfg.API.MaxTokensLimit {
+		return httperr.BadRequest("bad_max_tokens", "max_tokens must be between 1 and %d", d.cfg.API.MaxTokensLimit)
+	}
+	return nil
+}
+
+// fitsLongPool refuses a prompt of tokens that not even the long pool
+// takes: a query, or an OpenAI client's conversation, refused as OpenAI
+// refuses one too long for its model.
+func (d *Door) fitsLongPool(tokens int, conversation bool) error {
+	limit := d.cfg.Pools.Long.MaxPromptTokens
+	switch {
+	case tokens <= limit:
+		return nil
+	case conversation:
+		return &httperr.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
+			Message: fmt.Sprintf("the largest prompt any model here takes is %d tokens; the messages need %d", limit, tokens)}
+	}
+	return &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
+		Message: fmt.Sprintf("the query needs %d prompt tokens; the limit is %d", tokens, limit)}
+}
+
+// queryTokens counts the query's tokens once per request.
+func (d *Door) queryTokens(req *Request) int {
+	if !req.counted {
+		req.queryTokens, req.counted = d.prompts.QueryTokens(req.Query), true
+	}
+	return req.queryTokens
+}
+
+// NewRequestID is a new request's id: a ULID (sortable by time) whose 80
+// random bits come from crypto/rand, so that an id cannot be guessed from
+// another (ulid.Make's default entropy is math/rand's).
+func NewRequestID() string { return "chat-" + ulid.MustNew(ulid.Now(), rand.Reader).String() }
+
+var requestIDPattern = regexp.MustCompile(`^chat-[0-9A-HJKMNP-TV-Z]{26}$`)
+
+// ValidRequestID reports whether id can name a request (newRequestID's
+// form), before anything is looked up by it.
+func ValidRequestID(id string) bool { return requestIDPattern.MatchString(id) }

@@ -1,0 +1,75 @@
+package door
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluice-dev/sluice/workflows"
+	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+)
+
+// startChat starts the request's workflow with the settings of its tier,
+// after it waited at the door for waited.
+func (d *Door) startChat(ctx context.Context, a arrival, req Request, waited time.Duration) error {
+	cfg := d.cfg
+	in := workflows.ChatInput{
+		RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, Tier: a.who.Tier,
+		Query: req.Query, KB: req.KB, KBTenant: req.kbTenant, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
+		Pool: a.pool, RateReservation: a.reservation, AdmissionTokens: a.tokens, Settings: d.settings(a.tier),
+		Conversation: req.Conversation, Gateway: req.Gateway, Sampling: req.Sampling,
+	}
+	if req.Choices > 1 {
+		in.Choices = req.Choices
+	}
+	if waited > 0 {
+		// The door's wait counts against the request's max wait.
+		in.Settings.MaxWait, in.Settings.MaxWaitByPool = d.maxWait(a)-waited, nil
+	}
+	// An answer that depends on a conversation is that conversation's
+	// own: requests in a session neither read nor fill the answer cache.
+	in.Settings.AnswerCache = d.answerKBs[req.kbRef().Key()] && req.cacheable()
+	// No workflow execution timeout: every wait inside the workflow is
+	// bounded (max_wait, LLM timeouts and attempts, local activity
+	// deadlines), and a timeout would cost the server a timer per request.
+	opts := client.StartWorkflowOptions{
+		ID:                    workflows.ChatWorkflowID(a.id),
+		TaskQueue:             cfg.Temporal.TaskQueue,
+		EnableEagerStart:      cfg.Temporal.EagerStart,
+		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	}
+	if cfg.Temporal.SearchAttributes {
+		opts.TypedSearchAttributes = temporal.NewSearchAttributes(workflows.SearchTenant.ValueSet(a.who.Tenant))
+	}
+	// Not the request's context: a client that leaves mid-call must not
+	// leave a started workflow we believe failed. If it left, streaming
+	// notices at once and detaches.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, err := d.temporal.ExecuteWorkflow(sctx, opts, workflows.ChatWorkflowName, in)
+	if err != nil && d.startedAnyway(a.id) {
+		// The start timed out or its reply was lost, but the server
+		// started it: the request runs, and its client follows it.
+		d.logger.Warn("workflow start reported an error but the workflow exists; following it", "requestID", a.id, "err", err)
+		return nil
+	}
+	return err
+}
+
+// startedAnyway resolves a start whose outcome is unknown by its id: a
+// request that runs must not be told it failed (it would run for nobody,
+// and its client would retry it), nor one that does not be followed.
+func (d *Door) startedAnyway(id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := d.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
+	return err == nil
+}
+
+func isNotFound(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
+}
