@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -87,7 +88,7 @@ func (s *Server) putLimits(c echo.Context) error {
 	var p policy.Policy
 	// A policy is the operator's document, not a client's request: it is
 	// not bounded by api.max_body_bytes, which is sized for chats.
-	if err := s.decodeJSONLimit(c, &p, policyBodyLimit); err != nil {
+	if err := httpio.DecodeJSON(c, &p, policyBodyLimit); err != nil {
 		return err
 	}
 	out, err := s.policy.Put(c.Request().Context(), p)

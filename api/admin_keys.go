@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/httperr"
@@ -40,7 +41,7 @@ func (s *Server) postKey(c echo.Context) error {
 		return errNoManagedKeys
 	}
 	var req createKeyRequest
-	if err := s.decodeJSON(c, &req); err != nil {
+	if err := httpio.DecodeJSON(c, &req, s.cfg.API.MaxBodyBytes); err != nil {
 		return err
 	}
 	scopes := config.DefaultKeyScopes

@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 )
 
@@ -12,7 +13,7 @@ func (s *Server) postChat(c echo.Context) error {
 		return err
 	}
 	var req door.Request
-	if err := s.decodeJSON(c, &req); err != nil {
+	if err := httpio.DecodeJSON(c, &req, s.cfg.API.MaxBodyBytes); err != nil {
 		return err
 	}
 	if err := s.door.Validate(&req); err != nil {

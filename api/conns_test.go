@@ -154,7 +154,7 @@ func TestSlowSSEReaderIsDroppedAndDetached(t *testing.T) {
 
 // The deadline of a stream's last write does not carry over to the next
 // request on the same keep-alive connection (net/http clears it once a
-// response is finished; sseWriter relies on that).
+// response is finished; httpio.SSEWriter relies on that).
 func TestWriteDeadlineEndsWithTheStream(t *testing.T) {
 	const writeTimeout = 200 * time.Millisecond
 	srv, _, addr := serve(t, func(c *config.Config) { c.API.StreamWriteTimeout = writeTimeout })

@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
 )
@@ -59,7 +60,7 @@ func (s *Server) postEmbeddings(c echo.Context) error {
 	if s.embeddings == nil {
 		return httperr.Unavailable("embeddings are not configured in this process")
 	}
-	body, err := readJSONBody(c, s.cfg.API.MaxBodyBytes)
+	body, err := httpio.ReadJSONBody(c, s.cfg.API.MaxBodyBytes)
 	if err != nil {
 		return err
 	}

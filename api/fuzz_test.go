@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
@@ -86,7 +87,7 @@ func requireRefusal(t *testing.T, body []byte, err error) {
 // parseChat is POST /v1/chat up to the door.
 func (s *Server) parseChat(body []byte) (door.Request, error) {
 	var req door.Request
-	if err := s.decodeJSON(s.jsonContext(body), &req); err != nil {
+	if err := httpio.DecodeJSON(s.jsonContext(body), &req, s.cfg.API.MaxBodyBytes); err != nil {
 		return req, err
 	}
 	return req, s.door.Validate(&req)
@@ -148,7 +149,7 @@ func FuzzChatRequest(f *testing.F) {
 
 // parseCompletion is POST /v1/chat/completions up to the door.
 func (s *Server) parseCompletion(body []byte, kb string) (completionRequest, door.Request, error) {
-	raw, err := readJSONBody(s.jsonContext(body), s.cfg.API.MaxBodyBytes)
+	raw, err := httpio.ReadJSONBody(s.jsonContext(body), s.cfg.API.MaxBodyBytes)
 	if err != nil {
 		return completionRequest{}, door.Request{}, err
 	}
@@ -202,7 +203,7 @@ func FuzzCompletionRequest(f *testing.F) {
 // parseDocuments is POST /v1/kb/:kb/documents up to the ingestion.
 func (s *Server) parseDocuments(body []byte) ([]ingest.Document, error) {
 	var req ingestRequest
-	if err := s.decodeJSONLimit(s.jsonContext(body), &req, s.cfg.Ingest.MaxBodyBytes); err != nil {
+	if err := httpio.DecodeJSON(s.jsonContext(body), &req, s.cfg.Ingest.MaxBodyBytes); err != nil {
 		return nil, err
 	}
 	return s.documentsOf(req)

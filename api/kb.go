@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/httperr"
@@ -37,7 +38,7 @@ func (s *Server) postDocuments(c echo.Context) error {
 		return err
 	}
 	var req ingestRequest
-	if err := s.decodeJSONLimit(c, &req, s.cfg.Ingest.MaxBodyBytes); err != nil {
+	if err := httpio.DecodeJSON(c, &req, s.cfg.Ingest.MaxBodyBytes); err != nil {
 		return err
 	}
 	docs, err := s.documentsOf(req)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/httperr"
@@ -70,7 +71,7 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	body, err := readJSONBody(c, s.cfg.API.MaxBodyBytes)
+	body, err := httpio.ReadJSONBody(c, s.cfg.API.MaxBodyBytes)
 	if err != nil {
 		return err
 	}
@@ -104,13 +105,13 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 
 // streamCompletion renders the request's events as OpenAI chunks.
 func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta, includeUsage bool) error {
-	sse, err := startSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
+	sse, err := httpio.StartSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
 	if err != nil {
 		s.door.Detach(id)
 		return nil
 	}
 	// The server's own closing bytes follow the handler: bound them too.
-	defer sse.arm()
+	defer sse.Arm()
 	out := &chunkSink{out: sse, meta: meta, includeUsage: includeUsage}
 	switch s.door.Follow(c.Request().Context(), sub, id, out, true) {
 	case door.EndClientGone:

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
@@ -23,7 +24,7 @@ type completionChunk struct {
 // chunk for (accepted, queue, stage) become SSE comments, which OpenAI
 // parsers skip and a curious reader can see.
 type chunkSink struct {
-	out          sseWriter
+	out          httpio.SSEWriter
 	meta         completionMeta
 	includeUsage bool
 	// roleSent marks the choices whose chunk carried the assistant role,
@@ -83,7 +84,7 @@ func (k *chunkSink) Write(ev events.Event) error {
 				return err
 			}
 		}
-		return k.out.printf("data: [DONE]\n\n")
+		return k.out.Printf("data: [DONE]\n\n")
 	case events.TypeRejected, events.TypeError:
 		return k.fail(failureError(ev))
 	}
@@ -141,16 +142,16 @@ func (k *chunkSink) data(v any) error {
 	if err != nil {
 		return fmt.Errorf("encode chunk: %w", err)
 	}
-	return k.out.printf("data: %s\n\n", raw)
+	return k.out.Printf("data: %s\n\n", raw)
 }
 
 func (k *chunkSink) comment(text string) error {
-	return k.out.printf(": %s\n\n", text)
+	return k.out.Printf(": %s\n\n", text)
 }
 
 func (k *chunkSink) KeepAlive() error { return k.comment("keep-alive") }
 
-func (k *chunkSink) Flush() error { return k.out.flush() }
+func (k *chunkSink) Flush() error { return k.out.Flush() }
 
 // answerCollector gathers a request's answers for a non-streaming reply.
 type answerCollector struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
@@ -286,7 +287,7 @@ func render(t *testing.T, includeUsage bool, evs ...events.Event) *http.Response
 	t.Helper()
 	rec := httptest.NewRecorder()
 	w := echo.NewResponse(rec, echo.New())
-	out, err := startSSE(w, "chat-1", time.Second)
+	out, err := httpio.StartSSE(w, "chat-1", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,7 @@
-package api
+// Package httpio is what every HTTP surface of Sluice reads and writes the
+// same way: JSON bodies (size-limited, UTF-8 intact, no unknown fields)
+// and Server-Sent Event streams whose writes are bounded in time.
+package httpio
 
 import (
 	"bytes"
@@ -15,15 +18,10 @@ import (
 	"github.com/sluice-dev/sluice/pkg/httperr"
 )
 
-// decodeJSON reads a size-limited JSON object with no unknown fields and
-// nothing after it.
-func (s *Server) decodeJSON(c echo.Context, dst any) error {
-	return s.decodeJSONLimit(c, dst, s.cfg.API.MaxBodyBytes)
-}
-
-// decodeJSONLimit is decodeJSON with a body limit of its own.
-func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
-	body, err := readJSONBody(c, limit)
+// DecodeJSON reads a JSON object of at most limit bytes with no unknown
+// fields and nothing after it.
+func DecodeJSON(c echo.Context, dst any, limit int64) error {
+	body, err := ReadJSONBody(c, limit)
 	if err != nil {
 		return err
 	}
@@ -38,10 +36,10 @@ func (s *Server) decodeJSONLimit(c echo.Context, dst any, limit int64) error {
 	return nil
 }
 
-// readJSONBody reads a non-empty, size-limited body sent as JSON. The
+// ReadJSONBody reads a non-empty, size-limited body sent as JSON. The
 // Content-Type is required, not assumed: a web page can post a form or
 // text/plain to another origin without a CORS preflight, but not JSON.
-func readJSONBody(c echo.Context, limit int64) ([]byte, error) {
+func ReadJSONBody(c echo.Context, limit int64) ([]byte, error) {
 	if err := checkJSONContentType(c.Request().Header.Get(echo.HeaderContentType)); err != nil {
 		return nil, err
 	}
