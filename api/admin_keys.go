@@ -8,7 +8,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/pkg/ban"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/keys"
 )
 
@@ -42,7 +41,7 @@ func (s *Server) postKey(c echo.Context) error {
 	if err := s.decodeJSON(c, &req); err != nil {
 		return err
 	}
-	scopes := config.DefaultKeyScopes
+	scopes := keys.DefaultScopes
 	if len(req.Scopes) > 0 {
 		var err error
 		if scopes, err = keys.ParseScopes(req.Scopes); err != nil {

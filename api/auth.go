@@ -98,7 +98,7 @@ func (s *Server) callerOf(ctx context.Context, key string) (caller, error) {
 	hash := keys.Hash(key)
 	var who caller
 	if k, ok := s.keys[hash]; ok {
-		who = caller{Tenant: k.Tenant, User: k.User, Tier: k.Tier, Scopes: k.GrantedScopes(), KeyID: "cfg_" + hash[:12]}
+		who = caller{Tenant: k.Tenant, User: k.User, Tier: k.Tier, Scopes: k.Scopes, KeyID: "cfg_" + hash[:12]}
 	} else {
 		if s.keyCache == nil {
 			return caller{}, errUnknownKey

@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/iphash"
+	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/limiter"
@@ -61,7 +62,7 @@ type Server struct {
 	ingestSlots *semaphore.Semaphore
 	// keys are the configured keys by their hash; keyCache verifies
 	// managed ones (nil: none).
-	keys     map[string]config.APIKey
+	keys     map[string]keys.Spec
 	keyCache *keys.Cache
 	// bans refuses floods (nil: off).
 	bans *ban.Guard
@@ -147,7 +148,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, hub: opts.Hub,
 		gate: opts.Gate, prompts: opts.Prompts, limiter: opts.Limiter, policy: opts.Policy, logger: opts.Logger,
-		kbs: map[string]bool{}, keys: map[string]config.APIKey{}, sessions: opts.Sessions, answerKBs: map[string]bool{}, metrics: opts.Metrics,
+		kbs: map[string]bool{}, keys: map[string]keys.Spec{}, sessions: opts.Sessions, answerKBs: map[string]bool{}, metrics: opts.Metrics,
 	}
 	room, err := waitroom.New(waitroom.Options{
 		Slots: opts.Config.API.MaxStartsInFlight, Capacity: opts.Config.API.WaitingRoom,
@@ -162,7 +163,7 @@ func New(opts Options) (*Server, error) {
 	s.refusals = newLogSampler()
 	s.live = newLiveness(opts.Temporal, opts.Config.Temporal.Namespace, opts.Events, opts.Gate, s.logger.With("component", "liveness"))
 	for _, kb := range opts.Config.Retrieval.KnowledgeBases {
-		s.kbs[kb.Ref().Key()] = true
+		s.kbs[kbref.Ref{Tenant: kb.Tenant, Name: kb.Name}.Key()] = true
 	}
 	for _, kb := range opts.Config.AnswerCache.KBs {
 		s.answerKBs[kb] = true
@@ -176,8 +177,12 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	for _, k := range opts.Config.Auth.APIKeys {
-		s.keys[k.Hash()] = k
+	for i, k := range opts.Config.Auth.APIKeys {
+		scopes, err := keys.GrantedScopes(k.Scopes)
+		if err != nil {
+			return nil, fmt.Errorf("auth.api_keys[%d].scopes: %w", i, err)
+		}
+		s.keys[k.Hash()] = keys.Spec{Tenant: k.Tenant, User: k.User, Tier: k.Tier, Scopes: scopes}
 	}
 	s.keyCache, s.bans = opts.Keys, opts.Bans
 	s.addresses = iphash.New([]byte(opts.Config.Privacy.IPHashKey))

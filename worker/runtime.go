@@ -342,7 +342,9 @@ func (r *Runtime) llmPools(cfg config.Pools) (map[string]activities.Pool, error)
 	for name, p := range cfg.ByName() {
 		c, err := llm.NewOpenAI(llm.OpenAIOptions{
 			Name: name, Endpoints: p.Endpoints, APIKey: p.APIKey,
-			Deadlines: p.Deadlines(), Breaker: p.CircuitBreaker(), Logger: r.Logger.With("component", "llm"), Tracer: r.Tracer,
+			Deadlines: llm.Deadlines{Connect: p.ConnectTimeout, FirstToken: p.FirstTokenTimeout, TokenIdle: p.TokenIdleTimeout},
+			Breaker:   llm.Breaker{Failures: p.Breaker.Failures, OpenFor: p.Breaker.OpenFor, SlowFirstToken: p.Breaker.SlowFirstToken},
+			Logger:    r.Logger.With("component", "llm"), Tracer: r.Tracer,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("pools.%s: %w", name, err)
