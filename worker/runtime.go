@@ -170,7 +170,7 @@ func (r *Runtime) connectTemporal() error {
 	}
 	// With codec.enabled every payload this client (and every worker on
 	// it) sends is sealed, and every one it reads opened.
-	if r.Codec, err = codec.FromConfig(r.Config.Codec); err != nil {
+	if r.Codec, err = codec.New(codecOptions(r.Config.Codec)); err != nil {
 		return err
 	}
 	r.Codec.Apply(&opts)
@@ -179,6 +179,15 @@ func (r *Runtime) connectTemporal() error {
 			cfg.HostPort, cfg.Namespace, cfg.UsesTLS(), cfg.APIKey != "", err)
 	}
 	return nil
+}
+
+// codecOptions are the codec settings as pkg/codec takes them.
+func codecOptions(c config.Codec) codec.Options {
+	keys := make([]codec.Key, len(c.Keys))
+	for i, k := range c.Keys {
+		keys[i] = codec.Key{ID: k.ID, Secret: k.Secret}
+	}
+	return codec.Options{Enabled: c.Enabled, ActiveKey: c.ActiveKey, Keys: keys}
 }
 
 // buildRedisStores builds what lives in Redis: the rate limiter, the event
