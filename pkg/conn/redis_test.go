@@ -173,7 +173,9 @@ func TestRedisOptions(t *testing.T) {
 		{"addrs", func(r *Redis) { r.Addrs, r.Cluster, r.Username = []string{"r-0:6379"}, true, "sluice" }, []string{"r-0:6379"}, true, "", "sluice", "", 0, false, "*redis.ClusterClient"},
 		{"url", func(r *Redis) { r.URL, r.TLS.Enabled = "rediss://sluice:pw@r.example.com:6380/3", true }, []string{"r.example.com:6380"}, false, "", "sluice", "pw", 3, true, "*redis.Client"},
 		{"url, db from redis.db", func(r *Redis) { r.URL, r.DB = "redis://r:6379", 4 }, []string{"r:6379"}, false, "", "", "", 4, false, "*redis.Client"},
-		{"cluster url", func(r *Redis) { r.URL, r.Cluster, r.TLS.Enabled = "rediss://:pw@r-0:6379?addr=r-1:6379&addr=r-2:6379", true, true }, []string{"r-0:6379", "r-1:6379", "r-2:6379"}, true, "", "", "pw", 0, true, "*redis.ClusterClient"},
+		{"cluster url", func(r *Redis) {
+			r.URL, r.Cluster, r.TLS.Enabled = "rediss://:pw@r-0:6379?addr=r-1:6379&addr=r-2:6379", true, true
+		}, []string{"r-0:6379", "r-1:6379", "r-2:6379"}, true, "", "", "pw", 0, true, "*redis.ClusterClient"},
 		{"sentinel", func(r *Redis) {
 			r.Sentinel = Sentinel{MasterName: "mymaster", Addrs: []string{"s-0:26379"}, Password: "spw"}
 			r.Password = "pw"
