@@ -39,7 +39,7 @@ func (s *Server) adminEnabled() bool {
 		return true
 	}
 	for _, k := range s.keys {
-		if k.GrantedScopes().Has(keys.ScopeAdmin) {
+		if k.Scopes.Has(keys.ScopeAdmin) {
 			return true
 		}
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/ban"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/keys"
 )
@@ -44,7 +43,7 @@ func (s *Server) postKey(c echo.Context) error {
 	if err := httpio.DecodeJSON(c, &req, s.cfg.API.MaxBodyBytes); err != nil {
 		return err
 	}
-	scopes := config.DefaultKeyScopes
+	scopes := keys.DefaultScopes
 	if len(req.Scopes) > 0 {
 		var err error
 		if scopes, err = keys.ParseScopes(req.Scopes); err != nil {

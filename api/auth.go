@@ -78,7 +78,7 @@ func (s *Server) callerOf(ctx context.Context, key string) (door.Caller, error) 
 	hash := keys.Hash(key)
 	var who door.Caller
 	if k, ok := s.keys[hash]; ok {
-		who = door.Caller{Tenant: k.Tenant, User: k.User, Tier: k.Tier, Scopes: k.GrantedScopes(), KeyID: "cfg_" + hash[:12]}
+		who = door.Caller{Tenant: k.Tenant, User: k.User, Tier: k.Tier, Scopes: k.Scopes, KeyID: "cfg_" + hash[:12]}
 	} else {
 		if s.keyCache == nil {
 			return door.Caller{}, errUnknownKey

@@ -22,7 +22,11 @@ const codecBodyLimit = 8 << 20
 // ingress, rather than on a listener of its own: one address to expose
 // and one credential (the admin key) to hand operators.
 func (s *Server) routeCodec(e *echo.Echo) {
-	ring, err := codec.FromConfig(s.cfg.Codec)
+	o := codec.Options{Enabled: s.cfg.Codec.Enabled, ActiveKey: s.cfg.Codec.ActiveKey}
+	for _, k := range s.cfg.Codec.Keys {
+		o.Keys = append(o.Keys, codec.Key{ID: k.ID, Secret: k.Secret})
+	}
+	ring, err := codec.New(o)
 	if err != nil || ring == nil {
 		// Off, or (refused by config validation first) unusable.
 		return

@@ -57,7 +57,7 @@ type Server struct {
 	ingestSlots *semaphore.Semaphore
 	// keys are the configured keys by their hash; keyCache verifies
 	// managed ones (nil: none).
-	keys     map[string]config.APIKey
+	keys     map[string]keys.Spec
 	keyCache *keys.Cache
 	// bans lists and lifts bans for the admin routes (nil: off); the
 	// door checks them.
@@ -124,7 +124,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
-		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]config.APIKey{},
+		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]keys.Spec{},
 		sessions: opts.Sessions, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
 		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, builtAt: time.Now(),
 	}
@@ -136,8 +136,12 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	for _, k := range opts.Config.Auth.APIKeys {
-		s.keys[k.Hash()] = k
+	for i, k := range opts.Config.Auth.APIKeys {
+		scopes, err := keys.GrantedScopes(k.Scopes)
+		if err != nil {
+			return nil, fmt.Errorf("auth.api_keys[%d].scopes: %w", i, err)
+		}
+		s.keys[k.Hash()] = keys.Spec{Tenant: k.Tenant, User: k.User, Tier: k.Tier, Scopes: scopes}
 	}
 	s.echo = s.routes(opts.Metrics)
 	if opts.Tracer != nil {

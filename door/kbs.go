@@ -27,7 +27,7 @@ type KBs struct {
 func newKBs(kbs []config.KnowledgeBase, store *kbstore.Store) *KBs {
 	k := &KBs{configured: map[string]bool{}, store: store}
 	for _, kb := range kbs {
-		k.configured[kb.Ref().Key()] = true
+		k.configured[kbref.Ref{Tenant: kb.Tenant, Name: kb.Name}.Key()] = true
 		if kb.Shared {
 			k.shared = append(k.shared, kb.Name)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"golang.org/x/sync/singleflight"
@@ -54,7 +55,7 @@ func seedKnowledgeBase(ctx context.Context, cfg config.Config, i int, ing *inges
 	for j, d := range docs {
 		in[j] = ingest.Document{ID: d.ID, Title: d.Title, Text: d.Text}
 	}
-	res, err := ing.Put(ctx, k.Ref().Key(), in)
+	res, err := ing.Put(ctx, kbKey(k), in)
 	if err != nil {
 		return fmt.Errorf("seed knowledge base %s (retrieval.knowledge_bases[%d]): %w", k.Name, i, err)
 	}
@@ -64,7 +65,7 @@ func seedKnowledgeBase(ctx context.Context, cfg config.Config, i int, ing *inges
 			changed++
 		}
 	}
-	logger.Info("seeded knowledge base", "kb", k.Ref().Key(), "docs", len(in), "changed", changed, "version", res.Version)
+	logger.Info("seeded knowledge base", "kb", kbKey(k), "docs", len(in), "changed", changed, "version", res.Version)
 	return nil
 }
 
@@ -82,6 +83,11 @@ type kbKeeper struct {
 	group  singleflight.Group
 }
 
+// kbKey is a configured kb's key: a shared kb has no tenant.
+func kbKey(k config.KnowledgeBase) string {
+	return kbref.Ref{Tenant: k.Tenant, Name: k.Name}.Key()
+}
+
 // keeperInterval is how often the configured kbs are checked.
 const keeperInterval = 5 * time.Second
 
@@ -89,7 +95,7 @@ const keeperInterval = 5 * time.Second
 // and reports whether it is there now. Concurrent calls for one kb seed
 // it once.
 func (k *kbKeeper) Restore(ctx context.Context, kb string) (bool, error) {
-	i := slices.IndexFunc(k.cfg.Retrieval.KnowledgeBases, func(c config.KnowledgeBase) bool { return c.Ref().Key() == kb })
+	i := slices.IndexFunc(k.cfg.Retrieval.KnowledgeBases, func(c config.KnowledgeBase) bool { return kbKey(c) == kb })
 	if i < 0 {
 		return false, nil
 	}
@@ -115,8 +121,8 @@ func (k *kbKeeper) run(ctx context.Context) {
 		case <-t.C:
 		}
 		for _, c := range k.cfg.Retrieval.KnowledgeBases {
-			if _, err := k.Restore(ctx, c.Ref().Key()); err != nil && ctx.Err() == nil {
-				k.logger.Warn("check configured knowledge base", "kb", c.Ref().Key(), "err", err)
+			if _, err := k.Restore(ctx, kbKey(c)); err != nil && ctx.Err() == nil {
+				k.logger.Warn("check configured knowledge base", "kb", kbKey(c), "err", err)
 			}
 		}
 	}

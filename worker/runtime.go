@@ -132,8 +132,11 @@ func (r *Runtime) connectRedis(ctx context.Context) error {
 	if cfg.UsesTLS() && cfg.TLS.InsecureSkipVerifyDevOnly {
 		r.Logger.Warn("redis.tls.insecure_skip_verify_dev_only is set: the Redis server's certificate is not checked")
 	}
-	var err error
-	if r.Redis, err = conn.NewRedis(cfg); err != nil {
+	o, err := redisOptions(cfg)
+	if err != nil {
+		return err
+	}
+	if r.Redis, err = conn.NewRedis(o); err != nil {
 		return err
 	}
 	if r.Tracer != nil {
@@ -144,9 +147,39 @@ func (r *Runtime) connectRedis(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := r.Redis.Ping(pctx).Err(); err != nil {
-		return fmt.Errorf("connect to redis at %s: %w", conn.RedisTarget(cfg), err)
+		return fmt.Errorf("connect to redis at %s: %w", conn.RedisTarget(o), err)
 	}
 	return nil
+}
+
+// redisOptions checks the redis section and puts it in pkg/conn's terms.
+func redisOptions(c config.Redis) (conn.Redis, error) {
+	if err := c.Validate(); err != nil {
+		return conn.Redis{}, err
+	}
+	s := c.Sentinel
+	return conn.Redis{
+		Addr: c.Addr, Addrs: c.Addrs, URL: c.URL, Cluster: c.Cluster(),
+		Username: c.Username, Password: c.Password, DB: c.DB, TLS: connTLS(c.TLS, c.UsesTLS()),
+		Sentinel: conn.Sentinel{MasterName: s.MasterName, Addrs: s.Addrs, Username: s.Username, Password: s.Password},
+		Timeout:  c.Timeout,
+	}, nil
+}
+
+// temporalOptions checks the temporal section and puts where and how to
+// connect in pkg/conn's terms.
+func temporalOptions(c config.Temporal) (conn.Temporal, error) {
+	if err := c.Validate(); err != nil {
+		return conn.Temporal{}, err
+	}
+	return conn.Temporal{HostPort: c.HostPort, Namespace: c.Namespace, APIKey: c.APIKey, TLS: connTLS(c.TLS, c.UsesTLS())}, nil
+}
+
+// connTLS is a tls section in pkg/conn's terms; on is whether the
+// connection uses TLS, which the section decides with what implies it.
+func connTLS(t config.TLS, on bool) conn.TLS {
+	return conn.TLS{Enabled: on, CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile,
+		ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerifyDevOnly}
 }
 
 // connectTemporal opens the Temporal client; Dial checks that the
@@ -156,7 +189,11 @@ func (r *Runtime) connectTemporal() error {
 	if cfg.UsesTLS() && cfg.TLS.InsecureSkipVerifyDevOnly {
 		r.Logger.Warn("temporal.tls.insecure_skip_verify_dev_only is set: the Temporal server's certificate is not checked")
 	}
-	opts, err := conn.TemporalOptions(cfg)
+	to, err := temporalOptions(cfg)
+	if err != nil {
+		return err
+	}
+	opts, err := conn.TemporalOptions(to)
 	if err != nil {
 		return err
 	}
@@ -171,7 +208,7 @@ func (r *Runtime) connectTemporal() error {
 	}
 	// With codec.enabled every payload this client (and every worker on
 	// it) sends is sealed, and every one it reads opened.
-	if r.Codec, err = codec.FromConfig(r.Config.Codec); err != nil {
+	if r.Codec, err = codec.New(codecOptions(r.Config.Codec)); err != nil {
 		return err
 	}
 	r.Codec.Apply(&opts)
@@ -180,6 +217,15 @@ func (r *Runtime) connectTemporal() error {
 			cfg.HostPort, cfg.Namespace, cfg.UsesTLS(), cfg.APIKey != "", err)
 	}
 	return nil
+}
+
+// codecOptions are the codec settings as pkg/codec takes them.
+func codecOptions(c config.Codec) codec.Options {
+	keys := make([]codec.Key, len(c.Keys))
+	for i, k := range c.Keys {
+		keys[i] = codec.Key{ID: k.ID, Secret: k.Secret}
+	}
+	return codec.Options{Enabled: c.Enabled, ActiveKey: c.ActiveKey, Keys: keys}
 }
 
 // buildRedisStores builds what lives in Redis: the rate limiter, the event
@@ -343,7 +389,9 @@ func (r *Runtime) llmPools(cfg config.Pools) (map[string]activities.Pool, error)
 	for name, p := range cfg.ByName() {
 		c, err := llm.NewOpenAI(llm.OpenAIOptions{
 			Name: name, Endpoints: p.Endpoints, APIKey: p.APIKey,
-			Deadlines: p.Deadlines(), Breaker: p.CircuitBreaker(), Logger: r.Logger.With("component", "llm"), Tracer: r.Tracer,
+			Deadlines: llm.Deadlines{Connect: p.ConnectTimeout, FirstToken: p.FirstTokenTimeout, TokenIdle: p.TokenIdleTimeout},
+			Breaker:   llm.Breaker{Failures: p.Breaker.Failures, OpenFor: p.Breaker.OpenFor, SlowFirstToken: p.Breaker.SlowFirstToken},
+			Logger:    r.Logger.With("component", "llm"), Tracer: r.Tracer,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("pools.%s: %w", name, err)

@@ -117,11 +117,6 @@ type Plan struct {
 // added replicas.
 func (p Plan) Utilization() float64 { return utilization(p.LoadTokensPerSecond, p.Target, p.GPUs) }
 
-// UtilizationWith is the same for another replica count, such as one fewer.
-func (p Plan) UtilizationWith(gpus int) float64 {
-	return utilization(p.LoadTokensPerSecond, p.Target, gpus)
-}
-
 func utilization(load float64, t Target, gpus int) float64 {
 	if gpus <= 0 {
 		return math.Inf(1)

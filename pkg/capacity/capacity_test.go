@@ -187,3 +187,9 @@ func TestPlanSplitRejects(t *testing.T) {
 		})
 	}
 }
+
+// UtilizationWith is Utilization for another replica count, such as one
+// fewer.
+func (p Plan) UtilizationWith(gpus int) float64 {
+	return utilization(p.LoadTokensPerSecond, p.Target, gpus)
+}

@@ -21,8 +21,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/sluice-dev/sluice/pkg/config"
 )
 
 const (
@@ -77,17 +75,22 @@ func NewKeyring(active string, keys ...Key) (*Keyring, error) {
 	return k, nil
 }
 
-// FromConfig is the keyring of cfg; nil when the codec is off. cfg is
-// expected to be validated (config.Load has read the keys).
-func FromConfig(cfg config.Codec) (*Keyring, error) {
-	if !cfg.Enabled {
+// Options say whether payloads are sealed, and with which keys.
+type Options struct {
+	// Enabled seals payloads; off, New returns no keyring (whose Apply
+	// leaves a client as it is).
+	Enabled bool
+	// ActiveKey names the key that seals; every key opens.
+	ActiveKey string
+	Keys      []Key
+}
+
+// New is the keyring o describes; nil when the codec is off.
+func New(o Options) (*Keyring, error) {
+	if !o.Enabled {
 		return nil, nil
 	}
-	keys := make([]Key, len(cfg.Keys))
-	for i, k := range cfg.Keys {
-		keys[i] = Key{ID: k.ID, Secret: k.Secret}
-	}
-	return NewKeyring(cfg.ActiveKey, keys...)
+	return NewKeyring(o.ActiveKey, o.Keys...)
 }
 
 // Encode seals each payload whole (its metadata too, which names its

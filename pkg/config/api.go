@@ -5,8 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"time"
-
-	"github.com/sluice-dev/sluice/pkg/keys"
 )
 
 // API configures the Echo HTTP front door.
@@ -126,25 +124,12 @@ type APIKey struct {
 	Scopes []string `yaml:"scopes"`
 }
 
-// DefaultKeyScopes are the scopes of a configured key that names none.
-var DefaultKeyScopes = keys.Scopes{keys.ScopeChat}
-
 // Hash is the hex SHA-256 the key is known by.
 func (k APIKey) Hash() string {
 	if k.KeySHA256 != "" {
 		return strings.ToLower(k.KeySHA256)
 	}
-	return keys.Hash(k.Key)
-}
-
-// GrantedScopes are the key's scopes, DefaultKeyScopes if it names none;
-// the configuration is validated, so they parse.
-func (k APIKey) GrantedScopes() keys.Scopes {
-	if len(k.Scopes) == 0 {
-		return DefaultKeyScopes
-	}
-	sc, _ := keys.ParseScopes(k.Scopes)
-	return sc
+	return keyHash(k.Key)
 }
 
 func defaultAPI() API {
@@ -234,7 +219,7 @@ func (a Auth) validate(v *validator) {
 		if k.Tenant == "" {
 			v.add(field+".tenant", "must not be empty")
 		}
-		if _, err := keys.ParseScopes(k.Scopes); err != nil {
+		if err := checkScopes(k.Scopes); err != nil {
 			v.add(field+".scopes", "%v", err)
 		}
 	}

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sluice-dev/sluice/pkg/llm"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -47,7 +45,8 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 		if p.got.Healing != p.want.Healing || p.got.Scaler != p.want.Scaler {
 			t.Fatalf("example pool healing or scaler differ from defaults: %+v %+v", p.got, p.want)
 		}
-		if p.got.Deadlines() != p.want.Deadlines() || p.got.Breaker != p.want.Breaker {
+		if p.got.ConnectTimeout != p.want.ConnectTimeout || p.got.FirstTokenTimeout != p.want.FirstTokenTimeout ||
+			p.got.TokenIdleTimeout != p.want.TokenIdleTimeout || p.got.Breaker != p.want.Breaker {
 			t.Fatalf("example pool deadlines or breaker differ from defaults: %+v %+v", p.got, p.want)
 		}
 	}
@@ -100,13 +99,13 @@ func TestPoolDeadlinesAndBreakerFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := cfg.Pools.Long.Deadlines(); d != (llm.Deadlines{Connect: 10 * time.Second, FirstToken: 45 * time.Second, TokenIdle: 15 * time.Second}) {
-		t.Errorf("long pool deadlines %+v", d)
+	if l := cfg.Pools.Long; l.ConnectTimeout != 10*time.Second || l.FirstTokenTimeout != 45*time.Second || l.TokenIdleTimeout != 15*time.Second {
+		t.Errorf("long pool deadlines %+v", l)
 	}
-	if b := cfg.Pools.Long.CircuitBreaker(); b != (llm.Breaker{Failures: 5, OpenFor: 10 * time.Second, SlowFirstToken: 20 * time.Second}) {
+	if b := cfg.Pools.Long.Breaker; b != (Breaker{Failures: 5, OpenFor: 10 * time.Second, SlowFirstToken: 20 * time.Second}) {
 		t.Errorf("long pool breaker %+v", b)
 	}
-	if b := cfg.Pools.Short.CircuitBreaker(); b.Failures != 3 {
+	if b := cfg.Pools.Short.Breaker; b.Failures != 3 {
 		t.Errorf("short pool breaker %+v", b)
 	}
 }
@@ -288,7 +287,7 @@ func TestTenantsConfigureKBsOfOneName(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if a, g := cfg.Retrieval.KnowledgeBases[1].Ref(), cfg.Retrieval.KnowledgeBases[2].Ref(); a.Key() == g.Key() || a.IsShared() {
+	if a, g := cfg.Retrieval.KnowledgeBases[1].key(), cfg.Retrieval.KnowledgeBases[2].key(); a == g || a == "docs" {
 		t.Fatalf("acme's %v and globex's %v", a, g)
 	}
 	cfg.Retrieval.KnowledgeBases = append(cfg.Retrieval.KnowledgeBases, KnowledgeBase{Name: "docs", Tenant: "acme", Dir: "/srv/other"})

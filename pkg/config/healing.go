@@ -4,8 +4,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // MaxLongCostFactor bounds how much more a long request may be charged
@@ -76,7 +74,7 @@ type PoolHealing struct {
 
 func defaultHealing() Healing {
 	return Healing{
-		Enabled: true, Interval: 10 * time.Second, Window: 30 * time.Second, Stage: request.StageLLMFirstToken,
+		Enabled: true, Interval: 10 * time.Second, Window: 30 * time.Second, Stage: stageLLMFirstToken,
 		WarnRatio: 2, CriticalRatio: 5, WarnKVCache: 0.75, CriticalQueueDepth: 100, CriticalTimeoutRate: 0.05,
 		MinSamples: 50, HealthyPolls: 3, Cooldown: 30 * time.Second, LongCostFactor: 2, PollsPerRun: 500,
 		AlertTimeout: 5 * time.Second, MetricsTimeout: 2 * time.Second,
@@ -95,8 +93,8 @@ func (h Healing) validate(v *validator, latencyRetention time.Duration) {
 	if h.Window > latencyRetention {
 		v.add("healing.window", "must not exceed metrics.latency_retention (%s), got %s", latencyRetention, h.Window)
 	}
-	if !slices.Contains(request.TimedSeries(), h.Stage) {
-		v.add("healing.stage", "must be one of %s, got %q", strings.Join(request.TimedSeries(), ", "), h.Stage)
+	if !slices.Contains(healingStages, h.Stage) {
+		v.add("healing.stage", "must be one of %s, got %q", strings.Join(healingStages, ", "), h.Stage)
 	}
 	h.validateThresholds(v)
 	h.validatePacing(v)

@@ -105,14 +105,6 @@ type Rate struct {
 	RequestBurst      float64 `yaml:"request_burst" json:"request_burst,omitempty"`
 }
 
-// TierOf returns the named tier, or the default tier for "".
-func (c Config) TierOf(name string) (Tier, string) {
-	if name == "" {
-		name = c.Limits.DefaultTier
-	}
-	return c.Limits.Tiers[name], name
-}
-
 func defaultLimits() Limits {
 	return Limits{
 		Enabled:     true,

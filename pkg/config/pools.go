@@ -5,10 +5,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/sluice-dev/sluice/pkg/llm"
-	"github.com/sluice-dev/sluice/pkg/openai"
-	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Pools holds the two LLM pools requests are routed to by prompt length.
@@ -113,29 +109,18 @@ func defaultPools() Pools {
 // both pools; they differ only in permits and prompt size. Its deadlines
 // and breaker are the LLM client's defaults, which suit a real model.
 func defaultPool(maxConcurrency, maxPromptTokens int) Pool {
-	d, b := llm.DefaultDeadlines(), llm.DefaultBreaker()
 	return Pool{
 		Endpoints:         []string{"http://127.0.0.1:8090"},
 		Model:             "sluice-sim",
 		MaxConcurrency:    maxConcurrency,
 		MaxPromptTokens:   maxPromptTokens,
-		ConnectTimeout:    d.Connect,
-		FirstTokenTimeout: d.FirstToken,
-		TokenIdleTimeout:  d.TokenIdle,
-		Breaker:           Breaker{Failures: b.Failures, OpenFor: b.OpenFor, SlowFirstToken: b.SlowFirstToken},
+		ConnectTimeout:    defaultConnectTimeout,
+		FirstTokenTimeout: defaultFirstTokenTimeout,
+		TokenIdleTimeout:  defaultTokenIdleTimeout,
+		Breaker:           Breaker{Failures: defaultBreakerFailures, OpenFor: defaultBreakerOpenFor, SlowFirstToken: defaultSlowFirstToken},
 		Healing:           defaultPoolHealing(),
 		Scaler:            defaultScaler(),
 	}
-}
-
-// Deadlines are the pool's deadlines as the LLM client takes them.
-func (p Pool) Deadlines() llm.Deadlines {
-	return llm.Deadlines{Connect: p.ConnectTimeout, FirstToken: p.FirstTokenTimeout, TokenIdle: p.TokenIdleTimeout}
-}
-
-// CircuitBreaker is the pool's breaker as the LLM client takes it.
-func (p Pool) CircuitBreaker() llm.Breaker {
-	return llm.Breaker{Failures: p.Breaker.Failures, OpenFor: p.Breaker.OpenFor, SlowFirstToken: p.Breaker.SlowFirstToken}
 }
 
 func defaultRouting() Routing {
@@ -167,9 +152,9 @@ func (p Pool) validate(v *validator, field string) {
 	}
 	v.nonEmpty(field+".model", p.Model)
 	for i, u := range p.Unsupported {
-		if u != openai.ParamN && !slices.Contains(openai.SamplingParams, u) && !slices.Contains(openai.ContentPartTypes, u) {
+		if u != paramN && !slices.Contains(forwardedParams, u) && !slices.Contains(contentPartTypes, u) {
 			v.add(fmt.Sprintf("%s.unsupported[%d]", field, i), "%q is neither n, a forwarded parameter (%s) nor a content part type (%s)",
-				u, strings.Join(openai.SamplingParams, ", "), strings.Join(openai.ContentPartTypes, ", "))
+				u, strings.Join(forwardedParams, ", "), strings.Join(contentPartTypes, ", "))
 		}
 	}
 	v.positive(field+".max_concurrency", int64(p.MaxConcurrency))
@@ -221,8 +206,9 @@ func (l LLM) validate(v *validator) {
 	v.positive("llm.max_attempts", int64(l.MaxAttempts))
 }
 
-// ByName returns the pools under their route names (request.PoolShort,
-// request.PoolLong); iterate in request.Pools() order where order matters.
+// ByName returns the pools under their route names (pkg/request's
+// PoolShort and PoolLong); iterate in request.Pools() order where order
+// matters.
 func (p Pools) ByName() map[string]Pool {
-	return map[string]Pool{request.PoolShort: p.Short, request.PoolLong: p.Long}
+	return map[string]Pool{poolShort: p.Short, poolLong: p.Long}
 }

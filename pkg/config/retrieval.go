@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/sluice-dev/sluice/pkg/kbref"
 )
 
 // Retrieval configures knowledge-base search.
@@ -43,14 +41,6 @@ type KnowledgeBase struct {
 	Tenant  string `yaml:"tenant"`
 	Builtin string `yaml:"builtin"`
 	Dir     string `yaml:"dir"`
-}
-
-// Ref is the kb's identity.
-func (k KnowledgeBase) Ref() kbref.Ref {
-	if k.Shared {
-		return kbref.Shared(k.Name)
-	}
-	return kbref.Own(k.Tenant, k.Name)
 }
 
 // Ingest bounds document ingestion (POST /v1/kb/:kb/documents), which
@@ -127,9 +117,9 @@ func (r Retrieval) validateKnowledgeBases(v *validator) {
 		field := fmt.Sprintf("retrieval.knowledge_bases[%d]", i)
 		// Names are unique per owner: two tenants may each configure a
 		// "docs" (a tenant may not take a shared kb's name: below).
-		v.uniqueName(seen, field+".name", kb.Ref().Key(), fmt.Sprintf("duplicate knowledge base %q", kb.Name))
-		if kb.Name != "" && !kbref.ValidName(kb.Name) {
-			v.add(field+".name", "must be %s, got %q", kbref.NameRule, kb.Name)
+		v.uniqueName(seen, field+".name", kb.key(), fmt.Sprintf("duplicate knowledge base %q", kb.Name))
+		if kb.Name != "" && !kbName.MatchString(kb.Name) {
+			v.add(field+".name", "must be %s, got %q", kbNameRule, kb.Name)
 		}
 		if kb.Shared == (kb.Tenant != "") {
 			v.add(field, "set exactly one of shared: true or tenant")
@@ -190,12 +180,12 @@ func (a AnswerCache) validate(v *validator, r Retrieval) {
 			v.add(field, "must be a knowledge base named once, got %q", kb)
 		}
 		cached[kb] = true
-		ref, err := kbref.ParseKey(kb)
+		tenant, _, ok := parseKBKey(kb)
 		switch {
 		case kb == "":
-		case err != nil:
+		case !ok:
 			v.add(field, "must be a shared knowledge base's name or <tenant>/<name>, got %q", kb)
-		case ref.IsShared() && !shared[kb]:
+		case tenant == "" && !shared[kb]:
 			v.add(field, "names %q, which is not a shared knowledge base of retrieval.knowledge_bases; name a tenant's own as <tenant>/%s", kb, kb)
 		}
 	}

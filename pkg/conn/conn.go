@@ -1,6 +1,6 @@
-// Package conn opens Sluice's connections to Redis and Temporal from their
-// configuration. It is the one place where addresses, credentials and TLS
-// settings become clients, so that every process connects the same way.
+// Package conn opens Sluice's connections to Redis and Temporal. It is the
+// one place where addresses, credentials and TLS settings become clients,
+// so that every process connects the same way.
 package conn
 
 import (
@@ -8,19 +8,35 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
-
-	"github.com/sluice-dev/sluice/pkg/config"
 )
+
+// TLS is the TLS of a connection.
+type TLS struct {
+	// Enabled turns TLS on; the other fields matter only then.
+	Enabled bool
+	// CAFile is a PEM bundle of the CAs the server's certificate must
+	// chain to; empty: the system's roots.
+	CAFile string
+	// CertFile and KeyFile are a client certificate and its key (PEM).
+	CertFile, KeyFile string
+	// ServerName is the name the server's certificate must carry; empty:
+	// the host dialled.
+	ServerName string
+	// InsecureSkipVerify accepts any server certificate (a development
+	// server's throwaway one).
+	InsecureSkipVerify bool
+}
 
 // TLSConfig builds the crypto/tls configuration of t; path names the
 // section (redis.tls, temporal.tls) in errors. Files are read once, here:
 // a rotated certificate takes a restart.
-func TLSConfig(t config.TLS, path string) (*tls.Config, error) {
+func TLSConfig(t TLS, path string) (*tls.Config, error) {
 	c := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		ServerName: t.ServerName,
-		// Opt-in, named dev_only, and warned about at start.
-		InsecureSkipVerify: t.InsecureSkipVerifyDevOnly,
+		// Opt-in, named dev_only in the configuration, and warned about
+		// at start.
+		InsecureSkipVerify: t.InsecureSkipVerify,
 	}
 	if t.CAFile != "" {
 		pem, err := os.ReadFile(t.CAFile)

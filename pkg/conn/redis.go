@@ -5,22 +5,51 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluice-dev/sluice/pkg/config"
 )
 
 // redisPoolSize is the connections per Redis node: streams, scripts and
 // blocking reads from many requests at once.
 const redisPoolSize = 256
 
+// Redis says how to reach Redis: one of Addr, Addrs, URL and Sentinel.
+type Redis struct {
+	// Addr is one server's host:port.
+	Addr string
+	// Addrs are seed nodes of a Redis Cluster.
+	Addrs []string
+	// URL is redis[s]://[user[:password]@]host[:port][/db]; each
+	// ?addr=host:port adds a cluster seed (then Cluster is set).
+	URL string
+	// Cluster says that Addrs or URL name a Redis Cluster.
+	Cluster bool
+	// Username and Password authenticate; a URL's own win.
+	Username, Password string
+	// DB selects a database (a URL's own wins).
+	DB int
+	// TLS of every connection, to sentinels too.
+	TLS TLS
+	// Sentinel finds the current primary of a replicated Redis.
+	Sentinel Sentinel
+	// Timeout bounds connecting and every command.
+	Timeout time.Duration
+}
+
+// Sentinel names a primary and the sentinels that watch it.
+type Sentinel struct {
+	MasterName string
+	Addrs      []string
+	// Username and Password authenticate to the sentinels.
+	Username, Password string
+}
+
 // NewRedis builds the Redis client cfg describes: a single-node client
-// (redis.addr, or a redis.url without ?addr=), a cluster client
-// (redis.addrs, or a redis.url with ?addr= seeds) or a Sentinel-backed
-// failover client (redis.sentinel). It does not connect; the first command
-// does.
-func NewRedis(cfg config.Redis) (redis.UniversalClient, error) {
+// (Addr, or a URL without ?addr=), a cluster client (Addrs, or a URL with
+// ?addr= seeds) or a Sentinel-backed failover client. It does not
+// connect; the first command does.
+func NewRedis(cfg Redis) (redis.UniversalClient, error) {
 	o, err := RedisOptions(cfg)
 	if err != nil {
 		return nil, err
@@ -28,13 +57,10 @@ func NewRedis(cfg config.Redis) (redis.UniversalClient, error) {
 	return redis.NewUniversalClient(o), nil
 }
 
-// RedisOptions is what NewRedis hands go-redis, from a cfg it validates
-// first. A cluster is marked with IsClusterMode, so that one seed address
-// still gets a cluster client.
-func RedisOptions(cfg config.Redis) (*redis.UniversalOptions, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
+// RedisOptions is what NewRedis hands go-redis, from a cfg its caller has
+// validated. A cluster is marked with IsClusterMode, so that one seed
+// address still gets a cluster client.
+func RedisOptions(cfg Redis) (*redis.UniversalOptions, error) {
 	o := &redis.UniversalOptions{
 		Username: cfg.Username, Password: cfg.Password, DB: cfg.DB,
 		PoolSize:    redisPoolSize,
@@ -56,7 +82,7 @@ func RedisOptions(cfg config.Redis) (*redis.UniversalOptions, error) {
 	default:
 		o.Addrs = []string{cfg.Addr}
 	}
-	if cfg.UsesTLS() {
+	if cfg.TLS.Enabled {
 		var err error
 		if o.TLSConfig, err = TLSConfig(cfg.TLS, "redis.tls"); err != nil {
 			return nil, err
@@ -65,14 +91,13 @@ func RedisOptions(cfg config.Redis) (*redis.UniversalOptions, error) {
 	return o, nil
 }
 
-// fromURL takes the addresses, credentials and database of redis.url; the
-// url's user and password win over redis.username and redis.password,
-// which config validation allows only to fill in what the url lacks. TLS
-// is set from the url's scheme by the caller (cfg.UsesTLS), with
-// redis.tls's files.
-func fromURL(o *redis.UniversalOptions, cfg config.Redis) error {
+// fromURL takes the addresses, credentials and database of cfg.URL; the
+// url's user and password win over cfg's, which config validation allows
+// only to fill in what the url lacks. TLS is cfg.TLS, which the caller
+// has set from the url's scheme.
+func fromURL(o *redis.UniversalOptions, cfg Redis) error {
 	var user, password string
-	if cfg.Cluster() {
+	if cfg.Cluster {
 		co, err := redis.ParseClusterURL(cfg.URL)
 		if err != nil {
 			return urlError(err)
@@ -109,7 +134,7 @@ func urlError(err error) error {
 
 // RedisTarget says which Redis cfg points at, for logs and errors, without
 // secrets.
-func RedisTarget(cfg config.Redis) string {
+func RedisTarget(cfg Redis) string {
 	switch {
 	case cfg.Sentinel.MasterName != "":
 		return fmt.Sprintf("primary %q via sentinels %s (redis.sentinel)", cfg.Sentinel.MasterName, strings.Join(cfg.Sentinel.Addrs, ","))

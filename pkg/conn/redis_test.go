@@ -15,7 +15,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -90,12 +89,11 @@ func startTLSRedis(t *testing.T, pki testPKI) int {
 func TestRedisTLSWithACLUser(t *testing.T) {
 	pki := newTestPKI(t)
 	port := startTLSRedis(t, pki)
-	mtls := config.TLS{CAFile: pki.CA, CertFile: pki.ClientCert, KeyFile: pki.ClientKey}
-	base := config.Default().Redis
-	base.Addr, base.Timeout = "", 2*time.Second
+	mtls := TLS{Enabled: true, CAFile: pki.CA, CertFile: pki.ClientCert, KeyFile: pki.ClientKey}
+	base := Redis{Timeout: 2 * time.Second}
 	url := func(userinfo string) string { return fmt.Sprintf("rediss://%slocalhost:%d/0", userinfo, port) }
 
-	connect := func(t *testing.T, r config.Redis) (redis.UniversalClient, error) {
+	connect := func(t *testing.T, r Redis) (redis.UniversalClient, error) {
 		t.Helper()
 		c, err := NewRedis(r)
 		if err != nil {
@@ -143,14 +141,14 @@ func TestRedisTLSWithACLUser(t *testing.T) {
 	})
 	t.Run("no client certificate", func(t *testing.T) {
 		r := base
-		r.URL, r.TLS = url("sluice:s3cret@"), config.TLS{CAFile: pki.CA}
+		r.URL, r.TLS = url("sluice:s3cret@"), TLS{Enabled: true, CAFile: pki.CA}
 		if _, err := connect(t, r); err == nil || !strings.Contains(err.Error(), "tls") {
 			t.Fatalf("ping without a client certificate: %v, want a TLS error", err)
 		}
 	})
 	t.Run("server's CA unknown", func(t *testing.T) {
 		r := base
-		r.URL, r.TLS = url("sluice:s3cret@"), config.TLS{CertFile: pki.ClientCert, KeyFile: pki.ClientKey}
+		r.URL, r.TLS = url("sluice:s3cret@"), TLS{Enabled: true, CertFile: pki.ClientCert, KeyFile: pki.ClientKey}
 		if _, err := connect(t, r); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 			t.Fatalf("ping trusting only the system's CAs: %v, want an unknown authority", err)
 		}
@@ -158,11 +156,10 @@ func TestRedisTLSWithACLUser(t *testing.T) {
 }
 
 func TestRedisOptions(t *testing.T) {
-	base := config.Default().Redis
-	base.Addr = ""
+	base := Redis{Timeout: 3 * time.Second}
 	for _, c := range []struct {
 		name    string
-		set     func(*config.Redis)
+		set     func(*Redis)
 		addrs   []string
 		cluster bool
 		master  string
@@ -172,13 +169,15 @@ func TestRedisOptions(t *testing.T) {
 		tls     bool
 		client  string
 	}{
-		{"addr", func(r *config.Redis) { r.Addr, r.Password, r.DB = "r:6379", "pw", 2 }, []string{"r:6379"}, false, "", "", "pw", 2, false, "*redis.Client"},
-		{"addrs", func(r *config.Redis) { r.Addrs, r.Username = []string{"r-0:6379"}, "sluice" }, []string{"r-0:6379"}, true, "", "sluice", "", 0, false, "*redis.ClusterClient"},
-		{"url", func(r *config.Redis) { r.URL = "rediss://sluice:pw@r.example.com:6380/3" }, []string{"r.example.com:6380"}, false, "", "sluice", "pw", 3, true, "*redis.Client"},
-		{"url, db from redis.db", func(r *config.Redis) { r.URL, r.DB = "redis://r:6379", 4 }, []string{"r:6379"}, false, "", "", "", 4, false, "*redis.Client"},
-		{"cluster url", func(r *config.Redis) { r.URL = "rediss://:pw@r-0:6379?addr=r-1:6379&addr=r-2:6379" }, []string{"r-0:6379", "r-1:6379", "r-2:6379"}, true, "", "", "pw", 0, true, "*redis.ClusterClient"},
-		{"sentinel", func(r *config.Redis) {
-			r.Sentinel = config.Sentinel{MasterName: "mymaster", Addrs: []string{"s-0:26379"}, Password: "spw"}
+		{"addr", func(r *Redis) { r.Addr, r.Password, r.DB = "r:6379", "pw", 2 }, []string{"r:6379"}, false, "", "", "pw", 2, false, "*redis.Client"},
+		{"addrs", func(r *Redis) { r.Addrs, r.Cluster, r.Username = []string{"r-0:6379"}, true, "sluice" }, []string{"r-0:6379"}, true, "", "sluice", "", 0, false, "*redis.ClusterClient"},
+		{"url", func(r *Redis) { r.URL, r.TLS.Enabled = "rediss://sluice:pw@r.example.com:6380/3", true }, []string{"r.example.com:6380"}, false, "", "sluice", "pw", 3, true, "*redis.Client"},
+		{"url, db from redis.db", func(r *Redis) { r.URL, r.DB = "redis://r:6379", 4 }, []string{"r:6379"}, false, "", "", "", 4, false, "*redis.Client"},
+		{"cluster url", func(r *Redis) {
+			r.URL, r.Cluster, r.TLS.Enabled = "rediss://:pw@r-0:6379?addr=r-1:6379&addr=r-2:6379", true, true
+		}, []string{"r-0:6379", "r-1:6379", "r-2:6379"}, true, "", "", "pw", 0, true, "*redis.ClusterClient"},
+		{"sentinel", func(r *Redis) {
+			r.Sentinel = Sentinel{MasterName: "mymaster", Addrs: []string{"s-0:26379"}, Password: "spw"}
 			r.Password = "pw"
 		}, []string{"s-0:26379"}, false, "mymaster", "", "pw", 0, false, "*redis.Client"},
 	} {
@@ -212,7 +211,7 @@ func TestRedisOptions(t *testing.T) {
 }
 
 func TestRedisTargetHidesPassword(t *testing.T) {
-	r := config.Redis{URL: "rediss://sluice:s3cret@r.example.com:6380/0"}
+	r := Redis{URL: "rediss://sluice:s3cret@r.example.com:6380/0"}
 	if got := RedisTarget(r); strings.Contains(got, "s3cret") || !strings.Contains(got, "r.example.com:6380") {
 		t.Fatalf("target %q", got)
 	}

@@ -2,24 +2,25 @@ package conn
 
 import (
 	"go.temporal.io/sdk/client"
-
-	"github.com/sluice-dev/sluice/pkg/config"
 )
 
+// Temporal says how to reach the Temporal frontend.
+type Temporal struct {
+	HostPort, Namespace string
+	// APIKey, if set, is sent as bearer credentials.
+	APIKey string
+	TLS    TLS
+}
+
 // TemporalOptions turns cfg into client options: address, namespace, API
-// key (as bearer credentials) and TLS. cfg is expected to come from
-// config.Load, which has already layered TEMPORAL_* variables and the
-// Temporal profile under Sluice's own settings. Logger, metrics and the
-// like are the caller's to add.
-func TemporalOptions(cfg config.Temporal) (client.Options, error) {
-	if err := cfg.Validate(); err != nil {
-		return client.Options{}, err
-	}
+// key (as bearer credentials) and TLS. Logger, metrics and the like are
+// the caller's to add.
+func TemporalOptions(cfg Temporal) (client.Options, error) {
 	o := client.Options{HostPort: cfg.HostPort, Namespace: cfg.Namespace}
 	if cfg.APIKey != "" {
 		o.Credentials = client.NewAPIKeyStaticCredentials(cfg.APIKey)
 	}
-	if cfg.UsesTLS() {
+	if cfg.TLS.Enabled {
 		tc, err := TLSConfig(cfg.TLS, "temporal.tls")
 		if err != nil {
 			return client.Options{}, err

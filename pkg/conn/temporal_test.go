@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,34 +13,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-
-	"github.com/sluice-dev/sluice/pkg/config"
 )
 
-// temporalOptions is TemporalOptions of the configuration Load makes of
-// file (YAML, may be empty) and environ.
-func temporalOptions(t *testing.T, file string, environ []string) (client.Options, error) {
-	t.Helper()
-	path := ""
-	if file != "" {
-		path = filepath.Join(t.TempDir(), "sluice.yaml")
-		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg, err := config.Load(path, environ)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return TemporalOptions(cfg.Temporal)
-}
-
-// The standard TEMPORAL_* variables reach the client options, under
-// Sluice's own settings and over the defaults.
-func TestTemporalOptionsFromEnv(t *testing.T) {
+// Address, namespace, API key and TLS reach the client options; an API
+// key without TLS stays without it (the SDK would turn it on).
+func TestTemporalOptions(t *testing.T) {
 	pki := newTestPKI(t)
-	t.Run("defaults", func(t *testing.T) {
-		o, err := temporalOptions(t, "", nil)
+	t.Run("plain", func(t *testing.T) {
+		o, err := TemporalOptions(Temporal{HostPort: "127.0.0.1:7233", Namespace: "default"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,9 +29,7 @@ func TestTemporalOptionsFromEnv(t *testing.T) {
 		}
 	})
 	t.Run("Temporal Cloud with an API key", func(t *testing.T) {
-		o, err := temporalOptions(t, "", []string{
-			"TEMPORAL_ADDRESS=us-east-1.aws.api.temporal.io:7233", "TEMPORAL_NAMESPACE=sluice.a1b2c", "TEMPORAL_API_KEY=key-1",
-		})
+		o, err := TemporalOptions(Temporal{HostPort: "us-east-1.aws.api.temporal.io:7233", Namespace: "sluice.a1b2c", APIKey: "key-1", TLS: TLS{Enabled: true}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,12 +40,9 @@ func TestTemporalOptionsFromEnv(t *testing.T) {
 			t.Fatalf("an API key wants TLS with the system's roots, got %+v", tc)
 		}
 	})
-	t.Run("mTLS from TEMPORAL_TLS_*", func(t *testing.T) {
-		o, err := temporalOptions(t, "", []string{
-			"TEMPORAL_ADDRESS=sluice.a1b2c.tmprl.cloud:7233",
-			"TEMPORAL_TLS_SERVER_CA_CERT_PATH=" + pki.CA, "TEMPORAL_TLS_SERVER_NAME=temporal.internal",
-			"TEMPORAL_TLS_CLIENT_CERT_PATH=" + pki.ClientCert, "TEMPORAL_TLS_CLIENT_KEY_PATH=" + pki.ClientKey,
-		})
+	t.Run("mTLS", func(t *testing.T) {
+		o, err := TemporalOptions(Temporal{HostPort: "sluice.a1b2c.tmprl.cloud:7233", Namespace: "sluice.a1b2c",
+			TLS: TLS{Enabled: true, CAFile: pki.CA, ServerName: "temporal.internal", CertFile: pki.ClientCert, KeyFile: pki.ClientKey}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,18 +51,17 @@ func TestTemporalOptionsFromEnv(t *testing.T) {
 			t.Fatalf("options %+v, tls %+v", o, tc)
 		}
 	})
-	t.Run("Sluice's settings win", func(t *testing.T) {
-		o, err := temporalOptions(t, "temporal:\n  host_port: mine:7233\n  tls:\n    enabled: false\n",
-			[]string{"TEMPORAL_ADDRESS=theirs:7233", "TEMPORAL_NAMESPACE=theirs", "TEMPORAL_API_KEY=k", "TEMPORAL_TLS_SERVER_NAME=theirs"})
+	t.Run("API key without TLS", func(t *testing.T) {
+		o, err := TemporalOptions(Temporal{HostPort: "mine:7233", Namespace: "default", APIKey: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o.HostPort != "mine:7233" || o.Namespace != "theirs" || o.Credentials == nil || o.ConnectionOptions.TLS != nil || !o.ConnectionOptions.TLSDisabled {
+		if o.Credentials == nil || o.ConnectionOptions.TLS != nil || !o.ConnectionOptions.TLSDisabled {
 			t.Fatalf("options %+v", o)
 		}
 	})
 	t.Run("unreadable CA", func(t *testing.T) {
-		_, err := temporalOptions(t, "", []string{"TEMPORAL_TLS_SERVER_CA_CERT_PATH=/nonexistent/ca.pem"})
+		_, err := TemporalOptions(Temporal{HostPort: "127.0.0.1:7233", TLS: TLS{Enabled: true, CAFile: "/nonexistent/ca.pem"}})
 		if err == nil || !strings.HasPrefix(err.Error(), "temporal.tls.ca_file: open /nonexistent/ca.pem") {
 			t.Fatalf("error %v, want it to name temporal.tls.ca_file", err)
 		}
@@ -112,8 +84,7 @@ func (f *frontend) GetSystemInfo(ctx context.Context, _ *workflowservice.GetSyst
 	return &workflowservice.GetSystemInfoResponse{}, nil
 }
 
-// A client built from TEMPORAL_ADDRESS, TEMPORAL_API_KEY and a private CA
-// connects over TLS and presents the key as a bearer token, as Temporal
+// A client with an API key and a private CA connects over TLS and presents the key as a bearer token, as Temporal
 // Cloud expects.
 func TestTemporalAPIKeyOverTLS(t *testing.T) {
 	pki := newTestPKI(t)
@@ -131,10 +102,7 @@ func TestTemporalAPIKeyOverTLS(t *testing.T) {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	o, err := temporalOptions(t, "", []string{
-		"TEMPORAL_ADDRESS=" + lis.Addr().String(), "TEMPORAL_NAMESPACE=sluice.a1b2c",
-		"TEMPORAL_API_KEY=key-1", "TEMPORAL_TLS_SERVER_CA_CERT_PATH=" + pki.CA,
-	})
+	o, err := TemporalOptions(Temporal{HostPort: lis.Addr().String(), Namespace: "sluice.a1b2c", APIKey: "key-1", TLS: TLS{Enabled: true, CAFile: pki.CA}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +118,7 @@ func TestTemporalAPIKeyOverTLS(t *testing.T) {
 	}
 
 	// Without the private CA the same server is refused.
-	o, err = temporalOptions(t, "", []string{"TEMPORAL_ADDRESS=" + lis.Addr().String(), "TEMPORAL_API_KEY=key-1"})
+	o, err = TemporalOptions(Temporal{HostPort: lis.Addr().String(), Namespace: "default", APIKey: "key-1", TLS: TLS{Enabled: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,10 @@ const (
 // AllScopes are every scope, in a stable order.
 var AllScopes = []Scope{ScopeChat, ScopeIngest, ScopeAdmin}
 
+// DefaultScopes are the scopes of a key that names none: it may change
+// knowledge bases or reach the admin API only when it says so.
+var DefaultScopes = Scopes{ScopeChat}
+
 // Scopes is the set a key holds.
 type Scopes []Scope
 
@@ -35,6 +39,14 @@ func (s Scopes) String() string {
 		parts[i] = string(sc)
 	}
 	return strings.Join(parts, ",")
+}
+
+// GrantedScopes reads the scopes a key names, DefaultScopes if none.
+func GrantedScopes(names []string) (Scopes, error) {
+	if len(names) == 0 {
+		return DefaultScopes, nil
+	}
+	return ParseScopes(names)
 }
 
 // ParseScopes reads scope names, refusing unknown ones and repeats.

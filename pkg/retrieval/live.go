@@ -156,9 +156,6 @@ func (l *Live) Lookup(ctx context.Context, kb string, version int64, ids []strin
 	return out, nil
 }
 
-// ChunkID names chunk i of a document revision: "<doc>#<i>@<rev>".
-func ChunkID(doc string, i int, rev string) string { return chunkID(doc, i, rev) }
-
 func (l *Live) fromStore(ctx context.Context, kb, id string) (Chunk, error) {
 	doc, i, rev, ok := parseChunkID(id)
 	if !ok || rev == "" {
