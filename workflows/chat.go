@@ -106,8 +106,6 @@ func (w *chat) run(ctx workflow.Context) {
 	if !w.embed() {
 		return
 	}
-	// Histories from before the answer cache have no AnswerCache setting
-	// and so schedule no lookup: they replay unchanged.
 	if w.in.Settings.AnswerCache && w.answeredFromCache() {
 		return
 	}

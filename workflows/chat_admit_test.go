@@ -11,9 +11,7 @@ import (
 )
 
 // The request's token estimate and its tier's concurrency cap reach every
-// admission call, the first and the look at the deadline alike; a request
-// started without them (an older history) asks with zeros, the old
-// behaviour.
+// admission call, the first and the look at the deadline alike.
 func (s *chatSuite) TestAdmitCarriesTokensAndConcurrencyCap() {
 	s.mockEmbed()
 	s.mockRetrieveRerank()

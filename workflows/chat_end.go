@@ -115,15 +115,11 @@ func (w *chat) stageFailed(stage string, err error) {
 // unreachable: the activity says so (ErrTypeDependencyUnavailable), or a
 // stage before the model timed out on every attempt, which only a stalled
 // dependency makes it do. The request may well succeed when retried; it
-// is not Sluice's fault to report as internal_error. Histories from
-// before this rule replay as recorded (internal_error).
+// is not Sluice's fault to report as internal_error.
 func (w *chat) dependencyUnavailable(stage string, err error) bool {
 	var appErr *temporal.ApplicationError
 	marked := errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeDependencyUnavailable
 	if !marked && (stage == request.StageLLM || !temporal.IsTimeoutError(err)) {
-		return false
-	}
-	if workflow.GetVersion(w.stageCtx, "unavailable-reason", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return false
 	}
 	w.logger.Warn("stage failed: a dependency was unavailable", "stage", stage, "error", err)
@@ -221,10 +217,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 	})
 	if err := workflow.ExecuteLocalActivity(fctx, a.Finalize, in).Get(fctx, nil); err != nil {
 		w.logger.Error("finalize failed for two minutes; retrying it until Redis takes it", "error", err)
-		if workflow.GetVersion(ctx, "finalize-until-written", workflow.DefaultVersion, 1) == 1 {
-			err = w.finalizeDurably(dctx, in)
-		}
-		if err != nil {
+		if err = w.finalizeDurably(dctx, in); err != nil {
 			// The permit's lease and the waiter's liveness TTL bound the
 			// damage; the refund is lost.
 			w.logger.Error("finalize failed", "error", err)
