@@ -41,11 +41,11 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.status.Pool = adm.Pool
 	w.result.Route = adm.Pool
 	if adm.Full {
-		w.reject(request.ReasonQueueFull, "The service is at capacity and its queue is full. Please retry shortly.", w.in.Settings.RecheckInterval)
+		w.reject(request.ReasonQueueFull, w.in.Settings.RecheckInterval)
 		return false
 	}
 	if adm.TenantFull {
-		w.reject(request.ReasonTenantQueueFull, "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished.", w.in.Settings.RecheckInterval)
+		w.reject(request.ReasonTenantQueueFull, w.in.Settings.RecheckInterval)
 		return false
 	}
 	queuedMs := adm.Ms
@@ -127,7 +127,7 @@ func (w *chat) waitUntilDeadline(ctx workflow.Context, start time.Time, adm acti
 func (w *chat) timedOut(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) {
 	w.timing(request.StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
 	retry := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
-	w.reject(request.ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
+	w.reject(request.ReasonQueueTimeout, retry)
 }
 
 // maxWait is how long the request may wait for a permit in pool: its

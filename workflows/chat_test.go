@@ -532,7 +532,7 @@ func (s *chatSuite) TestUnreachableDependencyEndsUnavailable() {
 			s.Require().NotNil(f.Failure)
 			s.Equal(tc.reason, f.Failure.Reason)
 			if tc.reason == request.ReasonUnavailable {
-				s.Equal(dependencyRetryAfterS, f.Failure.RetryAfterS)
+				s.Equal(2, f.Failure.RetryAfterS)
 			} else {
 				s.Zero(f.Failure.RetryAfterS)
 			}

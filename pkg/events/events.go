@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Event types, as they appear in the SSE "event:" field.
@@ -131,12 +132,9 @@ type Done struct {
 	TraceID string `json:"trace_id,omitempty"`
 }
 
-// Failure is the payload of rejected and error events.
-type Failure struct {
-	Reason      string `json:"reason"`
-	Message     string `json:"message"`
-	RetryAfterS int    `json:"retry_after_s,omitempty"`
-}
+// Failure is the payload of rejected and error events; request.Refused
+// builds a refusal's.
+type Failure = request.Failure
 
 // Log appends to and reads request event streams. It is the one place
 // that names the keys of a request's events.
