@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 
 	"go.temporal.io/sdk/activity"
 
@@ -32,12 +33,11 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 		pools = []string{in.Pool}
 	}
 	for _, pool := range pools {
-		rel, err := a.Gate.Release(ctx, pool, in.RequestID)
-		if err != nil {
-			return err
-		}
-		if err := admission.Wake(ctx, a.Gate, a.Notifier, pool, rel.Woken); err != nil {
+		_, err := a.Gate.ReleaseAndWake(ctx, a.Notifier, pool, in.RequestID)
+		if errors.Is(err, admission.ErrNotWoken) {
 			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
+		} else if err != nil {
+			return err
 		}
 	}
 	if in.Used != nil && in.Reservation != "" && a.Limiter != nil {

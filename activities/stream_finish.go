@@ -222,13 +222,12 @@ func (a *Chat) interruptedBefore(log *slog.Logger, tokens int, p *fittedPrompt) 
 // workflow task of waiting. Finalize's release is then a no-op (releases
 // are idempotent). A failure here only leaves the release to Finalize.
 func (a *Chat) releaseEarly(ctx context.Context, in LLMInput) {
-	rel, err := a.Gate.Release(ctx, in.Pool, in.RequestID)
-	if err != nil {
-		a.logger(in.RequestID).Warn("give back the permit after the answer; Finalize will", "err", err)
-		return
-	}
-	if err := admission.Wake(ctx, a.Gate, a.Notifier, in.Pool, rel.Woken); err != nil {
+	_, err := a.Gate.ReleaseAndWake(ctx, a.Notifier, in.Pool, in.RequestID)
+	switch {
+	case errors.Is(err, admission.ErrNotWoken):
 		a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
+	case err != nil:
+		a.logger(in.RequestID).Warn("give back the permit after the answer; Finalize will", "err", err)
 	}
 }
 
