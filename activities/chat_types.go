@@ -179,9 +179,9 @@ type LLMInput struct {
 	KBVersion int64
 	Context   []ChunkRef
 	MaxTokens int
-	// Done, if set, is the done event so far (route, kb version, earlier
-	// stages' timings): the stream completes and writes it itself.
-	Done *events.Done
+	// Done, if set, is what the workflow knows of the request's end: the
+	// stream builds the done event from it and writes it itself.
+	Done *DoneFacts
 	// Session, if set: the prompt carries the session's earlier turns and
 	// the answer is recorded in it before the done event is written, so
 	// that a follow-up sent the moment the client sees done finds it.
@@ -230,8 +230,9 @@ type LookupAnswerInput struct {
 	// KB is the kb's key (kbref.Ref.Key), its owner's and its name.
 	KB        string
 	MaxTokens int
-	// Done is the done event so far; a hit completes and writes it.
-	Done *events.Done
+	// Done is what the workflow knows of the request's end; a hit builds
+	// the done event from it and writes it.
+	Done *DoneFacts
 }
 
 // LookupAnswerOutput says whether the request was answered from the cache.
@@ -260,8 +261,11 @@ type FinalizeInput struct {
 	// EventType is events.TypeDone, TypeRejected or TypeError; empty when
 	// the terminal event was already written (by the stream).
 	EventType string
-	Done      *events.Done
-	Failure   *events.Failure
+	// Done and Answer make the done event of an answer whose activity did
+	// not write it (doneEvent); Failure is a rejected or error event's.
+	Done    *DoneFacts
+	Answer  *Answer
+	Failure *events.Failure
 	// StopStream sets the cancel flag first, so that an LLM stream still
 	// running stops before its permit is given away.
 	StopStream bool

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -8,7 +9,6 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 // Finalize gives back the request's permit or queue place (idempotently:
@@ -59,9 +59,7 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 	}
 	var data any = in.Failure
 	if in.EventType == events.TypeDone && in.Done != nil {
-		done := *in.Done
-		done.TraceID = tracing.TraceID(ctx)
-		data = done
+		data = doneEvent(ctx, *in.Done, *cmp.Or(in.Answer, &Answer{}))
 	}
 	if _, _, err := a.Events.AppendFinal(ctx, in.RequestID, in.EventType, data); err != nil {
 		return err

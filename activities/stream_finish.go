@@ -16,7 +16,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
-	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 // finishAnswer completes a stream that ended well: it ends a truncated
@@ -39,8 +38,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 	// completion has gone through the server to the workflow; the workflow
 	// then only gives back the permit.
 	if in.Done != nil {
-		done := completeDone(*in.Done, out)
-		done.TraceID = tracing.TraceID(ctx)
+		done := doneEvent(ctx, *in.Done, streamedAnswer(out))
 		if err := a.writeDone(ctx, in.RequestID, done); err != nil {
 			// Tokens were streamed: a retry would fail as interrupted.
 			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
@@ -91,21 +89,16 @@ func (a *Chat) writeDone(ctx context.Context, requestID string, done events.Done
 	})
 }
 
-// completeDone fills the done event the workflow started with what the
-// stream measured.
-func completeDone(d events.Done, out LLMOutput) events.Done {
-	d.Timings = append(append([]events.StageTiming(nil), d.Timings...),
-		events.StageTiming{Stage: request.StageLLMFirstToken, Ms: out.FirstTokenMs},
-		events.StageTiming{Stage: request.StageLLM, Ms: out.Ms})
-	d.FinishReason = out.FinishReason
-	d.Usage = out.Usage
-	d.Sources = out.Sources
-	d.ContextShed = out.ContextShed
-	d.Model = out.Model
-	if len(out.FinishReasons) > 1 {
-		d.FinishReasons = out.FinishReasons
+// streamedAnswer is the answer a completed stream reports in out.
+func streamedAnswer(out LLMOutput) Answer {
+	return Answer{
+		FinishReason: out.FinishReason, FinishReasons: out.FinishReasons, Usage: out.Usage,
+		Sources: out.Sources, ContextShed: out.ContextShed, Model: out.Model,
+		Timings: []events.StageTiming{
+			{Stage: request.StageLLMFirstToken, Ms: out.FirstTokenMs},
+			{Stage: request.StageLLM, Ms: out.Ms},
+		},
 	}
-	return d
 }
 
 // priorStream is what earlier attempts of a stream left in the request's

@@ -181,7 +181,7 @@ func (w *chat) answeredFromCache() bool {
 	var out activities.LookupAnswerOutput
 	err := workflow.ExecuteLocalActivity(sctx, a.LookupAnswer, activities.LookupAnswerInput{
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KBRef().Key(), MaxTokens: w.in.MaxTokens,
-		Done: w.doneSoFar(),
+		Done: w.doneFacts(),
 	}).Get(sctx, &out)
 	if w.stageCtx.Err() != nil {
 		w.cancelled()
@@ -234,10 +234,10 @@ func (w *chat) timing(stage string, ms int64, cache string) {
 	w.status.Timings = append(w.status.Timings, events.StageTiming{Stage: stage, Ms: ms, Cache: cache})
 }
 
-// doneSoFar is the done event as far as the workflow knows it; the stream
-// completes it.
-func (w *chat) doneSoFar() *events.Done {
-	return &events.Done{
+// doneFacts is what the workflow knows of the request's done event; the
+// activity that answers builds the event from it.
+func (w *chat) doneFacts() *activities.DoneFacts {
+	return &activities.DoneFacts{
 		RequestID: w.in.RequestID, Route: w.result.Route, KBVersion: w.result.KBVersion,
 		Timings: append([]events.StageTiming(nil), w.status.Timings...),
 	}

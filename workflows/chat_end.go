@@ -187,10 +187,12 @@ func (w *chat) finalize(ctx workflow.Context) {
 		if w.doneWritten {
 			break
 		}
+		// The answering activity did not write it (it was not handed
+		// the facts): Finalize builds it from them.
 		in.EventType = events.TypeDone
-		in.Done = &events.Done{
-			RequestID: w.in.RequestID, Route: w.result.Route, FinishReason: w.result.FinishReason,
-			Usage: w.result.Usage, Timings: w.result.Timings, KBVersion: w.result.KBVersion,
+		in.Done = w.doneFacts()
+		in.Answer = &activities.Answer{
+			FinishReason: w.result.FinishReason, Usage: w.result.Usage,
 			Sources: w.result.Sources, ContextShed: w.result.ContextShed,
 		}
 	case request.OutcomeRejected:

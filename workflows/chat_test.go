@@ -201,7 +201,8 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 	s.Equal("short", f.Pool, "the permit must be released")
 	s.Equal(events.TypeDone, f.EventType, "the stream did not write done, so finalize must")
 	s.Require().NotNil(f.Done)
-	s.Equal("stop", f.Done.FinishReason)
+	s.Require().NotNil(f.Answer)
+	s.Equal("stop", f.Answer.FinishReason)
 	s.False(f.StopStream)
 	s.Equal(&activities.Used{Tokens: 70, Requests: 1}, f.Used, "the refund is computed from actual usage")
 
