@@ -21,9 +21,15 @@ func (a *Chat) LookupAnswer(ctx context.Context, in LookupAnswerInput) (LookupAn
 	if err != nil {
 		return LookupAnswerOutput{}, fmt.Errorf("read version of kb %s: %w", in.KB, err)
 	}
-	bound := a.promptBound(in.Query)
-	// Requests with a session never get here: no history to count.
-	pool := request.Route(bound, 0, a.Options.ShortThreshold)
+	bound := in.PromptBound
+	if bound == 0 {
+		bound = a.promptBound(in.Query)
+	}
+	pool := in.Pool
+	if pool == "" {
+		// Requests with a session never get here: no history to count.
+		pool = request.Route(bound, 0, a.Options.ShortThreshold)
+	}
 	ans, hit, err := a.Answers.Get(ctx, a.answerKey(in.Query, in.KB, version, pool), in.MaxTokens)
 	if err != nil || !hit {
 		return LookupAnswerOutput{PromptBound: bound, KBVersion: version, Ms: time.Since(start).Milliseconds()}, err

@@ -230,6 +230,11 @@ type LookupAnswerInput struct {
 	// KB is the kb's key (kbref.Ref.Key), its owner's and its name.
 	KB        string
 	MaxTokens int
+	// Pool and PromptBound are the route and the prompt's bound before
+	// retrieval as the door computed them (ChatInput.Pool, PromptBound);
+	// the lookup counts them itself only when they are empty.
+	Pool        string `json:",omitempty"`
+	PromptBound int    `json:",omitempty"`
 	// Done is what the workflow knows of the request's end; a hit builds
 	// the done event from it and writes it.
 	Done *DoneFacts

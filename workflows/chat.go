@@ -19,7 +19,7 @@ var a *activities.Chat
 // ChatWorkflow runs one chat request through embed → admission → retrieval
 // → rerank → LLM, and always gives back what admission granted.
 func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
-	w := &chat{in: in, status: Status{Stage: request.StageEmbed, Tenant: in.Tenant, KB: in.KB}}
+	w := &chat{in: in, status: Status{Stage: request.StageEmbed, Tenant: in.Tenant, KB: in.KB}, promptBound: in.PromptBound}
 	if err := w.setup(ctx); err != nil {
 		return ChatResult{}, err
 	}
@@ -62,8 +62,9 @@ type chat struct {
 	pool      string
 	seq       int64
 	admitting bool
-	// promptBound is the answer-cache lookup's count of the prompt's
-	// bound, which admission routes by instead of counting again.
+	// promptBound is the prompt's bound before retrieval, the door's
+	// (ChatInput.PromptBound) or else the answer-cache lookup's, which
+	// admission routes by instead of counting again.
 	promptBound int
 	// doneWritten: the stream already wrote the done event; turnRecorded:
 	// it recorded the answer in the session too.
@@ -181,7 +182,7 @@ func (w *chat) answeredFromCache() bool {
 	var out activities.LookupAnswerOutput
 	err := workflow.ExecuteLocalActivity(sctx, a.LookupAnswer, activities.LookupAnswerInput{
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KBRef().Key(), MaxTokens: w.in.MaxTokens,
-		Done: w.doneFacts(),
+		Pool: w.in.Pool, PromptBound: w.promptBound, Done: w.doneFacts(),
 	}).Get(sctx, &out)
 	if w.stageCtx.Err() != nil {
 		w.cancelled()

@@ -35,3 +35,30 @@ func (s *chatSuite) TestAdmitCarriesTokensAndConcurrencyCap() {
 		s.Equal(2, got.MaxConcurrent, "call %d", i)
 	}
 }
+
+// The door's route and prompt bound reach the answer-cache lookup and
+// admission, which use them instead of counting again.
+func (s *chatSuite) TestDoorRouteReachesTheLookupAndAdmission() {
+	s.mockEmbed()
+	var look activities.LookupAnswerInput
+	s.env.OnActivity(a.LookupAnswer, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LookupAnswerInput) (activities.LookupAnswerOutput, error) {
+		look = in
+		return activities.LookupAnswerOutput{PromptBound: in.PromptBound, Ms: 1}, nil
+	})
+	var adm activities.AdmitInput
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+		adm = in
+		return activities.AdmitOutput{Pool: in.Pool, Granted: true, Ms: 1}, nil
+	})
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	in := input()
+	in.Settings.AnswerCache = true
+	in.Pool, in.PromptBound = "short", 3000
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	s.Equal(request.OutcomeDone, s.result().Outcome)
+	s.Equal("short", look.Pool)
+	s.Equal(3000, look.PromptBound)
+	s.Equal("short", adm.Pool)
+	s.Equal(3000, adm.PromptBound)
+}

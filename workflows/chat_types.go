@@ -75,6 +75,11 @@ type ChatInput struct {
 	// bound and the session turns it will carry); admission queues the
 	// request there. Empty: admission routes.
 	Pool string
+	// PromptBound is the prompt's upper bound before retrieval (without
+	// session turns) as the door counted it to route: the answer-cache
+	// lookup keys by its pool and admission routes by it instead of
+	// counting again. 0: they count it.
+	PromptBound int `json:",omitempty"`
 	// RateReservation is the request's rate-limit charge (from
 	// limiter.Reserve), refunded in part when it ends; empty when no
 	// limit applied.
