@@ -30,11 +30,6 @@ func (a *Chat) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, error) {
 	out.TenantFull = res.Status == admission.TenantFull
 	out.Position = res.Position
 	out.EstimatedWaitMs = res.EstimatedWait().Milliseconds()
-	next, err := a.keepQueued(ctx, in, out.Pool, res)
-	if err != nil {
-		return out, err
-	}
-	out.NextRecheckMs = next.Milliseconds()
 	if err := a.announceQueued(ctx, in, res, out); err != nil {
 		return out, err
 	}
@@ -44,7 +39,7 @@ func (a *Chat) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, error) {
 			return out, err
 		}
 		if granted {
-			out.Granted, out.Position, out.EstimatedWaitMs, out.NextRecheckMs = true, 0, 0, 0
+			out.Granted, out.Position, out.EstimatedWaitMs = true, 0, 0
 		}
 	}
 	out.Ms = time.Since(start).Milliseconds()
@@ -74,7 +69,7 @@ func (a *Chat) enqueue(ctx context.Context, in AdmitInput, pool string) (admissi
 	if !in.Recheck {
 		written = a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageAdmission, Pool: pool})
 	}
-	// Histories from before weights existed replay with none: weight 1.
+	// A tier without a weight counts as weight 1.
 	weight := max(in.Weight, 1)
 	var alive time.Duration
 	if in.WaitFor > 0 {
@@ -112,25 +107,6 @@ func (a *Chat) enqueue(ctx context.Context, in AdmitInput, pool string) (admissi
 // the workflow's timer to fire late (timers are coarse), its task to run
 // and its last look at the queue to arrive.
 const deadlineMargin = 30 * time.Second
-
-// keepQueued keeps a queued request's place live until its next re-check
-// when that comes later than the base cadence, and returns how long that
-// is (0: at the base cadence, or no re-checks at all for a request that
-// waits until its deadline).
-func (a *Chat) keepQueued(ctx context.Context, in AdmitInput, pool string, res admission.Result) (time.Duration, error) {
-	if res.Status != admission.Queued || in.WaitFor > 0 || in.RecheckMax <= in.RecheckBase {
-		return 0, nil
-	}
-	next := admission.RecheckAfter(res, in.RecheckBase, in.RecheckMax)
-	if next <= in.RecheckBase {
-		return 0, nil
-	}
-	// Enqueue kept the place live for the base cadence only.
-	if err := a.Gate.KeepAlive(ctx, pool, in.RequestID, admission.AliveFor(next)); err != nil {
-		return 0, err
-	}
-	return next, nil
-}
 
 // announceQueued tells the client its place in the queue; re-checks stay
 // quiet.

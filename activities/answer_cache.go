@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"go.temporal.io/sdk/activity"
-
 	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 // LookupAnswer serves the request from the L3 tier if its question was
@@ -24,9 +21,15 @@ func (a *Chat) LookupAnswer(ctx context.Context, in LookupAnswerInput) (LookupAn
 	if err != nil {
 		return LookupAnswerOutput{}, fmt.Errorf("read version of kb %s: %w", in.KB, err)
 	}
-	bound := a.promptBound(in.Query)
-	// Requests with a session never get here: no history to count.
-	pool := request.Route(bound, 0, a.Options.ShortThreshold)
+	bound := in.PromptBound
+	if bound == 0 {
+		bound = a.promptBound(in.Query)
+	}
+	pool := in.Pool
+	if pool == "" {
+		// Requests with a session never get here: no history to count.
+		pool = request.Route(bound, 0, a.Options.ShortThreshold)
+	}
 	ans, hit, err := a.Answers.Get(ctx, a.answerKey(in.Query, in.KB, version, pool), in.MaxTokens)
 	if err != nil || !hit {
 		return LookupAnswerOutput{PromptBound: bound, KBVersion: version, Ms: time.Since(start).Milliseconds()}, err
@@ -35,36 +38,25 @@ func (a *Chat) LookupAnswer(ctx context.Context, in LookupAnswerInput) (LookupAn
 		Hit: true, PromptBound: bound, KBVersion: version, FinishReason: ans.FinishReason,
 		Sources: ans.Sources, ContextShed: ans.ContextShed,
 	}
-	if activity.GetInfo(ctx).Attempt > 1 {
-		// An earlier attempt may have written the answer and lost only
-		// its reply: never stream it twice.
-		last, ok, err := a.Events.Last(ctx, in.RequestID)
-		if err != nil {
-			return LookupAnswerOutput{}, err
-		}
-		if ok && last.Type == events.TypeDone {
-			out.Ms = time.Since(start).Milliseconds()
-			return out, nil
-		}
-	}
 	out.Ms = time.Since(start).Milliseconds()
-	done := events.Done{RequestID: in.RequestID}
+	facts := DoneFacts{RequestID: in.RequestID}
 	if in.Done != nil {
-		done = *in.Done
+		facts = *in.Done
 	}
-	done.Route, done.KBVersion, done.Cached = request.RouteCache, version, true
-	done.TraceID = tracing.TraceID(ctx)
-	done.FinishReason, done.Sources, done.ContextShed = ans.FinishReason, ans.Sources, ans.ContextShed
-	// The answer cost no LLM tokens this time; its usage says so.
-	done.Usage = events.Usage{}
-	done.Timings = append(append([]events.StageTiming(nil), done.Timings...),
-		events.StageTiming{Stage: request.StageAnswerCache, Ms: out.Ms, Cache: "hit"})
-	evs := make([]events.Pending, 0, len(ans.Tokens)+1)
+	facts.Route = request.RouteCache
+	// The answer cost no LLM tokens this time: its usage is zero.
+	done := doneEvent(ctx, facts, Answer{
+		FinishReason: ans.FinishReason, Sources: ans.Sources, ContextShed: ans.ContextShed,
+		Cached: true, KBVersion: version,
+		Timings: []events.StageTiming{{Stage: request.StageAnswerCache, Ms: out.Ms, Cache: "hit"}},
+	})
+	toks := make([]events.Pending, len(ans.Tokens))
 	for i, text := range ans.Tokens {
-		evs = append(evs, events.Pending{Type: events.TypeToken, Data: events.Token{Text: text, Index: i}})
+		toks[i] = events.Pending{Type: events.TypeToken, Data: events.Token{Text: text, Index: i}}
 	}
-	evs = append(evs, events.Pending{Type: events.TypeDone, Data: done})
-	if _, err := a.Events.AppendBatch(ctx, in.RequestID, evs); err != nil {
+	// With its end, once: a retried lookup (an earlier attempt wrote the
+	// answer and lost only its reply) finds the end and writes nothing.
+	if _, _, err := a.Events.AppendFinalAfter(ctx, in.RequestID, toks, events.TypeDone, done); err != nil {
 		return LookupAnswerOutput{}, err
 	}
 	return out, nil

@@ -14,7 +14,7 @@ func (h *harness) lookup(t *testing.T, requestID string, maxTokens int) activiti
 	t.Helper()
 	return mustLocal[activities.LookupAnswerOutput](t, h, h.acts.LookupAnswer, activities.LookupAnswerInput{
 		RequestID: requestID, Query: query, KB: kbName, MaxTokens: maxTokens,
-		Done: &events.Done{RequestID: requestID, Timings: []events.StageTiming{{Stage: "embed", Ms: 1}}},
+		Done: &activities.DoneFacts{RequestID: requestID, Timings: []events.StageTiming{{Stage: "embed", Ms: 1}}},
 	})
 }
 

@@ -72,7 +72,7 @@ type AdmitInput struct {
 	MaxConcurrent int
 	// Tokens is the request's size in the queue's token-fair order (the
 	// door's estimate, ChatInput.AdmissionTokens); 0 counts it as one
-	// typical request, as histories from before it did.
+	// typical request.
 	Tokens int
 	// Pool is empty on the first call (the activity routes the request);
 	// re-checks pass the pool and Seq from the first call's output.
@@ -83,11 +83,6 @@ type AdmitInput struct {
 	PromptBound int
 	// Recheck marks a fallback re-check (no stage event is written).
 	Recheck bool
-	// RecheckBase and RecheckMax bound the cadence of the waiter's
-	// re-checks (admission.RecheckAfter); a zero RecheckMax keeps it at
-	// RecheckBase, as histories from before it did.
-	RecheckBase time.Duration
-	RecheckMax  time.Duration
 	// WaitFor, if not 0, is how long the request will wait for its grant
 	// from this call (what is left of its max wait): it will not re-check,
 	// so its queue place is kept live that long (plus a margin for the
@@ -105,8 +100,7 @@ type AdmitInput struct {
 // SessionRef names a request's conversation and how much of it the
 // prompt may carry.
 type SessionRef struct {
-	// Tenant and User own the session (session.Owner); User is empty in
-	// histories from before sessions belonged to a user.
+	// Tenant and User own the session (session.Owner).
 	Tenant string
 	User   string
 	ID     string
@@ -126,9 +120,6 @@ type AdmitOutput struct {
 	Position        int
 	EstimatedWaitMs int64
 	Seq             int64
-	// NextRecheckMs is when a queued request should re-check, its place
-	// kept live until then (0: at the base cadence).
-	NextRecheckMs int64
 	// EstimatedPromptTokens is the upper bound routing used; HistoryTokens
 	// the part of it that earlier turns of the session take.
 	EstimatedPromptTokens int
@@ -188,9 +179,9 @@ type LLMInput struct {
 	KBVersion int64
 	Context   []ChunkRef
 	MaxTokens int
-	// Done, if set, is the done event so far (route, kb version, earlier
-	// stages' timings): the stream completes and writes it itself.
-	Done *events.Done
+	// Done, if set, is what the workflow knows of the request's end: the
+	// stream builds the done event from it and writes it itself.
+	Done *DoneFacts
 	// Session, if set: the prompt carries the session's earlier turns and
 	// the answer is recorded in it before the done event is written, so
 	// that a follow-up sent the moment the client sees done finds it.
@@ -239,8 +230,14 @@ type LookupAnswerInput struct {
 	// KB is the kb's key (kbref.Ref.Key), its owner's and its name.
 	KB        string
 	MaxTokens int
-	// Done is the done event so far; a hit completes and writes it.
-	Done *events.Done
+	// Pool and PromptBound are the route and the prompt's bound before
+	// retrieval as the door computed them (ChatInput.Pool, PromptBound);
+	// the lookup counts them itself only when they are empty.
+	Pool        string `json:",omitempty"`
+	PromptBound int    `json:",omitempty"`
+	// Done is what the workflow knows of the request's end; a hit builds
+	// the done event from it and writes it.
+	Done *DoneFacts
 }
 
 // LookupAnswerOutput says whether the request was answered from the cache.
@@ -269,8 +266,11 @@ type FinalizeInput struct {
 	// EventType is events.TypeDone, TypeRejected or TypeError; empty when
 	// the terminal event was already written (by the stream).
 	EventType string
-	Done      *events.Done
-	Failure   *events.Failure
+	// Done and Answer make the done event of an answer whose activity did
+	// not write it (doneEvent); Failure is a rejected or error event's.
+	Done    *DoneFacts
+	Answer  *Answer
+	Failure *events.Failure
 	// StopStream sets the cancel flag first, so that an LLM stream still
 	// running stops before its permit is given away.
 	StopStream bool
@@ -293,12 +293,10 @@ type Report struct {
 	Outcome string
 	Reason  string
 	Timings []events.StageTiming
-	// Tier is the caller's tier and Usage the LLM call's tokens; both are
-	// empty in histories from before metrics counted them by tier.
+	// Tier is the caller's tier and Usage the LLM call's tokens.
 	Tier  string       `json:",omitempty"`
 	Usage events.Usage `json:",omitzero"`
-	// Tenant is for the request's log line only, never a metric label;
-	// empty in histories from before the log line.
+	// Tenant is for the request's log line only, never a metric label.
 	Tenant string `json:",omitempty"`
 }
 

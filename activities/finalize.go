@@ -1,13 +1,14 @@
 package activities
 
 import (
+	"cmp"
 	"context"
+	"errors"
 
 	"go.temporal.io/sdk/activity"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/tracing"
 )
 
 // Finalize gives back the request's permit or queue place (idempotently:
@@ -32,12 +33,11 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 		pools = []string{in.Pool}
 	}
 	for _, pool := range pools {
-		rel, err := a.Gate.Release(ctx, pool, in.RequestID)
-		if err != nil {
-			return err
-		}
-		if err := admission.Wake(ctx, a.Gate, a.Notifier, pool, rel.Woken); err != nil {
+		_, err := a.Gate.ReleaseAndWake(ctx, a.Notifier, pool, in.RequestID)
+		if errors.Is(err, admission.ErrNotWoken) {
 			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
+		} else if err != nil {
+			return err
 		}
 	}
 	if in.Used != nil && in.Reservation != "" && a.Limiter != nil {
@@ -59,9 +59,7 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 	}
 	var data any = in.Failure
 	if in.EventType == events.TypeDone && in.Done != nil {
-		done := *in.Done
-		done.TraceID = tracing.TraceID(ctx)
-		data = done
+		data = doneEvent(ctx, *in.Done, *cmp.Or(in.Answer, &Answer{}))
 	}
 	if _, _, err := a.Events.AppendFinal(ctx, in.RequestID, in.EventType, data); err != nil {
 		return err

@@ -22,7 +22,8 @@ func finalize(t *testing.T, h *harness, in activities.FinalizeInput) {
 func done(requestID string) activities.FinalizeInput {
 	return activities.FinalizeInput{
 		RequestID: requestID, Pool: request.PoolShort, EventType: events.TypeDone,
-		Done: &events.Done{RequestID: requestID, Route: request.PoolShort, FinishReason: "stop"},
+		Done:   &activities.DoneFacts{RequestID: requestID, Route: request.PoolShort},
+		Answer: &activities.Answer{FinishReason: "stop"},
 	}
 }
 

@@ -11,7 +11,7 @@ type HealthInput struct {
 	Window time.Duration
 	// Levels is each pool's level before this poll's decisions and
 	// Interval the time between polls, for the sluice_healing_level
-	// gauge; empty in histories from before it.
+	// gauge.
 	Levels   map[string]int `json:",omitempty"`
 	Interval time.Duration  `json:",omitempty"`
 }

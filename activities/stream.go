@@ -29,17 +29,14 @@ var errStopped = errors.New("stream stopped by request")
 func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	start := time.Now()
 	log := a.logger(in.RequestID)
-	var prior priorStream
-	if activity.GetInfo(ctx).Attempt > 1 || activity.HasHeartbeatDetails(ctx) {
-		// An earlier attempt may have streamed, or even finished, the
-		// answer: never stream twice.
-		var err error
-		if prior, err = a.readPriorStreamPatiently(ctx, in.RequestID); err != nil {
-			return LLMOutput{}, err
-		}
-		if prior.done != nil {
-			return prior.answered(), nil
-		}
+	// An earlier attempt may have streamed, or even finished, the answer:
+	// never stream twice (stream_resume.go).
+	prior, err := a.priorAttempt(ctx, in.RequestID)
+	if err != nil {
+		return LLMOutput{}, err
+	}
+	if prior.done != nil {
+		return prior.answered(), nil
 	}
 	pool, ok := a.Pools[in.Pool]
 	if !ok {
@@ -47,7 +44,6 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	}
 	var chunks []retrieval.Chunk
 	if !in.Gateway {
-		var err error
 		chunks, err = a.lookup(ctx, in.KB, in.KBVersion, in.Context)
 		if err != nil && prior.tokens == 0 {
 			return LLMOutput{}, err
@@ -87,6 +83,8 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	// The keep-alive renews the permit, which finishing gives back.
 	stop(nil)
 	res.Model = cmp.Or(res.Model, pool.Model)
+	// The done event, the session's turn, the early release and the L3
+	// entry (stream_finish.go).
 	return a.finishAnswer(ctx, in, res, &p, s)
 }
 
@@ -313,19 +311,4 @@ func (a *Chat) classifyStreamError(ctx context.Context, log *slog.Logger, reques
 		return fmt.Errorf("stream llm for %s: %w", requestID, err)
 	}
 	return nil
-}
-
-// usageOf is a completed stream's usage: as the backend reported it, or
-// else counted here.
-func (a *Chat) usageOf(res llm.Result, p *fittedPrompt, tokens int) events.Usage {
-	var usage events.Usage
-	if res.UsageReported {
-		usage = events.Usage{
-			PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens, Reported: true,
-		}
-	} else {
-		usage = events.Usage{PromptTokens: a.promptTokens(p), CompletionTokens: tokens}
-	}
-	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens
-	return usage
 }

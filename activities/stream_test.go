@@ -414,7 +414,7 @@ func TestStreamLLMWritesDone(t *testing.T) {
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	out, err := stream(t, h, activities.LLMInput{
 		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
-		Done: &events.Done{RequestID: "r1", Route: "short", KBVersion: version, Timings: []events.StageTiming{{Stage: "embed", Ms: 1}}},
+		Done: &activities.DoneFacts{RequestID: "r1", Route: "short", KBVersion: version, Timings: []events.StageTiming{{Stage: "embed", Ms: 1}}},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -448,7 +448,7 @@ func TestStreamLLMRetryAfterDoneReportsIt(t *testing.T) {
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	in := activities.LLMInput{
 		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
-		Done: &events.Done{RequestID: "r1", Route: "short", KBVersion: version},
+		Done: &activities.DoneFacts{RequestID: "r1", Route: "short", KBVersion: version},
 	}
 	first, err := stream(t, h, in, nil)
 	if err != nil {
@@ -499,7 +499,7 @@ func TestTruncatedAnswerEndsWithNoticeAndIsNotCached(t *testing.T) {
 	out, err := stream(t, h, activities.LLMInput{
 		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version,
 		Context: hits, MaxTokens: 2, Session: ref, CacheAnswer: true,
-		Done: &events.Done{RequestID: "r1", Route: request.PoolShort},
+		Done: &activities.DoneFacts{RequestID: "r1", Route: request.PoolShort},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -528,7 +528,7 @@ func TestStreamLLMGivesThePermitBackWithDone(t *testing.T) {
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
 	in := activities.LLMInput{
 		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
-		Done: &events.Done{RequestID: "r1", Route: "short", KBVersion: version},
+		Done: &activities.DoneFacts{RequestID: "r1", Route: "short", KBVersion: version},
 	}
 	if r := h.enqueue(t, in.Pool, in.RequestID); r.Status != admission.Granted {
 		t.Fatalf("r1: %+v", r)
@@ -602,7 +602,7 @@ func TestGatewayStreamForwardsAndRecordsToolCalls(t *testing.T) {
 	sampling := &openai.Sampling{Temperature: &temp, Tools: []openai.Tool{{Type: "function", Function: openai.FunctionDef{Name: "calc"}}}}
 	out, err := stream(t, h, activities.LLMInput{
 		RequestID: "g1", Pool: request.PoolShort, MaxTokens: 16, Gateway: true, Conversation: conv, Sampling: sampling,
-		Done: &events.Done{RequestID: "g1"},
+		Done: &activities.DoneFacts{RequestID: "g1"},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)

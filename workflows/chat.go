@@ -19,7 +19,7 @@ var a *activities.Chat
 // ChatWorkflow runs one chat request through embed → admission → retrieval
 // → rerank → LLM, and always gives back what admission granted.
 func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
-	w := &chat{in: in, status: Status{Stage: request.StageEmbed, Tenant: in.Tenant, KB: in.KB}}
+	w := &chat{in: in, status: Status{Stage: request.StageEmbed, Tenant: in.Tenant, KB: in.KB}, promptBound: in.PromptBound}
 	if err := w.setup(ctx); err != nil {
 		return ChatResult{}, err
 	}
@@ -62,8 +62,9 @@ type chat struct {
 	pool      string
 	seq       int64
 	admitting bool
-	// promptBound is the answer-cache lookup's count of the prompt's
-	// bound, which admission routes by instead of counting again.
+	// promptBound is the prompt's bound before retrieval, the door's
+	// (ChatInput.PromptBound) or else the answer-cache lookup's, which
+	// admission routes by instead of counting again.
 	promptBound int
 	// doneWritten: the stream already wrote the done event; turnRecorded:
 	// it recorded the answer in the session too.
@@ -106,8 +107,6 @@ func (w *chat) run(ctx workflow.Context) {
 	if !w.embed() {
 		return
 	}
-	// Histories from before the answer cache have no AnswerCache setting
-	// and so schedule no lookup: they replay unchanged.
 	if w.in.Settings.AnswerCache && w.answeredFromCache() {
 		return
 	}
@@ -183,7 +182,7 @@ func (w *chat) answeredFromCache() bool {
 	var out activities.LookupAnswerOutput
 	err := workflow.ExecuteLocalActivity(sctx, a.LookupAnswer, activities.LookupAnswerInput{
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KBRef().Key(), MaxTokens: w.in.MaxTokens,
-		Done: w.doneSoFar(),
+		Pool: w.in.Pool, PromptBound: w.promptBound, Done: w.doneFacts(),
 	}).Get(sctx, &out)
 	if w.stageCtx.Err() != nil {
 		w.cancelled()
@@ -236,10 +235,10 @@ func (w *chat) timing(stage string, ms int64, cache string) {
 	w.status.Timings = append(w.status.Timings, events.StageTiming{Stage: stage, Ms: ms, Cache: cache})
 }
 
-// doneSoFar is the done event as far as the workflow knows it; the stream
-// completes it.
-func (w *chat) doneSoFar() *events.Done {
-	return &events.Done{
+// doneFacts is what the workflow knows of the request's done event; the
+// activity that answers builds the event from it.
+func (w *chat) doneFacts() *activities.DoneFacts {
+	return &activities.DoneFacts{
 		RequestID: w.in.RequestID, Route: w.result.Route, KBVersion: w.result.KBVersion,
 		Timings: append([]events.StageTiming(nil), w.status.Timings...),
 	}

@@ -17,10 +17,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.status.Stage = request.StageAdmission
 	sctx := localCtx(w.stageCtx)
 	start := workflow.Now(ctx)
-	var waitFor time.Duration
-	if w.in.Settings.WaitUntilDeadline {
-		waitFor = w.maxWait(cmp.Or(w.pool, w.in.Pool))
-	}
+	waitFor := w.maxWait(cmp.Or(w.pool, w.in.Pool))
 	var adm activities.AdmitOutput
 	w.admitting = true
 	// A signal still unread here is from an earlier grant (one the admit
@@ -32,7 +29,6 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		Pool: cmp.Or(w.pool, w.in.Pool), Seq: w.seq, PromptBound: w.promptBound,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens,
-		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 		WaitFor: waitFor, FastWait: w.in.Settings.FastWait, Session: w.session(),
 	}).Get(sctx, &adm); err != nil {
 		w.stageFailed(request.StageAdmission, err)
@@ -45,20 +41,16 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	w.status.Pool = adm.Pool
 	w.result.Route = adm.Pool
 	if adm.Full {
-		w.reject(request.ReasonQueueFull, "The service is at capacity and its queue is full. Please retry shortly.", w.in.Settings.RecheckInterval)
+		w.reject(request.ReasonQueueFull, w.in.Settings.RecheckInterval)
 		return false
 	}
 	if adm.TenantFull {
-		w.reject(request.ReasonTenantQueueFull, "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished.", w.in.Settings.RecheckInterval)
+		w.reject(request.ReasonTenantQueueFull, w.in.Settings.RecheckInterval)
 		return false
 	}
 	queuedMs := adm.Ms
 	if !adm.Granted {
-		wait := w.waitForGrant
-		if w.in.Settings.WaitUntilDeadline {
-			wait = w.waitUntilDeadline
-		}
-		recheckMs, ok := wait(ctx, start, adm)
+		recheckMs, ok := w.waitUntilDeadline(ctx, start, adm)
 		if !ok {
 			return false
 		}
@@ -69,61 +61,6 @@ func (w *chat) admit(ctx workflow.Context) bool {
 	elapsed := workflow.Now(ctx).Sub(start).Milliseconds()
 	w.timing(request.StageAdmission, max(elapsed, queuedMs), "")
 	return true
-}
-
-// waitForGrant waits in the queue, from start, until the permit is handed
-// over (the admitted signal, or a re-check that finds it granted), the
-// request is cancelled, or its max wait runs out. It returns the time its
-// re-checks took, and false when the request must end (w.result says why).
-func (w *chat) waitForGrant(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) (recheckMs int64, ok bool) {
-	deadline := start.Add(w.maxWait(adm.Pool))
-	for !adm.Granted {
-		w.status.Position = adm.Position
-		w.status.EstimatedWaitMs = adm.EstimatedWaitMs
-		remaining := deadline.Sub(workflow.Now(ctx))
-		if remaining <= 0 {
-			w.timedOut(ctx, start, adm)
-			return recheckMs, false
-		}
-		wait := w.in.Settings.RecheckInterval
-		if adm.NextRecheckMs > 0 {
-			// Far back in the queue: the activity kept the place live
-			// this long.
-			wait = time.Duration(adm.NextRecheckMs) * time.Millisecond
-		}
-		signalled, fired := w.sleepUnlessGranted(min(wait, remaining))
-		if w.stageCtx.Err() != nil {
-			w.cancelled()
-			return recheckMs, false
-		}
-		if signalled {
-			// The releaser moved our entry to the permit set before
-			// signalling, so the permit is already ours.
-			return recheckMs, true
-		}
-		if !fired {
-			continue
-		}
-		re, err := w.recheck(adm.Seq, 0)
-		if err != nil {
-			if w.stageCtx.Err() != nil {
-				w.cancelled()
-				return recheckMs, false
-			}
-			if isShed(err) {
-				// Shed before the healer's cancel signal arrived.
-				w.stageFailed(request.StageAdmission, err)
-				return recheckMs, false
-			}
-			// A failed re-check is not fatal: the next one, the signal or
-			// the deadline decides.
-			w.logger.Warn("admission re-check failed", "error", err)
-			continue
-		}
-		recheckMs += re.Ms
-		adm.Granted, adm.Position, adm.EstimatedWaitMs, adm.NextRecheckMs = re.Granted, re.Position, re.EstimatedWaitMs, re.NextRecheckMs
-	}
-	return recheckMs, true
 }
 
 // waitUntilDeadline waits in the queue, from start, until the permit is
@@ -190,7 +127,7 @@ func (w *chat) waitUntilDeadline(ctx workflow.Context, start time.Time, adm acti
 func (w *chat) timedOut(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) {
 	w.timing(request.StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
 	retry := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
-	w.reject(request.ReasonQueueTimeout, "The service is busy and your request waited too long in the queue. Please retry in a moment.", retry)
+	w.reject(request.ReasonQueueTimeout, retry)
 }
 
 // maxWait is how long the request may wait for a permit in pool: its
@@ -200,16 +137,6 @@ func (w *chat) maxWait(pool string) time.Duration {
 		return d
 	}
 	return w.in.Settings.MaxWait
-}
-
-// sleepUnlessGranted waits up to d for the admitted signal, ending early
-// if the stages are cancelled. It reports whether the signal came and
-// whether the timer fired.
-func (w *chat) sleepUnlessGranted(d time.Duration) (signalled, fired bool) {
-	tctx, stopTimer := workflow.WithCancel(w.stageCtx)
-	defer stopTimer()
-	got := w.awaitGrant(tctx, workflow.NewTimer(tctx, d))
-	return got.signalled, got.fired
 }
 
 // woken says what ended a wait for the grant.
@@ -239,9 +166,8 @@ func (w *chat) awaitGrant(tctx workflow.Context, timer workflow.Future) woken {
 }
 
 // recheck asks whether a queued request's turn has come (the fallback to
-// the admitted signal), keeping its place live: for waitFor when the
-// waiter will not re-check again before then, else for the re-check
-// cadence.
+// the admitted signal), keeping its place live for waitFor (0: the gate's
+// default, for a last look at the deadline).
 func (w *chat) recheck(seq int64, waitFor time.Duration) (activities.AdmitOutput, error) {
 	sctx := localCtx(w.stageCtx)
 	var re activities.AdmitOutput
@@ -249,7 +175,6 @@ func (w *chat) recheck(seq int64, waitFor time.Duration) (activities.AdmitOutput
 		RequestID: w.in.RequestID, Pool: w.pool, Seq: seq, Recheck: true, WaitFor: waitFor,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens,
-		RecheckBase: w.in.Settings.RecheckInterval, RecheckMax: w.in.Settings.MaxRecheckInterval,
 	}).Get(sctx, &re)
 	return re, err
 }

@@ -11,9 +11,7 @@ import (
 )
 
 // The request's token estimate and its tier's concurrency cap reach every
-// admission call, the first and the look at the deadline alike; a request
-// started without them (an older history) asks with zeros, the old
-// behaviour.
+// admission call, the first and the look at the deadline alike.
 func (s *chatSuite) TestAdmitCarriesTokensAndConcurrencyCap() {
 	s.mockEmbed()
 	s.mockRetrieveRerank()
@@ -36,4 +34,31 @@ func (s *chatSuite) TestAdmitCarriesTokensAndConcurrencyCap() {
 		s.Equal(1234, got.Tokens, "call %d", i)
 		s.Equal(2, got.MaxConcurrent, "call %d", i)
 	}
+}
+
+// The door's route and prompt bound reach the answer-cache lookup and
+// admission, which use them instead of counting again.
+func (s *chatSuite) TestDoorRouteReachesTheLookupAndAdmission() {
+	s.mockEmbed()
+	var look activities.LookupAnswerInput
+	s.env.OnActivity(a.LookupAnswer, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LookupAnswerInput) (activities.LookupAnswerOutput, error) {
+		look = in
+		return activities.LookupAnswerOutput{PromptBound: in.PromptBound, Ms: 1}, nil
+	})
+	var adm activities.AdmitInput
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+		adm = in
+		return activities.AdmitOutput{Pool: in.Pool, Granted: true, Ms: 1}, nil
+	})
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	in := input()
+	in.Settings.AnswerCache = true
+	in.Pool, in.PromptBound = "short", 3000
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	s.Equal(request.OutcomeDone, s.result().Outcome)
+	s.Equal("short", look.Pool)
+	s.Equal(3000, look.PromptBound)
+	s.Equal("short", adm.Pool)
+	s.Equal(3000, adm.PromptBound)
 }

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/sluice-dev/sluice/activities"
@@ -15,11 +14,11 @@ import (
 // shedRetryAfter is the Retry-After of a request the healer shed.
 const shedRetryAfter = 30 * time.Second
 
-// dependencyRetryAfterS is the retry_after_s of a request that failed
+// dependencyRetryAfter is the retry advice of a request that failed
 // because a dependency was out of reach: about what a Redis restart or a
 // cluster failover's promotion takes once noticed. A retry that comes too
 // early is refused cheaply at the door (503) while Redis is still away.
-const dependencyRetryAfterS = 2
+const dependencyRetryAfter = 2 * time.Second
 
 // streamedBefore reads what a failed stream consumed from its error's
 // details; nil when it does not say (e.g. cancelled by Temporal or timed
@@ -115,21 +114,15 @@ func (w *chat) stageFailed(stage string, err error) {
 // unreachable: the activity says so (ErrTypeDependencyUnavailable), or a
 // stage before the model timed out on every attempt, which only a stalled
 // dependency makes it do. The request may well succeed when retried; it
-// is not Sluice's fault to report as internal_error. Histories from
-// before this rule replay as recorded (internal_error).
+// is not Sluice's fault to report as internal_error.
 func (w *chat) dependencyUnavailable(stage string, err error) bool {
 	var appErr *temporal.ApplicationError
 	marked := errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeDependencyUnavailable
 	if !marked && (stage == request.StageLLM || !temporal.IsTimeoutError(err)) {
 		return false
 	}
-	if workflow.GetVersion(w.stageCtx, "unavailable-reason", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return false
-	}
 	w.logger.Warn("stage failed: a dependency was unavailable", "stage", stage, "error", err)
-	w.result.Outcome, w.result.Reason = request.OutcomeFailed, request.ReasonUnavailable
-	w.failure = &events.Failure{Reason: request.ReasonUnavailable, RetryAfterS: dependencyRetryAfterS,
-		Message: fmt.Sprintf("A service Sluice depends on was unavailable. Please retry in %d s.", dependencyRetryAfterS)}
+	w.fail(request.Refused(request.ReasonUnavailable, dependencyRetryAfter))
 	return true
 }
 
@@ -141,14 +134,15 @@ func (w *chat) backendUnavailable(appErr *temporal.ApplicationError) {
 	if err := appErr.Details(&d); err != nil {
 		w.logger.Warn("read the retry-after of an unavailable backend", "error", err)
 	}
-	secs := retryAfterSeconds(d.RetryAfter)
-	w.logger.Warn("llm backend unavailable", "retry_after_s", secs)
-	w.result.Outcome, w.result.Reason = request.OutcomeFailed, request.ReasonBackendUnavailable
-	w.failure = &events.Failure{
-		Reason:      request.ReasonBackendUnavailable,
-		Message:     fmt.Sprintf("The language model service is unavailable right now. Please retry in %d s.", secs),
-		RetryAfterS: secs,
-	}
+	f := request.Refused(request.ReasonBackendUnavailable, d.RetryAfter)
+	w.logger.Warn("llm backend unavailable", "retry_after_s", f.RetryAfterS)
+	w.fail(f)
+}
+
+// fail ends the request as failed with f.
+func (w *chat) fail(f request.Failure) {
+	w.result.Outcome, w.result.Reason = request.OutcomeFailed, f.Reason
+	w.failure = &f
 }
 
 func (w *chat) cancelled() {
@@ -156,22 +150,19 @@ func (w *chat) cancelled() {
 		// The healer shed the queue of this request's tier: a rejection
 		// the client should retry, not a cancel it asked for. Not soon:
 		// shedding means the pool is overloaded.
-		w.reject(request.ReasonShed, "The service is overloaded and dropped waiting requests of your plan. Please retry in a little while.", shedRetryAfter)
+		w.reject(request.ReasonShed, shedRetryAfter)
 		return
 	}
 	w.result.Outcome, w.result.Reason = request.OutcomeCancelled, request.ReasonCancelled
 	w.failure = &events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (" + w.cancelReason + ")."}
 }
 
-func (w *chat) reject(reason, msg string, retryAfter time.Duration) {
+// reject ends the request as rejected for reason, to be retried after
+// retryAfter.
+func (w *chat) reject(reason string, retryAfter time.Duration) {
+	f := request.Refused(reason, retryAfter)
 	w.result.Outcome, w.result.Reason = request.OutcomeRejected, reason
-	w.failure = &events.Failure{Reason: reason, Message: msg, RetryAfterS: retryAfterSeconds(retryAfter)}
-}
-
-// retryAfterSeconds is a Retry-After in whole seconds, rounded up and at
-// least 1: a client told 0 would retry at once.
-func retryAfterSeconds(d time.Duration) int {
-	return max(1, int((d+time.Second-1)/time.Second))
+	w.failure = &f
 }
 
 // finalize runs on every exit path, in a disconnected context so that it
@@ -196,10 +187,12 @@ func (w *chat) finalize(ctx workflow.Context) {
 		if w.doneWritten {
 			break
 		}
+		// The answering activity did not write it (it was not handed
+		// the facts): Finalize builds it from them.
 		in.EventType = events.TypeDone
-		in.Done = &events.Done{
-			RequestID: w.in.RequestID, Route: w.result.Route, FinishReason: w.result.FinishReason,
-			Usage: w.result.Usage, Timings: w.result.Timings, KBVersion: w.result.KBVersion,
+		in.Done = w.doneFacts()
+		in.Answer = &activities.Answer{
+			FinishReason: w.result.FinishReason, Usage: w.result.Usage,
 			Sources: w.result.Sources, ContextShed: w.result.ContextShed,
 		}
 	case request.OutcomeRejected:
@@ -221,10 +214,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 	})
 	if err := workflow.ExecuteLocalActivity(fctx, a.Finalize, in).Get(fctx, nil); err != nil {
 		w.logger.Error("finalize failed for two minutes; retrying it until Redis takes it", "error", err)
-		if workflow.GetVersion(ctx, "finalize-until-written", workflow.DefaultVersion, 1) == 1 {
-			err = w.finalizeDurably(dctx, in)
-		}
-		if err != nil {
+		if err = w.finalizeDurably(dctx, in); err != nil {
 			// The permit's lease and the waiter's liveness TTL bound the
 			// damage; the refund is lost.
 			w.logger.Error("finalize failed", "error", err)

@@ -73,7 +73,7 @@ func (w *chat) streamOnce(lctx workflow.Context, kbVersion int64, hits []activit
 	err := workflow.ExecuteActivity(lctx, a.StreamLLM, activities.LLMInput{
 		RequestID: w.in.RequestID, Pool: w.pool, Query: w.in.Query,
 		KB: w.in.KBRef().Key(), KBVersion: kbVersion, Context: hits, MaxTokens: w.in.MaxTokens,
-		Done: w.doneSoFar(), Session: w.session(), CacheAnswer: w.in.Settings.AnswerCache,
+		Done: w.doneFacts(), Session: w.session(), CacheAnswer: w.in.Settings.AnswerCache,
 		Conversation: w.in.Conversation, Gateway: w.in.Gateway, Sampling: w.in.Sampling, Choices: w.in.Choices,
 	}).Get(lctx, &out)
 	w.llmRunning = false

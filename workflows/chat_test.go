@@ -201,7 +201,8 @@ func (s *chatSuite) TestHappyPathRunsStagesInOrder() {
 	s.Equal("short", f.Pool, "the permit must be released")
 	s.Equal(events.TypeDone, f.EventType, "the stream did not write done, so finalize must")
 	s.Require().NotNil(f.Done)
-	s.Equal("stop", f.Done.FinishReason)
+	s.Require().NotNil(f.Answer)
+	s.Equal("stop", f.Answer.FinishReason)
 	s.False(f.StopStream)
 	s.Equal(&activities.Used{Tokens: 70, Requests: 1}, f.Used, "the refund is computed from actual usage")
 
@@ -298,7 +299,7 @@ func (s *chatSuite) TestAdmittedBySignal() {
 
 	r := s.result()
 	s.Equal(request.OutcomeDone, r.Outcome)
-	s.Equal([]string{"EmbedQuery", "Admit", "Recheck", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls())
+	s.Equal([]string{"EmbedQuery", "Admit", "Retrieve", "Rerank", "StreamLLM", "Finalize"}, s.calls(), "a waiter does not re-check before its deadline")
 }
 
 func (s *chatSuite) TestAdmittedOnRecheck() {
@@ -532,7 +533,7 @@ func (s *chatSuite) TestUnreachableDependencyEndsUnavailable() {
 			s.Require().NotNil(f.Failure)
 			s.Equal(tc.reason, f.Failure.Reason)
 			if tc.reason == request.ReasonUnavailable {
-				s.Equal(dependencyRetryAfterS, f.Failure.RetryAfterS)
+				s.Equal(2, f.Failure.RetryAfterS)
 			} else {
 				s.Zero(f.Failure.RetryAfterS)
 			}
@@ -794,34 +795,6 @@ func (s *chatSuite) TestTenantQueueFullRejects() {
 	s.Equal("short", f.Pool, "releasing in the routed pool is a harmless no-op")
 }
 
-// A waiter far back re-checks at the cadence the activity chose (and kept
-// its place live for), not at the base interval.
-func (s *chatSuite) TestRecheckCadenceFollowsTheActivity() {
-	s.mockEmbed()
-	far := queued
-	far.NextRecheckMs = 12000
-	var at []time.Duration
-	start := s.env.Now()
-	log := s.log
-	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
-		if in.RecheckBase != 5*time.Second {
-			return activities.AdmitOutput{}, errors.New("re-check base not passed")
-		}
-		if !in.Recheck {
-			log.record("Admit")
-			return far, nil
-		}
-		log.record("Recheck")
-		at = append(at, s.env.Now().Sub(start))
-		return far, nil
-	})
-	s.env.ExecuteWorkflow(ChatWorkflow, input())
-	s.Equal(request.ReasonQueueTimeout, s.result().Reason)
-	// maxWait 30s: re-checks at 12s and 24s, and a last one at the
-	// deadline.
-	s.Equal([]time.Duration{12 * time.Second, 24 * time.Second, 30 * time.Second}, at)
-}
-
 // A permit that expired before the stream started sends the request back
 // to the queue at its old place, and the stream runs once it is granted
 // again; nothing was consumed by the lost attempt.
@@ -858,11 +831,10 @@ func (s *chatSuite) TestPermitLostBeforeStreamQueuesAgain() {
 	s.Equal(int64(7), admits[1].Seq, "re-admission restores the old place")
 }
 
-// deadlineInput waits for its grant until its deadline, without re-checks.
+// deadlineInput waits at most maxWait for its grant.
 func deadlineInput(maxWait time.Duration) ChatInput {
 	in := input()
 	in.Settings.MaxWait = maxWait
-	in.Settings.WaitUntilDeadline = true
 	return in
 }
 

@@ -65,34 +65,36 @@ type ChatInput struct {
 	Tier      string
 	Query     string
 	// KB is the kb's name as the client gave it; KBTenant the tenant whose
-	// own kb it is, as the door resolved it, or "" for a shared kb (and in
-	// histories from before kbs had owners, when every kb was one
-	// namespace: the shared one's keys). Stages know the kb by KBRef's key.
+	// own kb it is, as the door resolved it, or "" for a shared kb. Stages
+	// know the kb by KBRef's key.
 	KB        string
 	KBTenant  string
 	SessionID string
 	MaxTokens int
 	// Pool is the route the door picked (request.Route on the prompt's
 	// bound and the session turns it will carry); admission queues the
-	// request there. Empty in histories from before the door routed:
-	// admission then routes.
+	// request there. Empty: admission routes.
 	Pool string
+	// PromptBound is the prompt's upper bound before retrieval (without
+	// session turns) as the door counted it to route: the answer-cache
+	// lookup keys by its pool and admission routes by it instead of
+	// counting again. 0: they count it.
+	PromptBound int `json:",omitempty"`
 	// RateReservation is the request's rate-limit charge (from
 	// limiter.Reserve), refunded in part when it ends; empty when no
 	// limit applied.
 	RateReservation string
 	// AdmissionTokens is the request's size in tokens (the prompt's bound,
 	// session budget and max output tokens, as the door estimated them),
-	// its cost in the admission queue's token-fair order; 0 in histories
-	// from before: one typical request.
+	// its cost in the admission queue's token-fair order; 0 counts as one
+	// typical request.
 	AdmissionTokens int
 	// Conversation is an OpenAI client's messages, which the prompt
 	// carries whole: after the context (Query is then its last user
 	// message, what is retrieved for) or, in Gateway mode, alone, with no
 	// embedding, answer cache, retrieval or rerank. Sampling is forwarded
-	// to the backend as it came. All empty on Sluice's own API and in
-	// histories from before, which replay unchanged: the stages a request
-	// runs are read from its input, not from a version marker.
+	// to the backend as it came. All empty on Sluice's own API: the stages
+	// a request runs are read from its input.
 	Conversation []openai.Message `json:",omitempty"`
 	Gateway      bool             `json:",omitempty"`
 	Sampling     *openai.Sampling `json:",omitempty"`
@@ -113,10 +115,11 @@ type ChatSettings struct {
 	// in the pools it names (a pool's own max_wait, when the tier set none).
 	MaxWait       time.Duration
 	MaxWaitByPool map[string]time.Duration
-	// RecheckInterval is the fallback re-check of a queued entry;
-	// MaxRecheckInterval the longest it grows to for a waiter far back
-	// (0: fixed at RecheckInterval).
-	RecheckInterval    time.Duration
+	// RecheckInterval is the Retry-After of a request refused because its
+	// queue (or its tenant's share of it) is full.
+	RecheckInterval time.Duration
+	// Deprecated: not read; a queued request waits until its deadline
+	// (see chat.waitUntilDeadline). Kept only while ChatSettingsFor sets it.
 	MaxRecheckInterval time.Duration
 	// FastWait is how long the admission activity of a request whose turn
 	// is near waits for its grant itself (0: not at all).
@@ -145,14 +148,8 @@ type ChatSettings struct {
 	// AnswerCache: look the answer up in the L3 tier before admission, and
 	// keep a complete one there (only for allow-listed kbs, no session).
 	AnswerCache bool
-	// WaitUntilDeadline: a queued request waits for its grant's signal
-	// with one timer for its whole max wait and looks at the queue once,
-	// at the deadline, instead of re-checking on a cadence; its place in
-	// Redis lives as long as the wait. So waiting costs Temporal one
-	// timer, one signal and one workflow task whatever its length.
-	// Requests started before it replay with re-checks. (An input flag,
-	// not workflow.GetVersion: a version marker would add an event to
-	// every request's history, the cost this removes.)
+	// Deprecated: not read; a queued request always waits until its
+	// deadline. Kept only while ChatSettingsFor sets it.
 	WaitUntilDeadline bool
 }
 

@@ -55,9 +55,6 @@ type healer struct {
 	logger log.Logger
 
 	pauseCh, resumeCh, overrideCh, settingsCh workflow.ReceiveChannel
-	// damp: this run stretches the hold of a pool that flaps (runs
-	// started before it replay without).
-	damp bool
 }
 
 // initialState is the carried-over state, reconciled with the pools of the
@@ -92,7 +89,6 @@ func reconcilePools(pools []PoolState, set HealingSettings) []PoolState {
 
 func (h *healer) setup(ctx workflow.Context) error {
 	h.logger = workflow.GetLogger(ctx)
-	h.damp = workflow.GetVersion(ctx, "flap-damping", workflow.DefaultVersion, 1) >= 1
 	h.pauseCh = workflow.GetSignalChannel(ctx, SignalPause)
 	h.resumeCh = workflow.GetSignalChannel(ctx, SignalResume)
 	h.overrideCh = workflow.GetSignalChannel(ctx, SignalOverride)
@@ -258,7 +254,7 @@ func (h *healer) step(ctx workflow.Context, i, to int, why string) bool {
 // the healer stepped back too early, and without a longer hold would go
 // round the same loop (step back, tail returns, escalate) forever.
 func (h *healer) damping(p *PoolState, up bool) {
-	if !h.damp || p.Overridden {
+	if p.Overridden {
 		return
 	}
 	if up && p.SteppedBack {
@@ -397,11 +393,6 @@ func (h *healer) permits(k, i, level int) int {
 // applyLongPermits sets the long pool's permits to what they must be once
 // pool i is at level: throttling changes them whichever pool throttles.
 func (h *healer) applyLongPermits(ctx workflow.Context, i, level int, why string) bool {
-	// Histories from before throttling capped the long pool's permits
-	// replay without the SetPermits it now adds.
-	if workflow.GetVersion(ctx, "throttle-long-permits", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return true
-	}
 	for k := range h.st.Pools {
 		lp := &h.st.Pools[k]
 		if lp.Pool != request.PoolLong {

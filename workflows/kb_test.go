@@ -12,8 +12,7 @@ import (
 
 // Every stage knows the request's kb by its key: a tenant's own kb as
 // "<tenant>/<name>", so its retrieval and answer cache entries are its
-// own; an input without an owner (a shared kb, or a history from before
-// kbs had owners) by its bare name, as before.
+// own; a shared kb (an input without an owner) by its bare name.
 func (s *chatSuite) TestStagesKnowTheKBByItsKey() {
 	for _, tc := range []struct{ tenant, want string }{{"acme", "acme/docs"}, {"", "docs"}} {
 		s.SetupTest()

@@ -387,26 +387,6 @@ func AliveFor(recheck time.Duration) time.Duration {
 	return max(3*recheck+5*time.Second, 15*time.Second)
 }
 
-// RecheckAfter is when a waiter should next re-check its place, given
-// the base and longest cadence. A waiter is woken by a signal when it is
-// granted; the re-check only repairs a lost signal (and keeps its place
-// live), so one whose turn is far off checks rarely: after a quarter of
-// its expected wait, and at least RecheckPerPosition per place ahead of
-// it. The second rule bounds what a whole queue costs Temporal: waiters
-// at positions 1..D re-check about ln(D)/RecheckPerPosition times a
-// second together (~37/s for 10,000), however deep the queue.
-func RecheckAfter(r Result, base, longest time.Duration) time.Duration {
-	if longest <= base || r.Status != Queued {
-		return base
-	}
-	guess := max(r.EstimatedWait()/4, time.Duration(r.Position)*RecheckPerPosition)
-	return min(max(guess, base), longest)
-}
-
-// RecheckPerPosition is how much longer a waiter goes between re-checks
-// per place ahead of it (see RecheckAfter).
-const RecheckPerPosition = 250 * time.Millisecond
-
 // Pump reclaims expired permits and grants free ones to waiters, returning
 // whom it granted.
 func (g *Gate) Pump(ctx context.Context, pool string) ([]string, error) {

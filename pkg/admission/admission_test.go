@@ -1245,30 +1245,6 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// A waiter re-checks at the base cadence near the head and less often the
-// further back it is, never beyond the longest cadence.
-func TestRecheckAfter(t *testing.T) {
-	base, longest := 2*time.Second, 30*time.Second
-	for _, c := range []struct {
-		name string
-		r    Result
-		want time.Duration
-	}{
-		{"granted", Result{Status: Granted}, base},
-		{"near the head", Result{Status: Queued, Position: 3, Limit: 4, MeanHold: time.Second}, base},
-		{"expected wait 40s", Result{Status: Queued, Position: 12, Limit: 3, MeanHold: 10 * time.Second}, 10 * time.Second},
-		{"no history, 16 places back", Result{Status: Queued, Position: 16, Limit: 2}, 4 * time.Second},
-		{"far back", Result{Status: Queued, Position: 9000, Limit: 20, MeanHold: 5 * time.Second}, longest},
-	} {
-		if got := RecheckAfter(c.r, base, longest); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
-	if got := RecheckAfter(Result{Status: Queued, Position: 9000, Limit: 1}, base, 0); got != base {
-		t.Errorf("fixed cadence: %v", got)
-	}
-}
-
 // KeepAlive stretches a waiter's place past WaiterTTL; the next Enqueue
 // resets it; a request that is not queued is untouched.
 func TestKeepAlive(t *testing.T) {

@@ -60,3 +60,25 @@ func Wake(ctx context.Context, g *Gate, n Notifier, pool string, ids []string) e
 	}
 	return errors.Join(errs...)
 }
+
+// ErrNotWoken marks a ReleaseAndWake whose release went through but whose
+// wake-up of a granted waiter failed: the permit is that waiter's all the
+// same, and its look at the queue at its deadline, or the pump reclaiming
+// the unclaimed lease, recovers it. Callers log it; they need not retry.
+var ErrNotWoken = errors.New("released, but a granted waiter was not woken")
+
+// ReleaseAndWake gives back requestID's permit or queue place in pool and
+// wakes the waiters that frees (Wake): the one way the end of a request
+// hands its permit on. The release is idempotent, so a retried or racing
+// caller frees one place. A failed release is returned as is (nothing was
+// given back); a failed wake-up wraps ErrNotWoken.
+func (g *Gate) ReleaseAndWake(ctx context.Context, n Notifier, pool, requestID string) (Released, error) {
+	rel, err := g.Release(ctx, pool, requestID)
+	if err != nil {
+		return rel, err
+	}
+	if err := Wake(ctx, g, n, pool, rel.Woken); err != nil {
+		return rel, fmt.Errorf("%w: %w", ErrNotWoken, err)
+	}
+	return rel, nil
+}

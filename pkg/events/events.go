@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Event types, as they appear in the SSE "event:" field.
@@ -131,12 +132,9 @@ type Done struct {
 	TraceID string `json:"trace_id,omitempty"`
 }
 
-// Failure is the payload of rejected and error events.
-type Failure struct {
-	Reason      string `json:"reason"`
-	Message     string `json:"message"`
-	RetryAfterS int    `json:"retry_after_s,omitempty"`
-}
+// Failure is the payload of rejected and error events; request.Refused
+// builds a refusal's.
+type Failure = request.Failure
 
 // Log appends to and reads request event streams. It is the one place
 // that names the keys of a request's events.
@@ -281,6 +279,14 @@ const finalLookBack = 8
 // exactly one end. written is false when an end was there already; id is
 // then that end's.
 func (l *Log) AppendFinal(ctx context.Context, requestID, typ string, data any) (id string, written bool, err error) {
+	return l.AppendFinalAfter(ctx, requestID, nil, typ, data)
+}
+
+// AppendFinalAfter is AppendFinal that also appends before, in order, just
+// before the terminal event and in the same atomic step: all of them, or,
+// when the stream already has an end, none. A cached answer is its tokens
+// and its done event, written once however often the writer is retried.
+func (l *Log) AppendFinalAfter(ctx context.Context, requestID string, before []Pending, typ string, data any) (id string, written bool, err error) {
 	if !Terminal(typ) {
 		return "", false, fmt.Errorf("append final event to %s: %q is not a terminal type", requestID, typ)
 	}
@@ -288,9 +294,19 @@ func (l *Log) AppendFinal(ctx context.Context, requestID, typ string, data any) 
 	if err != nil {
 		return "", false, fmt.Errorf("encode %s event for %s: %w", typ, requestID, err)
 	}
-	args := []any{typ, raw, l.maxLen, l.ttl.Milliseconds(), finalLookBack}
+	args := []any{typ, raw, l.maxLen, l.ttl.Milliseconds(), finalLookBack, len(terminalTypes)}
 	for _, t := range terminalTypes {
 		args = append(args, t)
+	}
+	for _, ev := range before {
+		if Terminal(ev.Type) {
+			return "", false, fmt.Errorf("append final event to %s: %q before the end is terminal itself", requestID, ev.Type)
+		}
+		raw, err := json.Marshal(ev.Data)
+		if err != nil {
+			return "", false, fmt.Errorf("encode %s event for %s: %w", ev.Type, requestID, err)
+		}
+		args = append(args, ev.Type, raw)
 	}
 	res, err := appendFinalScript.Run(ctx, l.rdb, []string{l.Key(requestID)}, args...).Slice()
 	if err != nil {

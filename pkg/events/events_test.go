@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -313,5 +314,32 @@ func TestAppendFinalWritesOneEnd(t *testing.T) {
 	}
 	if _, _, err := l.AppendFinal(ctx, "r1", TypeToken, Token{}); err == nil {
 		t.Fatal("AppendFinal took a token")
+	}
+}
+
+// AppendFinalAfter writes the events before the end with it, in order,
+// once: a second call finds the end and writes none of them.
+func TestAppendFinalAfterWritesItsEventsOnce(t *testing.T) {
+	l, _ := newLog(t)
+	ctx := context.Background()
+	toks := []Pending{{TypeToken, Token{Text: "a", Index: 0}}, {TypeToken, Token{Text: "b", Index: 1}}}
+	for range 2 {
+		if _, _, err := l.AppendFinalAfter(ctx, "r1", toks, TypeDone, Done{RequestID: "r1", Cached: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := l.After(ctx, "r1", "0", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+	}
+	if want := []string{TypeToken, TypeToken, TypeDone}; !slices.Equal(types, want) {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+	if _, _, err := l.AppendFinalAfter(ctx, "r2", []Pending{{TypeError, Failure{}}}, TypeDone, Done{}); err == nil {
+		t.Fatal("AppendFinalAfter took a terminal event before the end")
 	}
 }

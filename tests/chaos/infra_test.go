@@ -108,8 +108,8 @@ func testRedisDown(t *testing.T) {
 			extra = append(extra, "ended as Sluice's fault, not unavailable: "+r.Summary())
 		}
 		if !recorded && r.Status == http.StatusOK && r.Reason == sreq.ReasonUnavailable {
-			// For tests/replay: a history through the unavailable-reason
-			// version marker.
+			// For tests/replay: a request that failed because Redis
+			// was away.
 			path, n, err := testenv.SaveHistory(context.Background(), s.tc, workflows.ChatWorkflowID(r.ID), "chat_dependency_unavailable")
 			if err != nil {
 				t.Fatal(err)
