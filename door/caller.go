@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/keys"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -78,7 +79,7 @@ func (d *Door) CheckBans(ctx context.Context, who *Caller, path string) error {
 		d.logger.Warn("banned for flooding", "kind", v.Kind, "value", v.Value, "for", b.Duration,
 			"threshold", b.Threshold, "window", b.Window, "path", path)
 	}
-	secs := httperr.RetryAfterSeconds(v.RetryAfter)
+	secs := request.RetryAfterSeconds(v.RetryAfter)
 	what := "client address"
 	if v.Kind == ban.KindKey {
 		what = "API key"

@@ -158,9 +158,7 @@ func (d *Door) endUnstarted(ctx context.Context, id string) {
 
 // startFailure ends a request whose workflow could not be started: the
 // workflow service did not take it, which a retry may well get past.
-var startFailure = events.Failure{
-	Reason: request.ReasonUnavailable, Message: "The request could not be started. Please retry.", RetryAfterS: 1,
-}
+var startFailure = request.Refused(request.ReasonUnavailable, time.Second)
 
 // arrival is what the door decided about one request on its way in.
 type arrival struct {
@@ -258,7 +256,6 @@ func (d *Door) cost(live *policy.Policy, a arrival) int {
 // (the admission script enforces the queue caps too; this read spares
 // Temporal the flood).
 func (d *Door) enterRoom(ctx context.Context, a arrival, live *policy.Policy) (*waitroom.Waiter, error) {
-	retry := max(1, int(d.cfg.Admission.RecheckInterval.Seconds()))
 	total, mine, err := d.gate.Depth(ctx, a.pool, a.who.Tenant)
 	switch {
 	case err != nil:
@@ -267,10 +264,9 @@ func (d *Door) enterRoom(ctx context.Context, a arrival, live *policy.Policy) (*
 		d.logger.Warn("read queue depth", "pool", a.pool, "err", err)
 		return nil, httperr.Unavailable("the admission queue is unavailable; please retry")
 	case total >= d.cfg.Admission.MaxQueueDepth:
-		return nil, &httperr.Error{Status: http.StatusServiceUnavailable, Code: request.ReasonQueueFull, RetryAfter: retry,
-			Message: "The service is at capacity and its queue is full. Please retry shortly."}
+		return nil, httperr.Refused(http.StatusServiceUnavailable, request.Refused(request.ReasonQueueFull, d.cfg.Admission.RecheckInterval))
 	case a.tier.MaxQueuePerTenant > 0 && mine >= a.tier.MaxQueuePerTenant:
-		return nil, errTenantQueueFull(retry)
+		return nil, d.tenantQueueFull()
 	}
 	w, err := d.room.Enter(waitroom.Ticket{
 		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.tier.Weight, 1), Cost: admission.TokenCost(a.tokens),
@@ -278,7 +274,7 @@ func (d *Door) enterRoom(ctx context.Context, a arrival, live *policy.Policy) (*
 	}, d.canTake(live, a.pool, total, 0))
 	switch {
 	case errors.Is(err, waitroom.ErrTenantFull):
-		return nil, errTenantQueueFull(retry)
+		return nil, d.tenantQueueFull()
 	case err != nil:
 		return nil, &httperr.Error{Status: http.StatusServiceUnavailable, Code: request.ReasonBusy, RetryAfter: 1,
 			Message: "Too many requests are waiting to start right now. Please retry in a moment."}
@@ -286,9 +282,10 @@ func (d *Door) enterRoom(ctx context.Context, a arrival, live *policy.Policy) (*
 	return w, nil
 }
 
-func errTenantQueueFull(retry int) *httperr.Error {
-	return &httperr.Error{Status: http.StatusServiceUnavailable, Code: request.ReasonTenantQueueFull, RetryAfter: retry,
-		Message: "Your organisation already has as many requests waiting as its plan allows. Please retry when some have finished."}
+// tenantQueueFull refuses a request whose tenant has as many requests
+// waiting as its plan allows.
+func (d *Door) tenantQueueFull() *httperr.Error {
+	return httperr.Refused(http.StatusServiceUnavailable, request.Refused(request.ReasonTenantQueueFull, d.cfg.Admission.RecheckInterval))
 }
 
 // refuse gives back a request's whole charge when the door turns it away

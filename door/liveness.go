@@ -260,10 +260,7 @@ func (l *liveness) describe(ctx context.Context, id string) (bool, enums.Workflo
 // it gone give back one place.
 func (l *liveness) end(ctx context.Context, id string, status enums.WorkflowExecutionStatus) {
 	for _, pool := range l.gate.Pools() {
-		rel, err := l.gate.Release(ctx, pool, id)
-		if err == nil {
-			err = admission.Wake(ctx, l.gate, signal.Notifier{Client: l.temporal}, pool, rel.Woken)
-		}
+		_, err := l.gate.ReleaseAndWake(ctx, signal.Notifier{Client: l.temporal}, pool, id)
 		if err != nil && ctx.Err() == nil {
 			l.logger.Warn("give back the place of a request whose workflow is gone", "requestID", id, "pool", pool, "err", err)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // LimitRoute charges one request of route (a config.Route*) against its
@@ -42,7 +43,7 @@ func (d *Door) LimitRoute(ctx context.Context, header http.Header, who Caller, r
 		return nil
 	}
 	d.metrics.RateLimit(dec.Bucket.Dimension, false)
-	retry := httperr.RetryAfterSeconds(dec.RetryAfter)
+	retry := request.RetryAfterSeconds(dec.RetryAfter)
 	return &httperr.Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Dimension: dec.Bucket.Dimension, Kind: string(dec.Bucket.Kind),
 		RetryAfter: retry, Message: fmt.Sprintf("the %s limit on %s requests is exhausted; retry in %ds", dec.Bucket.Dimension, route, retry)}
 }

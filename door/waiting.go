@@ -2,7 +2,6 @@ package door
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
@@ -137,10 +136,7 @@ func (d *Door) timeoutFailure(a arrival) events.Failure {
 	if st, err := d.poolStats(context.Background(), a.pool); err == nil {
 		retry = max(retry, admission.EstimateWait(st.Waiting+d.room.Stats().Waiting, st.Limit, st.MeanHold))
 	}
-	return events.Failure{
-		Reason: request.ReasonQueueTimeout, RetryAfterS: int(math.Ceil(retry.Seconds())),
-		Message: "The service is busy and your request waited too long in the queue. Please retry in a moment.",
-	}
+	return request.Refused(request.ReasonQueueTimeout, retry)
 }
 
 // leftFailure ends a request that left the waiting room before its turn:

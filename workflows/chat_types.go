@@ -118,9 +118,6 @@ type ChatSettings struct {
 	// RecheckInterval is the Retry-After of a request refused because its
 	// queue (or its tenant's share of it) is full.
 	RecheckInterval time.Duration
-	// Deprecated: not read; a queued request waits until its deadline
-	// (see chat.waitUntilDeadline). Kept only while ChatSettingsFor sets it.
-	MaxRecheckInterval time.Duration
 	// FastWait is how long the admission activity of a request whose turn
 	// is near waits for its grant itself (0: not at all).
 	FastWait time.Duration
@@ -148,9 +145,6 @@ type ChatSettings struct {
 	// AnswerCache: look the answer up in the L3 tier before admission, and
 	// keep a complete one there (only for allow-listed kbs, no session).
 	AnswerCache bool
-	// Deprecated: not read; a queued request always waits until its
-	// deadline. Kept only while ChatSettingsFor sets it.
-	WaitUntilDeadline bool
 }
 
 // CancelSignal is the payload of SignalCancel.

@@ -10,16 +10,11 @@ type Admission struct {
 	// permit comes back after at most this long.
 	Lease time.Duration `yaml:"lease"`
 	// RecheckInterval is the Retry-After of a request refused because a
-	// queue was full, and how long a queue place stays live between calls
-	// for waiters that re-check. Requests wait for their grant with one
-	// timer for their whole max wait; only requests started before that
-	// design re-check, on this cadence. Keep it at 1 s or more (workflow
-	// timers under 1 s are not precise).
+	// queue was full, and how long the gate keeps a waiter's queue place
+	// alive between its calls. Requests wait for their grant with one
+	// timer for their whole max wait. At least 1s (workflow timers under
+	// 1 s are not precise).
 	RecheckInterval time.Duration `yaml:"recheck_interval"`
-	// MaxRecheckInterval is the longest such an older waiter far back in
-	// the queue goes between re-checks (admission.RecheckAfter); no request
-	// started now re-checks.
-	MaxRecheckInterval time.Duration `yaml:"max_recheck_interval"`
 	// FastWait is how long a request whose turn is near (no more waiters
 	// ahead of it than the pool has permits) waits for its grant inside
 	// its admission activity, woken over Redis pub/sub in about a
@@ -33,12 +28,11 @@ type Admission struct {
 
 func defaultAdmission() Admission {
 	return Admission{
-		MaxWait:            30 * time.Second,
-		Lease:              30 * time.Second,
-		RecheckInterval:    2 * time.Second,
-		MaxRecheckInterval: 10 * time.Minute,
-		FastWait:           time.Second,
-		MaxQueueDepth:      10000,
+		MaxWait:         30 * time.Second,
+		Lease:           30 * time.Second,
+		RecheckInterval: 2 * time.Second,
+		FastWait:        time.Second,
+		MaxQueueDepth:   10000,
 	}
 }
 
@@ -49,12 +43,8 @@ func (a Admission) validate(v *validator) {
 		v.add("admission.lease", "must be at least 3s (it is renewed every third of it, and a lost lease lets another request in), got %s", a.Lease)
 	}
 	v.duration("admission.recheck_interval", a.RecheckInterval)
-	v.duration("admission.max_recheck_interval", a.MaxRecheckInterval)
 	if a.FastWait < 0 || a.FastWait >= 4*time.Second {
 		v.add("admission.fast_wait", "must be between 0 (off) and 4s, got %s", a.FastWait)
-	}
-	if a.MaxRecheckInterval > 0 && a.MaxRecheckInterval < a.RecheckInterval {
-		v.add("admission.max_recheck_interval", "must be at least admission.recheck_interval (%s), got %s", a.RecheckInterval, a.MaxRecheckInterval)
 	}
 	if a.RecheckInterval > 0 && a.RecheckInterval < time.Second {
 		v.add("admission.recheck_interval", "must be at least 1s (workflow timers are not sub-second), got %s", a.RecheckInterval)

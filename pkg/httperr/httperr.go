@@ -6,9 +6,7 @@ package httperr
 
 import (
 	"fmt"
-	"math"
 	"net/http"
-	"time"
 
 	"github.com/sluice-dev/sluice/pkg/request"
 )
@@ -39,6 +37,9 @@ func Unavailable(msg string) *Error {
 	return &Error{Status: http.StatusServiceUnavailable, Code: request.ReasonUnavailable, Message: msg, RetryAfter: 1}
 }
 
-// RetryAfterSeconds is a wait as a Retry-After: whole seconds, rounded
-// up, at least 1 (a client told 0 would retry at once).
-func RetryAfterSeconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seconds()))) }
+// Refused is the refusal of a request turned away with f (request.Refused
+// builds it: one message and one Retry-After rounding for a reason,
+// whoever refuses), answered with status.
+func Refused(status int, f request.Failure) *Error {
+	return &Error{Status: status, Code: f.Reason, Message: f.Message, RetryAfter: f.RetryAfterS}
+}

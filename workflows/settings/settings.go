@@ -32,23 +32,21 @@ func Chat(cfg config.Config, tier config.Tier) workflows.ChatSettings {
 		}
 	}
 	return workflows.ChatSettings{
-		MaxWait:            maxWait,
-		MaxWaitByPool:      byPool,
-		RecheckInterval:    cfg.Admission.RecheckInterval,
-		MaxRecheckInterval: cfg.Admission.MaxRecheckInterval,
-		FastWait:           cfg.Admission.FastWait,
-		DisconnectGrace:    cfg.API.DisconnectGrace,
-		TopK:               cfg.Retrieval.TopK,
-		Candidates:         cfg.Retrieval.Candidates,
-		LLMTimeout:         cfg.LLM.Timeout,
-		LLMHeartbeat:       cfg.LLM.HeartbeatTimeout,
-		LLMMaxAttempts:     cfg.LLM.MaxAttempts,
-		SearchAttributes:   cfg.Temporal.SearchAttributes,
-		Weight:             tier.Weight,
-		MaxPerTenant:       tier.MaxQueuePerTenant,
-		MaxConcurrent:      tier.MaxConcurrent,
-		HistoryTokens:      cfg.Sessions.HistoryTokens,
-		WaitUntilDeadline:  true,
+		MaxWait:          maxWait,
+		MaxWaitByPool:    byPool,
+		RecheckInterval:  cfg.Admission.RecheckInterval,
+		FastWait:         cfg.Admission.FastWait,
+		DisconnectGrace:  cfg.API.DisconnectGrace,
+		TopK:             cfg.Retrieval.TopK,
+		Candidates:       cfg.Retrieval.Candidates,
+		LLMTimeout:       cfg.LLM.Timeout,
+		LLMHeartbeat:     cfg.LLM.HeartbeatTimeout,
+		LLMMaxAttempts:   cfg.LLM.MaxAttempts,
+		SearchAttributes: cfg.Temporal.SearchAttributes,
+		Weight:           tier.Weight,
+		MaxPerTenant:     tier.MaxQueuePerTenant,
+		MaxConcurrent:    tier.MaxConcurrent,
+		HistoryTokens:    cfg.Sessions.HistoryTokens,
 	}
 }
 

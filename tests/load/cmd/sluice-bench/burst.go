@@ -35,8 +35,8 @@ type burstOptions struct {
 	// compared with (0: none).
 	reference time.Duration
 	// Sluice's settings at the door and in the queue.
-	maxStarts, maxQueue  int
-	fastWait, maxRecheck time.Duration
+	maxStarts, maxQueue int
+	fastWait            time.Duration
 }
 
 func (b *burstScenario) flags(fs *flag.FlagSet) {
@@ -51,7 +51,6 @@ func (b *burstScenario) flags(fs *flag.FlagSet) {
 	fs.IntVar(&b.maxStarts, "max-starts", d.API.MaxStartsInFlight, "api.max_starts_in_flight")
 	fs.IntVar(&b.maxQueue, "max-queue", d.Admission.MaxQueueDepth, "admission.max_queue_depth")
 	fs.DurationVar(&b.fastWait, "fast-wait", d.Admission.FastWait, "admission.fast_wait (0: waiters learn of grants by signal only)")
-	fs.DurationVar(&b.maxRecheck, "max-recheck", d.Admission.MaxRecheckInterval, "admission.max_recheck_interval")
 	fs.DurationVar(&b.drainWithin, "drain-within", time.Minute, "how long after the last client the pools may take to be idle")
 	fs.DurationVar(&b.reference, "reference", 15*time.Second, "before the burst, a closed loop of one client per permit this long measures the rate at 1x (0: skip)")
 }
@@ -115,7 +114,6 @@ func (b *burstScenario) stacks() ([]stackOptions, error) {
 			cfg.API.MaxStartsInFlight = b.maxStarts
 			cfg.Admission.MaxQueueDepth = b.maxQueue
 			cfg.Admission.FastWait = b.fastWait
-			cfg.Admission.MaxRecheckInterval = b.maxRecheck
 			addOpenTenants(cfg, burstTier, b.keys)
 		},
 	}}, nil

@@ -38,7 +38,7 @@ type waitersOptions struct {
 	n, starters          int
 	maxWait, queueWithin time.Duration
 	// The waiters' re-check cadence.
-	recheck, maxRecheck time.Duration
+	recheck time.Duration
 	// Watching the full queue, then draining it.
 	steady, drainWithin time.Duration
 	drainLimit          int
@@ -50,7 +50,6 @@ func (w *waitersScenario) flags(fs *flag.FlagSet) {
 	fs.IntVar(&w.starters, "starters", 16, "concurrent StartWorkflow calls")
 	fs.DurationVar(&w.maxWait, "max-wait", 30*time.Minute, "each workflow's queue wait limit (ChatSettings.MaxWait)")
 	fs.DurationVar(&w.recheck, "recheck", config.Default().Admission.RecheckInterval, "admission.recheck_interval: each waiter's fallback re-check, one workflow task per waiter per interval")
-	fs.DurationVar(&w.maxRecheck, "max-recheck", config.Default().Admission.MaxRecheckInterval, "admission.max_recheck_interval: the longest re-check cadence, for waiters far back")
 	fs.IntVar(&w.drainLimit, "drain-permits", 50, "the pool's permits while it drains (Gate.SetLimit)")
 	fs.DurationVar(&w.queueWithin, "queue-within", 20*time.Minute, "stop and report how far the queue got if it is not full after this long")
 	fs.DurationVar(&w.drainWithin, "drain-within", 40*time.Minute, "give up if the queue has not drained after this long")
@@ -110,7 +109,6 @@ func (w *waitersScenario) stacks() ([]stackOptions, error) {
 		Configure: func(cfg *config.Config) {
 			w.heldFlags.configure(cfg)
 			cfg.Admission.RecheckInterval = w.recheck
-			cfg.Admission.MaxRecheckInterval = w.maxRecheck
 			cfg.Admission.MaxQueueDepth = max(cfg.Admission.MaxQueueDepth, w.n+1000)
 		},
 	}}, nil
@@ -334,8 +332,8 @@ func (w *waitersScenario) collect(ctx context.Context, st *stack, id string) {
 }
 
 func (w *waitersScenario) report(r *report) error {
-	r.header(fmt.Sprintf("%d chat workflows started with the Temporal client (ChatInput as the API builds it, MaxWait %v, no search attributes) into the short pool's queue while its %d permits are held; one worker: the API process's embedded worker, in this process (temporal.max_concurrent_workflow_tasks %d, the SDK's default sticky cache of 10,000 workflows); admission.recheck_interval %v growing to %v far back in the queue; then drained with %d permits",
-		w.n, w.maxWait, w.holders, w.cfg.Temporal.MaxConcurrentWorkflowTasks, w.recheck, w.maxRecheck, w.drainLimit))
+	r.header(fmt.Sprintf("%d chat workflows started with the Temporal client (ChatInput as the API builds it, MaxWait %v, no search attributes) into the short pool's queue while its %d permits are held; one worker: the API process's embedded worker, in this process (temporal.max_concurrent_workflow_tasks %d, the SDK's default sticky cache of 10,000 workflows); admission.recheck_interval %v; then drained with %d permits",
+		w.n, w.maxWait, w.holders, w.cfg.Temporal.MaxConcurrentWorkflowTasks, w.recheck, w.drainLimit))
 	if s := w.stalled; s != nil {
 		r.linef("the queue did not fill within %v: %d of %d workflows started, %d waiting (%.1f queued/s on average)",
 			w.queueWithin, s.started, w.n, s.waiting, float64(s.waiting)/w.queueWithin.Seconds())
