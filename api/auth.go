@@ -121,3 +121,12 @@ func (s *Server) authenticateFor(c echo.Context, route string) (door.Caller, err
 	}
 	return who, s.door.LimitRoute(c.Request().Context(), c.Response().Header(), who, route)
 }
+
+// callers is the server's authentication as the OpenAI routes take it.
+type callers struct{ s *Server }
+
+func (a callers) Chat(c echo.Context) (door.Caller, error) { return a.s.authenticateChat(c) }
+
+func (a callers) For(c echo.Context, route string) (door.Caller, error) {
+	return a.s.authenticateFor(c, route)
+}

@@ -19,29 +19,10 @@ func (s *Server) postChat(c echo.Context) error {
 	if err := s.door.Validate(&req); err != nil {
 		return err
 	}
-	s.idempotency(c, &req, door.Fingerprint(c.Path(), req.Query, req.KB, req.SessionID, *req.MaxTokens))
-	adm, err := s.admit(c, who, &req)
+	adm, err := httpio.Admit(c, s.door, who, &req, door.Fingerprint(c.Path(), req.Query, req.KB, req.SessionID, *req.MaxTokens))
 	if err != nil {
 		return err
 	}
 	defer adm.Sub.Close()
 	return s.stream(c, adm.Sub, adm.ID)
-}
-
-// idempotency copies what the door needs to resolve a POST's
-// Idempotency-Key into req: the key, where a replay resumes, and the
-// fingerprint a retry's body is compared by.
-func (s *Server) idempotency(c echo.Context, req *door.Request, fingerprint string) {
-	h := c.Request().Header
-	req.IdempotencyKey, req.LastEventID, req.Fingerprint = h.Get(door.IdempotencyHeader), h.Get("Last-Event-ID"), fingerprint
-}
-
-// admit takes req through the door, and puts the headers the door
-// decided (rate limits, a replay's mark) on the response either way.
-func (s *Server) admit(c echo.Context, who door.Caller, req *door.Request) (door.Admission, error) {
-	adm, err := s.door.Admit(c.Request().Context(), who, req)
-	for k, v := range adm.Header {
-		c.Response().Header()[k] = v
-	}
-	return adm, err
 }

@@ -16,7 +16,7 @@ func TestJSONBodiesNeedContentType(t *testing.T) {
 	srv := newKBServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" })
 	routes := []struct{ method, path, auth, body string }{
 		{"POST", "/v1/chat", "Bearer k-acme", `{"query":"hi"}`},
-		{"POST", chatCompletionsPath, "Bearer k-acme", `{"messages":[{"role":"user","content":"hi"}]}`},
+		{"POST", "/v1/chat/completions", "Bearer k-acme", `{"messages":[{"role":"user","content":"hi"}]}`},
 		{"POST", "/v1/kb/facts/documents", "Bearer k-acme", `{"id":"a","text":"x"}`},
 		{"PUT", "/v1/admin/limits", "Bearer root", `{}`},
 	}
@@ -30,7 +30,7 @@ func TestJSONBodiesNeedContentType(t *testing.T) {
 					req.Header.Set("Content-Type", ct)
 				}
 				rec := recorded(srv, req)
-				if r.path == chatCompletionsPath {
+				if r.path == "/v1/chat/completions" {
 					assertOpenAIError(t, rec, 415, "invalid_request_error", "unsupported_media_type", "")
 					return
 				}

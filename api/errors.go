@@ -7,31 +7,9 @@ import (
 	"strconv"
 
 	"github.com/labstack/echo/v4"
+	"github.com/sluice-dev/sluice/api/openai"
 	"github.com/sluice-dev/sluice/pkg/httperr"
-	"github.com/sluice-dev/sluice/pkg/openai"
 )
-
-// openAI renders e in OpenAI's shape; the type follows from the status as
-// OpenAI's do, the code is Sluice's.
-func openAIError(e *httperr.Error) openai.ErrorResponse {
-	out := openai.Error{Message: e.Message, Code: openai.Code(e.Code), Type: "invalid_request_error", Param: openai.Null[string]()}
-	if e.Param != "" {
-		out.Param = openai.Of(e.Param)
-	}
-	switch {
-	case e.Status == http.StatusUnauthorized:
-		out.Type = "authentication_error"
-	case e.Status == http.StatusForbidden:
-		out.Type = "permission_error"
-	case e.Status == http.StatusNotFound:
-		out.Type = "not_found_error"
-	case e.Status == http.StatusTooManyRequests:
-		out.Type = "rate_limit_error"
-	case e.Status >= 500:
-		out.Type = "server_error"
-	}
-	return openai.ErrorResponse{Error: out}
-}
 
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
@@ -59,8 +37,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
 	}
 	var body any = map[string]*httperr.Error{"error": ae}
-	if isOpenAIPath(c.Path()) {
-		body = openAIError(ae)
+	if openai.IsPath(c.Path()) {
+		body = openai.ErrorBody(ae)
 	}
 	if err := c.JSON(ae.Status, body); err != nil {
 		s.logger.Warn("write error response", "err", err)

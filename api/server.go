@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/api/openai"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/ban"
@@ -51,8 +52,8 @@ type Server struct {
 	// kbStore and ingester serve /v1/kb (nil: no kb writes).
 	kbStore  *kbstore.Store
 	ingester *ingest.Ingester
-	// embeddings serves POST /v1/embeddings; nil refuses it.
-	embeddings Embeddings
+	// embeddings serves OpenAI's POST /v1/embeddings; nil refuses it.
+	embeddings openai.Embeddings
 	// ingestSlots bounds concurrent ingestion across instances.
 	ingestSlots *semaphore.Semaphore
 	// keys are the configured keys by their hash; keyCache verifies
@@ -97,7 +98,7 @@ type Options struct {
 	Ingester *ingest.Ingester
 	// Embeddings, if set, serves POST /v1/embeddings (the worker's
 	// embedding cache, embed.Cache).
-	Embeddings Embeddings
+	Embeddings openai.Embeddings
 	// Sessions serves /v1/sessions; nil disables it.
 	Sessions *session.Store
 	// Metrics, if set, is served at GET /metrics.
@@ -163,9 +164,8 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.recoverJSON)
 	e.POST("/v1/chat", s.postChat)
-	e.POST(chatCompletionsPath, s.postChatCompletions)
-	e.GET(modelsPath, s.listModels)
-	e.POST(embeddingsPath, s.postEmbeddings)
+	openai.New(openai.Options{Config: s.cfg, Door: s.door, Auth: callers{s}, Prompts: s.prompts, Embeddings: s.embeddings,
+		Logger: s.logger}).Register(e)
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
 	e.DELETE("/v1/requests/:id", s.deleteRequest)

@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"encoding/json"
@@ -134,7 +134,7 @@ func (k *chunkSink) chunk(choice int, delta openai.Delta, finish *string) comple
 // fail ends the stream with an error object, which OpenAI clients raise
 // as an error (openai-go: ssestream.StreamError). No [DONE] follows.
 func (k *chunkSink) fail(e *httperr.Error) error {
-	return k.data(openAIError(e))
+	return k.data(ErrorBody(e))
 }
 
 func (k *chunkSink) data(v any) error {

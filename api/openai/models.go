@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"net/http"
@@ -21,7 +21,7 @@ const modelsPath = "/v1/models"
 // is a read like any other: the caller is authenticated and charged to
 // its tier's read limit.
 func (s *Server) listModels(c echo.Context) error {
-	who, err := s.authenticateFor(c, config.RouteReads)
+	who, err := s.auth.For(c, config.RouteReads)
 	if err != nil {
 		return err
 	}
@@ -37,7 +37,7 @@ func (s *Server) listModels(c echo.Context) error {
 	if s.embeddings != nil {
 		ids = append(ids, s.cfg.Embedding.Model)
 	}
-	kbs, err := s.readableKBs(c.Request().Context(), who)
+	kbs, err := s.door.KBs().Readable(c.Request().Context(), who)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (s *Server) listModels(c echo.Context) error {
 	return c.JSON(http.StatusOK, list)
 }
 
-// isOpenAIPath reports the routes whose errors take OpenAI's shape.
-func isOpenAIPath(path string) bool {
+// IsPath reports the routes whose errors take OpenAI's shape.
+func IsPath(path string) bool {
 	return path == chatCompletionsPath || path == modelsPath || path == embeddingsPath
 }

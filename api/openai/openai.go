@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"cmp"
@@ -67,7 +67,7 @@ func (m completionMeta) header(object string) openai.Header {
 // knowledge base): streamed in OpenAI's chunk format, or answered in one
 // JSON completion when stream is false.
 func (s *Server) postChatCompletions(c echo.Context) error {
-	who, err := s.authenticateChat(c)
+	who, err := s.auth.Chat(c)
 	if err != nil {
 		return err
 	}
@@ -83,8 +83,7 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 		return withParam(err)
 	}
 	created := time.Now().Unix()
-	s.idempotency(c, &req, door.Fingerprint(c.Path(), cr, c.Request().Header.Get(kbHeader)))
-	adm, err := s.admit(c, who, &req)
+	adm, err := httpio.Admit(c, s.door, who, &req, door.Fingerprint(c.Path(), cr, c.Request().Header.Get(kbHeader)))
 	if err != nil {
 		return withParam(err)
 	}

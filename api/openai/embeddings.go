@@ -1,4 +1,4 @@
-package api
+package openai
 
 import (
 	"bytes"
@@ -30,15 +30,6 @@ const maxEmbeddingInputs = 128
 // maxEmbeddingInputTokens bounds one input, as OpenAI's models do.
 const maxEmbeddingInputTokens = 8191
 
-// Embeddings computes a text's vector through the embedding cache
-// (embed.Cache): the vector of the text as the cache normalises it, which
-// is what retrieval compares a query by.
-type Embeddings interface {
-	// Model names the embedder's model and dimensions.
-	Model() string
-	Get(ctx context.Context, text string) (vec []float32, tier string, err error)
-}
-
 // embeddingInput is a checked embeddings request.
 type embeddingInput struct {
 	texts  []string
@@ -53,7 +44,7 @@ type embeddingInput struct {
 // like a chat request (one request, its input tokens) to the caller's
 // tier; the tokens are not refunded, since the embedder read them all.
 func (s *Server) postEmbeddings(c echo.Context) error {
-	who, err := s.authenticateChat(c)
+	who, err := s.auth.Chat(c)
 	if err != nil {
 		return err
 	}
