@@ -20,7 +20,7 @@ SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput
 all: build
 
 build:
-	$(GO) build -o $(BIN)/ ./api/cmd/sluice-api ./api/cmd/sluice-keys ./worker/cmd/sluice-worker ./pkg/llmsim/cmd/llmsim ./pkg/capacity/cmd/sluice-plan ./tests/load/cmd/sluice-bench
+	$(GO) build -o $(BIN)/ ./cmd/sluice-api ./cmd/sluice-keys ./cmd/sluice-worker ./cmd/llmsim ./cmd/sluice-plan ./tests/load/cmd/sluice-bench
 
 # The Temporal CLI (Server 1.29, UI 2.42) is built from the Go module proxy;
 # the first build takes ~6 minutes, later ones come from the Go build cache.
@@ -170,9 +170,9 @@ bench-cluster: need $(TEMPORAL) temporal-server build
 # Prometheus (Debian's prometheus package) scraping a loaded stack of its
 # own on free ports; Grafana itself is not installable here (~5 minutes).
 # After changing deploy/grafana/dashboard.go, regenerate sluice.json with
-# `go run ./deploy/grafana/cmd/sluice-dashboard json`.
+# `go run ./cmd/sluice-dashboard json`.
 .PHONY: dashboard-preview
 dashboard-preview: need $(TEMPORAL) build
 	@GO=$(GO) deploy/dev/need.sh promtool
-	$(GO) build -o $(BIN)/ ./deploy/grafana/cmd/sluice-dashboard
+	$(GO) build -o $(BIN)/ ./cmd/sluice-dashboard
 	deploy/grafana/preview.sh

@@ -1,6 +1,6 @@
 // Package grafana defines Sluice's Grafana dashboard: its rows, panels and
 // queries are declared here once, sluice.json is generated from them with
-// Grafana's foundation SDK (go run ./deploy/grafana/cmd/sluice-dashboard
+// Grafana's foundation SDK (go run ./cmd/sluice-dashboard
 // json), and the preview tool draws the same queries from a real
 // Prometheus.
 //

@@ -18,7 +18,7 @@ import (
 )
 
 // sluice.json is what dashboard.go generates: edit the Go, then
-// go run ./deploy/grafana/cmd/sluice-dashboard json.
+// go run ./cmd/sluice-dashboard json.
 func TestJSONIsGenerated(t *testing.T) {
 	want, err := JSON()
 	if err != nil {
@@ -29,7 +29,7 @@ func TestJSONIsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatal("sluice.json is not what dashboard.go generates: run go run ./deploy/grafana/cmd/sluice-dashboard json")
+		t.Fatal("sluice.json is not what dashboard.go generates: run go run ./cmd/sluice-dashboard json")
 	}
 }
 

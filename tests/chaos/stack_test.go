@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker/process"
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -61,7 +61,7 @@ type stack struct {
 	keyTurn atomic.Int64
 
 	apiLog string
-	api    *process.API
+	api    *app.API
 	// closers stop the simulators, after the API.
 	closers []func()
 	// dir holds the dev server's database and log, removed at the end.
@@ -275,7 +275,7 @@ func (s *stack) connect(ctx context.Context) {
 	s.http = &http.Client{Transport: tr}
 }
 
-// startAPI runs process.RunAPI in this process until the test ends; its
+// startAPI runs app.RunAPI in this process until the test ends; its
 // log (warnings and errors) goes to a file shown when the test fails.
 func (s *stack) startAPI(ctx context.Context) {
 	s.apiLog = filepath.Join(s.t.TempDir(), "api.log")
@@ -285,7 +285,7 @@ func (s *stack) startAPI(ctx context.Context) {
 	}
 	s.t.Cleanup(func() { _ = f.Close() })
 	logger := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	api, err := process.StartAPI(ctx, s.cfg, logger)
+	api, err := app.StartAPI(ctx, s.cfg, logger)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func buildWorker() (string, error) {
 		workerBin = filepath.Join(dir, "sluice-worker")
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", workerBin, "./worker/cmd/sluice-worker")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", workerBin, "./cmd/sluice-worker")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("build sluice-worker: %w: %s", err, out)

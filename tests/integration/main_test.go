@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker/process"
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -135,7 +135,7 @@ func run(m *testing.M) (int, error) {
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	wctx, cancelWait := context.WithTimeout(ctx, time.Minute)
-	api, err := process.StartAPI(wctx, cfg, logger)
+	api, err := app.StartAPI(wctx, cfg, logger)
 	cancelWait()
 	if err != nil {
 		return 0, err

@@ -18,7 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker/process"
+	"github.com/sluice-dev/sluice/app"
 )
 
 // tracedStack is a second API process (with its embedded worker) on the
@@ -43,7 +43,7 @@ func startTracedStack(t *testing.T) *tracedStack {
 	// The wiring reads the provider while it builds the process.
 	tracing.Install(tp)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	api, err := process.StartAPI(ctx, cfg, logger)
+	api, err := app.StartAPI(ctx, cfg, logger)
 	cancel()
 	tracing.Install(nil)
 	if err != nil {

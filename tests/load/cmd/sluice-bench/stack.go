@@ -19,7 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
-	"github.com/sluice-dev/sluice/worker/process"
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -53,12 +53,12 @@ type stack struct {
 	rt *worker.Runtime
 
 	logs    *logCounter
-	api     *process.API
+	api     *app.API
 	closers []func()
 }
 
 // launchStack starts redis-server and, unless opts.RedisOnly, the Temporal
-// dev server, the simulator and a full API process (process.RunAPI, with
+// dev server, the simulator and a full API process (app.RunAPI, with
 // its embedded worker) in this process. Close stops them all.
 func launchStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	s := &stack{}
@@ -141,11 +141,11 @@ func (s *stack) logger(quiet bool) *slog.Logger {
 	return slog.New(s.logs)
 }
 
-// startAPI runs process.RunAPI until Close, and waits until it listens.
+// startAPI runs app.RunAPI until Close, and waits until it listens.
 func (s *stack) startAPI(ctx context.Context, logger *slog.Logger) error {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	api, err := process.StartAPI(wctx, s.cfg, logger)
+	api, err := app.StartAPI(wctx, s.cfg, logger)
 	if err != nil {
 		return err
 	}

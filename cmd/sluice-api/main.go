@@ -7,12 +7,12 @@ import (
 	"log/slog"
 
 	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/worker/process"
+	"github.com/sluice-dev/sluice/app"
 )
 
 func main() {
-	process.Main("sluice-api", func(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-		return process.RunAPI(ctx, cfg, logger, func(addr string) {
+	app.Main("sluice-api", func(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
+		return app.RunAPI(ctx, cfg, logger, func(addr string) {
 			logger.Info("api listening", "url", "http://"+addr)
 		})
 	})

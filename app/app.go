@@ -1,9 +1,10 @@
-// Package process runs Sluice's two kinds of process from one config: the
-// API process (HTTP server, event hub, live policy and, by default, an
-// embedded worker) and the worker process. It is the wiring the binaries,
-// the integration tests and the benchmarks share, kept out of api/ so that
-// api/ is HTTP only.
-package process
+// Package app is Sluice's composition root: it builds each component of a
+// process once, from one config, and runs it. The API process is the HTTP
+// server, the door, the event hub, the live policy and, by default, an
+// embedded worker; the worker process is the Temporal worker. The
+// binaries (cmd/), the integration tests and the benchmarks all start
+// processes through it.
+package app
 
 import (
 	"context"

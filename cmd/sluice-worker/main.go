@@ -2,6 +2,6 @@
 // and activities, and the admission janitor.
 package main
 
-import "github.com/sluice-dev/sluice/worker/process"
+import "github.com/sluice-dev/sluice/app"
 
-func main() { process.Main("sluice-worker", process.RunWorker) }
+func main() { app.Main("sluice-worker", app.RunWorker) }
