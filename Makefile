@@ -19,8 +19,13 @@ SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput
 
 all: build
 
+# The version stamped into the binaries: the git tag, or the release the
+# source says (pkg/version) with the commit after it.
+VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null | grep '^v' || echo "$$(sed -n 's/^var Version = "\(.*\)"/\1/p' pkg/version/version.go)-$$(git rev-parse --short HEAD 2>/dev/null || echo dev)")
+LDFLAGS      := -X github.com/sluice-dev/sluice/pkg/version.Version=$(VERSION)
+
 build:
-	$(GO) build -o $(BIN)/ ./cmd/sluice-api ./cmd/sluice-keys ./cmd/sluice-worker ./cmd/llmsim ./cmd/sluice-plan ./tests/load/cmd/sluice-bench
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sluice-api ./cmd/sluice-keys ./cmd/sluice-worker ./cmd/llmsim ./cmd/sluice-plan ./tests/load/cmd/sluice-bench
 
 # The Temporal CLI (Server 1.29, UI 2.42) is built from the Go module proxy;
 # the first build takes ~6 minutes, later ones come from the Go build cache.

@@ -33,6 +33,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
+	"github.com/sluice-dev/sluice/pkg/version"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
@@ -674,8 +675,8 @@ func TestHealthz(t *testing.T) {
 	srv, _, _ := newTestServer(t, nil)
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ok"`) {
-		t.Fatalf("healthz %d %s", rec.Code, rec.Body)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ok"`) || !strings.Contains(rec.Body.String(), `"version":"`+version.Version+`"`) {
+		t.Fatalf("healthz %d %s, want ok and version %s", rec.Code, rec.Body, version.Version)
 	}
 }
 

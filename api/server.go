@@ -35,6 +35,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 	"github.com/sluice-dev/sluice/pkg/session"
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 // Server is the HTTP API.
@@ -285,7 +286,7 @@ func (s *Server) drainDelay() {
 }
 
 func (s *Server) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok", "version": version.Version})
 }
 
 func (s *Server) readyz(c echo.Context) error {

@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/tracing"
+	"github.com/sluice-dev/sluice/pkg/version"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
@@ -151,6 +152,7 @@ func Main(name string, run func(ctx context.Context, cfg config.Config, logger *
 		os.Exit(2)
 	}
 	logger := worker.NewLogger(cfg.Log)
+	logger.Info(name+" starting", "version", version.Version)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopTracing, err := tracing.Start(ctx, name, logger)
 	if err != nil {

@@ -706,7 +706,7 @@ var llmsimAddrFlag = regexp.MustCompile(`fs\.String\("addr", "([^"]+)"`)
 // llmsimDefaultAddr reads the default of llmsim's -addr flag from its main.
 func llmsimDefaultAddr(t *testing.T) string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(repoRoot(t), "pkg", "llmsim", "cmd", "llmsim", "main.go"))
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "cmd", "llmsim", "main.go"))
 	if err != nil {
 		t.Fatal(err)
 	}

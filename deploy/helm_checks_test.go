@@ -252,10 +252,10 @@ func checkHelmProbe(t *testing.T, what string, c corev1.Container, p *corev1.Pro
 }
 
 // checkWorkerRoute checks that the worker process serves GET path, as
-// registered on its mux in worker/process.
+// registered on its mux in app.
 func checkWorkerRoute(t *testing.T, what, path string) {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(repoRoot(t), "worker", "process", "process.go"))
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "app", "app.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
