@@ -6,8 +6,8 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/app"
+	"github.com/sluice-dev/sluice/pkg/config"
 )
 
 func main() {

@@ -15,12 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/workflows"
 )
 

@@ -19,11 +19,11 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/workflows"
 )
 

@@ -13,12 +13,12 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/app"
 )
 
 // tracedStack is a second API process (with its embedded worker) on the

@@ -15,11 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
-	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
