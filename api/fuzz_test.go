@@ -11,10 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/door/doortest"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/ingest"
-	"github.com/sluice-dev/sluice/pkg/prompt"
-	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
 // The fuzz targets run the request parsers as the handlers do, up to the
@@ -24,13 +21,8 @@ import (
 // parserServer is a Server with what the parsers need and nothing else.
 func parserServer(t testing.TB) *Server {
 	t.Helper()
-	cfg := config.Default()
-	tok, err := tokens.For(tokens.CL100K)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompts := prompt.NewBuilder(cfg.LLM.SystemPrompt, tok)
-	return &Server{cfg: cfg, echo: echo.New(), prompts: prompts, door: doortest.ParserDoor(t, cfg, prompts)}
+	cfg, prompts, d := doortest.Parsers(t)
+	return &Server{cfg: cfg, echo: echo.New(), prompts: prompts, door: d}
 }
 
 // jsonContext is the echo context of a JSON POST of body.

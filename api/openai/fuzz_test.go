@@ -9,9 +9,6 @@ import (
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/door/doortest"
-	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/pkg/prompt"
-	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
 // The fuzz target runs the chat completions parser as the handler does, up
@@ -21,13 +18,8 @@ import (
 // parserServer is a Server with what the parser needs and nothing else.
 func parserServer(t testing.TB) *Server {
 	t.Helper()
-	cfg := config.Default()
-	tok, err := tokens.For(tokens.CL100K)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompts := prompt.NewBuilder(cfg.LLM.SystemPrompt, tok)
-	return New(Options{Config: cfg, Prompts: prompts, Door: doortest.ParserDoor(t, cfg, prompts)})
+	cfg, prompts, d := doortest.Parsers(t)
+	return New(Options{Config: cfg, Prompts: prompts, Door: d})
 }
 
 // parseCompletion is POST /v1/chat/completions up to the door.

@@ -26,14 +26,22 @@ import (
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
-// ParserDoor is a Door for Validate and the parsers: its Redis and
+// Parsers are what the request parsers need: the default config, its
+// prompt builder and a Door for Validate and the parsers, whose Redis and
 // Temporal clients point at nothing, so a test that reaches them fails.
-func ParserDoor(t testing.TB, cfg config.Config, prompts *prompt.Builder) *door.Door {
+func Parsers(t testing.TB) (config.Config, *prompt.Builder, *door.Door) {
 	t.Helper()
+	cfg := config.Default()
+	tok, err := tokens.For(tokens.CL100K)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompts := prompt.NewBuilder(cfg.LLM.SystemPrompt, tok)
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = rdb.Close() })
 	log := events.NewLog(rdb, events.LogOptions{})
@@ -49,7 +57,7 @@ func ParserDoor(t testing.TB, cfg config.Config, prompts *prompt.Builder) *door.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return cfg, prompts, d
 }
 
 // noTemporal is a Temporal client whose every call panics.
