@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -79,7 +78,6 @@ type Door struct {
 	// the door end as "restarting", and streams end without detaching.
 	draining atomic.Bool
 	logger   *slog.Logger
-	once     sync.Once
 }
 
 // Options are the Door's dependencies.
