@@ -148,10 +148,11 @@ func (d *Door) dropUnstarted(ctx context.Context, a arrival, key *idempotency.Ke
 }
 
 // endUnstarted ends the stream of a request whose workflow could not be
-// started.
+// started, for whoever attached to it by its idempotency key. Its client
+// is answered 503 at once, so the end gets one try of
+// redis.request_timeout: with Redis down, the key's retention runs out.
 func (d *Door) endUnstarted(ctx context.Context, id string) {
-	_, _, err := d.events.AppendFinal(context.WithoutCancel(ctx), id, events.TypeError, startFailure)
-	if err != nil {
+	if err := d.writeEnd(context.WithoutCancel(ctx), id, events.TypeError, startFailure, d.cfg.Redis.RequestTimeout); err != nil {
 		d.logger.Warn("end the stream of a request that could not be started", "requestID", id, "err", err)
 	}
 }

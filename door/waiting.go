@@ -171,7 +171,7 @@ func (d *Door) endAtDoor(ctx context.Context, a arrival, req Request, f events.F
 		Stages:  []request.StageTime{{Stage: request.StageAdmission, Ms: time.Since(a.arrived).Milliseconds()}},
 		TraceID: tracing.TraceID(ctx),
 	}.Log(ctx, d.logger)
-	if err := d.appendDoorEnd(ctx, a.id, typ, f); err != nil {
+	if err := d.writeEnd(ctx, a.id, typ, f, doorEndRetry); err != nil {
 		d.logger.Error("write the terminal event of a request that never started", "requestID", a.id, "err", err)
 	}
 }
@@ -182,11 +182,12 @@ func (d *Door) endAtDoor(ctx context.Context, a arrival, req Request, f events.F
 // No one else will end this request's stream: it has no workflow.
 const doorEndRetry = 30 * time.Second
 
-// appendDoorEnd writes a request's terminal event, trying again while
-// Redis is unreachable (AppendFinal writes one end only, so a retry of
-// a write that did land is harmless).
-func (d *Door) appendDoorEnd(ctx context.Context, id, typ string, f events.Failure) error {
-	ctx, cancel := context.WithTimeout(ctx, doorEndRetry)
+// writeEnd writes the terminal event of a request that never started,
+// the door's one writer of an end: it tries again for up to patience
+// while Redis is unreachable (AppendFinal writes one end only, so a retry
+// of a write that did land is harmless).
+func (d *Door) writeEnd(ctx context.Context, id, typ string, f events.Failure, patience time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, patience)
 	defer cancel()
 	return retry(ctx, func() error {
 		_, _, err := d.events.AppendFinal(ctx, id, typ, f)
