@@ -20,15 +20,15 @@ import (
 // newKBServer is a test server with a kb store and an ingester.
 func newKBServer(t *testing.T, mod func(*config.Config)) *Server {
 	t.Helper()
-	srv, _, rdb := newTestServerWith(t, mod, func(rdb *redis.Client, o *Options) {
+	srv, _, _ := newTestServerWith(t, mod, func(rdb *redis.Client, o *Options) {
 		store := kbstore.New(rdb, kbstore.Options{Prefix: "t:" + t.Name() + ":"})
 		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{})}
+		slots, err := semaphore.New(rdb, semaphore.Options{Key: "t:" + t.Name() + ":ingest", Limit: o.Config.Ingest.MaxConcurrent, Lease: o.Config.Ingest.Lease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.IngestSlots = slots
 	})
-	var err error
-	srv.ingestSlots, err = semaphore.New(rdb, semaphore.Options{Key: "t:" + t.Name() + ":ingest", Limit: srv.cfg.Ingest.MaxConcurrent, Lease: srv.cfg.Ingest.Lease})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return srv
 }
 

@@ -75,8 +75,6 @@ type Server struct {
 	unready atomic.Bool
 	// conns caps the connections Run accepts; set by Run.
 	conns *connLimiter
-	// builtAt is when the server was built.
-	builtAt time.Time
 	// handler is echo, in a server span per request when tracing is on.
 	handler http.Handler
 }
@@ -94,9 +92,11 @@ type Options struct {
 	Door     *door.Door
 	// Addresses hashes client addresses (privacy.ip_hash_key).
 	Addresses *iphash.Hasher
-	// KBs and Ingester serve /v1/kb.
-	KBs      *kbstore.Store
-	Ingester *ingest.Ingester
+	// KBs and Ingester serve /v1/kb, taking one of IngestSlots (shared by
+	// every instance) per batch.
+	KBs         *kbstore.Store
+	Ingester    *ingest.Ingester
+	IngestSlots *semaphore.Semaphore
 	// Embeddings, if set, serves POST /v1/embeddings (the worker's
 	// embedding cache, embed.Cache).
 	Embeddings openai.Embeddings
@@ -128,15 +128,10 @@ func New(opts Options) (*Server, error) {
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
 		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]keys.Spec{},
 		sessions: opts.Sessions, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
-		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, builtAt: time.Now(),
+		ingestSlots: opts.IngestSlots, keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses,
 	}
-	if s.ingester != nil {
-		var err error
-		s.ingestSlots, err = semaphore.New(opts.Redis, semaphore.Options{
-			Key: opts.Config.Redis.KeyPrefix + "ingest:permits", Limit: opts.Config.Ingest.MaxConcurrent, Lease: opts.Config.Ingest.Lease})
-		if err != nil {
-			return nil, err
-		}
+	if s.ingester != nil && s.ingestSlots == nil {
+		return nil, errors.New("api: an Ingester needs IngestSlots")
 	}
 	for i, k := range opts.Config.Auth.APIKeys {
 		scopes, err := keys.GrantedScopes(k.Scopes)

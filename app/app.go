@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/semaphore"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/version"
 	"github.com/sluice-dev/sluice/worker"
@@ -67,9 +68,14 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	if err != nil {
 		return err
 	}
+	ingestSlots, err := semaphore.New(rt.Redis, semaphore.Options{
+		Key: cfg.Redis.KeyPrefix + "ingest:permits", Limit: cfg.Ingest.MaxConcurrent, Lease: cfg.Ingest.Lease})
+	if err != nil {
+		return err
+	}
 	srv, err := api.New(api.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Gate: rt.Gate, Prompts: rt.Prompts,
-		Policy: live, Door: gate, Addresses: addresses, KBs: rt.KBs, Ingester: rt.Ingester, Embeddings: rt.EmbedCache,
+		Policy: live, Door: gate, Addresses: addresses, KBs: rt.KBs, Ingester: rt.Ingester, IngestSlots: ingestSlots, Embeddings: rt.EmbedCache,
 		Sessions: rt.Sessions, Metrics: rt.Metrics, Keys: keyCache, Bans: bans, Tracer: rt.Tracer,
 		Logger: logger.With("component", "api"),
 	})
