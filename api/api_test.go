@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/httperr"
@@ -35,6 +36,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/pkg/version"
 	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
 )
@@ -158,6 +160,9 @@ func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *re
 	opts := Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Gate: gate,
 		Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok), Metrics: metrics.New(nil), Logger: slog.Default(),
 		Policy: policy.NewStore(rdb, cfg, gate, slog.Default()), Addresses: iphash.New([]byte(cfg.Privacy.IPHashKey))}
+	if opts.Codec, err = codec.New(worker.CodecOptions(cfg.Codec)); err != nil {
+		t.Fatal(err)
+	}
 	if with != nil {
 		with(rdb, &opts)
 	}

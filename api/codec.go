@@ -16,22 +16,16 @@ import (
 const codecBodyLimit = 8 << 20
 
 // routeCodec serves the codec server protocol at /codec/decode and
-// /codec/encode when codec.enabled, for the Temporal CLI
+// /codec/encode with the process's keyring (when codec.enabled), for the Temporal CLI
 // (--codec-endpoint <api>/codec --codec-auth 'Bearer <admin key>') and the
 // Temporal UI. It sits on the API's own port, behind its TLS and
 // ingress, rather than on a listener of its own: one address to expose
 // and one credential (the admin key) to hand operators.
 func (s *Server) routeCodec(e *echo.Echo) {
-	o := codec.Options{Enabled: s.cfg.Codec.Enabled, ActiveKey: s.cfg.Codec.ActiveKey}
-	for _, k := range s.cfg.Codec.Keys {
-		o.Keys = append(o.Keys, codec.Key{ID: k.ID, Secret: k.Secret})
-	}
-	ring, err := codec.New(o)
-	if err != nil || ring == nil {
-		// Off, or (refused by config validation first) unusable.
+	if s.codec == nil {
 		return
 	}
-	h := codec.Handler(ring, codecBodyLimit)
+	h := codec.Handler(s.codec, codecBodyLimit)
 	serve := func(c echo.Context) error {
 		if err := s.codecCaller(c); err != nil {
 			return err

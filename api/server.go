@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/ban"
+	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/ingest"
@@ -61,6 +62,8 @@ type Server struct {
 	// managed ones (nil: none).
 	keys     map[string]keys.Spec
 	keyCache *keys.Cache
+	// codec is the payload keyring the codec endpoint serves (nil: off).
+	codec *codec.Keyring
 	// bans lists and lifts bans for the admin routes (nil: off); the
 	// door checks them.
 	bans *ban.Guard
@@ -107,6 +110,9 @@ type Options struct {
 	// Keys verifies managed API keys and serves /v1/admin/keys; nil
 	// accepts only the configured keys. Run runs its invalidation.
 	Keys *keys.Cache
+	// Codec, if set, is the payload keyring (codec.enabled) that the
+	// codec endpoint serves to the Temporal UI and CLI.
+	Codec *codec.Keyring
 	// Bans serves /v1/admin/bans; nil disables it.
 	Bans *ban.Guard
 	// Tracer, if set, traces each request from its HTTP span on
@@ -128,7 +134,7 @@ func New(opts Options) (*Server, error) {
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
 		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]keys.Spec{},
 		sessions: opts.Sessions, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
-		ingestSlots: opts.IngestSlots, keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses,
+		ingestSlots: opts.IngestSlots, codec: opts.Codec, keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses,
 	}
 	if s.ingester != nil && s.ingestSlots == nil {
 		return nil, errors.New("api: an Ingester needs IngestSlots")

@@ -208,7 +208,7 @@ func (r *Runtime) connectTemporal() error {
 	}
 	// With codec.enabled every payload this client (and every worker on
 	// it) sends is sealed, and every one it reads opened.
-	if r.Codec, err = codec.New(codecOptions(r.Config.Codec)); err != nil {
+	if r.Codec, err = codec.New(CodecOptions(r.Config.Codec)); err != nil {
 		return err
 	}
 	r.Codec.Apply(&opts)
@@ -219,8 +219,8 @@ func (r *Runtime) connectTemporal() error {
 	return nil
 }
 
-// codecOptions are the codec settings as pkg/codec takes them.
-func codecOptions(c config.Codec) codec.Options {
+// CodecOptions are the codec settings as pkg/codec takes them.
+func CodecOptions(c config.Codec) codec.Options {
 	keys := make([]codec.Key, len(c.Keys))
 	for i, k := range c.Keys {
 		keys[i] = codec.Key{ID: k.ID, Secret: k.Secret}
