@@ -45,7 +45,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	}
 	defer rt.Close()
 	hub := events.NewHub(rt.Redis, rt.Events, events.HubOptions{Logger: logger.With("component", "event-hub")})
-	live := policy.NewStore(rt.Redis, cfg, rt.Gate, logger.With("component", "policy"))
+	live := worker.NewPolicy(rt.Redis, cfg, rt.Gate, logger.With("component", "policy"))
 	keyCache := keys.NewCache(keys.NewStore(rt.Redis, cfg.Redis.KeyPrefix),
 		keys.CacheOptions{TTL: cfg.Auth.KeyCacheTTL, Logger: logger.With("component", "keys")})
 	addresses := iphash.New([]byte(cfg.Privacy.IPHashKey))
@@ -59,7 +59,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	}
 	gate, err := door.New(door.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub, Gate: rt.Gate,
-		Prompts: rt.Prompts, Policy: live, Settings: func(t config.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
+		Prompts: rt.Prompts, Policy: live, Settings: func(t policy.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
 		Limiter: rt.Limiter, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
 		Logger: logger.With("component", "door"),
 	})

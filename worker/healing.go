@@ -13,7 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llm"
-	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
@@ -71,7 +70,7 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 		Gate:    r.Gate,
 		Latency: r.Latency,
 		// Its actions refresh it before changing it; it needs no poller.
-		Policy:   policy.NewStore(r.Redis, cfg, r.Gate, r.Logger.With("component", "policy")),
+		Policy:   NewPolicy(r.Redis, cfg, r.Gate, r.Logger.With("component", "policy")),
 		Pools:    pools,
 		Notifier: signal.Notifier{Client: r.Temporal},
 		Metrics:  r.Metrics,
