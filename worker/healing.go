@@ -67,10 +67,9 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 		pools[name] = hp
 	}
 	return &activities.Healing{
-		Gate:    r.Gate,
-		Latency: r.Latency,
-		// Its actions refresh it before changing it; it needs no poller.
-		Policy:   NewPolicy(r.Redis, cfg, r.Gate, r.Logger.With("component", "policy")),
+		Gate:     r.Gate,
+		Latency:  r.Latency,
+		Policy:   r.Policy,
 		Pools:    pools,
 		Notifier: signal.Notifier{Client: r.Temporal},
 		Metrics:  r.Metrics,
