@@ -126,8 +126,8 @@ func NewStore(rdb redis.UniversalClient, opts Options) *Store {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Store{rdb: rdb, key: opts.KeyPrefix + "policy", base: opts.Base, gate: opts.Gate, validate: opts.Validate, logger: opts.Logger}
-	p := opts.Base.clone()
+	s := &Store{rdb: rdb, key: opts.KeyPrefix + "policy", base: opts.Base.clone(), gate: opts.Gate, validate: opts.Validate, logger: opts.Logger}
+	p := s.base.clone()
 	s.cur.Store(&p)
 	return s
 }
