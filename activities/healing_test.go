@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/scaler"
+	"github.com/sluice-dev/sluice/worker"
 )
 
 // healingHarness is an *activities.Healing over the test Redis, a key
@@ -90,7 +91,7 @@ func newHealingHarness(t *testing.T, mod func(*activities.Healing)) *healingHarn
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := policy.NewStore(rdb, cfg, gate, quiet)
+	store := worker.NewPolicy(rdb, cfg, gate, quiet)
 	m := metrics.New(quiet)
 	shed := &fakeShedNotifier{}
 	h := &activities.Healing{
@@ -225,7 +226,7 @@ func TestSetPermitsThroughThePolicy(t *testing.T) {
 		t.Fatalf("gate limit %d, %v; want 8", st.Limit, err)
 	}
 	// Another instance sees it.
-	other := policy.NewStore(hh.rdb, hh.cfg, hh.gate, quiet)
+	other := worker.NewPolicy(hh.rdb, hh.cfg, hh.gate, quiet)
 	if err := other.Refresh(ctx); err != nil || other.Current().Pools[request.PoolShort] != 8 {
 		t.Fatalf("other instance sees %+v, %v", other.Current(), err)
 	}

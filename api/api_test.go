@@ -159,7 +159,7 @@ func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *re
 	tc := &countingClient{}
 	opts := Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Gate: gate,
 		Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok), Metrics: metrics.New(nil), Logger: slog.Default(),
-		Policy: policy.NewStore(rdb, cfg, gate, slog.Default()), Addresses: iphash.New([]byte(cfg.Privacy.IPHashKey))}
+		Policy: worker.NewPolicy(rdb, cfg, gate, slog.Default()), Addresses: iphash.New([]byte(cfg.Privacy.IPHashKey))}
 	if opts.Codec, err = codec.New(worker.CodecOptions(cfg.Codec)); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *re
 	hub := events.NewHub(rdb, log, events.HubOptions{})
 	lim := limiter.New(rdb, limiter.Options{KeyPrefix: prefix})
 	opts.Door, err = door.New(door.Options{Config: cfg, Temporal: opts.Temporal, Redis: rdb, Events: log, Hub: hub, Gate: gate,
-		Prompts: opts.Prompts, Policy: opts.Policy, Settings: func(t config.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
+		Prompts: opts.Prompts, Policy: opts.Policy, Settings: func(t policy.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
 		Limiter: lim, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
 		Metrics: opts.Metrics, Addresses: opts.Addresses, Logger: opts.Logger})
 	if err != nil {
@@ -339,7 +339,7 @@ func call(srv *Server, method, path, body string) *httptest.ResponseRecorder {
 func TestRateLimitedIs429WithHeaders(t *testing.T) {
 	srv, tc, _ := newTestServer(t, limitedConfig)
 	// Drain the tenant's 6000-token bucket from "another instance".
-	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
+	drain := door.RatesOf(srv.policy.Current().Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
 	if d, err := limiterOf(srv).Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
@@ -400,7 +400,7 @@ func TestFailedStartRefunds(t *testing.T) {
 		}
 	}
 	// Five ~1,100-token requests would have drained 6000 without refunds.
-	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
+	drain := door.RatesOf(srv.policy.Current().Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
 	if d, _ := limiterOf(srv).Reserve(context.Background(), "probe", drain); d.Status != limiter.Allowed {
 		t.Fatalf("bucket not refunded: %+v", d)
 	}
@@ -711,11 +711,11 @@ func assertJSONError(t *testing.T, rec *httptest.ResponseRecorder, status int, c
 func TestChatSettingsMaxWait(t *testing.T) {
 	cfg := config.Default()
 	cfg.Pools.Long.MaxWait = 2 * time.Minute
-	plain := settings.Chat(cfg, config.Tier{Weight: 1})
+	plain := settings.Chat(cfg, policy.Tier{Weight: 1})
 	if plain.MaxWait != cfg.Admission.MaxWait || len(plain.MaxWaitByPool) != 1 || plain.MaxWaitByPool["long"] != 2*time.Minute {
 		t.Fatalf("settings %+v", plain)
 	}
-	vip := settings.Chat(cfg, config.Tier{Weight: 5, MaxWait: time.Minute})
+	vip := settings.Chat(cfg, policy.Tier{Weight: 5, MaxWait: time.Minute})
 	if vip.MaxWait != time.Minute || vip.MaxWaitByPool != nil {
 		t.Fatalf("a tier's max_wait must win: %+v", vip)
 	}
@@ -791,7 +791,7 @@ func TestLongCostFactorChargesLongRequestsMore(t *testing.T) {
 		t.Fatalf("long request charged %d with factor 2, %d without", got, plain)
 	}
 	// With room for one charge but not two, the long request is refused.
-	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, float64(6000-plain*3/2))
+	drain := door.RatesOf(srv.policy.Current().Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, float64(6000-plain*3/2))
 	if d, err := limiterOf(srv).Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}

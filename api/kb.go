@@ -11,10 +11,10 @@ import (
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 )
@@ -29,7 +29,7 @@ type ingestRequest struct {
 // as one change (one new kb version). It holds an ingestion permit while
 // it works; without one after ingest.max_wait it answers 503.
 func (s *Server) postDocuments(c echo.Context) error {
-	who, err := s.authenticateFor(c, config.RouteIngest)
+	who, err := s.authenticateFor(c, policy.RouteIngest)
 	if err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func (s *Server) documentsOf(req ingestRequest) ([]ingest.Document, error) {
 
 // deleteDocument removes one document from a kb.
 func (s *Server) deleteDocument(c echo.Context) error {
-	who, err := s.authenticateFor(c, config.RouteIngest)
+	who, err := s.authenticateFor(c, policy.RouteIngest)
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ type kbView struct {
 
 // getKB describes a kb: version, documents, chunks.
 func (s *Server) getKB(c echo.Context) error {
-	who, err := s.authenticateFor(c, config.RouteReads)
+	who, err := s.authenticateFor(c, policy.RouteReads)
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func (s *Server) getKB(c echo.Context) error {
 // listKBs names the kbs the caller may name: its tenant's own and the
 // shared ones ("kbs"), and which of them are shared ("shared").
 func (s *Server) listKBs(c echo.Context) error {
-	who, err := s.authenticateFor(c, config.RouteReads)
+	who, err := s.authenticateFor(c, policy.RouteReads)
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ func TestRateLimitedRequestIsLogged(t *testing.T) {
 	srv, _, _ := newTestServerWith(t, limitedConfig, func(_ *redis.Client, o *Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(&buf, nil))
 	})
-	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
+	drain := door.RatesOf(srv.policy.Current().Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
 	if d, err := limiterOf(srv).Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}

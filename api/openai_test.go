@@ -112,7 +112,7 @@ func TestCompletionRefusalsAreOpenAIShaped(t *testing.T) {
 // clients honour when they retry.
 func TestCompletionRateLimitedIs429(t *testing.T) {
 	srv, tc, _ := newTestServer(t, limitedConfig)
-	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
+	drain := door.RatesOf(srv.policy.Current().Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5990)
 	if d, err := limiterOf(srv).Reserve(context.Background(), "other", drain); err != nil || d.Status != limiter.Allowed {
 		t.Fatalf("drain: %+v %v", d, err)
 	}
@@ -143,7 +143,7 @@ func TestCompletionStartFailureIs503AndRefunds(t *testing.T) {
 	if keys, _ := rdb.Keys(context.Background(), "t:"+t.Name()+":ev:*").Result(); len(keys) != 0 {
 		t.Fatalf("failed starts left event streams behind: %v", keys)
 	}
-	drain := door.RatesOf(srv.cfg.Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
+	drain := door.RatesOf(srv.policy.Current().Limits.Tiers["standard"]).Buckets(limiter.Caller{Tenant: "acme"}, 5900)
 	if d, _ := limiterOf(srv).Reserve(context.Background(), "probe", drain); d.Status != limiter.Allowed {
 		t.Fatalf("bucket not refunded: %+v", d)
 	}

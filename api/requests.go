@@ -12,9 +12,9 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -59,7 +59,7 @@ type requestView struct {
 }
 
 func (s *Server) getRequest(c echo.Context) error {
-	id, err := s.ownRequest(c, config.RouteReads)
+	id, err := s.ownRequest(c, policy.RouteReads)
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func (s *Server) getEvents(c echo.Context) error {
 	} else if !events.ValidID(after) {
 		return httperr.BadRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
 	}
-	id, err := s.ownRequest(c, config.RouteResumes)
+	id, err := s.ownRequest(c, policy.RouteResumes)
 	if err != nil {
 		return err
 	}
@@ -150,7 +150,7 @@ func (s *Server) getEvents(c echo.Context) error {
 }
 
 func (s *Server) deleteRequest(c echo.Context) error {
-	id, err := s.ownRequest(c, config.RouteReads)
+	id, err := s.ownRequest(c, policy.RouteReads)
 	if err != nil {
 		return err
 	}

@@ -6,8 +6,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -21,7 +21,7 @@ type sessionResponse struct {
 // session belongs to the caller's user, so another user's or tenant's
 // session of the same id is not found (404), never confirmed to exist.
 func (s *Server) sessionParam(c echo.Context) (door.Caller, string, error) {
-	who, err := s.authenticateFor(c, config.RouteReads)
+	who, err := s.authenticateFor(c, policy.RouteReads)
 	if err != nil {
 		return door.Caller{}, "", err
 	}

@@ -47,7 +47,6 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	}
 	defer rt.Close()
 	hub := events.NewHub(rt.Redis, rt.Events, events.HubOptions{Logger: logger.With("component", "event-hub")})
-	live := policy.NewStore(rt.Redis, cfg, rt.Gate, logger.With("component", "policy"))
 	keyCache := keys.NewCache(keys.NewStore(rt.Redis, cfg.Redis.KeyPrefix),
 		keys.CacheOptions{TTL: cfg.Auth.KeyCacheTTL, Logger: logger.With("component", "keys")})
 	addresses := iphash.New([]byte(cfg.Privacy.IPHashKey))
@@ -61,7 +60,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	}
 	gate, err := door.New(door.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub, Gate: rt.Gate,
-		Prompts: rt.Prompts, Policy: live, Settings: func(t config.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
+		Prompts: rt.Prompts, Policy: rt.Policy, Settings: func(t policy.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
 		Limiter: rt.Limiter, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
 		Logger: logger.With("component", "door"),
 	})
@@ -75,7 +74,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	}
 	srv, err := api.New(api.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Gate: rt.Gate, Prompts: rt.Prompts,
-		Policy: live, Door: gate, Addresses: addresses, KBs: rt.KBs, Ingester: rt.Ingester, IngestSlots: ingestSlots, Embeddings: rt.EmbedCache,
+		Policy: rt.Policy, Door: gate, Addresses: addresses, KBs: rt.KBs, Ingester: rt.Ingester, IngestSlots: ingestSlots, Embeddings: rt.EmbedCache,
 		Sessions: rt.Sessions, Metrics: rt.Metrics, Codec: rt.Codec, Keys: keyCache, Bans: bans, Tracer: rt.Tracer,
 		Logger: logger.With("component", "api"),
 	})
@@ -92,7 +91,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	g.Go(func() error { return hub.Run(hubCtx) })
 	g.Go(func() error {
 		// A change made through any instance is in force here within this.
-		live.Run(gctx, 500*time.Millisecond)
+		rt.Policy.Run(gctx, 500*time.Millisecond)
 		return nil
 	})
 	if cfg.API.EmbeddedWorker {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
@@ -165,7 +164,7 @@ var startFailure = request.Refused(request.ReasonUnavailable, time.Second)
 type arrival struct {
 	id   string
 	who  Caller
-	tier config.Tier
+	tier policy.Tier
 	// pool is the request's route; admission queues it there.
 	pool string
 	// tokens is the most the request can take (tokenBound): its size in

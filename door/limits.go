@@ -10,15 +10,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
-// RatesOf converts a tier's configured rates to the limiter'd.
-func RatesOf(t config.Tier) limiter.Policy {
-	conv := func(r config.Rate) limiter.Rate {
+// RatesOf is a tier's rates in the limiter's terms.
+func RatesOf(t policy.Tier) limiter.Policy {
+	conv := func(r policy.Rate) limiter.Rate {
 		return limiter.Rate{TokensPerMinute: r.TokensPerMinute, TokenBurst: r.TokenBurst,
 			RequestsPerMinute: r.RequestsPerMinute, RequestBurst: r.RequestBurst}
 	}
@@ -29,7 +29,7 @@ func RatesOf(t config.Tier) limiter.Policy {
 // Caller before anything starts, and returns the reservation that gives
 // back what the request does not use. It sets the rate-limit headers
 // either way and returns a 429 or 413 when the request may not pass.
-func (d *Door) reserve(ctx context.Context, header http.Header, id string, who Caller, tier config.Tier, enabled bool, cost int) (string, error) {
+func (d *Door) reserve(ctx context.Context, header http.Header, id string, who Caller, tier policy.Tier, enabled bool, cost int) (string, error) {
 	if !enabled || d.limiter == nil {
 		return "", nil
 	}

@@ -61,7 +61,7 @@ type Door struct {
 	// answerKBs are the kbs whose answers the L3 tier keeps, by key.
 	answerKBs map[string]bool
 	// settings are the chat workflow's settings of a tier.
-	settings func(config.Tier) workflows.ChatSettings
+	settings func(policy.Tier) workflows.ChatSettings
 	// room holds the requests waiting at the door, and a slot per
 	// workflow start in flight.
 	room *waitroom.Room
@@ -92,7 +92,7 @@ type Options struct {
 	// Policy is the live traffic policy.
 	Policy *policy.Store
 	// Settings are the chat workflow's settings of a tier.
-	Settings func(config.Tier) workflows.ChatSettings
+	Settings func(policy.Tier) workflows.ChatSettings
 	// Limiter enforces limits.* at the door; nil disables rate limits.
 	Limiter *limiter.Limiter
 	// Bans refuses IPs and keys that flood; nil disables bans.

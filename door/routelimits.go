@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
-// LimitRoute charges one request of route (a config.Route*) against its
+// LimitRoute charges one request of route (a policy.Route*) against its
 // tier's buckets for that route, per tenant and per client address, and
 // writes the rate-limit headers into header: 429 with Retry-After when
 // one is exhausted. These routes are cheap to refuse and matter less than

@@ -13,7 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llm"
-	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
@@ -68,10 +67,9 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 		pools[name] = hp
 	}
 	return &activities.Healing{
-		Gate:    r.Gate,
-		Latency: r.Latency,
-		// Its actions refresh it before changing it; it needs no poller.
-		Policy:   policy.NewStore(r.Redis, cfg, r.Gate, r.Logger.With("component", "policy")),
+		Gate:     r.Gate,
+		Latency:  r.Latency,
+		Policy:   r.Policy,
 		Pools:    pools,
 		Notifier: signal.Notifier{Client: r.Temporal},
 		Metrics:  r.Metrics,

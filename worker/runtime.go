@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/metrics"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
@@ -51,6 +52,10 @@ type Runtime struct {
 	Temporal client.Client
 	Events   *events.Log
 	Gate     *admission.Gate
+	// Policy is the live traffic policy the door and the healer share. The
+	// API process polls it (Store.Run); the healer refreshes it before
+	// each change.
+	Policy *policy.Store
 	// Waker is nil when admission.fast_wait is 0.
 	Waker   *admission.Waker
 	Tokens  *tokens.Counter
@@ -275,6 +280,7 @@ func (r *Runtime) buildRedisStores(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.Policy = NewPolicy(r.Redis, cfg, r.Gate, r.Logger.With("component", "policy"))
 	r.Metrics.RegisterPools(r.Gate.Pools(), func(ctx context.Context, pool string) (metrics.PoolStats, error) {
 		st, err := r.Gate.QueueStats(ctx, pool)
 		return metrics.PoolStats{InUse: st.InUse, Limit: st.Limit, Waiting: st.Waiting, OldestWait: st.OldestWait}, err

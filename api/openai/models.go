@@ -7,8 +7,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/policy"
 )
 
 // modelsPath is OpenAI's model list, which the official clients call
@@ -21,7 +21,7 @@ const modelsPath = "/v1/models"
 // is a read like any other: the caller is authenticated and charged to
 // its tier's read limit.
 func (s *Server) listModels(c echo.Context) error {
-	who, err := s.auth.For(c, config.RouteReads)
+	who, err := s.auth.For(c, policy.RouteReads)
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ type Auth interface {
 	// Chat names a caller that may spend a model's time.
 	Chat(c echo.Context) (door.Caller, error)
 	// For names a caller and charges the request to its limit for route
-	// (a config.Route*).
+	// (a policy.Route*).
 	For(c echo.Context, route string) (door.Caller, error)
 }
 

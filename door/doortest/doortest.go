@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/tokens"
+	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
 )
@@ -52,8 +53,8 @@ func Parsers(t testing.TB) (config.Config, *prompt.Builder, *door.Door) {
 	}
 	d, err := door.New(door.Options{Config: cfg, Temporal: noTemporal{}, Redis: rdb, Events: log,
 		Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate, Prompts: prompts,
-		Policy:   policy.NewStore(rdb, cfg, gate, slog.Default()),
-		Settings: func(t config.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) }})
+		Policy:   worker.NewPolicy(rdb, cfg, gate, slog.Default()),
+		Settings: func(t policy.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) }})
 	if err != nil {
 		t.Fatal(err)
 	}

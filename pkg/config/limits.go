@@ -19,90 +19,70 @@ type Limits struct {
 	Tiers map[string]Tier `yaml:"tiers"`
 	// Ban turns away floods; unlike the tiers it is not part of the live
 	// policy.
-	Ban Ban `yaml:"ban" json:"-"`
+	Ban Ban `yaml:"ban"`
 }
 
 // Tier is one service level.
 type Tier struct {
 	// Weight is the tier's share in weighted fair queuing: with weights
 	// 5:3:2 and all backlogged, tenants are served 50/30/20.
-	Weight int `yaml:"weight" json:"weight"`
+	Weight int `yaml:"weight"`
 	// MaxWait bounds a queued request's wait; 0 uses admission.max_wait.
-	MaxWait time.Duration `yaml:"max_wait" json:"-"`
+	MaxWait time.Duration `yaml:"max_wait"`
 	// MaxQueuePerTenant caps one tenant's waiting requests per pool; 0 is
 	// no cap beyond admission.max_queue_depth.
-	MaxQueuePerTenant int `yaml:"max_queue_per_tenant" json:"max_queue_per_tenant"`
+	MaxQueuePerTenant int `yaml:"max_queue_per_tenant"`
 	// MaxConcurrent caps the permits (streams at once) one tenant holds in
 	// a pool; 0 is no cap beyond the pool's max_concurrency. A tenant at
 	// its cap keeps its place in the queue while others are granted.
-	MaxConcurrent int `yaml:"max_concurrent" json:"max_concurrent"`
+	MaxConcurrent int `yaml:"max_concurrent"`
 	// MaxOutputTokens caps a request's max_tokens; 0 uses
 	// api.max_tokens_limit.
-	MaxOutputTokens int `yaml:"max_output_tokens" json:"max_output_tokens"`
+	MaxOutputTokens int `yaml:"max_output_tokens"`
 	// Rate limits by dimension; a zero Rate is no limit.
-	Tenant Rate `yaml:"tenant" json:"tenant"`
-	User   Rate `yaml:"user" json:"user"`
-	IP     Rate `yaml:"ip" json:"ip"`
+	Tenant Rate `yaml:"tenant"`
+	User   Rate `yaml:"user"`
+	IP     Rate `yaml:"ip"`
 	// Routes limits the routes besides the chat POSTs, which cost little
 	// each but a Redis read, a Temporal call or an embedding apiece.
-	Routes RouteLimits `yaml:"routes" json:"routes"`
+	Routes RouteLimits `yaml:"routes"`
 	// IngestQuota bounds what one tenant stores in its own kbs.
-	IngestQuota IngestQuota `yaml:"ingest_quota" json:"ingest_quota"`
+	IngestQuota IngestQuota `yaml:"ingest_quota"`
 }
 
 // IngestQuota is what one tenant may store across its kbs; 0 is no limit.
 type IngestQuota struct {
-	Documents int64 `yaml:"documents" json:"documents,omitempty"`
+	Documents int64 `yaml:"documents"`
 	// Bytes counts the stored text: titles and chunks (which overlap, so
 	// a document stores somewhat more than its text).
-	Bytes int64 `yaml:"bytes" json:"bytes,omitempty"`
+	Bytes int64 `yaml:"bytes"`
 }
 
 // RouteLimits are a tier's request rates for the routes besides the chat
 // POSTs, each per tenant and per client address.
 type RouteLimits struct {
 	// Reads: request status (a Temporal query each), kbs and sessions.
-	Reads RouteRate `yaml:"reads" json:"reads"`
+	Reads RouteRate `yaml:"reads"`
 	// Resumes: event streams re-attached (a signal each).
-	Resumes RouteRate `yaml:"resumes" json:"resumes"`
+	Resumes RouteRate `yaml:"resumes"`
 	// Ingest: document writes and deletes (embeddings and index work).
-	Ingest RouteRate `yaml:"ingest" json:"ingest"`
-}
-
-// The routes RouteLimits names, as its fields are spelled in YAML.
-const (
-	RouteReads   = "reads"
-	RouteResumes = "resumes"
-	RouteIngest  = "ingest"
-)
-
-// Of is the named route's rate (no limit for a name it does not know).
-func (r RouteLimits) Of(route string) RouteRate {
-	switch route {
-	case RouteReads:
-		return r.Reads
-	case RouteResumes:
-		return r.Resumes
-	case RouteIngest:
-		return r.Ingest
-	}
-	return RouteRate{}
+	Ingest RouteRate `yaml:"ingest"`
 }
 
 // RouteRate is a route's requests per minute per tenant and per IP, each
 // with a minute's burst; 0 is no limit.
 type RouteRate struct {
-	TenantPerMinute float64 `yaml:"tenant_per_minute" json:"tenant_per_minute,omitempty"`
-	IPPerMinute     float64 `yaml:"ip_per_minute" json:"ip_per_minute,omitempty"`
+	TenantPerMinute float64 `yaml:"tenant_per_minute"`
+	IPPerMinute     float64 `yaml:"ip_per_minute"`
 }
 
 // Rate is a token bucket in tokens (TPM-style), in requests (RPM-style), or
 // both. Bursts default to one minute's worth.
 type Rate struct {
-	TokensPerMinute   float64 `yaml:"tokens_per_minute" json:"tokens_per_minute,omitempty"`
-	TokenBurst        float64 `yaml:"token_burst" json:"token_burst,omitempty"`
-	RequestsPerMinute float64 `yaml:"requests_per_minute" json:"requests_per_minute,omitempty"`
-	RequestBurst      float64 `yaml:"request_burst" json:"request_burst,omitempty"`
+	TokensPerMinute   float64 `yaml:"tokens_per_minute"`
+	TokenBurst        float64 `yaml:"token_burst"`
+	RequestsPerMinute float64 `yaml:"requests_per_minute"`
+	RequestBurst      float64 `yaml:"request_burst"`
 }
 
 func defaultLimits() Limits {
@@ -182,13 +162,22 @@ func (t Tier) validate(v *validator, field string, maxTokensLimit int) {
 	t.Tenant.validate(v, field+".tenant")
 	t.User.validate(v, field+".user")
 	t.IP.validate(v, field+".ip")
-	for _, route := range []string{RouteReads, RouteResumes, RouteIngest} {
-		if r := t.Routes.Of(route); r.TenantPerMinute < 0 || r.IPPerMinute < 0 {
-			v.add(field+".routes."+route, "rates must be >= 0 (0 = no limit), got %+v", r)
-		}
-	}
+	t.Routes.validate(v, field+".routes")
 	if t.IngestQuota.Documents < 0 || t.IngestQuota.Bytes < 0 {
 		v.add(field+".ingest_quota", "must be >= 0 (0 = no limit), got %+v", t.IngestQuota)
+	}
+}
+
+// validate checks the routes' rates at YAML path field.
+func (r RouteLimits) validate(v *validator, field string) {
+	routes := []struct {
+		name string
+		rate RouteRate
+	}{{"reads", r.Reads}, {"resumes", r.Resumes}, {"ingest", r.Ingest}}
+	for _, route := range routes {
+		if route.rate.TenantPerMinute < 0 || route.rate.IPPerMinute < 0 {
+			v.add(field+"."+route.name, "rates must be >= 0 (0 = no limit), got %+v", route.rate)
+		}
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package policy holds the live traffic policy — the limit tiers (rates,
 // weights, waits, caps) and each pool's concurrency — and shares it
-// between every API and worker instance through Redis. It starts from the
-// configuration file; an operator changes it at run time through the admin
-// API, and every instance picks the change up within its poll interval.
+// between every API and worker instance through Redis. It starts from a
+// base policy (the configuration file's, which the caller converts); an
+// operator changes it at run time through the admin API, and every
+// instance picks the change up within its poll interval.
 package policy
 
 import (
@@ -18,20 +19,19 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Policy is one version of the live policy.
 type Policy struct {
-	// Version grows with every change; 0 is the configuration file's.
+	// Version grows with every change; 0 is the base policy's.
 	Version int64
 	// Epoch names the Redis the version counter lives in (set when the
 	// first policy is put there): a Redis that restarted empty counts
 	// versions from 1 again, and a policy of another epoch replaces the
 	// current one whatever their versions.
 	Epoch  string
-	Limits config.Limits
+	Limits Limits
 	// Pools is each pool's permit count.
 	Pools map[string]int
 	// LongCostFactor multiplies the token charge of a request routed to
@@ -58,7 +58,7 @@ func (p *Policy) clone() Policy {
 	for k, v := range p.Pools {
 		out.Pools[k] = v
 	}
-	out.Limits.Tiers = make(map[string]config.Tier, len(p.Limits.Tiers))
+	out.Limits.Tiers = make(map[string]Tier, len(p.Limits.Tiers))
 	for k, v := range p.Limits.Tiers {
 		out.Limits.Tiers[k] = v
 	}
@@ -66,63 +66,81 @@ func (p *Policy) clone() Policy {
 }
 
 // Tier returns the named tier (the default tier for ""), and its name.
-func (p *Policy) Tier(name string) (config.Tier, string) {
+func (p *Policy) Tier(name string) (Tier, string) {
 	if name == "" {
 		name = p.Limits.DefaultTier
 	}
 	return p.Limits.Tiers[name], name
 }
 
-// FromConfig is the policy the configuration file describes.
-func FromConfig(cfg config.Config) Policy {
-	return Policy{
-		Limits: cfg.Limits,
-		Pools:  map[string]int{request.PoolShort: cfg.Pools.Short.MaxConcurrency, request.PoolLong: cfg.Pools.Long.MaxConcurrency},
+// checkPools checks that p gives exactly the pools a request is routed to
+// their permit counts.
+func checkPools(p Policy) error {
+	if len(p.Pools) != len(request.Pools()) {
+		return errPools
 	}
+	for _, name := range request.Pools() {
+		if _, ok := p.Pools[name]; !ok {
+			return errPools
+		}
+	}
+	return nil
 }
 
-// Validate checks p the way the configuration file is checked, naming bad
-// fields by their YAML path.
-func Validate(base config.Config, p Policy) error {
-	cfg := base
-	cfg.Limits = p.Limits
-	short, okS := p.Pools[request.PoolShort]
-	long, okL := p.Pools[request.PoolLong]
-	if !okS || !okL || len(p.Pools) != 2 {
-		return errors.New("invalid policy: pools must name exactly short and long")
-	}
-	cfg.Pools.Short.MaxConcurrency, cfg.Pools.Long.MaxConcurrency = short, long
-	// Shrinking may take a pool below its configured floor for healing;
-	// the floor bounds the healer, not the policy.
-	cfg.Pools.Short.Healing.MinPermits, cfg.Pools.Long.Healing.MinPermits = 1, 1
-	if f := p.LongCostFactor; f != 0 && !(f >= 1 && f <= config.MaxLongCostFactor) {
-		return fmt.Errorf("invalid policy: long_cost_factor must be 0 (off) or between 1 and %d, got %v", config.MaxLongCostFactor, f)
-	}
-	return cfg.Validate()
-}
+var errPools = errors.New("invalid policy: pools must name exactly short and long")
 
 // PoolLimiter applies a pool's permit count (the admission gate).
 type PoolLimiter interface {
 	SetLimit(ctx context.Context, pool string, n int) error
 }
 
-// Store is this process's view of the live policy.
-type Store struct {
-	rdb    redis.UniversalClient
-	key    string
-	base   config.Config
-	gate   PoolLimiter
-	logger *slog.Logger
-	cur    atomic.Pointer[Policy]
+// Options configure a Store.
+type Options struct {
+	// KeyPrefix starts the store's Redis keys.
+	KeyPrefix string
+	// Base is the policy in force until one is shared, and again when
+	// Redis loses the shared one: the configuration file's.
+	Base Policy
+	// Gate applies a new policy's permit counts.
+	Gate PoolLimiter
+	// Validate checks a policy before it is put or adopted, after its
+	// pools are checked; nil checks nothing more. Its errors reach the
+	// operator who put the policy.
+	Validate func(Policy) error
+	Logger   *slog.Logger
 }
 
-// NewStore starts from the configuration file's policy; Run replaces it
-// with the shared one.
-func NewStore(rdb redis.UniversalClient, base config.Config, gate PoolLimiter, logger *slog.Logger) *Store {
-	s := &Store{rdb: rdb, key: base.Redis.KeyPrefix + "policy", base: base, gate: gate, logger: logger}
-	p := FromConfig(base)
+// Store is this process's view of the live policy.
+type Store struct {
+	rdb      redis.UniversalClient
+	key      string
+	base     Policy
+	gate     PoolLimiter
+	validate func(Policy) error
+	logger   *slog.Logger
+	cur      atomic.Pointer[Policy]
+}
+
+// NewStore starts from opts.Base; Run replaces it with the shared policy.
+func NewStore(rdb redis.UniversalClient, opts Options) *Store {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Store{rdb: rdb, key: opts.KeyPrefix + "policy", base: opts.Base.clone(), gate: opts.Gate, validate: opts.Validate, logger: opts.Logger}
+	p := s.base.clone()
 	s.cur.Store(&p)
 	return s
+}
+
+// check is what Put and Refresh require of a policy.
+func (s *Store) check(p Policy) error {
+	if err := checkPools(p); err != nil {
+		return err
+	}
+	if s.validate == nil {
+		return nil
+	}
+	return s.validate(p)
 }
 
 // Current is the policy in force. Callers must not modify it.
@@ -141,7 +159,7 @@ type document struct {
 }
 
 type tierDocument struct {
-	config.Tier
+	Tier
 	MaxWait string `json:"max_wait,omitempty"`
 }
 
@@ -172,7 +190,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return err
 	}
-	out := Policy{Version: d.Version, Epoch: d.Epoch, Limits: config.Limits{Enabled: d.Enabled, DefaultTier: d.DefaultTier, Tiers: map[string]config.Tier{}},
+	out := Policy{Version: d.Version, Epoch: d.Epoch, Limits: Limits{Enabled: d.Enabled, DefaultTier: d.DefaultTier, Tiers: map[string]Tier{}},
 		Pools: map[string]int{}, LongCostFactor: d.LongCostFactor}
 	names := make([]string, 0, len(d.Tiers))
 	for name := range d.Tiers {
@@ -201,7 +219,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 // Put validates and publishes a new policy for every instance, applies the
 // pools' permit counts at once, and returns it with its new version.
 func (s *Store) Put(ctx context.Context, p Policy) (Policy, error) {
-	if err := Validate(s.base, p); err != nil {
+	if err := s.check(p); err != nil {
 		return Policy{}, err
 	}
 	v, epoch, err := s.nextVersion(ctx)
@@ -272,12 +290,12 @@ func (s *Store) epochKey() string   { return s.key + ":{policy}:epoch" }
 
 // Refresh loads the shared policy if it is newer than the current one. If
 // Redis lost it (it restarted empty), every instance goes back to the
-// configuration file's policy rather than keep one nobody shares.
+// base policy rather than keep one nobody shares.
 func (s *Store) Refresh(ctx context.Context) error {
 	raw, err := s.rdb.Get(ctx, s.key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		if s.Current().Version != 0 {
-			p := FromConfig(s.base)
+			p := s.base.clone()
 			s.logger.Warn("the shared traffic policy is gone from Redis; back to the configuration's", "was", s.Current().Version)
 			s.cur.Store(&p)
 		}
@@ -293,7 +311,7 @@ func (s *Store) Refresh(ctx context.Context) error {
 	if !newer(&p, s.Current()) {
 		return nil
 	}
-	if err := Validate(s.base, p); err != nil {
+	if err := s.check(p); err != nil {
 		// Another build may have written it; keep what works here.
 		return fmt.Errorf("stored policy v%d is invalid here: %w", p.Version, err)
 	}

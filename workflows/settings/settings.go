@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
 // Chat is what a request of tier runs with under cfg: copied
 // into its workflow input, so that a later config change never alters it.
-func Chat(cfg config.Config, tier config.Tier) workflows.ChatSettings {
+func Chat(cfg config.Config, tier policy.Tier) workflows.ChatSettings {
 	maxWait := cfg.Admission.MaxWait
 	var byPool map[string]time.Duration
 	if tier.MaxWait > 0 {
