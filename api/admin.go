@@ -24,7 +24,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 			return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "admin API disabled (set auth.admin_key or give a key the admin scope)"}
 		}
 		keyID, authErr := s.adminCaller(c)
-		if err := s.checkBans(c, keyID); err != nil {
+		if err := s.checkBans(c, keyID, authErr); err != nil {
 			return err
 		}
 		if authErr != nil {

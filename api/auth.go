@@ -25,7 +25,18 @@ func (s *Server) authenticate(c echo.Context) (door.Caller, error) {
 	if err := s.door.CheckBans(c.Request().Context(), &who, c.Path()); err != nil {
 		return door.Caller{}, err
 	}
+	if refusedCredential(authErr) {
+		s.door.RefusedCredential(c.Request().Context(), who, c.Path())
+	}
 	return who, authErr
+}
+
+// refusedCredential reports a credential refused as bad or unknown (401):
+// what a client guessing keys gets. A key store that could not answer
+// (503) is not the client's doing.
+func refusedCredential(err error) bool {
+	var ae *httperr.Error
+	return errors.As(err, &ae) && ae.Status == http.StatusUnauthorized
 }
 
 // authenticateChat is authenticate for the routes that spend a model's
@@ -106,10 +117,18 @@ func (s *Server) callerOf(ctx context.Context, key string) (door.Caller, error) 
 	return who, nil
 }
 
-// checkBans counts a request whose caller is known only by its key id
-// (the admin routes) against the bans of its address and key.
-func (s *Server) checkBans(c echo.Context, keyID string) error {
-	return s.door.CheckBans(c.Request().Context(), &door.Caller{KeyID: keyID, IP: c.RealIP()}, c.Path())
+// checkBans refuses a request whose caller is known only by its key id
+// (the admin routes) if its address or key is banned, and counts a
+// refused credential (authErr a 401) against them.
+func (s *Server) checkBans(c echo.Context, keyID string, authErr error) error {
+	who := door.Caller{KeyID: keyID, IP: c.RealIP()}
+	if err := s.door.CheckBans(c.Request().Context(), &who, c.Path()); err != nil {
+		return err
+	}
+	if refusedCredential(authErr) {
+		s.door.RefusedCredential(c.Request().Context(), who, c.Path())
+	}
+	return nil
 }
 
 // authenticateFor names the caller, as authenticate does, and charges the

@@ -9,22 +9,28 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 )
 
-// An IP that floods one server is banned on every server sharing the
-// Redis: every authenticated route answers 429 with the ban's remaining
-// time as Retry-After, until an admin lifts it.
-func TestFloodingIPIsBannedOnEveryServer(t *testing.T) {
+// An address that keeps guessing keys is banned on every server sharing
+// the Redis: every route answers 429 with the ban's remaining time as
+// Retry-After, until an admin lifts it. Its requests with no key at all
+// (anonymous callers are allowed here) were never counted.
+func TestGuessingIPIsBannedOnEveryServer(t *testing.T) {
 	a, _, _ := newBannedServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" }, nil)
 	b, _, _ := newBannedServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" }, nil)
 	const flooder = "203.0.113.7"
-	for i := range 5 {
+	for i := range 20 {
 		if rec := from(a, flooder, "", "GET", probe, ""); rec.Code != http.StatusNotFound {
-			t.Fatalf("request %d: %d %s", i+1, rec.Code, rec.Body)
+			t.Fatalf("anonymous request %d: %d %s", i+1, rec.Code, rec.Body)
 		}
+	}
+	// Five strikes are the threshold; the sixth bans.
+	for i := range 6 {
+		assertJSONError(t, from(a, flooder, "sk-guess-"+strconv.Itoa(i), "GET", probe, ""), 401, "unauthorized")
 	}
 	rec := from(b, flooder, "", "GET", probe, "")
 	assertJSONError(t, rec, 429, "banned")
@@ -80,27 +86,55 @@ func TestFloodingIPIsBannedOnEveryServer(t *testing.T) {
 	// no label names the address.
 	mrec := httptest.NewRecorder()
 	a.Handler().ServeHTTP(mrec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	for _, want := range []string{`sluice_banned_requests_total{kind="ip"} 5`} {
+	for _, want := range []string{`sluice_banned_requests_total{kind="ip"} 5`, `sluice_bans_total{kind="ip"} 1`} {
 		if !strings.Contains(mrec.Body.String(), want) {
-			t.Errorf("/metrics lacks %s", want)
+			t.Errorf("/metrics of a lacks %s", want)
 		}
 	}
 	mrec = httptest.NewRecorder()
 	b.Handler().ServeHTTP(mrec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	if !strings.Contains(mrec.Body.String(), `sluice_bans_total{kind="ip"} 1`) || strings.Contains(mrec.Body.String(), flooder) {
-		t.Errorf("/metrics of b: want one ban and no address:\n%s", grepLines(mrec.Body.String(), "ban"))
+	if !strings.Contains(mrec.Body.String(), `sluice_banned_requests_total{kind="ip"} 2`) || strings.Contains(mrec.Body.String(), flooder) {
+		t.Errorf("/metrics of b: want two banned requests and no address:\n%s", grepLines(mrec.Body.String(), "ban"))
 	}
 }
 
-// A key that floods is banned from any address; its id names the ban.
-func TestFloodingKeyIsBannedFromAnyAddress(t *testing.T) {
-	srv, rdb, prefix := newBannedServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" }, nil)
+// A key that keeps coming back while told to wait is banned, first from
+// the address it hammers from, then from any address; its id names the
+// ban. A key that waits as told is never banned.
+func TestKeyIgnoringItsRetryAfterIsBanned(t *testing.T) {
+	srv, rdb, prefix := newBannedServer(t, func(c *config.Config) {
+		c.Auth.AdminKey = "root"
+		c.Limits.Enabled = true
+		tier := c.Limits.Tiers["standard"]
+		tier.Routes.Reads = config.RouteRate{TenantPerMinute: 2, IPPerMinute: 1000}
+		c.Limits.Tiers["standard"] = tier
+	}, nil)
 	withManagedKeys(t, srv, rdb, prefix)
-	k := createKey(t, srv, "root", `{"tenant":"acme"}`)
-	for i := range 5 {
-		authenticated(t, from(srv, "198.51.100."+strconv.Itoa(i+1), k.Key, "GET", probe, ""))
+	k := createKey(t, srv, "root", `{"tenant":"acme","tier":"standard"}`)
+	for i := range 2 {
+		authenticated(t, from(srv, "198.51.100.1", k.Key, "GET", probe, ""))
+		_ = i
 	}
-	assertJSONError(t, from(srv, "198.51.100.99", k.Key, "GET", probe, ""), 429, "banned")
+	first := from(srv, "198.51.100.1", k.Key, "GET", probe, "")
+	assertJSONError(t, first, 429, "rate_limited")
+	if s, _ := strconv.Atoi(first.Header().Get("Retry-After")); s < 10 {
+		t.Fatalf("Retry-After %q: the test needs a long one", first.Header().Get("Retry-After"))
+	}
+	time.Sleep(testBanGrace + 10*time.Millisecond)
+	// Five strikes are the threshold: the address and the key earn one
+	// each per request; the sixth bans the address.
+	for i := range 6 {
+		assertJSONError(t, from(srv, "198.51.100.1", k.Key, "GET", probe, ""), 429, "rate_limited")
+		_ = i
+	}
+	assertJSONError(t, from(srv, "198.51.100.1", k.Key, "GET", probe, ""), 429, "banned")
+	// From a new address the key strikes once more, and is banned too.
+	assertJSONError(t, from(srv, "198.51.100.2", k.Key, "GET", probe, ""), 429, "rate_limited")
+	rec := from(srv, "198.51.100.3", k.Key, "GET", probe, "")
+	assertJSONError(t, rec, 429, "banned")
+	if !strings.Contains(rec.Body.String(), "API key") {
+		t.Fatalf("want the key named banned: %s", rec.Body)
+	}
 	list := admin(srv, "GET", "/v1/admin/bans", "root", "")
 	if !strings.Contains(list.Body.String(), `"kind":"key","value":"`+k.ID+`"`) {
 		t.Fatalf("bans: %s", list.Body)
@@ -112,10 +146,48 @@ func TestFloodingKeyIsBannedFromAnyAddress(t *testing.T) {
 	}
 	guess := k.Key[:len(k.Key)-4] + "aaaa"
 	for range 6 {
-		from(srv, "198.51.100.200", guess, "GET", probe, "")
+		assertJSONError(t, from(srv, "198.51.100.200", guess, "GET", probe, ""), 401, "unauthorized")
 	}
 	assertJSONError(t, from(srv, "198.51.100.200", guess, "GET", probe, ""), 429, "banned")
-	authenticated(t, from(srv, "198.51.100.201", k.Key, "GET", probe, ""))
+	if rec := from(srv, "198.51.100.201", k.Key, "GET", probe, ""); rec.Code == 429 && strings.Contains(rec.Body.String(), "banned") {
+		t.Fatalf("the key was banned for its guesser: %s", rec.Body)
+	}
+}
+
+// Keys of every tier at their plan's full rate are never banned, however
+// busy: within its limits a client earns no strike, so the ban defaults
+// cannot contradict the tiers. Each tier's route limits are walked from
+// a fresh bucket to the first refusal.
+func TestBusyKeysWithinTheirPlanAreNeverBanned(t *testing.T) {
+	srv, rdb, prefix := newBannedServer(t, func(c *config.Config) {
+		c.Auth.AdminKey = "root"
+		c.Limits.Enabled = true
+		c.Limits.Ban = config.Default().Limits.Ban
+	}, nil)
+	withManagedKeys(t, srv, rdb, prefix)
+	for name, tier := range config.Default().Limits.Tiers {
+		k := createKey(t, srv, "root", `{"tenant":"busy-`+name+`","tier":"`+name+`"}`)
+		for _, route := range []struct {
+			path string
+			rate config.RouteRate
+		}{{probe, tier.Routes.Reads}, {probe + "/events", tier.Routes.Resumes}} {
+			n := int(min(route.rate.TenantPerMinute, route.rate.IPPerMinute))
+			if n == 0 || n > 5000 {
+				continue
+			}
+			for i := range n {
+				// Each from an address of its own, as a busy service's
+				// users are; the key's bucket is the tenant's.
+				ip := "10." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + ".7"
+				if rec := from(srv, ip, k.Key, "GET", route.path, ""); rec.Code == 429 {
+					t.Fatalf("tier %s, %s, request %d of its %d a minute: %d %s", name, route.path, i+1, n, rec.Code, rec.Body)
+				}
+			}
+		}
+	}
+	if list := admin(srv, "GET", "/v1/admin/bans", "root", ""); list.Code != 200 || strings.Contains(list.Body.String(), `"kind"`) {
+		t.Fatalf("bans after every tier's full rate: %d %s", list.Code, list.Body)
+	}
 }
 
 // Whatever happens to a key — created, used, guessed at, banned, revoked,
@@ -130,9 +202,10 @@ func TestLogsNeverHoldAPlainKey(t *testing.T) {
 	secret := k.Key[strings.LastIndex(k.Key, "_")+1:]
 	from(srv, "198.51.100.1", k.Key, "POST", "/v1/chat", `{"query":"hello","max_tokens":8}`)
 	from(srv, "198.51.100.1", k.Key[:len(k.Key)-1]+"x", "GET", probe, "")
-	for range 6 {
+	for range 7 {
 		from(srv, "198.51.100.2", k.Key, "GET", probe, "")
 		from(srv, "198.51.100.3", "k-acme", "GET", probe, "")
+		from(srv, "198.51.100.5", k.Key[:len(k.Key)-2]+"yy", "GET", probe, "")
 	}
 	admin(srv, "GET", "/v1/admin/keys", "root", "")
 	admin(srv, "DELETE", "/v1/admin/keys/"+k.ID, "root", "")
@@ -140,7 +213,7 @@ func TestLogsNeverHoldAPlainKey(t *testing.T) {
 	srv.keyCache.Forget(k.ID)
 
 	out := logs.String()
-	for _, want := range []string{"API key created", "banned for flooding", "API key revoked", k.ID} {
+	for _, want := range []string{"API key created", "banned for abuse", "API key revoked", k.ID} {
 		if !strings.Contains(out, want) {
 			t.Errorf("logs lack %q:\n%s", want, out)
 		}

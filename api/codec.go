@@ -67,7 +67,7 @@ func (s *Server) codecCaller(c echo.Context) error {
 	if err == nil {
 		return nil
 	}
-	if banErr := s.checkBans(c, keyID); banErr != nil {
+	if banErr := s.checkBans(c, keyID, err); banErr != nil {
 		return banErr
 	}
 	return err

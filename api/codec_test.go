@@ -131,7 +131,7 @@ func TestCodecGuessesAreBanned(t *testing.T) {
 		}
 	}
 	var last *httptest.ResponseRecorder
-	for range 6 {
+	for range 7 {
 		last = from(srv, "198.51.100.31", "guess", "POST", "/codec/decode", `{"payloads":[]}`)
 	}
 	assertJSONError(t, last, 429, "banned")

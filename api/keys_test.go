@@ -44,8 +44,12 @@ func withManagedKeys(t *testing.T, srv *Server, rdb *redis.Client, prefix string
 	waitFor(t, "the key cache's subscription", srv.keyCache.Live)
 }
 
+// testBanGrace is the test guards' ban.Options.Grace: short, so that a
+// test need not wait a second before a client ignores its Retry-After.
+const testBanGrace = 50 * time.Millisecond
+
 // newBannedServer is a test server with a ban guard over the test's
-// shared prefix (returned): more than 5 requests in 10 s ban for 3 s; the
+// shared prefix (returned): more than 5 strikes in 10 s ban for 3 s; the
 // admin's address is exempt. with, if set, changes its options too.
 func newBannedServer(t *testing.T, mod func(*config.Config), with func(*Options)) (*Server, *redis.Client, string) {
 	t.Helper()
@@ -58,7 +62,7 @@ func newBannedServer(t *testing.T, mod func(*config.Config), with func(*Options)
 	}, func(rdb *redis.Client, o *Options) {
 		prefix = sharedPrefix(t, rdb)
 		g, err := ban.New(rdb, ban.Options{KeyPrefix: prefix, Threshold: 5, Window: 10 * time.Second, Duration: 3 * time.Second,
-			Exempt: []netip.Prefix{netip.MustParsePrefix(adminIP + "/32")}})
+			Grace: testBanGrace, Exempt: []netip.Prefix{netip.MustParsePrefix(adminIP + "/32")}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/httperr"
@@ -47,43 +48,91 @@ func (who Caller) SessionOwner() session.Owner {
 	return session.Owner{Tenant: who.Tenant, User: who.User}
 }
 
-// CheckBans counts a request against its caller's address and key (one
-// Redis call) and refuses it if either is banned, with the ban's
-// remaining time as Retry-After; path names the route in the log line of
-// a new ban. A ban store that does not answer lets the request through
-// (bans guard against floods, and the rate limits, which fail closed,
-// still stand); when it used up redis.request_timeout, the caller is
-// marked so that Admit refuses at once rather than wait as long again.
+// CheckBans refuses a request whose address or key is banned, with the
+// ban's remaining time as Retry-After (one Redis round trip, counting
+// nothing); path names the route in logs. A ban store that does not
+// answer lets the request through (bans guard against abuse, and the rate
+// limits, which fail closed, still stand); when it used up
+// redis.request_timeout, the caller is marked so that Admit refuses at
+// once rather than wait as long again.
 func (d *Door) CheckBans(ctx context.Context, who *Caller, path string) error {
 	if d.bans == nil {
 		return nil
 	}
-	subjects := []ban.Subject{d.bans.IP(who.IP)}
-	if who.KeyID != "" {
-		subjects = append(subjects, ban.Subject{Kind: ban.KindKey, Value: who.KeyID})
-	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
 	defer cancel()
-	v, err := d.bans.Hit(ctx, subjects...)
+	v, err := d.bans.Check(ctx, d.banSubjects(*who)...)
 	if err != nil {
 		d.logger.Warn("ban check failed; request let through", "err", err)
 		who.storeSilent = errors.Is(ctx.Err(), context.DeadlineExceeded)
 		return nil
 	}
+	return d.banned(v)
+}
+
+// RefusedCredential counts a request refused for a bad or unknown
+// credential against the bans of its address (and of the key it named,
+// if any): guessing keys is abuse, however slowly it is done.
+func (d *Door) RefusedCredential(ctx context.Context, who Caller, path string) {
+	if d.bans == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Redis.RequestTimeout)
+	defer cancel()
+	v, err := d.bans.Strike(ctx, d.banSubjects(who)...)
+	d.noteStrike(v, err, path)
+}
+
+// refusedWithRetry tells the bans that who was refused by a rate limit
+// with retryAfter: a client that keeps coming back before then earns a
+// strike each time (ban.Guard.Refused); one that waits as told, none.
+func (d *Door) refusedWithRetry(ctx context.Context, who Caller, retryAfter time.Duration, path string) {
+	if d.bans == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Redis.RequestTimeout)
+	defer cancel()
+	v, err := d.bans.Refused(ctx, retryAfter, d.banSubjects(who)...)
+	d.noteStrike(v, err, path)
+}
+
+// banSubjects are what a ban can name of a caller: its address and its
+// key.
+func (d *Door) banSubjects(who Caller) []ban.Subject {
+	subjects := []ban.Subject{d.bans.IP(who.IP)}
+	if who.KeyID != "" {
+		subjects = append(subjects, ban.Subject{Kind: ban.KindKey, Value: who.KeyID})
+	}
+	return subjects
+}
+
+// noteStrike logs and counts a ban a strike imposed; the request itself
+// is already refused for what it did.
+func (d *Door) noteStrike(v ban.Verdict, err error, path string) {
+	if err != nil {
+		d.logger.Warn("count a strike for the bans", "err", err)
+	}
+	if !v.New {
+		return
+	}
+	d.metrics.BanImposed(string(v.Kind))
+	b := d.cfg.Limits.Ban
+	d.logger.Warn("banned for abuse", "kind", v.Kind, "value", v.Value, "for", b.Duration,
+		"threshold", b.Threshold, "window", b.Window, "path", path)
+}
+
+// banned is the refusal of a caller v finds banned (nil if it bans
+// nothing), counted.
+func (d *Door) banned(v ban.Verdict) error {
 	if !v.Banned {
 		return nil
 	}
-	d.metrics.Banned(string(v.Kind), v.New)
-	if v.New {
-		b := d.cfg.Limits.Ban
-		d.logger.Warn("banned for flooding", "kind", v.Kind, "value", v.Value, "for", b.Duration,
-			"threshold", b.Threshold, "window", b.Window, "path", path)
-	}
+	d.metrics.Banned(string(v.Kind))
 	secs := request.RetryAfterSeconds(v.RetryAfter)
 	what := "client address"
 	if v.Kind == ban.KindKey {
 		what = "API key"
 	}
 	return &httperr.Error{Status: http.StatusTooManyRequests, Code: "banned", RetryAfter: secs,
-		Message: fmt.Sprintf("this %s sent too many requests and is banned; retry in %ds", what, secs)}
+		Message: fmt.Sprintf("this %s was banned for ignoring its Retry-After or for refused credentials; retry in %ds", what, secs)}
 }

@@ -59,6 +59,7 @@ func (d *Door) reserve(ctx context.Context, header http.Header, id string, who C
 				cost, b.Kind, b.Dimension, b.Capacity)}
 	case limiter.Limited:
 		b := dec.Bucket
+		d.refusedWithRetry(ctx, who, dec.RetryAfter, "rate limit")
 		retry := request.RetryAfterSeconds(dec.RetryAfter)
 		return "", &httperr.Error{Status: http.StatusTooManyRequests, Code: request.ReasonRateLimited, Dimension: b.Dimension, Kind: string(b.Kind),
 			RetryAfter: retry, Message: fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, retry)}

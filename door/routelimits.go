@@ -43,6 +43,7 @@ func (d *Door) LimitRoute(ctx context.Context, header http.Header, who Caller, r
 		return nil
 	}
 	d.metrics.RateLimit(dec.Bucket.Dimension, false)
+	d.refusedWithRetry(ctx, who, dec.RetryAfter, route)
 	retry := request.RetryAfterSeconds(dec.RetryAfter)
 	return &httperr.Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Dimension: dec.Bucket.Dimension, Kind: string(dec.Bucket.Kind),
 		RetryAfter: retry, Message: fmt.Sprintf("the %s limit on %s requests is exhausted; retry in %ds", dec.Bucket.Dimension, route, retry)}

@@ -192,7 +192,8 @@ func sluiceSeries(t *testing.T) map[string]bool {
 	m.ObserveRequest(metrics.Request{Route: "short", Outcome: "done", Tier: "free", PromptTokens: 1, CompletionTokens: 1,
 		Timings: []events.StageTiming{{Stage: "admission", Ms: 1}, {Stage: "llm_first_token", Ms: 1}}})
 	m.RateLimit("tenant", false)
-	m.Banned("ip", true)
+	m.BanImposed("ip")
+	m.Banned("ip")
 	m.HealingAlert("short", "warn")
 	m.HealingAction("short", "set_permits")
 	m.HealingLevel("short", 1, time.Minute)

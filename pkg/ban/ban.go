@@ -1,7 +1,11 @@
-// Package ban turns away clients that flood: an IP or an API key that
-// sends more than a threshold of requests within a sliding window is
-// banned for a while, on every API instance at once (the ban lives in
-// Redis). Counting and checking cost one script call per request.
+// Package ban turns away abusive clients: an IP or an API key that earns
+// more than a threshold of strikes within a sliding window is banned for
+// a while, on every API instance at once (the ban lives in Redis). A
+// strike is what abuse looks like, never an admitted request: a refused
+// credential, or a request that comes back while a Retry-After it was
+// given is still in force. A client within its plan, whatever its rate,
+// earns none; one that honours its Retry-After earns none either. Checking
+// a request costs one round trip; striking, one script call.
 package ban
 
 import (
@@ -21,9 +25,9 @@ import (
 )
 
 var (
-	//go:embed lua/hit.lua
-	hitLua    string
-	hitScript = redis.NewScript(hitLua)
+	//go:embed lua/strike.lua
+	strikeLua    string
+	strikeScript = redis.NewScript(strikeLua)
 )
 
 // Kind is what a ban names.
@@ -41,11 +45,16 @@ const (
 type Options struct {
 	// KeyPrefix starts every Redis key (redis.key_prefix).
 	KeyPrefix string
-	// More than Threshold requests within Window ban their subject for
+	// More than Threshold strikes within Window ban their subject for
 	// Duration.
 	Threshold int
 	Window    time.Duration
 	Duration  time.Duration
+	// Grace is how long after a subject is first told to wait its
+	// requests still count as already on their way (sent before the
+	// refusal could reach the client) rather than as ignoring it; 0 is
+	// DefaultGrace.
+	Grace time.Duration
 	// Exempt are networks whose addresses are never counted or banned,
 	// such as a local proxy's.
 	Exempt []netip.Prefix
@@ -54,7 +63,12 @@ type Options struct {
 	Addresses *iphash.Hasher
 }
 
-// Guard counts requests and keeps the bans.
+// DefaultGrace covers a client's requests in flight when its first
+// refusal went out: a burst of concurrent requests all refused at once is
+// not a client ignoring its Retry-After.
+const DefaultGrace = time.Second
+
+// Guard counts strikes and keeps the bans.
 type Guard struct {
 	rdb  redis.UniversalClient
 	opts Options
@@ -65,13 +79,16 @@ type Guard struct {
 
 // New returns a Guard.
 func New(rdb redis.UniversalClient, opts Options) (*Guard, error) {
-	if opts.Threshold <= 0 || opts.Window < time.Millisecond || opts.Duration < time.Millisecond {
-		return nil, fmt.Errorf("ban: needs a threshold > 0, a window and a duration, got %+v", opts)
+	if opts.Threshold <= 0 || opts.Window < time.Millisecond || opts.Duration < time.Millisecond || opts.Grace < 0 {
+		return nil, fmt.Errorf("ban: needs a threshold > 0, a window, a duration and a grace >= 0, got %+v", opts)
+	}
+	if opts.Grace == 0 {
+		opts.Grace = DefaultGrace
 	}
 	return &Guard{rdb: rdb, opts: opts, splits: hashtag.Splits(rdb)}, nil
 }
 
-// Verdict is what a request learns from Hit.
+// Verdict is what a request learns from Check, Strike or Refused.
 type Verdict struct {
 	// Banned names the subject banned, if any.
 	Banned bool
@@ -115,21 +132,52 @@ func (g *Guard) addressSubject(ip netip.Addr) Subject {
 	return Subject{Kind: KindIP, Value: g.opts.Addresses.Addr(ip)}
 }
 
-// Hit counts one request of each subject given (zero ones are skipped)
-// and says whether one of them is banned. On a single Redis it is one
-// call for all the subjects and the index. On a cluster each subject is
-// counted by a call of its own, in order, so a request whose second
-// subject is banned has counted against the first (a single call checks
-// every ban before it counts), and a ban imposed there is added to the
-// index by a second command: if that fails, the ban holds but List misses
-// it, and Hit returns the verdict with the error.
-func (g *Guard) Hit(ctx context.Context, subjects ...Subject) (Verdict, error) {
-	var counted []Subject
-	for _, s := range subjects {
-		if s.Value != "" {
-			counted = append(counted, s)
+// Check says whether one of the subjects given (zero ones are skipped)
+// is banned: one round trip, counting nothing.
+func (g *Guard) Check(ctx context.Context, subjects ...Subject) (Verdict, error) {
+	subjects = present(subjects)
+	if len(subjects) == 0 {
+		return Verdict{}, nil
+	}
+	pipe := g.rdb.Pipeline()
+	left := make([]*redis.DurationCmd, len(subjects))
+	for i, s := range subjects {
+		left[i] = pipe.PTTL(ctx, g.banKey(s))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return Verdict{}, fmt.Errorf("check bans: %w", err)
+	}
+	for i, s := range subjects {
+		if d := left[i].Val(); d > 0 {
+			return Verdict{Banned: true, Kind: s.Kind, Value: s.Value, RetryAfter: d}, nil
 		}
 	}
+	return Verdict{}, nil
+}
+
+// Strike counts a refused credential against each subject given and says
+// whether one of them is (now) banned.
+func (g *Guard) Strike(ctx context.Context, subjects ...Subject) (Verdict, error) {
+	return g.strike(ctx, -1, 0, subjects)
+}
+
+// Refused tells the subjects of a request refused with retryAfter (a
+// rate limit's 429) to wait that long, and counts a strike against each
+// that was told to wait more than Options.Grace ago and came back before
+// its wait ran out. It says whether one of them is (now) banned.
+func (g *Guard) Refused(ctx context.Context, retryAfter time.Duration, subjects ...Subject) (Verdict, error) {
+	return g.strike(ctx, g.opts.Grace, max(retryAfter, time.Millisecond), subjects)
+}
+
+// strike runs strike.lua. On a single Redis it is one call for all the
+// subjects and the index. On a cluster each subject is counted by a call
+// of its own, in order, so a request whose second subject is banned has
+// counted against the first (a single call checks every ban before it
+// counts), and a ban imposed there is added to the index by a second
+// command: if that fails, the ban holds but List misses it, and strike
+// returns the verdict with the error.
+func (g *Guard) strike(ctx context.Context, grace, notice time.Duration, subjects []Subject) (Verdict, error) {
+	counted := present(subjects)
 	if len(counted) == 0 {
 		return Verdict{}, nil
 	}
@@ -140,20 +188,24 @@ func (g *Guard) Hit(ctx context.Context, subjects ...Subject) (Verdict, error) {
 			calls = append(calls, []Subject{s})
 		}
 	}
+	graceMs := int64(-1)
+	if grace >= 0 {
+		graceMs = grace.Milliseconds()
+	}
 	for _, call := range calls {
-		keys := make([]string, 0, 2*len(call)+1)
-		args := []any{g.opts.Threshold, g.opts.Window.Milliseconds(), g.opts.Duration.Milliseconds()}
+		keys := make([]string, 0, 3*len(call)+1)
+		args := []any{g.opts.Threshold, g.opts.Window.Milliseconds(), g.opts.Duration.Milliseconds(), graceMs, notice.Milliseconds()}
 		for _, s := range call {
-			keys = append(keys, g.counterKey(s), g.banKey(s))
+			keys = append(keys, g.counterKey(s), g.banKey(s), g.noticeKey(s))
 			args = append(args, s.member())
 		}
 		indexed := !g.splits
 		if indexed {
 			keys = append(keys, g.indexKey())
 		}
-		res, err := hitScript.Run(ctx, g.rdb, keys, args...).Int64Slice()
+		res, err := strikeScript.Run(ctx, g.rdb, keys, args...).Int64Slice()
 		if err != nil {
-			return Verdict{}, fmt.Errorf("count request for bans: %w", err)
+			return Verdict{}, fmt.Errorf("count strike for bans: %w", err)
 		}
 		if len(res) != 4 || res[0] < 1 || int(res[0]) > len(call) {
 			continue
@@ -170,24 +222,32 @@ func (g *Guard) Hit(ctx context.Context, subjects ...Subject) (Verdict, error) {
 	return Verdict{}, nil
 }
 
-// Key layout: a subject's ban and counter share its hash tag, so that
-// counting it is one script call on Redis Cluster too; the index of bans
-// is one key of its own.
+// present are the subjects that name something (an exempt or unparsable
+// address is the zero Subject).
+func present(subjects []Subject) []Subject {
+	out := make([]Subject, 0, len(subjects))
+	for _, s := range subjects {
+		if s.Value != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Key layout: a subject's ban, strike counter and notice share its hash
+// tag, so that striking it is one script call on Redis Cluster too; the
+// index of bans is one key of its own. An address's value is its hash
+// (Guard.IP), never the address; changing the hash key forgets the bans
+// in force and the counts.
 //
-// where an address's value is its hash (Guard.IP), never the address.
-//
-//	<prefix>ban:{<kind>:<value>}     the ban: its start (ms), expiring with it
-//	<prefix>ban:{<kind>:<value>}:n   the subject's request counter (hit.lua)
-//	<prefix>bans                     zset of the bans: "<kind>:<value>" -> end (ms)
-//
-// Before the tags, bans and counters were ban:<kind>:<value> and
-// ban:n:<kind>:<value>: an upgrade forgets the bans in force and the
-// counts (List drops the old index entries as ended), so a flood that was
-// banned is counted afresh from the upgrade. So did naming addresses by
-// their hash rather than in the clear, and so does changing the hash key.
+//	<prefix>ban:{<kind>:<value>}       the ban: its start (ms), expiring with it
+//	<prefix>ban:{<kind>:<value>}:n     the subject's strike counter (strike.lua)
+//	<prefix>ban:{<kind>:<value>}:told  when it was told to wait (ms), expiring with the wait
+//	<prefix>bans                       zset of the bans: "<kind>:<value>" -> end (ms)
 func (g *Guard) indexKey() string            { return g.opts.KeyPrefix + "bans" }
 func (g *Guard) banKey(s Subject) string     { return g.opts.KeyPrefix + "ban:{" + s.member() + "}" }
 func (g *Guard) counterKey(s Subject) string { return g.banKey(s) + ":n" }
+func (g *Guard) noticeKey(s Subject) string  { return g.banKey(s) + ":told" }
 
 // Ban is one ban in force.
 type Ban struct {
@@ -247,7 +307,7 @@ func (g *Guard) List(ctx context.Context) ([]Ban, error) {
 func (g *Guard) Lift(ctx context.Context, s Subject) (bool, error) {
 	pipe := g.rdb.TxPipeline()
 	del := pipe.Del(ctx, g.banKey(s))
-	pipe.Del(ctx, g.counterKey(s)) // a fresh start, not one request short of a new ban
+	pipe.Del(ctx, g.counterKey(s), g.noticeKey(s)) // a fresh start, not one strike short of a new ban
 	if _, err := pipe.Exec(ctx); err != nil {
 		return false, fmt.Errorf("lift ban of %s %s: %w", s.Kind, s.Value, err)
 	}
@@ -258,8 +318,8 @@ func (g *Guard) Lift(ctx context.Context, s Subject) (bool, error) {
 }
 
 // ParseSubject reads a kind and value given by an operator. An address
-// may be given as it is (hashed here, an IPv6 one by its /64, as Hit
-// counted it) or as the hash List shows.
+// may be given as it is (hashed here, an IPv6 one by its /64, as it is
+// counted) or as the hash List shows.
 func (g *Guard) ParseSubject(kind, value string) (Subject, error) {
 	switch Kind(kind) {
 	case KindIP:

@@ -41,24 +41,24 @@ func TestFloodIsBannedForItsDuration(t *testing.T) {
 	g := newGuard(t, Options{Threshold: 5, Window: 10 * time.Second, Duration: 300 * time.Millisecond})
 	ip := g.IP("203.0.113.9")
 	for i := range 5 {
-		if v, err := g.Hit(ctx, ip); err != nil || v.Banned {
+		if v, err := g.Strike(ctx, ip); err != nil || v.Banned {
 			t.Fatalf("request %d: %+v %v", i+1, v, err)
 		}
 	}
-	v, err := g.Hit(ctx, ip)
+	v, err := g.Strike(ctx, ip)
 	if err != nil || !v.Banned || !v.New || v.Kind != KindIP || v.Value != iphash.New(nil).Of("203.0.113.9") || v.RetryAfter != 300*time.Millisecond {
 		t.Fatalf("sixth request: %+v %v", v, err)
 	}
-	v, _ = g.Hit(ctx, ip)
+	v, _ = g.Strike(ctx, ip)
 	if !v.Banned || v.New || v.RetryAfter <= 0 || v.RetryAfter > 300*time.Millisecond {
 		t.Fatalf("while banned: %+v", v)
 	}
 	// Another address is not concerned.
-	if v, _ := g.Hit(ctx, g.IP("203.0.113.10")); v.Banned {
+	if v, _ := g.Strike(ctx, g.IP("203.0.113.10")); v.Banned {
 		t.Fatalf("another ip: %+v", v)
 	}
 	time.Sleep(350 * time.Millisecond)
-	if v, _ := g.Hit(ctx, ip); v.Banned {
+	if v, _ := g.Strike(ctx, ip); v.Banned {
 		t.Fatalf("after the ban: %+v (the counter must start again)", v)
 	}
 }
@@ -71,11 +71,11 @@ func TestKeyAndIPAreCountedTogether(t *testing.T) {
 	key := Subject{Kind: KindKey, Value: "abcdefghijkl"}
 	for i := range 3 {
 		// From a new address each time: only the key is over.
-		if v, _ := g.Hit(ctx, g.IP(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}).String()), key); v.Banned {
+		if v, _ := g.Strike(ctx, g.IP(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}).String()), key); v.Banned {
 			t.Fatalf("request %d: %+v", i+1, v)
 		}
 	}
-	v, _ := g.Hit(ctx, g.IP("198.51.100.200"), key)
+	v, _ := g.Strike(ctx, g.IP("198.51.100.200"), key)
 	if !v.Banned || v.Kind != KindKey || v.Value != "abcdefghijkl" {
 		t.Fatalf("fourth request: %+v", v)
 	}
@@ -86,7 +86,7 @@ func TestKeyAndIPAreCountedTogether(t *testing.T) {
 	if ok, err := g.Lift(ctx, key); !ok || err != nil {
 		t.Fatalf("Lift = %v %v", ok, err)
 	}
-	if v, _ := g.Hit(ctx, g.IP("198.51.100.200"), key); v.Banned {
+	if v, _ := g.Strike(ctx, g.IP("198.51.100.200"), key); v.Banned {
 		t.Fatalf("after lift: %+v", v)
 	}
 	if bans, _ := g.List(ctx); len(bans) != 0 {
@@ -112,12 +112,12 @@ func TestBurstAcrossAWindowBoundaryIsSeen(t *testing.T) {
 	into := time.Duration(now.UnixMilli()%window.Milliseconds()) * time.Millisecond
 	time.Sleep(window - into - 60*time.Millisecond)
 	for range 8 {
-		_, _ = g.Hit(ctx, ip)
+		_, _ = g.Strike(ctx, ip)
 	}
 	time.Sleep(80 * time.Millisecond) // into the next window
 	banned := false
 	for range 8 {
-		v, _ := g.Hit(ctx, ip)
+		v, _ := g.Strike(ctx, ip)
 		banned = banned || v.Banned
 	}
 	if !banned {
@@ -127,7 +127,7 @@ func TestBurstAcrossAWindowBoundaryIsSeen(t *testing.T) {
 
 // Counting is atomic: of many concurrent requests exactly one imposes the
 // ban, and exactly threshold are let through.
-func TestConcurrentHitsBanOnce(t *testing.T) {
+func TestConcurrentStrikesBanOnce(t *testing.T) {
 	ctx := context.Background()
 	g := newGuard(t, Options{Threshold: 20, Window: 10 * time.Second, Duration: time.Minute})
 	ip := g.IP("192.0.2.8")
@@ -138,7 +138,7 @@ func TestConcurrentHitsBanOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			v, err := g.Hit(ctx, ip)
+			v, err := g.Strike(ctx, ip)
 			if err != nil {
 				t.Error(err)
 				return
@@ -170,7 +170,7 @@ func TestExemptAndIPv6Subjects(t *testing.T) {
 	if a, b := g.IP("2001:db8:1:2::1"), g.IP("2001:db8:1:2:ffff::9"); a != b || a.Value != iphash.New(nil).Of("2001:db8:1:2::") {
 		t.Errorf("one /64: %+v %+v", a, b)
 	}
-	if v, err := g.Hit(context.Background(), g.IP("127.0.0.1"), Subject{}); v.Banned || err != nil {
+	if v, err := g.Strike(context.Background(), g.IP("127.0.0.1"), Subject{}); v.Banned || err != nil {
 		t.Errorf("nothing to count: %+v %v", v, err)
 	}
 }
@@ -207,7 +207,7 @@ func TestAddressesAreHashedInKeysAndList(t *testing.T) {
 		t.Fatalf("subject %+v: not the configured key's hash", ip)
 	}
 	for range 2 {
-		if _, err := g.Hit(ctx, ip); err != nil {
+		if _, err := g.Strike(ctx, ip); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,16 +238,91 @@ func TestBanOneSubjectACall(t *testing.T) {
 	g.splits = true
 	ip, key := g.IP("203.0.113.9"), Subject{Kind: KindKey, Value: "abcdefghijkl"}
 	for i := range 2 {
-		if v, err := g.Hit(ctx, ip, key); err != nil || v.Banned {
+		if v, err := g.Strike(ctx, ip, key); err != nil || v.Banned {
 			t.Fatalf("request %d: %+v %v", i+1, v, err)
 		}
 	}
-	v, err := g.Hit(ctx, ip, key)
+	v, err := g.Strike(ctx, ip, key)
 	if err != nil || !v.Banned || !v.New || v.Kind != KindIP {
 		t.Fatalf("third request: %+v %v; want the ip banned", v, err)
 	}
 	list, err := g.List(ctx)
 	if err != nil || len(list) != 1 || list[0].Kind != KindIP || list[0].Value != ip.Value {
 		t.Fatalf("bans %+v %v, want the ip's", list, err)
+	}
+}
+
+// Check reads the bans and counts nothing: any number of checks of a
+// subject never bans it, and a ban in force is reported with what is left
+// of it.
+func TestCheckCountsNothing(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t, Options{Threshold: 2, Window: 10 * time.Second, Duration: time.Minute})
+	ip, key := g.IP("203.0.113.20"), Subject{Kind: KindKey, Value: "k1"}
+	for range 50 {
+		if v, err := g.Check(ctx, ip, key, Subject{}); err != nil || v.Banned {
+			t.Fatalf("check: %+v %v", v, err)
+		}
+	}
+	for range 3 {
+		_, _ = g.Strike(ctx, key)
+	}
+	v, err := g.Check(ctx, ip, key)
+	if err != nil || !v.Banned || v.Kind != KindKey || v.New || v.RetryAfter <= 0 || v.RetryAfter > time.Minute {
+		t.Fatalf("check of a banned key: %+v %v", v, err)
+	}
+}
+
+// A client that honours its Retry-After earns no strike however often it
+// is refused, and neither does a burst refused all at once (its requests
+// were on their way before the first refusal reached it).
+func TestHonouredRetryAfterIsNeverAStrike(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t, Options{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute, Grace: 100 * time.Millisecond})
+	ip := g.IP("203.0.113.21")
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v, err := g.Refused(ctx, 150*time.Millisecond, ip); err != nil || v.Banned {
+				t.Errorf("burst refusal: %+v %v", v, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for range 5 {
+		time.Sleep(170 * time.Millisecond) // the Retry-After, and a little
+		if v, err := g.Refused(ctx, 150*time.Millisecond, ip); err != nil || v.Banned {
+			t.Fatalf("refusal after waiting as told: %+v %v", v, err)
+		}
+	}
+}
+
+// A client that comes back while told to wait earns a strike each time
+// (after the grace), and is banned past the threshold; its key with it.
+func TestIgnoredRetryAfterIsBanned(t *testing.T) {
+	ctx := context.Background()
+	g := newGuard(t, Options{Threshold: 3, Window: 10 * time.Second, Duration: time.Minute, Grace: 50 * time.Millisecond})
+	ip, key := g.IP("203.0.113.22"), Subject{Kind: KindKey, Value: "k2"}
+	if v, _ := g.Refused(ctx, 10*time.Second, ip, key); v.Banned {
+		t.Fatalf("first refusal: %+v", v)
+	}
+	time.Sleep(60 * time.Millisecond)
+	for i := range 3 {
+		if v, _ := g.Refused(ctx, 10*time.Second, ip, key); v.Banned {
+			t.Fatalf("strike %d of 3: %+v", i+1, v)
+		}
+	}
+	v, err := g.Refused(ctx, 10*time.Second, ip, key)
+	if err != nil || !v.Banned || !v.New || v.Kind != KindIP {
+		t.Fatalf("fourth strike: %+v %v, want the address banned", v, err)
+	}
+	if v, _ := g.Check(ctx, key); !v.Banned {
+		// The key struck as often, and is banned by the next refusal that
+		// reaches its counter.
+		if v, _ := g.Refused(ctx, 10*time.Second, key); !v.Banned {
+			t.Fatalf("the key that ignored its Retry-After as often: %+v", v)
+		}
 	}
 }

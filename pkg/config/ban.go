@@ -6,12 +6,15 @@ import (
 	"time"
 )
 
-// Ban configures abuse bans: an IP or an API key that sends more than
-// Threshold requests within Window is refused everywhere (429 with
-// Retry-After) for Duration. Every route that authenticates counts. Rate
-// limits decide how much a well-behaved client may spend; a ban is for a
-// client that ignores its 429s, or guesses keys, and costs it nothing but
-// a Redis call per request.
+// Ban configures abuse bans: an IP or an API key that earns more than
+// Threshold strikes within Window is refused everywhere (429 with
+// Retry-After) for Duration. A strike is what abuse looks like: a request
+// refused for a bad or unknown credential, or one that comes back while a
+// rate limit's Retry-After is in force (after a grace of a second for
+// requests already on their way). Admitted requests never count, so a
+// client within its plan is never banned whatever its rate: rate limits
+// decide how much a well-behaved client may spend; a ban is for one that
+// ignores its 429s or guesses keys.
 type Ban struct {
 	Enabled   bool          `yaml:"enabled"`
 	Threshold int           `yaml:"threshold"`

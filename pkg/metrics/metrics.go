@@ -199,17 +199,22 @@ func (m *Metrics) RateLimit(dimension string, allowed bool) {
 	m.rateLimits.WithLabelValues(dimension, decision).Inc()
 }
 
-// Banned counts a request refused for a ban of kind (ip, key); imposed
-// says that this request's count imposed it. The label never names the
-// address or the key: their number is unbounded, and logs name them.
-func (m *Metrics) Banned(kind string, imposed bool) {
+// Banned counts a request refused because its IP or key was banned, by
+// what was banned (ip, key). No ban label names the address or the key:
+// their number is unbounded, and logs name them.
+func (m *Metrics) Banned(kind string) {
 	if m == nil {
 		return
 	}
-	if imposed {
-		m.bans.WithLabelValues(kind).Inc()
-	}
 	m.banned.WithLabelValues(kind).Inc()
+}
+
+// BanImposed counts a ban imposed, by what it names (ip, key).
+func (m *Metrics) BanImposed(kind string) {
+	if m == nil {
+		return
+	}
+	m.bans.WithLabelValues(kind).Inc()
 }
 
 // OutcomeOf names a workflow outcome and reason as the requests counter

@@ -20,7 +20,7 @@ func TestBans(t *testing.T) {
 	ip, key := g.IP("203.0.113.9"), ban.Subject{Kind: ban.KindKey, Value: "abcdefghijkl"}
 	var v ban.Verdict
 	for i := range 5 {
-		v, err = g.Hit(ctx, ip, key)
+		v, err = g.Strike(ctx, ip, key)
 		ok(t, "hit", err)
 		if v.Banned {
 			if i != 3 || !v.New || v.Kind != ban.KindIP {
