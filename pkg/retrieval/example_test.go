@@ -11,8 +11,7 @@ import (
 )
 
 // Load the built-in corpus, embed it with the local embedder and ask it a
-// question. In a worker, KBOptions.Versions numbers the kb in Redis and a
-// CachedRetriever sits in front of the Hybrid.
+// question.
 func ExampleHybrid() {
 	ctx := context.Background()
 	emb := embed.NewLocal(embed.LocalOptions{})

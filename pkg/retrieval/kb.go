@@ -25,10 +25,6 @@ type KBOptions struct {
 	Chunking ChunkOptions
 	// BM25 sets the lexical scoring parameters, fixed into the index.
 	BM25 BM25Options
-	// Versions assigns the kb's version from its content hash. Nil leaves
-	// the version at 0, which CachedRetriever never caches: only tests and
-	// benchmarks should do that.
-	Versions *Versions
 	// BatchSize is the number of chunks per Embed call. Default 64.
 	BatchSize int
 	// Logger receives one line per loaded kb. Default slog.Default().
@@ -56,8 +52,7 @@ func newScratch() *sync.Pool {
 	return &sync.Pool{New: func() any { return new(scoreScratch) }}
 }
 
-// NewKB chunks docs, embeds and indexes the chunks and, with
-// opts.Versions, obtains the kb's version for their content.
+// NewKB chunks docs, embeds and indexes the chunks.
 func NewKB(ctx context.Context, name string, docs []Document, opts KBOptions) (*KB, error) {
 	start := time.Now()
 	if name == "" {
@@ -119,13 +114,6 @@ func NewKB(ctx context.Context, name string, docs []Document, opts KBOptions) (*
 		at += n
 	}
 	kb.ix = e.done()
-	if opts.Versions != nil {
-		v, err := opts.Versions.Sync(ctx, name, kb.hash)
-		if err != nil {
-			return nil, fmt.Errorf("load kb %s: %w", name, err)
-		}
-		kb.version = v
-	}
 	opts.Logger.InfoContext(ctx, "loaded knowledge base", "kb", name, "docs", len(docs),
 		"chunks", kb.ix.chunks, "version", kb.version, "hash", kb.hash[:12],
 		"embedder", kb.model, "took", time.Since(start).Round(time.Millisecond))
@@ -180,7 +168,7 @@ func contentHash(model string, docs []Document, opts KBOptions) string {
 // Name returns the kb's name.
 func (kb *KB) Name() string { return kb.name }
 
-// Version returns the version NewKB obtained, or 0 without Versions.
+// Version returns the kb's version: the store's for Live, 0 for NewKB.
 func (kb *KB) Version() int64 { return kb.version }
 
 // Hash returns the hex SHA-256 content hash that the version stands for.
