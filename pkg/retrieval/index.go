@@ -64,8 +64,8 @@ type posting struct {
 	tf   int32
 }
 
-// docSlots is a document as indexed: its revision ("" for kbs built by
-// NewKB) and the slots of its chunks, in order.
+// docSlots is a document as indexed: its revision ("" if it has none)
+// and the slots of its chunks, in order.
 type docSlots struct {
 	rev   string
 	slots []int32
