@@ -113,21 +113,6 @@ func (ix *index) chunkByID(id string) (Chunk, bool) {
 	return p.chunks[j], true
 }
 
-// chunkList returns the live chunks by document id and position.
-func (ix *index) chunkList() []Chunk {
-	ids := ix.docs.keys()
-	slices.Sort(ids)
-	out := make([]Chunk, 0, ix.chunks)
-	for _, id := range ids {
-		d, _ := ix.docs.get(id)
-		for _, s := range d.slots {
-			p, j := ix.at(s)
-			out = append(out, p.chunks[j])
-		}
-	}
-	return out
-}
-
 // chunkID names chunk i of a document revision: "<doc>#<i>@<rev>", or
 // "<doc>#<i>" without a revision.
 func chunkID(doc string, i int, rev string) string {

@@ -123,6 +123,21 @@ func (kb *KB) Name() string { return kb.name }
 // document (the order in which equal scores rank).
 func (kb *KB) Chunks() []Chunk { return kb.ix.chunkList() }
 
+// chunkList returns the live chunks by document id and position.
+func (ix *index) chunkList() []Chunk {
+	ids := ix.docs.keys()
+	slices.Sort(ids)
+	out := make([]Chunk, 0, ix.chunks)
+	for _, id := range ids {
+		d, _ := ix.docs.get(id)
+		for _, s := range d.slots {
+			p, j := ix.at(s)
+			out = append(out, p.chunks[j])
+		}
+	}
+	return out
+}
+
 // HybridOptions configures Hybrid.
 type HybridOptions struct {
 	// VectorWeight is as in LiveOptions.
