@@ -26,6 +26,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -34,6 +36,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
+	sluiceworker "github.com/sluice-dev/sluice/worker"
 )
 
 var redisAddr string
@@ -49,28 +52,79 @@ const (
 	query  = "How does admission control protect an LLM pool from overload?"
 )
 
-// knowledge is the built-in kb, loaded once per test binary the way
-// worker/kb.go loads it: it is immutable, and its version lives under a
-// prefix of its own so that every run of a test sees the same version.
-var knowledge = sync.OnceValues(func() (*retrieval.Hybrid, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
-	docs, err := retrieval.Builtin(kbName)
-	if err != nil {
-		return nil, err
-	}
+// knowledgeBase is a kb store holding the built-in corpus, ingested and
+// served as worker/runtime.go does it: through pkg/ingest, and searched by
+// a retrieval.Live.
+type knowledgeBase struct {
+	store *kbstore.Store
+	ing   *ingest.Ingester
+	live  *retrieval.Live
+}
+
+// newKnowledgeBase ingests the built-in corpus into a store over rdb.
+func newKnowledgeBase(rdb *redis.Client, opts kbstore.Options) (*knowledgeBase, error) {
 	cfg := config.Default()
-	kb, err := retrieval.NewKB(context.Background(), kbName, docs, retrieval.KBOptions{
-		Embedder: embed.NewLocal(embed.LocalOptions{Dims: cfg.Embedding.Dims}),
-		Chunking: retrieval.ChunkOptions{MaxWords: max(cfg.Retrieval.ChunkTokens*3/4, 10)},
-		Versions: retrieval.NewVersions(rdb, "acts-kb:"),
-		Logger:   quiet,
-	})
+	emb := embed.NewLocal(embed.LocalOptions{Dims: cfg.Embedding.Dims})
+	store := kbstore.New(rdb, opts)
+	ing := &ingest.Ingester{Store: store, Embedder: emb, Chunking: sluiceworker.Chunking(cfg.Retrieval)}
+	builtin, err := retrieval.Builtin(kbName)
 	if err != nil {
 		return nil, err
 	}
-	return retrieval.NewHybrid(retrieval.HybridOptions{}, kb)
+	docs := make([]ingest.Document, len(builtin))
+	for i, d := range builtin {
+		docs[i] = ingest.Document{ID: d.ID, Title: d.Title, Text: d.Text}
+	}
+	if _, err := ing.Put(context.Background(), kbName, docs); err != nil {
+		return nil, err
+	}
+	live, err := retrieval.NewLive(store, retrieval.LiveOptions{Model: emb.Model(), Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	return &knowledgeBase{store: store, ing: ing, live: live}, nil
+}
+
+// knowledge is the kb the harnesses share, ingested once per test binary
+// under a prefix of its own: tests only read it, and its content, hence
+// its version, is the same in every run.
+var knowledge = sync.OnceValues(func() (*knowledgeBase, error) {
+	return newKnowledgeBase(redis.NewClient(&redis.Options{Addr: redisAddr}), kbstore.Options{Prefix: "acts-kb:"})
 })
+
+// retiringKnowledge is a knowledge base of the test's own whose replaced
+// revisions are gone a millisecond later, for chunk refs that outlive
+// their text.
+func retiringKnowledge(t *testing.T) *knowledgeBase {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	kb, err := newKnowledgeBase(rdb, kbstore.Options{Prefix: testenv.KeyPrefix(t), Grace: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kb
+}
+
+// rewrite replaces the document of a chunk of version, waits out the old
+// revision's grace period and catches the index up, as the next request's
+// retrieval would: the chunk is then neither in the index nor in the store.
+func (kb *knowledgeBase) rewrite(t *testing.T, version int64, chunkID string) {
+	t.Helper()
+	ctx := context.Background()
+	chunks, err := kb.live.Lookup(ctx, kbName, version, []string{chunkID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := ingest.Document{ID: chunks[0].DocID, Title: chunks[0].Title, Text: "A rewritten document."}
+	if _, err := kb.ing.Put(ctx, kbName, []ingest.Document{doc}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := kb.live.KBVersion(ctx, kbName); err != nil {
+		t.Fatal(err)
+	}
+}
 
 var counter = sync.OnceValues(func() (*tokens.Counter, error) { return tokens.For(tokens.CL100K) })
 
@@ -88,6 +142,8 @@ type harnessOptions struct {
 	// redis, when set, adjusts the harness's Redis client (its Addr is
 	// the test binary's server).
 	redis func(*redis.Options)
+	// kb, when set, replaces the shared knowledge base.
+	kb *knowledgeBase
 }
 
 // harness is an *activities.Chat wired from real components as
@@ -98,7 +154,7 @@ type harness struct {
 	rdb      *redis.Client
 	gate     *admission.Gate
 	log      *events.Log
-	kb       *retrieval.Hybrid
+	kb       *retrieval.Live
 	notifier *fakeNotifier
 	prefix   string
 }
@@ -118,9 +174,12 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 	if mod != nil {
 		mod(&opts)
 	}
-	kb, err := knowledge()
-	if err != nil {
-		t.Fatal(err)
+	kb := opts.kb
+	if kb == nil {
+		var err error
+		if kb, err = knowledge(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tc, err := counter()
 	if err != nil {
@@ -167,10 +226,12 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 		Embeddings: embed.NewCache(embedder, rdb, embed.CacheOptions{
 			Prefix: prefix, TTL: time.Minute, LRUSize: 100, Logger: quiet,
 		}),
-		Retriever: cachedRetriever{retrieval.NewCachedRetriever(kb, rdb, retrieval.CacheOptions{
-			Prefix: prefix, TTL: time.Minute, Version: embedder.Model(), Logger: quiet,
+		Retriever: cachedRetriever{retrieval.NewCachedRetriever(kb.live, rdb, retrieval.CacheOptions{
+			Prefix: prefix, TTL: time.Minute, Version: embedder.Model(),
+			DocIndexKey: kb.store.L2DocKey, VersionKey: kb.store.VersionKey, RefsOnly: true,
+			Logger: quiet,
 		})},
-		Chunks:   kb,
+		Chunks:   kb.live,
 		Reranker: rerank.NewLexical(rerank.LexicalOptions{}),
 		Pools: map[string]activities.Pool{
 			request.PoolShort: {Streamer: opts.streamer, Model: "fake", MaxPromptTokens: cfg.Pools.Short.MaxPromptTokens},
@@ -179,7 +240,7 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 		Prompts:    prompt.NewBuilder(cfg.LLM.SystemPrompt, tc),
 		Sessions:   sessions,
 		Answers:    answercache.New(rdb, prefix, time.Minute),
-		KBVersions: hybridVersions{kb},
+		KBVersions: kb.store,
 		Logger:     quiet,
 		Options: activities.Options{
 			ShortThreshold:   opts.shortThreshold,
@@ -189,15 +250,7 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 			TruncationNotice: cfg.LLM.TruncationNotice,
 		},
 	}
-	return &harness{acts: acts, rdb: rdb, gate: gate, log: evlog, kb: kb, notifier: notifier, prefix: prefix}
-}
-
-// hybridVersions reads kb versions from the static kb, as the worker
-// reads them from the kb store.
-type hybridVersions struct{ h *retrieval.Hybrid }
-
-func (v hybridVersions) Version(ctx context.Context, kb string) (int64, error) {
-	return v.h.KBVersion(ctx, kb)
+	return &harness{acts: acts, rdb: rdb, gate: gate, log: evlog, kb: kb.live, notifier: notifier, prefix: prefix}
 }
 
 // cachedRetriever adapts the L2 cache to the activities' interface, as the

@@ -91,13 +91,18 @@ func TestRerankKeepsBestK(t *testing.T) {
 	}
 }
 
+// Refs whose document changed since they were retrieved, after the old
+// revision's grace period (the worker has caught up with the change, so
+// the index no longer holds them either), cannot be answered from.
 func TestRerankStaleKBVersion(t *testing.T) {
-	h := newHarness(t, nil)
+	kb := retiringKnowledge(t)
+	h := newHarness(t, func(o *harnessOptions) { o.kb = kb })
 	ret := mustLocal[activities.RetrieveOutput](t, h, h.acts.Retrieve, activities.RetrieveInput{
 		RequestID: "r1", KB: kbName, Query: query, K: 5,
 	})
+	kb.rewrite(t, ret.KBVersion, ret.Hits[0].ID)
 	_, err := local[activities.RerankOutput](t, h, h.acts.Rerank, activities.RerankInput{
-		RequestID: "r1", KB: kbName, KBVersion: ret.KBVersion + 1, Query: query, Hits: ret.Hits, K: 3,
+		RequestID: "r1", KB: kbName, KBVersion: ret.KBVersion, Query: query, Hits: ret.Hits, K: 3,
 	})
 	// Rerank runs as a local activity, whose error reaches the SDK's retry
 	// decision unconverted: errors.As finds the non-retryable error inside

@@ -330,15 +330,19 @@ func TestStreamLLMKeepsPermitWithSubSecondLease(t *testing.T) {
 	}
 }
 
+// Context whose text is gone (its document changed after retrieval and
+// the old revision's grace period ran out) is not streamed from.
 func TestStreamLLMStaleKBIsNotRetried(t *testing.T) {
 	fake := &fakeLLM{tokens: words(2)}
-	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake })
+	kb := retiringKnowledge(t)
+	h := newHarness(t, func(o *harnessOptions) { o.streamer = fake; o.kb = kb })
 	version, hits := h.retrieveContext(t, "r1", 10, 3)
+	kb.rewrite(t, version, hits[0].ID)
 	_, err := stream(t, h, activities.LLMInput{
-		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version + 1, Context: hits,
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits,
 	}, nil)
 	if len(fake.requests()) != 0 {
-		t.Fatal("the llm was called with context of another kb version")
+		t.Fatal("the llm was called with context whose text is gone")
 	}
 	appErr := appError(t, err)
 	if appErr.Type() != activities.ErrTypeBadRequest || !appErr.NonRetryable() {

@@ -171,7 +171,7 @@ func (l *Lexical) fuse(s []scored, chunks []retrieval.Chunk, lexMax float64) {
 }
 
 // retrievalScale returns the scale and offset that take the candidates'
-// retrieval scores to [0, 1-Weight]. Non-negative scores (Hybrid's are in
+// retrieval scores to [0, 1-Weight]. Non-negative scores (retrieval's are in
 // [0, 1]) are divided by their maximum, which keeps their ratios: min-max
 // would give the last candidate 0 even if it trailed the first by a hair.
 // Scores that go negative need min-max.

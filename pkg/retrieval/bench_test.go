@@ -38,7 +38,6 @@ var syntheticKB = sync.OnceValues(func() (*KB, error) {
 	}
 	return NewKB(context.Background(), "synthetic", docs, KBOptions{
 		Embedder: embed.NewLocal(embed.LocalOptions{}),
-		Logger:   quiet,
 	})
 })
 
@@ -94,7 +93,7 @@ func BenchmarkNewKBBuiltin(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	opts := KBOptions{Embedder: embed.NewLocal(embed.LocalOptions{}), Logger: quiet}
+	opts := KBOptions{Embedder: embed.NewLocal(embed.LocalOptions{})}
 	for b.Loop() {
 		if _, err := NewKB(context.Background(), "sluice-docs", docs, opts); err != nil {
 			b.Fatal(err)

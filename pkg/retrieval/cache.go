@@ -287,8 +287,8 @@ func (c *CachedRetriever) decode(raw []byte) (Result, error) {
 // Key returns the Redis key of q at a kb version:
 // prefix "ret:{" kb "}:v" kbVersion ":k" K ":" hex(SHA-256(normalised text)) ":" opts.Version.
 // The kb is a Redis Cluster hash tag, the one every key of the kb has
-// (its version key, kbstore's and Versions', and the document sets that
-// list its entries), so that a script reading or dropping an entry with
+// (its version key in kbstore, and the document sets that list its
+// entries), so that a script reading or dropping an entry with
 // them touches one slot. Entries from before the tag (prefix "ret:" kb
 // ":v…") are never read again and expire by TTL: an upgrade starts the
 // cache empty.

@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
@@ -273,41 +275,49 @@ func TestCachedRetrieverReplacesBadValue(t *testing.T) {
 	}
 }
 
-// A CachedRetriever over a real retrieval.Hybrid and retrieval.KB versions from Redis: a
-// changed corpus gets a new version, and the cache misses.
-func TestCachedRetrieverOverReloadedKB(t *testing.T) {
+// A CachedRetriever over a Live kb whose documents are ingested: a
+// changed document makes a new version, and the cache misses.
+func TestCachedRetrieverOverChangedKB(t *testing.T) {
 	ctx := context.Background()
 	rdb := testRedis.Client(t)
-	docs, err := retrieval.Builtin("sluice-docs")
+	store := kbstore.New(rdb, kbstore.Options{Prefix: prefix(t)})
+	ing := &ingest.Ingester{Store: store, Embedder: mustBuiltinEmbedder()}
+	builtin, err := retrieval.Builtin("sluice-docs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := retrieval.KBOptions{Embedder: mustBuiltinEmbedder(), Versions: retrieval.NewVersions(rdb, prefix(t)), Logger: quiet}
+	docs := make([]ingest.Document, len(builtin))
+	for i, d := range builtin {
+		docs[i] = ingest.Document{ID: d.ID, Title: d.Title, Text: d.Text}
+	}
+	v1, err := ing.Put(ctx, "sluice-docs", docs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := retrieval.NewLive(store, retrieval.LiveOptions{Model: mustBuiltinEmbedder().Model(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := retrieval.NewCachedRetriever(live, rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
 	q := retrieval.Query{KB: "sluice-docs", Text: "token bucket", K: 3}
-
-	kb1, err := retrieval.NewKB(ctx, "sluice-docs", docs, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c1 := retrieval.NewCachedRetriever(newHybrid(t, retrieval.HybridOptions{}, kb1), rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
-	c1.Get(ctx, q)
-	if _, hit, _ := c1.Get(ctx, q); !hit {
-		t.Fatal("v1 not cached")
+	c.Get(ctx, q)
+	if res, hit, _ := c.Get(ctx, q); !hit || res.KBVersion != v1.Version {
+		t.Fatalf("v%d not cached: hit=%v version=%d", v1.Version, hit, res.KBVersion)
 	}
 
 	docs[0].Text += "\n\nAn added paragraph."
-	kb2, err := retrieval.NewKB(ctx, "sluice-docs", docs, opts)
+	v2, err := ing.Put(ctx, "sluice-docs", docs[:1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kb2.Version() != kb1.Version()+1 {
-		t.Fatalf("versions %d then %d", kb1.Version(), kb2.Version())
+	if v2.Version != v1.Version+1 {
+		t.Fatalf("versions %d then %d", v1.Version, v2.Version)
 	}
-	c2 := retrieval.NewCachedRetriever(newHybrid(t, retrieval.HybridOptions{}, kb2), rdb, retrieval.CacheOptions{Prefix: prefix(t), Logger: quiet})
-	if res, hit, _ := c2.Get(ctx, q); hit || res.KBVersion != kb2.Version() {
+	if res, hit, _ := c.Get(ctx, q); hit || res.KBVersion != v2.Version {
 		t.Errorf("after the change: hit=%v version=%d", hit, res.KBVersion)
 	}
 }
+
 func BenchmarkCachedRetrieverHit(b *testing.B) {
 	ctx := context.Background()
 	rdb := testRedis.Client(b)

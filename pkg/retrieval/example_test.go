@@ -6,28 +6,39 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluice-dev/sluice/pkg/embed"
+	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 )
 
-// Load the built-in corpus, embed it with the local embedder and ask it a
-// question. In a worker, KBOptions.Versions numbers the kb in Redis and a
-// CachedRetriever sits in front of the Hybrid.
-func ExampleHybrid() {
+// Ingest the built-in corpus into a kb store, embedded with the local
+// embedder, and ask it a question through Live. In a worker, a
+// CachedRetriever sits in front of the Live.
+func ExampleLive() {
 	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: testRedis.Addr})
+	defer rdb.Close()
+	store := kbstore.New(rdb, kbstore.Options{Prefix: "example-live:"})
 	emb := embed.NewLocal(embed.LocalOptions{})
-	docs, err := retrieval.Builtin("sluice-docs")
+	builtin, err := retrieval.Builtin("sluice-docs")
 	if err != nil {
 		panic(err)
 	}
-	kb, err := retrieval.NewKB(ctx, "sluice-docs", docs, retrieval.KBOptions{
-		Embedder: emb,
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+	docs := make([]ingest.Document, len(builtin))
+	for i, d := range builtin {
+		docs[i] = ingest.Document{ID: d.ID, Title: d.Title, Text: d.Text}
+	}
+	ing := &ingest.Ingester{Store: store, Embedder: emb}
+	if _, err := ing.Put(ctx, "sluice-docs", docs); err != nil {
+		panic(err)
+	}
+	live, err := retrieval.NewLive(store, retrieval.LiveOptions{
+		Model:  emb.Model(),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	if err != nil {
-		panic(err)
-	}
-	h, err := retrieval.NewHybrid(retrieval.HybridOptions{}, kb)
 	if err != nil {
 		panic(err)
 	}
@@ -37,7 +48,7 @@ func ExampleHybrid() {
 	if err != nil {
 		panic(err)
 	}
-	res, err := h.Retrieve(ctx, retrieval.Query{KB: "sluice-docs", Text: question, Vector: vecs[0], K: 2})
+	res, err := live.Retrieve(ctx, retrieval.Query{KB: "sluice-docs", Text: question, Vector: vecs[0], K: 2})
 	if err != nil {
 		panic(err)
 	}

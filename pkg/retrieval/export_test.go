@@ -1,8 +1,5 @@
 package retrieval
 
-// KBVersionLua exposes the script source to the external tests.
-var KBVersionLua = kbVersionLua
-
 // PatchAlways makes l patch its indexes whatever the size of a change,
 // RebuildAlways makes it rebuild them; call either before l is used.
 func PatchAlways(l *Live)   { l.rebuild = func(*index, int, int) bool { return false } }

@@ -64,8 +64,8 @@ type posting struct {
 	tf   int32
 }
 
-// docSlots is a document as indexed: its revision ("" for kbs built by
-// NewKB) and the slots of its chunks, in order.
+// docSlots is a document as indexed: its revision ("" if it has none)
+// and the slots of its chunks, in order.
 type docSlots struct {
 	rev   string
 	slots []int32
@@ -111,21 +111,6 @@ func (ix *index) chunkByID(id string) (Chunk, bool) {
 	}
 	p, j := ix.at(d.slots[i])
 	return p.chunks[j], true
-}
-
-// chunkList returns the live chunks by document id and position.
-func (ix *index) chunkList() []Chunk {
-	ids := ix.docs.keys()
-	slices.Sort(ids)
-	out := make([]Chunk, 0, ix.chunks)
-	for _, id := range ids {
-		d, _ := ix.docs.get(id)
-		for _, s := range d.slots {
-			p, j := ix.at(s)
-			out = append(out, p.chunks[j])
-		}
-	}
-	return out
 }
 
 // chunkID names chunk i of a document revision: "<doc>#<i>@<rev>", or

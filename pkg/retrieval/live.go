@@ -14,7 +14,7 @@ import (
 )
 
 // Live serves the knowledge bases kept in a kbstore. Each kb is searched
-// in an in-process index (the same exact hybrid search as Hybrid) that is
+// in an in-process index (exact hybrid search: see KB.search) that is
 // brought up to the store's version before every query: a query never
 // sees content older than the version it read, so a document deleted a
 // moment ago is not retrieved by the next request. Catching up reads only
@@ -39,7 +39,10 @@ type LiveOptions struct {
 	// Model is the embedder model of the query vectors; a kb whose chunks
 	// were embedded by another model is refused.
 	Model string
-	// VectorWeight is as in HybridOptions.
+	// VectorWeight is the share of cosine similarity in the fused score;
+	// BM25 has the rest. Default 0.5. A query without a vector is scored by
+	// BM25 alone and one without any indexed term by the vector alone,
+	// whatever the weight.
 	VectorWeight float64
 	BM25         BM25Options
 	Logger       *slog.Logger
@@ -114,6 +117,11 @@ func (l *Live) Retrieve(ctx context.Context, q Query) (Result, error) {
 	}
 	return snap.search(ctx, q, l.w)
 }
+
+// ErrStaleKB is returned by Lookup for a chunk whose text is no longer
+// stored: its document changed after the chunk was retrieved, longer ago
+// than the store's grace period.
+var ErrStaleKB = errors.New("knowledge base version changed")
 
 // Lookup returns the chunks with the given ids, in order, with Score
 // zero. Chunk ids name their document's revision, so an id always means

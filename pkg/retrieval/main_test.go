@@ -21,7 +21,6 @@ var builtinKB = sync.OnceValues(func() (*KB, error) {
 	}
 	return NewKB(context.Background(), "sluice-docs", docs, KBOptions{
 		Embedder: embed.NewLocal(embed.LocalOptions{}),
-		Logger:   quiet,
 	})
 })
 

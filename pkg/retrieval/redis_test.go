@@ -35,7 +35,6 @@ var builtinKB = sync.OnceValues(func() (*retrieval.KB, error) {
 	}
 	return retrieval.NewKB(context.Background(), "sluice-docs", docs, retrieval.KBOptions{
 		Embedder: embed.NewLocal(embed.LocalOptions{}),
-		Logger:   quiet,
 	})
 })
 

@@ -25,23 +25,11 @@ type RedisCluster struct {
 // cluster redis-cli creates with replicas.
 const clusterNodes = 6
 
-// StartRedisCluster starts a Redis Cluster (six redis-server processes
+// LaunchRedisCluster starts a Redis Cluster (six redis-server processes
 // in cluster mode, persistence off) on free loopback ports, creates it
-// with redis-cli and waits until every node serves all slots. It is
-// stopped with the test. It fails the test if redis-server or redis-cli
-// is missing: tests always use the real server.
-func StartRedisCluster(ctx context.Context, t testing.TB) *RedisCluster {
-	t.Helper()
-	c, err := LaunchRedisCluster(ctx)
-	if err != nil {
-		t.Fatalf("start a redis cluster: %v", err)
-	}
-	t.Cleanup(c.Stop)
-	return c
-}
-
-// LaunchRedisCluster is StartRedisCluster for a TestMain. The caller must
-// call Stop.
+// with redis-cli and waits until every node serves all slots. It fails if
+// redis-server or redis-cli is missing: tests always use the real server.
+// The caller must call Stop.
 func LaunchRedisCluster(ctx context.Context) (*RedisCluster, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {

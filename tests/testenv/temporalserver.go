@@ -15,7 +15,6 @@ import (
 	"sort"
 	"strconv"
 	"syscall"
-	"testing"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -53,30 +52,6 @@ type TemporalServer struct {
 	pgCred *syscall.Credential
 	srv    *exec.Cmd
 	exited chan struct{}
-}
-
-// StartTemporalServer is LaunchTemporalServer for a test: its output goes
-// to the test's log dir, and it stops when the test ends.
-func StartTemporalServer(t testing.TB, keywordAttrs []string) *TemporalServer {
-	t.Helper()
-	dir := t.TempDir()
-	log, err := os.Create(filepath.Join(dir, "temporal-server.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := LaunchTemporalServer(context.Background(), keywordAttrs, log)
-	if err != nil {
-		log.Close()
-		out, _ := os.ReadFile(log.Name())
-		t.Fatalf("start temporal server: %v\n%s", err, tsTail(out, 4000))
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Error(err)
-		}
-		log.Close()
-	})
-	return s
 }
 
 // LaunchTemporalServer starts PostgreSQL and the Temporal server on free
@@ -348,11 +323,4 @@ func tsPGMajor(binDir string) int {
 func tsFileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-func tsTail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
 }

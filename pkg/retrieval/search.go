@@ -3,82 +3,10 @@ package retrieval
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 )
-
-// HybridOptions configures Hybrid.
-type HybridOptions struct {
-	// VectorWeight is the share of cosine similarity in the fused score;
-	// BM25 has the rest. Default 0.5. A query without a vector is scored by
-	// BM25 alone and one without any indexed term by the vector alone,
-	// whatever the weight.
-	VectorWeight float64
-}
-
-// Hybrid scores every chunk of a kb by BM25 and by cosine similarity to the
-// query vector and fuses the two. The search is exact, not approximate: a
-// linear scan of a few thousand, or tens of thousands, of vectors costs
-// well under the latency budget and has perfect recall.
-//
-// Fusion is a weighted sum of min-max normalised scores, not reciprocal
-// rank fusion. Because every chunk is scored, the min and max span the
-// whole kb and the normalisation is stable; and unlike RRF it keeps the
-// size of the gaps, so a chunk that is far ahead on one signal (say the
-// only one containing a rare error code) is not pulled level with the
-// runner-up. Scores are in [0, 1]; they compare within one query only.
-type Hybrid struct {
-	kbs   map[string]*KB
-	names []string
-	w     float64
-}
-
-// NewHybrid serves the given kbs, whose names must differ.
-func NewHybrid(opts HybridOptions, kbs ...*KB) (*Hybrid, error) {
-	if opts.VectorWeight == 0 {
-		opts.VectorWeight = 0.5
-	}
-	if opts.VectorWeight < 0 || opts.VectorWeight > 1 {
-		return nil, fmt.Errorf("new hybrid retriever: VectorWeight %v outside [0, 1]", opts.VectorWeight)
-	}
-	h := &Hybrid{kbs: map[string]*KB{}, w: opts.VectorWeight}
-	for _, kb := range kbs {
-		if _, dup := h.kbs[kb.Name()]; dup {
-			return nil, fmt.Errorf("new hybrid retriever: kb %q given twice", kb.Name())
-		}
-		h.kbs[kb.Name()] = kb
-		h.names = append(h.names, kb.Name())
-	}
-	sort.Strings(h.names)
-	return h, nil
-}
-
-// KBs lists the names of the loaded kbs, sorted.
-func (h *Hybrid) KBs() []string { return slices.Clone(h.names) }
-
-// Has reports whether a kb of that name is loaded.
-func (h *Hybrid) Has(name string) bool { _, ok := h.kbs[name]; return ok }
-
-// KBVersion returns the version of a loaded kb.
-func (h *Hybrid) KBVersion(_ context.Context, name string) (int64, error) {
-	kb, ok := h.kbs[name]
-	if !ok {
-		return 0, &UnknownKBError{KB: name}
-	}
-	return kb.version, nil
-}
-
-// Pin returns a loaded kb, which does not change.
-func (h *Hybrid) Pin(_ context.Context, name string) (Pinned, error) {
-	kb, ok := h.kbs[name]
-	if !ok {
-		return nil, &UnknownKBError{KB: name}
-	}
-	return pinned{kb: kb, w: h.w}, nil
-}
 
 // pinned is one version of a kb, searched with vector weight w.
 type pinned struct {
@@ -93,33 +21,6 @@ func (p pinned) Retrieve(ctx context.Context, q Query) (Result, error) {
 		return Result{}, fmt.Errorf("retrieve from %s: pinned to kb %s", q.KB, p.kb.name)
 	}
 	return p.kb.search(ctx, q, p.w)
-}
-
-// ErrStaleKB is returned by Lookup when the loaded kb is not the version
-// the chunk ids came from.
-var ErrStaleKB = errors.New("knowledge base version changed")
-
-// Lookup returns the chunks with the given ids from version of kb, in
-// order, with Score zero. Workflows pass chunk ids between stages instead
-// of their text, which keeps Temporal histories small; every worker holds
-// the kb, so any of them can resolve the ids.
-func (h *Hybrid) Lookup(_ context.Context, kb string, version int64, ids []string) ([]Chunk, error) {
-	k, ok := h.kbs[kb]
-	if !ok {
-		return nil, &UnknownKBError{KB: kb}
-	}
-	if k.version != version {
-		return nil, fmt.Errorf("look up chunks of %s v%d (loaded v%d): %w", kb, version, k.version, ErrStaleKB)
-	}
-	out := make([]Chunk, 0, len(ids))
-	for _, id := range ids {
-		c, ok := k.ix.chunkByID(id)
-		if !ok {
-			return nil, fmt.Errorf("look up chunk %q of %s v%d: no such chunk", id, kb, version)
-		}
-		out = append(out, c)
-	}
-	return out, nil
 }
 
 // scoreScratch is per-query working memory, pooled per kb because its
@@ -138,18 +39,18 @@ type hit struct {
 	slot  int32
 }
 
-// Retrieve returns the q.K best chunks of q.KB. An unknown kb yields an
-// *UnknownKBError.
-func (h *Hybrid) Retrieve(ctx context.Context, q Query) (Result, error) {
-	kb, ok := h.kbs[q.KB]
-	if !ok {
-		return Result{}, &UnknownKBError{KB: q.KB}
-	}
-	return kb.search(ctx, q, h.w)
-}
-
-// search scores every chunk of kb for q, fusing BM25 and cosine similarity
-// with vector weight w (see Hybrid), and returns the q.K best.
+// search scores every chunk of kb for q by BM25 and by cosine similarity
+// to the query vector, fuses the two with vector weight w and returns the
+// q.K best. The search is exact, not approximate: a linear scan of a few
+// thousand, or tens of thousands, of vectors costs well under the latency
+// budget and has perfect recall.
+//
+// Fusion is a weighted sum of min-max normalised scores, not reciprocal
+// rank fusion. Because every chunk is scored, the min and max span the
+// whole kb and the normalisation is stable; and unlike RRF it keeps the
+// size of the gaps, so a chunk that is far ahead on one signal (say the
+// only one containing a rare error code) is not pulled level with the
+// runner-up. Scores are in [0, 1]; they compare within one query only.
 func (kb *KB) search(ctx context.Context, q Query, w float64) (Result, error) {
 	useVec, err := kb.checkQuery(ctx, q)
 	if err != nil {
