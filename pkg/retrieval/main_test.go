@@ -2,15 +2,11 @@ package retrieval
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 
 	"github.com/sluice-dev/sluice/pkg/embed"
 )
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // builtinKB loads the built-in corpus once per test binary; building it is
 // deterministic and the KB is immutable.
