@@ -73,12 +73,18 @@ func (a *Chat) lookup(ctx context.Context, kb string, version int64, hits []Chun
 		ids[i] = h.ID
 	}
 	chunks, err := a.Chunks.Lookup(ctx, kb, version, ids)
-	if err != nil {
-		// An unknown kb, or another version loaded here than the one the
+	switch {
+	case errors.Is(err, retrieval.ErrUnknownKB), errors.Is(err, retrieval.ErrStaleKB):
+		// An unknown kb, or chunks no longer stored in the version the
 		// refs came from: the request cannot be answered from the context
 		// it retrieved, and retrying changes nothing. The error is returned
 		// as is, because Temporal classifies only the outermost error.
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+	case err != nil:
+		// Redis could not be read: retried, and reported as unavailable
+		// (UnavailableInterceptor) if it stays so, never as the client's
+		// mistake.
+		return nil, fmt.Errorf("look up the context of %s: %w", kb, err)
 	}
 	for i := range chunks {
 		chunks[i].Score = hits[i].Score

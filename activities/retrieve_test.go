@@ -3,12 +3,16 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"net"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"go.temporal.io/sdk/temporal"
 )
 
 func TestRetrieveCachesByKBVersion(t *testing.T) {
@@ -110,5 +114,37 @@ func TestRerankStaleKBVersion(t *testing.T) {
 	wantAppError(t, err, activities.ErrTypeBadRequest, true)
 	if !errors.Is(err, retrieval.ErrStaleKB) {
 		t.Fatalf("error %v does not say the kb is stale", err)
+	}
+}
+
+// unreachableChunks fails every lookup as a Redis that cannot be reached
+// does.
+type unreachableChunks struct{}
+
+func (unreachableChunks) Lookup(context.Context, string, int64, []string) ([]retrieval.Chunk, error) {
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+}
+
+// A store that cannot be read is not the client's mistake: the lookup is
+// retried (and, if Redis stays away, ends unavailable), never refused as
+// a bad request carrying the store's error text.
+func TestRerankWithTheStoreUnreachableIsRetried(t *testing.T) {
+	h := newHarness(t, nil)
+	ret := mustLocal[activities.RetrieveOutput](t, h, h.acts.Retrieve, activities.RetrieveInput{
+		RequestID: "r1", KB: kbName, Query: query, K: 5,
+	})
+	h.acts.Chunks = unreachableChunks{}
+	_, err := local[activities.RerankOutput](t, h, h.acts.Rerank, activities.RerankInput{
+		RequestID: "r1", KB: kbName, KBVersion: ret.KBVersion, Query: query, Hits: ret.Hits, K: 3,
+	})
+	if err == nil {
+		t.Fatal("rerank over an unreachable store succeeded")
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && (appErr.NonRetryable() || appErr.Type() == activities.ErrTypeBadRequest) {
+		t.Fatalf("unreachable store refused as %q (non-retryable %v): %v", appErr.Type(), appErr.NonRetryable(), err)
+	}
+	if !conn.Unreachable(err) {
+		t.Fatalf("error %v does not say the store was unreachable", err)
 	}
 }
