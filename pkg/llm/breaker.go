@@ -50,6 +50,7 @@ const (
 
 // Circuit is one endpoint's circuit as Circuits reports it.
 type Circuit struct {
+	// Endpoint is the endpoint's name (EndpointName).
 	Endpoint string
 	State    CircuitState
 }
@@ -84,19 +85,31 @@ var errNotCounted = errors.New("stream outcome not counted")
 // outlier's.
 var errSlowFirstToken = errors.New("slow first token")
 
+// EndpointName is how metrics, logs and errors name the i-th endpoint of
+// pool ("short-0"): never by its URL, which may carry credentials and
+// names internal addresses.
+func EndpointName(pool string, i int) string {
+	if pool == "" {
+		pool = "endpoint"
+	}
+	return fmt.Sprintf("%s-%d", pool, i)
+}
+
 // endpoint is one base URL of a pool with its circuit.
 type endpoint struct {
-	url string
-	cb  *gobreaker.TwoStepCircuitBreaker[struct{}]
+	// name is EndpointName's; url is where requests go.
+	name string
+	url  string
+	cb   *gobreaker.TwoStepCircuitBreaker[struct{}]
 	// openedAt is when the circuit last opened (unix nanoseconds), for
 	// the retry-after of an unavailable pool.
 	openedAt atomic.Int64
 }
 
-func newEndpoint(url string, b Breaker, log *slog.Logger) *endpoint {
-	ep := &endpoint{url: url}
+func newEndpoint(name, url string, b Breaker, log *slog.Logger) *endpoint {
+	ep := &endpoint{name: name, url: url}
 	ep.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:        url,
+		Name:        name,
 		MaxRequests: 1,
 		Timeout:     b.OpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= uint32(b.Failures) },
@@ -104,10 +117,10 @@ func newEndpoint(url string, b Breaker, log *slog.Logger) *endpoint {
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				ep.openedAt.Store(time.Now().UnixNano())
-				log.Warn("llm endpoint circuit opened", "endpoint", url, "from", from.String(), "open_for", b.OpenFor)
+				log.Warn("llm endpoint circuit opened", "endpoint", name, "from", from.String(), "open_for", b.OpenFor)
 				return
 			}
-			log.Info("llm endpoint circuit changed", "endpoint", url, "from", from.String(), "to", to.String())
+			log.Info("llm endpoint circuit changed", "endpoint", name, "from", from.String(), "to", to.String())
 		},
 	})
 	return ep
@@ -177,7 +190,7 @@ func (c *OpenAI) unavailable() *UnavailableError {
 func (c *OpenAI) Circuits() []Circuit {
 	out := make([]Circuit, len(c.endpoints))
 	for i, ep := range c.endpoints {
-		out[i] = Circuit{Endpoint: ep.url, State: ep.state()}
+		out[i] = Circuit{Endpoint: ep.name, State: ep.state()}
 	}
 	return out
 }

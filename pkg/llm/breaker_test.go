@@ -352,3 +352,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Circuits name endpoints by pool and index, never by URL: the scrape
+// that shows them may be public, and a URL can carry credentials.
+func TestCircuitsNameEndpointsNotURLs(t *testing.T) {
+	c, err := NewOpenAI(OpenAIOptions{Name: "short", Endpoints: []string{"http://user:secret@10.1.2.3:8000", "http://10.1.2.4:8000/v1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ci := range c.Circuits() {
+		if want := fmt.Sprintf("short-%d", i); ci.Endpoint != want {
+			t.Errorf("circuit %d named %q, want %q", i, ci.Endpoint, want)
+		}
+	}
+}

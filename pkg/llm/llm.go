@@ -80,6 +80,7 @@ type Streamer interface {
 
 // Error is a backend failure with the HTTP status, if any.
 type Error struct {
+	// Endpoint names the endpoint (EndpointName), never by its URL.
 	Endpoint string
 	Status   int
 	Message  string
@@ -174,12 +175,12 @@ func NewOpenAI(opts OpenAIOptions) (*OpenAI, error) {
 	}
 	c.tracer = opts.Tracer.Tracer(tracerName)
 	log := opts.Logger.With("pool", opts.Name)
-	for _, e := range opts.Endpoints {
+	for i, e := range opts.Endpoints {
 		e = strings.TrimRight(e, "/")
 		if !strings.HasSuffix(e, "/v1") {
 			e += "/v1"
 		}
-		c.endpoints = append(c.endpoints, newEndpoint(e, c.breaker, log))
+		c.endpoints = append(c.endpoints, newEndpoint(EndpointName(opts.Name, i), e, c.breaker, log))
 	}
 	if c.http == nil {
 		c.http = newHTTPClient(c.deadlines.Connect)
@@ -229,7 +230,7 @@ func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta) er
 	if err != nil {
 		return Result{}, err
 	}
-	res = Result{Endpoint: t.ep.url}
+	res = Result{Endpoint: t.ep.name}
 	spanEndpoint(span, t.ep.url)
 	err = c.stream(ctx, t, body, &res, onDelta)
 	var callerErr callerError
@@ -255,7 +256,7 @@ func (c *OpenAI) stream(ctx context.Context, t *ticket, body []byte, res *Result
 	defer w.stop()
 	hreq, err := http.NewRequestWithContext(sctx, http.MethodPost, t.ep.url+"/chat/completions", bytes.NewReader(body))
 	if err != nil {
-		return &Error{Endpoint: t.ep.url, Message: err.Error()}
+		return &Error{Endpoint: t.ep.name, Message: err.Error()}
 	}
 	hreq.Header.Set("Content-Type", "application/json")
 	hreq.Header.Set("Accept", "text/event-stream")
@@ -270,7 +271,7 @@ func (c *OpenAI) stream(ctx context.Context, t *ticket, body []byte, res *Result
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		return &Error{
-			Endpoint: t.ep.url, Status: resp.StatusCode, Message: strings.TrimSpace(string(msg)),
+			Endpoint: t.ep.name, Status: resp.StatusCode, Message: strings.TrimSpace(string(msg)),
 			Retryable: resp.StatusCode == 408 || resp.StatusCode == 429 || resp.StatusCode >= 500,
 		}
 	}

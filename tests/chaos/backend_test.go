@@ -5,14 +5,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/request"
 	sreq "github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 )
@@ -133,9 +134,8 @@ func (s *stack) setFault(t *testing.T, endpoint int, f llmsim.Fault) {
 // how long that took (-1: not within).
 func (s *stack) waitCircuit(endpoint, state int, within time.Duration) time.Duration {
 	start := time.Now()
-	u, _ := url.Parse(s.cfg.Pools.Short.Endpoints[endpoint])
 	for time.Since(start) < within {
-		if st, ok := s.circuit(u.Host); ok && st == state {
+		if st, ok := s.circuit(llm.EndpointName(request.PoolShort, endpoint)); ok && st == state {
 			return time.Since(start)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -145,7 +145,7 @@ func (s *stack) waitCircuit(endpoint, state int, within time.Duration) time.Dura
 
 // circuit reads an endpoint's circuit state in the short pool from the
 // API's /metrics.
-func (s *stack) circuit(host string) (int, bool) {
+func (s *stack) circuit(name string) (int, bool) {
 	resp, err := s.http.Get(s.baseURL + "/metrics")
 	if err != nil {
 		return 0, false
@@ -155,7 +155,7 @@ func (s *stack) circuit(host string) (int, bool) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		if !strings.HasPrefix(line, "sluice_backend_circuit_state{") || !strings.Contains(line, host) || !strings.Contains(line, `pool="short"`) {
+		if !strings.HasPrefix(line, "sluice_backend_circuit_state{") || !strings.Contains(line, `endpoint="`+name+`"`) || !strings.Contains(line, `pool="short"`) {
 			continue
 		}
 		f := strings.Fields(line)
