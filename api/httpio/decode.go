@@ -60,6 +60,9 @@ func ReadJSONBody(c echo.Context, limit int64) ([]byte, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, httperr.BadRequest("bad_json", "request body must be a JSON object")
 	}
+	if err := checkDepth(body); err != nil {
+		return nil, err
+	}
 	if !textIntact(body) {
 		return nil, invalidUTF8(body)
 	}

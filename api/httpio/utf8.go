@@ -3,6 +3,7 @@ package httpio
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -21,11 +22,16 @@ func textIntact(b []byte) bool { return utf8.Valid(b) && !hasLoneSurrogate(b) }
 
 // hasLoneSurrogate scans JSON text for a \u escape of a surrogate that is
 // not a high one followed by a low one.
-func hasLoneSurrogate(b []byte) bool {
+func hasLoneSurrogate(b []byte) bool { return loneSurrogateAt(b) >= 0 }
+
+// loneSurrogateAt is the offset of the first \u escape of a lone
+// surrogate in JSON text, or -1.
+func loneSurrogateAt(b []byte) int {
 	for i := 0; i < len(b); i++ {
 		if b[i] != '\\' {
 			continue
 		}
+		at := i
 		// Skip the escaped character, so that "\\" is no escape of what
 		// follows.
 		i++
@@ -38,17 +44,35 @@ func hasLoneSurrogate(b []byte) bool {
 		}
 		i += 4
 		if r >= 0xdc00 {
-			return true
+			return at
 		}
 		if i+2 >= len(b) || b[i+1] != '\\' || b[i+2] != 'u' {
-			return true
+			return at
 		}
 		if low, ok := hex4(b[i+3:]); !ok || low < 0xdc00 || low > 0xdfff {
-			return true
+			return at
 		}
 		i += 6
 	}
-	return false
+	return -1
+}
+
+// badTextAt is the offset of the first byte of b that is not intact
+// text (invalid UTF-8, or a lone surrogate's escape), or -1.
+func badTextAt(b []byte) int {
+	first := -1
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			first = i
+			break
+		}
+		i += size
+	}
+	if at := loneSurrogateAt(b); at >= 0 && (first < 0 || at < first) {
+		first = at
+	}
+	return first
 }
 
 // hex4 reads the four hex digits of a \u escape.
@@ -60,16 +84,42 @@ func hex4(b []byte) (rune, bool) {
 	return rune(n), err == nil
 }
 
+// namingLimit bounds the bodies whose bad text is named by its field: the
+// walk that names it decodes every token before it. A larger body is told
+// the byte offset only, which costs one pass and no allocation.
+const namingLimit = 1 << 20
+
 // invalidUTF8 is the refusal of a body whose text is not intact, naming
-// the field at fault.
+// the byte at fault and, in a body of up to namingLimit, its field.
 func invalidUTF8(body []byte) *httperr.Error {
-	field, param := badUTF8Field(body)
+	at := badTextAt(body)
+	var field, param string
+	if len(body) <= namingLimit {
+		field, param = badUTF8Field(body)
+		field, param = bounded(field), bounded(param)
+	}
 	e := &httperr.Error{Status: http.StatusBadRequest, Code: "bad_utf8", Param: param,
-		Message: field + " is not valid UTF-8 text"}
+		Message: fmt.Sprintf("%s is not valid UTF-8 text (byte %d)", field, at)}
 	if field == "" {
-		e.Message = "the request body is not valid UTF-8 text"
+		e.Message = fmt.Sprintf("the request body is not valid UTF-8 text (byte %d)", at)
 	}
 	return e
+}
+
+// maxPathBytes bounds a field path quoted back to the client: a key may be
+// as long as the body allows.
+const maxPathBytes = 200
+
+// bounded cuts a field path to maxPathBytes, on a rune boundary.
+func bounded(path string) string {
+	if len(path) <= maxPathBytes {
+		return path
+	}
+	cut := maxPathBytes
+	for cut > 0 && !utf8.RuneStart(path[cut]) {
+		cut--
+	}
+	return path[:cut] + "…"
 }
 
 // jsonFrame is one open object or array on the way to a token.
