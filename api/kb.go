@@ -37,17 +37,12 @@ func (s *Server) postDocuments(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req ingestRequest
-	if err := httpio.DecodeJSON(c, &req, s.cfg.Ingest.MaxBodyBytes); err != nil {
-		return err
-	}
-	docs, err := s.documentsOf(req)
-	if err != nil {
-		return err
-	}
 	if s.ingester == nil || s.ingestSlots == nil {
 		return httperr.Unavailable("document ingestion is not configured in this process")
 	}
+	// The permit first, then the body: a body of up to
+	// ingest.max_body_bytes is read only by a batch that may run, so the
+	// bodies in memory are bounded by the permits, not by the clients.
 	id := door.NewRequestID()
 	permit, err := s.ingestSlots.Acquire(c.Request().Context(), id, s.cfg.Ingest.MaxWait)
 	if errors.Is(err, semaphore.ErrTimeout) {
@@ -74,6 +69,14 @@ func (s *Server) postDocuments(c echo.Context) error {
 		case <-ctx.Done():
 		}
 	}()
+	var req ingestRequest
+	if err := httpio.DecodeJSON(c, &req, s.cfg.Ingest.MaxBodyBytes); err != nil {
+		return err
+	}
+	docs, err := s.documentsOf(req)
+	if err != nil {
+		return err
+	}
 	if err := s.door.CheckIngestQuota(ctx, who, kb, docs); err != nil {
 		return err
 	}

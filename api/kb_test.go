@@ -3,8 +3,11 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +111,42 @@ func TestIngestBusyIs503(t *testing.T) {
 	assertJSONError(t, rec, http.StatusServiceUnavailable, "ingest_busy")
 	if rec.Header().Get("Retry-After") == "" {
 		t.Fatal("no Retry-After")
+	}
+}
+
+// countingBody counts the reads of a request body.
+type countingBody struct {
+	r     io.Reader
+	reads atomic.Int32
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	b.reads.Add(1)
+	return b.r.Read(p)
+}
+
+// A batch that gets no ingestion permit is refused before its body is
+// read: large bodies in memory are bounded by the permits.
+func TestIngestBodyIsReadOnlyWithAPermit(t *testing.T) {
+	srv := newKBServer(t, func(c *config.Config) { c.Ingest.MaxConcurrent = 1; c.Ingest.MaxWait = 50 * time.Millisecond })
+	p, err := srv.ingestSlots.Acquire(context.Background(), "other", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := &countingBody{r: strings.NewReader(`{"id":"a","text":"` + strings.Repeat("x", 1<<20) + `"}`)}
+	req := httptest.NewRequest("POST", "/v1/kb/facts/documents", body)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer k-acme")
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	assertJSONError(t, rec, http.StatusServiceUnavailable, "ingest_busy")
+	if n := body.reads.Load(); n != 0 {
+		t.Fatalf("the body was read %d times without a permit", n)
+	}
+	_ = p.Release(context.Background())
+	rec = call(srv, "POST", "/v1/kb/facts/documents", `{"id":"a","text":"some text"}`)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("with the permit free: %d %s", rec.Code, rec.Body)
 	}
 }
 
