@@ -24,6 +24,27 @@ fi
 ADMIN_KEY="${SLUICE_AUTH_ADMIN_KEY:-dev-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}"
 unset SLUICE_AUTH_ADMIN_KEY
 
+# The dev stack talks to its own Temporal whatever the user's shell says:
+# TEMPORAL_* variables and the temporal CLI's profile would point it (and
+# its TLS and API key) at someone else's server.
+temporal_vars="$(compgen -e | grep '^TEMPORAL_' || true)"
+if [ -n "$temporal_vars" ]; then
+  echo ">> ignoring $(echo $temporal_vars | tr '\n' ' ')(the dev stack uses its own Temporal on 127.0.0.1:7233)"
+  for v in $temporal_vars; do unset "$v"; done
+fi
+: >"$DATA/temporal-profile.toml"
+export TEMPORAL_CONFIG_FILE="$DATA/temporal-profile.toml"
+export SLUICE_TEMPORAL_HOST_PORT="127.0.0.1:7233" SLUICE_TEMPORAL_NAMESPACE="default"
+
+# What the stack needs, named before anything starts.
+command -v curl >/dev/null || { echo "!! make run needs curl (apt-get install curl)" >&2; exit 1; }
+for p in "127.0.0.1:7233" "127.0.0.1:8233" "$SIM_ADDR" "$API_ADDR"; do
+  if (exec 3<>"/dev/tcp/${p%:*}/${p##*:}") 2>/dev/null; then
+    echo "!! something already listens on $p; stop it first (or set SLUICE_API_ADDR / SIM_ADDR)" >&2
+    exit 1
+  fi
+done
+
 pids=()
 cleanup() {
   trap - EXIT INT TERM
@@ -47,10 +68,6 @@ wait_port() { # host port name
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 echo ">> Temporal dev server (logs: $LOGS/temporal.log)"
-if port_open 127.0.0.1 7233; then
-  echo "!! something already listens on 127.0.0.1:7233; stop it first" >&2
-  exit 1
-fi
 "$BIN/temporal" server start-dev \
   --ip 127.0.0.1 --port 7233 --ui-port 8233 \
   --db-filename "$DATA/temporal.db" --log-level warn \

@@ -295,3 +295,21 @@ func TestTenantsConfigureKBsOfOneName(t *testing.T) {
 		t.Fatalf("acme's second docs: %v", err)
 	}
 }
+
+// The variables clients use live in the shells that start servers: they
+// are not settings, and an empty Temporal profile file (what make run
+// points the stack at) leaves the defaults in force.
+func TestClientVariablesAreNotSettings(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "temporal.toml")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load("", []string{"SLUICE_KEY=sk-demo", "SLUICE_URL=http://127.0.0.1:8080", "SLUICE_ADMIN_KEY=root",
+		"TEMPORAL_CONFIG_FILE=" + empty, "SLUICE_TEMPORAL_HOST_PORT=127.0.0.1:7233"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Temporal.HostPort != "127.0.0.1:7233" || cfg.Temporal.Namespace != "default" || cfg.Temporal.UsesTLS() {
+		t.Fatalf("temporal %+v", cfg.Temporal)
+	}
+}

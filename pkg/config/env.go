@@ -17,8 +17,10 @@ import (
 const EnvPrefix = "SLUICE_"
 
 // envIgnored are SLUICE_* variables that are not settings: codec keys
-// (codec.keys[].env) may be named SLUICE_CODEC_KEY_<id>.
-var envIgnored = []string{"SLUICE_CONFIG", "SLUICE_TEST_", codecKeyEnvPrefix}
+// (codec.keys[].env) may be named SLUICE_CODEC_KEY_<id>, and the clients'
+// own variables (the README's examples, sluice-keys) live in the same
+// shells that start a server.
+var envIgnored = []string{"SLUICE_CONFIG", "SLUICE_TEST_", codecKeyEnvPrefix, "SLUICE_KEY", "SLUICE_URL", "SLUICE_ADMIN_KEY"}
 
 func applyEnv(cfg *Config, environ []string) error {
 	fields := map[string]reflect.Value{}
