@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-dev/sluice/pkg/config"
 )
 
@@ -83,5 +86,22 @@ func TestReadyzFailsWhileDraining(t *testing.T) {
 	}
 	if _, err := hc.Get(base + "/healthz"); err == nil {
 		t.Error("the listener still accepts after the drain")
+	}
+}
+
+// A shared dependency that is down is shown by /readyz, not acted on:
+// every instance would leave the balancer at once, and clients would get
+// its bare error instead of Sluice's 503 with Retry-After.
+func TestReadyWhileADependencyIsDown(t *testing.T) {
+	srv, _, _ := newTestServer(t, nil)
+	srv.temporal = healthyTemporal{srv.temporal}
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { _ = down.Close() })
+	srv.redis = down
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"redis":"unavailable"`) ||
+		!strings.Contains(rec.Body.String(), `"temporal":"ok"`) || strings.Contains(rec.Body.String(), "127.0.0.1") {
+		t.Fatalf("/readyz with Redis down: %d %s; want 200, redis shown unavailable, no address", rec.Code, rec.Body)
 	}
 }

@@ -290,29 +290,27 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok", "version": version.Version})
 }
 
+// readyz answers whether this process should get traffic: it serves and
+// is not draining. A shared dependency that is down (Redis, Temporal) is
+// shown, not acted on: every instance shares it, so failing readiness
+// would pull them all out of the balancer at once, and clients would get
+// the balancer's bare error instead of Sluice's own 503 with Retry-After.
 func (s *Server) readyz(c echo.Context) error {
 	if s.unready.Load() {
 		return c.JSON(http.StatusServiceUnavailable, map[string]any{"ready": false, "draining": true})
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
-	checks := map[string]string{"redis": "ok", "temporal": "ok"}
-	ready := true
+	deps := map[string]string{"redis": "ok", "temporal": "ok"}
 	// Whoever can reach /readyz hears what is down, not where it is: the
 	// errors name internal addresses, and go to the log.
 	if err := s.redis.Ping(ctx).Err(); err != nil {
 		s.logger.Warn("readiness: redis", "err", err)
-		checks["redis"] = "unavailable"
-		ready = false
+		deps["redis"] = "unavailable"
 	}
 	if _, err := s.temporal.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
 		s.logger.Warn("readiness: temporal", "err", err)
-		checks["temporal"] = "unavailable"
-		ready = false
+		deps["temporal"] = "unavailable"
 	}
-	status := http.StatusOK
-	if !ready {
-		status = http.StatusServiceUnavailable
-	}
-	return c.JSON(status, map[string]any{"ready": ready, "checks": checks})
+	return c.JSON(http.StatusOK, map[string]any{"ready": true, "dependencies": deps})
 }
