@@ -911,3 +911,16 @@ func withSessions(t *testing.T) func(*redis.Client, *Options) {
 		o.Sessions = sessions
 	}
 }
+
+// With metrics.addr set, the public port does not serve /metrics: the app
+// serves it on that address instead.
+func TestMetricsOffThePublicPort(t *testing.T) {
+	for addr, want := range map[string]int{"": http.StatusOK, "127.0.0.1:9090": http.StatusNotFound} {
+		srv, _, _ := newTestServer(t, func(c *config.Config) { c.Metrics.Addr = addr })
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		if rec.Code != want {
+			t.Errorf("metrics.addr %q: GET /metrics on the API's port is %d, want %d", addr, rec.Code, want)
+		}
+	}
+}

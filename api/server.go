@@ -105,7 +105,8 @@ type Options struct {
 	Embeddings openai.Embeddings
 	// Sessions serves /v1/sessions; nil disables it.
 	Sessions *session.Store
-	// Metrics, if set, is served at GET /metrics.
+	// Metrics, if set, is served at GET /metrics (on api.addr unless
+	// metrics.addr names a listener of its own, which the app runs).
 	Metrics *metrics.Metrics
 	// Keys verifies managed API keys and serves /v1/admin/keys; nil
 	// accepts only the configured keys. Run runs its invalidation.
@@ -187,7 +188,8 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	admin.GET("/bans", s.listBans)
 	admin.DELETE("/bans/:kind/:value", s.liftBan)
 	s.routeCodec(e)
-	if m != nil {
+	if m != nil && s.cfg.Metrics.Addr == "" {
+		// With metrics.addr set, the app serves them there instead.
 		e.GET("/metrics", echo.WrapHandler(m.Handler()))
 	}
 	e.GET("/healthz", s.healthz)

@@ -85,6 +85,12 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	// (clients resume elsewhere with Last-Event-ID; their requests go on),
 	// then stop the hub, then the worker, which lets running activities
 	// finish. So the hub and worker get contexts of their own.
+	var serveMetrics func(context.Context) error
+	if cfg.Metrics.Addr != "" {
+		if serveMetrics, err = metricsServer(cfg.Metrics.Addr, "metrics.addr", rt.Metrics.Handler(), logger); err != nil {
+			return err
+		}
+	}
 	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	g, gctx := errgroup.WithContext(ctx)
@@ -96,6 +102,9 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	})
 	if cfg.API.EmbeddedWorker {
 		g.Go(func() error { return rt.Run(workerCtx) })
+	}
+	if serveMetrics != nil {
+		g.Go(func() error { return serveMetrics(gctx) })
 	}
 	g.Go(func() error {
 		defer stopWorker()
@@ -126,24 +135,47 @@ func RunWorker(ctx context.Context, cfg config.Config, logger *slog.Logger) erro
 	if cfg.Metrics.WorkerAddr == "" {
 		return rt.Run(ctx)
 	}
-	ln, err := net.Listen("tcp", cfg.Metrics.WorkerAddr)
+	serve, err := metricsServer(cfg.Metrics.WorkerAddr, "metrics.worker_addr", rt.Metrics.Handler(), logger)
 	if err != nil {
-		return fmt.Errorf("listen for metrics on %s (metrics.worker_addr): %w", cfg.Metrics.WorkerAddr, err)
+		return err
+	}
+	mctx, stopMetrics := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- serve(mctx) }()
+	runErr := rt.Run(ctx)
+	stopMetrics()
+	return errors.Join(runErr, <-served)
+}
+
+// metricsServer listens on addr (field names the setting in errors) and
+// returns what serves GET /metrics there until its context ends: the
+// worker's metrics, or the API's when metrics.addr keeps them off the
+// public port.
+func metricsServer(addr, field string, h http.Handler, logger *slog.Logger) (func(context.Context) error, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for metrics on %s (%s): %w", addr, field, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", rt.Metrics.Handler())
+	mux.Handle("GET /metrics", h)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	logger.Info("metrics served", "addr", ln.Addr().String())
-	runErr := rt.Run(ctx)
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return errors.Join(runErr, fmt.Errorf("serve metrics: %w", err))
-	}
-	return runErr
+	return func(ctx context.Context) error {
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(ln) }()
+		select {
+		case err := <-served:
+			return fmt.Errorf("serve metrics: %w", err)
+		case <-ctx.Done():
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve metrics: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // Main is a binary's main: it loads the config from the command line (exit

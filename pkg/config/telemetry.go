@@ -8,8 +8,12 @@ import (
 // Metrics configures Prometheus metrics and the latency window that
 // instances share.
 type Metrics struct {
+	// Addr, if set, is where the API process serves GET /metrics instead
+	// of on api.addr, so that the public port need not expose it: the
+	// metrics name tenants' tiers, pools and queue depths.
+	Addr string `yaml:"addr"`
 	// WorkerAddr is where sluice-worker serves GET /metrics ("": not at
-	// all); the API serves it on api.addr.
+	// all).
 	WorkerAddr string `yaml:"worker_addr"`
 	// LatencySlot is the time slot of the shared latency window: a reader
 	// sees the last few slots. LatencyRetention is how long slots are kept.
@@ -32,6 +36,9 @@ func defaultLog() Log {
 }
 
 func (m Metrics) validate(v *validator) {
+	if m.Addr != "" {
+		v.hostPort("metrics.addr", m.Addr)
+	}
 	v.duration("metrics.latency_slot", m.LatencySlot)
 	if m.LatencyRetention < m.LatencySlot {
 		v.add("metrics.latency_retention", "must be at least metrics.latency_slot (%s), got %s", m.LatencySlot, m.LatencyRetention)
