@@ -45,7 +45,7 @@ func TestDepthIsBounded(t *testing.T) {
 func TestWorstBodyCostsItsSize(t *testing.T) {
 	const limit = 16 << 20
 	for name, body := range map[string][]byte{
-		"brackets then invalid UTF-8": append(bytes.Repeat([]byte("["), limit-1), 0xff),
+		"brackets then invalid UTF-8":   append(bytes.Repeat([]byte("["), limit-1), 0xff),
 		"a long key with invalid UTF-8": []byte(`{"` + strings.Repeat("k", limit-16) + "\xff" + `":1}`),
 		"deep objects":                  []byte(strings.Repeat(`{"a":`, limit/5)),
 	} {
@@ -74,7 +74,7 @@ func TestWorstBodyCostsItsSize(t *testing.T) {
 // surrogate as well as a byte that is not UTF-8.
 func TestBadTextNamesItsByte(t *testing.T) {
 	for body, at := range map[string]int{
-		"{\"a\":\"ok\",\"b\":\"\xff\"}":   15,
+		"{\"a\":\"ok\",\"b\":\"\xff\"}": 15,
 		`{"a":"\ud800","b":1}`:          6,
 		`{"a":"\\ud800","b":"\udc00x"}`: 20,
 		`{"a":"fine"}`:                  -1,
