@@ -13,7 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
-	"github.com/sluice-dev/sluice/pkg/request"
 	sreq "github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 )
@@ -135,7 +134,7 @@ func (s *stack) setFault(t *testing.T, endpoint int, f llmsim.Fault) {
 func (s *stack) waitCircuit(endpoint, state int, within time.Duration) time.Duration {
 	start := time.Now()
 	for time.Since(start) < within {
-		if st, ok := s.circuit(llm.EndpointName(request.PoolShort, endpoint)); ok && st == state {
+		if st, ok := s.circuit(llm.EndpointName(sreq.PoolShort, endpoint)); ok && st == state {
 			return time.Since(start)
 		}
 		time.Sleep(50 * time.Millisecond)
