@@ -95,11 +95,12 @@ func (l *connLimiter) noteRefusal(ip netip.Addr, limit string) {
 	}
 }
 
-// remoteIP is the connection's client address; an unknown one (not TCP)
-// is the zero address, shared by all such connections.
+// remoteIP is the client a connection counts as (iphash.Client: an IPv6
+// client by its /64, as limits and bans count it); an unknown one (not
+// TCP) is the zero address, shared by all such connections.
 func remoteIP(c net.Conn) netip.Addr {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
-		return a.AddrPort().Addr().Unmap()
+		return iphash.Client(a.AddrPort().Addr())
 	}
 	return netip.Addr{}
 }

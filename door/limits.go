@@ -33,7 +33,7 @@ func (d *Door) reserve(ctx context.Context, header http.Header, id string, who C
 	if !enabled || d.limiter == nil {
 		return "", nil
 	}
-	buckets := RatesOf(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: d.addresses.Of(who.IP)}, float64(cost))
+	buckets := RatesOf(tier).Buckets(limiter.Caller{Tenant: who.Tenant, User: who.User, IP: d.addresses.ClientOf(who.IP)}, float64(cost))
 	dec, err := d.limiter.Reserve(ctx, id, buckets)
 	if err != nil {
 		d.logger.Error("reserve rate limits", "requestID", id, "err", err)

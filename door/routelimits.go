@@ -27,7 +27,7 @@ func (d *Door) LimitRoute(ctx context.Context, header http.Header, who Caller, r
 	buckets := limiter.Policy{
 		Tenant: limiter.Rate{RequestsPerMinute: rate.TenantPerMinute},
 		IP:     limiter.Rate{RequestsPerMinute: rate.IPPerMinute},
-	}.Buckets(limiter.Caller{Tenant: route + ":" + who.Tenant, IP: route + ":" + d.addresses.Of(who.IP)}, 0)
+	}.Buckets(limiter.Caller{Tenant: route + ":" + who.Tenant, IP: route + ":" + d.addresses.ClientOf(who.IP)}, 0)
 	if len(buckets) == 0 {
 		return nil
 	}

@@ -126,10 +126,7 @@ func (g *Guard) IP(addr string) Subject {
 }
 
 func (g *Guard) addressSubject(ip netip.Addr) Subject {
-	if ip = ip.Unmap(); ip.Is6() {
-		ip = netip.PrefixFrom(ip, 64).Masked().Addr()
-	}
-	return Subject{Kind: KindIP, Value: g.opts.Addresses.Addr(ip)}
+	return Subject{Kind: KindIP, Value: g.opts.Addresses.Addr(iphash.Client(ip))}
 }
 
 // Check says whether one of the subjects given (zero ones are skipped)

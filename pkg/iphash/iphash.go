@@ -82,3 +82,23 @@ func IsHash(s string) bool {
 	}
 	return true
 }
+
+// Client is the address a client is counted by, in limits, bans and
+// connection caps alike: an IPv4 address as it is, an IPv6 one by its /64
+// (what one host is usually given), so that a client cannot escape a
+// limit by rotating through the addresses of its own /64.
+func Client(ip netip.Addr) netip.Addr {
+	if ip = ip.Unmap(); ip.Is6() {
+		return netip.PrefixFrom(ip, 64).Masked().Addr()
+	}
+	return ip
+}
+
+// ClientOf is the hash of the client an address given as text counts as
+// (Client); text that is not an address is hashed as it is.
+func (h *Hasher) ClientOf(addr string) string {
+	if ip, err := netip.ParseAddr(addr); err == nil {
+		return h.Addr(Client(ip))
+	}
+	return h.sum(addr)
+}

@@ -63,3 +63,24 @@ func TestIsHash(t *testing.T) {
 		}
 	}
 }
+
+// A client is counted by its IPv4 address, or by its IPv6 /64: the
+// addresses of one /64 are one client, another /64 is another.
+func TestClientCountsIPv6ByItsSlash64(t *testing.T) {
+	h := New([]byte("k"))
+	same := []string{"2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff", "2001:db8:1:2::"}
+	for _, a := range same[1:] {
+		if h.ClientOf(a) != h.ClientOf(same[0]) {
+			t.Errorf("%s and %s are one /64 but two clients", a, same[0])
+		}
+	}
+	if h.ClientOf("2001:db8:1:3::1") == h.ClientOf(same[0]) {
+		t.Error("two /64s are one client")
+	}
+	if h.ClientOf("::ffff:192.0.2.1") != h.ClientOf("192.0.2.1") || h.ClientOf("192.0.2.1") == h.ClientOf("192.0.2.2") {
+		t.Error("IPv4 clients are not counted by their address")
+	}
+	if got := Client(netip.MustParseAddr("2001:db8:1:2:3:4:5:6")); got != netip.MustParseAddr("2001:db8:1:2::") {
+		t.Errorf("Client = %s", got)
+	}
+}
