@@ -169,7 +169,7 @@ func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *re
 	hub := events.NewHub(rdb, log, events.HubOptions{})
 	lim := limiter.New(rdb, limiter.Options{KeyPrefix: prefix})
 	opts.Door, err = door.New(door.Options{Config: cfg, Temporal: opts.Temporal, Redis: rdb, Events: log, Hub: hub, Gate: gate,
-		Prompts: opts.Prompts, Policy: opts.Policy, Settings: func(t policy.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
+		Prompts: opts.Prompts, Policy: opts.Policy,
 		Limiter: lim, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
 		Metrics: opts.Metrics, Addresses: opts.Addresses, Logger: opts.Logger})
 	if err != nil {

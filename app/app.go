@@ -27,13 +27,10 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/keys"
-	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/version"
 	"github.com/sluice-dev/sluice/worker"
-	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // RunAPI runs a whole API process until ctx ends: the HTTP server, the
@@ -60,7 +57,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	}
 	gate, err := door.New(door.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub, Gate: rt.Gate,
-		Prompts: rt.Prompts, Policy: rt.Policy, Settings: func(t policy.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) },
+		Prompts: rt.Prompts, Policy: rt.Policy,
 		Limiter: rt.Limiter, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
 		Logger: logger.With("component", "door"),
 	})

@@ -35,7 +35,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/waitroom"
-	"github.com/sluice-dev/sluice/workflows"
 )
 
 // Door admits chat requests. One per API process.
@@ -60,8 +59,6 @@ type Door struct {
 	kbStore   *kbstore.Store
 	// answerKBs are the kbs whose answers the L3 tier keeps, by key.
 	answerKBs map[string]bool
-	// settings are the chat workflow's settings of a tier.
-	settings func(policy.Tier) workflows.ChatSettings
 	// room holds the requests waiting at the door, and a slot per
 	// workflow start in flight.
 	room *waitroom.Room
@@ -91,8 +88,6 @@ type Options struct {
 	Prompts  *prompt.Builder
 	// Policy is the live traffic policy.
 	Policy *policy.Store
-	// Settings are the chat workflow's settings of a tier.
-	Settings func(policy.Tier) workflows.ChatSettings
 	// Limiter enforces limits.* at the door; nil disables rate limits.
 	Limiter *limiter.Limiter
 	// Bans refuses IPs and keys that flood; nil disables bans.
@@ -113,8 +108,8 @@ type Options struct {
 // New builds the door.
 func New(opts Options) (*Door, error) {
 	if opts.Temporal == nil || opts.Redis == nil || opts.Events == nil || opts.Hub == nil || opts.Gate == nil ||
-		opts.Prompts == nil || opts.Policy == nil || opts.Settings == nil {
-		return nil, errors.New("door: Temporal, Redis, Events, Hub, Gate, Prompts, Policy and Settings are required")
+		opts.Prompts == nil || opts.Policy == nil {
+		return nil, errors.New("door: Temporal, Redis, Events, Hub, Gate, Prompts and Policy are required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -122,7 +117,7 @@ func New(opts Options) (*Door, error) {
 	d := &Door{
 		cfg: opts.Config, temporal: opts.Temporal, events: opts.Events, hub: opts.Hub, gate: opts.Gate,
 		prompts: opts.Prompts, limiter: opts.Limiter, policy: opts.Policy, bans: opts.Bans, sessions: opts.Sessions,
-		metrics: opts.Metrics, addresses: opts.Addresses, kbStore: opts.KBs, settings: opts.Settings,
+		metrics: opts.Metrics, addresses: opts.Addresses, kbStore: opts.KBs,
 		answerKBs: map[string]bool{}, refusals: logsample.New(), logger: opts.Logger,
 		kbs: newKBs(opts.Config.Retrieval.KnowledgeBases, opts.KBs),
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/waitroom"
+	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // startWhenAdmitted waits in the door's waiting room while the client
@@ -122,7 +123,7 @@ func (d *Door) queueWait(ctx context.Context, pool string) time.Duration {
 // maxWait is the request's whole wait for a permit, the door's share
 // included: its tier's, else its pool's, else admission.max_wait.
 func (d *Door) maxWait(a arrival) time.Duration {
-	set := d.settings(a.tier)
+	set := settings.Chat(d.cfg, a.tier)
 	if w, ok := set.MaxWaitByPool[a.pool]; ok {
 		return w
 	}

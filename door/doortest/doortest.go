@@ -24,12 +24,9 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/httperr"
-	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/worker"
-	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // Parsers are what the request parsers need: the default config, its
@@ -53,8 +50,7 @@ func Parsers(t testing.TB) (config.Config, *prompt.Builder, *door.Door) {
 	}
 	d, err := door.New(door.Options{Config: cfg, Temporal: noTemporal{}, Redis: rdb, Events: log,
 		Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate, Prompts: prompts,
-		Policy:   worker.NewPolicy(rdb, cfg, gate, slog.Default()),
-		Settings: func(t policy.Tier) workflows.ChatSettings { return settings.Chat(cfg, t) }})
+		Policy: worker.NewPolicy(rdb, cfg, gate, slog.Default())})
 	if err != nil {
 		t.Fatal(err)
 	}
