@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/api/httpio"
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -24,7 +25,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 			return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "admin API disabled (set auth.admin_key or give a key the admin scope)"}
 		}
 		keyID, authErr := s.adminCaller(c)
-		if err := s.checkBans(c, keyID, authErr); err != nil {
+		if err := s.checkBans(c, &door.Caller{KeyID: keyID}, authErr); err != nil {
 			return err
 		}
 		if authErr != nil {

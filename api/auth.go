@@ -21,12 +21,8 @@ var errUnknownKey = &httperr.Error{Status: http.StatusUnauthorized, Code: "unaut
 // caller is refused with 429 whatever else is wrong with the request.
 func (s *Server) authenticate(c echo.Context) (door.Caller, error) {
 	who, authErr := s.identify(c)
-	who.IP = c.RealIP()
-	if err := s.door.CheckBans(c.Request().Context(), &who, c.Path()); err != nil {
+	if err := s.checkBans(c, &who, authErr); err != nil {
 		return door.Caller{}, err
-	}
-	if refusedCredential(authErr) {
-		s.door.RefusedCredential(c.Request().Context(), who, c.Path())
 	}
 	return who, authErr
 }
@@ -117,16 +113,16 @@ func (s *Server) callerOf(ctx context.Context, key string) (door.Caller, error) 
 	return who, nil
 }
 
-// checkBans refuses a request whose caller is known only by its key id
-// (the admin routes) if its address or key is banned, and counts a
-// refused credential (authErr a 401) against them.
-func (s *Server) checkBans(c echo.Context, keyID string, authErr error) error {
-	who := door.Caller{KeyID: keyID, IP: c.RealIP()}
-	if err := s.door.CheckBans(c.Request().Context(), &who, c.Path()); err != nil {
+// checkBans sets who's address, refuses the request if its address or
+// key is banned, and counts a refused credential (authErr a 401) against
+// them.
+func (s *Server) checkBans(c echo.Context, who *door.Caller, authErr error) error {
+	who.IP = c.RealIP()
+	if err := s.door.CheckBans(c.Request().Context(), who); err != nil {
 		return err
 	}
 	if refusedCredential(authErr) {
-		s.door.RefusedCredential(c.Request().Context(), who, c.Path())
+		s.door.RefusedCredential(c.Request().Context(), *who, c.Path())
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 )
@@ -67,7 +68,7 @@ func (s *Server) codecCaller(c echo.Context) error {
 	if err == nil {
 		return nil
 	}
-	if banErr := s.checkBans(c, keyID, err); banErr != nil {
+	if banErr := s.checkBans(c, &door.Caller{KeyID: keyID}, err); banErr != nil {
 		return banErr
 	}
 	return err

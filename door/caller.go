@@ -50,12 +50,12 @@ func (who Caller) SessionOwner() session.Owner {
 
 // CheckBans refuses a request whose address or key is banned, with the
 // ban's remaining time as Retry-After (one Redis round trip, counting
-// nothing); path names the route in logs. A ban store that does not
+// nothing). A ban store that does not
 // answer lets the request through (bans guard against abuse, and the rate
 // limits, which fail closed, still stand); when it used up
 // redis.request_timeout, the caller is marked so that Admit refuses at
 // once rather than wait as long again.
-func (d *Door) CheckBans(ctx context.Context, who *Caller, path string) error {
+func (d *Door) CheckBans(ctx context.Context, who *Caller) error {
 	if d.bans == nil {
 		return nil
 	}
@@ -74,13 +74,9 @@ func (d *Door) CheckBans(ctx context.Context, who *Caller, path string) error {
 // credential against the bans of its address (and of the key it named,
 // if any): guessing keys is abuse, however slowly it is done.
 func (d *Door) RefusedCredential(ctx context.Context, who Caller, path string) {
-	if d.bans == nil {
-		return
+	if d.bans != nil {
+		d.strike(ctx, who, path, d.bans.Strike)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Redis.RequestTimeout)
-	defer cancel()
-	v, err := d.bans.Strike(ctx, d.banSubjects(who)...)
-	d.noteStrike(v, err, path)
 }
 
 // refusedWithRetry tells the bans that who was refused by a rate limit
@@ -90,25 +86,19 @@ func (d *Door) refusedWithRetry(ctx context.Context, who Caller, retryAfter time
 	if d.bans == nil {
 		return
 	}
+	d.strike(ctx, who, path, func(ctx context.Context, subjects ...ban.Subject) (ban.Verdict, error) {
+		return d.bans.Refused(ctx, retryAfter, subjects...)
+	})
+}
+
+// strike counts one strike of who with count (a ban.Guard method), within
+// redis.request_timeout and whether or not the request's client stays,
+// and logs and counts a ban it imposed; the request itself is already
+// refused for what it did.
+func (d *Door) strike(ctx context.Context, who Caller, path string, count func(context.Context, ...ban.Subject) (ban.Verdict, error)) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Redis.RequestTimeout)
 	defer cancel()
-	v, err := d.bans.Refused(ctx, retryAfter, d.banSubjects(who)...)
-	d.noteStrike(v, err, path)
-}
-
-// banSubjects are what a ban can name of a caller: its address and its
-// key.
-func (d *Door) banSubjects(who Caller) []ban.Subject {
-	subjects := []ban.Subject{d.bans.IP(who.IP)}
-	if who.KeyID != "" {
-		subjects = append(subjects, ban.Subject{Kind: ban.KindKey, Value: who.KeyID})
-	}
-	return subjects
-}
-
-// noteStrike logs and counts a ban a strike imposed; the request itself
-// is already refused for what it did.
-func (d *Door) noteStrike(v ban.Verdict, err error, path string) {
+	v, err := count(ctx, d.banSubjects(who)...)
 	if err != nil {
 		d.logger.Warn("count a strike for the bans", "err", err)
 	}
@@ -119,6 +109,16 @@ func (d *Door) noteStrike(v ban.Verdict, err error, path string) {
 	b := d.cfg.Limits.Ban
 	d.logger.Warn("banned for abuse", "kind", v.Kind, "value", v.Value, "for", b.Duration,
 		"threshold", b.Threshold, "window", b.Window, "path", path)
+}
+
+// banSubjects are what a ban can name of a caller: its address and its
+// key.
+func (d *Door) banSubjects(who Caller) []ban.Subject {
+	subjects := []ban.Subject{d.bans.IP(who.IP)}
+	if who.KeyID != "" {
+		subjects = append(subjects, ban.Subject{Kind: ban.KindKey, Value: who.KeyID})
+	}
+	return subjects
 }
 
 // banned is the refusal of a caller v finds banned (nil if it bans
