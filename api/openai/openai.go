@@ -233,20 +233,18 @@ func failureError(ev events.Event) *httperr.Error {
 	if err := json.Unmarshal(ev.Data, &f); err != nil || f.Reason == "" {
 		return &httperr.Error{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "the request failed"}
 	}
-	e := &httperr.Error{Code: f.Reason, Message: f.Message, RetryAfter: f.RetryAfterS}
+	status := http.StatusInternalServerError
 	switch f.Reason {
 	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull, request.ReasonShed,
 		request.ReasonBackendUnavailable, request.ReasonUnavailable:
-		e.Status = http.StatusServiceUnavailable
+		status = http.StatusServiceUnavailable
 	case request.ReasonBackendError, request.ReasonStreamInterrupted:
-		e.Status = http.StatusBadGateway
+		status = http.StatusBadGateway
 	case request.ReasonBadRequest:
-		e.Status = http.StatusBadRequest
+		status = http.StatusBadRequest
 	case request.ReasonCancelled:
 		// Not a status clients retry: someone meant it to stop.
-		e.Status = http.StatusGone
-	default:
-		e.Status = http.StatusInternalServerError
+		status = http.StatusGone
 	}
-	return e
+	return httperr.Refused(status, f)
 }
