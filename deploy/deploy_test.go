@@ -457,6 +457,9 @@ func TestKubernetes(t *testing.T) {
 		}
 		checkProbe(t, "sluice-api readinessProbe", api, api.ReadinessProbe, apiPort, "/readyz")
 		checkProbe(t, "sluice-api livenessProbe", api, api.LivenessProbe, apiPort, "/healthz")
+		if apiCfg.Metrics.Addr == "" || checkListenAddr(t, "ConfigMap metrics.addr", apiCfg.Metrics.Addr) == apiPort {
+			t.Errorf("ConfigMap metrics.addr %q: want /metrics on a port of its own, not the Service's %s", apiCfg.Metrics.Addr, apiPort)
+		}
 		checkAuthOff(t, "ConfigMap", *apiCfg)
 		fromSecret := false
 		for _, e := range api.Env {
@@ -910,7 +913,7 @@ func loadCompose(t *testing.T) composeFile {
 type envRef struct{ key, host string }
 
 // listenKeys are settings that name an address to listen on, not a peer.
-var listenKeys = []string{config.EnvPrefix + "API_ADDR", config.EnvPrefix + "METRICS_WORKER_ADDR"}
+var listenKeys = []string{config.EnvPrefix + "API_ADDR", config.EnvPrefix + "METRICS_ADDR", config.EnvPrefix + "METRICS_WORKER_ADDR"}
 
 // envReferences returns the hosts that environment values point at: the
 // host of every URL, and of every host:port in an *_ADDR or *_HOST_PORT.

@@ -181,6 +181,13 @@ func (r *rendered) checkAPI(t *testing.T, d *appsv1.Deployment, cfg config.Confi
 	checkHelmProbe(t, "api startupProbe", c, c.StartupProbe, port, "/healthz")
 	checkHelmProbe(t, "api livenessProbe", c, c.LivenessProbe, port, "/healthz")
 	checkHelmProbe(t, "api readinessProbe", c, c.ReadinessProbe, port, "/readyz")
+	if cfg.Metrics.Addr == "" {
+		t.Error("api: metrics.addr is empty, so the public port serves /metrics")
+	} else if mp := checkListenAddr(t, "api config metrics.addr", cfg.Metrics.Addr); mp == port {
+		t.Errorf("api: metrics.addr shares the public port %s", port)
+	} else if p, ok := containerPort(c, "metrics"); !ok || p != mp {
+		t.Errorf("api: container port \"metrics\" is %q, want the one metrics.addr listens on (%s)", p, mp)
+	}
 	checkAuthOff(t, "chart config", cfg)
 	var preStop time.Duration
 	if l := c.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Exec == nil || len(l.PreStop.Exec.Command) != 2 || l.PreStop.Exec.Command[0] != "sleep" {
@@ -245,15 +252,16 @@ func checkHelmProbe(t *testing.T, what string, c corev1.Container, p *corev1.Pro
 		t.Errorf("%s: port %s resolves to %q, but the process listens on %s", what, p.HTTPGet.Port.String(), port, listenPort)
 	}
 	if c.Command[0] == "sluice-worker" {
-		checkWorkerRoute(t, what, p.HTTPGet.Path)
+		checkMetricsServerRoute(t, what, p.HTTPGet.Path)
 		return
 	}
 	checkRoute(t, what, c.Command[0], p.HTTPGet.Path)
 }
 
-// checkWorkerRoute checks that the worker process serves GET path, as
-// registered on its mux in app.
-func checkWorkerRoute(t *testing.T, what, path string) {
+// checkMetricsServerRoute checks that the metrics server (the worker's,
+// and the API's on metrics.addr) serves GET path, as registered on its mux
+// in app.
+func checkMetricsServerRoute(t *testing.T, what, path string) {
 	t.Helper()
 	src, err := os.ReadFile(filepath.Join(repoRoot(t), "app", "app.go"))
 	if err != nil {
@@ -583,8 +591,12 @@ func (r *rendered) checkNetworkPolicies(t *testing.T, cfg config.Config, api, wo
 				ingress = append(ingress, port)
 			}
 		}
-		if len(ingress) != 1 || len(c.Ports) != 1 || ingress[0] != fmt.Sprint(c.Ports[0].ContainerPort) {
-			t.Errorf("NetworkPolicy %s: ingress on %v, want only %s's port %v", np.Name, ingress, d.Name, c.Ports)
+		var ports []string
+		for _, p := range c.Ports {
+			ports = append(ports, fmt.Sprint(p.ContainerPort))
+		}
+		if slices.Sort(ingress); !slices.Equal(ingress, slices.Sorted(slices.Values(ports))) {
+			t.Errorf("NetworkPolicy %s: ingress on %v, want exactly %s's ports %v", np.Name, ingress, d.Name, c.Ports)
 		}
 		egress := map[string]bool{}
 		for _, rule := range np.Spec.Egress {
@@ -620,8 +632,8 @@ func (r *rendered) checkMonitors(t *testing.T) {
 			if !named {
 				t.Errorf("ServiceMonitor %s: port %q is no port of Service %s", m.Name, e.Port, svc.Name)
 			}
-			if c.Command[0] == "sluice-worker" {
-				checkWorkerRoute(t, "ServiceMonitor "+m.Name, e.Path)
+			if e.Port == "metrics" || c.Command[0] == "sluice-worker" {
+				checkMetricsServerRoute(t, "ServiceMonitor "+m.Name, e.Path)
 			} else {
 				checkRoute(t, "ServiceMonitor "+m.Name, c.Command[0], e.Path)
 			}

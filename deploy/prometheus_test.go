@@ -242,9 +242,9 @@ func TestComposeMonitoring(t *testing.T) {
 			targets = append(targets, s.Targets...)
 		}
 	}
-	worker := cf.Services["sluice-worker"].Environment["SLUICE_METRICS_WORKER_ADDR"]
-	_, workerPort, _ := strings.Cut(worker, ":")
-	for _, want := range []string{"sluice-api:8080", "sluice-worker:" + workerPort} {
+	_, apiPort, _ := strings.Cut(cf.Services["sluice-api"].Environment["SLUICE_METRICS_ADDR"], ":")
+	_, workerPort, _ := strings.Cut(cf.Services["sluice-worker"].Environment["SLUICE_METRICS_WORKER_ADDR"], ":")
+	for _, want := range []string{"sluice-api:" + apiPort, "sluice-worker:" + workerPort} {
 		if !slices.Contains(targets, want) {
 			t.Errorf("prometheus/prometheus.yml scrapes %v, want %s (where the service listens)", targets, want)
 		}

@@ -82,7 +82,9 @@ values laid over it. Pools without endpoints get the simulator's Service.
     "addr" (printf "0.0.0.0:%d" (int .Values.api.port))
     "shutdown_timeout" (printf "%ds" (int .Values.api.shutdownTimeoutSeconds))
     "drain_delay" (printf "%ds" (int .Values.api.drainDelaySeconds)))
-  "metrics" (dict "worker_addr" (printf "0.0.0.0:%d" (int .Values.worker.metricsPort)))
+  "metrics" (dict
+    "addr" (printf "0.0.0.0:%d" (int .Values.api.metricsPort))
+    "worker_addr" (printf "0.0.0.0:%d" (int .Values.worker.metricsPort)))
   "llm" (dict
     "timeout" (printf "%ds" (int .Values.llm.timeoutSeconds))
     "max_attempts" (int .Values.llm.maxAttempts))
