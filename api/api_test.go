@@ -128,6 +128,12 @@ var testHubs sync.Map // *Server -> *events.Hub
 // server are built from them.
 func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
 	t.Helper()
+	return newTestServerOn(t, redisAddr, mod, with)
+}
+
+// newTestServerOn is newTestServerWith on the Redis at addr.
+func newTestServerOn(t *testing.T, addr string, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Auth.APIKeys = []config.APIKey{{Key: "k-acme", Tenant: "acme", Tier: "vip", Scopes: []string{"chat", "ingest"}}}
 	cfg.API.MaxQueryChars = 200
@@ -139,7 +145,7 @@ func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *re
 		t.Fatal(err)
 	}
 	// As the runtime builds it: a caller's deadline bounds network waits.
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := "t:" + t.Name() + ":"
 	// A test's keys are named for it: what an earlier run of it left

@@ -1,13 +1,17 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
+	"go.temporal.io/api/serviceerror"
+
 	"github.com/sluice-dev/sluice/api/openai"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 )
 
@@ -29,6 +33,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 		case http.StatusRequestEntityTooLarge:
 			ae.Code = "body_too_large"
 		}
+	case dependencyFailed(err):
+		s.logger.Warn("request failed: a dependency was unavailable", "method", c.Request().Method, "path", c.Path(), "err", err)
+		ae = httperr.Unavailable("a service Sluice depends on is not answering; please retry")
 	default:
 		s.logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
 		ae = &httperr.Error{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
@@ -43,6 +50,19 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if err := c.JSON(ae.Status, body); err != nil {
 		s.logger.Warn("write error response", "err", err)
 	}
+}
+
+// dependencyFailed says whether err, which no handler turned into an
+// answer, is Redis or Temporal failing now (unreachable, failing over,
+// overloaded, or too slow for the request's deadline) rather than a bug:
+// the client is told to retry, with nothing of the error's text, which
+// names addresses and servers.
+func dependencyFailed(err error) bool {
+	var unavailable *serviceerror.Unavailable
+	var deadline *serviceerror.DeadlineExceeded
+	var exhausted *serviceerror.ResourceExhausted
+	return conn.Unreachable(err) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.As(err, &exhausted)
 }
 
 // recoverJSON turns a handler panic into a JSON 500 instead of a dropped
