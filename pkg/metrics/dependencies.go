@@ -33,6 +33,7 @@ type dependencyCollector struct {
 	mu     sync.Mutex
 	names  []string
 	checks []func(ctx context.Context) error
+	last   snapshot
 }
 
 func (c *dependencyCollector) add(name string, check func(ctx context.Context) error) {
@@ -45,8 +46,11 @@ func (c *dependencyCollector) add(name string, check func(ctx context.Context) e
 func (c *dependencyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- dependencyUpDesc }
 
 // Collect checks every dependency at once, so that one that hangs costs
-// the scrape one budget, not one per dependency.
-func (c *dependencyCollector) Collect(ch chan<- prometheus.Metric) {
+// the scrape one budget, not one per dependency; scrapes within
+// snapshotTTL of a check see its result.
+func (c *dependencyCollector) Collect(ch chan<- prometheus.Metric) { c.last.collect(ch, c.check) }
+
+func (c *dependencyCollector) check(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	names, checks := c.names, c.checks
 	c.mu.Unlock()

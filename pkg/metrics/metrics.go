@@ -255,6 +255,7 @@ type poolCollector struct {
 	stats  func(ctx context.Context, pool string) (PoolStats, error)
 	budget time.Duration
 	logger *slog.Logger
+	last   snapshot
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -264,7 +265,11 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- oldestDesc
 }
 
-func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+// Collect reads every pool's state from Redis; scrapes within snapshotTTL
+// of a read see its result.
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) { c.last.collect(ch, c.read) }
+
+func (c *poolCollector) read(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.budget)
 	defer cancel()
 	for _, pool := range c.pools {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,4 +267,36 @@ func TestHealingAlerts(t *testing.T) {
 	}
 	var none *Metrics
 	none.HealingAlert("short", "warn") // nil-safe
+}
+
+// Scrapes within snapshotTTL of a read, concurrent or not, replay it: a
+// flood of scrapes on the public port costs Redis and Temporal one check
+// a second. Later scrapes read again.
+func TestScrapesShareOneDependencyRead(t *testing.T) {
+	m := New(nil)
+	var checks, reads atomic.Int32
+	m.RegisterDependency("redis", func(context.Context) error { checks.Add(1); return nil })
+	m.RegisterPools([]string{"short"}, func(context.Context, string) (PoolStats, error) {
+		reads.Add(1)
+		return PoolStats{InUse: 1, Limit: 2}, nil
+	})
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if out := scrape(t, m); !strings.Contains(out, `sluice_pool_permits_limit{pool="short"} 2`) ||
+				!strings.Contains(out, `sluice_dependency_up{dependency="redis"} 1`) {
+				t.Errorf("a scrape lacks the shared read:\n%s", grep(out, "sluice_"))
+			}
+		})
+	}
+	wg.Wait()
+	if checks.Load() != 1 || reads.Load() != 1 {
+		t.Fatalf("20 scrapes within a second: %d dependency checks and %d pool reads, want 1 each", checks.Load(), reads.Load())
+	}
+	later := time.Now().Add(snapshotTTL)
+	m.deps.last.now = func() time.Time { return later }
+	scrape(t, m)
+	if checks.Load() != 2 {
+		t.Errorf("a scrape %s after the check: %d checks, want a second one", snapshotTTL, checks.Load())
+	}
 }
