@@ -26,6 +26,7 @@ func TestRedisGoneIsDependencyUnavailable(t *testing.T) {
 	if _, err := local[activities.EmbedOutput](t, h, h.acts.EmbedQuery, in); err != nil {
 		t.Fatalf("embed with Redis up: %v", err)
 	}
+	ret := mustLocal[activities.RetrieveOutput](t, h, h.acts.Retrieve, activities.RetrieveInput{RequestID: "gone", KB: kbName, Query: query, K: 5})
 	r.Stop()
 	in.RequestID = "gone-2"
 	var appErr *temporal.ApplicationError
@@ -36,6 +37,15 @@ func TestRedisGoneIsDependencyUnavailable(t *testing.T) {
 	_, err = local[activities.EmbedOutput](t, h, h.acts.EmbedQuery, in)
 	if errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeDependencyUnavailable {
 		t.Fatalf("embed with Redis gone, not intercepted: %v; the type comes from the interceptor", err)
+	}
+
+	// Looking up the retrieved chunks in the kb (rerank's first step) is
+	// Redis's failure too, never the client's bad request; what the
+	// client is told then is unavailable's own message, not this error.
+	_, err = local[activities.RerankOutput](t, h, h.acts.Rerank, activities.RerankInput{RequestID: "gone-3", KB: kbName, KBVersion: ret.KBVersion,
+		Query: query, Hits: ret.Hits, K: 3}, activities.UnavailableInterceptor())
+	if !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeDependencyUnavailable {
+		t.Fatalf("rerank with Redis gone: %v; want %s", err, activities.ErrTypeDependencyUnavailable)
 	}
 
 	// A wrong request stays what it was.

@@ -532,6 +532,8 @@ func (s *chatSuite) TestUnreachableDependencyEndsUnavailable() {
 			s.Equal(events.TypeError, f.EventType)
 			s.Require().NotNil(f.Failure)
 			s.Equal(tc.reason, f.Failure.Reason)
+			s.NotContains(f.Failure.Message, "CLUSTERDOWN", "the client hears what happened, not the dependency's error")
+			s.NotContains(f.Failure.Message, "index corrupt")
 			if tc.reason == request.ReasonUnavailable {
 				s.Equal(2, f.Failure.RetryAfterS)
 			} else {
