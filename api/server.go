@@ -248,6 +248,12 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 // readHeaderTimeout bounds the wait for a request's headers.
 const readHeaderTimeout = 10 * time.Second
 
+// maxHeaderBytes bounds a request's headers (Go's default is 1 MiB): four
+// times what nginx accepts by default (4 buffers of 8 KiB), so no client
+// that passes a proxy is refused, while api.max_conns connections in
+// their headers hold at most 64 KiB each.
+const maxHeaderBytes = 64 << 10
+
 // httpServer is the server of Run, with every wait on a client bounded:
 // headers, body, idle keep-alive connections, and (in stream) each write
 // of an event stream. There is no WriteTimeout: it would cut every stream
@@ -256,6 +262,7 @@ func (s *Server) httpServer() *http.Server {
 	return &http.Server{
 		Handler:           bodyDeadline(s.handler, s.cfg.API.BodyReadTimeout),
 		ReadHeaderTimeout: readHeaderTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		IdleTimeout:       s.cfg.API.IdleTimeout,
 	}
 }
