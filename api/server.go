@@ -248,10 +248,10 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 // readHeaderTimeout bounds the wait for a request's headers.
 const readHeaderTimeout = 10 * time.Second
 
-// maxHeaderBytes bounds a request's headers (Go's default is 1 MiB): four
-// times what nginx accepts by default (4 buffers of 8 KiB), so no client
-// that passes a proxy is refused, while api.max_conns connections in
-// their headers hold at most 64 KiB each.
+// maxHeaderBytes bounds a request's headers (Go's default is 1 MiB): twice
+// what nginx passes by default (4 buffers of 8 KiB), so no client that
+// passes a proxy is refused, while api.max_conns connections in their
+// headers hold at most 64 KiB each.
 const maxHeaderBytes = 64 << 10
 
 // httpServer is the server of Run, with every wait on a client bounded:
