@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
 	"go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/activities"
@@ -83,6 +85,7 @@ func (r *Runtime) buildHealing() (*activities.Healing, error) {
 type HealingStarter interface {
 	SignalWithStartWorkflow(ctx context.Context, workflowID, signalName string, signalArg any,
 		options client.StartWorkflowOptions, workflow any, workflowArgs ...any) (client.WorkflowRun, error)
+	SignalWorkflow(ctx context.Context, workflowID, runID, signalName string, arg any) error
 }
 
 // StartHealing starts the deployment's healing workflow when
@@ -91,12 +94,23 @@ type HealingStarter interface {
 // is; one that ended, whatever way, is replaced). Either way the run gets
 // this worker's settings by signal, so a config change rolled out with
 // the workers reaches a running healer (levels and state are kept).
-// With healing disabled it starts nothing, and does not stop a healer
-// already running: terminate it (temporal workflow terminate).
+// With healing disabled it starts nothing and stops a healer left
+// running (by an earlier start with it enabled: the dev server keeps its
+// database across `make run`s): the healer undoes what it applied, then
+// ends. Terminating it instead would leave its pools throttled.
 func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logger *slog.Logger) error {
 	id := workflows.HealingWorkflowID(cfg.Temporal.TaskQueue)
 	if !cfg.Healing.Enabled {
-		logger.Info("healing disabled (healing.enabled); not starting the healer", "workflowID", id)
+		err := c.SignalWorkflow(ctx, id, "", workflows.SignalStop, nil)
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			logger.Info("healing disabled (healing.enabled); not starting the healer", "workflowID", id)
+		case err != nil:
+			return fmt.Errorf("stop healing workflow %s: %w", id, err)
+		default:
+			logger.Info("healing disabled (healing.enabled); the running healer steps every pool back, then ends", "workflowID", id)
+		}
 		return nil
 	}
 	set := settings.Healing(cfg)

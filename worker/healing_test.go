@@ -45,6 +45,15 @@ type fakeStarter struct {
 	signal string
 	arg    any
 	err    error
+	// signalled is the workflow SignalWorkflow was sent to; signalErr is
+	// its answer.
+	signalled, signalledWith string
+	signalErr                error
+}
+
+func (f *fakeStarter) SignalWorkflow(_ context.Context, id, _, signal string, _ any) error {
+	f.signalled, f.signalledWith = id, signal
+	return f.signalErr
 }
 
 func (f *fakeStarter) SignalWithStartWorkflow(_ context.Context, id, signal string, arg any, o client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, error) {
@@ -87,10 +96,18 @@ func TestStartHealingIsIdempotent(t *testing.T) {
 	if err := StartHealing(context.Background(), f, cfg, logger); err == nil || !errors.As(err, new(*serviceerror.Unavailable)) {
 		t.Fatalf("start error %v", err)
 	}
+	// Disabled: nothing starts, and a healer left running is told to stop.
 	cfg.Healing.Enabled = false
 	f = &fakeStarter{}
 	if err := StartHealing(context.Background(), f, cfg, logger); err != nil || f.name != nil {
 		t.Fatalf("disabled healer started: %v %v", f.name, err)
+	}
+	if f.signalled != workflows.HealingWorkflowID(cfg.Temporal.TaskQueue) || f.signalledWith != workflows.SignalStop {
+		t.Fatalf("disabled: signalled %q with %q; want the healer told to stop", f.signalled, f.signalledWith)
+	}
+	f = &fakeStarter{signalErr: serviceerror.NewNotFound("no healer")}
+	if err := StartHealing(context.Background(), f, cfg, logger); err != nil {
+		t.Fatalf("disabled with no healer running: %v", err)
 	}
 }
 

@@ -54,7 +54,7 @@ type healer struct {
 	st     HealingState
 	logger log.Logger
 
-	pauseCh, resumeCh, overrideCh, settingsCh workflow.ReceiveChannel
+	pauseCh, resumeCh, overrideCh, settingsCh, stopCh workflow.ReceiveChannel
 }
 
 // initialState is the carried-over state, reconciled with the pools of the
@@ -93,6 +93,7 @@ func (h *healer) setup(ctx workflow.Context) error {
 	h.resumeCh = workflow.GetSignalChannel(ctx, SignalResume)
 	h.overrideCh = workflow.GetSignalChannel(ctx, SignalOverride)
 	h.settingsCh = workflow.GetSignalChannel(ctx, SignalSettings)
+	h.stopCh = workflow.GetSignalChannel(ctx, SignalStop)
 	return workflow.SetQueryHandler(ctx, QueryHealing, func() (HealingStatus, error) {
 		return h.status(), nil
 	})
@@ -116,12 +117,35 @@ func (h *healer) run(ctx workflow.Context) (HealingStatus, error) {
 			return HealingStatus{}, workflow.NewContinueAsNewError(ctx, HealingWorkflowName, HealingInput{Settings: h.set, State: &st})
 		}
 		h.st.Polls++
-		h.poll(ctx)
+		if h.st.Stopping && h.stepBackAll(ctx) {
+			h.record(ctx, Decision{Action: "stop", Reason: "every pool back to normal"})
+			return h.status(), nil
+		}
+		if !h.st.Stopping {
+			h.poll(ctx)
+		}
 		h.wait(ctx, h.set.Interval)
 		if err := ctx.Err(); err != nil {
 			return h.status(), err
 		}
 	}
+}
+
+// stepBackAll moves every pool above normal one level down, overrides
+// and pauses notwithstanding, and reports whether all are normal now. A
+// step whose action failed is tried again the next poll: a pool is never
+// left throttled by a healer that has gone.
+func (h *healer) stepBackAll(ctx workflow.Context) bool {
+	done := true
+	for i := range h.st.Pools {
+		p := &h.st.Pools[i]
+		p.Overridden = false
+		if p.Level > LevelNormal {
+			h.step(ctx, i, p.Level-1, "healing stopped")
+		}
+		done = done && p.Level == LevelNormal
+	}
+	return done
 }
 
 // poll reads every pool's health and decides for each.

@@ -7,7 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// The healer's signals: pause, resume, override a pool, new settings.
+// The healer's signals: pause, resume, override a pool, new settings, stop.
 // Each is taken between polls, and recorded as a decision.
 
 func (h *healer) addSignals(ctx workflow.Context, sel workflow.Selector) {
@@ -29,6 +29,10 @@ func (h *healer) addSignals(ctx workflow.Context, sel workflow.Selector) {
 		c.Receive(ctx, &set)
 		h.settings(ctx, set)
 	})
+	sel.AddReceive(h.stopCh, func(c workflow.ReceiveChannel, _ bool) {
+		c.Receive(ctx, nil)
+		h.stop(ctx)
+	})
 }
 
 // drainSignals applies every signal already received. (Across the
@@ -46,17 +50,25 @@ func (h *healer) drainSignals(ctx workflow.Context) {
 			h.override(ctx, o)
 		case h.settingsCh.ReceiveAsync(&set):
 			h.settings(ctx, set)
+		case h.stopCh.ReceiveAsync(nil):
+			h.stop(ctx)
 		default:
 			return
 		}
 	}
 }
 
-// settings takes new settings from the next poll on. Levels stay; pools
+// settings takes new settings from the next poll on, and cancels a stop. Levels stay; pools
 // at a level keep what was applied to them until they next change level,
 // which then uses the new bounds. Settings equal to the current ones
 // (every worker sends its own when it starts) change nothing.
 func (h *healer) settings(ctx workflow.Context, set HealingSettings) {
+	if h.st.Stopping {
+		// Only workers with healing enabled send settings: one started
+		// since the stop wants the healer.
+		h.st.Stopping = false
+		h.record(ctx, Decision{Action: "stop", Reason: "cancelled: a worker with healing enabled started"})
+	}
 	if sameSettings(set, h.set) {
 		return
 	}
@@ -75,6 +87,15 @@ func sameSettings(a, b HealingSettings) bool {
 		a.CriticalP99 == b.CriticalP99 && a.MinSamples == b.MinSamples && a.HealthyPolls == b.HealthyPolls &&
 		a.Cooldown == b.Cooldown && a.LongCostFactor == b.LongCostFactor && a.PollsPerRun == b.PollsPerRun &&
 		slices.Equal(a.Pools, b.Pools)
+}
+
+// stop turns the healer to stepping back: from the next poll it only
+// undoes, and it ends once every pool is normal.
+func (h *healer) stop(ctx workflow.Context) {
+	if !h.st.Stopping {
+		h.st.Stopping = true
+		h.record(ctx, Decision{Action: "stop", Reason: "healing disabled: stepping every pool back"})
+	}
 }
 
 func (h *healer) pause(ctx workflow.Context) {

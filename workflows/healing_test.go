@@ -468,3 +468,35 @@ func TestHealingEjectedBackends(t *testing.T) {
 	}, r.actions())
 	require.Equal(t, LevelShrink, shortLevel(st))
 }
+
+// Told to stop (a worker started with healing disabled), the healer
+// undoes what it applied, one level a poll and whatever the pools'
+// health, reads no more health, and ends once every pool is normal. A
+// settings signal (a worker with healing enabled) before then cancels the
+// stop.
+func TestHealingStopStepsBackAndEnds(t *testing.T) {
+	r := newHealRun(t, repeat(critical, 20)...)
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalStop, nil) }, 25*time.Second)
+	r.env.ExecuteWorkflow(HealingWorkflowName, HealingInput{Settings: healingSettings()})
+	require.True(t, r.env.IsWorkflowCompleted())
+	require.NoError(t, r.env.GetWorkflowError(), "a stopped healer completes, it does not continue as new")
+	var st HealingStatus
+	require.NoError(t, r.env.GetWorkflowResult(&st))
+	for _, p := range st.Pools {
+		require.Equal(t, LevelNormal, p.Level, "pool %s", p.Pool)
+	}
+	short := st.Pools[0]
+	require.Equal(t, 16, short.Permits, "the short pool's permits are back at base")
+	require.Equal(t, 2, short.Replicas, "and its replicas")
+	require.Equal(t, 3, r.polls, "health is read only before the stop (polls at 0, 10 and 20 s)")
+	require.Equal(t, "stop", st.Decisions[len(st.Decisions)-1].Action)
+
+	r = newHealRun(t, repeat(critical, 6)...)
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalStop, nil) }, 5*time.Second)
+	set := healingSettings()
+	set.WarnRatio, set.PollsPerRun = 3, 6 // what run sends as the workflow's own
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalSettings, set) }, 7*time.Second)
+	st2 := r.run(set)
+	require.False(t, st2.Stopping)
+	require.Equal(t, LevelShed, shortLevel(st2), "healing went on after the cancelled stop")
+}

@@ -20,6 +20,11 @@ const (
 	// HealingSettings): workers send theirs when they start, so a config
 	// change reaches the healer without restarting it.
 	SignalSettings = "settings"
+	// SignalStop ends the healer for good (no payload): it steps every
+	// pool back to normal, undoing what it applied, one level a poll,
+	// and completes once all are normal. Workers send it when they start
+	// with healing.enabled off.
+	SignalStop = "stop"
 	// QueryHealing returns HealingStatus.
 	QueryHealing = "healing"
 )
@@ -99,6 +104,9 @@ type HealingState struct {
 	Paused    bool
 	Decisions []Decision
 	Polls     int64
+	// Stopping: told to stop (SignalStop), the healer only steps pools
+	// back, and ends once all are normal.
+	Stopping bool `json:",omitempty"`
 }
 
 // PoolState is one pool's level and what is applied to it.

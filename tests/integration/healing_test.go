@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/api/enums/v1"
+
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
@@ -29,10 +31,26 @@ func TestHealingThroughTemporal(t *testing.T) {
 	// The stack is shared: requests earlier tests timed out on purpose are
 	// still in the latency window and would read as a queue-timeout rate.
 	forgetLatencyWindow(t, ctx)
-	if err := worker.StartHealing(ctx, stack.temporal, cfg, slog.New(slog.DiscardHandler)); err != nil {
-		t.Fatal(err)
-	}
 	id := workflows.HealingWorkflowID(cfg.Temporal.TaskQueue)
+	// The stack's own worker runs with healing off, and tells a healer to
+	// stop once, when it starts, which may be after this test started one:
+	// a healer it stopped is started again.
+	for attempt := 0; ; attempt++ {
+		if err := worker.StartHealing(ctx, stack.temporal, cfg, slog.New(slog.DiscardHandler)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * cfg.Healing.Interval)
+		d, err := stack.temporal.DescribeWorkflow(ctx, id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Status == enums.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			break
+		}
+		if attempt == 2 {
+			t.Fatalf("the healer keeps ending: %v", d.Status)
+		}
+	}
 	t.Cleanup(func() {
 		_ = stack.temporal.TerminateWorkflow(context.Background(), id, "", "test over")
 		setPoolLimits(t, cfg.Pools.Short.MaxConcurrency, cfg.Pools.Long.MaxConcurrency)
@@ -128,6 +146,24 @@ func TestHealingThroughTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 		saveHistory(t, id, "healing_override_pause")
+		return
+	}
+
+	// A worker started with healing disabled stops the healer, paused or
+	// not: it undoes the shrink it applied, then ends.
+	signal(workflows.SignalOverride, workflows.OverrideSignal{Pool: "long", Level: workflows.LevelShrink})
+	waitFor("the pin again", func(s workflows.HealingStatus) bool { return s.Pools[1].Level == workflows.LevelShrink })
+	off := cfg
+	off.Healing.Enabled = false
+	if err := worker.StartHealing(ctx, stack.temporal, off, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	var end workflows.HealingStatus
+	if err := stack.temporal.GetWorkflow(ctx, id, "").Get(ctx, &end); err != nil {
+		t.Fatalf("the stopped healer did not end: %v", err)
+	}
+	if got := longLimit(); got != base || end.Pools[1].Level != workflows.LevelNormal {
+		t.Fatalf("after the stop: long pool limit %d at level %d, want %d at normal", got, end.Pools[1].Level, base)
 	}
 }
 
