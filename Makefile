@@ -110,7 +110,7 @@ run: need $(TEMPORAL) build
 	@deploy/dev/run.sh
 
 clean:
-	rm -rf 0BIN)/sluice-api 0BIN)/sluice-keys 0BIN)/sluice-worker 0BIN)/llmsim 0BIN)/sluice-plan 0BIN)/sluice-bench .data
+	rm -rf $(BIN)/sluice-api $(BIN)/sluice-keys $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-plan $(BIN)/sluice-bench .data
 
 # A real Temporal server for `make run-cluster` (and testenv.LaunchTemporalServer):
 # the server and its SQL schema tool at the version the pinned CLI embeds,
