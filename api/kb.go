@@ -115,7 +115,7 @@ func (s *Server) documentsOf(req ingestRequest) ([]ingest.Document, error) {
 			p := retrieval.ParseDocument(d.ID, d.Text)
 			docs[i].Title, docs[i].Text = p.Title, p.Text
 		}
-		if err := ingest.Validate(docs[i]); err != nil {
+		if err := s.ingester.Validate(docs[i]); err != nil {
 			return nil, httperr.BadRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
 		}
 	}

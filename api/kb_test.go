@@ -25,7 +25,8 @@ func newKBServer(t *testing.T, mod func(*config.Config)) *Server {
 	t.Helper()
 	srv, _, _ := newTestServerWith(t, mod, func(rdb *redis.Client, o *Options) {
 		store := kbstore.New(rdb, kbstore.Options{Prefix: "t:" + t.Name() + ":"})
-		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{})}
+		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{}),
+			MaxMetadataBytes: o.Config.Ingest.MaxMetadataBytes}
 		slots, err := semaphore.New(rdb, semaphore.Options{Key: "t:" + t.Name() + ":ingest", Limit: o.Config.Ingest.MaxConcurrent, Lease: o.Config.Ingest.Lease})
 		if err != nil {
 			t.Fatal(err)
@@ -75,16 +76,17 @@ func TestKBLifecycle(t *testing.T) {
 func TestBadDocumentsRefused(t *testing.T) {
 	srv := newKBServer(t, func(c *config.Config) { c.Ingest.MaxDocuments = 2 })
 	for name, tc := range map[string]struct{ path, body, code string }{
-		"bad kb name":     {"/v1/kb/bad%20name/documents", `{"id":"a","text":"x"}`, "bad_kb"},
-		"nothing":         {"/v1/kb/facts/documents", `{}`, "bad_documents"},
-		"both":            {"/v1/kb/facts/documents", `{"id":"a","text":"x","documents":[{"id":"b","text":"y"}]}`, "bad_documents"},
-		"empty text":      {"/v1/kb/facts/documents", `{"id":"a","text":"  "}`, "bad_document"},
-		"id with hash":    {"/v1/kb/facts/documents", `{"id":"a#1","text":"x"}`, "bad_document"},
-		"duplicate ids":   {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"a","text":"y"}]}`, "bad_document"},
-		"unknown field":   {"/v1/kb/facts/documents", `{"id":"a","text":"x","body":"y"}`, "bad_json"},
-		"too many":        {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"b","text":"y"},{"id":"c","text":"z"}]}`, "too_many_documents"},
-		"malformed":       {"/v1/kb/facts/documents", `{"id":`, "bad_json"},
-		"one bad of many": {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"","text":"y"}]}`, "bad_document"},
+		"bad kb name":             {"/v1/kb/bad%20name/documents", `{"id":"a","text":"x"}`, "bad_kb"},
+		"nothing":                 {"/v1/kb/facts/documents", `{}`, "bad_documents"},
+		"both":                    {"/v1/kb/facts/documents", `{"id":"a","text":"x","documents":[{"id":"b","text":"y"}]}`, "bad_documents"},
+		"empty text":              {"/v1/kb/facts/documents", `{"id":"a","text":"  "}`, "bad_document"},
+		"id with hash":            {"/v1/kb/facts/documents", `{"id":"a#1","text":"x"}`, "bad_document"},
+		"duplicate ids":           {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"a","text":"y"}]}`, "bad_document"},
+		"unknown field":           {"/v1/kb/facts/documents", `{"id":"a","text":"x","body":"y"}`, "bad_json"},
+		"too many":                {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"b","text":"y"},{"id":"c","text":"z"}]}`, "too_many_documents"},
+		"malformed":               {"/v1/kb/facts/documents", `{"id":`, "bad_json"},
+		"one bad of many":         {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"","text":"y"}]}`, "bad_document"},
+		"metadata over its bytes": {"/v1/kb/facts/documents", `{"id":"a","text":"x","metadata":{"k":"` + strings.Repeat("v", 8<<10) + `"}}`, "bad_document"},
 	} {
 		rec := call(srv, "POST", tc.path, tc.body)
 		status := 400
@@ -179,4 +181,7 @@ func TestIngestQuota(t *testing.T) {
 		t.Fatalf("delete: %d %s", rec.Code, rec.Body)
 	}
 	assertJSONError(t, call(srv, "POST", "/v1/kb/facts/documents", `{"id":"d","text":"`+long+`"}`), 403, "ingest_quota_exceeded")
+	// Metadata is stored, so it is counted: short text, long metadata.
+	assertJSONError(t, call(srv, "POST", "/v1/kb/facts/documents",
+		`{"id":"d","text":"Delta.","metadata":{"note":"`+long+`"}}`), 403, "ingest_quota_exceeded")
 }

@@ -55,6 +55,9 @@ type Ingest struct {
 	// MaxDocuments bounds one request's batch; MaxBodyBytes its body.
 	MaxDocuments int   `yaml:"max_documents"`
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxMetadataBytes bounds one document's metadata (keys and values
+	// together), which is stored and counted in its tenant's quota.
+	MaxMetadataBytes int `yaml:"max_metadata_bytes"`
 }
 
 // AnswerCache configures the L3 tier, which serves a repeated question
@@ -84,7 +87,8 @@ func defaultRetrieval() Retrieval {
 }
 
 func defaultIngest() Ingest {
-	return Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20}
+	return Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20,
+		MaxMetadataBytes: 8 << 10}
 }
 
 func defaultAnswerCache() AnswerCache {
@@ -164,6 +168,10 @@ func (i Ingest) validate(v *validator) {
 	}
 	v.positive("ingest.max_documents", int64(i.MaxDocuments))
 	v.positive("ingest.max_body_bytes", i.MaxBodyBytes)
+	v.positive("ingest.max_metadata_bytes", int64(i.MaxMetadataBytes))
+	if int64(i.MaxMetadataBytes) > i.MaxBodyBytes {
+		v.add("ingest.max_metadata_bytes", "must be at most ingest.max_body_bytes (%d), got %d", i.MaxBodyBytes, i.MaxMetadataBytes)
+	}
 }
 
 // validate checks the listed kbs against the configured shared ones: a

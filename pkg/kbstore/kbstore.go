@@ -112,10 +112,13 @@ func New(rdb Redis, opts Options) *Store {
 
 // Revision is one version of a document, chunked and embedded.
 type Revision struct {
-	ID       string            `json:"id"`
-	Rev      string            `json:"rev"`
-	Title    string            `json:"title"`
-	Metadata map[string]string `json:"metadata,omitempty"`
+	ID    string `json:"id"`
+	Rev   string `json:"rev"`
+	Title string `json:"title"`
+	// Metadata is stored once, in the document's DocInfo, which is what
+	// reads of the kb return; retrieval never needs it, so the revision's
+	// own record leaves it out. (A record written with it still reads.)
+	Metadata map[string]string `json:"-"`
 	// Chunks are the document's passages, in order.
 	Chunks []string `json:"chunks"`
 	// Vectors holds one embedding of Dims values per chunk, back to back.
@@ -130,8 +133,8 @@ type DocInfo struct {
 	Title    string            `json:"title"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Chunks   int               `json:"chunks"`
-	// Bytes is the text it stores: its title and chunks, which count
-	// toward its owner's ingestion quota.
+	// Bytes is what it stores: its title, chunks and metadata, which
+	// count toward its owner's ingestion quota.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Version is the kb version at which this revision was stored.
 	Version int64 `json:"version"`
@@ -253,11 +256,21 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 	return res, nil
 }
 
-// Bytes is the text a revision stores: its title and chunks.
+// Bytes is what a revision stores for its owner's quota: its title,
+// chunks and metadata.
 func (r Revision) Bytes() int64 {
-	n := int64(len(r.Title))
+	n := int64(len(r.Title)) + MetadataBytes(r.Metadata)
 	for _, c := range r.Chunks {
 		n += int64(len(c))
+	}
+	return n
+}
+
+// MetadataBytes is the size of a document's metadata: its keys and values.
+func MetadataBytes(m map[string]string) int64 {
+	var n int64
+	for k, v := range m {
+		n += int64(len(k) + len(v))
 	}
 	return n
 }

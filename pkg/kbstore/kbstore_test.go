@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,4 +259,35 @@ func TestUsageFollowsTheDocuments(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(1, a2.Bytes())
+}
+
+// A document's metadata is stored once, in its info (what reads of the kb
+// return), not again in its revision's record, and counts in its kb's
+// usage; a record written with metadata, as before, still loads.
+func TestMetadataIsStoredOnceAndCounted(t *testing.T) {
+	rdb := srv.Client(t)
+	s := New(rdb, Options{Prefix: testenv.KeyPrefix(t), Grace: time.Minute})
+	ctx := context.Background()
+	a := rev("a", "alpha", 1)
+	a.Metadata = map[string]string{"source": strings.Repeat("s", 1000)}
+	if _, err := s.Put(ctx, "acme/notes", "m", []Revision{a}); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := s.Usage(ctx, "acme/notes"); u.Bytes != a.Bytes() || a.Bytes() < 1006 {
+		t.Fatalf("usage %+v, want %d bytes with the metadata's 1006", u, a.Bytes())
+	}
+	meta := rdb.HGet(ctx, s.revKey("acme/notes", "a", a.Rev), "meta").Val()
+	if strings.Contains(meta, "sss") || meta == "" {
+		t.Fatalf("the revision's record holds the metadata again: %.120s", meta)
+	}
+	info, err := s.Info(ctx, "acme/notes")
+	if err != nil || len(info.Documents) != 1 || info.Documents[0].Metadata["source"] != a.Metadata["source"] {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	old := `{"id":"a","rev":"` + a.Rev + `","title":"T a","metadata":{"k":"v"},"chunks":["alpha"],"dims":2}`
+	rdb.HSet(ctx, s.revKey("acme/notes", "a", a.Rev), "meta", old)
+	got, err := s.Load(ctx, "acme/notes", []Change{{ID: "a", Rev: a.Rev}})
+	if err != nil || len(got) != 1 || got[0].Chunks[0] != "alpha" {
+		t.Fatalf("a record with metadata loads as %+v, %v", got, err)
+	}
 }
