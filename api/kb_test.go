@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -184,4 +185,48 @@ func TestIngestQuota(t *testing.T) {
 	// Metadata is stored, so it is counted: short text, long metadata.
 	assertJSONError(t, call(srv, "POST", "/v1/kb/facts/documents",
 		`{"id":"d","text":"Delta.","metadata":{"note":"`+long+`"}}`), 403, "ingest_quota_exceeded")
+}
+
+// GET /v1/kb/:kb answers a page at a time: ?limit= documents after
+// ?cursor=, the next page's cursor in next_cursor until the last; bad
+// values are a 400 naming them.
+func TestKBPages(t *testing.T) {
+	srv := newKBServer(t, nil)
+	var docs []string
+	for i := range 5 {
+		docs = append(docs, fmt.Sprintf(`{"id":"doc-%d","text":"Text number %d."}`, i, i))
+	}
+	if rec := call(srv, "POST", "/v1/kb/facts/documents", `{"documents":[`+strings.Join(docs, ",")+`]}`); rec.Code != 200 {
+		t.Fatalf("post: %d %s", rec.Code, rec.Body)
+	}
+	var ids []string
+	path := "/v1/kb/facts?limit=2"
+	for range 5 {
+		rec := call(srv, "GET", path, "")
+		var page kbView
+		if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil || rec.Code != 200 || page.DocumentCount != 5 || len(page.Documents) > 2 {
+			t.Fatalf("get %s: %d %s", path, rec.Code, rec.Body)
+		}
+		for _, d := range page.Documents {
+			ids = append(ids, d.ID)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		path = "/v1/kb/facts?limit=2&cursor=" + page.NextCursor
+	}
+	if strings.Join(ids, ",") != "doc-0,doc-1,doc-2,doc-3,doc-4" {
+		t.Fatalf("pages gave %v", ids)
+	}
+	if rec := call(srv, "GET", "/v1/kb/facts", ""); !strings.Contains(rec.Body.String(), `"document_count":5`) || strings.Contains(rec.Body.String(), "next_cursor") {
+		t.Fatalf("default page: %s", rec.Body)
+	}
+	for _, q := range []string{"limit=0", "limit=201", "limit=ten", "limit=-1", "cursor=!!!", "cursor=" + strings.Repeat("QUFB", 100)} {
+		rec := call(srv, "GET", "/v1/kb/facts?"+q, "")
+		code := "bad_limit"
+		if strings.HasPrefix(q, "cursor") {
+			code = "bad_cursor"
+		}
+		t.Run(q, func(t *testing.T) { assertJSONError(t, rec, 400, code) })
+	}
 }
