@@ -46,7 +46,7 @@ func (s *Server) postDocuments(c echo.Context) error {
 	// ingest.max_body_bytes is read only by a batch that may run, so the
 	// bodies in memory are bounded by the permits, not by the clients.
 	id := door.NewRequestID()
-	permit, err := s.ingestSlots.Acquire(c.Request().Context(), id, s.cfg.Ingest.MaxWait)
+	permit, err := s.ingestSlots.Acquire(c.Request().Context(), who.Tenant, id, s.cfg.Ingest.MaxWait)
 	if errors.Is(err, semaphore.ErrTimeout) {
 		return &httperr.Error{Status: http.StatusServiceUnavailable, Code: "ingest_busy", RetryAfter: 5,
 			Message: "Too many documents are being ingested right now. Please retry shortly."}

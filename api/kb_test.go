@@ -28,7 +28,8 @@ func newKBServer(t *testing.T, mod func(*config.Config)) *Server {
 		store := kbstore.New(rdb, kbstore.Options{Prefix: "t:" + t.Name() + ":"})
 		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{}),
 			MaxMetadataBytes: o.Config.Ingest.MaxMetadataBytes}
-		slots, err := semaphore.New(rdb, semaphore.Options{Key: "t:" + t.Name() + ":ingest", Limit: o.Config.Ingest.MaxConcurrent, Lease: o.Config.Ingest.Lease})
+		slots, err := semaphore.New(rdb, semaphore.Options{Key: "t:" + t.Name() + ":ingest", Limit: o.Config.Ingest.MaxConcurrent,
+			GroupLimit: o.Config.Ingest.TenantPermits(), Lease: o.Config.Ingest.Lease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,8 +105,11 @@ func TestBadDocumentsRefused(t *testing.T) {
 // With every ingestion permit taken, a request waits ingest.max_wait and
 // is told to come back: 503 + Retry-After.
 func TestIngestBusyIs503(t *testing.T) {
-	srv := newKBServer(t, func(c *config.Config) { c.Ingest.MaxConcurrent = 1; c.Ingest.MaxWait = 100 * time.Millisecond })
-	p, err := srv.ingestSlots.Acquire(context.Background(), "other", 0)
+	srv := newKBServer(t, func(c *config.Config) {
+		c.Ingest.MaxConcurrent = 1
+		c.Ingest.MaxWait = 100 * time.Millisecond
+	})
+	p, err := srv.ingestSlots.Acquire(context.Background(), "globex", "other", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +135,11 @@ func (b *countingBody) Read(p []byte) (int, error) {
 // A batch that gets no ingestion permit is refused before its body is
 // read: large bodies in memory are bounded by the permits.
 func TestIngestBodyIsReadOnlyWithAPermit(t *testing.T) {
-	srv := newKBServer(t, func(c *config.Config) { c.Ingest.MaxConcurrent = 1; c.Ingest.MaxWait = 50 * time.Millisecond })
-	p, err := srv.ingestSlots.Acquire(context.Background(), "other", 0)
+	srv := newKBServer(t, func(c *config.Config) {
+		c.Ingest.MaxConcurrent = 1
+		c.Ingest.MaxWait = 50 * time.Millisecond
+	})
+	p, err := srv.ingestSlots.Acquire(context.Background(), "globex", "other", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +235,33 @@ func TestKBPages(t *testing.T) {
 			code = "bad_cursor"
 		}
 		t.Run(q, func(t *testing.T) { assertJSONError(t, rec, 400, code) })
+	}
+}
+
+// One tenant holding every ingestion permit it may does not hold up
+// another's: its own next batch waits for a permit, the other tenant's
+// goes through at once.
+func TestOneTenantCannotTakeEveryIngestPermit(t *testing.T) {
+	srv := newKBServer(t, func(c *config.Config) {
+		c.Ingest.MaxConcurrent, c.Ingest.MaxConcurrentPerTenant, c.Ingest.MaxWait = 4, 2, 200*time.Millisecond
+		c.Auth.APIKeys = append(c.Auth.APIKeys, config.APIKey{Key: "k-globex", Tenant: "globex", Tier: "vip", Scopes: []string{"ingest"}})
+	})
+	ctx := context.Background()
+	for i := range 2 {
+		p, err := srv.ingestSlots.Acquire(ctx, "acme", fmt.Sprint("acme-upload-", i), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(ctx)
+	}
+	assertJSONError(t, call(srv, "POST", "/v1/kb/facts/documents", `{"id":"a","text":"Acme's third upload."}`), http.StatusServiceUnavailable, "ingest_busy")
+	req := httptest.NewRequest("POST", "/v1/kb/facts/documents", strings.NewReader(`{"id":"g","text":"Globex's upload."}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer k-globex")
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || time.Since(start) > 150*time.Millisecond {
+		t.Fatalf("globex's upload beside acme's: %d after %v: %s", rec.Code, time.Since(start), rec.Body)
 	}
 }

@@ -48,6 +48,12 @@ type KnowledgeBase struct {
 // MaxConcurrent leased permits shared by every API instance.
 type Ingest struct {
 	MaxConcurrent int `yaml:"max_concurrent"`
+	// MaxConcurrentPerTenant is the most permits one tenant holds, so
+	// that one tenant's uploads never take them all; 0 is half of
+	// MaxConcurrent, rounded up (TenantPermits). With others waiting a
+	// tenant's share is less: MaxConcurrent divided among the tenants
+	// holding or waiting for a permit.
+	MaxConcurrentPerTenant int `yaml:"max_concurrent_per_tenant"`
 	// MaxWait is how long a request waits for a permit before 503.
 	MaxWait time.Duration `yaml:"max_wait"`
 	// Lease is a permit's lease, renewed while the ingestion runs.
@@ -84,6 +90,14 @@ func defaultRetrieval() Retrieval {
 		ChunkTokens:        120,
 		ChunkOverlapTokens: 24,
 	}
+}
+
+// TenantPermits is the most ingestion permits one tenant holds.
+func (i Ingest) TenantPermits() int {
+	if i.MaxConcurrentPerTenant > 0 {
+		return i.MaxConcurrentPerTenant
+	}
+	return (i.MaxConcurrent + 1) / 2
 }
 
 func defaultIngest() Ingest {
@@ -162,6 +176,10 @@ func (r Retrieval) sharedKBs() map[string]bool {
 
 func (i Ingest) validate(v *validator) {
 	v.positive("ingest.max_concurrent", int64(i.MaxConcurrent))
+	if i.MaxConcurrentPerTenant < 0 || i.MaxConcurrentPerTenant > i.MaxConcurrent {
+		v.add("ingest.max_concurrent_per_tenant", "must be from 0 (half of ingest.max_concurrent) to ingest.max_concurrent (%d), got %d",
+			i.MaxConcurrent, i.MaxConcurrentPerTenant)
+	}
 	v.duration("ingest.max_wait", i.MaxWait)
 	if i.Lease < 3*time.Second {
 		v.add("ingest.lease", "must be at least 3s (it is renewed every third of it), got %s", i.Lease)
