@@ -89,7 +89,7 @@ func worstBodies(cfg config.Config) map[string]worstBody {
 				each := (limit - 64) / 128
 				in := repeatUpTo(limit-64, func(i int) string { return `"` + words(each-4) + `"` })
 				return fill(`{"model":"`+cfg.Embedding.Model+`","input":[`+in+`]}`, limit)
-			}, heap: 16 << 20, cpu: 3 * time.Second},
+			}, heap: 24 << 20, cpu: 3 * time.Second},
 		"POST /v1/kb/:kb/documents: the most documents, text and metadata": {method: "POST", path: "/v1/kb/worst/documents", auth: "Bearer k-acme", limit: ingestLimit,
 			body: func(limit int) []byte {
 				n := cfg.Ingest.MaxDocuments
