@@ -22,7 +22,7 @@ import (
 func parserServer(t testing.TB) *Server {
 	t.Helper()
 	cfg, prompts, d := doortest.Parsers(t)
-	return &Server{cfg: cfg, echo: echo.New(), prompts: prompts, door: d}
+	return &Server{cfg: cfg, echo: echo.New(), prompts: prompts, door: d, ingester: &ingest.Ingester{MaxMetadataBytes: cfg.Ingest.MaxMetadataBytes}}
 }
 
 // jsonContext is the echo context of a JSON POST of body.
@@ -82,7 +82,7 @@ func FuzzDocuments(f *testing.F) {
 			t.Fatalf("%q: accepted %d documents", body, len(docs))
 		}
 		for _, d := range docs {
-			if err := ingest.Validate(d); err != nil {
+			if err := s.ingester.Validate(d); err != nil {
 				t.Fatalf("%q: accepted %+v: %v", body, d, err)
 			}
 			doortest.RequireSentText(t, body, d.ID, d.Title, d.Text)

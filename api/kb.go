@@ -2,10 +2,12 @@ package api
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 
@@ -44,7 +46,7 @@ func (s *Server) postDocuments(c echo.Context) error {
 	// ingest.max_body_bytes is read only by a batch that may run, so the
 	// bodies in memory are bounded by the permits, not by the clients.
 	id := door.NewRequestID()
-	permit, err := s.ingestSlots.Acquire(c.Request().Context(), id, s.cfg.Ingest.MaxWait)
+	permit, err := s.ingestSlots.Acquire(c.Request().Context(), who.Tenant, id, s.cfg.Ingest.MaxWait)
 	if errors.Is(err, semaphore.ErrTimeout) {
 		return &httperr.Error{Status: http.StatusServiceUnavailable, Code: "ingest_busy", RetryAfter: 5,
 			Message: "Too many documents are being ingested right now. Please retry shortly."}
@@ -115,7 +117,7 @@ func (s *Server) documentsOf(req ingestRequest) ([]ingest.Document, error) {
 			p := retrieval.ParseDocument(d.ID, d.Text)
 			docs[i].Title, docs[i].Text = p.Title, p.Text
 		}
-		if err := ingest.Validate(docs[i]); err != nil {
+		if err := s.ingester.Validate(docs[i]); err != nil {
 			return nil, httperr.BadRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
 		}
 	}
@@ -152,9 +154,19 @@ type kbView struct {
 	kbstore.Info
 	// Shared: every tenant reads the kb and none may change it.
 	Shared bool `json:"shared"`
+	// NextCursor, when set, reads the next page (?cursor=).
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
-// getKB describes a kb: version, documents, chunks.
+// A page of GET /v1/kb/:kb holds defaultKBPage documents unless ?limit=
+// asks for up to maxKBPage: at most ingest.max_metadata_bytes plus a
+// title and id each, so an answer stays a few MiB at worst.
+const (
+	defaultKBPage = 100
+	maxKBPage     = 200
+)
+
+// getKB describes a kb: version, counts, and a page of its documents.
 func (s *Server) getKB(c echo.Context) error {
 	who, err := s.authenticateFor(c, policy.RouteReads)
 	if err != nil {
@@ -167,8 +179,12 @@ func (s *Server) getKB(c echo.Context) error {
 	if err := door.CheckName(name); err != nil {
 		return err
 	}
+	page, err := kbPage(c.QueryParam("limit"), c.QueryParam("cursor"))
+	if err != nil {
+		return err
+	}
 	kb := s.door.KBs().Resolve(who, name)
-	info, err := s.kbStore.Info(c.Request().Context(), kb.Key())
+	info, err := s.kbStore.Info(c.Request().Context(), kb.Key(), page)
 	if err != nil {
 		s.logger.Error("read kb", "kb", kb, "err", err)
 		return httperr.Unavailable("could not read the knowledge base; please retry")
@@ -177,7 +193,33 @@ func (s *Server) getKB(c echo.Context) error {
 		return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no knowledge base " + name}
 	}
 	info.Name = kb.Name
-	return c.JSON(http.StatusOK, kbView{Info: info, Shared: kb.IsShared()})
+	view := kbView{Info: info, Shared: kb.IsShared()}
+	if info.Next != "" {
+		view.NextCursor = base64.RawURLEncoding.EncodeToString([]byte(info.Next))
+	}
+	return c.JSON(http.StatusOK, view)
+}
+
+// kbPage reads GET /v1/kb/:kb's ?limit= and ?cursor=. A cursor is the
+// next_cursor of an earlier page: opaque to clients, the last id of that
+// page to the store.
+func kbPage(limit, cursor string) (kbstore.Page, error) {
+	page := kbstore.Page{Limit: defaultKBPage}
+	if limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 || n > maxKBPage {
+			return page, httperr.BadRequest("bad_limit", "limit must be a whole number from 1 to %d, got %.40q", maxKBPage, limit)
+		}
+		page.Limit = n
+	}
+	if cursor != "" {
+		after, err := base64.RawURLEncoding.DecodeString(cursor)
+		if err != nil || len(after) == 0 || len(after) > ingest.MaxIDBytes || !utf8.Valid(after) {
+			return page, httperr.BadRequest("bad_cursor", "cursor must be the next_cursor of an earlier page")
+		}
+		page.After = string(after)
+	}
+	return page, nil
 }
 
 // listKBs names the kbs the caller may name: its tenant's own and the

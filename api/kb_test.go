@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -25,8 +26,10 @@ func newKBServer(t *testing.T, mod func(*config.Config)) *Server {
 	t.Helper()
 	srv, _, _ := newTestServerWith(t, mod, func(rdb *redis.Client, o *Options) {
 		store := kbstore.New(rdb, kbstore.Options{Prefix: "t:" + t.Name() + ":"})
-		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{})}
-		slots, err := semaphore.New(rdb, semaphore.Options{Key: "t:" + t.Name() + ":ingest", Limit: o.Config.Ingest.MaxConcurrent, Lease: o.Config.Ingest.Lease})
+		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{}),
+			MaxMetadataBytes: o.Config.Ingest.MaxMetadataBytes}
+		slots, err := semaphore.New(rdb, semaphore.Options{Key: "t:" + t.Name() + ":ingest", Limit: o.Config.Ingest.MaxConcurrent,
+			GroupLimit: o.Config.Ingest.TenantPermits(), Lease: o.Config.Ingest.Lease})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,16 +78,17 @@ func TestKBLifecycle(t *testing.T) {
 func TestBadDocumentsRefused(t *testing.T) {
 	srv := newKBServer(t, func(c *config.Config) { c.Ingest.MaxDocuments = 2 })
 	for name, tc := range map[string]struct{ path, body, code string }{
-		"bad kb name":     {"/v1/kb/bad%20name/documents", `{"id":"a","text":"x"}`, "bad_kb"},
-		"nothing":         {"/v1/kb/facts/documents", `{}`, "bad_documents"},
-		"both":            {"/v1/kb/facts/documents", `{"id":"a","text":"x","documents":[{"id":"b","text":"y"}]}`, "bad_documents"},
-		"empty text":      {"/v1/kb/facts/documents", `{"id":"a","text":"  "}`, "bad_document"},
-		"id with hash":    {"/v1/kb/facts/documents", `{"id":"a#1","text":"x"}`, "bad_document"},
-		"duplicate ids":   {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"a","text":"y"}]}`, "bad_document"},
-		"unknown field":   {"/v1/kb/facts/documents", `{"id":"a","text":"x","body":"y"}`, "bad_json"},
-		"too many":        {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"b","text":"y"},{"id":"c","text":"z"}]}`, "too_many_documents"},
-		"malformed":       {"/v1/kb/facts/documents", `{"id":`, "bad_json"},
-		"one bad of many": {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"","text":"y"}]}`, "bad_document"},
+		"bad kb name":             {"/v1/kb/bad%20name/documents", `{"id":"a","text":"x"}`, "bad_kb"},
+		"nothing":                 {"/v1/kb/facts/documents", `{}`, "bad_documents"},
+		"both":                    {"/v1/kb/facts/documents", `{"id":"a","text":"x","documents":[{"id":"b","text":"y"}]}`, "bad_documents"},
+		"empty text":              {"/v1/kb/facts/documents", `{"id":"a","text":"  "}`, "bad_document"},
+		"id with hash":            {"/v1/kb/facts/documents", `{"id":"a#1","text":"x"}`, "bad_document"},
+		"duplicate ids":           {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"a","text":"y"}]}`, "bad_document"},
+		"unknown field":           {"/v1/kb/facts/documents", `{"id":"a","text":"x","body":"y"}`, "bad_json"},
+		"too many":                {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"b","text":"y"},{"id":"c","text":"z"}]}`, "too_many_documents"},
+		"malformed":               {"/v1/kb/facts/documents", `{"id":`, "bad_json"},
+		"one bad of many":         {"/v1/kb/facts/documents", `{"documents":[{"id":"a","text":"x"},{"id":"","text":"y"}]}`, "bad_document"},
+		"metadata over its bytes": {"/v1/kb/facts/documents", `{"id":"a","text":"x","metadata":{"k":"` + strings.Repeat("v", 8<<10) + `"}}`, "bad_document"},
 	} {
 		rec := call(srv, "POST", tc.path, tc.body)
 		status := 400
@@ -101,8 +105,11 @@ func TestBadDocumentsRefused(t *testing.T) {
 // With every ingestion permit taken, a request waits ingest.max_wait and
 // is told to come back: 503 + Retry-After.
 func TestIngestBusyIs503(t *testing.T) {
-	srv := newKBServer(t, func(c *config.Config) { c.Ingest.MaxConcurrent = 1; c.Ingest.MaxWait = 100 * time.Millisecond })
-	p, err := srv.ingestSlots.Acquire(context.Background(), "other", 0)
+	srv := newKBServer(t, func(c *config.Config) {
+		c.Ingest.MaxConcurrent = 1
+		c.Ingest.MaxWait = 100 * time.Millisecond
+	})
+	p, err := srv.ingestSlots.Acquire(context.Background(), "globex", "other", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,8 +135,11 @@ func (b *countingBody) Read(p []byte) (int, error) {
 // A batch that gets no ingestion permit is refused before its body is
 // read: large bodies in memory are bounded by the permits.
 func TestIngestBodyIsReadOnlyWithAPermit(t *testing.T) {
-	srv := newKBServer(t, func(c *config.Config) { c.Ingest.MaxConcurrent = 1; c.Ingest.MaxWait = 50 * time.Millisecond })
-	p, err := srv.ingestSlots.Acquire(context.Background(), "other", 0)
+	srv := newKBServer(t, func(c *config.Config) {
+		c.Ingest.MaxConcurrent = 1
+		c.Ingest.MaxWait = 50 * time.Millisecond
+	})
+	p, err := srv.ingestSlots.Acquire(context.Background(), "globex", "other", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,4 +189,79 @@ func TestIngestQuota(t *testing.T) {
 		t.Fatalf("delete: %d %s", rec.Code, rec.Body)
 	}
 	assertJSONError(t, call(srv, "POST", "/v1/kb/facts/documents", `{"id":"d","text":"`+long+`"}`), 403, "ingest_quota_exceeded")
+	// Metadata is stored, so it is counted: short text, long metadata.
+	assertJSONError(t, call(srv, "POST", "/v1/kb/facts/documents",
+		`{"id":"d","text":"Delta.","metadata":{"note":"`+long+`"}}`), 403, "ingest_quota_exceeded")
+}
+
+// GET /v1/kb/:kb answers a page at a time: ?limit= documents after
+// ?cursor=, the next page's cursor in next_cursor until the last; bad
+// values are a 400 naming them.
+func TestKBPages(t *testing.T) {
+	srv := newKBServer(t, nil)
+	var docs []string
+	for i := range 5 {
+		docs = append(docs, fmt.Sprintf(`{"id":"doc-%d","text":"Text number %d."}`, i, i))
+	}
+	if rec := call(srv, "POST", "/v1/kb/facts/documents", `{"documents":[`+strings.Join(docs, ",")+`]}`); rec.Code != 200 {
+		t.Fatalf("post: %d %s", rec.Code, rec.Body)
+	}
+	var ids []string
+	path := "/v1/kb/facts?limit=2"
+	for range 5 {
+		rec := call(srv, "GET", path, "")
+		var page kbView
+		if err := json.Unmarshal(rec.Body.Bytes(), &page); err != nil || rec.Code != 200 || page.DocumentCount != 5 || len(page.Documents) > 2 {
+			t.Fatalf("get %s: %d %s", path, rec.Code, rec.Body)
+		}
+		for _, d := range page.Documents {
+			ids = append(ids, d.ID)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		path = "/v1/kb/facts?limit=2&cursor=" + page.NextCursor
+	}
+	if strings.Join(ids, ",") != "doc-0,doc-1,doc-2,doc-3,doc-4" {
+		t.Fatalf("pages gave %v", ids)
+	}
+	if rec := call(srv, "GET", "/v1/kb/facts", ""); !strings.Contains(rec.Body.String(), `"document_count":5`) || strings.Contains(rec.Body.String(), "next_cursor") {
+		t.Fatalf("default page: %s", rec.Body)
+	}
+	for _, q := range []string{"limit=0", "limit=201", "limit=ten", "limit=-1", "cursor=!!!", "cursor=" + strings.Repeat("QUFB", 100)} {
+		rec := call(srv, "GET", "/v1/kb/facts?"+q, "")
+		code := "bad_limit"
+		if strings.HasPrefix(q, "cursor") {
+			code = "bad_cursor"
+		}
+		t.Run(q, func(t *testing.T) { assertJSONError(t, rec, 400, code) })
+	}
+}
+
+// One tenant holding every ingestion permit it may does not hold up
+// another's: its own next batch waits for a permit, the other tenant's
+// goes through at once.
+func TestOneTenantCannotTakeEveryIngestPermit(t *testing.T) {
+	srv := newKBServer(t, func(c *config.Config) {
+		c.Ingest.MaxConcurrent, c.Ingest.MaxConcurrentPerTenant, c.Ingest.MaxWait = 4, 2, 200*time.Millisecond
+		c.Auth.APIKeys = append(c.Auth.APIKeys, config.APIKey{Key: "k-globex", Tenant: "globex", Tier: "vip", Scopes: []string{"ingest"}})
+	})
+	ctx := context.Background()
+	for i := range 2 {
+		p, err := srv.ingestSlots.Acquire(ctx, "acme", fmt.Sprint("acme-upload-", i), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Release(ctx)
+	}
+	assertJSONError(t, call(srv, "POST", "/v1/kb/facts/documents", `{"id":"a","text":"Acme's third upload."}`), http.StatusServiceUnavailable, "ingest_busy")
+	req := httptest.NewRequest("POST", "/v1/kb/facts/documents", strings.NewReader(`{"id":"g","text":"Globex's upload."}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer k-globex")
+	rec := httptest.NewRecorder()
+	start := time.Now()
+	srv.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || time.Since(start) > 150*time.Millisecond {
+		t.Fatalf("globex's upload beside acme's: %d after %v: %s", rec.Code, time.Since(start), rec.Body)
+	}
 }

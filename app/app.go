@@ -65,7 +65,8 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 		return err
 	}
 	ingestSlots, err := semaphore.New(rt.Redis, semaphore.Options{
-		Key: cfg.Redis.KeyPrefix + "ingest:permits", Limit: cfg.Ingest.MaxConcurrent, Lease: cfg.Ingest.Lease})
+		Key: cfg.Redis.KeyPrefix + "ingest:permits", Limit: cfg.Ingest.MaxConcurrent,
+		GroupLimit: cfg.Ingest.TenantPermits(), Lease: cfg.Ingest.Lease})
 	if err != nil {
 		return err
 	}

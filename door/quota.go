@@ -15,8 +15,8 @@ import (
 // past its tier's ingestion quota (documents and stored bytes across its
 // own kbs). It runs while the batch holds an ingestion permit, so batches
 // racing past it are at most ingest.max_concurrent; and it counts the
-// batch by its text, which its chunks' overlap makes a little smaller
-// than what is stored.
+// batch by its title, text and metadata, which its chunks' overlap makes
+// a little smaller than what is stored.
 func (d *Door) CheckIngestQuota(ctx context.Context, who Caller, kb kbref.Ref, docs []ingest.Document) error {
 	tier, _ := d.policy.Current().Tier(who.Tier)
 	quota := tier.IngestQuota
@@ -35,7 +35,7 @@ func (d *Door) CheckIngestQuota(ctx context.Context, who Caller, kb kbref.Ref, d
 	}
 	var bytes int64
 	for _, d := range docs {
-		bytes += int64(len(d.Title) + len(d.Text))
+		bytes += d.Bytes()
 	}
 	switch {
 	case quota.Documents > 0 && used.Documents+added > quota.Documents:

@@ -328,7 +328,8 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Logger:   r.Logger.With("component", "embed-cache"),
 	})
 	r.KBs = kbstore.New(r.Redis, kbstore.Options{Prefix: cfg.Redis.KeyPrefix})
-	r.Ingester = &ingest.Ingester{Store: r.KBs, Embedder: embedder, Chunking: Chunking(cfg.Retrieval)}
+	r.Ingester = &ingest.Ingester{Store: r.KBs, Embedder: embedder, Chunking: Chunking(cfg.Retrieval),
+		MaxMetadataBytes: cfg.Ingest.MaxMetadataBytes}
 	r.keeper = &kbKeeper{cfg: cfg, ing: r.Ingester, store: r.KBs, logger: r.Logger.With("component", "kb-keeper")}
 	if err := seedKnowledgeBases(ctx, cfg, r.Ingester, r.Logger); err != nil {
 		return nil, err

@@ -48,6 +48,12 @@ type KnowledgeBase struct {
 // MaxConcurrent leased permits shared by every API instance.
 type Ingest struct {
 	MaxConcurrent int `yaml:"max_concurrent"`
+	// MaxConcurrentPerTenant is the most permits one tenant holds, so
+	// that one tenant's uploads never take them all; 0 is half of
+	// MaxConcurrent, rounded up (TenantPermits). With others waiting a
+	// tenant's share is less: MaxConcurrent divided among the tenants
+	// holding or waiting for a permit.
+	MaxConcurrentPerTenant int `yaml:"max_concurrent_per_tenant"`
 	// MaxWait is how long a request waits for a permit before 503.
 	MaxWait time.Duration `yaml:"max_wait"`
 	// Lease is a permit's lease, renewed while the ingestion runs.
@@ -55,6 +61,9 @@ type Ingest struct {
 	// MaxDocuments bounds one request's batch; MaxBodyBytes its body.
 	MaxDocuments int   `yaml:"max_documents"`
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// MaxMetadataBytes bounds one document's metadata (keys and values
+	// together), which is stored and counted in its tenant's quota.
+	MaxMetadataBytes int `yaml:"max_metadata_bytes"`
 }
 
 // AnswerCache configures the L3 tier, which serves a repeated question
@@ -83,8 +92,17 @@ func defaultRetrieval() Retrieval {
 	}
 }
 
+// TenantPermits is the most ingestion permits one tenant holds.
+func (i Ingest) TenantPermits() int {
+	if i.MaxConcurrentPerTenant > 0 {
+		return i.MaxConcurrentPerTenant
+	}
+	return (i.MaxConcurrent + 1) / 2
+}
+
 func defaultIngest() Ingest {
-	return Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20}
+	return Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20,
+		MaxMetadataBytes: 8 << 10}
 }
 
 func defaultAnswerCache() AnswerCache {
@@ -158,12 +176,20 @@ func (r Retrieval) sharedKBs() map[string]bool {
 
 func (i Ingest) validate(v *validator) {
 	v.positive("ingest.max_concurrent", int64(i.MaxConcurrent))
+	if i.MaxConcurrentPerTenant < 0 || i.MaxConcurrentPerTenant > i.MaxConcurrent {
+		v.add("ingest.max_concurrent_per_tenant", "must be from 0 (half of ingest.max_concurrent) to ingest.max_concurrent (%d), got %d",
+			i.MaxConcurrent, i.MaxConcurrentPerTenant)
+	}
 	v.duration("ingest.max_wait", i.MaxWait)
 	if i.Lease < 3*time.Second {
 		v.add("ingest.lease", "must be at least 3s (it is renewed every third of it), got %s", i.Lease)
 	}
 	v.positive("ingest.max_documents", int64(i.MaxDocuments))
 	v.positive("ingest.max_body_bytes", i.MaxBodyBytes)
+	v.positive("ingest.max_metadata_bytes", int64(i.MaxMetadataBytes))
+	if int64(i.MaxMetadataBytes) > i.MaxBodyBytes {
+		v.add("ingest.max_metadata_bytes", "must be at most ingest.max_body_bytes (%d), got %d", i.MaxBodyBytes, i.MaxMetadataBytes)
+	}
 }
 
 // validate checks the listed kbs against the configured shared ones: a

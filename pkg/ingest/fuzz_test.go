@@ -16,7 +16,7 @@ import (
 func FuzzValidate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, title, text string) {
 		d := ingest.Document{ID: id, Title: title, Text: text}
-		if err := ingest.Validate(d); err != nil {
+		if err := (&ingest.Ingester{}).Validate(d); err != nil {
 			if !strings.HasPrefix(err.Error(), ingest.ErrInvalid.Error()+": ") {
 				t.Fatalf("%+v: refused with %q, not an ErrInvalid", d, err)
 			}

@@ -46,6 +46,21 @@ type Ingester struct {
 	Chunking retrieval.ChunkOptions
 	// BatchSize is the number of chunks per Embed call. Default 64.
 	BatchSize int
+	// MaxMetadataBytes bounds a document's metadata, its keys and values
+	// together (kbstore.MetadataBytes). Default DefaultMaxMetadataBytes.
+	MaxMetadataBytes int
+}
+
+// DefaultMaxMetadataBytes is a document's metadata limit when the
+// Ingester names none: room for a source URL, an author and a few tags,
+// not a second body.
+const DefaultMaxMetadataBytes = 8 << 10
+
+func (g *Ingester) maxMetadataBytes() int {
+	if g.MaxMetadataBytes > 0 {
+		return g.MaxMetadataBytes
+	}
+	return DefaultMaxMetadataBytes
 }
 
 // DocResult is what became of one document.
@@ -64,8 +79,14 @@ type Result struct {
 	Docs    []DocResult `json:"documents"`
 }
 
-// Validate checks one document.
-func Validate(d Document) error {
+// Bytes is what the document would store, as its owner's ingestion quota
+// counts it: title, text and metadata.
+func (d Document) Bytes() int64 {
+	return int64(len(d.Title)+len(d.Text)) + kbstore.MetadataBytes(d.Metadata)
+}
+
+// Validate checks one document against the Ingester's limits.
+func (g *Ingester) Validate(d Document) error {
 	switch {
 	case d.ID == "" || len(d.ID) > MaxIDBytes:
 		return fmt.Errorf("%w: id must be 1-%d bytes", ErrInvalid, MaxIDBytes)
@@ -79,6 +100,9 @@ func Validate(d Document) error {
 		return fmt.Errorf("%w: document %s: text must be valid UTF-8 of at most %d bytes", ErrInvalid, d.ID, MaxTextBytes)
 	case len(d.Metadata) > MaxMetadata:
 		return fmt.Errorf("%w: document %s: at most %d metadata entries", ErrInvalid, d.ID, MaxMetadata)
+	case kbstore.MetadataBytes(d.Metadata) > int64(g.maxMetadataBytes()):
+		return fmt.Errorf("%w: document %s: metadata of %d bytes (keys and values) is over the limit of %d", ErrInvalid, d.ID,
+			kbstore.MetadataBytes(d.Metadata), g.maxMetadataBytes())
 	}
 	return nil
 }
@@ -96,7 +120,7 @@ func (g *Ingester) Put(ctx context.Context, kb string, docs []Document) (Result,
 	}
 	seen := map[string]bool{}
 	for _, d := range docs {
-		if err := Validate(d); err != nil {
+		if err := g.Validate(d); err != nil {
 			return Result{}, err
 		}
 		if seen[d.ID] {

@@ -210,3 +210,26 @@ func TestCacheEntriesOfAChangedDocumentAreDeleted(t *testing.T) {
 		}
 	}
 }
+
+// Metadata up to the Ingester's byte limit (keys and values together) is
+// taken; a byte more is refused naming the limit, before anything is
+// embedded or stored.
+func TestMetadataBytesAreBounded(t *testing.T) {
+	f := newFixture(t)
+	f.ing.MaxMetadataBytes = 100
+	at := ingest.Document{ID: "m", Text: "Some text.", Metadata: map[string]string{"k": strings.Repeat("v", 99)}}
+	if _, err := f.ing.Put(context.Background(), "acme/notes", []ingest.Document{at}); err != nil {
+		t.Fatalf("metadata at the limit: %v", err)
+	}
+	over := ingest.Document{ID: "n", Text: "Some text.", Metadata: map[string]string{"k": strings.Repeat("v", 99), "x": ""}}
+	_, err := f.ing.Put(context.Background(), "acme/notes", []ingest.Document{over})
+	if !errors.Is(err, ingest.ErrInvalid) || !strings.Contains(err.Error(), "metadata of 101 bytes (keys and values) is over the limit of 100") {
+		t.Fatalf("metadata over the limit: %v", err)
+	}
+	if revs, _ := f.store.Revs(context.Background(), "acme/notes", []string{"n"}); revs[0] != "" {
+		t.Fatal("the refused document was stored")
+	}
+	if (&ingest.Ingester{}).Validate(ingest.Document{ID: "d", Text: "t", Metadata: map[string]string{"k": strings.Repeat("v", ingest.DefaultMaxMetadataBytes)}}) == nil {
+		t.Fatal("the default limit let in more than DefaultMaxMetadataBytes")
+	}
+}

@@ -23,7 +23,9 @@
 //	<prefix>kb:{<kb>}:info      hash id -> DocInfo JSON
 //	<prefix>kb:{<kb>}:log       zset id -> version of its last change
 //	<prefix>kb:{<kb>}:model     the embedder model its vectors come from
-//	<prefix>kb:{<kb>}:usage     hash bytes -> the text its documents store
+//	<prefix>kb:{<kb>}:usage     hash bytes -> what its documents store,
+//	                            chunks -> their chunks, indexed -> 1 once ids is
+//	<prefix>kb:{<kb>}:ids       zset of the docs' ids, all scored 0 (pages by id)
 //	<prefix>kb:{<kb>}:rev:<id>:<rev>  hash meta (JSON), vecs (float32 LE)
 //	<prefix>kb:{<kb>}:l2doc:<id>      set of retrieval-cache keys holding it
 //	<prefix>kbs                 set of the shared kbs' names
@@ -66,11 +68,17 @@ var (
 	//go:embed lua/changes.lua
 	changesLua string
 
+	//go:embed lua/page.lua
+	pageLua string
+
 	//go:embed lua/tag.lua
 	tagLua string
+	//go:embed lua/index.lua
+	indexLua string
 
-	putScript     = redis.NewScript(tagLua + putLua)
-	deleteScript  = redis.NewScript(tagLua + deleteLua)
+	putScript     = redis.NewScript(tagLua + indexLua + putLua)
+	deleteScript  = redis.NewScript(tagLua + indexLua + deleteLua)
+	pageScript    = redis.NewScript(indexLua + pageLua)
 	changesScript = redis.NewScript(changesLua)
 )
 
@@ -112,10 +120,13 @@ func New(rdb Redis, opts Options) *Store {
 
 // Revision is one version of a document, chunked and embedded.
 type Revision struct {
-	ID       string            `json:"id"`
-	Rev      string            `json:"rev"`
-	Title    string            `json:"title"`
-	Metadata map[string]string `json:"metadata,omitempty"`
+	ID    string `json:"id"`
+	Rev   string `json:"rev"`
+	Title string `json:"title"`
+	// Metadata is stored once, in the document's DocInfo, which is what
+	// reads of the kb return; retrieval never needs it, so the revision's
+	// own record leaves it out. (A record written with it still reads.)
+	Metadata map[string]string `json:"-"`
 	// Chunks are the document's passages, in order.
 	Chunks []string `json:"chunks"`
 	// Vectors holds one embedding of Dims values per chunk, back to back.
@@ -130,8 +141,8 @@ type DocInfo struct {
 	Title    string            `json:"title"`
 	Metadata map[string]string `json:"metadata,omitempty"`
 	Chunks   int               `json:"chunks"`
-	// Bytes is the text it stores: its title and chunks, which count
-	// toward its owner's ingestion quota.
+	// Bytes is what it stores: its title, chunks and metadata, which
+	// count toward its owner's ingestion quota.
 	Bytes int64 `json:"bytes,omitempty"`
 	// Version is the kb version at which this revision was stored.
 	Version int64 `json:"version"`
@@ -216,7 +227,7 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 		return PutResult{}, fmt.Errorf("put into kb: %w", err)
 	}
 	kp := s.kbPrefix(kb)
-	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", kp + "epoch", kp + "usage"}
+	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", kp + "epoch", kp + "usage", kp + "ids"}
 	args := []any{kp, ref.Name, model, s.grace.Milliseconds(), len(revs)}
 	for _, r := range revs {
 		if err := checkRevision(r); err != nil {
@@ -253,11 +264,21 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 	return res, nil
 }
 
-// Bytes is the text a revision stores: its title and chunks.
+// Bytes is what a revision stores for its owner's quota: its title,
+// chunks and metadata.
 func (r Revision) Bytes() int64 {
-	n := int64(len(r.Title))
+	n := int64(len(r.Title)) + MetadataBytes(r.Metadata)
 	for _, c := range r.Chunks {
 		n += int64(len(c))
+	}
+	return n
+}
+
+// MetadataBytes is the size of a document's metadata: its keys and values.
+func MetadataBytes(m map[string]string) int64 {
+	var n int64
+	for k, v := range m {
+		n += int64(len(k) + len(v))
 	}
 	return n
 }
@@ -302,7 +323,7 @@ func checkRevision(r Revision) error {
 // (the version is then unchanged).
 func (s *Store) Delete(ctx context.Context, kb, id string) (version int64, deleted bool, err error) {
 	kp := s.kbPrefix(kb)
-	raw, err := deleteScript.Run(ctx, s.rdb, []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "usage"},
+	raw, err := deleteScript.Run(ctx, s.rdb, []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "usage", kp + "ids"},
 		kp, id, s.grace.Milliseconds()).Int64Slice()
 	if err != nil {
 		return 0, false, fmt.Errorf("delete %s from kb %s: %w", id, kb, err)
@@ -433,53 +454,6 @@ func (s *Store) Load(ctx context.Context, kb string, refs []Change) ([]Revision,
 
 // ErrGone is a revision that is no longer stored.
 var ErrGone = errors.New("document revision no longer stored")
-
-// Info describes a kb: its version, embedder and documents (sorted by
-// id). A kb never written has version 0 and no documents.
-type Info struct {
-	Name      string    `json:"kb"`
-	Version   int64     `json:"version"`
-	Model     string    `json:"embedding_model,omitempty"`
-	Chunks    int       `json:"chunks"`
-	Documents []DocInfo `json:"documents"`
-}
-
-// Info reads kb's description.
-func (s *Store) Info(ctx context.Context, kb string) (Info, error) {
-	kp := s.kbPrefix(kb)
-	var version, model *redis.StringCmd
-	var info *redis.MapStringStringCmd
-	var log *redis.ZSliceCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		version = p.Get(ctx, kp+"version")
-		model = p.Get(ctx, kp+"model")
-		info = p.HGetAll(ctx, kp+"info")
-		log = p.ZRangeWithScores(ctx, kp+"log", 0, -1)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return Info{}, fmt.Errorf("read kb %s: %w", kb, err)
-	}
-	out := Info{Name: kb, Model: model.Val(), Documents: []DocInfo{}}
-	out.Version, _ = strconv.ParseInt(version.Val(), 10, 64)
-	changedAt := map[string]int64{}
-	for _, z := range log.Val() {
-		if id, ok := z.Member.(string); ok {
-			changedAt[id] = int64(z.Score)
-		}
-	}
-	for id, raw := range info.Val() {
-		var d DocInfo
-		if err := json.Unmarshal([]byte(raw), &d); err != nil {
-			return Info{}, fmt.Errorf("decode info of %s in kb %s: %w", id, kb, err)
-		}
-		d.Version = changedAt[id]
-		out.Chunks += d.Chunks
-		out.Documents = append(out.Documents, d)
-	}
-	sort.Slice(out.Documents, func(i, j int) bool { return out.Documents[i].ID < out.Documents[j].ID })
-	return out, nil
-}
 
 // Revs returns the current revision of each of ids in kb ("" if absent).
 func (s *Store) Revs(ctx context.Context, kb string, ids []string) ([]string, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,7 +106,7 @@ func TestPutChangeDelete(t *testing.T) {
 		t.Fatalf("head %+v %v, want version 3 of epoch %s", h, err, epoch)
 	}
 
-	info, err := s.Info(ctx, "kb")
+	info, err := s.Info(ctx, "kb", Page{Limit: 100})
 	if err != nil || info.Version != 3 || info.Model != "m" || info.Chunks != 1 || len(info.Documents) != 1 {
 		t.Fatalf("info %+v %v", info, err)
 	}
@@ -140,7 +141,7 @@ func TestTenantsKBsAreApart(t *testing.T) {
 			t.Errorf("version of %s = %d, want %d", kb, v, want)
 		}
 	}
-	if info, _ := s.Info(ctx, globex); len(info.Documents) != 1 || info.Documents[0].ID != "c" {
+	if info, _ := s.Info(ctx, globex, Page{Limit: 10}); len(info.Documents) != 1 || info.Documents[0].ID != "c" {
 		t.Fatalf("globex sees %+v", info.Documents)
 	}
 	if _, _, err := s.Delete(ctx, globex, "a"); err != nil {
@@ -258,4 +259,112 @@ func TestUsageFollowsTheDocuments(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(1, a2.Bytes())
+}
+
+// A document's metadata is stored once, in its info (what reads of the kb
+// return), not again in its revision's record, and counts in its kb's
+// usage; a record written with metadata, as before, still loads.
+func TestMetadataIsStoredOnceAndCounted(t *testing.T) {
+	rdb := srv.Client(t)
+	s := New(rdb, Options{Prefix: testenv.KeyPrefix(t), Grace: time.Minute})
+	ctx := context.Background()
+	a := rev("a", "alpha", 1)
+	a.Metadata = map[string]string{"source": strings.Repeat("s", 1000)}
+	if _, err := s.Put(ctx, "acme/notes", "m", []Revision{a}); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := s.Usage(ctx, "acme/notes"); u.Bytes != a.Bytes() || a.Bytes() < 1006 {
+		t.Fatalf("usage %+v, want %d bytes with the metadata's 1006", u, a.Bytes())
+	}
+	meta := rdb.HGet(ctx, s.revKey("acme/notes", "a", a.Rev), "meta").Val()
+	if strings.Contains(meta, "sss") || meta == "" {
+		t.Fatalf("the revision's record holds the metadata again: %.120s", meta)
+	}
+	info, err := s.Info(ctx, "acme/notes", Page{Limit: 10})
+	if err != nil || len(info.Documents) != 1 || info.Documents[0].Metadata["source"] != a.Metadata["source"] {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	old := `{"id":"a","rev":"` + a.Rev + `","title":"T a","metadata":{"k":"v"},"chunks":["alpha"],"dims":2}`
+	rdb.HSet(ctx, s.revKey("acme/notes", "a", a.Rev), "meta", old)
+	got, err := s.Load(ctx, "acme/notes", []Change{{ID: "a", Rev: a.Rev}})
+	if err != nil || len(got) != 1 || got[0].Chunks[0] != "alpha" {
+		t.Fatalf("a record with metadata loads as %+v, %v", got, err)
+	}
+}
+
+// Pages walk a kb's documents in id order, each once, with the whole kb's
+// counts on every page; the chunk total follows puts, replacements and
+// deletes.
+func TestInfoPages(t *testing.T) {
+	s := New(srv.Client(t), Options{Prefix: testenv.KeyPrefix(t), Grace: time.Minute})
+	ctx := context.Background()
+	var revs []Revision
+	for _, id := range []string{"e", "a", "d", "b", "c"} {
+		revs = append(revs, rev(id, "text of "+id, 2))
+	}
+	if _, err := s.Put(ctx, "kb", "m", revs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "kb", "m", []Revision{rev("c", "c, now in three chunks", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Delete(ctx, "kb", "d"); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	after := ""
+	for range 10 {
+		info, err := s.Info(ctx, "kb", Page{After: after, Limit: 2})
+		if err != nil || info.DocumentCount != 4 || info.Chunks != 9 || len(info.Documents) > 2 || info.Version != 3 {
+			t.Fatalf("page after %q: %+v %v", after, info, err)
+		}
+		for _, d := range info.Documents {
+			got = append(got, d.ID)
+		}
+		if after = info.Next; after == "" {
+			break
+		}
+	}
+	if !slices.Equal(got, []string{"a", "b", "c", "e"}) {
+		t.Fatalf("pages gave %v", got)
+	}
+	if info, err := s.Info(ctx, "kb", Page{After: "e", Limit: 2}); err != nil || len(info.Documents) != 0 || info.Next != "" {
+		t.Fatalf("a page after the last: %+v %v", info, err)
+	}
+	if _, err := s.Info(ctx, "kb", Page{}); err == nil {
+		t.Fatal("a page of no documents was read")
+	}
+}
+
+// A kb written before it had its ids set and chunk total (only docs and
+// info) is indexed once, by the first read or write that touches it.
+func TestAnOlderKBIsIndexedOnce(t *testing.T) {
+	rdb := srv.Client(t)
+	s := New(rdb, Options{Prefix: testenv.KeyPrefix(t), Grace: time.Minute})
+	ctx := context.Background()
+	if _, err := s.Put(ctx, "kb", "m", []Revision{rev("a", "alpha", 2), rev("b", "beta", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	forget := func() {
+		rdb.Del(ctx, s.kbPrefix("kb")+"ids")
+		rdb.HDel(ctx, s.kbPrefix("kb")+"usage", "chunks", "indexed")
+	}
+	forget()
+	if info, err := s.Info(ctx, "kb", Page{Limit: 10}); err != nil || info.Chunks != 5 || len(info.Documents) != 2 {
+		t.Fatalf("an older kb read as %+v %v", info, err)
+	}
+	forget()
+	if _, err := s.Put(ctx, "kb", "m", []Revision{rev("a", "alpha again", 1), rev("c", "gamma", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(ctx, "kb", Page{Limit: 10}); err != nil || info.Chunks != 5 || info.DocumentCount != 3 || len(info.Documents) != 3 {
+		t.Fatalf("an older kb written to reads as %+v %v", info, err)
+	}
+	forget()
+	if _, _, err := s.Delete(ctx, "kb", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := s.Info(ctx, "kb", Page{Limit: 10}); err != nil || info.Chunks != 2 || len(info.Documents) != 2 {
+		t.Fatalf("an older kb deleted from reads as %+v %v", info, err)
+	}
 }

@@ -75,7 +75,7 @@ func TestKnowledgeBase(t *testing.T) {
 	}
 	_, err = store.Head(ctx, kb)
 	ok(t, "head", err)
-	_, err = store.Info(ctx, kb)
+	_, err = store.Info(ctx, kb, kbstore.Page{Limit: 10})
 	ok(t, "info", err)
 	_, err = store.Usage(ctx, kb)
 	ok(t, "usage", err)

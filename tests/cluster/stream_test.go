@@ -115,7 +115,7 @@ func TestSemaphore(t *testing.T) {
 	ctx := context.Background()
 	s, err := semaphore.New(rdb, semaphore.Options{Key: prefix + "ingest:permits", Limit: 1, Lease: 150 * time.Millisecond, Poll: 10 * time.Millisecond})
 	ok(t, "new semaphore", err)
-	p, err := s.Acquire(ctx, "one", time.Second)
+	p, err := s.Acquire(ctx, "", "one", time.Second)
 	ok(t, "acquire", err)
 	time.Sleep(200 * time.Millisecond) // renewed meanwhile
 	select {
@@ -123,7 +123,7 @@ func TestSemaphore(t *testing.T) {
 		t.Fatal("the permit was lost: renew failed")
 	default:
 	}
-	if _, err := s.Acquire(ctx, "two", 20*time.Millisecond); err == nil {
+	if _, err := s.Acquire(ctx, "", "two", 20*time.Millisecond); err == nil {
 		t.Fatal("a second holder got the only permit")
 	}
 	ok(t, "release", p.Release(ctx))

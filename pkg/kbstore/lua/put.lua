@@ -23,9 +23,10 @@
 -- KEYS[5] model
 -- KEYS[6] epoch: set when the version counter starts (a kb written into a
 -- Redis that restarted empty counts from 1 again, in a new epoch)
--- KEYS[7] usage (hash: bytes, the stored text of its documents, for the
--- owner's ingestion quota; documents are docs' length)
--- KEYS[7+i] the new revision key of document i
+-- KEYS[7] usage (hash: bytes, what its documents store, for the owner's
+-- ingestion quota; documents are docs' length; chunks, their total)
+-- KEYS[8] ids (the docs' ids for reads in pages; see index.lua)
+-- KEYS[8+i] the new revision key of document i
 -- ARGV[1] the kb's key prefix ("<prefix>kb:{<name>}:")
 -- ARGV[2] kb name (without its owner), for errors   ARGV[3] embedder model
 -- ARGV[4] grace ms
@@ -36,6 +37,7 @@
 local kp, name, model, grace = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
 local tag = hash_tag(KEYS[1])
+ensure_index(KEYS[2], KEYS[3], KEYS[8], KEYS[7])
 
 local current = redis.call('GET', KEYS[5])
 if current and current ~= model then
@@ -52,11 +54,15 @@ for i = 1, n do
   else
     changed[i] = 1
     any = true
-    redis.call('HSET', KEYS[7 + i], 'meta', ARGV[a + 4], 'vecs', ARGV[a + 5])
+    redis.call('HSET', KEYS[8 + i], 'meta', ARGV[a + 4], 'vecs', ARGV[a + 5])
     redis.call('HSET', KEYS[2], id, rev)
+    redis.call('ZADD', KEYS[8], 0, id)
     local before = redis.call('HGET', KEYS[3], id)
-    local grown = (cjson.decode(ARGV[a + 3]).bytes or 0) - (before and cjson.decode(before).bytes or 0)
+    local new = cjson.decode(ARGV[a + 3])
+    local grown = (new.bytes or 0) - (before and cjson.decode(before).bytes or 0)
     if grown ~= 0 then redis.call('HINCRBY', KEYS[7], 'bytes', grown) end
+    local more = (new.chunks or 0) - chunks_of(before)
+    if more ~= 0 then redis.call('HINCRBY', KEYS[7], 'chunks', more) end
     redis.call('HSET', KEYS[3], id, ARGV[a + 3])
     if old then
       redis.call('PEXPIRE', kp .. 'rev:' .. id .. ':' .. old, grace)

@@ -1,0 +1,233 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/embed"
+	"github.com/sluice-dev/sluice/pkg/ingest"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/semaphore"
+)
+
+// worstBody is the costliest body a route's limits let in, and what
+// serving it may cost the process at most.
+type worstBody struct {
+	method, path, auth string
+	// limit is the route's body limit; body is built to fill it.
+	limit int
+	body  func(limit int) []byte
+	// heap bounds the growth of the live heap while the request runs
+	// (its peak, sampled, over the heap after a GC before it); cpu the
+	// process's CPU time (user and system) for the request.
+	heap int64
+	cpu  time.Duration
+}
+
+// words is text of many distinct words, costly to tokenize and embed.
+func words(n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "w%dx%d ", i%9973, i%7)
+	}
+	return b.String()[:n]
+}
+
+// fill pads a JSON object's text with spaces before its closing brace up
+// to limit bytes: a body exactly at the limit.
+func fill(obj string, limit int) []byte {
+	if len(obj) > limit {
+		panic(fmt.Sprintf("a body of %d bytes for a limit of %d", len(obj), limit))
+	}
+	return []byte(obj[:len(obj)-1] + strings.Repeat(" ", limit-len(obj)) + "}")
+}
+
+// repeatUpTo joins items made by item(i) with commas, as many as fit in room bytes.
+func repeatUpTo(room int, item func(i int) string) string {
+	var b strings.Builder
+	for i := 0; ; i++ {
+		next := item(i)
+		if b.Len()+len(next)+1 > room {
+			return b.String()
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(next)
+	}
+}
+
+// worstBodies are the body-taking routes, each with its stated bound
+// (docs/security.md#ingest-and-knowledge-base-bounds). The bounds hold
+// under the race detector, which makes the CPU several times larger.
+func worstBodies(cfg config.Config) map[string]worstBody {
+	api, ingestLimit := int(cfg.API.MaxBodyBytes), int(cfg.Ingest.MaxBodyBytes)
+	return map[string]worstBody{
+		"POST /v1/chat: the longest query": {method: "POST", path: "/v1/chat", auth: "Bearer k-acme", limit: api,
+			body: func(limit int) []byte {
+				return fill(`{"query":"`+words(cfg.API.MaxQueryChars)+`","max_tokens":16}`, limit)
+			}, heap: 4 << 20, cpu: time.Second},
+		"POST /v1/chat/completions: the most messages": {method: "POST", path: "/v1/chat/completions", auth: "Bearer k-acme", limit: api,
+			body: func(limit int) []byte {
+				msgs := repeatUpTo(limit-64, func(i int) string { return `{"role":"user","content":"` + words(8) + `"}` })
+				return fill(`{"model":"sluice-sim","max_tokens":16,"messages":[`+msgs+`]}`, limit)
+			}, heap: 16 << 20, cpu: 2 * time.Second},
+		"POST /v1/embeddings: the most inputs": {method: "POST", path: "/v1/embeddings", auth: "Bearer k-acme", limit: api,
+			body: func(limit int) []byte {
+				each := (limit - 64) / 128
+				in := repeatUpTo(limit-64, func(i int) string { return `"` + words(each-4) + `"` })
+				return fill(`{"model":"`+cfg.Embedding.Model+`","input":[`+in+`]}`, limit)
+			}, heap: 24 << 20, cpu: 3 * time.Second},
+		"POST /v1/kb/:kb/documents: the most documents, text and metadata": {method: "POST", path: "/v1/kb/worst/documents", auth: "Bearer k-acme", limit: ingestLimit,
+			body: func(limit int) []byte {
+				n := cfg.Ingest.MaxDocuments
+				meta := `{"source":"` + strings.Repeat("m", cfg.Ingest.MaxMetadataBytes-len("source")) + `"}`
+				text := words((limit-64)/n - len(meta) - 64)
+				docs := repeatUpTo(limit-64, func(i int) string {
+					return fmt.Sprintf(`{"id":"d%d","text":"%s","metadata":%s}`, i, text, meta)
+				})
+				return fill(`{"documents":[`+docs+`]}`, limit)
+			}, heap: 256 << 20, cpu: 30 * time.Second},
+		"PUT /v1/admin/limits: the largest policy": {method: "PUT", path: "/v1/admin/limits", auth: "Bearer root", limit: policyBodyLimit,
+			heap: 8 << 20, cpu: time.Second}, // body: the live policy, filled
+
+		"POST /v1/admin/keys: the largest key request": {method: "POST", path: "/v1/admin/keys", auth: "Bearer root", limit: api,
+			body: func(limit int) []byte {
+				scopes := repeatUpTo(limit-128, func(i int) string { return `"chat"` })
+				return fill(`{"tenant":"acme","user":"worst","tier":"vip","scopes":[`+scopes+`]}`, limit)
+			}, heap: 4 << 20, cpu: time.Second},
+		"POST /codec/decode: the most payloads": {method: "POST", path: "/codec/decode", auth: "Bearer root", limit: codecBodyLimit,
+			body: func(limit int) []byte {
+				data := base64.StdEncoding.EncodeToString([]byte(`"x"`))
+				enc := base64.StdEncoding.EncodeToString([]byte("json/plain"))
+				ps := repeatUpTo(limit-32, func(i int) string {
+					return `{"metadata":{"encoding":"` + enc + `"},"data":"` + data + `"}`
+				})
+				return fill(`{"payloads":[`+ps+`]}`, limit)
+			}, heap: 256 << 20, cpu: 10 * time.Second},
+	}
+}
+
+// measure runs f and reports the peak growth of the live heap while it
+// ran and the process's CPU time.
+func measure(f func()) (heap int64, cpu time.Duration) {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() int64 {
+		metrics.Read(sample)
+		return int64(sample[0].Value.Uint64())
+	}
+	base, peak := read(), int64(0)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			if n := read() - base; n > peak {
+				peak = n
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	before := cpuTime()
+	f()
+	cpu = cpuTime() - before
+	close(stop)
+	<-done
+	if n := read() - base; n > peak {
+		peak = n
+	}
+	return peak, cpu
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// worstBodyServer serves every body-taking route with the default limits.
+func worstBodyServer(t *testing.T) (*Server, config.Config) {
+	var cfg config.Config
+	srv, _, rdb := newTestServerWith(t, func(c *config.Config) {
+		def := config.Default()
+		c.API.MaxBodyBytes, c.API.MaxQueryChars = def.API.MaxBodyBytes, def.API.MaxQueryChars
+		withCodec()(c)
+		cfg = *c
+	}, func(rdb *redis.Client, o *Options) {
+		prefix := "t:" + t.Name() + ":"
+		store := kbstore.New(rdb, kbstore.Options{Prefix: prefix})
+		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{}),
+			MaxMetadataBytes: o.Config.Ingest.MaxMetadataBytes}
+		slots, err := semaphore.New(rdb, semaphore.Options{Key: prefix + "ingest", Limit: o.Config.Ingest.MaxConcurrent,
+			GroupLimit: o.Config.Ingest.TenantPermits(), Lease: o.Config.Ingest.Lease})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.IngestSlots = slots
+		o.Embeddings = embed.NewCache(embed.NewLocal(embed.LocalOptions{}), rdb, embed.CacheOptions{Prefix: prefix, TTL: time.Minute, LRUSize: 16})
+	})
+	withManagedKeys(t, srv, rdb, sharedPrefix(t, rdb))
+	return srv, cfg
+}
+
+// Each route that takes a body, sent the costliest body its limits let
+// in, answers (never a 500) within its stated memory and CPU bounds; a
+// byte more is refused with 413 before any of that work.
+func TestWorstBodiesStayInBounds(t *testing.T) {
+	srv, cfg := worstBodyServer(t)
+	send := func(w worstBody, body []byte) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(w.method, w.path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", w.auth)
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	for name, w := range worstBodies(cfg) {
+		t.Run(name, func(t *testing.T) {
+			var body []byte
+			if w.body != nil {
+				body = w.body(w.limit)
+			} else {
+				live := send(worstBody{method: "GET", path: w.path, auth: w.auth}, nil)
+				body = fill(strings.TrimSpace(live.Body.String()), w.limit)
+			}
+			if len(body) != w.limit {
+				t.Fatalf("a worst body of %d bytes for a limit of %d", len(body), w.limit)
+			}
+			send(w, []byte("{}")) // what is loaded once (tokenizers, scripts) is not the body's cost
+			var rec *httptest.ResponseRecorder
+			heap, cpu := measure(func() { rec = send(w, body) })
+			t.Logf("%d-byte body: %d %.60s; heap +%.1f MiB (bound %d MiB), CPU %v (bound %v)",
+				len(body), rec.Code, rec.Body, float64(heap)/(1<<20), w.heap>>20, cpu.Round(time.Millisecond), w.cpu)
+			if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable || rec.Code == 0 {
+				t.Fatalf("answered %d: %s", rec.Code, rec.Body)
+			}
+			if heap > w.heap || cpu > w.cpu {
+				t.Fatalf("heap +%d bytes (bound %d), CPU %v (bound %v)", heap, w.heap, cpu, w.cpu)
+			}
+			over := append(body, ' ')
+			if rec := send(w, over); rec.Code != http.StatusRequestEntityTooLarge {
+				t.Fatalf("a byte over the limit: %d %s", rec.Code, rec.Body)
+			}
+		})
+	}
+}
