@@ -13,8 +13,13 @@ if not old then
 end
 redis.call('HDEL', KEYS[2], id)
 local info = redis.call('HGET', KEYS[3], id)
-local bytes = info and cjson.decode(info).bytes or 0
-if bytes ~= 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -bytes) end
+if info then
+  local doc = cjson.decode(info)
+  for f, from in pairs({bytes = 'bytes', memory = 'memory_bytes'}) do
+    local n = doc[from] or 0
+    if n ~= 0 then redis.call('HINCRBY', KEYS[5], f, string.format('%d', -n)) end
+  end
+end
 redis.call('HDEL', KEYS[3], id)
 redis.call('PEXPIRE', kp .. 'rev:' .. id .. ':' .. old, grace)
 drop_cached(kp .. 'l2doc:' .. id, hash_tag(KEYS[1]))
