@@ -9,13 +9,13 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/temporal"
 )
 
