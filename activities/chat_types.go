@@ -38,6 +38,10 @@ const (
 	// ErrTypeScaleRefused: the scaler refused for good (scaler.Permanent:
 	// bad count, target not found, no permission).
 	ErrTypeScaleRefused = "ScaleRefused"
+	// ErrTypeKBTooLarge: the request's kb needs more memory than a worker
+	// holds for knowledge bases, so no worker can search it; the workflow
+	// fails the request with reason kb_too_large.
+	ErrTypeKBTooLarge = "KBTooLarge"
 )
 
 // EmbedInput asks for the query's embedding (the L1 cache tier).

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 )
@@ -33,6 +34,11 @@ func (a *Chat) Retrieve(ctx context.Context, in RetrieveInput) (RetrieveOutput, 
 	if err != nil {
 		if errors.Is(err, retrieval.ErrUnknownKB) {
 			return RetrieveOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+		}
+		if errors.Is(err, kbstore.ErrTooLarge) {
+			// Every worker has the same budget: retrying here or on
+			// another would only read the kb's size again.
+			return RetrieveOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeKBTooLarge, err)
 		}
 		return RetrieveOutput{}, fmt.Errorf("retrieve for %s: %w", in.RequestID, err)
 	}
@@ -80,6 +86,8 @@ func (a *Chat) lookup(ctx context.Context, kb string, version int64, hits []Chun
 		// it retrieved, and retrying changes nothing. The error is returned
 		// as is, because Temporal classifies only the outermost error.
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeBadRequest, err)
+	case errors.Is(err, kbstore.ErrTooLarge):
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeKBTooLarge, err)
 	case err != nil:
 		// Redis could not be read: retried, and reported as unavailable
 		// (UnavailableInterceptor) if it stays so, never as the client's

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
+	"github.com/sluice-dev/sluice/tests/testenv"
 	"go.temporal.io/sdk/temporal"
 )
 
@@ -57,6 +61,38 @@ func TestRetrieveUnknownKB(t *testing.T) {
 	// Stage events mark a stage's start, so the failed stage has its one.
 	if evs := h.events(t, "r1"); len(evs) != 1 || evs[0].Type != events.TypeStage {
 		t.Fatalf("events for a failed retrieval: %+v", evs)
+	}
+}
+
+// A kb larger than the worker's memory budget fails retrieval at once
+// with a non-retryable ErrTypeKBTooLarge naming its size and the budget,
+// without reading the kb; a kb within it is served by the same worker.
+func TestRetrieveKBLargerThanTheBudget(t *testing.T) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	kb, err := newKnowledgeBase(rdb, kbstore.Options{Prefix: testenv.KeyPrefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := kb.store.Usage(ctx, kbName)
+	if err != nil || u.Memory <= u.Bytes {
+		t.Fatalf("usage %+v, %v: ingestion records what the kb needs loaded, more than its text", u, err)
+	}
+	budget := u.Memory - 1
+	live, err := retrieval.NewLive(kb.store, retrieval.LiveOptions{Model: kb.ing.Embedder.Model(), Logger: quiet, MemoryBudget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(o *harnessOptions) { o.kb = &knowledgeBase{store: kb.store, ing: kb.ing, live: live} })
+	_, err = local[activities.RetrieveOutput](t, h, h.acts.Retrieve, activities.RetrieveInput{RequestID: "r1", KB: kbName, Query: query, K: 3})
+	wantAppError(t, err, activities.ErrTypeKBTooLarge, true)
+	want := (&retrieval.TooLargeError{KB: kbName, Bytes: u.Memory, Budget: budget}).Error()
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q, want it to say %q", err, want)
+	}
+	if st := live.MemoryStats(); st.Loads != 0 || st.Refused != 1 || st.Loaded != 0 {
+		t.Fatalf("memory stats %+v: the kb must be refused before it is read", st)
 	}
 }
 

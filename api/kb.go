@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 )
@@ -85,6 +86,10 @@ func (s *Server) postDocuments(c echo.Context) error {
 	res, err := s.ingester.Put(ctx, kb.Key(), docs)
 	if errors.Is(err, ingest.ErrInvalid) {
 		return httperr.BadRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
+	}
+	if tl := (*kbstore.TooLarge)(nil); errors.As(err, &tl) {
+		return &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: request.ReasonKBTooLarge,
+			Message: (&retrieval.TooLargeError{KB: kb.Name, Bytes: tl.Memory, Budget: tl.Max}).Error()}
 	}
 	if err != nil {
 		s.logger.Error("ingest documents", "requestID", id, "kb", kb, "docs", len(docs), "err", err)

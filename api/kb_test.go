@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 )
 
@@ -25,7 +26,7 @@ import (
 func newKBServer(t *testing.T, mod func(*config.Config)) *Server {
 	t.Helper()
 	srv, _, _ := newTestServerWith(t, mod, func(rdb *redis.Client, o *Options) {
-		store := kbstore.New(rdb, kbstore.Options{Prefix: "t:" + t.Name() + ":"})
+		store := kbstore.New(rdb, kbstore.Options{Prefix: "t:" + t.Name() + ":", MaxKBMemory: o.Config.Retrieval.KBMemoryBytes})
 		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{}),
 			MaxMetadataBytes: o.Config.Ingest.MaxMetadataBytes}
 		slots, err := semaphore.New(rdb, semaphore.Options{Key: "t:" + t.Name() + ":ingest", Limit: o.Config.Ingest.MaxConcurrent,
@@ -263,5 +264,33 @@ func TestOneTenantCannotTakeEveryIngestPermit(t *testing.T) {
 	srv.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK || time.Since(start) > 150*time.Millisecond {
 		t.Fatalf("globex's upload beside acme's: %d after %v: %s", rec.Code, time.Since(start), rec.Body)
+	}
+}
+
+// A batch that would make a kb need more memory than a worker holds for
+// knowledge bases is refused whole with 413 kb_too_large, saying what it
+// would need and the limit; the kb stays as it was and can still grow
+// within the limit.
+func TestIngestPastTheMemoryBudgetIs413(t *testing.T) {
+	srv := newKBServer(t, func(c *config.Config) { c.Retrieval.KBMemoryBytes = 1 << 20 })
+	var words []string
+	for i := range 12000 {
+		words = append(words, fmt.Sprintf("word%d", i%3000))
+	}
+	doc := func(id string) string { return `{"id":"` + id + `","text":"` + strings.Join(words, " ") + `"}` }
+	if rec := call(srv, "POST", "/v1/kb/facts/documents", doc("a")); rec.Code != 200 {
+		t.Fatalf("first document: %d %s", rec.Code, rec.Body)
+	}
+	rec := call(srv, "POST", "/v1/kb/facts/documents", doc("b"))
+	assertJSONError(t, rec, 413, request.ReasonKBTooLarge)
+	if msg := rec.Body.String(); !strings.Contains(msg, `knowledge base \"facts\" would need about`) || !strings.Contains(msg, "more than the 1.0 MiB a worker holds") {
+		t.Fatalf("refusal %s: want what the kb would need and the limit", msg)
+	}
+	rec = call(srv, "GET", "/v1/kb/facts", "")
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"version":1`) {
+		t.Fatalf("after the refusal: %d %s", rec.Code, rec.Body)
+	}
+	if rec := call(srv, "POST", "/v1/kb/facts/documents", `{"id":"c","text":"A short one fits."}`); rec.Code != 200 {
+		t.Fatalf("a small document after the refusal: %d %s", rec.Code, rec.Body)
 	}
 }

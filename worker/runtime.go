@@ -327,17 +327,22 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		KeepCase: keepCase,
 		Logger:   r.Logger.With("component", "embed-cache"),
 	})
-	r.KBs = kbstore.New(r.Redis, kbstore.Options{Prefix: cfg.Redis.KeyPrefix})
+	r.KBs = kbstore.New(r.Redis, kbstore.Options{Prefix: cfg.Redis.KeyPrefix, MaxKBMemory: cfg.Retrieval.KBMemoryBytes})
 	r.Ingester = &ingest.Ingester{Store: r.KBs, Embedder: embedder, Chunking: Chunking(cfg.Retrieval),
 		MaxMetadataBytes: cfg.Ingest.MaxMetadataBytes}
 	r.keeper = &kbKeeper{cfg: cfg, ing: r.Ingester, store: r.KBs, logger: r.Logger.With("component", "kb-keeper")}
 	if err := seedKnowledgeBases(ctx, cfg, r.Ingester, r.Logger); err != nil {
 		return nil, err
 	}
-	live, err := retrieval.NewLive(r.KBs, retrieval.LiveOptions{Model: embedder.Model(), Logger: r.Logger.With("component", "kb")})
+	live, err := retrieval.NewLive(r.KBs, retrieval.LiveOptions{Model: embedder.Model(), MemoryBudget: cfg.Retrieval.KBMemoryBytes,
+		Logger: r.Logger.With("component", "kb")})
 	if err != nil {
 		return nil, err
 	}
+	r.Metrics.RegisterKBMemory(func() metrics.KBMemory {
+		s := live.MemoryStats()
+		return metrics.KBMemory{Budget: s.Budget, Loaded: s.Loaded, KBs: s.KBs, Loads: s.Loads, Evictions: s.Evictions, Refused: s.Refused}
+	})
 	cached := retrieval.NewCachedRetriever(live, r.Redis, retrieval.CacheOptions{
 		Prefix: cfg.Redis.KeyPrefix, TTL: cfg.Retrieval.CacheTTL,
 		Version: embedder.Model(),

@@ -101,6 +101,8 @@ func (w *chat) stageFailed(stage string, err error) {
 			return
 		case activities.ErrTypeBadRequest:
 			reason, msg = request.ReasonBadRequest, "The request could not be processed: "+appErr.Message()
+		case activities.ErrTypeKBTooLarge:
+			reason, msg = request.ReasonKBTooLarge, "The request could not be served: "+appErr.Message()
 		}
 	}
 	w.logger.Error("stage failed", "stage", stage, "error", err)

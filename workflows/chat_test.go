@@ -581,6 +581,31 @@ func (s *chatSuite) TestLocalActivityFailureFailsRequestAndReleases() {
 	s.Equal(events.TypeError, f.EventType)
 }
 
+// A kb too large for any worker's memory ends the request with an error
+// event of reason kb_too_large carrying the retrieval's explanation, after
+// one attempt, and gives the permit back.
+func (s *chatSuite) TestKBTooLargeFailsRequestWithItsReason() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	attempts := 0
+	s.env.OnActivity(a.Retrieve, mock.Anything, mock.Anything).Return(func(context.Context, activities.RetrieveInput) (activities.RetrieveOutput, error) {
+		attempts++
+		return activities.RetrieveOutput{}, temporal.NewNonRetryableApplicationError(
+			`knowledge base "big" would need about 900.0 MiB of memory loaded, more than the 512.0 MiB a worker holds for knowledge bases`,
+			activities.ErrTypeKBTooLarge, nil)
+	})
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.Equal(request.OutcomeFailed, s.result().Outcome)
+	s.Equal(request.ReasonKBTooLarge, s.result().Reason)
+	s.Equal(1, attempts)
+	f := s.onlyFinalize()
+	s.Equal(events.TypeError, f.EventType)
+	s.Require().NotNil(f.Failure)
+	s.Equal(request.ReasonKBTooLarge, f.Failure.Reason)
+	s.Contains(f.Failure.Message, `knowledge base "big" would need about 900.0 MiB`)
+	s.Equal("short", f.Pool, "the permit is given back")
+}
+
 // If the first admission call fails after it may have taken a permit, the
 // pool is unknown: finalize must release in every pool.
 func (s *chatSuite) TestAdmitFailureReleasesEverywhere() {

@@ -240,7 +240,7 @@ func failureError(ev events.Event) *httperr.Error {
 		status = http.StatusServiceUnavailable
 	case request.ReasonBackendError, request.ReasonStreamInterrupted:
 		status = http.StatusBadGateway
-	case request.ReasonBadRequest:
+	case request.ReasonBadRequest, request.ReasonKBTooLarge:
 		status = http.StatusBadRequest
 	case request.ReasonCancelled:
 		// Not a status clients retry: someone meant it to stop.

@@ -172,6 +172,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"key_unknown_scope.yaml":               `auth.api_keys[0].scopes: unknown scope "root" (want one of chat,ingest,admin)`,
 		"admin_key_both.yaml":                  "auth.admin_key_sha256: set at most one of admin_key and admin_key_sha256",
 		"metrics_addr.yaml":                    `metrics.addr: must be host:port, got "9090"`,
+		"kb_memory_too_small.yaml":             "retrieval.kb_memory_bytes: must be at least 1048576 (1 MiB), got 65536",
 		"ban_zero_threshold.yaml":              "limits.ban.threshold: must be > 0, got 0",
 		"ban_subsecond_window.yaml":            "limits.ban.window: must be at least 1s, got 500ms",
 		"ban_bad_exempt.yaml":                  `limits.ban.exempt[1]: must be a network such as 10.0.0.0/8, got "10.0.0.1"`,

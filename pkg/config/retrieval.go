@@ -26,6 +26,12 @@ type Retrieval struct {
 	// ChunkOverlapTokens is how much of a chunk's end the next one repeats
 	// when a break falls inside a paragraph (0: none).
 	ChunkOverlapTokens int `yaml:"chunk_overlap_tokens"`
+	// KBMemoryBytes is what each worker process holds for the kbs it
+	// searches, together (their text, vectors and index): the least
+	// recently used are dropped to make room. It is also the most one kb
+	// may need: ingestion refuses a batch that would take a kb past it.
+	// Size a worker's memory for it plus about 256 MiB.
+	KBMemoryBytes int64 `yaml:"kb_memory_bytes"`
 }
 
 // KnowledgeBase names a corpus. Dir, if set, loads *.md and *.txt files
@@ -89,6 +95,7 @@ func defaultRetrieval() Retrieval {
 		DefaultKB:          "sluice-docs",
 		ChunkTokens:        120,
 		ChunkOverlapTokens: 24,
+		KBMemoryBytes:      512 << 20,
 	}
 }
 
@@ -120,8 +127,15 @@ func (r Retrieval) validate(v *validator) {
 	if r.ChunkOverlapTokens < 0 || r.ChunkOverlapTokens >= r.ChunkTokens {
 		v.add("retrieval.chunk_overlap_tokens", "must be at least 0 and below retrieval.chunk_tokens, got %d", r.ChunkOverlapTokens)
 	}
+	if r.KBMemoryBytes < minKBMemoryBytes {
+		v.add("retrieval.kb_memory_bytes", "must be at least %d (1 MiB), got %d", minKBMemoryBytes, r.KBMemoryBytes)
+	}
 	r.validateKnowledgeBases(v)
 }
+
+// minKBMemoryBytes is the least retrieval.kb_memory_bytes: below it a
+// worker could hold hardly any kb.
+const minKBMemoryBytes = 1 << 20
 
 // validateKnowledgeBases checks that the kbs are named once each, each
 // from one source and with one owner, and that the default is one of them

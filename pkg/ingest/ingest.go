@@ -169,6 +169,9 @@ func (g *Ingester) Put(ctx context.Context, kb string, docs []Document) (Result,
 	if err := g.embed(ctx, todo); err != nil {
 		return Result{}, err
 	}
+	for i := range todo {
+		todo[i].Memory = retrieval.EstimateBytes(todo[i])
+	}
 	put, err := g.Store.Put(ctx, kb, model, todo)
 	if err != nil {
 		if errors.Is(err, kbstore.ErrModelMismatch) {

@@ -24,6 +24,7 @@
 //	<prefix>kb:{<kb>}:log       zset id -> version of its last change
 //	<prefix>kb:{<kb>}:model     the embedder model its vectors come from
 //	<prefix>kb:{<kb>}:usage     hash bytes -> what its documents store,
+//	                            memory -> what they take loaded in a worker,
 //	                            chunks -> their chunks, indexed -> 1 once ids is
 //	<prefix>kb:{<kb>}:ids       zset of the docs' ids, all scored 0 (pages by id)
 //	<prefix>kb:{<kb>}:rev:<id>:<rev>  hash meta (JSON), vecs (float32 LE)
@@ -96,9 +97,10 @@ type Redis interface {
 
 // Store reads and writes knowledge bases.
 type Store struct {
-	rdb    Redis
-	prefix string
-	grace  time.Duration
+	rdb       Redis
+	prefix    string
+	grace     time.Duration
+	maxMemory int64
 }
 
 // Options configures a Store.
@@ -108,6 +110,11 @@ type Options struct {
 	// Grace is how long a replaced or deleted revision stays readable
 	// for requests that retrieved it before the change. Default 10m.
 	Grace time.Duration
+	// MaxKBMemory refuses a Put that would make a kb need more than this
+	// in a worker's memory (the sum of its revisions' Memory): a worker
+	// gives all the kbs it holds this much, so a larger kb could never be
+	// loaded. 0 is no limit.
+	MaxKBMemory int64
 }
 
 // New returns a Store.
@@ -115,7 +122,7 @@ func New(rdb Redis, opts Options) *Store {
 	if opts.Grace <= 0 {
 		opts.Grace = 10 * time.Minute
 	}
-	return &Store{rdb: rdb, prefix: opts.Prefix, grace: opts.Grace}
+	return &Store{rdb: rdb, prefix: opts.Prefix, grace: opts.Grace, maxMemory: opts.MaxKBMemory}
 }
 
 // Revision is one version of a document, chunked and embedded.
@@ -132,6 +139,10 @@ type Revision struct {
 	// Vectors holds one embedding of Dims values per chunk, back to back.
 	Vectors []float32 `json:"-"`
 	Dims    int       `json:"dims"`
+	// Memory is what the revision takes loaded in a worker's memory, as
+	// retrieval.EstimateBytes puts it; Put records it in the DocInfo and
+	// adds it to the kb's usage.
+	Memory int64 `json:"-"`
 }
 
 // DocInfo describes a stored document without its text.
@@ -144,6 +155,8 @@ type DocInfo struct {
 	// Bytes is what it stores: its title, chunks and metadata, which
 	// count toward its owner's ingestion quota.
 	Bytes int64 `json:"bytes,omitempty"`
+	// Memory is what it takes loaded in a worker's memory (Revision.Memory).
+	Memory int64 `json:"memory_bytes,omitempty"`
 	// Version is the kb version at which this revision was stored.
 	Version int64 `json:"version"`
 }
@@ -194,6 +207,22 @@ func (s *Store) L2DocKey(kb, id string) string { return s.kbPrefix(kb) + "l2doc:
 // embedder: mixing them would make similarities meaningless.
 var ErrModelMismatch = errors.New("knowledge base embedded with another model")
 
+// ErrTooLarge is a kb that would need more memory than a worker holds for
+// knowledge bases (Options.MaxKBMemory).
+var ErrTooLarge = errors.New("knowledge base too large for a worker's memory")
+
+// TooLarge is the detail of a Put refused with ErrTooLarge.
+type TooLarge struct {
+	// Memory is what the kb would need after the Put; Max the limit.
+	Memory, Max int64
+}
+
+func (e *TooLarge) Error() string {
+	return fmt.Sprintf("%s: it would need %d bytes, the limit is %d", ErrTooLarge, e.Memory, e.Max)
+}
+
+func (e *TooLarge) Unwrap() error { return ErrTooLarge }
+
 // PutResult is the outcome of Put.
 type PutResult struct {
 	// Version is the kb's version after the put (unchanged if nothing
@@ -228,7 +257,7 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 	}
 	kp := s.kbPrefix(kb)
 	keys := []string{kp + "version", kp + "docs", kp + "info", kp + "log", kp + "model", kp + "epoch", kp + "usage", kp + "ids"}
-	args := []any{kp, ref.Name, model, s.grace.Milliseconds(), len(revs)}
+	args := []any{kp, ref.Name, model, s.grace.Milliseconds(), s.maxMemory, len(revs)}
 	for _, r := range revs {
 		if err := checkRevision(r); err != nil {
 			return PutResult{}, fmt.Errorf("put %s into kb %s: %w", r.ID, kb, err)
@@ -237,7 +266,7 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 		if err != nil {
 			return PutResult{}, fmt.Errorf("encode %s: %w", r.ID, err)
 		}
-		info, err := json.Marshal(DocInfo{ID: r.ID, Rev: r.Rev, Title: r.Title, Metadata: r.Metadata, Chunks: len(r.Chunks), Bytes: r.Bytes()})
+		info, err := json.Marshal(DocInfo{ID: r.ID, Rev: r.Rev, Title: r.Title, Metadata: r.Metadata, Chunks: len(r.Chunks), Bytes: r.Bytes(), Memory: r.Memory})
 		if err != nil {
 			return PutResult{}, fmt.Errorf("encode %s: %w", r.ID, err)
 		}
@@ -251,6 +280,10 @@ func (s *Store) Put(ctx context.Context, kb, model string, revs []Revision) (Put
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "MODEL ") {
 			return PutResult{}, fmt.Errorf("put into kb %s: %w: %s", kb, ErrModelMismatch, strings.TrimPrefix(err.Error(), "MODEL "))
+		}
+		var need, limit int64
+		if _, serr := fmt.Sscanf(err.Error(), "TOOLARGE %d %d", &need, &limit); serr == nil {
+			return PutResult{}, fmt.Errorf("put into kb %s: %w", kb, &TooLarge{Memory: need, Max: limit})
 		}
 		return PutResult{}, fmt.Errorf("put %d documents into kb %s: %w", len(revs), kb, err)
 	}
@@ -283,26 +316,35 @@ func MetadataBytes(m map[string]string) int64 {
 	return n
 }
 
-// Usage is what a kb stores, for its owner's ingestion quota.
+// Usage is what a kb stores, for its owner's ingestion quota, and what it
+// takes in a worker's memory (0 for a kb whose revisions carry no Memory).
 type Usage struct {
-	Documents, Bytes int64
+	Documents, Bytes, Memory int64
 }
 
 // Usage reads what kb stores.
 func (s *Store) Usage(ctx context.Context, kb string) (Usage, error) {
 	kp := s.kbPrefix(kb)
 	var docs *redis.IntCmd
-	var bytes *redis.StringCmd
+	var usage *redis.SliceCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		docs = p.HLen(ctx, kp+"docs")
-		bytes = p.HGet(ctx, kp+"usage", "bytes")
+		usage = p.HMGet(ctx, kp+"usage", "bytes", "memory")
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil {
 		return Usage{}, fmt.Errorf("read the usage of kb %s: %w", kb, err)
 	}
-	n, _ := bytes.Int64()
-	return Usage{Documents: docs.Val(), Bytes: n}, nil
+	u := Usage{Documents: docs.Val()}
+	vals := usage.Val()
+	for i, dst := range []*int64{&u.Bytes, &u.Memory} {
+		if v, ok := vals[i].(string); ok {
+			if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return Usage{}, fmt.Errorf("read the usage of kb %s: %w", kb, err)
+			}
+		}
+	}
+	return u, nil
 }
 
 func checkRevision(r Revision) error {

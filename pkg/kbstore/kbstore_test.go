@@ -368,3 +368,65 @@ func TestAnOlderKBIsIndexedOnce(t *testing.T) {
 		t.Fatalf("an older kb deleted from reads as %+v %v", info, err)
 	}
 }
+
+// A put that would take a kb past MaxKBMemory is refused whole, naming
+// what the kb would need; one that shrinks it, and a delete, are taken,
+// and the kb's memory usage follows every change.
+func TestPutRefusesAKBPastMaxMemory(t *testing.T) {
+	rdb := srv.Client(t)
+	s := New(rdb, Options{Prefix: testenv.KeyPrefix(t), Grace: time.Minute, MaxKBMemory: 1000})
+	ctx := context.Background()
+	sized := func(id, text string, memory int64) Revision {
+		r := rev(id, text, 1)
+		r.Memory = memory
+		return r
+	}
+	memory := func() int64 {
+		t.Helper()
+		u, err := s.Usage(ctx, "kb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Memory
+	}
+	if _, err := s.Put(ctx, "kb", "m", []Revision{sized("a", "alpha", 400), sized("b", "beta", 500)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := memory(); got != 900 {
+		t.Fatalf("memory %d after the first put, want 900", got)
+	}
+	// 900 + 200 (c) + 50 (a grows) is past 1000: nothing of the batch
+	// is stored.
+	_, err := s.Put(ctx, "kb", "m", []Revision{sized("c", "gamma", 200), sized("a", "alpha2", 450)})
+	var tl *TooLarge
+	if !errors.Is(err, ErrTooLarge) || !errors.As(err, &tl) || tl.Memory != 1150 || tl.Max != 1000 {
+		t.Fatalf("put past the limit: %v (%+v)", err, tl)
+	}
+	if v, _ := s.Version(ctx, "kb"); v != 1 {
+		t.Fatalf("version %d after a refused put, want 1", v)
+	}
+	if got := memory(); got != 900 {
+		t.Fatalf("memory %d after a refused put, want 900", got)
+	}
+	// Replacing a with a smaller revision shrinks the kb: taken, though
+	// it adds a document.
+	if _, err := s.Put(ctx, "kb", "m", []Revision{sized("a", "alpha3", 100), sized("c", "gamma", 200)}); err != nil {
+		t.Fatalf("put that shrinks the kb: %v", err)
+	}
+	if got := memory(); got != 800 {
+		t.Fatalf("memory %d, want 800", got)
+	}
+	if _, _, err := s.Delete(ctx, "kb", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := memory(); got != 300 {
+		t.Fatalf("memory %d after deleting b, want 300", got)
+	}
+	// Up to the limit exactly is within it.
+	if _, err := s.Put(ctx, "kb", "m", []Revision{sized("d", "delta", 700)}); err != nil {
+		t.Fatalf("put up to the limit: %v", err)
+	}
+	if got := memory(); got != 1000 {
+		t.Fatalf("memory %d, want 1000", got)
+	}
+}

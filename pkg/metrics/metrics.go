@@ -307,6 +307,42 @@ func (m *Metrics) RegisterCache(tier string, stats func() CacheStats) {
 	)
 }
 
+// KBMemory is what a worker's loaded knowledge bases take, and what
+// became of them (retrieval.MemoryStats).
+type KBMemory struct {
+	Budget, Loaded            int64
+	KBs                       int
+	Loads, Evictions, Refused uint64
+}
+
+// RegisterKBMemory exposes the loaded knowledge bases' memory against its
+// budget, read from stats when scraped.
+func (m *Metrics) RegisterKBMemory(stats func() KBMemory) {
+	if m == nil {
+		return
+	}
+	gauge := func(name, help string, v func(KBMemory) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v(stats()) })
+	}
+	counter := func(name, help string, v func(KBMemory) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return v(stats()) })
+	}
+	m.reg.MustRegister(
+		gauge("sluice_retrieval_kb_loaded_bytes", "Memory the knowledge bases this process holds take, by its estimate.",
+			func(s KBMemory) float64 { return float64(s.Loaded) }),
+		gauge("sluice_retrieval_kb_budget_bytes", "Memory this process holds for knowledge bases (retrieval.kb_memory_bytes).",
+			func(s KBMemory) float64 { return float64(s.Budget) }),
+		gauge("sluice_retrieval_kbs_loaded", "Knowledge bases this process holds.",
+			func(s KBMemory) float64 { return float64(s.KBs) }),
+		counter("sluice_retrieval_kb_loads_total", "Knowledge bases loaded whole: first used, or used again after eviction.",
+			func(s KBMemory) float64 { return float64(s.Loads) }),
+		counter("sluice_retrieval_kb_evictions_total", "Knowledge bases dropped to stay within the memory budget.",
+			func(s KBMemory) float64 { return float64(s.Evictions) }),
+		counter("sluice_retrieval_kb_refused_total", "Queries of knowledge bases larger than the memory budget, refused.",
+			func(s KBMemory) float64 { return float64(s.Refused) }),
+	)
+}
+
 // Circuit is one backend endpoint's circuit breaker as a scrape sees it.
 type Circuit struct {
 	Pool, Endpoint string

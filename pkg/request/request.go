@@ -103,4 +103,8 @@ const (
 	// embedding service) could not be reached for now; the client may
 	// retry after retry_after_s. At the door it is a 503 refusal's code.
 	ReasonUnavailable = "unavailable"
+	// ReasonKBTooLarge: the kb would need more memory than a worker holds
+	// for knowledge bases: refused at ingestion, and a query of one that
+	// grew so anyway fails with it rather than be retried.
+	ReasonKBTooLarge = "kb_too_large"
 )

@@ -44,6 +44,7 @@ type index struct {
 	chunks int     // live chunks
 	length int64   // the live chunks' lengths in terms, summed
 	ndocs  int
+	heap   int64 // the documents' docHeapBytes, summed (see memBytes)
 	terms  cowMap[[]posting]
 	docs   cowMap[docSlots]
 }
@@ -69,6 +70,7 @@ type posting struct {
 type docSlots struct {
 	rev   string
 	slots []int32
+	heap  int64 // docHeapBytes
 }
 
 func newIndex() *index {
@@ -240,6 +242,7 @@ func (e *indexEdit) remove(id string) {
 	}
 	e.docs.delete(id)
 	e.ix.ndocs--
+	e.ix.heap -= d.heap
 }
 
 func (e *indexEdit) wasFreed(s int32) bool {
@@ -264,6 +267,7 @@ func (e *indexEdit) add(id, rev, title string, texts []string, vecs []float32, n
 		return fmt.Errorf("index document %s: %d vector values for %d chunks, the kb has %d dimensions", id, len(vecs), len(texts), e.ix.dims)
 	}
 	d := docSlots{rev: rev, slots: make([]int32, len(texts))}
+	postings := 0
 	for i, text := range texts {
 		s := e.alloc()
 		d.slots[i] = s
@@ -284,13 +288,16 @@ func (e *indexEdit) add(id, rev, title string, texts []string, vecs []float32, n
 				td.add[n-1].tf++ // a repeat within this chunk
 			} else {
 				td.add = append(td.add, posting{slot: s, tf: 1})
+				postings++
 			}
 		}
 		e.ix.chunks++
 		e.ix.length += int64(len(terms))
 	}
+	d.heap = docHeapBytes(id, rev, title, texts, postings)
 	e.docs.set(id, d)
 	e.ix.ndocs++
+	e.ix.heap += d.heap
 	return nil
 }
 

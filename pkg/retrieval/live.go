@@ -1,6 +1,7 @@
 package retrieval
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,11 @@ import (
 // the documents changed since the loaded version and patches a copy of the
 // index that shares everything unchanged with the one queries are using
 // meanwhile (see index); a large change rebuilds it instead.
+//
+// The kbs held together stay within a memory budget: the least recently
+// used are dropped to make room, and loaded again by the next query that
+// needs them. A kb larger than the whole budget is refused with a
+// *TooLargeError before it is read.
 type Live struct {
 	store  *kbstore.Store
 	model  string
@@ -30,8 +36,13 @@ type Live struct {
 	// rebuild decides between patching and rebuilding; tests override it.
 	rebuild func(ix *index, removed, added int) bool
 
+	budget int64
+
+	// mu guards kbs, lru, mem and each liveKB's name, bytes and elem.
 	mu  sync.Mutex
 	kbs map[string]*liveKB
+	lru list.List // of *liveKB held, the most recently used first
+	mem MemoryStats
 }
 
 // LiveOptions configures Live.
@@ -46,12 +57,21 @@ type LiveOptions struct {
 	VectorWeight float64
 	BM25         BM25Options
 	Logger       *slog.Logger
+	// MemoryBudget bounds what the kbs held take together
+	// (KB.MemoryBytes); 0 is no bound.
+	MemoryBudget int64
 }
 
 type liveKB struct {
-	// refresh serialises catching up; snap is read without it.
+	// refresh serialises catching up, so that the queries that find a kb
+	// not loaded (or evicted) wait for one load of it; snap is read
+	// without it.
 	refresh sync.Mutex
 	snap    atomic.Pointer[KB]
+
+	name  string
+	bytes int64         // accounted in Live.mem.Loaded
+	elem  *list.Element // in Live.lru; nil when not held
 }
 
 // NewLive serves the kbs of store.
@@ -68,8 +88,11 @@ func NewLive(store *kbstore.Store, opts LiveOptions) (*Live, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.MemoryBudget < 0 {
+		return nil, fmt.Errorf("new live retriever: MemoryBudget %d below 0", opts.MemoryBudget)
+	}
 	return &Live{store: store, model: opts.Model, w: opts.VectorWeight, bm: opts.BM25.withDefaults(),
-		logger: opts.Logger, rebuild: rebuildRatherThanPatch, kbs: map[string]*liveKB{}}, nil
+		logger: opts.Logger, rebuild: rebuildRatherThanPatch, budget: opts.MemoryBudget, kbs: map[string]*liveKB{}}, nil
 }
 
 // rebuildRatherThanPatch decides how to apply a change that frees the
@@ -183,13 +206,17 @@ func (l *Live) fromStore(ctx context.Context, kb, id string) (Chunk, error) {
 	return Chunk{ID: id, DocID: doc, Title: r.Title, Text: r.Chunks[i]}, nil
 }
 
+// entry returns kb's entry, made the most recently used.
 func (l *Live) entry(kb string) *liveKB {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.kbs[kb]
 	if !ok {
-		e = &liveKB{}
+		e = &liveKB{name: kb}
 		l.kbs[kb] = e
+	}
+	if e.elem != nil {
+		l.lru.MoveToFront(e.elem)
 	}
 	return e
 }
@@ -241,25 +268,26 @@ func (l *Live) catchUp(ctx context.Context, kb string, e *liveKB, head kbstore.H
 		l.logger.WarnContext(ctx, "knowledge base has a new epoch, reloading it", "kb", kb, "from", old.version, "to", head.Version)
 		old = nil
 	}
-	snap, st, err := l.next(ctx, kb, old)
+	snap, st, err := l.next(ctx, kb, e, old)
 	if errors.Is(err, kbstore.ErrGone) && old != nil {
 		// A changed document's revision was retired before it could be
 		// read (it changed again, longer ago than the grace period): the
 		// change log no longer leads from the loaded version to the
 		// current one. Load the whole kb instead.
 		l.logger.WarnContext(ctx, "knowledge base changes unreadable, reloading it", "kb", kb, "from", old.version, "err", err)
-		snap, st, err = l.next(ctx, kb, nil)
+		snap, st, err = l.next(ctx, kb, e, nil)
 	}
 	if err != nil {
 		return nil, err
 	}
 	e.snap.Store(snap)
+	l.settle(ctx, kb, e, snap.MemoryBytes())
 	var from int64
 	if old != nil {
 		from = old.version
 	}
 	l.logger.InfoContext(ctx, "knowledge base caught up", "kb", kb, "from", from, "to", snap.version,
-		"changed", st.changed, "patched", st.patched, "docs", snap.ix.ndocs, "chunks", snap.ix.chunks,
+		"changed", st.changed, "patched", st.patched, "docs", snap.ix.ndocs, "chunks", snap.ix.chunks, "bytes", snap.MemoryBytes(),
 		"took", time.Since(start).Round(time.Microsecond))
 	return snap, nil
 }
@@ -271,12 +299,18 @@ type catchUpStats struct {
 
 // next returns the kb's current version, made from old (nil: from
 // scratch) and the documents changed since.
-func (l *Live) next(ctx context.Context, kb string, old *KB) (*KB, catchUpStats, error) {
+func (l *Live) next(ctx context.Context, kb string, e *liveKB, old *KB) (*KB, catchUpStats, error) {
 	var since int64
 	scratch := newScratch()
 	if old != nil {
 		since, scratch = old.version, old.scratch
 	} else {
+		if err := l.checkFits(ctx, kb, e); err != nil {
+			return nil, catchUpStats{}, err
+		}
+		l.mu.Lock()
+		l.mem.Loads++
+		l.mu.Unlock()
 		model, err := l.store.Model(ctx, kb)
 		if err != nil {
 			return nil, catchUpStats{}, err
@@ -292,7 +326,7 @@ func (l *Live) next(ctx context.Context, kb string, old *KB) (*KB, catchUpStats,
 	if old != nil && head.Epoch != old.epoch {
 		// Written anew since its head was read: changes since old's
 		// version mean nothing in the new epoch.
-		return l.next(ctx, kb, nil)
+		return l.next(ctx, kb, e, nil)
 	}
 	base := newIndex()
 	if old != nil {

@@ -16,8 +16,13 @@ end
 redis.call('HDEL', KEYS[2], id)
 redis.call('ZREM', KEYS[6], id)
 local info = redis.call('HGET', KEYS[3], id)
-local bytes = info and cjson.decode(info).bytes or 0
-if bytes ~= 0 then redis.call('HINCRBY', KEYS[5], 'bytes', -bytes) end
+if info then
+  local doc = cjson.decode(info)
+  for f, from in pairs({bytes = 'bytes', memory = 'memory_bytes'}) do
+    local n = doc[from] or 0
+    if n ~= 0 then redis.call('HINCRBY', KEYS[5], f, string.format('%d', -n)) end
+  end
+end
 local chunks = chunks_of(info)
 if chunks ~= 0 then redis.call('HINCRBY', KEYS[5], 'chunks', -chunks) end
 redis.call('HDEL', KEYS[3], id)
