@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -28,6 +29,25 @@ type ingestRequest struct {
 	Documents []ingest.Document `json:"documents"`
 }
 
+// errIngestBusy refuses a batch that found no permit within ingest.max_wait.
+var errIngestBusy = &httperr.Error{Status: http.StatusServiceUnavailable, Code: "ingest_busy", RetryAfter: 5,
+	Message: "Too many documents are being ingested right now. Please retry shortly."}
+
+// ingestSlotHere takes one of this process's ingestion slots, waiting
+// until deadline; release gives it back.
+func (s *Server) ingestSlotHere(ctx context.Context, deadline time.Time) (release func(), err error) {
+	wait := time.NewTimer(max(time.Until(deadline), 0))
+	defer wait.Stop()
+	select {
+	case s.ingestHere <- struct{}{}:
+		return func() { <-s.ingestHere }, nil
+	case <-wait.C:
+		return nil, errIngestBusy
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // postDocuments ingests documents into a kb: chunked, embedded and stored
 // as one change (one new kb version). It holds an ingestion permit while
 // it works; without one after ingest.max_wait it answers 503.
@@ -43,14 +63,21 @@ func (s *Server) postDocuments(c echo.Context) error {
 	if s.ingester == nil || s.ingestSlots == nil {
 		return httperr.Unavailable("document ingestion is not configured in this process")
 	}
-	// The permit first, then the body: a body of up to
+	// The permits first, then the body: a body of up to
 	// ingest.max_body_bytes is read only by a batch that may run, so the
-	// bodies in memory are bounded by the permits, not by the clients.
+	// bodies in memory are bounded by the permits, not by the clients:
+	// this process's slot bounds its memory, the shared permit the
+	// deployment's ingestion.
 	id := door.NewRequestID()
-	permit, err := s.ingestSlots.Acquire(c.Request().Context(), who.Tenant, id, s.cfg.Ingest.MaxWait)
+	deadline := time.Now().Add(s.cfg.Ingest.MaxWait)
+	release, err := s.ingestSlotHere(c.Request().Context(), deadline)
+	if err != nil {
+		return err
+	}
+	defer release()
+	permit, err := s.ingestSlots.Acquire(c.Request().Context(), who.Tenant, id, max(time.Until(deadline), 0))
 	if errors.Is(err, semaphore.ErrTimeout) {
-		return &httperr.Error{Status: http.StatusServiceUnavailable, Code: "ingest_busy", RetryAfter: 5,
-			Message: "Too many documents are being ingested right now. Please retry shortly."}
+		return errIngestBusy
 	}
 	if err != nil {
 		s.logger.Error("acquire ingestion permit", "requestID", id, "err", err)

@@ -267,6 +267,29 @@ func TestOneTenantCannotTakeEveryIngestPermit(t *testing.T) {
 	}
 }
 
+// One process ingests at most ingest.max_concurrent_per_process batches
+// at once, whatever shared permits are free: a batch beyond waits for a
+// slot and is refused 503 ingest_busy at ingest.max_wait, before its body
+// is read; a slot given back is taken by the next.
+func TestOneProcessIngestsItsShareAtOnce(t *testing.T) {
+	srv := newKBServer(t, func(c *config.Config) {
+		c.Ingest.MaxConcurrentPerProcess, c.Ingest.MaxWait = 1, 200*time.Millisecond
+	})
+	srv.ingestHere <- struct{}{} // a batch in flight
+	start := time.Now()
+	assertJSONError(t, call(srv, "POST", "/v1/kb/facts/documents", `{"id":"a","text":"A second batch."}`), http.StatusServiceUnavailable, "ingest_busy")
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Fatalf("refused after %v, before ingest.max_wait", took)
+	}
+	<-srv.ingestHere
+	if rec := call(srv, "POST", "/v1/kb/facts/documents", `{"id":"a","text":"A second batch."}`); rec.Code != http.StatusOK {
+		t.Fatalf("with the slot free: %d %s", rec.Code, rec.Body)
+	}
+	if len(srv.ingestHere) != 0 {
+		t.Fatal("the batch kept its slot")
+	}
+}
+
 // A batch that would make a kb need more memory than a worker holds for
 // knowledge bases is refused whole with 413 kb_too_large, saying what it
 // would need and the limit; the kb stays as it was and can still grow

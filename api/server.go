@@ -56,8 +56,10 @@ type Server struct {
 	ingester *ingest.Ingester
 	// embeddings serves OpenAI's POST /v1/embeddings; nil refuses it.
 	embeddings openai.Embeddings
-	// ingestSlots bounds concurrent ingestion across instances.
+	// ingestSlots bounds concurrent ingestion across instances;
+	// ingestHere, this process's (ingest.max_concurrent_per_process).
 	ingestSlots *semaphore.Semaphore
+	ingestHere  chan struct{}
 	// keys are the configured keys by their hash; keyCache verifies
 	// managed ones (nil: none).
 	keys     map[string]keys.Spec
@@ -135,7 +137,7 @@ func New(opts Options) (*Server, error) {
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
 		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]keys.Spec{},
 		sessions: opts.Sessions, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
-		ingestSlots: opts.IngestSlots, codec: opts.Codec, keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses,
+		ingestSlots: opts.IngestSlots, ingestHere: make(chan struct{}, opts.Config.Ingest.MaxConcurrentPerProcess), codec: opts.Codec, keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses,
 	}
 	if s.ingester != nil && s.ingestSlots == nil {
 		return nil, errors.New("api: an Ingester needs IngestSlots")

@@ -160,6 +160,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"ingest_metadata_above_body.yaml":      "ingest.max_metadata_bytes: must be at most ingest.max_body_bytes (4096), got 8192",
 		"ingest_zero_metadata_bytes.yaml":      "ingest.max_metadata_bytes: must be > 0, got 0",
 		"ingest_per_tenant_above_total.yaml":   "ingest.max_concurrent_per_tenant: must be from 0 (half of ingest.max_concurrent) to ingest.max_concurrent (4), got 5",
+		"ingest_zero_per_process.yaml":         "ingest.max_concurrent_per_process: must be > 0, got 0",
 		"zero_concurrency.yaml":                "pools.short.max_concurrency: must be > 0, got 0",
 		"bad_endpoint.yaml":                    `pools.long.endpoints[0]: must be an http(s) URL, got "127.0.0.1:8000"`,
 		"bad_duration.yaml":                    "line 2: cannot unmarshal !!str `soon` into time.Duration",

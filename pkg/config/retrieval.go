@@ -60,6 +60,12 @@ type Ingest struct {
 	// tenant's share is less: MaxConcurrent divided among the tenants
 	// holding or waiting for a permit.
 	MaxConcurrentPerTenant int `yaml:"max_concurrent_per_tenant"`
+	// MaxConcurrentPerProcess is the most batches one API process ingests
+	// at once, whatever permits are free: the permits bound ingestion
+	// across the deployment, this bounds one process's memory, since a
+	// batch holds about ten times its body while it is chunked, embedded
+	// and stored (a 16 MiB batch ~160 MiB; docs/security.md).
+	MaxConcurrentPerProcess int `yaml:"max_concurrent_per_process"`
 	// MaxWait is how long a request waits for a permit before 503.
 	MaxWait time.Duration `yaml:"max_wait"`
 	// Lease is a permit's lease, renewed while the ingestion runs.
@@ -108,8 +114,8 @@ func (i Ingest) TenantPermits() int {
 }
 
 func defaultIngest() Ingest {
-	return Ingest{MaxConcurrent: 10, MaxWait: 30 * time.Second, Lease: 30 * time.Second, MaxDocuments: 100, MaxBodyBytes: 16 << 20,
-		MaxMetadataBytes: 8 << 10}
+	return Ingest{MaxConcurrent: 10, MaxConcurrentPerProcess: 2, MaxWait: 30 * time.Second, Lease: 30 * time.Second,
+		MaxDocuments: 100, MaxBodyBytes: 16 << 20, MaxMetadataBytes: 8 << 10}
 }
 
 func defaultAnswerCache() AnswerCache {
@@ -194,6 +200,7 @@ func (i Ingest) validate(v *validator) {
 		v.add("ingest.max_concurrent_per_tenant", "must be from 0 (half of ingest.max_concurrent) to ingest.max_concurrent (%d), got %d",
 			i.MaxConcurrent, i.MaxConcurrentPerTenant)
 	}
+	v.positive("ingest.max_concurrent_per_process", int64(i.MaxConcurrentPerProcess))
 	v.duration("ingest.max_wait", i.MaxWait)
 	if i.Lease < 3*time.Second {
 		v.add("ingest.lease", "must be at least 3s (it is renewed every third of it), got %s", i.Lease)
