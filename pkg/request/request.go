@@ -103,4 +103,10 @@ const (
 	// embedding service) could not be reached for now; the client may
 	// retry after retry_after_s. At the door it is a 503 refusal's code.
 	ReasonUnavailable = "unavailable"
+	// ReasonTooManyConnections: a new connection from an address that
+	// has api.max_conns_per_ip open already (429).
+	ReasonTooManyConnections = "too_many_connections"
+	// ReasonConnectionsFull: a new connection to an API process that has
+	// api.max_conns open already (503).
+	ReasonConnectionsFull = "connections_full"
 )
