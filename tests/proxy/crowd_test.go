@@ -3,8 +3,8 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"math/rand/v2"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
