@@ -128,6 +128,17 @@ var testHubs sync.Map // *Server -> *events.Hub
 // server are built from them.
 func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
 	t.Helper()
+	srv, tc, rdb := buildTestServer(t, mod, with)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go srv.door.Run(ctx)
+	return srv, tc, rdb
+}
+
+// buildTestServer is newTestServerWith without running the door, for a
+// test that runs the whole server (Server.Run runs its door).
+func buildTestServer(t *testing.T, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Auth.APIKeys = []config.APIKey{{Key: "k-acme", Tenant: "acme", Tier: "vip", Scopes: []string{"chat", "ingest"}}}
 	cfg.API.MaxQueryChars = 200
@@ -181,9 +192,6 @@ func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *re
 	}
 	testHubs.Store(srv, hub)
 	testLimiters.Store(srv, lim)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go srv.door.Run(ctx)
 	return srv, tc, rdb
 }
 

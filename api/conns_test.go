@@ -26,13 +26,13 @@ import (
 // server's own timeouts and connection caps, and returns its address.
 func serve(t *testing.T, mod func(*config.Config)) (*Server, *countingClient, string) {
 	t.Helper()
-	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+	srv, tc, _ := buildTestServer(t, func(c *config.Config) {
 		c.API.Addr = "127.0.0.1:0"
 		c.API.ShutdownTimeout = time.Second
 		if mod != nil {
 			mod(c)
 		}
-	})
+	}, nil)
 	runHub(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	addrCh, done := make(chan string, 1), make(chan error, 1)
@@ -312,6 +312,7 @@ func expectRefused(t *testing.T, addr, from string, status int, code string) {
 		t.Fatalf("refusal headers %v: want JSON and Connection: close", resp.Header)
 	}
 	expectClosed(t, c, 3*time.Second)
+	_ = c.Close()
 }
 
 // metricsText is the server's /metrics page.
