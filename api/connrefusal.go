@@ -66,15 +66,7 @@ const (
 func answerRefused(c net.Conn, response []byte) bool {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(refusalTimeout))
-	head, n := make([]byte, maxRefusedHead), 0
-	for n < len(head) && !bytes.Contains(head[:n], []byte("\r\n\r\n")) {
-		m, err := c.Read(head[n:])
-		n += m
-		if err != nil {
-			break
-		}
-	}
-	if n == 0 {
+	if !readHead(c) {
 		return false
 	}
 	if _, err := c.Write(response); err != nil {
@@ -85,4 +77,26 @@ func answerRefused(c net.Conn, response []byte) bool {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(c, maxRefusedDrain))
 	return true
+}
+
+// readHead reads up to the end of a request's head (the blank line), at
+// most maxRefusedHead bytes, keeping none of it: refusals may be many at
+// once, so each holds a small buffer only. It reports whether anything
+// came; a head cut short by the limit, the deadline or the client is
+// answered all the same.
+func readHead(c net.Conn) bool {
+	var buf [512]byte
+	// tail is the end of what came so far, so that a blank line split
+	// between two reads is found.
+	tail, n := make([]byte, 0, 3+len(buf)), 0
+	for n < maxRefusedHead {
+		m, err := c.Read(buf[:])
+		n += m
+		tail = append(tail, buf[:m]...)
+		if bytes.Contains(tail, []byte("\r\n\r\n")) || err != nil {
+			break
+		}
+		tail = append(tail[:0], tail[max(0, len(tail)-3):]...)
+	}
+	return n > 0
 }

@@ -112,9 +112,11 @@ func (l *connLimiter) Open() int {
 }
 
 // maxAnswering bounds the refused connections answered at once: each
-// holds a goroutine and a socket for up to refusalTimeout, and a flood
-// must not turn that into a cost of its own.
-const maxAnswering = 512
+// holds a goroutine, a socket and half a KiB for up to refusalTimeout
+// (a well-behaved client closes once it has read the answer, at once),
+// about 12 KiB in all, so that a burst of thousands is answered while a
+// flood that holds its refusals open costs at most ~50 MiB.
+const maxAnswering = 4096
 
 // refuse answers c with r's response on a goroutine of its own, or closes
 // it at once when maxAnswering are being answered, and counts it.

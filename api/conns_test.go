@@ -322,3 +322,26 @@ func metricsText(t *testing.T, srv *Server) string {
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	return rec.Body.String()
 }
+
+// A refused request's head is read to its blank line however the reads
+// split it, and no further: what follows is the answer's to wait for.
+func TestReadHeadFindsASplitBlankLine(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	head := "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"
+	go func() {
+		for i := range len(head) {
+			_, _ = client.Write([]byte{head[i]})
+		}
+		_, _ = client.Write([]byte("next"))
+	}()
+	_ = server.SetDeadline(time.Now().Add(5 * time.Second))
+	if !readHead(server) {
+		t.Fatal("readHead: nothing read")
+	}
+	rest := make([]byte, 4)
+	if _, err := io.ReadFull(server, rest); err != nil || string(rest) != "next" {
+		t.Fatalf("after the head: %q, %v; want the next bytes unread", rest, err)
+	}
+}
