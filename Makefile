@@ -9,13 +9,16 @@ TEMPORAL     := $(BIN)/temporal
 export SLUICE_TEST_TEMPORAL_BIN := $(TEMPORAL)
 # Under make the alert-rule tests fail, not skip, without promtool.
 export SLUICE_TEST_PROMTOOL := promtool
+# Under make the reverse-proxy tests (tests/proxy) fail, not skip, without
+# HAProxy.
+export SLUICE_TEST_HAPROXY := haproxy
 HELM_VERSION := v3.22.0
 HELM         := $(BIN)/helm
 export SLUICE_TEST_HELM_BIN := $(HELM)
 
 SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput
 
-.PHONY: all build test test-short chaos bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal helm need need-test clean
+.PHONY: all build test test-short chaos proxy bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal helm need need-test clean
 
 all: build
 
@@ -57,7 +60,7 @@ $(HELM):
 need:
 	@GO=$(GO) deploy/dev/need.sh go redis
 need-test:
-	@GO=$(GO) deploy/dev/need.sh go redis node promtool
+	@GO=$(GO) deploy/dev/need.sh go redis node promtool haproxy
 
 # The mixed-load healing test measures latency, so it runs after the race
 # run, alone and without the race detector (its file is built !race).
@@ -70,9 +73,18 @@ test: need-test $(TEMPORAL) $(HELM)
 # (docs/faults.md; about 4 minutes): a killed worker, Redis restarted
 # empty and stalled, a restarted dev server, hung backends, 1,000 clients
 # hanging up, a client that stops reading. Writes tests/load/report/chaos.md.
-# `make test` runs the fast subset.
+# Then the reverse-proxy scenarios (make proxy). `make test` runs the fast
+# subset of both.
 chaos: need $(TEMPORAL)
 	SLUICE_CHAOS=all $(GO) test -count=1 -timeout 30m -v ./tests/chaos/
+	@$(MAKE) --no-print-directory proxy
+
+# Sluice behind a real HAProxy started by the test, with api.trusted_proxies
+# naming it (about 5 minutes): 2,000 SSE clients from their own addresses
+# through it, and a client forging X-Forwarded-For.
+proxy: $(TEMPORAL)
+	@GO=$(GO) deploy/dev/need.sh go redis haproxy
+	SLUICE_CHAOS=all $(GO) test -count=1 -timeout 15m -v ./tests/proxy/
 
 # Unit tests only: no Temporal dev server.
 test-short: need

@@ -134,6 +134,23 @@ func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *re
 // newTestServerOn is newTestServerWith on the Redis at addr.
 func newTestServerOn(t *testing.T, addr string, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
 	t.Helper()
+	srv, tc, rdb := buildTestServerOn(t, addr, mod, with)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go srv.door.Run(ctx)
+	return srv, tc, rdb
+}
+
+// buildTestServer is newTestServerWith without running the door, for a
+// test that runs the whole server (Server.Run runs its door).
+func buildTestServer(t *testing.T, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
+	t.Helper()
+	return buildTestServerOn(t, redisAddr, mod, with)
+}
+
+// buildTestServerOn is buildTestServer on the Redis at addr.
+func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Auth.APIKeys = []config.APIKey{{Key: "k-acme", Tenant: "acme", Tier: "vip", Scopes: []string{"chat", "ingest"}}}
 	cfg.API.MaxQueryChars = 200
@@ -187,9 +204,6 @@ func newTestServerOn(t *testing.T, addr string, mod func(*config.Config), with f
 	}
 	testHubs.Store(srv, hub)
 	testLimiters.Store(srv, lim)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go srv.door.Run(ctx)
 	return srv, tc, rdb
 }
 

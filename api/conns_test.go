@@ -3,11 +3,14 @@ package api
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,13 +26,13 @@ import (
 // server's own timeouts and connection caps, and returns its address.
 func serve(t *testing.T, mod func(*config.Config)) (*Server, *countingClient, string) {
 	t.Helper()
-	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+	srv, tc, _ := buildTestServer(t, func(c *config.Config) {
 		c.API.Addr = "127.0.0.1:0"
 		c.API.ShutdownTimeout = time.Second
 		if mod != nil {
 			mod(c)
 		}
-	})
+	}, nil)
 	runHub(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	addrCh, done := make(chan string, 1), make(chan error, 1)
@@ -206,7 +209,8 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 }
 
 // Connections beyond api.max_conns_per_ip from one address, or beyond
-// api.max_conns in all, are closed at once; a place freed is usable again.
+// api.max_conns in all, are answered 429 or 503 with Retry-After and the
+// API's error body, closed and counted; a place freed is usable again.
 func TestConnectionCaps(t *testing.T) {
 	srv, _, addr := serve(t, func(c *config.Config) { c.API.MaxConnsPerIP = 2; c.API.MaxConns = 3 })
 	open := func(from string) net.Conn {
@@ -216,25 +220,128 @@ func TestConnectionCaps(t *testing.T) {
 		}
 		return c
 	}
-	refused := func(from, why string) {
-		t.Helper()
-		c := dialFrom(t, from, addr)
-		_, _ = io.WriteString(c, getHealthz)
-		expectClosed(t, c, 3*time.Second)
-		if t.Failed() {
-			t.Fatalf("a connection from %s beyond %s was served", from, why)
-		}
-	}
 	first := open("127.0.0.1")
 	open("127.0.0.1")
-	refused("127.0.0.1", "the per-IP cap")
+	expectRefused(t, addr, "127.0.0.1", http.StatusTooManyRequests, "too_many_connections")
 	// Another address has places of its own, up to the total.
 	open("127.0.0.2")
-	refused("127.0.0.2", "the total cap")
+	expectRefused(t, addr, "127.0.0.2", http.StatusServiceUnavailable, "connections_full")
 	if n := srv.conns.Open(); n != 3 {
 		t.Fatalf("%d connections counted open, want 3", n)
 	}
 	_ = first.Close()
 	waitFor(t, "the closed connection's place freed", func() bool { return srv.conns.Open() == 2 })
 	open("127.0.0.1")
+	// A refusal is counted once its connection is done with.
+	for _, want := range []string{
+		`sluice_api_connections_refused_total{answered="true",limit="api.max_conns_per_ip"} 1`,
+		`sluice_api_connections_refused_total{answered="true",limit="api.max_conns"} 1`,
+	} {
+		waitFor(t, want, func() bool { return strings.Contains(metricsText(t, srv), want) })
+	}
+}
+
+// A connection from a trusted proxy carries many clients: it is held to
+// api.max_conns, not to the per-address cap; any other address still is.
+func TestTrustedProxyIsHeldToTheTotalOnly(t *testing.T) {
+	_, _, addr := serve(t, func(c *config.Config) {
+		c.API.MaxConnsPerIP, c.API.MaxConns = 1, 4
+		c.API.TrustedProxies = []string{"127.0.0.1/32"}
+	})
+	for range 3 {
+		c := dialFrom(t, "127.0.0.1", addr)
+		if resp, _ := roundTrip(t, c, bufio.NewReader(c), getHealthz); resp.StatusCode != 200 {
+			t.Fatalf("healthz through the proxy: %d", resp.StatusCode)
+		}
+	}
+	c := dialFrom(t, "127.0.0.2", addr)
+	if resp, _ := roundTrip(t, c, bufio.NewReader(c), getHealthz); resp.StatusCode != 200 {
+		t.Fatalf("healthz from 127.0.0.2: %d", resp.StatusCode)
+	}
+	expectRefused(t, addr, "127.0.0.3", http.StatusServiceUnavailable, "connections_full")
+	expectRefused(t, addr, "127.0.0.1", http.StatusServiceUnavailable, "connections_full")
+}
+
+// A connection refused while the client sends its request slowly, or a
+// body after it, still gets its answer: the refusal reads the request's
+// head first and drains the rest, so closing does not reset the answer
+// away.
+func TestRefusedConnectionWithABodyIsAnswered(t *testing.T) {
+	_, _, addr := serve(t, func(c *config.Config) { c.API.MaxConnsPerIP = 1; c.API.MaxConns = 2 })
+	held := dialFrom(t, "127.0.0.1", addr)
+	if resp, _ := roundTrip(t, held, bufio.NewReader(held), getHealthz); resp.StatusCode != 200 {
+		t.Fatalf("healthz: %d", resp.StatusCode)
+	}
+	c := dialFrom(t, "127.0.0.1", addr)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	body := strings.Repeat("x", 200<<10)
+	go func() {
+		_, _ = io.WriteString(c, "POST /v1/chat HTTP/1.1\r\nHost: sluice\r\n")
+		time.Sleep(100 * time.Millisecond)
+		_, _ = io.WriteString(c, "Content-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("read the refusal: %v", err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("status %d, want 429", resp.StatusCode)
+	}
+}
+
+// expectRefused dials addr from the local IP from and requires the
+// refusal of a connection beyond a cap: status, the API's error body with
+// code, a Retry-After, and the connection closed after it.
+func expectRefused(t *testing.T, addr, from string, status int, code string) {
+	t.Helper()
+	c := dialFrom(t, from, addr)
+	resp, body := roundTrip(t, c, bufio.NewReader(c), getHealthz)
+	var e struct {
+		Error struct {
+			Code, Message string
+			RetryAfter    int `json:"retry_after_s"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("refusal body from %s %q: %v", from, body, err)
+	}
+	if resp.StatusCode != status || e.Error.Code != code || e.Error.Message == "" || resp.Header.Get("Retry-After") != "1" || e.Error.RetryAfter != 1 {
+		t.Fatalf("connection from %s: %d %q Retry-After %q, want %d %s with Retry-After 1", from, resp.StatusCode, body, resp.Header.Get("Retry-After"), status, code)
+	}
+	if resp.Header.Get("Content-Type") != "application/json" || !resp.Close {
+		t.Fatalf("refusal headers %v: want JSON and Connection: close", resp.Header)
+	}
+	expectClosed(t, c, 3*time.Second)
+	_ = c.Close()
+}
+
+// metricsText is the server's /metrics page.
+func metricsText(t *testing.T, srv *Server) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
+}
+
+// A refused request's head is read to its blank line however the reads
+// split it, and no further: what follows is the answer's to wait for.
+func TestReadHeadFindsASplitBlankLine(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	head := "GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"
+	go func() {
+		for i := range len(head) {
+			_, _ = client.Write([]byte{head[i]})
+		}
+		_, _ = client.Write([]byte("next"))
+	}()
+	_ = server.SetDeadline(time.Now().Add(5 * time.Second))
+	if !readHead(server) {
+		t.Fatal("readHead: nothing read")
+	}
+	rest := make([]byte, 4)
+	if _, err := io.ReadFull(server, rest); err != nil || string(rest) != "next" {
+		t.Fatalf("after the head: %q, %v; want the next bytes unread", rest, err)
+	}
 }

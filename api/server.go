@@ -78,6 +78,8 @@ type Server struct {
 	// unready makes GET /readyz answer 503 from the moment the process is
 	// told to stop, so that load balancers stop sending it requests.
 	unready atomic.Bool
+	// proxies are the trusted proxies in front (api.trusted_proxies).
+	proxies proxies
 	// conns caps the connections Run accepts; set by Run.
 	conns *connLimiter
 	// handler is echo, in a server span per request when tracing is on.
@@ -137,7 +139,8 @@ func New(opts Options) (*Server, error) {
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
 		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]keys.Spec{},
 		sessions: opts.Sessions, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
-		ingestSlots: opts.IngestSlots, ingestHere: make(chan struct{}, opts.Config.Ingest.MaxConcurrentPerProcess), codec: opts.Codec, keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses,
+		ingestSlots: opts.IngestSlots, ingestHere: make(chan struct{}, opts.Config.Ingest.MaxConcurrentPerProcess), codec: opts.Codec,
+		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, proxies: opts.Config.API.TrustedProxyPrefixes(),
 	}
 	if s.ingester != nil && s.ingestSlots == nil {
 		return nil, errors.New("api: an Ingester needs IngestSlots")
@@ -160,10 +163,7 @@ func New(opts Options) (*Server, error) {
 // routes is the server's Echo, with its middleware and every route.
 func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e := echo.New()
-	e.IPExtractor = echo.ExtractIPDirect()
-	if s.cfg.API.TrustForwardedFor {
-		e.IPExtractor = echo.ExtractIPFromXFFHeader()
-	}
+	e.IPExtractor = s.proxies.extractor()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
@@ -211,8 +211,8 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.API.Addr, err)
 	}
-	conns := limitConns(ln, s.cfg.API.MaxConns, s.cfg.API.MaxConnsPerIP, s.logger)
-	conns.addresses = s.addresses
+	conns := limitConns(ln, connCaps{Total: s.cfg.API.MaxConns, PerIP: s.cfg.API.MaxConnsPerIP, Proxies: s.proxies,
+		Addresses: s.addresses, Metrics: s.metrics, Logger: s.logger})
 	s.conns = conns
 	srv := s.httpServer()
 	if ready != nil {

@@ -48,7 +48,7 @@ func (s *Server) nameSpan(next echo.HandlerFunc) echo.HandlerFunc {
 				span.SetAttributes(semconv.HTTPRoute(c.Path()))
 			}
 			span.SetAttributes(
-				attribute.String(string(semconv.ClientAddressKey), s.addresses.Of(c.RealIP())),
+				attribute.String(string(semconv.ClientAddressKey), s.addresses.ClientOf(c.RealIP())),
 				attribute.String(string(semconv.NetworkPeerAddressKey), s.addresses.Of(peerHost(c.Request().RemoteAddr))),
 			)
 		}

@@ -6,8 +6,9 @@
 # Makefile and .ci/run both call it.
 #
 #   deploy/dev/need.sh go redis        # make run, make chaos, make bench-*
-#   deploy/dev/need.sh go redis node promtool   # make test (node/npm: the openai
-#                                               # SDK tests; promtool: the alert rules)
+#   deploy/dev/need.sh go redis node promtool haproxy   # make test (node/npm: the
+#                       # openai SDK tests; promtool: the alert rules; haproxy: the
+#                       # reverse proxy of tests/proxy)
 #
 # GO names the go command (the Makefile passes its $(GO)).
 set -euo pipefail
@@ -118,6 +119,22 @@ need_promtool() {
   fi
 }
 
+# haproxy is the reverse proxy tests/proxy puts in front of Sluice; Debian
+# installs it in /usr/sbin, which is not on every user's PATH.
+need_haproxy() {
+  command -v haproxy >/dev/null 2>&1 && return 0
+  [ -x /usr/sbin/haproxy ] && return 0
+  if [ "$root_ok" = 1 ] && command -v apt-get >/dev/null 2>&1; then
+    echo ">> haproxy is missing: installing it with apt-get (${SUDO}apt-get install -y haproxy)"
+    apt_install haproxy
+    { command -v haproxy || [ -x /usr/sbin/haproxy ]; } >/dev/null 2>&1 || die "apt-get installed haproxy but it is neither on PATH ($PATH) nor in /usr/sbin"
+  elif [ "$root_ok" = 1 ]; then
+    die "haproxy is missing and there is no apt-get here: install it (\`brew install haproxy\` on macOS), then run make again"
+  else
+    die "haproxy is missing and I cannot install it without root: run \`sudo apt-get install -y haproxy\` (Debian/Ubuntu) or \`brew install haproxy\` (macOS), then run make again"
+  fi
+}
+
 [ "$#" -gt 0 ] || set -- go redis
 for what in "$@"; do
   case "$what" in
@@ -125,6 +142,7 @@ for what in "$@"; do
     redis) need_redis ;;
     node) need_node ;;
     promtool) need_promtool ;;
-    *) die "need.sh: unknown requirement $what (want go, redis, node or promtool)" ;;
+    haproxy) need_haproxy ;;
+    *) die "need.sh: unknown requirement $what (want go, redis, node, promtool or haproxy)" ;;
   esac
 done

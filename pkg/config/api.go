@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"strings"
 	"time"
@@ -57,10 +58,13 @@ type API struct {
 	// nothing. 1 keeps every queued request within a permit turnover of
 	// its grant. 0: start as soon as a start slot is free.
 	QueuePerPermit float64 `yaml:"queue_per_permit"`
-	// TrustForwardedFor takes the client IP (for per-IP limits) from
-	// X-Forwarded-For, as set by a trusted proxy in front; off, it is the
-	// connection's address, which a client cannot forge.
-	TrustForwardedFor bool `yaml:"trust_forwarded_for"`
+	// TrustedProxies are the networks (CIDR) of the proxies in front
+	// whose X-Forwarded-For is believed: the client is the address left
+	// of the last trusted hop, read right to left, and a connection from
+	// a trusted proxy is not held to max_conns_per_ip (it carries many
+	// clients; max_conns still bounds it). Empty: the client is the
+	// connection's address, which nobody can forge.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 	// BodyReadTimeout bounds the wait for a request's body once its
 	// headers are in, so that a client that trickles it cannot hold a
 	// connection: a body not in by then is answered 408 and its
@@ -75,12 +79,13 @@ type API struct {
 	// handler.
 	StreamWriteTimeout time.Duration `yaml:"stream_write_timeout"`
 	// MaxConnsPerIP bounds the open connections from one client address
-	// (the connection's own, never X-Forwarded-For); beyond it a new
-	// connection is closed as soon as it is accepted. Behind a proxy
-	// every connection is the proxy's: raise it towards max_conns.
+	// (the connection's own, never X-Forwarded-For; an IPv6 client by its
+	// /64); beyond it a new connection is answered 429
+	// too_many_connections and closed. A proxy in trusted_proxies is not
+	// held to it.
 	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
 	// MaxConns bounds the open connections of one API process; beyond it
-	// a new connection is closed as soon as it is accepted.
+	// a new connection is answered 503 connections_full and closed.
 	MaxConns int `yaml:"max_conns"`
 	// IdempotencyTTL is how long an Idempotency-Key names the request it
 	// started: a retry within it attaches to that request. At most
@@ -88,6 +93,10 @@ type API struct {
 	// to.
 	IdempotencyTTL time.Duration `yaml:"idempotency_ttl"`
 }
+
+// TrustedProxyPrefixes are TrustedProxies parsed; the configuration is
+// validated, so they parse.
+func (a API) TrustedProxyPrefixes() []netip.Prefix { return prefixes(a.TrustedProxies) }
 
 // Auth says who may call Sluice. Managed keys (created through
 // /v1/admin/keys, kept hashed in Redis) are the usual credential; the keys
@@ -152,6 +161,7 @@ func defaultAPI() API {
 		StreamWriteTimeout: 10 * time.Second,
 		MaxConnsPerIP:      256,
 		MaxConns:           10000,
+		TrustedProxies:     []string{},
 		IdempotencyTTL:     time.Hour,
 	}
 }
@@ -193,6 +203,7 @@ func (a API) validate(v *validator, eventsTTL time.Duration) {
 	if a.MaxConnsPerIP > a.MaxConns {
 		v.add("api.max_conns_per_ip", "must not exceed api.max_conns (%d), got %d", a.MaxConns, a.MaxConnsPerIP)
 	}
+	v.networks("api.trusted_proxies", a.TrustedProxies)
 	v.duration("api.idempotency_ttl", a.IdempotencyTTL)
 	if eventsTTL > 0 && a.IdempotencyTTL > eventsTTL {
 		v.add("api.idempotency_ttl", "must not exceed events.ttl (%s), got %s", eventsTTL, a.IdempotencyTTL)

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"fmt"
 	"net/netip"
 	"time"
 )
@@ -21,9 +20,9 @@ type Ban struct {
 	Window    time.Duration `yaml:"window"`
 	Duration  time.Duration `yaml:"duration"`
 	// Exempt are networks (CIDR) never counted or banned by address. By
-	// default loopback: behind a proxy on the same host without
-	// api.trust_forwarded_for every client is 127.0.0.1, and one ban
-	// would shut them all out. Their keys are still counted.
+	// default loopback: behind a proxy on the same host not listed in
+	// api.trusted_proxies every client is 127.0.0.1, and one ban would
+	// shut them all out. Their keys are still counted.
 	Exempt []string `yaml:"exempt"`
 }
 
@@ -34,15 +33,7 @@ func defaultBan() Ban {
 
 // ExemptPrefixes are Exempt parsed; the configuration is validated, so
 // they parse.
-func (b Ban) ExemptPrefixes() []netip.Prefix {
-	out := make([]netip.Prefix, 0, len(b.Exempt))
-	for _, s := range b.Exempt {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
-}
+func (b Ban) ExemptPrefixes() []netip.Prefix { return prefixes(b.Exempt) }
 
 func (b Ban) validate(v *validator, field string) {
 	v.positive(field+".threshold", int64(b.Threshold))
@@ -52,9 +43,5 @@ func (b Ban) validate(v *validator, field string) {
 	if b.Duration < time.Second {
 		v.add(field+".duration", "must be at least 1s, got %s", b.Duration)
 	}
-	for i, s := range b.Exempt {
-		if _, err := netip.ParsePrefix(s); err != nil {
-			v.add(fmt.Sprintf("%s.exempt[%d]", field, i), "must be a network such as 10.0.0.0/8, got %q", s)
-		}
-	}
+	v.networks(field+".exempt", b.Exempt)
 }

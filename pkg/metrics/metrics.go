@@ -11,6 +11,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -47,6 +48,7 @@ type Metrics struct {
 	alerts       *prometheus.CounterVec
 	bans         *prometheus.CounterVec
 	banned       *prometheus.CounterVec
+	connsRefused *prometheus.CounterVec
 	logger       *slog.Logger
 	scrapeBudget time.Duration
 }
@@ -106,11 +108,15 @@ func New(logger *slog.Logger) *Metrics {
 			Name: "sluice_banned_requests_total",
 			Help: "Requests refused (429) because their IP or key was banned, by what was banned (ip, key).",
 		}, []string{"kind"}),
+		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_api_connections_refused_total",
+			Help: "Connections the API refused at accept, by the cap they were beyond (api.max_conns, api.max_conns_per_ip) and whether they were answered (429 or 503 with Retry-After; false: closed unanswered, the client sent nothing or too many refusals were being answered).",
+		}, []string{"limit", "answered"}),
 		scrapeBudget: 2 * time.Second,
 	}
 	m.healing = newHealingLevels()
 	m.reg.MustRegister(m.stages, m.requests, m.queueWait, m.ttft, m.tokens, m.actions, m.healing,
-		m.rateLimits, m.alerts, m.bans, m.banned,
+		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -207,6 +213,15 @@ func (m *Metrics) Banned(kind string) {
 		return
 	}
 	m.banned.WithLabelValues(kind).Inc()
+}
+
+// ConnectionRefused counts a connection refused at accept for being
+// beyond limit (the setting's name), answered or closed unanswered.
+func (m *Metrics) ConnectionRefused(limit string, answered bool) {
+	if m == nil {
+		return
+	}
+	m.connsRefused.WithLabelValues(limit, strconv.FormatBool(answered)).Inc()
 }
 
 // BanImposed counts a ban imposed, by what it names (ip, key).

@@ -46,6 +46,10 @@ func refusalMessage(reason string, secs int) string {
 		return fmt.Sprintf("A service Sluice depends on was unavailable. Please retry in %d s.", secs)
 	case ReasonBackendUnavailable:
 		return fmt.Sprintf("The language model service is unavailable right now. Please retry in %d s.", secs)
+	case ReasonTooManyConnections:
+		return fmt.Sprintf("Too many connections are open from your address. Please close some or retry in %d s.", secs)
+	case ReasonConnectionsFull:
+		return fmt.Sprintf("The service has as many connections open as it can take. Please retry in %d s.", secs)
 	}
 	return fmt.Sprintf("The request could not be served (%s). Please retry in %d s.", reason, secs)
 }

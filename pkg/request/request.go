@@ -107,4 +107,10 @@ const (
 	// for knowledge bases: refused at ingestion, and a query of one that
 	// grew so anyway fails with it rather than be retried.
 	ReasonKBTooLarge = "kb_too_large"
+	// ReasonTooManyConnections: a new connection from an address that
+	// has api.max_conns_per_ip open already (429).
+	ReasonTooManyConnections = "too_many_connections"
+	// ReasonConnectionsFull: a new connection to an API process that has
+	// api.max_conns open already (503).
+	ReasonConnectionsFull = "connections_full"
 )

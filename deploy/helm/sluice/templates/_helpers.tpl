@@ -81,7 +81,8 @@ values laid over it. Pools without endpoints get the simulator's Service.
   "api" (dict
     "addr" (printf "0.0.0.0:%d" (int .Values.api.port))
     "shutdown_timeout" (printf "%ds" (int .Values.api.shutdownTimeoutSeconds))
-    "drain_delay" (printf "%ds" (int .Values.api.drainDelaySeconds)))
+    "drain_delay" (printf "%ds" (int .Values.api.drainDelaySeconds))
+    "trusted_proxies" .Values.api.trustedProxies)
   "metrics" (dict
     "addr" (printf "0.0.0.0:%d" (int .Values.api.metricsPort))
     "worker_addr" (printf "0.0.0.0:%d" (int .Values.worker.metricsPort)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -24,10 +25,11 @@ import (
 
 type burstOptions struct {
 	mixFlags
-	// The burst: how many clients over how many tenants, every how many a
-	// long one, how long an answer, how fast they start.
-	clients, tenants, longEvery, maxTokens int
-	ramp                                   time.Duration
+	// The burst: how many clients over how many tenants and how many
+	// source addresses, every how many a long one, how long an answer,
+	// how fast they start.
+	clients, tenants, addresses, longEvery, maxTokens int
+	ramp                                              time.Duration
 	// When a client is a hang, and how soon the pools must be idle after.
 	deadline, drainWithin time.Duration
 	// reference is how long the closed loop at one client per permit runs
@@ -45,6 +47,7 @@ func (b *burstScenario) flags(fs *flag.FlagSet) {
 	fs.IntVar(&b.clients, "clients", 2000, "concurrent SSE clients, one request each")
 	fs.IntVar(&b.longEvery, "long-every", 5, "every n-th client sends a query long enough for the long pool (0: none)")
 	fs.IntVar(&b.tenants, "tenants", 20, "tenants (API keys) the clients are spread over")
+	fs.IntVar(&b.addresses, "addresses", 0, "loopback source addresses the clients are spread over, as users come from theirs (0: one per client; 1: all from one, held to api.max_conns_per_ip)")
 	fs.DurationVar(&b.ramp, "ramp", 0, "spread the clients' starts evenly over this long (0: all at once)")
 	fs.IntVar(&b.maxTokens, "max-tokens", 16, "max_tokens of each request")
 	fs.DurationVar(&b.deadline, "deadline", 0, "a client without a terminal event after this long is a hang (0: admission.max_wait + 60s)")
@@ -217,7 +220,10 @@ func (b *burstScenario) drainRate() float64 {
 
 // send runs every client to its outcome.
 func (b *burstScenario) send(ctx context.Context, st *stack) {
-	hc := st.client(b.clients)
+	hcs := make([]*http.Client, b.sourceAddresses())
+	for a := range hcs {
+		hcs[a] = st.clientFrom(burstAddr(a), b.clients/len(hcs)+1)
+	}
 	b.outcomes = make([]outcome, b.clients)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -236,7 +242,7 @@ func (b *burstScenario) send(ctx context.Context, st *stack) {
 			cctx, cancel := context.WithTimeout(ctx, b.deadline)
 			defer cancel()
 			t0 := time.Now()
-			r := readChat(cctx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + b.keys[i%len(b.keys)].Key})
+			r := readChat(cctx, hcs[i%len(hcs)], st.baseURL, body, map[string]string{"Authorization": "Bearer " + b.keys[i%len(b.keys)].Key})
 			b.outcomes[i] = outcome{kind: r.kind, took: time.Since(t0), tokens: r.tokens, retryAfter: r.retryAfter}
 			b.prog.add(1)
 			if r.kind == kindDone {
@@ -247,6 +253,18 @@ func (b *burstScenario) send(ctx context.Context, st *stack) {
 	wg.Wait()
 	b.clientsDone = time.Since(start)
 }
+
+// sourceAddresses is how many addresses the clients come from.
+func (b *burstScenario) sourceAddresses() int {
+	if b.addresses <= 0 || b.addresses > b.clients {
+		return b.clients
+	}
+	return b.addresses
+}
+
+// burstAddr is the a-th client address, in 127.2.0.0/16: Linux routes all
+// of 127.0.0.0/8 to the loopback interface, so a client can bind any.
+func burstAddr(a int) string { return fmt.Sprintf("127.2.%d.%d", a/250, a%250+1) }
 
 // watchMax is the most the simulator and the gate saw at once.
 type watchMax struct {
@@ -301,8 +319,8 @@ func (b *burstScenario) report(r *report) error {
 	if b.ramp > 0 {
 		ramp = fmt.Sprintf("starts spread over %v", b.ramp)
 	}
-	r.header(fmt.Sprintf("%d concurrent SSE clients (POST /v1/chat, max_tokens %d, every %d-th query long), %s, %d tenants on a tier with the standard tier's weight and queue caps (max %d waiting per tenant, max_wait %v) and no rate limits; %d permits (short %d + long %d); api.max_starts_in_flight %d, admission.max_queue_depth %d; simulator time scale %g, %d sequences",
-		b.clients, b.maxTokens, b.longEvery, ramp, b.tenants, b.tier.MaxQueuePerTenant, b.maxWait, b.permits(), b.shortPerms, b.longPerms,
+	r.header(fmt.Sprintf("%d concurrent SSE clients from %d loopback addresses (POST /v1/chat, max_tokens %d, every %d-th query long), %s, %d tenants on a tier with the standard tier's weight and queue caps (max %d waiting per tenant, max_wait %v) and no rate limits; %d permits (short %d + long %d); api.max_starts_in_flight %d, admission.max_queue_depth %d; simulator time scale %g, %d sequences",
+		b.clients, b.sourceAddresses(), b.maxTokens, b.longEvery, ramp, b.tenants, b.tier.MaxQueuePerTenant, b.maxWait, b.permits(), b.shortPerms, b.longPerms,
 		b.maxStarts, b.maxQueue, b.timeScale, b.permits()))
 	bad, hangs, fivexx := b.outcomeTable(r)
 	r.linef("")
@@ -313,8 +331,8 @@ func (b *burstScenario) report(r *report) error {
 	if b.idleAfter >= 0 {
 		idle = ms(b.idleAfter) + " after the last client"
 	}
-	r.goal("5xx other than the documented 503s (busy, queue_full, tenant_queue_full, unavailable)", fmt.Sprint(fivexx), "0", fivexx == 0)
-	r.goal("clients without an answer, a rejected/error event, a documented 503 or a 429", fmt.Sprint(bad), "0", bad == 0)
+	r.goal("5xx other than the documented 503s (busy, queue_full, tenant_queue_full, unavailable, connections_full)", fmt.Sprint(fivexx), "0", fivexx == 0)
+	r.goal("clients without an answer, a rejected/error event, a documented 503 or a 429 (rate_limited, too_many_connections)", fmt.Sprint(bad), "0", bad == 0)
 	r.goal("hangs (no terminal event within "+b.deadline.String()+")", fmt.Sprint(hangs), "0", hangs == 0)
 	r.goal("permits in use + queue places left afterwards (both pools idle: "+idle+")", fmt.Sprint(leaks), "0", leaks == 0)
 	r.goal("most requests the simulator saw at once (running + waiting)", fmt.Sprint(b.seen.sim), fmt.Sprintf("<= %d", b.permits()), b.seen.sim <= int64(b.permits()))
@@ -331,14 +349,15 @@ func (b *burstScenario) doorGoals(r *report) {
 		if o.kind == "HTTP 503 "+request.ReasonBusy {
 			busy++
 		}
-		if strings.HasPrefix(o.kind, "rejected ") && o.retryAfter < 1 {
+		refused := strings.HasPrefix(o.kind, "HTTP 429 ") || strings.HasPrefix(o.kind, "HTTP 503 ")
+		if (refused || strings.HasPrefix(o.kind, "rejected ")) && o.retryAfter < 1 {
 			noRetry++
 		}
 	}
 	if b.clients <= b.roomSize {
 		r.goal(fmt.Sprintf("503 busy with %d clients and a waiting room of %d", b.clients, b.roomSize), fmt.Sprint(busy), "0", busy == 0)
 	}
-	r.goal("rejections without retry_after_s", fmt.Sprint(noRetry), "0", noRetry == 0)
+	r.goal("rejections without retry_after_s, 429s and 503s without Retry-After", fmt.Sprint(noRetry), "0", noRetry == 0)
 	if b.rate1x > 0 {
 		drain := b.drainRate()
 		r.goal("served rate while draining / rate at one client per permit",
@@ -384,7 +403,8 @@ func (b *burstScenario) outcomeTable(r *report) (bad, hangs, fivexx int) {
 	return bad, hangs, fivexx
 }
 
-var documented503 = map[string]bool{request.ReasonBusy: true, request.ReasonQueueFull: true, request.ReasonTenantQueueFull: true, request.ReasonUnavailable: true}
+var documented503 = map[string]bool{request.ReasonBusy: true, request.ReasonQueueFull: true, request.ReasonTenantQueueFull: true,
+	request.ReasonUnavailable: true, request.ReasonConnectionsFull: true}
 
 // acceptable says whether an outcome is one a client may get under a
 // burst.
@@ -394,7 +414,7 @@ func acceptable(kind string) bool {
 		return true
 	case strings.HasPrefix(kind, "rejected "), strings.HasPrefix(kind, "error "):
 		return true
-	case kind == "HTTP 429 rate_limited":
+	case kind == "HTTP 429 "+request.ReasonRateLimited, kind == "HTTP 429 "+request.ReasonTooManyConnections:
 		return true
 	case strings.HasPrefix(kind, "HTTP 503 "):
 		return documented503[strings.TrimPrefix(kind, "HTTP 503 ")]

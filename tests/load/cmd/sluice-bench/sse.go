@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,8 @@ type chatStream struct {
 type httpError struct {
 	status int
 	code   string // the body's error.code
+	// retryAfter is the Retry-After header in seconds (0: none).
+	retryAfter int
 }
 
 func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d %s", e.status, e.code) }
@@ -53,7 +56,8 @@ func postChat(ctx context.Context, hc *http.Client, baseURL, body string, header
 			} `json:"error"`
 		}
 		_ = json.Unmarshal(raw, &e)
-		return nil, &httpError{status: resp.StatusCode, code: e.Error.Code}
+		retryAfter, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		return nil, &httpError{status: resp.StatusCode, code: e.Error.Code, retryAfter: retryAfter}
 	}
 	return &chatStream{resp: resp, r: testenv.NewSSEReader(resp.Body), id: resp.Header.Get("X-Request-ID")}, nil
 }
@@ -95,7 +99,8 @@ type chatResult struct {
 	// queued: the stream had a queue event, so the request waited for a
 	// permit.
 	queued bool
-	// retryAfter is a rejection's retry_after_s (0: none, or not rejected).
+	// retryAfter is a rejection's retry_after_s, or a refusal's
+	// Retry-After (0: none, or neither).
 	retryAfter int
 }
 
@@ -108,7 +113,7 @@ func readChat(ctx context.Context, hc *http.Client, baseURL, body string, header
 		var he *httpError
 		switch {
 		case errors.As(err, &he):
-			return chatResult{kind: fmt.Sprintf("HTTP %d %s", he.status, he.code)}
+			return chatResult{kind: fmt.Sprintf("HTTP %d %s", he.status, he.code), retryAfter: he.retryAfter}
 		case ctx.Err() != nil:
 			return chatResult{kind: kindHang}
 		}

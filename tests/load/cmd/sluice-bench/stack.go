@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -155,8 +156,15 @@ func (s *stack) startAPI(ctx context.Context, logger *slog.Logger) error {
 
 // client is an HTTP client to the API keeping up to conns connections
 // alive; Close closes them.
-func (s *stack) client(conns int) *http.Client {
+func (s *stack) client(conns int) *http.Client { return s.clientFrom("", conns) }
+
+// clientFrom is client with its connections from the local address from
+// ("": the system's choice, 127.0.0.1).
+func (s *stack) clientFrom(from string, conns int) *http.Client {
 	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute, DisableCompression: true}
+	if from != "" {
+		tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 30 * time.Second}).DialContext
+	}
 	s.closers = append(s.closers, tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
 }
