@@ -209,6 +209,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"breaker_slow_above_first_token.yaml":  "pools.long.breaker.slow_first_token: must be below pools.long.first_token_timeout (30s), got 45s",
 		"api_negative_drain_delay.yaml":        "api.drain_delay: must be >= 0, got -1s",
 		"temporal_stop_timeout_zero.yaml":      "temporal.worker_stop_timeout: must be a positive duration such as 30s, got 0s",
+		"temporal_workflow_cache_zero.yaml":    "temporal.workflow_cache_size: must be > 0, got 0",
 		"api_zero_stream_write_timeout.yaml":   "api.stream_write_timeout: must be a positive duration such as 30s, got 0s",
 		"api_per_ip_above_total.yaml":          "api.max_conns_per_ip: must not exceed api.max_conns (100), got 200",
 		"api_idempotency_above_events.yaml":    "api.idempotency_ttl: must not exceed events.ttl (30m0s), got 2h0m0s",

@@ -117,7 +117,7 @@ client_key_path = "/etc/temporal/client.key"
 			want := c.want
 			want.TaskQueue, want.EagerStart, want.SearchAttributes = got.TaskQueue, got.EagerStart, got.SearchAttributes
 			want.MaxConcurrentActivities, want.MaxConcurrentWorkflowTasks = got.MaxConcurrentActivities, got.MaxConcurrentWorkflowTasks
-			want.WorkerStopTimeout = got.WorkerStopTimeout
+			want.WorkerStopTimeout, want.WorkflowCacheSize = got.WorkerStopTimeout, got.WorkflowCacheSize
 			if (got.TLS.Enabled == nil) != (want.TLS.Enabled == nil) || (got.TLS.Enabled != nil && *got.TLS.Enabled != *want.TLS.Enabled) {
 				t.Fatalf("tls.enabled = %v, want %v", ptrString(got.TLS.Enabled), ptrString(want.TLS.Enabled))
 			}

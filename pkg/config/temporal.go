@@ -45,7 +45,21 @@ type Temporal struct {
 	// cut answers sets it above llm.timeout and gives the process as long
 	// to exit (the Helm chart derives both).
 	WorkerStopTimeout time.Duration `yaml:"worker_stop_timeout"`
+	// WorkflowCacheSize is how many workflows a process keeps in memory
+	// between their workflow tasks (the Temporal SDK's sticky cache, one
+	// for every worker in the process). A workflow whose later tasks ran
+	// on another worker stays here until pushed out, so this bounds what
+	// the cache holds: each entry is the workflow's state and its parked
+	// goroutines. A workflow not cached is replayed from its history at
+	// its next task, which is slower but correct.
+	WorkflowCacheSize int `yaml:"workflow_cache_size"`
 }
+
+// DefaultWorkflowCacheSize is temporal.workflow_cache_size's default:
+// well above the workflows one process runs at once at its pools'
+// capacity, and small enough that a full cache stays inside the Helm
+// chart's memory limits (deploy/helm/sluice/values.yaml shows the sum).
+const DefaultWorkflowCacheSize = 1000
 
 const (
 	defaultTemporalHostPort  = "127.0.0.1:7233"
@@ -62,6 +76,7 @@ func defaultTemporal() Temporal {
 		MaxConcurrentActivities:    1000,
 		MaxConcurrentWorkflowTasks: 100,
 		WorkerStopTimeout:          10 * time.Second,
+		WorkflowCacheSize:          DefaultWorkflowCacheSize,
 	}
 }
 
@@ -159,6 +174,7 @@ func (t Temporal) validate(v *validator) {
 	v.positive("temporal.max_concurrent_activities", int64(t.MaxConcurrentActivities))
 	v.positive("temporal.max_concurrent_workflow_tasks", int64(t.MaxConcurrentWorkflowTasks))
 	v.duration("temporal.worker_stop_timeout", t.WorkerStopTimeout)
+	v.positive("temporal.workflow_cache_size", int64(t.WorkflowCacheSize))
 }
 
 // envList is environ (KEY=VALUE pairs) as envconfig looks variables up.
