@@ -32,6 +32,9 @@ type soakOptions struct {
 	interval, judge, settle time.Duration
 	// cacheSize is temporal.workflow_cache_size (0: the default).
 	cacheSize int
+	// eventsTTL is events.ttl (and api.idempotency_ttl, which may not
+	// exceed it).
+	eventsTTL time.Duration
 	// values is the Helm chart's values file, whose memory limits the
 	// processes are held to.
 	values string
@@ -63,6 +66,7 @@ func (s *soakScenario) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.judge, "judge", 20*time.Minute, "the verdict is on the last this long of the load (at most two thirds of -duration)")
 	fs.DurationVar(&s.settle, "settle", 30*time.Second, "how long to keep sampling after the load stopped")
 	fs.IntVar(&s.cacheSize, "workflow-cache", 0, "temporal.workflow_cache_size of the API and the worker (0: the default)")
+	fs.DurationVar(&s.eventsTTL, "events-ttl", 5*time.Minute, "events.ttl (and api.idempotency_ttl): Redis holds every request's event stream this long, so its memory levels off only after it (0: the default, 1h)")
 	fs.StringVar(&s.values, "values", "deploy/helm/sluice/values.yaml", "the Helm chart's values, whose api and worker memory limits the processes are held to")
 	fs.StringVar(&s.out, "out", "tests/load/report", "directory of the report (soak.md, soak.csv, soak.png)")
 	fs.BoolVar(&s.strict, "strict", false, "a missed goal fails the run")
@@ -72,8 +76,8 @@ func (s *soakScenario) stacks() ([]stackOptions, error) {
 	if s.duration <= 0 || s.interval <= 0 || s.judge <= 0 || s.settle < 0 || s.timeout <= 0 {
 		return nil, errors.New("-duration, -interval, -judge and -timeout must be positive, -settle not negative")
 	}
-	if s.clients < 1 || s.permits < 1 || s.tokens < 1 || s.cacheSize < 0 {
-		return nil, errors.New("-clients, -permits and -max-tokens must be positive, -workflow-cache not negative")
+	if s.clients < 1 || s.permits < 1 || s.tokens < 1 || s.cacheSize < 0 || s.eventsTTL < 0 {
+		return nil, errors.New("-clients, -permits and -max-tokens must be positive, -workflow-cache and -events-ttl not negative")
 	}
 	s.judge = min(s.judge, s.duration*2/3)
 	if s.judge < 3*s.interval {
@@ -92,6 +96,10 @@ func (s *soakScenario) stacks() ([]stackOptions, error) {
 			cfg.Pools.Short.MaxConcurrency = s.permits
 			if s.cacheSize > 0 {
 				cfg.Temporal.WorkflowCacheSize = s.cacheSize
+			}
+			if s.eventsTTL > 0 {
+				cfg.Events.TTL = s.eventsTTL
+				cfg.API.IdempotencyTTL = min(cfg.API.IdempotencyTTL, s.eventsTTL)
 			}
 			cfg.API.MaxConnsPerIP = max(cfg.API.MaxConnsPerIP, s.clients+16)
 			cfg.API.MaxConns = max(cfg.API.MaxConns, cfg.API.MaxConnsPerIP)
