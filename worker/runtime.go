@@ -468,7 +468,7 @@ func (r *Runtime) NewWorker() worker.Worker {
 	// SDK's 10,000 workflows, which the API's embedded worker fills with
 	// workflows that went on to finish on other workers, each holding its
 	// state and goroutines until pushed out.
-	worker.SetStickyWorkflowCacheSize(cfg.WorkflowCacheSize)
+	worker.SetStickyWorkflowCacheSize(r.Config.WorkflowCacheSize())
 	w := worker.New(r.Temporal, cfg.TaskQueue, worker.Options{
 		MaxConcurrentActivityExecutionSize:      cfg.MaxConcurrentActivities,
 		MaxConcurrentWorkflowTaskExecutionSize:  cfg.MaxConcurrentWorkflowTasks,

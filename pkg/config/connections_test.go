@@ -163,3 +163,18 @@ func TestKeyPrefixWithoutBraces(t *testing.T) {
 		t.Fatalf("validate: %v, want an error naming redis.key_prefix", err)
 	}
 }
+
+func TestWorkflowCacheSizeFollowsThePools(t *testing.T) {
+	cfg := Default()
+	if got := cfg.WorkflowCacheSize(); got != MinWorkflowCacheSize {
+		t.Errorf("defaults (16 + 4 permits): %d, want the floor %d", got, MinWorkflowCacheSize)
+	}
+	cfg.Pools.Short.MaxConcurrency, cfg.Pools.Long.MaxConcurrency = 200, 50
+	if got := cfg.WorkflowCacheSize(); got != 1000 {
+		t.Errorf("250 permits: %d, want 4 a permit, 1000", got)
+	}
+	cfg.Temporal.WorkflowCacheSize = 64
+	if got := cfg.WorkflowCacheSize(); got != 64 {
+		t.Errorf("set to 64: %d", got)
+	}
+}

@@ -30,7 +30,7 @@ type soakOptions struct {
 	// Sampling: how often; the verdict's window (the last this long of
 	// the load); how long to keep sampling after it.
 	interval, judge, settle time.Duration
-	// cacheSize is temporal.workflow_cache_size (0: the default).
+	// cacheSize is temporal.workflow_cache_size (0: derived from the pools).
 	cacheSize int
 	// eventsTTL is events.ttl (and api.idempotency_ttl, which may not
 	// exceed it).
@@ -65,7 +65,7 @@ func (s *soakScenario) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.interval, "interval", 10*time.Second, "how often every process is sampled")
 	fs.DurationVar(&s.judge, "judge", 20*time.Minute, "the verdict is on the last this long of the load (at most two thirds of -duration)")
 	fs.DurationVar(&s.settle, "settle", 30*time.Second, "how long to keep sampling after the load stopped")
-	fs.IntVar(&s.cacheSize, "workflow-cache", 0, "temporal.workflow_cache_size of the API and the worker (0: the default)")
+	fs.IntVar(&s.cacheSize, "workflow-cache", 0, "temporal.workflow_cache_size of the API and the worker (0: derived from the pools, 4 per permit, at least 256)")
 	fs.DurationVar(&s.eventsTTL, "events-ttl", 5*time.Minute, "events.ttl (and api.idempotency_ttl): Redis holds every request's event stream this long, so its memory levels off only after it (0: the default, 1h)")
 	fs.StringVar(&s.values, "values", "deploy/helm/sluice/values.yaml", "the Helm chart's values, whose api and worker memory limits the processes are held to")
 	fs.StringVar(&s.out, "out", "tests/load/report", "directory of the report (soak.md, soak.csv, soak.png)")

@@ -97,8 +97,8 @@ func (s *soakScenario) report(r *report) error {
 	from, to := s.loadEnd-s.judge.Seconds(), s.loadEnd
 	answered := s.run.done.Load()
 	r.header(fmt.Sprintf("%d clients in a closed loop against %d short-pool permits for %s (answers of %d tokens), "+
-		"API (embedded worker) and worker as processes of their own, temporal.workflow_cache_size %d, events.ttl %s; every process sampled every %s, "+
-		"judged on the last %s of the load", s.clients, s.permits, s.duration, s.tokens, s.cfg.Temporal.WorkflowCacheSize, s.cfg.Events.TTL, s.interval, s.judge))
+		"API (embedded worker) and worker as processes of their own, a workflow cache of %d per process, events.ttl %s; every process sampled every %s, "+
+		"judged on the last %s of the load", s.clients, s.permits, s.duration, s.tokens, s.cfg.WorkflowCacheSize(), s.cfg.Events.TTL, s.interval, s.judge))
 	r.strict = s.strict
 	r.linef("Answers: %d in %s (%.1f/s); outcomes: %s.", answered, s.duration, float64(answered)/s.duration.Seconds(), outcomeLine(s.outcomes()))
 	r.linef("")
