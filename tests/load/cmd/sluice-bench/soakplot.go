@@ -83,7 +83,7 @@ func plotSoakCSV(in, out string, limits map[string]float64) error {
 	}
 	for _, row := range panels {
 		for _, p := range row {
-			p.Y.Min = 0
+			p.X.Min, p.Y.Min = 0, 0
 		}
 	}
 	f := figure{rows: panels, legends: legends, width: 12 * vg.Inch, rowHeight: 4 * vg.Inch}
