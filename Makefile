@@ -112,6 +112,15 @@ bench-overhead: need $(TEMPORAL) build
 bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal bench-goodput: bench-%: need $(TEMPORAL) build
 	$(BIN)/sluice-bench $* -temporal $(TEMPORAL)
 
+# make run's shape (the API with its embedded worker, and a worker, as
+# processes of their own) at the short pool's capacity for 30 minutes,
+# sampling every process's memory, goroutines and workflow cache; the
+# verdict is on the last 20 minutes. Writes tests/load/report/soak.{md,csv,png}.
+# Not part of `make bench`: it takes 32 minutes on its own.
+.PHONY: bench-soak
+bench-soak: need $(TEMPORAL) build
+	$(BIN)/sluice-bench soak -temporal $(TEMPORAL)
+
 lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...

@@ -469,6 +469,12 @@ func (r *Runtime) Close() {
 // activities registered.
 func (r *Runtime) NewWorker() worker.Worker {
 	cfg := r.Config.Temporal
+	// The cache is the process's, shared by its workers and sized when
+	// the first of them is made: without a bound of our own it is the
+	// SDK's 10,000 workflows, which the API's embedded worker fills with
+	// workflows that went on to finish on other workers, each holding its
+	// state and goroutines until pushed out.
+	worker.SetStickyWorkflowCacheSize(r.Config.WorkflowCacheSize())
 	w := worker.New(r.Temporal, cfg.TaskQueue, worker.Options{
 		MaxConcurrentActivityExecutionSize:      cfg.MaxConcurrentActivities,
 		MaxConcurrentWorkflowTaskExecutionSize:  cfg.MaxConcurrentWorkflowTasks,

@@ -117,7 +117,7 @@ client_key_path = "/etc/temporal/client.key"
 			want := c.want
 			want.TaskQueue, want.EagerStart, want.SearchAttributes = got.TaskQueue, got.EagerStart, got.SearchAttributes
 			want.MaxConcurrentActivities, want.MaxConcurrentWorkflowTasks = got.MaxConcurrentActivities, got.MaxConcurrentWorkflowTasks
-			want.WorkerStopTimeout = got.WorkerStopTimeout
+			want.WorkerStopTimeout, want.WorkflowCacheSize = got.WorkerStopTimeout, got.WorkflowCacheSize
 			if (got.TLS.Enabled == nil) != (want.TLS.Enabled == nil) || (got.TLS.Enabled != nil && *got.TLS.Enabled != *want.TLS.Enabled) {
 				t.Fatalf("tls.enabled = %v, want %v", ptrString(got.TLS.Enabled), ptrString(want.TLS.Enabled))
 			}
@@ -161,5 +161,20 @@ func TestKeyPrefixWithoutBraces(t *testing.T) {
 	cfg.Redis.KeyPrefix = "app{x}:"
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "redis.key_prefix") {
 		t.Fatalf("validate: %v, want an error naming redis.key_prefix", err)
+	}
+}
+
+func TestWorkflowCacheSizeFollowsThePools(t *testing.T) {
+	cfg := Default()
+	if got := cfg.WorkflowCacheSize(); got != MinWorkflowCacheSize {
+		t.Errorf("defaults (16 + 4 permits): %d, want the floor %d", got, MinWorkflowCacheSize)
+	}
+	cfg.Pools.Short.MaxConcurrency, cfg.Pools.Long.MaxConcurrency = 200, 50
+	if got := cfg.WorkflowCacheSize(); got != 1000 {
+		t.Errorf("250 permits: %d, want 4 a permit, 1000", got)
+	}
+	cfg.Temporal.WorkflowCacheSize = 64
+	if got := cfg.WorkflowCacheSize(); got != 64 {
+		t.Errorf("set to 64: %d", got)
 	}
 }

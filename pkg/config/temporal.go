@@ -45,7 +45,19 @@ type Temporal struct {
 	// cut answers sets it above llm.timeout and gives the process as long
 	// to exit (the Helm chart derives both).
 	WorkerStopTimeout time.Duration `yaml:"worker_stop_timeout"`
+	// WorkflowCacheSize is how many workflows a process keeps in memory
+	// between their workflow tasks (the Temporal SDK's sticky cache, one
+	// for every worker in the process). A workflow whose later tasks ran
+	// on another worker stays here until pushed out, so this bounds what
+	// the cache holds: each entry is the workflow's state and its parked
+	// goroutines. A workflow not cached is replayed from its history at
+	// its next task, which is slower but correct. 0 derives it from the
+	// pools (Config.WorkflowCacheSize).
+	WorkflowCacheSize int `yaml:"workflow_cache_size"`
 }
+
+// MinWorkflowCacheSize is the least workflow cache the pools derive.
+const MinWorkflowCacheSize = 256
 
 const (
 	defaultTemporalHostPort  = "127.0.0.1:7233"
@@ -63,6 +75,24 @@ func defaultTemporal() Temporal {
 		MaxConcurrentWorkflowTasks: 100,
 		WorkerStopTimeout:          10 * time.Second,
 	}
+}
+
+// WorkflowCacheSize is the workflow cache of each process:
+// temporal.workflow_cache_size, or, when that is 0, four workflows per
+// permit of every pool and at least MinWorkflowCacheSize. The workflows
+// a process needs cached are those it runs at once — at most a pool's
+// permits streaming and about as many queued behind them, since the door
+// starts no more — and the rest holds workflows that finished on other
+// workers until newer ones push them out.
+func (c Config) WorkflowCacheSize() int {
+	if n := c.Temporal.WorkflowCacheSize; n > 0 {
+		return n
+	}
+	permits := 0
+	for _, p := range c.Pools.ByName() {
+		permits += p.MaxConcurrency
+	}
+	return max(MinWorkflowCacheSize, 4*permits)
 }
 
 // UsesTLS reports whether the connection to Temporal uses TLS.
@@ -159,6 +189,9 @@ func (t Temporal) validate(v *validator) {
 	v.positive("temporal.max_concurrent_activities", int64(t.MaxConcurrentActivities))
 	v.positive("temporal.max_concurrent_workflow_tasks", int64(t.MaxConcurrentWorkflowTasks))
 	v.duration("temporal.worker_stop_timeout", t.WorkerStopTimeout)
+	if t.WorkflowCacheSize < 0 {
+		v.add("temporal.workflow_cache_size", "must be >= 0 (0: derived from the pools), got %d", t.WorkflowCacheSize)
+	}
 }
 
 // envList is environ (KEY=VALUE pairs) as envconfig looks variables up.

@@ -72,6 +72,14 @@ func (p *Process) Start() error {
 	return nil
 }
 
+// Pid is the process's id while it runs, else 0.
+func (p *Process) Pid() int {
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Running reports whether the process was started and not killed or
 // stopped since.
 func (p *Process) Running() bool { return p.cmd != nil }

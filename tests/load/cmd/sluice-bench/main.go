@@ -22,6 +22,10 @@
 //	goodput   answers completed per second and TTFT against offered load,
 //	          closed and open loop, Sluice beside a bare workflow of its
 //	          shape; what a request costs Temporal, admitted or queued
+//	soak      make run's shape (API and worker as processes) at the
+//	          pool's capacity for 30 minutes: memory, goroutines and
+//	          workflow caches of every process level off, under the
+//	          Helm chart's limits
 //
 // and one command that runs no scenario:
 //
@@ -65,6 +69,7 @@ var scenarios = map[string]struct {
 	"waiters":  {"10,000 queued workflows on one worker: RSS, goroutines, drain", func() scenario { return &waitersScenario{} }},
 	"heal":     {"80% short / 20% long on one simulator, healing off then on: short P99/P50 over time", func() scenario { return &healScenario{} }},
 	"goodput":  {"goodput and TTFT against offered load, closed and open loop, Sluice vs a bare workflow", func() scenario { return &goodputScenario{} }},
+	"soak":     {"30 minutes at the pool's capacity: every process's memory, goroutines and workflow cache level off", func() scenario { return &soakScenario{} }},
 }
 
 func main() {

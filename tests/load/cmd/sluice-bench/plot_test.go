@@ -169,7 +169,7 @@ func TestPlotRefusesWhatItCannotDraw(t *testing.T) {
 		{"empty file", "", "empty"},
 		{"heal.csv without rows", healHeader + "\n", "no data rows"},
 		{"goodput.csv without rows", goodputHeader + "\n", "no data rows"},
-		{"unknown columns", "a,b\n1,2\n", "neither heal.csv's columns"},
+		{"unknown columns", "a,b\n1,2\n", "none of heal.csv's columns"},
 		{"short pool never has enough latencies", healHeader + "\noff,3.0,short,2,25.8,28.5,1.11,0,0\n", "no sample of the short pool of 30 latencies"},
 		{"a cell that is not a number", healHeader + "\noff,3.0,short,forty,25.8,28.5,1.11,0,0\n", "line 2, column count"},
 		{"a load of zero", goodputHeader + "\nclosed,0,sluice,0,,20,1,1,1,1\n", "is not positive"},

@@ -12,7 +12,7 @@ import (
 // running the scenario again: after a change to the figure, or for a CSV
 // kept from an earlier run (goodput-before.csv).
 
-const plotSummary = "redraw a report's PNG from its CSV (heal.csv, goodput.csv), without running anything"
+const plotSummary = "redraw a report's PNG from its CSV (heal.csv, goodput.csv, soak.csv), without running anything"
 
 // runPlot parses the plot command's flags and draws the figure.
 func runPlot(args []string) error {
@@ -53,6 +53,11 @@ func plotCSV(in, out string, minSamples int64) error {
 		return plotHealCSV(in, out, minSamples)
 	case t.has(goodputColumns...):
 		return plotGoodputCSV(in, out)
+	case t.has(soakColumns...):
+		// The limits drawn are the chart's as it is now.
+		limits, _ := chartMemoryLimits("deploy/helm/sluice/values.yaml")
+		return plotSoakCSV(in, out, limits)
 	}
-	return fmt.Errorf("%s: neither heal.csv's columns (%s) nor goodput.csv's (%s)", in, strings.Join(healColumns, ","), strings.Join(goodputColumns, ","))
+	return fmt.Errorf("%s: none of heal.csv's columns (%s), goodput.csv's (%s) or soak.csv's (%s)", in,
+		strings.Join(healColumns, ","), strings.Join(goodputColumns, ","), strings.Join(soakColumns, ","))
 }

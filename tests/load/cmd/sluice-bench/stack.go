@@ -34,6 +34,11 @@ type stackOptions struct {
 	// Configure adjusts Sluice's configuration before the API starts; it
 	// starts from config.Default() pointed at the launched servers.
 	Configure func(cfg *config.Config)
+	// Processes runs the API (with its embedded worker) and a worker as
+	// OS processes of their own, built from this checkout, on a Temporal
+	// dev server that keeps its state in a file, as make run does
+	// (stackproc.go); otherwise the API runs in the bench's process.
+	Processes bool
 	// Quiet discards the API's logs; otherwise warnings and errors go to stderr, the
 	// first few of each kind in full and a count of all at the end.
 	Quiet bool
@@ -46,9 +51,13 @@ type stack struct {
 	redis *testenv.Redis
 	// The rest is nil with RedisOnly.
 	temporal *testsuite.DevServer
-	sim      *llmsim.Server
-	simURL   string
-	baseURL  string
+	// temporalHostPort is the dev server's frontend.
+	temporalHostPort string
+	// procs are the API and worker processes with Processes, else nil.
+	procs   *processes
+	sim     *llmsim.Server
+	simURL  string
+	baseURL string
 	// rt is a second runtime wired like the API process, not running a
 	// worker: the bench's Redis and Temporal clients, gate and limiter.
 	rt *worker.Runtime
@@ -85,12 +94,12 @@ func (s *stack) launch(ctx context.Context, opts stackOptions) error {
 	if opts.RedisOnly {
 		return nil
 	}
-	if err := s.launchServers(ctx, opts.Simulator); err != nil {
+	if err := s.launchServers(ctx, opts); err != nil {
 		return err
 	}
 	cfg := s.cfg
 	cfg.API.Addr = "127.0.0.1:0"
-	cfg.Temporal.HostPort = s.temporal.FrontendHostPort()
+	cfg.Temporal.HostPort = s.temporalHostPort
 	cfg.Pools.Short.Endpoints = []string{s.simURL}
 	cfg.Pools.Long.Endpoints = []string{s.simURL}
 	cfg.Log.Level = "error"
@@ -102,7 +111,12 @@ func (s *stack) launch(ctx context.Context, opts stackOptions) error {
 	}
 	s.cfg = cfg
 	logger := s.logger(opts.Quiet)
-	if err := s.startAPI(ctx, logger); err != nil {
+	if opts.Processes {
+		err = s.startProcesses(ctx)
+	} else {
+		err = s.startAPI(ctx, logger)
+	}
+	if err != nil {
 		return err
 	}
 	s.rt, err = worker.NewRuntime(ctx, cfg, logger)
@@ -110,16 +124,13 @@ func (s *stack) launch(ctx context.Context, opts stackOptions) error {
 }
 
 // launchServers starts the Temporal dev server and the simulator.
-func (s *stack) launchServers(ctx context.Context, simulator func(*llmsim.Config)) error {
-	ts, err := testenv.LaunchTemporal(ctx, workflows.SearchAttributeNames)
-	if err != nil {
+func (s *stack) launchServers(ctx context.Context, opts stackOptions) error {
+	if err := s.launchTemporal(ctx, opts.Processes); err != nil {
 		return err
 	}
-	s.temporal = ts
-	s.closers = append(s.closers, func() { _ = ts.Stop() })
 	simCfg := llmsim.DefaultConfig()
-	if simulator != nil {
-		simulator(&simCfg)
+	if opts.Simulator != nil {
+		opts.Simulator(&simCfg)
 	}
 	sim, err := llmsim.New(simCfg, nil)
 	if err != nil {
@@ -130,6 +141,33 @@ func (s *stack) launchServers(ctx context.Context, simulator func(*llmsim.Config
 	simSrv := httptest.NewServer(sim.Handler())
 	s.simURL = simSrv.URL
 	s.closers = append(s.closers, simSrv.Close)
+	return nil
+}
+
+// launchTemporal starts the dev server: in memory, or, with inFile, with
+// its state in a file as make run keeps it, so that its memory is what a
+// long run of make run's would hold.
+func (s *stack) launchTemporal(ctx context.Context, inFile bool) error {
+	if !inFile {
+		ts, err := testenv.LaunchTemporal(ctx, workflows.SearchAttributeNames)
+		if err != nil {
+			return err
+		}
+		s.temporal, s.temporalHostPort = ts, ts.FrontendHostPort()
+		s.closers = append(s.closers, func() { _ = ts.Stop() })
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "sluice-bench-temporal-")
+	if err != nil {
+		return fmt.Errorf("directory for the dev server's database: %w", err)
+	}
+	s.closers = append(s.closers, func() { os.RemoveAll(dir) })
+	ts, err := testenv.LaunchPersistentTemporal(ctx, workflows.SearchAttributeNames, dir, os.Stderr)
+	if err != nil {
+		return err
+	}
+	s.temporalHostPort = ts.HostPort
+	s.closers = append(s.closers, func() { _ = ts.Stop() })
 	return nil
 }
 
