@@ -106,10 +106,15 @@ bench: bench-go $(addprefix bench-,$(SCENARIOS))
 bench-go: need
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
+# Each writes its dated report to tests/load/report/<scenario>.md (heal,
+# goodput and soak write theirs, with a CSV and a plot, themselves).
 bench-overhead: need $(TEMPORAL) build
-	$(BIN)/sluice-bench overhead -temporal $(TEMPORAL) -n 200
+	$(BIN)/sluice-bench overhead -temporal $(TEMPORAL) -n 200 -report tests/load/report/overhead.md
 
-bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal bench-goodput: bench-%: need $(TEMPORAL) build
+bench-limiter bench-reject bench-wakeup bench-burst bench-waiters: bench-%: need $(TEMPORAL) build
+	$(BIN)/sluice-bench $* -temporal $(TEMPORAL) -report tests/load/report/$*.md
+
+bench-heal bench-goodput: bench-%: need $(TEMPORAL) build
 	$(BIN)/sluice-bench $* -temporal $(TEMPORAL)
 
 # make run's shape (the API with its embedded worker, and a worker, as

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 // report is what a scenario prints on stdout: a header (what ran, the
@@ -72,16 +75,30 @@ func (r *report) goal(what, measured, want string, met bool) {
 	r.lines = append(r.lines, g.String())
 }
 
-// print writes the report to stdout; a strict report with a missed goal
-// is an error.
+// reportPath, if set (-report), is a file that gets a copy of the report:
+// the published one, under tests/load/report/, which docs quote.
+var reportPath string
+
+// print writes the report to stdout, and to reportPath when set; a
+// strict report with a missed goal is an error.
 func (r *report) print() error {
+	var b strings.Builder
 	if r.what != "" {
-		fmt.Printf("sluice-bench %s: %s\n", r.name, r.what)
-		fmt.Printf("command: %s\n", commandLine())
-		fmt.Printf("machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, loadAverage())
+		fmt.Fprintf(&b, "sluice-bench %s: %s\n", r.name, r.what)
+		fmt.Fprintf(&b, "command: %s\n", commandLine())
+		fmt.Fprintf(&b, "run: %s, sluice %s\n", startTime.UTC().Format("2006-01-02 15:04 MST"), version.Version)
+		fmt.Fprintf(&b, "machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, loadAverage())
 	}
 	for _, l := range r.lines {
-		fmt.Println(l)
+		b.WriteString(l + "\n")
+	}
+	fmt.Print(b.String())
+	if reportPath != "" {
+		// A fenced block: the report's table and goal lines read as they
+		// printed.
+		if err := os.WriteFile(reportPath, []byte("```\n"+b.String()+"```\n"), 0o644); err != nil {
+			return fmt.Errorf("write the report: %w", err)
+		}
 	}
 	if !r.strict {
 		return nil
@@ -115,6 +132,9 @@ func commandLine() string {
 // startLoad is the machine's load average when the scenario started:
 // other processes on a 2-core machine move every number here.
 var startLoad string
+
+// startTime is when the scenario started, the date of its report.
+var startTime time.Time
 
 func loadAverage() string {
 	raw, err := os.ReadFile("/proc/loadavg")
