@@ -96,7 +96,8 @@ func (r *report) print() error {
 	if reportPath != "" {
 		// A fenced block: the report's table and goal lines read as they
 		// printed.
-		if err := os.WriteFile(reportPath, []byte("```\n"+b.String()+"```\n"), 0o644); err != nil {
+		md := "# sluice-bench " + r.name + "\n\n```\n" + b.String() + "```\n"
+		if err := os.WriteFile(reportPath, []byte(md), 0o644); err != nil {
 			return fmt.Errorf("write the report: %w", err)
 		}
 	}
