@@ -25,7 +25,14 @@ import (
 // newKBServer is a test server with a kb store and an ingester.
 func newKBServer(t *testing.T, mod func(*config.Config)) *Server {
 	t.Helper()
-	srv, _, _ := newTestServerWith(t, mod, func(rdb *redis.Client, o *Options) {
+	srv, _, _ := newTestServerWith(t, mod, withKBs(t))
+	return srv
+}
+
+// withKBs gives a test server a kb store, an ingester and ingestion
+// permits of the test's own, as the app builds them from the config.
+func withKBs(t *testing.T) func(*redis.Client, *Options) {
+	return func(rdb *redis.Client, o *Options) {
 		store := kbstore.New(rdb, kbstore.Options{Prefix: "t:" + t.Name() + ":", MaxKBMemory: o.Config.Retrieval.KBMemoryBytes})
 		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{}),
 			MaxMetadataBytes: o.Config.Ingest.MaxMetadataBytes}
@@ -35,8 +42,7 @@ func newKBServer(t *testing.T, mod func(*config.Config)) *Server {
 			t.Fatal(err)
 		}
 		o.IngestSlots = slots
-	})
-	return srv
+	}
 }
 
 func TestKBLifecycle(t *testing.T) {

@@ -17,11 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/pkg/embed"
-	"github.com/sluice-dev/sluice/pkg/ingest"
-	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/keys"
-	"github.com/sluice-dev/sluice/pkg/semaphore"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -33,16 +29,10 @@ import (
 func TestRedisDownIsUnavailableOnEveryRoute(t *testing.T) {
 	r := testenv.StartRedis(t)
 	srv, _, _ := newTestServerOn(t, r.Addr, func(c *config.Config) { c.Auth.AdminKey = "root" }, func(rdb *redis.Client, o *Options) {
-		prefix := testenv.KeyPrefix(t)
-		store := kbstore.New(rdb, kbstore.Options{Prefix: prefix})
-		o.KBs, o.Ingester = store, &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{})}
-		slots, err := semaphore.New(rdb, semaphore.Options{Key: prefix + "ingest", Limit: 2, Lease: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.IngestSlots = slots
+		withKBs(t)(rdb, o)
 		withSessions(t)(rdb, o)
-		if o.Bans, err = ban.New(rdb, ban.Options{KeyPrefix: prefix, Threshold: 5, Window: 10 * time.Second, Duration: time.Second}); err != nil {
+		var err error
+		if o.Bans, err = ban.New(rdb, ban.Options{KeyPrefix: testenv.KeyPrefix(t), Threshold: 5, Window: 10 * time.Second, Duration: time.Second}); err != nil {
 			t.Fatal(err)
 		}
 	})
