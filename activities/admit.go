@@ -84,7 +84,7 @@ func (a *Chat) enqueue(ctx context.Context, in AdmitInput, pool string) (admissi
 		return res, err
 	}
 	if len(res.Woken) > 0 {
-		if err := admission.Wake(ctx, a.Gate, a.Notifier, pool, res.Woken); err != nil {
+		if err := admission.Wake(ctx, a.Gate, a.Notifier, res.Woken); err != nil {
 			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
 		}
 	}

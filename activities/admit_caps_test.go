@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -28,7 +29,7 @@ func TestAdmitEnforcesTheTenantsConcurrencyCap(t *testing.T) {
 		t.Fatalf("stats %+v, want 1 in use (permits free) and r2 waiting", s)
 	}
 	rel, err := h.gate.Release(t.Context(), request.PoolShort, "r1")
-	if err != nil || len(rel.Woken) != 1 || rel.Woken[0] != "r2" {
+	if err != nil || len(admission.IDs(rel.Woken)) != 1 || admission.IDs(rel.Woken)[0] != "r2" {
 		t.Fatalf("release r1 = %+v (%v), want r2 granted", rel, err)
 	}
 }

@@ -550,7 +550,7 @@ func (r *Runtime) runJanitor(ctx context.Context) {
 					}
 					continue
 				}
-				if err := admission.Wake(ctx, r.Gate, r.Chat.Notifier, pool, woken); err != nil {
+				if err := admission.Wake(ctx, r.Gate, r.Chat.Notifier, woken); err != nil {
 					r.Logger.Warn("admission janitor wake", "pool", pool, "err", err)
 				}
 			}

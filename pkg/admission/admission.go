@@ -111,6 +111,7 @@ type Gate struct {
 	aliveTTL time.Duration
 	maxDepth int
 	limits   map[string]int
+	groups   map[string]*group
 	alpha    float64
 	tombTTL  time.Duration
 }
@@ -129,8 +130,11 @@ type Options struct {
 	// Request.
 	MaxQueueDepth int
 	// Limits is each pool's default permit count; a run-time override set
-	// with SetLimit wins.
+	// with SetLimit wins. In a group it caps the pool's share of the
+	// group's budget.
 	Limits map[string]int
+	// Groups are pools that share backends and so one budget (Group).
+	Groups []Group
 	// TombstoneTTL is how long a released request id stays refused by
 	// Enqueue. It must outlast any call that can still arrive for it (a
 	// local activity's 20 s deadline). Default 2 minutes.
@@ -157,9 +161,13 @@ func New(rdb Client, opts Options) (*Gate, error) {
 	if opts.TombstoneTTL <= 0 {
 		opts.TombstoneTTL = 2 * time.Minute
 	}
+	grs, err := groups(opts)
+	if err != nil {
+		return nil, err
+	}
 	return &Gate{
 		rdb: rdb, cmd: rdb, prefix: opts.KeyPrefix, lease: opts.Lease, aliveTTL: opts.WaiterTTL,
-		maxDepth: opts.MaxQueueDepth, limits: opts.Limits, alpha: 0.2, tombTTL: opts.TombstoneTTL,
+		maxDepth: opts.MaxQueueDepth, limits: opts.Limits, groups: grs, alpha: 0.2, tombTTL: opts.TombstoneTTL,
 	}, nil
 }
 
@@ -172,19 +180,11 @@ type poolKeys struct {
 	alivePrefix, tombPrefix                                                 string
 	// epoch notes the Redis process serving the pool (epoch.go).
 	epoch string
-}
-
-// keys share the hash tag {pool} so that one pool's keys live in one
-// Redis Cluster slot, as a multi-key script requires.
-func (g *Gate) keys(pool string) poolKeys {
-	base := g.prefix + "adm:{" + pool + "}:"
-	return poolKeys{
-		permits: base + "permits", grants: base + "grants", queue: base + "queue", stats: base + "stats",
-		tenants: base + "tenants", finish: base + "finish", waiters: base + "waiters", since: base + "since",
-		weights: base + "weights", order: base + "order", heads: base + "heads", held: base + "held",
-		parked: base + "parked", alivePrefix: base + "alive:", tombPrefix: base + "released:",
-		epoch: base + "epoch",
-	}
+	// shedPrefix marks sheds already done, by key (Shed).
+	shedPrefix string
+	// clock and groupFinish are the group's virtual time and finish tags:
+	// the pool's own stats and finish for a pool alone (group.go).
+	clock, groupFinish string
 }
 
 // list is KEYS of every script, in the order lib.lua names them.
@@ -266,8 +266,9 @@ type Result struct {
 	Limit int
 	// MeanHold is the recent mean time a permit is held.
 	MeanHold time.Duration
-	// Woken are other requests this call granted a permit; notify them.
-	Woken []string
+	// Woken are other requests this call granted a permit, in this pool or
+	// another of its group; notify them (Wake).
+	Woken []Grant
 }
 
 // EstimatedWait is the expected wait at Position: Limit permits turn over
@@ -312,10 +313,10 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 		alive = req.AliveFor
 	}
 	k := g.keys(pool)
-	raw, err := enqueueScript.Run(ctx, g.rdb, k.list(),
+	raw, err := enqueueScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
 		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent,
-	).Slice()
+	}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)
 	}
@@ -328,7 +329,7 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 		Seq:      toInt(raw[2]),
 		Limit:    int(toInt(raw[3])),
 		MeanHold: time.Duration(toInt(raw[4])) * time.Millisecond,
-		Woken:    toStrings(raw[5:]),
+		Woken:    toGrants(raw[5:]),
 	}, nil
 }
 
@@ -336,7 +337,7 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 type Released struct {
 	HeldPermit bool
 	WasQueued  bool
-	Woken      []string
+	Woken      []Grant
 }
 
 // Release gives back requestID's permit or queue place in pool. It is
@@ -347,17 +348,17 @@ func (g *Gate) Release(ctx context.Context, pool, requestID string) (Released, e
 		return Released{}, err
 	}
 	k := g.keys(pool)
-	raw, err := releaseScript.Run(ctx, g.rdb, k.list(),
+	raw, err := releaseScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		requestID, limit, g.lease.Milliseconds(), k.alivePrefix, strconv.FormatFloat(g.alpha, 'f', -1, 64),
 		k.tombPrefix, g.tombTTL.Milliseconds(),
-	).Slice()
+	}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Released{}, fmt.Errorf("release %s in pool %s: %w", requestID, pool, err)
 	}
 	if len(raw) < 2 {
 		return Released{}, fmt.Errorf("release %s in pool %s: short reply %v", requestID, pool, raw)
 	}
-	return Released{HeldPermit: toInt(raw[0]) == 1, WasQueued: toInt(raw[1]) == 1, Woken: toStrings(raw[2:])}, nil
+	return Released{HeldPermit: toInt(raw[0]) == 1, WasQueued: toInt(raw[1]) == 1, Woken: toGrants(raw[2:])}, nil
 }
 
 // Renew extends requestID's lease; false means the permit was lost.
@@ -387,20 +388,20 @@ func AliveFor(recheck time.Duration) time.Duration {
 	return max(3*recheck+5*time.Second, 15*time.Second)
 }
 
-// Pump reclaims expired permits and grants free ones to waiters, returning
-// whom it granted.
-func (g *Gate) Pump(ctx context.Context, pool string) ([]string, error) {
+// Pump reclaims expired permits and grants free ones to waiters (of the
+// pool's group too), returning whom it granted.
+func (g *Gate) Pump(ctx context.Context, pool string) ([]Grant, error) {
 	limit, err := g.limit(pool)
 	if err != nil {
 		return nil, err
 	}
 	k := g.keys(pool)
-	raw, err := pumpScript.Run(ctx, g.rdb, k.list(),
-		limit, g.lease.Milliseconds(), k.alivePrefix).Slice()
+	raw, err := pumpScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
+		limit, g.lease.Milliseconds(), k.alivePrefix}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("pump pool %s: %w", pool, err)
 	}
-	return toStrings(raw), nil
+	return toGrants(raw), nil
 }
 
 // Shed removes the waiting requests of the lowest weight (the lowest
@@ -422,9 +423,9 @@ func (g *Gate) Shed(ctx context.Context, pool string, opts ShedOptions) (ShedRes
 	k := g.keys(pool)
 	done := ""
 	if opts.Key != "" {
-		done = g.prefix + "adm:{" + pool + "}:shed:" + opts.Key
+		done = k.shedPrefix + opts.Key
 	}
-	raw, err := shedScript.Run(ctx, g.rdb, k.list(), k.alivePrefix, k.tombPrefix, g.tombTTL.Milliseconds(), opts.Max, done).Slice()
+	raw, err := shedScript.Run(ctx, g.rdb, g.scriptKeys(pool), k.alivePrefix, k.tombPrefix, g.tombTTL.Milliseconds(), opts.Max, done).Slice()
 	if err != nil {
 		return ShedResult{}, fmt.Errorf("shed pool %s: %w", pool, err)
 	}

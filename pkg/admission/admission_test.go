@@ -87,7 +87,7 @@ func TestGrantThenQueueFIFO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rel.HeldPermit || len(rel.Woken) != 1 || rel.Woken[0] != "c" {
+	if !rel.HeldPermit || len(rel.Woken) != 1 || IDs(rel.Woken)[0] != "c" {
 		t.Fatalf("release a = %+v, want permit handed to c", rel)
 	}
 	if r := mustEnqueue(t, g, "c"); r.Status != Granted {
@@ -124,7 +124,7 @@ func TestNewArrivalDoesNotJumpQueue(t *testing.T) {
 	// lease expiry); a newcomer must queue behind b, and b gets the slot.
 	rdb.ZRem(ctx, g.keys("p").permits, "a")
 	r := mustEnqueue(t, g, "c")
-	if r.Status != Queued || r.Position != 1 || len(r.Woken) != 1 || r.Woken[0] != "b" {
+	if r.Status != Queued || r.Position != 1 || len(r.Woken) != 1 || IDs(r.Woken)[0] != "b" {
 		t.Fatalf("c = %+v, want queued at 1 with b woken", r)
 	}
 }
@@ -144,7 +144,7 @@ func TestExpiredLeaseReturnsPermit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(woken) != 1 || woken[0] != "w" {
+	if len(woken) != 1 || woken[0].ID != "w" {
 		t.Fatalf("pump after expiry woke %v, want [w]", woken)
 	}
 	if ok, _ := g.Renew(ctx, "p", "crashed"); ok {
@@ -179,7 +179,7 @@ func TestZombieWaiterSkipped(t *testing.T) {
 	mustEnqueue(t, g, "live")
 	rdb.Del(ctx, g.keys("p").alivePrefix+"dead") // its waiter is gone
 	rel, _ := g.Release(ctx, "p", "h")
-	if len(rel.Woken) != 1 || rel.Woken[0] != "live" {
+	if len(rel.Woken) != 1 || IDs(rel.Woken)[0] != "live" {
 		t.Fatalf("woken %v, want [live]", rel.Woken)
 	}
 	if _, ok, _ := g.Position(ctx, "p", "dead"); ok {
@@ -266,7 +266,7 @@ func TestSetLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	woken, _ := g.Pump(ctx, "p")
-	if len(woken) != 1 || woken[0] != "b" {
+	if len(woken) != 1 || woken[0].ID != "b" {
 		t.Fatalf("after raising limit woke %v", woken)
 	}
 	if r := mustEnqueue(t, g, "c"); r.Status != Granted || r.Limit != 3 {
@@ -336,7 +336,7 @@ func TestConcurrentNeverExceedsLimit(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			notify(r.Woken)
+			notify(IDs(r.Woken))
 			for r.Status != Granted {
 				select {
 				case <-wake[id]:
@@ -348,7 +348,7 @@ func TestConcurrentNeverExceedsLimit(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					notify(r.Woken)
+					notify(IDs(r.Woken))
 				case <-ctx.Done():
 					t.Error("timed out waiting")
 					return
@@ -368,7 +368,7 @@ func TestConcurrentNeverExceedsLimit(t *testing.T) {
 				t.Errorf("release %s: %+v %v", id, rel, err)
 			}
 			served.Add(1)
-			notify(rel.Woken)
+			notify(IDs(rel.Woken))
 		}()
 	}
 	wg.Wait()
@@ -414,7 +414,7 @@ return 0`)
 func dropEntry(t *testing.T, rdb *redis.Client, g *Gate, id string) {
 	t.Helper()
 	k := g.keys("p")
-	if err := dropScript.Run(context.Background(), rdb, k.list(), id, k.alivePrefix).Err(); err != nil {
+	if err := dropScript.Run(context.Background(), rdb, g.scriptKeys("p"), id, k.alivePrefix).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -444,7 +444,7 @@ func serve(t *testing.T, g *Gate, holder string, n int) (string, []string) {
 		if !rel.HeldPermit || len(rel.Woken) != 1 {
 			t.Fatalf("grant %d: release of %s = %+v, want the permit handed on", i, holder, rel)
 		}
-		holder = rel.Woken[0]
+		holder = IDs(rel.Woken)[0]
 		granted = append(granted, holder)
 	}
 	return holder, granted
@@ -850,7 +850,7 @@ func BenchmarkEnqueueReleaseWFQ(b *testing.B) {
 				if err != nil || len(rel.Woken) != 1 {
 					b.Fatalf("release %s: %+v %v", holder, rel, err)
 				}
-				holder = rel.Woken[0]
+				holder = IDs(rel.Woken)[0]
 			}
 			b.StopTimer()
 			testenv.ReportScriptTime(b, rdb)
@@ -893,7 +893,7 @@ func startJanitor(t *testing.T, g *Gate, rdb *redis.Client, poll time.Duration) 
 			case <-tick.C:
 			}
 			before, err := rdb.Time(ctx).Result()
-			var woken []string
+			var woken []Grant
 			if err == nil {
 				woken, err = g.Pump(ctx, "p")
 			}
@@ -908,7 +908,7 @@ func startJanitor(t *testing.T, g *Gate, rdb *redis.Client, poll time.Duration) 
 				return
 			}
 			select {
-			case runs <- pumpRun{before: before.UnixMilli(), after: after.UnixMilli(), woken: woken, returned: time.Now()}:
+			case runs <- pumpRun{before: before.UnixMilli(), after: after.UnixMilli(), woken: IDs(woken), returned: time.Now()}:
 			case <-ctx.Done():
 				return
 			}
@@ -1127,7 +1127,7 @@ func TestDeadWaitersAreClearedAndQueueKeepsMoving(t *testing.T) {
 						if r.Status == Granted {
 							report(id)
 						}
-						for _, w := range r.Woken {
+						for _, w := range IDs(r.Woken) {
 							report(w)
 						}
 					}
@@ -1170,10 +1170,10 @@ func TestDeadWaitersAreClearedAndQueueKeepsMoving(t *testing.T) {
 				if err != nil || !rel.HeldPermit {
 					t.Fatalf("release holder: %+v %v", rel, err)
 				}
-				if len(rel.Woken) != 1 || rel.Woken[0] != want[0] {
-					t.Fatalf("release of the holder woke %v, want %s, the first live waiter, past the zombies", rel.Woken, want[0])
+				if len(rel.Woken) != 1 || IDs(rel.Woken)[0] != want[0] {
+					t.Fatalf("release of the holder woke %v, want %s, the first live waiter, past the zombies", IDs(rel.Woken), want[0])
 				}
-				pending = rel.Woken
+				pending = IDs(rel.Woken)
 			}
 
 			// Serve: each granted waiter finishes at once and its release
@@ -1201,7 +1201,7 @@ func TestDeadWaitersAreClearedAndQueueKeepsMoving(t *testing.T) {
 				if err != nil || !rel.HeldPermit {
 					t.Fatalf("release %s: %+v %v", id, rel, err)
 				}
-				pending = append(pending, rel.Woken...)
+				pending = append(pending, IDs(rel.Woken)...)
 			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("granted %v, want the live waiters in queue order %v", got, want)
@@ -1324,7 +1324,7 @@ func TestFastWaitersAndSignals(t *testing.T) {
 	if granted, err := b.End(ctx); err != nil || granted {
 		t.Fatalf("b ended before any grant: granted %v, %v", granted, err)
 	}
-	if err := Wake(ctx, g, n, "p", []string{"a", "b", "c"}); err != nil {
+	if err := Wake(ctx, g, n, []Grant{{"p", "a"}, {"p", "b"}, {"p", "c"}}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -1345,7 +1345,7 @@ func TestFastWaitersAndSignals(t *testing.T) {
 	// The announcement is lost (the waiter is deaf to it), yet End knows.
 	d, _ := w.Expect(ctx, "d", time.Minute)
 	d.forget()
-	if err := Wake(ctx, g, n, "p", []string{"d"}); err != nil {
+	if err := Wake(ctx, g, n, []Grant{{"p", "d"}}); err != nil {
 		t.Fatal(err)
 	}
 	if granted, err := d.End(ctx); err != nil || !granted {

@@ -70,18 +70,18 @@ func TestConcurrencyCapPassesByAndKeepsPlace(t *testing.T) {
 
 	// b gives one back: a-2 is first in line but a is at its cap, so b-2
 	// is granted past it.
-	if rel := mustRelease(t, g, "b-0"); !slices.Equal(rel.Woken, []string{"b-2"}) {
+	if rel := mustRelease(t, g, "b-0"); !slices.Equal(IDs(rel.Woken), []string{"b-2"}) {
 		t.Fatalf("release b-0 woke %v, want [b-2] past capped a-2", rel.Woken)
 	}
 	if pos, ok, _ := g.Position(context.Background(), "p", "a-2"); !ok || pos != 1 {
 		t.Fatalf("a-2 at %d (%v), want still first in line", pos, ok)
 	}
 	// a gives one back: its first entry goes next, ahead of b-3.
-	if rel := mustRelease(t, g, "a-0"); !slices.Equal(rel.Woken, []string{"a-2"}) {
+	if rel := mustRelease(t, g, "a-0"); !slices.Equal(IDs(rel.Woken), []string{"a-2"}) {
 		t.Fatalf("release a-0 woke %v, want [a-2]", rel.Woken)
 	}
 	assertHeld(t, g, map[string]int{"a": 2, "b": 2}, 1)
-	if rel := mustRelease(t, g, "b-1"); !slices.Equal(rel.Woken, []string{"b-3"}) {
+	if rel := mustRelease(t, g, "b-1"); !slices.Equal(IDs(rel.Woken), []string{"b-3"}) {
 		t.Fatalf("release b-1 woke %v, want [b-3]", rel.Woken)
 	}
 	assertHeld(t, g, map[string]int{"a": 2, "b": 2}, 1)
@@ -111,7 +111,7 @@ func TestConcurrencyCapAtEnqueue(t *testing.T) {
 	if woken, err := g.Pump(context.Background(), "p"); err != nil || len(woken) != 0 {
 		t.Fatalf("pump woke %v (%v), want nobody", woken, err)
 	}
-	if rel := mustRelease(t, g, "a-0"); !rel.HeldPermit || !slices.Equal(rel.Woken, []string{"a-1"}) {
+	if rel := mustRelease(t, g, "a-0"); !rel.HeldPermit || !slices.Equal(IDs(rel.Woken), []string{"a-1"}) {
 		t.Fatalf("release a-0 = %+v, want a-1 woken", rel)
 	}
 	assertHeld(t, g, map[string]int{"a": 1, "b": 1}, 0)
@@ -141,7 +141,7 @@ func TestConcurrencyCapCountsStayExact(t *testing.T) {
 			t.Fatal("renewed an expired lease")
 		}
 		woken, err := g.Pump(ctx, "p")
-		if err != nil || !slices.Equal(woken, []string{"a-1"}) {
+		if err != nil || !slices.Equal(IDs(woken), []string{"a-1"}) {
 			t.Fatalf("pump after expiry woke %v (%v), want [a-1]", woken, err)
 		}
 		assertHeld(t, g, map[string]int{"a": 1}, 0)
@@ -174,7 +174,7 @@ func TestConcurrencyCapCountsStayExact(t *testing.T) {
 			t.Fatalf("shed %+v (%v), want f-1 and f-3", res, err)
 		}
 		assertHeld(t, g, map[string]int{"f": 1, "v": 1}, 1)
-		if rel := mustRelease(t, g, "v-0"); !slices.Equal(rel.Woken, []string{"v-1"}) {
+		if rel := mustRelease(t, g, "v-0"); !slices.Equal(IDs(rel.Woken), []string{"v-1"}) {
 			t.Fatalf("release v-0 woke %v", rel.Woken)
 		}
 		mustRelease(t, g, "v-1")
@@ -192,7 +192,7 @@ func TestConcurrencyCapCountsStayExact(t *testing.T) {
 			t.Fatalf("restored a-1 = %+v, want queued at its old tag", r)
 		}
 		assertHeld(t, g, map[string]int{"a": 1}, 1)
-		if rel := mustRelease(t, g, "a-0"); !slices.Equal(rel.Woken, []string{"a-1"}) {
+		if rel := mustRelease(t, g, "a-0"); !slices.Equal(IDs(rel.Woken), []string{"a-1"}) {
 			t.Fatalf("release a-0 woke %v", rel.Woken)
 		}
 		mustRelease(t, g, "a-1")
@@ -213,8 +213,8 @@ func TestParkedEntriesDoNotStallGrants(t *testing.T) {
 		pipe := rdb.Pipeline()
 		k := g.keys("p")
 		for i := from; i < from+500; i++ {
-			enqueueScript.Run(ctx, pipe, k.list(), fmt.Sprintf("a-%06d", i), "a", 1, 1, 0, 0,
-				2, g.lease.Milliseconds(), 10000, time.Minute.Milliseconds(), k.alivePrefix, k.tombPrefix, 1)
+			enqueueScript.Run(ctx, pipe, g.scriptKeys("p"), withArgs([]any{fmt.Sprintf("a-%06d", i), "a", 1, 1, 0, 0,
+				2, g.lease.Milliseconds(), 10000, time.Minute.Milliseconds(), k.alivePrefix, k.tombPrefix, 1}, g.groupArgs("p"))...)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)
@@ -224,7 +224,7 @@ func TestParkedEntriesDoNotStallGrants(t *testing.T) {
 	if r := mustEnqueueReq(t, g, Request{ID: "b-0", Tenant: "b", Weight: 1, Cost: 3001}); r.Status != Queued || r.Position != 3001 {
 		t.Fatalf("b-0 = %+v, want queued behind a's 3,000", r)
 	}
-	if rel := mustRelease(t, g, "h-0"); !slices.Equal(rel.Woken, []string{"b-0"}) {
+	if rel := mustRelease(t, g, "h-0"); !slices.Equal(IDs(rel.Woken), []string{"b-0"}) {
 		t.Fatalf("release h-0 woke %v, want [b-0] past 3,000 parked entries", rel.Woken)
 	}
 	assertHeld(t, g, map[string]int{"a": 1, "b": 1}, 3000)
@@ -295,7 +295,7 @@ func TestConcurrentNeverExceedsEitherCap(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			notify(r.Woken)
+			notify(IDs(r.Woken))
 			for r.Status != Granted {
 				select {
 				case <-wake[id]:
@@ -306,7 +306,7 @@ func TestConcurrentNeverExceedsEitherCap(t *testing.T) {
 						t.Error(err)
 						return
 					}
-					notify(r.Woken)
+					notify(IDs(r.Woken))
 				case <-ctx.Done():
 					t.Error("timed out waiting")
 					return
@@ -330,7 +330,7 @@ func TestConcurrentNeverExceedsEitherCap(t *testing.T) {
 				t.Errorf("release %s: %+v %v", id, rel, err)
 			}
 			served.Add(1)
-			notify(rel.Woken)
+			notify(IDs(rel.Woken))
 		}()
 	}
 	wg.Wait()

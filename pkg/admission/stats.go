@@ -10,17 +10,38 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Position returns requestID's 1-based queue position, or ok=false if it is
-// not queued (granted, gone, or never there).
+// Position returns requestID's 1-based queue position, counting the
+// entries ahead of it in every pool of its group, or ok=false if it is not
+// queued (granted, gone, or never there).
 func (g *Gate) Position(ctx context.Context, pool, requestID string) (int, bool, error) {
-	rank, err := g.cmd.ZRank(ctx, g.keys(pool).queue, requestID).Result()
-	if errors.Is(err, redis.Nil) {
+	queue := g.keys(pool).queue
+	pipe := g.cmd.Pipeline()
+	rank := pipe.ZRank(ctx, queue, requestID)
+	tag := pipe.ZScore(ctx, queue, requestID)
+	if _, err := pipe.Exec(ctx); errors.Is(err, redis.Nil) {
 		return 0, false, nil
-	}
-	if err != nil {
+	} else if err != nil {
 		return 0, false, fmt.Errorf("queue position of %s in pool %s: %w", requestID, pool, err)
 	}
-	return int(rank) + 1, true, nil
+	pos := int(rank.Val()) + 1
+	// One slot (the group's tag): a second round trip only in a group.
+	others := g.others(pool)
+	if len(others) == 0 {
+		return pos, true, nil
+	}
+	pipe = g.cmd.Pipeline()
+	below := "(" + strconv.FormatFloat(tag.Val(), 'f', 0, 64)
+	counts := make([]*redis.IntCmd, len(others))
+	for i, o := range others {
+		counts[i] = pipe.ZCount(ctx, g.keys(o).queue, "-inf", below)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, false, fmt.Errorf("queue position of %s in pool %s's group: %w", requestID, pool, err)
+	}
+	for _, c := range counts {
+		pos += int(c.Val())
+	}
+	return pos, true, nil
 }
 
 // Stats is a pool's current state.
@@ -90,7 +111,7 @@ func (g *Gate) QueueStats(ctx context.Context, pool string) (QueueStats, error) 
 	if err != nil {
 		return QueueStats{}, err
 	}
-	raw, err := statsScript.Run(ctx, g.rdb, g.keys(pool).list(), limit).Slice()
+	raw, err := statsScript.Run(ctx, g.rdb, g.scriptKeys(pool), limit).Slice()
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("read queue stats of pool %s: %w", pool, err)
 	}

@@ -75,9 +75,9 @@ func tokenShares(t *testing.T, limit, grants int, senders []sender, hold func(to
 		r := mustEnqueueReq(t, g, req)
 		queued[s.tenant]++
 		if r.Status == Granted {
-			return append(r.Woken, id)
+			return append(IDs(r.Woken), id)
 		}
-		return r.Woken
+		return IDs(r.Woken)
 	}
 	// Keep every sender at least this many requests deep.
 	const depth = 4
@@ -103,7 +103,7 @@ func tokenShares(t *testing.T, limit, grants int, senders []sender, hold func(to
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, id := range rel.Woken {
+		for _, id := range IDs(rel.Woken) {
 			take(id, true)
 		}
 		for _, id := range topUp() {

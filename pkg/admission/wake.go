@@ -15,33 +15,36 @@ type Notifier interface {
 	NotifyGranted(ctx context.Context, pool, requestID string) error
 }
 
-// Wake notifies every request in ids that it was granted a permit in pool.
+// Wake notifies every request granted a permit in grants (each in its
+// pool).
 // A waiter that is gone gets its permit released, which may grant the next
 // waiter in turn; Wake follows that chain so no permit is stranded. Other
 // notification errors are returned, but the permit stays granted: the
 // waiter's own re-check finds it, or its lease runs out.
-func Wake(ctx context.Context, g *Gate, n Notifier, pool string, ids []string) error {
+func Wake(ctx context.Context, g *Gate, n Notifier, grants []Grant) error {
 	var errs []error
-	for len(ids) > 0 {
+	for len(grants) > 0 {
 		// Waiters waiting in their admission activity (Waker) hear of it
 		// on the grant channel, the others by a signal.
-		var fast, slow []string
-		for _, id := range ids {
-			claimed, err := g.claimFast(ctx, id)
+		var fast []string
+		var slow []Grant
+		for _, gr := range grants {
+			claimed, err := g.claimFast(ctx, gr.ID)
 			if err != nil {
 				errs = append(errs, err)
 			}
 			if claimed {
-				fast = append(fast, id)
+				fast = append(fast, gr.ID)
 			} else {
-				slow = append(slow, id)
+				slow = append(slow, gr)
 			}
 		}
-		ids = nil
+		grants = nil
 		if err := g.announce(ctx, fast); err != nil {
 			errs = append(errs, err)
 		}
-		for _, id := range slow {
+		for _, gr := range slow {
+			pool, id := gr.Pool, gr.ID
 			err := n.NotifyGranted(ctx, pool, id)
 			if err == nil {
 				continue
@@ -55,7 +58,7 @@ func Wake(ctx context.Context, g *Gate, n Notifier, pool string, ids []string) e
 				errs = append(errs, err)
 				continue
 			}
-			ids = append(ids, rel.Woken...)
+			grants = append(grants, rel.Woken...)
 		}
 	}
 	return errors.Join(errs...)
@@ -77,7 +80,7 @@ func (g *Gate) ReleaseAndWake(ctx context.Context, n Notifier, pool, requestID s
 	if err != nil {
 		return rel, err
 	}
-	if err := Wake(ctx, g, n, pool, rel.Woken); err != nil {
+	if err := Wake(ctx, g, n, rel.Woken); err != nil {
 		return rel, fmt.Errorf("%w: %w", ErrNotWoken, err)
 	}
 	return rel, nil

@@ -29,7 +29,7 @@ func TestReleaseAndWake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rel.HeldPermit || !slices.Equal(rel.Woken, []string{"b"}) || !slices.Equal(n.ids, []string{"b"}) {
+	if !rel.HeldPermit || !slices.Equal(IDs(rel.Woken), []string{"b"}) || !slices.Equal(n.ids, []string{"b"}) {
 		t.Fatalf("released %+v, signalled %v: want a's permit handed to b, b woken", rel, n.ids)
 	}
 	if rel, err := g.ReleaseAndWake(ctx, n, "p", "a"); err != nil || rel.HeldPermit || len(rel.Woken) > 0 {
@@ -39,7 +39,7 @@ func TestReleaseAndWake(t *testing.T) {
 		t.Fatalf("c: %v, want queued behind b", r.Status)
 	}
 	rel, err = g.ReleaseAndWake(ctx, failingNotifier{}, "p", "b")
-	if !errors.Is(err, ErrNotWoken) || !slices.Equal(rel.Woken, []string{"c"}) {
+	if !errors.Is(err, ErrNotWoken) || !slices.Equal(IDs(rel.Woken), []string{"c"}) {
 		t.Fatalf("released %+v, %v; want c granted and ErrNotWoken", rel, err)
 	}
 }

@@ -85,11 +85,11 @@ func TestAdmission(t *testing.T) {
 	ok(t, "expect", err)
 	rel, err := g.Release(ctx, "short", "a")
 	ok(t, "release", err)
-	if !rel.HeldPermit || len(rel.Woken) != 1 || rel.Woken[0] != "b" {
+	if !rel.HeldPermit || len(admission.IDs(rel.Woken)) != 1 || admission.IDs(rel.Woken)[0] != "b" {
 		t.Fatalf("release a: %+v, want its permit handed to b", rel)
 	}
 	n := &notes{}
-	ok(t, "wake", admission.Wake(ctx, g, n, "short", rel.Woken))
+	ok(t, "wake", admission.Wake(ctx, g, n, rel.Woken))
 	select {
 	case <-fast.C:
 	case <-time.After(5 * time.Second):

@@ -470,10 +470,10 @@ func TestQueuedRequestIsAdmittedWhenAPermitIsReleased(t *testing.T) {
 	// Release one permit the way a finishing request does: the permit is
 	// handed to the waiter and the waiter's workflow is signalled.
 	rel, err := stack.gate.Release(ctx, "short", holders[0])
-	if err != nil || len(rel.Woken) != 1 || rel.Woken[0] != s.id {
+	if err != nil || len(admission.IDs(rel.Woken)) != 1 || admission.IDs(rel.Woken)[0] != s.id {
 		t.Fatalf("release: %+v %v", rel, err)
 	}
-	if err := admission.Wake(ctx, stack.gate, signal.Notifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
+	if err := admission.Wake(ctx, stack.gate, signal.Notifier{Client: stack.temporal}, rel.Woken); err != nil {
 		t.Fatal(err)
 	}
 	evs := s.until(t, terminal)

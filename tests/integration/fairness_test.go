@@ -117,10 +117,10 @@ func TestFairOrderEndToEnd(t *testing.T) {
 	// Hand the permit on as a finishing request does; from here the
 	// requests pass it to each other.
 	rel, err := stack.gate.Release(ctx, "short", holder)
-	if err != nil || len(rel.Woken) != 1 {
+	if err != nil || len(admission.IDs(rel.Woken)) != 1 {
 		t.Fatalf("release the holder: %+v %v", rel, err)
 	}
-	if err := admission.Wake(ctx, stack.gate, signal.Notifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
+	if err := admission.Wake(ctx, stack.gate, signal.Notifier{Client: stack.temporal}, rel.Woken); err != nil {
 		t.Fatal(err)
 	}
 	for seen := 0; seen < window; {

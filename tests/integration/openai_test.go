@@ -192,10 +192,10 @@ func TestOpenAIRawStreamShowsQueueAsComments(t *testing.T) {
 			if strings.HasPrefix(line, ": queued position=1 ") && !released {
 				// Queued: give it a permit the way a finishing request does.
 				rel, err := stack.gate.Release(ctx, "short", holders[0])
-				if err != nil || len(rel.Woken) != 1 || rel.Woken[0] != id {
+				if err != nil || len(admission.IDs(rel.Woken)) != 1 || admission.IDs(rel.Woken)[0] != id {
 					t.Fatalf("release: %+v %v", rel, err)
 				}
-				if err := admission.Wake(ctx, stack.gate, signal.Notifier{Client: stack.temporal}, "short", rel.Woken); err != nil {
+				if err := admission.Wake(ctx, stack.gate, signal.Notifier{Client: stack.temporal}, rel.Woken); err != nil {
 					t.Fatal(err)
 				}
 				released = true

@@ -3,7 +3,7 @@
 -- place in the weighted fair queue. Idempotent: calling it again for the
 -- same id reports the current state, so it doubles as the waiter's
 -- fallback re-check.
--- KEYS   the pool's keys in lib.lua order (permits … parked)
+-- KEYS   the pool's and its group's keys in lib.lua order
 -- ARGV[1]  request id
 -- ARGV[2]  tenant
 -- ARGV[3]  weight (> 0): the tenant's share
@@ -23,11 +23,13 @@
 -- ARGV[13] cap on the permits the tenant holds in this pool at once (0 =
 --          none): while the tenant holds that many, its entries wait at
 --          their places and others are granted past them
--- Returns {status, position, tag, limit, ewma_ms, woken ids...}
+-- ARGV[14…] the group's arguments (lib.lua group_args)
+-- Returns {status, position, tag, limit, ewma_ms, woken pool, id pairs...}
 --   status 1 = holds a permit, 2 = queued at position (1-based), 3 = pool
 --   queue full, 4 = the request already released (nothing was taken),
 --   5 = the tenant's queue is full, 6 = the request was shed (shed.lua):
 --   like 4, but the request was turned away rather than gone by itself
+--   position counts the entries ahead in every pool of the group
 --   tag: the entry's finish tag, the restore token (0 when granted at once)
 --   woken: other waiters granted a permit by this call; the caller must
 --   notify them.
@@ -39,6 +41,7 @@ local max_depth = tonumber(ARGV[9])
 local alive_ttl = tonumber(ARGV[10])
 local alive_prefix = ARGV[11]
 local held_cap = tonumber(ARGV[13])
+group_args(14)
 
 local now = now_ms()
 local limit = pool_limit(ARGV[7])
@@ -61,16 +64,17 @@ if tag then
 elseif restore > 0 then
   tag = restore
   add_entry(id, tenant, tag, now, weight, held_cap, false)
-  local last = tonumber(redis.call('HGET', K.finish, tenant) or '0')
-  if tag > last then redis.call('HSET', K.finish, tenant, tag) end
+  local last = tonumber(redis.call('HGET', G.finish, tenant) or '0')
+  if tag > last then redis.call('HSET', G.finish, tenant, tag) end
   -- A Redis that restarted empty starts V again at 0 while the waiters
   -- coming back hold tags of the old clock: V moves up to where the
   -- restored entry started, so that newcomers queue behind the waiters
   -- that were there before them.
   local start = tag - ticks(cost, weight)
-  if vtime() < start then redis.call('HSET', K.stats, 'vtime', start) end
+  if vtime() < start then redis.call('HSET', G.clock, 'vtime', start) end
 elseif redis.call('ZCARD', K.heads) == 0 and redis.call('ZCARD', K.permits) < limit
-    and redis.call('HEXISTS', K.tenants, tenant) == 0 and below_cap(tenant, held_cap) then
+    and redis.call('HEXISTS', K.tenants, tenant) == 0 and below_cap(tenant, held_cap)
+    and not group_contended(now) then
   -- Nobody to be fair to (whoever waits is held back by a cap, and none
   -- of them is this tenant's): the request never waits, so it takes no
   -- tag and leaves V alone.
@@ -83,10 +87,10 @@ else
   if tenant_cap > 0 and tonumber(redis.call('HGET', K.tenants, tenant) or '0') >= tenant_cap then
     return {5, 0, 0, limit, ewma}
   end
-  local start = math.max(vtime(), tonumber(redis.call('HGET', K.finish, tenant) or '0'))
+  local start = math.max(vtime(), tonumber(redis.call('HGET', G.finish, tenant) or '0'))
   tag = free_tick(start + ticks(cost, weight))
   add_entry(id, tenant, tag, now, weight, held_cap, true)
-  redis.call('HSET', K.finish, tenant, tag)
+  redis.call('HSET', G.finish, tenant, tag)
 end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)
 
@@ -100,6 +104,6 @@ if mine then
   reply[1] = 1
 else
   reply[1] = 2
-  reply[2] = redis.call('ZRANK', K.queue, id) + 1
+  reply[2] = redis.call('ZRANK', K.queue, id) + 1 + ahead_elsewhere(tag)
 end
 return reply

@@ -1,6 +1,6 @@
 -- Shared prelude, prepended to every admission script when it is loaded.
--- Every script gets the pool's keys in this order (renew only the first two);
--- all share the pool's hash tag:
+-- Every script gets the pool's keys in this order (renew only the first two),
+-- then its group's (below); all share the group's hash tag:
 --   KEYS[1]  permits ZSET  request id -> lease expiry (ms, Redis clock)
 --   KEYS[2]  grants  HASH  request id -> "<grant time ms>:<tenant>", to
 --                          measure hold time and give the tenant's count
@@ -31,6 +31,22 @@
 --   KEYS[12] held    HASH  tenant -> permits it holds
 --   KEYS[13] parked  HASH  tenant -> its entries, while its first entry is
 --                          held back by its cap
+--   KEYS[14] clock   HASH  vtime: the group's virtual time V
+--   KEYS[15] finish  HASH  tenant -> F_t, for the whole group
+--   KEYS[16…] the other pools of the group, 13 keys each in the order above
+-- A pool alone is a group of one: its clock and finish are its own stats
+-- and finish keys (KEYS[4], KEYS[6]), and no other pool follows.
+--
+-- Pools that share backends are one group (pools.shared): one virtual
+-- clock, one F_t per tenant and one permit budget, the group limit, so a
+-- tenant's weighted share of the servers' tokens holds whichever pool its
+-- prompts route to. Each pool keeps its own queue, heads and permits, and
+-- its limit caps what it may hold of the budget: a pool's unused permits
+-- are lent to the other up to that cap, and what its cap leaves over is
+-- the other's reserve. A grant goes to the smallest head tag among the
+-- pools below their caps. Scripts that pump get the group's pool names
+-- and limits in ARGV (group_args).
+--
 -- and, by prefix, alive:<id> (waiter liveness mark with a TTL; an entry
 -- whose mark expired belongs to a dead waiter, a zombie, and is skipped) and
 -- released:<id> (tombstone of a request that gave back what it held). The
@@ -50,12 +66,45 @@
 -- whose tag is now the smallest or near it, is granted next. Every change
 -- to a tenant's entries or permits ends with refresh(tenant), which keeps
 -- heads and parked true to the other keys.
-local K = {
-  permits = KEYS[1], grants = KEYS[2], queue = KEYS[3], stats = KEYS[4],
-  tenants = KEYS[5], finish = KEYS[6], waiters = KEYS[7], since = KEYS[8],
-  weights = KEYS[9], order = KEYS[10], heads = KEYS[11], held = KEYS[12],
-  parked = KEYS[13],
-}
+local NKEYS = 13
+local function pool_keys(at)
+  return {
+    permits = KEYS[at], grants = KEYS[at + 1], queue = KEYS[at + 2], stats = KEYS[at + 3],
+    tenants = KEYS[at + 4], finish = KEYS[at + 5], waiters = KEYS[at + 6], since = KEYS[at + 7],
+    weights = KEYS[at + 8], order = KEYS[at + 9], heads = KEYS[at + 10], held = KEYS[at + 11],
+    parked = KEYS[at + 12],
+  }
+end
+
+-- K is the pool being worked on: the script's own, except while pump
+-- grants in another pool of the group. Every helper below reads K.
+local K = pool_keys(1)
+local SELF = K
+local G = {clock = KEYS[14], finish = KEYS[15]}
+
+-- The other pools of the group: keys, and (after group_args) name,
+-- configured limit and liveness prefix.
+local OTHERS = {}
+do
+  local at = 16
+  while KEYS[at] do
+    OTHERS[#OTHERS + 1] = {k = pool_keys(at)}
+    at = at + NKEYS
+  end
+end
+
+-- The group's arguments, from ARGV[at] on: this pool's name, the group
+-- limit (0: none, a pool alone), then name, configured limit and liveness
+-- prefix of each other pool, in KEYS order.
+local SELF_NAME, GROUP_LIMIT = '', 0
+local function group_args(at)
+  SELF_NAME = ARGV[at]
+  GROUP_LIMIT = tonumber(ARGV[at + 1] or '0')
+  for i, o in ipairs(OTHERS) do
+    local j = at + 2 + (i - 1) * 3
+    o.name, o.default, o.alive = ARGV[j], ARGV[j + 1], ARGV[j + 2]
+  end
+end
 
 -- Virtual time is counted in integer ticks, TICKS per unit of cost at
 -- weight 1: 2520 = lcm(1..10), so weights up to 10 divide exactly. Tags stay
@@ -77,8 +126,32 @@ local function pool_limit(default)
   return tonumber(default)
 end
 
+-- Another pool's effective limit.
+local function limit_of(o)
+  local v = redis.call('HGET', o.k.stats, 'limit')
+  if v then return tonumber(v) end
+  return tonumber(o.default)
+end
+
 local function vtime()
-  return tonumber(redis.call('HGET', K.stats, 'vtime') or '0')
+  return tonumber(redis.call('HGET', G.clock, 'vtime') or '0')
+end
+
+-- The queue keys of every pool of the group.
+local function queues()
+  local out = {SELF.queue}
+  for _, o in ipairs(OTHERS) do out[#out + 1] = o.k.queue end
+  return out
+end
+
+-- Whether tenant has entries queued in a pool of the group other than K.
+local function queued_elsewhere(tenant)
+  if #OTHERS == 0 then return false end
+  if K ~= SELF and redis.call('HEXISTS', SELF.tenants, tenant) == 1 then return true end
+  for _, o in ipairs(OTHERS) do
+    if o.k ~= K and redis.call('HEXISTS', o.k.tenants, tenant) == 1 then return true end
+  end
+  return false
 end
 
 -- A tenant's entries in order: the length prefix makes the tenant part
@@ -232,12 +305,18 @@ end
 -- sort by request id; moving a newcomer past the entries already holding its
 -- tag keeps equal tags in arrival order, at a cost of a tick each (1/2520 of
 -- a unit).
+-- In a group the tags of all its queues are distinct, so that the order
+-- across pools, and a waiter's position in it, is total.
 local function free_tick(f)
   while true do
     local last = f + 31
-    local taken = redis.call('ZRANGEBYSCORE', K.queue, f, last, 'WITHSCORES')
-    for i = 2, #taken, 2 do
-      local s = tonumber(taken[i])
+    local taken = {}
+    for _, q in ipairs(queues()) do
+      local in_q = redis.call('ZRANGEBYSCORE', q, f, last, 'WITHSCORES')
+      for i = 2, #in_q, 2 do taken[#taken + 1] = tonumber(in_q[i]) end
+    end
+    if #OTHERS > 0 then table.sort(taken) end
+    for _, s in ipairs(taken) do
       if s > f then return f end
       if s == f then f = f + 1 end
     end
@@ -281,7 +360,7 @@ local function take(id, tag, tenant)
   redis.call('ZREM', K.order, order_member(tenant, tag, id))
   if redis.call('HINCRBY', K.tenants, tenant, -1) <= 0 then
     redis.call('HDEL', K.tenants, tenant)
-    redis.call('HDEL', K.finish, tenant)
+    if not queued_elsewhere(tenant) then redis.call('HDEL', G.finish, tenant) end
   end
   return tenant
 end
@@ -295,41 +374,100 @@ local function unqueue(id)
   return 1
 end
 
+-- Whether a newcomer to SELF must queue for the group's sake: the group
+-- budget is spent, or another pool has a waiter it could grant now (below
+-- that pool's limit), who comes first. Never, for a pool alone.
+local function group_contended(now)
+  if #OTHERS == 0 then return false end
+  local used = redis.call('ZCARD', SELF.permits)
+  for _, o in ipairs(OTHERS) do
+    K = o.k
+    expire_permits(now)
+    local held = redis.call('ZCARD', o.k.permits)
+    used = used + held
+    if redis.call('ZCARD', o.k.heads) > 0 and held < limit_of(o) then
+      K = SELF
+      return true
+    end
+  end
+  K = SELF
+  return GROUP_LIMIT > 0 and used >= GROUP_LIMIT
+end
+
+-- How many entries of the group's other pools are queued ahead of tag.
+local function ahead_elsewhere(tag)
+  local n = 0
+  for _, o in ipairs(OTHERS) do
+    n = n + redis.call('ZCOUNT', o.k.queue, '-inf', '(' .. string.format('%.0f', tag))
+  end
+  return n
+end
+
 -- Hand free permits to live waiters, smallest tag first among the tenants
 -- below their caps, dropping zombies on the way, and move V to the tag of
 -- the last entry granted. Tenants at their caps are not in heads, so
 -- passing them by costs nothing; budget bounds the grants and drops of one
--- call. Returns the ids granted, in grant order.
+-- call. In a group, each grant goes to the smallest head among the pools
+-- below their own limits while the group budget has a permit free; the
+-- other pools' expired permits are reclaimed first. Returns the grants as
+-- pool name, id pairs, in grant order.
 local function pump(limit, lease, alive_prefix, now)
   local granted = {}
-  local free = limit - redis.call('ZCARD', K.permits)
-  if free <= 0 then return granted end
-  local st = redis.call('HMGET', K.stats, 'vtime', 'layout')
-  if st[2] ~= '2' then migrate() end
-  local v0 = tonumber(st[1] or '0')
+  local pools = {{k = SELF, limit = limit, alive = alive_prefix, name = SELF_NAME}}
+  for _, o in ipairs(OTHERS) do
+    K = o.k
+    expire_permits(now)
+    pools[#pools + 1] = {k = o.k, limit = limit_of(o), alive = o.alive, name = o.name}
+  end
+  local room = 0
+  for _, p in ipairs(pools) do
+    p.free = p.limit - redis.call('ZCARD', p.k.permits)
+    if p.free > 0 then room = room + p.free end
+    K = p.k
+    if redis.call('HGET', K.stats, 'layout') ~= '2' then migrate() end
+  end
+  K = SELF
+  if GROUP_LIMIT > 0 then
+    local used = 0
+    for _, p in ipairs(pools) do used = used + redis.call('ZCARD', p.k.permits) end
+    room = math.min(room, GROUP_LIMIT - used)
+  end
+  if room <= 0 then return granted end
+  local v0 = vtime()
   local v = v0
   local budget = 1000
-  while free > 0 and budget > 0 do
+  while room > 0 and budget > 0 do
     budget = budget - 1
-    local head = redis.call('ZRANGE', K.heads, 0, 0)
-    if #head == 0 then break end
-    local tenant = head[1]
+    local best, best_tag, tenant
+    for _, p in ipairs(pools) do
+      if p.free > 0 then
+        local h = redis.call('ZRANGE', p.k.heads, 0, 0, 'WITHSCORES')
+        if #h == 2 and (best == nil or tonumber(h[2]) < best_tag) then
+          best, best_tag, tenant = p, tonumber(h[2]), h[1]
+        end
+      end
+    end
+    if not best then break end
+    K = best.k
     -- The entry to grant and the one that becomes the tenant's first.
     local two = first_entries(tenant, 2)
     if two[1] then
       local id, tag = two[1][1], two[1][2]
       take(id, tag, tenant)
-      if redis.call('DEL', alive_prefix .. id) == 1 then
+      if redis.call('DEL', best.alive .. id) == 1 then
         grant(id, tenant, now, lease)
+        granted[#granted + 1] = best.name
         granted[#granted + 1] = id
-        free = free - 1
+        best.free = best.free - 1
+        room = room - 1
         -- A restored entry, or one its tenant's cap held back, may sit
         -- behind V; V never goes back.
         if tag > v then v = tag end
       end
     end
     refresh(tenant, two[2] or false)
+    K = SELF
   end
-  if v ~= v0 then redis.call('HSET', K.stats, 'vtime', v) end
+  if v ~= v0 then redis.call('HSET', G.clock, 'vtime', v) end
   return granted
 end

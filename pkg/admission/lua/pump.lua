@@ -1,11 +1,14 @@
 -- Reclaim expired permits and hand free ones to waiters. Workers run it
 -- periodically so that a crashed holder's slot is not idle until someone
 -- releases.
--- KEYS   the pool's keys in lib.lua order (permits … parked)
+-- KEYS   the pool's and its group's keys in lib.lua order
 -- ARGV[1] default permit limit
 -- ARGV[2] lease ms
 -- ARGV[3] liveness key prefix
--- Returns the ids granted a permit; the caller must notify them.
+-- ARGV[4…] the group's arguments (lib.lua group_args)
+-- Returns the pool, id pairs granted a permit, in this pool or another of
+-- its group; the caller must notify them.
+group_args(4)
 local now = now_ms()
 expire_permits(now)
 return pump(pool_limit(ARGV[1]), tonumber(ARGV[2]), ARGV[3], now)

@@ -1,7 +1,7 @@
 -- Give back whatever a request holds in this pool: its permit, or its place
 -- in the queue. Idempotent, so a retried release cannot free a slot twice.
 -- A freed permit is handed straight to the next live waiter.
--- KEYS   the pool's keys in lib.lua order (permits … parked)
+-- KEYS   the pool's and its group's keys in lib.lua order
 -- ARGV[1] request id
 -- ARGV[2] default permit limit
 -- ARGV[3] lease ms
@@ -9,11 +9,13 @@
 -- ARGV[5] EWMA weight of the newest hold time, e.g. 0.2
 -- ARGV[6] tombstone key prefix
 -- ARGV[7] tombstone ttl ms: how long enqueue refuses this request id
--- Returns {held_permit (0/1), was_queued (0/1), woken ids...}
+-- ARGV[8…] the group's arguments (lib.lua group_args)
+-- Returns {held_permit (0/1), was_queued (0/1), woken pool, id pairs...}
 local id = ARGV[1]
 local lease = tonumber(ARGV[3])
 local alive_prefix = ARGV[4]
 local alpha = tonumber(ARGV[5])
+group_args(8)
 
 local now = now_ms()
 local limit = pool_limit(ARGV[2])

@@ -9,7 +9,7 @@
 -- would only empty the queue, which the queue's own timeouts do more
 -- fairly. Entries without a recorded weight (queued before weights were
 -- kept) are never shed.
--- KEYS   the pool's keys in lib.lua order (permits … parked)
+-- KEYS   the pool's and its group's keys in lib.lua order
 -- ARGV[1] liveness key prefix
 -- ARGV[2] tombstone key prefix
 -- ARGV[3] tombstone ttl ms: how long enqueue answers "shed" for an id

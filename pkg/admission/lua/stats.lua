@@ -1,5 +1,5 @@
 -- Read a pool's queue for the admin view; changes nothing.
--- KEYS   the pool's keys in lib.lua order (permits … parked)
+-- KEYS   the pool's and its group's keys in lib.lua order
 -- ARGV[1] default permit limit
 -- Returns {limit, permits in use (unexpired), waiting, ewma_ms,
 --          age of the oldest entry in ms (-1 if none), entries parked behind

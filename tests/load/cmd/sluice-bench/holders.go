@@ -123,13 +123,13 @@ func (h *holders) Stop() {
 
 // ReleaseAll gives every remaining permit back and returns the requests
 // the releases handed them to (to be woken).
-func (h *holders) ReleaseAll(ctx context.Context) ([]string, error) {
+func (h *holders) ReleaseAll(ctx context.Context) ([]admission.Grant, error) {
 	h.Stop()
 	h.mu.Lock()
 	ids := h.ids
 	h.ids = nil
 	h.mu.Unlock()
-	var woken []string
+	var woken []admission.Grant
 	for _, id := range ids {
 		rel, err := h.gate.Release(context.WithoutCancel(ctx), h.pool, id)
 		if err != nil {

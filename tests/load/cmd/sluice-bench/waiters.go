@@ -149,7 +149,7 @@ func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
 	if err != nil {
 		return err
 	}
-	if err := admission.Wake(ctx, st.rt.Gate, signal.Notifier{Client: st.rt.Temporal}, heldPool, woken); err != nil {
+	if err := admission.Wake(ctx, st.rt.Gate, signal.Notifier{Client: st.rt.Temporal}, woken); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-bench waiters: wake:", err)
 	}
 	w.prog.enter(phaseDrain, int64(w.n))

@@ -163,10 +163,10 @@ func (w *wakeupScenario) wake(ctx context.Context, gate *admission.Gate, held *h
 	if err != nil {
 		return wakeTimes{}, err
 	}
-	if len(rel.Woken) != 1 || rel.Woken[0] != s.id {
+	if len(rel.Woken) != 1 || rel.Woken[0].ID != s.id {
 		return wakeTimes{}, fmt.Errorf("releasing %s woke %v, want [%s]", holder, rel.Woken, s.id)
 	}
-	if err := admission.Wake(ctx, gate, w.notifier, heldPool, rel.Woken); err != nil {
+	if err := admission.Wake(ctx, gate, w.notifier, rel.Woken); err != nil {
 		return wakeTimes{}, err
 	}
 	t2 := time.Now()

@@ -1,0 +1,266 @@
+package admission
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+)
+
+// newGroup is a gate whose pools "short" and "long" share a budget of
+// limit permits, short capped at shortCap and long at longCap.
+func newGroup(t *testing.T, limit, shortCap, longCap int) *Gate {
+	t.Helper()
+	g, _ := newGate(t, 1, func(o *Options) {
+		o.Limits = map[string]int{"short": shortCap, "long": longCap}
+		o.Groups = []Group{{Pools: []string{"short", "long"}, Limit: limit}}
+		o.MaxQueueDepth = 100000
+	})
+	return g
+}
+
+func enqueueIn(t *testing.T, g *Gate, pool string, req Request) Result {
+	t.Helper()
+	if req.Weight == 0 {
+		req.Weight = 1
+	}
+	r, err := g.Enqueue(context.Background(), pool, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func releaseIn(t *testing.T, g *Gate, pool, id string) Released {
+	t.Helper()
+	rel, err := g.Release(context.Background(), pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rel
+}
+
+// A pool borrows what the other leaves unused up to its own cap; the cap
+// leaves the other its reserve, which it gets at once.
+func TestGroupLendsUpToACap(t *testing.T) {
+	g := newGroup(t, 4, 4, 3)
+	for i := range 4 {
+		r := enqueueIn(t, g, "long", Request{ID: fmt.Sprintf("l%d", i), Tenant: "a"})
+		if want := Granted; i == 3 {
+			if r.Status != Queued {
+				t.Fatalf("l3: %v, want queued: long is capped at 3 of the 4", r.Status)
+			}
+		} else if r.Status != want {
+			t.Fatalf("l%d: %v, want granted (borrowing short's unused permits)", i, r.Status)
+		}
+	}
+	if r := enqueueIn(t, g, "short", Request{ID: "s0", Tenant: "b"}); r.Status != Granted {
+		t.Fatalf("s0: %v, want granted from short's reserve", r.Status)
+	}
+	// The budget is spent: short is below its own cap of 4, yet waits.
+	r := enqueueIn(t, g, "short", Request{ID: "s1", Tenant: "b"})
+	if r.Status != Queued {
+		t.Fatalf("s1: %v, want queued: the group's 4 permits are held", r.Status)
+	}
+	// s1 queued after l3 in the same virtual time: both are first of their
+	// tenants, so the earlier tag (l3's, tenant a's first entry) counts
+	// ahead of s1 across pools.
+	if pos, ok, err := g.Position(context.Background(), "short", "s1"); err != nil || !ok || pos != 2 {
+		t.Fatalf("s1 position %d %v %v, want 2 (l3 of the long pool ahead)", pos, ok, err)
+	}
+	// A long permit given back goes to the smallest tag of the pools below
+	// their caps: long's own l3 (long now holds 2 of its 3).
+	if rel := releaseIn(t, g, "long", "l0"); !slices.Equal(rel.Woken, []Grant{{"long", "l3"}}) {
+		t.Fatalf("release l0 woke %v, want long/l3", rel.Woken)
+	}
+	// The next goes to s1, in the other pool: the wake names its pool.
+	if rel := releaseIn(t, g, "long", "l1"); !slices.Equal(rel.Woken, []Grant{{"short", "s1"}}) {
+		t.Fatalf("release l1 woke %v, want short/s1", rel.Woken)
+	}
+	st, err := g.Stats(context.Background(), "long")
+	if err != nil || st.InUse != 2 {
+		t.Fatalf("long in use %d (%v), want 2", st.InUse, err)
+	}
+}
+
+// A newcomer to an idle pool queues when the other pool has a waiter that
+// a free permit would go to: it comes first.
+func TestGroupNewcomerQueuesBehindTheOtherPool(t *testing.T) {
+	g := newGroup(t, 2, 2, 2)
+	enqueueIn(t, g, "long", Request{ID: "l0", Tenant: "a"})
+	enqueueIn(t, g, "long", Request{ID: "l1", Tenant: "a"})
+	if r := enqueueIn(t, g, "long", Request{ID: "l2", Tenant: "a"}); r.Status != Queued {
+		t.Fatalf("l2: %v, want queued", r.Status)
+	}
+	if r := enqueueIn(t, g, "short", Request{ID: "s0", Tenant: "b"}); r.Status != Queued {
+		t.Fatalf("s0: %v, want queued behind the full budget", r.Status)
+	}
+	rel := releaseIn(t, g, "long", "l0")
+	if !slices.Equal(rel.Woken, []Grant{{"long", "l2"}}) {
+		t.Fatalf("release l0 woke %v, want long/l2, the earlier tag", rel.Woken)
+	}
+	if got := releaseIn(t, g, "long", "l1").Woken; !slices.Equal(got, []Grant{{"short", "s0"}}) {
+		t.Fatalf("release l1 woke %v, want short/s0", got)
+	}
+	for _, c := range []struct{ pool, id string }{{"long", "l2"}, {"short", "s0"}} {
+		releaseIn(t, g, c.pool, c.id)
+	}
+	if r := enqueueIn(t, g, "short", Request{ID: "s1", Tenant: "b"}); r.Status != Granted {
+		t.Fatalf("s1 into an idle group: %v, want granted", r.Status)
+	}
+}
+
+// A tenant's finish tag is the group's: splitting its requests across two
+// pools gains it no second share, and its last entry leaving one pool does
+// not forget the tag while it still waits in the other.
+func TestGroupTenantHasOneFinishTag(t *testing.T) {
+	g := newGroup(t, 1, 1, 1)
+	enqueueIn(t, g, "short", Request{ID: "hold", Tenant: "z"})
+	a1 := enqueueIn(t, g, "short", Request{ID: "a1", Tenant: "a", Cost: 1})
+	a2 := enqueueIn(t, g, "long", Request{ID: "a2", Tenant: "a", Cost: 1})
+	b1 := enqueueIn(t, g, "long", Request{ID: "b1", Tenant: "b", Cost: 1})
+	if !(a1.Seq < a2.Seq) || a2.Seq <= b1.Seq {
+		t.Fatalf("tags a1 %d, a2 %d, b1 %d: a's second entry must follow its first, behind b's first", a1.Seq, a2.Seq, b1.Seq)
+	}
+	if pos := b1.Position; pos != 2 {
+		t.Fatalf("b1 at position %d, want 2 (behind a1 in the short pool)", pos)
+	}
+	if got := releaseIn(t, g, "short", "hold").Woken; !slices.Equal(got, []Grant{{"short", "a1"}}) {
+		t.Fatalf("woke %v, want short/a1", got)
+	}
+	// a has no entry left in short but still waits in long: its tag stays,
+	// so its next entry in short queues behind a2, not at V.
+	a3 := enqueueIn(t, g, "short", Request{ID: "a3", Tenant: "a", Cost: 1})
+	if a3.Seq <= a2.Seq {
+		t.Fatalf("a3's tag %d is not past a2's %d: the tenant's tag was forgotten", a3.Seq, a2.Seq)
+	}
+}
+
+// Two backlogged equal-weight tenants, one routed to the long pool with
+// 8k-token prompts and one to the short pool with 100-token prompts, on
+// backends they share: each gets half the tokens, although the long pool
+// may hold only 12 of the 16 permits. Separate pools, as before groups,
+// gave the short tenant its pool's tokens whatever the weights.
+func TestGroupSharesTokensAcrossPools(t *testing.T) {
+	long := sender{"long", 3, 8000 + 512}
+	brief := sender{"brief", 3, 100 + 512}
+	pools := map[string]string{"long": "long", "brief": "short"}
+	// A permit is held for a time that grows with its tokens (prefill and
+	// decode), or for one that does not (the answer's length, the same
+	// for both, is what takes the time).
+	holds := map[string]func(int) float64{
+		"hold grows with tokens": func(tokens int) float64 { return 1 + float64(tokens)/2000 },
+		"fixed hold":             func(int) float64 { return 1 },
+	}
+	for _, hn := range []string{"hold grows with tokens", "fixed hold"} {
+		t.Run(hn, func(t *testing.T) {
+			g := newGroup(t, 16, 16, 12)
+			shares := groupShares(t, g, 3000, []sender{long, brief}, pools, holds[hn])
+			t.Logf("token shares: long %.1f%%, brief %.1f%%", 100*shares["long"], 100*shares["brief"])
+			if math.Abs(shares["long"]-0.5) > 0.05 {
+				t.Errorf("the long pool's tenant got %.1f%% of the tokens, want 50%% ± 5", 100*shares["long"])
+			}
+			// The contrast: the same servers split 12/4 into pools apart
+			// give whatever the split and the hold times make of it.
+			apart, _ := newGate(t, 1, func(o *Options) {
+				o.Limits = map[string]int{"short": 12, "long": 4}
+				o.MaxQueueDepth = 100000
+			})
+			shares = groupShares(t, apart, 3000, []sender{long, brief}, pools, holds[hn])
+			t.Logf("token shares apart: long %.1f%%, brief %.1f%%", 100*shares["long"], 100*shares["brief"])
+			if math.Abs(shares["long"]-0.5) < 0.02 {
+				t.Errorf("pools apart gave the long tenant %.1f%% too; the comparison is void", 100*shares["long"])
+			}
+		})
+	}
+}
+
+// groupShares is tokenShares for a group: each sender's requests go to its
+// pool, and a release may wake a waiter of either pool.
+func groupShares(t *testing.T, g *Gate, grants int, senders []sender, poolOf map[string]string, hold func(int) float64) map[string]float64 {
+	t.Helper()
+	ctx := context.Background()
+	of := map[string]sender{}
+	queued := map[string]int{}
+	var clock float64
+	var held holders
+	granted := map[string]int{}
+	total, next := 0, 0
+	take := func(id string, measure bool) {
+		s := of[id]
+		queued[s.tenant]--
+		heap.Push(&held, holder{id: id, end: clock + hold(s.tokens)})
+		if measure {
+			granted[s.tenant] += s.tokens
+			total++
+		}
+	}
+	send := func(s sender) []string {
+		id := fmt.Sprintf("%s-%07d", s.tenant, next)
+		next++
+		of[id] = s
+		r := enqueueIn(t, g, poolOf[s.tenant], Request{ID: id, Tenant: s.tenant, Weight: s.weight, Cost: TokenCost(s.tokens)})
+		queued[s.tenant]++
+		if r.Status == Granted {
+			return append(IDs(r.Woken), id)
+		}
+		return IDs(r.Woken)
+	}
+	topUp := func() []string {
+		var woken []string
+		for _, s := range senders {
+			for queued[s.tenant] < 20 {
+				woken = append(woken, send(s)...)
+			}
+		}
+		return woken
+	}
+	for _, id := range topUp() {
+		take(id, false)
+	}
+	for total < grants {
+		if held.Len() == 0 {
+			t.Fatal("no permit held while every sender is backlogged")
+		}
+		h := heap.Pop(&held).(holder)
+		clock = h.end
+		rel, err := g.Release(ctx, poolOf[of[h.id].tenant], h.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range IDs(rel.Woken) {
+			take(id, true)
+		}
+		for _, id := range topUp() {
+			take(id, true)
+		}
+	}
+	sum := 0
+	for _, n := range granted {
+		sum += n
+	}
+	shares := map[string]float64{}
+	for tenant, n := range granted {
+		shares[tenant] = float64(n) / float64(sum)
+	}
+	return shares
+}
+
+func TestGroupOptionsAreChecked(t *testing.T) {
+	limits := map[string]int{"short": 4, "long": 2}
+	for _, c := range []struct {
+		name   string
+		groups []Group
+	}{
+		{"one pool", []Group{{Pools: []string{"short"}, Limit: 4}}},
+		{"no limit", []Group{{Pools: []string{"short", "long"}}}},
+		{"unknown pool", []Group{{Pools: []string{"short", "huge"}, Limit: 4}}},
+		{"pool twice", []Group{{Pools: []string{"short", "long"}, Limit: 4}, {Pools: []string{"long", "short"}, Limit: 4}}},
+	} {
+		if _, err := groups(Options{Limits: limits, Groups: c.groups}); err == nil {
+			t.Errorf("%s: accepted", c.name)
+		}
+	}
+}
