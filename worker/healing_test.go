@@ -31,7 +31,7 @@ func TestHealingSettingsFromConfig(t *testing.T) {
 	}
 	want := []workflows.PoolBounds{
 		{Pool: "short", BasePermits: 16, MinPermits: 2, BaseBatch: 16, MinBatch: 4, BaseReplicas: 1, MaxReplicas: 4},
-		{Pool: "long", BasePermits: 4, MinPermits: 1, BaseReplicas: 1},
+		{Pool: "long", BasePermits: 12, MinPermits: 1, BaseReplicas: 1},
 	}
 	if len(s.Pools) != 2 || s.Pools[0] != want[0] || s.Pools[1] != want[1] {
 		t.Fatalf("pools %+v, want %+v", s.Pools, want)

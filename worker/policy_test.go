@@ -29,7 +29,7 @@ const defaultPolicyJSON = `{"version":7,"epoch":"abc","enabled":true,"default_ti
 	`"tenant":{"tokens_per_minute":1000000,"requests_per_minute":1000},"user":{},"ip":{},` +
 	`"routes":{"reads":{"tenant_per_minute":6000},"resumes":{"tenant_per_minute":1200},"ingest":{"tenant_per_minute":600}},` +
 	`"ingest_quota":{},"max_wait":"1m0s"}},` +
-	`"pools":{"long":{"max_concurrency":4},"short":{"max_concurrency":16}},"long_cost_factor":2.5}`
+	`"pools":{"long":{"max_concurrency":12},"short":{"max_concurrency":16}},"long_cost_factor":2.5}`
 
 func TestPolicyOfTheDefaults(t *testing.T) {
 	p := PolicyOf(config.Default())

@@ -36,6 +36,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
@@ -266,17 +267,7 @@ func (r *Runtime) buildRedisStores(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sessions: %w", err)
 	}
-	limits := map[string]int{}
-	for name, p := range cfg.Pools.ByName() {
-		limits[name] = p.MaxConcurrency
-	}
-	r.Gate, err = admission.New(r.Redis, admission.Options{
-		KeyPrefix:     cfg.Redis.KeyPrefix,
-		Lease:         cfg.Admission.Lease,
-		WaiterTTL:     WaiterTTL(cfg.Admission),
-		MaxQueueDepth: cfg.Admission.MaxQueueDepth,
-		Limits:        limits,
-	})
+	r.Gate, err = admission.New(r.Redis, GateOptions(cfg))
 	if err != nil {
 		return err
 	}
@@ -291,6 +282,27 @@ func (r *Runtime) buildRedisStores(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// GateOptions is the admission gate cfg asks for: a permit count per
+// pool and, when the pools share their servers, one budget for both.
+func GateOptions(cfg config.Config) admission.Options {
+	limits := map[string]int{}
+	for name, p := range cfg.Pools.ByName() {
+		limits[name] = p.MaxConcurrency
+	}
+	var groups []admission.Group
+	if n := cfg.Pools.SharedLimit(); n > 0 {
+		groups = []admission.Group{{Pools: request.Pools(), Limit: n}}
+	}
+	return admission.Options{
+		KeyPrefix:     cfg.Redis.KeyPrefix,
+		Lease:         cfg.Admission.Lease,
+		WaiterTTL:     WaiterTTL(cfg.Admission),
+		MaxQueueDepth: cfg.Admission.MaxQueueDepth,
+		Limits:        limits,
+		Groups:        groups,
+	}
 }
 
 // longestWait is the longest any tier may wait in the queue.

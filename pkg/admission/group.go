@@ -137,6 +137,11 @@ func (g *Gate) others(pool string) []string {
 	return out
 }
 
+// PermitsKey is the key of pool's permits: its Redis Cluster slot is the
+// slot of all of pool's (and its group's) state, for tools and tests that
+// must find the node serving it.
+func (g *Gate) PermitsKey(pool string) string { return g.keys(pool).permits }
+
 // GroupLimit is the budget pool shares with its group, 0 for a pool alone.
 func (g *Gate) GroupLimit(pool string) int {
 	if gr := g.groups[pool]; gr != nil {

@@ -199,7 +199,10 @@ func TestBadConfigFixtures(t *testing.T) {
 		"healing_cost_factor.yaml":              "healing.long_cost_factor: must be between 1 and 10, got 0.5",
 		"healing_unknown_stage.yaml":            `healing.stage: must be one of embed, answer_cache, admission, retrieval, rerank, llm_first_token, llm, ttft, got "llm_total"`,
 		"healing_bad_webhook.yaml":              `healing.alert_webhook: must be an http(s) URL, got "hooks.example.com"`,
-		"healing_min_permits.yaml":              "pools.long.healing.min_permits: must be between 1 and pools.long.max_concurrency (4), got 5",
+		"pools_shared_pool_above_budget.yaml":   "pools.short.max_concurrency: must not exceed pools.shared.max_concurrency (8): the pools share their servers, got 16",
+		"pools_partly_shared.yaml":              "pools.long.endpoints: share some but not all servers with pools.short.endpoints",
+		"pools_shared_negative.yaml":            "pools.shared.max_concurrency: must not be negative, got -1",
+		"healing_min_permits.yaml":              "pools.long.healing.min_permits: must be between 1 and pools.long.max_concurrency (12), got 13",
 		"healing_min_batch.yaml":                "pools.short.healing.min_batch: must be between 1 and pools.short.healing.base_batch (8), got 16",
 		"scaler_unknown_kind.yaml":              `pools.short.scaler.kind: must be none, simulator, webhook or kubernetes, got "hpa"`,
 		"scaler_max_below_base.yaml":            "pools.short.scaler.max_replicas: must be at least pools.short.scaler.base_replicas (2), got 1",
@@ -319,5 +322,29 @@ func TestClientVariablesAreNotSettings(t *testing.T) {
 	}
 	if cfg.Temporal.HostPort != "127.0.0.1:7233" || cfg.Temporal.Namespace != "default" || cfg.Temporal.UsesTLS() {
 		t.Fatalf("temporal %+v", cfg.Temporal)
+	}
+}
+
+func TestPoolsShareBackends(t *testing.T) {
+	p := Default().Pools
+	if !p.SharesBackends() || p.SharedLimit() != 16 {
+		t.Fatalf("default pools: shares %v, limit %d; want one simulator, 16", p.SharesBackends(), p.SharedLimit())
+	}
+	p.Long.Endpoints = []string{"http://127.0.0.1:8090/v1/"}
+	if !p.SharesBackends() {
+		t.Error("a trailing /v1/ made the same server another")
+	}
+	p.Shared.MaxConcurrency = 0
+	if got := p.SharedLimit(); got != 16 {
+		t.Errorf("unset shared budget is %d, want the larger pool's 16", got)
+	}
+	p.Long.Model = "other"
+	if p.SharesBackends() || p.SharedLimit() != 0 {
+		t.Error("pools of different models on one URL share a budget")
+	}
+	p.Long.Model = p.Short.Model
+	p.Long.Endpoints = []string{"http://127.0.0.1:8091"}
+	if p.SharesBackends() {
+		t.Error("pools on different servers share a budget")
 	}
 }

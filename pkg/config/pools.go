@@ -11,6 +11,51 @@ import (
 type Pools struct {
 	Short Pool `yaml:"short"`
 	Long  Pool `yaml:"long"`
+	// Shared is the budget of pools that serve the same model from the
+	// same servers (SharesBackends): admission then keeps one fair queue
+	// in tokens across both, so a tenant's share of the servers holds
+	// whichever pool its prompts route to, and each pool's
+	// max_concurrency caps what it may borrow of the budget.
+	Shared SharedPools `yaml:"shared"`
+}
+
+// SharedPools is the admission budget of pools on the same servers.
+type SharedPools struct {
+	// MaxConcurrency is how many streams the servers run at once (vLLM's
+	// --max-num-seqs summed over them, OLLAMA_NUM_PARALLEL): the pools
+	// together never hold more. 0 takes the larger pool's
+	// max_concurrency. Ignored when the pools are on different servers.
+	MaxConcurrency int `yaml:"max_concurrency"`
+}
+
+// SharesBackends reports whether the two pools serve the same model from
+// the same servers (the same endpoint set, whatever the order or a
+// trailing "/v1"), so that they draw on one capacity.
+func (p Pools) SharesBackends() bool {
+	return p.Short.Model == p.Long.Model && slices.Equal(endpointSet(p.Short.Endpoints), endpointSet(p.Long.Endpoints))
+}
+
+// SharedLimit is the budget of pools that share backends
+// (shared.max_concurrency, or the larger pool's), 0 when they do not.
+func (p Pools) SharedLimit() int {
+	if !p.SharesBackends() {
+		return 0
+	}
+	if p.Shared.MaxConcurrency > 0 {
+		return p.Shared.MaxConcurrency
+	}
+	return max(p.Short.MaxConcurrency, p.Long.MaxConcurrency)
+}
+
+// endpointSet is endpoints normalised and sorted, for comparing pools.
+func endpointSet(endpoints []string) []string {
+	out := make([]string, 0, len(endpoints))
+	for _, e := range endpoints {
+		e = strings.TrimRight(strings.TrimSpace(e), "/")
+		out = append(out, strings.TrimSuffix(e, "/v1"))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // Pool is one OpenAI-compatible LLM endpoint list with its own permits.
@@ -98,10 +143,16 @@ type LLM struct {
 	TruncationNotice string `yaml:"truncation_notice"`
 }
 
+// defaultPools share the dev stack's one simulator, which runs 16
+// sequences: the pools together hold at most 16 permits; the long pool
+// may borrow up to 12 of them, which leaves the short pool 4 that long
+// prompts cannot take (its first tokens stay quick however many long
+// ones wait), and the short pool may use all 16 when no long one waits.
 func defaultPools() Pools {
 	return Pools{
-		Short: defaultPool(16, 512),
-		Long:  defaultPool(4, 8192),
+		Short:  defaultPool(16, 512),
+		Long:   defaultPool(12, 8192),
+		Shared: SharedPools{MaxConcurrency: 16},
 	}
 }
 
@@ -140,6 +191,23 @@ func defaultLLM() LLM {
 func (p Pools) validate(v *validator) {
 	p.Short.validate(v, "pools.short")
 	p.Long.validate(v, "pools.long")
+	if p.Shared.MaxConcurrency < 0 {
+		v.add("pools.shared.max_concurrency", "must not be negative, got %d", p.Shared.MaxConcurrency)
+	}
+	short, long := endpointSet(p.Short.Endpoints), endpointSet(p.Long.Endpoints)
+	overlap := slices.ContainsFunc(long, func(e string) bool { return slices.Contains(short, e) })
+	switch {
+	case p.SharesBackends():
+		n := p.SharedLimit()
+		for name, pool := range map[string]Pool{"pools.short": p.Short, "pools.long": p.Long} {
+			if pool.MaxConcurrency > n {
+				v.add(name+".max_concurrency", "must not exceed pools.shared.max_concurrency (%d): the pools share their servers, got %d", n, pool.MaxConcurrency)
+			}
+		}
+	case overlap && p.Short.Model == p.Long.Model:
+		// Part of the servers shared: neither one budget nor two holds.
+		v.add("pools.long.endpoints", "share some but not all servers with pools.short.endpoints; list the same servers (one shared budget) or none")
+	}
 }
 
 // validate checks the pool at YAML path field.

@@ -11,8 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/chatclient"
+	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -30,7 +32,11 @@ import (
 func TestRedisFailoverUnderLoad(t *testing.T) {
 	s := stackFor(t)
 	ctx := context.Background()
-	slotKey := s.cfg.Redis.KeyPrefix + "adm:{short}:permits"
+	gate, err := admission.New(redis.NewClient(&redis.Options{}), worker.GateOptions(s.cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slotKey := gate.PermitsKey(request.PoolShort)
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	w := s.watchShortPool(wctx)
