@@ -218,7 +218,7 @@ func TestSetPermitsThroughThePolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if p := hh.policy.Current(); p.Pools[request.PoolShort] != 8 || p.Pools[request.PoolLong] != 4 || p.Version != 1 {
+	if p := hh.policy.Current(); p.Pools[request.PoolShort] != 8 || p.Pools[request.PoolLong] != config.Default().Pools.Long.MaxConcurrency || p.Version != 1 {
 		t.Fatalf("policy %+v, want short 8 at version 1", p)
 	}
 	st, err := hh.gate.Stats(ctx, request.PoolShort)

@@ -144,15 +144,16 @@ type LLM struct {
 }
 
 // defaultPools share the dev stack's one simulator, which runs 16
-// sequences: the pools together hold at most 16 permits; the long pool
+// sequences: the pools together hold at most 16 permits (the larger
+// pool's, as shared.max_concurrency is unset, so that a config naming
+// bigger pools needs no budget of its own); the long pool
 // may borrow up to 12 of them, which leaves the short pool 4 that long
 // prompts cannot take (its first tokens stay quick however many long
 // ones wait), and the short pool may use all 16 when no long one waits.
 func defaultPools() Pools {
 	return Pools{
-		Short:  defaultPool(16, 512),
-		Long:   defaultPool(12, 8192),
-		Shared: SharedPools{MaxConcurrency: 16},
+		Short: defaultPool(16, 512),
+		Long:  defaultPool(12, 8192),
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -256,11 +257,9 @@ func (s *stack) startSimulators(adjust func(*llmsim.Config)) []string {
 // connect makes the test's own Redis, admission and Temporal clients.
 func (s *stack) connect(ctx context.Context) {
 	s.rdb = redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1})
-	gate, err := admission.New(s.rdb, admission.Options{
-		KeyPrefix: s.cfg.Redis.KeyPrefix, Lease: s.cfg.Admission.Lease, WaiterTTL: time.Minute,
-		MaxQueueDepth: s.cfg.Admission.MaxQueueDepth,
-		Limits:        map[string]int{"short": s.cfg.Pools.Short.MaxConcurrency, "long": s.cfg.Pools.Long.MaxConcurrency},
-	})
+	gopts := worker.GateOptions(s.cfg)
+	gopts.WaiterTTL = time.Minute
+	gate, err := admission.New(s.rdb, gopts)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -145,10 +146,10 @@ func run(m *testing.M) (int, error) {
 	stack.temporal = ts.Client()
 	stack.redis = redis.NewClient(&redis.Options{Addr: rds.Addr})
 	defer stack.redis.Close()
-	stack.gate, err = admission.New(stack.redis, admission.Options{
-		KeyPrefix: keyPrefix, Lease: cfg.Admission.Lease, WaiterTTL: time.Minute, MaxQueueDepth: cfg.Admission.MaxQueueDepth,
-		Limits: map[string]int{"short": cfg.Pools.Short.MaxConcurrency, "long": cfg.Pools.Long.MaxConcurrency},
-	})
+	// The stack's own gate: the worker's keys and groups.
+	gopts := worker.GateOptions(cfg)
+	gopts.KeyPrefix, gopts.WaiterTTL = keyPrefix, time.Minute
+	stack.gate, err = admission.New(stack.redis, gopts)
 	if err != nil {
 		return 0, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -262,11 +263,9 @@ func (s *stack) connect(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("ping redis cluster: %w", err)
 	}
-	gate, err := admission.New(s.rdb, admission.Options{
-		KeyPrefix: s.cfg.Redis.KeyPrefix, Lease: s.cfg.Admission.Lease, WaiterTTL: time.Minute,
-		MaxQueueDepth: s.cfg.Admission.MaxQueueDepth,
-		Limits:        map[string]int{"short": s.cfg.Pools.Short.MaxConcurrency, "long": s.cfg.Pools.Long.MaxConcurrency},
-	})
+	gopts := worker.GateOptions(s.cfg)
+	gopts.WaiterTTL = time.Minute
+	gate, err := admission.New(s.rdb, gopts)
 	if err != nil {
 		return err
 	}
