@@ -18,7 +18,7 @@ export SLUICE_TEST_HELM_BIN := $(HELM)
 
 SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput
 
-.PHONY: all build test test-short chaos proxy bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal helm need need-test clean
+.PHONY: all build test test-short chaos proxy bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal helm need need-test need-cluster clean
 
 all: build
 
@@ -61,6 +61,10 @@ need:
 	@GO=$(GO) deploy/dev/need.sh go redis
 need-test:
 	@GO=$(GO) deploy/dev/need.sh go redis node promtool haproxy
+# make test-cluster, bench-cluster and run-cluster also need PostgreSQL,
+# the real Temporal server's database.
+need-cluster:
+	@GO=$(GO) deploy/dev/need.sh go redis postgres
 
 # The mixed-load healing test measures latency, so it runs after the race
 # run, alone and without the race detector (its file is built !race).
@@ -180,21 +184,22 @@ $(TEMPORAL_UI):
 # (SQL visibility), the Temporal UI, a Redis Cluster of three masters and
 # three replicas, two simulators, two workers and two APIs. Ctrl-C stops
 # everything. See deploy/cluster/README.md.
-run-cluster: need $(TEMPORAL) temporal-server temporal-ui build
+run-cluster: need-cluster $(TEMPORAL) temporal-server temporal-ui build
 	@deploy/cluster/run.sh
 
 # Two APIs and two workers as real processes on the real Temporal server
 # and the Redis Cluster: no over-admission across instances, a stream
 # resumed on the other API after kill -9, a killed worker's activities
-# moving to the other (tests/multi; about a minute).
+# moving to the other, two Redis master failovers (tests/multi; about
+# 3.5 minutes). CI runs it (.ci/run).
 .PHONY: test-cluster bench-cluster
-test-cluster: need $(TEMPORAL) temporal-server build
+test-cluster: need-cluster $(TEMPORAL) temporal-server build
 	SLUICE_MULTI=1 $(GO) test -count=1 -timeout 20m -v ./tests/multi/
 
 # The same closed loops through the cluster stack and through `make run`'s
 # shape started beside it, one after the other (about 4 minutes); writes
 # tests/load/report/cluster-goodput.md (docs/scaling.md).
-bench-cluster: need $(TEMPORAL) temporal-server build
+bench-cluster: need-cluster $(TEMPORAL) temporal-server build
 	SLUICE_MULTI=1 SLUICE_MULTI_GOODPUT=1 $(GO) test -count=1 -timeout 20m -v -run TestGoodputClusterAgainstSingle ./tests/multi/
 
 # deploy/grafana/preview.png: the dashboard's queries drawn from a real

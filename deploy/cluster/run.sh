@@ -28,11 +28,11 @@ die() { echo "!! $*" >&2; exit 1; }
 elapsed() { awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # ---------------------------------------------------------------- needs
-# Go and redis-server (+ redis-cli) the way make run gets them; PostgreSQL
-# here, the same way: apt-get as root or with password-less sudo.
-GO="${GO:-go}" "$ROOT/deploy/dev/need.sh" go redis
-SUDO=""
-if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; fi
+# Go, redis-server (+ redis-cli) and PostgreSQL the way make run gets
+# them: deploy/dev/need.sh installs what is missing with apt-get as root or
+# with password-less sudo.
+GO="${GO:-go}" "$ROOT/deploy/dev/need.sh" go redis postgres
+# initdb and pg_ctl: on PATH, or where Debian keeps them.
 pg_bindir() {
   local d
   d="$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/initdb)")"
@@ -40,21 +40,7 @@ pg_bindir() {
   d="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)"
   [ -n "$d" ] && [ -x "$d/initdb" ] && echo "$d"
 }
-PGBIN="$(pg_bindir || true)"
-if [ -z "$PGBIN" ] || ! command -v psql >/dev/null 2>&1; then
-  if { [ "$(id -u)" -eq 0 ] || [ -n "$SUDO" ]; } && command -v apt-get >/dev/null 2>&1; then
-    echo ">> PostgreSQL is missing: installing it with apt-get (${SUDO:+$SUDO }apt-get install -y postgresql)"
-    t=$SECONDS
-    log="$(mktemp)"
-    { $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } >"$log" 2>&1 ||
-      { tail -n 15 "$log" >&2; die "apt-get install postgresql failed (output above)"; }
-    rm -f "$log"
-    echo "   done in $((SECONDS - t))s"
-    PGBIN="$(pg_bindir || true)"
-  fi
-  [ -n "$PGBIN" ] && command -v psql >/dev/null 2>&1 ||
-    die "PostgreSQL (initdb, pg_ctl, psql) is missing: run \`sudo apt-get install -y postgresql\` (Debian/Ubuntu), then make run-cluster again"
-fi
+PGBIN="$(pg_bindir)"
 command -v redis-cli >/dev/null 2>&1 || die "redis-cli is missing (apt-get install redis-tools)"
 command -v curl >/dev/null 2>&1 || die "curl is missing (apt-get install curl)"
 for b in temporal temporal-server temporal-sql-tool temporal-ui-server sluice-api sluice-worker sluice-keys llmsim; do
@@ -62,11 +48,9 @@ for b in temporal temporal-server temporal-sql-tool temporal-ui-server sluice-ap
 done
 
 # PostgreSQL refuses to run as root: as root, it runs as the postgres user
-# (made by Debian's package) and its data dir belongs to that user.
+# (made by Debian's package; need.sh checked it is there) and its data dir
+# belongs to that user.
 as_pg() { if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-if [ "$(id -u)" -eq 0 ]; then
-  id postgres >/dev/null 2>&1 || die "running as root, PostgreSQL needs the user postgres (apt-get install postgresql makes it)"
-fi
 
 # ---------------------------------------------------------------- ports
 TAKEN=" "

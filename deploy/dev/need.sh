@@ -9,6 +9,8 @@
 #   deploy/dev/need.sh go redis node promtool haproxy   # make test (node/npm: the
 #                       # openai SDK tests; promtool: the alert rules; haproxy: the
 #                       # reverse proxy of tests/proxy)
+#   deploy/dev/need.sh go redis postgres   # make test-cluster, make run-cluster
+#                       # (the real Temporal server keeps its data in PostgreSQL)
 #
 # GO names the go command (the Makefile passes its $(GO)).
 set -euo pipefail
@@ -135,6 +137,35 @@ need_haproxy() {
   fi
 }
 
+# PostgreSQL is the real Temporal server's database (make test-cluster,
+# make run-cluster): initdb and pg_ctl start a server of its own, psql sets
+# it up. Debian keeps initdb and pg_ctl off PATH, in
+# /usr/lib/postgresql/<major>/bin; its package also makes the user postgres,
+# which PostgreSQL runs as when we are root (it refuses to run as root).
+pg_bindir() {
+  local d
+  d="$(dirname "$(command -v initdb 2>/dev/null || echo /nonexistent/initdb)")"
+  [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && { echo "$d"; return 0; }
+  d="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)"
+  [ -n "$d" ] && [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && echo "$d"
+}
+have_postgres() {
+  pg_bindir >/dev/null && command -v psql >/dev/null 2>&1 &&
+    { [ "$(id -u)" -ne 0 ] || id postgres >/dev/null 2>&1; }
+}
+need_postgres() {
+  have_postgres && return 0
+  if [ "$root_ok" = 1 ] && command -v apt-get >/dev/null 2>&1; then
+    echo ">> PostgreSQL is missing: installing it with apt-get (${SUDO}apt-get install -y postgresql)"
+    apt_install postgresql
+    have_postgres || die "apt-get installed postgresql but initdb, pg_ctl or psql is not on PATH or in /usr/lib/postgresql/*/bin (or, as root, there is no user postgres)"
+  elif [ "$root_ok" = 1 ]; then
+    die "PostgreSQL (initdb, pg_ctl, psql) is missing and there is no apt-get here: install it (\`brew install postgresql\` on macOS), then run make again"
+  else
+    die "PostgreSQL (initdb, pg_ctl, psql) is missing and I cannot install it without root: run \`sudo apt-get install -y postgresql\` (Debian/Ubuntu) or \`brew install postgresql\` (macOS), then run make again"
+  fi
+}
+
 [ "$#" -gt 0 ] || set -- go redis
 for what in "$@"; do
   case "$what" in
@@ -143,6 +174,7 @@ for what in "$@"; do
     node) need_node ;;
     promtool) need_promtool ;;
     haproxy) need_haproxy ;;
-    *) die "need.sh: unknown requirement $what (want go, redis, node, promtool or haproxy)" ;;
+    postgres) need_postgres ;;
+    *) die "need.sh: unknown requirement $what (want go, redis, node, promtool, haproxy or postgres)" ;;
   esac
 done
