@@ -32,8 +32,14 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 	case in.Pool != "":
 		pools = []string{in.Pool}
 	}
+	// What the request used settles what admission charged its tenant
+	// (only the release that gives the permit back settles).
+	var used float64
+	if in.Used != nil {
+		used = admission.TokenCost(in.Used.Tokens)
+	}
 	for _, pool := range pools {
-		_, err := a.Gate.ReleaseAndWake(ctx, a.Notifier, pool, in.RequestID)
+		_, err := a.Gate.ReleaseUsedAndWake(ctx, a.Notifier, pool, in.RequestID, used)
 		if errors.Is(err, admission.ErrNotWoken) {
 			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
 		} else if err != nil {

@@ -40,7 +40,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
 		}
 		out.DoneWritten = true
-		a.releaseEarly(ctx, in)
+		a.releaseEarly(ctx, in, usage.TotalTokens)
 	}
 	if in.CacheAnswer && res.FinishReason == "stop" {
 		a.cacheAnswer(ctx, in, out, s.answer)
@@ -118,8 +118,9 @@ func streamedAnswer(out LLMOutput) Answer {
 // has gone through the server, saves a waiter a server round trip and a
 // workflow task of waiting. Finalize's release is then a no-op (releases
 // are idempotent). A failure here only leaves the release to Finalize.
-func (a *Chat) releaseEarly(ctx context.Context, in LLMInput) {
-	_, err := a.Gate.ReleaseAndWake(ctx, a.Notifier, in.Pool, in.RequestID)
+// The tokens the answer used settle what admission charged its tenant.
+func (a *Chat) releaseEarly(ctx context.Context, in LLMInput, used int) {
+	_, err := a.Gate.ReleaseUsedAndWake(ctx, a.Notifier, in.Pool, in.RequestID, admission.TokenCost(used))
 	switch {
 	case errors.Is(err, admission.ErrNotWoken):
 		a.logger(in.RequestID).Warn("wake granted waiters", "err", err)

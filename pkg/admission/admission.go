@@ -176,22 +176,23 @@ func (g *Gate) Lease() time.Duration { return g.lease }
 
 type poolKeys struct {
 	permits, grants, queue, stats, tenants, finish, waiters, since, weights string
-	order, heads, held, parked                                              string
+	order, heads, held, parked, charged                                     string
 	alivePrefix, tombPrefix                                                 string
 	// epoch notes the Redis process serving the pool (epoch.go).
 	epoch string
 	// shedPrefix marks sheds already done, by key (Shed).
 	shedPrefix string
-	// clock and groupFinish are the group's virtual time and finish tags:
-	// the pool's own stats and finish for a pool alone (group.go).
-	clock, groupFinish string
+	// clock, groupFinish and credit are the group's virtual time, finish
+	// tags and tenants' credits: the pool's own stats and finish (and its
+	// credit) for a pool alone (group.go).
+	clock, groupFinish, credit string
 }
 
 // list is KEYS of every script, in the order lib.lua names them.
 func (k poolKeys) list() []string {
 	return []string{
 		k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since, k.weights,
-		k.order, k.heads, k.held, k.parked,
+		k.order, k.heads, k.held, k.parked, k.charged,
 	}
 }
 
@@ -343,14 +344,25 @@ type Released struct {
 // Release gives back requestID's permit or queue place in pool. It is
 // idempotent: a second call finds nothing and frees nothing.
 func (g *Gate) Release(ctx context.Context, pool, requestID string) (Released, error) {
+	return g.ReleaseUsed(ctx, pool, requestID, 0)
+}
+
+// ReleaseUsed is Release of a request that used cost (TokenCost of its
+// prompt and answer tokens as served; 0: unknown): if it held a permit
+// it was queued for, its tenant is credited what it was charged beyond
+// that (or debited what it used beyond it), once, with the permit.
+func (g *Gate) ReleaseUsed(ctx context.Context, pool, requestID string, cost float64) (Released, error) {
 	limit, err := g.limit(pool)
 	if err != nil {
 		return Released{}, err
 	}
+	if !(cost >= 0) || math.IsInf(cost, 0) {
+		return Released{}, fmt.Errorf("release %s in pool %s: used cost must be >= 0, got %v", requestID, pool, cost)
+	}
 	k := g.keys(pool)
 	raw, err := releaseScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		requestID, limit, g.lease.Milliseconds(), k.alivePrefix, strconv.FormatFloat(g.alpha, 'f', -1, 64),
-		k.tombPrefix, g.tombTTL.Milliseconds(),
+		k.tombPrefix, g.tombTTL.Milliseconds(), strconv.FormatFloat(cost, 'g', -1, 64),
 	}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Released{}, fmt.Errorf("release %s in pool %s: %w", requestID, pool, err)

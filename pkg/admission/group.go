@@ -87,11 +87,11 @@ func (g *Gate) keys(pool string) poolKeys {
 		tenants: base + "tenants", finish: base + "finish", waiters: base + "waiters", since: base + "since",
 		weights: base + "weights", order: base + "order", heads: base + "heads", held: base + "held",
 		parked: base + "parked", alivePrefix: base + "alive:", tombPrefix: base + "released:",
-		epoch: base + "epoch", shedPrefix: base + "shed:",
-		clock: base + "stats", groupFinish: base + "finish",
+		charged: base + "charged", epoch: base + "epoch", shedPrefix: base + "shed:",
+		clock: base + "stats", groupFinish: base + "finish", credit: base + "credit",
 	}
 	if g.groups[pool] != nil {
-		k.clock, k.groupFinish = root+"clock", root+"finish"
+		k.clock, k.groupFinish, k.credit = root+"clock", root+"finish", root+"credit"
 	}
 	return k
 }
@@ -100,7 +100,7 @@ func (g *Gate) keys(pool string) poolKeys {
 // then each other pool's of the group, as lib.lua reads them.
 func (g *Gate) scriptKeys(pool string) []string {
 	k := g.keys(pool)
-	out := append(k.list(), k.clock, k.groupFinish)
+	out := append(k.list(), k.clock, k.groupFinish, k.credit)
 	for _, o := range g.others(pool) {
 		out = append(out, g.keys(o).list()...)
 	}

@@ -180,6 +180,16 @@ func TestGroupSharesTokensAcrossPools(t *testing.T) {
 // groupShares is tokenShares for a group: each sender's requests go to its
 // pool, and a release may wake a waiter of either pool.
 func groupShares(t *testing.T, g *Gate, grants int, senders []sender, poolOf map[string]string, hold func(int) float64) map[string]float64 {
+	return servedShares(t, g, grants, senders, poolOf, hold, nil, true)
+}
+
+// servedShares is groupShares where a sender's request uses used(s)
+// tokens of the s.tokens it is charged, settled at its release if settle;
+// shares count the tokens used.
+func servedShares(t *testing.T, g *Gate, grants int, senders []sender, poolOf map[string]string, hold func(int) float64, used func(sender) int, settle bool) map[string]float64 {
+	if used == nil {
+		used = func(s sender) int { return s.tokens }
+	}
 	t.Helper()
 	ctx := context.Background()
 	of := map[string]sender{}
@@ -191,9 +201,9 @@ func groupShares(t *testing.T, g *Gate, grants int, senders []sender, poolOf map
 	take := func(id string, measure bool) {
 		s := of[id]
 		queued[s.tenant]--
-		heap.Push(&held, holder{id: id, end: clock + hold(s.tokens)})
+		heap.Push(&held, holder{id: id, end: clock + hold(used(s))})
 		if measure {
-			granted[s.tenant] += s.tokens
+			granted[s.tenant] += used(s)
 			total++
 		}
 	}
@@ -226,7 +236,12 @@ func groupShares(t *testing.T, g *Gate, grants int, senders []sender, poolOf map
 		}
 		h := heap.Pop(&held).(holder)
 		clock = h.end
-		rel, err := g.Release(ctx, poolOf[of[h.id].tenant], h.id)
+		s := of[h.id]
+		cost := 0.0
+		if settle {
+			cost = TokenCost(used(s))
+		}
+		rel, err := g.ReleaseUsed(ctx, poolOf[s.tenant], h.id, cost)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,4 +278,82 @@ func TestGroupOptionsAreChecked(t *testing.T) {
 			t.Errorf("%s: accepted", c.name)
 		}
 	}
+}
+
+// Requests are charged their bound (prompt bound and max output tokens)
+// and use less, one tenant far less than the other: settled at release,
+// the tenants share the tokens used, not the bounds. Unsettled, the one
+// whose bounds overstate more got that much less.
+func TestSettledCostsShareTheTokensUsed(t *testing.T) {
+	loose := sender{"loose", 1, 4000} // uses a quarter of its bound
+	tight := sender{"tight", 1, 1000} // uses all of it
+	use := func(s sender) int {
+		if s.tenant == "loose" {
+			return s.tokens / 4
+		}
+		return s.tokens
+	}
+	pools := map[string]string{"loose": "long", "tight": "short"}
+	hold := func(tokens int) float64 { return 1 + float64(tokens)/1000 }
+	g := newGroup(t, 8, 8, 8)
+	shares := servedShares(t, g, 3000, []sender{loose, tight}, pools, hold, use, true)
+	t.Logf("settled: loose %.1f%%, tight %.1f%% of the tokens used", 100*shares["loose"], 100*shares["tight"])
+	if math.Abs(shares["loose"]-0.5) > 0.05 {
+		t.Errorf("settled, the tenant whose bounds overstate got %.1f%% of the tokens used, want 50%% ± 5", 100*shares["loose"])
+	}
+	// Unsettled (cost unknown at release): shares of the bounds.
+	g = newGroup(t, 8, 8, 8)
+	shares = servedShares(t, g, 3000, []sender{loose, tight}, pools, hold, use, false)
+	t.Logf("unsettled: loose %.1f%%, tight %.1f%%", 100*shares["loose"], 100*shares["tight"])
+	if shares["loose"] > 0.35 {
+		t.Errorf("unsettled, the loose tenant got %.1f%%; the comparison is void", 100*shares["loose"])
+	}
+}
+
+// A settled request credits its tenant once, with its permit; the credit
+// shortens the tenant's next entry, and is kept while the tenant has
+// requests queued or in flight, gone when it is idle.
+func TestSettlementIsOnceAndNotBanked(t *testing.T) {
+	g, rdb := newGate(t, 1, nil)
+	ctx := context.Background()
+	k := g.keys("p")
+	mustEnqueue(t, g, "h")
+	for _, id := range []string{"a1", "a2"} {
+		mustEnqueueReq(t, g, Request{ID: id, Tenant: "a", Weight: 1, Cost: 2})
+	}
+	mustRelease(t, g, "h") // a1 granted
+	a3 := mustEnqueueReq(t, g, Request{ID: "a3", Tenant: "a", Weight: 1, Cost: 2})
+	for range 2 { // a2 granted; the second release finds nothing to settle
+		if _, err := g.ReleaseUsed(ctx, "p", "a1", 0.5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := rdb.HGet(ctx, k.credit, "a").Int(); err != nil || c != (2-0.5)*2520 {
+		t.Fatalf("credit %d (%v), want 1.5 units (3780 ticks), once", c, err)
+	}
+	a4 := mustEnqueueReq(t, g, Request{ID: "a4", Tenant: "a", Weight: 1, Cost: 2})
+	if got := a4.Seq - a3.Seq; got != (2-1.5)*2520 {
+		t.Fatalf("a4 is %d ticks past a3, want 1260: its 2 units less the credit", got)
+	}
+	if n, _ := rdb.Exists(ctx, k.credit).Result(); n != 0 {
+		t.Fatal("the credit was not used up")
+	}
+	// a2 used more than it was charged: a debt, while a waits.
+	if _, err := g.ReleaseUsed(ctx, "p", "a2", 3); err != nil { // a3 granted
+		t.Fatal(err)
+	}
+	if c, _ := rdb.HGet(ctx, k.credit, "a").Int(); c != -2520 {
+		t.Fatalf("credit %d, want a debt of 1 unit (-2520)", c)
+	}
+	// a's last entry leaves the queue: its F_t goes, its debt stays while
+	// a3 is in flight, and goes when a is idle.
+	mustRelease(t, g, "a4")
+	if n, _ := rdb.Exists(ctx, k.finish).Result(); n != 0 {
+		t.Fatal("a tenant with nothing queued kept its F_t")
+	}
+	if c, _ := rdb.HGet(ctx, k.credit, "a").Int(); c != -2520 {
+		t.Fatalf("credit %d while a3 is in flight, want the debt kept", c)
+	}
+	mustRelease(t, g, "a3")
+	assertNoQueueState(t, rdb, g)
 }

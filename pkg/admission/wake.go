@@ -76,7 +76,13 @@ var ErrNotWoken = errors.New("released, but a granted waiter was not woken")
 // caller frees one place. A failed release is returned as is (nothing was
 // given back); a failed wake-up wraps ErrNotWoken.
 func (g *Gate) ReleaseAndWake(ctx context.Context, n Notifier, pool, requestID string) (Released, error) {
-	rel, err := g.Release(ctx, pool, requestID)
+	return g.ReleaseUsedAndWake(ctx, n, pool, requestID, 0)
+}
+
+// ReleaseUsedAndWake is ReleaseAndWake of a request that used cost
+// (ReleaseUsed).
+func (g *Gate) ReleaseUsedAndWake(ctx context.Context, n Notifier, pool, requestID string, cost float64) (Released, error) {
+	rel, err := g.ReleaseUsed(ctx, pool, requestID, cost)
 	if err != nil {
 		return rel, err
 	}

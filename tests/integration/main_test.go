@@ -97,6 +97,10 @@ func run(m *testing.M) (int, error) {
 	cfg.Pools.Short.Endpoints = []string{simSrv.URL}
 	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
 	cfg.Pools.Short.MaxConcurrency = 2
+	// Both pools name the simulator: one budget of 4 permits, small enough
+	// that the pools' tests contend for it (pools_test.go).
+	cfg.Pools.Long.MaxConcurrency = 4
+	cfg.Pools.Shared.MaxConcurrency = 4
 	cfg.Log.Level = "warn"
 	// Answers of the anonymous tenant's it-cached, and of two tenants'
 	// kbs of one name (each its own).
@@ -114,6 +118,8 @@ func run(m *testing.M) (int, error) {
 		{Key: "k-fair-vip", Tenant: "fair-vip", Tier: "fair-vip"},
 		{Key: "k-fair-std", Tenant: "fair-std", Tier: "fair-std"},
 		{Key: "k-fair-free", Tenant: "fair-free", Tier: "fair-free"},
+		{Key: "k-pool-long", Tenant: "pool-long", Tier: "burst"},
+		{Key: "k-pool-short", Tenant: "pool-short", Tier: "burst"},
 		// Two users of one tenant and one of another, for tenancy_test.go.
 		{Key: keyAlice, Tenant: "it-acme", User: "alice", Tier: "burst", Scopes: []string{"chat", "ingest"}},
 		{Key: keyBob, Tenant: "it-acme", User: "bob", Tier: "burst", Scopes: []string{"chat", "ingest"}},

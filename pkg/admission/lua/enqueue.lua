@@ -88,8 +88,19 @@ else
     return {5, 0, 0, limit, ewma}
   end
   local start = math.max(vtime(), tonumber(redis.call('HGET', G.finish, tenant) or '0'))
-  tag = free_tick(start + ticks(cost, weight))
+  -- The tenant's credit (or debt) from its settled requests shortens (or
+  -- lengthens) this entry, down to one tick; what is left of it stays.
+  local charge = ticks(cost, weight)
+  local length = charge
+  local credit = tonumber(redis.call('HGET', G.credit, tenant) or '0')
+  if credit ~= 0 then
+    length = math.max(1, charge - credit)
+    local left = credit - (charge - length)
+    if left == 0 then redis.call('HDEL', G.credit, tenant) else redis.call('HSET', G.credit, tenant, left) end
+  end
+  tag = free_tick(start + length)
   add_entry(id, tenant, tag, now, weight, held_cap, true)
+  redis.call('HSET', K.charged, id, charge .. ':' .. weight)
   redis.call('HSET', G.finish, tenant, tag)
 end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)

@@ -31,11 +31,24 @@
 --   KEYS[12] held    HASH  tenant -> permits it holds
 --   KEYS[13] parked  HASH  tenant -> its entries, while its first entry is
 --                          held back by its cap
---   KEYS[14] clock   HASH  vtime: the group's virtual time V
---   KEYS[15] finish  HASH  tenant -> F_t, for the whole group
---   KEYS[16…] the other pools of the group, 13 keys each in the order above
+--   KEYS[14] charged HASH  request id -> "<ticks>:<weight>": what a granted
+--                          entry advanced its tenant's F_t by, until its
+--                          release settles it against what it used
+--   KEYS[15] clock   HASH  vtime: the group's virtual time V
+--   KEYS[16] finish  HASH  tenant -> F_t, for the whole group
+--   KEYS[17] credit  HASH  tenant -> ticks its released requests were
+--                          charged beyond what they used (negative: short
+--                          of it), taken off its next entries' lengths
+--   KEYS[18…] the other pools of the group, 14 keys each in the order above
 -- A pool alone is a group of one: its clock and finish are its own stats
 -- and finish keys (KEYS[4], KEYS[6]), and no other pool follows.
+--
+-- An entry is charged its request's bound (prompt bound and max output
+-- tokens), all that is known when it queues; its release passes what the
+-- request used, and the difference is the tenant's credit, so that over
+-- a backlog tenants share the tokens served, not the bounds (as VTC
+-- counts them). A tenant keeps its credit while it has entries queued or
+-- requests in flight, and loses it when it goes idle: no banked credit.
 --
 -- Pools that share backends are one group (pools.shared): one virtual
 -- clock, one F_t per tenant and one permit budget, the group limit, so a
@@ -66,13 +79,13 @@
 -- whose tag is now the smallest or near it, is granted next. Every change
 -- to a tenant's entries or permits ends with refresh(tenant), which keeps
 -- heads and parked true to the other keys.
-local NKEYS = 13
+local NKEYS = 14
 local function pool_keys(at)
   return {
     permits = KEYS[at], grants = KEYS[at + 1], queue = KEYS[at + 2], stats = KEYS[at + 3],
     tenants = KEYS[at + 4], finish = KEYS[at + 5], waiters = KEYS[at + 6], since = KEYS[at + 7],
     weights = KEYS[at + 8], order = KEYS[at + 9], heads = KEYS[at + 10], held = KEYS[at + 11],
-    parked = KEYS[at + 12],
+    parked = KEYS[at + 12], charged = KEYS[at + 13],
   }
 end
 
@@ -80,13 +93,13 @@ end
 -- grants in another pool of the group. Every helper below reads K.
 local K = pool_keys(1)
 local SELF = K
-local G = {clock = KEYS[14], finish = KEYS[15]}
+local G = {clock = KEYS[15], finish = KEYS[16], credit = KEYS[17]}
 
 -- The other pools of the group: keys, and (after group_args) name,
 -- configured limit and liveness prefix.
 local OTHERS = {}
 do
-  local at = 16
+  local at = 18
   while KEYS[at] do
     OTHERS[#OTHERS + 1] = {k = pool_keys(at)}
     at = at + NKEYS
@@ -257,10 +270,50 @@ local function migrate()
   end
 end
 
+-- The length of an entry in ticks: cost/weight, at least one tick.
+local function ticks(cost, weight)
+  return math.max(1, math.floor(cost * TICKS / weight + 0.5))
+end
+
+-- The group's pools: SELF and the others' keys.
+local function group_keys()
+  local out = {SELF}
+  for _, o in ipairs(OTHERS) do out[#out + 1] = o.k end
+  return out
+end
+
+-- Whether tenant has neither an entry queued nor a permit held anywhere
+-- in the group: idle, it keeps no credit (and no F_t).
+local function idle(tenant)
+  for _, p in ipairs(group_keys()) do
+    if redis.call('HEXISTS', p.tenants, tenant) == 1 or redis.call('HEXISTS', p.held, tenant) == 1 then
+      return false
+    end
+  end
+  return true
+end
+
+-- Credit tenant with what its request was charged (charged: "<ticks>:
+-- <weight>") beyond used, its cost as served; the caller has given the
+-- request's permit back. A tenant busy elsewhere in the group (queued, or
+-- with other requests in flight, whose next arrivals it shortens) keeps
+-- it; an idle one drops it: no banked credit.
+local function settle(tenant, charged, used)
+  if idle(tenant) then
+    redis.call('HDEL', G.credit, tenant)
+    return
+  end
+  local t, w = split(charged)
+  local diff = tonumber(t) - ticks(used, tonumber(w))
+  if diff ~= 0 then redis.call('HINCRBY', G.credit, tenant, diff) end
+end
+
 -- Give back id's permit, if it holds one, and its tenant's count of
 -- permits with it: exactly once, whoever calls (release, lease expiry).
 -- Returns 1 and the grant time (ms, 0 if unknown) if it held one.
-local function drop_permit(id)
+local function drop_permit(id, used)
+  local charged = redis.call('HGET', K.charged, id)
+  if charged then redis.call('HDEL', K.charged, id) end
   if redis.call('ZREM', K.permits, id) == 0 then return 0, 0 end
   local v = redis.call('HGET', K.grants, id)
   if not v then return 1, 0 end
@@ -269,6 +322,11 @@ local function drop_permit(id)
   if tenant then
     if redis.call('HINCRBY', K.held, tenant, -1) <= 0 then
       redis.call('HDEL', K.held, tenant)
+    end
+    if charged and used and used > 0 then
+      settle(tenant, charged, used)
+    elseif idle(tenant) then
+      redis.call('HDEL', G.credit, tenant)
     end
     -- Only a parked tenant can become grantable by giving one back.
     if redis.call('HEXISTS', K.parked, tenant) == 1 then refresh(tenant) end
@@ -294,11 +352,6 @@ end
 -- Whether tenant may take another permit under cap (0 = none).
 local function below_cap(tenant, cap)
   return cap <= 0 or tonumber(redis.call('HGET', K.held, tenant) or '0') < cap
-end
-
--- The length of an entry in ticks: cost/weight, at least one tick.
-local function ticks(cost, weight)
-  return math.max(1, math.floor(cost * TICKS / weight + 0.5))
 end
 
 -- The first tick at or after f that no queued entry holds. ZSET ties would
@@ -369,8 +422,12 @@ end
 local function unqueue(id)
   local tag = redis.call('ZSCORE', K.queue, id)
   if not tag then return 0 end
+  redis.call('HDEL', K.charged, id)
   local tenant = take(id, tonumber(tag))
-  if tenant then refresh(tenant) end
+  if tenant then
+    refresh(tenant)
+    if idle(tenant) then redis.call('HDEL', G.credit, tenant) end
+  end
   return 1
 end
 
@@ -454,7 +511,10 @@ local function pump(limit, lease, alive_prefix, now)
     if two[1] then
       local id, tag = two[1][1], two[1][2]
       take(id, tag, tenant)
-      if redis.call('DEL', best.alive .. id) == 1 then
+      if redis.call('DEL', best.alive .. id) == 0 then
+        redis.call('HDEL', K.charged, id)
+        if idle(tenant) then redis.call('HDEL', G.credit, tenant) end
+      else
         grant(id, tenant, now, lease)
         granted[#granted + 1] = best.name
         granted[#granted + 1] = id

@@ -9,19 +9,22 @@
 -- ARGV[5] EWMA weight of the newest hold time, e.g. 0.2
 -- ARGV[6] tombstone key prefix
 -- ARGV[7] tombstone ttl ms: how long enqueue refuses this request id
--- ARGV[8…] the group's arguments (lib.lua group_args)
+-- ARGV[8] the cost the request used (0: unknown), settled against what
+--         it was charged (lib.lua settle)
+-- ARGV[9…] the group's arguments (lib.lua group_args)
 -- Returns {held_permit (0/1), was_queued (0/1), woken pool, id pairs...}
 local id = ARGV[1]
 local lease = tonumber(ARGV[3])
 local alive_prefix = ARGV[4]
 local alpha = tonumber(ARGV[5])
-group_args(8)
+local used = tonumber(ARGV[8])
+group_args(9)
 
 local now = now_ms()
 local limit = pool_limit(ARGV[2])
 expire_permits(now)
 
-local held, since = drop_permit(id)
+local held, since = drop_permit(id, used)
 if held == 1 and since > 0 and now >= since then
   local ewma = tonumber(redis.call('HGET', K.stats, 'ewma_ms') or '0')
   local hold = now - since
