@@ -300,7 +300,8 @@ type Report struct {
 	// Tier is the caller's tier and Usage the LLM call's tokens.
 	Tier  string       `json:",omitempty"`
 	Usage events.Usage `json:",omitzero"`
-	// Tenant is for the request's log line only, never a metric label.
+	// Tenant is for the request's log line and the per-tenant service
+	// counters, whose tenant label is bounded (metrics.TrackTenants).
 	Tenant string `json:",omitempty"`
 }
 

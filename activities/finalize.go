@@ -15,10 +15,11 @@ import (
 // it is retried), wakes whoever that admitted, and writes the terminal event.
 func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 	if in.Report != nil && activity.GetInfo(ctx).Attempt == 1 {
-		// The request's one log line, before anything here can fail: a
-		// retried Finalize would write it again, and one failing on Redis
-		// would never write it.
+		// The request's one log line and its tenant's service, before
+		// anything here can fail: a retried Finalize would count them
+		// again, and one failing on Redis would never count them.
 		a.logFinished(ctx, in.RequestID, *in.Report)
+		a.countService(*in.Report)
 	}
 	if in.StopStream {
 		if err := a.StopStream(ctx, StopStreamInput{RequestID: in.RequestID}); err != nil {

@@ -35,3 +35,19 @@ func (a *Chat) report(r Report) {
 		a.Latency.Add(latency.Series(request.SeriesQueueTimeouts, r.Route), 1)
 	}
 }
+
+// countService counts the tokens a request that reached a pool was served
+// against its tenant (metrics.TenantService): Finalize's first attempt
+// calls it, with the log line, so each request counts once. Only an
+// answer's usage is in the report; a stream that failed or was cancelled
+// midway reported its total to the workflow for the rate-limit refund
+// alone, and is not counted.
+func (a *Chat) countService(r Report) {
+	if !request.IsPool(r.Route) || r.Usage.PromptTokens <= 0 && r.Usage.CompletionTokens <= 0 {
+		return
+	}
+	a.Metrics.TenantServed(metrics.TenantService{
+		Tenant: r.Tenant, Pool: r.Route, Tier: r.Tier,
+		PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens,
+	})
+}

@@ -191,8 +191,9 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	admin.DELETE("/bans/:kind/:value", s.liftBan)
 	s.routeCodec(e)
 	if m != nil && s.cfg.Metrics.Addr == "" {
-		// With metrics.addr set, the app serves them there instead.
-		e.GET("/metrics", echo.WrapHandler(m.Handler()))
+		// With metrics.addr set, the app serves them there instead. Here
+		// anyone may read them, so without the series that name tenants.
+		e.GET("/metrics", echo.WrapHandler(m.PublicHandler()))
 	}
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)

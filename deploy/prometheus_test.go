@@ -101,6 +101,44 @@ func loadYAML(t *testing.T, path string, v any) {
 	}
 }
 
+// The fairness rules record what the dashboard's Tenants panel draws: the
+// same expressions (grafana.TenantService and the rest) over 5 minutes,
+// each rule reading the one before it.
+func TestFairnessRulesMatchDashboard(t *testing.T) {
+	var rg ruleGroups
+	loadYAML(t, rulesPath, &rg)
+	exprs := map[string]string{}
+	for _, g := range rg.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				exprs[r.Record] = r.Expr
+			}
+		}
+	}
+	const (
+		service    = "tenant_pool:sluice_tenant_service:rate5m"
+		backlogged = "tenant_pool:sluice_tenant_backlogged:min5m"
+		both       = "tenant_pool:sluice_tenant_backlogged_service:rate5m"
+	)
+	want := map[string]string{
+		service:    grafana.TenantService("5m"),
+		backlogged: grafana.TenantBacklogged("5m"),
+		both:       grafana.BackloggedService(service, backlogged),
+		"pool:sluice_tenant_service_difference:rate5m": grafana.ServiceDifference(both),
+	}
+	squash := func(s string) string { return strings.Join(strings.Fields(s), "") }
+	for record, expr := range want {
+		got, ok := exprs[record]
+		if !ok {
+			t.Errorf("%s: no rule records %s", rulesPath, record)
+			continue
+		}
+		if squash(got) != squash(expr) {
+			t.Errorf("%s: %s is\n%s\nbut the dashboard computes\n%s", rulesPath, record, got, expr)
+		}
+	}
+}
+
 // The PrometheusRule carries exactly the plain rules' groups.
 func TestPrometheusRuleMatchesRules(t *testing.T) {
 	var plain struct {

@@ -104,6 +104,8 @@ func NewLogger(cfg config.Log) *slog.Logger {
 // It fails fast, naming what it could not reach.
 func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *Runtime, err error) {
 	r := &Runtime{Config: cfg, Logger: logger, Metrics: metrics.New(logger.With("component", "metrics")), Tracer: tracing.Provider()}
+	// Before RegisterPools, whose collector reads the tenants' backlogs.
+	r.Metrics.TrackTenants(cfg.Metrics.TenantSeries)
 	defer func() {
 		if err != nil {
 			r.Close()
@@ -272,10 +274,7 @@ func (r *Runtime) buildRedisStores(ctx context.Context) error {
 		return err
 	}
 	r.Policy = NewPolicy(r.Redis, cfg, r.Gate, r.Logger.With("component", "policy"))
-	r.Metrics.RegisterPools(r.Gate.Pools(), func(ctx context.Context, pool string) (metrics.PoolStats, error) {
-		st, err := r.Gate.QueueStats(ctx, pool)
-		return metrics.PoolStats{InUse: st.InUse, Limit: st.Limit, Waiting: st.Waiting, OldestWait: st.OldestWait}, err
-	})
+	r.registerQueueMetrics()
 	if cfg.Admission.FastWait > 0 {
 		if r.Waker, err = admission.NewWaker(ctx, r.Redis, r.Gate); err != nil {
 			return err
@@ -303,6 +302,24 @@ func GateOptions(cfg config.Config) admission.Options {
 		Limits:        limits,
 		Groups:        groups,
 	}
+}
+
+// registerQueueMetrics exposes the pools' permits and queues, each
+// tenant's backlog in them, and the tiers' weights, which the fairness
+// rules divide each tenant's service by.
+func (r *Runtime) registerQueueMetrics() {
+	r.Metrics.RegisterPools(r.Gate.Pools(), func(ctx context.Context, pool string) (metrics.PoolStats, error) {
+		st, err := r.Gate.QueueStats(ctx, pool)
+		return metrics.PoolStats{InUse: st.InUse, Limit: st.Limit, Waiting: st.Waiting, OldestWait: st.OldestWait, Backlog: st.Backlog()}, err
+	})
+	r.Metrics.RegisterTierWeights(func() map[string]int {
+		tiers := r.Policy.Current().Limits.Tiers
+		weights := make(map[string]int, len(tiers))
+		for name, t := range tiers {
+			weights[name] = t.Weight
+		}
+		return weights
+	})
 }
 
 // longestWait is the longest any tier may wait in the queue.

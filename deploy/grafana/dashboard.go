@@ -61,9 +61,13 @@ type Annotation struct {
 	Name, Expr, Title, Color string
 }
 
-// rate is the window rate() and friends use; Grafana widens
-// $__rate_interval to at least four scrape intervals.
-const rate = "[$__rate_interval]"
+// rateWindow is the window rate() and friends use, and rate its range
+// selector; Grafana widens $__rate_interval to at least four scrape
+// intervals.
+const (
+	rateWindow = "$__rate_interval"
+	rate       = "[" + rateWindow + "]"
+)
 
 func quantile(q, by, metric, selector string) string {
 	return fmt.Sprintf("histogram_quantile(%s, sum by (%sle) (rate(%s_bucket%s%s)))", q, by, metric, selector, rate)
@@ -73,6 +77,37 @@ func quantile(q, by, metric, selector string) string {
 // healer's signal, and the alert rules' (deploy/prometheus).
 var tailRatio = quantile("0.99", "pool, ", "sluice_stage_duration_seconds", `{stage="llm_first_token"}`) +
 	" / " + quantile("0.5", "pool, ", "sluice_stage_duration_seconds", `{stage="llm_first_token"}`)
+
+// TenantService is each tenant's service in each pool over window: the
+// tokens it was served per second, prompt and completion alike, divided by
+// its tier's weight, the admission queue's own measure (a request is
+// charged its tokens and tenants share by weight). The "_other" bucket is
+// many tenants, not one, and is left out. The recording rule
+// tenant_pool:sluice_tenant_service:rate5m is this over 5m.
+func TenantService(window string) string {
+	return `sum by (tenant, pool) (sum by (tenant, pool, tier) (rate(sluice_tenant_llm_tokens_total{tenant!="_other"}[` + window +
+		`])) / on (tier) group_left () max by (tier) (sluice_tier_weight))`
+}
+
+// TenantBacklogged is the tenants with a backlog in a pool at every
+// scrape over window, valued at their least backlog (every instance reads
+// the same queues, hence max by): tenant_pool:sluice_tenant_backlogged:min5m
+// over 5m.
+func TenantBacklogged(window string) string {
+	return `max by (tenant, pool) (min_over_time(sluice_tenant_backlog{tenant!="_other"}[` + window + `])) > 0`
+}
+
+// BackloggedService is service's series of the tenants backlogged says,
+// and 0 for a backlogged tenant never served.
+func BackloggedService(service, backlogged string) string {
+	return service + " and on (tenant, pool) " + backlogged + " or on (tenant, pool) 0 * " + backlogged
+}
+
+// ServiceDifference is, per pool, the most less the least of the backlogged
+// tenants' service: how far from fair sharing the queue is (VTC's measure).
+func ServiceDifference(backloggedService string) string {
+	return "max by (pool) (" + backloggedService + ") - min by (pool) (" + backloggedService + ")"
+}
 
 // Rows are the dashboard's panels, top to bottom.
 var Rows = []Row{
@@ -126,6 +161,20 @@ var Rows = []Row{
 		{Title: "Queue wait P99 by tier", Unit: "s", Width: 6,
 			Description: "99th percentile of the admission wait per pool and tier (sluice_admission_wait_seconds).",
 			Targets:     []Target{{quantile("0.99", "pool, tier, ", "sluice_admission_wait_seconds", ""), "{{pool}} {{tier}}"}}},
+	}},
+	{Title: "Tenants", Panels: []Panel{
+		{Title: "Service per tenant and its difference", Unit: "short", Width: 16,
+			Description: "Tokens per second each tenant is served in each pool, divided by its tier's weight (what fair queuing shares), and per pool the " +
+				"difference between the most and the least served of the tenants backlogged for the whole interval: near 0 when the queue is fair. " +
+				"Only tenants with series of their own (metrics.tenant_series, backlogged first) are drawn.",
+			Targets: []Target{
+				{TenantService(rateWindow), "{{tenant}} {{pool}}"},
+				{ServiceDifference(BackloggedService(TenantService(rateWindow), "("+TenantBacklogged(rateWindow)+")")), "difference {{pool}}"},
+			}},
+		{Title: "Backlog per tenant", Unit: "short", Width: 8,
+			Description: "Requests of each tenant waiting for a free permit, per pool (entries parked behind the tier's max_concurrent excepted); " +
+				"_other sums the tenants without series of their own.",
+			Targets: []Target{{`max by (tenant, pool) (sluice_tenant_backlog)`, "{{tenant}} {{pool}}"}}},
 	}},
 	{Title: "Caches", Panels: []Panel{
 		{Title: "Cache hit ratio per tier", Unit: "percentunit", Width: 12,
@@ -225,7 +274,7 @@ func build() (dashboard.Dashboard, error) {
 	ds := datasource()
 	b := dashboard.NewDashboardBuilder("Sluice").
 		Uid(UID).
-		Description("Sluice's requests, stages, admission queues, caches, healing and Temporal workers. Generated from deploy/grafana/dashboard.go.").
+		Description("Sluice's requests, stages, admission queues, tenants' service, caches, healing and Temporal workers. Generated from deploy/grafana/dashboard.go.").
 		Tags([]string{"sluice", "temporal"}).
 		Refresh("30s").
 		Time("now-1h", "now").

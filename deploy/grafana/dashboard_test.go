@@ -189,6 +189,9 @@ func TestQueriesReadExportedSeries(t *testing.T) {
 func sluiceSeries(t *testing.T) map[string]bool {
 	t.Helper()
 	m := metrics.New(nil)
+	m.TrackTenants(1)
+	m.TenantServed(metrics.TenantService{Tenant: "a", Pool: "short", Tier: "free", PromptTokens: 1})
+	m.RegisterTierWeights(func() map[string]int { return map[string]int{"free": 2} })
 	m.ObserveRequest(metrics.Request{Route: "short", Outcome: "done", Tier: "free", PromptTokens: 1, CompletionTokens: 1,
 		Timings: []events.StageTiming{{Stage: "admission", Ms: 1}, {Stage: "llm_first_token", Ms: 1}}})
 	m.RateLimit("tenant", false)
@@ -197,7 +200,9 @@ func sluiceSeries(t *testing.T) map[string]bool {
 	m.HealingAlert("short", "warn")
 	m.HealingAction("short", "set_permits")
 	m.HealingLevel("short", 1, time.Minute)
-	m.RegisterPools([]string{"short"}, func(context.Context, string) (metrics.PoolStats, error) { return metrics.PoolStats{}, nil })
+	m.RegisterPools([]string{"short"}, func(context.Context, string) (metrics.PoolStats, error) {
+		return metrics.PoolStats{Backlog: map[string]int{"a": 1}}, nil
+	})
 	m.RegisterCache("answer", func() metrics.CacheStats { return metrics.CacheStats{} })
 	m.RegisterBackends(func() []metrics.Circuit { return []metrics.Circuit{{Pool: "short", Endpoint: "x"}} })
 	m.RegisterDependency("redis", func(context.Context) error { return nil })
@@ -215,7 +220,7 @@ func sluiceSeries(t *testing.T) map[string]bool {
 			}
 		}
 	}
-	for _, want := range []string{"sluice_requests_total", "sluice_ttft_seconds_bucket", "sluice_dependency_up"} {
+	for _, want := range []string{"sluice_requests_total", "sluice_ttft_seconds_bucket", "sluice_dependency_up", "sluice_tenant_backlog"} {
 		if !known[want] {
 			t.Fatalf("the registry lacks %s: sluiceSeries does not register everything", want)
 		}

@@ -760,6 +760,10 @@ func TestQueueStats(t *testing.T) {
 	if st.InUse != 2 || st.Waiting != 3 || !maps.Equal(st.ByTenant, map[string]int{"a": 2, "b": 1}) {
 		t.Fatalf("stats %+v", st)
 	}
+	if !maps.Equal(st.HeldByTenant, map[string]int{"h": 2}) || len(st.ParkedByTenant) != 0 || !maps.Equal(st.Backlog(), st.ByTenant) {
+		t.Fatalf("held %v, parked %v, backlog %v: want h's 2 permits, nobody parked, the whole queue backlogged",
+			st.HeldByTenant, st.ParkedByTenant, st.Backlog())
+	}
 	if st.OldestWait < 25*time.Millisecond || st.OldestWait > 5*time.Second {
 		t.Fatalf("oldest wait %v, want about 30ms", st.OldestWait)
 	}

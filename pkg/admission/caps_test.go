@@ -47,6 +47,28 @@ func assertHeld(t *testing.T, g *Gate, held map[string]int, parked int) {
 	if backlog != st.Waiting-parked {
 		t.Fatalf("backlog %d, want %d waiting less %d parked", backlog, st.Waiting, parked)
 	}
+	// Per tenant, as the metrics read it: a parked tenant's whole queue is
+	// parked, and the rest is its backlog, which adds up to the pool's.
+	sum := 0
+	for tenant, n := range st.ParkedByTenant {
+		sum += n
+		if n != st.ByTenant[tenant] {
+			t.Fatalf("tenant %s: %d parked of %d queued, want all", tenant, n, st.ByTenant[tenant])
+		}
+	}
+	if sum != parked {
+		t.Fatalf("parked by tenant %v, want %d in all", st.ParkedByTenant, parked)
+	}
+	sum = 0
+	for tenant, n := range st.Backlog() {
+		sum += n
+		if st.ParkedByTenant[tenant] != 0 || n != st.ByTenant[tenant] {
+			t.Fatalf("tenant %s: backlog %d of %d queued, %d parked", tenant, n, st.ByTenant[tenant], st.ParkedByTenant[tenant])
+		}
+	}
+	if sum != backlog {
+		t.Fatalf("backlog by tenant %v, want %d in all", st.Backlog(), backlog)
+	}
 }
 
 // A tenant at its cap is passed by without losing its place: others are

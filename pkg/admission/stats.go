@@ -99,6 +99,9 @@ type QueueStats struct {
 	// HeldByTenant is each tenant's permits (those granted before tenants
 	// were counted excepted); tenants with none are absent.
 	HeldByTenant map[string]int
+	// ParkedByTenant is each parked tenant's entries: all of its queue,
+	// held back while its first entry waits for one of its own permits.
+	ParkedByTenant map[string]int
 	// OldestWait is how long the longest-waiting entry has been queued
 	// (since its last restore, for a restored one); 0 when nobody waits.
 	OldestWait time.Duration
@@ -115,24 +118,59 @@ func (g *Gate) QueueStats(ctx context.Context, pool string) (QueueStats, error) 
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("read queue stats of pool %s: %w", pool, err)
 	}
+	// The reply is a head of 7, then three runs of tenant, count pairs:
+	// the first two after their lengths, the last to the end.
 	const head = 7
-	if len(raw) < head || len(raw)%2 != 1 || toInt(raw[6]) < 0 || head+int(toInt(raw[6])) > len(raw) {
+	depth, held, ok := sections(raw, head)
+	if !ok {
 		return QueueStats{}, fmt.Errorf("read queue stats of pool %s: malformed reply %v", pool, raw)
 	}
-	depth := head + int(toInt(raw[6]))
 	s := QueueStats{
-		Limit:        int(toInt(raw[0])),
-		InUse:        int(toInt(raw[1])),
-		Waiting:      int(toInt(raw[2])),
-		MeanHold:     time.Duration(toInt(raw[3])) * time.Millisecond,
-		Parked:       int(toInt(raw[5])),
-		ByTenant:     pairs(raw[head:depth]),
-		HeldByTenant: pairs(raw[depth:]),
+		Limit:          int(toInt(raw[0])),
+		InUse:          int(toInt(raw[1])),
+		Waiting:        int(toInt(raw[2])),
+		MeanHold:       time.Duration(toInt(raw[3])) * time.Millisecond,
+		Parked:         int(toInt(raw[5])),
+		ByTenant:       pairs(raw[head:depth]),
+		HeldByTenant:   pairs(raw[depth+1 : held]),
+		ParkedByTenant: pairs(raw[held:]),
 	}
 	if age := toInt(raw[4]); age > 0 {
 		s.OldestWait = time.Duration(age) * time.Millisecond
 	}
 	return s, nil
+}
+
+// sections finds where the depth pairs of a stats reply end (at the held
+// pairs' length) and where the held pairs end (the parked pairs begin).
+func sections(raw []any, head int) (depthEnd, heldEnd int, ok bool) {
+	if len(raw) < head+1 {
+		return 0, 0, false
+	}
+	n := int(toInt(raw[head-1]))
+	depthEnd = head + n
+	if n < 0 || n%2 != 0 || depthEnd >= len(raw) {
+		return 0, 0, false
+	}
+	m := int(toInt(raw[depthEnd]))
+	heldEnd = depthEnd + 1 + m
+	if m < 0 || m%2 != 0 || heldEnd > len(raw) || (len(raw)-heldEnd)%2 != 0 {
+		return 0, 0, false
+	}
+	return depthEnd, heldEnd, true
+}
+
+// Backlog is each tenant's entries that wait for a free permit: its queue
+// unless it is parked behind its own cap (Gate.Backlog, per tenant).
+// Tenants with none are absent.
+func (s QueueStats) Backlog() map[string]int {
+	out := make(map[string]int, len(s.ByTenant))
+	for tenant, n := range s.ByTenant {
+		if n -= s.ParkedByTenant[tenant]; n > 0 {
+			out[tenant] = n
+		}
+	}
+	return out
 }
 
 // pairs reads a flat tenant, count, ... reply.

@@ -173,6 +173,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"key_unknown_scope.yaml":                `auth.api_keys[0].scopes: unknown scope "root" (want one of chat,ingest,admin)`,
 		"admin_key_both.yaml":                   "auth.admin_key_sha256: set at most one of admin_key and admin_key_sha256",
 		"metrics_addr.yaml":                     `metrics.addr: must be host:port, got "9090"`,
+		"metrics_tenant_series.yaml":            "metrics.tenant_series: must be between 0 (off) and 1000, got 5000",
 		"kb_memory_too_small.yaml":              "retrieval.kb_memory_bytes: must be at least 1048576 (1 MiB), got 65536",
 		"ban_zero_threshold.yaml":               "limits.ban.threshold: must be > 0, got 0",
 		"ban_subsecond_window.yaml":             "limits.ban.window: must be at least 1s, got 500ms",

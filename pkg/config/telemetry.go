@@ -19,7 +19,18 @@ type Metrics struct {
 	// sees the last few slots. LatencyRetention is how long slots are kept.
 	LatencySlot      time.Duration `yaml:"latency_slot"`
 	LatencyRetention time.Duration `yaml:"latency_retention"`
+	// TenantSeries bounds the per-tenant service and backlog series
+	// (sluice_tenant_*): at most this many tenants have series of their
+	// own in each process, tenants with a backlog first, and the rest are
+	// counted as tenant "_other". 0 turns the per-tenant series off.
+	// Prometheus keeps about 4 series per tenant, pool and tier.
+	TenantSeries int `yaml:"tenant_series"`
 }
+
+// maxTenantSeries caps metrics.tenant_series: beyond it a scrape carries
+// tens of thousands of series, and the fairness panel is unreadable long
+// before.
+const maxTenantSeries = 1000
 
 // Log configures log/slog output.
 type Log struct {
@@ -28,7 +39,7 @@ type Log struct {
 }
 
 func defaultMetrics() Metrics {
-	return Metrics{WorkerAddr: "127.0.0.1:9091", LatencySlot: 10 * time.Second, LatencyRetention: 5 * time.Minute}
+	return Metrics{WorkerAddr: "127.0.0.1:9091", LatencySlot: 10 * time.Second, LatencyRetention: 5 * time.Minute, TenantSeries: 20}
 }
 
 func defaultLog() Log {
@@ -42,6 +53,9 @@ func (m Metrics) validate(v *validator) {
 	v.duration("metrics.latency_slot", m.LatencySlot)
 	if m.LatencyRetention < m.LatencySlot {
 		v.add("metrics.latency_retention", "must be at least metrics.latency_slot (%s), got %s", m.LatencySlot, m.LatencyRetention)
+	}
+	if m.TenantSeries < 0 || m.TenantSeries > maxTenantSeries {
+		v.add("metrics.tenant_series", "must be between 0 (off) and %d, got %d", maxTenantSeries, m.TenantSeries)
 	}
 }
 

@@ -3,8 +3,10 @@
 // permits per pool, cache tiers, the LLM backends' circuit breakers, and
 // the Temporal SDK's own metrics, tokens, queue waits, the healer's
 // levels and actions, and whether Redis and Temporal answer. Labels
-// never name a tenant or a user: their number is unbounded, and a per-tenant
-// view belongs in logs and the Temporal UI's search attributes.
+// never name a user, and name a tenant only in the per-tenant service and
+// backlog series (tenants.go), which hold a bounded number of tenants and
+// stay off the public port; any other per-tenant view belongs in logs and
+// the Temporal UI's search attributes.
 package metrics
 
 import (
@@ -49,6 +51,8 @@ type Metrics struct {
 	bans         *prometheus.CounterVec
 	banned       *prometheus.CounterVec
 	connsRefused *prometheus.CounterVec
+	// tenants is nil unless TrackTenants turned the per-tenant series on.
+	tenants      *tenants
 	logger       *slog.Logger
 	scrapeBudget time.Duration
 }
@@ -246,16 +250,19 @@ type PoolStats struct {
 	InUse, Limit, Waiting int
 	// OldestWait is how long the longest-waiting request has queued.
 	OldestWait time.Duration
+	// Backlog is each tenant's requests that wait for a free permit
+	// (admission.QueueStats.Backlog), for the per-tenant series.
+	Backlog map[string]int
 }
 
 // RegisterPools exposes each pool's permits and queue, read when scraped
 // (bounded by a short timeout, so a slow Redis makes a scrape miss the
-// gauges, not hang).
+// gauges, not hang), and with TrackTenants each tenant's backlog.
 func (m *Metrics) RegisterPools(pools []string, stats func(ctx context.Context, pool string) (PoolStats, error)) {
 	if m == nil {
 		return
 	}
-	m.reg.MustRegister(&poolCollector{pools: pools, stats: stats, budget: m.scrapeBudget, logger: m.logger})
+	m.reg.MustRegister(&poolCollector{pools: pools, stats: stats, budget: m.scrapeBudget, logger: m.logger, tenants: m.tenants})
 }
 
 var (
@@ -270,7 +277,9 @@ type poolCollector struct {
 	stats  func(ctx context.Context, pool string) (PoolStats, error)
 	budget time.Duration
 	logger *slog.Logger
-	last   snapshot
+	// tenants, if not nil, takes the tenants' backlogs.
+	tenants *tenants
+	last    snapshot
 }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -278,6 +287,9 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- limitDesc
 	ch <- waitingDesc
 	ch <- oldestDesc
+	if c.tenants != nil {
+		ch <- tenantBacklogDesc
+	}
 }
 
 // Collect reads every pool's state from Redis; scrapes within snapshotTTL
@@ -287,6 +299,7 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) { c.last.collect(ch
 func (c *poolCollector) read(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.budget)
 	defer cancel()
+	backlogs := map[string]map[string]int{}
 	for _, pool := range c.pools {
 		st, err := c.stats(ctx, pool)
 		if err != nil {
@@ -297,6 +310,11 @@ func (c *poolCollector) read(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(st.Limit), pool)
 		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(st.Waiting), pool)
 		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, st.OldestWait.Seconds(), pool)
+		backlogs[pool] = st.Backlog
+	}
+	if c.tenants != nil {
+		// The same read as the pool's gauges: no more Redis work per scrape.
+		c.tenants.backlog(backlogs, ch)
 	}
 }
 

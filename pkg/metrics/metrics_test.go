@@ -203,6 +203,9 @@ func TestNilMetricsDoNothing(t *testing.T) {
 	m.RegisterDependency("redis", nil)
 	m.HealingLevel("short", 1, time.Minute)
 	m.HealingAction("short", "shed")
+	m.TrackTenants(5)
+	m.TenantServed(TenantService{Tenant: "a", Pool: "short", PromptTokens: 1})
+	m.RegisterTierWeights(nil)
 	m.TemporalHandler().Counter("c").Inc(1)
 }
 

@@ -27,11 +27,14 @@ import (
 // stack is the running system under test, shared by the package's tests,
 // which run one at a time because they share the pools' permits.
 var stack struct {
-	cfg      config.Config
-	baseURL  string
-	temporal client.Client
-	redis    *redis.Client
-	gate     *admission.Gate
+	cfg     config.Config
+	baseURL string
+	// metricsURL is the API's /metrics on metrics.addr, off the public
+	// port: the one that has the series naming tenants.
+	metricsURL string
+	temporal   client.Client
+	redis      *redis.Client
+	gate       *admission.Gate
 	// sim is the LLM simulator behind both pools; its Stats show what
 	// Sluice sends it.
 	sim *llmsim.Server
@@ -102,6 +105,11 @@ func run(m *testing.M) (int, error) {
 	cfg.Pools.Long.MaxConcurrency = 4
 	cfg.Pools.Shared.MaxConcurrency = 4
 	cfg.Log.Level = "warn"
+	metricsPort, err := testenv.FreePort()
+	if err != nil {
+		return 0, err
+	}
+	cfg.Metrics.Addr = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	// Answers of the anonymous tenant's it-cached, and of two tenants'
 	// kbs of one name (each its own).
 	cfg.AnswerCache.KBs = []string{"anonymous/it-cached", "it-acme/it-faq", "it-globex/it-faq"}
@@ -148,6 +156,7 @@ func run(m *testing.M) (int, error) {
 		return 0, err
 	}
 	stack.baseURL = api.URL
+	stack.metricsURL = "http://" + cfg.Metrics.Addr + "/metrics"
 
 	stack.temporal = ts.Client()
 	stack.redis = redis.NewClient(&redis.Options{Addr: rds.Addr})

@@ -80,10 +80,10 @@ func TestTemporalSDKMetricsOnAWorkerRun(t *testing.T) {
 	}
 }
 
-// scrape is the API's /metrics page.
+// scrape is the API's /metrics page, on metrics.addr.
 func scrape(t *testing.T) string {
 	t.Helper()
-	resp, err := http.Get(stack.baseURL + "/metrics")
+	resp, err := http.Get(stack.metricsURL)
 	if err != nil {
 		t.Fatal(err)
 	}
