@@ -180,32 +180,46 @@ func (h *healer) poll(ctx workflow.Context) {
 	}
 }
 
-// classify says how bad a pool is: "critical", "warn" or "" (healthy).
-func (h *healer) classify(ph activities.PoolHealth) (string, string) {
+// classify says how bad a pool is: "critical", "warn" or "" (healthy),
+// why, and whether the pool is starved: critical for its queue (depth,
+// queue timeouts) while its backends' tail is not, so that it lacks
+// permits rather than has too many.
+func (h *healer) classify(ph activities.PoolHealth) (string, string, bool) {
 	tail := ph.Samples >= h.set.MinSamples
 	switch {
 	case tail && h.set.CriticalP99 > 0 && ph.P99Ms > float64(h.set.CriticalP99.Milliseconds()):
-		return "critical", fmt.Sprintf("P99 %.0f ms > %s (P50 %.0f ms, %d samples)", ph.P99Ms, h.set.CriticalP99, ph.P50Ms, ph.Samples)
+		return "critical", fmt.Sprintf("P99 %.0f ms > %s (P50 %.0f ms, %d samples)", ph.P99Ms, h.set.CriticalP99, ph.P50Ms, ph.Samples), false
 	case tail && ph.Ratio > h.set.CriticalRatio:
-		return "critical", fmt.Sprintf("P99/P50 %.1f > %.1f (P50 %.0f ms, P99 %.0f ms, %d samples)", ph.Ratio, h.set.CriticalRatio, ph.P50Ms, ph.P99Ms, ph.Samples)
+		return "critical", fmt.Sprintf("P99/P50 %.1f > %.1f (P50 %.0f ms, P99 %.0f ms, %d samples)", ph.Ratio, h.set.CriticalRatio, ph.P50Ms, ph.P99Ms, ph.Samples), false
 	case ph.QueueDepth > h.set.CriticalQueueDepth:
-		return "critical", fmt.Sprintf("queue depth %d > %d", ph.QueueDepth, h.set.CriticalQueueDepth)
+		return "critical", fmt.Sprintf("queue depth %d > %d", ph.QueueDepth, h.set.CriticalQueueDepth), true
 	case ph.Requests > 0 && ph.TimeoutRate > h.set.CriticalTimeoutRate:
-		return "critical", fmt.Sprintf("queue timeout rate %.1f%% > %.1f%%", 100*ph.TimeoutRate, 100*h.set.CriticalTimeoutRate)
+		return "critical", fmt.Sprintf("queue timeout rate %.1f%% > %.1f%%", 100*ph.TimeoutRate, 100*h.set.CriticalTimeoutRate), true
 	case ph.Endpoints > 0 && ph.Ejected >= ph.Endpoints:
 		// Requests fail fast with backend_unavailable; more replicas are
 		// what brings the pool back.
-		return "critical", fmt.Sprintf("all %d backends ejected by their circuit breakers", ph.Endpoints)
+		return "critical", fmt.Sprintf("all %d backends ejected by their circuit breakers", ph.Endpoints), false
 	case tail && ph.Ratio > h.set.WarnRatio:
-		return "warn", fmt.Sprintf("P99/P50 %.1f > %.1f", ph.Ratio, h.set.WarnRatio)
+		return "warn", fmt.Sprintf("P99/P50 %.1f > %.1f", ph.Ratio, h.set.WarnRatio), false
 	case ph.KVCacheUsage > h.set.WarnKVCache:
-		return "warn", fmt.Sprintf("KV cache %.0f%% > %.0f%%", 100*ph.KVCacheUsage, 100*h.set.WarnKVCache)
+		return "warn", fmt.Sprintf("KV cache %.0f%% > %.0f%%", 100*ph.KVCacheUsage, 100*h.set.WarnKVCache), false
 	case ph.Ejected > 0:
 		// The others take its share; worth a look, not yet an action.
-		return "warn", fmt.Sprintf("%d of %d backends ejected by their circuit breakers", ph.Ejected, ph.Endpoints)
+		return "warn", fmt.Sprintf("%d of %d backends ejected by their circuit breakers", ph.Ejected, ph.Endpoints), false
 	}
-	return "", "healthy"
+	return "", "healthy", false
 }
+
+// spares says whether the healer must spare pool p the cut a level would
+// make to its own capacity: p is starved (classify), and cutting it would
+// answer its starvation by starving it further. Runs that began before
+// this rule (no version marker) cut as they did.
+func (h *healer) spares(ctx workflow.Context, p *PoolState) bool {
+	return p.Starved && workflow.GetVersion(ctx, versionSpareStarved, workflow.DefaultVersion, 1) >= 1
+}
+
+// versionSpareStarved marks the change that spares starved pools.
+const versionSpareStarved = "spare-starved-pools"
 
 var alertRank = map[string]int{"": 0, "warn": 1, "critical": 2}
 
@@ -215,7 +229,7 @@ var alertRank = map[string]int{"": 0, "warn": 1, "critical": 2}
 // holds its level, which is the hysteresis between the two thresholds.
 func (h *healer) decide(ctx workflow.Context, i int, ph activities.PoolHealth) {
 	p := &h.st.Pools[i]
-	state, why := h.classify(ph)
+	state, why, starved := h.classify(ph)
 	if alertRank[state] > alertRank[p.Alert] {
 		h.exec(ctx, actAlert, activities.AlertInput{Pool: p.Pool, Level: state, Message: why, Health: ph}, nil)
 	}
@@ -232,6 +246,7 @@ func (h *healer) decide(ctx workflow.Context, i int, ph activities.PoolHealth) {
 	cooled := p.LastChange.IsZero() || now.Sub(p.LastChange) >= h.set.Cooldown
 	switch {
 	case state == "critical" && cooled && p.Level < maxLevel:
+		p.Starved = starved
 		h.step(ctx, i, p.Level+1, why)
 	case state == "critical" && cooled && p.Level == LevelShed:
 		// At the top, shedding is what is left to do, once per cool-down.
@@ -302,6 +317,12 @@ func (h *healer) enter(ctx workflow.Context, i, level int, why string) bool {
 	b := h.bounds(p.Pool)
 	switch level {
 	case LevelShrink:
+		if h.spares(ctx, p) {
+			// Fewer permits or a smaller batch would lengthen the queue
+			// that made it critical; the next levels add capacity or shed.
+			h.record(ctx, Decision{Pool: p.Pool, From: p.Level, To: level, Action: actSetPermits, Reason: "skipped: the pool is starved (" + why + "), not its backends"})
+			return true
+		}
 		permits := h.permits(i, i, level)
 		if !h.act(ctx, p, level, actSetPermits, activities.SetPermitsInput{Pool: p.Pool, Permits: permits, Reason: why}, nil) {
 			return false
@@ -318,6 +339,12 @@ func (h *healer) enter(ctx workflow.Context, i, level int, why string) bool {
 		}
 		return true
 	case LevelThrottle:
+		if p.Pool == request.PoolLong && h.spares(ctx, p) {
+			// Throttling long requests would charge the starved pool's own
+			// requests more and cap its permits.
+			h.record(ctx, Decision{Pool: p.Pool, From: p.Level, To: level, Action: actThrottleLong, Reason: "skipped: the long pool is starved (" + why + ")"})
+			return true
+		}
 		if !h.act(ctx, p, level, actThrottleLong, activities.ThrottleLongInput{CostFactor: max(h.set.LongCostFactor, 1), Reason: why}, nil) {
 			return false
 		}

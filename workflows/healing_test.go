@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,6 +45,8 @@ type healRun struct {
 	t      *testing.T
 	env    *testsuite.TestWorkflowEnvironment
 	script []activities.PoolHealth
+	// long, if set, is the long pool's health poll by poll (else healthy).
+	long []activities.PoolHealth
 
 	mu    sync.Mutex
 	polls int
@@ -66,9 +69,12 @@ func newHealRun(t *testing.T, script ...activities.PoolHealth) *healRun {
 		if r.polls < len(r.script) {
 			ph = r.script[r.polls]
 		}
+		long := healthy
+		if r.polls < len(r.long) {
+			long = r.long[r.polls]
+		}
 		r.polls++
 		ph.Pool = "short"
-		long := healthy
 		long.Pool = "long"
 		return activities.HealthOutput{Pools: []activities.PoolHealth{ph, long}}, nil
 	})
@@ -499,4 +505,32 @@ func TestHealingStopStepsBackAndEnds(t *testing.T) {
 	st2 := r.run(set)
 	require.False(t, st2.Stopping)
 	require.Equal(t, LevelShed, shortLevel(st2), "healing went on after the cancelled stop")
+}
+
+// A pool critical for its queue (timeouts, depth) while its backends' tail
+// is fine is starved: the healer never cuts its permits, batch or (for the
+// long pool) throttles it; it goes on to what adds capacity or sheds. The
+// same pool critical for its tail is shrunk as before.
+func TestHealingSparesAStarvedPool(t *testing.T) {
+	starved := healthy
+	starved.Requests, starved.Timeouts, starved.TimeoutRate = 100, 72, 0.72
+	r := newHealRun(t, repeat(healthy, 5)...)
+	r.long = repeat(starved, 5)
+	st := r.run(healingSettings())
+	require.Equal(t, []string{"Alert long/critical", "Shed long", "Shed long"}, r.actions())
+	require.Equal(t, LevelShed, st.Pools[1].Level)
+	require.Equal(t, 4, st.Pools[1].Permits, "the starved pool kept its permits")
+	var skipped []string
+	for _, d := range st.Decisions {
+		if strings.HasPrefix(d.Reason, "skipped") {
+			skipped = append(skipped, d.Action)
+		}
+	}
+	require.Contains(t, skipped, actSetPermits)
+	require.Contains(t, skipped, actThrottleLong)
+
+	tail := newHealRun(t, repeat(healthy, 1)...)
+	tail.long = repeat(critical, 1)
+	tail.run(healingSettings())
+	require.Equal(t, []string{"Alert long/critical", "SetPermits long=2"}, tail.actions())
 }

@@ -129,6 +129,9 @@ type PoolState struct {
 	Hold int `json:",omitempty"`
 	// SteppedBack: the pool's last level change was a step back.
 	SteppedBack bool `json:",omitempty"`
+	// Starved: the pool's last escalation was for its queue, not its
+	// backends' tail; the healer does not cut its capacity (spares).
+	Starved bool `json:",omitempty"`
 }
 
 // Decision is one thing the healer did or tried.

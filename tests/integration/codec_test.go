@@ -39,6 +39,7 @@ func startEncryptedStack(t *testing.T) string {
 	cfg := stack.cfg
 	cfg.Temporal.TaskQueue = "sluice-encrypted"
 	cfg.Redis.KeyPrefix = "itenc:"
+	cfg.Metrics.Addr = "" // the package stack's API holds its port
 	cfg.Auth.AdminKey = codecAdminKey
 	cfg.Codec = codecTestConfig()
 	// Its worker starts a healer of its own (named by the task queue), so

@@ -38,6 +38,7 @@ func startTracedStack(t *testing.T) *tracedStack {
 	cfg := stack.cfg
 	cfg.Temporal.TaskQueue = "sluice-traced"
 	cfg.Redis.KeyPrefix = "ittr:"
+	cfg.Metrics.Addr = "" // the package stack's API holds its port
 	cfg.Log.Level = "info"
 	logger := slog.New(slog.NewJSONHandler(ts.log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	// The wiring reads the provider while it builds the process.
