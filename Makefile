@@ -16,7 +16,7 @@ HELM_VERSION := v3.22.0
 HELM         := $(BIN)/helm
 export SLUICE_TEST_HELM_BIN := $(HELM)
 
-SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput
+SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput pools
 
 .PHONY: all build test test-short chaos proxy bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal helm need need-test need-cluster clean
 
@@ -115,7 +115,7 @@ bench-go: need
 bench-overhead: need $(TEMPORAL) build
 	$(BIN)/sluice-bench overhead -temporal $(TEMPORAL) -n 200 -report tests/load/report/overhead.md
 
-bench-limiter bench-reject bench-wakeup bench-burst bench-waiters: bench-%: need $(TEMPORAL) build
+bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-pools: bench-%: need $(TEMPORAL) build
 	$(BIN)/sluice-bench $* -temporal $(TEMPORAL) -report tests/load/report/$*.md
 
 bench-heal bench-goodput: bench-%: need $(TEMPORAL) build

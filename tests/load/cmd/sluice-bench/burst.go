@@ -102,8 +102,6 @@ const burstTier = "burst"
 // routing threshold.
 var longQuery = strings.Repeat("Explain how weighted fair queuing shares one pool of permits between tenants. ", 30)
 
-// permits are both pools' permits; the simulator is sized to them.
-func (b *burstScenario) permits() int { return b.shortPerms + b.longPerms }
 
 func (b *burstScenario) stacks() ([]stackOptions, error) {
 	b.keys = tenantKeys(burstTier, b.tenants)
@@ -319,7 +317,7 @@ func (b *burstScenario) report(r *report) error {
 	if b.ramp > 0 {
 		ramp = fmt.Sprintf("starts spread over %v", b.ramp)
 	}
-	r.header(fmt.Sprintf("%d concurrent SSE clients from %d loopback addresses (POST /v1/chat, max_tokens %d, every %d-th query long), %s, %d tenants on a tier with the standard tier's weight and queue caps (max %d waiting per tenant, max_wait %v) and no rate limits; %d permits (short %d + long %d); api.max_starts_in_flight %d, admission.max_queue_depth %d; simulator time scale %g, %d sequences",
+	r.header(fmt.Sprintf("%d concurrent SSE clients from %d loopback addresses (POST /v1/chat, max_tokens %d, every %d-th query long), %s, %d tenants on a tier with the standard tier's weight and queue caps (max %d waiting per tenant, max_wait %v) and no rate limits; %d permits shared by the pools (short may hold %d, long %d); api.max_starts_in_flight %d, admission.max_queue_depth %d; simulator time scale %g, %d sequences",
 		b.clients, b.sourceAddresses(), b.maxTokens, b.longEvery, ramp, b.tenants, b.tier.MaxQueuePerTenant, b.maxWait, b.permits(), b.shortPerms, b.longPerms,
 		b.maxStarts, b.maxQueue, b.timeScale, b.permits()))
 	bad, hangs, fivexx := b.outcomeTable(r)

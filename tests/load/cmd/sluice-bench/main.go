@@ -22,6 +22,9 @@
 //	goodput   answers completed per second and TTFT against offered load,
 //	          closed and open loop, Sluice beside a bare workflow of its
 //	          shape; what a request costs Temporal, admitted or queued
+//	pools     two equal-weight tenants backlogged, one asking long
+//	          questions, one short, on pools that share the simulator and
+//	          on pools apart: token shares and TTFT where clients stand
 //	soak      make run's shape (API and worker as processes) at the
 //	          pool's capacity for 30 minutes: memory, goroutines and
 //	          workflow caches of every process level off, under the
@@ -71,6 +74,7 @@ var scenarios = map[string]struct {
 	"heal":     {"80% short / 20% long on one simulator, healing off then on: short P99/P50 over time", func() scenario { return &healScenario{} }},
 	"goodput":  {"goodput and TTFT against offered load, closed and open loop, Sluice vs a bare workflow", func() scenario { return &goodputScenario{} }},
 	"soak":     {"30 minutes at the pool's capacity: every process's memory, goroutines and workflow cache level off", func() scenario { return &soakScenario{} }},
+	"pools":    {"two equal tenants, one per pool, on make run's shared pools vs pools apart: token shares, TTFT", func() scenario { return &poolsScenario{} }},
 }
 
 func main() {

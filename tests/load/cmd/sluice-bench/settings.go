@@ -11,16 +11,18 @@ import (
 )
 
 // mixFlags are the stack's flags in the scenarios that send both pools'
-// traffic to one simulator: its speed and each pool's permits.
+// traffic to one simulator: its speed, each pool's permits and the budget
+// the two share (the pools name the same simulator, so they share one).
 type mixFlags struct {
-	timeScale             float64
-	shortPerms, longPerms int
+	timeScale                          float64
+	shortPerms, longPerms, sharedPerms int
 }
 
 func (m *mixFlags) define(fs *flag.FlagSet, shortPerms, longPerms int) {
 	fs.Float64Var(&m.timeScale, "time-scale", 1, "simulator time scale (1: real time)")
-	fs.IntVar(&m.shortPerms, "short-permits", shortPerms, "permits of the short pool")
-	fs.IntVar(&m.longPerms, "long-permits", longPerms, "permits of the long pool")
+	fs.IntVar(&m.shortPerms, "short-permits", shortPerms, "permits of the short pool: its cap on the shared budget")
+	fs.IntVar(&m.longPerms, "long-permits", longPerms, "permits of the long pool: its cap on the shared budget")
+	fs.IntVar(&m.sharedPerms, "shared-permits", 0, "pools.shared.max_concurrency: the permits both pools share (0: the larger pool's)")
 }
 
 func (m mixFlags) simulator(sim *llmsim.Config) { sim.TimeScale = m.timeScale }
@@ -28,6 +30,15 @@ func (m mixFlags) simulator(sim *llmsim.Config) { sim.TimeScale = m.timeScale }
 func (m mixFlags) configure(cfg *config.Config) {
 	cfg.Pools.Short.MaxConcurrency = m.shortPerms
 	cfg.Pools.Long.MaxConcurrency = m.longPerms
+	cfg.Pools.Shared.MaxConcurrency = m.sharedPerms
+}
+
+// permits is how many streams the pools admit at once: their shared
+// budget (both name the one simulator).
+func (m mixFlags) permits() int {
+	cfg := config.Default()
+	m.configure(&cfg)
+	return cfg.Pools.SharedLimit()
 }
 
 // tenantKeys are n API keys of tier, one tenant each, both named after

@@ -94,6 +94,9 @@ type chatResult struct {
 	// id is the request's workflow id; empty when none was started.
 	id     string
 	tokens int
+	// served is the done event's prompt plus completion tokens: what the
+	// request was served, as its tenant's share counts it.
+	served int
 	// ttft runs from the POST to the first token event (0: none came).
 	ttft time.Duration
 	// queued: the stream had a queue event, so the request waited for a
@@ -142,6 +145,10 @@ func readChat(ctx context.Context, hc *http.Client, baseURL, body string, header
 			r.kind = kindDone
 			if r.tokens == 0 {
 				r.kind = "done without tokens"
+			}
+			var d events.Done
+			if ev.Decode(&d) == nil {
+				r.served = d.Usage.PromptTokens + d.Usage.CompletionTokens
 			}
 			return r
 		case events.TypeRejected, events.TypeError:

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The report counts only what ended within the window, leaves cut
+// requests out, splits the heavy tenants' tokens and judges the goals.
+func TestPoolsReportCountsTheWindow(t *testing.T) {
+	start := time.Now()
+	run := &poolsRun{mode: "shared", winStart: start, winEnd: start.Add(time.Minute), results: map[string][]poolsResult{}, backlogged: map[string]int{}, simSeqs: 16, seenSim: 16}
+	in := start.Add(time.Second)
+	add := func(tenant, kind string, served int, ttft time.Duration, end time.Time) {
+		run.add(tenant, poolsResult{chatResult: chatResult{kind: kind, served: served, ttft: ttft}, end: end, total: 2 * ttft})
+	}
+	add("long", kindDone, 600, time.Second, in)
+	add("long", kindDone, 9999, time.Second, start.Add(-time.Second)) // warm-up: left out
+	add("long", "rejected queue_timeout", 0, 0, in)
+	add("short", kindDone, 300, 100*time.Millisecond, in)
+	add("short", kindDone, 300, 100*time.Millisecond, in)
+	add("short", kindHang, 0, 0, in) // cut at the window's end
+	add("probe", kindDone, 100, 2*time.Second, in)
+	long, short := run.summary("long"), run.summary("short")
+	if long.ended != 2 || long.answers != 1 || long.timeouts != 1 || long.served != 600 {
+		t.Fatalf("long %+v", long)
+	}
+	if short.ended != 2 || short.served != 600 {
+		t.Fatalf("short %+v", short)
+	}
+	p := &poolsScenario{runs: []*poolsRun{run}}
+	r := &report{name: "pools"}
+	p.goals(r, run)
+	text := strings.Join(r.lines, "\n")
+	for _, want := range []string{"50.0% / 50.0% (goal within 10 points) — met", "TTFT p99: 2000.0 ms (goal <= 1000.0 ms) — MISSED"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("goals\n%s\nwant a line with %q", text, want)
+		}
+	}
+}
