@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -99,6 +100,10 @@ type chatResult struct {
 	served int
 	// ttft runs from the POST to the first token event (0: none came).
 	ttft time.Duration
+	// admitted runs from the POST to the first stage after admission
+	// (retrieval, or the LLM call): the wait at the door and in the queue,
+	// and the stages before them (0: never admitted).
+	admitted time.Duration
 	// queued: the stream had a queue event, so the request waited for a
 	// permit.
 	queued bool
@@ -136,6 +141,11 @@ func readChat(ctx context.Context, hc *http.Client, baseURL, body string, header
 		switch ev.Event {
 		case events.TypeQueue:
 			r.queued = true
+		case events.TypeStage:
+			var st events.Stage
+			if r.admitted == 0 && ev.Decode(&st) == nil && (st.Stage == request.StageRetrieval || st.Stage == request.StageLLM) {
+				r.admitted = time.Since(start)
+			}
 		case events.TypeToken:
 			if r.tokens == 0 {
 				r.ttft = time.Since(start)
