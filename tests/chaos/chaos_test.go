@@ -27,6 +27,7 @@ func TestChaos(t *testing.T) {
 	t.Run("backend-hang", testBackendFaults)
 	t.Run("clients-disconnect", testClientsDisconnect)
 	t.Run("client-stops-reading", testSlowReader)
+	t.Run("healing-off-after-restart", testHealingOffAcrossRestart)
 }
 
 // constTenant is a load whose every request is one tenant's.
