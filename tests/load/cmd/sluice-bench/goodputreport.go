@@ -226,15 +226,15 @@ func goodputGoals(steps []*goodputStep, closed []float64) []goal {
 	var out []goal
 	one, bare := find(1, sysSluice), find(1, sysBare)
 	if one != nil && bare != nil {
-		out = append(out, goal{"closed loop at P clients: Sluice's goodput / the bare workflow's",
+		out = append(out, newGoal("closed loop at P clients: Sluice's goodput / the bare workflow's",
 			fmt.Sprintf("%.2f/s / %.2f/s = %.2f×", one.goodput(), bare.goodput(), ratio(one.goodput(), bare.goodput())), ">= 0.8×",
-			one.goodput() >= 0.8*bare.goodput()})
+			one.goodput() >= 0.8*bare.goodput()))
 	}
 	for _, m := range closed {
 		if s := find(m, sysSluice); m > 1 && s != nil && one != nil {
-			out = append(out, goal{fmt.Sprintf("closed loop at %g× P clients: Sluice's goodput / its goodput at P clients", m),
+			out = append(out, newGoal(fmt.Sprintf("closed loop at %g× P clients: Sluice's goodput / its goodput at P clients", m),
 				fmt.Sprintf("%.2f/s / %.2f/s = %.2f×", s.goodput(), one.goodput(), ratio(s.goodput(), one.goodput())), ">= 0.9×",
-				s.goodput() >= 0.9*one.goodput()})
+				s.goodput() >= 0.9*one.goodput()))
 		}
 	}
 	return append(out, queueingGoal(steps))
@@ -269,12 +269,12 @@ func queueingGoal(steps []*goodputStep) goal {
 		}
 	}
 	if worst == nil {
-		return goal{what, fmt.Sprintf("not measured: no step with both kinds sampled (%d admitted at once)", once.n), want, false}
+		return newGoal(what, fmt.Sprintf("not measured: no step with both kinds sampled (%d admitted at once)", once.n), want, false)
 	}
 	// Three decimals: one request in a sample of 200 with a second timer
 	// is +0.005, and must not read as +1.00 beside a missed goal.
-	return goal{what, fmt.Sprintf("%s: %+.3f signals, %+.3f timers, %+.3f workflow tasks (%+.2f actions, %+.1f events)", worst.label(), w.sig, w.tim, w.wft, w.act, w.events),
-		want, w.sig <= 1 && w.tim <= 1 && w.wft <= 1}
+	return newGoal(what, fmt.Sprintf("%s: %+.3f signals, %+.3f timers, %+.3f workflow tasks (%+.2f actions, %+.1f events)", worst.label(), w.sig, w.tim, w.wft, w.act, w.events),
+		want, w.sig <= 1 && w.tim <= 1 && w.wft <= 1)
 }
 
 func ratio(a, b float64) float64 {

@@ -156,6 +156,9 @@ type healRun struct {
 	Decisions []workflows.Decision
 	Start     time.Time
 	Outcomes  map[string]int
+	// Clients is what each pool's clients saw: the verdict where they
+	// stand (healclient.go).
+	Clients map[string]*clientTally
 }
 
 // healMode names a mode by whether healing is on.
@@ -205,7 +208,7 @@ func (h *healScenario) longQuery() string {
 func (h *healScenario) drive(ctx context.Context, st *stack) error {
 	healing := st.cfg.Healing.Enabled
 	mode := healMode(healing)
-	run := &healRun{Mode: mode, Outcomes: map[string]int{}}
+	run := &healRun{Mode: mode, Outcomes: map[string]int{}, Clients: newClientTallies()}
 	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s, stack up; sending for %s\n", mode, h.duration)
 	// Clients still running when the load and its last sample are over
 	// are cut off: what they do then is not measured.
@@ -260,17 +263,19 @@ func (h *healScenario) send(ctx, clientCtx context.Context, st *stack, run *heal
 		}
 		// Every query differs: the simulator derives an answer's length
 		// from its prompt, and the answer cache must not answer it.
-		q, maxTokens := fmt.Sprintf("How does a token bucket refill (question %d)?", i), h.shortTokens
+		q, maxTokens, pool := fmt.Sprintf("How does a token bucket refill (question %d)?", i), h.shortTokens, request.PoolShort
 		if rng.Float64() < h.longShare {
-			q, maxTokens = fmt.Sprintf("Document %d. %s", i, longQ), h.longTokens
+			q, maxTokens, pool = fmt.Sprintf("Document %d. %s", i, longQ), h.longTokens, request.PoolLong
 		}
 		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, maxTokens)
 		wg.Add(1)
 		h.live.sent()
 		go func(key string) {
 			defer wg.Done()
-			kind := readChat(clientCtx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + key}).kind
+			res := readChat(clientCtx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + key})
+			kind := res.kind
 			h.live.ended(kind)
+			run.Clients[pool].add(res)
 			if kind == kindHang {
 				kind = "cut off at the end"
 			}
@@ -285,11 +290,15 @@ func (h *healScenario) send(ctx, clientCtx context.Context, st *stack, run *heal
 func (h *healScenario) report(r *report) error {
 	r.header(fmt.Sprintf("%.0f%% short / %.0f%% long, Poisson at %.1f req/s for %s, healing %s", 100-100*h.longShare, 100*h.longShare, h.rate, h.duration, h.modes))
 	v := healVerdicts(h.healOptions, h.runs)
+	for _, g := range clientVerdicts(h.runs) {
+		g.advisory = true
+		v = append(v, g)
+	}
 	if err := writeHealReport(h.healOptions, h.runs, v); err != nil {
 		return err
 	}
 	for _, g := range v {
-		r.goal(g.what, g.measured, g.want, g.met)
+		r.add(g)
 	}
 	// These goals are what make test asserts of the scenario.
 	r.strict = true
@@ -399,7 +408,7 @@ func healVerdicts(o healOptions, runs []*healRun) []goal {
 			// bursts, and in a collapse P50 rises with P99 (0.5–2 s), so
 			// the ratio falls although nothing is healed: the median is
 			// reported, the share of critical samples is what is asserted.
-			v = append(v, goal{"healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])), ">= 25%", share[r.Mode] >= 0.25})
+			v = append(v, newGoal("healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])), ">= 25%", share[r.Mode] >= 0.25))
 		case "on":
 			// The first sample below 2 after the pool went critical, counted
 			// in healer polls since the first critical sample.
@@ -424,13 +433,13 @@ func healVerdicts(o healOptions, runs []*healRun) []goal {
 			} else if firstPolls >= 0 {
 				measured = fmt.Sprintf("%d polls", firstPolls)
 			}
-			v = append(v, goal{"healing on: short P99/P50 above 5, then below 2", measured, fmt.Sprintf("within %d polls", o.boundPolls), critical && firstPolls >= 0 && firstPolls <= int64(o.boundPolls)})
+			v = append(v, newGoal("healing on: short P99/P50 above 5, then below 2", measured, fmt.Sprintf("within %d polls", o.boundPolls), critical && firstPolls >= 0 && firstPolls <= int64(o.boundPolls)))
 			// Stepping back while the load that needed the level is still
 			// there brings the tail back once (then the hold doubles), so
 			// the second half is compared with healing off, not with 0.
 			if off, ok := share["off"]; ok {
-				v = append(v, goal{"healing on: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])),
-					fmt.Sprintf("< healing off's %.0f%%", 100*off), share[r.Mode] < off})
+				v = append(v, newGoal("healing on: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])),
+					fmt.Sprintf("< healing off's %.0f%%", 100*off), share[r.Mode] < off))
 			}
 		}
 	}

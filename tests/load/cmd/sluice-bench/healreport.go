@@ -44,6 +44,8 @@ func writeHealReport(o healOptions, runs []*healRun, v []goal) error {
 	for _, g := range v {
 		fmt.Fprintf(&md, "- %s\n", g)
 	}
+	md.WriteString("\n## Where clients stand\n\nEach pool's clients, from the POST to the first token (waiting at the door and in the queue included); a request refused or timed out missed its SLO.\n\n")
+	md.WriteString(clientTable(runs))
 	csv.WriteString("mode,t_s,pool,count,p50_ms,p99_ms,ratio,level,polls\n")
 	for _, r := range runs {
 		fmt.Fprintf(&md, "\n## Healing %s\n\n", r.Mode)

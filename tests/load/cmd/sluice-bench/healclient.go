@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/request"
+)
+
+// The heal bench's verdict where the client stands: each pool's clients'
+// time to first token (from the POST, waiting included), their answers
+// within an SLO, and the queue timeouts — what the healer is for, rather
+// than a stage's tail after admission, which a healer that moves waiting
+// into the queue can improve while clients wait longer.
+
+// healSLO is the first-token SLO a pool's clients are judged by: the
+// short pool's interactive second (the SLO benchmark's interactive tier),
+// the long pool's minute (its batch tier).
+var healSLO = map[string]time.Duration{request.PoolShort: time.Second, request.PoolLong: time.Minute}
+
+// clientTally is one pool's clients in one mode.
+type clientTally struct {
+	mu                                 sync.Mutex
+	sent, answers, withinSLO, timeouts int
+	ttft                               []time.Duration
+	slo                                time.Duration
+}
+
+func newClientTallies() map[string]*clientTally {
+	out := map[string]*clientTally{}
+	for _, p := range healPools {
+		out[p] = &clientTally{slo: healSLO[p]}
+	}
+	return out
+}
+
+func (c *clientTally) add(res chatResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if res.kind == kindHang {
+		return // cut off at the end: not measured
+	}
+	c.sent++
+	switch res.kind {
+	case kindDone:
+		c.answers++
+		c.ttft = append(c.ttft, res.ttft)
+		if res.ttft <= c.slo {
+			c.withinSLO++
+		}
+	case "rejected queue_timeout":
+		c.timeouts++
+	}
+}
+
+// attainment is the share of the pool's requests answered with a first
+// token within the SLO; a refused or timed-out request missed it.
+func (c *clientTally) attainment() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sent == 0 {
+		return 0
+	}
+	return float64(c.withinSLO) / float64(c.sent)
+}
+
+// row is the pool's line of the client table.
+func (c *clientTally) row(mode, pool string) []string {
+	c.mu.Lock()
+	l := sorted(c.ttft)
+	sent, answers, timeouts := c.sent, c.answers, c.timeouts
+	c.mu.Unlock()
+	return []string{mode, pool, fmt.Sprint(sent), fmt.Sprint(answers), fmt.Sprint(timeouts),
+		durOrDash(l, 50), durOrDash(l, 99), fmt.Sprintf("%.1f%% (≤ %v)", 100*c.attainment(), c.slo)}
+}
+
+// clientTable writes every mode's client table to md.
+func clientTable(runs []*healRun) string {
+	out := "| mode | pool | requests | answers | queue_timeout | TTFT p50 | TTFT p99 | first token within SLO |\n|---|---|---:|---:|---:|---:|---:|---:|\n"
+	for _, r := range runs {
+		if r.Clients == nil {
+			continue
+		}
+		for _, p := range healPools {
+			cells := r.Clients[p].row(r.Mode, p)
+			line := "|"
+			for _, c := range cells {
+				line += " " + c + " |"
+			}
+			out += line + "\n"
+		}
+	}
+	return out
+}
+
+// clientVerdicts judge healing on against off where clients stand: the
+// short pool's TTFT p99 and SLO attainment, and neither pool's queue
+// timeouts grown — reported beside the stage goals, not asserted by make
+// test (clientGoals says why).
+func clientVerdicts(runs []*healRun) []goal {
+	by := map[string]*healRun{}
+	for _, r := range runs {
+		by[r.Mode] = r
+	}
+	off, on := by["off"], by["on"]
+	if off == nil || on == nil || off.Clients == nil || on.Clients == nil {
+		return nil
+	}
+	var v []goal
+	so, sn := off.Clients[request.PoolShort], on.Clients[request.PoolShort]
+	p99 := func(c *clientTally) time.Duration {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return sorted(c.ttft).at(99)
+	}
+	v = append(v, newGoal("clients: short pool TTFT p99, healing on vs off", fmt.Sprintf("%s vs %s", ms(p99(sn)), ms(p99(so))), "on < off", p99(sn) < p99(so)))
+	v = append(v, newGoal("clients: short pool first tokens within 1 s, healing on vs off", fmt.Sprintf("%.1f%% vs %.1f%%", 100*sn.attainment(), 100*so.attainment()), "on > off", sn.attainment() > so.attainment()))
+	for _, p := range healPools {
+		a, b := on.Clients[p], off.Clients[p]
+		v = append(v, newGoal(fmt.Sprintf("clients: %s pool queue timeouts, healing on vs off", p), fmt.Sprintf("%d vs %d", a.timeouts, b.timeouts), "on <= off", a.timeouts <= b.timeouts))
+	}
+	return v
+}
