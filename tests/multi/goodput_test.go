@@ -36,6 +36,7 @@ func TestGoodputClusterAgainstSingle(t *testing.T) {
 	if !goodputMode() {
 		t.Skip("a benchmark: SLUICE_MULTI_GOODPUT=1 (make bench-cluster)")
 	}
+	start := time.Now()
 	s := stackFor(t)
 	single := s.launchSingle(t)
 	const warmUp, window = 5 * time.Second, 20 * time.Second
@@ -62,6 +63,7 @@ func TestGoodputClusterAgainstSingle(t *testing.T) {
 	fmt.Fprintf(&b, "# Goodput: the cluster stack against `make run`'s shape\n\n")
 	fmt.Fprintf(&b, "`make bench-cluster` (`SLUICE_MULTI=1 SLUICE_MULTI_GOODPUT=1 go test -run TestGoodputClusterAgainstSingle -v ./tests/multi/`), %s, on one machine (%d CPUs): short pool %d permits, %d-token answers, closed loop, %s warm-up then %s measured, each system in turn on the same simulators.\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), goodputPermits, goodputTokens, warmUp, window)
+	b.WriteString(testenv.RunLine(start) + "\n\n")
 	fmt.Fprintf(&b, "| system | clients | answers/s | TTFT p50 | TTFT p99 | other outcomes |\n|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Fprintf(&b, "| %s | %d | %.1f | %d ms | %d ms | %s |\n", r.system, r.clients, r.m.perSecond, r.m.p50.Milliseconds(), r.m.p99.Milliseconds(), r.m.other)

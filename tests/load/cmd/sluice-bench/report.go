@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-dev/sluice/pkg/version"
+	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
 // report is what a scenario prints on stdout: a header (what ran, the
@@ -95,7 +95,7 @@ func (r *report) print() error {
 	if r.what != "" {
 		fmt.Fprintf(&b, "sluice-bench %s: %s\n", r.name, r.what)
 		fmt.Fprintf(&b, "command: %s\n", commandLine())
-		fmt.Fprintf(&b, "run: %s, sluice %s\n", startTime.UTC().Format("2006-01-02 15:04 MST"), version.Version)
+		b.WriteString(testenv.RunLine(startTime) + "\n")
 		fmt.Fprintf(&b, "machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, loadAverage())
 	}
 	for _, l := range r.lines {

@@ -1,0 +1,236 @@
+package docs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// maxCommitsBehind is how many commits touching what a report measures may
+// land after the tree it ran on before its figures count as stale. Most
+// commits leave a bench's figures where they were (docs, tests, other
+// packages), so only commits on the measured paths count; 150 of those is
+// days to weeks of work at this project's pace on the hot path: enough
+// change that the figures may no longer describe the code, yet not so
+// few that every refactor owes a 30-minute bench run. Past it, re-run the
+// report's command and commit the report (and the docs quoting it).
+const maxCommitsBehind = 150
+
+// scenario is a report under tests/load/report/ and what its figures
+// depend on.
+type scenario struct {
+	bench    string   // how the docs name it: make bench-<bench>, sluice-bench <bench>
+	report   string   // its file under tests/load/report/; "" if it writes none yet
+	command  string   // what measures it again
+	measures []string // the code it drives and the bench itself, from the root
+	// baseline, when set, says why the report keeps an earlier tree's
+	// figures on purpose (the "before" of a comparison): not checked
+	// for staleness, since re-running it would measure something else.
+	baseline string
+}
+
+// The paths a scenario measures: the request path it drives, then its
+// own code. A change anywhere else does not move its figures.
+var (
+	requestPath = []string{"api/", "door/", "workflows/", "activities/", "pkg/admission/", "pkg/waitroom/", "pkg/events/"}
+	benchCode   = "tests/load/cmd/sluice-bench/"
+)
+
+var scenarios = []scenario{
+	{bench: "overhead", report: "overhead.md", command: "make bench-overhead",
+		measures: append(slices.Clone(requestPath), benchCode+"overhead.go")},
+	{bench: "limiter", report: "limiter.md", command: "make bench-limiter",
+		measures: []string{"pkg/limiter/", benchCode + "limiter.go"}},
+	{bench: "reject", report: "reject.md", command: "make bench-reject",
+		measures: []string{"api/", "door/", "pkg/limiter/", benchCode + "reject.go", benchCode + "wrk.go"}},
+	{bench: "wakeup", report: "wakeup.md", command: "make bench-wakeup",
+		measures: []string{"pkg/admission/", "activities/admit.go", "workflows/", "worker/", benchCode + "wakeup.go", benchCode + "holders.go"}},
+	{bench: "burst", report: "burst.md", command: "make bench-burst",
+		measures: append(slices.Clone(requestPath), "pkg/limiter/", benchCode+"burst.go")},
+	{bench: "waiters", command: "make bench-waiters"},
+	{bench: "heal", report: "heal.md", command: "make bench-heal",
+		measures: []string{"workflows/", "activities/", "worker/", "pkg/latency/", "pkg/scaler/", "pkg/admission/", benchCode + "heal.go", benchCode + "healreport.go", benchCode + "healstatus.go"}},
+	{bench: "goodput", report: "goodput.md", command: "make bench-goodput",
+		measures: append(slices.Clone(requestPath), benchCode+"goodput.go", benchCode+"goodputload.go", benchCode+"goodputhist.go")},
+	{bench: "goodput", report: "goodput-before.md", command: "make bench-goodput",
+		baseline: "the tree before the waiting changes (commit ef33dae), the before column of docs/performance.md's goodput table"},
+	{bench: "soak", report: "soak.md", command: "make bench-soak",
+		measures: append(slices.Clone(requestPath), "app/", "worker/", benchCode+"soak.go", benchCode+"soaksample.go")},
+	{bench: "cluster", report: "cluster-goodput.md", command: "make bench-cluster",
+		measures: append(slices.Clone(requestPath), "worker/", "tests/multi/goodput_test.go", "tests/multi/cpu_test.go")},
+	{report: "chaos.md", command: "make chaos",
+		measures: append(slices.Clone(requestPath), "worker/", "pkg/backend/", "pkg/limiter/", "tests/chaos/")},
+}
+
+// readFromRoot reads a file by its path from the root.
+func readFromRoot(p string) (string, error) {
+	raw, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(p)))
+	return string(raw), err
+}
+
+// TestQuotedFiguresAppearInTheirReports: every number in a paragraph,
+// list item or table row that links a bench report is in that report
+// (the convention in docs/testing.md).
+func TestQuotedFiguresAppearInTheirReports(t *testing.T) {
+	checked := 0
+	for _, file := range markdownFiles(t) {
+		name, _ := filepath.Rel(root, file)
+		name = filepath.ToSlash(name)
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range units(string(raw), filepath.Dir(name)) {
+			if len(reportLinks(u.text, filepath.Dir(name)))+len(u.caption) > 0 {
+				checked++
+			}
+		}
+		for _, p := range checkQuotes(name, string(raw), readFromRoot) {
+			t.Error(p)
+		}
+	}
+	// The docs quote a dozen reports in many places: far fewer checked
+	// units means the parser no longer sees the links.
+	if checked < 30 {
+		t.Errorf("only %d units link a report; the convention's parser no longer finds them", checked)
+	}
+}
+
+// TestBenchFiguresLinkAReport: a unit that names a bench and quotes a
+// figure with a bench's unit links the report the figure comes from.
+func TestBenchFiguresLinkAReport(t *testing.T) {
+	benches := map[string]string{}
+	for _, s := range scenarios {
+		switch {
+		case s.bench == "" || benches[s.bench] != "":
+		case s.report == "":
+			benches[s.bench] = "it writes none yet: run " + s.command + " and commit its report"
+		default:
+			benches[s.bench] = reportDir + "/" + s.report
+		}
+	}
+	for _, file := range markdownFiles(t) {
+		name, _ := filepath.Rel(root, file)
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range checkUnlinked(filepath.ToSlash(name), string(raw), benches) {
+			t.Error(p)
+		}
+	}
+}
+
+// TestEveryReportHasAScenario: each report in tests/load/report/ has an
+// entry above (so its measured paths are declared) and a run line; each
+// entry's report and paths exist; every make bench scenario is known, so
+// that TestBenchFiguresLinkAReport sees its name.
+func TestEveryReportHasAScenario(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(root, reportDir, "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, s := range scenarios {
+		if s.report == "" {
+			continue
+		}
+		known[s.report] = true
+		text, err := readFromRoot(reportDir + "/" + s.report)
+		if err != nil {
+			t.Errorf("scenario %s: %v", s.command, err)
+			continue
+		}
+		if _, err := parseRun(text); err != nil {
+			t.Errorf("%s/%s: %v", reportDir, s.report, err)
+		}
+		for _, p := range s.measures {
+			if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+				t.Errorf("%s/%s measures %s, which does not exist", reportDir, s.report, p)
+			}
+		}
+		if len(s.measures) == 0 && s.baseline == "" {
+			t.Errorf("%s/%s: no measured paths", reportDir, s.report)
+		}
+	}
+	for _, f := range files {
+		if !known[filepath.Base(f)] {
+			t.Errorf("%s/%s has no entry in scenarios (tests/docs/figures_test.go): say what it measures", reportDir, filepath.Base(f))
+		}
+	}
+	makefile, err := readFromRoot("Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^SCENARIOS\s*:=(.*)$`).FindStringSubmatch(makefile)
+	if m == nil {
+		t.Fatal("Makefile: no SCENARIOS line")
+	}
+	for _, name := range strings.Fields(m[1]) {
+		if !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.bench == name }) {
+			t.Errorf("make bench-%s has no entry in scenarios", name)
+		}
+	}
+}
+
+// freshness checks a report (name, its text) of scenario s against
+// repo's HEAD: how many commits on s's measured paths came after its run,
+// and the problem when that is more than max ("" when it is not);
+// errNoHistory when git cannot tell.
+func freshness(repo, name, text string, s scenario, max int) (behind int, problem string, err error) {
+	r, err := parseRun(text)
+	if err != nil {
+		return 0, name + ": " + err.Error(), nil
+	}
+	n, err := commitsSince(repo, r.rev, s.measures)
+	switch {
+	case errors.Is(err, errNoHistory):
+		return 0, "", fmt.Errorf("%s: %w", name, err)
+	case err != nil:
+		return 0, fmt.Sprintf("%s: ran at %s: %v", name, r.rev, err), nil
+	case n > max:
+		return n, fmt.Sprintf("%s ran at %s (%s); %d commits since touch what it measures (%s), more than %d: re-run %s and commit the report and the docs quoting it",
+			name, r.rev, r.date.Format(time.DateOnly), n, strings.Join(s.measures, " "), max, s.command), nil
+	}
+	return n, "", nil
+}
+
+// TestReportsAreFresh: no report ran more than maxCommitsBehind commits
+// on its measured paths before HEAD. Skipped without git history (a
+// shallow clone), unless SLUICE_TEST_FULL_CLONE is set, as .ci/run does:
+// there the check must run.
+func TestReportsAreFresh(t *testing.T) {
+	var missing []string
+	for _, s := range scenarios {
+		if s.report == "" || s.baseline != "" {
+			continue
+		}
+		name := reportDir + "/" + s.report
+		text, err := readFromRoot(name)
+		if err != nil {
+			continue // TestEveryReportHasAScenario says so
+		}
+		behind, problem, err := freshness(root, name, text, s, maxCommitsBehind)
+		switch {
+		case err != nil:
+			missing = append(missing, err.Error())
+		case problem != "":
+			t.Error(problem)
+		default:
+			t.Logf("%s: %d commits on its measured paths since it ran", name, behind)
+		}
+	}
+	if len(missing) > 0 {
+		msg := "cannot count commits since the reports ran:\n" + strings.Join(missing, "\n")
+		if os.Getenv("SLUICE_TEST_FULL_CLONE") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg + "\n(a full clone runs this check; CI sets SLUICE_TEST_FULL_CLONE)")
+	}
+}
