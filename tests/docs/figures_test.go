@@ -64,6 +64,8 @@ var scenarios = []scenario{
 		measures: append(slices.Clone(requestPath), "app/", "worker/", benchCode+"soak.go", benchCode+"soaksample.go")},
 	{bench: "cluster", report: "cluster-goodput.md", command: "make bench-cluster",
 		measures: append(slices.Clone(requestPath), "worker/", "tests/multi/goodput_test.go", "tests/multi/cpu_test.go")},
+	{bench: "pools", report: "pools.md", command: "make bench-pools",
+		measures: append(slices.Clone(requestPath), "pkg/config/pools.go", benchCode+"pools.go", benchCode+"poolsreport.go")},
 	{report: "chaos.md", command: "make chaos",
 		measures: append(slices.Clone(requestPath), "worker/", "pkg/backend/", "pkg/limiter/", "tests/chaos/")},
 }
