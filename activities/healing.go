@@ -114,7 +114,8 @@ func (h *Healing) ReadHealth(ctx context.Context, in HealthInput) (HealthOutput,
 		}
 		ph := PoolHealth{Pool: name}
 		stats, err := h.Latency.Snapshots(ctx, in.Window,
-			latency.Series(in.Stage, name), latency.Series("requests", name), latency.Series("queue_timeouts", name))
+			latency.Series(in.Stage, name), latency.Series("requests", name), latency.Series("queue_timeouts", name),
+			latency.Series(request.SeriesTTFT, name))
 		if err != nil {
 			return HealthOutput{}, fmt.Errorf("read health of pool %s: %w", name, err)
 		}
@@ -124,6 +125,7 @@ func (h *Healing) ReadHealth(ctx context.Context, in HealthInput) (HealthOutput,
 		ph.P99Ms = float64(tail.P99) / float64(time.Millisecond)
 		ph.Ratio = tail.TailRatio()
 		ph.Requests, ph.Timeouts = stats[1].Added, stats[2].Added
+		ph.TTFTSamples, ph.TTFTP99Ms = stats[3].Count, float64(stats[3].P99)/float64(time.Millisecond)
 		if ph.Requests > 0 {
 			ph.TimeoutRate = float64(ph.Timeouts) / float64(ph.Requests)
 		}

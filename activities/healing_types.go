@@ -39,6 +39,11 @@ type PoolHealth struct {
 	// them have their circuit open, as the worker that read the health
 	// sees them (each worker keeps its own breakers).
 	Endpoints, Ejected int
+	// TTFTSamples and TTFTP99Ms are the window's first tokens as clients
+	// wait for them (the ttft stage: from the request, admission
+	// included), whatever Stage the healer watches.
+	TTFTSamples int64   `json:",omitempty"`
+	TTFTP99Ms   float64 `json:",omitempty"`
 }
 
 // HealthOutput holds every pool's health, in the order asked.

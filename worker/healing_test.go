@@ -20,7 +20,7 @@ import (
 
 func TestHealingSettingsFromConfig(t *testing.T) {
 	cfg := config.Default()
-	cfg.Pools.Short.Healing = config.PoolHealing{MinPermits: 2, BaseBatch: 16, MinBatch: 4}
+	cfg.Pools.Short.Healing = config.PoolHealing{MinPermits: 2, BaseBatch: 16, MinBatch: 4, TTFTSLO: 2 * time.Second}
 	cfg.Pools.Short.Scaler = config.Scaler{Kind: config.ScalerSimulator, URL: "http://sim:8090", BaseReplicas: 1, MaxReplicas: 4, Timeout: time.Second}
 	cfg.Pools.Long.Scaler.MaxReplicas = 9 // ignored: kind none
 	s := settings.Healing(cfg)
@@ -30,8 +30,8 @@ func TestHealingSettingsFromConfig(t *testing.T) {
 		t.Fatalf("settings %+v", s)
 	}
 	want := []workflows.PoolBounds{
-		{Pool: "short", BasePermits: 16, MinPermits: 2, BaseBatch: 16, MinBatch: 4, BaseReplicas: 1, MaxReplicas: 4},
-		{Pool: "long", BasePermits: 12, MinPermits: 1, BaseReplicas: 1},
+		{Pool: "short", BasePermits: 16, MinPermits: 2, BaseBatch: 16, MinBatch: 4, BaseReplicas: 1, MaxReplicas: 4, TTFTSLO: 2 * time.Second},
+		{Pool: "long", BasePermits: 12, MinPermits: 1, BaseReplicas: 1, TTFTSLO: time.Minute},
 	}
 	if len(s.Pools) != 2 || s.Pools[0] != want[0] || s.Pools[1] != want[1] {
 		t.Fatalf("pools %+v, want %+v", s.Pools, want)

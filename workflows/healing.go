@@ -181,34 +181,60 @@ func (h *healer) poll(ctx workflow.Context) {
 }
 
 // classify says how bad a pool is: "critical", "warn" or "" (healthy),
-// why, and whether the pool is starved: critical for its queue (depth,
-// queue timeouts) while its backends' tail is not, so that it lacks
-// permits rather than has too many.
-func (h *healer) classify(ph activities.PoolHealth) (string, string, bool) {
+// why, and the cause of a critical: causeTail (its backends' tail),
+// causeQueue (depth or queue timeouts while the tail is not critical: the
+// pool is starved, it lacks permits rather than has too many) or
+// causeBackends (every circuit open).
+func (h *healer) classify(ph activities.PoolHealth) (string, string, string) {
 	tail := ph.Samples >= h.set.MinSamples
 	switch {
 	case tail && h.set.CriticalP99 > 0 && ph.P99Ms > float64(h.set.CriticalP99.Milliseconds()):
-		return "critical", fmt.Sprintf("P99 %.0f ms > %s (P50 %.0f ms, %d samples)", ph.P99Ms, h.set.CriticalP99, ph.P50Ms, ph.Samples), false
+		return "critical", fmt.Sprintf("P99 %.0f ms > %s (P50 %.0f ms, %d samples)", ph.P99Ms, h.set.CriticalP99, ph.P50Ms, ph.Samples), causeTail
 	case tail && ph.Ratio > h.set.CriticalRatio:
-		return "critical", fmt.Sprintf("P99/P50 %.1f > %.1f (P50 %.0f ms, P99 %.0f ms, %d samples)", ph.Ratio, h.set.CriticalRatio, ph.P50Ms, ph.P99Ms, ph.Samples), false
+		return "critical", fmt.Sprintf("P99/P50 %.1f > %.1f (P50 %.0f ms, P99 %.0f ms, %d samples)", ph.Ratio, h.set.CriticalRatio, ph.P50Ms, ph.P99Ms, ph.Samples), causeTail
 	case ph.QueueDepth > h.set.CriticalQueueDepth:
-		return "critical", fmt.Sprintf("queue depth %d > %d", ph.QueueDepth, h.set.CriticalQueueDepth), true
+		return "critical", fmt.Sprintf("queue depth %d > %d", ph.QueueDepth, h.set.CriticalQueueDepth), causeQueue
 	case ph.Requests > 0 && ph.TimeoutRate > h.set.CriticalTimeoutRate:
-		return "critical", fmt.Sprintf("queue timeout rate %.1f%% > %.1f%%", 100*ph.TimeoutRate, 100*h.set.CriticalTimeoutRate), true
+		return "critical", fmt.Sprintf("queue timeout rate %.1f%% > %.1f%%", 100*ph.TimeoutRate, 100*h.set.CriticalTimeoutRate), causeQueue
 	case ph.Endpoints > 0 && ph.Ejected >= ph.Endpoints:
 		// Requests fail fast with backend_unavailable; more replicas are
 		// what brings the pool back.
-		return "critical", fmt.Sprintf("all %d backends ejected by their circuit breakers", ph.Endpoints), false
+		return "critical", fmt.Sprintf("all %d backends ejected by their circuit breakers", ph.Endpoints), causeBackends
 	case tail && ph.Ratio > h.set.WarnRatio:
-		return "warn", fmt.Sprintf("P99/P50 %.1f > %.1f", ph.Ratio, h.set.WarnRatio), false
+		return "warn", fmt.Sprintf("P99/P50 %.1f > %.1f", ph.Ratio, h.set.WarnRatio), ""
 	case ph.KVCacheUsage > h.set.WarnKVCache:
-		return "warn", fmt.Sprintf("KV cache %.0f%% > %.0f%%", 100*ph.KVCacheUsage, 100*h.set.WarnKVCache), false
+		return "warn", fmt.Sprintf("KV cache %.0f%% > %.0f%%", 100*ph.KVCacheUsage, 100*h.set.WarnKVCache), ""
 	case ph.Ejected > 0:
 		// The others take its share; worth a look, not yet an action.
-		return "warn", fmt.Sprintf("%d of %d backends ejected by their circuit breakers", ph.Ejected, ph.Endpoints), false
+		return "warn", fmt.Sprintf("%d of %d backends ejected by their circuit breakers", ph.Ejected, ph.Endpoints), ""
 	}
-	return "", "healthy", false
+	return "", "healthy", ""
 }
+
+// Causes of a critical pool (classify).
+const (
+	causeTail     = "tail"
+	causeQueue    = "queue"
+	causeBackends = "backends"
+)
+
+// clientsServed says whether pool p, critical for its backends' tail, is
+// serving its clients within their first-token promise all the same (its
+// TTFTSLO, against the P99 of the ttft series: from the request, the
+// queue included): then cutting it would cost other clients and give its
+// own nothing, and the healer holds. Runs that began before this rule (no
+// version marker) act on the tail alone.
+func (h *healer) clientsServed(ctx workflow.Context, p *PoolState, ph activities.PoolHealth, cause string) bool {
+	if workflow.GetVersion(ctx, versionClientSLO, workflow.DefaultVersion, 1) < 1 {
+		return false
+	}
+	slo := h.bounds(p.Pool).TTFTSLO
+	return cause == causeTail && slo > 0 && ph.TTFTSamples >= h.set.MinSamples && ph.TTFTP99Ms <= float64(slo.Milliseconds())
+}
+
+// versionClientSLO marks the change that holds a pool whose clients are
+// served within their first-token promise.
+const versionClientSLO = "heal-by-client-slo"
 
 // spares says whether the healer must spare pool p the cut a level would
 // make to its own capacity: p is starved (classify), and cutting it would
@@ -229,7 +255,10 @@ var alertRank = map[string]int{"": 0, "warn": 1, "critical": 2}
 // holds its level, which is the hysteresis between the two thresholds.
 func (h *healer) decide(ctx workflow.Context, i int, ph activities.PoolHealth) {
 	p := &h.st.Pools[i]
-	state, why, starved := h.classify(ph)
+	state, why, cause := h.classify(ph)
+	if state == "critical" && h.clientsServed(ctx, p, ph, cause) {
+		state, why = "warn", fmt.Sprintf("%s, but clients' TTFT P99 %.0f ms is within %s: holding", why, ph.TTFTP99Ms, h.bounds(p.Pool).TTFTSLO)
+	}
 	if alertRank[state] > alertRank[p.Alert] {
 		h.exec(ctx, actAlert, activities.AlertInput{Pool: p.Pool, Level: state, Message: why, Health: ph}, nil)
 	}
@@ -246,7 +275,7 @@ func (h *healer) decide(ctx workflow.Context, i int, ph activities.PoolHealth) {
 	cooled := p.LastChange.IsZero() || now.Sub(p.LastChange) >= h.set.Cooldown
 	switch {
 	case state == "critical" && cooled && p.Level < maxLevel:
-		p.Starved = starved
+		p.Starved = cause == causeQueue
 		h.step(ctx, i, p.Level+1, why)
 	case state == "critical" && cooled && p.Level == LevelShed:
 		// At the top, shedding is what is left to do, once per cool-down.

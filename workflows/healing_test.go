@@ -534,3 +534,24 @@ func TestHealingSparesAStarvedPool(t *testing.T) {
 	tail.run(healingSettings())
 	require.Equal(t, []string{"Alert long/critical", "SetPermits long=2"}, tail.actions())
 }
+
+// A pool critical for its backends' tail whose clients still get their
+// first tokens within its TTFT SLO (the P99 of the ttft series) is held,
+// not cut: cutting it would cost the long pool's clients and give its own
+// nothing. Past the SLO the healer acts as before.
+func TestHealingHoldsWhileClientsAreServed(t *testing.T) {
+	set := healingSettings()
+	set.Pools[0].TTFTSLO = time.Second
+	served := critical
+	served.TTFTSamples, served.TTFTP99Ms = 500, 800
+	r := newHealRun(t, repeat(served, 4)...)
+	st := r.run(set)
+	require.Equal(t, []string{"Alert short/warn"}, r.actions())
+	require.Equal(t, LevelNormal, shortLevel(st))
+
+	missed := critical
+	missed.TTFTSamples, missed.TTFTP99Ms = 500, 1500
+	r = newHealRun(t, missed)
+	r.run(set)
+	require.Equal(t, []string{"Alert short/critical", "SetPermits short=8", "SetBatch short=16"}, r.actions())
+}

@@ -96,6 +96,9 @@ type PoolBounds struct {
 	// BaseReplicas and MaxReplicas bound scaling (MaxReplicas 0: the pool
 	// has no scaler).
 	BaseReplicas, MaxReplicas int
+	// TTFTSLO is the pool's clients' first-token promise: a tail ratio
+	// does not make it critical while their P99 is within it (0: it does).
+	TTFTSLO time.Duration `json:",omitempty"`
 }
 
 // HealingState is what the healer remembers across polls and runs.

@@ -70,6 +70,12 @@ type PoolHealing struct {
 	BaseBatch int `yaml:"base_batch"`
 	// MinBatch is the smallest max_num_seqs shrinking sets.
 	MinBatch int `yaml:"min_batch"`
+	// TTFTSLO is the first-token time the pool's clients are promised,
+	// from their request to their first token, waiting included: while the
+	// P99 of that (the ttft stage) is within it, a tail ratio alone does
+	// not make the pool critical, as cutting it would cost other clients
+	// (the long pool's) and give its own nothing. 0: the ratio alone.
+	TTFTSLO time.Duration `yaml:"ttft_slo"`
 }
 
 func defaultHealing() Healing {
@@ -146,6 +152,9 @@ func (h Healing) validatePacing(v *validator) {
 // validate checks the healing bounds of the pool at YAML path pool, whose
 // max_concurrency is maxConcurrency.
 func (h PoolHealing) validate(v *validator, pool string, maxConcurrency int) {
+	if h.TTFTSLO < 0 {
+		v.add(pool+".healing.ttft_slo", "must not be negative, got %s", h.TTFTSLO)
+	}
 	if h.MinPermits < 1 || (maxConcurrency > 0 && h.MinPermits > maxConcurrency) {
 		v.add(pool+".healing.min_permits", "must be between 1 and %s.max_concurrency (%d), got %d", pool, maxConcurrency, h.MinPermits)
 	}

@@ -150,11 +150,12 @@ type LLM struct {
 // may borrow up to 12 of them, which leaves the short pool 4 that long
 // prompts cannot take (its first tokens stay quick however many long
 // ones wait), and the short pool may use all 16 when no long one waits.
+// The short pool's clients are promised a first token within a second
+// (interactive), the long pool's within a minute.
 func defaultPools() Pools {
-	return Pools{
-		Short: defaultPool(16, 512),
-		Long:  defaultPool(12, 8192),
-	}
+	short, long := defaultPool(16, 512), defaultPool(12, 8192)
+	short.Healing.TTFTSLO, long.Healing.TTFTSLO = time.Second, time.Minute
+	return Pools{Short: short, Long: long}
 }
 
 // defaultPool is a pool of the dev stack's one simulator, which serves

@@ -34,6 +34,9 @@ var oldSides = map[string][]string{
 	// run: the long pool's permits held, its requests timing out queued
 	// (100 %), a healthy tail; the healer shrank it (SetPermits long=2).
 	"spare-starved-pools": {"healing_starved_pool.json"},
+	// The same history: the healer's first critical poll reaches the
+	// check whatever made the pool critical.
+	"heal-by-client-slo": {"healing_starved_pool.json"},
 }
 
 // Every GetVersion branch in workflows/ has a listed history that replays

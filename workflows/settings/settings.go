@@ -68,7 +68,7 @@ func Healing(cfg config.Config) workflows.HealingSettings {
 		p := pools[name]
 		b := workflows.PoolBounds{
 			Pool: name, BasePermits: p.MaxConcurrency, MinPermits: p.Healing.MinPermits,
-			BaseBatch: p.Healing.BaseBatch, BaseReplicas: p.Scaler.BaseReplicas,
+			BaseBatch: p.Healing.BaseBatch, BaseReplicas: p.Scaler.BaseReplicas, TTFTSLO: p.Healing.TTFTSLO,
 		}
 		if b.BaseBatch > 0 {
 			b.MinBatch = p.Healing.MinBatch

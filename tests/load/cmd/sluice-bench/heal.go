@@ -104,6 +104,8 @@ type healerFlags struct {
 	costFactor                    float64
 	criticalP99, interval, window time.Duration
 	stage                         string
+	// shortSLO and longSLO are the pools' healing.ttft_slo.
+	shortSLO, longSLO time.Duration
 }
 
 func (f *healerFlags) define(fs *flag.FlagSet) {
@@ -114,6 +116,9 @@ func (f *healerFlags) define(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "interval", 2*time.Second, "healing.interval")
 	fs.DurationVar(&f.window, "window", 10*time.Second, "healing.window (= healing.cooldown)")
 	fs.IntVar(&f.healthyPolls, "healthy-polls", 10, "healing.healthy_polls: healthy polls in a row before a step back")
+	d := config.Default().Pools
+	fs.DurationVar(&f.shortSLO, "short-ttft-slo", d.Short.Healing.TTFTSLO, "pools.short.healing.ttft_slo: while the short pool's clients' TTFT P99 is within it, its tail alone does not make it critical (0: it does)")
+	fs.DurationVar(&f.longSLO, "long-ttft-slo", d.Long.Healing.TTFTSLO, "pools.long.healing.ttft_slo")
 }
 
 func (f healerFlags) configure(cfg *config.Config, healing bool) {
@@ -128,6 +133,7 @@ func (f healerFlags) configure(cfg *config.Config, healing bool) {
 	cfg.Healing.LongCostFactor = f.costFactor
 	cfg.Healing.CriticalP99 = f.criticalP99
 	cfg.Healing.Stage = f.stage
+	cfg.Pools.Short.Healing.TTFTSLO, cfg.Pools.Long.Healing.TTFTSLO = f.shortSLO, f.longSLO
 }
 
 const healTier = "heal"

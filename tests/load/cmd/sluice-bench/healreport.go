@@ -36,10 +36,10 @@ func writeHealReport(o healOptions, runs []*healRun, v []goal) error {
 	fmt.Fprintf(&md, "Command: `%s`\n\n", commandLine())
 	fmt.Fprintf(&md, "Both pools send to one simulator (continuous batching, %d KV blocks of 16 tokens, max_num_seqs %d, prefill %s/token, time scale %g). "+
 		"Open loop, Poisson arrivals at %.1f req/s for %s (seed %d, the same in both modes): a share of %.2f is long (a ~%d-token query, max_tokens %d), the others short (max_tokens %d). "+
-		"Permits: short %d, long %d. Healer: interval %s, window and cool-down %s, min_samples %d, healthy_polls %d, short pool scaler up to %d simulator replicas, long cost factor %g, critical_p99 %s. "+
+		"Permits: short %d, long %d. Healer: interval %s, window and cool-down %s, min_samples %d, healthy_polls %d, short pool scaler up to %d simulator replicas, long cost factor %g, critical_p99 %s, first-token promise short %s / long %s. "+
 		"The bench samples each pool's llm_first_token P50/P99 every %s over the last %s from the shared latency window (independent of the healer's window).\n\n",
 		o.kvBlocks, o.maxNumSeqs, o.prefillPerTok, o.timeScale, o.rate, o.duration, o.seed, o.longShare, o.longRepeat*12, o.longTokens, o.shortTokens,
-		o.shortPerms, o.longPerms, o.interval, o.window, o.minSamples, o.healthyPolls, o.maxReplicas, o.costFactor, o.criticalP99, o.sampleEvery, o.sampleWindow)
+		o.shortPerms, o.longPerms, o.interval, o.window, o.minSamples, o.healthyPolls, o.maxReplicas, o.costFactor, o.criticalP99, o.shortSLO, o.longSLO, o.sampleEvery, o.sampleWindow)
 	md.WriteString("![short pool P99/P50 over time](heal.png)\n\n")
 	md.WriteString(healPlotCaption())
 	md.WriteString("## Verdicts\n\n")
