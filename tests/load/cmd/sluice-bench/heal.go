@@ -45,6 +45,11 @@ type healOptions struct {
 	minSamples                int64
 	boundPolls                int
 	modes, out                string
+	// judge is what the report asserts: "clients" (their TTFT, first
+	// tokens within the promise, queue timeouts, healing on vs off) or
+	// "stages" (the short pool's llm_first_token P99/P50); the other is
+	// reported beside it.
+	judge string
 }
 
 func (h *healScenario) flags(fs *flag.FlagSet) {
@@ -64,6 +69,7 @@ func (h *healScenario) flags(fs *flag.FlagSet) {
 	fs.IntVar(&h.boundPolls, "bound-polls", 30, "with healing on, the short pool's P99/P50 must fall below 2 within this many healer polls of going above 5")
 	fs.StringVar(&h.modes, "modes", "off,on", "modes to run, in order")
 	fs.StringVar(&h.out, "out", "tests/load/report", "directory of the report (heal.md, heal.csv, heal.png)")
+	fs.StringVar(&h.judge, "judge", "clients", "what the verdict asserts: clients (TTFT from the request, first tokens within the promise, queue timeouts) or stages (the short pool's llm_first_token P99/P50, which shows the healer acting)")
 }
 
 // healScenario is the heal benchmark: its flags and each mode's run.
@@ -177,6 +183,9 @@ func healMode(healing bool) string {
 
 // stacks are one fresh stack per mode, alike but for healing.
 func (h *healScenario) stacks() ([]stackOptions, error) {
+	if h.judge != "clients" && h.judge != "stages" {
+		return nil, fmt.Errorf("-judge: %q is neither clients nor stages", h.judge)
+	}
 	h.keys = tenantKeys(healTier, 4)
 	var stacks []stackOptions
 	for _, m := range strings.Split(h.modes, ",") {
@@ -295,10 +304,16 @@ func (h *healScenario) send(ctx, clientCtx context.Context, st *stack, run *heal
 
 func (h *healScenario) report(r *report) error {
 	r.header(fmt.Sprintf("%.0f%% short / %.0f%% long, Poisson at %.1f req/s for %s, healing %s", 100-100*h.longShare, 100*h.longShare, h.rate, h.duration, h.modes))
-	v := healVerdicts(h.healOptions, h.runs)
-	for _, g := range clientVerdicts(h.runs) {
-		g.advisory = true
-		v = append(v, g)
+	stages, clients := healVerdicts(h.healOptions, h.runs), clientVerdicts(h.runs)
+	for i := range stages {
+		stages[i].advisory = h.judge != "stages"
+	}
+	for i := range clients {
+		clients[i].advisory = h.judge == "stages"
+	}
+	v := append(clients, stages...)
+	if h.judge == "stages" {
+		v = append(stages, clients...)
 	}
 	if err := writeHealReport(h.healOptions, h.runs, v); err != nil {
 		return err

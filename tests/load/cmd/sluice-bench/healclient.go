@@ -94,10 +94,15 @@ func clientTable(runs []*healRun) string {
 	return out
 }
 
+// healNoise is how much worse a client measure of healing on may be than
+// off's and still count as no worse: the two modes see the same arrivals,
+// but a 2-core machine's scheduling moves a p99 by a few percent.
+const healNoise = 0.10
+
 // clientVerdicts judge healing on against off where clients stand: the
-// short pool's TTFT p99 and SLO attainment, and neither pool's queue
-// timeouts grown — reported beside the stage goals, not asserted by make
-// test (clientGoals says why).
+// short pool's clients are served no worse (TTFT p99, first tokens within
+// its promise), what protecting them costs the long pool's clients is
+// bounded, and neither pool's queue timeouts grow.
 func clientVerdicts(runs []*healRun) []goal {
 	by := map[string]*healRun{}
 	for _, r := range runs {
@@ -108,20 +113,28 @@ func clientVerdicts(runs []*healRun) []goal {
 		return nil
 	}
 	var v []goal
-	so, sn := off.Clients[request.PoolShort], on.Clients[request.PoolShort]
 	p99 := func(c *clientTally) time.Duration {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return sorted(c.ttft).at(99)
 	}
-	v = append(v, newGoal("clients: short pool TTFT p99, healing on vs off", fmt.Sprintf("%s vs %s", ms(p99(sn)), ms(p99(so))), "on <= off", p99(sn) <= p99(so)))
-	v = append(v, newGoal("clients: short pool first tokens within 1 s, healing on vs off", fmt.Sprintf("%.1f%% vs %.1f%%", 100*sn.attainment(), 100*so.attainment()), "on >= off", sn.attainment() >= so.attainment()))
-	// What the healer's cuts and throttling cost the long pool's clients.
-	lo, ln := off.Clients[request.PoolLong], on.Clients[request.PoolLong]
-	v = append(v, newGoal("clients: long pool TTFT p99, healing on vs off (the cost of protecting the short pool)", fmt.Sprintf("%s vs %s", ms(p99(ln)), ms(p99(lo))), "on <= off", p99(ln) <= p99(lo)))
+	noWorse := fmt.Sprintf("on <= off × %.1f", 1+healNoise)
 	for _, p := range healPools {
 		a, b := on.Clients[p], off.Clients[p]
-		v = append(v, newGoal(fmt.Sprintf("clients: %s pool queue timeouts, healing on vs off", p), fmt.Sprintf("%d vs %d", a.timeouts, b.timeouts), "on <= off", a.timeouts <= b.timeouts))
+		what := fmt.Sprintf("clients: %s pool TTFT p99, healing on vs off", p)
+		if p == request.PoolLong {
+			what += " (what protecting the short pool costs)"
+		}
+		v = append(v, newGoal(what, fmt.Sprintf("%s vs %s", ms(p99(a)), ms(p99(b))), noWorse,
+			float64(p99(a)) <= (1+healNoise)*float64(p99(b))))
+	}
+	sn, so := on.Clients[request.PoolShort], off.Clients[request.PoolShort]
+	v = append(v, newGoal(fmt.Sprintf("clients: short pool first tokens within %v, healing on vs off", sn.slo),
+		fmt.Sprintf("%.1f%% vs %.1f%%", 100*sn.attainment(), 100*so.attainment()), "on >= off - 2 points", sn.attainment() >= so.attainment()-0.02))
+	for _, p := range healPools {
+		a, b := on.Clients[p], off.Clients[p]
+		v = append(v, newGoal(fmt.Sprintf("clients: %s pool queue timeouts, healing on vs off", p), fmt.Sprintf("%d vs %d", a.timeouts, b.timeouts),
+			"on <= off + max(2, 10%)", a.timeouts <= b.timeouts+max(2, b.timeouts/10)))
 	}
 	return v
 }

@@ -46,3 +46,34 @@ func TestHealVerdicts(t *testing.T) {
 		t.Fatalf("verdicts %+v: want 'never critical' missed", v)
 	}
 }
+
+// The client verdicts compare healing on with off within the noise bound:
+// a long pool whose clients wait twice as long with healing on fails, the
+// same wait passes.
+func TestHealClientVerdicts(t *testing.T) {
+	run := func(mode string, longTTFT time.Duration) *healRun {
+		r := &healRun{Mode: mode, Clients: newClientTallies()}
+		for range 100 {
+			r.Clients["short"].add(chatResult{kind: kindDone, ttft: 300 * time.Millisecond})
+			r.Clients["long"].add(chatResult{kind: kindDone, ttft: longTTFT})
+		}
+		return r
+	}
+	verdict := func(runs ...*healRun) map[string]bool {
+		out := map[string]bool{}
+		for _, g := range clientVerdicts(runs) {
+			out[g.what] = g.met
+		}
+		return out
+	}
+	same := verdict(run("off", 3*time.Second), run("on", 3*time.Second))
+	for what, met := range same {
+		if !met {
+			t.Errorf("same measures, %q missed", what)
+		}
+	}
+	costly := verdict(run("off", 3*time.Second), run("on", 6*time.Second))
+	if costly["clients: long pool TTFT p99, healing on vs off (what protecting the short pool costs)"] {
+		t.Error("the long pool's clients waiting twice as long passed")
+	}
+}
