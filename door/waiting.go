@@ -40,7 +40,7 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 				return
 			}
 			waited := time.Since(a.arrived)
-			if maxWait-waited < d.queueWait(ctx, a.pool) {
+			if maxWait-waited < d.queueWait(ctx, a) {
 				// Too little of its wait is left to reach a permit through
 				// the pool's queue: a workflow started now would only time
 				// out there, spending Temporal what served requests need.
@@ -110,14 +110,24 @@ func (d *Door) started(w *waitroom.Waiter, a arrival, err error) {
 	w.Started(settled, startSettleMax)
 }
 
-// queueWait is the expected wait of a request joining pool's queue now,
-// at its tail.
-func (d *Door) queueWait(ctx context.Context, pool string) time.Duration {
-	st, err := d.poolStats(ctx, pool)
+// queueWait is the expected wait of a joining the pool's queue now: the
+// entries its place in the fair order puts ahead of it (not the whole
+// queue: a heavy tier's request goes ahead of a light tier's backlog),
+// turned over by the permits its pool's group shares.
+func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
+	st, err := d.poolStats(ctx, a.pool)
 	if err != nil {
 		return 0
 	}
-	return admission.EstimateWait(st.Waiting+1, st.Limit, st.MeanHold)
+	ahead, err := d.gate.Ahead(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.tokens))
+	if err != nil {
+		return 0
+	}
+	limit := st.Limit
+	if n := d.gate.GroupLimit(a.pool); n > 0 {
+		limit = n
+	}
+	return admission.EstimateWait(ahead+1, limit, st.MeanHold)
 }
 
 // maxWait is the request's whole wait for a permit, the door's share

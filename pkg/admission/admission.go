@@ -52,6 +52,8 @@ var (
 	statsLua string
 	//go:embed lua/shed.lua
 	shedLua string
+	//go:embed lua/ahead.lua
+	aheadLua string
 
 	// redis.Script runs EVALSHA and falls back to EVAL on NOSCRIPT, so a
 	// Redis restart or failover that drops the script cache is harmless.
@@ -61,6 +63,7 @@ var (
 	pumpScript    = redis.NewScript(libLua + pumpLua)
 	statsScript   = redis.NewScript(libLua + statsLua)
 	shedScript    = redis.NewScript(libLua + shedLua)
+	aheadScript   = redis.NewScript(libLua + aheadLua)
 )
 
 // Status is the outcome of asking for a permit.

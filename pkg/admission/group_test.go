@@ -357,3 +357,24 @@ func TestSettlementIsOnceAndNotBanked(t *testing.T) {
 	mustRelease(t, g, "a3")
 	assertNoQueueState(t, rdb, g)
 }
+
+// Ahead counts the entries a new request would wait behind: a heavy
+// tier's request is ahead of a light tier's backlog, a light one behind
+// it, and entries of the group's other pool count.
+func TestAheadCountsTheFairOrder(t *testing.T) {
+	g := newGroup(t, 1, 1, 1)
+	ctx := context.Background()
+	enqueueIn(t, g, "short", Request{ID: "hold", Tenant: "z"})
+	for i := range 6 {
+		pool := []string{"short", "long"}[i%2]
+		enqueueIn(t, g, pool, Request{ID: fmt.Sprintf("b%d", i), Tenant: "batch", Weight: 1, Cost: 1})
+	}
+	heavy, err := g.Ahead(ctx, "short", "vip", 5, 1)
+	if err != nil || heavy != 0 {
+		t.Fatalf("a weight-5 newcomer is behind %d (%v), want 0: its tag is before the backlog's first", heavy, err)
+	}
+	light, err := g.Ahead(ctx, "long", "batch", 1, 1)
+	if err != nil || light != 6 {
+		t.Fatalf("the batch tenant's next is behind %d (%v), want all 6 of its own, in both pools", light, err)
+	}
+}

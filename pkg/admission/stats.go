@@ -231,3 +231,24 @@ func (g *Gate) Reached(ctx context.Context, pool, requestID string) (bool, error
 	}
 	return queued.Err() == nil || held.Err() == nil || released.Val() > 0, nil
 }
+
+// Ahead returns how many requests queued in pool's group a new request of
+// tenant at weight and cost would wait behind in the fair order: a heavy
+// tier's request joins ahead of a light tier's backlog, so the queue's
+// depth overstates its wait. Cost 0 counts as 1, as Enqueue does.
+func (g *Gate) Ahead(ctx context.Context, pool, tenant string, weight int, cost float64) (int, error) {
+	if _, err := g.limit(pool); err != nil {
+		return 0, err
+	}
+	if cost == 0 {
+		cost = 1
+	}
+	if weight <= 0 || !(cost > 0) {
+		return 0, fmt.Errorf("entries ahead in pool %s: weight %d and cost %v must be > 0", pool, weight, cost)
+	}
+	n, err := aheadScript.Run(ctx, g.rdb, g.scriptKeys(pool), tenant, weight, strconv.FormatFloat(cost, 'g', -1, 64)).Int()
+	if err != nil {
+		return 0, fmt.Errorf("entries ahead in pool %s: %w", pool, err)
+	}
+	return n, nil
+}
