@@ -102,7 +102,6 @@ const burstTier = "burst"
 // routing threshold.
 var longQuery = strings.Repeat("Explain how weighted fair queuing shares one pool of permits between tenants. ", 30)
 
-
 func (b *burstScenario) stacks() ([]stackOptions, error) {
 	b.keys = tenantKeys(burstTier, b.tenants)
 	return []stackOptions{{

@@ -97,8 +97,9 @@ type chatResult struct {
 	// served is the done event's prompt plus completion tokens: what the
 	// request was served, as its tenant's share counts it.
 	served int
-	// ttft runs from the POST to the first token event (0: none came).
-	ttft time.Duration
+	// ttft runs from the POST to the first token event (0: none came),
+	// last to the last one: the answer's pace is what lies between.
+	ttft, last time.Duration
 	// queued: the stream had a queue event, so the request waited for a
 	// permit.
 	queued bool
@@ -137,8 +138,9 @@ func readChat(ctx context.Context, hc *http.Client, baseURL, body string, header
 		case events.TypeQueue:
 			r.queued = true
 		case events.TypeToken:
+			r.last = time.Since(start)
 			if r.tokens == 0 {
-				r.ttft = time.Since(start)
+				r.ttft = r.last
 			}
 			r.tokens++
 		case events.TypeDone:
