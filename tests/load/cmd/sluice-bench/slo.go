@@ -77,6 +77,7 @@ func modeName(m string) string {
 	return "FCFS (simulator)"
 }
 
+// sloScenario is the slo benchmark: its flags, then what it measured.
 type sloScenario struct {
 	loads, modes        string
 	interactive         float64
