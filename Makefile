@@ -16,7 +16,7 @@ HELM_VERSION := v3.22.0
 HELM         := $(BIN)/helm
 export SLUICE_TEST_HELM_BIN := $(HELM)
 
-SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput pools
+SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput pools slo
 
 .PHONY: all build test test-short chaos proxy bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal helm need need-test need-cluster clean
 
@@ -103,6 +103,9 @@ test-short: need
 # bench-goodput (~10 minutes) drives Sluice and the bare workflow closed
 # loop, then open loop, at rising load, and writes
 # tests/load/report/goodput.{md,csv,png}.
+# bench-slo (~12 minutes) drives an interactive and a batch tier at
+# 0.5×–2× the simulator's capacity through Sluice (healing off, then on)
+# and straight to the simulator (FCFS), and writes tests/load/report/slo.md.
 # bench-reject also drives the API with wrk when it is installed
 # (apt-get install wrk): a client light enough to leave the server the CPU.
 bench: bench-go $(addprefix bench-,$(SCENARIOS))
@@ -115,7 +118,7 @@ bench-go: need
 bench-overhead: need $(TEMPORAL) build
 	$(BIN)/sluice-bench overhead -temporal $(TEMPORAL) -n 200 -report tests/load/report/overhead.md
 
-bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-pools: bench-%: need $(TEMPORAL) build
+bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-pools bench-slo: bench-%: need $(TEMPORAL) build
 	$(BIN)/sluice-bench $* -temporal $(TEMPORAL) -report tests/load/report/$*.md
 
 bench-heal bench-goodput: bench-%: need $(TEMPORAL) build

@@ -66,6 +66,8 @@ var scenarios = []scenario{
 		measures: append(slices.Clone(requestPath), "worker/", "tests/multi/goodput_test.go", "tests/multi/cpu_test.go")},
 	{bench: "pools", report: "pools.md", command: "make bench-pools",
 		measures: append(slices.Clone(requestPath), "pkg/config/pools.go", benchCode+"pools.go", benchCode+"poolsreport.go")},
+	{bench: "slo", report: "slo.md", command: "make bench-slo",
+		measures: append(slices.Clone(requestPath), "pkg/waitroom/", benchCode+"slo.go", benchCode+"sloload.go", benchCode+"sloreport.go", benchCode+"slogoals.go")},
 	{report: "chaos.md", command: "make chaos",
 		measures: append(slices.Clone(requestPath), "worker/", "pkg/backend/", "pkg/limiter/", "tests/chaos/")},
 }

@@ -25,6 +25,9 @@
 //	pools     two equal-weight tenants backlogged, one asking long
 //	          questions, one short, on pools that share the simulator and
 //	          on pools apart: token shares and TTFT where clients stand
+//	slo       SLO attainment by tier (interactive weight 5, batch 1)
+//	          under 0.5×–2× the capacity, Sluice with healing off and
+//	          on beside FCFS straight to the simulator, same arrivals
 //	soak      make run's shape (API and worker as processes) at the
 //	          pool's capacity for 30 minutes: memory, goroutines and
 //	          workflow caches of every process level off, under the
@@ -74,6 +77,7 @@ var scenarios = map[string]struct {
 	"heal":     {"80% short / 20% long on one simulator, healing off then on: short P99/P50 over time", func() scenario { return &healScenario{} }},
 	"goodput":  {"goodput and TTFT against offered load, closed and open loop, Sluice vs a bare workflow", func() scenario { return &goodputScenario{} }},
 	"soak":     {"30 minutes at the pool's capacity: every process's memory, goroutines and workflow cache level off", func() scenario { return &soakScenario{} }},
+	"slo":      {"SLO attainment by tier at 0.5×–2× capacity: Sluice healing off/on vs FCFS straight to the simulator", func() scenario { return &sloScenario{} }},
 	"pools":    {"two equal tenants, one per pool, on make run's shared pools vs pools apart: token shares, TTFT", func() scenario { return &poolsScenario{} }},
 }
 

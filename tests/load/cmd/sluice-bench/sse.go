@@ -98,8 +98,9 @@ type chatResult struct {
 	// served is the done event's prompt plus completion tokens: what the
 	// request was served, as its tenant's share counts it.
 	served int
-	// ttft runs from the POST to the first token event (0: none came).
-	ttft time.Duration
+	// ttft runs from the POST to the first token event (0: none came),
+	// last to the last one: the answer's pace is what lies between.
+	ttft, last time.Duration
 	// admitted runs from the POST to the first stage after admission
 	// (retrieval, or the LLM call): the wait at the door and in the queue,
 	// and the stages before them (0: never admitted).
@@ -147,8 +148,9 @@ func readChat(ctx context.Context, hc *http.Client, baseURL, body string, header
 				r.admitted = time.Since(start)
 			}
 		case events.TypeToken:
+			r.last = time.Since(start)
 			if r.tokens == 0 {
-				r.ttft = time.Since(start)
+				r.ttft = r.last
 			}
 			r.tokens++
 		case events.TypeDone:

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Attainment counts every arrival of the window, the refused, timed out
+// and dropped as misses, and judges each answer by its own tier's TTFT
+// and pace; goodput is the answers within SLO per second of the window.
+func TestSLOAttainmentAndGoodput(t *testing.T) {
+	at := time.Now()
+	done := func(tier int, ttft time.Duration, tokens int, last time.Duration) *sloArrival {
+		return &sloArrival{tier: tier, at: at, inWindow: true, res: chatResult{kind: kindDone, ttft: ttft, last: last, tokens: tokens, served: 100}}
+	}
+	ended := func(tier int, kind string) *sloArrival {
+		return &sloArrival{tier: tier, at: at, inWindow: true, res: chatResult{kind: kind}}
+	}
+	warm := done(tierInteractive, 100*time.Millisecond, 10, time.Second)
+	warm.inWindow = false
+	dropped := ended(tierInteractive, "")
+	dropped.dropped = true
+	all := []*sloArrival{
+		done(tierInteractive, 500*time.Millisecond, 10, 1400*time.Millisecond),  // 100 ms a token: met
+		done(tierInteractive, 1500*time.Millisecond, 10, 2000*time.Millisecond), // first token late
+		done(tierInteractive, 200*time.Millisecond, 10, 2200*time.Millisecond),  // 222 ms a token: late
+		ended(tierInteractive, "rejected queue_timeout"),
+		ended(tierInteractive, "HTTP 503 busy"),
+		ended(tierInteractive, kindHang),
+		dropped,
+		warm,
+		done(tierBatch, 30*time.Second, 10, 40*time.Second), // 1.1 s a token: batch has no pace bound
+		done(tierBatch, 61*time.Second, 10, 62*time.Second),
+	}
+	in := summarize(all, tierInteractive)
+	want := map[string]int{outMet: 1, outLate: 2, outRefused: 2, outTimedOut: 1, outDropped: 1}
+	if in.arrivals != 7 || len(in.outcomes) != len(want) {
+		t.Fatalf("interactive: %d arrivals, outcomes %v; want 7, %v", in.arrivals, in.outcomes, want)
+	}
+	for k, n := range want {
+		if in.outcomes[k] != n {
+			t.Errorf("interactive %s: %d, want %d", k, in.outcomes[k], n)
+		}
+	}
+	if a := in.attainment(); a != 1.0/7 {
+		t.Errorf("interactive attainment %v, want 1/7", a)
+	}
+	if g := in.goodput(10 * time.Second); g != 0.1 {
+		t.Errorf("interactive goodput %v/s, want 0.1/s", g)
+	}
+	if len(in.ttft) != 3 || in.ttft.at(99) != 1500*time.Millisecond || len(in.tpot) != 3 {
+		t.Errorf("interactive TTFT %v, TPOT %v: want the three answers'", in.ttft, in.tpot)
+	}
+	every := summarize(all, -1)
+	if every.arrivals != 9 || every.outcomes[outMet] != 2 || every.attainment() != 2.0/9 {
+		t.Errorf("all tiers: %d arrivals, %v", every.arrivals, every.outcomes)
+	}
+}
+
+// Tokens count for the looks that found both tiers waiting, at the first
+// token of each answer; the goals compare the modes at 2× and 1×.
+func TestSLOSharesAndGoals(t *testing.T) {
+	t0 := time.Now()
+	ans := func(tier int, at time.Time, ttft time.Duration, served int) *sloArrival {
+		return &sloArrival{tier: tier, at: at, inWindow: true, res: chatResult{kind: kindDone, ttft: ttft, last: ttft + time.Second, tokens: 50, served: served}}
+	}
+	all := []*sloArrival{
+		ans(tierInteractive, t0, 200*time.Millisecond, 500), // in the first look's period
+		ans(tierBatch, t0, 400*time.Millisecond, 100),
+		ans(tierBatch, t0, 700*time.Millisecond, 100), // in the second, which found batch alone
+	}
+	samples := []backlogSample{
+		{at: t0.Add(500 * time.Millisecond), waiting: [2]bool{true, true}},
+		{at: t0.Add(time.Second), waiting: [2]bool{false, true}},
+	}
+	tok, both := backloggedTokens(all, samples, 500*time.Millisecond)
+	if both != 1 || tok[tierInteractive] != 500 || tok[tierBatch] != 100 {
+		t.Fatalf("tokens %v over %d looks; want [500 100] over 1", tok, both)
+	}
+	if w := weightedShare(tierBatch); w != 1.0/6 {
+		t.Errorf("batch's weighted share %v, want 1/6", w)
+	}
+	step := func(mode string, mult float64, ttft time.Duration, n int) *sloStep {
+		s := &sloStep{mode: mode, mult: mult, window: 10 * time.Second, samples: samples}
+		for range n {
+			s.all = append(s.all, ans(tierInteractive, t0, ttft, 100))
+		}
+		return s
+	}
+	s := &sloScenario{modeList: []string{modeHealOff, modeFCFS}, sampleEvery: 500 * time.Millisecond, steps: []*sloStep{
+		step(modeHealOff, 2, 100*time.Millisecond, 10), step(modeFCFS, 2, 3*time.Second, 10),
+		step(modeHealOff, 1, 100*time.Millisecond, 8), step(modeFCFS, 1, 100*time.Millisecond, 10),
+	}}
+	r := &report{name: "slo"}
+	s.goals(r, modeHealOff)
+	text := strings.Join(r.lines, "\n")
+	for _, want := range []string{
+		"interactive attainment at 2×: 100.0% (goal >= 90%) — met",
+		"FCFS's over Sluice's: 30.00× (FCFS 3.00 s over the 10 of 10 arrivals with a first token, Sluice 100 ms over 10 of 10) (goal >= 1.5×) — met",
+		"total goodput at 1×, Sluice's over FCFS's: 0.80× (Sluice 0.80/s, FCFS 1.00/s) (goal >= 0.9×) — MISSED",
+		"the tokens while both tiers were backlogged (every step): 0.0% over 2 looks",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("goals\n%s\nwant a line with %q", text, want)
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The slo report: per step, mode and tier what the window's arrivals got
+// against their tier's SLO; each tier's tokens while both were
+// backlogged; the goals; and the published numbers beside ours.
+
+// Outcomes of an arrival, judged against its tier's SLO.
+const (
+	outMet      = "in SLO"
+	outLate     = "late"      // answered, outside the SLO
+	outRefused  = "refused"   // a rejected event, or an HTTP refusal
+	outTimedOut = "timed out" // the client's patience ran out first
+	outOther    = "other"     // errors, streams cut
+	outDropped  = "dropped"   // the generator did not send it
+)
+
+// pace is an answer's time per output token after the first; false when
+// it has fewer than two tokens.
+func pace(r chatResult) (time.Duration, bool) {
+	if r.tokens < 2 {
+		return 0, false
+	}
+	return (r.last - r.ttft) / time.Duration(r.tokens-1), true
+}
+
+// outcome judges an arrival against its tier's SLO.
+func (t sloTier) outcome(a *sloArrival) string {
+	k := a.res.kind
+	switch {
+	case a.dropped:
+		return outDropped
+	case k == kindDone:
+		p, ok := pace(a.res)
+		if a.res.ttft <= t.ttft && (t.tpot == 0 || !ok || p <= t.tpot) {
+			return outMet
+		}
+		return outLate
+	case strings.HasPrefix(k, "rejected ") || strings.HasPrefix(k, "HTTP "):
+		return outRefused
+	case k == kindHang:
+		return outTimedOut
+	}
+	return outOther
+}
+
+// tierSummary is what a tier's arrivals within a window got.
+type tierSummary struct {
+	arrivals int
+	outcomes map[string]int
+	// ttft is of the arrivals that got a first token; tpot of the
+	// answers of two tokens or more.
+	ttft, tpot latencies
+}
+
+// summarize sums up the window's arrivals of tier, or of every tier (-1),
+// each judged by its own tier's SLO.
+func summarize(all []*sloArrival, tier int) tierSummary {
+	s := tierSummary{outcomes: map[string]int{}}
+	var ttft, tpot []time.Duration
+	for _, a := range all {
+		if !a.inWindow || (tier >= 0 && a.tier != tier) {
+			continue
+		}
+		s.arrivals++
+		s.outcomes[sloTiers[a.tier].outcome(a)]++
+		if a.res.tokens > 0 {
+			ttft = append(ttft, a.res.ttft)
+		}
+		if p, ok := pace(a.res); ok && a.res.kind == kindDone {
+			tpot = append(tpot, p)
+		}
+	}
+	s.ttft, s.tpot = sorted(ttft), sorted(tpot)
+	return s
+}
+
+// attainment is the share of arrivals answered within their SLO: one
+// refused, timed out or dropped counts as missed.
+func (s tierSummary) attainment() float64 {
+	if s.arrivals == 0 {
+		return 0
+	}
+	return float64(s.outcomes[outMet]) / float64(s.arrivals)
+}
+
+// goodput is the answers within their SLO per second of the window the
+// arrivals came in.
+func (s tierSummary) goodput(window time.Duration) float64 {
+	return float64(s.outcomes[outMet]) / window.Seconds()
+}
+
+// backloggedTokens is the tokens granted to each tier in the sample
+// periods (the interval before each look) that found every tier waiting,
+// and how many looks did. Weighted fair queuing shares its grants by
+// cost, so an answer counts where its grant was, seen from the client as
+// its first token, with what it was served (prompt and output tokens as
+// its done event reports them; the streamed tokens of one cut short).
+func backloggedTokens(all []*sloArrival, samples []backlogSample, every time.Duration) (tokens [len(sloTiers)]float64, both int) {
+	for _, s := range samples {
+		if !allTrue(s.waiting[:]) {
+			continue
+		}
+		both++
+		lo, hi := s.at.Add(-every), s.at
+		for _, a := range all {
+			if a.res.tokens == 0 {
+				continue
+			}
+			if first := a.at.Add(a.res.ttft); first.After(lo) && !first.After(hi) {
+				tokens[a.tier] += float64(max(a.res.served, a.res.tokens))
+			}
+		}
+	}
+	return tokens, both
+}
+
+func allTrue(bs []bool) bool {
+	for _, b := range bs {
+		if !b {
+			return false
+		}
+	}
+	return true
+}
+
+// weightedShare is tier's share of the tokens by weight when every tier
+// is backlogged.
+func weightedShare(tier int) float64 {
+	sum := 0
+	for _, t := range sloTiers {
+		sum += t.weight
+	}
+	return float64(sloTiers[tier].weight) / float64(sum)
+}
+
+// sloDur is a latency in ms below a second, in seconds above.
+func sloDur(l latencies, p float64) string {
+	if len(l) == 0 {
+		return "—"
+	}
+	d := l.at(p)
+	if d < time.Second {
+		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+// find is the step of a mode at a load (nil: none ran).
+func (s *sloScenario) find(mode string, mult float64) *sloStep {
+	for _, st := range s.steps {
+		if st.mode == mode && st.mult == mult {
+			return st
+		}
+	}
+	return nil
+}
+
+// otherKinds lists the exact kinds of a step's window's arrivals not
+// answered, each with the median time its clients took to learn it.
+func otherKinds(all []*sloArrival) string {
+	took := map[string][]time.Duration{}
+	for _, a := range all {
+		if a.inWindow && !a.dropped && a.res.kind != kindDone {
+			k := sloTiers[a.tier].name + " " + a.res.kind
+			took[k] = append(took[k], a.took)
+		}
+	}
+	parts := make([]string, 0, len(took))
+	for k, ds := range took {
+		parts = append(parts, fmt.Sprintf("%s %d (after %s p50)", k, len(ds), sloDur(sorted(ds), 50)))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// line is the step's one-line summary, for stderr as it ends.
+func (s *sloStep) line() string {
+	var parts []string
+	for i, t := range sloTiers {
+		sum := summarize(s.all, i)
+		parts = append(parts, fmt.Sprintf("%s %d arrivals, attainment %s, TTFT p99 %s", t.name, sum.arrivals, pct(sum.attainment()), sloDur(sum.ttft, 99)))
+	}
+	return s.label() + ": " + strings.Join(parts, "; ")
+}
