@@ -26,6 +26,9 @@
 //	          pool's capacity for 30 minutes: memory, goroutines and
 //	          workflow caches of every process level off, under the
 //	          Helm chart's limits
+//	fairness  the VTC paper's workloads (OSDI 2024) replayed through
+//	          Sluice and straight to the simulator (FCFS): the paper's
+//	          service differences and throughput, beside its numbers
 //
 // and one command that runs no scenario:
 //
@@ -71,6 +74,7 @@ var scenarios = map[string]struct {
 	"heal":     {"80% short / 20% long on one simulator, healing off then on: short P99/P50 over time", func() scenario { return &healScenario{} }},
 	"goodput":  {"goodput and TTFT against offered load, closed and open loop, Sluice vs a bare workflow", func() scenario { return &goodputScenario{} }},
 	"soak":     {"30 minutes at the pool's capacity: every process's memory, goroutines and workflow cache level off", func() scenario { return &soakScenario{} }},
+	"fairness": {"the VTC paper's workloads replayed: token fairness of Sluice vs FCFS vs the paper's numbers", func() scenario { return &fairnessScenario{} }},
 }
 
 func main() {
