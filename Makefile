@@ -16,7 +16,7 @@ HELM_VERSION := v3.22.0
 HELM         := $(BIN)/helm
 export SLUICE_TEST_HELM_BIN := $(HELM)
 
-SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput pools slo
+SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput pools slo fairness
 
 .PHONY: all build test test-short chaos proxy bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal helm need need-test need-cluster clean
 
@@ -100,6 +100,7 @@ test-short: need
 # bench-waiters alone takes ~15 minutes. Run them on a quiet machine.
 # bench-heal (~4 minutes) runs the 80/20 mixed load with healing off, then
 # on, and writes tests/load/report/heal.{md,csv,png}.
+# bench-fairness (~15 minutes) replays the VTC paper's workloads.
 # bench-goodput (~10 minutes) drives Sluice and the bare workflow closed
 # loop, then open loop, at rising load, and writes
 # tests/load/report/goodput.{md,csv,png}.
@@ -123,6 +124,15 @@ bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-pools be
 
 bench-heal bench-goodput: bench-%: need $(TEMPORAL) build
 	$(BIN)/sluice-bench $* -temporal $(TEMPORAL)
+
+# The VTC paper's workloads (../shared/workloads: vtc-overload.csv and
+# vtc-real.csv, beside the checkout) replayed 4x faster than recorded,
+# straight to the simulator (FCFS) and through Sluice, on one simulator
+# per workload sized as the paper's server (~15 minutes); writes
+# tests/load/report/fairness.md. FAIRNESS_FLAGS adds flags (say
+# -max-tokens-mode 1024, or -duration 120 for a smoke run).
+bench-fairness: need $(TEMPORAL) build
+	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) $(FAIRNESS_FLAGS) -report tests/load/report/fairness.md
 
 # make run's shape (the API with its embedded worker, and a worker, as
 # processes of their own) at the short pool's capacity for 30 minutes,

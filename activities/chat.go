@@ -105,6 +105,20 @@ type Options struct {
 	StopFlagTTL time.Duration
 	// TruncationNotice ends an answer cut at its max tokens ("": none).
 	TruncationNotice string
+	// OutputTokenWeight is admission.output_token_weight: a request's
+	// output tokens count this many times in its admission cost, and so
+	// in the cost it used, which settles that charge (usedCost).
+	OutputTokenWeight float64
+}
+
+// usedCost is the admission cost of what a request used, weighted as its
+// charge was (admission.output_token_weight), for settling that charge.
+func (o Options) usedCost(prompt, completion int) float64 {
+	w := o.OutputTokenWeight
+	if w <= 0 {
+		w = 1
+	}
+	return admission.TokenCost(prompt + int(w*float64(completion)+0.5))
 }
 
 func (a *Chat) logger(requestID string) *slog.Logger {

@@ -34,9 +34,11 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 		pools = []string{in.Pool}
 	}
 	// What the request used settles what admission charged its tenant
-	// (only the release that gives the permit back settles).
+	// (only the release that gives the permit back settles). Used holds
+	// the total alone: with output tokens weighted, the split is unknown
+	// here and the charge stays (the stream's own release settles).
 	var used float64
-	if in.Used != nil {
+	if in.Used != nil && (a.Options.OutputTokenWeight == 1 || a.Options.OutputTokenWeight == 0) {
 		used = admission.TokenCost(in.Used.Tokens)
 	}
 	for _, pool := range pools {

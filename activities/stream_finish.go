@@ -40,7 +40,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 			return LLMOutput{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
 		}
 		out.DoneWritten = true
-		a.releaseEarly(ctx, in, usage.TotalTokens)
+		a.releaseEarly(ctx, in, a.Options.usedCost(usage.PromptTokens, usage.CompletionTokens))
 	}
 	if in.CacheAnswer && res.FinishReason == "stop" {
 		a.cacheAnswer(ctx, in, out, s.answer)
@@ -119,8 +119,8 @@ func streamedAnswer(out LLMOutput) Answer {
 // workflow task of waiting. Finalize's release is then a no-op (releases
 // are idempotent). A failure here only leaves the release to Finalize.
 // The tokens the answer used settle what admission charged its tenant.
-func (a *Chat) releaseEarly(ctx context.Context, in LLMInput, used int) {
-	_, err := a.Gate.ReleaseUsedAndWake(ctx, a.Notifier, in.Pool, in.RequestID, admission.TokenCost(used))
+func (a *Chat) releaseEarly(ctx context.Context, in LLMInput, used float64) {
+	_, err := a.Gate.ReleaseUsedAndWake(ctx, a.Notifier, in.Pool, in.RequestID, used)
 	switch {
 	case errors.Is(err, admission.ErrNotWoken):
 		a.logger(in.RequestID).Warn("wake granted waiters", "err", err)

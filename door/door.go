@@ -65,6 +65,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	req.pool = pool
 	a := arrival{id: NewRequestID(), who: who, tier: tier, pool: pool, arrived: time.Now()}
 	a.tokens = d.tokenBound(req)
+	a.admitTokens = d.admissionTokens(req)
 	a.reservation, err = d.reserve(rctx, adm.Header, a.id, who, tier, live.Limits.Enabled, d.cost(live, a))
 	if err != nil {
 		var ae *httperr.Error
@@ -167,9 +168,12 @@ type arrival struct {
 	tier policy.Tier
 	// pool is the request's route; admission queues it there.
 	pool string
-	// tokens is the most the request can take (tokenBound): its size in
-	// the waiting room's and the admission queue's token-fair order.
+	// tokens is the most the request can take (tokenBound), which the
+	// rate limits charge.
 	tokens int
+	// admitTokens is its size in the waiting room's and the admission
+	// queue's token-fair order (admissionTokens).
+	admitTokens int
 	// reservation is its rate-limit charge ("" when none applied).
 	reservation string
 	// arrived starts the request's max wait, the door's share included.
@@ -230,6 +234,19 @@ func (d *Door) tokenBound(req *Request) int {
 	return tokens
 }
 
+// admissionTokens is the request's size in the fair queue and the
+// waiting room: tokenBound with each output token weighted by
+// admission.output_token_weight (1: tokenBound itself).
+func (d *Door) admissionTokens(req *Request) int {
+	output := max(req.Choices, 1) * (*req.MaxTokens)
+	w := d.cfg.Admission.OutputTokenWeight
+	if w <= 0 {
+		// A configuration built without defaults: tokens as they are.
+		w = 1
+	}
+	return d.tokenBound(req) - output + int(math.Round(w*float64(output)))
+}
+
 // cost is what the rate limits charge a request up front: its token bound
 // (a.tokens). The workflow refunds what it did not use when it ends. Only
 // limits that count tokens need a cost.
@@ -269,7 +286,7 @@ func (d *Door) enterRoom(ctx context.Context, a arrival, live *policy.Policy) (*
 		return nil, d.tenantQueueFull()
 	}
 	w, err := d.room.Enter(waitroom.Ticket{
-		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.tier.Weight, 1), Cost: admission.TokenCost(a.tokens),
+		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.tier.Weight, 1), Cost: admission.TokenCost(a.admitTokens),
 		MaxPerTenant: a.tier.MaxQueuePerTenant,
 	}, d.canTake(live, a.pool, total, 0))
 	switch {

@@ -52,7 +52,7 @@ func TestQueueWaitIsThePlaceInTheFairOrder(t *testing.T) {
 	}
 	d := &Door{gate: gate, cfg: config.Default()}
 	at := func(tenant string, weight int) time.Duration {
-		return d.queueWait(ctx, arrival{pool: "short", who: Caller{Tenant: tenant}, tier: policy.Tier{Weight: weight}, tokens: 1000})
+		return d.queueWait(ctx, arrival{pool: "short", who: Caller{Tenant: tenant}, tier: policy.Tier{Weight: weight}, tokens: 1000, admitTokens: 1000})
 	}
 	st, err := gate.Stats(ctx, "short")
 	if err != nil || st.MeanHold <= 0 {

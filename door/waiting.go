@@ -119,7 +119,7 @@ func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
 	if err != nil {
 		return 0
 	}
-	ahead, err := d.gate.Ahead(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.tokens))
+	ahead, err := d.gate.Ahead(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.admitTokens))
 	if err != nil {
 		return 0
 	}

@@ -412,10 +412,10 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		KBVersions: r.KBs,
 		Logger:     r.Logger.With("component", "activities"),
 		Options: activities.Options{
-			ShortThreshold: cfg.Routing.ShortThresholdTokens,
-			TopK:           cfg.Retrieval.TopK,
-			ChunkTokens:    cfg.Retrieval.ChunkTokens,
-			StopFlagTTL:    10 * time.Minute,
+			ShortThreshold: cfg.Routing.ShortThresholdTokens, OutputTokenWeight: cfg.Admission.OutputTokenWeight,
+			TopK:        cfg.Retrieval.TopK,
+			ChunkTokens: cfg.Retrieval.ChunkTokens,
+			StopFlagTTL: 10 * time.Minute,
 			// The notice is a token event: every client shows it.
 			TruncationNotice: cfg.LLM.TruncationNotice,
 		},

@@ -85,7 +85,8 @@ type ChatInput struct {
 	// limit applied.
 	RateReservation string
 	// AdmissionTokens is the request's size in tokens (the prompt's bound,
-	// session budget and max output tokens, as the door estimated them),
+	// session budget and max output tokens, as the door estimated them,
+	// each output token counted admission.output_token_weight times),
 	// its cost in the admission queue's token-fair order; 0 counts as one
 	// typical request.
 	AdmissionTokens int

@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Admission configures the concurrency gate in front of the LLM pools.
 type Admission struct {
@@ -24,6 +27,13 @@ type Admission struct {
 	FastWait time.Duration `yaml:"fast_wait"`
 	// MaxQueueDepth bounds the waiting queue of each pool.
 	MaxQueueDepth int `yaml:"max_queue_depth"`
+	// OutputTokenWeight is what one output token (of max_tokens) costs in
+	// the fair queue and the waiting room against one prompt token: 1
+	// shares prompt + output tokens; 2 shares prompt + 2 × output, the
+	// cost of a request in the VTC paper (Sheng et al., OSDI 2024), since
+	// a decoded token costs a backend more than a prefilled one. The rate
+	// limits charge tokens as they are, whatever it is.
+	OutputTokenWeight float64 `yaml:"output_token_weight"`
 }
 
 func defaultAdmission() Admission {
@@ -33,6 +43,9 @@ func defaultAdmission() Admission {
 		RecheckInterval: 2 * time.Second,
 		FastWait:        time.Second,
 		MaxQueueDepth:   10000,
+		// Tokens as they are: a token of the prompt and one of the answer
+		// cost alike.
+		OutputTokenWeight: 1,
 	}
 }
 
@@ -50,4 +63,12 @@ func (a Admission) validate(v *validator) {
 		v.add("admission.recheck_interval", "must be at least 1s (workflow timers are not sub-second), got %s", a.RecheckInterval)
 	}
 	v.positive("admission.max_queue_depth", int64(a.MaxQueueDepth))
+	// Bounded so that a typical request stays near cost 1 (the queue's
+	// virtual time has a budget; admission.TokenCost).
+	if !(a.OutputTokenWeight > 0) || a.OutputTokenWeight > maxOutputTokenWeight || math.IsInf(a.OutputTokenWeight, 0) {
+		v.add("admission.output_token_weight", "must be above 0 and at most %v, got %v", maxOutputTokenWeight, a.OutputTokenWeight)
+	}
 }
+
+// maxOutputTokenWeight bounds admission.output_token_weight.
+const maxOutputTokenWeight = 16

@@ -86,6 +86,9 @@ type generation struct {
 	schema json.RawMessage
 	// tool is the function the answer calls; nil for an answer in text.
 	tool *openai.FunctionDef
+	// answerTokens, if not 0, is the natural length the request asked
+	// for with the answer-length directive (control.go).
+	answerTokens int
 }
 
 // plan writes the scripts of a request's n answers, one per choice, each
@@ -112,6 +115,9 @@ func (s *Server) planAnswer(ans answer, g generation, budget int) script {
 		return sc
 	}
 	natural := ans.naturalLength(s.cfg.AnswerMinTokens, s.cfg.AnswerMaxTokens)
+	if g.answerTokens > 0 {
+		natural = g.answerTokens
+	}
 	var sc script
 	switch g.format {
 	case openai.FormatJSONObject, openai.FormatJSONSchema:

@@ -60,6 +60,7 @@ func (s *Server) parseChat(r *http.Request) (parsedChat, error) {
 	if p.gen, err = readGeneration(req); err != nil {
 		return parsedChat{}, err
 	}
+	p.gen.answerTokens = takeAnswerTokens(p.msgs)
 	p.promptTokens = s.counter.CountChat(p.msgs)
 	// A prompt that cannot fit one replica's whole KV cache (with room for
 	// one output token) could never be scheduled; vLLM refuses it likewise.

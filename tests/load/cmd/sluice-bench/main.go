@@ -32,6 +32,9 @@
 //	          pool's capacity for 30 minutes: memory, goroutines and
 //	          workflow caches of every process level off, under the
 //	          Helm chart's limits
+//	fairness  the VTC paper's workloads (OSDI 2024) replayed through
+//	          Sluice and straight to the simulator (FCFS): the paper's
+//	          service differences and throughput, beside its numbers
 //
 // and one command that runs no scenario:
 //
@@ -79,6 +82,7 @@ var scenarios = map[string]struct {
 	"soak":     {"30 minutes at the pool's capacity: every process's memory, goroutines and workflow cache level off", func() scenario { return &soakScenario{} }},
 	"slo":      {"SLO attainment by tier at 0.5×–2× capacity: Sluice healing off/on vs FCFS straight to the simulator", func() scenario { return &sloScenario{} }},
 	"pools":    {"two equal tenants, one per pool, on make run's shared pools vs pools apart: token shares, TTFT", func() scenario { return &poolsScenario{} }},
+	"fairness": {"the VTC paper's workloads replayed: token fairness of Sluice vs FCFS vs the paper's numbers", func() scenario { return &fairnessScenario{} }},
 }
 
 func main() {
