@@ -18,7 +18,7 @@ export SLUICE_TEST_HELM_BIN := $(HELM)
 
 SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput pools slo fairness
 
-.PHONY: all build test test-short chaos proxy bench $(addprefix bench-,$(SCENARIOS)) bench-go lint run temporal helm need need-test need-cluster clean
+.PHONY: all build test test-short chaos proxy bench $(addprefix bench-,$(SCENARIOS)) bench-fairness-1024 bench-go lint run temporal helm need need-test need-cluster clean
 
 all: build
 
@@ -109,7 +109,7 @@ test-short: need
 # and straight to the simulator (FCFS), and writes tests/load/report/slo.md.
 # bench-reject also drives the API with wrk when it is installed
 # (apt-get install wrk): a client light enough to leave the server the CPU.
-bench: bench-go $(addprefix bench-,$(SCENARIOS))
+bench: bench-go $(addprefix bench-,$(SCENARIOS)) bench-fairness-1024
 
 bench-go: need
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
@@ -133,6 +133,11 @@ bench-heal bench-goodput: bench-%: need $(TEMPORAL) build
 # -max-tokens-mode 1024, or -duration 120 for a smoke run).
 bench-fairness: need $(TEMPORAL) build
 	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) $(FAIRNESS_FLAGS) -report tests/load/report/fairness.md
+
+# The real workload again with max_tokens 1024 for every request (the
+# paper's VTC without the output length known; ~6 minutes).
+bench-fairness-1024: need $(TEMPORAL) build
+	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) -workloads real -max-tokens-mode 1024 -report tests/load/report/fairness-1024.md
 
 # make run's shape (the API with its embedded worker, and a worker, as
 # processes of their own) at the short pool's capacity for 30 minutes,

@@ -68,6 +68,10 @@ var scenarios = []scenario{
 		measures: append(slices.Clone(requestPath), "pkg/config/pools.go", benchCode+"pools.go", benchCode+"poolsreport.go")},
 	{bench: "slo", report: "slo.md", command: "make bench-slo",
 		measures: append(slices.Clone(requestPath), "pkg/waitroom/", benchCode+"slo.go", benchCode+"sloload.go", benchCode+"sloreport.go", benchCode+"slogoals.go")},
+	{bench: "fairness", report: "fairness.md", command: "make bench-fairness",
+		measures: append(slices.Clone(requestPath), "pkg/llmsim/", benchCode+"fairness.go", benchCode+"fairload.go", benchCode+"fairreplay.go", benchCode+"fairmetrics.go", benchCode+"fairreport.go")},
+	{bench: "fairness", report: "fairness-1024.md", command: "make bench-fairness-1024",
+		measures: append(slices.Clone(requestPath), "pkg/llmsim/", benchCode+"fairness.go", benchCode+"fairload.go", benchCode+"fairreplay.go", benchCode+"fairmetrics.go", benchCode+"fairreport.go")},
 	{report: "chaos.md", command: "make chaos",
 		measures: append(slices.Clone(requestPath), "worker/", "pkg/backend/", "pkg/limiter/", "tests/chaos/")},
 }
