@@ -594,8 +594,11 @@ func TestWaitingRoomHoldsStartsWhileThePoolQueueIsLong(t *testing.T) {
 	srv, tc, _ := newTestServer(t, func(c *config.Config) { c.Pools.Short.MaxConcurrency = 1 })
 	runHub(t, srv)
 	ctx := context.Background()
+	// The queued entry is the caller's own tenant's, ahead of it in the
+	// fair order: the request may not pass the room (another tenant's
+	// would, door.passes).
 	for _, id := range []string{"holder", "queued"} {
-		if _, err := srv.gate.Enqueue(ctx, "short", admission.Request{ID: id, Tenant: "other", Weight: 1}); err != nil {
+		if _, err := srv.gate.Enqueue(ctx, "short", admission.Request{ID: id, Tenant: "acme", Weight: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -285,10 +285,12 @@ func (d *Door) enterRoom(ctx context.Context, a arrival, live *policy.Policy) (*
 	case a.tier.MaxQueuePerTenant > 0 && mine >= a.tier.MaxQueuePerTenant:
 		return nil, d.tenantQueueFull()
 	}
+	ready := d.canTake(live, a.pool, total, 0)
+	pass := !ready && d.passes(ctx, a, live)
 	w, err := d.room.Enter(waitroom.Ticket{
 		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.tier.Weight, 1), Cost: admission.TokenCost(a.admitTokens),
-		MaxPerTenant: a.tier.MaxQueuePerTenant,
-	}, d.canTake(live, a.pool, total, 0))
+		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass,
+	}, ready || pass)
 	switch {
 	case errors.Is(err, waitroom.ErrTenantFull):
 		return nil, d.tenantQueueFull()

@@ -19,6 +19,8 @@ import (
 // light tier's backlog. (The door judged every request by the depth, and
 // turned away interactive requests at 2× load a few hundred milliseconds
 // after they arrived; see the SLO bench.)
+// The same place decides whether a request waits at the door while the
+// pool's queue is full.
 func TestQueueWaitIsThePlaceInTheFairOrder(t *testing.T) {
 	rds, err := testenv.LaunchRedis()
 	if err != nil {
@@ -57,6 +59,19 @@ func TestQueueWaitIsThePlaceInTheFairOrder(t *testing.T) {
 	st, err := gate.Stats(ctx, "short")
 	if err != nil || st.MeanHold <= 0 {
 		t.Fatalf("stats %+v (%v)", st, err)
+	}
+	// The queue (8 waiting) is past its bound (api.queue_per_permit 1 of
+	// 2 permits): only a request the fair order puts within the bound
+	// passes the waiting room.
+	live := &policy.Policy{Pools: map[string]int{"short": 2}}
+	passes := func(tenant string, weight int) bool {
+		return d.passes(ctx, arrival{pool: "short", who: Caller{Tenant: tenant}, tier: policy.Tier{Weight: weight}, admitTokens: 1000}, live)
+	}
+	if !passes("vip", 5) || !passes("newcomer", 1) {
+		t.Error("a weight-5 request, or a newcomer's, waits at the door though nothing queued is ahead of it")
+	}
+	if passes("other", 1) {
+		t.Error("the backlogged tenant's next passed the door ahead of its own 8")
 	}
 	vip, other := at("vip", 5), at("other", 1)
 	if want := admission.EstimateWait(1, 2, st.MeanHold); vip != want {

@@ -242,6 +242,25 @@ func (d *Door) canTake(live *policy.Policy, pool string, depth, starting int) bo
 	return float64(depth+starting) < per*float64(max(limit, 1))
 }
 
+// passes reports whether the fair order puts a within its pool's queue
+// bound (what canTake allows) although the queue is full: fewer entries
+// would be ahead of it than a request the waiting room lets in has at
+// most. Such a request goes to the queue at once (waitroom.Ticket.Pass):
+// the entries it joins ahead of would be behind it in one fair queue, so
+// waiting at the door would only add a permit turnover to its wait. It
+// costs one Redis call, made only while the pool's queue is full.
+func (d *Door) passes(ctx context.Context, a arrival, live *policy.Policy) bool {
+	per := d.cfg.API.QueuePerPermit
+	if per == 0 {
+		return false
+	}
+	ahead, err := d.gate.Ahead(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.admitTokens))
+	if err != nil {
+		return false
+	}
+	return float64(ahead) < per*float64(max(live.Pools[a.pool], 1))
+}
+
 // poolReady is the waiting room's Ready: it reads the pool's backlog, the
 // queue less the entries parked behind their tenant's concurrency cap (a
 // free permit would not admit those, so they must not hold others here).

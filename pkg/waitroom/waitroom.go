@@ -39,6 +39,13 @@ type Ticket struct {
 	Cost float64
 	// MaxPerTenant caps the tenant's waiters in the room (0: none).
 	MaxPerTenant int
+	// Pass: the pool's fair order would put the request within its
+	// queue's bound although the queue is full (a heavy tier's request,
+	// or a light tenant's among backlogged ones). It takes a free start
+	// slot past the line, unless its tenant has waiters here, whose order
+	// it keeps. Without it the request would wait here behind entries the
+	// queue then puts behind it: a permit turnover lost for nothing.
+	Pass bool
 }
 
 // Ready reports whether pool's admission queue can take another request
@@ -118,8 +125,8 @@ const (
 )
 
 // Enter admits t at once when a start slot is free, nobody waits for its
-// pool and ready (the caller's own read of the pool's queue) says the pool
-// can take it; otherwise t waits. It refuses with ErrFull or ErrTenantFull
+// pool (or t passes them: Ticket.Pass) and ready (the caller's own read of
+// the pool's queue) says the pool can take it; otherwise t waits. It refuses with ErrFull or ErrTenantFull
 // when the room, or the tenant's share of it, is full. The caller must
 // call Leave once: after the start, or when it gives up waiting.
 func (r *Room) Enter(t Ticket, ready bool) (*Waiter, error) {
@@ -133,7 +140,7 @@ func (r *Room) Enter(t Ticket, ready bool) (*Waiter, error) {
 	defer r.mu.Unlock()
 	w := &Waiter{room: r, ticket: t, admitted: make(chan struct{})}
 	l := r.line(t.Pool)
-	if ready && r.free > 0 && l.Len() == 0 {
+	if ready && r.free > 0 && (l.Len() == 0 || t.Pass && r.tenants[t.Tenant] == 0) {
 		r.hold(w)
 		return w, nil
 	}

@@ -279,3 +279,33 @@ func TestTokenFairOrder(t *testing.T) {
 		t.Fatal("a negative cost was accepted")
 	}
 }
+
+// A request the pool's fair order puts within its queue's bound (Pass)
+// takes a free slot past the line of a pool that is not ready; one whose
+// tenant already waits here does not, so its tenant's order holds.
+func TestPassTakesAFreeSlotPastTheLine(t *testing.T) {
+	r := newRoom(t, 4, 10, func(context.Context, string, int) (bool, error) { return false, nil })
+	heavy := enter(t, r, "heavy", 1, false)
+	if admitted(heavy, 20*time.Millisecond) {
+		t.Fatal("admitted while its pool was not ready")
+	}
+	pass := func(tenant string) *Waiter {
+		t.Helper()
+		w, err := r.Enter(Ticket{Pool: "short", Tenant: tenant, Weight: 5, Pass: true}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	vip := pass("vip")
+	if !admitted(vip, 0) {
+		t.Fatal("a passing request waited behind the line")
+	}
+	again := pass("heavy")
+	if admitted(again, 20*time.Millisecond) {
+		t.Fatal("a passing request went ahead of its own tenant's waiter")
+	}
+	if heavy.Position() != 1 || again.Position() != 2 {
+		t.Fatalf("positions %d, %d; want 1, 2", heavy.Position(), again.Position())
+	}
+}
