@@ -60,6 +60,20 @@ func (a *Chat) route(ctx context.Context, in AdmitInput) AdmitOutput {
 	return out
 }
 
+// placeIn is the tag of the door's place for the request if it queues in
+// pool's group, the group whose clock tagged it; a place of another group
+// (the request was routed elsewhere) is given back.
+func (a *Chat) placeIn(ctx context.Context, in AdmitInput, pool string) int64 {
+	p := in.Place
+	if p.Tag == 0 || a.Gate.SameGroup(p.Pool, pool) {
+		return p.Tag
+	}
+	if err := a.Gate.Unreserve(ctx, p); err != nil {
+		a.logger(in.RequestID).Warn("give back the door's place in another pool; it lapses", "err", err)
+	}
+	return 0
+}
+
 // enqueue asks pool's gate for a permit or a place in its queue, writing
 // the admission stage's event meanwhile on a first call, and wakes the
 // waiters the call granted. A request the gate no longer knows to be
@@ -78,6 +92,7 @@ func (a *Chat) enqueue(ctx context.Context, in AdmitInput, pool string) (admissi
 	res, err := a.Gate.Enqueue(ctx, pool, admission.Request{
 		ID: in.RequestID, Tenant: in.Tenant, Weight: weight, Cost: admission.TokenCost(in.Tokens),
 		MaxPerTenant: in.MaxPerTenant, MaxConcurrent: in.MaxConcurrent, Seq: in.Seq, AliveFor: alive,
+		Place: a.placeIn(ctx, in, pool),
 	})
 	werr := written()
 	if err != nil {

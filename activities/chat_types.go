@@ -3,6 +3,7 @@ package activities
 import (
 	"time"
 
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
 )
@@ -78,6 +79,9 @@ type AdmitInput struct {
 	// door's estimate, ChatInput.AdmissionTokens); 0 counts it as one
 	// typical request.
 	Tokens int
+	// Place is the request's place in the fair order, reserved at the
+	// door (first call only; Tag 0: none).
+	Place admission.Place `json:",omitzero"`
 	// Pool is empty on the first call (the activity routes the request);
 	// re-checks pass the pool and Seq from the first call's output.
 	Pool string

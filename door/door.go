@@ -75,7 +75,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 		}
 		return adm, err
 	}
-	w, err := d.enterRoom(rctx, a, live)
+	w, err := d.enterRoom(rctx, &a, live)
 	if err != nil {
 		d.refuse(ctx, a, req, err)
 		return adm, err
@@ -144,7 +144,7 @@ func (d *Door) dropUnstarted(ctx context.Context, a arrival, key *idempotency.Ke
 		d.endUnstarted(ctx, a.id)
 		d.releaseKey(ctx, key, a.id)
 	}
-	d.refundAll(ctx, a.id, a.reservation)
+	d.giveBack(ctx, a)
 }
 
 // endUnstarted ends the stream of a request whose workflow could not be
@@ -176,6 +176,9 @@ type arrival struct {
 	admitTokens int
 	// reservation is its rate-limit charge ("" when none applied).
 	reservation string
+	// place is its place in the pool's fair order, reserved while it
+	// waits at the door (Tag 0: none); its workflow queues there.
+	place admission.Place
 	// arrived starts the request's max wait, the door's share included.
 	arrived time.Time
 }
@@ -272,7 +275,7 @@ func (d *Door) cost(live *policy.Policy, a arrival) int {
 // is refused with 503 and Retry-After, before any workflow is started
 // (the admission script enforces the queue caps too; this read spares
 // Temporal the flood).
-func (d *Door) enterRoom(ctx context.Context, a arrival, live *policy.Policy) (*waitroom.Waiter, error) {
+func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (*waitroom.Waiter, error) {
 	total, mine, err := d.gate.Depth(ctx, a.pool, a.who.Tenant)
 	switch {
 	case err != nil:
@@ -286,10 +289,13 @@ func (d *Door) enterRoom(ctx context.Context, a arrival, live *policy.Policy) (*
 		return nil, d.tenantQueueFull()
 	}
 	ready := d.canTake(live, a.pool, total, 0)
-	pass := !ready && d.passes(ctx, a, live)
+	pass := false
+	if !ready || !d.room.Admits(a.pool) {
+		pass = d.reservePlace(ctx, a, live, ready)
+	}
 	w, err := d.room.Enter(waitroom.Ticket{
 		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.tier.Weight, 1), Cost: admission.TokenCost(a.admitTokens),
-		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass,
+		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass, Tag: a.place.Tag,
 	}, ready || pass)
 	switch {
 	case errors.Is(err, waitroom.ErrTenantFull):
@@ -310,7 +316,7 @@ func (d *Door) tenantQueueFull() *httperr.Error {
 // refuse gives back a request's whole charge when the door turns it away
 // for want of capacity, records the refusal in its session and counts it.
 func (d *Door) refuse(ctx context.Context, a arrival, req *Request, err error) {
-	d.refundAll(ctx, a.id, a.reservation)
+	d.giveBack(ctx, a)
 	var ae *httperr.Error
 	if errors.As(err, &ae) {
 		d.recordRefusal(ctx, a.who, *req, a.id, ae.Code)
@@ -327,13 +333,13 @@ func (d *Door) open(ctx context.Context, a arrival, req *Request) (*events.Subsc
 	sub, err := d.hub.Subscribe(ctx, a.id, "0")
 	if err != nil {
 		d.logger.Error("subscribe to events", "requestID", a.id, "err", err)
-		d.refundAll(ctx, a.id, a.reservation)
+		d.giveBack(ctx, a)
 		return nil, httperr.Unavailable("event stream unavailable")
 	}
 	if _, err := d.events.Append(ctx, a.id, events.TypeAccepted, events.Accepted{RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KB: req.KB}); err != nil {
 		d.logger.Error("write accepted event", "requestID", a.id, "err", err)
 		sub.Close()
-		d.refundAll(ctx, a.id, a.reservation)
+		d.giveBack(ctx, a)
 		return nil, httperr.Unavailable("event store unavailable")
 	}
 	return sub, nil

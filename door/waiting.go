@@ -119,7 +119,12 @@ func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
 	if err != nil {
 		return 0
 	}
-	ahead, err := d.gate.Ahead(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.admitTokens))
+	var ahead int
+	if a.place.Tag != 0 {
+		ahead, err = d.gate.AheadOf(ctx, a.place)
+	} else {
+		ahead, err = d.gate.Ahead(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.admitTokens))
+	}
 	if err != nil {
 		return 0
 	}
@@ -164,7 +169,7 @@ func (d *Door) leftFailure() events.Failure {
 // refusal counted and recorded in its session, and its terminal event.
 func (d *Door) endAtDoor(ctx context.Context, a arrival, req Request, f events.Failure) {
 	ctx = context.WithoutCancel(ctx)
-	d.refundAll(ctx, a.id, a.reservation)
+	d.giveBack(ctx, a)
 	typ, outcome := events.TypeRejected, request.OutcomeRejected
 	if f.Reason == request.ReasonCancelled || f.Reason == request.ReasonUnavailable {
 		typ, outcome = events.TypeError, request.OutcomeFailed
@@ -242,23 +247,42 @@ func (d *Door) canTake(live *policy.Policy, pool string, depth, starting int) bo
 	return float64(depth+starting) < per*float64(max(limit, 1))
 }
 
-// passes reports whether the fair order puts a within its pool's queue
-// bound (what canTake allows) although the queue is full: fewer entries
-// would be ahead of it than a request the waiting room lets in has at
-// most. Such a request goes to the queue at once (waitroom.Ticket.Pass):
-// the entries it joins ahead of would be behind it in one fair queue, so
-// waiting at the door would only add a permit turnover to its wait. It
-// costs one Redis call, made only while the pool's queue is full.
-func (d *Door) passes(ctx context.Context, a arrival, live *policy.Policy) bool {
-	per := d.cfg.API.QueuePerPermit
-	if per == 0 {
-		return false
-	}
-	ahead, err := d.gate.Ahead(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.admitTokens))
+// reservePlace reserves a's place in its pool's fair order while it waits
+// at the door (admission.Gate.Reserve): the room lines up by it and the
+// workflow queues at it, so that the door's crowd and the pool's queue
+// are one order on one clock. It reports whether a passes the room: the
+// pool's queue is full (ready false) and fewer entries are ahead of its
+// place than a request the room lets in has at most; the entries it
+// joins ahead of are behind it in the fair order anyway, and waiting at
+// the door would only add a permit turnover to its wait. Without a place
+// (Redis failing) a waits by the room's own order.
+func (d *Door) reservePlace(ctx context.Context, a *arrival, live *policy.Policy, ready bool) bool {
+	// The place outlives the longest the request may wait here, and a
+	// start: past that its door is gone, and the place lapses.
+	ttl := d.maxWait(*a) + startSettleMax + d.cfg.Redis.RequestTimeout
+	place, ahead, err := d.gate.Reserve(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.admitTokens), ttl)
 	if err != nil {
+		d.logger.Warn("reserve a place in the fair order", "requestID", a.id, "pool", a.pool, "err", err)
 		return false
 	}
-	return float64(ahead) < per*float64(max(live.Pools[a.pool], 1))
+	a.place = place
+	per := d.cfg.API.QueuePerPermit
+	return !ready && per > 0 && float64(ahead) < per*float64(max(live.Pools[a.pool], 1))
+}
+
+// giveBack returns what a request that never started holds: its rate
+// limit charge and its place in the fair order (a place it does not give
+// back lapses, charging its tenant meanwhile).
+func (d *Door) giveBack(ctx context.Context, a arrival) {
+	d.refundAll(ctx, a.id, a.reservation)
+	if a.place.Tag == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Redis.RequestTimeout)
+	defer cancel()
+	if err := d.gate.Unreserve(ctx, a.place); err != nil {
+		d.logger.Warn("give back a place in the fair order; it lapses", "requestID", a.id, "err", err)
+	}
 }
 
 // poolReady is the waiting room's Ready: it reads the pool's backlog, the

@@ -59,9 +59,12 @@ type chat struct {
 	// pool is set once admission answered; admitting is true from the first
 	// admission call on, so that finalize releases even if that call's
 	// answer was lost (cancelled or failed after it took a permit).
-	pool      string
-	seq       int64
-	admitting bool
+	pool string
+	seq  int64
+	// placeTaken: the first admission has run, taking the door's place
+	// (ChatInput.AdmissionPlace); a later one queues anew.
+	placeTaken bool
+	admitting  bool
 	// promptBound is the prompt's bound before retrieval, the door's
 	// (ChatInput.PromptBound) or else the answer-cache lookup's, which
 	// admission routes by instead of counting again.

@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -28,7 +29,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		RequestID: w.in.RequestID, Query: w.in.Query, KB: w.in.KBRef().Key(), MaxTokens: w.in.MaxTokens,
 		Pool: cmp.Or(w.pool, w.in.Pool), Seq: w.seq, PromptBound: w.promptBound,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
-		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens,
+		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens, Place: w.takePlace(),
 		WaitFor: waitFor, FastWait: w.in.Settings.FastWait, Session: w.session(),
 	}).Get(sctx, &adm); err != nil {
 		w.stageFailed(request.StageAdmission, err)
@@ -163,6 +164,15 @@ func (w *chat) awaitGrant(tctx workflow.Context, timer workflow.Future) woken {
 	sel.AddReceive(w.stageCtx.Done(), func(workflow.ReceiveChannel, bool) {})
 	sel.Select(w.stageCtx)
 	return got
+}
+
+// takePlace is the door's place for the first admission, none after.
+func (w *chat) takePlace() admission.Place {
+	if w.placeTaken {
+		return admission.Place{}
+	}
+	w.placeTaken = true
+	return w.in.AdmissionPlace
 }
 
 // recheck asks whether a queued request's turn has come (the fallback to

@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/openai"
@@ -90,6 +91,11 @@ type ChatInput struct {
 	// its cost in the admission queue's token-fair order; 0 counts as one
 	// typical request.
 	AdmissionTokens int
+	// AdmissionPlace is the place in its pool's fair order the door
+	// reserved while the request waited there (admission.Gate.Reserve;
+	// Tag 0: none): its first admission queues there. Histories without
+	// it queue as new arrivals, as before.
+	AdmissionPlace admission.Place `json:",omitzero"`
 	// Conversation is an OpenAI client's messages, which the prompt
 	// carries whole: after the context (Query is then its last user
 	// message, what is retrieved for) or, in Gateway mode, alone, with no

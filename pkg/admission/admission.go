@@ -52,18 +52,24 @@ var (
 	statsLua string
 	//go:embed lua/shed.lua
 	shedLua string
+	//go:embed lua/reserve.lua
+	reserveLua string
+	//go:embed lua/unreserve.lua
+	unreserveLua string
 	//go:embed lua/ahead.lua
 	aheadLua string
 
 	// redis.Script runs EVALSHA and falls back to EVAL on NOSCRIPT, so a
 	// Redis restart or failover that drops the script cache is harmless.
-	enqueueScript = redis.NewScript(libLua + enqueueLua)
-	releaseScript = redis.NewScript(libLua + releaseLua)
-	renewScript   = redis.NewScript(libLua + renewLua)
-	pumpScript    = redis.NewScript(libLua + pumpLua)
-	statsScript   = redis.NewScript(libLua + statsLua)
-	shedScript    = redis.NewScript(libLua + shedLua)
-	aheadScript   = redis.NewScript(libLua + aheadLua)
+	enqueueScript   = redis.NewScript(libLua + enqueueLua)
+	releaseScript   = redis.NewScript(libLua + releaseLua)
+	renewScript     = redis.NewScript(libLua + renewLua)
+	pumpScript      = redis.NewScript(libLua + pumpLua)
+	statsScript     = redis.NewScript(libLua + statsLua)
+	shedScript      = redis.NewScript(libLua + shedLua)
+	aheadScript     = redis.NewScript(libLua + aheadLua)
+	reserveScript   = redis.NewScript(libLua + reserveLua)
+	unreserveScript = redis.NewScript(libLua + unreserveLua)
 )
 
 // Status is the outcome of asking for a permit.
@@ -187,8 +193,9 @@ type poolKeys struct {
 	shedPrefix string
 	// clock, groupFinish and credit are the group's virtual time, finish
 	// tags and tenants' credits: the pool's own stats and finish (and its
-	// credit) for a pool alone (group.go).
-	clock, groupFinish, credit string
+	// credit) for a pool alone (group.go); reserved counts each tenant's
+	// places reserved at the door (Reserve).
+	clock, groupFinish, credit, reserved string
 }
 
 // list is KEYS of every script, in the order lib.lua names them.
@@ -234,6 +241,10 @@ type Request struct {
 	// waiter missed its re-checks) comes back at its old place, past both
 	// queue caps.
 	Seq int64
+	// Place is the tag of the place the door reserved for the request in
+	// the fair order (Reserve; 0: none): a new arrival queues there, and
+	// its tenant's reservation is taken whatever Enqueue answers.
+	Place int64
 	// AliveFor is how long the request's queue place stays live without
 	// another call (0: Options.WaiterTTL). A waiter that does not re-check
 	// (it waits for its grant's signal until its deadline) passes its
@@ -308,9 +319,9 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: weight must be > 0, got %d", req.ID, pool, req.Weight)
 	case !(cost > 0) || math.IsInf(cost, 0):
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: cost must be > 0, got %v", req.ID, pool, req.Cost)
-	case req.MaxPerTenant < 0 || req.MaxConcurrent < 0 || req.Seq < 0 || req.AliveFor < 0:
-		return Result{}, fmt.Errorf("enqueue %s in pool %s: negative MaxPerTenant %d, MaxConcurrent %d, Seq %d or AliveFor %s",
-			req.ID, pool, req.MaxPerTenant, req.MaxConcurrent, req.Seq, req.AliveFor)
+	case req.MaxPerTenant < 0 || req.MaxConcurrent < 0 || req.Seq < 0 || req.Place < 0 || req.AliveFor < 0:
+		return Result{}, fmt.Errorf("enqueue %s in pool %s: negative MaxPerTenant %d, MaxConcurrent %d, Seq %d, Place %d or AliveFor %s",
+			req.ID, pool, req.MaxPerTenant, req.MaxConcurrent, req.Seq, req.Place, req.AliveFor)
 	}
 	alive := g.aliveTTL
 	if req.AliveFor > 0 {
@@ -319,7 +330,7 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 	k := g.keys(pool)
 	raw, err := enqueueScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
-		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent,
+		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent, req.Place,
 	}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)

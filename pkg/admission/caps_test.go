@@ -236,7 +236,7 @@ func TestParkedEntriesDoNotStallGrants(t *testing.T) {
 		k := g.keys("p")
 		for i := from; i < from+500; i++ {
 			enqueueScript.Run(ctx, pipe, g.scriptKeys("p"), withArgs([]any{fmt.Sprintf("a-%06d", i), "a", 1, 1, 0, 0,
-				2, g.lease.Milliseconds(), 10000, time.Minute.Milliseconds(), k.alivePrefix, k.tombPrefix, 1}, g.groupArgs("p"))...)
+				2, g.lease.Milliseconds(), 10000, time.Minute.Milliseconds(), k.alivePrefix, k.tombPrefix, 1, 0}, g.groupArgs("p"))...)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			t.Fatal(err)

@@ -88,10 +88,10 @@ func (g *Gate) keys(pool string) poolKeys {
 		weights: base + "weights", order: base + "order", heads: base + "heads", held: base + "held",
 		parked: base + "parked", alivePrefix: base + "alive:", tombPrefix: base + "released:",
 		charged: base + "charged", epoch: base + "epoch", shedPrefix: base + "shed:",
-		clock: base + "stats", groupFinish: base + "finish", credit: base + "credit",
+		clock: base + "stats", groupFinish: base + "finish", credit: base + "credit", reserved: base + "reserved",
 	}
 	if g.groups[pool] != nil {
-		k.clock, k.groupFinish, k.credit = root+"clock", root+"finish", root+"credit"
+		k.clock, k.groupFinish, k.credit, k.reserved = root+"clock", root+"finish", root+"credit", root+"reserved"
 	}
 	return k
 }
@@ -100,7 +100,7 @@ func (g *Gate) keys(pool string) poolKeys {
 // then each other pool's of the group, as lib.lua reads them.
 func (g *Gate) scriptKeys(pool string) []string {
 	k := g.keys(pool)
-	out := append(k.list(), k.clock, k.groupFinish, k.credit)
+	out := append(k.list(), k.clock, k.groupFinish, k.credit, k.reserved)
 	for _, o := range g.others(pool) {
 		out = append(out, g.keys(o).list()...)
 	}
@@ -166,3 +166,9 @@ func toGrants(vs []any) []Grant {
 
 // withArgs is args followed by the group's.
 func withArgs(args []any, group []any) []any { return append(args, group...) }
+
+// SameGroup reports whether pools a and b share one fair order: the same
+// pool, or pools of one group.
+func (g *Gate) SameGroup(a, b string) bool {
+	return a == b || g.groups[a] != nil && g.groups[a] == g.groups[b]
+}

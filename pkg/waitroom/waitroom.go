@@ -46,6 +46,11 @@ type Ticket struct {
 	// it keeps. Without it the request would wait here behind entries the
 	// queue then puts behind it: a permit turnover lost for nothing.
 	Pass bool
+	// Tag, if not 0, is the request's place in its pool's fair order,
+	// reserved in the admission queue's order (admission.Gate.Reserve): the
+	// line orders by it, so that the room and the queue are one order. 0:
+	// the room places it by its own clock.
+	Tag int64
 }
 
 // Ready reports whether pool's admission queue can take another request
@@ -124,6 +129,14 @@ const (
 	gone
 )
 
+// Admits reports whether Enter would admit a request for pool at once,
+// its pool ready: a start slot is free and nobody waits for the pool.
+func (r *Room) Admits(pool string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.free > 0 && r.line(pool).Len() == 0
+}
+
 // Enter admits t at once when a start slot is free, nobody waits for its
 // pool (or t passes them: Ticket.Pass) and ready (the caller's own read of
 // the pool's queue) says the pool can take it; otherwise t waits. It refuses with ErrFull or ErrTenantFull
@@ -157,6 +170,9 @@ func (r *Room) Enter(t Ticket, ready bool) (*Waiter, error) {
 		cost = 1
 	}
 	w.tag = max(l.vtime, l.finish[t.Tenant]) + cost/float64(t.Weight)
+	if t.Tag != 0 {
+		w.tag = float64(t.Tag)
+	}
 	l.finish[t.Tenant] = w.tag
 	heap.Push(l, w)
 	l.changed++

@@ -23,7 +23,10 @@
 -- ARGV[13] cap on the permits the tenant holds in this pool at once (0 =
 --          none): while the tenant holds that many, its entries wait at
 --          their places and others are granted past them
--- ARGV[14…] the group's arguments (lib.lua group_args)
+-- ARGV[14] a tag reserved at the door for this request (reserve.lua; 0 =
+--          none): a new arrival takes it as its place instead of a new
+--          one, and gives its tenant's reservation back whatever the answer
+-- ARGV[15…] the group's arguments (lib.lua group_args)
 -- Returns {status, position, tag, limit, ewma_ms, woken pool, id pairs...}
 --   status 1 = holds a permit, 2 = queued at position (1-based), 3 = pool
 --   queue full, 4 = the request already released (nothing was taken),
@@ -41,7 +44,8 @@ local max_depth = tonumber(ARGV[9])
 local alive_ttl = tonumber(ARGV[10])
 local alive_prefix = ARGV[11]
 local held_cap = tonumber(ARGV[13])
-group_args(14)
+local reserved_tag = tonumber(ARGV[14])
+group_args(15)
 
 local now = now_ms()
 local limit = pool_limit(ARGV[7])
@@ -72,36 +76,36 @@ elseif restore > 0 then
   -- that were there before them.
   local start = tag - ticks(cost, weight)
   if vtime() < start then redis.call('HSET', G.clock, 'vtime', start) end
-elseif redis.call('ZCARD', K.heads) == 0 and redis.call('ZCARD', K.permits) < limit
-    and redis.call('HEXISTS', K.tenants, tenant) == 0 and below_cap(tenant, held_cap)
-    and not group_contended(now) then
-  -- Nobody to be fair to (whoever waits is held back by a cap, and none
-  -- of them is this tenant's): the request never waits, so it takes no
-  -- tag and leaves V alone.
-  grant(id, tenant, now, lease)
-  return {1, 0, 0, limit, ewma}
 else
+  -- A new arrival: the door's reservation, if it made one, is taken now,
+  -- whatever the answer.
+  if reserved_tag > 0 then reserve_count(tenant, -1) end
+  if redis.call('ZCARD', K.heads) == 0 and redis.call('ZCARD', K.permits) < limit
+      and redis.call('HEXISTS', K.tenants, tenant) == 0 and below_cap(tenant, held_cap)
+      and not group_contended(now) then
+    -- Nobody to be fair to (whoever waits is held back by a cap, and none
+    -- of them is this tenant's): the request never waits, so it takes no
+    -- tag and leaves V alone.
+    grant(id, tenant, now, lease)
+    return {1, 0, 0, limit, ewma}
+  end
   if redis.call('ZCARD', K.queue) >= max_depth then
     return {3, 0, 0, limit, ewma}
   end
   if tenant_cap > 0 and tonumber(redis.call('HGET', K.tenants, tenant) or '0') >= tenant_cap then
     return {5, 0, 0, limit, ewma}
   end
-  local start = math.max(vtime(), tonumber(redis.call('HGET', G.finish, tenant) or '0'))
-  -- The tenant's credit (or debt) from its settled requests shortens (or
-  -- lengthens) this entry, down to one tick; what is left of it stays.
-  local charge = ticks(cost, weight)
-  local length = charge
-  local credit = tonumber(redis.call('HGET', G.credit, tenant) or '0')
-  if credit ~= 0 then
-    length = math.max(1, charge - credit)
-    local left = credit - (charge - length)
-    if left == 0 then redis.call('HDEL', G.credit, tenant) else redis.call('HSET', G.credit, tenant, left) end
+  local charge
+  if reserved_tag > 0 then
+    -- Its place was taken in the fair order when it arrived at the door
+    -- (F_t moved then, its credit was spent then).
+    tag, charge = reserved_tag, ticks(cost, weight)
+    add_entry(id, tenant, tag, now, weight, held_cap, false)
+  else
+    tag, charge = place(tenant, cost, weight)
+    add_entry(id, tenant, tag, now, weight, held_cap, true)
   end
-  tag = free_tick(start + length)
-  add_entry(id, tenant, tag, now, weight, held_cap, true)
   redis.call('HSET', K.charged, id, charge .. ':' .. weight)
-  redis.call('HSET', G.finish, tenant, tag)
 end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)
 

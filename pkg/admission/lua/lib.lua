@@ -39,7 +39,11 @@
 --   KEYS[17] credit  HASH  tenant -> ticks its released requests were
 --                          charged beyond what they used (negative: short
 --                          of it), taken off its next entries' lengths
---   KEYS[18…] the other pools of the group, 14 keys each in the order above
+--   KEYS[18] reserved HASH tenant -> "<count>:<expiry ms>": places in the
+--                          fair order reserved at the door (reserve.lua)
+--                          and not yet taken by an entry; the tenant keeps
+--                          its F_t and credit while it has any
+--   KEYS[19…] the other pools of the group, 14 keys each in the order above
 -- A pool alone is a group of one: its clock and finish are its own stats
 -- and finish keys (KEYS[4], KEYS[6]), and no other pool follows.
 --
@@ -93,13 +97,13 @@ end
 -- grants in another pool of the group. Every helper below reads K.
 local K = pool_keys(1)
 local SELF = K
-local G = {clock = KEYS[15], finish = KEYS[16], credit = KEYS[17]}
+local G = {clock = KEYS[15], finish = KEYS[16], credit = KEYS[17], reserved = KEYS[18]}
 
 -- The other pools of the group: keys, and (after group_args) name,
 -- configured limit and liveness prefix.
 local OTHERS = {}
 do
-  local at = 18
+  local at = 19
   while KEYS[at] do
     OTHERS[#OTHERS + 1] = {k = pool_keys(at)}
     at = at + NKEYS
@@ -282,9 +286,41 @@ local function group_keys()
   return out
 end
 
--- Whether tenant has neither an entry queued nor a permit held anywhere
--- in the group: idle, it keeps no credit (and no F_t).
+-- The places tenant has reserved at the door and not yet taken: 0 once
+-- their expiry passed (a door that died never gives them back).
+local function reserved(tenant)
+  local v = redis.call('HGET', G.reserved, tenant)
+  if not v then return 0 end
+  local n, expiry = split(v)
+  if tonumber(expiry or '0') < now_ms() or tonumber(n) <= 0 then
+    redis.call('HDEL', G.reserved, tenant)
+    return 0
+  end
+  return tonumber(n)
+end
+
+-- Count a reservation of tenant's, kept at least ttl ms (by > 0), or give
+-- one back (by < 0).
+local function reserve_count(tenant, by, ttl)
+  local n = reserved(tenant) + by
+  if n <= 0 then
+    redis.call('HDEL', G.reserved, tenant)
+    return
+  end
+  local v = redis.call('HGET', G.reserved, tenant)
+  local expiry = 0
+  if v then
+    local _, e = split(v)
+    expiry = tonumber(e or '0')
+  end
+  if ttl then expiry = math.max(expiry, now_ms() + ttl) end
+  redis.call('HSET', G.reserved, tenant, n .. ':' .. expiry)
+end
+
+-- Whether tenant has neither an entry queued, a permit held nor a place
+-- reserved anywhere in the group: idle, it keeps no credit (and no F_t).
 local function idle(tenant)
+  if reserved(tenant) > 0 then return false end
   for _, p in ipairs(group_keys()) do
     if redis.call('HEXISTS', p.tenants, tenant) == 1 or redis.call('HEXISTS', p.held, tenant) == 1 then
       return false
@@ -377,6 +413,36 @@ local function free_tick(f)
   end
 end
 
+-- A new place in the fair order for a request of tenant: it starts at
+-- max(V, F_t) and spans its charge in ticks (cost/weight), shortened (or
+-- lengthened) by the tenant's credit (or debt) from settled requests, down
+-- to one tick, what is left of the credit staying. F_t moves to its tag.
+-- Returns the tag and the charge (ticks before credit).
+local function place(tenant, cost, weight)
+  local start = math.max(vtime(), tonumber(redis.call('HGET', G.finish, tenant) or '0'))
+  local charge = ticks(cost, weight)
+  local length = charge
+  local credit = tonumber(redis.call('HGET', G.credit, tenant) or '0')
+  if credit ~= 0 then
+    length = math.max(1, charge - credit)
+    local left = credit - (charge - length)
+    if left == 0 then redis.call('HDEL', G.credit, tenant) else redis.call('HSET', G.credit, tenant, left) end
+  end
+  local tag = free_tick(start + length)
+  redis.call('HSET', G.finish, tenant, tag)
+  return tag, charge
+end
+
+-- How many entries queued in the group's pools have tags below tag.
+local function below(tag)
+  local n = 0
+  local upto = '(' .. string.format('%.0f', tag)
+  for _, q in ipairs(queues()) do
+    n = n + redis.call('ZCOUNT', q, '-inf', upto)
+  end
+  return n
+end
+
 -- Record a queue entry, count it against its tenant and place the tenant.
 -- cap is its tier's cap on the permits its tenant holds (0 = none). newest:
 -- the entry's tag is past the tenant's others (a new arrival), so that its
@@ -413,7 +479,7 @@ local function take(id, tag, tenant)
   redis.call('ZREM', K.order, order_member(tenant, tag, id))
   if redis.call('HINCRBY', K.tenants, tenant, -1) <= 0 then
     redis.call('HDEL', K.tenants, tenant)
-    if not queued_elsewhere(tenant) then redis.call('HDEL', G.finish, tenant) end
+    if not queued_elsewhere(tenant) and reserved(tenant) == 0 then redis.call('HDEL', G.finish, tenant) end
   end
   return tenant
 end

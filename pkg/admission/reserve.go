@@ -1,0 +1,77 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Place is a place in a pool's fair order reserved for a request that
+// waits at the door before its workflow starts (Reserve). The request
+// queues at it (Request.Place) or gives it back (Unreserve).
+type Place struct {
+	Pool   string
+	Tenant string
+	Weight int
+	// Cost is the request's, as Enqueue takes it.
+	Cost float64
+	// Tag is the place in the fair order; 0 is no place.
+	Tag int64
+}
+
+// Reserve takes a place in pool's fair order for a request of tenant at
+// weight and cost that waits at the door, as if it queued now: its
+// tenant's later requests queue after it, and a tenant that asked less
+// goes ahead of it, wherever the requests wait (the door's waiting room
+// or the queue). Without it, the door's crowd and the queue are two
+// orders on two clocks, and a tenant whose requests reach the queue one
+// at a time is placed as if it had asked for nothing. A place neither
+// taken nor given back lapses after ttl (its door died). It returns the
+// place and how many queued entries are ahead of it.
+func (g *Gate) Reserve(ctx context.Context, pool, tenant string, weight int, cost float64, ttl time.Duration) (Place, int, error) {
+	if _, err := g.limit(pool); err != nil {
+		return Place{}, 0, err
+	}
+	if cost == 0 {
+		cost = 1
+	}
+	if weight <= 0 || !(cost > 0) || ttl <= 0 {
+		return Place{}, 0, fmt.Errorf("reserve a place in pool %s: weight %d, cost %v and ttl %s must be > 0", pool, weight, cost, ttl)
+	}
+	raw, err := reserveScript.Run(ctx, g.rdb, g.scriptKeys(pool), tenant, weight, strconv.FormatFloat(cost, 'g', -1, 64),
+		ttl.Milliseconds()).Int64Slice()
+	if err != nil {
+		return Place{}, 0, fmt.Errorf("reserve a place in pool %s for tenant %s: %w", pool, tenant, err)
+	}
+	if len(raw) != 2 {
+		return Place{}, 0, fmt.Errorf("reserve a place in pool %s: reply %v", pool, raw)
+	}
+	return Place{Pool: pool, Tenant: tenant, Weight: weight, Cost: cost, Tag: raw[0]}, int(raw[1]), nil
+}
+
+// Unreserve gives back a place whose request never queued (it ended at
+// the door). A place its request queued at is already taken: give back
+// only those.
+func (g *Gate) Unreserve(ctx context.Context, p Place) error {
+	if p.Tag == 0 {
+		return nil
+	}
+	err := unreserveScript.Run(ctx, g.rdb, g.scriptKeys(p.Pool), p.Tenant, p.Tag, p.Weight,
+		strconv.FormatFloat(p.Cost, 'g', -1, 64)).Err()
+	if err != nil {
+		return fmt.Errorf("give back place %d in pool %s of tenant %s: %w", p.Tag, p.Pool, p.Tenant, err)
+	}
+	return nil
+}
+
+// AheadOf returns how many requests queued in the place's group are ahead
+// of it in the fair order.
+func (g *Gate) AheadOf(ctx context.Context, p Place) (int, error) {
+	n, err := aheadScript.Run(ctx, g.rdb, g.scriptKeys(p.Pool), p.Tenant, p.Weight,
+		strconv.FormatFloat(p.Cost, 'g', -1, 64), p.Tag).Int()
+	if err != nil {
+		return 0, fmt.Errorf("entries ahead of place %d in pool %s: %w", p.Tag, p.Pool, err)
+	}
+	return n, nil
+}
