@@ -219,3 +219,39 @@ func TestAdmitRoutesAtTheExactThreshold(t *testing.T) {
 		t.Fatalf("admit with a given bound: %+v; want the long pool at %d", out, bound+1)
 	}
 }
+
+// The first admission queues at the door's place in the pool it was
+// reserved in; a place reserved in another pool's order (the request was
+// routed elsewhere) is given back, and the request queues anew.
+func TestAdmitQueuesAtTheDoorsPlace(t *testing.T) {
+	h := newHarness(t, nil)
+	h.admit(t, "holder", "granted")
+	ctx := context.Background()
+	place, _, err := h.gate.Reserve(ctx, request.PoolShort, "t", 1, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{
+		RequestID: "placed", Query: query, Tenant: "t", Weight: 1, Place: place,
+	})
+	if out.Granted || out.Seq != place.Tag {
+		t.Fatalf("admit: %+v, want queued at the door's place %d", out, place.Tag)
+	}
+	elsewhere, _, err := h.gate.Reserve(ctx, request.PoolLong, "u", 1, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{
+		RequestID: "routed", Query: query, Tenant: "u", Weight: 1, Place: elsewhere,
+	})
+	if out.Pool != request.PoolShort || out.Seq == elsewhere.Tag {
+		t.Fatalf("admit: %+v, want queued anew in short, not at long's place %d", out, elsewhere.Tag)
+	}
+	if n, err := h.rdb.Keys(ctx, h.prefix+"*reserved").Result(); err != nil || len(n) != 0 {
+		for _, k := range n {
+			if v, _ := h.rdb.HGetAll(ctx, k).Result(); len(v) != 0 {
+				t.Fatalf("places still reserved: %s %v", k, v)
+			}
+		}
+	}
+}

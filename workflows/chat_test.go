@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -850,12 +851,16 @@ func (s *chatSuite) TestPermitLostBeforeStreamQueuesAgain() {
 	s.env.RegisterDelayedCallback(func() {
 		s.env.SignalWorkflow(SignalAdmitted, AdmittedSignal{Pool: "short"})
 	}, time.Second)
-	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	in := input()
+	in.AdmissionPlace = admission.Place{Pool: "short", Tenant: in.Tenant, Weight: 1, Cost: 1, Tag: 42}
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
 	s.Equal(request.OutcomeDone, s.result().Outcome)
 	s.Equal([]string{"EmbedQuery", "Admit", "Retrieve", "Rerank", "StreamLLM", "Admit", "StreamLLM", "Finalize"}, s.calls())
 	s.Require().Len(admits, 2)
+	s.Equal(int64(42), admits[0].Place.Tag, "the first admission queues at the door's place")
 	s.Equal("short", admits[1].Pool, "re-admission asks in the same pool")
 	s.Equal(int64(7), admits[1].Seq, "re-admission restores the old place")
+	s.Zero(admits[1].Place.Tag, "the door's place is taken once")
 }
 
 // deadlineInput waits at most maxWait for its grant.
