@@ -143,6 +143,15 @@ bench-fairness: need $(TEMPORAL) build
 bench-soak: need $(TEMPORAL) build
 	$(BIN)/sluice-bench soak -temporal $(TEMPORAL)
 
+# The direct dependencies that have a newer version, as the module proxy
+# answers (go list -m -u). Informational: a proxy that cannot be reached
+# leaves a module "not checked", never a failed build.
+.PHONY: deps-check
+deps-check:
+	@echo ">> direct dependencies with a newer version (module proxy: $$($(GO) env GOPROXY))"
+	@set -o pipefail; $(GO) list -m -u -e -f '{{if and (not .Main) (not .Indirect)}}{{with .Update}}{{$$.Path}} {{$$.Version}} -> {{.Version}}{{else}}{{with $$.Error}}{{$$.Path}} {{$$.Version}}: not checked ({{.Err}}){{end}}{{end}}{{end}}' all 2>&1 \
+		| sed '/^$$/d' || echo "   go list could not finish; the lines above are what it could say"
+
 lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
