@@ -176,18 +176,24 @@ func metricsServer(addr, field string, h http.Handler, logger *slog.Logger) (fun
 	}, nil
 }
 
-// Main is a binary's main: it loads the config from the command line (exit
-// code 2 if it is bad), starts tracing if the OTEL_* environment asks for
-// it (pkg/tracing; exit code 2 if it is bad), runs run until SIGINT or
-// SIGTERM, and exits 1 if run failed.
+// Main is a binary's main: it prints the version if asked (version,
+// -version), loads the config from the command line (exit code 2 if it is
+// bad), starts tracing if the OTEL_* environment asks for it (pkg/tracing;
+// exit code 2 if it is bad), runs run until SIGINT or SIGTERM, and exits 1
+// if run failed.
 func Main(name string, run func(ctx context.Context, cfg config.Config, logger *slog.Logger) error) {
+	if version.Asked(os.Args[1:]) {
+		fmt.Println(version.Line(name))
+		return
+	}
 	cfg, err := config.FromCommandLine(name, os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
 	logger := worker.NewLogger(cfg.Log)
-	logger.Info(name+" starting", "version", version.Version)
+	b := version.Get()
+	logger.Info(name+" starting", "version", b.Version, "commit", b.Commit, "go_version", b.GoVersion)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	stopTracing, err := tracing.Start(ctx, name, logger)
 	if err != nil {

@@ -6,6 +6,7 @@
 //	sluice-keys revoke <key id>
 //	sluice-keys bans
 //	sluice-keys unban <ip|key> <value>
+//	sluice-keys version
 //
 // The admin credential (auth.admin_key, or a key with the admin scope) is
 // read from $SLUICE_ADMIN_KEY, never from a flag, so that it stays out of
@@ -27,6 +28,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 func main() {
@@ -48,6 +51,7 @@ const usage = `usage: sluice-keys [-url URL] <command>
   revoke ID
   bans
   unban ip|key VALUE
+  version
 The admin key comes from $SLUICE_ADMIN_KEY.`
 
 // client calls the admin API.
@@ -57,6 +61,10 @@ type client struct {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
+	if version.Asked(args) {
+		_, err := fmt.Fprintln(out, version.Line("sluice-keys"))
+		return err
+	}
 	fs := flag.NewFlagSet("sluice-keys", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	base := getenv("SLUICE_URL")
