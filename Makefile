@@ -23,12 +23,45 @@ SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput pools 
 all: build
 
 # The version stamped into the binaries: the git tag, or the release the
-# source says (pkg/version) with the commit after it.
+# source says (pkg/version) with the commit after it; and the commit.
+# `<binary> -version`, GET /healthz and sluice_build_info show them.
 VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null | grep '^v' || echo "$$(sed -n 's/^var Version = "\(.*\)"/\1/p' pkg/version/version.go)-$$(git rev-parse --short HEAD 2>/dev/null || echo dev)")
-LDFLAGS      := -X github.com/sluice-dev/sluice/pkg/version.Version=$(VERSION)
+COMMIT       ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+LDFLAGS      := -X github.com/sluice-dev/sluice/pkg/version.Version=$(VERSION) -X github.com/sluice-dev/sluice/pkg/version.Commit=$(COMMIT)
 
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sluice-api ./cmd/sluice-keys ./cmd/sluice-worker ./cmd/llmsim ./cmd/sluice-plan ./tests/load/cmd/sluice-bench
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sluice ./cmd/sluice-api ./cmd/sluice-keys ./cmd/sluice-worker ./cmd/llmsim ./cmd/sluice-plan ./tests/load/cmd/sluice-bench
+
+# Release binaries: static (CGO_ENABLED=0), without local paths (-trimpath),
+# stamped, for each platform, as dist/<binary>_<os>_<arch>; then a
+# CycloneDX SBOM of the modules they are built from (the tool is built from
+# the module proxy; without it the release goes on, saying so) and
+# SHA256SUMS over everything in dist/.
+RELEASE_PLATFORMS := linux/amd64 linux/arm64
+RELEASE_CMDS      := sluice sluice-api sluice-worker sluice-keys llmsim sluice-plan
+DIST              := $(CURDIR)/dist
+CYCLONEDX_GOMOD   := github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
+
+.PHONY: release
+release:
+	@rm -rf $(DIST) && mkdir -p $(DIST)
+	@for p in $(RELEASE_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+	  echo ">> $(VERSION) for $$os/$$arch"; \
+	  for c in $(RELEASE_CMDS); do \
+	    CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" \
+	      -o $(DIST)/$${c}_$${os}_$${arch} ./cmd/$$c || exit 1; \
+	  done; \
+	done
+	@$(GO) run $(CYCLONEDX_GOMOD) mod -licenses=false -json -output $(DIST)/sluice_$(VERSION).cdx.json . \
+	  || echo "   no SBOM: $(CYCLONEDX_GOMOD) could not be built or run"
+	@cd $(DIST) && sha256sum $$(ls | grep -v '^SHA256SUMS$$') > SHA256SUMS
+	@echo ">> $(DIST):" && ls -l $(DIST)
+
+# The image of deploy/docker/Dockerfile, stamped like the binaries and
+# tagged with the version (the Helm chart's appVersion names a release's).
+.PHONY: image
+image:
+	docker build -f deploy/docker/Dockerfile --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t sluice:$(VERSION) .
 
 # The Temporal CLI (Server 1.29, UI 2.42) is built from the Go module proxy;
 # the first build takes ~6 minutes, later ones come from the Go build cache.
@@ -148,6 +181,15 @@ bench-fairness-1024: need $(TEMPORAL) build
 bench-soak: need $(TEMPORAL) build
 	$(BIN)/sluice-bench soak -temporal $(TEMPORAL)
 
+# The direct dependencies that have a newer version, as the module proxy
+# answers (go list -m -u). Informational: a proxy that cannot be reached
+# leaves a module "not checked", never a failed build.
+.PHONY: deps-check
+deps-check:
+	@echo ">> direct dependencies with a newer version (module proxy: $$($(GO) env GOPROXY))"
+	@set -o pipefail; $(GO) list -m -u -e -f '{{if and (not .Main) (not .Indirect)}}{{with .Update}}{{$$.Path}} {{$$.Version}} -> {{.Version}}{{else}}{{with $$.Error}}{{$$.Path}} {{$$.Version}}: not checked ({{.Err}}){{end}}{{end}}{{end}}' all 2>&1 \
+		| sed '/^$$/d' || echo "   go list could not finish; the lines above are what it could say"
+
 lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
@@ -158,7 +200,7 @@ run: need $(TEMPORAL) build
 	@deploy/dev/run.sh
 
 clean:
-	rm -rf $(BIN)/sluice-api $(BIN)/sluice-keys $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-plan $(BIN)/sluice-bench .data
+	rm -rf $(BIN)/sluice $(BIN)/sluice-api $(BIN)/sluice-keys $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-plan $(BIN)/sluice-bench .data dist
 
 # A real Temporal server for `make run-cluster` (and testenv.LaunchTemporalServer):
 # the server and its SQL schema tool at the version the pinned CLI embeds,

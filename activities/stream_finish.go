@@ -65,7 +65,8 @@ func (a *Chat) usageOf(res llm.Result, p *fittedPrompt, tokens int) events.Usage
 
 // noteTruncations ends each answer the model stopped at max tokens, maybe
 // mid-word, with the truncation notice: the first's, or each choice's
-// when several were asked for.
+// when several were asked for. The notice is a token event marked as one
+// (events.Token.Notice), which only the native API shows.
 func (a *Chat) noteTruncations(ctx context.Context, requestID string, res llm.Result, s *tokenStream) error {
 	if a.Options.TruncationNotice == "" {
 		return nil
@@ -78,7 +79,7 @@ func (a *Chat) noteTruncations(ctx context.Context, requestID string, res llm.Re
 		if reason != "length" {
 			continue
 		}
-		tok := events.Token{Text: a.Options.TruncationNotice, Index: s.tokens(), Choice: choice}
+		tok := events.Token{Text: a.Options.TruncationNotice, Index: s.tokens(), Choice: choice, Notice: true}
 		if _, err := a.writeToken(ctx, requestID, tok, s.stopKey); err != nil {
 			return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeStreamInterrupted, err)
 		}

@@ -366,13 +366,15 @@ func TestStreamLLMAgainstSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The answer's tokens, then the notice that it was cut.
+	// The answer's tokens, then the notice that it was cut, marked as
+	// Sluice's (the OpenAI routes leave it out).
 	toks := ofType(h.events(t, "r1"), events.TypeToken)
-	if len(toks) != maxTokens+1 || decode[events.Token](t, toks[maxTokens]).Text != h.acts.Options.TruncationNotice {
+	if len(toks) != maxTokens+1 || decode[events.Token](t, toks[maxTokens]).Text != h.acts.Options.TruncationNotice ||
+		!decode[events.Token](t, toks[maxTokens]).Notice {
 		t.Fatalf("%d token events, want %d and the truncation notice", len(toks), maxTokens)
 	}
 	for i, ev := range toks {
-		if tok := decode[events.Token](t, ev); tok.Index != i || tok.Text == "" {
+		if tok := decode[events.Token](t, ev); tok.Index != i || tok.Text == "" || (tok.Notice != (i == maxTokens)) {
 			t.Fatalf("token event %d: %+v", i, tok)
 		}
 	}

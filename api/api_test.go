@@ -703,8 +703,10 @@ func TestHealthz(t *testing.T) {
 	srv, _, _ := newTestServer(t, nil)
 	rec := httptest.NewRecorder()
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
-	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"ok"`) || !strings.Contains(rec.Body.String(), `"version":"`+version.Version+`"`) {
-		t.Fatalf("healthz %d %s, want ok and version %s", rec.Code, rec.Body, version.Version)
+	var body map[string]string
+	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &body) != nil || body["status"] != "ok" ||
+		body["version"] != version.Version || body["commit"] != version.Get().Commit || body["commit"] == "" {
+		t.Fatalf("healthz %d %s, want ok, version %s and the commit", rec.Code, rec.Body, version.Version)
 	}
 }
 

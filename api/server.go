@@ -298,8 +298,11 @@ func (s *Server) drainDelay() {
 	time.Sleep(d)
 }
 
+// healthz says the process serves, and which build it is: a probe reads
+// the status, a person rolling out a release the version and commit.
 func (s *Server) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok", "version": version.Version})
+	b := version.Get()
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok", "version": b.Version, "commit": b.Commit})
 }
 
 // readyz answers whether this process should get traffic: it serves and

@@ -9,6 +9,7 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -176,23 +177,34 @@ func metricsServer(addr, field string, h http.Handler, logger *slog.Logger) (fun
 	}, nil
 }
 
-// Main is a binary's main: it loads the config from the command line (exit
-// code 2 if it is bad), starts tracing if the OTEL_* environment asks for
-// it (pkg/tracing; exit code 2 if it is bad), runs run until SIGINT or
-// SIGTERM, and exits 1 if run failed.
-func Main(name string, run func(ctx context.Context, cfg config.Config, logger *slog.Logger) error) {
-	cfg, err := config.FromCommandLine(name, os.Args[1:])
+// Run is a process's life from its command line (args, after the
+// program's name) and returns the exit code: it prints the version if
+// asked (version, -version; 0), loads the config from -config (2 if it is
+// bad; 0 for -h), starts tracing if the OTEL_* environment asks for it
+// (pkg/tracing; 2 if it is bad), runs run until SIGINT or SIGTERM, and
+// returns 1 if run failed. name is the process's in logs and traces.
+func Run(name string, args []string, run func(ctx context.Context, cfg config.Config, logger *slog.Logger) error) int {
+	if version.Asked(args) {
+		fmt.Println(version.Line(name))
+		return 0
+	}
+	cfg, err := config.FromCommandLine(name, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		return 2
 	}
 	logger := worker.NewLogger(cfg.Log)
-	logger.Info(name+" starting", "version", version.Version)
+	b := version.Get()
+	logger.Info(name+" starting", "version", b.Version, "commit", b.Commit, "go_version", b.GoVersion)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	stopTracing, err := tracing.Start(ctx, name, logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
+		return 2
 	}
 	err = run(ctx, cfg, logger)
 	stop()
@@ -204,8 +216,9 @@ func Main(name string, run func(ctx context.Context, cfg config.Config, logger *
 	cancel()
 	if err != nil {
 		logger.Error(name+" stopped", "err", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // API is an API process running in the background of another program: a

@@ -25,7 +25,7 @@ import (
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
@@ -38,9 +38,10 @@ const (
 	k8sDir         = "k8s"
 )
 
-// The three binaries the image must hold, by the name of their main package
-// directory (which `go build -o dir/` uses as the file name).
-var wantBinaries = []string{"llmsim", "sluice-api", "sluice-worker"}
+// The binaries the image must hold, by the name of their main package
+// directory (which `go build -o dir/` uses as the file name): sluice for
+// its healthcheck, the processes under their own names.
+var wantBinaries = []string{"llmsim", "sluice", "sluice-api", "sluice-worker"}
 
 // Dynamic config the Temporal server needs for eager start (see
 // config.Temporal.EagerStart and deploy/dev/run.sh).
@@ -262,6 +263,10 @@ func checkHealthcheckURL(t *testing.T, name string, svc composeService, port str
 		t.Errorf("%s: %s healthcheck asks port %s, but the service listens on %s", composePath, name, u.Port(), port)
 	}
 	checkRoute(t, composePath+": "+name+" healthcheck", svc.Command[0], u.Path)
+	// The image has no curl: its probe is its own binary's.
+	if test := svc.Healthcheck.Test; len(test) < 3 || test[0] != "CMD" || test[1] != "sluice" || test[2] != "healthcheck" {
+		t.Errorf("%s: %s healthcheck %q, want [CMD sluice healthcheck -url …] (the image has no curl)", composePath, name, test)
+	}
 }
 
 func TestComposeConfigWithDocker(t *testing.T) {

@@ -50,7 +50,9 @@ func (k *chunkSink) Write(ev events.Event) error {
 		return k.comment("stage " + sg.Stage)
 	case events.TypeToken:
 		var t events.Token
-		if json.Unmarshal(ev.Data, &t) != nil {
+		if json.Unmarshal(ev.Data, &t) != nil || t.Notice {
+			// A notice is Sluice's, not the model's: OpenAI's content is
+			// the model's text as sent (finish_reason says it was cut).
 			return nil
 		}
 		if t.Model != "" {
@@ -177,7 +179,7 @@ func (col *answerCollector) Write(ev events.Event) error {
 	switch ev.Type {
 	case events.TypeToken:
 		var t events.Token
-		if json.Unmarshal(ev.Data, &t) != nil || !validChoice(t.Choice) {
+		if json.Unmarshal(ev.Data, &t) != nil || !validChoice(t.Choice) || t.Notice {
 			return nil
 		}
 		for len(col.answers) <= t.Choice {

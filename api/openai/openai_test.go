@@ -404,3 +404,48 @@ func TestSeveralChoices(t *testing.T) {
 		t.Fatalf("completion %+v", c)
 	}
 }
+
+// A cut answer's content is the model's text as it sent it, a json_object
+// answer cut mid-string included: the truncation notice the native API
+// streams is not OpenAI content (finish_reason "length" says it was cut).
+func TestTruncationNoticeIsNotContent(t *testing.T) {
+	model := []string{`{"`, `answer`, `": "`, `token`, ` bucket`}
+	var evs []events.Event
+	for i, text := range model {
+		evs = append(evs, ev(events.TypeToken, events.Token{Text: text, Index: i}))
+	}
+	evs = append(evs,
+		ev(events.TypeToken, events.Token{Text: " … [answer truncated at the length limit]", Index: len(model), Notice: true}),
+		ev(events.TypeDone, events.Done{RequestID: "chat-1", FinishReason: "length",
+			Usage: events.Usage{PromptTokens: 10, CompletionTokens: len(model), TotalTokens: 10 + len(model)}}))
+	want := strings.Join(model, "")
+
+	stream := ssestream.NewStream[openai.ChatCompletionChunk](ssestream.NewDecoder(render(t, false, evs...)), nil)
+	var acc openai.ChatCompletionAccumulator
+	chunks := 0
+	for stream.Next() {
+		if !acc.AddChunk(stream.Current()) {
+			t.Fatalf("accumulator refused %s", stream.Current().RawJSON())
+		}
+		chunks++
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := acc.Choices[0]; got.Message.Content != want || got.FinishReason != "length" || chunks != len(model)+1 {
+		t.Fatalf("streamed %d chunks, content %q (%s), want %q", chunks, got.Message.Content, got.FinishReason, want)
+	}
+
+	var col answerCollector
+	for _, e := range evs {
+		_ = col.Write(e)
+	}
+	raw, err := json.Marshal(completionOf(completionMeta{ID: "chatcmpl-chat-1"}, col.answers, col.done))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c openai.ChatCompletion
+	if err := json.Unmarshal(raw, &c); err != nil || c.Choices[0].Message.Content != want || c.Choices[0].FinishReason != "length" {
+		t.Fatalf("completion %s, %v; want content %q", raw, err, want)
+	}
+}

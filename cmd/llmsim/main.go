@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 func main() {
@@ -28,6 +29,10 @@ func main() {
 }
 
 func run(args []string) error {
+	if version.Asked(args) {
+		fmt.Println(version.Line("llmsim"))
+		return nil
+	}
 	cfg := llmsim.DefaultConfig()
 	fs := flag.NewFlagSet("llmsim", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address")

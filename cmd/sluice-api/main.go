@@ -1,19 +1,12 @@
 // Command sluice-api serves Sluice's HTTP API, with an embedded Temporal
-// worker unless api.embedded_worker is false.
+// worker unless api.embedded_worker is false: `sluice serve api` under
+// its own name (cmd/internal/cli).
 package main
 
 import (
-	"context"
-	"log/slog"
+	"os"
 
-	"github.com/sluice-dev/sluice/app"
-	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/cmd/internal/cli"
 )
 
-func main() {
-	app.Main("sluice-api", func(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-		return app.RunAPI(ctx, cfg, logger, func(addr string) {
-			logger.Info("api listening", "url", "http://"+addr)
-		})
-	})
-}
+func main() { os.Exit(cli.ServeAPI(os.Args[1:])) }

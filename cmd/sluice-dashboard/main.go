@@ -3,6 +3,7 @@
 //
 //	sluice-dashboard json [-o deploy/grafana/sluice.json]
 //	sluice-dashboard preview -prometheus http://127.0.0.1:9090 -start RFC3339 -end RFC3339 [-o preview.png]
+//	sluice-dashboard version
 //
 // The preview runs every panel's queries over the range through
 // Prometheus's HTTP API and draws the panels in a grid with gonum/plot:
@@ -19,12 +20,17 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/deploy/grafana"
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: sluice-dashboard json|preview [flags]")
+		fmt.Fprintln(os.Stderr, "usage: sluice-dashboard json|preview|version [flags]")
 		os.Exit(2)
+	}
+	if version.Asked(os.Args[1:]) {
+		fmt.Println(version.Line("sluice-dashboard"))
+		return
 	}
 	var err error
 	switch os.Args[1] {

@@ -1,235 +1,30 @@
 // Command sluice-keys manages Sluice's API keys and abuse bans through the
-// admin API:
+// admin API: `sluice keys` under its own name (cmd/internal/keyscli).
 //
 //	sluice-keys create -tenant acme -user alice -tier standard -scopes chat,ingest
 //	sluice-keys list [-tenant acme]
 //	sluice-keys revoke <key id>
 //	sluice-keys bans
 //	sluice-keys unban <ip|key> <value>
+//	sluice-keys version
 //
-// The admin credential (auth.admin_key, or a key with the admin scope) is
-// read from $SLUICE_ADMIN_KEY, never from a flag, so that it stays out of
-// shell history and process lists. The server is -url, default
+// The admin key comes from $SLUICE_ADMIN_KEY; the server is -url, default
 // $SLUICE_URL or http://127.0.0.1:8080.
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"os"
-	"strings"
-	"text/tabwriter"
-	"time"
+
+	"github.com/sluice-dev/sluice/cmd/internal/keyscli"
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "sluice-keys:", err)
-		var u usageError
-		if errors.As(err, &u) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+	if version.Asked(os.Args[1:]) {
+		fmt.Println(version.Line("sluice-keys"))
+		return
 	}
-}
-
-type usageError struct{ error }
-
-const usage = `usage: sluice-keys [-url URL] <command>
-  create -tenant T [-user U] [-tier T] [-scopes chat,ingest,admin] [-quiet]
-  list [-tenant T]
-  revoke ID
-  bans
-  unban ip|key VALUE
-The admin key comes from $SLUICE_ADMIN_KEY.`
-
-// client calls the admin API.
-type client struct {
-	base, key string
-	http      *http.Client
-}
-
-func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
-	fs := flag.NewFlagSet("sluice-keys", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	base := getenv("SLUICE_URL")
-	if base == "" {
-		base = "http://127.0.0.1:8080"
-	}
-	fs.StringVar(&base, "url", base, "the API's base URL")
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		return usageError{errors.New(strings.TrimSpace(usage))}
-	}
-	c := client{base: strings.TrimRight(base, "/"), key: getenv("SLUICE_ADMIN_KEY"), http: &http.Client{Timeout: 30 * time.Second}}
-	if c.key == "" {
-		return usageError{errors.New("set SLUICE_ADMIN_KEY to the admin key (or a key with the admin scope)")}
-	}
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	switch cmd {
-	case "create":
-		return c.create(ctx, rest, out)
-	case "list":
-		return c.list(ctx, rest, out)
-	case "revoke":
-		if len(rest) != 1 {
-			return usageError{errors.New("usage: sluice-keys revoke ID")}
-		}
-		return c.call(ctx, http.MethodDelete, "/v1/admin/keys/"+url.PathEscape(rest[0]), nil, nil)
-	case "bans":
-		return c.bans(ctx, out)
-	case "unban":
-		if len(rest) != 2 {
-			return usageError{errors.New("usage: sluice-keys unban ip|key VALUE")}
-		}
-		return c.call(ctx, http.MethodDelete, "/v1/admin/bans/"+url.PathEscape(rest[0])+"/"+url.PathEscape(rest[1]), nil, nil)
-	}
-	return usageError{fmt.Errorf("unknown command %q\n%s", cmd, usage)}
-}
-
-type key struct {
-	ID         string    `json:"id"`
-	Key        string    `json:"key"`
-	Masked     string    `json:"masked"`
-	Tenant     string    `json:"tenant"`
-	User       string    `json:"user"`
-	Tier       string    `json:"tier"`
-	Scopes     []string  `json:"scopes"`
-	CreatedAt  time.Time `json:"created_at"`
-	LastUsedAt time.Time `json:"last_used_at"`
-	Revoked    bool      `json:"revoked"`
-}
-
-func (c client) create(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("create", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	tenant := fs.String("tenant", "", "tenant the key belongs to (required)")
-	user := fs.String("user", "", "user within the tenant (default: the tenant)")
-	tier := fs.String("tier", "", "limits tier (default: limits.default_tier)")
-	scopes := fs.String("scopes", "chat", "comma-separated scopes: chat, ingest, admin")
-	quiet := fs.Bool("quiet", false, "print only the key")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 || *tenant == "" {
-		return usageError{errors.New("usage: sluice-keys create -tenant T [-user U] [-tier T] [-scopes chat,ingest,admin] [-quiet]")}
-	}
-	body := map[string]any{"tenant": *tenant, "user": *user, "tier": *tier, "scopes": strings.Split(*scopes, ",")}
-	var k key
-	if err := c.call(ctx, http.MethodPost, "/v1/admin/keys", body, &k); err != nil {
-		return err
-	}
-	if *quiet {
-		_, err := fmt.Fprintln(out, k.Key)
-		return err
-	}
-	_, err := fmt.Fprintf(out, "%s\n  id %s, tenant %s, user %s, tier %s, scopes %s\n  Keep it now: it is not shown again.\n",
-		k.Key, k.ID, k.Tenant, orDash(k.User), orDash(k.Tier), strings.Join(k.Scopes, ","))
-	return err
-}
-
-func (c client) list(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	tenant := fs.String("tenant", "", "only this tenant's keys")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		return usageError{errors.New("usage: sluice-keys list [-tenant T]")}
-	}
-	path := "/v1/admin/keys"
-	if *tenant != "" {
-		path += "?tenant=" + url.QueryEscape(*tenant)
-	}
-	var res struct{ Keys []key }
-	if err := c.call(ctx, http.MethodGet, path, nil, &res); err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tTENANT\tUSER\tTIER\tSCOPES\tCREATED\tLAST USED\tREVOKED")
-	for _, k := range res.Keys {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%v\n", k.Masked, k.Tenant, orDash(k.User), orDash(k.Tier),
-			strings.Join(k.Scopes, ","), stamp(k.CreatedAt), stamp(k.LastUsedAt), k.Revoked)
-	}
-	return tw.Flush()
-}
-
-func (c client) bans(ctx context.Context, out io.Writer) error {
-	var res struct {
-		Bans []struct {
-			Kind, Value string
-			Since       time.Time
-			RemainingS  int `json:"remaining_s"`
-		}
-	}
-	if err := c.call(ctx, http.MethodGet, "/v1/admin/bans", nil, &res); err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tVALUE\tSINCE\tREMAINING")
-	for _, b := range res.Bans {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\n", b.Kind, b.Value, stamp(b.Since), b.RemainingS)
-	}
-	return tw.Flush()
-}
-
-// call sends body (if any) as JSON and decodes the answer into dst (if
-// any); an error answer is returned as its message.
-func (c client) call(ctx context.Context, method, path string, body, dst any) error {
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
-			return fmt.Errorf("%s %s: %d %s: %s", method, path, resp.StatusCode, e.Error.Code, e.Error.Message)
-		}
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
-	}
-	if dst == nil {
-		return nil
-	}
-	if err := json.Unmarshal(raw, dst); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
-	}
-	return nil
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func stamp(t time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	return t.UTC().Format(time.DateTime)
+	os.Exit(keyscli.Main(context.Background(), "sluice-keys", os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/capacity"
 	"github.com/sluice-dev/sluice/pkg/capacity/simcheck"
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 func main() {
@@ -73,6 +74,10 @@ func parse(args []string, out io.Writer) (flags, error) {
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
+	if version.Asked(args) {
+		_, err := fmt.Fprintln(out, version.Line("sluice-plan"))
+		return err
+	}
 	f, err := parse(args, out)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil

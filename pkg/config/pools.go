@@ -137,9 +137,10 @@ type LLM struct {
 	// MaxAttempts bounds retries of an LLM call that failed before its
 	// first token.
 	MaxAttempts int `yaml:"max_attempts"`
-	// TruncationNotice ends an answer cut at its max_tokens, so that the
-	// reader is told instead of left with a sentence that stops mid-word
-	// (empty: no notice).
+	// TruncationNotice ends an answer cut at its max_tokens on the native
+	// API, so that the reader is told instead of left with a sentence that
+	// stops mid-word (empty: no notice). The OpenAI routes never send it:
+	// their finish_reason says so, and clients parse the content.
 	TruncationNotice string `yaml:"truncation_notice"`
 }
 

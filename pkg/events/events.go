@@ -86,6 +86,12 @@ type Token struct {
 	// Choice is the answer the token belongs to when the client asked for
 	// several (OpenAI's n); 0 otherwise.
 	Choice int `json:"choice,omitempty"`
+	// Notice marks text Sluice adds after the model's answer, not the
+	// model's own (llm.truncation_notice on an answer cut at max_tokens).
+	// The native API streams it so that a reader is told; the OpenAI
+	// routes leave it out, since there finish_reason "length" says so and
+	// clients parse the content (a json_object answer) as the model sent it.
+	Notice bool `json:"notice,omitempty"`
 }
 
 // Usage counts the tokens of a finished request.

@@ -2,11 +2,11 @@
 // histograms, request outcomes, rate-limit decisions, queue depth and
 // permits per pool, cache tiers, the LLM backends' circuit breakers, and
 // the Temporal SDK's own metrics, tokens, queue waits, the healer's
-// levels and actions, and whether Redis and Temporal answer. Labels
-// never name a user, and name a tenant only in the per-tenant service and
-// backlog series (tenants.go), which hold a bounded number of tenants and
-// stay off the public port; any other per-tenant view belongs in logs and
-// the Temporal UI's search attributes.
+// levels and actions, whether Redis and Temporal answer, and the build
+// (sluice_build_info). Labels never name a user, and name a tenant only
+// in the per-tenant service and backlog series (tenants.go), which hold a
+// bounded number of tenants and stay off the public port; any other
+// per-tenant view belongs in logs and the Temporal UI's search attributes.
 package metrics
 
 import (
@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 // OutcomeRejectedRate labels a request the rate limits refused at the
@@ -120,9 +121,22 @@ func New(logger *slog.Logger) *Metrics {
 	}
 	m.healing = newHealingLevels()
 	m.reg.MustRegister(m.stages, m.requests, m.queueWait, m.ttft, m.tokens, m.actions, m.healing,
-		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused,
+		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused, buildInfo(version.Get()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// buildInfo is sluice_build_info, always 1, whose labels name the build:
+// joined on the instance, it tells which version each process runs (a
+// rollout half done shows two).
+func buildInfo(b version.Info) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "sluice_build_info",
+		Help:        "Always 1; the labels name this process's build: its version, git commit and Go version.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "commit": b.Commit, "go_version": b.GoVersion},
+	})
+	g.Set(1)
+	return g
 }
 
 // Registry is where more collectors go.

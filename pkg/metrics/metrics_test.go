@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 func TestRequestsAndStages(t *testing.T) {
@@ -301,5 +302,15 @@ func TestScrapesShareOneDependencyRead(t *testing.T) {
 	scrape(t, m)
 	if checks.Load() != 2 {
 		t.Errorf("a scrape %s after the check: %d checks, want a second one", snapshotTTL, checks.Load())
+	}
+}
+
+// Every scrape names the build, so a dashboard can tell which version
+// each instance runs.
+func TestBuildInfo(t *testing.T) {
+	b := version.Get()
+	want := `sluice_build_info{commit="` + b.Commit + `",go_version="` + b.GoVersion + `",version="` + b.Version + `"} 1`
+	if out := scrape(t, New(nil)); !strings.Contains(out, want) {
+		t.Fatalf("scrape lacks %s", want)
 	}
 }

@@ -186,7 +186,7 @@ func TestChatStreamsEveryStageThenDone(t *testing.T) {
 	}
 	var stages []string
 	var text strings.Builder
-	tokens := 0
+	tokens, notices := 0, 0
 	for _, ev := range evs {
 		switch ev.Event {
 		case events.TypeStage:
@@ -201,6 +201,9 @@ func TestChatStreamsEveryStageThenDone(t *testing.T) {
 			}
 			text.WriteString(tok.Text)
 			tokens++
+			if tok.Notice {
+				notices++
+			}
 		}
 	}
 	if got := strings.Join(stages, ","); got != "embed,admission,retrieval,rerank,llm" {
@@ -211,9 +214,10 @@ func TestChatStreamsEveryStageThenDone(t *testing.T) {
 	if last.Event != events.TypeDone || last.Decode(&done) != nil {
 		t.Fatalf("last event %+v, want done", last)
 	}
-	// The model's tokens, then the notice that the answer was cut.
+	// The model's tokens, then the notice that the answer was cut, marked
+	// as Sluice's.
 	if done.Usage.CompletionTokens != tokens-1 || tokens <= 1 || done.FinishReason != "length" || done.Route != "short" ||
-		!strings.HasSuffix(text.String(), stack.cfg.LLM.TruncationNotice) {
+		!strings.HasSuffix(text.String(), stack.cfg.LLM.TruncationNotice) || notices != 1 {
 		t.Fatalf("done %+v after %d token events", done, tokens)
 	}
 	if done.Usage.PromptTokens < 50 {

@@ -38,6 +38,9 @@ var stack struct {
 	// sim is the LLM simulator behind both pools; its Stats show what
 	// Sluice sends it.
 	sim *llmsim.Server
+	// simURL is the simulator's address, for asking it directly what
+	// Sluice forwards.
+	simURL string
 }
 
 const keyPrefix = "it:"
@@ -82,6 +85,7 @@ func run(m *testing.M) (int, error) {
 	stack.sim = sim
 	simSrv := httptest.NewServer(sim.Handler())
 	defer simSrv.Close()
+	stack.simURL = simSrv.URL
 
 	cfg := config.Default()
 	cfg.API.Addr = "127.0.0.1:0"

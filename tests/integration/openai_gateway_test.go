@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/sluice-dev/sluice/pkg/request"
 )
@@ -157,7 +159,7 @@ func TestOpenAIGoClientSeveralChoices(t *testing.T) {
 	}
 	for i, ch := range acc.Choices {
 		// The same seed and prompt: the streamed answers are the ones
-		// answered whole, notice included.
+		// answered whole.
 		if ch.Index != int64(i) || ch.Message.Content != c.Choices[i].Message.Content || ch.FinishReason != c.Choices[i].FinishReason {
 			t.Fatalf("choice %d streamed %+v, answered %+v", i, ch, c.Choices[i])
 		}
@@ -170,4 +172,72 @@ func TestOpenAIGoClientSeveralChoices(t *testing.T) {
 		}
 	}
 	assertPoolsIdle(t)
+}
+
+// A json_object answer cut at max_tokens reaches an OpenAI client as the
+// backend sent it, byte for byte, streamed and not: finish_reason "length"
+// says it was cut, and nothing is added to the content (the native API's
+// truncation notice would break a client parsing it).
+func TestOpenAIGoClientCutJSONIsTheBackends(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	params := openai.ChatCompletionNewParams{
+		Model:    stack.cfg.Pools.Short.Model,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Reply in JSON: what does a token bucket do?")},
+		// The simulator's answers here are 150 tokens or more: cut.
+		MaxTokens:      openai.Int(9),
+		Seed:           openai.Int(11),
+		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONObject: &openai.ResponseFormatJSONObjectParam{}},
+	}
+	backend := openai.NewClient(option.WithBaseURL(stack.simURL+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	sent, err := backend.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sent.Choices[0].Message.Content
+	if sent.Choices[0].FinishReason != "length" || !strings.HasPrefix(want, "{") || json.Valid([]byte(want)) {
+		t.Fatalf("the simulator's answer %q (%s) is not JSON cut short", want, sent.Choices[0].FinishReason)
+	}
+	if streamed := accumulate(t, backend.Chat.Completions.NewStreaming(ctx, params)); streamed.Choices[0].Message.Content != want {
+		t.Fatalf("the simulator streams %q, answers %q", streamed.Choices[0].Message.Content, want)
+	}
+
+	client := openAIClient("k-acme")
+	c, err := client.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Choices[0]; got.Message.Content != want || got.FinishReason != "length" {
+		t.Fatalf("Sluice answered %q (%s), the backend sent %q", got.Message.Content, got.FinishReason, want)
+	}
+	acc := accumulate(t, client.Chat.Completions.NewStreaming(ctx, params))
+	if got := acc.Choices[0]; got.Message.Content != want || got.FinishReason != "length" {
+		t.Fatalf("Sluice streamed %q (%s), the backend sent %q", got.Message.Content, got.FinishReason, want)
+	}
+	for _, id := range []string{c.ID, acc.ID} {
+		if r := result(t, requestIDOf(t, id)); r.Outcome != request.OutcomeDone {
+			t.Fatalf("outcome %q", r.Outcome)
+		}
+	}
+	assertPoolsIdle(t)
+}
+
+// accumulate reads a stream of one choice with the official client's
+// accumulator.
+func accumulate(t *testing.T, stream *ssestream.Stream[openai.ChatCompletionChunk]) openai.ChatCompletionAccumulator {
+	t.Helper()
+	defer stream.Close()
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		if !acc.AddChunk(stream.Current()) {
+			t.Fatalf("the accumulator refused %s", stream.Current().RawJSON())
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(acc.Choices) != 1 {
+		t.Fatalf("%d choices streamed", len(acc.Choices))
+	}
+	return acc
 }

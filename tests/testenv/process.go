@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // stopGrace is how long Stop waits for a process to end after SIGTERM

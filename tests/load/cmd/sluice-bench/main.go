@@ -63,6 +63,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/tracing"
+	"github.com/sluice-dev/sluice/pkg/version"
 )
 
 // scenarios are the subcommands: a summary for the usage, and a new
@@ -86,6 +87,10 @@ var scenarios = map[string]struct {
 }
 
 func main() {
+	if version.Asked(os.Args[1:]) {
+		fmt.Println(version.Line("sluice-bench"))
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == "plot" {
 		err := runPlot(os.Args[2:])
 		if errors.Is(err, flag.ErrHelp) {

@@ -1,4 +1,4 @@
-package main
+package keyscli
 
 import (
 	"bytes"
@@ -45,12 +45,12 @@ func TestCommandsCallTheAdminAPI(t *testing.T) {
 	}
 	ctx := context.Background()
 	var out bytes.Buffer
-	if err := run(ctx, []string{"create", "-tenant", "acme", "-scopes", "chat,ingest", "-quiet"}, env, &out); err != nil || out.String() != "sk_abcdefghijkl_secret\n" {
+	if err := Run(ctx, "sluice keys", []string{"create", "-tenant", "acme", "-scopes", "chat,ingest", "-quiet"}, env, &out); err != nil || out.String() != "sk_abcdefghijkl_secret\n" {
 		t.Fatalf("create: %q %v", out.String(), err)
 	}
 	for _, args := range [][]string{{"list", "-tenant", "acme"}, {"bans"}, {"revoke", "abcdefghijkl"}, {"unban", "ip", "2001:db8::"}} {
 		out.Reset()
-		if err := run(ctx, args, env, &out); err != nil {
+		if err := Run(ctx, "sluice keys", args, env, &out); err != nil {
 			t.Fatalf("%v: %v", args, err)
 		}
 		if args[0] == "list" && !strings.Contains(out.String(), "sk_abcdefghijkl_…  acme") {
@@ -64,15 +64,33 @@ func TestCommandsCallTheAdminAPI(t *testing.T) {
 	if strings.Join(got, "|") != want {
 		t.Fatalf("calls\n%s\nwant\n%s", strings.Join(got, "|"), want)
 	}
-	if err := run(ctx, []string{"revoke", "nope"}, env, &out); err == nil || !strings.Contains(err.Error(), "bad_key_id: a key id is 12 characters") {
+	if err := Run(ctx, "sluice keys", []string{"revoke", "nope"}, env, &out); err == nil || !strings.Contains(err.Error(), "bad_key_id: a key id is 12 characters") {
 		t.Fatalf("an error answer: %v", err)
 	}
 	var u usageError
-	if err := run(ctx, []string{"create"}, env, &out); !errors.As(err, &u) {
+	if err := Run(ctx, "sluice keys", []string{"create"}, env, &out); !errors.As(err, &u) {
 		t.Fatalf("create without a tenant: %v", err)
 	}
 	noKey := func(k string) string { return map[string]string{"SLUICE_URL": srv.URL}[k] }
-	if err := run(ctx, []string{"list"}, noKey, &out); !errors.As(err, &u) {
+	if err := Run(ctx, "sluice keys", []string{"list"}, noKey, &out); !errors.As(err, &u) {
 		t.Fatalf("without SLUICE_ADMIN_KEY: %v", err)
+	}
+}
+
+// Help is asked with -h before or after the command, needs no admin key,
+// and exits 0 with the usage on stdout; a usage error exits 2.
+func TestHelpAndUsage(t *testing.T) {
+	none := func(string) string { return "" }
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"help"}, {"create", "-h"}, {"-url", "http://x", "-h"}} {
+		var out, errOut bytes.Buffer
+		if code := Main(context.Background(), "sluice keys", args, none, &out, &errOut); code != 0 ||
+			!strings.HasPrefix(out.String(), "usage: sluice keys [-url URL] <command>") || errOut.Len() != 0 {
+			t.Fatalf("%v: exit %d, stdout %q, stderr %q", args, code, out.String(), errOut.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := Main(context.Background(), "sluice-keys", []string{"frobnicate"}, func(string) string { return "root" }, &out, &errOut); code != 2 ||
+		!strings.Contains(errOut.String(), `sluice-keys: unknown command "frobnicate"`) {
+		t.Fatalf("unknown command: exit %d, stderr %q", code, errOut.String())
 	}
 }
