@@ -28,7 +28,7 @@ VERSION      ?= $(shell git describe --tags --always --dirty 2>/dev/null | grep 
 LDFLAGS      := -X github.com/sluice-dev/sluice/pkg/version.Version=$(VERSION)
 
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sluice-api ./cmd/sluice-keys ./cmd/sluice-worker ./cmd/llmsim ./cmd/sluice-plan ./tests/load/cmd/sluice-bench
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sluice-api ./cmd/sluice-keys ./cmd/sluice-usage ./cmd/sluice-worker ./cmd/llmsim ./cmd/sluice-plan ./tests/load/cmd/sluice-bench
 
 # The Temporal CLI (Server 1.29, UI 2.42) is built from the Go module proxy;
 # the first build takes ~6 minutes, later ones come from the Go build cache.
@@ -153,7 +153,7 @@ run: need $(TEMPORAL) build
 	@deploy/dev/run.sh
 
 clean:
-	rm -rf $(BIN)/sluice-api $(BIN)/sluice-keys $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-plan $(BIN)/sluice-bench .data
+	rm -rf $(BIN)/sluice-api $(BIN)/sluice-keys $(BIN)/sluice-usage $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-plan $(BIN)/sluice-bench .data
 
 # A real Temporal server for `make run-cluster` (and testenv.LaunchTemporalServer):
 # the server and its SQL schema tool at the version the pinned CLI embeds,
