@@ -3,6 +3,8 @@ package workflows
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
@@ -164,4 +167,49 @@ func countOf(calls []string, name string) int {
 		}
 	}
 	return n
+}
+
+// A worker that wrote the record and died before reporting it leaves a
+// retry that finds the record: the request is in the ledger once. The
+// first attempt here writes to a real ledger and then fails, as an
+// attempt whose reply was lost does.
+func (s *chatSuite) TestRecordWrittenButNotReportedCountsOnce() {
+	ledger, err := usage.OpenSQLite(context.Background(), usage.SQLiteOptions{Path: filepath.Join(s.T().TempDir(), "usage.db")})
+	s.Require().NoError(err)
+	defer ledger.Close()
+	m := metrics.New(slog.New(slog.DiscardHandler))
+	acts := &activities.Chat{Usage: ledger, Metrics: m, Logger: slog.New(slog.DiscardHandler)}
+	var attempts atomic.Int32
+	s.env.OnActivity(a.RecordUsage, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.RecordUsageInput) error {
+		err := acts.RecordUsage(ctx, in)
+		if attempts.Add(1) == 1 {
+			return errors.New("worker lost before its reply")
+		}
+		return err
+	})
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	s.env.ExecuteWorkflow(ChatWorkflow, ledgerInput())
+	s.Equal(request.OutcomeDone, s.result().Outcome)
+	s.Equal(int32(2), attempts.Load())
+
+	day := s.env.Now().UTC()
+	rows, err := ledger.Query(context.Background(), usage.Query{Tenant: "acme", From: day.AddDate(0, 0, -1), To: day.AddDate(0, 0, 1), GroupBy: usage.GroupDay})
+	s.Require().NoError(err)
+	s.Require().Len(rows, 1)
+	s.Equal(int64(1), rows[0].Requests)
+	s.Equal(int64(70), rows[0].TotalTokens)
+	writes := map[string]float64{}
+	families, err := m.Registry().Gather()
+	s.Require().NoError(err)
+	for _, f := range families {
+		if f.GetName() == "sluice_usage_records_total" {
+			for _, mt := range f.GetMetric() {
+				writes[mt.GetLabel()[0].GetValue()] = mt.GetCounter().GetValue()
+			}
+		}
+	}
+	s.Equal(map[string]float64{"inserted": 1, "duplicate": 1}, writes)
 }
