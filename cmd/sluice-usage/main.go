@@ -12,6 +12,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,32 +110,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		return err
 	}
 	var res struct {
-		From, To string
-		GroupBy  string `json:"group_by"`
-		Rows     []row
+		Tenant, From, To string
+		GroupBy          string `json:"group_by"`
+		Rows             []row
 	}
 	if err := json.Unmarshal(body, &res); err != nil {
 		return fmt.Errorf("decode the usage: %w", err)
 	}
-	return printTable(out, res.GroupBy, res.Rows)
+	return printTable(out, res.Tenant, res.GroupBy, res.Rows)
 }
 
-func printTable(out io.Writer, groupBy string, rows []row) error {
+// printTable prints rows a column each: the tenant (the query's own when
+// the rows do not name theirs, "" across tenants), the group unless it is
+// the tenant, and the sums.
+func printTable(out io.Writer, tenant, groupBy string, rows []row) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "TENANT\t%s\tREQUESTS\tANSWERED\tPROMPT\tCOMPLETION\tCACHED\tTOTAL\t\n", strings.ToUpper(groupBy))
+	group := strings.ToUpper(groupBy) + "\t"
+	if groupBy == "tenant" {
+		group = ""
+	}
+	fmt.Fprintf(tw, "TENANT\t%sREQUESTS\tANSWERED\tPROMPT\tCOMPLETION\tCACHED\tTOTAL\t\n", group)
 	for _, r := range rows {
-		tenant := r.Tenant
-		if tenant == "" {
-			tenant = "-"
+		t := orDash(cmp.Or(r.Tenant, tenant))
+		if groupBy != "tenant" {
+			t += "\t" + orDash(r.Group)
 		}
-		group := r.Group
-		if group == "" {
-			group = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", tenant, group, r.Requests, r.Answered,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", t, r.Requests, r.Answered,
 			r.PromptTokens, r.CompletionTokens, r.CachedTokens, r.TotalTokens)
 	}
 	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // get reads url with key; an error answer is returned as its message.

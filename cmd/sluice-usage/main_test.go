@@ -27,6 +27,10 @@ func TestReadsTheUsageRoutes(t *testing.T) {
 			_, _ = w.Write([]byte(`{"error":{"code":"bad_group_by","message":"group_by: must be day, user, key or model"}}`))
 			return
 		}
+		if r.URL.Path == "/v1/usage" {
+			_, _ = w.Write([]byte(`{"tenant":"globex","from":"2026-12-01","to":"2026-12-08","group_by":"model","rows":[{"group":"m2","requests":1,"answered":1,"prompt_tokens":1000,"completion_tokens":1000,"total_tokens":2000}]}`))
+			return
+		}
 		_, _ = w.Write([]byte(`{"from":"2026-12-01","to":"2026-12-08","group_by":"tenant","rows":[{"tenant":"acme","group":"acme","requests":3,"answered":2,"prompt_tokens":30,"completion_tokens":12,"total_tokens":42}]}`))
 	}))
 	defer srv.Close()
@@ -38,16 +42,23 @@ func TestReadsTheUsageRoutes(t *testing.T) {
 	if err := run(context.Background(), []string{"-from", "2026-12-01", "-to", "2026-12-08", "-group-by", "tenant"}, admin, &out); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out.String(), "acme") || !strings.Contains(out.String(), "42") {
-		t.Fatalf("table:\n%s", out.String())
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 ||
+		strings.Join(strings.Fields(lines[0]), " ") != "TENANT REQUESTS ANSWERED PROMPT COMPLETION CACHED TOTAL" ||
+		strings.Join(strings.Fields(lines[1]), " ") != "acme 3 2 30 12 0 42" {
+		t.Fatalf("table by tenant:\n%s", out.String())
 	}
 	out.Reset()
 	if err := run(context.Background(), []string{"-csv"}, admin, &out); err != nil || !strings.HasPrefix(out.String(), "tenant,day,requests\n") {
 		t.Fatalf("csv: %v\n%s", err, out.String())
 	}
 	tenantKey := env(map[string]string{"SLUICE_URL": srv.URL, "SLUICE_KEY": "sk_t"})
+	out.Reset()
 	if err := run(context.Background(), []string{"-group-by", "model"}, tenantKey, &out); err != nil {
 		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 ||
+		strings.Join(strings.Fields(lines[1]), " ") != "globex m2 1 1 1000 1000 0 2000" {
+		t.Fatalf("a tenant's table by model:\n%s", out.String())
 	}
 	var u usageError
 	if err := run(context.Background(), []string{"-tenant", "other"}, tenantKey, &out); !errors.As(err, &u) {
