@@ -30,7 +30,7 @@ COMMIT       ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
 LDFLAGS      := -X github.com/sluice-dev/sluice/pkg/version.Version=$(VERSION) -X github.com/sluice-dev/sluice/pkg/version.Commit=$(COMMIT)
 
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sluice ./cmd/sluice-api ./cmd/sluice-keys ./cmd/sluice-worker ./cmd/llmsim ./cmd/sluice-plan ./tests/load/cmd/sluice-bench
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/sluice ./cmd/sluice-api ./cmd/sluice-keys ./cmd/sluice-usage ./cmd/sluice-worker ./cmd/llmsim ./cmd/sluice-plan ./tests/load/cmd/sluice-bench
 
 # Release binaries: static (CGO_ENABLED=0), without local paths (-trimpath),
 # stamped, for each platform, as dist/<binary>_<os>_<arch>; then a
@@ -38,7 +38,7 @@ build:
 # the module proxy; without it the release goes on, saying so) and
 # SHA256SUMS over everything in dist/.
 RELEASE_PLATFORMS := linux/amd64 linux/arm64
-RELEASE_CMDS      := sluice sluice-api sluice-worker sluice-keys llmsim sluice-plan
+RELEASE_CMDS      := sluice sluice-api sluice-worker sluice-keys sluice-usage llmsim sluice-plan
 DIST              := $(CURDIR)/dist
 CYCLONEDX_GOMOD   := github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@v1.10.0
 
@@ -200,7 +200,7 @@ run: need $(TEMPORAL) build
 	@deploy/dev/run.sh
 
 clean:
-	rm -rf $(BIN)/sluice $(BIN)/sluice-api $(BIN)/sluice-keys $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-plan $(BIN)/sluice-bench .data dist
+	rm -rf $(BIN)/sluice $(BIN)/sluice-api $(BIN)/sluice-keys $(BIN)/sluice-usage $(BIN)/sluice-worker $(BIN)/llmsim $(BIN)/sluice-plan $(BIN)/sluice-bench .data dist
 
 # A real Temporal server for `make run-cluster` (and testenv.LaunchTemporalServer):
 # the server and its SQL schema tool at the version the pinned CLI embeds,

@@ -36,7 +36,7 @@ func (a *Chat) LookupAnswer(ctx context.Context, in LookupAnswerInput) (LookupAn
 	}
 	out := LookupAnswerOutput{
 		Hit: true, PromptBound: bound, KBVersion: version, FinishReason: ans.FinishReason,
-		Sources: ans.Sources, ContextShed: ans.ContextShed,
+		Sources: ans.Sources, ContextShed: ans.ContextShed, CachedTokens: ans.Usage.CompletionTokens,
 	}
 	out.Ms = time.Since(start).Milliseconds()
 	facts := DoneFacts{RequestID: in.RequestID}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/session"
+	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
 // EmbeddingCache is the L1 tier: query → embedding.
@@ -88,6 +89,8 @@ type Chat struct {
 	// window shared across instances that the healer reads); nil: not.
 	Metrics *metrics.Metrics
 	Latency *latency.Window
+	// Usage is the usage ledger (RecordUsage); nil: usage.store is off.
+	Usage   usage.Store
 	Logger  *slog.Logger
 	Options Options
 }

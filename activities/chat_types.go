@@ -260,6 +260,9 @@ type LookupAnswerOutput struct {
 	Sources      []string
 	ContextShed  int
 	Ms           int64
+	// CachedTokens are the hit's completion tokens, served without a
+	// model call (the usage ledger's cached tokens).
+	CachedTokens int `json:",omitempty"`
 }
 
 // FinalizeInput ends a request: give back its permit or queue place and

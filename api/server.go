@@ -36,6 +36,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 	"github.com/sluice-dev/sluice/pkg/session"
+	"github.com/sluice-dev/sluice/pkg/usage"
 	"github.com/sluice-dev/sluice/pkg/version"
 )
 
@@ -73,8 +74,10 @@ type Server struct {
 	// hash (privacy.ip_hash_key).
 	addresses *iphash.Hasher
 	sessions  *session.Store
-	metrics   *metrics.Metrics
-	logger    *slog.Logger
+	// usage is the usage ledger /v1/usage reads (nil: off).
+	usage   usage.Store
+	metrics *metrics.Metrics
+	logger  *slog.Logger
 	// unready makes GET /readyz answer 503 from the moment the process is
 	// told to stop, so that load balancers stop sending it requests.
 	unready atomic.Bool
@@ -109,6 +112,8 @@ type Options struct {
 	Embeddings openai.Embeddings
 	// Sessions serves /v1/sessions; nil disables it.
 	Sessions *session.Store
+	// Usage serves /v1/usage and /v1/admin/usage; nil: they answer 404.
+	Usage usage.Store
 	// Metrics, if set, is served at GET /metrics (on api.addr unless
 	// metrics.addr names a listener of its own, which the app runs).
 	Metrics *metrics.Metrics
@@ -138,7 +143,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
 		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]keys.Spec{},
-		sessions: opts.Sessions, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
+		sessions: opts.Sessions, usage: opts.Usage, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
 		ingestSlots: opts.IngestSlots, ingestHere: make(chan struct{}, opts.Config.Ingest.MaxConcurrentPerProcess), codec: opts.Codec,
 		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, proxies: opts.Config.API.TrustedProxyPrefixes(),
 	}
@@ -180,6 +185,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.DELETE("/v1/kb/:kb/documents/:id", s.deleteDocument)
 	e.GET("/v1/sessions/:id", s.getSession)
 	e.DELETE("/v1/sessions/:id", s.deleteSession)
+	e.GET("/v1/usage", s.getUsage)
 	admin := e.Group("/v1/admin", s.requireAdmin)
 	admin.GET("/limits", s.getLimits)
 	admin.PUT("/limits", s.putLimits)
@@ -189,6 +195,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	admin.DELETE("/keys/:id", s.revokeKey)
 	admin.GET("/bans", s.listBans)
 	admin.DELETE("/bans/:kind/:value", s.liftBan)
+	admin.GET("/usage", s.getAdminUsage)
 	s.routeCodec(e)
 	if m != nil && s.cfg.Metrics.Addr == "" {
 		// With metrics.addr set, the app serves them there instead. Here

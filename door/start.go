@@ -18,7 +18,7 @@ import (
 func (d *Door) startChat(ctx context.Context, a arrival, req Request, waited time.Duration) error {
 	cfg := d.cfg
 	in := workflows.ChatInput{
-		RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, Tier: a.who.Tier,
+		RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KeyID: a.who.KeyID, Tier: a.who.Tier,
 		Query: req.Query, KB: req.KB, KBTenant: req.kbTenant, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
 		Pool: a.pool, PromptBound: d.promptBound(&req), RateReservation: a.reservation, AdmissionTokens: a.admitTokens, AdmissionPlace: a.place, Settings: settings.Chat(d.cfg, a.tier),
 		Conversation: req.Conversation, Gateway: req.Gateway, Sampling: req.Sampling,

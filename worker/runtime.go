@@ -41,6 +41,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/pkg/tracing"
+	"github.com/sluice-dev/sluice/pkg/usage"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/signal"
 )
@@ -87,6 +88,8 @@ type Runtime struct {
 	// Codec seals workflow payloads (nil: codec.enabled is false); the
 	// API serves it to operators at /codec.
 	Codec *codec.Keyring
+	// Usage is the usage ledger (nil: usage.store is off).
+	Usage usage.Store
 }
 
 // NewLogger builds the process logger from config.
@@ -125,6 +128,9 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ 
 		return nil, err
 	}
 	r.registerDependencyMetrics()
+	if r.Usage, err = OpenUsage(ctx, cfg.Usage, logger.With("component", "usage")); err != nil {
+		return nil, err
+	}
 	if r.Chat, err = r.buildChat(ctx); err != nil {
 		return nil, err
 	}
@@ -410,6 +416,7 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Metrics:    r.Metrics,
 		Latency:    r.Latency,
 		KBVersions: r.KBs,
+		Usage:      r.Usage,
 		Logger:     r.Logger.With("component", "activities"),
 		Options: activities.Options{
 			ShortThreshold: cfg.Routing.ShortThresholdTokens, OutputTokenWeight: cfg.Admission.OutputTokenWeight,
@@ -491,6 +498,9 @@ func (r *Runtime) Close() {
 	}
 	if r.Redis != nil {
 		_ = r.Redis.Close()
+	}
+	if r.Usage != nil {
+		_ = r.Usage.Close()
 	}
 }
 

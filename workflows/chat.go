@@ -27,6 +27,9 @@ func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
 	// finalize runs on every path out of run: a workflow panic is not a
 	// path out (Temporal retries the workflow task), everything else is.
 	w.finalize(ctx)
+	// After the terminal event and the permit's release: the client and
+	// the next waiter never wait for the ledger.
+	w.recordUsage(ctx)
 	// A hand-off can race the end of the wait (a timeout, a cancel, a
 	// grant seen by a re-check or by the admission activity itself):
 	// finalize has released whatever the signal announced, so the signal
@@ -78,6 +81,13 @@ type chat struct {
 	used    *activities.Used
 	result  ChatResult
 	failure *events.Failure
+	// billed is what the model call consumed, for the usage ledger: the
+	// answer's usage, or what a stream that failed or was cancelled
+	// midway reported; cachedTokens what an answer-cache hit served; model
+	// the model that answered.
+	billed       events.Usage
+	cachedTokens int
+	model        string
 }
 
 func (w *chat) setup(ctx workflow.Context) error {
@@ -203,6 +213,7 @@ func (w *chat) answeredFromCache() bool {
 	w.timing(request.StageAnswerCache, out.Ms, "hit")
 	// No permit, no LLM tokens: only the request itself is charged.
 	w.used = &activities.Used{Requests: 1}
+	w.cachedTokens = out.CachedTokens
 	w.doneWritten = true
 	w.result = ChatResult{
 		Outcome: request.OutcomeDone, Route: request.RouteCache, FinishReason: out.FinishReason,

@@ -34,3 +34,27 @@ func TestStreamedBefore(t *testing.T) {
 		})
 	}
 }
+
+// The ledger bills a failed stream what it reported, prompt and
+// completion apart; an end that says nothing bills nothing.
+func TestPartialUsage(t *testing.T) {
+	used := events.Usage{PromptTokens: 40, CompletionTokens: 2, TotalTokens: 42}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want events.Usage
+	}{
+		{"cancelled mid-stream", fmt.Errorf("activity: %w", temporal.NewCanceledError(used)), used},
+		{"cancelled, saying nothing", temporal.NewCanceledError(), events.Usage{}},
+		{"interrupted", temporal.NewNonRetryableApplicationError("x", activities.ErrTypeStreamInterrupted, nil, used), used},
+		{"backend unavailable", temporal.NewNonRetryableApplicationError("x", activities.ErrTypeBackendUnavailable, nil,
+			activities.BackendUnavailable{}), events.Usage{}},
+		{"timed out", fmt.Errorf("timeout"), events.Usage{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := partialUsage(tc.err); got != tc.want {
+				t.Fatalf("partialUsage = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

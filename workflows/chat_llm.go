@@ -38,6 +38,7 @@ func (w *chat) stream(ctx workflow.Context, kbVersion int64, hits []activities.C
 	}
 	if err != nil {
 		w.used = streamedBefore(err)
+		w.billed = partialUsage(err)
 		w.stageFailed(request.StageLLM, err)
 		return
 	}
@@ -91,6 +92,8 @@ func (w *chat) answered(out activities.LLMOutput) {
 	w.result.Outcome = request.OutcomeDone
 	w.result.Reason = ""
 	w.result.Usage = out.Usage
+	w.billed = out.Usage
+	w.model = out.Model
 	w.result.FinishReason = out.FinishReason
 	w.result.Sources = out.Sources
 	w.result.ContextShed = out.ContextShed

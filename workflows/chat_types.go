@@ -63,8 +63,11 @@ type ChatInput struct {
 	RequestID string
 	Tenant    string
 	User      string
-	Tier      string
-	Query     string
+	// KeyID names the caller's key as logs do (door.Caller.KeyID), for
+	// the usage ledger; empty for anonymous callers.
+	KeyID string `json:",omitempty"`
+	Tier  string
+	Query string
 	// KB is the kb's name as the client gave it; KBTenant the tenant whose
 	// own kb it is, as the door resolved it, or "" for a shared kb. Stages
 	// know the kb by KBRef's key.
@@ -152,6 +155,9 @@ type ChatSettings struct {
 	// AnswerCache: look the answer up in the L3 tier before admission, and
 	// keep a complete one there (only for allow-listed kbs, no session).
 	AnswerCache bool
+	// RecordUsage writes the request to the usage ledger when it ends
+	// (usage.store is not off).
+	RecordUsage bool `json:",omitempty"`
 }
 
 // CancelSignal is the payload of SignalCancel.

@@ -193,6 +193,13 @@ for db in temporal:temporal temporal_visibility:visibility; do
     die "temporal-sql-tool could not update $name to $schema; see $LOGS/schema.log"
 done
 
+# The usage ledger's own database and role on the same server; Sluice
+# migrates its schema when it starts.
+"${PSQL[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname = 'sluice_usage'" | grep -q 1 ||
+  "${PSQL[@]}" -c "CREATE ROLE sluice_usage LOGIN PASSWORD 'sluice_usage'"
+"${PSQL[@]}" -c "SELECT 1 FROM pg_database WHERE datname = 'sluice_usage'" | grep -q 1 ||
+  "${PSQL[@]}" -c "CREATE DATABASE sluice_usage OWNER sluice_usage"
+
 # ---------------------------------------------------------------- Temporal
 echo ">> Temporal server on $FE (logs: $LOGS/temporal.log)"
 # The config is a template (deploy/cluster/temporal/cluster.yaml) the
@@ -304,6 +311,8 @@ export SLUICE_TEMPORAL_HOST_PORT="$FE" SLUICE_TEMPORAL_NAMESPACE=default
 if [ -z "${SLUICE_CONFIG:-}" ]; then
   export SLUICE_POOLS_SHORT_ENDPOINTS="http://${SIMS[0]},http://${SIMS[1]}"
   export SLUICE_POOLS_LONG_ENDPOINTS="http://${SIMS[0]},http://${SIMS[1]}"
+  export SLUICE_USAGE_STORE=postgres
+  export SLUICE_USAGE_POSTGRES_DSN="postgres://sluice_usage:sluice_usage@127.0.0.1:$PG_PORT/sluice_usage?sslmode=disable"
 fi
 ADMIN_KEY="${SLUICE_AUTH_ADMIN_KEY:-dev-admin-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')}"
 unset SLUICE_AUTH_ADMIN_KEY SLUICE_API_ADDR SLUICE_METRICS_WORKER_ADDR

@@ -15,9 +15,14 @@ export SLUICE_REDIS_ADDR="127.0.0.1:$REDIS_PORT"
 export SLUICE_API_ADDR="$API_ADDR"
 # With a config of your own (SLUICE_CONFIG=sluice.yaml make run) its pools
 # answer; otherwise both pools are the simulator started below.
+# The usage ledger is a SQLite file the API and the worker share.
 if [ -z "${SLUICE_CONFIG:-}" ]; then
   export SLUICE_POOLS_SHORT_ENDPOINTS="http://$SIM_ADDR"
   export SLUICE_POOLS_LONG_ENDPOINTS="http://$SIM_ADDR"
+  export SLUICE_USAGE_STORE="${SLUICE_USAGE_STORE:-sqlite}"
+  if [ "$SLUICE_USAGE_STORE" = sqlite ]; then
+    export SLUICE_USAGE_SQLITE_PATH="${SLUICE_USAGE_SQLITE_PATH:-$DATA/usage.db}"
+  fi
 fi
 # A fresh admin key each run (or yours): it guards /v1/admin and makes the
 # demo keys below. Only the API gets it.
@@ -133,6 +138,7 @@ cat <<INFO
     demo/alice   $DEMO_KEY   (chat, ingest)
     smallco/sam  $FREE_KEY   (chat, free tier)
     SLUICE_URL=$U SLUICE_ADMIN_KEY=$ADMIN_KEY bin/sluice-keys list
+    SLUICE_URL=$U SLUICE_ADMIN_KEY=$ADMIN_KEY bin/sluice-usage -group-by tenant   # the usage ledger
 
   Try it (paste into a shell):
     export SLUICE_KEY=$DEMO_KEY

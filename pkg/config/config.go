@@ -43,6 +43,8 @@ type Config struct {
 	Codec Codec `yaml:"codec"`
 	// Privacy keys the hash that names client addresses.
 	Privacy Privacy `yaml:"privacy"`
+	// Usage is the usage ledger (off by default; make run uses SQLite).
+	Usage Usage `yaml:"usage"`
 }
 
 // Default returns a configuration that runs the local dev stack. Each
@@ -71,6 +73,7 @@ func Default() Config {
 		Limits:      defaultLimits(),
 		Log:         defaultLog(),
 		Codec:       defaultCodec(),
+		Usage:       defaultUsage(),
 	}
 }
 
@@ -150,5 +153,6 @@ func (c Config) Validate() error {
 	c.Log.validate(&v)
 	c.Codec.validate(&v)
 	c.Privacy.validate(&v)
+	c.Usage.validate(&v)
 	return v.err()
 }

@@ -249,6 +249,10 @@ func TestBadConfigFixtures(t *testing.T) {
 		"codec_bad_ui_origin.yaml":              `codec.ui_origins[0]: must be an http(s) URL, got "temporal.example.com"`,
 		"codec_ui_origin_with_path.yaml":        `codec.ui_origins[0]: must be an origin (scheme://host[:port], no path), got "https://temporal.example.com/"`,
 		"privacy_short_ip_hash_key.yaml":        "privacy.ip_hash_key: must be at least 16 characters (openssl rand -base64 32), got 5",
+		"usage_unknown_store.yaml":              `usage.store: must be off, sqlite or postgres, got "mysql"`,
+		"usage_sqlite_no_path.yaml":             "usage.sqlite_path: must not be empty",
+		"usage_postgres_bad_dsn.yaml":           "usage.postgres_dsn: must be a postgres:// URL or libpq key=value pairs naming a host (store postgres)",
+		"usage_path_store_off.yaml":             `usage.sqlite_path: is for usage.store sqlite, got store "off"`,
 	}
 	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
 	if err != nil {

@@ -52,6 +52,7 @@ type Metrics struct {
 	bans         *prometheus.CounterVec
 	banned       *prometheus.CounterVec
 	connsRefused *prometheus.CounterVec
+	usageWrites  *prometheus.CounterVec
 	// tenants is nil unless TrackTenants turned the per-tenant series on.
 	tenants      *tenants
 	logger       *slog.Logger
@@ -117,11 +118,15 @@ func New(logger *slog.Logger) *Metrics {
 			Name: "sluice_api_connections_refused_total",
 			Help: "Connections the API refused at accept, by the cap they were beyond (api.max_conns, api.max_conns_per_ip) and whether they were answered (429 or 503 with Retry-After; false: closed unanswered, the client sent nothing or too many refusals were being answered).",
 		}, []string{"limit", "answered"}),
+		usageWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_usage_records_total",
+			Help: "Writes of finished requests to the usage ledger, by result: inserted, duplicate (a retry found the request recorded) or failed (retried by its workflow).",
+		}, []string{"result"}),
 		scrapeBudget: 2 * time.Second,
 	}
 	m.healing = newHealingLevels()
 	m.reg.MustRegister(m.stages, m.requests, m.queueWait, m.ttft, m.tokens, m.actions, m.healing,
-		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused, buildInfo(version.Get()),
+		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused, m.usageWrites, buildInfo(version.Get()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -240,6 +245,15 @@ func (m *Metrics) ConnectionRefused(limit string, answered bool) {
 		return
 	}
 	m.connsRefused.WithLabelValues(limit, strconv.FormatBool(answered)).Inc()
+}
+
+// UsageRecorded counts a write to the usage ledger by its result
+// (inserted, duplicate, failed).
+func (m *Metrics) UsageRecorded(result string) {
+	if m == nil {
+		return
+	}
+	m.usageWrites.WithLabelValues(result).Inc()
 }
 
 // BanImposed counts a ban imposed, by what it names (ip, key).

@@ -20,6 +20,7 @@ import (
 // in make test).
 func TestChaos(t *testing.T) {
 	t.Run("worker-kill-9", testWorkerKilled)
+	t.Run("worker-kill-before-usage-record", testUsageAcrossWorkerKill)
 	t.Run("redis-restart-empty", testRedisRestart)
 	t.Run("redis-stall", testRedisStall)
 	t.Run("redis-down", testRedisDown)

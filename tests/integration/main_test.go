@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -41,6 +42,8 @@ var stack struct {
 	// simURL is the simulator's address, for asking it directly what
 	// Sluice forwards.
 	simURL string
+	// usagePath is the usage ledger's SQLite file.
+	usagePath string
 }
 
 const keyPrefix = "it:"
@@ -147,6 +150,14 @@ func run(m *testing.M) (int, error) {
 	cfg.Limits.Tiers["fair-vip"] = config.Tier{Weight: 5, MaxWait: 45 * time.Second}
 	cfg.Limits.Tiers["fair-std"] = config.Tier{Weight: 3, MaxWait: 45 * time.Second}
 	cfg.Limits.Tiers["fair-free"] = config.Tier{Weight: 2, MaxWait: 45 * time.Second}
+	// Every request is recorded in the usage ledger, as with make run.
+	usageDir, err := os.MkdirTemp("", "sluice-it-usage-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(usageDir)
+	stack.usagePath = filepath.Join(usageDir, "usage.db")
+	cfg.Usage = config.Usage{Store: config.UsageSQLite, SQLitePath: stack.usagePath}
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}

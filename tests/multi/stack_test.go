@@ -82,6 +82,12 @@ func launchStack(ctx context.Context) (*stack, error) {
 		return s, err
 	}
 	s.cfg = multiConfig(s.cluster.Addrs, s.temporal.HostPort, urls)
+	// The usage ledger in a database of its own on the Temporal server's
+	// PostgreSQL, as make run-cluster keeps it; every process writes it.
+	if err := s.temporal.Postgres().CreateDatabase(ctx, "sluice_usage"); err != nil {
+		return s, fmt.Errorf("usage ledger database: %w", err)
+	}
+	s.cfg.Usage = config.Usage{Store: config.UsagePostgres, PostgresDSN: s.temporal.Postgres().DSN("sluice_usage")}
 	if err := s.cfg.Validate(); err != nil {
 		return s, err
 	}

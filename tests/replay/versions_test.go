@@ -37,6 +37,10 @@ var oldSides = map[string][]string{
 	// The same history: the healer's first critical poll reaches the
 	// check whatever made the pool critical.
 	"heal-by-client-slo": {"healing_starved_pool.json"},
+	// Recorded before the usage ledger: an answered request, a cancelled
+	// one and one that timed out in the queue each end without its
+	// marker (and record nothing).
+	"usage-ledger": {"chat_done.json", "chat_cancel_signal.json", "chat_queue_timeout.json"},
 }
 
 // Every GetVersion branch in workflows/ has a listed history that replays

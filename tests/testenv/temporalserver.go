@@ -9,10 +9,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"syscall"
 	"time"
@@ -47,9 +45,7 @@ type TemporalServer struct {
 	HostPort string
 	PGAddr   string
 
-	pgDir  string // PostgreSQL's data dir and log, removed by Stop
-	pgCtl  string
-	pgCred *syscall.Credential
+	pg     *Postgres
 	srv    *exec.Cmd
 	exited chan struct{}
 }
@@ -74,10 +70,6 @@ func LaunchTemporalServer(ctx context.Context, keywordAttrs []string, log io.Wri
 	if err != nil {
 		return nil, err
 	}
-	pgBin, err := tsPostgresBinDir()
-	if err != nil {
-		return nil, err
-	}
 	// Ports 6-9 are the services' membership ports, which PostgreSQL's
 	// cluster_membership table keeps as a SMALLINT: below 32768, so
 	// not from the kernel's ephemeral range.
@@ -93,36 +85,14 @@ func LaunchTemporalServer(ctx context.Context, keywordAttrs []string, log io.Wri
 		}
 	}
 	s = &TemporalServer{HostPort: fmt.Sprintf("127.0.0.1:%d", ports[1]), PGAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		pgCtl: filepath.Join(pgBin, "pg_ctl"), exited: make(chan struct{})}
+		exited: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			_ = s.Stop()
 		}
 	}()
 
-	// PostgreSQL: a data dir in a directory of its own under the temp dir
-	// (a test's TempDir is not open to the postgres user).
-	if s.pgDir, err = os.MkdirTemp("", "sluice-pg-"); err != nil {
-		return s, err
-	}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return s, fmt.Errorf("running as root, PostgreSQL needs the user postgres (apt-get install postgresql makes it): %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		s.pgCred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(s.pgDir, uid, gid); err != nil {
-			return s, err
-		}
-	}
-	data := filepath.Join(s.pgDir, "data")
-	if err := s.pg(ctx, log, filepath.Join(pgBin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "-N"); err != nil {
-		return s, err
-	}
-	if err := s.pg(ctx, log, s.pgCtl, "-D", data, "-l", filepath.Join(s.pgDir, "postgres.log"), "-w", "-t", "60",
-		"-o", fmt.Sprintf("-p %d -c listen_addresses=127.0.0.1 -c unix_socket_directories=''", ports[0]), "start"); err != nil {
+	if s.pg, err = StartPostgres(ctx, ports[0], log); err != nil {
 		return s, err
 	}
 
@@ -155,6 +125,10 @@ func LaunchTemporalServer(ctx context.Context, keywordAttrs []string, log io.Wri
 
 	return s, s.register(ctx, keywordAttrs)
 }
+
+// Postgres is the cluster the server keeps its databases in, for a test
+// that wants a database of its own beside them.
+func (s *TemporalServer) Postgres() *Postgres { return s.pg }
 
 // register waits for the frontend, registers namespace default and the
 // search attributes, and waits until the namespace can be used.
@@ -232,28 +206,8 @@ func (s *TemporalServer) Stop() error {
 		}
 		s.srv = nil
 	}
-	if s.pgDir != "" {
-		data := filepath.Join(s.pgDir, "data")
-		if _, err := os.Stat(filepath.Join(data, "postmaster.pid")); err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if err := s.pg(ctx, io.Discard, s.pgCtl, "-D", data, "-m", "fast", "-w", "stop"); err != nil {
-				errs = append(errs, err)
-			}
-			cancel()
-		}
-		errs = append(errs, os.RemoveAll(s.pgDir))
-		s.pgDir = ""
-	}
+	errs = append(errs, s.pg.Stop())
 	return errors.Join(errs...)
-}
-
-// pg runs a PostgreSQL program, as the user postgres when we are root.
-func (s *TemporalServer) pg(ctx context.Context, log io.Writer, bin string, args ...string) error {
-	attr := &syscall.SysProcAttr{Setsid: true, Credential: s.pgCred}
-	if err := tsRun(ctx, log, attr, bin, args...); err != nil {
-		return fmt.Errorf("%s: %w", filepath.Base(bin), err)
-	}
-	return nil
 }
 
 func tsRun(ctx context.Context, log io.Writer, attr *syscall.SysProcAttr, bin string, args ...string) error {
@@ -295,29 +249,6 @@ func tsRepoBin(root, env, name, how string) (string, error) {
 		return "", fmt.Errorf("%s not found at %s: run `%s`", name, p, how)
 	}
 	return p, nil
-}
-
-// tsPostgresBinDir finds initdb and pg_ctl: on PATH, or in the newest
-// /usr/lib/postgresql/*/bin (Debian keeps them off PATH).
-func tsPostgresBinDir() (string, error) {
-	if p, err := exec.LookPath("initdb"); err == nil {
-		if dir := filepath.Dir(p); tsFileExists(filepath.Join(dir, "pg_ctl")) {
-			return dir, nil
-		}
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return tsPGMajor(dirs[i]) < tsPGMajor(dirs[j]) })
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if tsFileExists(filepath.Join(dirs[i], "initdb")) && tsFileExists(filepath.Join(dirs[i], "pg_ctl")) {
-			return dirs[i], nil
-		}
-	}
-	return "", fmt.Errorf("PostgreSQL's initdb and pg_ctl not found on PATH or in /usr/lib/postgresql/*/bin (apt-get install postgresql)")
-}
-
-func tsPGMajor(binDir string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
-	return n
 }
 
 func tsFileExists(p string) bool {

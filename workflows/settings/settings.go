@@ -48,6 +48,7 @@ func Chat(cfg config.Config, tier policy.Tier) workflows.ChatSettings {
 		MaxPerTenant:     tier.MaxQueuePerTenant,
 		MaxConcurrent:    tier.MaxConcurrent,
 		HistoryTokens:    cfg.Sessions.HistoryTokens,
+		RecordUsage:      cfg.Usage.Enabled(),
 	}
 }
 

@@ -155,6 +155,9 @@ a dict from namespace to the list of their names.
 - name: SLUICE_POOLS_LONG_API_KEY
   valueFrom:
     secretKeyRef: {name: {{ $secret }}, key: {{ $keys.longPoolAPIKey }}, optional: true}
+- name: SLUICE_USAGE_POSTGRES_DSN
+  valueFrom:
+    secretKeyRef: {name: {{ $secret }}, key: {{ $keys.usagePostgresDSN }}, optional: true}
 {{- end -}}
 
 {{/* Volumes both processes mount: config, /tmp, Temporal's TLS. */}}

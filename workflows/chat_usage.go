@@ -1,0 +1,93 @@
+package workflows
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/usage"
+)
+
+// usageLedgerChange is the change that made a request record its usage
+// when it ends.
+const usageLedgerChange = "usage-ledger"
+
+// usagePatience is how long a record the ledger refuses is retried (in
+// the server's hands, as a regular activity) before it is given up and
+// logged: a ledger outage of up to a day loses nothing.
+const usagePatience = 24 * time.Hour
+
+// recordUsage writes the finished request to the usage ledger, once: the
+// record is keyed by the request id, so the retry after a worker died
+// between writing it and reporting it adds nothing. It runs after
+// finalize, when the terminal event is written and the permit given
+// back, so that neither the client nor the next waiter waits for the
+// ledger, and a ledger outage never fails an answer: a local attempt
+// first (one database write, no server round trip), then a regular
+// activity retried for usagePatience, while the workflow stays open.
+func (w *chat) recordUsage(ctx workflow.Context) {
+	// The version first, whether the ledger is on or not: every request
+	// reaches the branch, so recorded histories of requests that ran
+	// before it replay through its old side.
+	if workflow.GetVersion(ctx, usageLedgerChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion || !w.in.Settings.RecordUsage {
+		return
+	}
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	in := activities.RecordUsageInput{Entry: w.usageEntry(ctx)}
+	lctx := workflow.WithLocalActivityOptions(dctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout:    5 * time.Second,
+		ScheduleToCloseTimeout: 30 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 5 * time.Second},
+	})
+	err := workflow.ExecuteLocalActivity(lctx, a.RecordUsage, in).Get(lctx, nil)
+	if err == nil {
+		return
+	}
+	w.logger.Warn("usage ledger refused the record; retrying it in the background", "error", err, "for", usagePatience)
+	actx := workflow.WithActivityOptions(dctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    30 * time.Second,
+		ScheduleToCloseTimeout: usagePatience,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 5 * time.Minute,
+		},
+	})
+	if err := workflow.ExecuteActivity(actx, a.RecordUsage, in).Get(actx, nil); err != nil {
+		// sluice_usage_records_total{result="failed"} counted every attempt.
+		w.logger.Error("usage not recorded: the ledger refused it for a day", "error", err)
+	}
+}
+
+// usageEntry is the finished request as the ledger keeps it.
+func (w *chat) usageEntry(ctx workflow.Context) usage.Entry {
+	return usage.Entry{
+		RequestID: w.in.RequestID, Tenant: w.in.Tenant, User: w.in.User, KeyID: w.in.KeyID,
+		Model: w.model, Pool: w.pool, Route: w.result.Route,
+		PromptTokens: w.billed.PromptTokens, CompletionTokens: w.billed.CompletionTokens, CachedTokens: w.cachedTokens,
+		Outcome: w.result.Outcome, Reason: w.result.Reason,
+		FinishedAt: workflow.Now(ctx).UTC(),
+	}
+}
+
+// partialUsage is what a failed or cancelled stream reported it had
+// consumed (its error's details); zero when it does not say.
+func partialUsage(err error) events.Usage {
+	var u events.Usage
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		if canceled.HasDetails() && canceled.Details(&u) == nil {
+			return u
+		}
+		return events.Usage{}
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.HasDetails() && appErr.Type() != activities.ErrTypeBackendUnavailable {
+		if appErr.Details(&u) == nil {
+			return u
+		}
+	}
+	return events.Usage{}
+}
