@@ -155,9 +155,11 @@ a dict from namespace to the list of their names.
 - name: SLUICE_POOLS_LONG_API_KEY
   valueFrom:
     secretKeyRef: {name: {{ $secret }}, key: {{ $keys.longPoolAPIKey }}, optional: true}
+{{- if eq (dig "usage" "store" "off" (.Values.config | default dict)) "postgres" }}
 - name: SLUICE_USAGE_POSTGRES_DSN
   valueFrom:
     secretKeyRef: {name: {{ $secret }}, key: {{ $keys.usagePostgresDSN }}, optional: true}
+{{- end }}
 {{- end -}}
 
 {{/* Volumes both processes mount: config, /tmp, Temporal's TLS. */}}
