@@ -2,7 +2,8 @@
 // bans (keys), a config check, a health probe for containers and the
 // version, each a subcommand that answers -h. The single-purpose binaries
 // are aliases of its subcommands: sluice-api is `sluice serve api`,
-// sluice-worker `sluice serve worker`, sluice-keys `sluice keys`.
+// sluice-worker `sluice serve worker`, sluice-keys `sluice keys`,
+// sluice-usage `sluice usage`.
 package cli
 
 import (
@@ -12,6 +13,7 @@ import (
 	"os"
 
 	"github.com/sluice-dev/sluice/cmd/internal/keyscli"
+	"github.com/sluice-dev/sluice/cmd/internal/usagecli"
 	"github.com/sluice-dev/sluice/pkg/version"
 )
 
@@ -44,6 +46,9 @@ commands:
   keys [-url URL] create|list|revoke|bans|unban ...
         manage API keys and abuse bans through the admin API
         (the admin key comes from $SLUICE_ADMIN_KEY)
+  usage [-url URL] [-from DAY] [-to DAY] [-group-by G] [-tenant T] [-csv]
+        read the usage ledger: every tenant's with $SLUICE_ADMIN_KEY, the
+        key's own tenant's with $SLUICE_KEY
   config check FILE
         check a config file as start-up does; exit 1 listing every problem
   healthcheck [-url URL] [-timeout D]
@@ -76,6 +81,8 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return serve(rest, env)
 	case "keys":
 		return keyscli.Main(ctx, "sluice keys", rest, env.Getenv, env.Stdout, env.Stderr)
+	case "usage":
+		return usagecli.Main(ctx, "sluice usage", rest, env.Getenv, env.Stdout, env.Stderr)
 	case "config":
 		return configCommand(rest, env)
 	case "healthcheck":

@@ -1,4 +1,4 @@
-package main
+package usagecli
 
 import (
 	"bytes"
@@ -39,7 +39,7 @@ func TestReadsTheUsageRoutes(t *testing.T) {
 	}
 	admin := env(map[string]string{"SLUICE_URL": srv.URL, "SLUICE_ADMIN_KEY": "root"})
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-from", "2026-12-01", "-to", "2026-12-08", "-group-by", "tenant"}, admin, &out); err != nil {
+	if err := run(context.Background(), "sluice-usage", []string{"-from", "2026-12-01", "-to", "2026-12-08", "-group-by", "tenant"}, admin, &out); err != nil {
 		t.Fatal(err)
 	}
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 ||
@@ -48,12 +48,12 @@ func TestReadsTheUsageRoutes(t *testing.T) {
 		t.Fatalf("table by tenant:\n%s", out.String())
 	}
 	out.Reset()
-	if err := run(context.Background(), []string{"-csv"}, admin, &out); err != nil || !strings.HasPrefix(out.String(), "tenant,day,requests\n") {
+	if err := run(context.Background(), "sluice-usage", []string{"-csv"}, admin, &out); err != nil || !strings.HasPrefix(out.String(), "tenant,day,requests\n") {
 		t.Fatalf("csv: %v\n%s", err, out.String())
 	}
 	tenantKey := env(map[string]string{"SLUICE_URL": srv.URL, "SLUICE_KEY": "sk_t"})
 	out.Reset()
-	if err := run(context.Background(), []string{"-group-by", "model"}, tenantKey, &out); err != nil {
+	if err := run(context.Background(), "sluice-usage", []string{"-group-by", "model"}, tenantKey, &out); err != nil {
 		t.Fatal(err)
 	}
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 2 ||
@@ -61,16 +61,16 @@ func TestReadsTheUsageRoutes(t *testing.T) {
 		t.Fatalf("a tenant's table by model:\n%s", out.String())
 	}
 	var u usageError
-	if err := run(context.Background(), []string{"-tenant", "other"}, tenantKey, &out); !errors.As(err, &u) {
+	if err := run(context.Background(), "sluice-usage", []string{"-tenant", "other"}, tenantKey, &out); !errors.As(err, &u) {
 		t.Fatalf("-tenant with a tenant key: %v", err)
 	}
-	if err := run(context.Background(), []string{"-group-by", "nope"}, admin, &out); err == nil || !strings.Contains(err.Error(), "bad_group_by") {
+	if err := run(context.Background(), "sluice-usage", []string{"-group-by", "nope"}, admin, &out); err == nil || !strings.Contains(err.Error(), "bad_group_by") {
 		t.Fatalf("server's refusal: %v", err)
 	}
-	if err := run(context.Background(), []string{"-h"}, admin, &out); !errors.Is(err, flag.ErrHelp) {
+	if err := run(context.Background(), "sluice-usage", []string{"-h"}, admin, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	if err := run(context.Background(), nil, env(nil), &out); !errors.As(err, &u) {
+	if err := run(context.Background(), "sluice-usage", nil, env(nil), &out); !errors.As(err, &u) {
 		t.Fatalf("no key: %v", err)
 	}
 	want := []string{
