@@ -1,6 +1,6 @@
 // Package metrics is Sluice's Prometheus instrumentation: per-stage latency
 // histograms, request outcomes, rate-limit decisions, queue depth and
-// permits per pool, cache tiers, the LLM backends' circuit breakers, and
+// permits per pool and their utilisation, cache tiers, the LLM backends' circuit breakers, and
 // the Temporal SDK's own metrics, tokens, queue waits, the healer's
 // levels and actions, and whether Redis and Temporal answer. Labels
 // never name a user, and name a tenant only in the per-tenant service and
@@ -51,6 +51,7 @@ type Metrics struct {
 	bans         *prometheus.CounterVec
 	banned       *prometheus.CounterVec
 	connsRefused *prometheus.CounterVec
+	permits      permitCounters
 	// tenants is nil unless TrackTenants turned the per-tenant series on.
 	tenants      *tenants
 	logger       *slog.Logger
@@ -116,12 +117,14 @@ func New(logger *slog.Logger) *Metrics {
 			Name: "sluice_api_connections_refused_total",
 			Help: "Connections the API refused at accept, by the cap they were beyond (api.max_conns, api.max_conns_per_ip) and whether they were answered (429 or 503 with Retry-After; false: closed unanswered, the client sent nothing or too many refusals were being answered).",
 		}, []string{"limit", "answered"}),
+		permits:      newPermitCounters(),
 		scrapeBudget: 2 * time.Second,
 	}
 	m.healing = newHealingLevels()
 	m.reg.MustRegister(m.stages, m.requests, m.queueWait, m.ttft, m.tokens, m.actions, m.healing,
 		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.permits.collectors()...)
 	return m
 }
 
@@ -257,11 +260,13 @@ type PoolStats struct {
 
 // RegisterPools exposes each pool's permits and queue, read when scraped
 // (bounded by a short timeout, so a slow Redis makes a scrape miss the
-// gauges, not hang), and with TrackTenants each tenant's backlog.
+// gauges, not hang), and with TrackTenants each tenant's backlog; the
+// pools' utilisation counters start at 0.
 func (m *Metrics) RegisterPools(pools []string, stats func(ctx context.Context, pool string) (PoolStats, error)) {
 	if m == nil {
 		return
 	}
+	m.permits.start(pools)
 	m.reg.MustRegister(&poolCollector{pools: pools, stats: stats, budget: m.scrapeBudget, logger: m.logger, tenants: m.tenants})
 }
 
