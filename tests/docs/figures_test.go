@@ -65,7 +65,7 @@ var scenarios = []scenario{
 	{bench: "cluster", report: "cluster-goodput.md", command: "make bench-cluster",
 		measures: append(slices.Clone(requestPath), "worker/", "tests/multi/goodput_test.go", "tests/multi/cpu_test.go")},
 	{bench: "pools", report: "pools.md", command: "make bench-pools",
-		measures: append(slices.Clone(requestPath), "pkg/config/pools.go", benchCode+"pools.go", benchCode+"poolsreport.go")},
+		measures: append(slices.Clone(requestPath), "pkg/config/pools.go", benchCode+"pools.go", benchCode+"poolsreport.go", benchCode+"poolsutil.go")},
 	{bench: "slo", report: "slo.md", command: "make bench-slo",
 		measures: append(slices.Clone(requestPath), "pkg/waitroom/", benchCode+"slo.go", benchCode+"sloload.go", benchCode+"sloreport.go", benchCode+"slogoals.go")},
 	{report: "chaos.md", command: "make chaos",
