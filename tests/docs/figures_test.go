@@ -60,6 +60,8 @@ var scenarios = []scenario{
 		measures: append(slices.Clone(requestPath), benchCode+"goodput.go", benchCode+"goodputload.go", benchCode+"goodputhist.go")},
 	{bench: "goodput", report: "goodput-before.md", command: "make bench-goodput",
 		baseline: "the tree before the waiting changes (commit ef33dae), the before column of docs/performance.md's goodput table"},
+	{bench: "goodput", report: "goodput-2026-12-01.md", command: "make bench-goodput",
+		baseline: "the last run on a quiet machine (2026-12-01), which docs/performance.md's goodput table and docs/scaling.md's 1× quote; goodput.md's 2026-12-05 run, the first with the client's answer times and goodput within SLO, shared the machine with other jobs"},
 	{bench: "soak", report: "soak.md", command: "make bench-soak",
 		measures: append(slices.Clone(requestPath), "app/", "worker/", benchCode+"soak.go", benchCode+"soaksample.go")},
 	{bench: "cluster", report: "cluster-goodput.md", command: "make bench-cluster",
