@@ -53,6 +53,8 @@ var scenarios = []scenario{
 		measures: []string{"pkg/admission/", "activities/admit.go", "workflows/", "worker/", benchCode + "wakeup.go", benchCode + "holders.go"}},
 	{bench: "burst", report: "burst.md", command: "make bench-burst",
 		measures: append(slices.Clone(requestPath), "pkg/limiter/", benchCode+"burst.go")},
+	{bench: "burst", report: "burst-quiet.md", command: "make bench-burst",
+		baseline: "the last run with nothing else on the machine (2026-12-05 00:43, 20 permits, before the pools shared a budget), which the README and docs/performance.md quote for the drain rate; burst.md's later run, the first with the clients' TTFT, shared the machine with other jobs"},
 	{bench: "waiters", command: "make bench-waiters"},
 	{bench: "heal", report: "heal.md", command: "make bench-heal",
 		measures: []string{"workflows/", "activities/", "worker/", "pkg/latency/", "pkg/scaler/", "pkg/admission/", benchCode + "heal.go", benchCode + "healreport.go", benchCode + "healstatus.go"}},
