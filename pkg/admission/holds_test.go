@@ -61,7 +61,9 @@ func TestReleaseTellsHoldOnce(t *testing.T) {
 	if again.HeldPermit || again.Held != 0 {
 		t.Fatalf("second release: %+v, want nothing", again)
 	}
-	// b was granted a's permit; its waiter is gone, so Wake releases it.
+	// b was granted a's permit; its waiter is gone, so Wake releases it
+	// (a hold of a whole millisecond or more: one of 0 ms adds nothing).
+	time.Sleep(5 * time.Millisecond)
 	if err := Wake(ctx, g, goneNotifier{}, rel.Woken); err != nil {
 		t.Fatal(err)
 	}
