@@ -144,6 +144,9 @@ type harnessOptions struct {
 	redis func(*redis.Options)
 	// kb, when set, replaces the shared knowledge base.
 	kb *knowledgeBase
+	// holds, when set, hears the gate's permit holds (the worker's
+	// metrics).
+	holds admission.HoldRecorder
 }
 
 // harness is an *activities.Chat wired from real components as
@@ -201,6 +204,7 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 		WaiterTTL:     time.Minute,
 		MaxQueueDepth: opts.maxQueueDepth,
 		Limits:        opts.limits,
+		Holds:         opts.holds,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -74,6 +74,8 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 		req.Sampling = *in.Sampling
 	}
 	res, err := pool.Streamer.Stream(sctx, req, s.onToken)
+	// However the stream ended, the permit's time decoding ends here.
+	a.Metrics.PermitDecoding(in.Pool, s.decoding())
 	if err != nil && errors.Is(context.Cause(sctx), errStopped) {
 		err = errStopped
 	}
@@ -217,6 +219,15 @@ func (s *tokenStream) onToken(d llm.Delta) error {
 }
 
 func (s *tokenStream) tokens() int { return int(s.n.Load()) }
+
+// decoding is how long the backend has been decoding: from its first
+// token until now (0 before one came).
+func (s *tokenStream) decoding() time.Duration {
+	if s.firstToken == 0 {
+		return 0
+	}
+	return time.Since(s.start) - s.firstToken
+}
 
 // tokenWritePatience is how long a token's write is retried while Redis
 // is unreachable or stalled: a blip of a few seconds delays the answer

@@ -103,7 +103,8 @@ func loadYAML(t *testing.T, path string, v any) {
 
 // The fairness rules record what the dashboard's Tenants panel draws: the
 // same expressions (grafana.TenantService and the rest) over 5 minutes,
-// each rule reading the one before it.
+// each rule reading the one before it; the utilisation rule what its
+// Permit utilisation panel draws.
 func TestFairnessRulesMatchDashboard(t *testing.T) {
 	var rg ruleGroups
 	loadYAML(t, rulesPath, &rg)
@@ -125,6 +126,7 @@ func TestFairnessRulesMatchDashboard(t *testing.T) {
 		backlogged: grafana.TenantBacklogged("5m"),
 		both:       grafana.BackloggedService(service, backlogged),
 		"pool:sluice_tenant_service_difference:rate5m": grafana.ServiceDifference(both),
+		"pool:sluice_permit_utilisation:ratio_rate5m":  grafana.PermitUtilisation("5m"),
 	}
 	squash := func(s string) string { return strings.Join(strings.Fields(s), "") }
 	for record, expr := range want {

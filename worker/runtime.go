@@ -275,7 +275,11 @@ func (r *Runtime) buildRedisStores(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sessions: %w", err)
 	}
-	r.Gate, err = admission.New(r.Redis, GateOptions(cfg))
+	gateOpts := GateOptions(cfg)
+	// Every permit this process gives back is counted here, whichever
+	// path gives it back.
+	gateOpts.Holds = r.Metrics
+	r.Gate, err = admission.New(r.Redis, gateOpts)
 	if err != nil {
 		return err
 	}

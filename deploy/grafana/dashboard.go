@@ -109,6 +109,14 @@ func ServiceDifference(backloggedService string) string {
 	return "max by (pool) (" + backloggedService + ") - min by (pool) (" + backloggedService + ")"
 }
 
+// PermitUtilisation is, per pool, the share of the time permits were held
+// that their sequences spent decoding, over window (pools that held no
+// permit have none): pool:sluice_permit_utilisation:ratio_rate5m over 5m.
+func PermitUtilisation(window string) string {
+	return `sum by (pool) (rate(sluice_permit_decoding_seconds_total[` + window + `])) / (sum by (pool) (rate(sluice_permit_held_seconds_total[` +
+		window + `])) > 0)`
+}
+
 // Rows are the dashboard's panels, top to bottom.
 var Rows = []Row{
 	{Title: "Requests", Panels: []Panel{
@@ -146,18 +154,23 @@ var Rows = []Row{
 			Targets:     []Target{{`sum by (pool, kind) (rate(sluice_llm_tokens_total` + rate + `))`, "{{pool}} {{kind}}"}}},
 	}},
 	{Title: "Admission", Panels: []Panel{
-		{Title: "Queue depth", Unit: "short", Width: 6,
+		{Title: "Queue depth", Unit: "short", Width: 4,
 			Description: "Requests waiting for a permit, per pool (read from Redis: every instance reports the same).",
 			Targets:     []Target{{`max by (pool) (sluice_pool_queue_depth)`, "{{pool}}"}}},
-		{Title: "Oldest wait", Unit: "s", Width: 6,
+		{Title: "Oldest wait", Unit: "s", Width: 4,
 			Description: "How long the longest-waiting request of each pool has queued.",
 			Targets:     []Target{{`max by (pool) (sluice_pool_queue_oldest_wait_seconds)`, "{{pool}}"}}},
-		{Title: "Permits in use", Unit: "short", Width: 6,
+		{Title: "Permits in use", Unit: "short", Width: 5,
 			Description: "LLM permits held and the pool's current limit (the healer lowers it at level 1).",
 			Targets: []Target{
 				{`max by (pool) (sluice_pool_permits_in_use)`, "in use {{pool}}"},
 				{`max by (pool) (sluice_pool_permits_limit)`, "limit {{pool}}"},
 			}},
+		{Title: "Permit utilisation", Unit: "percentunit", Width: 5,
+			Description: "The share of the time permits were held that their sequences spent decoding, from the backend's first token to the stream's end. " +
+				"The rest is prefill and queueing inside the backend, the wait for the first token, and the work around the stream while the permit is held " +
+				"(docs/traffic.md, \"Permit utilisation\").",
+			Targets: []Target{{PermitUtilisation(rateWindow), "{{pool}}"}}},
 		{Title: "Queue wait P99 by tier", Unit: "s", Width: 6,
 			Description: "99th percentile of the admission wait per pool and tier (sluice_admission_wait_seconds).",
 			Targets:     []Target{{quantile("0.99", "pool, tier, ", "sluice_admission_wait_seconds", ""), "{{pool}} {{tier}}"}}},

@@ -123,6 +123,7 @@ type Gate struct {
 	groups   map[string]*group
 	alpha    float64
 	tombTTL  time.Duration
+	holds    HoldRecorder
 }
 
 // Options configures a Gate.
@@ -148,6 +149,18 @@ type Options struct {
 	// Enqueue. It must outlast any call that can still arrive for it (a
 	// local activity's 20 s deadline). Default 2 minutes.
 	TombstoneTTL time.Duration
+	// Holds, if set, hears how long each permit was held, once per
+	// permit, whichever path gives it back (HoldRecorder).
+	Holds HoldRecorder
+}
+
+// HoldRecorder hears how long permits were held, from grant to release:
+// told by the release that gave the permit back (Release and every
+// wrapper of it, whoever calls), or, for permits whose lease ran out, by
+// the Pump that claims their time. Each permit is told once across every
+// instance, because the one script that drops it says whether it held.
+type HoldRecorder interface {
+	PermitHeld(pool string, held time.Duration)
 }
 
 // Client is the part of go-redis the gate needs; *redis.Client,
@@ -177,6 +190,7 @@ func New(rdb Client, opts Options) (*Gate, error) {
 	return &Gate{
 		rdb: rdb, cmd: rdb, prefix: opts.KeyPrefix, lease: opts.Lease, aliveTTL: opts.WaiterTTL,
 		maxDepth: opts.MaxQueueDepth, limits: opts.Limits, groups: grs, alpha: 0.2, tombTTL: opts.TombstoneTTL,
+		holds: opts.Holds,
 	}, nil
 }
 
@@ -351,8 +365,11 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 // Released says what Release gave back.
 type Released struct {
 	HeldPermit bool
-	WasQueued  bool
-	Woken      []Grant
+	// Held is how long the permit was held, from its grant (0: none was,
+	// or its grant time is unknown).
+	Held      time.Duration
+	WasQueued bool
+	Woken     []Grant
 }
 
 // Release gives back requestID's permit or queue place in pool. It is
@@ -381,10 +398,22 @@ func (g *Gate) ReleaseUsed(ctx context.Context, pool, requestID string, cost flo
 	if err != nil {
 		return Released{}, fmt.Errorf("release %s in pool %s: %w", requestID, pool, err)
 	}
-	if len(raw) < 2 {
+	if len(raw) < 3 {
 		return Released{}, fmt.Errorf("release %s in pool %s: short reply %v", requestID, pool, raw)
 	}
-	return Released{HeldPermit: toInt(raw[0]) == 1, WasQueued: toInt(raw[1]) == 1, Woken: toGrants(raw[2:])}, nil
+	rel := Released{
+		HeldPermit: toInt(raw[0]) == 1, WasQueued: toInt(raw[1]) == 1,
+		Held: time.Duration(toInt(raw[2])) * time.Millisecond, Woken: toGrants(raw[3:]),
+	}
+	g.heard(pool, rel.Held)
+	return rel, nil
+}
+
+// heard tells the HoldRecorder of a permit held for held.
+func (g *Gate) heard(pool string, held time.Duration) {
+	if g.holds != nil && held > 0 {
+		g.holds.PermitHeld(pool, held)
+	}
 }
 
 // Renew extends requestID's lease; false means the permit was lost.
@@ -415,7 +444,8 @@ func AliveFor(recheck time.Duration) time.Duration {
 }
 
 // Pump reclaims expired permits and grants free ones to waiters (of the
-// pool's group too), returning whom it granted.
+// pool's group too), returning whom it granted. The time the pool's
+// expired permits were held goes to the HoldRecorder.
 func (g *Gate) Pump(ctx context.Context, pool string) ([]Grant, error) {
 	limit, err := g.limit(pool)
 	if err != nil {
@@ -427,7 +457,11 @@ func (g *Gate) Pump(ctx context.Context, pool string) ([]Grant, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pump pool %s: %w", pool, err)
 	}
-	return toGrants(raw), nil
+	if len(raw) < 1 {
+		return nil, fmt.Errorf("pump pool %s: empty reply", pool)
+	}
+	g.heard(pool, time.Duration(toInt(raw[0]))*time.Millisecond)
+	return toGrants(raw[1:]), nil
 }
 
 // Shed removes the waiting requests of the lowest weight (the lowest

@@ -1,6 +1,6 @@
 // Package metrics is Sluice's Prometheus instrumentation: per-stage latency
 // histograms, request outcomes, rate-limit decisions, queue depth and
-// permits per pool, cache tiers, the LLM backends' circuit breakers, and
+// permits per pool and their utilisation, cache tiers, the LLM backends' circuit breakers, and
 // the Temporal SDK's own metrics, tokens, queue waits, the healer's
 // levels and actions, whether Redis and Temporal answer, and the build
 // (sluice_build_info). Labels never name a user, and name a tenant only
@@ -53,6 +53,7 @@ type Metrics struct {
 	banned       *prometheus.CounterVec
 	connsRefused *prometheus.CounterVec
 	usageWrites  *prometheus.CounterVec
+	permits      permitCounters
 	// tenants is nil unless TrackTenants turned the per-tenant series on.
 	tenants      *tenants
 	logger       *slog.Logger
@@ -122,12 +123,14 @@ func New(logger *slog.Logger) *Metrics {
 			Name: "sluice_usage_records_total",
 			Help: "Writes of finished requests to the usage ledger, by result: inserted, duplicate (a retry found the request recorded) or failed (retried by its workflow).",
 		}, []string{"result"}),
+		permits:      newPermitCounters(),
 		scrapeBudget: 2 * time.Second,
 	}
 	m.healing = newHealingLevels()
 	m.reg.MustRegister(m.stages, m.requests, m.queueWait, m.ttft, m.tokens, m.actions, m.healing,
 		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused, m.usageWrites, buildInfo(version.Get()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.permits.collectors()...)
 	return m
 }
 
@@ -285,11 +288,13 @@ type PoolStats struct {
 
 // RegisterPools exposes each pool's permits and queue, read when scraped
 // (bounded by a short timeout, so a slow Redis makes a scrape miss the
-// gauges, not hang), and with TrackTenants each tenant's backlog.
+// gauges, not hang), and with TrackTenants each tenant's backlog; the
+// pools' utilisation counters start at 0.
 func (m *Metrics) RegisterPools(pools []string, stats func(ctx context.Context, pool string) (PoolStats, error)) {
 	if m == nil {
 		return
 	}
+	m.permits.start(pools)
 	m.reg.MustRegister(&poolCollector{pools: pools, stats: stats, budget: m.scrapeBudget, logger: m.logger, tenants: m.tenants})
 }
 

@@ -11,7 +11,9 @@
 --   KEYS[4]  stats   HASH  limit (optional override), ewma_ms (mean permit
 --                          hold time), vtime (the pool's virtual time V),
 --                          parked (entries held back by their tenant's
---                          cap), layout (2 once order and heads are built)
+--                          cap), layout (2 once order and heads are built),
+--                          expired_held_ms (hold time of expired permits
+--                          not yet claimed by a pump)
 --   KEYS[5]  tenants HASH  tenant -> its entries in queue
 --   KEYS[6]  finish  HASH  tenant -> F of its last entry (F_t); dropped when
 --                          the tenant has no entry left
@@ -370,10 +372,19 @@ local function drop_permit(id, used)
   return 1, tonumber(since)
 end
 
--- Drop permits whose lease ran out (their holder crashed or stalled).
+-- Drop permits whose lease ran out (their holder crashed or stalled). The
+-- time each was held, from its grant to its lease's end, is added to the
+-- pool's stats field expired_held_ms, which pump.lua hands to its caller
+-- once: no holder is left to account for it.
 local function expire_permits(now)
-  local dead = redis.call('ZRANGEBYSCORE', K.permits, '-inf', now)
-  for _, id in ipairs(dead) do drop_permit(id) end
+  local dead = redis.call('ZRANGEBYSCORE', K.permits, '-inf', now, 'WITHSCORES')
+  for i = 1, #dead, 2 do
+    local _, since = drop_permit(dead[i])
+    local expiry = tonumber(dead[i + 1])
+    if since > 0 and expiry > since then
+      redis.call('HINCRBY', K.stats, 'expired_held_ms', expiry - since)
+    end
+  end
 end
 
 -- Give id, of tenant, a permit, counted against the tenant. The caller

@@ -12,7 +12,8 @@
 -- ARGV[8] the cost the request used (0: unknown), settled against what
 --         it was charged (lib.lua settle)
 -- ARGV[9…] the group's arguments (lib.lua group_args)
--- Returns {held_permit (0/1), was_queued (0/1), woken pool, id pairs...}
+-- Returns {held_permit (0/1), was_queued (0/1), ms the permit was held
+--          (0: none, or its grant time unknown), woken pool, id pairs...}
 local id = ARGV[1]
 local lease = tonumber(ARGV[3])
 local alive_prefix = ARGV[4]
@@ -25,9 +26,10 @@ local limit = pool_limit(ARGV[2])
 expire_permits(now)
 
 local held, since = drop_permit(id, used)
+local hold = 0
 if held == 1 and since > 0 and now >= since then
   local ewma = tonumber(redis.call('HGET', K.stats, 'ewma_ms') or '0')
-  local hold = now - since
+  hold = now - since
   if ewma == 0 then ewma = hold else ewma = ewma + alpha * (hold - ewma) end
   redis.call('HSET', K.stats, 'ewma_ms', math.floor(ewma + 0.5))
 end
@@ -42,7 +44,7 @@ else
   redis.call('SET', tomb, '1', 'PX', tonumber(ARGV[7]))
 end
 
-local reply = {held, queued}
+local reply = {held, queued, hold}
 for _, g in ipairs(pump(limit, lease, alive_prefix, now)) do
   reply[#reply + 1] = g
 end

@@ -90,8 +90,10 @@ type burstScenario struct {
 
 // outcome is one client's fate and how long it took.
 type outcome struct {
-	kind       string
-	took       time.Duration
+	kind string
+	// took runs from the POST to the outcome (an answer's answer time),
+	// ttft to the first token (0: none came).
+	took, ttft time.Duration
 	tokens     int
 	retryAfter int
 }
@@ -240,7 +242,7 @@ func (b *burstScenario) send(ctx context.Context, st *stack) {
 			defer cancel()
 			t0 := time.Now()
 			r := readChat(cctx, hcs[i%len(hcs)], st.baseURL, body, map[string]string{"Authorization": "Bearer " + b.keys[i%len(b.keys)].Key})
-			b.outcomes[i] = outcome{kind: r.kind, took: time.Since(t0), tokens: r.tokens, retryAfter: r.retryAfter}
+			b.outcomes[i] = outcome{kind: r.kind, took: time.Since(t0), ttft: r.ttft, tokens: r.tokens, retryAfter: r.retryAfter}
 			b.prog.add(1)
 			if r.kind == kindDone {
 				b.answered.Add(1)
@@ -375,15 +377,20 @@ func (b *burstScenario) outcomeTable(r *report) (bad, hangs, fivexx int) {
 		kinds = append(kinds, k)
 	}
 	sort.Slice(kinds, func(i, j int) bool { return len(byKind[kinds[i]]) > len(byKind[kinds[j]]) })
-	r.table("outcome", "clients", "share", "time to outcome p50", "p99", "max")
+	r.table("outcome", "clients", "share", "time to outcome p50", "p99", "max", "TTFT p50", "TTFT p99")
 	for _, k := range kinds {
 		got := byKind[k]
 		ts := make([]time.Duration, len(got))
+		var ttft []time.Duration
 		for i, o := range got {
 			ts[i] = o.took
+			if o.tokens > 0 {
+				ttft = append(ttft, o.ttft)
+			}
 		}
-		l := sorted(ts)
-		r.row(k, fmt.Sprint(len(got)), fmt.Sprintf("%.1f%%", 100*float64(len(got))/float64(b.clients)), ms(l.at(50)), ms(l.at(99)), ms(l.max()))
+		l, f := sorted(ts), sorted(ttft)
+		r.row(k, fmt.Sprint(len(got)), fmt.Sprintf("%.1f%%", 100*float64(len(got))/float64(b.clients)), ms(l.at(50)), ms(l.at(99)), ms(l.max()),
+			durOrDash(f, 50), durOrDash(f, 99))
 		if !acceptable(k) {
 			bad += len(got)
 		}

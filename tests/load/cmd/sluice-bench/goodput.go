@@ -46,6 +46,9 @@ type goodputOptions struct {
 	histories int
 	systems   string
 	seed      uint64
+	// sloTier names the slo benchmark's tier whose SLO an answer must
+	// meet to count in the goodput within SLO.
+	sloTier string
 	// The report's directory, and whether a missed goal fails the run.
 	out    string
 	strict bool
@@ -57,6 +60,8 @@ type goodputScenario struct {
 	goodputOptions
 	closedList, openList []float64
 	systemList           []string
+	// slo is the SLO the goodput within SLO judges by.
+	slo sloTier
 	// cfg is the stack's configuration, for the report.
 	cfg config.Config
 	// measured is the capacity the open loop used.
@@ -84,6 +89,7 @@ func (g *goodputScenario) flags(fs *flag.FlagSet) {
 	fs.Uint64Var(&g.seed, "seed", 1, "seed of the open loop's arrival times")
 	fs.StringVar(&g.out, "out", "tests/load/report", "directory of the report (goodput.md, goodput.csv, goodput.png)")
 	fs.BoolVar(&g.strict, "strict", false, "a missed goal fails the run")
+	fs.StringVar(&g.sloTier, "slo", sloTiers[tierInteractive].name, "the slo benchmark's tier whose SLO (TTFT, time per output token) an answer must meet to count in the goodput within SLO")
 }
 
 // The systems a step drives.
@@ -138,6 +144,9 @@ func (g *goodputScenario) stacks() ([]stackOptions, error) {
 	}
 	if g.maxInFlight <= 0 {
 		g.maxInFlight = 20 * g.permits
+	}
+	if g.slo, err = sloTierNamed(g.sloTier); err != nil {
+		return nil, fmt.Errorf("-slo: %w", err)
 	}
 	if len(g.openList) > 0 && g.capacity <= 0 && (!g.has(sysSluice) || !containsFloat(g.closedList, 1)) {
 		return nil, errors.New("the open loop needs -capacity, or -closed with 1 and -systems with sluice to measure it")
@@ -236,7 +245,7 @@ func (g *goodputScenario) runLoad(ctx context.Context, st *stack, env goodputEnv
 			return err
 		}
 		g.steps = append(g.steps, &s)
-		fmt.Fprintf(os.Stderr, "%s goodput %s: %s\n", time.Now().Format("15:04:05"), s.label(), s.summary())
+		fmt.Fprintf(os.Stderr, "%s goodput %s: %s\n", time.Now().Format("15:04:05"), s.label(), s.summary(g.slo))
 	}
 	return nil
 }
@@ -292,10 +301,12 @@ func (g *goodputScenario) bareRequester(st *stack, b *bareSetup, readers *redis.
 	run := time.Now().UnixNano()
 	return func(ctx context.Context, i int) chatResult {
 		id := fmt.Sprintf("bare-goodput-%d-%d", run, seq.Add(1))
-		ttft, _, err := bareRun(ctx, st.rt.Temporal, readers, bareQueue, id, b.prompts[overheadQueries[i%len(overheadQueries)]], g.maxTokens, true)
+		ttft, total, err := bareRun(ctx, st.rt.Temporal, readers, bareQueue, id, b.prompts[overheadQueries[i%len(overheadQueries)]], g.maxTokens, true)
 		switch {
 		case err == nil:
-			return chatResult{kind: kindDone, id: id, ttft: ttft, tokens: g.maxTokens}
+			// Its done is written right after its last token: the
+			// answer's pace is what lies between the first and done.
+			return chatResult{kind: kindDone, id: id, ttft: ttft, last: total, tokens: g.maxTokens}
 		case ctx.Err() != nil:
 			return chatResult{kind: kindHang, id: id}
 		}

@@ -123,6 +123,27 @@ func doneIn(ttft time.Duration, id string) attempt {
 	return attempt{chatResult: chatResult{kind: kindDone, ttft: ttft, id: id}}
 }
 
+// An answer counts within the SLO when its first token and its pace met
+// the tier's bounds; answer times are the done requests' own.
+func TestGoodputWithinSLO(t *testing.T) {
+	slo := sloTiers[tierInteractive]
+	answer := func(ttft, last, took time.Duration) attempt {
+		return attempt{chatResult: chatResult{kind: kindDone, ttft: ttft, last: last, tokens: 11}, took: took}
+	}
+	s := fakeStep(sysSluice, 1,
+		answer(200*time.Millisecond, 700*time.Millisecond, 800*time.Millisecond),   // 50 ms a token: met
+		answer(1500*time.Millisecond, 2*time.Second, 2100*time.Millisecond),        // first token late
+		answer(100*time.Millisecond, 2100*time.Millisecond, 2200*time.Millisecond), // 200 ms a token: slow
+		attempt{chatResult: chatResult{kind: "rejected queue_timeout"}, took: time.Second},
+	)
+	if got := s.goodputIn(slo); got != 0.1 {
+		t.Errorf("goodput within SLO %v/s, want 0.1/s (one answer in 10 s)", got)
+	}
+	if a := s.answerTimes(); len(a) != 3 || a.at(50) != 2100*time.Millisecond || a.at(100) != 2200*time.Millisecond {
+		t.Errorf("answer times %v: want the three answers' own", a)
+	}
+}
+
 func TestGoodputStepFigures(t *testing.T) {
 	var reqs []attempt
 	for i := 1; i <= 100; i++ {
@@ -154,7 +175,7 @@ func TestGoodputStepFigures(t *testing.T) {
 	if got := s.perDone(s.cpu.temporal); got != 0.05 {
 		t.Fatalf("CPU per done: %v", got)
 	}
-	header, row := csvHeader(), csvRow(s)
+	header, row := csvHeader(), csvRow(s, sloTiers[tierInteractive])
 	if len(row) != len(header) {
 		t.Fatalf("csv row has %d cells, header %d", len(row), len(header))
 	}
@@ -167,7 +188,7 @@ func TestGoodputStepFigures(t *testing.T) {
 		t.Fatalf("no column %s", col)
 		return ""
 	}
-	for col, want := range map[string]string{"done": "100", "rejected_queue_timeout": "1", "rejected_other": "0", "http_503_busy": "1", "http_other": "1", "client_timeouts": "1", "ttft_p99_ms": "99.0", "other_processes_cores": "0.200", "workflow_tasks_at_once": "2.000", "workflow_tasks_queued": "4.000", "arrivals_per_s": ""} {
+	for col, want := range map[string]string{"done": "100", "rejected_queue_timeout": "1", "rejected_other": "0", "http_503_busy": "1", "http_other": "1", "client_timeouts": "1", "ttft_p99_ms": "99.0", "goodput_in_slo_per_s": "10.000", "other_processes_cores": "0.200", "workflow_tasks_at_once": "2.000", "workflow_tasks_queued": "4.000", "arrivals_per_s": ""} {
 		if got := cell(col); got != want {
 			t.Errorf("csv %s: got %s, want %s", col, got, want)
 		}

@@ -17,10 +17,12 @@ import (
 // window count, so that its rates are those of the steady state. After
 // the window no request is started, and the ones in flight are awaited.
 
-// attempt is one request as its client saw it, and when it ended.
+// attempt is one request as its client saw it, when it ended, and how
+// long it took from the send to its end (an answer's answer time).
 type attempt struct {
 	chatResult
-	end time.Time
+	end  time.Time
+	took time.Duration
 }
 
 // requester sends the i-th request of a step and reads it to its end.
@@ -53,6 +55,7 @@ func newStepRun(label string, warmup, window, timeout time.Duration) *stepRun {
 // and keeps it if it ended within the window.
 func (r *stepRun) call(ctx context.Context, do requester, i int) {
 	cctx, cancel := context.WithTimeout(ctx, r.timeout)
+	sent := time.Now()
 	res := do(cctx, i)
 	cancel()
 	end := time.Now()
@@ -61,7 +64,7 @@ func (r *stepRun) call(ctx context.Context, do requester, i int) {
 		return
 	}
 	r.mu.Lock()
-	r.ended = append(r.ended, attempt{chatResult: res, end: end})
+	r.ended = append(r.ended, attempt{chatResult: res, end: end, took: end.Sub(sent)})
 	r.mu.Unlock()
 	if res.kind == kindDone {
 		r.done.Add(1)

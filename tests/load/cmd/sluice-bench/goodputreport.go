@@ -66,6 +66,30 @@ func (s *goodputStep) ttft() latencies {
 	return sorted(ds)
 }
 
+// answerTimes is the sorted answer times (from the send to the done
+// event) of the completed answers.
+func (s *goodputStep) answerTimes() latencies {
+	var ds []time.Duration
+	for _, r := range s.reqs {
+		if r.kind == kindDone {
+			ds = append(ds, r.took)
+		}
+	}
+	return sorted(ds)
+}
+
+// goodputIn is the answers per second of the window that met slo
+// (sloTier.meets, the slo benchmark's judgement).
+func (s *goodputStep) goodputIn(slo sloTier) float64 {
+	n := 0
+	for _, r := range s.reqs {
+		if slo.meets(r.chatResult) {
+			n++
+		}
+	}
+	return float64(n) / s.window.Seconds()
+}
+
 // kindClientTimeout is how the report names kindHang: here the client
 // gave up, as clients do.
 const kindClientTimeout = "client timeout"
@@ -121,10 +145,10 @@ func (s *goodputStep) othersShare() string {
 	return fmt.Sprintf("%.0f%%", 100*s.cpu.others/s.window.Seconds())
 }
 
-func (s *goodputStep) summary() string {
-	l := s.ttft()
-	return fmt.Sprintf("goodput %.2f/s, TTFT p50 %s p99 %s, outcomes: %s; Temporal %.3f CPU-s/done, %.2f workflow tasks/done; other processes %s of a core",
-		s.goodput(), ms(l.at(50)), ms(l.at(99)), outcomeLine(s.outcomes()), s.perDone(s.cpu.temporal), s.wftPerDone(), s.othersShare())
+func (s *goodputStep) summary(slo sloTier) string {
+	l, a := s.ttft(), s.answerTimes()
+	return fmt.Sprintf("goodput %.2f/s (%.2f/s within the %s SLO), TTFT p50 %s p99 %s, answer p50 %s p99 %s, outcomes: %s; Temporal %.3f CPU-s/done, %.2f workflow tasks/done; other processes %s of a core",
+		s.goodput(), s.goodputIn(slo), slo.name, ms(l.at(50)), ms(l.at(99)), ms(a.at(50)), ms(a.at(99)), outcomeLine(s.outcomes()), s.perDone(s.cpu.temporal), s.wftPerDone(), s.othersShare())
 }
 
 func (g *goodputScenario) report(r *report) error {
@@ -133,16 +157,16 @@ func (g *goodputScenario) report(r *report) error {
 	r.header(fmt.Sprintf("goodput against offered load, Sluice (POST /v1/chat, every SSE event read) and the bare workflow of its shape (4 no-op local activities, then one activity streaming the same prompt from the same simulator into a Redis stream and writing done itself; started with eager start, read with XREAD) on one stack: closed loop at %s × P clients, then open loop (Poisson) at %s × %.2f/s (%s), at most %d requests in flight; each step %v warm-up + %v measured, Sluice first, then the bare workflow; P = %d permits of the short pool, %d-token answers, rate limits off, healing %s; an anonymous caller (one tenant, tier %s: max_wait %v, fast_wait %v, recheck %v); simulator: one replica running %d sequences; clients give up after %v",
 		g.closed, g.open, g.measured, g.capacitySource(), g.maxInFlight, g.warmup, g.step, g.permits, g.maxTokens, onOff(g.healing),
 		g.cfg.Limits.DefaultTier, settings.MaxWait, settings.FastWait, settings.RecheckInterval, g.permits, g.timeout))
-	r.table("loop", "load", "system", "goodput (done/s)", "TTFT p50", "TTFT p99", "done", "other outcomes", "Temporal CPU-s / done", "workflow tasks / done", "other processes' CPU")
+	r.table("loop", "load", "system", "goodput (done/s)", "within SLO (/s)", "TTFT p50", "TTFT p99", "answer p50", "answer p99", "done", "other outcomes", "Temporal CPU-s / done", "workflow tasks / done", "other processes' CPU")
 	for _, s := range g.steps {
-		l := s.ttft()
+		l, a := s.ttft(), s.answerTimes()
 		others := s.outcomes()
 		delete(others, kindDone)
-		r.row(s.loop, s.load(), s.system, fmt.Sprintf("%.2f", s.goodput()), ms(l.at(50)), ms(l.at(99)), fmt.Sprint(s.done()),
+		r.row(s.loop, s.load(), s.system, fmt.Sprintf("%.2f", s.goodput()), fmt.Sprintf("%.2f", s.goodputIn(g.slo)), ms(l.at(50)), ms(l.at(99)), ms(a.at(50)), ms(a.at(99)), fmt.Sprint(s.done()),
 			cmp.Or(outcomeLine(others), "none"), fmt.Sprintf("%.3f", s.perDone(s.cpu.temporal)), fmt.Sprintf("%.2f", s.wftPerDone()), s.othersShare())
 	}
 	r.linef("")
-	r.linef("Goodput counts the answers done within each step's window, TTFT (from the POST, or the bare workflow's start call, to the first token) is theirs. Temporal CPU-s / done: the dev server's CPU seconds in the window over those answers; workflow tasks / done: the history sample's tasks per workflow times the step's workflows, over the answers; other processes' CPU: what ran on the machine outside this process tree, in percent of a core. Shed by client: open-loop arrivals not sent because %d requests were in flight.", g.maxInFlight)
+	r.linef("Goodput counts the answers done within each step's window, TTFT (from the POST, or the bare workflow's start call, to the first token) and answer time (to the done event) are theirs, as the client saw them; within SLO counts those that met the slo benchmark's %s tier's SLO (%s), per second of the window. Temporal CPU-s / done: the dev server's CPU seconds in the window over those answers; workflow tasks / done: the history sample's tasks per workflow times the step's workflows, over the answers; other processes' CPU: what ran on the machine outside this process tree, in percent of a core. Shed by client: open-loop arrivals not sent because %d requests were in flight.", g.slo.name, g.slo.goal(), g.maxInFlight)
 	r.linef("")
 	r.linef("Per request, from the histories of a sample of each step's workflows (up to %d): admitted at once / queued (a queue event on its stream, the admitted signal or a re-check timer in its history); actions as Temporal Cloud bills them.", g.histories)
 	r.linef("")
@@ -307,14 +331,15 @@ var csvOutcomes = []struct {
 }
 
 // csvRow is a step's row of goodput.csv.
-func csvRow(s *goodputStep) []string {
-	l := s.ttft()
+func csvRow(s *goodputStep, slo sloTier) []string {
+	l, a := s.ttft(), s.answerTimes()
 	arrived := ""
 	if s.loop == loopOpen {
 		arrived = fmt.Sprintf("%.3f", float64(s.arrivals)/s.window.Seconds())
 	}
 	row := []string{s.loop, fmt.Sprint(s.mult), s.system, fmt.Sprintf("%.3f", s.offered()), arrived,
-		fmt.Sprintf("%.0f", s.window.Seconds()), fmt.Sprintf("%.3f", s.goodput()), fmt.Sprintf("%.1f", msf(l.at(50))), fmt.Sprintf("%.1f", msf(l.at(99)))}
+		fmt.Sprintf("%.0f", s.window.Seconds()), fmt.Sprintf("%.3f", s.goodput()), fmt.Sprintf("%.1f", msf(l.at(50))), fmt.Sprintf("%.1f", msf(l.at(99))),
+		fmt.Sprintf("%.1f", msf(a.at(50))), fmt.Sprintf("%.1f", msf(a.at(99))), fmt.Sprintf("%.3f", s.goodputIn(slo))}
 	counts := make([]int, len(csvOutcomes))
 	for kind, n := range s.outcomes() {
 		for i, c := range csvOutcomes {
@@ -343,7 +368,8 @@ func csvRow(s *goodputStep) []string {
 
 // csvHeader names csvRow's columns.
 func csvHeader() []string {
-	h := []string{"loop", "multiple", "system", "offered", "arrivals_per_s", "window_s", "goodput_per_s", "ttft_p50_ms", "ttft_p99_ms"}
+	h := []string{"loop", "multiple", "system", "offered", "arrivals_per_s", "window_s", "goodput_per_s", "ttft_p50_ms", "ttft_p99_ms",
+		"answer_p50_ms", "answer_p99_ms", "goodput_in_slo_per_s"}
 	for _, c := range csvOutcomes {
 		h = append(h, c.column)
 	}
@@ -376,7 +402,7 @@ func writeGoodputReport(g *goodputScenario, r *report) error {
 	}
 	csv.WriteString(strings.Join(csvHeader(), ",") + "\n")
 	for _, s := range g.steps {
-		csv.WriteString(strings.Join(csvRow(s), ",") + "\n")
+		csv.WriteString(strings.Join(csvRow(s, g.slo), ",") + "\n")
 	}
 	if err := os.WriteFile(filepath.Join(g.out, "goodput.md"), md.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("write report: %w", err)

@@ -70,7 +70,10 @@ type poolsRun struct {
 	// seenSim is the most sequences the simulator held at once (running
 	// and waiting); its MaxNumSeqs is what it runs.
 	seenSim, simSeqs int
-	ended            atomic.Int64
+	// permits is each pool's held and decoding seconds of the window
+	// (poolsutil.go).
+	permits permitReading
+	ended   atomic.Int64
 }
 
 // poolsResult is one request as its client saw it.
@@ -134,6 +137,7 @@ func (p *poolsScenario) drive(ctx context.Context, st *stack) error {
 	w := startWatch(lctx, st)
 	go p.sampleQueues(lctx, st, run)
 	hc := st.client(2*p.clients + 1)
+	permits := permitWindow(ctx, st.client(1), st.baseURL+"/metrics", run.winStart, run.winEnd)
 	var wg sync.WaitGroup
 	loop := func(tenant, query string, pause time.Duration) {
 		defer wg.Done()
@@ -165,6 +169,7 @@ func (p *poolsScenario) drive(ctx context.Context, st *stack) error {
 	wg.Wait()
 	w.stop()
 	run.seenSim = int(w.max.sim)
+	run.permits = <-permits
 	// Let the cut requests' workflows end before the stack stops.
 	_, _, err := waitIdle(ctx, st.rt.Gate, time.Minute)
 	return err

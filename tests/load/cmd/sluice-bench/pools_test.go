@@ -1,6 +1,10 @@
 package main
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -37,5 +41,29 @@ func TestPoolsReportCountsTheWindow(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("goals\n%s\nwant a line with %q", text, want)
 		}
+	}
+}
+
+// Utilisation is what the window added to decoding over what it added to
+// held, per pool, read from a /metrics page; a pool that held nothing has
+// none.
+func TestPoolsPermitUtilisation(t *testing.T) {
+	page := "# TYPE sluice_permit_held_seconds_total counter\n" +
+		"sluice_permit_held_seconds_total{pool=\"short\"} 10\n" +
+		"sluice_permit_held_seconds_total{pool=\"long\"} 4\n" +
+		"# TYPE sluice_permit_decoding_seconds_total counter\n" +
+		"sluice_permit_decoding_seconds_total{pool=\"short\"} 5\n" +
+		"sluice_permit_decoding_seconds_total{pool=\"long\"} 1\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, page) }))
+	defer srv.Close()
+	start, err := readPermitSeconds(context.Background(), srv.Client(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := map[string]permitSeconds{"short": {held: 30, decoding: 20}, "long": {held: 4, decoding: 1}}
+	got := permitReading{pools: permitsAdded(start, end)}
+	want := "long held no permit, short 75.0% (15.0 s decoding of 20.0 s held)"
+	if line := got.line(); line != want {
+		t.Fatalf("line %q, want %q", line, want)
 	}
 }

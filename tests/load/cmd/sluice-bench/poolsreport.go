@@ -70,7 +70,7 @@ func (p *poolsScenario) report(r *report) error {
 		}
 	}
 	r.linef("")
-	r.linef("Tokens are each answer's prompt and completion tokens as its done event reports them; TTFT runs from the client's POST to its first token, waiting included; admitted, from the POST to the first stage after admission (the door, the stages before admission and the queue). Backlogged: the share of once-a-second looks at the queues that found the tenant waiting. The light tenant's share is left out of the heavy ones' split.")
+	r.linef("Tokens are each answer's prompt and completion tokens as its done event reports them; TTFT runs from the client's POST to its first token, waiting included; admitted, from the POST to the first stage after admission (the door, the stages before admission and the queue). Backlogged: the share of once-a-second looks at the queues that found the tenant waiting. The light tenant's share is left out of the heavy ones' split. Permit utilisation: what the window added to each pool's sluice_permit_decoding_seconds_total (first token to the stream's end) over what it added to sluice_permit_held_seconds_total (grant to release), read from the API's /metrics at the window's start and end; the rest of a held permit's time is prefill and queueing in the simulator, the rest of the wait for the first token and the release after the last.")
 	return nil
 }
 
@@ -79,6 +79,8 @@ func (p *poolsScenario) runTable(r *report, run *poolsRun) {
 	heavy := long.served + short.served
 	r.linef("")
 	r.linef("mode %s: the simulator held at most %d sequences at once (running and waiting) and runs %d", run.mode, run.seenSim, run.simSeqs)
+	r.linef("")
+	r.linef("mode %s: permit utilisation (decoding / held seconds in the window): %s", run.mode, run.permits.line())
 	r.linef("")
 	r.table("tenant", "ended in window", "answers", "tokens served", "share of the heavy tokens", "queue_timeout", "other", "admitted p50", "admitted p99", "TTFT p50", "TTFT p99", "answer p50", "backlogged")
 	for _, tenant := range poolsTenants {

@@ -56,6 +56,18 @@ const (
 	tierBatch       = 1
 )
 
+// sloTierNamed is the tier of that name.
+func sloTierNamed(name string) (sloTier, error) {
+	names := make([]string, len(sloTiers))
+	for i, t := range sloTiers {
+		if t.name == name {
+			return t, nil
+		}
+		names[i] = t.name
+	}
+	return sloTier{}, fmt.Errorf("no tier %q (the slo benchmark's are %s)", name, strings.Join(names, ", "))
+}
+
 // sloTenant and sloKey are a tier's one tenant and its API key.
 func sloTenant(tier int) string { return "slo-" + sloTiers[tier].name }
 func sloKey(tier int) string    { return "k-slo-" + sloTiers[tier].name }

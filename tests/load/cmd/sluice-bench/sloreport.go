@@ -30,6 +30,26 @@ func pace(r chatResult) (time.Duration, bool) {
 	return (r.last - r.ttft) / time.Duration(r.tokens-1), true
 }
 
+// meets says whether a request was answered within the tier's SLO: done,
+// its first token within ttft, and (with a tpot bound) its pace after
+// the first token within tpot. Every benchmark that counts goodput
+// within an SLO judges by it.
+func (t sloTier) meets(r chatResult) bool {
+	if r.kind != kindDone {
+		return false
+	}
+	p, ok := pace(r)
+	return r.ttft <= t.ttft && (t.tpot == 0 || !ok || p <= t.tpot)
+}
+
+// goal says the tier's SLO in words.
+func (t sloTier) goal() string {
+	if t.tpot == 0 {
+		return fmt.Sprintf("TTFT <= %v", t.ttft)
+	}
+	return fmt.Sprintf("TTFT <= %v and <= %v a token after the first", t.ttft, t.tpot)
+}
+
 // outcome judges an arrival against its tier's SLO.
 func (t sloTier) outcome(a *sloArrival) string {
 	k := a.res.kind
@@ -37,8 +57,7 @@ func (t sloTier) outcome(a *sloArrival) string {
 	case a.dropped:
 		return outDropped
 	case k == kindDone:
-		p, ok := pace(a.res)
-		if a.res.ttft <= t.ttft && (t.tpot == 0 || !ok || p <= t.tpot) {
+		if t.meets(a.res) {
 			return outMet
 		}
 		return outLate
