@@ -184,6 +184,19 @@ func (s *Spec) CheckSchema(name string, value []byte) error {
 	return nil
 }
 
+// Operation names the described operation req calls, as Operations
+// does ("GET /v1/requests/{id}").
+func (s *Spec) Operation(req *http.Request) (string, error) {
+	path, method, err := s.operationOf(req)
+	if err != nil {
+		return "", err
+	}
+	if s.model.Paths.PathItems.GetOrZero(path).GetOperations().GetOrZero(method) == nil {
+		return "", fmt.Errorf("%s %s: not described", req.Method, path)
+	}
+	return strings.ToUpper(method) + " " + path, nil
+}
+
 // operationOf finds the described path template and method of req.
 func (s *Spec) operationOf(req *http.Request) (path, method string, err error) {
 	for p := range s.model.Paths.PathItems.KeysFromOldest() {
