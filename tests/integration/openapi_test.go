@@ -113,9 +113,21 @@ func (c *specClient) send(ctx context.Context, call specCall) (*http.Request, *h
 }
 
 // finish reads the answer to req, checks it against the description and
-// that its status is want, and notes the operation as called.
+// that its status is want, and notes the operation as called. A request
+// the server accepted (2xx) is checked against the description too.
 func (c *specClient) finish(req *http.Request, resp *http.Response, want int) specAnswer {
 	c.t.Helper()
+	if want/100 == 2 {
+		// The client consumed the body it sent; GetBody reads it again.
+		sent := req.Clone(req.Context())
+		sent.Body = http.NoBody
+		if req.GetBody != nil {
+			sent.Body, _ = req.GetBody()
+		}
+		if err := c.spec.CheckRequest(sent); err != nil {
+			c.t.Error(err)
+		}
+	}
 	evs, body, err := c.spec.CheckResponse(req, resp)
 	if err != nil {
 		c.t.Error(err)

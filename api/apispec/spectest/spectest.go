@@ -110,6 +110,25 @@ func (s *Spec) HasSchema(name string) bool {
 	return s.model.Components.Schemas.GetOrZero(name) != nil
 }
 
+// CheckRequest checks req (its parameters, body and credentials) against
+// the description: a request the server accepted should be one the
+// description allows. req's body is read and put back.
+func (s *Spec) CheckRequest(req *http.Request) error {
+	if req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return fmt.Errorf("%s %s: read the request: %w", req.Method, req.URL.Path, err)
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		defer func() { req.Body = io.NopCloser(bytes.NewReader(body)) }()
+	}
+	if ok, errs := s.check.ValidateHttpRequestSync(req); !ok {
+		return joinErrors(fmt.Sprintf("request %s %s", req.Method, req.URL.RequestURI()), errs)
+	}
+	return nil
+}
+
 // CheckResponse checks resp, the answer to req, against the description:
 // its status is one the operation lists, its declared headers are as
 // described and its JSON body matches the schema. An event stream
