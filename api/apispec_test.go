@@ -1,11 +1,14 @@
 package api
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -28,8 +31,14 @@ func servedRoutes(t *testing.T) []string {
 		withCodec("https://temporal-ui.example")(c)
 		c.Metrics.Addr = ""
 	})
+	return routesOf(srv.echo)
+}
+
+// routesOf are the routes e serves, as "METHOD /path" with OpenAPI's
+// path templates ({id}).
+func routesOf(e *echo.Echo) []string {
 	var out []string
-	for _, r := range srv.echo.Routes() {
+	for _, r := range e.Routes() {
 		// A group with middleware registers catch-alls that answer 404
 		// within it; they are not routes.
 		if r.Method == echo.RouteNotFound {
@@ -71,5 +80,89 @@ func TestOpenAPIServedWithoutAKey(t *testing.T) {
 	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, apispec.Path, nil))
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("GET %s: %d %q %.200s", apispec.Path, rec.Code, rec.Header().Get("Content-Type"), rec.Body)
+	}
+}
+
+// loadSpec is the description, loaded once for the package's tests.
+var loadSpec = sync.OnceValues(spectest.Load)
+
+// specChecked wraps a test server's handler so that every answer to a
+// described operation is checked against the OpenAPI description, in
+// every test of the package: they reach error paths the integration
+// tests cannot (stalled Redis, full queues, bans, bad bodies). Routes the
+// description does not name (404s, 405s) and 500s (bugs, which the
+// description leaves out) are not checked, nor are the routes this
+// server does not serve (a described route that is off in its
+// configuration answers 404 like any unknown path).
+func specChecked(t *testing.T, e *echo.Echo, next http.Handler) http.Handler {
+	spec, err := loadSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := routesOf(e)
+	var mu sync.Mutex
+	ended := false
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		ended = true
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &teeWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		if op, err := spec.Operation(r); err != nil || !slices.Contains(served, op) || rec.status == http.StatusInternalServerError {
+			return
+		}
+		resp := &http.Response{StatusCode: rec.status, Header: w.Header().Clone(), Body: io.NopCloser(bytes.NewReader(rec.body.Bytes())), Request: r}
+		if _, _, err := spec.CheckResponse(r, resp); err != nil {
+			mu.Lock()
+			defer mu.Unlock()
+			// A stream may end after its test did, when t may not be
+			// used.
+			if !ended {
+				t.Errorf("the answer does not match api/apispec/openapi.yaml: %v", err)
+			}
+		}
+	})
+}
+
+// uncheckedHandlers are the test servers' handlers before specChecked.
+var uncheckedHandlers sync.Map // *Server -> http.Handler
+
+// unchecked stops checking srv's answers against the description, for a
+// test that measures what the handler alone costs.
+func unchecked(srv *Server) {
+	h, _ := uncheckedHandlers.Load(srv)
+	srv.handler = h.(http.Handler)
+}
+
+// teeWriter passes a response through and keeps its status and body.
+type teeWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+	body   bytes.Buffer
+}
+
+func (w *teeWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *teeWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	w.body.Write(b)
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection (flushes,
+// write deadlines).
+func (w *teeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *teeWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
 	}
 }
