@@ -242,6 +242,7 @@ func specChat(c *specClient) {
 	c.do(specCall{method: "GET", path: "/v1/requests/" + id + "/events", key: "k-acme", header: map[string]string{"Last-Event-ID": "x"}}, 400)
 	c.do(specCall{method: "DELETE", path: "/v1/requests/" + id, key: "k-acme"}, 409)
 	specCancel(c)
+	specCachedAnswer(c)
 
 	c.do(specCall{method: "GET", path: "/v1/sessions/" + session, key: "k-acme"}, 200)
 	c.do(specCall{method: "GET", path: "/v1/sessions/bad!id", key: "k-acme"}, 400)
@@ -272,6 +273,22 @@ func specCancel(c *specClient) {
 	var f events.Failure
 	if n := len(ans.events); n == 0 || ans.events[n-1].Event != events.TypeError || ans.events[n-1].Decode(&f) != nil || f.Reason != request.ReasonCancelled {
 		t.Fatalf("the cancelled stream ended with %+v", ans.events)
+	}
+}
+
+// specCachedAnswer asks the same question twice of a kb whose answers
+// are cached (answer_cache.kbs), with room for the whole answer (a cut
+// one is not cached): the second answer's done event is the cache's.
+func specCachedAnswer(c *specClient) {
+	t := c.t
+	c.do(specCall{method: "POST", path: "/v1/kb/it-cached/documents",
+		body: `{"id":"spec","text":"The spec document: a token bucket refills at a steady rate."}`}, 200)
+	q := fmt.Sprintf(`{"query":"What refills at a steady rate, %d?","kb":"it-cached","max_tokens":1000}`, time.Now().UnixNano())
+	c.do(specCall{method: "POST", path: "/v1/chat", body: q}, 200)
+	again := c.do(specCall{method: "POST", path: "/v1/chat", body: q}, 200)
+	var done events.Done
+	if n := len(again.events); n == 0 || again.events[n-1].Decode(&done) != nil || !done.Cached {
+		t.Fatalf("the second answer is not the cache's: %+v", again.events)
 	}
 }
 
