@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/api/apispec"
 	"github.com/sluice-dev/sluice/api/apispec/spectest"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
 )
 
 // echoParam is a path parameter as Echo writes it (":id").
@@ -70,6 +71,30 @@ func TestEveryRouteIsDescribed(t *testing.T) {
 	}
 	if len(served) < 20 {
 		t.Fatalf("only %d routes served: %v", len(served), served)
+	}
+}
+
+// The event streams' description names every event type of pkg/events,
+// and no other.
+func TestEveryEventTypeIsDescribed(t *testing.T) {
+	spec, err := loadSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := []string{events.TypeAccepted, events.TypeQueue, events.TypeStage, events.TypeToken,
+		events.TypeDone, events.TypeRejected, events.TypeError}
+	for _, op := range [][2]string{{"POST", "/v1/chat"}, {"GET", "/v1/requests/{id}/events"}} {
+		described := spec.StreamEvents(op[0], op[1])
+		for _, typ := range types {
+			if _, ok := described[typ]; !ok {
+				t.Errorf("%s %s: event %q is not in x-sse-events", op[0], op[1], typ)
+			}
+		}
+		for name := range described {
+			if !slices.Contains(types, name) {
+				t.Errorf("%s %s: x-sse-events names %q, which pkg/events does not send", op[0], op[1], name)
+			}
+		}
 	}
 }
 

@@ -105,6 +105,13 @@ func (s *Spec) SchemaNames() []string {
 	return out
 }
 
+// StreamEvents is the x-sse-events of an operation's 200 answer: each
+// event name and the component schema of its data ("POST", "/v1/chat").
+func (s *Spec) StreamEvents(method, path string) map[string]string {
+	events, _ := s.streamSchemas(path, strings.ToLower(method), "200")
+	return events
+}
+
 // HasSchema reports whether the components name this schema.
 func (s *Spec) HasSchema(name string) bool {
 	return s.model.Components.Schemas.GetOrZero(name) != nil
