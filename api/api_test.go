@@ -202,6 +202,8 @@ func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with
 	if err != nil {
 		t.Fatal(err)
 	}
+	uncheckedHandlers.Store(srv, srv.handler)
+	srv.handler = specChecked(t, srv.echo, srv.handler)
 	testHubs.Store(srv, hub)
 	testLimiters.Store(srv, lim)
 	return srv, tc, rdb

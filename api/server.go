@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/api/apispec"
 	"github.com/sluice-dev/sluice/api/openai"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -87,6 +88,8 @@ type Server struct {
 	conns *connLimiter
 	// handler is echo, in a server span per request when tracing is on.
 	handler http.Handler
+	// spec serves the API's OpenAPI description (package apispec).
+	spec http.Handler
 }
 
 // Options are the Server's dependencies, each built once by the process
@@ -157,6 +160,11 @@ func New(opts Options) (*Server, error) {
 		}
 		s.keys[k.Hash()] = keys.Spec{Tenant: k.Tenant, User: k.User, Tier: k.Tier, Scopes: scopes}
 	}
+	spec, err := apispec.Handler(version.Version)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	s.spec = spec
 	s.echo = s.routes(opts.Metrics)
 	if opts.Tracer != nil {
 		s.echo.Use(s.nameSpan)
@@ -204,6 +212,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	}
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
+	e.GET(apispec.Path, echo.WrapHandler(s.spec))
 	return e
 }
 

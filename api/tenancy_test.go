@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/keys"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -187,7 +188,8 @@ func TestSessionsBelongToTheirUser(t *testing.T) {
 	srv, _, _ := newTestServerWith(t, tenantsConfig, withSessions(t))
 	sessions := srv.sessions
 	alice := session.Owner{Tenant: "acme", User: "alice"}
-	if err := sessions.Append(context.Background(), alice, "s1", session.Turn{RequestID: "chat-1", Query: "private question"}); err != nil {
+	if err := sessions.Append(context.Background(), alice, "s1", session.Turn{RequestID: door.NewRequestID(), Query: "private question",
+		Outcome: request.OutcomeDone, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	for _, key := range []string{keyBob, keyGus, ""} {
