@@ -190,6 +190,7 @@ func TestResponsesMatchTheDescription(t *testing.T) {
 	t.Run("chat", func(t *testing.T) { c.t = t; specChat(c) })
 	t.Run("kb", func(t *testing.T) { c.t = t; specKB(c) })
 	t.Run("admin", func(t *testing.T) { c.t = t; specAdmin(c) })
+	t.Run("usage", func(t *testing.T) { c.t = t; specUsage(c) })
 	t.Run("openai", func(t *testing.T) { c.t = t; specOpenAI(c) })
 	t.Run("codec", func(t *testing.T) { c.t = t; specCodec(c) })
 	c.t = t
@@ -353,6 +354,19 @@ func specAdmin(c *specClient) {
 	c.do(specCall{method: "GET", path: "/v1/admin/bans", key: specAdminKey}, 200)
 	c.do(specCall{method: "DELETE", path: "/v1/admin/bans/ip/192.0.2.1", key: specAdminKey}, 404)
 	c.do(specCall{method: "DELETE", path: "/v1/admin/bans/nope/x", key: specAdminKey}, 400)
+}
+
+// specUsage reads the usage ledger: a tenant's own and across tenants,
+// JSON and CSV, and refusals.
+func specUsage(c *specClient) {
+	c.do(specCall{method: "GET", path: "/v1/usage", key: "k-acme"}, 200)
+	c.do(specCall{method: "GET", path: "/v1/usage?group_by=model&format=csv", key: "k-acme"}, 200)
+	c.do(specCall{method: "GET", path: "/v1/usage?group_by=tenant", key: "k-acme"}, 400)
+	c.do(specCall{method: "GET", path: "/v1/usage"}, 401)
+	c.do(specCall{method: "GET", path: "/v1/admin/usage?group_by=tenant", key: specAdminKey}, 200)
+	c.do(specCall{method: "GET", path: "/v1/admin/usage?tenant=acme&format=csv", key: specAdminKey}, 200)
+	c.do(specCall{method: "GET", path: "/v1/admin/usage?from=2026-13-01", key: specAdminKey}, 400)
+	c.do(specCall{method: "GET", path: "/v1/admin/usage", key: "k-acme"}, 403)
 }
 
 // specOpenAI calls the OpenAI-compatible routes, streamed and not.

@@ -161,7 +161,7 @@ func (s *fairnessScenario) reportPrompts(r *report, run *fairRun) {
 func (s *fairnessScenario) reportGoals(r *report) {
 	r.linef("")
 	r.linef("admission cost of a request in Sluice's fair queue and waiting room: (prompt + %g × max_tokens) / %d, the prompt as Sluice counts it "+
-		"(admission.output_token_weight %g; admission.TokenCost), charged when it queues; the pool's fair queue settles the charge with the tokens the answer used when its permit comes back, the door's waiting room (per API process, in memory) does not; tenants at equal weight",
+		"(admission.output_token_weight %g; admission.TokenCost), charged when it takes its place in the fair order (at the door if it waits there), settled with the tokens the answer used when its permit comes back; tenants at equal weight",
 		s.outputWeight, admission.TokensPerCost, s.outputWeight)
 	for _, run := range s.runs {
 		sl, fcfs := run.system(sysSluice), run.system(sysFCFS)
