@@ -14,9 +14,7 @@
 package keyscli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +24,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/sluice-dev/sluice/cmd/internal/apiclient"
 )
 
 // Main runs the command named prog ("sluice keys", "sluice-keys") with
@@ -69,10 +69,7 @@ func helpAsked(args []string) bool {
 }
 
 // client calls the admin API.
-type client struct {
-	base, key string
-	http      *http.Client
-}
+type client struct{ apiclient.Client }
 
 // Run runs one keys command with args and writes its result to out.
 func Run(ctx context.Context, prog string, args []string, getenv func(string) string, out io.Writer) error {
@@ -81,10 +78,7 @@ func Run(ctx context.Context, prog string, args []string, getenv func(string) st
 	}
 	fs := flag.NewFlagSet(prog, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	base := getenv("SLUICE_URL")
-	if base == "" {
-		base = "http://127.0.0.1:8080"
-	}
+	base := apiclient.BaseURL(getenv)
 	fs.StringVar(&base, "url", base, "the API's base URL")
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -97,8 +91,10 @@ func Run(ctx context.Context, prog string, args []string, getenv func(string) st
 	if helpAsked(rest) {
 		return flag.ErrHelp
 	}
-	c := client{base: strings.TrimRight(base, "/"), key: getenv("SLUICE_ADMIN_KEY"), http: &http.Client{Timeout: 30 * time.Second}}
-	if c.key == "" {
+	c := client{apiclient.New(base, getenv("SLUICE_ADMIN_KEY"))}
+	// Admin answers are small: a list of keys or bans.
+	c.Limit = 8 << 20
+	if c.Key == "" {
 		return usageError{errors.New("set SLUICE_ADMIN_KEY to the admin key (or a key with the admin scope)")}
 	}
 	switch cmd {
@@ -110,14 +106,14 @@ func Run(ctx context.Context, prog string, args []string, getenv func(string) st
 		if len(rest) != 1 {
 			return usageError{errors.New("usage: " + prog + " revoke ID")}
 		}
-		return c.call(ctx, http.MethodDelete, "/v1/admin/keys/"+url.PathEscape(rest[0]), nil, nil)
+		return c.Call(ctx, http.MethodDelete, "/v1/admin/keys/"+url.PathEscape(rest[0]), nil, nil)
 	case "bans":
 		return c.bans(ctx, out)
 	case "unban":
 		if len(rest) != 2 {
 			return usageError{errors.New("usage: " + prog + " unban ip|key VALUE")}
 		}
-		return c.call(ctx, http.MethodDelete, "/v1/admin/bans/"+url.PathEscape(rest[0])+"/"+url.PathEscape(rest[1]), nil, nil)
+		return c.Call(ctx, http.MethodDelete, "/v1/admin/bans/"+url.PathEscape(rest[0])+"/"+url.PathEscape(rest[1]), nil, nil)
 	}
 	return usageError{fmt.Errorf("unknown command %q\n%s", cmd, usage(prog))}
 }
@@ -148,7 +144,7 @@ func (c client) create(ctx context.Context, prog string, args []string, out io.W
 	}
 	body := map[string]any{"tenant": *tenant, "user": *user, "tier": *tier, "scopes": strings.Split(*scopes, ",")}
 	var k key
-	if err := c.call(ctx, http.MethodPost, "/v1/admin/keys", body, &k); err != nil {
+	if err := c.Call(ctx, http.MethodPost, "/v1/admin/keys", body, &k); err != nil {
 		return err
 	}
 	if *quiet {
@@ -172,7 +168,7 @@ func (c client) list(ctx context.Context, prog string, args []string, out io.Wri
 		path += "?tenant=" + url.QueryEscape(*tenant)
 	}
 	var res struct{ Keys []key }
-	if err := c.call(ctx, http.MethodGet, path, nil, &res); err != nil {
+	if err := c.Call(ctx, http.MethodGet, path, nil, &res); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -192,7 +188,7 @@ func (c client) bans(ctx context.Context, out io.Writer) error {
 			RemainingS  int `json:"remaining_s"`
 		}
 	}
-	if err := c.call(ctx, http.MethodGet, "/v1/admin/bans", nil, &res); err != nil {
+	if err := c.Call(ctx, http.MethodGet, "/v1/admin/bans", nil, &res); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -201,52 +197,6 @@ func (c client) bans(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%ds\n", b.Kind, b.Value, stamp(b.Since), b.RemainingS)
 	}
 	return tw.Flush()
-}
-
-// call sends body (if any) as JSON and decodes the answer into dst (if
-// any); an error answer is returned as its message.
-func (c client) call(ctx context.Context, method, path string, body, dst any) error {
-	var rd io.Reader
-	if body != nil {
-		raw, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
-			return fmt.Errorf("%s %s: %d %s: %s", method, path, resp.StatusCode, e.Error.Code, e.Error.Message)
-		}
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
-	}
-	if dst == nil {
-		return nil
-	}
-	if err := json.Unmarshal(raw, dst); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
-	}
-	return nil
 }
 
 func orDash(s string) string {

@@ -24,7 +24,8 @@ import (
 	"net/url"
 	"strings"
 	"text/tabwriter"
-	"time"
+
+	"github.com/sluice-dev/sluice/cmd/internal/apiclient"
 )
 
 // Main runs the command, named name in its messages, with args and
@@ -62,10 +63,7 @@ type row struct {
 func run(ctx context.Context, name string, args []string, getenv func(string) string, out io.Writer) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
-	base := getenv("SLUICE_URL")
-	if base == "" {
-		base = "http://127.0.0.1:8080"
-	}
+	base := apiclient.BaseURL(getenv)
 	fs.StringVar(&base, "url", base, "the API's base URL (env SLUICE_URL)")
 	from := fs.String("from", "", "first day, YYYY-MM-DD UTC (default: 30 days before -to)")
 	to := fs.String("to", "", "day after the last, YYYY-MM-DD UTC (default: tomorrow)")
@@ -104,7 +102,7 @@ func run(ctx context.Context, name string, args []string, getenv func(string) st
 	if *csvOut {
 		q.Set("format", "csv")
 	}
-	body, err := get(ctx, strings.TrimRight(base, "/")+path+"?"+q.Encode(), key)
+	body, err := apiclient.New(base, key).Do(ctx, http.MethodGet, path+"?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
@@ -149,34 +147,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// get reads url with key; an error answer is returned as its message.
-func get(ctx context.Context, u, key string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("read the usage: %w", err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
-	if err != nil {
-		return nil, fmt.Errorf("read the usage: %w", err)
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
-			return nil, fmt.Errorf("%d %s: %s", resp.StatusCode, e.Error.Code, e.Error.Message)
-		}
-		return nil, fmt.Errorf("read the usage: %s", resp.Status)
-	}
-	return raw, nil
 }
