@@ -288,32 +288,33 @@ local function group_keys()
   return out
 end
 
--- The places tenant has reserved at the door and not yet taken: 0 once
+-- The places tenant has reserved at the door and not yet taken, when they
+-- lapse (ms), and whether a count is stored that has lapsed: 0, 0 once
 -- their expiry passed (a door that died never gives them back).
-local function reserved(tenant)
+local function read_reserved(tenant)
   local v = redis.call('HGET', G.reserved, tenant)
-  if not v then return 0 end
+  if not v then return 0, 0, false end
   local n, expiry = split(v)
-  if tonumber(expiry or '0') < now_ms() or tonumber(n) <= 0 then
-    redis.call('HDEL', G.reserved, tenant)
-    return 0
-  end
-  return tonumber(n)
+  n, expiry = tonumber(n), tonumber(expiry or '0')
+  if expiry < now_ms() or n <= 0 then return 0, 0, true end
+  return n, expiry, false
+end
+
+-- The places tenant has reserved, dropping a lapsed count.
+local function reserved(tenant)
+  local n, _, lapsed = read_reserved(tenant)
+  if lapsed then redis.call('HDEL', G.reserved, tenant) end
+  return n
 end
 
 -- Count a reservation of tenant's, kept at least ttl ms (by > 0), or give
 -- one back (by < 0).
 local function reserve_count(tenant, by, ttl)
-  local n = reserved(tenant) + by
+  local n, expiry = read_reserved(tenant)
+  n = n + by
   if n <= 0 then
     redis.call('HDEL', G.reserved, tenant)
     return
-  end
-  local v = redis.call('HGET', G.reserved, tenant)
-  local expiry = 0
-  if v then
-    local _, e = split(v)
-    expiry = tonumber(e or '0')
   end
   if ttl then expiry = math.max(expiry, now_ms() + ttl) end
   redis.call('HSET', G.reserved, tenant, n .. ':' .. expiry)
