@@ -76,6 +76,7 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	res, err := pool.Streamer.Stream(sctx, req, s.onToken)
 	// However the stream ended, the permit's time decoding ends here.
 	a.Metrics.PermitDecoding(in.Pool, s.decoding())
+	a.noteFailovers(log, in.Pool, res.Failovers)
 	if err != nil && errors.Is(context.Cause(sctx), errStopped) {
 		err = errStopped
 	}
