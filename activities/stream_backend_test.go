@@ -1,6 +1,7 @@
 package activities_test
 
 import (
+	"encoding/json"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -124,5 +125,46 @@ func TestStreamLLMDeadlines(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// An answer whose endpoint drops its connection mid-stream is continued
+// by the pool's other endpoint: the client's tokens run on with the next
+// indexes to the end, the output records the failover, and the usage
+// bills each token the client got once.
+func TestStreamLLMFailsOverMidAnswer(t *testing.T) {
+	same := func(cfg *llmsim.Config) { cfg.Seed = 7 }
+	_, dying := simulator(t, func(cfg *llmsim.Config) { same(cfg); cfg.Fault = llmsim.Fault{DieAfterTokens: 6} })
+	_, healthy := simulator(t, same)
+	client, err := llm.NewOpenAI(llm.OpenAIOptions{
+		Name: request.PoolShort, Endpoints: []string{dying.URL, healthy.URL}, Continuation: llm.ContinuationVLLM,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(o *harnessOptions) { o.streamer = client })
+	version, hits := h.retrieveContext(t, "r1", 10, 3)
+	out, err := stream(t, h, activities.LLMInput{
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits, MaxTokens: 30,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := ofType(h.events(t, "r1"), events.TypeToken)
+	answered := 0
+	for i, ev := range toks {
+		var tok events.Token
+		if err := json.Unmarshal(ev.Data, &tok); err != nil || tok.Index != i {
+			t.Fatalf("token %d has index %d (%v)", i, tok.Index, err)
+		}
+		if !tok.Notice {
+			answered++
+		}
+	}
+	if len(out.Failovers) != 1 || out.Failovers[0].AfterTokens != 6 || out.Failovers[0].Outcome != llm.FailoverResumed {
+		t.Fatalf("failovers %+v, want one resumed after 6 tokens", out.Failovers)
+	}
+	if out.Usage.CompletionTokens != answered || answered != 30 || out.Usage.Reported || out.Usage.PromptTokens == 0 {
+		t.Fatalf("usage %+v for %d tokens of the answer streamed (max_tokens 30)", out.Usage, answered)
 	}
 }
