@@ -3,11 +3,14 @@ package llm
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/openai"
 )
 
 // collect streams req and returns the text the caller got, piece by
@@ -144,5 +147,55 @@ func TestFailoverAfterStall(t *testing.T) {
 func TestContinuationOptionChecked(t *testing.T) {
 	if _, err := NewOpenAI(OpenAIOptions{Endpoints: []string{"http://x"}, Continuation: "tgi"}); err == nil {
 		t.Fatal("an unknown continuation was taken")
+	}
+}
+
+// breaksAfter is a backend that streams pieces, then an error event: a
+// server failing mid-answer.
+func breaksAfter(t *testing.T, pieces ...string) string {
+	return sseServer(t, func(w http.ResponseWriter, _ openai.ChatRequest) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, p := range pieces {
+			fmt.Fprintf(w, `data: {"choices":[{"index":0,"delta":{"content":%q},"finish_reason":null}]}`+"\n\n", p)
+		}
+		fmt.Fprint(w, `data: {"error":{"message":"engine died","type":"server_error"}}`+"\n\n")
+	}).URL
+}
+
+// The continuation request is vLLM's: the conversation, the text so far
+// as the final assistant message, both switches, the budget left. A
+// backend that refuses it (400) ends the answer interrupted.
+func TestFailoverRequest(t *testing.T) {
+	var got openai.ChatRequest
+	continues := sseServer(t, func(w http.ResponseWriter, req openai.ChatRequest) {
+		got = req
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, `data: {"choices":[{"index":0,"delta":{"content":" world"},"finish_reason":"stop"}]}`+"\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	})
+	c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{breaksAfter(t, "Hel", "lo"), continues.URL}, Continuation: ContinuationVLLM})
+	req := Request{Model: "m", MaxTokens: 10, Messages: []openai.Message{openai.TextMessage("user", "hi")}}
+	pieces, res, err := collect(t, c, req)
+	if err != nil || strings.Join(pieces, "") != "Hello world" || res.FinishReason != "stop" {
+		t.Fatalf("pieces %q, %+v, %v", pieces, res, err)
+	}
+	last := got.Messages[len(got.Messages)-1]
+	text, _ := last.Text()
+	if len(got.Messages) != 2 || last.Role != openai.RoleAssistant || text != "Hello" || !got.ContinueFinalMessage ||
+		got.AddGenerationPrompt == nil || *got.AddGenerationPrompt || got.MaxTokens == nil || *got.MaxTokens != 8 {
+		t.Fatalf("continuation request %+v, last message %q", got, text)
+	}
+
+	refuses := sseServer(t, func(w http.ResponseWriter, _ openai.ChatRequest) {
+		http.Error(w, `{"error":{"message":"unknown field continue_final_message"}}`, http.StatusBadRequest)
+	})
+	c, _ = NewOpenAI(OpenAIOptions{Endpoints: []string{breaksAfter(t, "Hel", "lo"), refuses.URL}, Continuation: ContinuationVLLM})
+	pieces, res, err = collect(t, c, req)
+	var e *Error
+	if !errors.As(err, &e) || e.Status != http.StatusBadRequest || len(pieces) != 2 {
+		t.Fatalf("pieces %q, err %v; want the 400 after the 2 pieces", pieces, err)
+	}
+	if len(res.Failovers) != 1 || res.Failovers[0].Outcome != FailoverFailed || res.Failovers[0].Reason != "broken" {
+		t.Fatalf("failovers %+v", res.Failovers)
 	}
 }
