@@ -89,6 +89,30 @@ func (tr *transcript) deliver(d Delta) error {
 	return nil
 }
 
+// ErrCannotResume is Stream's refusal of a Request.Resume on a pool whose
+// backend cannot continue an answer.
+var ErrCannotResume = errors.New("llm: the pool's backend cannot continue an answer")
+
+// firstRequest is the body of a stream's first request: req's, or the
+// continuation of the answer req resumes, whose text the transcript then
+// starts from.
+func (c *OpenAI) firstRequest(req Request, tr *transcript) ([]byte, error) {
+	cr := chatRequest(req)
+	if r := req.Resume; r != nil {
+		if c.continuation != ContinuationVLLM {
+			return nil, ErrCannotResume
+		}
+		cr = continuation(req, r.Text, r.Pieces)
+		tr.text.WriteString(r.Text)
+		tr.last = time.Now()
+	}
+	body, err := json.Marshal(cr)
+	if err != nil {
+		return nil, fmt.Errorf("encode chat request: %w", err)
+	}
+	return body, nil
+}
+
 // canFailover reports whether a stream that ended with err after the
 // failovers it already made may move to another endpoint: the pool's
 // backend continues answers, the endpoint failed (a deadline, a break, a
@@ -154,6 +178,7 @@ func (c *OpenAI) failover(ctx context.Context, req Request, res *Result, tr *tra
 // the caller already has, with the budget that is left.
 func continuation(req Request, prefix string, produced int) openai.ChatRequest {
 	next := req
+	next.Resume = nil
 	next.Messages = append(slices.Clone(req.Messages), openai.TextMessage(openai.RoleAssistant, prefix))
 	if req.MaxTokens != 0 {
 		next.MaxTokens = req.MaxTokens - produced

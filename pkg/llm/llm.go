@@ -36,6 +36,17 @@ type Request struct {
 	// Choices is how many answers to generate (OpenAI's n); 0 or 1 asks
 	// for one and sends no n.
 	Choices int
+	// Resume, if set, is the start of the answer that the caller already
+	// has (from an earlier stream, lost with its worker): the stream
+	// continues it as a failover does, on a pool whose backend can.
+	Resume *Resume
+}
+
+// Resume is an answer's start: its text, and the pieces of content it
+// came in.
+type Resume struct {
+	Text   string
+	Pieces int
 }
 
 // Delta is one piece of the answer: text, or pieces of the tool calls
@@ -244,17 +255,20 @@ func chatRequest(req Request) openai.ChatRequest {
 func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta) error) (res Result, err error) {
 	ctx, span := c.startSpan(ctx, req)
 	defer func() { endSpan(span, res, err) }()
-	body, err := json.Marshal(chatRequest(req))
+	tr := newTranscript(onDelta)
+	body, err := c.firstRequest(req, tr)
 	if err != nil {
-		return Result{}, fmt.Errorf("encode chat request: %w", err)
+		return Result{}, err
 	}
 	t, err := c.pick()
 	if err != nil {
 		return Result{}, err
 	}
 	res = Result{Endpoint: t.ep.name}
+	if req.Resume != nil {
+		res.Chunks = req.Resume.Pieces
+	}
 	spanEndpoint(span, t.ep.url)
-	tr := newTranscript(onDelta)
 	err = c.attempt(ctx, t, body, &res, tr.deliver)
 	failed := []*endpoint{t.ep}
 	for err != nil && c.canFailover(ctx, req, &res, tr, err) {
@@ -263,6 +277,10 @@ func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta) er
 			break
 		}
 		failed = append(failed, ep)
+	}
+	if req.Resume != nil {
+		// The backend's usage covers only what this stream added.
+		res.Usage, res.UsageReported = Usage{}, false
 	}
 	return res, err
 }
