@@ -199,3 +199,24 @@ func TestFailoverRequest(t *testing.T) {
 		t.Fatalf("failovers %+v", res.Failovers)
 	}
 }
+
+// A stream that resumes an answer continues it from the caller's text,
+// and only on a pool whose backend can.
+func TestStreamResume(t *testing.T) {
+	req := simRequest(40)
+	want := uninterrupted(t, req)
+	_, url := simulator(t, llmsim.Fault{})
+	c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{url}, Continuation: ContinuationVLLM})
+	req.Resume = &Resume{Text: strings.Join(want[:9], ""), Pieces: 9}
+	got, res, err := collect(t, c, req)
+	if err != nil || strings.Join(want[:9], "")+strings.Join(got, "") != strings.Join(want, "") {
+		t.Fatalf("err %v, resumed with %q, want %q", err, strings.Join(got, ""), strings.Join(want[9:], ""))
+	}
+	if res.Chunks != len(want) || res.UsageReported {
+		t.Fatalf("result %+v, want %d chunks counted from the resumed 9, usage left to the caller", res, len(want))
+	}
+	none, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{url}})
+	if _, err := none.Stream(context.Background(), req, func(Delta) error { return nil }); !errors.Is(err, ErrCannotResume) {
+		t.Fatalf("resume on a pool that cannot continue: %v", err)
+	}
+}
