@@ -56,6 +56,9 @@ type Pool struct {
 	Streamer        llm.Streamer
 	Model           string
 	MaxPromptTokens int
+	// Continues: the pool's backend continues an answer (llm.Resume), so
+	// that a retried stream takes up what a lost attempt began.
+	Continues bool
 }
 
 // Chat holds every dependency of the chat activities. Register one
