@@ -67,10 +67,19 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	a.tokens = d.tokenBound(req)
 	a.admitTokens = d.admissionTokens(req)
 	a.reservation, err = d.reserve(rctx, adm.Header, a.id, who, tier, live.Limits.Enabled, d.cost(live, a))
+	if err == nil {
+		if a.budget, err = d.reserveBudget(rctx, adm.Header, a, req); err != nil {
+			d.refundAll(ctx, a.id, a.reservation)
+		}
+	}
 	if err != nil {
 		var ae *httperr.Error
 		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
-			d.metrics.Refused(metrics.OutcomeRejectedRate)
+			outcome := metrics.OutcomeRejectedRate
+			if ae.Code == request.ReasonBudgetExceeded {
+				outcome = metrics.OutcomeOf(request.OutcomeRejected, ae.Code)
+			}
+			d.metrics.Refused(outcome)
 			d.logRefusal(ctx, a, ae.Code)
 		}
 		return adm, err
@@ -176,6 +185,8 @@ type arrival struct {
 	admitTokens int
 	// reservation is its rate-limit charge ("" when none applied).
 	reservation string
+	// budget is its monthly budget charge ("" when its tier has none).
+	budget string
 	// place is its place in the pool's fair order, reserved while it
 	// waits at the door (Tag 0: none); its workflow queues there.
 	place admission.Place
