@@ -12,10 +12,10 @@ import (
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
-// newBudgets is the monthly budgets' counter; a month Redis lost is
+// NewBudgets is the monthly budgets' counter; a month Redis lost is
 // rebuilt from the usage ledger (nil: from zero; budgets need the ledger,
 // which config validation enforces).
-func newBudgets(rdb redis.UniversalClient, cfg config.Config, ledger usage.Store) *budget.Counter {
+func NewBudgets(rdb redis.UniversalClient, cfg config.Config, ledger usage.Store) *budget.Counter {
 	opts := budget.Options{KeyPrefix: cfg.Redis.KeyPrefix}
 	if ledger != nil {
 		opts.Rebuild = rebuildFrom(ledger, cfg)

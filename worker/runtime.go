@@ -132,7 +132,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ 
 	if r.Usage, err = OpenUsage(ctx, cfg.Usage, logger.With("component", "usage")); err != nil {
 		return nil, err
 	}
-	r.Budgets = newBudgets(r.Redis, cfg, r.Usage)
+	r.Budgets = NewBudgets(r.Redis, cfg, r.Usage)
 	if r.Chat, err = r.buildChat(ctx); err != nil {
 		return nil, err
 	}
