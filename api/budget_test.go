@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -85,6 +86,9 @@ func TestBudgetRefusesATenantOverItAndNotAnother(t *testing.T) {
 	if n := tc.starts.Load(); n != 0 {
 		t.Fatalf("%d workflows started for a tenant over its budget", n)
 	}
+	if got := metricLines(srv, `sluice_requests_total{outcome="rejected_budget_exceeded"`); !strings.HasSuffix(got, "} 2") {
+		t.Fatalf("refusals counted %q, want 2", got)
+	}
 
 	// globex has no budget: it reaches the start (which this test's
 	// Temporal refuses), uncharged.
@@ -137,4 +141,33 @@ func TestBudgetChargeOfARequestThatNeverStartedIsGivenBack(t *testing.T) {
 	if !strings.Contains(rec.Body.String(), `"tokens_used":0`) {
 		t.Fatalf("usage after the failed start: %s; want the charge given back", rec.Body)
 	}
+}
+
+// The first request past 80 % of a month's budget counts one warning;
+// later ones in the month do not (each request here fails to start and
+// gives its charge back, so each crosses 80 % anew).
+func TestBudgetWarnsOnceAtEightyPercent(t *testing.T) {
+	srv, tc := budgetServer(t, 100000, 79900)
+	for range 3 {
+		as(srv, keyAlice, "POST", "/v1/chat", `{"query":"how long do refunds take?","max_tokens":64}`)
+	}
+	if n := tc.starts.Load(); n != 3 {
+		t.Fatalf("%d starts, want 3: the budget holds them", n)
+	}
+	if got := metricLines(srv, "sluice_budget_warnings_total"); got != `sluice_budget_warnings_total{kind="tokens"} 1` {
+		t.Fatalf("warnings:\n%s\nwant one tokens warning", got)
+	}
+}
+
+// metricLines are the lines of the server's /metrics that start with prefix.
+func metricLines(srv *Server, prefix string) string {
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	var out []string
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

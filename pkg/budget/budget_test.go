@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -251,5 +252,34 @@ func TestPriceMicros(t *testing.T) {
 	}
 	if got := MicrosOf(12.5); got != 12_500_000 {
 		t.Fatalf("MicrosOf(12.5) = %d", got)
+	}
+}
+
+// Concurrent requests never charge past the limit together: of 50 racing
+// for a budget that holds 10 of them, exactly 10 pass.
+func TestConcurrentReservesNeverPassTheLimit(t *testing.T) {
+	c, _ := newCounter(t, nil)
+	lim := Limit{Tokens: 1000}
+	var passed atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := c.Reserve(context.Background(), charge("c"+strconv.Itoa(i), 60, 40), lim)
+			if err != nil {
+				t.Error(err)
+			}
+			if d.Allowed {
+				passed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := passed.Load(); n != 10 {
+		t.Fatalf("%d of 50 passed a budget that holds 10", n)
+	}
+	if u := status(t, c, lim); u.Tokens != 1000 {
+		t.Fatalf("used %d, want 1000", u.Tokens)
 	}
 }
