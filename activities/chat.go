@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/answercache"
+	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/limiter"
@@ -93,7 +94,9 @@ type Chat struct {
 	Metrics *metrics.Metrics
 	Latency *latency.Window
 	// Usage is the usage ledger (RecordUsage); nil: usage.store is off.
-	Usage   usage.Store
+	Usage usage.Store
+	// Budgets settles the monthly budgets the door charged (nil: none).
+	Budgets *budget.Counter
 	Logger  *slog.Logger
 	Options Options
 }

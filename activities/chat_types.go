@@ -311,6 +311,8 @@ type FinalizeInput struct {
 	// unknown (nothing is refunded).
 	Used        *Used
 	Reservation string
+	// Budget, if set, settles the request's monthly budget charge.
+	Budget *BudgetSettle `json:",omitempty"`
 	// Turn, if set, records the request in its session (idempotently).
 	Turn *TurnInput
 	// Report, if set, is what the request's metrics record.
@@ -341,6 +343,15 @@ type TurnInput struct {
 	// Outcome is a session outcome (request.OutcomeDone, ...).
 	Outcome string
 	Reason  string
+}
+
+// BudgetSettle replaces a budget reservation (budget.Decision.Reservation)
+// with what the request used: the tokens the usage ledger records for it,
+// so that a counter rebuilt from the ledger agrees with one settled.
+type BudgetSettle struct {
+	Reservation      string
+	PromptTokens     int
+	CompletionTokens int
 }
 
 // Used is what a request consumed against its rate-limit reservation.

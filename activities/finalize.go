@@ -54,6 +54,12 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 			return err
 		}
 	}
+	if in.Budget != nil && a.Budgets != nil {
+		b := in.Budget
+		if _, err := a.Budgets.Settle(ctx, b.Reservation, int64(b.PromptTokens), int64(b.CompletionTokens)); err != nil {
+			return err
+		}
+	}
 	if in.Turn != nil && a.Sessions != nil {
 		if err := a.recordTurn(ctx, in); err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
@@ -154,5 +155,30 @@ func TestFinalizeStopsRunningStream(t *testing.T) {
 	}
 	if s := h.stats(t, request.PoolShort); s.InUse != 0 {
 		t.Fatalf("stats %+v, want the permit released", s)
+	}
+}
+
+// Finalize replaces the request's budget charge (its bound) with the
+// tokens it used, priced as charged, once however often it is retried.
+func TestFinalizeSettlesTheBudgetOnce(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	lim := budget.Limit{Tokens: 10000, Micros: 1_000_000}
+	ch := budget.Charge{Tenant: "acme", RequestID: "r1", PromptTokens: 500, OutputTokens: 1000, Price: budget.Price{Input: 1, Output: 3}}
+	d, err := h.acts.Budgets.Reserve(ctx, ch, lim)
+	if err != nil || !d.Allowed || d.Used != (budget.Used{Tokens: 1500, Micros: 3500}) {
+		t.Fatalf("reserve: %+v, %v", d, err)
+	}
+	h.admit(t, "r1", "granted")
+	in := done("r1")
+	in.Budget = &activities.BudgetSettle{Reservation: d.Reservation, PromptTokens: 400, CompletionTokens: 100}
+	finalize(t, h, in)
+	finalize(t, h, in)
+	s, err := h.acts.Budgets.Status(ctx, "acme", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (budget.Used{Tokens: 500, Micros: 700}); s.Used != want {
+		t.Fatalf("used %+v after finalizing twice, want %+v (400 prompt at 1, 100 completion at 3)", s.Used, want)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/answercache"
+	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
@@ -245,6 +246,7 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 		Sessions:   sessions,
 		Answers:    answercache.New(rdb, prefix, time.Minute),
 		KBVersions: kb.store,
+		Budgets:    budget.New(rdb, budget.Options{KeyPrefix: prefix}),
 		Logger:     quiet,
 		Options: activities.Options{
 			ShortThreshold:   opts.shortThreshold,

@@ -193,7 +193,7 @@ func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with
 	lim := limiter.New(rdb, limiter.Options{KeyPrefix: prefix})
 	opts.Door, err = door.New(door.Options{Config: cfg, Temporal: opts.Temporal, Redis: rdb, Events: log, Hub: hub, Gate: gate,
 		Prompts: opts.Prompts, Policy: opts.Policy,
-		Limiter: lim, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
+		Limiter: lim, Budgets: opts.Budgets, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
 		Metrics: opts.Metrics, Addresses: opts.Addresses, Logger: opts.Logger})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/ban"
+	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
@@ -76,7 +77,9 @@ type Server struct {
 	addresses *iphash.Hasher
 	sessions  *session.Store
 	// usage is the usage ledger /v1/usage reads (nil: off).
-	usage   usage.Store
+	usage usage.Store
+	// budgets reads the caller's monthly budget for /v1/usage (nil: none).
+	budgets *budget.Counter
 	metrics *metrics.Metrics
 	logger  *slog.Logger
 	// unready makes GET /readyz answer 503 from the moment the process is
@@ -117,6 +120,9 @@ type Options struct {
 	Sessions *session.Store
 	// Usage serves /v1/usage and /v1/admin/usage; nil: they answer 404.
 	Usage usage.Store
+	// Budgets, if set, adds the caller's monthly budget to /v1/usage; the
+	// door enforces it (door.Options.Budgets).
+	Budgets *budget.Counter
 	// Metrics, if set, is served at GET /metrics (on api.addr unless
 	// metrics.addr names a listener of its own, which the app runs).
 	Metrics *metrics.Metrics
@@ -146,7 +152,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
 		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]keys.Spec{},
-		sessions: opts.Sessions, usage: opts.Usage, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
+		sessions: opts.Sessions, usage: opts.Usage, budgets: opts.Budgets, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
 		ingestSlots: opts.IngestSlots, ingestHere: make(chan struct{}, opts.Config.Ingest.MaxConcurrentPerProcess), codec: opts.Codec,
 		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, proxies: opts.Config.API.TrustedProxyPrefixes(),
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/usage"
@@ -41,7 +43,40 @@ func (s *Server) getUsage(c echo.Context) error {
 		return err
 	}
 	q.Tenant = who.Tenant
-	return s.writeUsage(c, q, csvOut)
+	var b *budgetStatus
+	if !csvOut {
+		if b, err = s.budgetOf(c, who.Tenant, who.Tier); err != nil {
+			return err
+		}
+	}
+	return s.writeUsage(c, q, csvOut, b)
+}
+
+// budgetStatus is the caller's tenant's monthly budget, in GET /v1/usage.
+type budgetStatus struct {
+	// TokensLimit and SpendLimitUSD are absent when not limited.
+	TokensLimit   int64   `json:"tokens_limit,omitempty"`
+	TokensUsed    int64   `json:"tokens_used"`
+	SpendLimitUSD float64 `json:"spend_limit_usd,omitempty"`
+	SpendUsedUSD  float64 `json:"spend_used_usd"`
+	ResetsAt      string  `json:"resets_at"`
+}
+
+// budgetOf reads the tenant's month when its tier has a budget (nil
+// otherwise). Used counts the requests still running at their bound.
+func (s *Server) budgetOf(c echo.Context, tenant, tierName string) (*budgetStatus, error) {
+	tier, _ := s.policy.Current().Tier(tierName)
+	lim := door.LimitOf(tier)
+	if s.budgets == nil || !lim.On() {
+		return nil, nil
+	}
+	st, err := s.budgets.Status(c.Request().Context(), tenant, lim)
+	if err != nil {
+		s.logger.Error("read budget", "tenant", tenant, "err", err)
+		return nil, httperr.Unavailable("budget counter unavailable; please retry")
+	}
+	return &budgetStatus{TokensLimit: lim.Tokens, TokensUsed: st.Used.Tokens, SpendLimitUSD: budget.USD(lim.Micros),
+		SpendUsedUSD: budget.USD(st.Used.Micros), ResetsAt: st.ResetsAt.Format(time.RFC3339)}, nil
 }
 
 // getAdminUsage answers GET /v1/admin/usage: every tenant's usage, or
@@ -55,7 +90,7 @@ func (s *Server) getAdminUsage(c echo.Context) error {
 		return err
 	}
 	q.Tenant = c.QueryParam("tenant")
-	return s.writeUsage(c, q, csvOut)
+	return s.writeUsage(c, q, csvOut, nil)
 }
 
 // usageQuery reads from, to, group_by and format; a bad one is a 400
@@ -114,16 +149,18 @@ type usageResponse struct {
 	To      string      `json:"to"`
 	GroupBy string      `json:"group_by"`
 	Rows    []usage.Row `json:"rows"`
+	// Budget is the caller's month, when its tier has a budget.
+	Budget *budgetStatus `json:"budget,omitempty"`
 }
 
-func (s *Server) writeUsage(c echo.Context, q usage.Query, csvOut bool) error {
+func (s *Server) writeUsage(c echo.Context, q usage.Query, csvOut bool, b *budgetStatus) error {
 	rows, err := s.usage.Query(c.Request().Context(), q)
 	if err != nil {
 		s.logger.Error("query usage", "tenant", q.Tenant, "group_by", q.GroupBy, "err", err)
 		return httperr.Unavailable("usage ledger unavailable; please retry")
 	}
 	if !csvOut {
-		return c.JSON(http.StatusOK, usageResponse{Tenant: q.Tenant, From: usage.Day(q.From), To: usage.Day(q.To), GroupBy: string(q.GroupBy), Rows: rows})
+		return c.JSON(http.StatusOK, usageResponse{Tenant: q.Tenant, From: usage.Day(q.From), To: usage.Day(q.To), GroupBy: string(q.GroupBy), Rows: rows, Budget: b})
 	}
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, "text/csv; charset=utf-8")

@@ -59,7 +59,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	gate, err := door.New(door.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub, Gate: rt.Gate,
 		Prompts: rt.Prompts, Policy: rt.Policy,
-		Limiter: rt.Limiter, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
+		Limiter: rt.Limiter, Budgets: rt.Budgets, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
 		Logger: logger.With("component", "door"),
 	})
 	if err != nil {
@@ -74,7 +74,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	srv, err := api.New(api.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Gate: rt.Gate, Prompts: rt.Prompts,
 		Policy: rt.Policy, Door: gate, Addresses: addresses, KBs: rt.KBs, Ingester: rt.Ingester, IngestSlots: ingestSlots, Embeddings: rt.EmbedCache,
-		Sessions: rt.Sessions, Usage: rt.Usage, Metrics: rt.Metrics, Codec: rt.Codec, Keys: keyCache, Bans: bans, Tracer: rt.Tracer,
+		Sessions: rt.Sessions, Usage: rt.Usage, Budgets: rt.Budgets, Metrics: rt.Metrics, Codec: rt.Codec, Keys: keyCache, Bans: bans, Tracer: rt.Tracer,
 		Logger: logger.With("component", "api"),
 	})
 	if err != nil {

@@ -66,13 +66,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	a := arrival{id: NewRequestID(), who: who, tier: tier, pool: pool, arrived: time.Now()}
 	a.tokens = d.tokenBound(req)
 	a.admitTokens = d.admissionTokens(req)
-	a.reservation, err = d.reserve(rctx, adm.Header, a.id, who, tier, live.Limits.Enabled, d.cost(live, a))
-	if err != nil {
-		var ae *httperr.Error
-		if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
-			d.metrics.Refused(metrics.OutcomeRejectedRate)
-			d.logRefusal(ctx, a, ae.Code)
-		}
+	if err := d.charge(ctx, rctx, adm.Header, &a, req, live); err != nil {
 		return adm, err
 	}
 	w, err := d.enterRoom(rctx, &a, live)
@@ -117,6 +111,30 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	}
 	adm.Sub = sub
 	return adm, nil
+}
+
+// charge charges the request to its caller's rate limits, then to its
+// tenant's monthly budget; a refusal by either takes back what the other
+// took, and is counted and logged. rctx bounds the Redis calls; ctx is
+// the request's.
+func (d *Door) charge(ctx, rctx context.Context, header http.Header, a *arrival, req *Request, live *policy.Policy) error {
+	var err error
+	a.reservation, err = d.reserve(rctx, header, a.id, a.who, a.tier, live.Limits.Enabled, d.cost(live, *a))
+	if err == nil {
+		if a.budget, err = d.reserveBudget(rctx, header, *a, req); err != nil {
+			d.refundAll(ctx, a.id, a.reservation)
+		}
+	}
+	var ae *httperr.Error
+	if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+		outcome := metrics.OutcomeRejectedRate
+		if ae.Code == request.ReasonBudgetExceeded {
+			outcome = metrics.OutcomeOf(request.OutcomeRejected, ae.Code)
+		}
+		d.metrics.Refused(outcome)
+		d.logRefusal(ctx, *a, ae.Code)
+	}
+	return err
 }
 
 // Admission is a request the door let in (or a request an earlier POST
@@ -176,6 +194,8 @@ type arrival struct {
 	admitTokens int
 	// reservation is its rate-limit charge ("" when none applied).
 	reservation string
+	// budget is its monthly budget charge ("" when its tier has none).
+	budget string
 	// place is its place in the pool's fair order, reserved while it
 	// waits at the door (Tag 0: none); its workflow queues there.
 	place admission.Place

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/ban"
+	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
@@ -47,6 +48,8 @@ type Door struct {
 	prompts  *prompt.Builder
 	// limiter enforces limits.* (nil: no rate limits).
 	limiter *limiter.Limiter
+	// budgets counts the tiers' monthly budgets (nil: none).
+	budgets *budget.Counter
 	policy  *policy.Store
 	// bans refuses floods (nil: off).
 	bans     *ban.Guard
@@ -90,6 +93,8 @@ type Options struct {
 	Policy *policy.Store
 	// Limiter enforces limits.* at the door; nil disables rate limits.
 	Limiter *limiter.Limiter
+	// Budgets enforces the tiers' monthly budgets; nil disables them.
+	Budgets *budget.Counter
 	// Bans refuses IPs and keys that flood; nil disables bans.
 	Bans *ban.Guard
 	// KBs, if set, holds the tenants' own knowledge bases; without it,
@@ -116,7 +121,7 @@ func New(opts Options) (*Door, error) {
 	}
 	d := &Door{
 		cfg: opts.Config, temporal: opts.Temporal, events: opts.Events, hub: opts.Hub, gate: opts.Gate,
-		prompts: opts.Prompts, limiter: opts.Limiter, policy: opts.Policy, bans: opts.Bans, sessions: opts.Sessions,
+		prompts: opts.Prompts, limiter: opts.Limiter, budgets: opts.Budgets, policy: opts.Policy, bans: opts.Bans, sessions: opts.Sessions,
 		metrics: opts.Metrics, addresses: opts.Addresses, kbStore: opts.KBs,
 		answerKBs: map[string]bool{}, refusals: logsample.New(), logger: opts.Logger,
 		kbs: newKBs(opts.Config.Retrieval.KnowledgeBases, opts.KBs),

@@ -271,10 +271,11 @@ func (d *Door) reservePlace(ctx context.Context, a *arrival, live *policy.Policy
 }
 
 // giveBack returns what a request that never started holds: its rate
-// limit charge and its place in the fair order (a place it does not give
+// limit charge, its budget charge and its place in the fair order (a place it does not give
 // back lapses, charging its tenant meanwhile).
 func (d *Door) giveBack(ctx context.Context, a arrival) {
 	d.refundAll(ctx, a.id, a.reservation)
+	d.settleBudget(ctx, a.id, a.budget)
 	if a.place.Tag == 0 {
 		return
 	}

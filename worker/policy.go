@@ -44,6 +44,7 @@ func tierOf(t config.Tier) policy.Tier {
 		Routes: policy.RouteLimits{Reads: policy.RouteRate(r.Reads), Resumes: policy.RouteRate(r.Resumes),
 			Ingest: policy.RouteRate(r.Ingest)},
 		IngestQuota: policy.IngestQuota(t.IngestQuota),
+		Budget:      policy.Budget(t.Budget),
 	}
 }
 
@@ -56,6 +57,7 @@ func configTier(t policy.Tier) config.Tier {
 		Routes: config.RouteLimits{Reads: config.RouteRate(r.Reads), Resumes: config.RouteRate(r.Resumes),
 			Ingest: config.RouteRate(r.Ingest)},
 		IngestQuota: config.IngestQuota(t.IngestQuota),
+		Budget:      config.Budget(t.Budget),
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/answercache"
+	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
@@ -88,6 +89,8 @@ type Runtime struct {
 	Codec *codec.Keyring
 	// Usage is the usage ledger (nil: usage.store is off).
 	Usage usage.Store
+	// Budgets counts the tiers' monthly budgets (limits.tiers.*.budget).
+	Budgets *budget.Counter
 }
 
 // NewLogger builds the process logger from config.
@@ -129,6 +132,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ 
 	if r.Usage, err = OpenUsage(ctx, cfg.Usage, logger.With("component", "usage")); err != nil {
 		return nil, err
 	}
+	r.Budgets = NewBudgets(r.Redis, cfg, r.Usage)
 	if r.Chat, err = r.buildChat(ctx); err != nil {
 		return nil, err
 	}
@@ -317,6 +321,7 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Latency:    r.Latency,
 		KBVersions: r.KBs,
 		Usage:      r.Usage,
+		Budgets:    r.Budgets,
 		Logger:     r.Logger.With("component", "activities"),
 		Options: activities.Options{
 			ShortThreshold: cfg.Routing.ShortThresholdTokens, OutputTokenWeight: cfg.Admission.OutputTokenWeight,

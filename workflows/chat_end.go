@@ -181,6 +181,12 @@ func (w *chat) finalize(ctx workflow.Context) {
 		StopStream: w.cancelReason != "", Used: w.used, Reservation: w.in.RateReservation,
 	}
 	in.Turn = w.turn()
+	if w.in.BudgetReservation != "" {
+		// Settled with the ledger's figures (usageEntry), whatever the
+		// outcome: a cancelled or broken stream pays for what it used.
+		in.Budget = &activities.BudgetSettle{Reservation: w.in.BudgetReservation,
+			PromptTokens: w.billed.PromptTokens, CompletionTokens: w.billed.CompletionTokens}
+	}
 	w.result.Timings = w.status.Timings
 	in.Report = &activities.Report{Route: w.result.Route, Outcome: w.result.Outcome, Reason: w.result.Reason, Timings: w.result.Timings,
 		Tier: w.in.Tier, Usage: w.result.Usage, Tenant: w.in.Tenant}

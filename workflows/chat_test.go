@@ -570,6 +570,32 @@ func (s *chatSuite) TestInterruptedStreamRefundsTheRest() {
 	s.Equal(in.RateReservation, f.Reservation, "the refund needs the reservation")
 }
 
+// The budget charge settles with what the ledger records: the tokens of
+// an answer, or what an interrupted stream reported it had used.
+func (s *chatSuite) TestBudgetSettlesWithTheLedgersTokens() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(activities.LLMOutput{},
+		temporal.NewNonRetryableApplicationError("broke", activities.ErrTypeStreamInterrupted, nil,
+			events.Usage{PromptTokens: 300, CompletionTokens: 12, TotalTokens: 312}))
+	in := input()
+	in.BudgetReservation = "b1\nkey\nchat-TEST\nepoch\n1 2"
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	f := s.onlyFinalize()
+	s.Equal(&activities.BudgetSettle{Reservation: in.BudgetReservation, PromptTokens: 300, CompletionTokens: 12}, f.Budget)
+}
+
+// A request without a budget charge settles none.
+func (s *chatSuite) TestNoBudgetNoSettle() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	s.env.ExecuteWorkflow(ChatWorkflow, input())
+	s.Nil(s.onlyFinalize().Budget)
+}
+
 func (s *chatSuite) TestLocalActivityFailureFailsRequestAndReleases() {
 	s.mockEmbed()
 	s.mockAdmit(granted, nil)

@@ -88,6 +88,10 @@ type ChatInput struct {
 	// limiter.Reserve), refunded in part when it ends; empty when no
 	// limit applied.
 	RateReservation string
+	// BudgetReservation is the request's monthly budget charge (from
+	// budget.Counter.Reserve), settled with what it used when it ends;
+	// empty when its tier has no budget.
+	BudgetReservation string `json:",omitempty"`
 	// AdmissionTokens is the request's size in tokens (the prompt's bound,
 	// session budget and max output tokens, as the door estimated them,
 	// each output token counted admission.output_token_weight times),

@@ -45,6 +45,8 @@ type Config struct {
 	Privacy Privacy `yaml:"privacy"`
 	// Usage is the usage ledger (off by default; make run uses SQLite).
 	Usage Usage `yaml:"usage"`
+	// Prices are the models' prices, which spend budgets count in.
+	Prices Prices `yaml:"prices"`
 }
 
 // Default returns a configuration that runs the local dev stack. Each
@@ -154,5 +156,6 @@ func (c Config) Validate() error {
 	c.Codec.validate(&v)
 	c.Privacy.validate(&v)
 	c.Usage.validate(&v)
+	c.Prices.validate(&v, c.Pools, c.Limits.Tiers, c.Usage)
 	return v.err()
 }

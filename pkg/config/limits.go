@@ -48,6 +48,8 @@ type Tier struct {
 	Routes RouteLimits `yaml:"routes"`
 	// IngestQuota bounds what one tenant stores in its own kbs.
 	IngestQuota IngestQuota `yaml:"ingest_quota"`
+	// Budget bounds what one tenant uses in a month.
+	Budget Budget `yaml:"budget"`
 }
 
 // IngestQuota is what one tenant may store across its kbs; 0 is no limit.
@@ -166,6 +168,7 @@ func (t Tier) validate(v *validator, field string, maxTokensLimit int) {
 	if t.IngestQuota.Documents < 0 || t.IngestQuota.Bytes < 0 {
 		v.add(field+".ingest_quota", "must be >= 0 (0 = no limit), got %+v", t.IngestQuota)
 	}
+	t.Budget.validate(v, field+".budget")
 }
 
 // validate checks the routes' rates at YAML path field.

@@ -53,6 +53,7 @@ type Metrics struct {
 	banned       *prometheus.CounterVec
 	connsRefused *prometheus.CounterVec
 	usageWrites  *prometheus.CounterVec
+	budgetWarns  *prometheus.CounterVec
 	permits      permitCounters
 	failovers    failoverMetrics
 	// tenants is nil unless TrackTenants turned the per-tenant series on.
@@ -80,7 +81,7 @@ func New(logger *slog.Logger) *Metrics {
 		}, []string{"stage", "pool", "cache", "outcome"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_requests_total",
-			Help: "Chat requests by how they ended (done, rejected_rate, rejected_queue_timeout, rejected_queue_full, rejected_tenant_queue_full, rejected_busy, cancelled, failed) and route.",
+			Help: "Chat requests by how they ended (done, rejected_rate, rejected_queue_timeout, rejected_queue_full, rejected_tenant_queue_full, rejected_busy, rejected_budget_exceeded, cancelled, failed) and route.",
 		}, []string{"outcome", "route"}),
 		rateLimits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_ratelimit_decisions_total",
@@ -124,13 +125,17 @@ func New(logger *slog.Logger) *Metrics {
 			Name: "sluice_usage_records_total",
 			Help: "Writes of finished requests to the usage ledger, by result: inserted, duplicate (a retry found the request recorded) or failed (retried by its workflow).",
 		}, []string{"result"}),
+		budgetWarns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_budget_warnings_total",
+			Help: "Tenants that passed 80 % of a monthly budget (the first request past it each month), by kind (tokens, spend); the log line names the tenant.",
+		}, []string{"kind"}),
 		permits:      newPermitCounters(),
 		failovers:    newFailoverMetrics(),
 		scrapeBudget: 2 * time.Second,
 	}
 	m.healing = newHealingLevels()
 	m.reg.MustRegister(m.stages, m.requests, m.queueWait, m.ttft, m.tokens, m.actions, m.healing,
-		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused, m.usageWrites, buildInfo(version.Get()),
+		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused, m.usageWrites, m.budgetWarns, buildInfo(version.Get()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.permits.collectors()...)
 	m.reg.MustRegister(m.failovers.collectors()...)
@@ -220,6 +225,16 @@ func (m *Metrics) Refused(outcome string) {
 		return
 	}
 	m.requests.WithLabelValues(outcome, "").Inc()
+}
+
+// BudgetWarning counts a tenant's first request past 80 % of its monthly
+// budget of kind (tokens, spend). No label names the tenant: its log line
+// does.
+func (m *Metrics) BudgetWarning(kind string) {
+	if m == nil {
+		return
+	}
+	m.budgetWarns.WithLabelValues(kind).Inc()
 }
 
 // RateLimit counts one rate-limit decision.

@@ -43,6 +43,15 @@ type Tier struct {
 	Routes RouteLimits `json:"routes"`
 	// IngestQuota bounds what one tenant stores in its own kbs.
 	IngestQuota IngestQuota `json:"ingest_quota"`
+	// Budget bounds what one tenant uses in a month.
+	Budget Budget `json:"budget,omitzero"`
+}
+
+// Budget is a tier's monthly budget per tenant (UTC calendar months); 0
+// is no limit. Spend counts tokens at the configured prices.
+type Budget struct {
+	TokensPerMonth   int64   `json:"tokens_per_month,omitempty"`
+	SpendPerMonthUSD float64 `json:"spend_per_month_usd,omitempty"`
 }
 
 // IngestQuota is what one tenant may store across its kbs; 0 is no limit.

@@ -95,6 +95,9 @@ const (
 	ReasonBusy = "busy"
 	// ReasonRateLimited: a rate limit refused the request at the door.
 	ReasonRateLimited = "rate_limited"
+	// ReasonBudgetExceeded: the tenant's monthly budget could not hold
+	// the request's upper bound; it resets when the month ends (UTC).
+	ReasonBudgetExceeded = "budget_exceeded"
 	// ReasonBackendUnavailable: every backend of the request's pool had
 	// its circuit open; nothing was sent, and the client may retry after
 	// retry_after_s.

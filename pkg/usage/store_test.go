@@ -219,6 +219,11 @@ func TestQueryGroupsATenantsOwnUsage(t *testing.T) {
 			{Group: "m1", Requests: 2, Answered: 2, PromptTokens: 11, CompletionTokens: 6, TotalTokens: 17},
 			{Group: "m2", Requests: 1, Answered: 1, PromptTokens: 20, CompletionTokens: 7, TotalTokens: 27},
 		})
+		// The budgets' grouping: spend is priced by the pool.
+		check(GroupPool, []Row{
+			{Group: "", Requests: 2, Answered: 1, CachedTokens: 9},
+			{Group: "short", Requests: 3, Answered: 3, PromptTokens: 31, CompletionTokens: 13, TotalTokens: 44},
+		})
 		rows, err := s.Query(context.Background(), Query{Tenant: "nobody", From: day1, To: day1.AddDate(0, 0, 9), GroupBy: GroupDay})
 		if err != nil || len(rows) != 0 {
 			t.Fatalf("unknown tenant: %+v, %v", rows, err)
@@ -315,6 +320,9 @@ func TestParseGroupBy(t *testing.T) {
 	}
 	if _, err := ParseGroupBy("week", true); err == nil {
 		t.Error("by week accepted")
+	}
+	if _, err := ParseGroupBy("pool", true); err == nil {
+		t.Error("by pool, the budgets' own grouping, offered to the routes")
 	}
 }
 

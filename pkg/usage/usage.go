@@ -78,18 +78,21 @@ const (
 	GroupKey    GroupBy = "key"
 	GroupModel  GroupBy = "model"
 	GroupTenant GroupBy = "tenant"
+	// GroupPool is the budgets' (spend is priced by the pool's model);
+	// the usage routes do not offer it.
+	GroupPool GroupBy = "pool"
 )
 
 // column is the ledger column a grouping reads.
 var column = map[GroupBy]string{
-	GroupDay: "day", GroupUser: "user_name", GroupKey: "key_id", GroupModel: "model", GroupTenant: "tenant",
+	GroupDay: "day", GroupUser: "user_name", GroupKey: "key_id", GroupModel: "model", GroupTenant: "tenant", GroupPool: "pool",
 }
 
 // ParseGroupBy reads a grouping's name; tenant is allowed only when
 // acrossTenants.
 func ParseGroupBy(s string, acrossTenants bool) (GroupBy, error) {
 	g := GroupBy(s)
-	if _, ok := column[g]; !ok || (g == GroupTenant && !acrossTenants) {
+	if _, ok := column[g]; !ok || g == GroupPool || (g == GroupTenant && !acrossTenants) {
 		if acrossTenants {
 			return "", fmt.Errorf("must be day, user, key, model or tenant, got %q", s)
 		}

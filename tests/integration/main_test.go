@@ -139,6 +139,9 @@ func run(m *testing.M) (int, error) {
 		{Key: keyAlice, Tenant: "it-acme", User: "alice", Tier: "burst", Scopes: []string{"chat", "ingest"}},
 		{Key: keyBob, Tenant: "it-acme", User: "bob", Tier: "burst", Scopes: []string{"chat", "ingest"}},
 		{Key: keyGus, Tenant: "it-globex", User: "gus", Tier: "burst", Scopes: []string{"chat", "ingest"}},
+		// Tenants with monthly budgets, for budget_test.go.
+		{Key: keyMetered, Tenant: "it-metered", User: "mia", Tier: "metered"},
+		{Key: keyBroke, Tenant: "it-broke", User: "bo", Tier: "broke"},
 	}
 	// A tier whose token bucket barely refills, so a test can read what a
 	// finished request left charged.
@@ -150,6 +153,13 @@ func run(m *testing.M) (int, error) {
 	cfg.Limits.Tiers["fair-vip"] = config.Tier{Weight: 5, MaxWait: 45 * time.Second}
 	cfg.Limits.Tiers["fair-std"] = config.Tier{Weight: 3, MaxWait: 45 * time.Second}
 	cfg.Limits.Tiers["fair-free"] = config.Tier{Weight: 2, MaxWait: 45 * time.Second}
+	cfg.Limits.Tiers["metered"] = config.Tier{Weight: 3, MaxWait: 45 * time.Second,
+		Budget: config.Budget{TokensPerMonth: 1_000_000, SpendPerMonthUSD: 100}}
+	cfg.Limits.Tiers["broke"] = config.Tier{Weight: 1, Budget: config.Budget{TokensPerMonth: 10}}
+	cfg.Prices = config.Prices{}
+	for _, p := range cfg.Pools.ByName() {
+		cfg.Prices[p.Model] = itPrice
+	}
 	// Every request is recorded in the usage ledger, as with make run.
 	usageDir, err := os.MkdirTemp("", "sluice-it-usage-")
 	if err != nil {

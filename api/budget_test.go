@@ -1,0 +1,173 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/budget"
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/usage"
+	"github.com/sluice-dev/sluice/worker"
+)
+
+// budgetServer is a server where acme's keys are on the "metered" tier,
+// whose tenants may use tokensPerMonth tokens a month, and globex's on
+// the default tier (no budget). Its ledger holds what acme used this month
+// (ledgerTokens, prompt and completion alike) and its counters start
+// empty, as after a Redis loss: the first request rebuilds acme's from
+// the ledger.
+func budgetServer(t *testing.T, tokensPerMonth int64, ledgerTokens int) (*Server, *countingClient) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "usage.db")
+	ledger, err := usage.OpenSQLite(context.Background(), usage.SQLiteOptions{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ledger.Close() })
+	if ledgerTokens > 0 {
+		e := usage.Entry{RequestID: "chat-earlier", Tenant: "acme", User: "alice", KeyID: "ka", Model: "sluice-sim", Pool: "short", Route: "short",
+			PromptTokens: ledgerTokens / 2, CompletionTokens: ledgerTokens - ledgerTokens/2, Outcome: "done", FinishedAt: time.Now().UTC()}
+		if _, err := ledger.Record(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, tc, _ := newTestServerWith(t, func(c *config.Config) {
+		tenantsConfig(c)
+		c.Auth.APIKeys[0].Tier, c.Auth.APIKeys[1].Tier = "metered", "metered"
+		c.Limits.Tiers["metered"] = config.Tier{Weight: 1, Budget: config.Budget{TokensPerMonth: tokensPerMonth}}
+		c.Usage = config.Usage{Store: config.UsageSQLite, SQLitePath: path}
+	}, func(rdb *redis.Client, o *Options) {
+		o.Usage = ledger
+		cfg := o.Config
+		cfg.Redis.KeyPrefix = "t:" + t.Name() + ":"
+		o.Budgets = worker.NewBudgets(rdb, cfg, ledger)
+	})
+	return srv, tc
+}
+
+// A tenant whose month the ledger says is nearly spent is refused at the
+// door, on both APIs, with 429 budget_exceeded naming the reset and a
+// Retry-After to it, and nothing starts; another tenant is not refused.
+func TestBudgetRefusesATenantOverItAndNotAnother(t *testing.T) {
+	srv, tc := budgetServer(t, 2000, 1950)
+	_, next := budget.Month(time.Now())
+	reset := next.Format(time.RFC3339)
+
+	rec := as(srv, keyAlice, "POST", "/v1/chat", `{"query":"how long do refunds take?","max_tokens":64}`)
+	assertJSONError(t, rec, http.StatusTooManyRequests, "budget_exceeded")
+	var body struct {
+		Error httperr.Error `json:"error"`
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	if !strings.Contains(body.Error.Message, reset) || !strings.Contains(body.Error.Message, "2000 tokens") || body.Error.Kind != "tokens" {
+		t.Fatalf("refusal %+v: want it to name the 2000-token budget and the reset %s", body.Error, reset)
+	}
+	retry, _ := strconv.Atoi(rec.Header().Get("Retry-After"))
+	if until := time.Until(next); retry < int(until.Seconds())-5 || retry > int(until.Seconds())+5 {
+		t.Fatalf("Retry-After %q, want about %.0f s (to %s)", rec.Header().Get("Retry-After"), until.Seconds(), reset)
+	}
+	if got := rec.Header().Get("X-Budget-Remaining-Tokens"); got != "50" || rec.Header().Get("X-Budget-Reset") != reset {
+		t.Fatalf("budget headers: remaining %q reset %q, want 50 and %s", got, rec.Header().Get("X-Budget-Reset"), reset)
+	}
+
+	req := `{"model":"sluice-sim","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}`
+	rec = as(srv, keyAlice, "POST", "/v1/chat/completions", req)
+	assertOpenAIError(t, rec, http.StatusTooManyRequests, "rate_limit_error", "budget_exceeded", "")
+	if n := tc.starts.Load(); n != 0 {
+		t.Fatalf("%d workflows started for a tenant over its budget", n)
+	}
+	if got := metricLines(srv, `sluice_requests_total{outcome="rejected_budget_exceeded"`); !strings.HasSuffix(got, "} 2") {
+		t.Fatalf("refusals counted %q, want 2", got)
+	}
+
+	// globex has no budget: it reaches the start (which this test's
+	// Temporal refuses), uncharged.
+	rec = as(srv, keyGus, "POST", "/v1/chat", `{"query":"how long do refunds take?","max_tokens":64}`)
+	if n := tc.starts.Load(); n != 1 {
+		t.Fatalf("globex: %d starts, %d %s", n, rec.Code, rec.Body)
+	}
+	if in := tc.inputs[0]; in.Tenant != "globex" || in.BudgetReservation != "" {
+		t.Fatalf("globex's request carried a budget charge: %+v", in)
+	}
+	if rec.Header().Get("X-Budget-Reset") != "" {
+		t.Fatal("a tenant without a budget got budget headers")
+	}
+
+	// acme's own usage shows the month, rebuilt from the ledger.
+	rec = as(srv, keyAlice, "GET", "/v1/usage", "")
+	var u struct {
+		Budget *struct {
+			TokensLimit int64  `json:"tokens_limit"`
+			TokensUsed  int64  `json:"tokens_used"`
+			ResetsAt    string `json:"resets_at"`
+		} `json:"budget"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &u); err != nil || rec.Code != 200 || u.Budget == nil {
+		t.Fatalf("usage %d %s", rec.Code, rec.Body)
+	}
+	if u.Budget.TokensLimit != 2000 || u.Budget.TokensUsed != 1950 || u.Budget.ResetsAt != reset {
+		t.Fatalf("budget %+v, want 1950 of 2000 used, resetting at %s", *u.Budget, reset)
+	}
+	if rec := as(srv, keyGus, "GET", "/v1/usage", ""); strings.Contains(rec.Body.String(), `"budget"`) {
+		t.Fatalf("globex's usage shows a budget: %s", rec.Body)
+	}
+}
+
+// A request charged to its budget that never starts gives the charge back.
+func TestBudgetChargeOfARequestThatNeverStartedIsGivenBack(t *testing.T) {
+	srv, tc := budgetServer(t, 100000, 0)
+	rec := as(srv, keyAlice, "POST", "/v1/chat", `{"query":"how long do refunds take?","max_tokens":64}`)
+	if tc.starts.Load() != 1 || rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("%d starts, %d %s; want the start tried and failed", tc.starts.Load(), rec.Code, rec.Body)
+	}
+	if tc.inputs[0].BudgetReservation == "" {
+		t.Fatal("the started request carried no budget charge")
+	}
+	left, _ := strconv.Atoi(rec.Header().Get("X-Budget-Remaining-Tokens"))
+	if left <= 0 || left >= 100000-64 {
+		t.Fatalf("remaining %q after the charge, want the bound taken", rec.Header().Get("X-Budget-Remaining-Tokens"))
+	}
+	rec = as(srv, keyAlice, "GET", "/v1/usage", "")
+	if !strings.Contains(rec.Body.String(), `"tokens_used":0`) {
+		t.Fatalf("usage after the failed start: %s; want the charge given back", rec.Body)
+	}
+}
+
+// The first request past 80 % of a month's budget counts one warning;
+// later ones in the month do not (each request here fails to start and
+// gives its charge back, so each crosses 80 % anew).
+func TestBudgetWarnsOnceAtEightyPercent(t *testing.T) {
+	srv, tc := budgetServer(t, 100000, 79900)
+	for range 3 {
+		as(srv, keyAlice, "POST", "/v1/chat", `{"query":"how long do refunds take?","max_tokens":64}`)
+	}
+	if n := tc.starts.Load(); n != 3 {
+		t.Fatalf("%d starts, want 3: the budget holds them", n)
+	}
+	if got := metricLines(srv, "sluice_budget_warnings_total"); got != `sluice_budget_warnings_total{kind="tokens"} 1` {
+		t.Fatalf("warnings:\n%s\nwant one tokens warning", got)
+	}
+}
+
+// metricLines are the lines of the server's /metrics that start with prefix.
+func metricLines(srv *Server, prefix string) string {
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	var out []string
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
