@@ -1,4 +1,4 @@
-package main
+package vtc
 
 import (
 	"context"
@@ -15,23 +15,23 @@ func TestReplayReadsAnOpenAIStream(t *testing.T) {
 		`data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}],"sluice":{"route":"long"}}` + "\n\n" +
 		`data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":2,"total_tokens":14}}` + "\n\n" +
 		"data: [DONE]\n\n"
-	rp := &replay{speed: 4}
-	rp.begin()
+	rp := &Replay{Speed: 4}
+	rp.Begin()
 	o := rp.read(context.Background(), strings.NewReader(body))
-	if o.kind != replayDone || o.tokens != 2 || o.route != "long" || !o.hasUsage || o.promptUsage != 12 || o.outputUsage != 2 {
+	if o.Kind != Done || o.Tokens != 2 || o.Route != "long" || !o.HasUsage || o.PromptUsage != 12 || o.OutputUsage != 2 {
 		t.Errorf("outcome %+v", o)
 	}
-	if o.first <= 0 || o.last < o.first {
-		t.Errorf("token times %v..%v", o.first, o.last)
+	if o.First <= 0 || o.Last < o.First {
+		t.Errorf("token times %v..%v", o.First, o.Last)
 	}
 	// An error object ends the stream with its code; a stream that stops
 	// short is no answer.
 	o = rp.read(context.Background(), strings.NewReader(`data: {"error":{"code":"queue_timeout"}}`+"\n\n"))
-	if o.kind != "error queue_timeout" {
+	if o.Kind != "error queue_timeout" {
 		t.Errorf("error stream: %+v", o)
 	}
 	o = rp.read(context.Background(), strings.NewReader(`data: {"choices":[{"delta":{"content":"a"},"finish_reason":null}]}`+"\n\n"))
-	if o.kind != "stream ended without [DONE]" || o.tokens != 1 {
+	if o.Kind != "stream ended without [DONE]" || o.Tokens != 1 {
 		t.Errorf("short stream: %+v", o)
 	}
 }
