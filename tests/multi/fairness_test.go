@@ -2,6 +2,7 @@ package multi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -288,4 +289,38 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(fields[:3], " ")
+}
+
+// The fairness bench's configuration (checked without the stack): both
+// pools on the first simulator alone, with make run's deadlines rather
+// than the fault tests' short ones, a tenant per client, and valid.
+func TestFairnessBenchConfig(t *testing.T) {
+	t.Setenv("SLUICE_FAIRNESS_DURATION", "60")
+	f, err := prepareFairness()
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	cfg := multiConfig([]string{"127.0.0.1:7000"}, "127.0.0.1:7233", []string{"http://127.0.0.1:1", "http://127.0.0.1:2"})
+	f.launchOptions().configure(&cfg)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := config.Default()
+	for _, p := range []struct{ got, def config.Pool }{{cfg.Pools.Short, d.Pools.Short}, {cfg.Pools.Long, d.Pools.Long}} {
+		if len(p.got.Endpoints) != 1 || p.got.Endpoints[0] != "http://127.0.0.1:1" {
+			t.Errorf("pool endpoints %v, want the first simulator alone", p.got.Endpoints)
+		}
+		if p.got.FirstTokenTimeout != p.def.FirstTokenTimeout || p.got.MaxWait != p.def.MaxWait || p.got.Breaker != p.def.Breaker {
+			t.Errorf("pool deadlines %v/%v, want the defaults %v/%v", p.got.FirstTokenTimeout, p.got.MaxWait, p.def.FirstTokenTimeout, p.def.MaxWait)
+		}
+	}
+	if cfg.Pools.SharedLimit() != f.opts.Batch || cfg.Limits.Ban.Enabled || cfg.Admission.Lease != d.Admission.Lease {
+		t.Errorf("shared permits %d (want %d), bans %v, lease %v", cfg.Pools.SharedLimit(), f.opts.Batch, cfg.Limits.Ban.Enabled, cfg.Admission.Lease)
+	}
+	if n := len(f.run.Keys); n == 0 || len(f.run.Rows) == 0 || f.run.Rows[len(f.run.Rows)-1].Arrival >= 60 {
+		t.Errorf("%d clients, %d rows for the first 60 s", n, len(f.run.Rows))
+	}
 }

@@ -123,7 +123,8 @@ type PoolState struct {
 // FairTier is the clients' tier: the standard tier's weight, for all.
 const FairTier = "fair"
 
-// Prepare reads w from dir, sizes its simulator and writes its requests.
+// Prepare reads w from dir, sizes its simulator and writes its requests;
+// o must have passed Validate (which sets its Batch).
 func Prepare(w Workload, dir string, o Options, writer *PromptWriter) (*Run, error) {
 	all, err := Load(w.Path(dir))
 	if err != nil {
