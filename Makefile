@@ -262,6 +262,17 @@ test-cluster: need-cluster $(TEMPORAL) temporal-server build
 bench-cluster: need-cluster $(TEMPORAL) temporal-server build
 	SLUICE_MULTI=1 SLUICE_MULTI_GOODPUT=1 $(GO) test -count=1 -timeout 20m -v -run TestGoodputClusterAgainstSingle ./tests/multi/
 
+# bench-fairness's real workload (recorded max_tokens) through the cluster
+# stack, row i through API i mod 2, and straight to the same simulator
+# (FCFS) in the same run (about 8 minutes); writes
+# tests/load/report/fairness-cluster.md. FAIRNESS_DURATION=60 replays the
+# trace's first 60 seconds (a smoke run, about 3 minutes);
+# FAIRNESS_WORKLOAD=overload the other workload.
+.PHONY: bench-fairness-cluster
+bench-fairness-cluster: need-cluster $(TEMPORAL) temporal-server build
+	SLUICE_MULTI=1 SLUICE_MULTI_FAIRNESS=1 $(if $(FAIRNESS_DURATION),SLUICE_FAIRNESS_DURATION=$(FAIRNESS_DURATION)) $(if $(FAIRNESS_WORKLOAD),SLUICE_FAIRNESS_WORKLOAD=$(FAIRNESS_WORKLOAD)) \
+		$(GO) test -count=1 -timeout 30m -v -run TestFairnessClusterVTC ./tests/multi/
+
 # deploy/grafana/preview.png: the dashboard's queries drawn from a real
 # Prometheus (Debian's prometheus package) scraping a loaded stack of its
 # own on free ports; Grafana itself is not installable here (~5 minutes).

@@ -40,6 +40,9 @@ type scenario struct {
 var (
 	requestPath = []string{"api/", "door/", "workflows/", "activities/", "pkg/admission/", "pkg/waitroom/", "pkg/events/"}
 	benchCode   = "tests/load/cmd/sluice-bench/"
+	// vtcCode replays the VTC workloads and computes their metrics for
+	// sluice-bench fairness and the cluster stack's replay alike.
+	vtcCode = "tests/load/vtc/"
 )
 
 var scenarios = []scenario{
@@ -73,9 +76,11 @@ var scenarios = []scenario{
 	{bench: "slo", report: "slo.md", command: "make bench-slo",
 		measures: append(slices.Clone(requestPath), "pkg/waitroom/", benchCode+"slo.go", benchCode+"sloload.go", benchCode+"sloreport.go", benchCode+"slogoals.go")},
 	{bench: "fairness", report: "fairness.md", command: "make bench-fairness",
-		measures: append(slices.Clone(requestPath), "pkg/llmsim/", benchCode+"fairness.go", benchCode+"fairload.go", benchCode+"fairreplay.go", benchCode+"fairmetrics.go", benchCode+"fairreport.go")},
+		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, benchCode+"fairness.go", benchCode+"fairreport.go")},
 	{bench: "fairness", report: "fairness-1024.md", command: "make bench-fairness-1024",
-		measures: append(slices.Clone(requestPath), "pkg/llmsim/", benchCode+"fairness.go", benchCode+"fairload.go", benchCode+"fairreplay.go", benchCode+"fairmetrics.go", benchCode+"fairreport.go")},
+		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, benchCode+"fairness.go", benchCode+"fairreport.go")},
+	{bench: "fairness-cluster", report: "fairness-cluster.md", command: "make bench-fairness-cluster",
+		measures: append(slices.Clone(requestPath), "worker/", "pkg/llmsim/", vtcCode, "tests/multi/fairness_test.go", "tests/multi/stack_test.go")},
 	{report: "chaos.md", command: "make chaos",
 		measures: append(slices.Clone(requestPath), "worker/", "pkg/backend/", "pkg/limiter/", "tests/chaos/")},
 }

@@ -31,8 +31,17 @@ func TestMain(m *testing.M) {
 	if goodputMode() {
 		shortLimit = goodputPermits
 	}
+	var opts launchOptions
+	if fairnessMode() {
+		f, err := prepareFairness()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "prepare the fairness replay:", err)
+			os.Exit(1)
+		}
+		theFairness, opts = f, f.launchOptions()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	s, err := launchStack(ctx)
+	s, err := launchStack(ctx, opts)
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start the multi-instance stack:", err)

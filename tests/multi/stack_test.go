@@ -48,9 +48,20 @@ type stack struct {
 	closers []func()
 }
 
+// launchOptions adjust the stack before it starts (the zero value: as
+// the multi-instance tests run it).
+type launchOptions struct {
+	// simulator adjusts each simulator's configuration, which starts from
+	// startSimulators's.
+	simulator func(*llmsim.Config)
+	// configure adjusts every process's configuration, which starts from
+	// multiConfig's.
+	configure func(*config.Config)
+}
+
 // launchStack starts every part; on error the caller closes what it
 // returns (it may be partly started).
-func launchStack(ctx context.Context) (*stack, error) {
+func launchStack(ctx context.Context, opts launchOptions) (*stack, error) {
 	dir, err := os.MkdirTemp("", "sluice-multi-")
 	if err != nil {
 		return nil, err
@@ -77,7 +88,7 @@ func launchStack(ctx context.Context) (*stack, error) {
 	if s.cluster, err = testenv.LaunchRedisCluster(ctx); err != nil {
 		return s, fmt.Errorf("redis cluster: %w", err)
 	}
-	urls, err := s.startSimulators()
+	urls, err := s.startSimulators(opts.simulator)
 	if err != nil {
 		return s, err
 	}
@@ -88,6 +99,9 @@ func launchStack(ctx context.Context) (*stack, error) {
 		return s, fmt.Errorf("usage ledger database: %w", err)
 	}
 	s.cfg.Usage = config.Usage{Store: config.UsagePostgres, PostgresDSN: s.temporal.Postgres().DSN("sluice_usage")}
+	if opts.configure != nil {
+		opts.configure(&s.cfg)
+	}
 	if err := s.cfg.Validate(); err != nil {
 		return s, err
 	}
@@ -243,13 +257,17 @@ func (s *stack) closedLoop(clients int, q chatclient.Request) *chatclient.Load {
 
 // startSimulators starts two simulator endpoints in this process:
 // real-time decoding (about 60 tokens a second per sequence), answers of
-// 300 to 400 tokens unless max_tokens cuts them.
-func (s *stack) startSimulators() ([]string, error) {
+// 300 to 400 tokens unless max_tokens cuts them; adjust, if set, changes
+// each one's configuration.
+func (s *stack) startSimulators(adjust func(*llmsim.Config)) ([]string, error) {
 	urls := make([]string, len(s.sims))
 	for i := range s.sims {
 		c := llmsim.DefaultConfig()
 		c.AnswerMinTokens, c.AnswerMaxTokens = 300, 400
 		c.Seed = int64(i + 1)
+		if adjust != nil {
+			adjust(&c)
+		}
 		sim, err := llmsim.New(c, nil)
 		if err != nil {
 			return nil, err

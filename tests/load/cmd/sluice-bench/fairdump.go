@@ -20,15 +20,15 @@ func (s *fairnessScenario) writeRequests(path string) error {
 		"first_token_s", "last_token_s", "served_prompt_tokens", "served_output_tokens", "outcome", "route"})
 	ff := func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
 	for _, run := range s.runs {
-		for _, fs := range run.systems {
-			for i, q := range fs.reqs {
-				o := fs.outcomes[i]
+		for _, fs := range run.Systems {
+			for i, q := range fs.Reqs {
+				o := fs.Outcomes[i]
 				first, last := "", ""
-				if q.served {
-					first, last = ff(q.first), ff(q.last)
+				if q.Served {
+					first, last = ff(q.First), ff(q.Last)
 				}
-				_ = w.Write([]string{run.workload.name, fs.name, q.client, ff(q.arrival), strconv.Itoa(q.prompt), strconv.Itoa(q.output),
-					first, last, strconv.Itoa(q.gotPrompt), strconv.Itoa(q.gotOutput), o.kind, o.route})
+				_ = w.Write([]string{run.Workload.Name, fs.Name, q.Client, ff(q.Arrival), strconv.Itoa(q.Prompt), strconv.Itoa(q.Output),
+					first, last, strconv.Itoa(q.GotPrompt), strconv.Itoa(q.GotOutput), o.Kind, o.Route})
 			}
 		}
 	}

@@ -1,12 +1,12 @@
-package main
+package vtc
 
 import (
 	"math"
 	"sort"
 )
 
-// The fairness scenario's metrics, as the VTC paper's artifact computes
-// them (Ying1123/VTC-artifact, fair_bench/plot/visualize.py and
+// The paper's metrics, as its artifact computes them
+// (Ying1123/VTC-artifact, fair_bench/plot/visualize.py and
 // plot_revision.py: T = 600 s, warm-up 30 s, 20 steps, 60 s windows), on
 // times the client recorded, in trace seconds:
 //
@@ -28,92 +28,92 @@ import (
 // Clients are every client of the trace, served or not: the artifact
 // takes the clients of its (fully drained, so complete) responses.
 
-// fairReq is one request of a replay as its client saw it.
-type fairReq struct {
-	client string
-	// arrival is when the trace sends it; prompt and output are its
+// Req is one request of a replay as its client saw it.
+type Req struct {
+	Client string
+	// Arrival is when the trace sends it; Prompt and Output are its
 	// recorded lengths, its demand.
-	arrival        float64
-	prompt, output int
-	// served is whether any token came; first and last are the trace
-	// times of its first and last token, and gotPrompt and gotOutput the
+	Arrival        float64
+	Prompt, Output int
+	// Served is whether any token came; First and Last are the trace
+	// times of its first and last token, and GotPrompt and GotOutput the
 	// prompt and output tokens it was served.
-	served               bool
-	first, last          float64
-	gotPrompt, gotOutput int
+	Served               bool
+	First, Last          float64
+	GotPrompt, GotOutput int
 }
 
 // vtcService is the paper's cost of a request: a decoded token counts
 // twice a prompt token.
 func vtcService(prompt, output int) float64 { return float64(prompt + 2*output) }
 
-// fairSpec is the measurement's shape.
-type fairSpec struct {
-	// span is T, warmup the start of accumulation, window the length of
-	// a windowed reading, steps the number of tick intervals (ticks are
-	// 1..steps−1).
-	span, warmup, window float64
-	steps                int
+// Spec is the measurement's shape.
+type Spec struct {
+	// Span is T, Warmup the start of accumulation, Window the length of
+	// a windowed reading, Steps the number of tick intervals (ticks are
+	// 1..Steps−1).
+	Span, Warmup, Window float64
+	Steps                int
 }
 
-// paperSpec is the artifact's.
-var paperSpec = fairSpec{span: 600, warmup: 30, window: 60, steps: 20}
+// PaperSpec is the artifact's.
+var PaperSpec = Spec{Span: 600, Warmup: 30, Window: 60, Steps: 20}
 
-// fairResult is one replay's metrics.
-type fairResult struct {
-	ticks []float64
-	// accDiff and winDiff are per tick.
-	accDiff, winDiff []float64
-	maxDiff, avgDiff float64
-	// throughput is prompt + output tokens per trace second.
-	throughput float64
+// Result is one replay's metrics.
+type Result struct {
+	Ticks []float64
+	// AccDiff and WinDiff are per tick.
+	AccDiff, WinDiff []float64
+	MaxDiff, AvgDiff float64
+	// Throughput is prompt + output tokens per trace second.
+	Throughput float64
 }
 
-// ticks are the spec's reading times, x_1..x_{steps−1}.
-func (s fairSpec) ticks() []float64 {
-	step := (s.span - s.warmup) / float64(s.steps)
-	out := make([]float64, 0, s.steps-1)
-	for i := 1; i < s.steps; i++ {
+// Ticks are the spec's reading times, x_1..x_{Steps−1}.
+func (s Spec) Ticks() []float64 {
+	step := (s.Span - s.Warmup) / float64(s.Steps)
+	out := make([]float64, 0, s.Steps-1)
+	for i := 1; i < s.Steps; i++ {
 		out = append(out, float64(i)*step)
 	}
 	return out
 }
 
 // overlapShare is the part of a request's service that falls within
-// [l, r], spread evenly over [first, last]. A request whose tokens came
+// [l, r], spread evenly over [First, Last]. A request whose tokens came
 // at one instant has all of it there (counted in [l, r), so that
 // abutting windows do not count it twice).
-func (q fairReq) overlapShare(l, r float64) float64 {
-	if !q.served {
+func (q Req) overlapShare(l, r float64) float64 {
+	if !q.Served {
 		return 0
 	}
-	if q.last-q.first < 1e-9 {
-		if q.first >= l && q.first < r {
+	if q.Last-q.First < 1e-9 {
+		if q.First >= l && q.First < r {
 			return 1
 		}
 		return 0
 	}
-	return math.Max(math.Min(r, q.last)-math.Max(l, q.first), 0) / (q.last - q.first)
+	return math.Max(math.Min(r, q.Last)-math.Max(l, q.First), 0) / (q.Last - q.First)
 }
 
 // serviceIn is each client's service within [l, r].
-func serviceIn(reqs []fairReq, clients []string, l, r float64) []float64 {
+func serviceIn(reqs []Req, clients []string, l, r float64) []float64 {
 	idx := clientIndex(clients)
 	out := make([]float64, len(clients))
 	for _, q := range reqs {
-		out[idx[q.client]] += vtcService(q.gotPrompt, q.gotOutput) * q.overlapShare(l, r)
+		out[idx[q.Client]] += vtcService(q.GotPrompt, q.GotOutput) * q.overlapShare(l, r)
 	}
 	return out
 }
 
 // demandIn is each client's recorded service of the requests that
 // arrived within [l, r].
-func demandIn(reqs []fairReq, clients []string, l, r float64) []float64 {
+func demandIn(reqs []Req, clients []string, l, r float64) []float64 {
 	idx := clientIndex(clients)
 	out := make([]float64, len(clients))
 	for _, q := range reqs {
-		if q.arrival >= l && q.arrival <= r {
-			out[idx[q.client]] += vtcService(q.prompt, q.output)
+		if q.Arrival >= l && q.Arrival <= r {
+			out[idx[q.Client]] += vtcService(q.Prompt, q.Output)
 		}
 	}
 	return out
@@ -127,36 +127,36 @@ func clientIndex(clients []string) map[string]int {
 	return idx
 }
 
-// traceClients are the clients of reqs, sorted.
-func traceClients(reqs []fairReq) []string {
+// Clients are the clients of reqs, sorted.
+func Clients(reqs []Req) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, q := range reqs {
-		if !seen[q.client] {
-			seen[q.client] = true
-			out = append(out, q.client)
+		if !seen[q.Client] {
+			seen[q.Client] = true
+			out = append(out, q.Client)
 		}
 	}
 	sort.Strings(out)
 	return out
 }
 
-// measureFairness computes the metrics of one replay.
-func measureFairness(reqs []fairReq, spec fairSpec) fairResult {
-	clients := traceClients(reqs)
-	res := fairResult{ticks: spec.ticks()}
-	for _, x := range res.ticks {
-		acc := serviceIn(reqs, clients, spec.warmup, spec.warmup+x)
-		res.accDiff = append(res.accDiff, maxMinusMin(acc))
-		mid := spec.warmup + x
-		l, r := mid-spec.window/2, mid+spec.window/2
-		res.winDiff = append(res.winDiff, windowedDiff(scale(serviceIn(reqs, clients, l, r), 1/spec.window), scale(demandIn(reqs, clients, l, r), 1/spec.window)))
+// Measure computes the metrics of one replay.
+func Measure(reqs []Req, spec Spec) Result {
+	clients := Clients(reqs)
+	res := Result{Ticks: spec.Ticks()}
+	for _, x := range res.Ticks {
+		acc := serviceIn(reqs, clients, spec.Warmup, spec.Warmup+x)
+		res.AccDiff = append(res.AccDiff, maxMinusMin(acc))
+		mid := spec.Warmup + x
+		l, r := mid-spec.Window/2, mid+spec.Window/2
+		res.WinDiff = append(res.WinDiff, windowedDiff(scale(serviceIn(reqs, clients, l, r), 1/spec.Window), scale(demandIn(reqs, clients, l, r), 1/spec.Window)))
 	}
-	for _, d := range res.winDiff {
-		res.maxDiff = math.Max(res.maxDiff, d)
-		res.avgDiff += d / float64(len(res.winDiff))
+	for _, d := range res.WinDiff {
+		res.MaxDiff = math.Max(res.MaxDiff, d)
+		res.AvgDiff += d / float64(len(res.WinDiff))
 	}
-	res.throughput = throughputIn(reqs, spec.warmup, spec.span)
+	res.Throughput = throughputIn(reqs, spec.Warmup, spec.Span)
 	return res
 }
 
@@ -177,10 +177,10 @@ func windowedDiff(service, demand []float64) float64 {
 
 // throughputIn is prompt + output tokens served per second within
 // [l, r], each request's spread over its first to last token.
-func throughputIn(reqs []fairReq, l, r float64) float64 {
+func throughputIn(reqs []Req, l, r float64) float64 {
 	tok := 0.0
 	for _, q := range reqs {
-		tok += float64(q.gotPrompt+q.gotOutput) * q.overlapShare(l, r)
+		tok += float64(q.GotPrompt+q.GotOutput) * q.overlapShare(l, r)
 	}
 	return tok / (r - l)
 }
