@@ -29,7 +29,7 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{
 		{"-h"}, {"--help"}, {"help"}, {"serve", "-h"}, {"keys", "-h"}, {"keys", "create", "-h"},
-		{"config", "-h"}, {"config", "check", "-h"}, {"healthcheck", "-h"},
+		{"config", "-h"}, {"config", "check", "-h"}, {"healthcheck", "-h"}, {"kb", "-h"}, {"kb", "ingest", "-h"},
 	} {
 		code, out, errOut := run(t, args...)
 		if code != 0 || !strings.Contains(out, "usage: sluice") || errOut != "" {
@@ -37,7 +37,8 @@ func TestHelpExitsZero(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{{}, {"frobnicate"}, {"serve"}, {"serve", "everything"}, {"config"}, {"config", "check"},
-		{"config", "check", "a.yaml", "b.yaml"}, {"healthcheck", "-bogus"}, {"healthcheck", "extra"}} {
+		{"config", "check", "a.yaml", "b.yaml"}, {"healthcheck", "-bogus"}, {"healthcheck", "extra"},
+		{"kb"}, {"kb", "frobnicate"}, {"kb", "ingest"}, {"kb", "ingest", "-kb", "notes"}} {
 		if code, out, errOut := run(t, args...); code != 2 || out != "" || errOut == "" {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", args, code, out, errOut)
 		}
