@@ -8,13 +8,21 @@
 // loads, rather than the SDK's newer dashboardv2 resource, which only
 // Grafana 12's v2 dashboard API takes.
 //
+// The dashboard imports into any Grafana: its Prometheus is the
+// $datasource variable, and every query is scoped (Scope) to the
+// $namespace and $job variables, and to $pool where the series has a
+// pool, so that two deployments scraped by one Prometheus are told apart.
+//
 //lint:file-ignore SA1019 the classic dashboard builder is the one file provisioning loads everywhere
 package grafana
 
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strings"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
@@ -22,9 +30,55 @@ import (
 )
 
 // DatasourceUID is the Prometheus datasource's uid, the one that
-// provisioning/datasources/prometheus.yaml provisions: every panel names
-// it, so the dashboard works without a datasource variable.
+// provisioning/datasources/prometheus.yaml provisions: the $datasource
+// variable's default, which any Prometheus datasource can replace.
 const DatasourceUID = "sluice-prometheus"
+
+// The dashboard's variables, each a regex matcher in every query ("All"
+// is .*, which also matches a series without the label: a Prometheus
+// outside Kubernetes has no namespace label).
+const (
+	VarDatasource = "datasource"
+	VarNamespace  = "namespace"
+	VarJob        = "job"
+	VarPool       = "pool"
+)
+
+// PoolLabelled are the metric families of Sluice with a pool label, which
+// Scope filters by $pool; a test checks the list against the registry.
+var PoolLabelled = map[string]bool{
+	"sluice_stage_duration_seconds": true, "sluice_healing_level": true, "sluice_admission_wait_seconds": true,
+	"sluice_ttft_seconds": true, "sluice_llm_tokens_total": true, "sluice_healing_actions_total": true,
+	"sluice_healing_alerts_total": true, "sluice_pool_permits_in_use": true, "sluice_pool_permits_limit": true,
+	"sluice_pool_queue_depth": true, "sluice_pool_queue_oldest_wait_seconds": true, "sluice_backend_circuit_state": true,
+	"sluice_permit_held_seconds_total": true, "sluice_permit_decoding_seconds_total": true,
+	"sluice_tenant_llm_tokens_total": true, "sluice_tenant_backlog": true,
+}
+
+// selector is a series name with its label matchers, if any.
+var selector = regexp.MustCompile(`\b((?:sluice|temporal)_[a-z0-9_]+)(\{[^}]*\})?`)
+
+// Scope adds the dashboard's variables to every series selector of expr:
+// $namespace and $job always, $pool for a PoolLabelled family.
+func Scope(expr string) string {
+	return selector.ReplaceAllStringFunc(expr, func(sel string) string {
+		m := selector.FindStringSubmatch(sel)
+		name, own := m[1], strings.TrimSuffix(strings.TrimPrefix(m[2], "{"), "}")
+		matchers := []string{}
+		if own != "" {
+			matchers = append(matchers, own)
+		}
+		matchers = append(matchers, VarNamespace+`=~"$`+VarNamespace+`"`, VarJob+`=~"$`+VarJob+`"`)
+		family := name
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			family = strings.TrimSuffix(family, suffix)
+		}
+		if PoolLabelled[family] {
+			matchers = append(matchers, VarPool+`=~"$`+VarPool+`"`)
+		}
+		return name + "{" + strings.Join(matchers, ", ") + "}"
+	})
+}
 
 // UID is the dashboard's uid (its URL: /d/sluice).
 const UID = "sluice"
@@ -251,18 +305,19 @@ func newEvents(counter, by string) string {
 		by, counter, by, counter, counter)
 }
 
-// Exprs lists every query of the dashboard, panels then annotations.
+// Exprs lists every query of the dashboard as it sends it (scoped),
+// panels then annotations.
 func Exprs() []string {
 	var out []string
 	for _, r := range Rows {
 		for _, p := range r.Panels {
 			for _, t := range p.Targets {
-				out = append(out, t.Expr)
+				out = append(out, Scope(t.Expr))
 			}
 		}
 	}
 	for _, a := range Annotations {
-		out = append(out, a.Expr)
+		out = append(out, Scope(a.Expr))
 	}
 	return out
 }
@@ -293,10 +348,13 @@ func build() (dashboard.Dashboard, error) {
 		Time("now-1h", "now").
 		Timezone(common.TimeZoneBrowser).
 		Tooltip(dashboard.DashboardCursorSyncCrosshair)
+	for _, v := range variables(ds) {
+		b.WithVariable(v)
+	}
 	for _, a := range Annotations {
 		b.Annotation(dashboard.NewAnnotationQueryBuilder().
 			Name(a.Name).Datasource(ds).Enable(true).IconColor(a.Color).
-			Expr(a.Expr).TitleFormat(a.Title).Step("1m"))
+			Expr(Scope(a.Expr)).TitleFormat(a.Title).Step("1m"))
 	}
 	id := uint32(1)
 	for _, r := range Rows {
@@ -331,12 +389,41 @@ func panel(p Panel, id uint32, ds common.DataSourceRef) *timeseries.PanelBuilder
 	}
 	for i, t := range p.Targets {
 		pb.WithTarget(prometheus.NewDataqueryBuilder().
-			Datasource(ds).Expr(t.Expr).LegendFormat(t.Legend).RefId(string(rune('A' + i))).Range())
+			Datasource(ds).Expr(Scope(t.Expr)).LegendFormat(t.Legend).RefId(string(rune('A' + i))).Range())
 	}
 	return pb
 }
 
+// datasource is the $datasource variable, which every panel, query and
+// annotation names.
 func datasource() common.DataSourceRef {
-	typ, uid := "prometheus", DatasourceUID
+	typ, uid := "prometheus", "${"+VarDatasource+"}"
 	return common.DataSourceRef{Type: &typ, Uid: &uid}
+}
+
+// variables are the dashboard's: the Prometheus to read, then the
+// namespaces, jobs and pools it has Sluice's series for, each narrowing
+// the next.
+func variables(ds common.DataSourceRef) []cog.Builder[dashboard.VariableModel] {
+	provisioned, name := DatasourceUID, "Prometheus"
+	out := []cog.Builder[dashboard.VariableModel]{
+		dashboard.NewDatasourceVariableBuilder(VarDatasource).Label("Data source").Type("prometheus").
+			Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: &name},
+				Value: dashboard.StringOrArrayOfString{String: &provisioned}}),
+	}
+	all, allValue := "All", "$__all"
+	query := func(v, label, q string) *dashboard.QueryVariableBuilder {
+		return dashboard.NewQueryVariableBuilder(v).Label(label).Datasource(ds).
+			Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: &all},
+				Value: dashboard.StringOrArrayOfString{String: &allValue}}).
+			Query(dashboard.StringOrMap{String: &q}).Definition(q).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc).
+			Multi(true).IncludeAll(true).AllValue(".*")
+	}
+	scope := VarNamespace + `=~"$` + VarNamespace + `"`
+	return append(out,
+		query(VarNamespace, "Namespace", "label_values(sluice_build_info, namespace)"),
+		query(VarJob, "Job", "label_values(sluice_build_info{"+scope+"}, job)"),
+		query(VarPool, "Pool", "label_values(sluice_pool_permits_limit{"+scope+`, job=~"$job"}, pool)`),
+	)
 }
