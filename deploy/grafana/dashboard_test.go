@@ -253,6 +253,9 @@ func TestExprsCoverEveryPanel(t *testing.T) {
 	for _, r := range Rows {
 		for _, p := range r.Panels {
 			n += len(p.Targets)
+			if p.Axis == "" || p.Unit == "" {
+				t.Errorf("panel %q: no unit or axis label", p.Title)
+			}
 		}
 	}
 	if got := len(Exprs()); got != n+len(Annotations) || slices.Contains(Exprs(), "") {
