@@ -267,6 +267,13 @@ bench-cluster: need-cluster $(TEMPORAL) temporal-server build
 # own on free ports; Grafana itself is not installable here (~5 minutes).
 # After changing deploy/grafana/dashboard.go, regenerate sluice.json with
 # `go run ./cmd/sluice-dashboard json`.
+# The Helm chart ships copies of the dashboard and the rules (Helm reads
+# only files inside the chart); go test ./deploy/ fails when they differ.
+.PHONY: chart-files
+chart-files:
+	$(GO) run ./cmd/sluice-dashboard json
+	cp deploy/grafana/sluice.json deploy/prometheus/sluice-rules.yaml deploy/helm/sluice/files/
+
 .PHONY: dashboard-preview
 dashboard-preview: need $(TEMPORAL) build
 	@GO=$(GO) deploy/dev/need.sh promtool

@@ -156,7 +156,7 @@ func panelPlot(pd panelData, marks []mark, span float64) (*plot.Plot, plot.Legen
 		l.Color, l.Width, l.Dashes = markColor, vg.Points(1.5), []vg.Length{vg.Points(3), vg.Points(3)}
 		p.Add(l)
 		if !markShown {
-			legend.Add("healing action", l)
+			legend.Add("healer action or alert", l)
 			markShown = true
 		}
 	}
