@@ -38,9 +38,9 @@ const (
 	k8sDir         = "k8s"
 )
 
-// The binaries the image must hold, by the name of their main package
-// directory (which `go build -o dir/` uses as the file name): sluice for
-// its healthcheck, the processes under their own names.
+// The commands the image must hold, by the name of their main package
+// directory: sluice (built; its healthcheck), and the processes under
+// their own names (links to sluice).
 var wantBinaries = []string{"llmsim", "sluice", "sluice-api", "sluice-worker"}
 
 // Dynamic config the Temporal server needs for eager start (see
@@ -62,10 +62,13 @@ func TestDockerfile(t *testing.T) {
 	if final.user == "" || final.user == "root" || strings.HasPrefix(final.user, "0:") || final.user == "0" {
 		t.Errorf("%s: runtime stage runs as %q, want a non-root USER", dockerfilePath, final.user)
 	}
-	for _, bin := range wantBinaries {
-		if !slices.Contains(final.copied, bin) {
-			t.Errorf("%s: runtime stage does not COPY %s from the build stage", dockerfilePath, bin)
-		}
+	// Distroless: CA certificates and passwd, no shell to RUN anything in.
+	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") || final.runs > 0 {
+		t.Errorf("%s: runtime stage is FROM %s with %d RUN, want gcr.io/distroless/static and none", dockerfilePath, final.from, final.runs)
+	}
+	// The build's output folder whole, so that the links stay links.
+	if !slices.Contains(final.copied, "out") {
+		t.Errorf("%s: runtime stage does not COPY the build stage's /out/", dockerfilePath)
 	}
 	if len(final.cmd) == 0 || !slices.Contains(wantBinaries, final.cmd[0]) {
 		t.Errorf("%s: CMD %q does not name one of %v", dockerfilePath, final.cmd, wantBinaries)
@@ -78,8 +81,11 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-// dockerBinaries returns the binaries the Dockerfile builds, after checking
-// that each go build target is a main package of this repository.
+// dockerBinaries returns the commands of the image: the binaries the
+// Dockerfile builds, after checking that each go build target is a main
+// package of this repository, and the links to sluice, each named after
+// a command of this repository that sluice runs under that name
+// (cmd/internal/cli's TestAliases).
 func dockerBinaries(t *testing.T) []string {
 	t.Helper()
 	df := parseDockerfile(t)
@@ -97,6 +103,16 @@ func dockerBinaries(t *testing.T) []string {
 			continue
 		}
 		bins = append(bins, filepath.Base(dir))
+	}
+	for _, link := range df.links {
+		if pkg, err := build.ImportDir(filepath.Join(root, "cmd", link), 0); err != nil || pkg.Name != "main" {
+			t.Errorf("%s: the link %s names no command under cmd/ (%v)", dockerfilePath, link, err)
+		}
+		// The image's other commands are sluice's too, but the files
+		// the deployments name are these.
+		if slices.Contains(wantBinaries, link) {
+			bins = append(bins, link)
+		}
 	}
 	sort.Strings(bins)
 	if !slices.Equal(bins, wantBinaries) {
@@ -171,6 +187,9 @@ func TestCompose(t *testing.T) {
 			port, ok := ports[host]
 			return port, ok
 		})
+		if name == "sluice-worker" {
+			checkWorkerHealthcheck(t, cf.Services[name], checkListenAddr(t, "compose sluice-worker metrics.worker_addr", cfg.Metrics.WorkerAddr))
+		}
 		if name == "sluice-api" {
 			apiPort := checkListenAddr(t, "compose sluice-api api.addr", cfg.API.Addr)
 			if apiPort != "8080" {
@@ -235,6 +254,23 @@ func checkComposeTemporal(t *testing.T, svc composeService) {
 			t.Errorf("%s: temporal healthcheck --address %q does not match the frontend port", composePath, addr)
 		}
 	}
+}
+
+// checkWorkerHealthcheck: the worker's healthcheck is `sluice healthcheck`
+// of its metrics server's route, on the port metrics.worker_addr names.
+func checkWorkerHealthcheck(t *testing.T, svc composeService, port string) {
+	t.Helper()
+	hc := svc.Healthcheck
+	if hc == nil || len(hc.Test) != 5 || hc.Test[1] != "sluice" || hc.Test[2] != "healthcheck" || hc.Test[3] != "-url" {
+		t.Errorf("%s: sluice-worker healthcheck %+v, want [CMD sluice healthcheck -url …]", composePath, hc)
+		return
+	}
+	u, err := url.Parse(hc.Test[4])
+	if err != nil || u.Port() != port {
+		t.Errorf("%s: sluice-worker healthcheck asks %s, want port %s (%v)", composePath, hc.Test[4], port, err)
+		return
+	}
+	checkMetricsServerRoute(t, composePath+": sluice-worker healthcheck", u.Path)
 }
 
 // checkHealthcheckURL checks that a compose healthcheck asks the service's
@@ -711,16 +747,17 @@ func apiGETRoutes(t *testing.T) []string {
 
 var llmsimAddrFlag = regexp.MustCompile(`fs\.String\("addr", "([^"]+)"`)
 
-// llmsimDefaultAddr reads the default of llmsim's -addr flag from its main.
+// llmsimDefaultAddr reads the default of llmsim's -addr flag from its
+// source (cmd/internal/llmsimcli, which the llmsim command runs).
 func llmsimDefaultAddr(t *testing.T) string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(repoRoot(t), "cmd", "llmsim", "main.go"))
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "cmd", "internal", "llmsimcli", "llmsim.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := llmsimAddrFlag.FindStringSubmatch(string(src))
 	if m == nil {
-		t.Fatal("llmsim main.go: cannot find the -addr flag's default")
+		t.Fatal("llmsimcli/llmsim.go: cannot find the -addr flag's default")
 	}
 	return m[1]
 }
@@ -728,6 +765,9 @@ func llmsimDefaultAddr(t *testing.T) string {
 type dockerfile struct {
 	stages       []dockerStage
 	buildTargets []string
+	// links are the names the build stage links to the sluice binary
+	// (`for alias in …; do ln -s sluice …`).
+	links []string
 }
 
 type dockerStage struct {
@@ -736,6 +776,7 @@ type dockerStage struct {
 	copied []string
 	cmd    []string
 	env    []string
+	runs   int
 }
 
 func parseDockerfile(t *testing.T) dockerfile {
@@ -773,10 +814,16 @@ func parseDockerfile(t *testing.T) dockerfile {
 				}
 			}
 		case "RUN":
+			stage.runs++
+			if _, loop, ok := strings.Cut(rest, "for alias in "); ok && strings.Contains(loop, "ln -s sluice ") {
+				words, _, _ := strings.Cut(loop, ";")
+				df.links = append(df.links, strings.Fields(words)...)
+			}
 			_, after, ok := strings.Cut(rest, "go build")
 			if !ok {
 				continue
 			}
+			after, _, _ = strings.Cut(after, "&&")
 			for _, f := range strings.Fields(after) {
 				if strings.HasPrefix(f, "./") {
 					df.buildTargets = append(df.buildTargets, f)

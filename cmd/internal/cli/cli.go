@@ -13,10 +13,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/sluice-dev/sluice/cmd/internal/kbcli"
 	"github.com/sluice-dev/sluice/cmd/internal/keyscli"
+	"github.com/sluice-dev/sluice/cmd/internal/llmsimcli"
 	"github.com/sluice-dev/sluice/cmd/internal/usagecli"
 	"github.com/sluice-dev/sluice/pkg/version"
 )
@@ -61,6 +63,8 @@ commands:
   healthcheck [-url URL] [-timeout D]
         GET a health endpoint (default http://127.0.0.1:8080/healthz) for
         container probes; exit 0 if it answers 2xx, else 1
+  llmsim [flags]
+        the LLM simulator (pkg/llmsim), as the llmsim binary
   version
         print the version, commit and Go version
 
@@ -96,9 +100,28 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return configCommand(rest, env)
 	case "healthcheck":
 		return healthcheck(ctx, rest, env)
+	case "llmsim":
+		return llmsimcli.Main(rest)
 	}
 	fmt.Fprintf(env.Stderr, "sluice: unknown command %q\n\n%s\n", cmd, usage)
 	return exitUsage
+}
+
+// Aliases are the names under which the sluice binary runs one of its
+// commands directly, as the single-purpose binaries of those names do: the
+// image holds sluice alone, and links of these names to it.
+var Aliases = map[string][]string{
+	"sluice-api": {"serve", "api"}, "sluice-worker": {"serve", "worker"},
+	"sluice-keys": {"keys"}, "sluice-usage": {"usage"}, "llmsim": {"llmsim"},
+}
+
+// MainAs is Main for the binary run under name (its argv[0]'s base): an
+// alias runs its command with args.
+func MainAs(ctx context.Context, name string, args []string, env Env) int {
+	if words, ok := Aliases[name]; ok {
+		return Main(ctx, append(slices.Clone(words), args...), env)
+	}
+	return Main(ctx, args, env)
 }
 
 // helpAsked reports whether a command line asks for help: its first

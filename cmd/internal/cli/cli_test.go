@@ -112,3 +112,25 @@ func TestHealthcheck(t *testing.T) {
 		t.Fatalf("nothing listening: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// Under an alias's name (a link to sluice in the image) the binary is
+// that command: each answers -h with 0, as its single-purpose binary does;
+// under any other name it is sluice.
+func TestAliases(t *testing.T) {
+	for name := range Aliases {
+		var out, errOut bytes.Buffer
+		env := Env{Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }, Environ: func() []string { return nil }}
+		if code := MainAs(context.Background(), name, []string{"-h"}, env); code != 0 {
+			t.Errorf("%s -h: exit %d, stderr %q", name, code, errOut.String())
+		}
+	}
+	var out bytes.Buffer
+	env := Env{Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" }, Environ: func() []string { return nil }}
+	if code := MainAs(context.Background(), "sluice-api", []string{"-bogus"}, env); code != 2 {
+		t.Errorf("sluice-api -bogus: exit %d, want 2", code)
+	}
+	out.Reset()
+	if code := MainAs(context.Background(), "sluice.exe", []string{"-h"}, env); code != 0 || !strings.Contains(out.String(), "usage: sluice <command>") {
+		t.Errorf("another name is sluice: exit %d, %q", code, out.String())
+	}
+}
