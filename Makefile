@@ -63,6 +63,16 @@ release:
 image:
 	docker build -f deploy/docker/Dockerfile --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t sluice:$(VERSION) .
 
+# Without a container engine: the image's equivalent (deploy/ociimage: the
+# static sluice binary built as the Dockerfile builds it, its links, the CA
+# bundle and a passwd, one layer on an empty base) written as a
+# docker-loadable tarball, with its sizes printed.
+.PHONY: image-oci
+image-oci:
+	@mkdir -p dist
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o dist/image-sluice ./cmd/sluice
+	$(GO) run ./deploy/ociimage -bin dist/image-sluice -o dist/sluice-image.tar -tag sluice:$(VERSION)
+
 # The Temporal CLI (Server 1.29, UI 2.42) is built from the Go module proxy;
 # the first build takes ~6 minutes, later ones come from the Go build cache.
 temporal: $(TEMPORAL)
@@ -278,6 +288,13 @@ bench-fairness-cluster: need-cluster $(TEMPORAL) temporal-server build
 # own on free ports; Grafana itself is not installable here (~5 minutes).
 # After changing deploy/grafana/dashboard.go, regenerate sluice.json with
 # `go run ./cmd/sluice-dashboard json`.
+# The Helm chart ships copies of the dashboard and the rules (Helm reads
+# only files inside the chart); go test ./deploy/ fails when they differ.
+.PHONY: chart-files
+chart-files:
+	$(GO) run ./cmd/sluice-dashboard json
+	cp deploy/grafana/sluice.json deploy/prometheus/sluice-rules.yaml deploy/helm/sluice/files/
+
 .PHONY: dashboard-preview
 dashboard-preview: need $(TEMPORAL) build
 	@GO=$(GO) deploy/dev/need.sh promtool

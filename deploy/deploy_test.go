@@ -1,5 +1,5 @@
 // Package deploy holds Sluice's deployment files: a Dockerfile and a compose
-// stack under docker/, plain Kubernetes manifests under k8s/. Nothing here
+// stack under docker/, the Helm chart under helm/. Nothing here
 // starts a container; the test below checks the files against the code they
 // deploy (binaries, routes, config, search attributes), so that a renamed
 // flag or a moved package breaks `go test` rather than a deployment.
@@ -7,7 +7,6 @@ package deploy
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"go/build"
 	"io"
@@ -35,12 +34,11 @@ import (
 const (
 	dockerfilePath = "docker/Dockerfile"
 	composePath    = "docker/docker-compose.yaml"
-	k8sDir         = "k8s"
 )
 
-// The binaries the image must hold, by the name of their main package
-// directory (which `go build -o dir/` uses as the file name): sluice for
-// its healthcheck, the processes under their own names.
+// The commands the image must hold, by the name of their main package
+// directory: sluice (built; its healthcheck), and the processes under
+// their own names (links to sluice).
 var wantBinaries = []string{"llmsim", "sluice", "sluice-api", "sluice-worker"}
 
 // Dynamic config the Temporal server needs for eager start (see
@@ -62,10 +60,13 @@ func TestDockerfile(t *testing.T) {
 	if final.user == "" || final.user == "root" || strings.HasPrefix(final.user, "0:") || final.user == "0" {
 		t.Errorf("%s: runtime stage runs as %q, want a non-root USER", dockerfilePath, final.user)
 	}
-	for _, bin := range wantBinaries {
-		if !slices.Contains(final.copied, bin) {
-			t.Errorf("%s: runtime stage does not COPY %s from the build stage", dockerfilePath, bin)
-		}
+	// Distroless: CA certificates and passwd, no shell to RUN anything in.
+	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") || final.runs > 0 {
+		t.Errorf("%s: runtime stage is FROM %s with %d RUN, want gcr.io/distroless/static and none", dockerfilePath, final.from, final.runs)
+	}
+	// The build's output folder whole, so that the links stay links.
+	if !slices.Contains(final.copied, "out") {
+		t.Errorf("%s: runtime stage does not COPY the build stage's /out/", dockerfilePath)
 	}
 	if len(final.cmd) == 0 || !slices.Contains(wantBinaries, final.cmd[0]) {
 		t.Errorf("%s: CMD %q does not name one of %v", dockerfilePath, final.cmd, wantBinaries)
@@ -73,13 +74,16 @@ func TestDockerfile(t *testing.T) {
 	for _, env := range final.env {
 		// An ENV SLUICE_* would beat every mounted config file.
 		if strings.HasPrefix(env, config.EnvPrefix) {
-			t.Errorf("%s: runtime stage sets %s; SLUICE_* overrides belong in compose or k8s", dockerfilePath, env)
+			t.Errorf("%s: runtime stage sets %s; SLUICE_* overrides belong in compose or the chart", dockerfilePath, env)
 		}
 	}
 }
 
-// dockerBinaries returns the binaries the Dockerfile builds, after checking
-// that each go build target is a main package of this repository.
+// dockerBinaries returns the commands of the image: the binaries the
+// Dockerfile builds, after checking that each go build target is a main
+// package of this repository, and the links to sluice, each named after
+// a command of this repository that sluice runs under that name
+// (cmd/internal/cli's TestAliases).
 func dockerBinaries(t *testing.T) []string {
 	t.Helper()
 	df := parseDockerfile(t)
@@ -97,6 +101,16 @@ func dockerBinaries(t *testing.T) []string {
 			continue
 		}
 		bins = append(bins, filepath.Base(dir))
+	}
+	for _, link := range df.links {
+		if pkg, err := build.ImportDir(filepath.Join(root, "cmd", link), 0); err != nil || pkg.Name != "main" {
+			t.Errorf("%s: the link %s names no command under cmd/ (%v)", dockerfilePath, link, err)
+		}
+		// The image's other commands are sluice's too, but the files
+		// the deployments name are these.
+		if slices.Contains(wantBinaries, link) {
+			bins = append(bins, link)
+		}
 	}
 	sort.Strings(bins)
 	if !slices.Equal(bins, wantBinaries) {
@@ -171,6 +185,9 @@ func TestCompose(t *testing.T) {
 			port, ok := ports[host]
 			return port, ok
 		})
+		if name == "sluice-worker" {
+			checkWorkerHealthcheck(t, cf.Services[name], checkListenAddr(t, "compose sluice-worker metrics.worker_addr", cfg.Metrics.WorkerAddr))
+		}
 		if name == "sluice-api" {
 			apiPort := checkListenAddr(t, "compose sluice-api api.addr", cfg.API.Addr)
 			if apiPort != "8080" {
@@ -237,6 +254,23 @@ func checkComposeTemporal(t *testing.T, svc composeService) {
 	}
 }
 
+// checkWorkerHealthcheck: the worker's healthcheck is `sluice healthcheck`
+// of its metrics server's route, on the port metrics.worker_addr names.
+func checkWorkerHealthcheck(t *testing.T, svc composeService, port string) {
+	t.Helper()
+	hc := svc.Healthcheck
+	if hc == nil || len(hc.Test) != 5 || hc.Test[1] != "sluice" || hc.Test[2] != "healthcheck" || hc.Test[3] != "-url" {
+		t.Errorf("%s: sluice-worker healthcheck %+v, want [CMD sluice healthcheck -url …]", composePath, hc)
+		return
+	}
+	u, err := url.Parse(hc.Test[4])
+	if err != nil || u.Port() != port {
+		t.Errorf("%s: sluice-worker healthcheck asks %s, want port %s (%v)", composePath, hc.Test[4], port, err)
+		return
+	}
+	checkMetricsServerRoute(t, composePath+": sluice-worker healthcheck", u.Path)
+}
+
 // checkHealthcheckURL checks that a compose healthcheck asks the service's
 // own port for a route the binary serves.
 func checkHealthcheckURL(t *testing.T, name string, svc composeService, port string) {
@@ -293,266 +327,6 @@ func firstLine(b []byte) string {
 	return line
 }
 
-func TestKubernetes(t *testing.T) {
-	bins := dockerBinaries(t)
-	objs := loadK8s(t)
-
-	var namespaces []string
-	seen := map[string]bool{}
-	for _, o := range objs {
-		if o.APIVersion == "" || o.Kind == "" || o.Metadata.Name == "" {
-			t.Errorf("%s: a document lacks apiVersion, kind or metadata.name: %+v", o.file, o.k8sHeader)
-			continue
-		}
-		id := o.Kind + "/" + o.Metadata.Name
-		if seen[id] {
-			t.Errorf("%s: %s is defined twice", o.file, id)
-		}
-		seen[id] = true
-		if o.Kind == "Namespace" {
-			namespaces = append(namespaces, o.Metadata.Name)
-		}
-	}
-	if len(namespaces) != 1 {
-		t.Fatalf("%s: want one Namespace, got %v", k8sDir, namespaces)
-	}
-	ns := namespaces[0]
-	for _, o := range objs {
-		// Set on every object, so that `kubectl apply -f` (no kustomize
-		// namespace transformer) lands everything in the same place.
-		if o.Kind != "Namespace" && o.Metadata.Namespace != ns {
-			t.Errorf("%s: %s/%s is in namespace %q, want %q", o.file, o.Kind, o.Metadata.Name, o.Metadata.Namespace, ns)
-		}
-	}
-
-	configMaps := map[string]map[string]string{}
-	deployments := map[string]k8sDeployment{}
-	services := map[string]k8sService{}
-	for _, o := range objs {
-		switch o.Kind {
-		case "ConfigMap":
-			var cm struct {
-				Data map[string]string `yaml:"data"`
-			}
-			o.decode(t, &cm)
-			configMaps[o.Metadata.Name] = cm.Data
-		case "Deployment":
-			var d k8sDeployment
-			o.decode(t, &d)
-			deployments[o.Metadata.Name] = d
-		case "Service":
-			var s k8sService
-			o.decode(t, &s)
-			services[o.Metadata.Name] = s
-		}
-	}
-
-	wantReplicas := map[string]int{"sluice-api": 2, "sluice-worker": 2, "llmsim": 1}
-	for name, want := range wantReplicas {
-		d, ok := deployments[name]
-		if !ok {
-			t.Errorf("%s: no Deployment %s", k8sDir, name)
-			continue
-		}
-		if d.Spec.Replicas == nil {
-			t.Errorf("%s: Deployment %s sets no replicas, want %d", k8sDir, name, want)
-		} else if *d.Spec.Replicas != want {
-			t.Errorf("%s: Deployment %s has %d replicas, want %d", k8sDir, name, *d.Spec.Replicas, want)
-		}
-	}
-	for _, name := range []string{"sluice-api", "llmsim"} {
-		if _, ok := services[name]; !ok {
-			t.Errorf("%s: no Service %s", k8sDir, name)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-
-	image := ""
-	for name, d := range deployments {
-		if len(d.Spec.Selector.MatchLabels) == 0 || !labelsMatch(d.Spec.Selector.MatchLabels, d.Spec.Template.Metadata.Labels) {
-			t.Errorf("Deployment %s: selector %v does not select its own pods %v", name, d.Spec.Selector.MatchLabels, d.Spec.Template.Metadata.Labels)
-		}
-		pod := d.Spec.Template.Spec
-		if len(pod.Containers) != 1 {
-			t.Errorf("Deployment %s: want one container, got %d", name, len(pod.Containers))
-			continue
-		}
-		c := pod.Containers[0]
-		if image == "" {
-			image = c.Image
-		}
-		if c.Image == "" || c.Image != image {
-			t.Errorf("Deployment %s: image %q; all Sluice containers run the one image (%q)", name, c.Image, image)
-		}
-		if len(c.Command) == 0 || !slices.Contains(bins, c.Command[0]) {
-			t.Errorf("Deployment %s: command %q does not name one of the image's binaries %v", name, c.Command, bins)
-			continue
-		}
-		if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" || c.Resources.Limits["memory"] == "" {
-			t.Errorf("Deployment %s: want cpu and memory requests and a memory limit, got %+v", name, c.Resources)
-		}
-		volumes := map[string]k8sVolume{}
-		for _, v := range pod.Volumes {
-			volumes[v.Name] = v
-			if v.ConfigMap != nil {
-				if _, ok := configMaps[v.ConfigMap.Name]; !ok {
-					t.Errorf("Deployment %s: volume %s uses unknown ConfigMap %s", name, v.Name, v.ConfigMap.Name)
-				}
-			}
-		}
-		for _, m := range c.VolumeMounts {
-			if _, ok := volumes[m.Name]; !ok {
-				t.Errorf("Deployment %s: mounts unknown volume %s", name, m.Name)
-			}
-		}
-	}
-
-	// Sluice processes: the mounted ConfigMap must load as-is, and again with
-	// the container's environment (whose names must all be known settings).
-	var apiCfg, workerCfg *config.Config
-	for _, name := range []string{"sluice-api", "sluice-worker"} {
-		d := deployments[name]
-		c := d.Spec.Template.Spec.Containers[0]
-		cfgPath := flagValue(c.Args, "-config", c.envValue(config.EnvPrefix+"CONFIG"))
-		if cfgPath == "" {
-			t.Errorf("Deployment %s: no -config argument or SLUICE_CONFIG", name)
-			continue
-		}
-		data, ok := mountedConfigMapFile(d, configMaps, cfgPath)
-		if !ok {
-			t.Errorf("Deployment %s: -config %s is not a key of a mounted ConfigMap", name, cfgPath)
-			continue
-		}
-		file := filepath.Join(t.TempDir(), "config.yaml")
-		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Load(file, nil)
-		if err != nil {
-			t.Errorf("Deployment %s: the ConfigMap's %s does not load: %v", name, filepath.Base(cfgPath), err)
-			continue
-		}
-		if _, err := config.Load(file, c.environ()); err != nil {
-			t.Errorf("Deployment %s: config with the container's environment does not load: %v", name, err)
-		}
-		checkDependencies(t, "Deployment "+name, cfg, true, func(host string) (string, bool) {
-			svc, ok := services[clusterServiceName(host, ns)]
-			if !ok || len(svc.Spec.Ports) == 0 {
-				return "", false
-			}
-			return fmt.Sprint(svc.Spec.Ports[0].Port), true
-		})
-		switch name {
-		case "sluice-api":
-			apiCfg = &cfg
-		case "sluice-worker":
-			workerCfg = &cfg
-		}
-	}
-
-	// Without a loaded config the API's port is unknown; the load error
-	// above says why.
-	if apiCfg != nil {
-		api := deployments["sluice-api"].Spec.Template.Spec.Containers[0]
-		apiPort := checkListenAddr(t, "ConfigMap api.addr", apiCfg.API.Addr)
-		if apiPort != "8080" {
-			t.Errorf("ConfigMap api.addr port is %s, want 8080 (the config default and the compose port)", apiPort)
-		}
-		checkProbe(t, "sluice-api readinessProbe", api, api.ReadinessProbe, apiPort, "/readyz")
-		checkProbe(t, "sluice-api livenessProbe", api, api.LivenessProbe, apiPort, "/healthz")
-		if apiCfg.Metrics.Addr == "" || checkListenAddr(t, "ConfigMap metrics.addr", apiCfg.Metrics.Addr) == apiPort {
-			t.Errorf("ConfigMap metrics.addr %q: want /metrics on a port of its own, not the Service's %s", apiCfg.Metrics.Addr, apiPort)
-		}
-		checkAuthOff(t, "ConfigMap", *apiCfg)
-		fromSecret := false
-		for _, e := range api.Env {
-			if e.Name == config.EnvPrefix+"AUTH_ADMIN_KEY" {
-				fromSecret = e.ValueFrom != nil && e.Value == ""
-			}
-		}
-		if !fromSecret {
-			t.Errorf("Deployment sluice-api: want SLUICE_AUTH_ADMIN_KEY from a Secret (valueFrom), so that someone can make keys")
-		}
-	}
-
-	sim := deployments["llmsim"].Spec.Template.Spec.Containers[0]
-	simPort := checkListenAddr(t, "llmsim -addr", flagValue(sim.Args, "-addr", llmsimDefaultAddr(t)))
-	if simPort != "8090" {
-		t.Errorf("llmsim listens on %s, want 8090 (the pools' default endpoint port)", simPort)
-	}
-	checkProbe(t, "llmsim readinessProbe", sim, sim.ReadinessProbe, simPort, "")
-	checkProbe(t, "llmsim livenessProbe", sim, sim.LivenessProbe, simPort, "")
-
-	// The worker serves only /metrics, which says nothing of its health:
-	// no probes; its one port is the metrics listener's.
-	worker := deployments["sluice-worker"].Spec.Template.Spec.Containers[0]
-	if worker.ReadinessProbe != nil || worker.LivenessProbe != nil {
-		t.Errorf("Deployment sluice-worker: the worker has no health endpoint; remove its probes")
-	}
-	if workerCfg != nil {
-		port := checkListenAddr(t, "ConfigMap metrics.worker_addr", workerCfg.Metrics.WorkerAddr)
-		if len(worker.Ports) != 1 || fmt.Sprint(worker.Ports[0].ContainerPort) != port {
-			t.Errorf("Deployment sluice-worker: ports %+v, want the one metrics.worker_addr listens on (%s)", worker.Ports, port)
-		}
-	}
-
-	for name, s := range services {
-		var targets []string
-		for dname, d := range deployments {
-			if len(s.Spec.Selector) > 0 && labelsMatch(s.Spec.Selector, d.Spec.Template.Metadata.Labels) {
-				targets = append(targets, dname)
-			}
-		}
-		if len(targets) != 1 {
-			t.Errorf("Service %s: selector %v matches Deployments %v, want exactly one", name, s.Spec.Selector, targets)
-			continue
-		}
-		c := deployments[targets[0]].Spec.Template.Spec.Containers[0]
-		for _, p := range s.Spec.Ports {
-			if _, ok := c.resolvePort(p.TargetPort); !ok {
-				t.Errorf("Service %s: targetPort %q is no port of container %s", name, p.TargetPort, c.Name)
-			}
-		}
-	}
-}
-
-func TestKustomizeWithKubectl(t *testing.T) {
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skip("no kubectl binary")
-	}
-	// `kubectl kustomize` builds offline; it proves that `apply -k` sees
-	// the same objects as `apply -f` of each file.
-	out, err := exec.Command(kubectl, "kustomize", k8sDir).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize %s: %v", k8sDir, err)
-	}
-	var built []string
-	dec := yaml.NewDecoder(strings.NewReader(string(out)))
-	for {
-		var h k8sHeader
-		err := dec.Decode(&h)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("parse kubectl kustomize output: %v", err)
-		}
-		built = append(built, h.Kind+"/"+h.Metadata.Namespace+"/"+h.Metadata.Name)
-	}
-	var direct []string
-	for _, o := range loadK8s(t) {
-		direct = append(direct, o.Kind+"/"+o.Metadata.Namespace+"/"+o.Metadata.Name)
-	}
-	sort.Strings(built)
-	sort.Strings(direct)
-	if !slices.Equal(built, direct) {
-		t.Errorf("kubectl kustomize builds %v; the files hold %v", built, direct)
-	}
-}
-
 // checkAuthOff checks that a deployment refuses requests without a key
 // and writes no credential in plain text: configured keys and the admin
 // key by their hashes only (the admin key may come from the environment).
@@ -566,24 +340,6 @@ func checkAuthOff(t *testing.T, what string, cfg config.Config) {
 			t.Errorf("%s: auth.api_keys[%d] is a plain key; use key_sha256", what, i)
 		}
 	}
-}
-
-// checkProbe checks an httpGet probe: it targets the port the process
-// listens on and a route the binary serves (wantPath, if given).
-func checkProbe(t *testing.T, what string, c k8sContainer, p *k8sProbe, listenPort, wantPath string) {
-	t.Helper()
-	if p == nil || p.HTTPGet == nil {
-		t.Errorf("%s: missing (want an httpGet probe)", what)
-		return
-	}
-	if wantPath != "" && p.HTTPGet.Path != wantPath {
-		t.Errorf("%s: path %s, want %s", what, p.HTTPGet.Path, wantPath)
-	}
-	port, ok := c.resolvePort(p.HTTPGet.Port)
-	if !ok || port != listenPort {
-		t.Errorf("%s: port %q resolves to %q, but the process listens on %s", what, p.HTTPGet.Port, port, listenPort)
-	}
-	checkRoute(t, what, c.Command[0], p.HTTPGet.Path)
 }
 
 // checkDependencies checks where cfg points Sluice: never at loopback (in a
@@ -711,16 +467,17 @@ func apiGETRoutes(t *testing.T) []string {
 
 var llmsimAddrFlag = regexp.MustCompile(`fs\.String\("addr", "([^"]+)"`)
 
-// llmsimDefaultAddr reads the default of llmsim's -addr flag from its main.
+// llmsimDefaultAddr reads the default of llmsim's -addr flag from its
+// source (cmd/internal/llmsimcli, which the llmsim command runs).
 func llmsimDefaultAddr(t *testing.T) string {
 	t.Helper()
-	src, err := os.ReadFile(filepath.Join(repoRoot(t), "cmd", "llmsim", "main.go"))
+	src, err := os.ReadFile(filepath.Join(repoRoot(t), "cmd", "internal", "llmsimcli", "llmsim.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := llmsimAddrFlag.FindStringSubmatch(string(src))
 	if m == nil {
-		t.Fatal("llmsim main.go: cannot find the -addr flag's default")
+		t.Fatal("llmsimcli/llmsim.go: cannot find the -addr flag's default")
 	}
 	return m[1]
 }
@@ -728,6 +485,9 @@ func llmsimDefaultAddr(t *testing.T) string {
 type dockerfile struct {
 	stages       []dockerStage
 	buildTargets []string
+	// links are the names the build stage links to the sluice binary
+	// (`for alias in …; do ln -s sluice …`).
+	links []string
 }
 
 type dockerStage struct {
@@ -736,6 +496,7 @@ type dockerStage struct {
 	copied []string
 	cmd    []string
 	env    []string
+	runs   int
 }
 
 func parseDockerfile(t *testing.T) dockerfile {
@@ -773,10 +534,16 @@ func parseDockerfile(t *testing.T) dockerfile {
 				}
 			}
 		case "RUN":
+			stage.runs++
+			if _, loop, ok := strings.Cut(rest, "for alias in "); ok && strings.Contains(loop, "ln -s sluice ") {
+				words, _, _ := strings.Cut(loop, ";")
+				df.links = append(df.links, strings.Fields(words)...)
+			}
 			_, after, ok := strings.Cut(rest, "go build")
 			if !ok {
 				continue
 			}
+			after, _, _ = strings.Cut(after, "&&")
 			for _, f := range strings.Fields(after) {
 				if strings.HasPrefix(f, "./") {
 					df.buildTargets = append(df.buildTargets, f)
@@ -957,218 +724,6 @@ func publishedPorts(svc composeService) []string {
 		out = append(out, parts[len(parts)-2]+":"+parts[len(parts)-1])
 	}
 	return out
-}
-
-type k8sHeader struct {
-	APIVersion string `yaml:"apiVersion"`
-	Kind       string `yaml:"kind"`
-	Metadata   struct {
-		Name      string `yaml:"name"`
-		Namespace string `yaml:"namespace"`
-	} `yaml:"metadata"`
-}
-
-type k8sObject struct {
-	k8sHeader
-	file string
-	node *yaml.Node
-}
-
-func (o k8sObject) decode(t *testing.T, v any) {
-	t.Helper()
-	if err := o.node.Decode(v); err != nil {
-		t.Fatalf("%s: %s/%s: %v", o.file, o.Kind, o.Metadata.Name, err)
-	}
-}
-
-type k8sDeployment struct {
-	Spec struct {
-		Replicas *int `yaml:"replicas"`
-		Selector struct {
-			MatchLabels map[string]string `yaml:"matchLabels"`
-		} `yaml:"selector"`
-		Template struct {
-			Metadata struct {
-				Labels map[string]string `yaml:"labels"`
-			} `yaml:"metadata"`
-			Spec struct {
-				Containers []k8sContainer `yaml:"containers"`
-				Volumes    []k8sVolume    `yaml:"volumes"`
-			} `yaml:"spec"`
-		} `yaml:"template"`
-	} `yaml:"spec"`
-}
-
-type k8sVolume struct {
-	Name      string `yaml:"name"`
-	ConfigMap *struct {
-		Name string `yaml:"name"`
-	} `yaml:"configMap"`
-}
-
-type k8sContainer struct {
-	Name    string   `yaml:"name"`
-	Image   string   `yaml:"image"`
-	Command []string `yaml:"command"`
-	Args    []string `yaml:"args"`
-	Env     []struct {
-		Name      string     `yaml:"name"`
-		Value     string     `yaml:"value"`
-		ValueFrom *yaml.Node `yaml:"valueFrom"`
-	} `yaml:"env"`
-	Ports []struct {
-		Name          string `yaml:"name"`
-		ContainerPort int    `yaml:"containerPort"`
-	} `yaml:"ports"`
-	ReadinessProbe *k8sProbe `yaml:"readinessProbe"`
-	LivenessProbe  *k8sProbe `yaml:"livenessProbe"`
-	Resources      struct {
-		Requests map[string]string `yaml:"requests"`
-		Limits   map[string]string `yaml:"limits"`
-	} `yaml:"resources"`
-	VolumeMounts []struct {
-		Name      string `yaml:"name"`
-		MountPath string `yaml:"mountPath"`
-	} `yaml:"volumeMounts"`
-}
-
-type k8sProbe struct {
-	HTTPGet *struct {
-		Path string `yaml:"path"`
-		// Port is a number or a container port's name.
-		Port string `yaml:"port"`
-	} `yaml:"httpGet"`
-}
-
-type k8sService struct {
-	Spec struct {
-		Selector map[string]string `yaml:"selector"`
-		Ports    []struct {
-			Port       int    `yaml:"port"`
-			TargetPort string `yaml:"targetPort"`
-		} `yaml:"ports"`
-	} `yaml:"spec"`
-}
-
-// resolvePort turns a probe or Service port (number or name) into the
-// container port number.
-func (c k8sContainer) resolvePort(port string) (string, bool) {
-	for _, p := range c.Ports {
-		if port == p.Name || port == fmt.Sprint(p.ContainerPort) {
-			return fmt.Sprint(p.ContainerPort), true
-		}
-	}
-	return "", false
-}
-
-func (c k8sContainer) envValue(name string) string {
-	for _, e := range c.Env {
-		if e.Name == name {
-			return e.Value
-		}
-	}
-	return ""
-}
-
-// environ is the container's environment; values that come from Secrets
-// get a placeholder, so that only their names are checked.
-func (c k8sContainer) environ() []string {
-	var env []string
-	for _, e := range c.Env {
-		v := e.Value
-		if e.ValueFrom != nil {
-			v = "from-secret"
-		}
-		env = append(env, e.Name+"="+v)
-	}
-	return env
-}
-
-// mountedConfigMapFile returns the ConfigMap entry a container sees at path.
-func mountedConfigMapFile(d k8sDeployment, configMaps map[string]map[string]string, path string) (string, bool) {
-	c := d.Spec.Template.Spec.Containers[0]
-	for _, m := range c.VolumeMounts {
-		if filepath.Dir(path) != filepath.Clean(m.MountPath) {
-			continue
-		}
-		for _, v := range d.Spec.Template.Spec.Volumes {
-			if v.Name == m.Name && v.ConfigMap != nil {
-				data, ok := configMaps[v.ConfigMap.Name][filepath.Base(path)]
-				return data, ok
-			}
-		}
-	}
-	return "", false
-}
-
-// loadK8s reads every manifest that kustomization.yaml lists, after
-// checking that it lists exactly the manifests in the directory, so that
-// `kubectl apply -k` and `kubectl apply -f <each file>` deploy the same.
-func loadK8s(t *testing.T) []k8sObject {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(k8sDir, "kustomization.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kust struct {
-		Kind      string   `yaml:"kind"`
-		Resources []string `yaml:"resources"`
-	}
-	if err := yaml.Unmarshal(raw, &kust); err != nil {
-		t.Fatalf("parse kustomization.yaml: %v", err)
-	}
-	if kust.Kind != "Kustomization" {
-		t.Errorf("kustomization.yaml: kind %q, want Kustomization", kust.Kind)
-	}
-	files, err := filepath.Glob(filepath.Join(k8sDir, "*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var manifests []string
-	for _, f := range files {
-		if filepath.Base(f) != "kustomization.yaml" {
-			manifests = append(manifests, filepath.Base(f))
-		}
-	}
-	listed := slices.Clone(kust.Resources)
-	sort.Strings(listed)
-	if !slices.Equal(listed, manifests) {
-		t.Errorf("kustomization.yaml lists %v; the directory holds %v", listed, manifests)
-	}
-
-	var objs []k8sObject
-	for _, name := range kust.Resources {
-		path := filepath.Join(k8sDir, name)
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := yaml.NewDecoder(f)
-		for {
-			var node yaml.Node
-			err := dec.Decode(&node)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				f.Close()
-				t.Fatalf("parse %s: %v", path, err)
-			}
-			if len(node.Content) == 0 {
-				continue // an empty document between two ---
-			}
-			o := k8sObject{file: path, node: &node}
-			if err := node.Decode(&o.k8sHeader); err != nil {
-				t.Fatalf("parse %s: %v", path, err)
-			}
-			objs = append(objs, o)
-		}
-		f.Close()
-	}
-	if len(objs) == 0 {
-		t.Fatalf("%s: no manifests", k8sDir)
-	}
-	return objs
 }
 
 // clusterServiceName maps "svc", "svc.ns" and "svc.ns.svc.cluster.local"

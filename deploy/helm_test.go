@@ -167,6 +167,7 @@ type rendered struct {
 	hpas         []*autoscalingv2.HorizontalPodAutoscaler
 	policies     map[string]*networkingv1.NetworkPolicy
 	monitors     []*monitoringv1.ServiceMonitor
+	rules        []*monitoringv1.PrometheusRule
 	scaledObjs   []*scaledObject
 	triggerAuths map[string]*triggerAuthentication
 }
@@ -301,6 +302,10 @@ func (r *rendered) slot(apiVersion, kind, name string) any {
 	case "monitoring.coreos.com/v1/ServiceMonitor":
 		o := &monitoringv1.ServiceMonitor{}
 		r.monitors = append(r.monitors, o)
+		return o
+	case "monitoring.coreos.com/v1/PrometheusRule":
+		o := &monitoringv1.PrometheusRule{}
+		r.rules = append(r.rules, o)
 		return o
 	case "keda.sh/v1alpha1/ScaledObject":
 		o := &scaledObject{}

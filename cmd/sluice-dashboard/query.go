@@ -57,7 +57,7 @@ func queryAll(ctx context.Context, addr string, r previewRange) (dashboardData, 
 		for _, p := range row.Panels {
 			pd := panelData{row: row.Title, panel: p}
 			for _, t := range p.Targets {
-				m, err := queryRange(ctx, prom, t.Expr, r)
+				m, err := queryRange(ctx, prom, grafana.Scope(t.Expr), r)
 				if err != nil {
 					return dashboardData{}, fmt.Errorf("panel %q: %w", p.Title, err)
 				}
@@ -69,7 +69,7 @@ func queryAll(ctx context.Context, addr string, r previewRange) (dashboardData, 
 		}
 	}
 	for _, a := range grafana.Annotations {
-		m, err := queryRange(ctx, prom, a.Expr, r)
+		m, err := queryRange(ctx, prom, grafana.Scope(a.Expr), r)
 		if err != nil {
 			return dashboardData{}, fmt.Errorf("annotation %q: %w", a.Name, err)
 		}
@@ -89,8 +89,11 @@ func queryAll(ctx context.Context, addr string, r previewRange) (dashboardData, 
 	return d, nil
 }
 
+// queryRange runs a dashboard query as Grafana would with every variable
+// at All.
 func queryRange(ctx context.Context, prom promv1.API, expr string, r previewRange) (model.Matrix, error) {
-	q := strings.ReplaceAll(expr, "$__rate_interval", r.rateInterval)
+	q := strings.NewReplacer("$__rate_interval", r.rateInterval, "$"+grafana.VarNamespace, ".*", "$"+grafana.VarJob, ".*",
+		"$"+grafana.VarPool, ".*").Replace(expr)
 	v, _, _, err := prom.QueryRange(ctx, q, promv1.Range{Start: r.start, End: r.end, Step: r.step})
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w", q, err)

@@ -8,13 +8,21 @@
 // loads, rather than the SDK's newer dashboardv2 resource, which only
 // Grafana 12's v2 dashboard API takes.
 //
+// The dashboard imports into any Grafana: its Prometheus is the
+// $datasource variable, and every query is scoped (Scope) to the
+// $namespace and $job variables, and to $pool where the series has a
+// pool, so that two deployments scraped by one Prometheus are told apart.
+//
 //lint:file-ignore SA1019 the classic dashboard builder is the one file provisioning loads everywhere
 package grafana
 
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strings"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/common"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	"github.com/grafana/grafana-foundation-sdk/go/prometheus"
@@ -22,9 +30,55 @@ import (
 )
 
 // DatasourceUID is the Prometheus datasource's uid, the one that
-// provisioning/datasources/prometheus.yaml provisions: every panel names
-// it, so the dashboard works without a datasource variable.
+// provisioning/datasources/prometheus.yaml provisions: the $datasource
+// variable's default, which any Prometheus datasource can replace.
 const DatasourceUID = "sluice-prometheus"
+
+// The dashboard's variables, each a regex matcher in every query ("All"
+// is .*, which also matches a series without the label: a Prometheus
+// outside Kubernetes has no namespace label).
+const (
+	VarDatasource = "datasource"
+	VarNamespace  = "namespace"
+	VarJob        = "job"
+	VarPool       = "pool"
+)
+
+// PoolLabelled are the metric families of Sluice with a pool label, which
+// Scope filters by $pool; a test checks the list against the registry.
+var PoolLabelled = map[string]bool{
+	"sluice_stage_duration_seconds": true, "sluice_healing_level": true, "sluice_admission_wait_seconds": true,
+	"sluice_ttft_seconds": true, "sluice_llm_tokens_total": true, "sluice_healing_actions_total": true,
+	"sluice_healing_alerts_total": true, "sluice_pool_permits_in_use": true, "sluice_pool_permits_limit": true,
+	"sluice_pool_queue_depth": true, "sluice_pool_queue_oldest_wait_seconds": true, "sluice_backend_circuit_state": true,
+	"sluice_permit_held_seconds_total": true, "sluice_permit_decoding_seconds_total": true,
+	"sluice_tenant_llm_tokens_total": true, "sluice_tenant_backlog": true,
+}
+
+// selector is a series name with its label matchers, if any.
+var selector = regexp.MustCompile(`\b((?:sluice|temporal)_[a-z0-9_]+)(\{[^}]*\})?`)
+
+// Scope adds the dashboard's variables to every series selector of expr:
+// $namespace and $job always, $pool for a PoolLabelled family.
+func Scope(expr string) string {
+	return selector.ReplaceAllStringFunc(expr, func(sel string) string {
+		m := selector.FindStringSubmatch(sel)
+		name, own := m[1], strings.TrimSuffix(strings.TrimPrefix(m[2], "{"), "}")
+		matchers := []string{}
+		if own != "" {
+			matchers = append(matchers, own)
+		}
+		matchers = append(matchers, VarNamespace+`=~"$`+VarNamespace+`"`, VarJob+`=~"$`+VarJob+`"`)
+		family := name
+		for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+			family = strings.TrimSuffix(family, suffix)
+		}
+		if PoolLabelled[family] {
+			matchers = append(matchers, VarPool+`=~"$`+VarPool+`"`)
+		}
+		return name + "{" + strings.Join(matchers, ", ") + "}"
+	})
+}
 
 // UID is the dashboard's uid (its URL: /d/sluice).
 const UID = "sluice"
@@ -40,7 +94,10 @@ type Panel struct {
 	Title       string
 	Description string
 	// Unit is a Grafana unit id (s, reqps, percentunit, short).
-	Unit    string
+	Unit string
+	// Axis is the y axis's label, what is counted and in what unit: the
+	// unit id alone does not say it (short is a count of anything).
+	Axis    string
 	Targets []Target
 	// Width is in grid columns out of 24 (8: three a row).
 	Width int
@@ -85,8 +142,8 @@ var tailRatio = quantile("0.99", "pool, ", "sluice_stage_duration_seconds", `{st
 // many tenants, not one, and is left out. The recording rule
 // tenant_pool:sluice_tenant_service:rate5m is this over 5m.
 func TenantService(window string) string {
-	return `sum by (tenant, pool) (sum by (tenant, pool, tier) (rate(sluice_tenant_llm_tokens_total{tenant!="_other"}[` + window +
-		`])) / on (tier) group_left () max by (tier) (sluice_tier_weight))`
+	return `sum by (namespace, job, tenant, pool) (sum by (namespace, job, tenant, pool, tier) (rate(sluice_tenant_llm_tokens_total{tenant!="_other"}[` + window +
+		`])) / on (namespace, job, tier) group_left () max by (namespace, job, tier) (sluice_tier_weight))`
 }
 
 // TenantBacklogged is the tenants with a backlog in a pool at every
@@ -94,39 +151,39 @@ func TenantService(window string) string {
 // the same queues, hence max by): tenant_pool:sluice_tenant_backlogged:min5m
 // over 5m.
 func TenantBacklogged(window string) string {
-	return `max by (tenant, pool) (min_over_time(sluice_tenant_backlog{tenant!="_other"}[` + window + `])) > 0`
+	return `max by (namespace, job, tenant, pool) (min_over_time(sluice_tenant_backlog{tenant!="_other"}[` + window + `])) > 0`
 }
 
 // BackloggedService is service's series of the tenants backlogged says,
 // and 0 for a backlogged tenant never served.
 func BackloggedService(service, backlogged string) string {
-	return service + " and on (tenant, pool) " + backlogged + " or on (tenant, pool) 0 * " + backlogged
+	return service + " and on (namespace, job, tenant, pool) " + backlogged + " or on (namespace, job, tenant, pool) 0 * " + backlogged
 }
 
 // ServiceDifference is, per pool, the most less the least of the backlogged
 // tenants' service: how far from fair sharing the queue is (VTC's measure).
 func ServiceDifference(backloggedService string) string {
-	return "max by (pool) (" + backloggedService + ") - min by (pool) (" + backloggedService + ")"
+	return "max by (namespace, job, pool) (" + backloggedService + ") - min by (namespace, job, pool) (" + backloggedService + ")"
 }
 
 // PermitUtilisation is, per pool, the share of the time permits were held
 // that their sequences spent decoding, over window (pools that held no
 // permit have none): pool:sluice_permit_utilisation:ratio_rate5m over 5m.
 func PermitUtilisation(window string) string {
-	return `sum by (pool) (rate(sluice_permit_decoding_seconds_total[` + window + `])) / (sum by (pool) (rate(sluice_permit_held_seconds_total[` +
+	return `sum by (namespace, job, pool) (rate(sluice_permit_decoding_seconds_total[` + window + `])) / (sum by (namespace, job, pool) (rate(sluice_permit_held_seconds_total[` +
 		window + `])) > 0)`
 }
 
 // Rows are the dashboard's panels, top to bottom.
 var Rows = []Row{
 	{Title: "Requests", Panels: []Panel{
-		{Title: "Outcomes", Unit: "reqps", Width: 8,
+		{Title: "Outcomes", Unit: "reqps", Axis: "requests/s", Width: 8,
 			Description: "Chat requests per second by how they ended (sluice_requests_total).",
 			Targets:     []Target{{`sum by (outcome) (rate(sluice_requests_total` + rate + `))`, "{{outcome}}"}}},
-		{Title: "Goodput", Unit: "reqps", Width: 8,
+		{Title: "Goodput", Unit: "reqps", Axis: "requests/s", Width: 8,
 			Description: "Requests answered in full per second, by pool (cache: answered from the answer cache).",
 			Targets:     []Target{{`sum by (route) (rate(sluice_requests_total{outcome="done"}` + rate + `))`, "{{route}}"}}},
-		{Title: "429s by dimension", Unit: "reqps", Width: 8,
+		{Title: "429s by dimension", Unit: "reqps", Axis: "requests/s", Width: 8,
 			Description: "Requests refused at the door per second: by the rate-limit dimension that refused, and for a ban.",
 			Targets: []Target{
 				{`sum by (dimension) (rate(sluice_ratelimit_decisions_total{decision="deny"}` + rate + `))`, "{{dimension}}"},
@@ -134,49 +191,49 @@ var Rows = []Row{
 			}},
 	}},
 	{Title: "Latency", Panels: []Panel{
-		{Title: "Stage P50", Unit: "s", Width: 8,
+		{Title: "Stage P50", Unit: "s", Axis: "seconds", Width: 8,
 			Description: "Median time in each stage, all pools.",
 			Targets:     []Target{{quantile("0.5", "stage, ", "sluice_stage_duration_seconds", ""), "{{stage}}"}}},
-		{Title: "Stage P99", Unit: "s", Width: 8,
+		{Title: "Stage P99", Unit: "s", Axis: "seconds", Width: 8,
 			Description: "99th percentile of the time in each stage, all pools.",
 			Targets:     []Target{{quantile("0.99", "stage, ", "sluice_stage_duration_seconds", ""), "{{stage}}"}}},
-		{Title: "P99/P50 of the first token, per pool", Unit: "short", Width: 8, Thresholds: []float64{2, 5, 10},
+		{Title: "P99/P50 of the first token, per pool", Unit: "short", Axis: "P99 / P50 (ratio)", Width: 8, Thresholds: []float64{2, 5, 10},
 			Description: "The tail ratio the healer and the alerts watch: warn above 2, critical above 5, collapse above 10.",
 			Targets:     []Target{{tailRatio, "{{pool}}"}}},
-		{Title: "Time to first token", Unit: "s", Width: 12,
+		{Title: "Time to first token", Unit: "s", Axis: "seconds", Width: 12,
 			Description: "From the request's start to its first token, the admission wait included, per pool (sluice_ttft_seconds).",
 			Targets: []Target{
 				{quantile("0.5", "pool, ", "sluice_ttft_seconds", ""), "P50 {{pool}}"},
 				{quantile("0.99", "pool, ", "sluice_ttft_seconds", ""), "P99 {{pool}}"},
 			}},
-		{Title: "Tokens", Unit: "short", Width: 12,
+		{Title: "Tokens", Unit: "short", Axis: "tokens/s", Width: 12,
 			Description: "LLM tokens per second by pool and kind (prompt, completion).",
 			Targets:     []Target{{`sum by (pool, kind) (rate(sluice_llm_tokens_total` + rate + `))`, "{{pool}} {{kind}}"}}},
 	}},
 	{Title: "Admission", Panels: []Panel{
-		{Title: "Queue depth", Unit: "short", Width: 4,
+		{Title: "Queue depth", Unit: "short", Axis: "requests waiting", Width: 4,
 			Description: "Requests waiting for a permit, per pool (read from Redis: every instance reports the same).",
 			Targets:     []Target{{`max by (pool) (sluice_pool_queue_depth)`, "{{pool}}"}}},
-		{Title: "Oldest wait", Unit: "s", Width: 4,
+		{Title: "Oldest wait", Unit: "s", Axis: "seconds", Width: 4,
 			Description: "How long the longest-waiting request of each pool has queued.",
 			Targets:     []Target{{`max by (pool) (sluice_pool_queue_oldest_wait_seconds)`, "{{pool}}"}}},
-		{Title: "Permits in use", Unit: "short", Width: 5,
+		{Title: "Permits in use", Unit: "short", Axis: "permits", Width: 5,
 			Description: "LLM permits held and the pool's current limit (the healer lowers it at level 1).",
 			Targets: []Target{
 				{`max by (pool) (sluice_pool_permits_in_use)`, "in use {{pool}}"},
 				{`max by (pool) (sluice_pool_permits_limit)`, "limit {{pool}}"},
 			}},
-		{Title: "Permit utilisation", Unit: "percentunit", Width: 5,
+		{Title: "Permit utilisation", Unit: "percentunit", Axis: "decoding share (0-1)", Width: 5,
 			Description: "The share of the time permits were held that their sequences spent decoding, from the backend's first token to the stream's end. " +
 				"The rest is prefill and queueing inside the backend, the wait for the first token, and the work around the stream while the permit is held " +
 				"(docs/traffic.md, \"Permit utilisation\").",
 			Targets: []Target{{PermitUtilisation(rateWindow), "{{pool}}"}}},
-		{Title: "Queue wait P99 by tier", Unit: "s", Width: 6,
+		{Title: "Queue wait P99 by tier", Unit: "s", Axis: "seconds", Width: 6,
 			Description: "99th percentile of the admission wait per pool and tier (sluice_admission_wait_seconds).",
 			Targets:     []Target{{quantile("0.99", "pool, tier, ", "sluice_admission_wait_seconds", ""), "{{pool}} {{tier}}"}}},
 	}},
 	{Title: "Tenants", Panels: []Panel{
-		{Title: "Service per tenant and its difference", Unit: "short", Width: 16,
+		{Title: "Service per tenant and its difference", Unit: "short", Axis: "tokens/s per weight", Width: 16,
 			Description: "Tokens per second each tenant is served in each pool, divided by its tier's weight (what fair queuing shares), and per pool the " +
 				"difference between the most and the least served of the tenants backlogged for the whole interval: near 0 when the queue is fair. " +
 				"Only tenants with series of their own (metrics.tenant_series, backlogged first) are drawn.",
@@ -184,51 +241,51 @@ var Rows = []Row{
 				{TenantService(rateWindow), "{{tenant}} {{pool}}"},
 				{ServiceDifference(BackloggedService(TenantService(rateWindow), "("+TenantBacklogged(rateWindow)+")")), "difference {{pool}}"},
 			}},
-		{Title: "Backlog per tenant", Unit: "short", Width: 8,
+		{Title: "Backlog per tenant", Unit: "short", Axis: "requests waiting", Width: 8,
 			Description: "Requests of each tenant waiting for a free permit, per pool (entries parked behind the tier's max_concurrent excepted); " +
 				"_other sums the tenants without series of their own.",
 			Targets: []Target{{`max by (tenant, pool) (sluice_tenant_backlog)`, "{{tenant}} {{pool}}"}}},
 	}},
 	{Title: "Caches", Panels: []Panel{
-		{Title: "Cache hit ratio per tier", Unit: "percentunit", Width: 12,
+		{Title: "Cache hit ratio per tier", Unit: "percentunit", Axis: "hit ratio (0-1)", Width: 12,
 			Description: "Hits / lookups: embedding (L1), retrieval (L2) and answer cache.",
 			Targets: []Target{{`sum by (tier) (rate(sluice_cache_hits_total` + rate + `)) / (sum by (tier) (rate(sluice_cache_hits_total` + rate +
 				`)) + sum by (tier) (rate(sluice_cache_misses_total` + rate + `)))`, "{{tier}}"}}},
-		{Title: "Cache bytes served", Unit: "Bps", Width: 12,
+		{Title: "Cache bytes served", Unit: "Bps", Axis: "bytes/s", Width: 12,
 			Description: "Bytes of cached values served per second, per tier.",
 			Targets:     []Target{{`sum by (tier) (rate(sluice_cache_served_bytes_total` + rate + `))`, "{{tier}}"}}},
 	}},
 	{Title: "Healing and dependencies", Panels: []Panel{
-		{Title: "Healing level", Unit: "short", Width: 8, Thresholds: []float64{1, 4},
+		{Title: "Healing level", Unit: "short", Axis: "level (0-4)", Width: 8, Thresholds: []float64{1, 4},
 			Description: "The healer's level per pool: 0 normal, 1 shrink, 2 throttle long, 3 scale, 4 shed. Its actions are the dashboard's annotations.",
 			Targets:     []Target{{`max by (pool) (sluice_healing_level)`, "{{pool}}"}}},
-		{Title: "Circuit breakers", Unit: "short", Width: 8, Thresholds: []float64{2},
+		{Title: "Circuit breakers", Unit: "short", Axis: "state (0 closed, 2 open)", Width: 8, Thresholds: []float64{2},
 			Description: "Each backend endpoint's breaker, worst over instances: 0 closed, 1 half-open, 2 open.",
 			Targets:     []Target{{`max by (pool, endpoint) (sluice_backend_circuit_state)`, "{{pool}} {{endpoint}}"}}},
-		{Title: "Redis and Temporal reachable", Unit: "short", Width: 8,
+		{Title: "Redis and Temporal reachable", Unit: "short", Axis: "up (1) or down (0)", Width: 8,
 			Description: "1 when every instance reached the dependency at its last scrape.",
 			Targets:     []Target{{`min by (dependency) (sluice_dependency_up)`, "{{dependency}}"}}},
 	}},
 	{Title: "Temporal workers", Panels: []Panel{
-		{Title: "Task slots", Unit: "short", Width: 6,
+		{Title: "Task slots", Unit: "short", Axis: "slots", Width: 6,
 			Description: "Free and used execution slots per worker type (Temporal SDK).",
 			Targets: []Target{
 				{`sum by (worker_type) (temporal_worker_task_slots_available)`, "free {{worker_type}}"},
 				{`sum by (worker_type) (temporal_worker_task_slots_used)`, "used {{worker_type}}"},
 			}},
-		{Title: "Schedule-to-start P99", Unit: "s", Width: 6,
+		{Title: "Schedule-to-start P99", Unit: "s", Axis: "seconds", Width: 6,
 			Description: "How long tasks wait for a worker: rising means too few workers or slots.",
 			Targets: []Target{
 				{quantile("0.99", "", "temporal_workflow_task_schedule_to_start_latency_seconds", ""), "workflow task"},
 				{quantile("0.99", "", "temporal_activity_schedule_to_start_latency_seconds", ""), "activity"},
 			}},
-		{Title: "Pollers and RPC failures", Unit: "short", Width: 6,
+		{Title: "Pollers and RPC failures", Unit: "short", Axis: "pollers; failures/s", Width: 6,
 			Description: "Pollers per poller type, and the workers' failed calls to the Temporal frontend per second, by operation.",
 			Targets: []Target{
 				{`sum by (poller_type) (temporal_num_pollers)`, "pollers {{poller_type}}"},
 				{`sum by (operation) (rate(temporal_request_failure_total` + rate + `))`, "failed {{operation}}/s"},
 			}},
-		{Title: "Sticky cache", Unit: "short", Width: 6,
+		{Title: "Sticky cache", Unit: "short", Axis: "workflows; hits/s", Width: 6,
 			Description: "Workflows cached on workers, and workflow tasks per second that found theirs there (a replay avoided).",
 			Targets: []Target{
 				{`sum(temporal_sticky_cache_size)`, "size"},
@@ -251,18 +308,19 @@ func newEvents(counter, by string) string {
 		by, counter, by, counter, counter)
 }
 
-// Exprs lists every query of the dashboard, panels then annotations.
+// Exprs lists every query of the dashboard as it sends it (scoped),
+// panels then annotations.
 func Exprs() []string {
 	var out []string
 	for _, r := range Rows {
 		for _, p := range r.Panels {
 			for _, t := range p.Targets {
-				out = append(out, t.Expr)
+				out = append(out, Scope(t.Expr))
 			}
 		}
 	}
 	for _, a := range Annotations {
-		out = append(out, a.Expr)
+		out = append(out, Scope(a.Expr))
 	}
 	return out
 }
@@ -293,10 +351,13 @@ func build() (dashboard.Dashboard, error) {
 		Time("now-1h", "now").
 		Timezone(common.TimeZoneBrowser).
 		Tooltip(dashboard.DashboardCursorSyncCrosshair)
+	for _, v := range variables(ds) {
+		b.WithVariable(v)
+	}
 	for _, a := range Annotations {
 		b.Annotation(dashboard.NewAnnotationQueryBuilder().
 			Name(a.Name).Datasource(ds).Enable(true).IconColor(a.Color).
-			Expr(a.Expr).TitleFormat(a.Title).Step("1m"))
+			Expr(Scope(a.Expr)).TitleFormat(a.Title).Step("1m"))
 	}
 	id := uint32(1)
 	for _, r := range Rows {
@@ -317,7 +378,7 @@ func build() (dashboard.Dashboard, error) {
 func panel(p Panel, id uint32, ds common.DataSourceRef) *timeseries.PanelBuilder {
 	pb := timeseries.NewPanelBuilder().
 		Id(id).Title(p.Title).Description(p.Description).Datasource(ds).
-		Unit(p.Unit).Height(panelHeight).Span(uint32(p.Width)).
+		Unit(p.Unit).AxisLabel(p.Axis).Height(panelHeight).Span(uint32(p.Width)).
 		FillOpacity(10).LineWidth(1).ShowPoints(common.VisibilityModeNever).
 		Legend(common.NewVizLegendOptionsBuilder().DisplayMode(common.LegendDisplayModeList).Placement(common.LegendPlacementBottom).ShowLegend(true))
 	if len(p.Thresholds) > 0 {
@@ -331,12 +392,41 @@ func panel(p Panel, id uint32, ds common.DataSourceRef) *timeseries.PanelBuilder
 	}
 	for i, t := range p.Targets {
 		pb.WithTarget(prometheus.NewDataqueryBuilder().
-			Datasource(ds).Expr(t.Expr).LegendFormat(t.Legend).RefId(string(rune('A' + i))).Range())
+			Datasource(ds).Expr(Scope(t.Expr)).LegendFormat(t.Legend).RefId(string(rune('A' + i))).Range())
 	}
 	return pb
 }
 
+// datasource is the $datasource variable, which every panel, query and
+// annotation names.
 func datasource() common.DataSourceRef {
-	typ, uid := "prometheus", DatasourceUID
+	typ, uid := "prometheus", "${"+VarDatasource+"}"
 	return common.DataSourceRef{Type: &typ, Uid: &uid}
+}
+
+// variables are the dashboard's: the Prometheus to read, then the
+// namespaces, jobs and pools it has Sluice's series for, each narrowing
+// the next.
+func variables(ds common.DataSourceRef) []cog.Builder[dashboard.VariableModel] {
+	provisioned, name := DatasourceUID, "Prometheus"
+	out := []cog.Builder[dashboard.VariableModel]{
+		dashboard.NewDatasourceVariableBuilder(VarDatasource).Label("Data source").Type("prometheus").
+			Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: &name},
+				Value: dashboard.StringOrArrayOfString{String: &provisioned}}),
+	}
+	all, allValue := "All", "$__all"
+	query := func(v, label, q string) *dashboard.QueryVariableBuilder {
+		return dashboard.NewQueryVariableBuilder(v).Label(label).Datasource(ds).
+			Current(dashboard.VariableOption{Text: dashboard.StringOrArrayOfString{String: &all},
+				Value: dashboard.StringOrArrayOfString{String: &allValue}}).
+			Query(dashboard.StringOrMap{String: &q}).Definition(q).
+			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc).
+			Multi(true).IncludeAll(true).AllValue(".*")
+	}
+	scope := VarNamespace + `=~"$` + VarNamespace + `"`
+	return append(out,
+		query(VarNamespace, "Namespace", "label_values(sluice_build_info, namespace)"),
+		query(VarJob, "Job", "label_values(sluice_build_info{"+scope+"}, job)"),
+		query(VarPool, "Pool", "label_values(sluice_pool_permits_limit{"+scope+`, job=~"$job"}, pool)`),
+	)
 }

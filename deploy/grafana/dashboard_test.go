@@ -55,6 +55,18 @@ type jsonDashboard struct {
 			} `json:"datasource"`
 		} `json:"targets"`
 	} `json:"panels"`
+	Templating struct {
+		List []struct {
+			Type    string `json:"type"`
+			Name    string `json:"name"`
+			Query   any    `json:"query"`
+			Current struct {
+				Value any `json:"value"`
+			} `json:"current"`
+			IncludeAll bool   `json:"includeAll"`
+			AllValue   string `json:"allValue"`
+		} `json:"list"`
+	} `json:"templating"`
 	Annotations struct {
 		List []struct {
 			Name       string `json:"name"`
@@ -99,7 +111,7 @@ func provisionedUID(t *testing.T) string {
 
 func TestDashboardStructure(t *testing.T) {
 	d := loadDashboard(t)
-	uid := provisionedUID(t)
+	uid := "${" + VarDatasource + "}"
 	if d.SchemaVersion < 36 {
 		t.Errorf("schemaVersion %d: want a current one (36 or later)", d.SchemaVersion)
 	}
@@ -133,7 +145,7 @@ func TestDashboardStructure(t *testing.T) {
 			continue
 		}
 		if p.Datasource == nil || p.Datasource.UID != uid || p.Datasource.Type != "prometheus" {
-			t.Errorf("panel %q: datasource %+v, want prometheus %s (provisioned)", p.Title, p.Datasource, uid)
+			t.Errorf("panel %q: datasource %+v, want prometheus %s", p.Title, p.Datasource, uid)
 		}
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
@@ -188,24 +200,7 @@ func TestQueriesReadExportedSeries(t *testing.T) {
 // sluiceSeries gathers every series name Sluice's registry can expose.
 func sluiceSeries(t *testing.T) map[string]bool {
 	t.Helper()
-	m := metrics.New(nil)
-	m.TrackTenants(1)
-	m.TenantServed(metrics.TenantService{Tenant: "a", Pool: "short", Tier: "free", PromptTokens: 1})
-	m.RegisterTierWeights(func() map[string]int { return map[string]int{"free": 2} })
-	m.ObserveRequest(metrics.Request{Route: "short", Outcome: "done", Tier: "free", PromptTokens: 1, CompletionTokens: 1,
-		Timings: []events.StageTiming{{Stage: "admission", Ms: 1}, {Stage: "llm_first_token", Ms: 1}}})
-	m.RateLimit("tenant", false)
-	m.BanImposed("ip")
-	m.Banned("ip")
-	m.HealingAlert("short", "warn")
-	m.HealingAction("short", "set_permits")
-	m.HealingLevel("short", 1, time.Minute)
-	m.RegisterPools([]string{"short"}, func(context.Context, string) (metrics.PoolStats, error) {
-		return metrics.PoolStats{Backlog: map[string]int{"a": 1}}, nil
-	})
-	m.RegisterCache("answer", func() metrics.CacheStats { return metrics.CacheStats{} })
-	m.RegisterBackends(func() []metrics.Circuit { return []metrics.Circuit{{Pool: "short", Endpoint: "x"}} })
-	m.RegisterDependency("redis", func(context.Context) error { return nil })
+	m := registry(t)
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -228,14 +223,112 @@ func sluiceSeries(t *testing.T) map[string]bool {
 	return known
 }
 
+// registry is Sluice's metrics with every collector registered and every
+// labelled family observed once.
+func registry(t *testing.T) *metrics.Metrics {
+	t.Helper()
+	m := metrics.New(nil)
+	m.TrackTenants(1)
+	m.TenantServed(metrics.TenantService{Tenant: "a", Pool: "short", Tier: "free", PromptTokens: 1})
+	m.RegisterTierWeights(func() map[string]int { return map[string]int{"free": 2} })
+	m.ObserveRequest(metrics.Request{Route: "short", Outcome: "done", Tier: "free", PromptTokens: 1, CompletionTokens: 1,
+		Timings: []events.StageTiming{{Stage: "admission", Ms: 1}, {Stage: "llm_first_token", Ms: 1}}})
+	m.RateLimit("tenant", false)
+	m.BanImposed("ip")
+	m.Banned("ip")
+	m.HealingAlert("short", "warn")
+	m.HealingAction("short", "set_permits")
+	m.HealingLevel("short", 1, time.Minute)
+	m.RegisterPools([]string{"short"}, func(context.Context, string) (metrics.PoolStats, error) {
+		return metrics.PoolStats{Backlog: map[string]int{"a": 1}}, nil
+	})
+	m.RegisterCache("answer", func() metrics.CacheStats { return metrics.CacheStats{} })
+	m.RegisterBackends(func() []metrics.Circuit { return []metrics.Circuit{{Pool: "short", Endpoint: "x"}} })
+	m.RegisterDependency("redis", func(context.Context) error { return nil })
+	return m
+}
+
 func TestExprsCoverEveryPanel(t *testing.T) {
 	n := 0
 	for _, r := range Rows {
 		for _, p := range r.Panels {
 			n += len(p.Targets)
+			if p.Axis == "" || p.Unit == "" {
+				t.Errorf("panel %q: no unit or axis label", p.Title)
+			}
 		}
 	}
 	if got := len(Exprs()); got != n+len(Annotations) || slices.Contains(Exprs(), "") {
 		t.Fatalf("Exprs has %d queries, want %d, none empty", got, n+len(Annotations))
+	}
+}
+
+// The dashboard imports into any Grafana: its datasource is a variable of
+// type prometheus whose default is the provisioned one, and namespace,
+// job and pool are multi-value variables with an All of .* in that order
+// (each query narrowed by the ones before).
+func TestVariables(t *testing.T) {
+	d := loadDashboard(t)
+	var names []string
+	for _, v := range d.Templating.List {
+		names = append(names, v.Name)
+		switch v.Name {
+		case VarDatasource:
+			if v.Type != "datasource" || v.Query != "prometheus" || v.Current.Value != provisionedUID(t) {
+				t.Errorf("datasource variable %+v: want type datasource, query prometheus, default %s", v, provisionedUID(t))
+			}
+		default:
+			q, _ := v.Query.(string)
+			if v.Type != "query" || !v.IncludeAll || v.AllValue != ".*" || !strings.HasPrefix(q, "label_values(") {
+				t.Errorf("variable %s %+v: want a label_values query with All = .*", v.Name, v)
+			}
+		}
+	}
+	if want := []string{VarDatasource, VarNamespace, VarJob, VarPool}; !slices.Equal(names, want) {
+		t.Fatalf("variables %v, want %v", names, want)
+	}
+}
+
+var matcher = regexp.MustCompile(`\b((?:sluice|temporal)_[a-z0-9_]+)\{([^}]*)\}`)
+
+// Every series a query reads is scoped to $namespace and $job, and to
+// $pool exactly when its family has a pool label (PoolLabelled, checked
+// against the registry), so that two deployments in one Prometheus, or
+// two pools, never add up in a panel.
+func TestQueriesAreScoped(t *testing.T) {
+	pooled := map[string]bool{}
+	m := registry(t)
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, l := range f.GetMetric()[0].GetLabel() {
+			if l.GetName() == "pool" {
+				pooled[f.GetName()] = true
+			}
+		}
+	}
+	for name := range pooled {
+		if !PoolLabelled[name] {
+			t.Errorf("%s has a pool label but is not in PoolLabelled", name)
+		}
+	}
+	for name := range PoolLabelled {
+		if !pooled[name] {
+			t.Errorf("PoolLabelled lists %s, which has no pool label", name)
+		}
+	}
+	for _, expr := range Exprs() {
+		if n, scoped := len(seriesName.FindAllString(expr, -1)), len(matcher.FindAllString(expr, -1)); n != scoped {
+			t.Errorf("%d of %d selectors unscoped: %s", n-scoped, n, expr)
+		}
+		for _, sel := range matcher.FindAllStringSubmatch(expr, -1) {
+			family := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(sel[1], "_bucket"), "_count"), "_sum")
+			has := func(label string) bool { return strings.Contains(sel[2], label+`=~"$`+label+`"`) }
+			if !has(VarNamespace) || !has(VarJob) || has(VarPool) != PoolLabelled[family] {
+				t.Errorf("selector %s: want namespace and job matchers, and pool iff %s has a pool label", sel[0], family)
+			}
+		}
 	}
 }

@@ -8,10 +8,10 @@
 # limit), and then sluice-dashboard preview queries every panel through
 # Prometheus's HTTP API and draws the grid. Not a Grafana screenshot.
 #
-#   LOAD_SECONDS=240 deploy/grafana/preview.sh
+#   LOAD_SECONDS=240 deploy/grafana/preview.sh   # BIN=DIR: the binaries from elsewhere than bin/
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BIN="$ROOT/bin"
+BIN="${BIN:-$ROOT/bin}"
 LOAD_SECONDS="${LOAD_SECONDS:-240}"
 OUT="${OUT:-$ROOT/deploy/grafana/preview.png}"
 WORK="$(mktemp -d)"
@@ -64,10 +64,8 @@ wait_http "http://127.0.0.1:$WORKER_PORT/metrics" "sluice-worker"
 cat >"$WORK/prometheus.yml" <<YAML
 global: {scrape_interval: 2s, evaluation_interval: 2s}
 scrape_configs:
-  - job_name: sluice-api
-    static_configs: [{targets: ["127.0.0.1:$API_PORT"]}]
-  - job_name: sluice-worker
-    static_configs: [{targets: ["127.0.0.1:$WORKER_PORT"]}]
+  - job_name: sluice
+    static_configs: [{targets: ["127.0.0.1:$API_PORT", "127.0.0.1:$WORKER_PORT"]}]
 YAML
 echo ">> prometheus on 127.0.0.1:$PROM_PORT"
 prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -47,7 +48,7 @@ func New(base, key string) Client {
 }
 
 // Do sends body (if not nil) as JSON to path and returns the answer's
-// body; an error answer is returned as its status, code and message.
+// body; an error answer is returned as an *Error.
 func (c Client) Do(ctx context.Context, method, path string, body any) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
@@ -61,7 +62,11 @@ func (c Client) Do(ctx context.Context, method, path string, body any) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.Key)
+	// No key is an anonymous call, which a server with anonymous access
+	// takes and any other refuses with 401.
+	if c.Key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Key)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -79,13 +84,7 @@ func (c Client) Do(ctx context.Context, method, path string, body any) ([]byte, 
 		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
-			return nil, fmt.Errorf("%s %s: %d %s: %s", method, path, resp.StatusCode, e.Error.Code, e.Error.Message)
-		}
-		return nil, fmt.Errorf("%s %s: %s", method, path, resp.Status)
+		return nil, errorAnswer(method, path, resp, raw)
 	}
 	return raw, nil
 }
@@ -100,4 +99,38 @@ func (c Client) Call(ctx context.Context, method, path string, body, dst any) er
 		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// Error is an error answer: its status, the code and message of its
+// {"error": {...}} body when it has one, and how long its Retry-After
+// asks to wait (0 without one).
+type Error struct {
+	Method, Path string
+	Status       int
+	StatusText   string
+	Code         string
+	Message      string
+	RetryAfter   time.Duration
+}
+
+func (e *Error) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("%s %s: %d %s: %s", e.Method, e.Path, e.Status, e.Code, e.Message)
+	}
+	return fmt.Sprintf("%s %s: %s", e.Method, e.Path, e.StatusText)
+}
+
+// errorAnswer reads an error answer into an *Error.
+func errorAnswer(method, path string, resp *http.Response, raw []byte) *Error {
+	e := &Error{Method: method, Path: path, Status: resp.StatusCode, StatusText: resp.Status}
+	var body struct {
+		Error struct{ Code, Message string }
+	}
+	if json.Unmarshal(raw, &body) == nil {
+		e.Code, e.Message = body.Error.Code, body.Error.Message
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		e.RetryAfter = time.Duration(s) * time.Second
+	}
+	return e
 }

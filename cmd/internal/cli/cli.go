@@ -1,6 +1,7 @@
 // Package cli is the sluice command: the processes (serve), API keys and
-// bans (keys), a config check, a health probe for containers and the
-// version, each a subcommand that answers -h. The single-purpose binaries
+// bans (keys), the usage ledger (usage), kb ingestion (kb), a config
+// check, a health probe for containers and the version, each a
+// subcommand that answers -h. The single-purpose binaries
 // are aliases of its subcommands: sluice-api is `sluice serve api`,
 // sluice-worker `sluice serve worker`, sluice-keys `sluice keys`,
 // sluice-usage `sluice usage`.
@@ -11,8 +12,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"slices"
+	"syscall"
 
+	"github.com/sluice-dev/sluice/cmd/internal/kbcli"
 	"github.com/sluice-dev/sluice/cmd/internal/keyscli"
+	"github.com/sluice-dev/sluice/cmd/internal/llmsimcli"
 	"github.com/sluice-dev/sluice/cmd/internal/usagecli"
 	"github.com/sluice-dev/sluice/pkg/version"
 )
@@ -49,11 +55,16 @@ commands:
   usage [-url URL] [-from DAY] [-to DAY] [-group-by G] [-tenant T] [-csv]
         read the usage ledger: every tenant's with $SLUICE_ADMIN_KEY, the
         key's own tenant's with $SLUICE_KEY
+  kb ingest [-url URL] -kb NAME [-batch N] [-state FILE] DIR|FILE...
+        ingest markdown and text files as a kb's documents, in batches; a
+        re-run sends only what changed (the key comes from $SLUICE_KEY)
   config check FILE
         check a config file as start-up does; exit 1 listing every problem
   healthcheck [-url URL] [-timeout D]
         GET a health endpoint (default http://127.0.0.1:8080/healthz) for
         container probes; exit 0 if it answers 2xx, else 1
+  llmsim [flags]
+        the LLM simulator (pkg/llmsim), as the llmsim binary
   version
         print the version, commit and Go version
 
@@ -83,13 +94,34 @@ func Main(ctx context.Context, args []string, env Env) int {
 		return keyscli.Main(ctx, "sluice keys", rest, env.Getenv, env.Stdout, env.Stderr)
 	case "usage":
 		return usagecli.Main(ctx, "sluice usage", rest, env.Getenv, env.Stdout, env.Stderr)
+	case "kb":
+		return kbCommand(ctx, rest, env)
 	case "config":
 		return configCommand(rest, env)
 	case "healthcheck":
 		return healthcheck(ctx, rest, env)
+	case "llmsim":
+		return llmsimcli.Main(rest)
 	}
 	fmt.Fprintf(env.Stderr, "sluice: unknown command %q\n\n%s\n", cmd, usage)
 	return exitUsage
+}
+
+// Aliases are the names under which the sluice binary runs one of its
+// commands directly, as the single-purpose binaries of those names do: the
+// image holds sluice alone, and links of these names to it.
+var Aliases = map[string][]string{
+	"sluice-api": {"serve", "api"}, "sluice-worker": {"serve", "worker"},
+	"sluice-keys": {"keys"}, "sluice-usage": {"usage"}, "llmsim": {"llmsim"},
+}
+
+// MainAs is Main for the binary run under name (its argv[0]'s base): an
+// alias runs its command with args.
+func MainAs(ctx context.Context, name string, args []string, env Env) int {
+	if words, ok := Aliases[name]; ok {
+		return Main(ctx, append(slices.Clone(words), args...), env)
+	}
+	return Main(ctx, args, env)
 }
 
 // helpAsked reports whether a command line asks for help: its first
@@ -115,4 +147,17 @@ func usageOf(args []string, text string, env Env) int {
 	}
 	fmt.Fprintln(env.Stderr, text)
 	return exitUsage
+}
+
+// kbCommand is `sluice kb`. The first SIGINT or SIGTERM stops it between
+// batches, with what was sent recorded so that a re-run resumes; a second
+// one ends the process.
+func kbCommand(ctx context.Context, args []string, env Env) int {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	defer stop()
+	return kbcli.Main(ctx, "sluice kb", args, kbcli.Env{Stdout: env.Stdout, Stderr: env.Stderr, Getenv: env.Getenv})
 }

@@ -29,7 +29,7 @@ func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{
 		{"-h"}, {"--help"}, {"help"}, {"serve", "-h"}, {"keys", "-h"}, {"keys", "create", "-h"},
-		{"config", "-h"}, {"config", "check", "-h"}, {"healthcheck", "-h"},
+		{"config", "-h"}, {"config", "check", "-h"}, {"healthcheck", "-h"}, {"kb", "-h"}, {"kb", "ingest", "-h"},
 	} {
 		code, out, errOut := run(t, args...)
 		if code != 0 || !strings.Contains(out, "usage: sluice") || errOut != "" {
@@ -37,7 +37,8 @@ func TestHelpExitsZero(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{{}, {"frobnicate"}, {"serve"}, {"serve", "everything"}, {"config"}, {"config", "check"},
-		{"config", "check", "a.yaml", "b.yaml"}, {"healthcheck", "-bogus"}, {"healthcheck", "extra"}} {
+		{"config", "check", "a.yaml", "b.yaml"}, {"healthcheck", "-bogus"}, {"healthcheck", "extra"},
+		{"kb"}, {"kb", "frobnicate"}, {"kb", "ingest"}, {"kb", "ingest", "-kb", "notes"}} {
 		if code, out, errOut := run(t, args...); code != 2 || out != "" || errOut == "" {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", args, code, out, errOut)
 		}
@@ -109,5 +110,27 @@ func TestHealthcheck(t *testing.T) {
 	srv.Close()
 	if code, _, errOut := run(t, "healthcheck", "-url", srv.URL+"/healthz", "-timeout", "1s"); code != 1 || errOut == "" {
 		t.Fatalf("nothing listening: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// Under an alias's name (a link to sluice in the image) the binary is
+// that command: each answers -h with 0, as its single-purpose binary does;
+// under any other name it is sluice.
+func TestAliases(t *testing.T) {
+	for name := range Aliases {
+		var out, errOut bytes.Buffer
+		env := Env{Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }, Environ: func() []string { return nil }}
+		if code := MainAs(context.Background(), name, []string{"-h"}, env); code != 0 {
+			t.Errorf("%s -h: exit %d, stderr %q", name, code, errOut.String())
+		}
+	}
+	var out bytes.Buffer
+	env := Env{Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" }, Environ: func() []string { return nil }}
+	if code := MainAs(context.Background(), "sluice-api", []string{"-bogus"}, env); code != 2 {
+		t.Errorf("sluice-api -bogus: exit %d, want 2", code)
+	}
+	out.Reset()
+	if code := MainAs(context.Background(), "sluice.exe", []string{"-h"}, env); code != 0 || !strings.Contains(out.String(), "usage: sluice <command>") {
+		t.Errorf("another name is sluice: exit %d, %q", code, out.String())
 	}
 }
