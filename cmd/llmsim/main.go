@@ -106,6 +106,7 @@ func configFlags(fs *flag.FlagSet, cfg *llmsim.Config) {
 	fs.IntVar(&cfg.MaxNumSeqs, "max-num-seqs", cfg.MaxNumSeqs, "running batch limit per replica")
 	fs.IntVar(&cfg.KVCacheBlocks, "kv-cache-blocks", cfg.KVCacheBlocks, "KV cache blocks per replica")
 	fs.IntVar(&cfg.BlockSize, "block-size", cfg.BlockSize, "tokens per KV cache block")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "model context in tokens; a longer prompt gets 400 context_length_exceeded (0: the KV cache)")
 	fs.DurationVar(&cfg.PrefillPerToken, "prefill-per-token", cfg.PrefillPerToken, "prefill time per prompt token")
 	fs.DurationVar(&cfg.DecodeBase, "decode-base", cfg.DecodeBase, "fixed time of one decode step")
 	fs.DurationVar(&cfg.DecodePerSeq, "decode-per-seq", cfg.DecodePerSeq, "extra decode step time per running sequence")
