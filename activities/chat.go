@@ -56,6 +56,10 @@ type Pool struct {
 	Streamer        llm.Streamer
 	Model           string
 	MaxPromptTokens int
+	// Endpoints is how many endpoints the pool spreads streams over: a
+	// first token that misses its deadline on that many attempts (or on
+	// the last attempt) has missed it on every endpoint.
+	Endpoints int
 }
 
 // Chat holds every dependency of the chat activities. Register one

@@ -344,7 +344,7 @@ func (r *Runtime) llmPools(cfg config.Pools) (map[string]activities.Pool, error)
 		if err != nil {
 			return nil, fmt.Errorf("pools.%s: %w", name, err)
 		}
-		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens}
+		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens, Endpoints: len(p.Endpoints)}
 		clients[name] = c
 	}
 	r.Metrics.RegisterBackends(func() []metrics.Circuit {

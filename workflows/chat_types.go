@@ -158,6 +158,17 @@ type ChatSettings struct {
 	// RecordUsage writes the request to the usage ledger when it ends
 	// (usage.store is not off).
 	RecordUsage bool `json:",omitempty"`
+	// Fallbacks are each pool's fallbacks (pools.<pool>.fallbacks), in
+	// the order they are tried; a pool without any is absent.
+	Fallbacks map[string][]Fallback `json:",omitempty"`
+}
+
+// Fallback is one place a pool's request goes when the pool cannot
+// answer it before a first token: Model on the pool's own endpoints
+// (Pool empty), or pool Pool, whose model Model is.
+type Fallback struct {
+	Pool  string `json:",omitempty"`
+	Model string
 }
 
 // CancelSignal is the payload of SignalCancel.
@@ -191,6 +202,8 @@ type ChatResult struct {
 	KBVersion    int64
 	Sources      []string
 	ContextShed  int
+	// Fallback, if set, is the last fallback the request took.
+	Fallback *events.Fallback `json:",omitempty"`
 }
 
 // Status answers QueryStatus.
@@ -205,4 +218,6 @@ type Status struct {
 	Tenant          string               `json:"tenant"`
 	KB              string               `json:"kb"`
 	CancelRequested bool                 `json:"cancel_requested,omitempty"`
+	// Fallbacks are the fallbacks the request took, in order.
+	Fallbacks []events.Fallback `json:"fallbacks,omitempty"`
 }

@@ -41,6 +41,10 @@ var oldSides = map[string][]string{
 	// one and one that timed out in the queue each end without its
 	// marker (and record nothing).
 	"usage-ledger": {"chat_done.json", "chat_cancel_signal.json", "chat_queue_timeout.json"},
+	// Recorded before pool fallbacks: a stream cancelled by the client's
+	// signal and one whose client went away each fail the LLM activity,
+	// which reaches the fallback's check without its marker.
+	"pool-fallbacks": {"chat_cancel_signal.json", "chat_disconnected.json"},
 }
 
 // Every GetVersion branch in workflows/ has a listed history that replays
