@@ -33,7 +33,7 @@ func (a *Chat) fallen(ctx context.Context, log *slog.Logger, in LLMInput, pool P
 	default:
 		return nil
 	}
-	log.Warn("llm pool could not answer; falling back", "pool", in.Pool, "model", in.Model, "reason", reason, "err", err)
+	log.Warn("llm pool could not answer; falling back", "pool", in.Pool, "model", cmp.Or(in.Model, pool.Model), "reason", reason, "err", err)
 	return temporal.NewNonRetryableApplicationError("the pool could not answer ("+reason+"): "+err.Error(), ErrTypeFallback, err, Fallen{Reason: reason, Model: cmp.Or(in.Model, pool.Model)})
 }
 

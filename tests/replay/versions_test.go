@@ -325,3 +325,21 @@ func (o *versionOutbound) GetVersionWithOptions(ctx workflow.Context, changeID s
 	o.spy.record(changeID, v)
 	return v
 }
+
+// The recorded fallback (tests/integration's
+// TestFallbackAnswersFromTheLongPool: the short pool's model refused the
+// prompt as too long, the long pool answered) replays through the new
+// side of pool-fallbacks: its path stays covered as the code changes.
+func TestFallbackHistoryReplaysTheNewSide(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := replayVersions(root, "chat_fallback.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := versions["pool-fallbacks"]; !slices.Equal(got, []workflow.Version{1}) {
+		t.Fatalf("pool-fallbacks versions %v, want [1]", got)
+	}
+}
