@@ -20,6 +20,10 @@ var a *activities.Chat
 // → rerank → LLM, and always gives back what admission granted.
 func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
 	w := &chat{in: in, status: Status{Stage: request.StageEmbed, Tenant: in.Tenant, KB: in.KB}, promptBound: in.PromptBound}
+	if in.Fallback != nil {
+		w.fallback = in.Fallback
+		w.status.Fallbacks = []events.Fallback{*in.Fallback}
+	}
 	if err := w.setup(ctx); err != nil {
 		return ChatResult{}, err
 	}

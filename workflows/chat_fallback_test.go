@@ -160,3 +160,22 @@ func (s *chatSuite) TestNoFallbacksNeverFallsBack() {
 	s.Equal(request.OutcomeDone, r.Outcome)
 	s.Nil(r.Fallback)
 }
+
+// The door's fallback (a prompt too long for the pool of the model the
+// client named) is in the answer and the status as the workflow's own.
+func (s *chatSuite) TestDoorFallbackIsInTheAnswer() {
+	s.mockEmbed()
+	s.admitsEverywhere()
+	s.mockRetrieveRerank()
+	s.llmAnswersOn([]bool{false}, nil)
+	in := input()
+	in.Pool = "long"
+	in.Fallback = &events.Fallback{From: "small", To: "large", FromPool: "short", ToPool: "long", Reason: request.FallbackContextTooLong}
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	r := s.result()
+	s.Equal(request.OutcomeDone, r.Outcome)
+	s.Equal(in.Fallback, r.Fallback)
+	f := s.onlyFinalize()
+	s.Require().NotNil(f.Done)
+	s.Equal(in.Fallback, f.Done.Fallback)
+}

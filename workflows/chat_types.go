@@ -110,7 +110,11 @@ type ChatInput struct {
 	Sampling     *openai.Sampling `json:",omitempty"`
 	// Choices is how many answers the client asked for (OpenAI's n); 0
 	// is one.
-	Choices  int `json:",omitempty"`
+	Choices int `json:",omitempty"`
+	// Fallback, if set, is the door's: the pool of the model the client
+	// named could not take the prompt, so Pool is that pool's fallback.
+	// The answer says so as it says the workflow's own fallbacks.
+	Fallback *events.Fallback `json:",omitempty"`
 	Settings ChatSettings
 }
 
