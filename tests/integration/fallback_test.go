@@ -1,10 +1,8 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -13,13 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/api/apispec/spectest"
 	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -89,59 +87,55 @@ var wordy = "Explain, step by step, " + strings.Repeat("how a leased permit, a f
 // A prompt that the short pool's backend refuses as beyond its model's
 // context is answered by the long pool's model, through the native and
 // the OpenAI API: the answer's model names it, its done event (or
-// extension) and the workflow's result say why, and every permit of both
-// pools is given back.
+// extension), the status and the workflow's result say why, every answer
+// matches the OpenAPI description, and every permit of both pools is
+// given back.
 func TestFallbackAnswersFromTheLongPool(t *testing.T) {
 	fs := startFallbackStack(t)
+	spec, err := spectest.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &specClient{t: t, spec: spec, base: fs.url, called: map[string]bool{}}
 	want := events.Fallback{From: "sim-small", To: "sim-large", FromPool: request.PoolShort, ToPool: request.PoolLong, Reason: request.FallbackContextTooLong}
 
 	body, _ := json.Marshal(map[string]any{"query": wordy, "max_tokens": 24})
-	resp := postTo(t, fs.url+"/v1/chat", body)
-	id := resp.Header.Get("X-Request-ID")
+	ans := c.do(specCall{method: http.MethodPost, path: "/v1/chat", body: string(body), key: "k-acme"}, http.StatusOK)
+	id := ans.resp.Header.Get("X-Request-ID")
+	last := ans.events[len(ans.events)-1]
 	var done events.Done
-	r := testenv.NewSSEReader(resp.Body)
-	for {
-		ev, err := r.Next()
-		if err != nil {
-			t.Fatalf("stream ended before its end: %v", err)
-		}
-		if !events.Terminal(ev.Event) {
-			continue
-		}
-		if ev.Event != events.TypeDone {
-			t.Fatalf("the request ended with %s: %s", ev.Event, ev.Data)
-		}
-		if err := ev.Decode(&done); err != nil {
-			t.Fatal(err)
-		}
-		break
+	if last.Event != events.TypeDone || last.Decode(&done) != nil {
+		t.Fatalf("the request ended with %s: %s", last.Event, last.Data)
 	}
-	resp.Body.Close()
 	if done.Model != "sim-large" || done.Route != request.PoolLong || done.Fallback == nil || *done.Fallback != want {
 		t.Fatalf("done: model %q route %q fallback %+v, want sim-large in long after %+v", done.Model, done.Route, done.Fallback, want)
 	}
 	if res := result(t, id); res.Fallback == nil || *res.Fallback != want || res.Route != request.PoolLong {
 		t.Fatalf("workflow result %+v, want the fallback %+v", res, want)
 	}
+	var view struct {
+		Status struct {
+			Fallbacks []events.Fallback `json:"fallbacks"`
+		} `json:"status"`
+	}
+	c.do(specCall{method: http.MethodGet, path: "/v1/requests/" + id, key: "k-acme"}, http.StatusOK).decode(t, &view)
+	if len(view.Status.Fallbacks) != 1 || view.Status.Fallbacks[0] != want {
+		t.Errorf("status fallbacks %+v, want [%+v]", view.Status.Fallbacks, want)
+	}
 	recordHistory(t, id, "chat_fallback")
 
 	body, _ = json.Marshal(map[string]any{"model": "sim-small", "max_tokens": 24,
 		"messages": []map[string]string{{"role": "user", "content": wordy}}})
-	resp = postTo(t, fs.url+"/v1/chat/completions", body)
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	var completion struct {
 		Model  string `json:"model"`
 		Sluice struct {
-			Route    string           `json:"route"`
 			Fallback *events.Fallback `json:"fallback"`
 		} `json:"sluice"`
 	}
-	if err := json.Unmarshal(raw, &completion); err != nil {
-		t.Fatalf("completion %s: %v", raw, err)
-	}
+	ans = c.do(specCall{method: http.MethodPost, path: "/v1/chat/completions", body: string(body), key: "k-acme"}, http.StatusOK)
+	ans.decode(t, &completion)
 	if completion.Model != "sim-large" || completion.Sluice.Fallback == nil || *completion.Sluice.Fallback != want {
-		t.Fatalf("completion %s, want model sim-large after %+v", raw, want)
+		t.Fatalf("completion %s, want model sim-large after %+v", ans.body, want)
 	}
 
 	for _, pool := range request.Pools() {
@@ -153,28 +147,4 @@ func TestFallbackAnswersFromTheLongPool(t *testing.T) {
 			t.Fatalf("pool %s not idle after the fallbacks: %+v", pool, st)
 		}
 	}
-}
-
-// postTo sends body to url as the acme key and fails the test on any
-// answer but 200.
-func postTo(t *testing.T, url string, body []byte) *http.Response {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer k-acme")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		t.Fatalf("POST %s: %d %s", url, resp.StatusCode, b)
-	}
-	return resp
 }
