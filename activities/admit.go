@@ -60,18 +60,18 @@ func (a *Chat) route(ctx context.Context, in AdmitInput) AdmitOutput {
 	return out
 }
 
-// placeIn is the tag of the door's place for the request if it queues in
-// pool's group, the group whose clock tagged it; a place of another group
-// (the request was routed elsewhere) is given back.
-func (a *Chat) placeIn(ctx context.Context, in AdmitInput, pool string) int64 {
+// placeIn is the door's place for the request if it queues in pool's
+// group, the group whose clock tagged it; a place of another group (the
+// request was routed elsewhere) is given back, and none returned.
+func (a *Chat) placeIn(ctx context.Context, in AdmitInput, pool string) admission.Place {
 	p := in.Place
 	if p.Tag == 0 || a.Gate.SameGroup(p.Pool, pool) {
-		return p.Tag
+		return p
 	}
 	if err := a.Gate.Unreserve(ctx, p); err != nil {
 		a.logger(in.RequestID).Warn("give back the door's place in another pool; it lapses", "err", err)
 	}
-	return 0
+	return admission.Place{}
 }
 
 // enqueue asks pool's gate for a permit or a place in its queue, writing

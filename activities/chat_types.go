@@ -241,6 +241,27 @@ type LLMOutput struct {
 	Model string `json:",omitempty"`
 	// FinishReasons are every choice's when several were asked for.
 	FinishReasons []string `json:",omitempty"`
+	// Failovers are the answer's moves to another endpoint mid-stream,
+	// so that the history shows where and why an answer changed hands.
+	Failovers []StreamFailover `json:",omitempty"`
+}
+
+// StreamFailover is one move of an answer to another endpoint of its
+// pool mid-stream (llm.Failover).
+type StreamFailover struct {
+	// From is the endpoint that failed, To the one asked to continue
+	// ("" when none had its circuit closed); both by EndpointName.
+	From, To string
+	// AfterTokens is how many tokens the client had when From failed.
+	AfterTokens int
+	// Reason is why From's stream ended (token_idle, http_<status>,
+	// broken); Outcome is resumed, failed or no_endpoint.
+	Reason, Outcome string
+	// GapMs is the client's wait for the continuation's first token.
+	GapMs int64
+	// PromptTokens is the continuation's prompt (the conversation and the
+	// prefix again): the gateway's cost, not billed to the client.
+	PromptTokens int `json:",omitempty"`
 }
 
 // LookupAnswerInput asks the L3 tier for an answer to the query and, on a

@@ -50,18 +50,16 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 		}
 	}
 	p := a.fitPrompt(ctx, in, pool, chunks)
+	var resume *llm.Resume
 	if prior.tokens > 0 {
-		return LLMOutput{}, a.interruptedBefore(log, prior.tokens, &p)
+		if resume = a.resumable(ctx, log, in, pool, prior.tokens); resume == nil {
+			return LLMOutput{}, a.interruptedBefore(log, prior.tokens, &p)
+		}
 	}
 	if err := a.holdPermit(ctx, log, in); err != nil {
 		return LLMOutput{}, err
 	}
-	s := &tokenStream{
-		a: a, ctx: ctx, requestID: in.RequestID, stopKey: a.Events.StopKey(in.RequestID), start: start,
-		stageWritten: a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageLLM, Pool: in.Pool}),
-		// The answer's text is kept only when the session or the L3 tier needs it.
-		keep: in.Session != nil || in.CacheAnswer,
-	}
+	s := a.newTokenStream(ctx, in, start, resume)
 	defer func() { _ = s.stageWritten() }()
 
 	sctx, stop := context.WithCancelCause(ctx)
@@ -70,13 +68,14 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n)
 
 	model := cmp.Or(in.Model, pool.Model)
-	req := llm.Request{Model: model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices}
+	req := llm.Request{Model: model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices, Resume: resume}
 	if in.Sampling != nil {
 		req.Sampling = *in.Sampling
 	}
 	res, err := pool.Streamer.Stream(sctx, req, s.onToken)
 	// However the stream ended, the permit's time decoding ends here.
 	a.Metrics.PermitDecoding(in.Pool, s.decoding())
+	a.noteFailovers(log, in.Pool, res.Failovers)
 	if err != nil && errors.Is(context.Cause(sctx), errStopped) {
 		err = errStopped
 	}
@@ -195,11 +194,32 @@ type tokenStream struct {
 	answer     []string
 }
 
+// newTokenStream is the token callback's state for a stream that starts
+// now, or that resumes the answer an earlier attempt began: its tokens
+// are counted, its text kept and its llm stage event written already.
+func (a *Chat) newTokenStream(ctx context.Context, in LLMInput, start time.Time, resume *llm.Resume) *tokenStream {
+	s := &tokenStream{
+		a: a, ctx: ctx, requestID: in.RequestID, stopKey: a.Events.StopKey(in.RequestID), start: start,
+		// The answer's text is kept only when the session or the L3 tier needs it.
+		keep: in.Session != nil || in.CacheAnswer,
+	}
+	if resume == nil {
+		s.stageWritten = a.beginStage(ctx, in.RequestID, events.Stage{Stage: request.StageLLM, Pool: in.Pool})
+		return s
+	}
+	s.stageWritten = func() error { return nil }
+	s.n.Store(int64(resume.Pieces))
+	if s.keep {
+		s.answer = append(s.answer, resume.Text)
+	}
+	return s
+}
+
 // onToken writes one token to the event stream and heartbeats its
 // progress; it ends the stream when the stop flag is up.
 func (s *tokenStream) onToken(d llm.Delta) error {
 	i := int(s.n.Load())
-	if i == 0 {
+	if s.firstToken == 0 {
 		s.firstToken = time.Since(s.start)
 		if err := s.stageWritten(); err != nil {
 			return err

@@ -1,6 +1,8 @@
 package activities_test
 
 import (
+	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -124,5 +126,118 @@ func TestStreamLLMDeadlines(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// An answer whose endpoint drops its connection mid-stream is continued
+// by the pool's other endpoint: the client's tokens run on with the next
+// indexes to the end, the output records the failover, and the usage
+// bills each token the client got once.
+func TestStreamLLMFailsOverMidAnswer(t *testing.T) {
+	same := func(cfg *llmsim.Config) { cfg.Seed = 7 }
+	_, dying := simulator(t, func(cfg *llmsim.Config) { same(cfg); cfg.Fault = llmsim.Fault{DieAfterTokens: 6} })
+	_, healthy := simulator(t, same)
+	client, err := llm.NewOpenAI(llm.OpenAIOptions{
+		Name: request.PoolShort, Endpoints: []string{dying.URL, healthy.URL}, Continuation: llm.ContinuationVLLM,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(o *harnessOptions) { o.streamer = client })
+	version, hits := h.retrieveContext(t, "r1", 10, 3)
+	out, err := stream(t, h, activities.LLMInput{
+		RequestID: "r1", Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits, MaxTokens: 30,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := ofType(h.events(t, "r1"), events.TypeToken)
+	answered := 0
+	for i, ev := range toks {
+		var tok events.Token
+		if err := json.Unmarshal(ev.Data, &tok); err != nil || tok.Index != i {
+			t.Fatalf("token %d has index %d (%v)", i, tok.Index, err)
+		}
+		if !tok.Notice {
+			answered++
+		}
+	}
+	if len(out.Failovers) != 1 || out.Failovers[0].AfterTokens != 6 || out.Failovers[0].Outcome != llm.FailoverResumed {
+		t.Fatalf("failovers %+v, want one resumed after 6 tokens", out.Failovers)
+	}
+	if out.Usage.CompletionTokens != answered || answered != 30 || out.Usage.Reported || out.Usage.PromptTokens == 0 {
+		t.Fatalf("usage %+v for %d tokens of the answer streamed (max_tokens 30)", out.Usage, answered)
+	}
+}
+
+// A retry whose earlier attempt was lost mid-answer continues the answer
+// on a pool whose backend can: the client's tokens run on from where the
+// lost attempt left them, without a second llm stage event, to exactly
+// the answer an unbroken stream gives, billed once.
+func TestStreamLLMRetryResumesTheLostAttempt(t *testing.T) {
+	_, srv := simulator(t, nil)
+	client, err := llm.NewOpenAI(llm.OpenAIOptions{Name: request.PoolShort, Endpoints: []string{srv.URL}, Continuation: llm.ContinuationVLLM})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(o *harnessOptions) { o.streamer = client })
+	pool := h.acts.Pools[request.PoolShort]
+	pool.Continues = true
+	h.acts.Pools[request.PoolShort] = pool
+	texts := func(id string) []string {
+		var out []string
+		for i, ev := range ofType(h.events(t, id), events.TypeToken) {
+			var tok events.Token
+			if err := json.Unmarshal(ev.Data, &tok); err != nil || tok.Index != i {
+				t.Fatalf("%s: token %d has index %d (%v)", id, i, tok.Index, err)
+			}
+			out = append(out, tok.Text)
+		}
+		return out
+	}
+	input := func(id string) activities.LLMInput {
+		version, hits := h.retrieveContext(t, id, 10, 3)
+		return activities.LLMInput{RequestID: id, Pool: request.PoolShort, Query: query, KB: kbName, KBVersion: version, Context: hits, MaxTokens: 40}
+	}
+	whole, err := stream(t, h, input("r0"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := texts("r0")
+	if _, err := h.gate.Release(t.Context(), request.PoolShort, "r0"); err != nil {
+		t.Fatal(err)
+	}
+	in := input("r1")
+	stagesBefore := len(ofType(h.events(t, "r1"), events.TypeStage))
+	// The lost attempt wrote its stage event and 7 tokens, the 7th twice
+	// (a retried write), before its worker died.
+	if _, err := h.log.Append(context.Background(), "r1", events.TypeStage, events.Stage{Stage: request.StageLLM, Pool: request.PoolShort}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if _, err := h.log.Append(context.Background(), "r1", events.TypeToken, events.Token{Text: want[min(i, 6)], Index: min(i, 6)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := stream(t, h, in, struct{ Tokens int }{Tokens: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ev := range ofType(h.events(t, "r1"), events.TypeToken) {
+		var tok events.Token
+		_ = json.Unmarshal(ev.Data, &tok)
+		if len(got) == tok.Index {
+			got = append(got, tok.Text)
+		}
+	}
+	if strings.Join(got, "") != strings.Join(want, "") {
+		t.Fatalf("resumed answer %q\nwant %q", strings.Join(got, ""), strings.Join(want, ""))
+	}
+	if n := len(ofType(h.events(t, "r1"), events.TypeStage)) - stagesBefore; n != 1 {
+		t.Errorf("%d llm stage events, want the lost attempt's one", n)
+	}
+	if out.Usage.CompletionTokens != whole.Usage.CompletionTokens || out.Usage.PromptTokens != whole.Usage.PromptTokens || out.FinishReason != whole.FinishReason {
+		t.Errorf("resumed usage %+v finish %s, unbroken %+v finish %s", out.Usage, out.FinishReason, whole.Usage, whole.FinishReason)
 	}
 }

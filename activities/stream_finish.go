@@ -26,6 +26,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 		Usage: usage, FinishReason: res.FinishReason, FinishReasons: res.Finishes,
 		Sources: sources(p.chunks), ContextShed: len(in.Context) - len(p.chunks),
 		FirstTokenMs: s.firstToken.Milliseconds(), Ms: time.Since(s.start).Milliseconds(), Model: res.Model,
+		Failovers: streamFailovers(res.Failovers),
 	}
 	if in.Session != nil {
 		out.TurnRecorded = a.recordAnswer(ctx, in, res.FinishReason, s.answer)

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -131,4 +133,45 @@ func (a *Chat) interruptedBefore(log *slog.Logger, tokens int, p *fittedPrompt) 
 	return temporal.NewNonRetryableApplicationError(
 		fmt.Sprintf("an earlier attempt streamed %d tokens before it was lost", tokens), ErrTypeStreamInterrupted, nil,
 		events.Usage{PromptTokens: promptTokens, CompletionTokens: tokens, TotalTokens: promptTokens + tokens})
+}
+
+// resumeReadBatch is how many events resumable reads from Redis at once.
+const resumeReadBatch = 256
+
+// resumable reads back the answer an earlier attempt streamed before it
+// was lost, token by token from the request's event stream (what the
+// client has), for the pool to continue. It is nil, and the answer ends
+// interrupted, when the pool's backend cannot continue one, or the answer
+// is not text alone (tool calls, several choices, the truncation notice
+// of a finished answer), or its tokens cannot be read whole.
+func (a *Chat) resumable(ctx context.Context, log *slog.Logger, in LLMInput, pool Pool, tokens int) *llm.Resume {
+	if !pool.Continues || in.Choices > 1 {
+		return nil
+	}
+	var text strings.Builder
+	next, after := 0, ""
+	for next < tokens {
+		evs, err := a.Events.After(ctx, in.RequestID, after, resumeReadBatch)
+		if err != nil || len(evs) == 0 {
+			log.Warn("read back the answer a lost attempt streamed", "tokens", tokens, "read", next, "err", err)
+			return nil
+		}
+		for _, ev := range evs {
+			after = ev.ID
+			if ev.Type != events.TypeToken {
+				continue
+			}
+			var tok events.Token
+			if json.Unmarshal(ev.Data, &tok) != nil || tok.Notice || tok.Choice != 0 || len(tok.ToolCalls) > 0 || tok.Index > next {
+				return nil
+			}
+			// A retried write may have appended a token twice.
+			if tok.Index == next {
+				text.WriteString(tok.Text)
+				next++
+			}
+		}
+	}
+	log.Warn("an earlier attempt streamed tokens and was lost; resuming its answer", "tokens", tokens)
+	return &llm.Resume{Text: text.String(), Pieces: tokens}
 }

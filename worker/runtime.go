@@ -340,11 +340,13 @@ func (r *Runtime) llmPools(cfg config.Pools) (map[string]activities.Pool, error)
 			Deadlines: llm.Deadlines{Connect: p.ConnectTimeout, FirstToken: p.FirstTokenTimeout, TokenIdle: p.TokenIdleTimeout},
 			Breaker:   llm.Breaker{Failures: p.Breaker.Failures, OpenFor: p.Breaker.OpenFor, SlowFirstToken: p.Breaker.SlowFirstToken},
 			Logger:    r.Logger.With("component", "llm"), Tracer: r.Tracer,
+			Continuation: p.Continuation, MaxFailovers: p.MaxFailovers,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("pools.%s: %w", name, err)
 		}
-		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens, Endpoints: len(p.Endpoints)}
+		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens,
+			Continues: p.Continuation == config.ContinuationVLLM, Endpoints: len(p.Endpoints)}
 		clients[name] = c
 	}
 	r.Metrics.RegisterBackends(func() []metrics.Circuit {

@@ -118,6 +118,7 @@ func configFlags(fs *flag.FlagSet, cfg *llmsim.Config) {
 	fs.IntVar(&cfg.AnswerMaxTokens, "answer-max-tokens", cfg.AnswerMaxTokens, "longest natural answer, in tokens")
 	fs.BoolVar(&cfg.Fault.StallFirstToken, "fault-stall-first-token", false, "fault: accept requests but never send a token")
 	fs.IntVar(&cfg.Fault.StallAfterTokens, "fault-stall-after-tokens", 0, "fault: stop every answer after this many tokens (0: off)")
+	fs.IntVar(&cfg.Fault.DieAfterTokens, "fault-die-after-tokens", 0, "fault: drop a stream's connection when its answer reaches this many tokens, a continued prefix counted (0: off)")
 	fs.IntVar(&cfg.Fault.ErrorStatus, "fault-error-status", 0, "fault: refuse every request with this HTTP status, 500..599 (0: off)")
 	fs.DurationVar(&cfg.Fault.TokenDelay, "fault-token-delay", 0, "fault: extra time of every decode step (a slow replica)")
 	fs.Func("refuse-params", "comma-separated sampling parameters (or n) the backend does not support, e.g. logit_bias,seed; requests that set one get 400",

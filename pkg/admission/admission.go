@@ -208,8 +208,10 @@ type poolKeys struct {
 	// clock, groupFinish and credit are the group's virtual time, finish
 	// tags and tenants' credits: the pool's own stats and finish (and its
 	// credit) for a pool alone (group.go); reserved counts each tenant's
-	// places reserved at the door (Reserve).
-	clock, groupFinish, credit, reserved string
+	// places reserved at the door (Reserve); expect is the share of its
+	// bound each tenant's requests used lately, which a new entry is
+	// charged (lib.lua learn).
+	clock, groupFinish, credit, reserved, expect string
 }
 
 // list is KEYS of every script, in the order lib.lua names them.
@@ -255,10 +257,11 @@ type Request struct {
 	// waiter missed its re-checks) comes back at its old place, past both
 	// queue caps.
 	Seq int64
-	// Place is the tag of the place the door reserved for the request in
-	// the fair order (Reserve; 0: none): a new arrival queues there, and
-	// its tenant's reservation is taken whatever Enqueue answers.
-	Place int64
+	// Place is the place the door reserved for the request in the fair
+	// order (Reserve; a zero Tag: none): a new arrival queues there, and
+	// its tenant's reservation is taken whatever Enqueue answers. Only its
+	// Tag and Charge are read.
+	Place Place
 	// AliveFor is how long the request's queue place stays live without
 	// another call (0: Options.WaiterTTL). A waiter that does not re-check
 	// (it waits for its grant's signal until its deadline) passes its
@@ -333,9 +336,9 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: weight must be > 0, got %d", req.ID, pool, req.Weight)
 	case !(cost > 0) || math.IsInf(cost, 0):
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: cost must be > 0, got %v", req.ID, pool, req.Cost)
-	case req.MaxPerTenant < 0 || req.MaxConcurrent < 0 || req.Seq < 0 || req.Place < 0 || req.AliveFor < 0:
+	case req.MaxPerTenant < 0 || req.MaxConcurrent < 0 || req.Seq < 0 || req.Place.Tag < 0 || req.AliveFor < 0:
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: negative MaxPerTenant %d, MaxConcurrent %d, Seq %d, Place %d or AliveFor %s",
-			req.ID, pool, req.MaxPerTenant, req.MaxConcurrent, req.Seq, req.Place, req.AliveFor)
+			req.ID, pool, req.MaxPerTenant, req.MaxConcurrent, req.Seq, req.Place.Tag, req.AliveFor)
 	}
 	alive := g.aliveTTL
 	if req.AliveFor > 0 {
@@ -344,7 +347,7 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 	k := g.keys(pool)
 	raw, err := enqueueScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
-		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent, req.Place,
+		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent, req.Place.Tag, req.Place.Charge,
 	}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)

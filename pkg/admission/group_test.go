@@ -7,6 +7,9 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // newGroup is a gate whose pools "short" and "long" share a budget of
@@ -312,7 +315,9 @@ func TestSettledCostsShareTheTokensUsed(t *testing.T) {
 
 // A settled request credits its tenant once, with its permit; the credit
 // shortens the tenant's next entry, and is kept while the tenant has
-// requests queued or in flight, gone when it is idle.
+// requests queued or in flight, gone when it is idle. A debt (a request
+// used more than it was charged) stays when the tenant goes idle: its next
+// entry pays it, as VTC keeps a counter that ran ahead.
 func TestSettlementIsOnceAndNotBanked(t *testing.T) {
 	g, rdb := newGate(t, 1, nil)
 	ctx := context.Background()
@@ -331,9 +336,15 @@ func TestSettlementIsOnceAndNotBanked(t *testing.T) {
 	if c, err := rdb.HGet(ctx, k.credit, "a").Int(); err != nil || c != (2-0.5)*2520 {
 		t.Fatalf("credit %d (%v), want 1.5 units (3780 ticks), once", c, err)
 	}
+	// a1 used a quarter of its bound: a's next entry is charged 81.3 % of
+	// its 2 units (1000 + 0.25*(250-1000) permille), 4098 ticks, less the
+	// credit.
+	if r, err := rdb.HGet(ctx, k.expect, "a").Int(); err != nil || r != 813 {
+		t.Fatalf("expected share %d‰ (%v), want 813", r, err)
+	}
 	a4 := mustEnqueueReq(t, g, Request{ID: "a4", Tenant: "a", Weight: 1, Cost: 2})
-	if got := a4.Seq - a3.Seq; got != (2-1.5)*2520 {
-		t.Fatalf("a4 is %d ticks past a3, want 1260: its 2 units less the credit", got)
+	if got := a4.Seq - a3.Seq; got != 4098-3780 {
+		t.Fatalf("a4 is %d ticks past a3, want 318: its expected charge less the credit", got)
 	}
 	if n, _ := rdb.Exists(ctx, k.credit).Result(); n != 0 {
 		t.Fatal("the credit was not used up")
@@ -346,7 +357,7 @@ func TestSettlementIsOnceAndNotBanked(t *testing.T) {
 		t.Fatalf("credit %d, want a debt of 1 unit (-2520)", c)
 	}
 	// a's last entry leaves the queue: its F_t goes, its debt stays while
-	// a3 is in flight, and goes when a is idle.
+	// a3 is in flight, and after a goes idle.
 	mustRelease(t, g, "a4")
 	if n, _ := rdb.Exists(ctx, k.finish).Result(); n != 0 {
 		t.Fatal("a tenant with nothing queued kept its F_t")
@@ -355,7 +366,59 @@ func TestSettlementIsOnceAndNotBanked(t *testing.T) {
 		t.Fatalf("credit %d while a3 is in flight, want the debt kept", c)
 	}
 	mustRelease(t, g, "a3")
+	if c, _ := rdb.HGet(ctx, k.credit, "a").Int(); c != -2520 {
+		t.Fatalf("credit %d after a went idle, want the debt kept", c)
+	}
+	// Back from idle, a's next entry starts at V and is longer by the
+	// debt: 2 units at the learned 860‰ (a2 used all of its bound and
+	// more), 4334 ticks, plus 2520.
+	mustEnqueue(t, g, "h2")
+	v := vtimeOf(t, rdb, g)
+	a5 := mustEnqueueReq(t, g, Request{ID: "a5", Tenant: "a", Weight: 1, Cost: 2})
+	if got := a5.Seq - v; got != 4334+2520 {
+		t.Fatalf("a5 is %d ticks past V, want 6854: its charge and the debt", got)
+	}
+	mustRelease(t, g, "a5")
+	mustRelease(t, g, "h2")
 	assertNoQueueState(t, rdb, g)
+}
+
+// A tenant is charged what its requests are expected to use, learned from
+// its releases: after its requests used a quarter of their bounds, a burst
+// of its places reserved at the door interleaves with another tenant's
+// entries of the same real size, as VTC would serve them. Charged the
+// bound, the burst would wait behind all of the other's entries, and its
+// credit could reach only places taken after it.
+func TestChargeFollowsWhatTheTenantUses(t *testing.T) {
+	g, rdb := newGate(t, 1, nil)
+	ctx := context.Background()
+	for i := range 12 {
+		mustEnqueueReq(t, g, Request{ID: fmt.Sprintf("x%d", i), Tenant: "x", Weight: 1})
+		mustEnqueueReq(t, g, Request{ID: fmt.Sprintf("w%d", i), Tenant: "loose", Weight: 1, Cost: 4})
+		mustRelease(t, g, fmt.Sprintf("x%d", i)) // w granted
+		if _, err := g.ReleaseUsed(ctx, "p", fmt.Sprintf("w%d", i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := rdb.HGet(ctx, g.keys("p").expect, "loose").Int()
+	if err != nil || r < 250 || r > 300 {
+		t.Fatalf("loose's expected share %d‰ (%v), want near 250 after 12 requests using a quarter", r, err)
+	}
+	mustEnqueueReq(t, g, Request{ID: "hold", Tenant: "x", Weight: 1})
+	for i := range 4 {
+		mustEnqueueReq(t, g, Request{ID: fmt.Sprintf("t%d", i), Tenant: "tight", Weight: 1, Cost: 1})
+	}
+	for i := range 4 {
+		p, _, err := g.Reserve(ctx, "p", "loose", 1, 4, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustEnqueueReq(t, g, Request{ID: fmt.Sprintf("l%d", i), Tenant: "loose", Weight: 1, Cost: 4, Place: p})
+	}
+	want := []string{"t0", "l0", "t1", "l1", "t2", "l2", "t3", "l3"}
+	if got := grantOrder(t, g, "hold"); !slices.Equal(got, want) {
+		t.Fatalf("granted %v, want %v", got, want)
+	}
 }
 
 // Ahead counts the entries a new request would wait behind: a heavy
@@ -377,4 +440,14 @@ func TestAheadCountsTheFairOrder(t *testing.T) {
 	if err != nil || light != 6 {
 		t.Fatalf("the batch tenant's next is behind %d (%v), want all 6 of its own, in both pools", light, err)
 	}
+}
+
+// vtimeOf is the virtual time V of the gate's pool "p".
+func vtimeOf(t *testing.T, rdb *redis.Client, g *Gate) int64 {
+	t.Helper()
+	v, err := rdb.HGet(context.Background(), g.keys("p").clock, "vtime").Int64()
+	if err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	return v
 }

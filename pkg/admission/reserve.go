@@ -18,6 +18,10 @@ type Place struct {
 	Cost float64
 	// Tag is the place in the fair order; 0 is no place.
 	Tag int64
+	// Charge is the ticks of virtual time the place was charged, before
+	// its tenant's credit: what its entry settles against (0 on places
+	// reserved before it was kept: their cost/weight).
+	Charge int64 `json:",omitzero"`
 }
 
 // Reserve takes a place in pool's fair order for a request of tenant at
@@ -44,10 +48,10 @@ func (g *Gate) Reserve(ctx context.Context, pool, tenant string, weight int, cos
 	if err != nil {
 		return Place{}, 0, fmt.Errorf("reserve a place in pool %s for tenant %s: %w", pool, tenant, err)
 	}
-	if len(raw) != 2 {
+	if len(raw) != 3 {
 		return Place{}, 0, fmt.Errorf("reserve a place in pool %s: reply %v", pool, raw)
 	}
-	return Place{Pool: pool, Tenant: tenant, Weight: weight, Cost: cost, Tag: raw[0]}, int(raw[1]), nil
+	return Place{Pool: pool, Tenant: tenant, Weight: weight, Cost: cost, Tag: raw[0], Charge: raw[2]}, int(raw[1]), nil
 }
 
 // Unreserve gives back a place whose request never queued (it ended at
@@ -58,7 +62,7 @@ func (g *Gate) Unreserve(ctx context.Context, p Place) error {
 		return nil
 	}
 	err := unreserveScript.Run(ctx, g.rdb, g.scriptKeys(p.Pool), p.Tenant, p.Tag, p.Weight,
-		strconv.FormatFloat(p.Cost, 'g', -1, 64)).Err()
+		strconv.FormatFloat(p.Cost, 'g', -1, 64), p.Charge).Err()
 	if err != nil {
 		return fmt.Errorf("give back place %d in pool %s of tenant %s: %w", p.Tag, p.Pool, p.Tenant, err)
 	}

@@ -55,9 +55,9 @@ func TestPlacesReservedAtTheDoorKeepOneOrder(t *testing.T) {
 	}
 	// They reach the queue in the door's order, heavy's first.
 	for i, p := range places {
-		mustEnqueueReq(t, g, Request{ID: "h" + string(rune('1'+i)), Tenant: "heavy", Weight: 1, Place: p.Tag})
+		mustEnqueueReq(t, g, Request{ID: "h" + string(rune('1'+i)), Tenant: "heavy", Weight: 1, Place: p})
 	}
-	mustEnqueueReq(t, g, Request{ID: "l0", Tenant: "light", Weight: 1, Place: light.Tag})
+	mustEnqueueReq(t, g, Request{ID: "l0", Tenant: "light", Weight: 1, Place: light})
 	if got, want := grantOrder(t, g, "hold"), []string{"h0", "l0", "h1", "h2", "h3"}; !slices.Equal(got, want) {
 		t.Fatalf("granted %v, want %v", got, want)
 	}

@@ -99,6 +99,17 @@ type Pool struct {
 	// batch; Scaler is how it asks for more replicas.
 	Healing PoolHealing `yaml:"healing"`
 	Scaler  Scaler      `yaml:"scaler"`
+	// Continuation is how the pool's backend continues an answer another
+	// endpoint began, so that a stream that breaks mid-answer fails over
+	// to another endpoint without a repeated or lost token: "vllm"
+	// (continue_final_message with add_generation_prompt false; the
+	// simulator takes it too), or "none" (the default: a backend that
+	// does not know the option would answer anew after the prefix, so
+	// such a stream ends stream_interrupted).
+	Continuation string `yaml:"continuation"`
+	// MaxFailovers bounds how often one answer may move to another
+	// endpoint mid-stream.
+	MaxFailovers int `yaml:"max_failovers"`
 	// Fallbacks are tried in order when this pool cannot answer a request
 	// before its first token: every endpoint's circuit is open, the
 	// backend answers that the prompt exceeds its context, or the first
@@ -114,6 +125,12 @@ type Fallback struct {
 	Model string `yaml:"model"`
 	Pool  string `yaml:"pool"`
 }
+
+// Pool continuations (Pool.Continuation).
+const (
+	ContinuationNone = "none"
+	ContinuationVLLM = "vllm"
+)
 
 // Breaker opens an endpoint's circuit, so that requests go to the pool's
 // other endpoints, after failures in a row; a pool whose every circuit is
@@ -188,6 +205,8 @@ func defaultPool(maxConcurrency, maxPromptTokens int) Pool {
 		Breaker:           Breaker{Failures: defaultBreakerFailures, OpenFor: defaultBreakerOpenFor, SlowFirstToken: defaultSlowFirstToken},
 		Healing:           defaultPoolHealing(),
 		Scaler:            defaultScaler(),
+		Continuation:      ContinuationNone,
+		MaxFailovers:      2,
 	}
 }
 
@@ -285,6 +304,10 @@ func (p Pool) validate(v *validator, field string) {
 		v.add(field+".max_wait", "must not be negative, got %s", p.MaxWait)
 	}
 	p.validateDeadlines(v, field)
+	if p.Continuation != ContinuationNone && p.Continuation != ContinuationVLLM {
+		v.add(field+".continuation", "must be %s or %s, got %q", ContinuationNone, ContinuationVLLM, p.Continuation)
+	}
+	v.positive(field+".max_failovers", int64(p.MaxFailovers))
 	p.Healing.validate(v, field, p.MaxConcurrency)
 	p.Scaler.validate(v, field+".scaler")
 }

@@ -36,6 +36,17 @@ type Request struct {
 	// Choices is how many answers to generate (OpenAI's n); 0 or 1 asks
 	// for one and sends no n.
 	Choices int
+	// Resume, if set, is the start of the answer that the caller already
+	// has (from an earlier stream, lost with its worker): the stream
+	// continues it as a failover does, on a pool whose backend can.
+	Resume *Resume
+}
+
+// Resume is an answer's start: its text, and the pieces of content it
+// came in.
+type Resume struct {
+	Text   string
+	Pieces int
 }
 
 // Delta is one piece of the answer: text, or pieces of the tool calls
@@ -69,6 +80,10 @@ type Result struct {
 	// Model is the model that answered, as the backend named it in its
 	// chunks; "" when it named none.
 	Model string
+	// Failovers are the stream's moves to another endpoint mid-answer, in
+	// order. After one, Usage is not reported: the caller bills the
+	// prompt once and every piece of content it got once.
+	Failovers []Failover
 }
 
 // Streamer streams one chat completion, calling onDelta for every piece
@@ -139,6 +154,9 @@ type OpenAI struct {
 	breaker   Breaker
 	next      atomic.Uint64
 	tracer    trace.Tracer
+	// continuation and maxFailovers are OpenAIOptions'.
+	continuation string
+	maxFailovers int
 }
 
 // OpenAIOptions configures an OpenAI client.
@@ -159,6 +177,13 @@ type OpenAIOptions struct {
 	// Tracer, if set, traces each completion as a GenAI client span
 	// (see trace.go); nil traces nothing.
 	Tracer trace.TracerProvider
+	// Continuation is how the pool's backend continues an answer another
+	// endpoint began (ContinuationVLLM), which lets a stream that breaks
+	// mid-answer fail over; "" or ContinuationNone: it cannot, and such a
+	// stream fails.
+	Continuation string
+	// MaxFailovers bounds a stream's failovers (0: DefaultMaxFailovers).
+	MaxFailovers int
 }
 
 // withDefaults fills what o leaves zero: each deadline and breaker
@@ -176,6 +201,8 @@ func (o OpenAIOptions) withDefaults() OpenAIOptions {
 		SlowFirstToken: cmp.Or(o.Breaker.SlowFirstToken, b.SlowFirstToken),
 	}
 	o.Logger = cmp.Or(o.Logger, slog.Default())
+	o.Continuation = cmp.Or(o.Continuation, ContinuationNone)
+	o.MaxFailovers = cmp.Or(o.MaxFailovers, DefaultMaxFailovers)
 	return o
 }
 
@@ -185,9 +212,13 @@ func NewOpenAI(opts OpenAIOptions) (*OpenAI, error) {
 		return nil, errors.New("llm: no endpoints")
 	}
 	opts = opts.withDefaults()
+	if opts.Continuation != ContinuationNone && opts.Continuation != ContinuationVLLM {
+		return nil, fmt.Errorf("llm: continuation %q: want %s or %s", opts.Continuation, ContinuationNone, ContinuationVLLM)
+	}
 	c := &OpenAI{
 		name: opts.Name, apiKey: opts.APIKey, http: opts.HTTPClient,
 		deadlines: opts.Deadlines, breaker: opts.Breaker,
+		continuation: opts.Continuation, maxFailovers: opts.MaxFailovers,
 	}
 	if opts.Tracer == nil {
 		opts.Tracer = noop.NewTracerProvider()
@@ -236,29 +267,54 @@ func chatRequest(req Request) openai.ChatRequest {
 }
 
 // Stream implements Streamer. It fails fast with an *UnavailableError
-// when every endpoint's circuit is open; otherwise the endpoint's circuit
-// learns how the stream went.
+// when every endpoint's circuit is open; otherwise each endpoint's
+// circuit learns how its part of the stream went. An endpoint that fails
+// mid-answer hands the answer to another when the pool's backend can
+// continue one (failover.go).
 func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta) error) (res Result, err error) {
 	ctx, span := c.startSpan(ctx, req)
 	defer func() { endSpan(span, res, err) }()
-	body, err := json.Marshal(chatRequest(req))
+	tr := newTranscript(onDelta)
+	body, err := c.firstRequest(req, tr)
 	if err != nil {
-		return Result{}, fmt.Errorf("encode chat request: %w", err)
+		return Result{}, err
 	}
 	t, err := c.pick()
 	if err != nil {
 		return Result{}, err
 	}
 	res = Result{Endpoint: t.ep.name}
+	if req.Resume != nil {
+		res.Chunks = req.Resume.Pieces
+	}
 	spanEndpoint(span, t.ep.url)
-	err = c.stream(ctx, t, body, &res, onDelta)
+	err = c.attempt(ctx, t, body, &res, tr.deliver)
+	failed := []*endpoint{t.ep}
+	for err != nil && c.canFailover(ctx, req, &res, tr, err) {
+		var ep *endpoint
+		if ep, err = c.failover(ctx, req, &res, tr, failed, err); ep == nil {
+			break
+		}
+		failed = append(failed, ep)
+	}
+	if req.Resume != nil {
+		// The backend's usage covers only what this stream added.
+		res.Usage, res.UsageReported = Usage{}, false
+	}
+	return res, err
+}
+
+// attempt streams body from the ticket's endpoint into res and reports
+// the outcome to its circuit: the caller's own error does not count.
+func (c *OpenAI) attempt(ctx context.Context, t *ticket, body []byte, res *Result, onDelta func(Delta) error) error {
+	err := c.stream(ctx, t, body, res, onDelta)
 	var callerErr callerError
 	if errors.As(err, &callerErr) {
 		t.report(errNotCounted)
-		return res, callerErr.err
+		return callerErr.err
 	}
 	t.report(outcomeOf(err))
-	return res, err
+	return err
 }
 
 // callerError is an error of the caller's onDelta, told apart from the
@@ -294,9 +350,11 @@ func (c *OpenAI) stream(ctx context.Context, t *ticket, body []byte, res *Result
 			Retryable: resp.StatusCode == 408 || resp.StatusCode == 429 || resp.StatusCode >= 500,
 		}
 	}
+	first := true
 	err = readStream(resp.Body, res, func(d Delta) error {
 		w.pause()
-		if res.Chunks == 1 {
+		if first {
+			first = false
 			ttft := time.Since(start)
 			t.firstToken(ttft)
 			spanFirstToken(ctx, ttft)

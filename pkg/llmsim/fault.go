@@ -38,6 +38,12 @@ type Fault struct {
 	// simulated time: a slow replica (a throttled GPU, a noisy
 	// neighbour). Every sequence in its batch waits for it.
 	TokenDelay time.Duration
+	// DieAfterTokens, if > 0: a stream whose answer reaches this many
+	// tokens has its connection dropped at once, without a finish or an
+	// error event (a crashed replica, a broken proxy). It counts the
+	// answer's tokens, those of a continued assistant prefix too, so a
+	// continuation that starts past it is not cut again.
+	DieAfterTokens int
 }
 
 // faultJSON is a Fault on the wire, durations in seconds as in
@@ -47,13 +53,14 @@ type faultJSON struct {
 	StallAfterTokens  int     `json:"stall_after_tokens,omitempty"`
 	ErrorStatus       int     `json:"error_status,omitempty"`
 	TokenDelaySeconds float64 `json:"token_delay_seconds,omitempty"`
+	DieAfterTokens    int     `json:"die_after_tokens,omitempty"`
 }
 
 // MarshalJSON writes the fault as /admin/config shows it.
 func (f Fault) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultJSON{
 		StallFirstToken: f.StallFirstToken, StallAfterTokens: f.StallAfterTokens,
-		ErrorStatus: f.ErrorStatus, TokenDelaySeconds: f.TokenDelay.Seconds(),
+		ErrorStatus: f.ErrorStatus, TokenDelaySeconds: f.TokenDelay.Seconds(), DieAfterTokens: f.DieAfterTokens,
 	})
 }
 
@@ -67,6 +74,7 @@ func (f *Fault) UnmarshalJSON(b []byte) error {
 	*f = Fault{
 		StallFirstToken: w.StallFirstToken, StallAfterTokens: w.StallAfterTokens,
 		ErrorStatus: w.ErrorStatus, TokenDelay: time.Duration(w.TokenDelaySeconds * float64(time.Second)),
+		DieAfterTokens: w.DieAfterTokens,
 	}
 	return nil
 }
@@ -79,6 +87,9 @@ func (f Fault) Validate() error {
 	}
 	if f.StallFirstToken && f.StallAfterTokens > 0 {
 		errs = append(errs, errors.New("set stall_first_token or stall_after_tokens, not both"))
+	}
+	if f.DieAfterTokens < 0 {
+		errs = append(errs, fmt.Errorf("die_after_tokens must be >= 0, got %d", f.DieAfterTokens))
 	}
 	if f.ErrorStatus != 0 && (f.ErrorStatus < 500 || f.ErrorStatus > 599) {
 		errs = append(errs, fmt.Errorf("error_status must be 0 or 500..599, got %d", f.ErrorStatus))
@@ -94,6 +105,19 @@ func (f Fault) Validate() error {
 func (f Fault) stalls(generated int) bool {
 	return (f.StallFirstToken && generated == 0) || (f.StallAfterTokens > 0 && generated >= f.StallAfterTokens)
 }
+
+// dies reports whether a sequence that started at answer token start and
+// has generated tokens since has its connection dropped now: when its
+// answer reaches DieAfterTokens, unless it started there or past it.
+func (f Fault) dies(start, generated int) bool {
+	k := f.DieAfterTokens
+	return k > 0 && start < k && start+generated >= k
+}
+
+// errDied is the end of a sequence whose replica drops its connection
+// (Fault.DieAfterTokens); the handler aborts the response without a
+// word.
+var errDied = errors.New("simulated fault: connection dropped mid-answer")
 
 // faults is the simulator's faults at one moment: the server-wide one, and
 // those of single replicas (which replace it for them). It is never

@@ -80,8 +80,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	// The output budget is also capped by the context left after the prompt,
 	// which is what a full KV cache for one sequence can hold.
 	budget := min(p.maxTokens, s.cfg.contextTokens()-p.promptTokens)
-	scripts := s.plan(p.msgs, p.gen, budget, p.n)
-	seqs, events := s.sequences(r.Context(), p.promptTokens, scripts)
+	scripts, start := s.planReply(p, budget)
+	seqs, events := s.sequences(r.Context(), p.promptTokens, scripts, start)
 	if err := s.submit(seqs); err != nil {
 		status := http.StatusServiceUnavailable
 		var fault *faultStatus
@@ -110,7 +110,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 
 // sequences makes a request's sequences, one per choice, sharing its
 // prompt and one events channel with room for all they report.
-func (s *Server) sequences(ctx context.Context, promptTokens int, scripts []script) ([]*sequence, <-chan event) {
+func (s *Server) sequences(ctx context.Context, promptTokens int, scripts []script, start int) ([]*sequence, <-chan event) {
 	room := 0
 	for _, sc := range scripts {
 		room += sc.target + 1
@@ -127,6 +127,7 @@ func (s *Server) sequences(ctx context.Context, promptTokens int, scripts []scri
 			target:  sc.target,
 			reason:  sc.reason,
 			out:     sc.out,
+			start:   start,
 			arrival: arrival,
 			events:  events,
 		}
@@ -158,6 +159,8 @@ func (s *Server) complete(ctx context.Context, w http.ResponseWriter, a reply) {
 			return
 		case ev := <-a.events:
 			switch {
+			case errors.Is(ev.err, errDied):
+				dropConnection(a.log, u.CompletionTokens)
 			case ev.err != nil:
 				writeError(w, http.StatusServiceUnavailable, "server_error", "%s", ev.err.Error())
 				return
@@ -220,6 +223,8 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a reply, inc
 		sc := a.choices[ev.choice]
 		var err error
 		switch {
+		case errors.Is(ev.err, errDied):
+			dropConnection(a.log, u.CompletionTokens)
 		case ev.err != nil:
 			b, _ := json.Marshal(openai.ErrorResponse{Error: openai.Error{Message: ev.err.Error(), Type: "server_error"}})
 			_ = writeEvent(w, rc, b)
@@ -248,6 +253,14 @@ func (s *Server) stream(ctx context.Context, w http.ResponseWriter, a reply, inc
 			return
 		}
 	}
+}
+
+// dropConnection ends the handler by closing its connection with no
+// more bytes: net/http's own way to abort a response, which a client sees
+// as a stream broken mid-answer.
+func dropConnection(log *slog.Logger, sent int) {
+	log.Debug("dropping the connection (die_after_tokens fault)", "completion_tokens", sent)
+	panic(http.ErrAbortHandler)
 }
 
 // sendToken streams a token of choice i: after the choice's opening chunk

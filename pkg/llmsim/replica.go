@@ -71,9 +71,12 @@ type sequence struct {
 	// target is the number of tokens the sequence will produce and reason
 	// the finish reason it will then report; both are known on arrival
 	// because answers are deterministic.
-	target  int
-	reason  string
-	out     output
+	target int
+	reason string
+	out    output
+	// start is where in the answer the sequence begins: the tokens of
+	// the assistant prefix it continues (0 for a new answer).
+	start   int
 	arrival time.Time
 	// events has room for every token plus the final event of every
 	// sequence of the request, which share it, so the scheduler never
@@ -388,6 +391,10 @@ func (r *replica) step() {
 		}
 		if s.ctx.Err() != nil {
 			r.abort(s, now, s.ctx.Err())
+			continue
+		}
+		if fault.dies(s.start, s.generated) {
+			r.abort(s, now, errDied)
 			continue
 		}
 		if fault.stalls(s.generated) {

@@ -23,6 +23,9 @@ type parsedChat struct {
 	stream       bool
 	includeUsage bool
 	gen          generation
+	// prefix is the text of the final assistant message the request asks
+	// to continue (continue_final_message); nil for a new answer.
+	prefix *string
 }
 
 // parseChat decodes and validates a request; the error text is meant for
@@ -58,6 +61,9 @@ func (s *Server) parseChat(r *http.Request) (parsedChat, error) {
 		return parsedChat{}, err
 	}
 	if p.gen, err = readGeneration(req); err != nil {
+		return parsedChat{}, err
+	}
+	if p.prefix, err = readContinuation(req, p.msgs, p.n); err != nil {
 		return parsedChat{}, err
 	}
 	p.gen.answerTokens = takeAnswerTokens(p.msgs)
@@ -116,4 +122,25 @@ func readGeneration(req openai.ChatRequest) (generation, error) {
 		g.seed = sp.Seed
 	}
 	return g, nil
+}
+
+// readContinuation reads vLLM's continue_final_message: the text of the
+// final message, an assistant's, that the answer continues. vLLM takes it
+// only with add_generation_prompt false, which it otherwise defaults to
+// true; the simulator continues one choice.
+func readContinuation(req openai.ChatRequest, msgs []tokens.Message, n int) (*string, error) {
+	if !req.ContinueFinalMessage {
+		return nil, nil
+	}
+	if req.AddGenerationPrompt == nil || *req.AddGenerationPrompt {
+		return nil, invalid("add_generation_prompt", "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+	}
+	last := msgs[len(msgs)-1]
+	if last.Role != openai.RoleAssistant {
+		return nil, invalid("continue_final_message", "continue_final_message needs the last message to be the assistant's, got %q", last.Role)
+	}
+	if n != 1 {
+		return nil, invalid(openai.ParamN, "continue_final_message takes one choice here, got n=%d", n)
+	}
+	return &last.Content, nil
 }

@@ -54,6 +54,7 @@ type Metrics struct {
 	connsRefused *prometheus.CounterVec
 	usageWrites  *prometheus.CounterVec
 	permits      permitCounters
+	failovers    failoverMetrics
 	// tenants is nil unless TrackTenants turned the per-tenant series on.
 	tenants      *tenants
 	logger       *slog.Logger
@@ -124,6 +125,7 @@ func New(logger *slog.Logger) *Metrics {
 			Help: "Writes of finished requests to the usage ledger, by result: inserted, duplicate (a retry found the request recorded) or failed (retried by its workflow).",
 		}, []string{"result"}),
 		permits:      newPermitCounters(),
+		failovers:    newFailoverMetrics(),
 		scrapeBudget: 2 * time.Second,
 	}
 	m.healing = newHealingLevels()
@@ -131,6 +133,7 @@ func New(logger *slog.Logger) *Metrics {
 		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused, m.usageWrites, buildInfo(version.Get()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.permits.collectors()...)
+	m.reg.MustRegister(m.failovers.collectors()...)
 	return m
 }
 

@@ -38,6 +38,14 @@ type ChatRequest struct {
 	StreamOptions *StreamOptions `json:"stream_options,omitempty"`
 	// Sampling is what a gateway forwards to the model as it came.
 	Sampling
+	// ContinueFinalMessage and AddGenerationPrompt are vLLM's chat
+	// template switches: with continue_final_message true and
+	// add_generation_prompt false the model continues the last message,
+	// an assistant's, instead of answering after it. Sluice's backend
+	// client sends them to fail a stream over mid-answer; its front door
+	// does not take them from clients.
+	ContinueFinalMessage bool  `json:"continue_final_message,omitempty"`
+	AddGenerationPrompt  *bool `json:"add_generation_prompt,omitempty"`
 }
 
 // StreamOptions tunes a streamed answer.

@@ -26,6 +26,7 @@ func TestChaos(t *testing.T) {
 	t.Run("redis-down", testRedisDown)
 	t.Run("temporal-restart", testTemporalRestart)
 	t.Run("backend-hang", testBackendFaults)
+	t.Run("mid-stream-failover", testMidStreamFailover)
 	t.Run("clients-disconnect", testClientsDisconnect)
 	t.Run("client-stops-reading", testSlowReader)
 	t.Run("healing-off-after-restart", testHealingOffAcrossRestart)

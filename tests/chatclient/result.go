@@ -80,7 +80,15 @@ type Result struct {
 	Start time.Time
 	Took  time.Duration
 	TTFT  time.Duration
+	// MaxGap is the longest wait between two tokens.
+	MaxGap    time.Duration
+	lastToken time.Time
+	// text is the answer as the tokens brought it (Answer).
+	text strings.Builder
 }
+
+// Answer is the text of the tokens the client got, in order.
+func (r *Result) Answer() string { return r.text.String() }
 
 // End is when the client was done with the request.
 func (r *Result) End() time.Time { return r.Start.Add(r.Took) }

@@ -145,6 +145,12 @@ func (r *Result) readToken(ev testenv.SSEEvent) {
 	if r.Tokens == 0 && !r.Start.IsZero() {
 		r.TTFT = time.Since(r.Start)
 	}
+	now := time.Now()
+	if r.Tokens > 0 && !r.lastToken.IsZero() {
+		r.MaxGap = max(r.MaxGap, now.Sub(r.lastToken))
+	}
+	r.lastToken = now
+	r.text.WriteString(tok.Text)
 	r.Tokens++
 }
 

@@ -26,7 +26,9 @@
 -- ARGV[14] a tag reserved at the door for this request (reserve.lua; 0 =
 --          none): a new arrival takes it as its place instead of a new
 --          one, and gives its tenant's reservation back whatever the answer
--- ARGV[15…] the group's arguments (lib.lua group_args)
+-- ARGV[15] the ticks that place was charged (reserve.lua; 0 = unknown, a
+--          place reserved before they were returned: its cost/weight)
+-- ARGV[16…] the group's arguments (lib.lua group_args)
 -- Returns {status, position, tag, limit, ewma_ms, woken pool, id pairs...}
 --   status 1 = holds a permit, 2 = queued at position (1-based), 3 = pool
 --   queue full, 4 = the request already released (nothing was taken),
@@ -45,7 +47,8 @@ local alive_ttl = tonumber(ARGV[10])
 local alive_prefix = ARGV[11]
 local held_cap = tonumber(ARGV[13])
 local reserved_tag = tonumber(ARGV[14])
-group_args(15)
+local reserved_charge = tonumber(ARGV[15])
+group_args(16)
 
 local now = now_ms()
 local limit = pool_limit(ARGV[7])
@@ -95,17 +98,19 @@ else
   if tenant_cap > 0 and tonumber(redis.call('HGET', K.tenants, tenant) or '0') >= tenant_cap then
     return {5, 0, 0, limit, ewma}
   end
-  local charge
+  local charge, bound
   if reserved_tag > 0 then
     -- Its place was taken in the fair order when it arrived at the door
     -- (F_t moved then, its credit was spent then).
-    tag, charge = reserved_tag, ticks(cost, weight)
+    bound = ticks(cost, weight)
+    tag, charge = reserved_tag, reserved_charge
+    if charge <= 0 then charge = bound end
     add_entry(id, tenant, tag, now, weight, held_cap, false)
   else
-    tag, charge = place(tenant, cost, weight)
+    tag, charge, bound = place(tenant, cost, weight)
     add_entry(id, tenant, tag, now, weight, held_cap, true)
   end
-  redis.call('HSET', K.charged, id, charge .. ':' .. weight)
+  redis.call('HSET', K.charged, id, charge .. ':' .. weight .. ':' .. bound)
 end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)
 

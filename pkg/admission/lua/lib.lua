@@ -45,16 +45,27 @@
 --                          fair order reserved at the door (reserve.lua)
 --                          and not yet taken by an entry; the tenant keeps
 --                          its F_t and credit while it has any
---   KEYS[19…] the other pools of the group, 14 keys each in the order above
+--   KEYS[19] expect  HASH  tenant -> the share of its bound its requests
+--                          used lately, in permille (an EWMA, learn()):
+--                          what a new entry of the tenant is charged
+--   KEYS[20…] the other pools of the group, 14 keys each in the order above
 -- A pool alone is a group of one: its clock and finish are its own stats
 -- and finish keys (KEYS[4], KEYS[6]), and no other pool follows.
 --
--- An entry is charged its request's bound (prompt bound and max output
--- tokens), all that is known when it queues; its release passes what the
--- request used, and the difference is the tenant's credit, so that over
--- a backlog tenants share the tokens served, not the bounds (as VTC
--- counts them). A tenant keeps its credit while it has entries queued or
--- requests in flight, and loses it when it goes idle: no banked credit.
+-- An entry is charged what its tenant's requests are expected to use: its
+-- request's bound (prompt bound and max output tokens, all that is known
+-- when it queues) times the share of their bounds the tenant's recent
+-- requests used (expect, learned at each release). Its release passes
+-- what the request used, and the difference is the tenant's credit (or
+-- debt), so that over a backlog tenants share the tokens served, not the
+-- bounds (as VTC counts them). Charging the bound alone spreads a tenant
+-- that asks max_tokens 1024 for answers of 200 five times too far into
+-- the future: its credit comes back only at release, and reaches only the
+-- entries placed after it, while a crowd at the door holds many places.
+-- A tenant keeps its credit while it has entries queued, requests in
+-- flight or places reserved, and loses it when it goes idle (no banked
+-- credit); it keeps a debt, as VTC keeps a counter that ran ahead, so a
+-- tenant cannot shed what it under-paid by pausing.
 --
 -- Pools that share backends are one group (pools.shared): one virtual
 -- clock, one F_t per tenant and one permit budget, the group limit, so a
@@ -99,13 +110,13 @@ end
 -- grants in another pool of the group. Every helper below reads K.
 local K = pool_keys(1)
 local SELF = K
-local G = {clock = KEYS[15], finish = KEYS[16], credit = KEYS[17], reserved = KEYS[18]}
+local G = {clock = KEYS[15], finish = KEYS[16], credit = KEYS[17], reserved = KEYS[18], expect = KEYS[19]}
 
 -- The other pools of the group: keys, and (after group_args) name,
 -- configured limit and liveness prefix.
 local OTHERS = {}
 do
-  local at = 19
+  local at = 20
   while KEYS[at] do
     OTHERS[#OTHERS + 1] = {k = pool_keys(at)}
     at = at + NKEYS
@@ -332,18 +343,51 @@ local function idle(tenant)
   return true
 end
 
--- Credit tenant with what its request was charged (charged: "<ticks>:
--- <weight>") beyond used, its cost as served; the caller has given the
--- request's permit back. A tenant busy elsewhere in the group (queued, or
--- with other requests in flight, whose next arrivals it shortens) keeps
--- it; an idle one drops it: no banked credit.
-local function settle(tenant, charged, used)
-  if idle(tenant) then
+-- An idle tenant's credit goes (no banked credit); a debt stays, to be
+-- paid by its next entries.
+local function forget_credit(tenant)
+  if tonumber(redis.call('HGET', G.credit, tenant) or '0') > 0 then
     redis.call('HDEL', G.credit, tenant)
+  end
+end
+
+-- The share of its bound (permille) a new entry of tenant is charged:
+-- what its recent requests used of theirs; a tenant not seen yet is
+-- charged the whole bound. Never below EXPECT_MIN, so that one tenant's
+-- short answers cannot make its next long one all but free before its
+-- release settles it.
+local EXPECT_MIN, EXPECT_ALPHA = 20, 0.25
+local function expected(tenant)
+  return tonumber(redis.call('HGET', G.expect, tenant) or '1000')
+end
+
+-- Learn from a released request of tenant that used used_ticks of a bound
+-- of bound_ticks: an EWMA, so that a change in what a tenant asks shows
+-- within a few requests.
+local function learn(tenant, used_ticks, bound_ticks)
+  local seen = math.min(1000, used_ticks * 1000 / bound_ticks)
+  local r = expected(tenant)
+  r = math.max(EXPECT_MIN, math.floor(r + EXPECT_ALPHA * (seen - r) + 0.5))
+  redis.call('HSET', G.expect, tenant, r)
+end
+
+-- Credit tenant with what its request was charged (charged: "<ticks>:
+-- <weight>:<bound ticks>"; entries charged before expect was kept have no
+-- bound) beyond used, its cost as served, and learn what share of its
+-- bound it used; the caller has given the request's permit back. A tenant
+-- busy elsewhere in the group (queued, or with other requests in flight,
+-- whose next arrivals it shortens) keeps a credit; an idle one drops it.
+local function settle(tenant, charged, used)
+  local t, rest = split(charged)
+  local w, bound = split(rest)
+  w = tonumber(w)
+  local used_ticks = ticks(used, w)
+  if bound then learn(tenant, used_ticks, tonumber(bound)) end
+  if idle(tenant) then
+    forget_credit(tenant)
     return
   end
-  local t, w = split(charged)
-  local diff = tonumber(t) - ticks(used, tonumber(w))
+  local diff = tonumber(t) - used_ticks
   if diff ~= 0 then redis.call('HINCRBY', G.credit, tenant, diff) end
 end
 
@@ -365,7 +409,7 @@ local function drop_permit(id, used)
     if charged and used and used > 0 then
       settle(tenant, charged, used)
     elseif idle(tenant) then
-      redis.call('HDEL', G.credit, tenant)
+      forget_credit(tenant)
     end
     -- Only a parked tenant can become grantable by giving one back.
     if redis.call('HEXISTS', K.parked, tenant) == 1 then refresh(tenant) end
@@ -426,13 +470,16 @@ local function free_tick(f)
 end
 
 -- A new place in the fair order for a request of tenant: it starts at
--- max(V, F_t) and spans its charge in ticks (cost/weight), shortened (or
--- lengthened) by the tenant's credit (or debt) from settled requests, down
--- to one tick, what is left of the credit staying. F_t moves to its tag.
--- Returns the tag and the charge (ticks before credit).
+-- max(V, F_t) and spans its charge in ticks (cost/weight, times the share
+-- of its bound the tenant is expected to use), shortened (or lengthened)
+-- by the tenant's credit (or debt) from settled requests, down to one
+-- tick, what is left of the credit staying. F_t moves to its tag.
+-- Returns the tag, the charge (ticks before credit) and the bound (ticks
+-- of cost/weight), which settle needs.
 local function place(tenant, cost, weight)
   local start = math.max(vtime(), tonumber(redis.call('HGET', G.finish, tenant) or '0'))
-  local charge = ticks(cost, weight)
+  local bound = ticks(cost, weight)
+  local charge = math.max(1, math.floor(bound * expected(tenant) / 1000 + 0.5))
   local length = charge
   local credit = tonumber(redis.call('HGET', G.credit, tenant) or '0')
   if credit ~= 0 then
@@ -442,7 +489,7 @@ local function place(tenant, cost, weight)
   end
   local tag = free_tick(start + length)
   redis.call('HSET', G.finish, tenant, tag)
-  return tag, charge
+  return tag, charge, bound
 end
 
 -- How many entries queued in the group's pools have tags below tag.
@@ -504,7 +551,7 @@ local function unqueue(id)
   local tenant = take(id, tonumber(tag))
   if tenant then
     refresh(tenant)
-    if idle(tenant) then redis.call('HDEL', G.credit, tenant) end
+    if idle(tenant) then forget_credit(tenant) end
   end
   return 1
 end
@@ -591,7 +638,7 @@ local function pump(limit, lease, alive_prefix, now)
       take(id, tag, tenant)
       if redis.call('DEL', best.alive .. id) == 0 then
         redis.call('HDEL', K.charged, id)
-        if idle(tenant) then redis.call('HDEL', G.credit, tenant) end
+        if idle(tenant) then forget_credit(tenant) end
       else
         grant(id, tenant, now, lease)
         granted[#granted + 1] = best.name

@@ -12,9 +12,10 @@
 -- ARGV[2] weight (> 0)
 -- ARGV[3] cost (> 0)
 -- ARGV[4] ttl ms: how long the place may wait at the door
--- Returns {tag, ahead}: the place's tag, and how many queued entries of the
--- group are ahead of it.
+-- Returns {tag, ahead, charge}: the place's tag, how many queued entries
+-- of the group are ahead of it, and the ticks it was charged (its entry's
+-- charge when the request takes it).
 local tenant, weight, cost = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local tag = place(tenant, cost, weight)
+local tag, charge = place(tenant, cost, weight)
 reserve_count(tenant, 1, tonumber(ARGV[4]))
-return {tag, below(tag)}
+return {tag, below(tag), charge}

@@ -8,15 +8,19 @@
 -- ARGV[2] the place's tag
 -- ARGV[3] weight (> 0)
 -- ARGV[4] cost (> 0)
+-- ARGV[5] the ticks the place was charged (reserve.lua; 0: a place
+--         reserved before they were returned, charged cost/weight)
 -- Returns 1.
 local tenant, tag = ARGV[1], tonumber(ARGV[2])
+local charge = tonumber(ARGV[5] or '0')
+if charge <= 0 then charge = ticks(tonumber(ARGV[4]), tonumber(ARGV[3])) end
 reserve_count(tenant, -1)
 local f = tonumber(redis.call('HGET', G.finish, tenant) or '0')
 if f == tag then
-  redis.call('HSET', G.finish, tenant, math.max(vtime(), tag - ticks(tonumber(ARGV[4]), tonumber(ARGV[3]))))
+  redis.call('HSET', G.finish, tenant, math.max(vtime(), tag - charge))
 end
 if idle(tenant) then
   redis.call('HDEL', G.finish, tenant)
-  redis.call('HDEL', G.credit, tenant)
+  forget_credit(tenant)
 end
 return 1

@@ -106,3 +106,27 @@ func TestSLOSharesAndGoals(t *testing.T) {
 		}
 	}
 }
+
+// The ceiling's scheduler: interactive first, each free sequence to the
+// oldest interactive request that can still meet its TTFT.
+func TestIdealInteractive(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int, tier int) *sloArrival {
+		return &sloArrival{tier: tier, at: t0.Add(time.Duration(ms) * time.Millisecond), inWindow: true}
+	}
+	// One sequence, busy 1 s with batch from 0; interactive at 100 ms
+	// starts at 1 s (wait 900 ms: met with a 50 ms path, not with 200 ms);
+	// the second interactive at 150 ms waits for 2 s and misses.
+	all := []*sloArrival{at(0, tierBatch), at(10, tierBatch), at(100, tierInteractive), at(150, tierInteractive)}
+	if got := idealInteractive(all, 1, time.Second, 50*time.Millisecond, time.Second); got != 0.5 {
+		t.Errorf("one sequence, 50 ms path: %v, want 0.5", got)
+	}
+	if got := idealInteractive(all, 1, time.Second, 200*time.Millisecond, time.Second); got != 0 {
+		t.Errorf("one sequence, 200 ms path: %v, want 0", got)
+	}
+	// Two sequences, both taken by batch before the interactive requests
+	// come: they start at 1 s and 1.01 s, within their TTFT.
+	if got := idealInteractive(all, 2, time.Second, 50*time.Millisecond, time.Second); got != 1 {
+		t.Errorf("two sequences: %v, want 1", got)
+	}
+}
