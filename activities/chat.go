@@ -60,6 +60,10 @@ type Pool struct {
 	// Continues: the pool's backend continues an answer (llm.Resume), so
 	// that a retried stream takes up what a lost attempt began.
 	Continues bool
+	// Endpoints is how many endpoints the pool spreads streams over: a
+	// first token that misses its deadline on that many attempts (or on
+	// the last attempt) has missed it on every endpoint.
+	Endpoints int
 }
 
 // Chat holds every dependency of the chat activities. Register one

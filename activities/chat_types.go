@@ -19,6 +19,10 @@ const (
 	// BackendUnavailable saying when to retry.
 	ErrTypeBackendUnavailable = "BackendUnavailable"
 	ErrTypeBadRequest         = "BadRequest"
+	// ErrTypeFallback: the pool could not answer before a first token in
+	// a way its next fallback may (LLMInput.FallBack); details Fallen
+	// say why. Never retried: the workflow moves on to the fallback.
+	ErrTypeFallback = "Fallback"
 	// ErrTypePermitLost: the request's permit was reclaimed (its lease ran
 	// out) before its stream started; it must queue again.
 	ErrTypePermitLost = "PermitLost"
@@ -207,6 +211,15 @@ type LLMInput struct {
 	// many answers the client asked for (OpenAI's n; 0 is one).
 	Sampling *openai.Sampling `json:",omitempty"`
 	Choices  int              `json:",omitempty"`
+	// Model, if set, is asked of the pool's endpoints in place of the
+	// pool's own model: a fallback to another model on the same servers.
+	Model string `json:",omitempty"`
+	// FallBack: the request has a fallback left, so that a failure one
+	// may answer before the first token (every circuit open, the prompt
+	// beyond the model's context, the first token late on the last
+	// attempt) ends the activity with ErrTypeFallback instead of failing
+	// the request.
+	FallBack bool `json:",omitempty"`
 }
 
 // LLMOutput summarises the stream.
@@ -370,6 +383,15 @@ type BackendUnavailable struct {
 	// RetryAfter is the time until the first circuit of the pool
 	// half-opens and lets a probe through.
 	RetryAfter time.Duration
+}
+
+// Fallen is the detail of an ErrTypeFallback error: why the pool could
+// not answer (request.ReasonBackendUnavailable,
+// request.FallbackContextTooLong, request.FallbackFirstTokenTimeout),
+// and the model it was asked for.
+type Fallen struct {
+	Reason string
+	Model  string
 }
 
 // streamProgress is the LLM activity's heartbeat detail.

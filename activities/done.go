@@ -18,6 +18,9 @@ type DoneFacts struct {
 	KBVersion int64
 	// Timings are the stages the workflow timed so far, in order.
 	Timings []events.StageTiming
+	// Fallback, if set, is the last fallback the request took: the
+	// answer comes from its target.
+	Fallback *events.Fallback `json:",omitempty"`
 }
 
 // Answer is what the activity that answered knows of the answer.
@@ -46,7 +49,7 @@ func doneEvent(ctx context.Context, f DoneFacts, ans Answer) events.Done {
 		RequestID: f.RequestID, Route: f.Route, KBVersion: f.KBVersion,
 		Timings:      append(append([]events.StageTiming(nil), f.Timings...), ans.Timings...),
 		FinishReason: ans.FinishReason, Usage: ans.Usage, Sources: ans.Sources, ContextShed: ans.ContextShed,
-		Model: ans.Model, Cached: ans.Cached, TraceID: tracing.TraceID(ctx),
+		Model: ans.Model, Cached: ans.Cached, TraceID: tracing.TraceID(ctx), Fallback: f.Fallback,
 	}
 	if ans.KBVersion != 0 {
 		d.KBVersion = ans.KBVersion

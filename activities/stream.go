@@ -67,7 +67,8 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	s.sctx = sctx
 	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n)
 
-	req := llm.Request{Model: pool.Model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices, Resume: resume}
+	model := cmp.Or(in.Model, pool.Model)
+	req := llm.Request{Model: model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices, Resume: resume}
 	if in.Sampling != nil {
 		req.Sampling = *in.Sampling
 	}
@@ -78,12 +79,15 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	if err != nil && errors.Is(context.Cause(sctx), errStopped) {
 		err = errStopped
 	}
+	if err := a.fallen(ctx, log, in, pool, err, s.tokens()); err != nil {
+		return LLMOutput{}, err
+	}
 	if err := a.classifyStreamError(ctx, log, in.RequestID, err, s.tokens(), &p); err != nil {
 		return LLMOutput{}, err
 	}
 	// The keep-alive renews the permit, which finishing gives back.
 	stop(nil)
-	res.Model = cmp.Or(res.Model, pool.Model)
+	res.Model = cmp.Or(res.Model, model)
 	// The done event, the session's turn, the early release and the L3
 	// entry (stream_finish.go).
 	return a.finishAnswer(ctx, in, res, &p, s)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -137,4 +138,32 @@ func startedInputAgain(t *testing.T, srv *Server, tc *countingClient, body strin
 		t.Fatalf("no workflow start; response %d %s", rec.Code, rec.Body)
 	}
 	return tc.inputs[before]
+}
+
+// A conversation too long for the pool of the model it names goes to
+// that pool's first fallback pool that takes it, saying so, rather than
+// being refused; a model fallback, on the same pool's endpoints, has the
+// pool's limit, and the conversation is refused as before.
+func TestConversationTooLongForItsModelGoesToAFallbackPool(t *testing.T) {
+	long := `{"model":"small-model","messages":[{"role":"user","content":"` + strings.Repeat("word ", 700) + `"}]}`
+	srv, tc, _ := newTestServer(t, func(c *config.Config) {
+		c.API.MaxBodyBytes = 1 << 20
+		c.Pools.Short.Model = "small-model"
+		c.Pools.Short.Fallbacks = []config.Fallback{{Model: "smaller-model"}, {Pool: "long"}}
+	})
+	in := startedInput(t, srv, tc, long, nil)
+	want := events.Fallback{From: "small-model", To: "sluice-sim", FromPool: "short", ToPool: "long", Reason: request.FallbackContextTooLong}
+	if in.Pool != "long" || in.Fallback == nil || *in.Fallback != want {
+		t.Fatalf("started in %q with fallback %+v, want long after %+v", in.Pool, in.Fallback, want)
+	}
+
+	srv, tc, _ = newTestServer(t, func(c *config.Config) {
+		c.API.MaxBodyBytes = 1 << 20
+		c.Pools.Short.Model = "small-model"
+		c.Pools.Short.Fallbacks = []config.Fallback{{Model: "smaller-model"}}
+	})
+	assertOpenAIError(t, postCompletion(srv, long, nil), 400, "invalid_request_error", "context_length_exceeded", "messages")
+	if tc.starts.Load() != 0 {
+		t.Fatal("a conversation no pool takes started")
+	}
 }

@@ -6,8 +6,11 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // RAGModel is the model alias that asks for an answer from a knowledge
@@ -57,8 +60,13 @@ func (d *Door) poolFor(routed string, req *Request) (string, error) {
 			}
 		}
 		if bound := d.promptBound(req); bound > pools[pool].MaxPromptTokens {
-			return "", &httperr.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
-				Message: fmt.Sprintf("this model's maximum context length is %d tokens; the messages take up to %d", pools[pool].MaxPromptTokens, bound)}
+			to, ok := fallbackTaking(pools, pool, bound)
+			if !ok {
+				return "", &httperr.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
+					Message: fmt.Sprintf("this model's maximum context length is %d tokens; the messages take up to %d", pools[pool].MaxPromptTokens, bound)}
+			}
+			req.fallback = &events.Fallback{From: req.Model, To: pools[to].Model, FromPool: pool, ToPool: to, Reason: request.FallbackContextTooLong}
+			pool = to
 		}
 	}
 	unsupported := pools[pool].Unsupported
@@ -75,6 +83,19 @@ func (d *Door) poolFor(routed string, req *Request) (string, error) {
 		}
 	}
 	return pool, nil
+}
+
+// fallbackTaking is the first of pool's fallback pools whose prompt limit
+// takes bound tokens: a prompt too long for the model the client named
+// goes there rather than be refused. A model fallback on the pool's own
+// endpoints has the pool's limit, so it cannot take it.
+func fallbackTaking(pools map[string]config.Pool, pool string, bound int) (string, bool) {
+	for _, f := range pools[pool].Fallbacks {
+		if f.Pool != "" && bound <= pools[f.Pool].MaxPromptTokens {
+			return f.Pool, true
+		}
+	}
+	return "", false
 }
 
 // badParam is a 400 that names the request field at fault, for

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
 )
@@ -55,8 +56,11 @@ type Request struct {
 	// promptTokens counts the conversation (text, media parts estimated,
 	// tool definitions).
 	promptTokens int
-	// pool is the pool the door routed the request to.
-	pool string
+	// pool is the pool the door routed the request to; fallback, if set,
+	// says it is a fallback of the pool the client's model named, which
+	// could not take the prompt.
+	pool     string
+	fallback *events.Fallback
 }
 
 // cacheable reports whether the answer to req depends only on its kb,

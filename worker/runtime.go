@@ -351,7 +351,7 @@ func (r *Runtime) llmPools(cfg config.Pools) (map[string]activities.Pool, error)
 			return nil, fmt.Errorf("pools.%s: %w", name, err)
 		}
 		pools[name] = activities.Pool{Streamer: c, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens,
-			Continues: p.Continuation == config.ContinuationVLLM}
+			Continues: p.Continuation == config.ContinuationVLLM, Endpoints: len(p.Endpoints)}
 		clients[name] = c
 	}
 	r.Metrics.RegisterBackends(func() []metrics.Circuit {

@@ -20,6 +20,10 @@ var a *activities.Chat
 // → rerank → LLM, and always gives back what admission granted.
 func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
 	w := &chat{in: in, status: Status{Stage: request.StageEmbed, Tenant: in.Tenant, KB: in.KB}, promptBound: in.PromptBound}
+	if in.Fallback != nil {
+		w.fallback = in.Fallback
+		w.status.Fallbacks = []events.Fallback{*in.Fallback}
+	}
 	if err := w.setup(ctx); err != nil {
 		return ChatResult{}, err
 	}
@@ -88,6 +92,14 @@ type chat struct {
 	billed       events.Usage
 	cachedTokens int
 	model        string
+	// fallbacksOf is the pool whose fallbacks the request follows (the
+	// first it streamed in), taken how many of them it took so far;
+	// llmModel the model the stream asks for ("": the pool's own);
+	// fallback the last step.
+	fallbacksOf string
+	taken       int
+	llmModel    string
+	fallback    *events.Fallback
 }
 
 func (w *chat) setup(ctx workflow.Context) error {
@@ -254,7 +266,7 @@ func (w *chat) timing(stage string, ms int64, cache string) {
 func (w *chat) doneFacts() *activities.DoneFacts {
 	return &activities.DoneFacts{
 		RequestID: w.in.RequestID, Route: w.result.Route, KBVersion: w.result.KBVersion,
-		Timings: append([]events.StageTiming(nil), w.status.Timings...),
+		Timings: append([]events.StageTiming(nil), w.status.Timings...), Fallback: w.fallback,
 	}
 }
 

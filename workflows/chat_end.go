@@ -37,7 +37,7 @@ func streamedBefore(err error) *activities.Used {
 	if !errors.As(err, &appErr) {
 		return nil
 	}
-	if appErr.Type() == activities.ErrTypeBackendUnavailable {
+	if appErr.Type() == activities.ErrTypeBackendUnavailable || appErr.Type() == activities.ErrTypeFallback {
 		// Refused before anything was sent; its details say when to retry.
 		return &activities.Used{}
 	}
@@ -99,6 +99,10 @@ func (w *chat) stageFailed(stage string, err error) {
 		case activities.ErrTypeBackendUnavailable:
 			w.backendUnavailable(appErr)
 			return
+		case activities.ErrTypeFallback:
+			// Only a request with a fallback left is told to fall back:
+			// one that ends here lost it (a failed move).
+			reason, msg = request.ReasonBackendError, "The language model backend could not answer. Please retry."
 		case activities.ErrTypeBadRequest:
 			reason, msg = request.ReasonBadRequest, "The request could not be processed: "+appErr.Message()
 		case activities.ErrTypeKBTooLarge:

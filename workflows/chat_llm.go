@@ -23,16 +23,28 @@ func (w *chat) stream(ctx workflow.Context, kbVersion int64, hits []activities.C
 	lctx := w.llmCtx()
 	var out activities.LLMOutput
 	var err error
-	for readmits := 0; ; readmits++ {
+	for readmits := 0; ; {
 		out, err = w.streamOnce(lctx, kbVersion, hits)
-		if err == nil || readmits == maxReadmits || !isPermitLost(err) {
+		if err == nil {
 			break
 		}
-		// Nothing was streamed: a request that ends while it queues
-		// again gets its whole charge back.
-		w.used = &activities.Used{}
-		if !w.admit(ctx) {
+		if readmits < maxReadmits && isPermitLost(err) {
+			readmits++
+			// Nothing was streamed: a request that ends while it queues
+			// again gets its whole charge back.
+			w.used = &activities.Used{}
+			if !w.admit(ctx) {
+				return
+			}
+			w.status.Stage = request.StageLLM
+			continue
+		}
+		next, ended := w.fallBack(ctx, err)
+		if ended {
 			return
+		}
+		if !next {
+			break
 		}
 		w.status.Stage = request.StageLLM
 	}
@@ -76,6 +88,7 @@ func (w *chat) streamOnce(lctx workflow.Context, kbVersion int64, hits []activit
 		KB: w.in.KBRef().Key(), KBVersion: kbVersion, Context: hits, MaxTokens: w.in.MaxTokens,
 		Done: w.doneFacts(), Session: w.session(), CacheAnswer: w.in.Settings.AnswerCache,
 		Conversation: w.in.Conversation, Gateway: w.in.Gateway, Sampling: w.in.Sampling, Choices: w.in.Choices,
+		Model: w.llmModel, FallBack: w.fallbackLeft(),
 	}).Get(lctx, &out)
 	w.llmRunning = false
 	return out, err
@@ -97,6 +110,7 @@ func (w *chat) answered(out activities.LLMOutput) {
 	w.result.FinishReason = out.FinishReason
 	w.result.Sources = out.Sources
 	w.result.ContextShed = out.ContextShed
+	w.result.Fallback = w.fallback
 }
 
 // isPermitLost reports a stream that could not start because its permit's

@@ -114,7 +114,11 @@ type ChatInput struct {
 	Sampling     *openai.Sampling `json:",omitempty"`
 	// Choices is how many answers the client asked for (OpenAI's n); 0
 	// is one.
-	Choices  int `json:",omitempty"`
+	Choices int `json:",omitempty"`
+	// Fallback, if set, is the door's: the pool of the model the client
+	// named could not take the prompt, so Pool is that pool's fallback.
+	// The answer says so as it says the workflow's own fallbacks.
+	Fallback *events.Fallback `json:",omitempty"`
 	Settings ChatSettings
 }
 
@@ -162,6 +166,17 @@ type ChatSettings struct {
 	// RecordUsage writes the request to the usage ledger when it ends
 	// (usage.store is not off).
 	RecordUsage bool `json:",omitempty"`
+	// Fallbacks are each pool's fallbacks (pools.<pool>.fallbacks), in
+	// the order they are tried; a pool without any is absent.
+	Fallbacks map[string][]Fallback `json:",omitempty"`
+}
+
+// Fallback is one place a pool's request goes when the pool cannot
+// answer it before a first token: Model on the pool's own endpoints
+// (Pool empty), or pool Pool, whose model Model is.
+type Fallback struct {
+	Pool  string `json:",omitempty"`
+	Model string
 }
 
 // CancelSignal is the payload of SignalCancel.
@@ -195,6 +210,8 @@ type ChatResult struct {
 	KBVersion    int64
 	Sources      []string
 	ContextShed  int
+	// Fallback, if set, is the last fallback the request took.
+	Fallback *events.Fallback `json:",omitempty"`
 }
 
 // Status answers QueryStatus.
@@ -209,4 +226,6 @@ type Status struct {
 	Tenant          string               `json:"tenant"`
 	KB              string               `json:"kb"`
 	CancelRequested bool                 `json:"cancel_requested,omitempty"`
+	// Fallbacks are the fallbacks the request took, in order.
+	Fallbacks []events.Fallback `json:"fallbacks,omitempty"`
 }

@@ -206,11 +206,15 @@ type sluiceInfo struct {
 	// TraceID is the request's trace when tracing is on, as in the done
 	// event: the way from a client's answer to its spans and log line.
 	TraceID string `json:"trace_id,omitempty"`
+	// Fallback says that the pool could not answer and a fallback did,
+	// as in the done event; the completion's model names the one that
+	// answered.
+	Fallback *events.Fallback `json:"fallback,omitempty"`
 }
 
 func sluiceOf(d events.Done) *sluiceInfo {
 	return &sluiceInfo{RequestID: d.RequestID, Route: d.Route, KBVersion: d.KBVersion, Sources: d.Sources,
-		ContextShed: d.ContextShed, Cached: d.Cached, TraceID: d.TraceID}
+		ContextShed: d.ContextShed, Cached: d.Cached, TraceID: d.TraceID, Fallback: d.Fallback}
 }
 
 func usageOf(u events.Usage) openai.Usage {

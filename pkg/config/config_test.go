@@ -204,6 +204,12 @@ func TestBadConfigFixtures(t *testing.T) {
 		"pools_shared_pool_above_budget.yaml":   "pools.short.max_concurrency: must not exceed pools.shared.max_concurrency (8): the pools share their servers, got 16",
 		"pools_partly_shared.yaml":              "pools.long.endpoints: share some but not all servers with pools.short.endpoints",
 		"pools_shared_negative.yaml":            "pools.shared.max_concurrency: must not be negative, got -1",
+		"pool_fallback_self.yaml":               "pools.short.fallbacks[0].pool: must name another pool than short itself",
+		"pool_fallback_unknown_pool.yaml":       `pools.short.fallbacks[0].pool: must be short or long, got "medium"`,
+		"pool_fallback_both.yaml":               "pools.long.fallbacks[0]: must set exactly one of model (another model on this pool's endpoints) or pool (another pool)",
+		"pool_fallback_same_model.yaml":         `pools.short.fallbacks[0].model: must differ from pools.short.model ("sluice-sim"): a fallback to the same model is a retry`,
+		"pool_fallback_twice.yaml":              "pools.short.fallbacks[1]: is listed twice",
+		"pool_fallback_cycle.yaml":              "pools.long.fallbacks[0].pool: makes a cycle: pools.short falls back to long already",
 		"healing_min_permits.yaml":              "pools.long.healing.min_permits: must be between 1 and pools.long.max_concurrency (12), got 13",
 		"healing_min_batch.yaml":                "pools.short.healing.min_batch: must be between 1 and pools.short.healing.base_batch (8), got 16",
 		"scaler_unknown_kind.yaml":              `pools.short.scaler.kind: must be none, simulator, webhook or kubernetes, got "hpa"`,
@@ -358,5 +364,22 @@ func TestPoolsShareBackends(t *testing.T) {
 	p.Long.Endpoints = []string{"http://127.0.0.1:8091"}
 	if p.SharesBackends() {
 		t.Error("pools on different servers share a budget")
+	}
+}
+
+// A pool's fallbacks load in order, both kinds.
+func TestPoolFallbacksLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	yaml := "pools:\n  short:\n    fallbacks:\n      - model: sluice-sim-small\n      - pool: long\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Fallback{{Model: "sluice-sim-small"}, {Pool: "long"}}
+	if !slices.Equal(cfg.Pools.Short.Fallbacks, want) || len(cfg.Pools.Long.Fallbacks) != 0 {
+		t.Fatalf("fallbacks %+v / %+v, want %+v / none", cfg.Pools.Short.Fallbacks, cfg.Pools.Long.Fallbacks, want)
 	}
 }

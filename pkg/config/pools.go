@@ -110,6 +110,20 @@ type Pool struct {
 	// MaxFailovers bounds how often one answer may move to another
 	// endpoint mid-stream.
 	MaxFailovers int `yaml:"max_failovers"`
+	// Fallbacks are tried in order when this pool cannot answer a request
+	// before its first token: every endpoint's circuit is open, the
+	// backend answers that the prompt exceeds its context, or the first
+	// token misses its deadline on every attempt. Only this pool's list is
+	// followed, never a fallback pool's own.
+	Fallbacks []Fallback `yaml:"fallbacks"`
+}
+
+// Fallback is one place a pool's request may go instead: another model
+// on the pool's own endpoints (Model), or another pool, with its
+// endpoints, model and permits (Pool). Exactly one is set.
+type Fallback struct {
+	Model string `yaml:"model"`
+	Pool  string `yaml:"pool"`
 }
 
 // Pool continuations (Pool.Continuation).
@@ -213,6 +227,7 @@ func defaultLLM() LLM {
 func (p Pools) validate(v *validator) {
 	p.Short.validate(v, "pools.short")
 	p.Long.validate(v, "pools.long")
+	p.validateFallbacks(v)
 	if p.Shared.MaxConcurrency < 0 {
 		v.add("pools.shared.max_concurrency", "must not be negative, got %d", p.Shared.MaxConcurrency)
 	}
@@ -230,6 +245,42 @@ func (p Pools) validate(v *validator) {
 		// Part of the servers shared: neither one budget nor two holds.
 		v.add("pools.long.endpoints", "share some but not all servers with pools.short.endpoints; list the same servers (one shared budget) or none")
 	}
+}
+
+// validateFallbacks checks each pool's fallbacks: one kind each, a pool
+// that exists and is not the pool itself, a model other than the pool's,
+// no entry twice, and no two pools that fall back on each other (each
+// would be the other's spare, and a request of either could hold up both).
+func (p Pools) validateFallbacks(v *validator) {
+	pools := p.ByName()
+	for _, name := range []string{poolShort, poolLong} {
+		pool := pools[name]
+		seen := map[Fallback]bool{}
+		for i, f := range pool.Fallbacks {
+			field := fmt.Sprintf("pools.%s.fallbacks[%d]", name, i)
+			switch {
+			case (f.Model == "") == (f.Pool == ""):
+				v.add(field, "must set exactly one of model (another model on this pool's endpoints) or pool (another pool)")
+			case f.Pool == name:
+				v.add(field+".pool", "must name another pool than %s itself", name)
+			case f.Pool != "" && f.Pool != poolShort && f.Pool != poolLong:
+				v.add(field+".pool", "must be %s or %s, got %q", poolShort, poolLong, f.Pool)
+			case f.Model != "" && f.Model == pool.Model:
+				v.add(field+".model", "must differ from pools.%s.model (%q): a fallback to the same model is a retry", name, pool.Model)
+			case seen[f]:
+				v.add(field, "is listed twice")
+			case f.Pool != "" && fallsBackTo(pools[f.Pool], name):
+				v.add(field+".pool", "makes a cycle: pools.%s falls back to %s already", f.Pool, name)
+			}
+			seen[f] = true
+		}
+	}
+}
+
+// fallsBackTo reports whether pool lists the pool named other among its
+// fallbacks.
+func fallsBackTo(pool Pool, other string) bool {
+	return slices.ContainsFunc(pool.Fallbacks, func(f Fallback) bool { return f.Pool == other })
 }
 
 // validate checks the pool at YAML path field.

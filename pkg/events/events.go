@@ -136,6 +136,22 @@ type Done struct {
 	// TraceID is the request's OpenTelemetry trace, when tracing is on:
 	// the one to look up in the tracing backend.
 	TraceID string `json:"trace_id,omitempty"`
+	// Fallback, if set, says that the request's pool could not answer
+	// before a first token and a fallback did (the last step, when it
+	// took several).
+	Fallback *Fallback `json:"fallback,omitempty"`
+}
+
+// Fallback is one step from a pool that could not answer to its fallback
+// (pools.<pool>.fallbacks): from which model and pool, to which, and why
+// (request.ReasonBackendUnavailable, request.FallbackContextTooLong,
+// request.FallbackFirstTokenTimeout).
+type Fallback struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	FromPool string `json:"from_pool"`
+	ToPool   string `json:"to_pool"`
+	Reason   string `json:"reason"`
 }
 
 // Failure is the payload of rejected and error events; request.Refused

@@ -124,6 +124,25 @@ func IsRetryable(err error) bool {
 	return false
 }
 
+// ContextTooLong reports a backend's refusal of a prompt longer than its
+// model's context: a 400 whose body says context_length_exceeded
+// (OpenAI's code) or "maximum context length" (vLLM's and the
+// simulator's message).
+func ContextTooLong(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) || e.Status != http.StatusBadRequest {
+		return false
+	}
+	return strings.Contains(e.Message, "context_length_exceeded") || strings.Contains(strings.ToLower(e.Message), "maximum context length")
+}
+
+// FirstTokenMissed reports a stream that ended because its first token
+// missed the first-token deadline.
+func FirstTokenMissed(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Deadline == DeadlineFirstToken
+}
+
 // OpenAI is a client for one pool's OpenAI-compatible endpoints, spread
 // round robin over those whose circuit is not open.
 type OpenAI struct {

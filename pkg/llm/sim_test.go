@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,5 +122,39 @@ func TestSimulatorSlowReplicaIsEjected(t *testing.T) {
 	}
 	if got := states(c); !slices.Equal(got, []CircuitState{CircuitOpen, CircuitClosed}) {
 		t.Fatalf("circuits %v, want the slow replica ejected", got)
+	}
+}
+
+// A prompt longer than the model's context is refused with OpenAI's
+// context_length_exceeded, which ContextTooLong tells from any other 400
+// (a parameter the model does not take) and from a deadline.
+func TestSimulatorContextTooLong(t *testing.T) {
+	cfg := llmsim.DefaultConfig()
+	cfg.TimeScale, cfg.MaxModelLen, cfg.RefuseParams = 0.01, 64, []string{"seed"}
+	sim, err := llmsim.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sim.Handler())
+	t.Cleanup(srv.Close)
+	t.Cleanup(sim.Close)
+	c, _ := NewOpenAI(OpenAIOptions{Endpoints: []string{srv.URL}})
+	long := simRequest(5)
+	long.Messages = []openai.Message{openai.TextMessage("user", strings.Repeat("circuit breaker ", 100))}
+	_, err = c.Stream(context.Background(), long, func(Delta) error { return nil })
+	if !ContextTooLong(err) || FirstTokenMissed(err) || IsRetryable(err) {
+		t.Fatalf("too long a prompt: %v, want a 400 context_length_exceeded", err)
+	}
+	if !strings.Contains(err.Error(), "context_length_exceeded") {
+		t.Errorf("error %q does not carry the code", err)
+	}
+	refused := simRequest(5)
+	seed := int64(7)
+	refused.Sampling.Seed = &seed
+	if _, err = c.Stream(context.Background(), refused, func(Delta) error { return nil }); err == nil || ContextTooLong(err) {
+		t.Fatalf("an unsupported parameter: %v, want a 400 that is not context_length_exceeded", err)
+	}
+	if res, err := c.Stream(context.Background(), simRequest(5), func(Delta) error { return nil }); err != nil || res.Chunks != 5 {
+		t.Fatalf("a short prompt: %+v %v", res, err)
 	}
 }

@@ -46,6 +46,10 @@ type Config struct {
 	KVCacheBlocks int
 	// BlockSize is the number of tokens one KV block holds.
 	BlockSize int
+	// MaxModelLen is the model's context in tokens (vLLM's
+	// --max-model-len): a longer prompt is refused with 400
+	// context_length_exceeded. 0 is the whole KV cache of a replica.
+	MaxModelLen int
 	// PrefillPerToken is charged, in the step that admits a sequence, for
 	// every token it must prefill (prompt, plus generated tokens after a
 	// preemption).
@@ -133,6 +137,9 @@ func (c Config) Validate() error {
 	if c.KVCacheBlocks >= 1 && c.BlockSize >= 1 && c.KVCacheBlocks*c.BlockSize < 2 {
 		bad("KVCacheBlocks*BlockSize must hold at least 2 tokens, got %d", c.KVCacheBlocks*c.BlockSize)
 	}
+	if c.MaxModelLen < 0 || (c.MaxModelLen > 0 && c.MaxModelLen > c.KVCacheBlocks*c.BlockSize) {
+		bad("MaxModelLen must be in 0..KVCacheBlocks*BlockSize (%d), got %d", c.KVCacheBlocks*c.BlockSize, c.MaxModelLen)
+	}
 	if c.PrefillPerToken < 0 {
 		bad("PrefillPerToken must be >= 0, got %s", c.PrefillPerToken)
 	}
@@ -184,6 +191,11 @@ func validateRefuseParams(names []string) error {
 	return nil
 }
 
-// contextTokens is the longest context one sequence can have: all of a
-// replica's KV cache.
-func (c Config) contextTokens() int { return c.KVCacheBlocks * c.BlockSize }
+// contextTokens is the longest context one sequence can have: the
+// model's, or all of a replica's KV cache.
+func (c Config) contextTokens() int {
+	if c.MaxModelLen > 0 {
+		return c.MaxModelLen
+	}
+	return c.KVCacheBlocks * c.BlockSize
+}

@@ -47,12 +47,14 @@ func writeError(w http.ResponseWriter, status int, typ, format string, args ...a
 // fault when err is a *requestError that does.
 func badRequest(w http.ResponseWriter, err error) {
 	param := openai.Null[string]()
+	var code openai.Code
 	var re *requestError
 	if errors.As(err, &re) && re.param != "" {
 		param = openai.Of(re.param)
+		code = openai.Code(re.code)
 	}
 	writeJSON(w, http.StatusBadRequest, openai.ErrorResponse{Error: openai.Error{
-		Message: err.Error(), Type: "invalid_request_error", Param: param,
+		Message: err.Error(), Type: "invalid_request_error", Param: param, Code: code,
 	}})
 }
 

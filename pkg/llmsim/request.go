@@ -71,8 +71,10 @@ func (s *Server) parseChat(r *http.Request) (parsedChat, error) {
 	// A prompt that cannot fit one replica's whole KV cache (with room for
 	// one output token) could never be scheduled; vLLM refuses it likewise.
 	if limit := s.cfg.contextTokens(); p.promptTokens+1 > limit {
-		//lint:ignore ST1005 the message mirrors vLLM's, which clients may match on
-		return parsedChat{}, fmt.Errorf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.", limit, p.promptTokens)
+		// The message mirrors vLLM's and the code OpenAI's, which clients
+		// may match on.
+		return parsedChat{}, &requestError{param: "messages", code: "context_length_exceeded",
+			msg: fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens.", limit, p.promptTokens)}
 	}
 	return p, nil
 }

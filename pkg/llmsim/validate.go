@@ -22,7 +22,9 @@ const maxChoices = 8
 // test) can tell which one it was.
 type requestError struct {
 	param string
-	msg   string
+	// code is OpenAI's error code, when it has one for the refusal.
+	code string
+	msg  string
 }
 
 func (e *requestError) Error() string { return e.msg }

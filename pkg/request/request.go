@@ -117,3 +117,15 @@ const (
 	// api.max_conns open already (503).
 	ReasonConnectionsFull = "connections_full"
 )
+
+// Why a pool handed a request to its fallback (pools.<pool>.fallbacks),
+// as the done event's fallback and the request's status say; a pool whose
+// every circuit was open says ReasonBackendUnavailable.
+const (
+	// FallbackContextTooLong: the backend answered that the prompt
+	// exceeds its model's context.
+	FallbackContextTooLong = "context_length_exceeded"
+	// FallbackFirstTokenTimeout: the first token missed its deadline on
+	// every attempt.
+	FallbackFirstTokenTimeout = "first_token_timeout"
+)

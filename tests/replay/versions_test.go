@@ -41,6 +41,10 @@ var oldSides = map[string][]string{
 	// one and one that timed out in the queue each end without its
 	// marker (and record nothing).
 	"usage-ledger": {"chat_done.json", "chat_cancel_signal.json", "chat_queue_timeout.json"},
+	// Recorded before pool fallbacks: a stream cancelled by the client's
+	// signal and one whose client went away each fail the LLM activity,
+	// which reaches the fallback's check without its marker.
+	"pool-fallbacks": {"chat_cancel_signal.json", "chat_disconnected.json"},
 }
 
 // Every GetVersion branch in workflows/ has a listed history that replays
@@ -320,4 +324,22 @@ func (o *versionOutbound) GetVersionWithOptions(ctx workflow.Context, changeID s
 	v := o.Next.GetVersionWithOptions(ctx, changeID, minSupported, maxSupported, options)
 	o.spy.record(changeID, v)
 	return v
+}
+
+// The recorded fallback (tests/integration's
+// TestFallbackAnswersFromTheLongPool: the short pool's model refused the
+// prompt as too long, the long pool answered) replays through the new
+// side of pool-fallbacks: its path stays covered as the code changes.
+func TestFallbackHistoryReplaysTheNewSide(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := replayVersions(root, "chat_fallback.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := versions["pool-fallbacks"]; !slices.Equal(got, []workflow.Version{1}) {
+		t.Fatalf("pool-fallbacks versions %v, want [1]", got)
+	}
 }

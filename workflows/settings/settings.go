@@ -49,7 +49,28 @@ func Chat(cfg config.Config, tier policy.Tier) workflows.ChatSettings {
 		MaxConcurrent:    tier.MaxConcurrent,
 		HistoryTokens:    cfg.Sessions.HistoryTokens,
 		RecordUsage:      cfg.Usage.Enabled(),
+		Fallbacks:        fallbacks(cfg.Pools),
 	}
+}
+
+// fallbacks is each pool's fallbacks, with a fallback pool's model
+// named, so that the workflow can say which model it moves to.
+func fallbacks(p config.Pools) map[string][]workflows.Fallback {
+	var out map[string][]workflows.Fallback
+	pools := p.ByName()
+	for _, name := range request.Pools() {
+		for _, f := range pools[name].Fallbacks {
+			fb := workflows.Fallback{Pool: f.Pool, Model: f.Model}
+			if f.Pool != "" {
+				fb.Model = pools[f.Pool].Model
+			}
+			if out == nil {
+				out = map[string][]workflows.Fallback{}
+			}
+			out[name] = append(out[name], fb)
+		}
+	}
+	return out
 }
 
 // Healing is the healing workflow's settings from config, pools

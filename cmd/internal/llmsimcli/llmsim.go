@@ -119,6 +119,7 @@ func configFlags(fs *flag.FlagSet, cfg *llmsim.Config) {
 	fs.IntVar(&cfg.DefaultMaxTokens, "default-max-tokens", cfg.DefaultMaxTokens, "output budget of requests that set no max_tokens")
 	fs.IntVar(&cfg.AnswerMinTokens, "answer-min-tokens", cfg.AnswerMinTokens, "shortest natural answer, in tokens")
 	fs.IntVar(&cfg.AnswerMaxTokens, "answer-max-tokens", cfg.AnswerMaxTokens, "longest natural answer, in tokens")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", cfg.MaxModelLen, "model context in tokens; a longer prompt gets 400 context_length_exceeded (0: the KV cache)")
 	fs.BoolVar(&cfg.Fault.StallFirstToken, "fault-stall-first-token", false, "fault: accept requests but never send a token")
 	fs.IntVar(&cfg.Fault.StallAfterTokens, "fault-stall-after-tokens", 0, "fault: stop every answer after this many tokens (0: off)")
 	fs.IntVar(&cfg.Fault.DieAfterTokens, "fault-die-after-tokens", 0, "fault: drop a stream's connection when its answer reaches this many tokens, a continued prefix counted (0: off)")
