@@ -205,7 +205,8 @@ func TestAPIKilledClientResumesOnTheOther(t *testing.T) {
 // through both APIs, kills worker 1 with SIGKILL mid-load, and checks
 // that every request still ends (answered, or a terminal error such as
 // stream_interrupted), that new requests are answered by worker 2 alone,
-// and that nothing is left in use. Worker 1 is started again afterwards.
+// that nothing is left in use, and that the usage ledger counts each
+// request once. Worker 1 is started again afterwards.
 func TestWorkerKilledActivitiesMove(t *testing.T) {
 	s := stackFor(t)
 	w1 := s.workers[0]
@@ -258,4 +259,7 @@ func TestWorkerKilledActivitiesMove(t *testing.T) {
 		}
 	}
 	checkSettled(t, s, tenant)
+	// The usage ledger (PostgreSQL) has each request once, the ones whose
+	// finalisation the killed worker had begun included.
+	checkLedgerOnce(t, s, append(during, after...))
 }
