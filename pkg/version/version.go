@@ -13,7 +13,7 @@ import (
 
 // Version is this build's version: a git tag (v0.1.0), or the release the
 // source says with the commit after it (v0.1.0-2951c77).
-var Version = "v0.1.0"
+var Version = "v0.2.0"
 
 // Commit is the git commit this build was made from; empty when nothing
 // stamped it (Get then asks the build info).
