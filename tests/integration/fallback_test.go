@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -55,6 +56,10 @@ func startFallbackStack(t *testing.T) fallbackStack {
 	cfg.Pools.Short.Endpoints, cfg.Pools.Short.Model = []string{serve("sim-small", 64)}, "sim-small"
 	cfg.Pools.Long.Endpoints, cfg.Pools.Long.Model = []string{serve("sim-large", 0)}, "sim-large"
 	cfg.Pools.Short.Fallbacks = []config.Fallback{{Pool: request.PoolLong}}
+	// The package stack's metered tier counts spend: its models need
+	// prices. A copy, so that the package stack's map is not changed.
+	cfg.Prices = maps.Clone(cfg.Prices)
+	cfg.Prices["sim-small"], cfg.Prices["sim-large"] = itPrice, itPrice
 	// Room in the short pool's bound for a question its model cannot take.
 	cfg.Retrieval.TopK = 1
 	if err := cfg.Validate(); err != nil {
