@@ -88,28 +88,13 @@ func (d *Door) priceOf(pool string) budget.Price {
 }
 
 // settleBudget gives a budget charge back for a request that never
-// started, without holding up the client's answer: it is retried in the
-// background while Redis does not take it (settling is idempotent).
+// started (settling is idempotent; see giveBackSoon).
 func (d *Door) settleBudget(ctx context.Context, id, reservation string) {
 	if d.budgets == nil || reservation == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.refundPatience())
-	settle := func(ctx context.Context) error {
+	d.giveBackSoon(ctx, id, "give back a budget charge: gave up; the month keeps it", func(ctx context.Context) error {
 		_, err := d.budgets.Settle(ctx, reservation, 0, 0)
 		return err
-	}
-	first, stop := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
-	err := settle(first)
-	stop()
-	if err == nil {
-		cancel()
-		return
-	}
-	go func() {
-		defer cancel()
-		if err := retry(ctx, func() error { return settle(ctx) }); err != nil {
-			d.logger.Warn("give back a budget charge: gave up; the month keeps it", "requestID", id, "err", err)
-		}
-	}()
+	})
 }

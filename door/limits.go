@@ -96,20 +96,26 @@ func formatReset(d time.Duration) string {
 }
 
 // refundAll gives back a whole reservation, for a request that never
-// started. It does not hold up the client's answer: with Redis stalled or
-// gone, the refund is retried in the background until it is written or
-// the reservation has expired by itself (refunds are idempotent).
+// started (refunds are idempotent; see giveBackSoon).
 func (d *Door) refundAll(ctx context.Context, id, reservation string) {
 	if d.limiter == nil || reservation == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.refundPatience())
-	refund := func(ctx context.Context) error {
+	d.giveBackSoon(ctx, id, "refund rate limits: gave up; the charge refills with its bucket", func(ctx context.Context) error {
 		_, err := d.limiter.Refund(ctx, reservation, 0, 0)
 		return err
-	}
+	})
+}
+
+// giveBackSoon runs giveBack, an idempotent write that returns what a
+// request that never started was charged, without holding up the client's
+// answer: one try within the Redis request timeout, then, with Redis
+// stalled or gone, retries in the background until it is written or the
+// refund patience runs out, when it logs gaveUp.
+func (d *Door) giveBackSoon(ctx context.Context, id, gaveUp string, giveBack func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.refundPatience())
 	first, stop := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
-	err := refund(first)
+	err := giveBack(first)
 	stop()
 	if err == nil {
 		cancel()
@@ -117,8 +123,8 @@ func (d *Door) refundAll(ctx context.Context, id, reservation string) {
 	}
 	go func() {
 		defer cancel()
-		if err := retry(ctx, func() error { return refund(ctx) }); err != nil {
-			d.logger.Warn("refund rate limits: gave up; the charge refills with its bucket", "requestID", id, "err", err)
+		if err := retry(ctx, func() error { return giveBack(ctx) }); err != nil {
+			d.logger.Warn(gaveUp, "requestID", id, "err", err)
 		}
 	}()
 }
