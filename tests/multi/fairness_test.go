@@ -124,7 +124,7 @@ func TestFairnessClusterVTC(t *testing.T) {
 	}
 	s := stackFor(t)
 	f, run := theFairness, theFairness.run
-	start, startLoad := time.Now(), loadAverage()
+	start, startLoad := time.Now(), testenv.LoadAverage()
 	ctx := context.Background()
 	simURL := s.cfg.Pools.Short.Endpoints[0]
 
@@ -237,7 +237,7 @@ func (f *fairnessBench) report(start time.Time, startLoad string, cfg config.Con
 		f.run.Workload.Name, o.Speed, o.Duration, o.Drain)
 	sh.Linef("command: make bench-fairness-cluster (SLUICE_MULTI=1 SLUICE_MULTI_FAIRNESS=1%s go test -run TestFairnessClusterVTC -v ./tests/multi/)", f.env)
 	sh.Linef("%s", testenv.RunLine(start))
-	sh.Linef("machine: %d CPUs; load average %s at the start, %s at the end", runtime.NumCPU(), startLoad, loadAverage())
+	sh.Linef("machine: %d CPUs; load average %s at the start, %s at the end", runtime.NumCPU(), startLoad, testenv.LoadAverage())
 	if o.Duration < vtc.PaperSpec.Span {
 		sh.Linef("a smoke run: %g of the trace's %g seconds; the paper's figures are over all of it", o.Duration, vtc.PaperSpec.Span)
 	}
@@ -275,20 +275,6 @@ func (sh *lineSheet) Row(cells ...string) {
 
 func (sh *lineSheet) Goal(what, measured, want string, met bool) {
 	*sh = append(*sh, vtc.GoalLine(what, measured, want, met))
-}
-
-// loadAverage is the machine's load average: on a 2-core machine other
-// processes move every figure of the report.
-func loadAverage() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	fields := strings.Fields(string(raw))
-	if len(fields) < 3 {
-		return "unknown"
-	}
-	return strings.Join(fields[:3], " ")
 }
 
 // The fairness bench's configuration (checked without the stack): both

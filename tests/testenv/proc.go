@@ -54,3 +54,19 @@ func (QuietLogger) Debug(string, ...any) {}
 func (QuietLogger) Info(string, ...any)  {}
 func (QuietLogger) Warn(string, ...any)  {}
 func (QuietLogger) Error(string, ...any) {}
+
+// LoadAverage is the machine's 1, 5 and 15 minute load averages as
+// /proc/loadavg gives them ("unknown" if it cannot be read): on a 2-core
+// machine other processes move every figure a bench reports, so its
+// report says how busy the machine was.
+func LoadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	fields := strings.Fields(string(raw))
+	if len(fields) < 3 {
+		return "unknown"
+	}
+	return strings.Join(fields[:3], " ")
+}

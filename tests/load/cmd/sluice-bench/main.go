@@ -64,6 +64,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/version"
+	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
 // scenarios are the subcommands: a summary for the usage, and a new
@@ -135,7 +136,7 @@ func main() {
 	// dev server are stopped with it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	startLoad, startTime = loadAverage(), time.Now()
+	startLoad, startTime = testenv.LoadAverage(), time.Now()
 	// OTEL_* turn tracing on for the stack the bench runs, as they do for
 	// the binaries: the overhead scenario then measures its cost.
 	stopTracing, err := tracing.Start(ctx, "sluice-bench", slog.Default())

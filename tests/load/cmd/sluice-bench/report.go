@@ -96,7 +96,7 @@ func (r *report) print() error {
 		fmt.Fprintf(&b, "sluice-bench %s: %s\n", r.name, r.what)
 		fmt.Fprintf(&b, "command: %s\n", commandLine())
 		b.WriteString(testenv.RunLine(startTime) + "\n")
-		fmt.Fprintf(&b, "machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, loadAverage())
+		fmt.Fprintf(&b, "machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, testenv.LoadAverage())
 	}
 	for _, l := range r.lines {
 		b.WriteString(l + "\n")
@@ -145,18 +145,6 @@ var startLoad string
 
 // startTime is when the scenario started, the date of its report.
 var startTime time.Time
-
-func loadAverage() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(raw))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}
 
 // newGoal is a goal that a strict report asserts.
 func newGoal(what, measured, want string, met bool) goal {
