@@ -100,10 +100,6 @@ type outcome struct {
 
 const burstTier = "burst"
 
-// longQuery is long enough that its prompt bound exceeds the short pool's
-// routing threshold.
-var longQuery = strings.Repeat("Explain how weighted fair queuing shares one pool of permits between tenants. ", 30)
-
 func (b *burstScenario) stacks() ([]stackOptions, error) {
 	b.keys = tenantKeys(burstTier, b.tenants)
 	return []stackOptions{{
@@ -265,54 +261,6 @@ func (b *burstScenario) sourceAddresses() int {
 // of 127.0.0.0/8 to the loopback interface, so a client can bind any.
 func burstAddr(a int) string { return fmt.Sprintf("127.2.%d.%d", a/250, a%250+1) }
 
-// watchMax is the most the simulator and the gate saw at once.
-type watchMax struct {
-	sim, inUse, waiting int64
-}
-
-// watch samples what the simulator and the gate see until stopped.
-type watch struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	max    watchMax
-}
-
-func startWatch(ctx context.Context, st *stack) *watch {
-	wctx, cancel := context.WithCancel(ctx)
-	w := &watch{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-wctx.Done():
-				return
-			case <-t.C:
-			}
-			s := st.sim.Stats()
-			w.max.sim = max(w.max.sim, int64(s.Running+s.Waiting))
-			if i%10 == 0 {
-				var inUse, waiting int64
-				for _, p := range st.rt.Gate.Pools() {
-					if gs, err := st.rt.Gate.Stats(wctx, p); err == nil {
-						inUse += int64(gs.InUse)
-						waiting += int64(gs.Waiting)
-					}
-				}
-				w.max.inUse, w.max.waiting = max(w.max.inUse, inUse), max(w.max.waiting, waiting)
-			}
-		}
-	}()
-	return w
-}
-
-// stop ends the sampling and waits for it; w.max is read after.
-func (w *watch) stop() {
-	w.cancel()
-	<-w.done
-}
-
 func (b *burstScenario) report(r *report) error {
 	ramp := "all at once"
 	if b.ramp > 0 {
@@ -325,7 +273,7 @@ func (b *burstScenario) report(r *report) error {
 	r.linef("")
 	r.linef("all clients finished after %s; chat workflows started: %d (rejected in the queue after starting: %d), still running afterwards: %d", ms(b.clientsDone), b.started, b.startedRejected, b.running)
 	r.linef("max seen during the run: simulator running+waiting %d, permits in use %d (both pools), waiting %d", b.seen.sim, b.seen.inUse, b.seen.waiting)
-	leaks := leftInPools(r, b.final)
+	leaks := leftInPools(r.linef, b.final)
 	idle := "never"
 	if b.idleAfter >= 0 {
 		idle = ms(b.idleAfter) + " after the last client"

@@ -125,16 +125,6 @@ func (r *stepRun) openLoop(ctx context.Context, rate float64, maxInFlight int, s
 	wg.Wait()
 }
 
-// sleepUntil waits until t; false if ctx ended first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(time.Until(t)):
-		return ctx.Err() == nil
-	}
-}
-
 // status is the step's progress line: its phase, how far into it, and
 // what it has done so far.
 func (r *stepRun) status() string {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -375,8 +374,6 @@ func queryHealing(ctx context.Context, st *stack) (workflows.HealingStatus, erro
 	return hs, nil
 }
 
-func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
 // shortRatios are the short pool's P99/P50 of the samples from `from` on
 // (samples without enough latencies left out: their ratio is noise).
 func shortRatios(r *healRun, from time.Duration, minCount int64) []float64 {
@@ -401,15 +398,6 @@ func shareAbove(xs []float64, x float64) float64 {
 		}
 	}
 	return float64(n) / float64(len(xs))
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
 }
 
 func healVerdicts(o healOptions, runs []*healRun) []goal {

@@ -45,12 +45,12 @@ func waitIdle(ctx context.Context, gate *admission.Gate, within time.Duration) (
 	}
 }
 
-// leftInPools adds a line per pool to r and returns the permits in use and
-// queue places left in all of them.
-func leftInPools(r *report, states []poolState) int {
+// leftInPools adds a line per pool with linef (a report's) and returns
+// the permits in use and queue places left in all of them.
+func leftInPools(linef func(format string, args ...any), states []poolState) int {
 	leaks := 0
 	for _, s := range states {
-		r.linef("pool %s afterwards: %d in use, %d waiting", s.pool, s.InUse, s.Waiting)
+		linef("pool %s afterwards: %d in use, %d waiting", s.pool, s.InUse, s.Waiting)
 		leaks += s.InUse + s.Waiting
 	}
 	return leaks

@@ -60,11 +60,9 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/version"
-	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
 // scenarios are the subcommands: a summary for the usage, and a new
@@ -113,7 +111,7 @@ func main() {
 	run := bind(name, scenarios[name].new(), fs)
 	temporalBin := fs.String("temporal", "", "Temporal CLI (default: bin/temporal or $SLUICE_TEST_TEMPORAL_BIN)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (bench, API and worker share the process)")
-	fs.StringVar(&reportPath, "report", "", "also write the report to this file (make bench-<scenario>: tests/load/report/<scenario>.md)")
+	copyTo := fs.String("report", "", "also write the report to this file (make bench-<scenario>: tests/load/report/<scenario>.md)")
 	_ = fs.Parse(args)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "sluice-bench %s: unexpected arguments %v\n", name, fs.Args())
@@ -136,7 +134,7 @@ func main() {
 	// dev server are stopped with it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	startLoad, startTime = testenv.LoadAverage(), time.Now()
+	begin(*copyTo)
 	// OTEL_* turn tracing on for the stack the bench runs, as they do for
 	// the binaries: the overhead scenario then measures its cost.
 	stopTracing, err := tracing.Start(ctx, "sluice-bench", slog.Default())

@@ -6,25 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
-	sdkworker "go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
-
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/openai"
-	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // The overhead benchmark runs, interleaved and one at a time, the same
@@ -84,17 +73,6 @@ func (o *overheadScenario) stacks() ([]stackOptions, error) {
 	}}}, nil
 }
 
-var trace = os.Getenv("BENCH_TRACE") == "1"
-
-// overheadQueries are the questions asked, in turn.
-var overheadQueries = []string{
-	"How does a token bucket refill?", "What is weighted fair queuing?", "How do leased permits work?",
-	"What is continuous batching?", "Why does the P99/P50 ratio matter?", "How are Redis streams used for SSE?",
-	"What does Temporal replay check?", "How is a KV cache paged?", "What is a retry storm?", "How do caches stay fresh?",
-}
-
-const bareQueue = "sluice-bench-bare"
-
 func (o *overheadScenario) drive(ctx context.Context, st *stack) error {
 	b, err := startBare(ctx, st)
 	if err != nil {
@@ -103,40 +81,6 @@ func (o *overheadScenario) drive(ctx context.Context, st *stack) error {
 	defer b.worker.Stop()
 	o.paths = o.pathsOf(st, b.bare, b.prompts)
 	return o.rounds(ctx)
-}
-
-// bareSetup is a running worker of the bare workflow, and the prompts it
-// is to send.
-type bareSetup struct {
-	*bare
-	worker sdkworker.Worker
-	// prompts are overheadQueries' prompts as Sluice builds them (the
-	// same retrieval stack, retrieved context included), so that the
-	// bare paths send the simulator exactly what Sluice sends it.
-	prompts map[string][]openai.Message
-}
-
-// startBare starts a worker of the bare workflow on the bench's own
-// Temporal client (the stack's second runtime), streaming from the short
-// pool's backend through the pool's own client.
-func startBare(ctx context.Context, st *stack) (*bareSetup, error) {
-	rt := st.rt
-	b := &bareSetup{bare: &bare{rdb: rt.Redis, llm: rt.Chat.Pools[request.PoolShort].Streamer}, prompts: map[string][]openai.Message{}}
-	for _, q := range overheadQueries {
-		msgs, err := samePrompt(ctx, rt, st.cfg, q)
-		if err != nil {
-			return nil, err
-		}
-		b.prompts[q] = msgs
-	}
-	b.worker = sdkworker.New(rt.Temporal, bareQueue, sdkworker.Options{})
-	b.worker.RegisterWorkflow(BareWorkflow)
-	b.worker.RegisterActivity(b.bare)
-	b.worker.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: "noop"})
-	if err := b.worker.Start(); err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // pathsOf are the four ways to the same completion.
@@ -231,22 +175,6 @@ func (o *overheadScenario) report(r *report) error {
 	return nil
 }
 
-func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]openai.Message, error) {
-	vec, _, err := rt.Chat.Embeddings.Get(ctx, q)
-	if err != nil {
-		return nil, err
-	}
-	res, _, err := rt.Chat.Retriever.Retrieve(ctx, retrieval.Query{KB: cfg.Retrieval.DefaultKB, Text: q, Vector: vec, K: cfg.Retrieval.Candidates})
-	if err != nil {
-		return nil, err
-	}
-	chunks, err := rt.Chat.Reranker.Rerank(ctx, q, res.Chunks, cfg.Retrieval.TopK)
-	if err != nil {
-		return nil, err
-	}
-	return rt.Prompts.Messages(chunks, q), nil
-}
-
 func direct(ctx context.Context, s llm.Streamer, msgs []openai.Message, maxTokens int) (time.Duration, time.Duration, error) {
 	start := time.Now()
 	var ttft time.Duration
@@ -289,95 +217,6 @@ func sluice(ctx context.Context, baseURL, q string, maxTokens int) (time.Duratio
 			return ttft, time.Since(start), nil
 		case "rejected", "error":
 			return 0, 0, fmt.Errorf("%s: %s", ev.Event, ev.Data)
-		}
-	}
-}
-
-// BareInput is the bare workflow's input.
-type BareInput struct {
-	ID        string
-	Messages  []openai.Message
-	MaxTokens int
-	// InlineDone makes the streaming activity write "done" itself, as
-	// Sluice's does, instead of a local activity after it.
-	InlineDone bool
-}
-
-// BareWorkflow has ChatWorkflow's shape and none of its work.
-func BareWorkflow(ctx workflow.Context, in BareInput) error {
-	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 5 * time.Second})
-	for i := 0; i < 4; i++ {
-		if err := workflow.ExecuteLocalActivity(lctx, "noop", i).Get(lctx, nil); err != nil {
-			return err
-		}
-	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: time.Minute, HeartbeatTimeout: 10 * time.Second,
-		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
-	})
-	var b *bare
-	if err := workflow.ExecuteActivity(actx, b.BareStream, in).Get(actx, nil); err != nil {
-		return err
-	}
-	if in.InlineDone {
-		return nil
-	}
-	return workflow.ExecuteLocalActivity(lctx, b.BareDone, in.ID).Get(lctx, nil)
-}
-
-func noop(_ context.Context, i int) (int, error) { return i, nil }
-
-type bare struct {
-	rdb redis.UniversalClient
-	llm llm.Streamer
-}
-
-func (b *bare) BareStream(ctx context.Context, in BareInput) error {
-	_, err := b.llm.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: in.Messages, MaxTokens: in.MaxTokens}, func(d llm.Delta) error {
-		activity.RecordHeartbeat(ctx)
-		return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + in.ID, Values: []any{"t", "token", "d", d.Text}}).Err()
-	})
-	if err != nil || !in.InlineDone {
-		return err
-	}
-	return b.BareDone(ctx, in.ID)
-}
-
-func (b *bare) BareDone(ctx context.Context, id string) error {
-	return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + id, Values: []any{"t", "done"}}).Err()
-}
-
-func bareRun(ctx context.Context, c client.Client, rdb redis.UniversalClient, queue, id string, msgs []openai.Message, maxTokens int, inlineDone bool) (time.Duration, time.Duration, error) {
-	start := time.Now()
-	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue, EnableEagerStart: true},
-		BareWorkflow, BareInput{ID: id, Messages: msgs, MaxTokens: maxTokens, InlineDone: inlineDone})
-	if err != nil {
-		return 0, 0, err
-	}
-	if trace {
-		fmt.Printf("%7.2fms bare started\n", float64(time.Since(start))/1e6)
-	}
-	defer rdb.Del(context.Background(), "bench:"+id)
-	var ttft time.Duration
-	last := "0"
-	for {
-		res, err := rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{"bench:" + id, last}, Block: 30 * time.Second}).Result()
-		if err != nil {
-			return 0, 0, fmt.Errorf("read bare stream: %w", err)
-		}
-		for _, m := range res[0].Messages {
-			last = m.ID
-			if trace {
-				fmt.Printf("%7.2fms bare %v\n", float64(time.Since(start))/1e6, m.Values["t"])
-			}
-			switch m.Values["t"] {
-			case "token":
-				if ttft == 0 {
-					ttft = time.Since(start)
-				}
-			case "done":
-				return ttft, time.Since(start), nil
-			}
 		}
 	}
 }

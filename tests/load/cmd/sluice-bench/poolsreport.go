@@ -94,13 +94,6 @@ func (p *poolsScenario) runTable(r *report, run *poolsRun) {
 	}
 }
 
-func durOrDash(l latencies, p float64) string {
-	if len(l) == 0 {
-		return "—"
-	}
-	return ms(l.at(p))
-}
-
 func (r *poolsRun) backloggedShare(tenant string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"sync"
@@ -112,20 +111,4 @@ func (m *meter) String() string {
 		s += fmt.Sprintf(" errors=%d", e)
 	}
 	return s
-}
-
-// poolsNow is the gate's permits in use and waiters over every pool, for
-// a progress line: two Redis reads a pool.
-func poolsNow(st *stack) string {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	var inUse, waiting int
-	for _, p := range st.rt.Gate.Pools() {
-		qs, err := st.rt.Gate.QueueStats(ctx, p)
-		if err != nil {
-			return "pools=unknown"
-		}
-		inUse, waiting = inUse+qs.InUse, waiting+qs.Waiting
-	}
-	return fmt.Sprintf("in_use=%d queued=%d", inUse, waiting)
 }

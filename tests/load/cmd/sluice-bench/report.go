@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -84,10 +85,6 @@ func (r *report) add(g goal) {
 	r.lines = append(r.lines, g.String())
 }
 
-// reportPath, if set (-report), is a file that gets a copy of the report:
-// the published one, under tests/load/report/, which docs quote.
-var reportPath string
-
 // print writes the report to stdout, and to reportPath when set; a
 // strict report with a missed goal is an error.
 func (r *report) print() error {
@@ -95,7 +92,7 @@ func (r *report) print() error {
 	if r.what != "" {
 		fmt.Fprintf(&b, "sluice-bench %s: %s\n", r.name, r.what)
 		fmt.Fprintf(&b, "command: %s\n", commandLine())
-		b.WriteString(testenv.RunLine(startTime) + "\n")
+		b.WriteString(runLine() + "\n")
 		fmt.Fprintf(&b, "machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, testenv.LoadAverage())
 	}
 	for _, l := range r.lines {
@@ -139,14 +136,38 @@ func commandLine() string {
 	return strings.Join(parts, " ")
 }
 
-// startLoad is the machine's load average when the scenario started:
-// other processes on a 2-core machine move every number here.
-var startLoad string
+// The run every report tells of: when it started, the machine's load
+// average then (other processes on a 2-core machine move every number
+// here), and the file that gets a copy of the report (-report: the
+// published one, under tests/load/report/, which docs quote).
+var (
+	startTime  time.Time
+	startLoad  string
+	reportPath string
+)
 
-// startTime is when the scenario started, the date of its report.
-var startTime time.Time
+// begin notes that the run starts now; copyTo, if set, gets a copy of
+// the report.
+func begin(copyTo string) {
+	startTime, startLoad, reportPath = time.Now(), testenv.LoadAverage(), copyTo
+}
+
+// runLine is the report's run line: its date and the build that ran.
+func runLine() string { return testenv.RunLine(startTime) }
+
+// loadAtStart is the machine's load average when the run started.
+func loadAtStart() string { return startLoad }
 
 // newGoal is a goal that a strict report asserts.
 func newGoal(what, measured, want string, met bool) goal {
 	return goal{what: what, measured: measured, want: want, met: met}
+}
+
+func outcomeLine(m map[string]int) string {
+	var parts []string
+	for k, n := range m {
+		parts = append(parts, fmt.Sprintf("%s %d", k, n))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
@@ -59,22 +57,3 @@ func addOpenTenants(cfg *config.Config, tier string, keys []config.APIKey) {
 	cfg.Limits.Tiers[tier] = config.Tier{Weight: std.Weight, MaxWait: std.MaxWait, MaxQueuePerTenant: std.MaxQueuePerTenant}
 	cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, keys...)
 }
-
-// positives parses a flag's comma-separated list of positive numbers,
-// blank entries left out.
-func positives[T int | float64](flagName, what, list string, parse func(string) (T, error)) ([]T, error) {
-	var out []T
-	for _, f := range strings.Split(list, ",") {
-		if strings.TrimSpace(f) == "" {
-			continue
-		}
-		v, err := parse(strings.TrimSpace(f))
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("-%s: bad %s %q", flagName, what, f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-func parseFloat(s string) (float64, error) { return strconv.ParseFloat(s, 64) }

@@ -29,45 +29,6 @@ import (
 // come, first served. Everything is measured where the client stands,
 // per arrival: one refused, timed out or not sent missed its SLO.
 
-// sloTier is a tier of the benchmark: its weight, its SLO and the
-// max_wait admission gives it.
-type sloTier struct {
-	name   string
-	weight int
-	// ttft bounds the first token, from the arrival; tpot the time per
-	// output token after the first (0: no bound).
-	ttft, tpot time.Duration
-	maxWait    time.Duration
-}
-
-// sloTiers are the tiers in report order. Each max_wait is its TTFT
-// bound: a request still waiting then has missed its SLO whatever comes
-// next, and refusing it frees its client to go elsewhere at once, while
-// one that gets a permit sooner may still meet it. The interactive one
-// is not shorter because workflow timers under a second are not precise
-// (admission.recheck_interval's floor for the same reason).
-var sloTiers = [...]sloTier{
-	{name: "interactive", weight: 5, ttft: time.Second, tpot: 100 * time.Millisecond, maxWait: time.Second},
-	{name: "batch", weight: 1, ttft: time.Minute, maxWait: time.Minute},
-}
-
-const (
-	tierInteractive = 0
-	tierBatch       = 1
-)
-
-// sloTierNamed is the tier of that name.
-func sloTierNamed(name string) (sloTier, error) {
-	names := make([]string, len(sloTiers))
-	for i, t := range sloTiers {
-		if t.name == name {
-			return t, nil
-		}
-		names[i] = t.name
-	}
-	return sloTier{}, fmt.Errorf("no tier %q (the slo benchmark's are %s)", name, strings.Join(names, ", "))
-}
-
 // sloTenant and sloKey are a tier's one tenant and its API key.
 func sloTenant(tier int) string { return "slo-" + sloTiers[tier].name }
 func sloKey(tier int) string    { return "k-slo-" + sloTiers[tier].name }

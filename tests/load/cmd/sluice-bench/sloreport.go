@@ -21,38 +21,9 @@ const (
 	outDropped  = "dropped"   // the generator did not send it
 )
 
-// pace is an answer's time per output token after the first; false when
-// it has fewer than two tokens.
-func pace(r chatResult) (time.Duration, bool) {
-	if r.tokens < 2 {
-		return 0, false
-	}
-	return (r.last - r.ttft) / time.Duration(r.tokens-1), true
-}
-
-// meets says whether a request was answered within the tier's SLO: done,
-// its first token within ttft, and (with a tpot bound) its pace after
-// the first token within tpot. Every benchmark that counts goodput
-// within an SLO judges by it.
-func (t sloTier) meets(r chatResult) bool {
-	if r.kind != kindDone {
-		return false
-	}
-	p, ok := pace(r)
-	return r.ttft <= t.ttft && (t.tpot == 0 || !ok || p <= t.tpot)
-}
-
-// goal says the tier's SLO in words.
-func (t sloTier) goal() string {
-	if t.tpot == 0 {
-		return fmt.Sprintf("TTFT <= %v", t.ttft)
-	}
-	return fmt.Sprintf("TTFT <= %v and <= %v a token after the first", t.ttft, t.tpot)
-}
-
-// outcome judges an arrival against its tier's SLO.
-func (t sloTier) outcome(a *sloArrival) string {
-	k := a.res.kind
+// outcomeOf judges an arrival against its tier's SLO.
+func outcomeOf(a *sloArrival) string {
+	t, k := sloTiers[a.tier], a.res.kind
 	switch {
 	case a.dropped:
 		return outDropped
@@ -88,7 +59,7 @@ func summarize(all []*sloArrival, tier int) tierSummary {
 			continue
 		}
 		s.arrivals++
-		s.outcomes[sloTiers[a.tier].outcome(a)]++
+		s.outcomes[outcomeOf(a)]++
 		if a.res.tokens > 0 {
 			ttft = append(ttft, a.res.ttft)
 		}

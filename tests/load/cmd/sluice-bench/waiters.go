@@ -362,7 +362,7 @@ func (w *waitersScenario) report(r *report) error {
 		line += fmt.Sprintf(" %s×%d", k, w.outcomes[k])
 	}
 	r.linef("%s", line)
-	leaks := leftInPools(r, w.after)
+	leaks := leftInPools(r.linef, w.after)
 	r.goal("waiting requests on one worker", fmt.Sprint(w.queued.Waiting), fmt.Sprintf(">= %d", w.n), w.queued.Waiting >= w.n)
 	r.goal("completed with outcome done", fmt.Sprint(w.outcomes[request.OutcomeDone]), fmt.Sprint(w.n), w.outcomes[request.OutcomeDone] == w.n)
 	r.goal("permits in use + queue places left afterwards", fmt.Sprint(leaks), "0", leaks == 0)
