@@ -1,4 +1,4 @@
-package main
+package fairness
 
 import (
 	"encoding/csv"

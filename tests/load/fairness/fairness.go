@@ -1,4 +1,4 @@
-package main
+package fairness
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/tokens"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 	"github.com/sluice-dev/sluice/tests/load/vtc"
 )
 
@@ -36,11 +37,11 @@ type fairnessOptions struct {
 
 // Systems a fairness run replays against.
 const (
-	sysFCFS = vtc.FCFS
-	// sysSluice ("sluice", vtc.Sluice) is goodput.go's.
+	sysFCFS   = vtc.FCFS
+	sysSluice = vtc.Sluice
 )
 
-func (s *fairnessScenario) flags(fs *flag.FlagSet) {
+func (s *fairnessScenario) Flags(fs *flag.FlagSet) {
 	d := vtc.DefaultOptions()
 	fs.StringVar(&s.workloads, "workloads", "overload,real", "workloads to replay, in order (overload, real)")
 	fs.StringVar(&s.dir, "dir", vtc.DefaultDir, "directory of vtc-overload.csv and vtc-real.csv")
@@ -72,7 +73,7 @@ type fairnessScenario struct {
 	curLoad atomic.Pointer[string]
 }
 
-func (s *fairnessScenario) stacks() ([]stackOptions, error) {
+func (s *fairnessScenario) Stacks() ([]stack.Options, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
@@ -80,7 +81,7 @@ func (s *fairnessScenario) stacks() ([]stackOptions, error) {
 	if s.writer, err = vtc.NewPromptWriter(tokens.CL100K); err != nil {
 		return nil, err
 	}
-	var out []stackOptions
+	var out []stack.Options
 	for _, name := range strings.Split(s.workloads, ",") {
 		w, ok := vtc.Workloads[strings.TrimSpace(name)]
 		if !ok {
@@ -91,7 +92,7 @@ func (s *fairnessScenario) stacks() ([]stackOptions, error) {
 			return nil, fmt.Errorf("%w (-dir names the directory of the VTC workloads)", err)
 		}
 		s.runs = append(s.runs, run)
-		out = append(out, stackOptions{
+		out = append(out, stack.Options{
 			Quiet:     true,
 			Simulator: func(sim *llmsim.Config) { run.Sizing.Apply(sim, s.Speed) },
 			Configure: func(cfg *config.Config) { run.Configure(cfg, s.Options) },
@@ -110,10 +111,10 @@ func (s *fairnessScenario) validate() error {
 	return s.Options.Validate()
 }
 
-func (s *fairnessScenario) drive(ctx context.Context, st *stack) error {
+func (s *fairnessScenario) Drive(ctx context.Context, st *stack.Stack) error {
 	run := s.runs[s.next]
 	s.next++
-	s.cfg = st.cfg
+	s.cfg = st.Config
 	name := run.Workload.Name
 	s.curLoad.Store(&name)
 	for _, sys := range s.systemList {
@@ -129,10 +130,10 @@ func (s *fairnessScenario) drive(ctx context.Context, st *stack) error {
 
 // replaySystem replays the run's rows against one system and waits until
 // the simulator (and Sluice's pools) are idle again.
-func (s *fairnessScenario) replaySystem(ctx context.Context, st *stack, run *vtc.Run, sys string) (*vtc.System, error) {
-	target := vtc.SimulatorTarget(st.simURL)
+func (s *fairnessScenario) replaySystem(ctx context.Context, st *stack.Stack, run *vtc.Run, sys string) (*vtc.System, error) {
+	target := vtc.SimulatorTarget(st.SimURL)
 	if sys == sysSluice {
-		target = run.SluiceTarget(st.baseURL)
+		target = run.SluiceTarget(st.BaseURL)
 	}
 	fs, err := run.Replay(ctx, target, s.Options, func(rp *vtc.Replay) { s.cur.Store(rp) })
 	s.cur.Store(nil)
@@ -140,28 +141,28 @@ func (s *fairnessScenario) replaySystem(ctx context.Context, st *stack, run *vtc
 		return nil, err
 	}
 	if sys == sysSluice {
-		final, idleAfter, err := waitIdle(ctx, st.rt.Gate, time.Minute)
+		final, idleAfter, err := stack.WaitIdle(ctx, st.Runtime.Gate, time.Minute)
 		if err != nil {
 			return nil, err
 		}
 		fs.IdleAfter = idleAfter
 		for _, p := range final {
-			fs.Final = append(fs.Final, vtc.PoolState{Pool: p.pool, InUse: p.InUse, Waiting: p.Waiting})
+			fs.Final = append(fs.Final, vtc.PoolState{Pool: p.Pool, InUse: p.InUse, Waiting: p.Waiting})
 		}
 	}
-	vtc.WaitSimulatorIdle(st.sim, time.Minute)
+	vtc.WaitSimulatorIdle(st.Sim, time.Minute)
 	return fs, nil
 }
 
-func (s *fairnessScenario) status(st *stack) string {
+func (s *fairnessScenario) Status(st *stack.Stack) string {
 	rp := s.cur.Load()
 	if rp == nil {
 		return "phase=between-replays"
 	}
-	sim := st.sim.Stats()
+	sim := st.Sim.Stats()
 	line := fmt.Sprintf("workload=%s %s sim_running=%d sim_waiting=%d", *s.curLoad.Load(), rp.Status(), sim.Running, sim.Waiting)
 	if rp.Target.System == sysSluice {
-		line += " " + poolsNow(st)
+		line += " " + stack.PoolsNow(st)
 	}
 	return line
 }

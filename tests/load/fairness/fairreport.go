@@ -1,8 +1,9 @@
-package main
+package fairness
 
 import (
 	"fmt"
 
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
 	"github.com/sluice-dev/sluice/tests/load/vtc"
 )
 
@@ -10,8 +11,8 @@ import (
 // FCFS of this run beside the paper's numbers, what became of the
 // requests (vtc.WriteRun), and the goals of issue 25 (vtc.WriteGoals).
 
-func (s *fairnessScenario) report(r *report) error {
-	r.header(s.headerText())
+func (s *fairnessScenario) Report(r *report.Report) error {
+	r.Header(s.headerText())
 	sh := reportSheet{r}
 	for _, run := range s.runs {
 		vtc.WriteRun(sh, run, s.Options, s.cfg)
@@ -39,11 +40,11 @@ func (s *fairnessScenario) maxTokensText() string {
 }
 
 // reportSheet writes vtc's sections into a sluice-bench report.
-type reportSheet struct{ r *report }
+type reportSheet struct{ r *report.Report }
 
-func (sh reportSheet) Linef(format string, args ...any) { sh.r.linef(format, args...) }
-func (sh reportSheet) Table(columns ...string)          { sh.r.table(columns...) }
-func (sh reportSheet) Row(cells ...string)              { sh.r.row(cells...) }
+func (sh reportSheet) Linef(format string, args ...any) { sh.r.Linef(format, args...) }
+func (sh reportSheet) Table(columns ...string)          { sh.r.Table(columns...) }
+func (sh reportSheet) Row(cells ...string)              { sh.r.Row(cells...) }
 func (sh reportSheet) Goal(what, measured, want string, met bool) {
-	sh.r.goal(what, measured, want, met)
+	sh.r.Goal(what, measured, want, met)
 }

@@ -1,4 +1,4 @@
-package main
+package fairness
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 )
 
 // The pools benchmark is the two-tenant scenario that found fairness
@@ -44,7 +46,7 @@ type poolsScenario struct {
 	cur  atomic.Pointer[poolsRun]
 }
 
-func (p *poolsScenario) flags(fs *flag.FlagSet) {
+func (p *poolsScenario) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&p.clients, "clients", 40, "closed-loop clients of each heavy tenant (long, short)")
 	fs.DurationVar(&p.warmup, "warmup", 30*time.Second, "load before the measured window, for both tenants to be backlogged")
 	fs.DurationVar(&p.window, "window", 2*time.Minute, "the measured window: requests that end in it count")
@@ -78,13 +80,13 @@ type poolsRun struct {
 
 // poolsResult is one request as its client saw it.
 type poolsResult struct {
-	chatResult
+	chat.Result
 	end   time.Time
 	total time.Duration
 }
 
-func (p *poolsScenario) stacks() ([]stackOptions, error) {
-	var out []stackOptions
+func (p *poolsScenario) Stacks() ([]stack.Options, error) {
+	var out []stack.Options
 	for _, m := range strings.Split(p.modes, ",") {
 		m = strings.TrimSpace(m)
 		if m != "shared" && m != "apart" {
@@ -92,7 +94,7 @@ func (p *poolsScenario) stacks() ([]stackOptions, error) {
 		}
 		run := &poolsRun{mode: m, results: map[string][]poolsResult{}, backlogged: map[string]int{}}
 		p.runs = append(p.runs, run)
-		out = append(out, stackOptions{
+		out = append(out, stack.Options{
 			Quiet:     true,
 			Simulator: func(sim *llmsim.Config) { run.simSeqs = sim.MaxNumSeqs },
 			Configure: func(cfg *config.Config) { p.configure(cfg, m) },
@@ -112,7 +114,7 @@ func (p *poolsScenario) configure(cfg *config.Config, mode string) {
 	for i, t := range poolsTenants {
 		keys[i] = config.APIKey{Key: "k-pools-" + t, Tenant: "pools-" + t, Tier: poolsTier}
 	}
-	addOpenTenants(cfg, poolsTier, keys)
+	stack.AddOpenTenants(cfg, poolsTier, keys)
 	cfg.Limits.Ban.Enabled = false
 	cfg.Healing.Enabled = p.healing
 	if mode == "apart" {
@@ -121,7 +123,7 @@ func (p *poolsScenario) configure(cfg *config.Config, mode string) {
 	}
 }
 
-func (p *poolsScenario) drive(ctx context.Context, st *stack) error {
+func (p *poolsScenario) Drive(ctx context.Context, st *stack.Stack) error {
 	run := p.runs[0]
 	for _, r := range p.runs {
 		if r.winStart.IsZero() {
@@ -134,10 +136,10 @@ func (p *poolsScenario) drive(ctx context.Context, st *stack) error {
 	run.winStart, run.winEnd = start.Add(p.warmup), start.Add(p.warmup+p.window)
 	lctx, stop := context.WithDeadline(ctx, run.winEnd)
 	defer stop()
-	w := startWatch(lctx, st)
+	w := stack.StartWatch(lctx, st)
 	go p.sampleQueues(lctx, st, run)
-	hc := st.client(2*p.clients + 1)
-	permits := permitWindow(ctx, st.client(1), st.baseURL+"/metrics", run.winStart, run.winEnd)
+	hc := st.Client(2*p.clients + 1)
+	permits := permitWindow(ctx, st.Client(1), st.BaseURL+"/metrics", run.winStart, run.winEnd)
 	var wg sync.WaitGroup
 	loop := func(tenant, query string, pause time.Duration) {
 		defer wg.Done()
@@ -149,8 +151,8 @@ func (p *poolsScenario) drive(ctx context.Context, st *stack) error {
 			began := time.Now()
 			// A request still running at the window's end is cut: it
 			// would not count anyway.
-			res := readChat(lctx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer k-pools-" + tenant})
-			run.add(tenant, poolsResult{chatResult: res, end: time.Now(), total: time.Since(began)})
+			res := chat.Read(lctx, hc, st.BaseURL, body, map[string]string{"Authorization": "Bearer k-pools-" + tenant})
+			run.add(tenant, poolsResult{Result: res, end: time.Now(), total: time.Since(began)})
 			if pause > 0 {
 				select {
 				case <-lctx.Done():
@@ -161,17 +163,17 @@ func (p *poolsScenario) drive(ctx context.Context, st *stack) error {
 	}
 	for range p.clients {
 		wg.Add(2)
-		go loop("long", longQuery, 0)
+		go loop("long", chat.LongQuery, 0)
 		go loop("short", "What does weighted fair queuing guarantee?", 0)
 	}
 	wg.Add(1)
 	go loop("probe", "How are permits leased?", p.probeEvery)
 	wg.Wait()
-	w.stop()
-	run.seenSim = int(w.max.sim)
+	w.Stop()
+	run.seenSim = int(w.Max.Sim)
 	run.permits = <-permits
 	// Let the cut requests' workflows end before the stack stops.
-	_, _, err := waitIdle(ctx, st.rt.Gate, time.Minute)
+	_, _, err := stack.WaitIdle(ctx, st.Runtime.Gate, time.Minute)
 	return err
 }
 
@@ -184,7 +186,7 @@ func (r *poolsRun) add(tenant string, res poolsResult) {
 
 // sampleQueues looks at both pools' queues once a second within the
 // window: a heavy tenant is backlogged when it has a request waiting.
-func (p *poolsScenario) sampleQueues(ctx context.Context, st *stack, run *poolsRun) {
+func (p *poolsScenario) sampleQueues(ctx context.Context, st *stack.Stack, run *poolsRun) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -197,7 +199,7 @@ func (p *poolsScenario) sampleQueues(ctx context.Context, st *stack, run *poolsR
 			}
 			waiting := map[string]bool{}
 			for _, pool := range request.Pools() {
-				qs, err := st.rt.Gate.QueueStats(ctx, pool)
+				qs, err := st.Runtime.Gate.QueueStats(ctx, pool)
 				if err != nil {
 					continue
 				}
@@ -217,7 +219,7 @@ func (p *poolsScenario) sampleQueues(ctx context.Context, st *stack, run *poolsR
 	}
 }
 
-func (p *poolsScenario) status(st *stack) string {
+func (p *poolsScenario) Status(st *stack.Stack) string {
 	run := p.cur.Load()
 	if run == nil {
 		return "phase=starting"
@@ -226,5 +228,5 @@ func (p *poolsScenario) status(st *stack) string {
 	if time.Now().Before(run.winStart) {
 		phase = "warmup"
 	}
-	return fmt.Sprintf("mode=%s phase=%s ended=%d %s", run.mode, phase, run.ended.Load(), poolsNow(st))
+	return fmt.Sprintf("mode=%s phase=%s ended=%d %s", run.mode, phase, run.ended.Load(), stack.PoolsNow(st))
 }

@@ -1,4 +1,4 @@
-package main
+package fairness
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
 )
 
 // The report counts only what ended within the window, leaves cut
@@ -17,15 +20,15 @@ func TestPoolsReportCountsTheWindow(t *testing.T) {
 	run := &poolsRun{mode: "shared", winStart: start, winEnd: start.Add(time.Minute), results: map[string][]poolsResult{}, backlogged: map[string]int{}, simSeqs: 16, seenSim: 16}
 	in := start.Add(time.Second)
 	add := func(tenant, kind string, served int, ttft time.Duration, end time.Time) {
-		run.add(tenant, poolsResult{chatResult: chatResult{kind: kind, served: served, ttft: ttft}, end: end, total: 2 * ttft})
+		run.add(tenant, poolsResult{Result: chat.Result{Kind: kind, Served: served, TTFT: ttft}, end: end, total: 2 * ttft})
 	}
-	add("long", kindDone, 600, time.Second, in)
-	add("long", kindDone, 9999, time.Second, start.Add(-time.Second)) // warm-up: left out
+	add("long", chat.KindDone, 600, time.Second, in)
+	add("long", chat.KindDone, 9999, time.Second, start.Add(-time.Second)) // warm-up: left out
 	add("long", "rejected queue_timeout", 0, 0, in)
-	add("short", kindDone, 300, 100*time.Millisecond, in)
-	add("short", kindDone, 300, 100*time.Millisecond, in)
-	add("short", kindHang, 0, 0, in) // cut at the window's end
-	add("probe", kindDone, 100, 2*time.Second, in)
+	add("short", chat.KindDone, 300, 100*time.Millisecond, in)
+	add("short", chat.KindDone, 300, 100*time.Millisecond, in)
+	add("short", chat.KindHang, 0, 0, in) // cut at the window's end
+	add("probe", chat.KindDone, 100, 2*time.Second, in)
 	long, short := run.summary("long"), run.summary("short")
 	if long.ended != 2 || long.answers != 1 || long.timeouts != 1 || long.served != 600 {
 		t.Fatalf("long %+v", long)
@@ -34,9 +37,9 @@ func TestPoolsReportCountsTheWindow(t *testing.T) {
 		t.Fatalf("short %+v", short)
 	}
 	p := &poolsScenario{runs: []*poolsRun{run}}
-	r := &report{name: "pools"}
+	r := &report.Report{Name: "pools"}
 	p.goals(r, run)
-	text := strings.Join(r.lines, "\n")
+	text := strings.Join(r.Lines, "\n")
 	for _, want := range []string{"50.0% / 50.0% (goal within 10 points) — met", "TTFT p99: 2000.0 ms (goal <= 1000.0 ms) — MISSED"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("goals\n%s\nwant a line with %q", text, want)

@@ -1,4 +1,4 @@
-package main
+package fairness
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
 )
 
 // Permit utilisation as the pools benchmark measures it: each pool's
@@ -93,7 +95,7 @@ func permitWindow(ctx context.Context, hc *http.Client, url string, from, to tim
 	out := make(chan permitReading, 1)
 	go func() {
 		defer close(out)
-		if !sleepUntil(ctx, from) {
+		if !load.SleepUntil(ctx, from) {
 			return
 		}
 		start, err := readPermitSeconds(ctx, hc, url)
@@ -101,7 +103,7 @@ func permitWindow(ctx context.Context, hc *http.Client, url string, from, to tim
 			out <- permitReading{err: err}
 			return
 		}
-		if !sleepUntil(ctx, to) {
+		if !load.SleepUntil(ctx, to) {
 			return
 		}
 		end, err := readPermitSeconds(ctx, hc, url)

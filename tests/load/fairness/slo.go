@@ -1,4 +1,4 @@
-package main
+package fairness
 
 import (
 	"context"
@@ -12,6 +12,12 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
+	"github.com/sluice-dev/sluice/tests/load/internal/progress"
+	"github.com/sluice-dev/sluice/tests/load/internal/scenario"
+	"github.com/sluice-dev/sluice/tests/load/internal/slo"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 )
 
 // The slo benchmark asks what each tier's clients get when more is asked
@@ -30,8 +36,8 @@ import (
 // per arrival: one refused, timed out or not sent missed its SLO.
 
 // sloTenant and sloKey are a tier's one tenant and its API key.
-func sloTenant(tier int) string { return "slo-" + sloTiers[tier].name }
-func sloKey(tier int) string    { return "k-slo-" + sloTiers[tier].name }
+func sloTenant(tier int) string { return "slo-" + slo.Tiers[tier].Name }
+func sloKey(tier int) string    { return "k-slo-" + slo.Tiers[tier].Name }
 
 // The modes, each driven with the same arrivals.
 const (
@@ -79,14 +85,14 @@ type sloScenario struct {
 	stacksDone   int
 
 	cur  atomic.Pointer[sloRun]
-	prog meter
+	prog progress.Meter
 }
 
-func (s *sloScenario) flags(fs *flag.FlagSet) {
+func (s *sloScenario) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.loads, "loads", "0.5,1,1.5,2", "open-loop steps: Poisson arrivals as multiples of the capacity")
 	fs.StringVar(&s.modes, "modes", "off,on,fcfs", "modes, each with the same arrivals: off, on (Sluice with healing off, on; a stack each), fcfs (straight to the simulator)")
 	fs.Float64Var(&s.interactive, "interactive", 1.0/3, "share of the arrivals that are interactive; the rest are batch")
-	fs.DurationVar(&s.interactiveWait, "interactive-max-wait", sloTiers[tierInteractive].maxWait, "the interactive tier's max_wait")
+	fs.DurationVar(&s.interactiveWait, "interactive-max-wait", slo.Tiers[slo.Interactive].MaxWait, "the interactive tier's max_wait")
 	fs.IntVar(&s.seqs, "seqs", 16, "the simulator's max_num_seqs, and the pool's permits")
 	fs.IntVar(&s.maxTokens, "max-tokens", 128, "every answer's length in tokens (max_tokens, and the simulator's natural length)")
 	fs.Float64Var(&s.timeScale, "time-scale", 1, "simulator time scale (1: real time)")
@@ -100,9 +106,9 @@ func (s *sloScenario) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.sampleEvery, "sample", 500*time.Millisecond, "how often the queue is sampled for backlogged tiers")
 }
 
-func (s *sloScenario) stacks() ([]stackOptions, error) {
+func (s *sloScenario) Stacks() ([]stack.Options, error) {
 	var err error
-	if s.loadList, err = positives("loads", "multiple", s.loads, parseFloat); err != nil {
+	if s.loadList, err = scenario.Positives("loads", "multiple", s.loads, scenario.ParseFloat); err != nil {
 		return nil, err
 	}
 	if err := s.parseModes(); err != nil {
@@ -116,9 +122,9 @@ func (s *sloScenario) stacks() ([]stackOptions, error) {
 	}
 	s.sim = llmsim.DefaultConfig()
 	s.simulator(&s.sim)
-	out := make([]stackOptions, len(s.stackMode))
+	out := make([]stack.Options, len(s.stackMode))
 	for i, m := range s.stackMode {
-		out[i] = stackOptions{Quiet: true, Simulator: s.simulator, Configure: func(cfg *config.Config) { s.configure(cfg, m == modeHealOn) }}
+		out[i] = stack.Options{Quiet: true, Simulator: s.simulator, Configure: func(cfg *config.Config) { s.configure(cfg, m == modeHealOn) }}
 	}
 	return out, nil
 }
@@ -159,23 +165,23 @@ func (s *sloScenario) configure(cfg *config.Config, healing bool) {
 	cfg.Pools.Long.MaxConcurrency = min(cfg.Pools.Long.MaxConcurrency, s.seqs)
 	cfg.Pools.Shared.MaxConcurrency = 0
 	cfg.Healing.Enabled = healing
-	for i, t := range sloTiers {
-		addOpenTenants(cfg, t.name, []config.APIKey{{Key: sloKey(i), Tenant: sloTenant(i), Tier: t.name}})
-		tier := cfg.Limits.Tiers[t.name]
-		tier.Weight, tier.MaxWait = t.weight, t.maxWait
-		if i == tierInteractive {
+	for i, t := range slo.Tiers {
+		stack.AddOpenTenants(cfg, t.Name, []config.APIKey{{Key: sloKey(i), Tenant: sloTenant(i), Tier: t.Name}})
+		tier := cfg.Limits.Tiers[t.Name]
+		tier.Weight, tier.MaxWait = t.Weight, t.MaxWait
+		if i == slo.Interactive {
 			tier.MaxWait = s.interactiveWait
 		}
-		cfg.Limits.Tiers[t.name] = tier
+		cfg.Limits.Tiers[t.Name] = tier
 	}
 	if need := s.maxInFlight + 16; cfg.API.MaxConnsPerIP < need {
 		cfg.API.MaxConnsPerIP, cfg.API.MaxConns = need, max(cfg.API.MaxConns, need)
 	}
 }
 
-// drive runs this stack's modes at every load, in load order, the first
+// Drive runs this stack's modes at every load, in load order, the first
 // stack measuring the capacity first.
-func (s *sloScenario) drive(ctx context.Context, st *stack) error {
+func (s *sloScenario) Drive(ctx context.Context, st *stack.Stack) error {
 	stackMode := s.stackMode[s.stacksDone]
 	first := s.stacksDone == 0
 	s.stacksDone++
@@ -190,7 +196,7 @@ func (s *sloScenario) drive(ctx context.Context, st *stack) error {
 		}
 	}
 	if first {
-		s.cfg = st.cfg
+		s.cfg = st.Config
 		if err := s.measureCapacity(ctx, env); err != nil {
 			return err
 		}
@@ -219,28 +225,28 @@ func (s *sloScenario) measureCapacity(ctx context.Context, env *sloEnv) error {
 		s.measured = s.capacity
 		return nil
 	}
-	s.prog.enter("capacity", 0)
+	s.prog.Enter("capacity", 0)
 	answer := func(ctx context.Context, c int) error {
-		r := env.fcfs(ctx, tierBatch, c)
-		s.prog.add(1)
-		if r.kind != kindDone {
-			return errors.New(r.kind)
+		r := env.fcfs(ctx, slo.Batch, c)
+		s.prog.Add(1)
+		if r.Kind != chat.KindDone {
+			return errors.New(r.Kind)
 		}
 		return nil
 	}
-	closedLoop(ctx, 5*time.Second, s.seqs, answer) // to a full batch
-	res := closedLoop(ctx, s.capWindow, s.seqs, answer)
+	load.ClosedLoop(ctx, 5*time.Second, s.seqs, answer) // to a full batch
+	res := load.ClosedLoop(ctx, s.capWindow, s.seqs, answer)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(res.lat) == 0 || res.errs > 0 {
-		return fmt.Errorf("capacity: %d answers, %d failures straight from the simulator", len(res.lat), res.errs)
+	if len(res.Lat) == 0 || res.Errs > 0 {
+		return fmt.Errorf("capacity: %d answers, %d failures straight from the simulator", len(res.Lat), res.Errs)
 	}
 	var sum time.Duration
-	for _, d := range res.lat {
+	for _, d := range res.Lat {
 		sum += d
 	}
-	s.measured, s.capMeasured = float64(s.seqs)/(sum/time.Duration(len(res.lat))).Seconds(), true
+	s.measured, s.capMeasured = float64(s.seqs)/(sum/time.Duration(len(res.Lat))).Seconds(), true
 	return nil
 }
 
@@ -255,7 +261,7 @@ func (s *sloScenario) computedCapacity() float64 {
 
 // runStep sends one step's arrivals to one mode and follows each to its
 // end; Sluice's queue is sampled meanwhile, and the pools left idle.
-func (s *sloScenario) runStep(ctx context.Context, st *stack, env *sloEnv, step *sloStep) error {
+func (s *sloScenario) runStep(ctx context.Context, st *stack.Stack, env *sloEnv, step *sloStep) error {
 	run := newSLORun(step.label(), s.warmup, s.window, s.timeout)
 	s.cur.Store(run)
 	defer s.cur.Store(nil)
@@ -271,18 +277,18 @@ func (s *sloScenario) runStep(ctx context.Context, st *stack, env *sloEnv, step 
 		return err
 	}
 	step.all, step.samples = run.all, run.samplesTaken()
-	s.prog.enter("wait-idle", -1)
+	s.prog.Enter("wait-idle", -1)
 	// Requests cut off by their client may still hold a permit or a place
 	// in the queue for the disconnect grace: the next step starts idle.
-	_, _, err := waitIdle(ctx, st.rt.Gate, s.timeout)
+	_, _, err := stack.WaitIdle(ctx, st.Runtime.Gate, s.timeout)
 	return err
 }
 
-func (s *sloScenario) status(st *stack) string {
+func (s *sloScenario) Status(st *stack.Stack) string {
 	if r := s.cur.Load(); r != nil {
-		return r.status() + " " + poolsNow(st)
+		return r.status() + " " + stack.PoolsNow(st)
 	}
-	return s.prog.String() + " " + poolsNow(st)
+	return s.prog.String() + " " + stack.PoolsNow(st)
 }
 
 // sloEnv is how a stack's steps send: one requester per way in.
@@ -291,31 +297,31 @@ type sloEnv struct {
 }
 
 // sloRequester sends arrival i of tier and reads its answer to the end.
-type sloRequester func(ctx context.Context, tier, i int) chatResult
+type sloRequester func(ctx context.Context, tier, i int) chat.Result
 
 // newSLOEnv builds the requesters: POST /v1/chat with the tier's key, and
 // the same prompt Sluice builds (retrieval included) posted to the
 // simulator's OpenAI endpoint.
-func newSLOEnv(ctx context.Context, s *sloScenario, st *stack) (*sloEnv, error) {
-	hc := st.client(s.maxInFlight)
-	bodies := make([][]byte, len(overheadQueries))
-	for i, q := range overheadQueries {
-		msgs, err := samePrompt(ctx, st.rt, st.cfg, q)
+func newSLOEnv(ctx context.Context, s *sloScenario, st *stack.Stack) (*sloEnv, error) {
+	hc := st.Client(s.maxInFlight)
+	bodies := make([][]byte, len(chat.Queries))
+	for i, q := range chat.Queries {
+		msgs, err := stack.SamePrompt(ctx, st.Runtime, st.Config, q)
 		if err != nil {
 			return nil, fmt.Errorf("prompt of %q: %w", q, err)
 		}
-		if bodies[i], err = fcfsBody(st.cfg.Pools.Short.Model, msgs, s.maxTokens); err != nil {
+		if bodies[i], err = fcfsBody(st.Config.Pools.Short.Model, msgs, s.maxTokens); err != nil {
 			return nil, err
 		}
 	}
-	simHC := st.client(s.maxInFlight)
-	completions := st.simURL + "/v1/chat/completions"
+	simHC := st.Client(s.maxInFlight)
+	completions := st.SimURL + "/v1/chat/completions"
 	return &sloEnv{
-		sluice: func(ctx context.Context, tier, i int) chatResult {
-			body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, overheadQueries[i%len(overheadQueries)], s.maxTokens)
-			return readChat(ctx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + sloKey(tier)})
+		sluice: func(ctx context.Context, tier, i int) chat.Result {
+			body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, chat.Queries[i%len(chat.Queries)], s.maxTokens)
+			return chat.Read(ctx, hc, st.BaseURL, body, map[string]string{"Authorization": "Bearer " + sloKey(tier)})
 		},
-		fcfs: func(ctx context.Context, _, i int) chatResult {
+		fcfs: func(ctx context.Context, _, i int) chat.Result {
 			res, prompt := fcfsChat(ctx, simHC, completions, bodies[i%len(bodies)])
 			storeMax(&s.promptTokens, int64(prompt))
 			return res

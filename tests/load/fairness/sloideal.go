@@ -1,10 +1,12 @@
-package main
+package fairness
 
 import (
 	"container/heap"
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/slo"
 )
 
 // The interactive goal's ceiling. A scheduler in front of a model that
@@ -65,7 +67,7 @@ func idealInteractive(all []*sloArrival, seqs int, hold, path, ttft time.Duratio
 	var waitI, waitB []job
 	met, total, next := 0, 0, 0
 	for _, j := range jobs {
-		if j.tier == tierInteractive && j.inWindow {
+		if j.tier == slo.Interactive && j.inWindow {
 			total++
 		}
 	}
@@ -75,7 +77,7 @@ func idealInteractive(all []*sloArrival, seqs int, hold, path, ttft time.Duratio
 			t = jobs[next].at // the sequence idles until the next arrival
 		}
 		for next < len(jobs) && jobs[next].at <= t {
-			if jobs[next].tier == tierInteractive {
+			if jobs[next].tier == slo.Interactive {
 				waitI = append(waitI, jobs[next])
 			} else {
 				waitB = append(waitB, jobs[next])
@@ -122,7 +124,7 @@ func (s *sloScenario) idealText(st *sloStep) string {
 	}
 	light := s.loadList[0]
 	hold := time.Duration(float64(s.seqs) / s.measured * float64(time.Second))
-	ttft := sloTiers[tierInteractive].ttft
+	ttft := slo.Tiers[slo.Interactive].TTFT
 	out := fmt.Sprintf("ceiling on the same arrivals (the best work-conserving scheduler that does not preempt: %d sequences each holding an answer %v, interactive first): ",
 		s.seqs, hold.Round(time.Millisecond))
 	sep := ""
@@ -131,11 +133,11 @@ func (s *sloScenario) idealText(st *sloStep) string {
 		if base == nil {
 			continue
 		}
-		sum := summarize(base.all, tierInteractive)
+		sum := summarize(base.all, slo.Interactive)
 		if len(sum.ttft) == 0 {
 			continue
 		}
-		path := sum.ttft.at(50)
+		path := sum.ttft.At(50)
 		out += fmt.Sprintf("%s%s with %s's path (its interactive TTFT p50 at %g×, %v)", sep,
 			pct(idealInteractive(st.all, s.seqs, hold, path, ttft)), modeName(m), light, path.Round(time.Millisecond))
 		sep = "; "

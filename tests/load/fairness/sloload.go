@@ -1,4 +1,4 @@
-package main
+package fairness
 
 import (
 	"bytes"
@@ -13,6 +13,10 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
+	"github.com/sluice-dev/sluice/tests/load/internal/slo"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -42,7 +46,7 @@ type sloArrival struct {
 	// dropped: the generator had -max-in-flight requests out and did not
 	// send it.
 	dropped bool
-	res     chatResult
+	res     chat.Result
 	// took runs from the arrival to the outcome.
 	took time.Duration
 }
@@ -51,7 +55,7 @@ type sloArrival struct {
 // waiting for a permit (the pools bench's "backlogged").
 type backlogSample struct {
 	at      time.Time
-	waiting [len(sloTiers)]bool
+	waiting [len(slo.Tiers)]bool
 }
 
 // sloRun is one step's load while it runs.
@@ -83,11 +87,11 @@ func (r *sloRun) openLoop(ctx context.Context, rate, share float64, maxInFlight 
 	at := r.start
 	for i := 0; ; i++ {
 		at = at.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
-		tier := tierBatch
+		tier := slo.Batch
 		if rng.Float64() < share {
-			tier = tierInteractive
+			tier = slo.Interactive
 		}
-		if !at.Before(r.winEnd) || !sleepUntil(ctx, at) {
+		if !at.Before(r.winEnd) || !load.SleepUntil(ctx, at) {
 			break
 		}
 		a := &sloArrival{tier: tier, at: at, inWindow: !at.Before(r.winStart)}
@@ -116,9 +120,9 @@ func (r *sloRun) send(ctx context.Context, do sloRequester, a *sloArrival, i int
 	defer cancel()
 	lag := time.Since(a.at)
 	res := do(cctx, a.tier, i)
-	if res.tokens > 0 {
-		res.ttft += lag
-		res.last += lag
+	if res.Tokens > 0 {
+		res.TTFT += lag
+		res.Last += lag
 	}
 	a.res, a.took = res, time.Since(a.at)
 	r.inFlight.Add(-1)
@@ -129,11 +133,11 @@ func (r *sloRun) send(ctx context.Context, do sloRequester, a *sloArrival, i int
 // window: a tier is backlogged when its tenant has a request waiting.
 // Requests waiting at the door's waiting room (before their workflow
 // starts) are not in it.
-func (r *sloRun) sampleQueues(ctx context.Context, st *stack, every time.Duration) {
+func (r *sloRun) sampleQueues(ctx context.Context, st *stack.Stack, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	tiers := map[string]int{}
-	for i := range sloTiers {
+	for i := range slo.Tiers {
 		tiers[sloTenant(i)] = i
 	}
 	for {
@@ -145,8 +149,8 @@ func (r *sloRun) sampleQueues(ctx context.Context, st *stack, every time.Duratio
 				continue
 			}
 			s := backlogSample{at: now}
-			for _, pool := range st.rt.Gate.Pools() {
-				qs, err := st.rt.Gate.QueueStats(ctx, pool)
+			for _, pool := range st.Runtime.Gate.Pools() {
+				qs, err := st.Runtime.Gate.QueueStats(ctx, pool)
 				if err != nil {
 					continue
 				}
@@ -195,64 +199,64 @@ func fcfsBody(model string, msgs []openai.Message, maxTokens int) ([]byte, error
 }
 
 // fcfsChat posts one completion straight to the simulator and reads its
-// stream to [DONE], as readChat reads Sluice's: the kinds are the same
+// stream to [DONE], as chat.Read reads Sluice's: the kinds are the same
 // (done, hang, HTTP <status>, and what went wrong otherwise). It also
 // returns the prompt's tokens, from the usage chunk.
-func fcfsChat(ctx context.Context, hc *http.Client, url string, body []byte) (chatResult, int) {
+func fcfsChat(ctx context.Context, hc *http.Client, url string, body []byte) (chat.Result, int) {
 	start := time.Now()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return chatResult{kind: "error " + err.Error()}, 0
+		return chat.Result{Kind: "error " + err.Error()}, 0
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := hc.Do(req)
 	switch {
 	case err != nil && ctx.Err() != nil:
-		return chatResult{kind: kindHang}, 0
+		return chat.Result{Kind: chat.KindHang}, 0
 	case err != nil:
-		return chatResult{kind: "transport error"}, 0
+		return chat.Result{Kind: "transport error"}, 0
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return chatResult{kind: fmt.Sprintf("HTTP %d", resp.StatusCode)}, 0
+		return chat.Result{Kind: fmt.Sprintf("HTTP %d", resp.StatusCode)}, 0
 	}
-	var r chatResult
+	var r chat.Result
 	prompt := 0
 	sse := testenv.NewSSEReader(resp.Body)
 	for {
 		ev, err := sse.Next()
 		switch {
 		case err != nil && ctx.Err() != nil:
-			r.kind = kindHang
+			r.Kind = chat.KindHang
 			return r, prompt
 		case err != nil:
-			r.kind = "stream ended without [DONE]"
+			r.Kind = "stream ended without [DONE]"
 			return r, prompt
 		case ev.Data == "[DONE]":
-			r.kind = kindDone
-			if r.tokens == 0 {
-				r.kind = "done without tokens"
+			r.Kind = chat.KindDone
+			if r.Tokens == 0 {
+				r.Kind = "done without tokens"
 			}
 			return r, prompt
 		case strings.HasPrefix(ev.Data, `{"error"`):
-			r.kind = "error backend"
+			r.Kind = "error backend"
 			return r, prompt
 		}
 		var c openai.Chunk
 		if json.Unmarshal([]byte(ev.Data), &c) != nil {
-			r.kind = "bad chunk"
+			r.Kind = "bad chunk"
 			return r, prompt
 		}
 		if u := c.Usage.Value; u != nil {
-			r.served, prompt = u.PromptTokens+u.CompletionTokens, u.PromptTokens
+			r.Served, prompt = u.PromptTokens+u.CompletionTokens, u.PromptTokens
 		}
 		for _, ch := range c.Choices {
 			if ch.Delta.Content != nil && *ch.Delta.Content != "" {
-				r.last = time.Since(start)
-				if r.tokens == 0 {
-					r.ttft = r.last
+				r.Last = time.Since(start)
+				if r.Tokens == 0 {
+					r.TTFT = r.Last
 				}
-				r.tokens++
+				r.Tokens++
 			}
 		}
 	}

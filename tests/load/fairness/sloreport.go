@@ -1,10 +1,14 @@
-package main
+package fairness
 
 import (
 	"fmt"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/slo"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 )
 
 // The slo report: per step, mode and tier what the window's arrivals got
@@ -23,18 +27,18 @@ const (
 
 // outcomeOf judges an arrival against its tier's SLO.
 func outcomeOf(a *sloArrival) string {
-	t, k := sloTiers[a.tier], a.res.kind
+	t, k := slo.Tiers[a.tier], a.res.Kind
 	switch {
 	case a.dropped:
 		return outDropped
-	case k == kindDone:
-		if t.meets(a.res) {
+	case k == chat.KindDone:
+		if t.Meets(a.res) {
 			return outMet
 		}
 		return outLate
 	case strings.HasPrefix(k, "rejected ") || strings.HasPrefix(k, "HTTP "):
 		return outRefused
-	case k == kindHang:
+	case k == chat.KindHang:
 		return outTimedOut
 	}
 	return outOther
@@ -46,7 +50,7 @@ type tierSummary struct {
 	outcomes map[string]int
 	// ttft is of the arrivals that got a first token; tpot of the
 	// answers of two tokens or more.
-	ttft, tpot latencies
+	ttft, tpot stats.Latencies
 }
 
 // summarize sums up the window's arrivals of tier, or of every tier (-1),
@@ -60,14 +64,14 @@ func summarize(all []*sloArrival, tier int) tierSummary {
 		}
 		s.arrivals++
 		s.outcomes[outcomeOf(a)]++
-		if a.res.tokens > 0 {
-			ttft = append(ttft, a.res.ttft)
+		if a.res.Tokens > 0 {
+			ttft = append(ttft, a.res.TTFT)
 		}
-		if p, ok := pace(a.res); ok && a.res.kind == kindDone {
+		if p, ok := slo.Pace(a.res); ok && a.res.Kind == chat.KindDone {
 			tpot = append(tpot, p)
 		}
 	}
-	s.ttft, s.tpot = sorted(ttft), sorted(tpot)
+	s.ttft, s.tpot = stats.Sorted(ttft), stats.Sorted(tpot)
 	return s
 }
 
@@ -92,7 +96,7 @@ func (s tierSummary) goodput(window time.Duration) float64 {
 // cost, so an answer counts where its grant was, seen from the client as
 // its first token, with what it was served (prompt and output tokens as
 // its done event reports them; the streamed tokens of one cut short).
-func backloggedTokens(all []*sloArrival, samples []backlogSample, every time.Duration) (tokens [len(sloTiers)]float64, both int) {
+func backloggedTokens(all []*sloArrival, samples []backlogSample, every time.Duration) (tokens [len(slo.Tiers)]float64, both int) {
 	for _, s := range samples {
 		if !allTrue(s.waiting[:]) {
 			continue
@@ -100,11 +104,11 @@ func backloggedTokens(all []*sloArrival, samples []backlogSample, every time.Dur
 		both++
 		lo, hi := s.at.Add(-every), s.at
 		for _, a := range all {
-			if a.res.tokens == 0 {
+			if a.res.Tokens == 0 {
 				continue
 			}
-			if first := a.at.Add(a.res.ttft); first.After(lo) && !first.After(hi) {
-				tokens[a.tier] += float64(max(a.res.served, a.res.tokens))
+			if first := a.at.Add(a.res.TTFT); first.After(lo) && !first.After(hi) {
+				tokens[a.tier] += float64(max(a.res.Served, a.res.Tokens))
 			}
 		}
 	}
@@ -124,18 +128,18 @@ func allTrue(bs []bool) bool {
 // is backlogged.
 func weightedShare(tier int) float64 {
 	sum := 0
-	for _, t := range sloTiers {
-		sum += t.weight
+	for _, t := range slo.Tiers {
+		sum += t.Weight
 	}
-	return float64(sloTiers[tier].weight) / float64(sum)
+	return float64(slo.Tiers[tier].Weight) / float64(sum)
 }
 
 // sloDur is a latency in ms below a second, in seconds above.
-func sloDur(l latencies, p float64) string {
+func sloDur(l stats.Latencies, p float64) string {
 	if len(l) == 0 {
 		return "—"
 	}
-	d := l.at(p)
+	d := l.At(p)
 	if d < time.Second {
 		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
 	}
@@ -159,14 +163,14 @@ func (s *sloScenario) find(mode string, mult float64) *sloStep {
 func otherKinds(all []*sloArrival) string {
 	took := map[string][]time.Duration{}
 	for _, a := range all {
-		if a.inWindow && !a.dropped && a.res.kind != kindDone {
-			k := sloTiers[a.tier].name + " " + a.res.kind
+		if a.inWindow && !a.dropped && a.res.Kind != chat.KindDone {
+			k := slo.Tiers[a.tier].Name + " " + a.res.Kind
 			took[k] = append(took[k], a.took)
 		}
 	}
 	parts := make([]string, 0, len(took))
 	for k, ds := range took {
-		parts = append(parts, fmt.Sprintf("%s %d (after %s p50)", k, len(ds), sloDur(sorted(ds), 50)))
+		parts = append(parts, fmt.Sprintf("%s %d (after %s p50)", k, len(ds), sloDur(stats.Sorted(ds), 50)))
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ", ")
@@ -175,9 +179,9 @@ func otherKinds(all []*sloArrival) string {
 // line is the step's one-line summary, for stderr as it ends.
 func (s *sloStep) line() string {
 	var parts []string
-	for i, t := range sloTiers {
+	for i, t := range slo.Tiers {
 		sum := summarize(s.all, i)
-		parts = append(parts, fmt.Sprintf("%s %d arrivals, attainment %s, TTFT p99 %s", t.name, sum.arrivals, pct(sum.attainment()), sloDur(sum.ttft, 99)))
+		parts = append(parts, fmt.Sprintf("%s %d arrivals, attainment %s, TTFT p99 %s", t.Name, sum.arrivals, pct(sum.attainment()), sloDur(sum.ttft, 99)))
 	}
 	return s.label() + ": " + strings.Join(parts, "; ")
 }

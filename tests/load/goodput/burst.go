@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"context"
@@ -14,6 +14,11 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/progress"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 )
 
 // The burst benchmark sends many concurrent SSE clients at once against a
@@ -24,7 +29,7 @@ import (
 // have seen more requests at once than there are permits.
 
 type burstOptions struct {
-	mixFlags
+	stack.MixFlags
 	// The burst: how many clients over how many tenants and how many
 	// source addresses, every how many a long one, how long an answer,
 	// how fast they start.
@@ -41,9 +46,9 @@ type burstOptions struct {
 	fastWait            time.Duration
 }
 
-func (b *burstScenario) flags(fs *flag.FlagSet) {
+func (b *burstScenario) Flags(fs *flag.FlagSet) {
 	d := config.Default()
-	b.mixFlags.define(fs, d.Pools.Short.MaxConcurrency, d.Pools.Long.MaxConcurrency)
+	b.MixFlags.Define(fs, d.Pools.Short.MaxConcurrency, d.Pools.Long.MaxConcurrency)
 	fs.IntVar(&b.clients, "clients", 2000, "concurrent SSE clients, one request each")
 	fs.IntVar(&b.longEvery, "long-every", 5, "every n-th client sends a query long enough for the long pool (0: none)")
 	fs.IntVar(&b.tenants, "tenants", 20, "tenants (API keys) the clients are spread over")
@@ -68,12 +73,12 @@ type burstScenario struct {
 	maxWait     time.Duration
 	outcomes    []outcome
 	clientsDone time.Duration
-	final       []poolState
+	final       []stack.PoolState
 	// idleAfter is how long after the last client the pools were idle
 	// (-1: not within -drain-within).
 	idleAfter        time.Duration
 	running, started int64
-	seen             watchMax
+	seen             stack.WatchMax
 	// rate1x is the done/s of the closed loop at one client per permit;
 	// roomSize the door's waiting room.
 	rate1x   float64
@@ -84,7 +89,7 @@ type burstScenario struct {
 	// For the progress line: the reference loop while it runs, then the
 	// phase, its clients that ended and those answered.
 	cur      atomic.Pointer[stepRun]
-	prog     meter
+	prog     progress.Meter
 	answered atomic.Int64
 }
 
@@ -100,96 +105,96 @@ type outcome struct {
 
 const burstTier = "burst"
 
-func (b *burstScenario) stacks() ([]stackOptions, error) {
-	b.keys = tenantKeys(burstTier, b.tenants)
-	return []stackOptions{{
+func (b *burstScenario) Stacks() ([]stack.Options, error) {
+	b.keys = stack.TenantKeys(burstTier, b.tenants)
+	return []stack.Options{{
 		Simulator: func(sim *llmsim.Config) {
-			b.mixFlags.simulator(sim)
-			sim.MaxNumSeqs = b.permits()
+			b.MixFlags.Simulator(sim)
+			sim.MaxNumSeqs = b.Permits()
 		},
 		Configure: func(cfg *config.Config) {
-			b.mixFlags.configure(cfg)
+			b.MixFlags.Configure(cfg)
 			cfg.API.MaxStartsInFlight = b.maxStarts
 			cfg.Admission.MaxQueueDepth = b.maxQueue
 			cfg.Admission.FastWait = b.fastWait
-			addOpenTenants(cfg, burstTier, b.keys)
+			stack.AddOpenTenants(cfg, burstTier, b.keys)
 		},
 	}}, nil
 }
 
-func (b *burstScenario) drive(ctx context.Context, st *stack) error {
-	b.tier, b.maxWait = st.cfg.Limits.Tiers[burstTier], st.cfg.Admission.MaxWait
+func (b *burstScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	b.tier, b.maxWait = st.Config.Limits.Tiers[burstTier], st.Config.Admission.MaxWait
 	if b.tier.MaxWait > 0 {
 		b.maxWait = b.tier.MaxWait
 	}
 	if b.deadline <= 0 {
 		b.deadline = b.maxWait + 60*time.Second
 	}
-	b.roomSize = st.cfg.API.WaitingRoom
+	b.roomSize = st.Config.API.WaitingRoom
 	if err := b.measureReference(ctx, st); err != nil {
 		return err
 	}
-	before, err := countChatWorkflows(ctx, st, "")
+	before, err := stack.CountChatWorkflows(ctx, st, "")
 	if err != nil {
 		return err
 	}
-	w := startWatch(ctx, st)
-	defer w.stop()
-	b.prog.enter("burst", int64(b.clients))
+	w := stack.StartWatch(ctx, st)
+	defer w.Stop()
+	b.prog.Enter("burst", int64(b.clients))
 	b.send(ctx, st)
 	// Every permit and queue place must come back.
-	b.prog.enter("wait-idle", -1)
-	if b.final, b.idleAfter, err = waitIdle(ctx, st.rt.Gate, b.drainWithin); err != nil {
+	b.prog.Enter("wait-idle", -1)
+	if b.final, b.idleAfter, err = stack.WaitIdle(ctx, st.Runtime.Gate, b.drainWithin); err != nil {
 		return err
 	}
-	b.prog.enter("count-workflows", -1)
-	if b.running, err = runningChatWorkflows(ctx, st, 10*time.Second); err != nil {
+	b.prog.Enter("count-workflows", -1)
+	if b.running, err = stack.RunningChatWorkflows(ctx, st, 10*time.Second); err != nil {
 		return err
 	}
-	if b.started, err = countChatWorkflows(ctx, st, ""); err != nil {
+	if b.started, err = stack.CountChatWorkflows(ctx, st, ""); err != nil {
 		return err
 	}
 	b.started -= before // the reference loop's
 	// Visibility is eventually consistent: the count settles within a
 	// second of the last close.
 	time.Sleep(time.Second)
-	if b.startedRejected, err = countChatWorkflows(ctx, st, fmt.Sprintf("SluiceOutcome = '%s'", request.OutcomeRejected)); err != nil {
+	if b.startedRejected, err = stack.CountChatWorkflows(ctx, st, fmt.Sprintf("SluiceOutcome = '%s'", request.OutcomeRejected)); err != nil {
 		return err
 	}
-	w.stop()
-	b.seen = w.max
+	w.Stop()
+	b.seen = w.Max
 	return nil
 }
 
 // measureReference runs one client per permit in a closed loop and keeps
 // their done/s: the rate the burst's draining is compared with.
-func (b *burstScenario) measureReference(ctx context.Context, st *stack) error {
+func (b *burstScenario) measureReference(ctx context.Context, st *stack.Stack) error {
 	if b.reference <= 0 {
 		return nil
 	}
-	hc := st.client(b.permits())
+	hc := st.Client(b.Permits())
 	run := newStepRun("reference", 3*time.Second, b.reference, b.deadline)
 	b.cur.Store(run)
-	run.closedLoop(ctx, b.permits(), func(ctx context.Context, i int) chatResult {
+	run.closedLoop(ctx, b.Permits(), func(ctx context.Context, i int) chat.Result {
 		q, key := "What does weighted fair queuing guarantee?", b.keys[i%len(b.keys)].Key
 		if b.longEvery > 0 && i%b.longEvery == b.longEvery-1 {
-			q = longQuery
+			q = chat.LongQuery
 		}
 		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, b.maxTokens)
-		return readChat(ctx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + key})
+		return chat.Read(ctx, hc, st.BaseURL, body, map[string]string{"Authorization": "Bearer " + key})
 	})
-	b.prog.enter("reference-wait-idle", -1)
+	b.prog.Enter("reference-wait-idle", -1)
 	b.cur.Store(nil)
 	b.rate1x = float64(run.done.Load()) / b.reference.Seconds()
-	_, _, err := waitIdle(ctx, st.rt.Gate, b.drainWithin)
+	_, _, err := stack.WaitIdle(ctx, st.Runtime.Gate, b.drainWithin)
 	return err
 }
 
-func (b *burstScenario) status(st *stack) string {
+func (b *burstScenario) Status(st *stack.Stack) string {
 	if r := b.cur.Load(); r != nil {
-		return r.status() + " " + poolsNow(st)
+		return r.status() + " " + stack.PoolsNow(st)
 	}
-	return fmt.Sprintf("%s answered=%d %s", b.prog.String(), b.answered.Load(), poolsNow(st))
+	return fmt.Sprintf("%s answered=%d %s", b.prog.String(), b.answered.Load(), stack.PoolsNow(st))
 }
 
 // drainRate is the burst's served rate while it drained: answers per
@@ -198,7 +203,7 @@ func (b *burstScenario) drainRate() float64 {
 	var first, last time.Duration
 	n := 0
 	for _, o := range b.outcomes {
-		if o.kind != kindDone {
+		if o.kind != chat.KindDone {
 			continue
 		}
 		if n == 0 || o.took < first {
@@ -214,10 +219,10 @@ func (b *burstScenario) drainRate() float64 {
 }
 
 // send runs every client to its outcome.
-func (b *burstScenario) send(ctx context.Context, st *stack) {
+func (b *burstScenario) send(ctx context.Context, st *stack.Stack) {
 	hcs := make([]*http.Client, b.sourceAddresses())
 	for a := range hcs {
-		hcs[a] = st.clientFrom(burstAddr(a), b.clients/len(hcs)+1)
+		hcs[a] = st.ClientFrom(burstAddr(a), b.clients/len(hcs)+1)
 	}
 	b.outcomes = make([]outcome, b.clients)
 	var wg sync.WaitGroup
@@ -231,16 +236,16 @@ func (b *burstScenario) send(ctx context.Context, st *stack) {
 			}
 			q := "How does a token bucket refill?"
 			if b.longEvery > 0 && i%b.longEvery == b.longEvery-1 {
-				q = longQuery
+				q = chat.LongQuery
 			}
 			body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, b.maxTokens)
 			cctx, cancel := context.WithTimeout(ctx, b.deadline)
 			defer cancel()
 			t0 := time.Now()
-			r := readChat(cctx, hcs[i%len(hcs)], st.baseURL, body, map[string]string{"Authorization": "Bearer " + b.keys[i%len(b.keys)].Key})
-			b.outcomes[i] = outcome{kind: r.kind, took: time.Since(t0), ttft: r.ttft, tokens: r.tokens, retryAfter: r.retryAfter}
-			b.prog.add(1)
-			if r.kind == kindDone {
+			r := chat.Read(cctx, hcs[i%len(hcs)], st.BaseURL, body, map[string]string{"Authorization": "Bearer " + b.keys[i%len(b.keys)].Key})
+			b.outcomes[i] = outcome{kind: r.Kind, took: time.Since(t0), ttft: r.TTFT, tokens: r.Tokens, retryAfter: r.RetryAfter}
+			b.prog.Add(1)
+			if r.Kind == chat.KindDone {
 				b.answered.Add(1)
 			}
 		}(i)
@@ -261,28 +266,28 @@ func (b *burstScenario) sourceAddresses() int {
 // of 127.0.0.0/8 to the loopback interface, so a client can bind any.
 func burstAddr(a int) string { return fmt.Sprintf("127.2.%d.%d", a/250, a%250+1) }
 
-func (b *burstScenario) report(r *report) error {
+func (b *burstScenario) Report(r *report.Report) error {
 	ramp := "all at once"
 	if b.ramp > 0 {
 		ramp = fmt.Sprintf("starts spread over %v", b.ramp)
 	}
-	r.header(fmt.Sprintf("%d concurrent SSE clients from %d loopback addresses (POST /v1/chat, max_tokens %d, every %d-th query long), %s, %d tenants on a tier with the standard tier's weight and queue caps (max %d waiting per tenant, max_wait %v) and no rate limits; %d permits shared by the pools (short may hold %d, long %d); api.max_starts_in_flight %d, admission.max_queue_depth %d; simulator time scale %g, %d sequences",
-		b.clients, b.sourceAddresses(), b.maxTokens, b.longEvery, ramp, b.tenants, b.tier.MaxQueuePerTenant, b.maxWait, b.permits(), b.shortPerms, b.longPerms,
-		b.maxStarts, b.maxQueue, b.timeScale, b.permits()))
+	r.Header(fmt.Sprintf("%d concurrent SSE clients from %d loopback addresses (POST /v1/chat, max_tokens %d, every %d-th query long), %s, %d tenants on a tier with the standard tier's weight and queue caps (max %d waiting per tenant, max_wait %v) and no rate limits; %d permits shared by the pools (short may hold %d, long %d); api.max_starts_in_flight %d, admission.max_queue_depth %d; simulator time scale %g, %d sequences",
+		b.clients, b.sourceAddresses(), b.maxTokens, b.longEvery, ramp, b.tenants, b.tier.MaxQueuePerTenant, b.maxWait, b.Permits(), b.ShortPerms, b.LongPerms,
+		b.maxStarts, b.maxQueue, b.TimeScale, b.Permits()))
 	bad, hangs, fivexx := b.outcomeTable(r)
-	r.linef("")
-	r.linef("all clients finished after %s; chat workflows started: %d (rejected in the queue after starting: %d), still running afterwards: %d", ms(b.clientsDone), b.started, b.startedRejected, b.running)
-	r.linef("max seen during the run: simulator running+waiting %d, permits in use %d (both pools), waiting %d", b.seen.sim, b.seen.inUse, b.seen.waiting)
-	leaks := leftInPools(r.linef, b.final)
+	r.Linef("")
+	r.Linef("all clients finished after %s; chat workflows started: %d (rejected in the queue after starting: %d), still running afterwards: %d", stats.Ms(b.clientsDone), b.started, b.startedRejected, b.running)
+	r.Linef("max seen during the run: simulator running+waiting %d, permits in use %d (both pools), waiting %d", b.seen.Sim, b.seen.InUse, b.seen.Waiting)
+	leaks := stack.LeftInPools(r.Linef, b.final)
 	idle := "never"
 	if b.idleAfter >= 0 {
-		idle = ms(b.idleAfter) + " after the last client"
+		idle = stats.Ms(b.idleAfter) + " after the last client"
 	}
-	r.goal("5xx other than the documented 503s (busy, queue_full, tenant_queue_full, unavailable, connections_full)", fmt.Sprint(fivexx), "0", fivexx == 0)
-	r.goal("clients without an answer, a rejected/error event, a documented 503 or a 429 (rate_limited, too_many_connections)", fmt.Sprint(bad), "0", bad == 0)
-	r.goal("hangs (no terminal event within "+b.deadline.String()+")", fmt.Sprint(hangs), "0", hangs == 0)
-	r.goal("permits in use + queue places left afterwards (both pools idle: "+idle+")", fmt.Sprint(leaks), "0", leaks == 0)
-	r.goal("most requests the simulator saw at once (running + waiting)", fmt.Sprint(b.seen.sim), fmt.Sprintf("<= %d", b.permits()), b.seen.sim <= int64(b.permits()))
+	r.Goal("5xx other than the documented 503s (busy, queue_full, tenant_queue_full, unavailable, connections_full)", fmt.Sprint(fivexx), "0", fivexx == 0)
+	r.Goal("clients without an answer, a rejected/error event, a documented 503 or a 429 (rate_limited, too_many_connections)", fmt.Sprint(bad), "0", bad == 0)
+	r.Goal("hangs (no terminal event within "+b.deadline.String()+")", fmt.Sprint(hangs), "0", hangs == 0)
+	r.Goal("permits in use + queue places left afterwards (both pools idle: "+idle+")", fmt.Sprint(leaks), "0", leaks == 0)
+	r.Goal("most requests the simulator saw at once (running + waiting)", fmt.Sprint(b.seen.Sim), fmt.Sprintf("<= %d", b.Permits()), b.seen.Sim <= int64(b.Permits()))
 	b.doorGoals(r)
 	return nil
 }
@@ -290,7 +295,7 @@ func (b *burstScenario) report(r *report) error {
 // doorGoals are the waiting room's promises: no 503 busy while it has
 // room, a Retry-After on every rejection, and a crowd drained at the rate
 // one client per permit is served.
-func (b *burstScenario) doorGoals(r *report) {
+func (b *burstScenario) doorGoals(r *report.Report) {
 	busy, noRetry := 0, 0
 	for _, o := range b.outcomes {
 		if o.kind == "HTTP 503 "+request.ReasonBusy {
@@ -302,12 +307,12 @@ func (b *burstScenario) doorGoals(r *report) {
 		}
 	}
 	if b.clients <= b.roomSize {
-		r.goal(fmt.Sprintf("503 busy with %d clients and a waiting room of %d", b.clients, b.roomSize), fmt.Sprint(busy), "0", busy == 0)
+		r.Goal(fmt.Sprintf("503 busy with %d clients and a waiting room of %d", b.clients, b.roomSize), fmt.Sprint(busy), "0", busy == 0)
 	}
-	r.goal("rejections without retry_after_s, 429s and 503s without Retry-After", fmt.Sprint(noRetry), "0", noRetry == 0)
+	r.Goal("rejections without retry_after_s, 429s and 503s without Retry-After", fmt.Sprint(noRetry), "0", noRetry == 0)
 	if b.rate1x > 0 {
 		drain := b.drainRate()
-		r.goal("served rate while draining / rate at one client per permit",
+		r.Goal("served rate while draining / rate at one client per permit",
 			fmt.Sprintf("%.1f/s / %.1f/s = %.2fx", drain, b.rate1x, drain/b.rate1x), ">= 0.8x", drain >= 0.8*b.rate1x)
 	}
 }
@@ -315,7 +320,7 @@ func (b *burstScenario) doorGoals(r *report) {
 // outcomeTable adds a row per kind of outcome, most frequent first, and
 // counts the clients with an outcome they may not get, the hangs, and the
 // 5xx answers other than the documented 503s.
-func (b *burstScenario) outcomeTable(r *report) (bad, hangs, fivexx int) {
+func (b *burstScenario) outcomeTable(r *report.Report) (bad, hangs, fivexx int) {
 	byKind := map[string][]outcome{}
 	for _, o := range b.outcomes {
 		byKind[o.kind] = append(byKind[o.kind], o)
@@ -325,7 +330,7 @@ func (b *burstScenario) outcomeTable(r *report) (bad, hangs, fivexx int) {
 		kinds = append(kinds, k)
 	}
 	sort.Slice(kinds, func(i, j int) bool { return len(byKind[kinds[i]]) > len(byKind[kinds[j]]) })
-	r.table("outcome", "clients", "share", "time to outcome p50", "p99", "max", "TTFT p50", "TTFT p99")
+	r.Table("outcome", "clients", "share", "time to outcome p50", "p99", "max", "TTFT p50", "TTFT p99")
 	for _, k := range kinds {
 		got := byKind[k]
 		ts := make([]time.Duration, len(got))
@@ -336,13 +341,13 @@ func (b *burstScenario) outcomeTable(r *report) (bad, hangs, fivexx int) {
 				ttft = append(ttft, o.ttft)
 			}
 		}
-		l, f := sorted(ts), sorted(ttft)
-		r.row(k, fmt.Sprint(len(got)), fmt.Sprintf("%.1f%%", 100*float64(len(got))/float64(b.clients)), ms(l.at(50)), ms(l.at(99)), ms(l.max()),
-			durOrDash(f, 50), durOrDash(f, 99))
+		l, f := stats.Sorted(ts), stats.Sorted(ttft)
+		r.Row(k, fmt.Sprint(len(got)), fmt.Sprintf("%.1f%%", 100*float64(len(got))/float64(b.clients)), stats.Ms(l.At(50)), stats.Ms(l.At(99)), stats.Ms(l.Max()),
+			stats.DurOrDash(f, 50), stats.DurOrDash(f, 99))
 		if !acceptable(k) {
 			bad += len(got)
 		}
-		if k == kindHang {
+		if k == chat.KindHang {
 			hangs += len(got)
 		}
 		if strings.HasPrefix(k, "HTTP 5") && !strings.HasPrefix(k, "HTTP 503 ") {
@@ -362,7 +367,7 @@ var documented503 = map[string]bool{request.ReasonBusy: true, request.ReasonQueu
 // burst.
 func acceptable(kind string) bool {
 	switch {
-	case kind == kindDone:
+	case kind == chat.KindDone:
 		return true
 	case strings.HasPrefix(kind, "rejected "), strings.HasPrefix(kind, "error "):
 		return true

@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"context"
@@ -16,12 +16,18 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/tests/load/internal/bare"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/progress"
+	"github.com/sluice-dev/sluice/tests/load/internal/scenario"
+	"github.com/sluice-dev/sluice/tests/load/internal/slo"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 )
 
 // The goodput benchmark shows how much Sluice serves as more requests
 // wait: answers completed per second (goodput) and time to first token
 // against offered load, for Sluice and, on the same stack in the same
-// run, for the bare workflow of Sluice's shape (overhead.go) with no
+// run, for the bare workflow of Sluice's shape (internal/bare) with no
 // admission at all. First closed loop, at multiples of the pool's permits
 // P as concurrent clients; then open loop, Poisson arrivals at multiples
 // of the capacity the closed loop measured for Sluice with P clients. At
@@ -61,7 +67,7 @@ type goodputScenario struct {
 	closedList, openList []float64
 	systemList           []string
 	// slo is the SLO the goodput within SLO judges by.
-	slo sloTier
+	slo slo.Tier
 	// cfg is the stack's configuration, for the report.
 	cfg config.Config
 	// measured is the capacity the open loop used.
@@ -70,10 +76,10 @@ type goodputScenario struct {
 	// For the progress line: the step sending its load, or between
 	// steps, what the scenario waits for.
 	cur  atomic.Pointer[stepRun]
-	prog meter
+	prog progress.Meter
 }
 
-func (g *goodputScenario) flags(fs *flag.FlagSet) {
+func (g *goodputScenario) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&g.permits, "permits", 16, "permits P of the short pool (the simulator runs P sequences at once)")
 	fs.IntVar(&g.maxTokens, "max-tokens", 16, "max_tokens of each request (every answer is this long)")
 	fs.BoolVar(&g.healing, "healing", false, "run the healer (off: it would change the permits between steps)")
@@ -89,7 +95,7 @@ func (g *goodputScenario) flags(fs *flag.FlagSet) {
 	fs.Uint64Var(&g.seed, "seed", 1, "seed of the open loop's arrival times")
 	fs.StringVar(&g.out, "out", "tests/load/report", "directory of the report (goodput.md, goodput.csv, goodput.png)")
 	fs.BoolVar(&g.strict, "strict", false, "a missed goal fails the run")
-	fs.StringVar(&g.sloTier, "slo", sloTiers[tierInteractive].name, "the slo benchmark's tier whose SLO (TTFT, time per output token) an answer must meet to count in the goodput within SLO")
+	fs.StringVar(&g.sloTier, "slo", slo.Tiers[slo.Interactive].Name, "the slo benchmark's tier whose SLO (TTFT, time per output token) an answer must meet to count in the goodput within SLO")
 }
 
 // The systems a step drives.
@@ -125,12 +131,12 @@ type goodputStep struct {
 	hist histSummary
 }
 
-func (g *goodputScenario) stacks() ([]stackOptions, error) {
+func (g *goodputScenario) Stacks() ([]stack.Options, error) {
 	var err error
-	if g.closedList, err = positives("closed", "multiple", g.closed, parseFloat); err != nil {
+	if g.closedList, err = scenario.Positives("closed", "multiple", g.closed, scenario.ParseFloat); err != nil {
 		return nil, err
 	}
-	if g.openList, err = positives("open", "multiple", g.open, parseFloat); err != nil {
+	if g.openList, err = scenario.Positives("open", "multiple", g.open, scenario.ParseFloat); err != nil {
 		return nil, err
 	}
 	for _, s := range strings.Split(g.systems, ",") {
@@ -145,13 +151,13 @@ func (g *goodputScenario) stacks() ([]stackOptions, error) {
 	if g.maxInFlight <= 0 {
 		g.maxInFlight = 20 * g.permits
 	}
-	if g.slo, err = sloTierNamed(g.sloTier); err != nil {
+	if g.slo, err = slo.TierNamed(g.sloTier); err != nil {
 		return nil, fmt.Errorf("-slo: %w", err)
 	}
 	if len(g.openList) > 0 && g.capacity <= 0 && (!g.has(sysSluice) || !containsFloat(g.closedList, 1)) {
 		return nil, errors.New("the open loop needs -capacity, or -closed with 1 and -systems with sluice to measure it")
 	}
-	return []stackOptions{{
+	return []stack.Options{{
 		Quiet: true,
 		// One replica running P sequences at once: Sluice never sends
 		// more than P, and the bare workflow's excess waits in the
@@ -195,20 +201,20 @@ type goodputEnv struct {
 	do map[string]requester
 }
 
-func (g *goodputScenario) drive(ctx context.Context, st *stack) error {
-	g.cfg = st.cfg
-	b, err := startBare(ctx, st)
+func (g *goodputScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	g.cfg = st.Config
+	b, err := bare.Start(ctx, st)
 	if err != nil {
 		return err
 	}
-	defer b.worker.Stop()
+	defer b.Worker.Stop()
 	// Each bare client blocks on its own XREAD: their connections come
 	// from a pool of their own, large enough for all of them, not from
 	// the one the bare activities write through.
-	readers := redis.NewClient(&redis.Options{Addr: st.cfg.Redis.Addr, PoolSize: g.maxInFlight + 16})
+	readers := redis.NewClient(&redis.Options{Addr: st.Config.Redis.Addr, PoolSize: g.maxInFlight + 16})
 	defer readers.Close()
 	env := goodputEnv{do: map[string]requester{
-		sysSluice: g.sluiceRequester(st, st.client(g.maxInFlight)),
+		sysSluice: g.sluiceRequester(st, st.Client(g.maxInFlight)),
 		sysBare:   g.bareRequester(st, b, readers),
 	}}
 	for _, m := range g.closedList {
@@ -237,7 +243,7 @@ func (g *goodputScenario) drive(ctx context.Context, st *stack) error {
 }
 
 // runLoad runs one load on each system in turn.
-func (g *goodputScenario) runLoad(ctx context.Context, st *stack, env goodputEnv, load *goodputStep) error {
+func (g *goodputScenario) runLoad(ctx context.Context, st *stack.Stack, env goodputEnv, load *goodputStep) error {
 	for _, sys := range g.systemList {
 		s := *load
 		s.system = sys
@@ -252,7 +258,7 @@ func (g *goodputScenario) runLoad(ctx context.Context, st *stack, env goodputEnv
 
 // runStep sends a step's load, then waits for the pools to be idle and
 // reads a sample of the step's histories.
-func (g *goodputScenario) runStep(ctx context.Context, st *stack, do requester, s *goodputStep) error {
+func (g *goodputScenario) runStep(ctx context.Context, st *stack.Stack, do requester, s *goodputStep) error {
 	s.window = g.step
 	run := newStepRun(s.label(), g.warmup, g.step, g.timeout)
 	g.cur.Store(run)
@@ -262,7 +268,7 @@ func (g *goodputScenario) runStep(ctx context.Context, st *stack, do requester, 
 	} else {
 		run.openLoop(ctx, s.rate, g.maxInFlight, s.seed, do)
 	}
-	g.prog.enter("wait-idle", -1)
+	g.prog.Enter("wait-idle", -1)
 	g.cur.Store(nil)
 	if err := ctx.Err(); err != nil {
 		return err
@@ -271,46 +277,46 @@ func (g *goodputScenario) runStep(ctx context.Context, st *stack, do requester, 
 	s.reqs, s.arrivals, s.shed = run.ended, run.arrivals, run.shed
 	// Requests cut off by their client may still hold a permit or a
 	// place in the queue: the next step starts from idle pools.
-	if _, _, err := waitIdle(ctx, st.rt.Gate, g.timeout); err != nil {
+	if _, _, err := stack.WaitIdle(ctx, st.Runtime.Gate, g.timeout); err != nil {
 		return err
 	}
-	g.prog.enter("read-histories", -1)
-	s.hist = sampleHistories(ctx, st.rt.Temporal, s.reqs, g.histories)
+	g.prog.Enter("read-histories", -1)
+	s.hist = sampleHistories(ctx, st.Runtime.Temporal, s.reqs, g.histories)
 	return nil
 }
 
-func (g *goodputScenario) status(st *stack) string {
+func (g *goodputScenario) Status(st *stack.Stack) string {
 	if r := g.cur.Load(); r != nil {
-		return r.status() + " " + poolsNow(st)
+		return r.status() + " " + stack.PoolsNow(st)
 	}
-	return g.prog.String() + " " + poolsNow(st)
+	return g.prog.String() + " " + stack.PoolsNow(st)
 }
 
 // sluiceRequester sends POST /v1/chat as an anonymous caller.
-func (g *goodputScenario) sluiceRequester(st *stack, hc *http.Client) requester {
-	return func(ctx context.Context, i int) chatResult {
-		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, overheadQueries[i%len(overheadQueries)], g.maxTokens)
-		return readChat(ctx, hc, st.baseURL, body, nil)
+func (g *goodputScenario) sluiceRequester(st *stack.Stack, hc *http.Client) requester {
+	return func(ctx context.Context, i int) chat.Result {
+		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, chat.Queries[i%len(chat.Queries)], g.maxTokens)
+		return chat.Read(ctx, hc, st.BaseURL, body, nil)
 	}
 }
 
 // bareRequester runs the bare workflow with the prompt Sluice would build,
 // writing "done" from its stream as Sluice does.
-func (g *goodputScenario) bareRequester(st *stack, b *bareSetup, readers *redis.Client) requester {
+func (g *goodputScenario) bareRequester(st *stack.Stack, b *bare.Setup, readers *redis.Client) requester {
 	var seq atomic.Int64
 	run := time.Now().UnixNano()
-	return func(ctx context.Context, i int) chatResult {
+	return func(ctx context.Context, i int) chat.Result {
 		id := fmt.Sprintf("bare-goodput-%d-%d", run, seq.Add(1))
-		ttft, total, err := bareRun(ctx, st.rt.Temporal, readers, bareQueue, id, b.prompts[overheadQueries[i%len(overheadQueries)]], g.maxTokens, true)
+		ttft, total, err := bare.Run(ctx, st.Runtime.Temporal, readers, bare.Queue, id, b.Prompts[chat.Queries[i%len(chat.Queries)]], g.maxTokens, true)
 		switch {
 		case err == nil:
 			// Its done is written right after its last token: the
 			// answer's pace is what lies between the first and done.
-			return chatResult{kind: kindDone, id: id, ttft: ttft, last: total, tokens: g.maxTokens}
+			return chat.Result{Kind: chat.KindDone, ID: id, TTFT: ttft, Last: total, Tokens: g.maxTokens}
 		case ctx.Err() != nil:
-			return chatResult{kind: kindHang, id: id}
+			return chat.Result{Kind: chat.KindHang, ID: id}
 		}
-		return chatResult{kind: "error bare_workflow", id: id}
+		return chat.Result{Kind: "error bare_workflow", ID: id}
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"context"
@@ -13,6 +13,10 @@ import (
 	"go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/slo"
 )
 
 // recordedHistory reads a chat history recorded from a real run. They are
@@ -120,26 +124,26 @@ func fakeStep(system string, mult float64, reqs ...attempt) *goodputStep {
 }
 
 func doneIn(ttft time.Duration, id string) attempt {
-	return attempt{chatResult: chatResult{kind: kindDone, ttft: ttft, id: id}}
+	return attempt{Result: chat.Result{Kind: chat.KindDone, TTFT: ttft, ID: id}}
 }
 
 // An answer counts within the SLO when its first token and its pace met
 // the tier's bounds; answer times are the done requests' own.
 func TestGoodputWithinSLO(t *testing.T) {
-	slo := sloTiers[tierInteractive]
+	slo := slo.Tiers[slo.Interactive]
 	answer := func(ttft, last, took time.Duration) attempt {
-		return attempt{chatResult: chatResult{kind: kindDone, ttft: ttft, last: last, tokens: 11}, took: took}
+		return attempt{Result: chat.Result{Kind: chat.KindDone, TTFT: ttft, Last: last, Tokens: 11}, took: took}
 	}
 	s := fakeStep(sysSluice, 1,
 		answer(200*time.Millisecond, 700*time.Millisecond, 800*time.Millisecond),   // 50 ms a token: met
 		answer(1500*time.Millisecond, 2*time.Second, 2100*time.Millisecond),        // first token late
 		answer(100*time.Millisecond, 2100*time.Millisecond, 2200*time.Millisecond), // 200 ms a token: slow
-		attempt{chatResult: chatResult{kind: "rejected queue_timeout"}, took: time.Second},
+		attempt{Result: chat.Result{Kind: "rejected queue_timeout"}, took: time.Second},
 	)
 	if got := s.goodputIn(slo); got != 0.1 {
 		t.Errorf("goodput within SLO %v/s, want 0.1/s (one answer in 10 s)", got)
 	}
-	if a := s.answerTimes(); len(a) != 3 || a.at(50) != 2100*time.Millisecond || a.at(100) != 2200*time.Millisecond {
+	if a := s.answerTimes(); len(a) != 3 || a.At(50) != 2100*time.Millisecond || a.At(100) != 2200*time.Millisecond {
 		t.Errorf("answer times %v: want the three answers' own", a)
 	}
 }
@@ -150,10 +154,10 @@ func TestGoodputStepFigures(t *testing.T) {
 		reqs = append(reqs, doneIn(time.Duration(i)*time.Millisecond, "w"))
 	}
 	reqs = append(reqs,
-		attempt{chatResult: chatResult{kind: "rejected queue_timeout", id: "w"}},
-		attempt{chatResult: chatResult{kind: kindHang, id: "w"}},
-		attempt{chatResult: chatResult{kind: "HTTP 503 busy"}},
-		attempt{chatResult: chatResult{kind: "HTTP 500 internal_error"}},
+		attempt{Result: chat.Result{Kind: "rejected queue_timeout", ID: "w"}},
+		attempt{Result: chat.Result{Kind: chat.KindHang, ID: "w"}},
+		attempt{Result: chat.Result{Kind: "HTTP 503 busy"}},
+		attempt{Result: chat.Result{Kind: "HTTP 500 internal_error"}},
 	)
 	s := fakeStep(sysSluice, 1, reqs...)
 	s.cpu = windowCPU{temporal: 5, others: 2}
@@ -162,10 +166,10 @@ func TestGoodputStepFigures(t *testing.T) {
 	if s.done() != 100 || s.goodput() != 10 {
 		t.Fatalf("done %d, goodput %v: want 100, 10/s", s.done(), s.goodput())
 	}
-	if l := s.ttft(); l.at(50) != 50*time.Millisecond || l.at(99) != 99*time.Millisecond || l.at(100) != 100*time.Millisecond {
-		t.Fatalf("TTFT p50 %v p99 %v max %v", l.at(50), l.at(99), l.at(100))
+	if l := s.ttft(); l.At(50) != 50*time.Millisecond || l.At(99) != 99*time.Millisecond || l.At(100) != 100*time.Millisecond {
+		t.Fatalf("TTFT p50 %v p99 %v max %v", l.At(50), l.At(99), l.At(100))
 	}
-	if got := outcomeLine(s.outcomes()); got != "HTTP 500 internal_error 1, HTTP 503 busy 1, client timeout 1, done 100, rejected queue_timeout 1" {
+	if got := report.OutcomeLine(s.outcomes()); got != "HTTP 500 internal_error 1, HTTP 503 busy 1, client timeout 1, done 100, rejected queue_timeout 1" {
 		t.Fatalf("outcomes: %s", got)
 	}
 	// 102 workflows at 3 tasks each, over 100 answers.
@@ -175,7 +179,7 @@ func TestGoodputStepFigures(t *testing.T) {
 	if got := s.perDone(s.cpu.temporal); got != 0.05 {
 		t.Fatalf("CPU per done: %v", got)
 	}
-	header, row := csvHeader(), csvRow(s, sloTiers[tierInteractive])
+	header, row := csvHeader(), csvRow(s, slo.Tiers[slo.Interactive])
 	if len(row) != len(header) {
 		t.Fatalf("csv row has %d cells, header %d", len(row), len(header))
 	}
@@ -211,21 +215,21 @@ func TestGoodputGoals(t *testing.T) {
 	got := goodputGoals(steps, []float64{0.5, 1, 2, 8})
 	var verdicts []bool
 	for _, g := range got {
-		verdicts = append(verdicts, g.met)
+		verdicts = append(verdicts, g.Met)
 	}
 	// 0.85× the bare workflow: met; 2×: 0.94×, met; 8×: 0.59×, missed;
 	// queueing: +1 signal, +1 timer, +1 task, met.
 	if len(got) != 4 || !verdicts[0] || !verdicts[1] || verdicts[2] || !verdicts[3] {
 		t.Fatalf("goals %v", got)
 	}
-	if !strings.Contains(got[3].measured, "+1.000 signals, +1.000 timers, +1.000 workflow tasks (+3.00 actions") {
-		t.Fatalf("queueing goal: %s", got[3].measured)
+	if !strings.Contains(got[3].Measured, "+1.000 signals, +1.000 timers, +1.000 workflow tasks (+3.00 actions") {
+		t.Fatalf("queueing goal: %s", got[3].Measured)
 	}
 	// The step where queueing costs most is judged: three re-check timers
 	// at 2× are two too many.
 	steps[2].hist.queued.add(histCounts{workflowTasks: 5, timers: 3, signals: 1})
-	if g := goodputGoals(steps, nil); g[len(g)-1].met || !strings.HasPrefix(g[len(g)-1].measured, "closed 2× (32 clients) sluice: +1.000 signals, +3.000 timers, +3.000 workflow tasks") {
-		t.Fatalf("queueing goal: %s", g[len(g)-1].measured)
+	if g := goodputGoals(steps, nil); g[len(g)-1].Met || !strings.HasPrefix(g[len(g)-1].Measured, "closed 2× (32 clients) sluice: +1.000 signals, +3.000 timers, +3.000 workflow tasks") {
+		t.Fatalf("queueing goal: %s", g[len(g)-1].Measured)
 	}
 }
 
@@ -243,13 +247,13 @@ func TestSpread(t *testing.T) {
 // the requests that ended within the window.
 func TestOpenLoopShedsBeyondTheCap(t *testing.T) {
 	var calls atomic.Int64
-	slow := func(ctx context.Context, _ int) chatResult {
+	slow := func(ctx context.Context, _ int) chat.Result {
 		calls.Add(1)
 		select {
 		case <-ctx.Done():
 		case <-time.After(150 * time.Millisecond):
 		}
-		return chatResult{kind: kindDone}
+		return chat.Result{Kind: chat.KindDone}
 	}
 	run := newStepRun("test", 0, 400*time.Millisecond, time.Second)
 	run.openLoop(context.Background(), 200, 2, 1, slow)
@@ -265,13 +269,13 @@ func TestOpenLoopShedsBeyondTheCap(t *testing.T) {
 
 func TestClosedLoopKeepsItsClients(t *testing.T) {
 	var inFlight, most atomic.Int64
-	do := func(ctx context.Context, _ int) chatResult {
+	do := func(ctx context.Context, _ int) chat.Result {
 		n := inFlight.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
 		time.Sleep(10 * time.Millisecond)
 		inFlight.Add(-1)
-		return chatResult{kind: kindDone}
+		return chat.Result{Kind: chat.KindDone}
 	}
 	run := newStepRun("test", 50*time.Millisecond, 200*time.Millisecond, time.Second)
 	run.closedLoop(context.Background(), 3, do)

@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -152,7 +153,7 @@ func (s histSummary) all() histAgg {
 func sampleHistories(ctx context.Context, c client.Client, reqs []attempt, limit int) histSummary {
 	var picked []attempt
 	for _, r := range reqs {
-		if r.id != "" {
+		if r.ID != "" {
 			picked = append(picked, r)
 		}
 	}
@@ -162,17 +163,17 @@ func sampleHistories(ctx context.Context, c client.Client, reqs []attempt, limit
 		sum histSummary
 		wg  sync.WaitGroup
 	)
-	jobs := feed(ctx, len(picked))
+	jobs := load.Feed(ctx, len(picked))
 	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				evs, err := readClosedHistory(ctx, c, picked[i].id)
+				evs, err := readClosedHistory(ctx, c, picked[i].ID)
 				mu.Lock()
 				if err != nil {
 					sum.failed++
-				} else if hc := countHistory(evs); picked[i].queued || hc.admitted || hc.timers > 0 {
+				} else if hc := countHistory(evs); picked[i].Queued || hc.admitted || hc.timers > 0 {
 					sum.queued.add(hc)
 				} else {
 					sum.once.add(hc)

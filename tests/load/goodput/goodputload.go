@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"context"
@@ -7,6 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
+	"github.com/sluice-dev/sluice/tests/load/internal/machine"
 )
 
 // The goodput scenario's load: one step is one system under one load,
@@ -20,13 +24,13 @@ import (
 // attempt is one request as its client saw it, when it ended, and how
 // long it took from the send to its end (an answer's answer time).
 type attempt struct {
-	chatResult
+	chat.Result
 	end  time.Time
 	took time.Duration
 }
 
 // requester sends the i-th request of a step and reads it to its end.
-type requester func(ctx context.Context, i int) chatResult
+type requester func(ctx context.Context, i int) chat.Result
 
 // stepRun is one step's load while it runs.
 type stepRun struct {
@@ -64,9 +68,9 @@ func (r *stepRun) call(ctx context.Context, do requester, i int) {
 		return
 	}
 	r.mu.Lock()
-	r.ended = append(r.ended, attempt{chatResult: res, end: end, took: end.Sub(sent)})
+	r.ended = append(r.ended, attempt{Result: res, end: end, took: end.Sub(sent)})
 	r.mu.Unlock()
-	if res.kind == kindDone {
+	if res.Kind == chat.KindDone {
 		r.done.Add(1)
 	}
 }
@@ -97,7 +101,7 @@ func (r *stepRun) openLoop(ctx context.Context, rate float64, maxInFlight int, s
 	at := r.start
 	for i := 0; ; i++ {
 		at = at.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
-		if !at.Before(r.winEnd) || !sleepUntil(ctx, at) {
+		if !at.Before(r.winEnd) || !load.SleepUntil(ctx, at) {
 			break
 		}
 		inWindow := !at.Before(r.winStart)
@@ -160,19 +164,19 @@ func (r *stepRun) cpuInWindow(ctx context.Context) <-chan windowCPU {
 	out := make(chan windowCPU, 1)
 	go func() {
 		defer close(out)
-		if !sleepUntil(ctx, r.winStart) {
+		if !load.SleepUntil(ctx, r.winStart) {
 			return
 		}
-		c0 := takeCPU()
-		if !sleepUntil(ctx, r.winEnd) {
+		c0 := machine.TakeCPU()
+		if !load.SleepUntil(ctx, r.winEnd) {
 			return
 		}
-		c1 := takeCPU()
-		tree := c1.self - c0.self
-		for name, sec := range c1.children {
-			tree += sec - c0.children[name]
+		c1 := machine.TakeCPU()
+		tree := c1.Self - c0.Self
+		for name, sec := range c1.Children {
+			tree += sec - c0.Children[name]
 		}
-		out <- windowCPU{temporal: c1.children[temporalComm] - c0.children[temporalComm], others: max(0, c1.machine-c0.machine-tree)}
+		out <- windowCPU{temporal: c1.Children[temporalComm] - c0.Children[temporalComm], others: max(0, c1.Machine-c0.Machine-tree)}
 	}()
 	return out
 }

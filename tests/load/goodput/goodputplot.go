@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/figure"
 )
 
 // goodput.png, from goodput.csv: a row a loop (closed, then open),
@@ -41,27 +43,27 @@ var goodputColumns = []string{"loop", "multiple", "system", "offered", "goodput_
 
 // readGoodputCSV reads goodput.csv.
 func readGoodputCSV(path string) ([]goodputPoint, error) {
-	t, err := readCSV(path, goodputColumns...)
+	t, err := figure.ReadCSV(path, goodputColumns...)
 	if err != nil {
 		return nil, err
 	}
 	return goodputPoints(t)
 }
 
-func goodputPoints(t *csvTable) ([]goodputPoint, error) {
-	pts := make([]goodputPoint, len(t.rows))
-	for i := range t.rows {
+func goodputPoints(t *figure.Table) ([]goodputPoint, error) {
+	pts := make([]goodputPoint, len(t.Rows))
+	for i := range t.Rows {
 		var nums [4]float64
 		for k, col := range []string{"multiple", "offered", "goodput_per_s", "ttft_p99_ms"} {
-			v, err := t.num(i, col)
+			v, err := t.Num(i, col)
 			if err != nil {
 				return nil, err
 			}
 			nums[k] = v
 		}
-		pts[i] = goodputPoint{loop: t.str(i, "loop"), system: t.str(i, "system"), mult: nums[0], offered: nums[1], goodput: nums[2], ttftP99: nums[3]}
+		pts[i] = goodputPoint{loop: t.Str(i, "loop"), system: t.Str(i, "system"), mult: nums[0], offered: nums[1], goodput: nums[2], ttftP99: nums[3]}
 		if pts[i].offered <= 0 || pts[i].mult <= 0 {
-			return nil, fmt.Errorf("%s line %d: load %g (%g×) is not positive", t.path, i+2, pts[i].offered, pts[i].mult)
+			return nil, fmt.Errorf("%s line %d: load %g (%g×) is not positive", t.Path, i+2, pts[i].offered, pts[i].mult)
 		}
 	}
 	return pts, nil
@@ -77,12 +79,12 @@ func plotGoodputCSV(in, out string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	return f.writePNG(out)
+	return f.WritePNG(out)
 }
 
 // goodputFigure is a row a loop that has points.
-func goodputFigure(pts []goodputPoint) (figure, error) {
-	f := figure{width: 16 * vg.Inch, rowHeight: 5.2 * vg.Inch}
+func goodputFigure(pts []goodputPoint) (figure.Figure, error) {
+	f := figure.Figure{Width: 16 * vg.Inch, RowHeight: 5.2 * vg.Inch}
 	for _, loop := range []string{loopClosed, loopOpen} {
 		var steps []goodputPoint
 		for _, p := range pts {
@@ -97,10 +99,10 @@ func goodputFigure(pts []goodputPoint) (figure, error) {
 		if err != nil {
 			return f, err
 		}
-		f.rows = append(f.rows, []*plot.Plot{gp, tp})
-		f.legends = append(f.legends, l)
+		f.Rows = append(f.Rows, []*plot.Plot{gp, tp})
+		f.Legends = append(f.Legends, l)
 	}
-	if len(f.rows) == 0 {
+	if len(f.Rows) == 0 {
 		return f, fmt.Errorf("no row of loop %s or %s", loopClosed, loopOpen)
 	}
 	return f, nil
@@ -118,11 +120,11 @@ func loopPlots(loop string, steps []goodputPoint) (goodput, ttft *plot.Plot, l p
 		xLabel = "offered load, Poisson arrivals (requests/s, log scale)"
 		title = fmt.Sprintf("Open loop, 1× = %.1f requests/s", unit)
 	}
-	goodput = newPanel(title+": goodput", xLabel, "goodput (answers done/s)")
-	ttft = newPanel(title+": TTFT p99", xLabel, "TTFT p99 of answers done (ms, log scale)")
-	l = newLegend()
-	goodput.Y.Min, goodput.Y.Tick.Marker = 0, plot.TickerFunc(ticksLinear)
-	ttft.Y.Tick.Marker = log10Axis
+	goodput = figure.NewPanel(title+": goodput", xLabel, "goodput (answers done/s)")
+	ttft = figure.NewPanel(title+": TTFT p99", xLabel, "TTFT p99 of answers done (ms, log scale)")
+	l = figure.NewLegend()
+	goodput.Y.Min, goodput.Y.Tick.Marker = 0, plot.TickerFunc(figure.TicksLinear)
+	ttft.Y.Tick.Marker = figure.Log10Axis
 	var ticks plot.ConstantTicks
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range steps {
@@ -155,17 +157,17 @@ func loopPlots(loop string, steps []goodputPoint) (goodput, ttft *plot.Plot, l p
 		if st.name == "" {
 			st.name, st.color, st.shape = sys, color.RGBA{200, 120, 0, 255}, draw.TriangleGlyph{}
 		}
-		style := seriesStyle{color: st.color, glyph: st.shape}
-		if err := addSeries(goodput, &l, st.name, style, gxy); err != nil {
+		style := figure.SeriesStyle{Color: st.color, Glyph: st.shape}
+		if err := figure.AddSeries(goodput, &l, st.name, style, gxy); err != nil {
 			return nil, nil, l, err
 		}
-		if err := addSeries(ttft, nil, "", style, txy); err != nil {
+		if err := figure.AddSeries(ttft, nil, "", style, txy); err != nil {
 			return nil, nil, l, err
 		}
 	}
 	goodput.Y.Max = max(goodput.Y.Max*1.1, 1)
 	if answered {
-		logRange(&ttft.Y, math.Pow(10, ttft.Y.Min), math.Pow(10, ttft.Y.Max))
+		figure.LogRange(&ttft.Y, math.Pow(10, ttft.Y.Min), math.Pow(10, ttft.Y.Max))
 	} else {
 		ttft.Title.Text += " (nothing answered)"
 		ttft.Y.Min, ttft.Y.Max = 0, 4

@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"bytes"
@@ -11,6 +11,11 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/figure"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/slo"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows/settings"
@@ -45,7 +50,7 @@ func (s *goodputStep) offered() float64 {
 func (s *goodputStep) done() int {
 	n := 0
 	for _, r := range s.reqs {
-		if r.kind == kindDone {
+		if r.Kind == chat.KindDone {
 			n++
 		}
 	}
@@ -56,41 +61,41 @@ func (s *goodputStep) done() int {
 func (s *goodputStep) goodput() float64 { return float64(s.done()) / s.window.Seconds() }
 
 // ttft is the sorted times to first token of the completed answers.
-func (s *goodputStep) ttft() latencies {
+func (s *goodputStep) ttft() stats.Latencies {
 	var ds []time.Duration
 	for _, r := range s.reqs {
-		if r.kind == kindDone {
-			ds = append(ds, r.ttft)
+		if r.Kind == chat.KindDone {
+			ds = append(ds, r.TTFT)
 		}
 	}
-	return sorted(ds)
+	return stats.Sorted(ds)
 }
 
 // answerTimes is the sorted answer times (from the send to the done
 // event) of the completed answers.
-func (s *goodputStep) answerTimes() latencies {
+func (s *goodputStep) answerTimes() stats.Latencies {
 	var ds []time.Duration
 	for _, r := range s.reqs {
-		if r.kind == kindDone {
+		if r.Kind == chat.KindDone {
 			ds = append(ds, r.took)
 		}
 	}
-	return sorted(ds)
+	return stats.Sorted(ds)
 }
 
 // goodputIn is the answers per second of the window that met slo
-// (sloTier.meets, the slo benchmark's judgement).
-func (s *goodputStep) goodputIn(slo sloTier) float64 {
+// (slo.Tier.Meets, the slo benchmark's judgement).
+func (s *goodputStep) goodputIn(slo slo.Tier) float64 {
 	n := 0
 	for _, r := range s.reqs {
-		if slo.meets(r.chatResult) {
+		if slo.Meets(r.Result) {
 			n++
 		}
 	}
 	return float64(n) / s.window.Seconds()
 }
 
-// kindClientTimeout is how the report names kindHang: here the client
+// kindClientTimeout is how the report names chat.KindHang: here the client
 // gave up, as clients do.
 const kindClientTimeout = "client timeout"
 
@@ -101,8 +106,8 @@ const kindShedByClient = "shed by client"
 func (s *goodputStep) outcomes() map[string]int {
 	m := map[string]int{}
 	for _, r := range s.reqs {
-		k := r.kind
-		if k == kindHang {
+		k := r.Kind
+		if k == chat.KindHang {
 			k = kindClientTimeout
 		}
 		m[k]++
@@ -117,7 +122,7 @@ func (s *goodputStep) outcomes() map[string]int {
 func (s *goodputStep) workflows() int {
 	n := 0
 	for _, r := range s.reqs {
-		if r.id != "" {
+		if r.ID != "" {
 			n++
 		}
 	}
@@ -145,35 +150,35 @@ func (s *goodputStep) othersShare() string {
 	return fmt.Sprintf("%.0f%%", 100*s.cpu.others/s.window.Seconds())
 }
 
-func (s *goodputStep) summary(slo sloTier) string {
+func (s *goodputStep) summary(slo slo.Tier) string {
 	l, a := s.ttft(), s.answerTimes()
 	return fmt.Sprintf("goodput %.2f/s (%.2f/s within the %s SLO), TTFT p50 %s p99 %s, answer p50 %s p99 %s, outcomes: %s; Temporal %.3f CPU-s/done, %.2f workflow tasks/done; other processes %s of a core",
-		s.goodput(), s.goodputIn(slo), slo.name, ms(l.at(50)), ms(l.at(99)), ms(a.at(50)), ms(a.at(99)), outcomeLine(s.outcomes()), s.perDone(s.cpu.temporal), s.wftPerDone(), s.othersShare())
+		s.goodput(), s.goodputIn(slo), slo.Name, stats.Ms(l.At(50)), stats.Ms(l.At(99)), stats.Ms(a.At(50)), stats.Ms(a.At(99)), report.OutcomeLine(s.outcomes()), s.perDone(s.cpu.temporal), s.wftPerDone(), s.othersShare())
 }
 
-func (g *goodputScenario) report(r *report) error {
-	r.strict = g.strict
+func (g *goodputScenario) Report(r *report.Report) error {
+	r.Strict = g.strict
 	settings := settings.Chat(g.cfg, worker.PolicyOf(g.cfg).Limits.Tiers[g.cfg.Limits.DefaultTier])
-	r.header(fmt.Sprintf("goodput against offered load, Sluice (POST /v1/chat, every SSE event read) and the bare workflow of its shape (4 no-op local activities, then one activity streaming the same prompt from the same simulator into a Redis stream and writing done itself; started with eager start, read with XREAD) on one stack: closed loop at %s × P clients, then open loop (Poisson) at %s × %.2f/s (%s), at most %d requests in flight; each step %v warm-up + %v measured, Sluice first, then the bare workflow; P = %d permits of the short pool, %d-token answers, rate limits off, healing %s; an anonymous caller (one tenant, tier %s: max_wait %v, fast_wait %v, recheck %v); simulator: one replica running %d sequences; clients give up after %v",
+	r.Header(fmt.Sprintf("goodput against offered load, Sluice (POST /v1/chat, every SSE event read) and the bare workflow of its shape (4 no-op local activities, then one activity streaming the same prompt from the same simulator into a Redis stream and writing done itself; started with eager start, read with XREAD) on one stack: closed loop at %s × P clients, then open loop (Poisson) at %s × %.2f/s (%s), at most %d requests in flight; each step %v warm-up + %v measured, Sluice first, then the bare workflow; P = %d permits of the short pool, %d-token answers, rate limits off, healing %s; an anonymous caller (one tenant, tier %s: max_wait %v, fast_wait %v, recheck %v); simulator: one replica running %d sequences; clients give up after %v",
 		g.closed, g.open, g.measured, g.capacitySource(), g.maxInFlight, g.warmup, g.step, g.permits, g.maxTokens, onOff(g.healing),
 		g.cfg.Limits.DefaultTier, settings.MaxWait, settings.FastWait, settings.RecheckInterval, g.permits, g.timeout))
-	r.table("loop", "load", "system", "goodput (done/s)", "within SLO (/s)", "TTFT p50", "TTFT p99", "answer p50", "answer p99", "done", "other outcomes", "Temporal CPU-s / done", "workflow tasks / done", "other processes' CPU")
+	r.Table("loop", "load", "system", "goodput (done/s)", "within SLO (/s)", "TTFT p50", "TTFT p99", "answer p50", "answer p99", "done", "other outcomes", "Temporal CPU-s / done", "workflow tasks / done", "other processes' CPU")
 	for _, s := range g.steps {
 		l, a := s.ttft(), s.answerTimes()
 		others := s.outcomes()
-		delete(others, kindDone)
-		r.row(s.loop, s.load(), s.system, fmt.Sprintf("%.2f", s.goodput()), fmt.Sprintf("%.2f", s.goodputIn(g.slo)), ms(l.at(50)), ms(l.at(99)), ms(a.at(50)), ms(a.at(99)), fmt.Sprint(s.done()),
-			cmp.Or(outcomeLine(others), "none"), fmt.Sprintf("%.3f", s.perDone(s.cpu.temporal)), fmt.Sprintf("%.2f", s.wftPerDone()), s.othersShare())
+		delete(others, chat.KindDone)
+		r.Row(s.loop, s.load(), s.system, fmt.Sprintf("%.2f", s.goodput()), fmt.Sprintf("%.2f", s.goodputIn(g.slo)), stats.Ms(l.At(50)), stats.Ms(l.At(99)), stats.Ms(a.At(50)), stats.Ms(a.At(99)), fmt.Sprint(s.done()),
+			cmp.Or(report.OutcomeLine(others), "none"), fmt.Sprintf("%.3f", s.perDone(s.cpu.temporal)), fmt.Sprintf("%.2f", s.wftPerDone()), s.othersShare())
 	}
-	r.linef("")
-	r.linef("Goodput counts the answers done within each step's window, TTFT (from the POST, or the bare workflow's start call, to the first token) and answer time (to the done event) are theirs, as the client saw them; within SLO counts those that met the slo benchmark's %s tier's SLO (%s), per second of the window. Temporal CPU-s / done: the dev server's CPU seconds in the window over those answers; workflow tasks / done: the history sample's tasks per workflow times the step's workflows, over the answers; other processes' CPU: what ran on the machine outside this process tree, in percent of a core. Shed by client: open-loop arrivals not sent because %d requests were in flight.", g.slo.name, g.slo.goal(), g.maxInFlight)
-	r.linef("")
-	r.linef("Per request, from the histories of a sample of each step's workflows (up to %d): admitted at once / queued (a queue event on its stream, the admitted signal or a re-check timer in its history); actions as Temporal Cloud bills them.", g.histories)
-	r.linef("")
+	r.Linef("")
+	r.Linef("Goodput counts the answers done within each step's window, TTFT (from the POST, or the bare workflow's start call, to the first token) and answer time (to the done event) are theirs, as the client saw them; within SLO counts those that met the slo benchmark's %s tier's SLO (%s), per second of the window. Temporal CPU-s / done: the dev server's CPU seconds in the window over those answers; workflow tasks / done: the history sample's tasks per workflow times the step's workflows, over the answers; other processes' CPU: what ran on the machine outside this process tree, in percent of a core. Shed by client: open-loop arrivals not sent because %d requests were in flight.", g.slo.Name, g.slo.Goal(), g.maxInFlight)
+	r.Linef("")
+	r.Linef("Per request, from the histories of a sample of each step's workflows (up to %d): admitted at once / queued (a queue event on its stream, the admitted signal or a re-check timer in its history); actions as Temporal Cloud bills them.", g.histories)
+	r.Linef("")
 	g.historyTable(r)
-	r.linef("")
+	r.Linef("")
 	for _, gl := range goodputGoals(g.steps, g.closedList) {
-		r.goal(gl.what, gl.measured, gl.want, gl.met)
+		r.Goal(gl.What, gl.Measured, gl.Want, gl.Met)
 	}
 	return writeGoodputReport(g, r)
 }
@@ -207,12 +212,12 @@ var historyFields = []struct {
 
 // historyTable adds a row a step: the sample's size and each count per
 // request, admitted at once / queued.
-func (g *goodputScenario) historyTable(r *report) {
+func (g *goodputScenario) historyTable(r *report.Report) {
 	cols := []string{"loop", "load", "system", "histories (at once / queued)"}
 	for _, f := range historyFields {
 		cols = append(cols, f.name)
 	}
-	r.table(cols...)
+	r.Table(cols...)
 	for _, s := range g.steps {
 		row := []string{s.loop, s.load(), s.system, fmt.Sprintf("%d / %d", s.hist.once.n, s.hist.queued.n)}
 		if s.hist.failed > 0 {
@@ -221,7 +226,7 @@ func (g *goodputScenario) historyTable(r *report) {
 		for _, f := range historyFields {
 			row = append(row, perPair(s.hist, f.get))
 		}
-		r.row(row...)
+		r.Row(row...)
 	}
 }
 
@@ -239,7 +244,7 @@ func perPair(h histSummary, get func(histCounts) int) string {
 // goodputGoals judges the steps: Sluice at P clients against the bare
 // workflow at P clients, Sluice above P clients against itself at P, and
 // what queueing adds to a request's history.
-func goodputGoals(steps []*goodputStep, closed []float64) []goal {
+func goodputGoals(steps []*goodputStep, closed []float64) []report.Goal {
 	find := func(mult float64, system string) *goodputStep {
 		for _, s := range steps {
 			if s.loop == loopClosed && s.mult == mult && s.system == system {
@@ -248,17 +253,17 @@ func goodputGoals(steps []*goodputStep, closed []float64) []goal {
 		}
 		return nil
 	}
-	var out []goal
+	var out []report.Goal
 	one, bare := find(1, sysSluice), find(1, sysBare)
 	if one != nil && bare != nil {
-		out = append(out, newGoal("closed loop at P clients: Sluice's goodput / the bare workflow's",
-			fmt.Sprintf("%.2f/s / %.2f/s = %.2f×", one.goodput(), bare.goodput(), ratio(one.goodput(), bare.goodput())), ">= 0.8×",
+		out = append(out, report.NewGoal("closed loop at P clients: Sluice's goodput / the bare workflow's",
+			fmt.Sprintf("%.2f/s / %.2f/s = %.2f×", one.goodput(), bare.goodput(), stats.Ratio(one.goodput(), bare.goodput())), ">= 0.8×",
 			one.goodput() >= 0.8*bare.goodput()))
 	}
 	for _, m := range closed {
 		if s := find(m, sysSluice); m > 1 && s != nil && one != nil {
-			out = append(out, newGoal(fmt.Sprintf("closed loop at %g× P clients: Sluice's goodput / its goodput at P clients", m),
-				fmt.Sprintf("%.2f/s / %.2f/s = %.2f×", s.goodput(), one.goodput(), ratio(s.goodput(), one.goodput())), ">= 0.9×",
+			out = append(out, report.NewGoal(fmt.Sprintf("closed loop at %g× P clients: Sluice's goodput / its goodput at P clients", m),
+				fmt.Sprintf("%.2f/s / %.2f/s = %.2f×", s.goodput(), one.goodput(), stats.Ratio(s.goodput(), one.goodput())), ">= 0.9×",
 				s.goodput() >= 0.9*one.goodput()))
 		}
 	}
@@ -268,7 +273,7 @@ func goodputGoals(steps []*goodputStep, closed []float64) []goal {
 // queueingGoal compares what a queued Sluice request costs with what one
 // admitted at once costs (pooled over all steps): in the step where
 // queueing costs most, at most one more signal, timer and workflow task.
-func queueingGoal(steps []*goodputStep) goal {
+func queueingGoal(steps []*goodputStep) report.Goal {
 	what := "a queued Sluice request over one admitted at once (the step where queueing costs most)"
 	want := "<= +1 signal, +1 timer, +1 workflow task"
 	var once histAgg
@@ -294,11 +299,11 @@ func queueingGoal(steps []*goodputStep) goal {
 		}
 	}
 	if worst == nil {
-		return newGoal(what, fmt.Sprintf("not measured: no step with both kinds sampled (%d admitted at once)", once.n), want, false)
+		return report.NewGoal(what, fmt.Sprintf("not measured: no step with both kinds sampled (%d admitted at once)", once.n), want, false)
 	}
 	// Three decimals: one request in a sample of 200 with a second timer
 	// is +0.005, and must not read as +1.00 beside a missed goal.
-	return newGoal(what, fmt.Sprintf("%s: %+.3f signals, %+.3f timers, %+.3f workflow tasks (%+.2f actions, %+.1f events)", worst.label(), w.sig, w.tim, w.wft, w.act, w.events),
+	return report.NewGoal(what, fmt.Sprintf("%s: %+.3f signals, %+.3f timers, %+.3f workflow tasks (%+.2f actions, %+.1f events)", worst.label(), w.sig, w.tim, w.wft, w.act, w.events),
 		want, w.sig <= 1 && w.tim <= 1 && w.wft <= 1)
 }
 
@@ -308,7 +313,7 @@ var csvOutcomes = []struct {
 	column string
 	match  func(kind string) bool
 }{
-	{"done", func(k string) bool { return k == kindDone }},
+	{"done", func(k string) bool { return k == chat.KindDone }},
 	{"rejected_queue_timeout", func(k string) bool { return k == "rejected "+request.ReasonQueueTimeout }},
 	{"rejected_queue_full", func(k string) bool { return k == "rejected "+request.ReasonQueueFull }},
 	{"rejected_tenant_queue_full", func(k string) bool { return k == "rejected "+request.ReasonTenantQueueFull }},
@@ -324,15 +329,15 @@ var csvOutcomes = []struct {
 }
 
 // csvRow is a step's row of goodput.csv.
-func csvRow(s *goodputStep, slo sloTier) []string {
+func csvRow(s *goodputStep, slo slo.Tier) []string {
 	l, a := s.ttft(), s.answerTimes()
 	arrived := ""
 	if s.loop == loopOpen {
 		arrived = fmt.Sprintf("%.3f", float64(s.arrivals)/s.window.Seconds())
 	}
 	row := []string{s.loop, fmt.Sprint(s.mult), s.system, fmt.Sprintf("%.3f", s.offered()), arrived,
-		fmt.Sprintf("%.0f", s.window.Seconds()), fmt.Sprintf("%.3f", s.goodput()), fmt.Sprintf("%.1f", msf(l.at(50))), fmt.Sprintf("%.1f", msf(l.at(99))),
-		fmt.Sprintf("%.1f", msf(a.at(50))), fmt.Sprintf("%.1f", msf(a.at(99))), fmt.Sprintf("%.3f", s.goodputIn(slo))}
+		fmt.Sprintf("%.0f", s.window.Seconds()), fmt.Sprintf("%.3f", s.goodput()), fmt.Sprintf("%.1f", stats.Millis(l.At(50))), fmt.Sprintf("%.1f", stats.Millis(l.At(99))),
+		fmt.Sprintf("%.1f", stats.Millis(a.At(50))), fmt.Sprintf("%.1f", stats.Millis(a.At(99))), fmt.Sprintf("%.3f", s.goodputIn(slo))}
 	counts := make([]int, len(csvOutcomes))
 	for kind, n := range s.outcomes() {
 		for i, c := range csvOutcomes {
@@ -378,19 +383,19 @@ func csvHeader() []string {
 // writeGoodputReport writes goodput.md (the report's lines under a title,
 // the command and the machine), goodput.csv and goodput.png (drawn from
 // goodput.csv) under -out.
-func writeGoodputReport(g *goodputScenario, r *report) error {
+func writeGoodputReport(g *goodputScenario, r *report.Report) error {
 	if err := os.MkdirAll(g.out, 0o755); err != nil {
 		return fmt.Errorf("report directory: %w", err)
 	}
 	var md, csv bytes.Buffer
 	md.WriteString("# Goodput under overload (sluice-bench goodput)\n\n")
 	fmt.Fprintf(&md, "Generated by `sluice-bench goodput` (`make bench-goodput`) on %s.\n\n", time.Now().UTC().Format(time.DateOnly))
-	md.WriteString(runLine() + "\n\n")
-	fmt.Fprintf(&md, "Command: `%s`\n\n", commandLine())
-	fmt.Fprintf(&md, "Machine: %s; load average %s at the start, %s at the end. Everything (the bench's clients, the API and its worker, the bare workflow's worker, Redis, the Temporal dev server, the simulator) runs on it.\n\n", fmt.Sprintf("%d CPUs", runtime.NumCPU()), loadAtStart(), testenv.LoadAverage())
-	fmt.Fprintf(&md, "What ran: %s.\n\n", r.what)
+	md.WriteString(report.RunLine() + "\n\n")
+	fmt.Fprintf(&md, "Command: `%s`\n\n", report.CommandLine())
+	fmt.Fprintf(&md, "Machine: %s; load average %s at the start, %s at the end. Everything (the bench's clients, the API and its worker, the bare workflow's worker, Redis, the Temporal dev server, the simulator) runs on it.\n\n", fmt.Sprintf("%d CPUs", runtime.NumCPU()), report.LoadAtStart(), testenv.LoadAverage())
+	fmt.Fprintf(&md, "What ran: %s.\n\n", r.What)
 	md.WriteString("![goodput and TTFT p99 against offered load](goodput.png)\n\n")
-	for _, l := range r.lines {
+	for _, l := range r.Lines {
 		md.WriteString(l + "\n")
 	}
 	csv.WriteString(strings.Join(csvHeader(), ",") + "\n")
@@ -404,6 +409,6 @@ func writeGoodputReport(g *goodputScenario, r *report) error {
 		return fmt.Errorf("write csv: %w", err)
 	}
 	png := filepath.Join(g.out, "goodput.png")
-	drawBeside("goodput", png, func() error { return plotGoodputCSV(filepath.Join(g.out, "goodput.csv"), png) })
+	figure.DrawBeside("goodput", png, func() error { return plotGoodputCSV(filepath.Join(g.out, "goodput.csv"), png) })
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"context"
@@ -11,6 +11,9 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 )
 
 // The soak benchmark runs make run's shape — an API process with its
@@ -56,7 +59,7 @@ type soakScenario struct {
 	phase   atomic.Value // string
 }
 
-func (s *soakScenario) flags(fs *flag.FlagSet) {
+func (s *soakScenario) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.duration, "duration", 30*time.Minute, "how long the load runs")
 	fs.IntVar(&s.permits, "permits", config.Default().Pools.Short.MaxConcurrency, "permits P of the short pool (the simulator runs P sequences at once)")
 	fs.IntVar(&s.clients, "clients", 2*config.Default().Pools.Short.MaxConcurrency, "closed-loop clients: each sends its next request when the last one ended")
@@ -72,7 +75,7 @@ func (s *soakScenario) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.strict, "strict", false, "a missed goal fails the run")
 }
 
-func (s *soakScenario) stacks() ([]stackOptions, error) {
+func (s *soakScenario) Stacks() ([]stack.Options, error) {
 	if s.duration <= 0 || s.interval <= 0 || s.judge <= 0 || s.settle < 0 || s.timeout <= 0 {
 		return nil, errors.New("-duration, -interval, -judge and -timeout must be positive, -settle not negative")
 	}
@@ -87,7 +90,7 @@ func (s *soakScenario) stacks() ([]stackOptions, error) {
 	if s.limits, err = chartMemoryLimits(s.values); err != nil {
 		return nil, err
 	}
-	return []stackOptions{{
+	return []stack.Options{{
 		Processes: true,
 		Quiet:     true,
 		Simulator: func(sim *llmsim.Config) { sim.MaxNumSeqs = s.permits },
@@ -107,17 +110,17 @@ func (s *soakScenario) stacks() ([]stackOptions, error) {
 	}}, nil
 }
 
-func (s *soakScenario) drive(ctx context.Context, st *stack) error {
-	s.cfg = st.cfg
+func (s *soakScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	s.cfg = st.Config
 	smp, err := newSampler(ctx, st)
 	if err != nil {
 		return err
 	}
 	defer smp.close()
-	hc := st.client(s.clients)
-	do := func(ctx context.Context, i int) chatResult {
-		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, overheadQueries[i%len(overheadQueries)], s.tokens)
-		return readChat(ctx, hc, st.baseURL, body, nil)
+	hc := st.Client(s.clients)
+	do := func(ctx context.Context, i int) chat.Result {
+		body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, chat.Queries[i%len(chat.Queries)], s.tokens)
+		return chat.Read(ctx, hc, st.BaseURL, body, nil)
 	}
 	s.phase.Store("load")
 	s.run = newStepRun("soak", 0, s.duration, s.timeout)
@@ -133,7 +136,7 @@ func (s *soakScenario) drive(ctx context.Context, st *stack) error {
 	s.loadEnd = time.Since(start).Seconds()
 	s.phase.Store("settle")
 	s.cur.Store(nil)
-	sleepUntil(ctx, time.Now().Add(s.settle))
+	load.SleepUntil(ctx, time.Now().Add(s.settle))
 	stopSampling()
 	<-sampled
 	// The last sample is the settled state, whatever the ticker's phase.
@@ -168,7 +171,7 @@ func (s *soakScenario) taken() []soakSample {
 	return append([]soakSample(nil), s.samples...)
 }
 
-func (s *soakScenario) status(st *stack) string {
+func (s *soakScenario) Status(st *stack.Stack) string {
 	line := fmt.Sprintf("phase=%v", s.phase.Load())
 	if r := s.cur.Load(); r != nil {
 		line = r.status()
@@ -188,5 +191,5 @@ func (s *soakScenario) status(st *stack) string {
 			}
 		}
 	}
-	return line + " " + poolsNow(st)
+	return line + " " + stack.PoolsNow(st)
 }

@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"math"
@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/figure/figuretest"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
 )
 
 func TestTrendOfFitsTheLineInTheWindow(t *testing.T) {
@@ -51,11 +54,11 @@ func soakOf(apiRSS func(min float64) float64) (*soakScenario, []soakSample) {
 }
 
 func verdicts(s *soakScenario, samples []soakSample) map[string]bool {
-	r := &report{}
+	r := &report.Report{}
 	s.goals(r, samples, s.loadEnd-s.judge.Seconds(), s.loadEnd)
 	out := map[string]bool{}
-	for _, g := range r.goals {
-		out[g.what] = g.met
+	for _, g := range r.Goals {
+		out[g.What] = g.Met
 	}
 	return out
 }
@@ -107,7 +110,7 @@ temporal_sticky_cache_size{namespace="default",task_queue="sluice-chat",label="a
 }
 
 func TestChartMemoryLimits(t *testing.T) {
-	limits, err := chartMemoryLimits(filepath.Join("..", "..", "..", "..", "deploy", "helm", "sluice", "values.yaml"))
+	limits, err := chartMemoryLimits(filepath.Join("..", "..", "..", "deploy", "helm", "sluice", "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,15 +133,15 @@ func TestChartMemoryLimits(t *testing.T) {
 
 func TestSoakCSVPlots(t *testing.T) {
 	_, samples := soakOf(func(m float64) float64 { return 65 + 20*min(m, 4) })
-	in := writeFixture(t, "soak.csv", string(soakCSV(samples)))
+	in := figuretest.WriteFixture(t, "soak.csv", string(soakCSV(samples)))
 	if !strings.Contains(string(soakCSV(samples)), "0,redis,15.0,,,\n") {
 		t.Fatalf("unread figures are not empty cells:\n%s", soakCSV(samples)[:300])
 	}
 	out := filepath.Join(t.TempDir(), "soak.png")
-	if err := plotCSV(in, out, 0); err != nil {
+	if err := plotSoakCSV(in, out, nil); err != nil {
 		t.Fatal(err)
 	}
-	if b := decodePNG(t, out).Bounds(); b.Dx() < 1000 || b.Dy() < 700 {
+	if b := figuretest.DecodePNG(t, out).Bounds(); b.Dx() < 1000 || b.Dy() < 700 {
 		t.Fatalf("figure is %v", b)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/figure"
 )
 
 // soak.png, from soak.csv: resident memory of every process beside the Go
@@ -24,28 +26,28 @@ var soakColors = map[string]color.RGBA{
 // plotSoakCSV draws soak.csv into a PNG at out; limits (MiB by process,
 // may be nil) are drawn as guides.
 func plotSoakCSV(in, out string, limits map[string]float64) error {
-	t, err := readCSV(in, soakColumns...)
+	t, err := figure.ReadCSV(in, soakColumns...)
 	if err != nil {
 		return err
 	}
 	cols := []string{"rss_mib", "heap_inuse_mib", "goroutines", "workflow_cache"}
 	pts := map[string]map[string]plotter.XYs{}
 	var end float64
-	for i := range t.rows {
-		at, err := t.num(i, "elapsed_s")
+	for i := range t.Rows {
+		at, err := t.Num(i, "elapsed_s")
 		if err != nil {
 			return err
 		}
 		end = max(end, at/60)
-		proc := t.str(i, "process")
+		proc := t.Str(i, "process")
 		if pts[proc] == nil {
 			pts[proc] = map[string]plotter.XYs{}
 		}
 		for _, c := range cols {
-			if t.str(i, c) == "" {
+			if t.Str(i, c) == "" {
 				continue
 			}
-			v, err := t.num(i, c)
+			v, err := t.Num(i, c)
 			if err != nil {
 				return err
 			}
@@ -53,28 +55,28 @@ func plotSoakCSV(in, out string, limits map[string]float64) error {
 		}
 	}
 	panels := [][]*plot.Plot{
-		{newPanel("Resident memory", "minutes", "MiB"), newPanel("Go heap in use", "minutes", "MiB")},
-		{newPanel("Goroutines", "minutes", "goroutines"), newPanel("Workflow cache", "minutes", "workflows")},
+		{figure.NewPanel("Resident memory", "minutes", "MiB"), figure.NewPanel("Go heap in use", "minutes", "MiB")},
+		{figure.NewPanel("Goroutines", "minutes", "goroutines"), figure.NewPanel("Workflow cache", "minutes", "workflows")},
 	}
-	legends := []plot.Legend{newLegend(), newLegend()}
+	legends := []plot.Legend{figure.NewLegend(), figure.NewLegend()}
 	for _, proc := range soakProcesses {
-		st := seriesStyle{color: soakColors[proc]}
+		st := figure.SeriesStyle{Color: soakColors[proc]}
 		for row, pair := range [][2]string{{"rss_mib", "heap_inuse_mib"}, {"goroutines", "workflow_cache"}} {
 			name := proc
 			if len(pts[proc][pair[0]]) == 0 {
 				continue
 			}
-			if err := addSeries(panels[row][0], &legends[row], name, st, pts[proc][pair[0]]); err != nil {
+			if err := figure.AddSeries(panels[row][0], &legends[row], name, st, pts[proc][pair[0]]); err != nil {
 				return err
 			}
-			if err := addSeries(panels[row][1], &legends[row], "", st, pts[proc][pair[1]]); err != nil {
+			if err := figure.AddSeries(panels[row][1], &legends[row], "", st, pts[proc][pair[1]]); err != nil {
 				return err
 			}
 		}
 	}
 	for _, proc := range []string{procAPI, procWorker} {
 		if l, ok := limits[proc]; ok {
-			guide, err := addGuide(panels[0][0], l, 0, end, soakColors[proc])
+			guide, err := figure.AddGuide(panels[0][0], l, 0, end, soakColors[proc])
 			if err != nil {
 				return err
 			}
@@ -86,8 +88,8 @@ func plotSoakCSV(in, out string, limits map[string]float64) error {
 			p.X.Min, p.Y.Min = 0, 0
 		}
 	}
-	f := figure{rows: panels, legends: legends, width: 12 * vg.Inch, rowHeight: 4 * vg.Inch}
-	if err := f.writePNG(out); err != nil {
+	f := figure.Figure{Rows: panels, Legends: legends, Width: 12 * vg.Inch, RowHeight: 4 * vg.Inch}
+	if err := f.WritePNG(out); err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
 	return nil

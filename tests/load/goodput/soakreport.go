@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sluice-dev/sluice/tests/load/internal/figure"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -94,33 +96,33 @@ func rssOf(p procSample) float64        { return p.rssMiB }
 func goroutinesOf(p procSample) float64 { return p.goroutines }
 func cacheOf(p procSample) float64      { return p.cache }
 
-func (s *soakScenario) report(r *report) error {
+func (s *soakScenario) Report(r *report.Report) error {
 	samples := s.taken()
 	from, to := s.loadEnd-s.judge.Seconds(), s.loadEnd
 	answered := s.run.done.Load()
-	r.header(fmt.Sprintf("%d clients in a closed loop against %d short-pool permits for %s (answers of %d tokens), "+
+	r.Header(fmt.Sprintf("%d clients in a closed loop against %d short-pool permits for %s (answers of %d tokens), "+
 		"API (embedded worker) and worker as processes of their own, a workflow cache of %d per process, events.ttl %s; every process sampled every %s, "+
 		"judged on the last %s of the load", s.clients, s.permits, s.duration, s.tokens, s.cfg.WorkflowCacheSize(), s.cfg.Events.TTL, s.interval, s.judge))
-	r.strict = s.strict
-	r.linef("Answers: %d in %s (%.1f/s); outcomes: %s.", answered, s.duration, float64(answered)/s.duration.Seconds(), outcomeLine(s.outcomes()))
-	r.linef("")
-	r.table("process", "RSS at 1 min", "RSS at end of load", "RSS after "+s.settle.String(), "peak RSS", "slope (last "+s.judge.String()+")", "spread (last "+s.judge.String()+")", "chart limit")
+	r.Strict = s.strict
+	r.Linef("Answers: %d in %s (%.1f/s); outcomes: %s.", answered, s.duration, float64(answered)/s.duration.Seconds(), report.OutcomeLine(s.outcomes()))
+	r.Linef("")
+	r.Table("process", "RSS at 1 min", "RSS at end of load", "RSS after "+s.settle.String(), "peak RSS", "slope (last "+s.judge.String()+")", "spread (last "+s.judge.String()+")", "chart limit")
 	for _, name := range soakProcesses {
 		at, ys := series(samples, name, rssOf)
 		all, w := trendOf(at, ys, 0, math.Inf(1)), trendOf(at, ys, from, to)
-		r.row(name, mibCell(valueNear(at, ys, 60)), mibCell(w.last), mibCell(all.last), mibCell(all.hi),
+		r.Row(name, mibCell(valueNear(at, ys, 60)), mibCell(w.last), mibCell(all.last), mibCell(all.hi),
 			fmt.Sprintf("%+.2f MiB/min", w.slopePerMin), mibCell(w.hi-w.lo), s.limitCell(name))
 	}
-	r.linef("")
-	r.table("process", "goroutines at 1 min", "at end of load", "after "+s.settle.String(), "slope (last "+s.judge.String()+")", "workflow cache at end of load", "after "+s.settle.String())
+	r.Linef("")
+	r.Table("process", "goroutines at 1 min", "at end of load", "after "+s.settle.String(), "slope (last "+s.judge.String()+")", "workflow cache at end of load", "after "+s.settle.String())
 	for _, name := range []string{procAPI, procWorker} {
 		at, g := series(samples, name, goroutinesOf)
 		_, c := series(samples, name, cacheOf)
 		wg, wc := trendOf(at, g, from, to), trendOf(at, c, from, to)
-		r.row(name, fmt.Sprintf("%.0f", valueNear(at, g, 60)), fmt.Sprintf("%.0f", wg.last), fmt.Sprintf("%.0f", lastRead(g)),
+		r.Row(name, fmt.Sprintf("%.0f", valueNear(at, g, 60)), fmt.Sprintf("%.0f", wg.last), fmt.Sprintf("%.0f", lastRead(g)),
 			fmt.Sprintf("%+.1f/min", wg.slopePerMin), fmt.Sprintf("%.0f", wc.last), fmt.Sprintf("%.0f", lastRead(c)))
 	}
-	r.linef("")
+	r.Linef("")
 	s.goals(r, samples, from, to)
 	return writeSoakReport(s, r, samples)
 }
@@ -128,30 +130,30 @@ func (s *soakScenario) report(r *report) error {
 // goals adds, for each process, whether its memory was flat over the
 // judged window and stayed under its chart limit, and for the API and
 // worker whether their goroutines were flat.
-func (s *soakScenario) goals(r *report, samples []soakSample, from, to float64) {
+func (s *soakScenario) goals(r *report.Report, samples []soakSample, from, to float64) {
 	for _, name := range soakProcesses {
 		at, ys := series(samples, name, rssOf)
 		w, all := trendOf(at, ys, from, to), trendOf(at, ys, 0, math.Inf(1))
 		if w.n < 3 {
-			r.goal(name+" memory flat", fmt.Sprintf("%d samples in the window", w.n), "at least 3", false)
+			r.Goal(name+" memory flat", fmt.Sprintf("%d samples in the window", w.n), "at least 3", false)
 			continue
 		}
 		allowed, of := flatShareOfMedian*w.median, fmt.Sprintf("%.0f%% of its median %s", 100*flatShareOfMedian, mibCell(w.median))
 		if limit, ok := s.limits[name]; ok {
 			allowed, of = flatShareOfLimit*limit, fmt.Sprintf("%.0f%% of its chart limit %s", 100*flatShareOfLimit, mibCell(limit))
 		}
-		r.goal(name+" memory flat over the last "+s.judge.String(),
+		r.Goal(name+" memory flat over the last "+s.judge.String(),
 			fmt.Sprintf("%+.1f MiB by the trend (%+.2f MiB/min), spread %s", w.growth, w.slopePerMin, mibCell(w.hi-w.lo)),
 			fmt.Sprintf("≤ %s, %s", mibCell(allowed), of), w.growth <= allowed)
 		if limit, ok := s.limits[name]; ok {
-			r.goal(name+" peak RSS", mibCell(all.hi), "< chart limit "+mibCell(limit), all.hi < limit)
+			r.Goal(name+" peak RSS", mibCell(all.hi), "< chart limit "+mibCell(limit), all.hi < limit)
 		}
 	}
 	for _, name := range []string{procAPI, procWorker} {
 		at, g := series(samples, name, goroutinesOf)
 		w := trendOf(at, g, from, to)
 		allowed := max(flatGoroutines, flatShareOfMedian*w.median)
-		r.goal(name+" goroutines flat over the last "+s.judge.String(),
+		r.Goal(name+" goroutines flat over the last "+s.judge.String(),
 			fmt.Sprintf("%+.0f by the trend (%+.1f/min), %0.f–%0.f", w.growth, w.slopePerMin, w.lo, w.hi),
 			fmt.Sprintf("≤ %.0f", allowed), w.n >= 3 && w.growth <= allowed)
 	}
@@ -162,7 +164,7 @@ func (s *soakScenario) outcomes() map[string]int {
 	defer s.run.mu.Unlock()
 	out := map[string]int{}
 	for _, a := range s.run.ended {
-		out[a.kind]++
+		out[a.Kind]++
 	}
 	return out
 }
@@ -275,19 +277,19 @@ func soakCSV(samples []soakSample) []byte {
 }
 
 // writeSoakReport writes soak.md, soak.csv and soak.png under -out.
-func writeSoakReport(s *soakScenario, r *report, samples []soakSample) error {
+func writeSoakReport(s *soakScenario, r *report.Report, samples []soakSample) error {
 	if err := os.MkdirAll(s.out, 0o755); err != nil {
 		return fmt.Errorf("report directory: %w", err)
 	}
 	var md bytes.Buffer
 	md.WriteString("# Memory under a long steady load (sluice-bench soak)\n\n")
 	fmt.Fprintf(&md, "Generated by `sluice-bench soak` (`make bench-soak`) on %s.\n\n", time.Now().UTC().Format(time.DateOnly))
-	md.WriteString(runLine() + "\n\n")
-	fmt.Fprintf(&md, "Command: `%s`\n\n", commandLine())
-	fmt.Fprintf(&md, "Machine: %d CPUs; load average %s at the start, %s at the end. Everything (the bench's clients and the simulator, the API, the worker, Redis, the Temporal dev server) runs on it.\n\n", runtime.NumCPU(), loadAtStart(), testenv.LoadAverage())
-	fmt.Fprintf(&md, "What ran: %s.\n\n", r.what)
+	md.WriteString(report.RunLine() + "\n\n")
+	fmt.Fprintf(&md, "Command: `%s`\n\n", report.CommandLine())
+	fmt.Fprintf(&md, "Machine: %d CPUs; load average %s at the start, %s at the end. Everything (the bench's clients and the simulator, the API, the worker, Redis, the Temporal dev server) runs on it.\n\n", runtime.NumCPU(), report.LoadAtStart(), testenv.LoadAverage())
+	fmt.Fprintf(&md, "What ran: %s.\n\n", r.What)
 	md.WriteString("![memory, goroutines and workflow cache over the run](soak.png)\n\n")
-	for _, l := range r.lines {
+	for _, l := range r.Lines {
 		md.WriteString(l + "\n")
 	}
 	if err := os.WriteFile(filepath.Join(s.out, "soak.md"), md.Bytes(), 0o644); err != nil {
@@ -298,6 +300,6 @@ func writeSoakReport(s *soakScenario, r *report, samples []soakSample) error {
 		return fmt.Errorf("write csv: %w", err)
 	}
 	png := filepath.Join(s.out, "soak.png")
-	drawBeside("soak", png, func() error { return plotSoakCSV(csvPath, png, s.limits) })
+	figure.DrawBeside("soak", png, func() error { return plotSoakCSV(csvPath, png, s.limits) })
 	return nil
 }

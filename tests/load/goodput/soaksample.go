@@ -1,4 +1,4 @@
-package main
+package goodput
 
 import (
 	"bufio"
@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/machine"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 )
 
 // What the soak scenario samples, every -interval, of each process of the
@@ -56,15 +59,15 @@ type sampler struct {
 // newSampler finds the stack's processes: the API and worker it started,
 // redis-server by the pid it reports, the dev server as this process's
 // child of that name.
-func newSampler(ctx context.Context, st *stack) (*sampler, error) {
-	if st.procs == nil {
+func newSampler(ctx context.Context, st *stack.Stack) (*sampler, error) {
+	if st.Procs == nil {
 		return nil, fmt.Errorf("soak needs the API and worker in processes of their own")
 	}
 	s := &sampler{
 		hc:      &http.Client{Timeout: 5 * time.Second},
-		redis:   redis.NewClient(&redis.Options{Addr: st.redis.Addr}),
-		metrics: map[string]string{procAPI: st.procs.apiMetrics, procWorker: st.procs.workerMetrics},
-		pids:    map[string]int{procAPI: st.procs.api.Pid(), procWorker: st.procs.worker.Pid()},
+		redis:   redis.NewClient(&redis.Options{Addr: st.Redis.Addr}),
+		metrics: map[string]string{procAPI: st.Procs.APIMetrics, procWorker: st.Procs.WorkerMetrics},
+		pids:    map[string]int{procAPI: st.Procs.API.Pid(), procWorker: st.Procs.Worker.Pid()},
 	}
 	info, err := s.redis.Info(ctx, "server").Result()
 	if err != nil {
@@ -219,7 +222,7 @@ func childNamed(comm string) int {
 		if err != nil {
 			continue
 		}
-		if c, ppid, _, ok := procStat(pid); ok && ppid == self && c == comm {
+		if c, ppid, _, ok := machine.ProcStat(pid); ok && ppid == self && c == comm {
 			return pid
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package heal
 
 import (
 	"fmt"
@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 )
 
 // The heal bench's verdict where the client stands: each pool's clients'
@@ -35,18 +38,18 @@ func newClientTallies() map[string]*clientTally {
 	return out
 }
 
-func (c *clientTally) add(res chatResult) {
+func (c *clientTally) add(res chat.Result) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if res.kind == kindHang {
+	if res.Kind == chat.KindHang {
 		return // cut off at the end: not measured
 	}
 	c.sent++
-	switch res.kind {
-	case kindDone:
+	switch res.Kind {
+	case chat.KindDone:
 		c.answers++
-		c.ttft = append(c.ttft, res.ttft)
-		if res.ttft <= c.slo {
+		c.ttft = append(c.ttft, res.TTFT)
+		if res.TTFT <= c.slo {
 			c.withinSLO++
 		}
 	case "rejected queue_timeout":
@@ -68,11 +71,11 @@ func (c *clientTally) attainment() float64 {
 // row is the pool's line of the client table.
 func (c *clientTally) row(mode, pool string) []string {
 	c.mu.Lock()
-	l := sorted(c.ttft)
+	l := stats.Sorted(c.ttft)
 	sent, answers, timeouts := c.sent, c.answers, c.timeouts
 	c.mu.Unlock()
 	return []string{mode, pool, fmt.Sprint(sent), fmt.Sprint(answers), fmt.Sprint(timeouts),
-		durOrDash(l, 50), durOrDash(l, 99), fmt.Sprintf("%.1f%% (≤ %v)", 100*c.attainment(), c.slo)}
+		stats.DurOrDash(l, 50), stats.DurOrDash(l, 99), fmt.Sprintf("%.1f%% (≤ %v)", 100*c.attainment(), c.slo)}
 }
 
 // clientTable writes every mode's client table to md.
@@ -103,7 +106,7 @@ const healNoise = 0.10
 // short pool's clients are served no worse (TTFT p99, first tokens within
 // its promise), what protecting them costs the long pool's clients is
 // bounded, and neither pool's queue timeouts grow.
-func clientVerdicts(runs []*healRun) []goal {
+func clientVerdicts(runs []*healRun) []report.Goal {
 	by := map[string]*healRun{}
 	for _, r := range runs {
 		by[r.Mode] = r
@@ -112,11 +115,11 @@ func clientVerdicts(runs []*healRun) []goal {
 	if off == nil || on == nil || off.Clients == nil || on.Clients == nil {
 		return nil
 	}
-	var v []goal
+	var v []report.Goal
 	p99 := func(c *clientTally) time.Duration {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return sorted(c.ttft).at(99)
+		return stats.Sorted(c.ttft).At(99)
 	}
 	noWorse := fmt.Sprintf("on <= off × %.1f", 1+healNoise)
 	for _, p := range healPools {
@@ -125,15 +128,15 @@ func clientVerdicts(runs []*healRun) []goal {
 		if p == request.PoolLong {
 			what += " (what protecting the short pool costs)"
 		}
-		v = append(v, newGoal(what, fmt.Sprintf("%s vs %s", ms(p99(a)), ms(p99(b))), noWorse,
+		v = append(v, report.NewGoal(what, fmt.Sprintf("%s vs %s", stats.Ms(p99(a)), stats.Ms(p99(b))), noWorse,
 			float64(p99(a)) <= (1+healNoise)*float64(p99(b))))
 	}
 	sn, so := on.Clients[request.PoolShort], off.Clients[request.PoolShort]
-	v = append(v, newGoal(fmt.Sprintf("clients: short pool first tokens within %v, healing on vs off", sn.slo),
+	v = append(v, report.NewGoal(fmt.Sprintf("clients: short pool first tokens within %v, healing on vs off", sn.slo),
 		fmt.Sprintf("%.1f%% vs %.1f%%", 100*sn.attainment(), 100*so.attainment()), "on >= off - 2 points", sn.attainment() >= so.attainment()-0.02))
 	for _, p := range healPools {
 		a, b := on.Clients[p], off.Clients[p]
-		v = append(v, newGoal(fmt.Sprintf("clients: %s pool queue timeouts, healing on vs off", p), fmt.Sprintf("%d vs %d", a.timeouts, b.timeouts),
+		v = append(v, report.NewGoal(fmt.Sprintf("clients: %s pool queue timeouts, healing on vs off", p), fmt.Sprintf("%d vs %d", a.timeouts, b.timeouts),
 			"on <= off + max(2, 10%)", a.timeouts <= b.timeouts+max(2, b.timeouts/10)))
 	}
 	return v

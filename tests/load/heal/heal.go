@@ -1,4 +1,4 @@
-package main
+package heal
 
 import (
 	"context"
@@ -14,6 +14,10 @@ import (
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -29,7 +33,7 @@ import (
 // healer's decisions by query.
 
 type healOptions struct {
-	mixFlags
+	stack.MixFlags
 	simFlags
 	healerFlags
 	// The load: Poisson arrivals, a share of them long.
@@ -51,8 +55,8 @@ type healOptions struct {
 	judge string
 }
 
-func (h *healScenario) flags(fs *flag.FlagSet) {
-	h.mixFlags.define(fs, 32, 8)
+func (h *healScenario) Flags(fs *flag.FlagSet) {
+	h.MixFlags.Define(fs, 32, 8)
 	h.simFlags.define(fs)
 	h.healerFlags.define(fs)
 	fs.Float64Var(&h.rate, "rate", 5, "requests per second, open loop")
@@ -64,7 +68,7 @@ func (h *healScenario) flags(fs *flag.FlagSet) {
 	fs.IntVar(&h.longRepeat, "long-repeat", 120, "a long query repeats a 15-token sentence this often")
 	fs.DurationVar(&h.sampleEvery, "sample-every", 3*time.Second, "how often the bench samples P50/P99 and the healer")
 	fs.DurationVar(&h.sampleWindow, "sample-window", 10*time.Second, "the window of each sample")
-	fs.Int64Var(&h.minSamples, "min-samples", healDefaultMinSamples, "healing.min_samples")
+	fs.Int64Var(&h.minSamples, "min-samples", DefaultMinSamples, "healing.min_samples")
 	fs.IntVar(&h.boundPolls, "bound-polls", 30, "with healing on, the short pool's P99/P50 must fall below 2 within this many healer polls of going above 5")
 	fs.StringVar(&h.modes, "modes", "off,on", "modes to run, in order")
 	fs.StringVar(&h.out, "out", "tests/load/report", "directory of the report (heal.md, heal.csv, heal.png)")
@@ -143,9 +147,9 @@ func (f healerFlags) configure(cfg *config.Config, healing bool) {
 
 const healTier = "heal"
 
-// healDefaultMinSamples is -min-samples unless set: the healer's
+// DefaultMinSamples is -min-samples unless set: the healer's
 // healing.min_samples, below which the bench's samples are left out too.
-const healDefaultMinSamples = 30
+const DefaultMinSamples = 30
 
 var healPools = request.Pools()
 
@@ -168,7 +172,7 @@ type healRun struct {
 	Start     time.Time
 	Outcomes  map[string]int
 	// Clients is what each pool's clients saw: the verdict where they
-	// stand (healclient.go).
+	// stand (client.go).
 	Clients map[string]*clientTally
 }
 
@@ -180,29 +184,29 @@ func healMode(healing bool) string {
 	return "off"
 }
 
-// stacks are one fresh stack per mode, alike but for healing.
-func (h *healScenario) stacks() ([]stackOptions, error) {
+// Stacks are one fresh stack per mode, alike but for healing.
+func (h *healScenario) Stacks() ([]stack.Options, error) {
 	if h.judge != "clients" && h.judge != "stages" {
 		return nil, fmt.Errorf("-judge: %q is neither clients nor stages", h.judge)
 	}
-	h.keys = tenantKeys(healTier, 4)
-	var stacks []stackOptions
+	h.keys = stack.TenantKeys(healTier, 4)
+	var stacks []stack.Options
 	for _, m := range strings.Split(h.modes, ",") {
 		if m != "off" && m != "on" {
 			return nil, fmt.Errorf("mode %q: want off or on", m)
 		}
-		stacks = append(stacks, stackOptions{Simulator: h.simulator, Quiet: true, Configure: func(cfg *config.Config) { h.configure(cfg, m == "on") }})
+		stacks = append(stacks, stack.Options{Simulator: h.simulator, Quiet: true, Configure: func(cfg *config.Config) { h.configure(cfg, m == "on") }})
 	}
 	return stacks, nil
 }
 
 func (h *healScenario) simulator(sim *llmsim.Config) {
-	h.mixFlags.simulator(sim)
+	h.MixFlags.Simulator(sim)
 	h.simFlags.simulator(sim)
 }
 
 func (h *healScenario) configure(cfg *config.Config, healing bool) {
-	h.mixFlags.configure(cfg)
+	h.MixFlags.Configure(cfg)
 	h.healerFlags.configure(cfg, healing)
 	cfg.Healing.MinSamples = h.minSamples
 	cfg.Pools.Long.MaxPromptTokens = 8192
@@ -210,17 +214,17 @@ func (h *healScenario) configure(cfg *config.Config, healing bool) {
 	cfg.API.MaxQueryChars = max(cfg.API.MaxQueryChars, 2*len(h.longQuery()))
 	cfg.Metrics.LatencySlot = time.Second
 	// No rate limits: the load is to reach the pools.
-	addOpenTenants(cfg, healTier, h.keys)
+	stack.AddOpenTenants(cfg, healTier, h.keys)
 }
 
 func (h *healScenario) longQuery() string {
 	return strings.Repeat("Explain how weighted fair queuing shares one pool of permits. ", h.longRepeat)
 }
 
-// drive runs one mode: the mix on a stack with healing as its
+// Drive runs one mode: the mix on a stack with healing as its
 // configuration says, sampled throughout.
-func (h *healScenario) drive(ctx context.Context, st *stack) error {
-	healing := st.cfg.Healing.Enabled
+func (h *healScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	healing := st.Config.Healing.Enabled
 	mode := healMode(healing)
 	run := &healRun{Mode: mode, Outcomes: map[string]int{}, Clients: newClientTallies()}
 	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s, stack up; sending for %s\n", mode, h.duration)
@@ -243,7 +247,7 @@ func (h *healScenario) drive(ctx context.Context, st *stack) error {
 	<-sampled
 	cutOff()
 	wait()
-	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s outcomes: %s\n", mode, outcomeLine(run.Outcomes))
+	fmt.Fprintf(os.Stderr, "sluice-bench heal: healing %s outcomes: %s\n", mode, report.OutcomeLine(run.Outcomes))
 	if healing {
 		s, err := queryHealing(ctx, st)
 		if err != nil {
@@ -257,8 +261,8 @@ func (h *healScenario) drive(ctx context.Context, st *stack) error {
 
 // send sends the mix for -duration, each request's client under clientCtx,
 // and returns the wait for the clients.
-func (h *healScenario) send(ctx, clientCtx context.Context, st *stack, run *healRun) (wait func()) {
-	hc := st.client(1000)
+func (h *healScenario) send(ctx, clientCtx context.Context, st *stack.Stack, run *healRun) (wait func()) {
+	hc := st.Client(1000)
 	longQ := h.longQuery()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -286,11 +290,11 @@ func (h *healScenario) send(ctx, clientCtx context.Context, st *stack, run *heal
 		h.live.sent()
 		go func(key string) {
 			defer wg.Done()
-			res := readChat(clientCtx, hc, st.baseURL, body, map[string]string{"Authorization": "Bearer " + key})
-			kind := res.kind
+			res := chat.Read(clientCtx, hc, st.BaseURL, body, map[string]string{"Authorization": "Bearer " + key})
+			kind := res.Kind
 			h.live.ended(kind)
 			run.Clients[pool].add(res)
-			if kind == kindHang {
+			if kind == chat.KindHang {
 				kind = "cut off at the end"
 			}
 			mu.Lock()
@@ -301,14 +305,14 @@ func (h *healScenario) send(ctx, clientCtx context.Context, st *stack, run *heal
 	return wg.Wait
 }
 
-func (h *healScenario) report(r *report) error {
-	r.header(fmt.Sprintf("%.0f%% short / %.0f%% long, Poisson at %.1f req/s for %s, healing %s", 100-100*h.longShare, 100*h.longShare, h.rate, h.duration, h.modes))
+func (h *healScenario) Report(r *report.Report) error {
+	r.Header(fmt.Sprintf("%.0f%% short / %.0f%% long, Poisson at %.1f req/s for %s, healing %s", 100-100*h.longShare, 100*h.longShare, h.rate, h.duration, h.modes))
 	stages, clients := healVerdicts(h.healOptions, h.runs), clientVerdicts(h.runs)
 	for i := range stages {
-		stages[i].advisory = h.judge != "stages"
+		stages[i].Advisory = h.judge != "stages"
 	}
 	for i := range clients {
-		clients[i].advisory = h.judge == "stages"
+		clients[i].Advisory = h.judge == "stages"
 	}
 	v := append(clients, stages...)
 	if h.judge == "stages" {
@@ -318,16 +322,16 @@ func (h *healScenario) report(r *report) error {
 		return err
 	}
 	for _, g := range v {
-		r.add(g)
+		r.Add(g)
 	}
 	// These goals are what make test asserts of the scenario.
-	r.strict = true
+	r.Strict = true
 	return nil
 }
 
 // healSampleLoop samples both pools every o.sampleEvery into run, and
 // hands each sample to seen.
-func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool, run *healRun, seen func(healSample)) {
+func healSampleLoop(ctx context.Context, st *stack.Stack, o healOptions, healing bool, run *healRun, seen func(healSample)) {
 	t := time.NewTicker(o.sampleEvery)
 	defer t.Stop()
 	series := make([]string, len(healPools))
@@ -340,12 +344,12 @@ func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool,
 			return
 		case <-t.C:
 		}
-		stats, err := st.rt.Latency.Snapshots(ctx, o.sampleWindow, series...)
+		stats, err := st.Runtime.Latency.Snapshots(ctx, o.sampleWindow, series...)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "sluice-bench heal: snapshot: %v\n", err)
 			continue
 		}
-		s := healSample{At: time.Since(run.Start), Pools: map[string]latency.Stats{}, Levels: map[string]int{}, Sim: st.sim.Stats()}
+		s := healSample{At: time.Since(run.Start), Pools: map[string]latency.Stats{}, Levels: map[string]int{}, Sim: st.Sim.Stats()}
 		for i, p := range healPools {
 			s.Pools[p] = stats[i]
 		}
@@ -362,9 +366,9 @@ func healSampleLoop(ctx context.Context, st *stack, o healOptions, healing bool,
 	}
 }
 
-func queryHealing(ctx context.Context, st *stack) (workflows.HealingStatus, error) {
+func queryHealing(ctx context.Context, st *stack.Stack) (workflows.HealingStatus, error) {
 	var hs workflows.HealingStatus
-	v, err := st.rt.Temporal.QueryWorkflow(ctx, workflows.HealingWorkflowID(st.cfg.Temporal.TaskQueue), "", workflows.QueryHealing)
+	v, err := st.Runtime.Temporal.QueryWorkflow(ctx, workflows.HealingWorkflowID(st.Config.Temporal.TaskQueue), "", workflows.QueryHealing)
 	if err != nil {
 		return hs, fmt.Errorf("query healer: %w", err)
 	}
@@ -400,8 +404,8 @@ func shareAbove(xs []float64, x float64) float64 {
 	return float64(n) / float64(len(xs))
 }
 
-func healVerdicts(o healOptions, runs []*healRun) []goal {
-	var v []goal
+func healVerdicts(o healOptions, runs []*healRun) []report.Goal {
+	var v []report.Goal
 	// Each mode's second-half ratios and their share above 5, first, so
 	// that "on" is compared with "off" whatever order they ran in.
 	second := map[string][]float64{}
@@ -417,7 +421,7 @@ func healVerdicts(o healOptions, runs []*healRun) []goal {
 			// bursts, and in a collapse P50 rises with P99 (0.5–2 s), so
 			// the ratio falls although nothing is healed: the median is
 			// reported, the share of critical samples is what is asserted.
-			v = append(v, newGoal("healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])), ">= 25%", share[r.Mode] >= 0.25))
+			v = append(v, report.NewGoal("healing off: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], stats.Median(second[r.Mode])), ">= 25%", share[r.Mode] >= 0.25))
 		case "on":
 			// The first sample below 2 after the pool went critical, counted
 			// in healer polls since the first critical sample.
@@ -442,12 +446,12 @@ func healVerdicts(o healOptions, runs []*healRun) []goal {
 			} else if firstPolls >= 0 {
 				measured = fmt.Sprintf("%d polls", firstPolls)
 			}
-			v = append(v, newGoal("healing on: short P99/P50 above 5, then below 2", measured, fmt.Sprintf("within %d polls", o.boundPolls), critical && firstPolls >= 0 && firstPolls <= int64(o.boundPolls)))
+			v = append(v, report.NewGoal("healing on: short P99/P50 above 5, then below 2", measured, fmt.Sprintf("within %d polls", o.boundPolls), critical && firstPolls >= 0 && firstPolls <= int64(o.boundPolls)))
 			// Stepping back while the load that needed the level is still
 			// there brings the tail back once (then the hold doubles), so
 			// the second half is compared with healing off, not with 0.
 			if off, ok := share["off"]; ok {
-				v = append(v, newGoal("healing on: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], median(second[r.Mode])),
+				v = append(v, report.NewGoal("healing on: short P99/P50 above 5, share of the second half's samples", fmt.Sprintf("%.0f%% (median %.1f)", 100*share[r.Mode], stats.Median(second[r.Mode])),
 					fmt.Sprintf("< healing off's %.0f%%", 100*off), share[r.Mode] < off))
 			}
 		}

@@ -4,7 +4,7 @@
 // noise in a test whose measure is latency: make test runs this file in a
 // second, race-free go test after the race-enabled one.
 
-package main
+package heal
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/scenario"
 )
 
 // healTestArgs are bench-heal's scenario at half time scale with half
@@ -42,7 +44,7 @@ func TestHealingUnderMixedLoad(t *testing.T) {
 		t.Skip("two minutes of load on a dev server")
 	}
 	fs := flag.NewFlagSet("heal", flag.ContinueOnError)
-	run := bind("heal", &healScenario{}, fs)
+	run := scenario.Bind("heal", &healScenario{}, fs)
 	out := t.TempDir()
 	if err := fs.Parse(append(healTestArgs, "-out", out)); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package heal
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/figure"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -39,25 +40,25 @@ var healColumns = []string{"mode", "t_s", "pool", "count", "p50_ms", "p99_ms", "
 
 // readHealCSV reads heal.csv.
 func readHealCSV(path string) ([]healPoint, error) {
-	t, err := readCSV(path, healColumns...)
+	t, err := figure.ReadCSV(path, healColumns...)
 	if err != nil {
 		return nil, err
 	}
 	return healPoints(t)
 }
 
-func healPoints(t *csvTable) ([]healPoint, error) {
-	pts := make([]healPoint, len(t.rows))
-	for i := range t.rows {
+func healPoints(t *figure.Table) ([]healPoint, error) {
+	pts := make([]healPoint, len(t.Rows))
+	for i := range t.Rows {
 		var nums [6]float64
 		for k, col := range []string{"t_s", "count", "p50_ms", "p99_ms", "ratio", "level"} {
-			v, err := t.num(i, col)
+			v, err := t.Num(i, col)
 			if err != nil {
 				return nil, err
 			}
 			nums[k] = v
 		}
-		pts[i] = healPoint{mode: t.str(i, "mode"), pool: t.str(i, "pool"), t: nums[0], count: int64(nums[1]),
+		pts[i] = healPoint{mode: t.Str(i, "mode"), pool: t.Str(i, "pool"), t: nums[0], count: int64(nums[1]),
 			p50: nums[2], p99: nums[3], ratio: nums[4], level: int(nums[5])}
 	}
 	return pts, nil
@@ -75,7 +76,7 @@ func plotHealCSV(in, out string, minSamples int64) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	return f.writePNG(out)
+	return f.WritePNG(out)
 }
 
 var (
@@ -106,26 +107,26 @@ func healThresholds() (warn, critical float64) {
 
 // healFigure lays out the panels: the levels only when a mode ran with
 // healing on.
-func healFigure(pts []healPoint, minSamples int64) (figure, error) {
+func healFigure(pts []healPoint, minSamples int64) (figure.Figure, error) {
 	if !hasHealSeries(pts, minSamples) {
-		return figure{}, fmt.Errorf("no sample of the short pool of %d latencies or more", minSamples)
+		return figure.Figure{}, fmt.Errorf("no sample of the short pool of %d latencies or more", minSamples)
 	}
 	modes := healModes(pts)
 	tMax := 0.0
 	for _, p := range pts {
 		tMax = max(tMax, p.t)
 	}
-	f := figure{width: 13 * vg.Inch, rowHeight: 3.7 * vg.Inch}
-	ratio, ratioLegend := newPanel("Short pool: tail of time to first token, P99 / P50",
-		"time since the load started (s)", "P99 / P50 (ratio, log scale)"), newLegend()
-	latency, latencyLegend := newPanel("Short pool: time to first token, P50 and P99",
-		"time since the load started (s)", "time to first token (ms, log scale)"), newLegend()
+	f := figure.Figure{Width: 13 * vg.Inch, RowHeight: 3.7 * vg.Inch}
+	ratio, ratioLegend := figure.NewPanel("Short pool: tail of time to first token, P99 / P50",
+		"time since the load started (s)", "P99 / P50 (ratio, log scale)"), figure.NewLegend()
+	latency, latencyLegend := figure.NewPanel("Short pool: time to first token, P50 and P99",
+		"time since the load started (s)", "time to first token (ms, log scale)"), figure.NewLegend()
 	warn, critical := healThresholds()
-	critLine, err := addGuide(ratio, math.Log10(critical), 0, tMax, colCritical)
+	critLine, err := figure.AddGuide(ratio, math.Log10(critical), 0, tMax, colCritical)
 	if err != nil {
 		return f, err
 	}
-	warnLine, err := addGuide(ratio, math.Log10(warn), 0, tMax, colWarn)
+	warnLine, err := figure.AddGuide(ratio, math.Log10(warn), 0, tMax, colWarn)
 	if err != nil {
 		return f, err
 	}
@@ -136,26 +137,26 @@ func healFigure(pts []healPoint, minSamples int64) (figure, error) {
 	}
 	ratioLegend.Add(fmt.Sprintf("%g: critical, healer steps up", critical), critLine)
 	ratioLegend.Add(fmt.Sprintf("%g: warn, healthy below", warn), warnLine)
-	f.rows = [][]*plot.Plot{{ratio}, {latency}}
-	f.legends = []plot.Legend{ratioLegend, latencyLegend}
+	f.Rows = [][]*plot.Plot{{ratio}, {latency}}
+	f.Legends = []plot.Legend{ratioLegend, latencyLegend}
 	if slices.Contains(modes, "on") {
-		levels, levelLegend := newPanel("Healing level, healing on (each step is a healer action)",
-			"time since the load started (s)", "level"), newLegend()
+		levels, levelLegend := figure.NewPanel("Healing level, healing on (each step is a healer action)",
+			"time since the load started (s)", "level"), figure.NewLegend()
 		if err := addHealLevels(levels, &levelLegend, pts); err != nil {
 			return f, err
 		}
-		f.rows = append(f.rows, []*plot.Plot{levels})
-		f.legends = append(f.legends, levelLegend)
+		f.Rows = append(f.Rows, []*plot.Plot{levels})
+		f.Legends = append(f.Legends, levelLegend)
 	}
-	for _, row := range f.rows {
+	for _, row := range f.Rows {
 		row[0].X.Min, row[0].X.Max = 0, tMax
-		row[0].X.Tick.Marker = plot.TickerFunc(ticksLinear)
+		row[0].X.Tick.Marker = plot.TickerFunc(figure.TicksLinear)
 	}
-	ratio.Y.Tick.Marker, latency.Y.Tick.Marker = log10Axis, log10Axis
+	ratio.Y.Tick.Marker, latency.Y.Tick.Marker = figure.Log10Axis, figure.Log10Axis
 	// A ratio is 1 without a tail, and never below: the axis starts at 1.
-	logRange(&ratio.Y, math.Pow(10, ratio.Y.Min), math.Pow(10, ratio.Y.Max))
+	figure.LogRange(&ratio.Y, math.Pow(10, ratio.Y.Min), math.Pow(10, ratio.Y.Max))
 	ratio.Y.Min = -0.02
-	logRange(&latency.Y, math.Pow(10, latency.Y.Min), math.Pow(10, latency.Y.Max))
+	figure.LogRange(&latency.Y, math.Pow(10, latency.Y.Min), math.Pow(10, latency.Y.Max))
 	return f, nil
 }
 
@@ -206,13 +207,13 @@ func addHealLatencies(ratio *plot.Plot, rl *plot.Legend, latency *plot.Plot, ll 
 	flush()
 	c, g := healModeStyle(mode)
 	name := "healing " + mode
-	if err := addSeries(ratio, rl, name, seriesStyle{color: c, glyph: g}, ratios...); err != nil {
+	if err := figure.AddSeries(ratio, rl, name, figure.SeriesStyle{Color: c, Glyph: g}, ratios...); err != nil {
 		return err
 	}
-	if err := addSeries(latency, ll, "P99, "+name, seriesStyle{color: c, glyph: g}, p99s...); err != nil {
+	if err := figure.AddSeries(latency, ll, "P99, "+name, figure.SeriesStyle{Color: c, Glyph: g}, p99s...); err != nil {
 		return err
 	}
-	return addSeries(latency, ll, "P50, "+name, seriesStyle{color: c, dashes: dashed}, p50s...)
+	return figure.AddSeries(latency, ll, "P50, "+name, figure.SeriesStyle{Color: c, Dashes: dashed}, p50s...)
 }
 
 // healLevelNames name the healing levels on the level axis by what
@@ -234,11 +235,11 @@ func addHealLevels(p *plot.Plot, l *plot.Legend, pts []healPoint) error {
 				xys = append(xys, plotter.XY{X: pt.t, Y: float64(pt.level)})
 			}
 		}
-		st := seriesStyle{color: colHealOn, step: true}
+		st := figure.SeriesStyle{Color: colHealOn, Step: true}
 		if pool == request.PoolLong {
-			st = seriesStyle{color: colLongPool, step: true, dashes: dashed}
+			st = figure.SeriesStyle{Color: colLongPool, Step: true, Dashes: dashed}
 		}
-		if err := addSeries(p, l, pool+" pool", st, xys); err != nil {
+		if err := figure.AddSeries(p, l, pool+" pool", st, xys); err != nil {
 			return err
 		}
 	}

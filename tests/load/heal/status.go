@@ -1,4 +1,4 @@
-package main
+package heal
 
 import (
 	"fmt"
@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 )
 
 // healLive is the mode running now, as its progress line tells it: the
@@ -38,7 +41,7 @@ func (l *healLive) ended(kind string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.endedN++
-	if kind == kindDone {
+	if kind == chat.KindDone {
 		l.answeredN++
 	}
 }
@@ -50,10 +53,10 @@ func (l *healLive) sampled(s healSample) {
 	l.last = &s
 }
 
-// status is the mode's progress line: the load so far, the latest
+// Status is the mode's progress line: the load so far, the latest
 // sample of the short pool's tail, the healer's levels, and the
 // simulator and the gate as they are now.
-func (h *healScenario) status(st *stack) string {
+func (h *healScenario) Status(st *stack.Stack) string {
 	l := &h.live
 	l.mu.Lock()
 	mode, start, sent, ended, answered, last := l.mode, l.start, l.sentN, l.endedN, l.answeredN, l.last
@@ -66,10 +69,10 @@ func (h *healScenario) status(st *stack) string {
 	if last != nil {
 		sh := last.Pools[request.PoolShort]
 		s += fmt.Sprintf(" short_p50=%.0fms short_p99=%.0fms short_ratio=%.1f n=%d long_ratio=%.1f levels=short:%d,long:%d polls=%d",
-			msf(sh.P50), msf(sh.P99), sh.TailRatio(), sh.Count, last.Pools[request.PoolLong].TailRatio(),
+			stats.Millis(sh.P50), stats.Millis(sh.P99), sh.TailRatio(), sh.Count, last.Pools[request.PoolLong].TailRatio(),
 			last.Levels[request.PoolShort], last.Levels[request.PoolLong], last.Polls)
 	}
-	sim := st.sim.Stats()
+	sim := st.Sim.Stats()
 	return s + fmt.Sprintf(" sim_running=%d sim_waiting=%d kv=%.0f%% replicas=%d %s",
-		sim.Running, sim.Waiting, 100*sim.CacheUsage, sim.ActiveReplicas, poolsNow(st))
+		sim.Running, sim.Waiting, 100*sim.CacheUsage, sim.ActiveReplicas, stack.PoolsNow(st))
 }

@@ -1,10 +1,12 @@
-package main
+package heal
 
 import (
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/latency"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
 )
 
 // fakeHealRun is a run whose short pool shows ratios[i] at second i+1,
@@ -22,9 +24,9 @@ func TestHealVerdicts(t *testing.T) {
 	o := healOptions{duration: 10 * time.Second, minSamples: 20, boundPolls: 3}
 	off := fakeHealRun("off", 1, 1, 8, 9, 1.5, 8, 9, 9, 1.5, 9)
 	on := fakeHealRun("on", 1, 1, 8, 9, 1.5, 1.4, 1.3, 1.2, 1.5, 1.4)
-	met := func(v []goal) (n int) {
+	met := func(v []report.Goal) (n int) {
 		for _, g := range v {
-			if g.met {
+			if g.Met {
 				n++
 			}
 		}
@@ -54,15 +56,15 @@ func TestHealClientVerdicts(t *testing.T) {
 	run := func(mode string, longTTFT time.Duration) *healRun {
 		r := &healRun{Mode: mode, Clients: newClientTallies()}
 		for range 100 {
-			r.Clients["short"].add(chatResult{kind: kindDone, ttft: 300 * time.Millisecond})
-			r.Clients["long"].add(chatResult{kind: kindDone, ttft: longTTFT})
+			r.Clients["short"].add(chat.Result{Kind: chat.KindDone, TTFT: 300 * time.Millisecond})
+			r.Clients["long"].add(chat.Result{Kind: chat.KindDone, TTFT: longTTFT})
 		}
 		return r
 	}
 	verdict := func(runs ...*healRun) map[string]bool {
 		out := map[string]bool{}
 		for _, g := range clientVerdicts(runs) {
-			out[g.what] = g.met
+			out[g.What] = g.Met
 		}
 		return out
 	}

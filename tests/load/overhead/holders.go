@@ -1,4 +1,4 @@
-package main
+package overhead
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 )
 
 // heldPool is the pool the scenarios that queue requests behind fake
@@ -29,8 +30,8 @@ func (f *heldFlags) define(fs *flag.FlagSet, usage string) {
 func (f heldFlags) configure(cfg *config.Config) { cfg.Pools.Short.MaxConcurrency = f.holders }
 
 // hold takes all of the pool's permits.
-func (f heldFlags) hold(ctx context.Context, st *stack) (*holders, error) {
-	return holdPermits(ctx, st.rt.Gate, heldPool, f.holders)
+func (f heldFlags) hold(ctx context.Context, st *stack.Stack) (*holders, error) {
+	return holdPermits(ctx, st.Runtime.Gate, heldPool, f.holders)
 }
 
 // holders are fake permit holders: requests that took a pool's permits

@@ -1,4 +1,4 @@
-package main
+package overhead
 
 import (
 	"cmp"
@@ -16,6 +16,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
+	"github.com/sluice-dev/sluice/tests/load/internal/machine"
+	"github.com/sluice-dev/sluice/tests/load/internal/progress"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/scenario"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 )
 
 // The limiter benchmark measures the token-bucket decision at the door:
@@ -38,7 +45,7 @@ type limiterOptions struct {
 	cost    float64
 }
 
-func (l *limiterScenario) flags(fs *flag.FlagSet) {
+func (l *limiterScenario) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&l.clients, "c", 50, "concurrent clients, each on its own connection (also redis-benchmark -c)")
 	fs.IntVar(&l.openers, "open-clients", 50, "clients (connections) of the open-loop phase, at most -c; requests are dealt to them in turn")
 	fs.IntVar(&l.instances, "instances", 2, "limiter instances of the coalesced runs (API processes), the -c clients spread over them")
@@ -72,7 +79,7 @@ type limiterScenario struct {
 	// The open loop at half the coalesced rate and its control of plain
 	// SETs, with the CPU of each; Redis during the open loop: keys
 	// expired, stalls, its own time per script call.
-	open, control        loadResult
+	open, control        load.Result
 	openCPU, ctrlCPU     string
 	expBefore, expAfter  map[string]float64
 	stalls               string
@@ -81,12 +88,12 @@ type limiterScenario struct {
 	sweeps []sweepPhase
 	// prog counts the current phase's decisions (or SETs), for the
 	// progress line.
-	prog meter
+	prog progress.Meter
 }
 
 // closedRun is a closed-loop phase and what Redis did during it.
 type closedRun struct {
-	load     loadResult
+	load     load.Result
 	calls    int64 // script calls Redis ran
 	evalUsec float64
 	redisCPU float64 // share of a core
@@ -96,21 +103,21 @@ type closedRun struct {
 // sweepPhase is one extra open-loop phase.
 type sweepPhase struct {
 	rate float64
-	res  loadResult
+	res  load.Result
 }
 
-func (l *limiterScenario) stacks() ([]stackOptions, error) {
+func (l *limiterScenario) Stacks() ([]stack.Options, error) {
 	if n := len(benchPolicy.Buckets(callerOf(0), l.cost)); n != 3 {
 		return nil, fmt.Errorf("bench policy has %d buckets, want 3", n)
 	}
 	var err error
-	if l.sweepRates, err = positives("sweep", "rate", l.sweep, parseFloat); err != nil {
+	if l.sweepRates, err = scenario.Positives("sweep", "rate", l.sweep, scenario.ParseFloat); err != nil {
 		return nil, err
 	}
 	if l.openers <= 0 || l.openers > l.clients {
 		l.openers = l.clients
 	}
-	return []stackOptions{{RedisOnly: true}}, nil
+	return []stack.Options{{RedisOnly: true}}, nil
 }
 
 // benchPolicy is a realistic three-bucket policy: the tenant's and the
@@ -130,14 +137,14 @@ func callerOf(i int) limiter.Caller {
 	}
 }
 
-func (l *limiterScenario) drive(ctx context.Context, st *stack) error {
-	l.admin = redis.NewClient(&redis.Options{Addr: st.redis.Addr})
+func (l *limiterScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	l.admin = redis.NewClient(&redis.Options{Addr: st.Redis.Addr})
 	defer l.admin.Close()
-	l.prog.enter("redis-benchmark-set", -1)
-	if err := l.measureSET(ctx, st.redis.Addr); err != nil {
+	l.prog.Enter("redis-benchmark-set", -1)
+	if err := l.measureSET(ctx, st.Redis.Addr); err != nil {
 		return err
 	}
-	closeAll, err := l.connect(ctx, st.redis.Addr)
+	closeAll, err := l.connect(ctx, st.Redis.Addr)
 	defer closeAll()
 	if err != nil {
 		return err
@@ -147,9 +154,9 @@ func (l *limiterScenario) drive(ctx context.Context, st *stack) error {
 	if err := l.reserve(ctx, l.lims[0]); err != nil {
 		return err
 	}
-	l.prog.enter("closed-one-call-per-decision", 0)
+	l.prog.Enter("closed-one-call-per-decision", 0)
 	l.one = l.closedRun(ctx, func(client int) *limiter.Limiter { return l.lims[client] })
-	l.prog.enter("closed-coalesced", 0)
+	l.prog.Enter("closed-coalesced", 0)
 	l.co = l.closedRun(ctx, func(client int) *limiter.Limiter { return l.coalesced[client%len(l.coalesced)] })
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -159,8 +166,8 @@ func (l *limiterScenario) drive(ctx context.Context, st *stack) error {
 		return ctx.Err()
 	}
 	for _, rate := range l.sweepRates {
-		l.prog.enter(fmt.Sprintf("sweep-%.0f/s", rate), int64(rate*l.duration.Seconds()))
-		res := paced(ctx, rate, l.duration, l.openers, l.reserveShared)
+		l.prog.Enter(fmt.Sprintf("sweep-%.0f/s", rate), int64(rate*l.duration.Seconds()))
+		res := load.Paced(ctx, rate, l.duration, l.openers, l.reserveShared)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -169,7 +176,7 @@ func (l *limiterScenario) drive(ctx context.Context, st *stack) error {
 	return nil
 }
 
-func (l *limiterScenario) status(*stack) string {
+func (l *limiterScenario) Status(*stack.Stack) string {
 	return fmt.Sprintf("%s allowed=%d limited=%d", l.prog.String(), l.allowed.Load(), l.limited.Load())
 }
 
@@ -226,10 +233,10 @@ func (l *limiterScenario) reserve(ctx context.Context, lim *limiter.Limiter) err
 	caller := callerOf(int(n % int64(l.callers)))
 	d, err := lim.Reserve(ctx, "r"+strconv.FormatInt(n, 36), benchPolicy.Buckets(caller, l.cost))
 	if err != nil {
-		l.prog.fail()
+		l.prog.Fail()
 		return err
 	}
-	l.prog.add(1)
+	l.prog.Add(1)
 	if d.Status == limiter.Allowed {
 		l.allowed.Add(1)
 	} else {
@@ -248,93 +255,93 @@ func (l *limiterScenario) reserveShared(ctx context.Context, worker, _ int) erro
 func (l *limiterScenario) closedRun(ctx context.Context, pick func(client int) *limiter.Limiter) closedRun {
 	_ = l.admin.ConfigResetStat(ctx).Err()
 	cpu0 := redisCPU(ctx, l.admin)
-	snap0 := takeCPU()
-	load := closedLoop(ctx, l.duration, l.clients, func(ctx context.Context, c int) error { return l.reserve(ctx, pick(c)) })
+	snap0 := machine.TakeCPU()
+	load := load.ClosedLoop(ctx, l.duration, l.clients, func(ctx context.Context, c int) error { return l.reserve(ctx, pick(c)) })
 	return closedRun{
 		load: load, calls: int64(cmdStat(ctx, l.admin, "evalsha", "calls")), evalUsec: usecPerCall(ctx, l.admin, "evalsha"),
-		redisCPU: (redisCPU(ctx, l.admin) - cpu0).Seconds() / load.elapsed.Seconds(), cpu: cpuBetween(snap0, takeCPU()),
+		redisCPU: (redisCPU(ctx, l.admin) - cpu0).Seconds() / load.Elapsed.Seconds(), cpu: machine.CPUBetween(snap0, machine.TakeCPU()),
 	}
 }
 
 // openLoop runs the coalesced limiters at half the closed loop's rate,
 // with Redis's own record of its stalls, then a control of plain SETs.
 func (l *limiterScenario) openLoop(ctx context.Context) {
-	half := l.co.load.rate() / 2
+	half := l.co.load.Rate() / 2
 	// Redis's own record of stalls of 1 ms or more, by cause, and of the
 	// time it spends expiring keys, for the latency phase.
 	_ = l.admin.ConfigSet(ctx, "latency-monitor-threshold", "1").Err()
 	_ = l.admin.Do(ctx, "LATENCY", "RESET").Err()
 	_ = l.admin.ConfigResetStat(ctx).Err() // and with it the command latency histograms
 	l.expBefore = infoFields(ctx, l.admin, "stats", "expired_keys", "expire_cycle_cpu_milliseconds")
-	snap := takeCPU()
-	l.prog.enter("open-half", int64(half*l.duration.Seconds()))
-	l.open = paced(ctx, half, l.duration, l.openers, l.reserveShared)
+	snap := machine.TakeCPU()
+	l.prog.Enter("open-half", int64(half*l.duration.Seconds()))
+	l.open = load.Paced(ctx, half, l.duration, l.openers, l.reserveShared)
 	if ctx.Err() != nil {
 		return
 	}
-	l.openCPU = cpuBetween(snap, takeCPU())
+	l.openCPU = machine.CPUBetween(snap, machine.TakeCPU())
 	l.expAfter = infoFields(ctx, l.admin, "stats", "expired_keys", "expire_cycle_cpu_milliseconds")
 	l.stalls = latencyLatest(ctx, l.admin)
 	l.scriptP99, l.scriptP50 = commandPercentile(ctx, l.admin, "evalsha", 99), commandPercentile(ctx, l.admin, "evalsha", 50)
 	// The same open-loop harness issuing plain SETs at the same rate: what
 	// the client, the Go runtime and the shared cores add by themselves.
-	snap = takeCPU()
-	l.prog.enter("control-set", int64(half*l.duration.Seconds()))
-	l.control = paced(ctx, half, l.duration, l.openers, func(ctx context.Context, w, i int) error {
+	snap = machine.TakeCPU()
+	l.prog.Enter("control-set", int64(half*l.duration.Seconds()))
+	l.control = load.Paced(ctx, half, l.duration, l.openers, func(ctx context.Context, w, i int) error {
 		err := l.conns[w].Set(ctx, "bench:set:"+strconv.Itoa(i%100000), "x", 0).Err()
 		if err != nil {
-			l.prog.fail()
+			l.prog.Fail()
 		} else {
-			l.prog.add(1)
+			l.prog.Add(1)
 		}
 		return err
 	})
-	l.ctrlCPU = cpuBetween(snap, takeCPU())
+	l.ctrlCPU = machine.CPUBetween(snap, machine.TakeCPU())
 }
 
-func (l *limiterScenario) report(r *report) error {
-	r.header(fmt.Sprintf("limiter.Reserve (EVALSHA of reserve.lua, 3 buckets: tenant tokens, user tokens, IP requests; %d callers) from %d clients, %v per phase: one script call per decision (%d limiters, a connection each), then coalesced as the API runs it (%d limiters, %d batchers each); redis-benchmark SET -n %d -c %d on the same redis-server, same run",
+func (l *limiterScenario) Report(r *report.Report) error {
+	r.Header(fmt.Sprintf("limiter.Reserve (EVALSHA of reserve.lua, 3 buckets: tenant tokens, user tokens, IP requests; %d callers) from %d clients, %v per phase: one script call per decision (%d limiters, a connection each), then coalesced as the API runs it (%d limiters, %d batchers each); redis-benchmark SET -n %d -c %d on the same redis-server, same run",
 		l.callers, l.clients, l.duration, l.clients, len(l.coalesced), l.batchers, l.setN, l.clients))
 	l.phaseTable(r)
-	r.linef("")
+	r.Linef("")
 	total := l.allowed.Load() + l.limited.Load()
-	r.linef("decisions: %d (%.1f%% allowed, the rest refused by a bucket), errors %d; open loop: %d of %d sent over 1 ms late because their client was still busy",
-		total, 100*float64(l.allowed.Load())/float64(max(total, 1)), l.one.load.errs+l.co.load.errs+l.open.errs, l.open.late, l.open.sent)
-	r.linef("redis-server: SET %.1f µs per call inside Redis, %.0f%% of a core during redis-benchmark", l.setUsec, 100*l.setCPU.Seconds()/l.set.elapsed.Seconds())
+	r.Linef("decisions: %d (%.1f%% allowed, the rest refused by a bucket), errors %d; open loop: %d of %d sent over 1 ms late because their client was still busy",
+		total, 100*float64(l.allowed.Load())/float64(max(total, 1)), l.one.load.Errs+l.co.load.Errs+l.open.Errs, l.open.Late, l.open.Sent)
+	r.Linef("redis-server: SET %.1f µs per call inside Redis, %.0f%% of a core during redis-benchmark", l.setUsec, 100*l.setCPU.Seconds()/l.set.elapsed.Seconds())
 	for _, run := range []struct {
 		what string
 		run  closedRun
 	}{{"one call per decision", l.one}, {"coalesced", l.co}} {
-		decisions := run.run.load.rate() * l.duration.Seconds()
-		r.linef("  %s: %.1f decisions per script call, %.1f µs per call inside Redis (%.1f µs per decision), %.0f%% of a core; CPU: %s",
+		decisions := run.run.load.Rate() * l.duration.Seconds()
+		r.Linef("  %s: %.1f decisions per script call, %.1f µs per call inside Redis (%.1f µs per decision), %.0f%% of a core; CPU: %s",
 			run.what, decisions/float64(max(run.run.calls, 1)), run.run.evalUsec, run.run.evalUsec*float64(run.run.calls)/max(decisions, 1), 100*run.run.redisCPU, run.run.cpu)
 	}
-	r.linef("CPU, open loop: %s\nCPU, control: %s", l.openCPU, l.ctrlCPU)
+	r.Linef("CPU, open loop: %s\nCPU, control: %s", l.openCPU, l.ctrlCPU)
 	exp0, exp1 := l.expBefore, l.expAfter
-	r.linef("redis-server during the open loop: %.0f keys expired, %.0f ms spent expiring keys; stalls >= 1 ms it recorded: %s",
+	r.Linef("redis-server during the open loop: %.0f keys expired, %.0f ms spent expiring keys; stalls >= 1 ms it recorded: %s",
 		exp1["expired_keys"]-exp0["expired_keys"], exp1["expire_cycle_cpu_milliseconds"]-exp0["expire_cycle_cpu_milliseconds"], l.stalls)
-	r.linef("redis-server's own time per script call during the open loop (LATENCY HISTOGRAM evalsha, power-of-two buckets): p50 <= %s, p99 <= %s", l.scriptP50, l.scriptP99)
-	closedRate := l.co.load.rate()
+	r.Linef("redis-server's own time per script call during the open loop (LATENCY HISTOGRAM evalsha, power-of-two buckets): p50 <= %s, p99 <= %s", l.scriptP50, l.scriptP99)
+	closedRate := l.co.load.Rate()
 	ratio := closedRate / l.set.rps
-	r.goal("throughput, Reserve (coalesced, as the API runs it) vs redis-benchmark SET", fmt.Sprintf("%s vs %s = %.2fx", perSecond(closedRate), perSecond(l.set.rps), ratio), ">= 0.50x", ratio >= 0.5)
-	p99 := l.open.lat.at(99)
-	r.goal(fmt.Sprintf("p99 at half that rate (%s)", perSecond(l.open.sentRate())), msFine(p99), "<= 1 ms", p99 <= time.Millisecond)
+	r.Goal("throughput, Reserve (coalesced, as the API runs it) vs redis-benchmark SET", fmt.Sprintf("%s vs %s = %.2fx", stats.PerSecond(closedRate), stats.PerSecond(l.set.rps), ratio), ">= 0.50x", ratio >= 0.5)
+	p99 := l.open.Lat.At(99)
+	r.Goal(fmt.Sprintf("p99 at half that rate (%s)", stats.PerSecond(l.open.SentRate())), stats.MsFine(p99), "<= 1 ms", p99 <= time.Millisecond)
 	return nil
 }
 
 // phaseTable adds a row per phase, redis-benchmark's SET first.
-func (l *limiterScenario) phaseTable(r *report) {
-	r.table("run", "decisions/s", "vs SET", "p50", "p99", "p99.9", "max")
-	r.row(fmt.Sprintf("redis-benchmark -t set -c %d", l.clients), perSecond(l.set.rps), "1.00x", l.set.p50, "—", "—", "—")
-	row := func(what string, rate float64, lat latencies) {
-		r.row(what, perSecond(rate), fmt.Sprintf("%.2fx", rate/l.set.rps), msFine(lat.at(50)), msFine(lat.at(99)), msFine(lat.at(99.9)), msFine(lat.max()))
+func (l *limiterScenario) phaseTable(r *report.Report) {
+	r.Table("run", "decisions/s", "vs SET", "p50", "p99", "p99.9", "max")
+	r.Row(fmt.Sprintf("redis-benchmark -t set -c %d", l.clients), stats.PerSecond(l.set.rps), "1.00x", l.set.p50, "—", "—", "—")
+	row := func(what string, rate float64, lat stats.Latencies) {
+		r.Row(what, stats.PerSecond(rate), fmt.Sprintf("%.2fx", rate/l.set.rps), stats.MsFine(lat.At(50)), stats.MsFine(lat.At(99)), stats.MsFine(lat.At(99.9)), stats.MsFine(lat.Max()))
 	}
-	row(fmt.Sprintf("Reserve, one call per decision, closed loop, %d clients", l.clients), l.one.load.rate(), l.one.load.lat)
-	row(fmt.Sprintf("**Reserve, coalesced, closed loop, %d clients**", l.clients), l.co.load.rate(), l.co.load.lat)
-	row(fmt.Sprintf("Reserve, coalesced, open loop at half (%s offered), %d clients", perSecond(l.co.load.rate()/2), l.openers), l.open.sentRate(), l.open.lat)
-	row("control: go-redis SET, open loop at the same rate", l.control.sentRate(), l.control.lat)
+	row(fmt.Sprintf("Reserve, one call per decision, closed loop, %d clients", l.clients), l.one.load.Rate(), l.one.load.Lat)
+	row(fmt.Sprintf("**Reserve, coalesced, closed loop, %d clients**", l.clients), l.co.load.Rate(), l.co.load.Lat)
+	row(fmt.Sprintf("Reserve, coalesced, open loop at half (%s offered), %d clients", stats.PerSecond(l.co.load.Rate()/2), l.openers), l.open.SentRate(), l.open.Lat)
+	row("control: go-redis SET, open loop at the same rate", l.control.SentRate(), l.control.Lat)
 	for _, p := range l.sweeps {
-		row("Reserve, coalesced, open loop at "+perSecond(p.rate), p.res.sentRate(), p.res.lat)
+		row("Reserve, coalesced, open loop at "+stats.PerSecond(p.rate), p.res.SentRate(), p.res.Lat)
 	}
 }
 
@@ -415,14 +422,14 @@ func commandPercentile(ctx context.Context, c *redis.Client, cmd string, p float
 		}
 		return out
 	}
-	stats := asMap(asMap(raw)[cmd])
-	calls, _ := strconv.ParseFloat(fmt.Sprint(stats["calls"]), 64)
+	cmdStats := asMap(asMap(raw)[cmd])
+	calls, _ := strconv.ParseFloat(fmt.Sprint(cmdStats["calls"]), 64)
 	if calls == 0 {
 		return "unknown (no calls)"
 	}
 	type bucket struct{ bound, count float64 }
 	var bs []bucket
-	for k, v := range asMap(stats["histogram_usec"]) {
+	for k, v := range asMap(cmdStats["histogram_usec"]) {
 		bound, err1 := strconv.ParseFloat(k, 64)
 		count, err2 := strconv.ParseFloat(fmt.Sprint(v), 64)
 		if err1 == nil && err2 == nil {
@@ -432,7 +439,7 @@ func commandPercentile(ctx context.Context, c *redis.Client, cmd string, p float
 	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.bound, b.bound) })
 	for _, b := range bs {
 		if b.count >= calls*p/100 {
-			return msFine(time.Duration(b.bound) * time.Microsecond)
+			return stats.MsFine(time.Duration(b.bound) * time.Microsecond)
 		}
 	}
 	return "unknown"
@@ -494,7 +501,7 @@ func redisBenchmarkSET(ctx context.Context, addr string, n, clients int) (setRes
 	p50 := "—"
 	if last[2] != "" {
 		v, _ := strconv.ParseFloat(strings.TrimSuffix(last[2], " msec"), 64)
-		p50 = msFine(time.Duration(v * float64(time.Millisecond)))
+		p50 = stats.MsFine(time.Duration(v * float64(time.Millisecond)))
 	}
 	return setResult{rps: rps, p50: p50, elapsed: time.Since(start)}, nil
 }

@@ -1,4 +1,4 @@
-package main
+package overhead
 
 import (
 	"context"
@@ -13,6 +13,12 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/tests/load/internal/bare"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/progress"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -42,7 +48,7 @@ type overheadOptions struct {
 	gap time.Duration
 }
 
-func (o *overheadScenario) flags(fs *flag.FlagSet) {
+func (o *overheadScenario) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.n, "n", 200, "measured requests per path")
 	fs.IntVar(&o.warmup, "warmup", 20, "unmeasured requests per path first")
 	fs.IntVar(&o.maxTokens, "max-tokens", 16, "tokens per answer")
@@ -57,7 +63,7 @@ type overheadScenario struct {
 	paths         []overheadPath
 	ttfts, totals [][]time.Duration
 	// For the progress line: requests done, and Sluice's latest TTFT.
-	prog       meter
+	prog       progress.Meter
 	lastSluice atomic.Int64
 }
 
@@ -67,45 +73,45 @@ type overheadPath struct {
 	run  func(ctx context.Context, i int, q string) (ttft, total time.Duration, err error)
 }
 
-func (o *overheadScenario) stacks() ([]stackOptions, error) {
-	return []stackOptions{{Quiet: true, Configure: func(cfg *config.Config) {
+func (o *overheadScenario) Stacks() ([]stack.Options, error) {
+	return []stack.Options{{Quiet: true, Configure: func(cfg *config.Config) {
 		cfg.Temporal.SearchAttributes = o.searchAttrs
 	}}}, nil
 }
 
-func (o *overheadScenario) drive(ctx context.Context, st *stack) error {
-	b, err := startBare(ctx, st)
+func (o *overheadScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	b, err := bare.Start(ctx, st)
 	if err != nil {
 		return err
 	}
-	defer b.worker.Stop()
-	o.paths = o.pathsOf(st, b.bare, b.prompts)
+	defer b.Worker.Stop()
+	o.paths = o.pathsOf(st, b.Activities, b.Prompts)
 	return o.rounds(ctx)
 }
 
 // pathsOf are the four ways to the same completion.
-func (o *overheadScenario) pathsOf(st *stack, b *bare, prompts map[string][]openai.Message) []overheadPath {
-	c, rdb, maxTokens := st.rt.Temporal, st.rt.Redis, o.maxTokens
+func (o *overheadScenario) pathsOf(st *stack.Stack, b *bare.Activities, prompts map[string][]openai.Message) []overheadPath {
+	c, rdb, maxTokens := st.Runtime.Temporal, st.Runtime.Redis, o.maxTokens
 	return []overheadPath{
 		{"direct", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
-			return direct(ctx, b.llm, prompts[q], maxTokens)
+			return direct(ctx, b.LLM, prompts[q], maxTokens)
 		}},
 		{"bare", func(ctx context.Context, i int, q string) (time.Duration, time.Duration, error) {
-			return bareRun(ctx, c, rdb, bareQueue, fmt.Sprintf("bare-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, false)
+			return bare.Run(ctx, c, rdb, bare.Queue, fmt.Sprintf("bare-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, false)
 		}},
 		{"bare, done from the stream", func(ctx context.Context, i int, q string) (time.Duration, time.Duration, error) {
-			return bareRun(ctx, c, rdb, bareQueue, fmt.Sprintf("bare-inline-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, true)
+			return bare.Run(ctx, c, rdb, bare.Queue, fmt.Sprintf("bare-inline-%d-%d", time.Now().UnixNano(), i), prompts[q], maxTokens, true)
 		}},
 		{pathSluice, func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
-			return sluice(ctx, st.baseURL, q, maxTokens)
+			return sluice(ctx, st.BaseURL, q, maxTokens)
 		}},
 	}
 }
 
 const pathSluice = "sluice"
 
-func (o *overheadScenario) status(*stack) string {
-	return fmt.Sprintf("%s sluice_ttft_last=%.1fms", o.prog.String(), msf(time.Duration(o.lastSluice.Load())))
+func (o *overheadScenario) Status(*stack.Stack) string {
+	return fmt.Sprintf("%s sluice_ttft_last=%.1fms", o.prog.String(), stats.Millis(time.Duration(o.lastSluice.Load())))
 }
 
 // rounds sends every path's request once a round, warm-up rounds first.
@@ -122,11 +128,11 @@ func (o *overheadScenario) rounds(ctx context.Context) error {
 	}
 	for i := 0; i < o.warmup+o.n; i++ {
 		if i == o.warmup {
-			o.prog.enter("measuring", int64(o.n*len(o.paths)))
+			o.prog.Enter("measuring", int64(o.n*len(o.paths)))
 		} else if i == 0 {
-			o.prog.enter("warm-up", int64(o.warmup*len(o.paths)))
+			o.prog.Enter("warm-up", int64(o.warmup*len(o.paths)))
 		}
-		q := overheadQueries[i%len(overheadQueries)]
+		q := chat.Queries[i%len(chat.Queries)]
 		rng.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
 		for _, p := range order {
 			path := o.paths[p]
@@ -135,7 +141,7 @@ func (o *overheadScenario) rounds(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("%s request %d: %w", path.name, i, err)
 			}
-			o.prog.add(1)
+			o.prog.Add(1)
 			if path.name == pathSluice {
 				o.lastSluice.Store(int64(ttft))
 			}
@@ -148,30 +154,30 @@ func (o *overheadScenario) rounds(ctx context.Context) error {
 	return nil
 }
 
-func (o *overheadScenario) report(r *report) error {
-	r.header(fmt.Sprintf("%d sequential requests per path after %d warm-up, %d-token answers, paths shuffled per round, %v pause before each request",
+func (o *overheadScenario) Report(r *report.Report) error {
+	r.Header(fmt.Sprintf("%d sequential requests per path after %d warm-up, %d-token answers, paths shuffled per round, %v pause before each request",
 		o.n, o.warmup, o.maxTokens, o.gap))
-	r.table("path", "TTFT p50", "TTFT p99", "total p50", "total p99")
+	r.Table("path", "TTFT p50", "TTFT p99", "total p50", "total p99")
 	for p, path := range o.paths {
-		r.row(path.name, ms(sorted(o.ttfts[p]).at(50)), ms(sorted(o.ttfts[p]).at(99)), ms(sorted(o.totals[p]).at(50)), ms(sorted(o.totals[p]).at(99)))
+		r.Row(path.name, stats.Ms(stats.Sorted(o.ttfts[p]).At(50)), stats.Ms(stats.Sorted(o.ttfts[p]).At(99)), stats.Ms(stats.Sorted(o.totals[p]).At(50)), stats.Ms(stats.Sorted(o.totals[p]).At(99)))
 	}
-	ttft := func(p int) time.Duration { return sorted(o.ttfts[p]).at(50) }
-	total := func(p int) time.Duration { return sorted(o.totals[p]).at(50) }
+	ttft := func(p int) time.Duration { return stats.Sorted(o.ttfts[p]).At(50) }
+	total := func(p int) time.Duration { return stats.Sorted(o.totals[p]).At(50) }
 	d, bt, bi, s := 0, 1, 2, 3
-	r.linef("")
-	r.linef("added TTFT p50, bare Temporal vs direct LLM: %s", ms(ttft(bt)-ttft(d)))
+	r.Linef("")
+	r.Linef("added TTFT p50, bare Temporal vs direct LLM: %s", stats.Ms(ttft(bt)-ttft(d)))
 	ov, bov, biov := total(s)-total(d), total(bt)-total(d), total(bi)-total(d)
-	r.linef("orchestration overhead p50 (total - direct): sluice %s, bare %s (%.2fx), bare that also writes done from the stream %s",
-		ms(ov), ms(bov), float64(ov)/float64(bov), ms(biov))
-	r.linef("end-to-end p50 ratio sluice/bare: %.2fx", float64(total(s))/float64(total(bt)))
+	r.Linef("orchestration overhead p50 (total - direct): sluice %s, bare %s (%.2fx), bare that also writes done from the stream %s",
+		stats.Ms(ov), stats.Ms(bov), float64(ov)/float64(bov), stats.Ms(biov))
+	r.Linef("end-to-end p50 ratio sluice/bare: %.2fx", float64(total(s))/float64(total(bt)))
 	added := ttft(s) - ttft(d)
-	r.goal("added TTFT p50, sluice vs direct LLM", ms(added), "<= 30 ms", added <= 30*time.Millisecond)
+	r.Goal("added TTFT p50, sluice vs direct LLM", stats.Ms(added), "<= 30 ms", added <= 30*time.Millisecond)
 	// The like-for-like baseline: a bare workflow that, as Sluice does,
 	// writes done from the stream. The plain bare workflow skips that
 	// write, which flatters Sluice's ratio.
 	ratio := float64(ov) / float64(biov)
-	r.goal("orchestration overhead p50, sluice vs the bare workflow that also writes done",
-		fmt.Sprintf("%s vs %s = %.2fx", ms(ov), ms(biov), ratio), "<= 1.25x", ratio <= 1.25)
+	r.Goal("orchestration overhead p50, sluice vs the bare workflow that also writes done",
+		fmt.Sprintf("%s vs %s = %.2fx", stats.Ms(ov), stats.Ms(biov), ratio), "<= 1.25x", ratio <= 1.25)
 	return nil
 }
 
@@ -189,7 +195,7 @@ func direct(ctx context.Context, s llm.Streamer, msgs []openai.Message, maxToken
 
 func sluice(ctx context.Context, baseURL, q string, maxTokens int) (time.Duration, time.Duration, error) {
 	start := time.Now()
-	if trace {
+	if bare.Trace {
 		defer func() { fmt.Printf("sluice request took %v\n", time.Since(start)) }()
 	}
 	body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, q, maxTokens)
@@ -205,7 +211,7 @@ func sluice(ctx context.Context, baseURL, q string, maxTokens int) (time.Duratio
 		if err != nil {
 			return 0, 0, fmt.Errorf("stream ended early: %w", err)
 		}
-		if trace {
+		if bare.Trace {
 			fmt.Printf("%7.2fms %s %s\n", float64(time.Since(start))/1e6, ev.Event, ev.Data)
 		}
 		switch ev.Event {

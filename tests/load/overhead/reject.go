@@ -1,4 +1,4 @@
-package main
+package overhead
 
 import (
 	"bytes"
@@ -18,6 +18,13 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
+	"github.com/sluice-dev/sluice/tests/load/internal/machine"
+	"github.com/sluice-dev/sluice/tests/load/internal/progress"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/scenario"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 )
 
 // The reject benchmark drives POST /v1/chat for a tenant whose request
@@ -38,7 +45,7 @@ type rejectOptions struct {
 	profile string
 }
 
-func (j *rejectScenario) flags(fs *flag.FlagSet) {
+func (j *rejectScenario) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&j.conns, "conns", 64, "keep-alive connections of the closed-loop phase (one client each)")
 	fs.DurationVar(&j.warmup, "warmup", time.Second, "unmeasured closed-loop load first")
 	fs.DurationVar(&j.duration, "duration", 10*time.Second, "length of each measured phase")
@@ -60,22 +67,22 @@ type rejectScenario struct {
 	before    int64
 	after     int64
 	// The closed loop: its load, responses, CPU and Go heap.
-	closed          loadResult
+	closed          load.Result
 	closedResponses map[int]int
 	closedCPU       string
 	mem0, mem1      runtime.MemStats
 	opens           []openPhase
 	wrks            []wrkPhase
 	wrkSkipped      string
-	controlRun      loadResult
+	controlRun      load.Result
 	// prog counts the current phase's responses, for the progress line.
-	prog meter
+	prog progress.Meter
 }
 
 // openPhase is one open-loop phase.
 type openPhase struct {
 	rate      float64
-	res       loadResult
+	res       load.Result
 	responses map[int]int
 	cpu       string
 }
@@ -101,27 +108,27 @@ var floodRate = config.Rate{RequestsPerMinute: 0.001, RequestBurst: 1}
 
 var rejectBody = []byte(`{"query":"How does a token bucket refill?","max_tokens":64}`)
 
-func (j *rejectScenario) stacks() ([]stackOptions, error) {
+func (j *rejectScenario) Stacks() ([]stack.Options, error) {
 	var err error
-	if j.rateList, err = positives("rates", "rate", j.rates, parseFloat); err != nil {
+	if j.rateList, err = scenario.Positives("rates", "rate", j.rates, scenario.ParseFloat); err != nil {
 		return nil, err
 	}
-	if j.wrkList, err = positives("wrk-conns", "count", j.wrkConns, strconv.Atoi); err != nil {
+	if j.wrkList, err = scenario.Positives("wrk-conns", "count", j.wrkConns, strconv.Atoi); err != nil {
 		return nil, err
 	}
-	return []stackOptions{{Configure: func(cfg *config.Config) {
+	return []stack.Options{{Configure: func(cfg *config.Config) {
 		cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, config.APIKey{Key: floodKey, Tenant: floodTenant, User: "flood-user", Tier: floodTier})
 		cfg.Limits.Tiers[floodTier] = config.Tier{Weight: 1, Tenant: floodRate}
 	}}}, nil
 }
 
-func (j *rejectScenario) drive(ctx context.Context, st *stack) error {
-	j.prog.enter("prepare", -1)
+func (j *rejectScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	j.prog.Enter("prepare", -1)
 	if err := j.prepare(ctx, st); err != nil {
 		return err
 	}
-	j.prog.enter("warm-up", 0)
-	closedLoop(ctx, j.warmup, j.conns, j.postAs)
+	j.prog.Enter("warm-up", 0)
+	load.ClosedLoop(ctx, j.warmup, j.conns, j.postAs)
 	j.responses.take()
 	if err := j.measureClosed(ctx); err != nil {
 		return err
@@ -130,48 +137,48 @@ func (j *rejectScenario) drive(ctx context.Context, st *stack) error {
 		return ctx.Err()
 	}
 	for _, rate := range j.rateList {
-		j.prog.enter(fmt.Sprintf("open-%.0f/s", rate), int64(rate*j.duration.Seconds()))
-		c0 := takeCPU()
+		j.prog.Enter(fmt.Sprintf("open-%.0f/s", rate), int64(rate*j.duration.Seconds()))
+		c0 := machine.TakeCPU()
 		// Enough workers that the open loop is never short of a free one.
-		res := paced(ctx, rate, j.duration, max(j.conns, 256), func(ctx context.Context, _, _ int) error { return j.postAs(ctx, 0) })
-		j.opens = append(j.opens, openPhase{rate: rate, res: res, responses: j.responses.take(), cpu: cpuBetween(c0, takeCPU())})
+		res := load.Paced(ctx, rate, j.duration, max(j.conns, 256), func(ctx context.Context, _, _ int) error { return j.postAs(ctx, 0) })
+		j.opens = append(j.opens, openPhase{rate: rate, res: res, responses: j.responses.take(), cpu: machine.CPUBetween(c0, machine.TakeCPU())})
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
 	j.runWrk(ctx)
 	if j.control > 0 {
-		j.prog.enter("control-healthz", int64(j.control*j.duration.Seconds()))
-		j.controlRun = paced(ctx, j.control, j.duration, max(j.conns, 256), j.getHealth)
+		j.prog.Enter("control-healthz", int64(j.control*j.duration.Seconds()))
+		j.controlRun = load.Paced(ctx, j.control, j.duration, max(j.conns, 256), j.getHealth)
 	}
 	// Visibility lags a little behind starts; a workflow started by a
 	// refused request would show up within this.
-	j.prog.enter("count-workflows", -1)
+	j.prog.Enter("count-workflows", -1)
 	time.Sleep(2 * time.Second)
 	var err error
-	j.after, err = countChatWorkflows(ctx, st, "")
+	j.after, err = stack.CountChatWorkflows(ctx, st, "")
 	return err
 }
 
-func (j *rejectScenario) status(*stack) string {
+func (j *rejectScenario) Status(*stack.Stack) string {
 	return j.prog.String()
 }
 
 // prepare drains the flood tenant's bucket and checks that its first
 // request through the API is refused.
-func (j *rejectScenario) prepare(ctx context.Context, st *stack) error {
+func (j *rejectScenario) prepare(ctx context.Context, st *stack.Stack) error {
 	// Drain the tenant's bucket from here, with the bucket the API
 	// computes, so that not even the first request passes.
 	buckets := limiter.Policy{Tenant: limiter.Rate{RequestsPerMinute: floodRate.RequestsPerMinute, RequestBurst: floodRate.RequestBurst}}.
 		Buckets(limiter.Caller{Tenant: floodTenant}, 1)
-	if d, err := st.rt.Limiter.Reserve(ctx, "bench-drain", buckets); err != nil || d.Status != limiter.Allowed {
+	if d, err := st.Runtime.Limiter.Reserve(ctx, "bench-drain", buckets); err != nil || d.Status != limiter.Allowed {
 		return fmt.Errorf("drain the flood tenant's bucket: %+v %v", d, err)
 	}
 	var err error
-	if j.before, err = countChatWorkflows(ctx, st, ""); err != nil {
+	if j.before, err = stack.CountChatWorkflows(ctx, st, ""); err != nil {
 		return err
 	}
-	j.hc, j.baseURL = st.client(4096), st.baseURL
+	j.hc, j.baseURL = st.Client(4096), st.BaseURL
 	if code, err := j.post(ctx); err != nil || code != http.StatusTooManyRequests {
 		return fmt.Errorf("first request: status %d, %v; want 429", code, err)
 	}
@@ -188,13 +195,13 @@ func (j *rejectScenario) post(ctx context.Context) (int, error) {
 	req.Header.Set("Authorization", "Bearer "+floodKey)
 	resp, err := j.hc.Do(req)
 	if err != nil {
-		j.prog.fail()
+		j.prog.Fail()
 		return 0, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	j.responses.add(resp.StatusCode)
-	j.prog.add(1)
+	j.prog.Add(1)
 	return resp.StatusCode, nil
 }
 
@@ -212,12 +219,12 @@ func (j *rejectScenario) getHealth(ctx context.Context, _, _ int) error {
 	}
 	resp, err := j.hc.Do(req)
 	if err != nil {
-		j.prog.fail()
+		j.prog.Fail()
 		return err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	j.prog.add(1)
+	j.prog.Add(1)
 	return nil
 }
 
@@ -236,11 +243,11 @@ func (j *rejectScenario) measureClosed(ctx context.Context) error {
 			defer pprof.StopCPUProfile()
 		}
 	}
-	j.prog.enter("closed", 0)
+	j.prog.Enter("closed", 0)
 	runtime.ReadMemStats(&j.mem0)
-	cpu0 := takeCPU()
-	j.closed = closedLoop(ctx, j.duration, j.conns, j.postAs)
-	j.closedCPU = cpuBetween(cpu0, takeCPU())
+	cpu0 := machine.TakeCPU()
+	j.closed = load.ClosedLoop(ctx, j.duration, j.conns, j.postAs)
+	j.closedCPU = machine.CPUBetween(cpu0, machine.TakeCPU())
 	runtime.ReadMemStats(&j.mem1)
 	if j.profile != "" {
 		pprof.StopCPUProfile()
@@ -253,7 +260,7 @@ func (j *rejectScenario) measureClosed(ctx context.Context) error {
 // server the cores.
 func (j *rejectScenario) runWrk(ctx context.Context) {
 	for _, n := range j.wrkList {
-		j.prog.enter(fmt.Sprintf("wrk-%dconns", n), -1)
+		j.prog.Enter(fmt.Sprintf("wrk-%dconns", n), -1)
 		res, err := runWrk(ctx, j.baseURL+"/v1/chat", string(rejectBody), floodKey, n, j.duration)
 		if err != nil {
 			j.wrkSkipped = err.Error()
@@ -263,63 +270,63 @@ func (j *rejectScenario) runWrk(ctx context.Context) {
 	}
 }
 
-func (j *rejectScenario) report(r *report) error {
-	r.header(fmt.Sprintf("POST /v1/chat by a tenant whose request bucket is drained (capacity 1, refill %g/min), from the bench's HTTP client in the API's process; closed loop over %d keep-alive connections for %v after %v warm-up, then open loop at each of %s requests/s for %v",
+func (j *rejectScenario) Report(r *report.Report) error {
+	r.Header(fmt.Sprintf("POST /v1/chat by a tenant whose request bucket is drained (capacity 1, refill %g/min), from the bench's HTTP client in the API's process; closed loop over %d keep-alive connections for %v after %v warm-up, then open loop at each of %s requests/s for %v",
 		floodRate.RequestsPerMinute, j.conns, j.duration, j.warmup, j.rates, j.duration))
 	j.phaseTable(r)
-	r.linef("")
+	r.Linef("")
 	if j.wrkSkipped != "" {
-		r.linef("wrk phases skipped: %s (apt-get install wrk)", j.wrkSkipped)
+		r.Linef("wrk phases skipped: %s (apt-get install wrk)", j.wrkSkipped)
 	}
-	r.linef("closed loop: responses %s, transport errors %d\n  CPU: %s", byStatus(j.closedResponses), j.closed.errs, j.closedCPU)
-	r.linef("  Go heap: %.1f KiB allocated per request (client and server together), %d GC cycles in %v",
-		float64(j.mem1.TotalAlloc-j.mem0.TotalAlloc)/float64(max(len(j.closed.lat), 1))/1024, j.mem1.NumGC-j.mem0.NumGC, j.closed.elapsed.Round(time.Second))
+	r.Linef("closed loop: responses %s, transport errors %d\n  CPU: %s", byStatus(j.closedResponses), j.closed.Errs, j.closedCPU)
+	r.Linef("  Go heap: %.1f KiB allocated per request (client and server together), %d GC cycles in %v",
+		float64(j.mem1.TotalAlloc-j.mem0.TotalAlloc)/float64(max(len(j.closed.Lat), 1))/1024, j.mem1.NumGC-j.mem0.NumGC, j.closed.Elapsed.Round(time.Second))
 	best := 0.0
 	for _, p := range j.opens {
-		r.linef("open loop at %s: responses %s, transport errors %d, %d sent over 1 ms late because all workers were busy\n  CPU: %s",
-			perSecond(p.rate), byStatus(p.responses), p.res.errs, p.res.late, p.cpu)
-		if p.res.lat.at(99) <= 10*time.Millisecond && not429(p.responses) == 0 && p.rate > best {
+		r.Linef("open loop at %s: responses %s, transport errors %d, %d sent over 1 ms late because all workers were busy\n  CPU: %s",
+			stats.PerSecond(p.rate), byStatus(p.responses), p.res.Errs, p.res.Late, p.cpu)
+		if p.res.Lat.At(99) <= 10*time.Millisecond && not429(p.responses) == 0 && p.rate > best {
 			best = p.rate
 		}
 	}
-	r.linef("highest open-loop rate with p99 <= 10 ms and nothing but 429s: %s", perSecond(best))
+	r.Linef("highest open-loop rate with p99 <= 10 ms and nothing but 429s: %s", stats.PerSecond(best))
 	j.goals(r)
 	return nil
 }
 
 // phaseTable adds a row per phase.
-func (j *rejectScenario) phaseTable(r *report) {
-	r.table("phase", "requests/s", "p50", "p90", "p99", "p99.9", "max", "not 429")
-	row := func(what string, rate float64, l latencies, not429 string) {
-		r.row(what, perSecond(rate), ms(l.at(50)), ms(l.at(90)), ms(l.at(99)), ms(l.at(99.9)), ms(l.max()), not429)
+func (j *rejectScenario) phaseTable(r *report.Report) {
+	r.Table("phase", "requests/s", "p50", "p90", "p99", "p99.9", "max", "not 429")
+	row := func(what string, rate float64, l stats.Latencies, not429 string) {
+		r.Row(what, stats.PerSecond(rate), stats.Ms(l.At(50)), stats.Ms(l.At(90)), stats.Ms(l.At(99)), stats.Ms(l.At(99.9)), stats.Ms(l.Max()), not429)
 	}
-	row(fmt.Sprintf("closed loop, %d connections", j.conns), j.closed.rate(), j.closed.lat, fmt.Sprint(not429(j.closedResponses)+j.closed.errs))
+	row(fmt.Sprintf("closed loop, %d connections", j.conns), j.closed.Rate(), j.closed.Lat, fmt.Sprint(not429(j.closedResponses)+j.closed.Errs))
 	for _, p := range j.opens {
-		row("open loop at "+perSecond(p.rate), p.res.sentRate(), p.res.lat, fmt.Sprint(not429(p.responses)+p.res.errs))
+		row("open loop at "+stats.PerSecond(p.rate), p.res.SentRate(), p.res.Lat, fmt.Sprint(not429(p.responses)+p.res.Errs))
 	}
 	if j.control > 0 {
-		row("control: GET /healthz, open loop at "+perSecond(j.control), j.controlRun.sentRate(), j.controlRun.lat, "—")
+		row("control: GET /healthz, open loop at "+stats.PerSecond(j.control), j.controlRun.SentRate(), j.controlRun.Lat, "—")
 	}
 	for _, w := range j.wrks {
-		r.row(fmt.Sprintf("wrk, closed loop, %d connections", w.conns), perSecond(w.res.rps), ms(w.res.p50), ms(w.res.p90), ms(w.res.p99), "—", "—", fmt.Sprint(w.res.not429))
+		r.Row(fmt.Sprintf("wrk, closed loop, %d connections", w.conns), stats.PerSecond(w.res.rps), stats.Ms(w.res.p50), stats.Ms(w.res.p90), stats.Ms(w.res.p99), "—", "—", fmt.Sprint(w.res.not429))
 	}
 }
 
-func (j *rejectScenario) goals(r *report) {
-	closedRate, closedNot429 := j.closed.rate(), not429(j.closedResponses)
-	r.goal("rejections/s, closed loop (all 429)", fmt.Sprintf("%s, %d not 429", perSecond(closedRate), closedNot429), ">= 5,000/s", closedRate >= 5000 && closedNot429 == 0)
+func (j *rejectScenario) goals(r *report.Report) {
+	closedRate, closedNot429 := j.closed.Rate(), not429(j.closedResponses)
+	r.Goal("rejections/s, closed loop (all 429)", fmt.Sprintf("%s, %d not 429", stats.PerSecond(closedRate), closedNot429), ">= 5,000/s", closedRate >= 5000 && closedNot429 == 0)
 	for _, p := range j.opens {
 		if p.rate == goalRejectRate {
-			rate := p.res.sentRate()
-			r.goal(fmt.Sprintf("p99 at %s, open loop", perSecond(rate)), ms(p.res.lat.at(99)), "<= 10 ms", p.res.lat.at(99) <= 10*time.Millisecond && rate >= 0.95*p.rate)
+			rate := p.res.SentRate()
+			r.Goal(fmt.Sprintf("p99 at %s, open loop", stats.PerSecond(rate)), stats.Ms(p.res.Lat.At(99)), "<= 10 ms", p.res.Lat.At(99) <= 10*time.Millisecond && rate >= 0.95*p.rate)
 		}
 	}
-	r.goal("p99 of the closed loop", ms(j.closed.lat.at(99)), "<= 10 ms", j.closed.lat.at(99) <= 10*time.Millisecond)
+	r.Goal("p99 of the closed loop", stats.Ms(j.closed.Lat.At(99)), "<= 10 ms", j.closed.Lat.At(99) <= 10*time.Millisecond)
 	for _, w := range j.wrks {
-		r.goal(fmt.Sprintf("wrk, %d connections: rejections/s and p99", w.conns), fmt.Sprintf("%s, p99 %s, %d not 429 %s", perSecond(w.res.rps), ms(w.res.p99), w.res.not429, w.res.errors),
+		r.Goal(fmt.Sprintf("wrk, %d connections: rejections/s and p99", w.conns), fmt.Sprintf("%s, p99 %s, %d not 429 %s", stats.PerSecond(w.res.rps), stats.Ms(w.res.p99), w.res.not429, w.res.errors),
 			">= 5,000/s with p99 <= 10 ms", w.res.rps >= 5000 && w.res.p99 <= 10*time.Millisecond && w.res.not429 == 0)
 	}
-	r.goal("chat workflows started", fmt.Sprint(j.after-j.before), "0", j.after == j.before)
+	r.Goal("chat workflows started", fmt.Sprint(j.after-j.before), "0", j.after == j.before)
 }
 
 // statusCounts counts responses by HTTP status, phase by phase.
@@ -369,7 +376,7 @@ func byStatus(m map[int]int) string {
 	sort.Ints(codes)
 	parts := make([]string, 0, len(codes))
 	for _, c := range codes {
-		parts = append(parts, fmt.Sprintf("%d×%s", c, thousands(int64(m[c]))))
+		parts = append(parts, fmt.Sprintf("%d×%s", c, stats.Thousands(int64(m[c]))))
 	}
 	if len(parts) == 0 {
 		return "none"

@@ -1,4 +1,4 @@
-package main
+package overhead
 
 import (
 	"context"
@@ -19,6 +19,12 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
+	"github.com/sluice-dev/sluice/tests/load/internal/machine"
+	"github.com/sluice-dev/sluice/tests/load/internal/progress"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
@@ -45,7 +51,7 @@ type waitersOptions struct {
 	drainLimit          int
 }
 
-func (w *waitersScenario) flags(fs *flag.FlagSet) {
+func (w *waitersScenario) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&w.n, "n", 10000, "workflows to park in the queue")
 	w.heldFlags.define(fs, "permits of the short pool, all held by fake holders while the queue fills")
 	fs.IntVar(&w.starters, "starters", 16, "concurrent StartWorkflow calls")
@@ -74,7 +80,7 @@ type waitersScenario struct {
 	stalled *waitersStall
 	// Waiting: the process's memory before, once all were queued, and
 	// after watching them wait; the queue and the CPU while they waited.
-	memBefore, memQueued, memWatched memory
+	memBefore, memQueued, memWatched machine.Memory
 	waiting                          int64
 	queued                           admission.QueueStats
 	waitCPU                          string
@@ -84,12 +90,12 @@ type waitersScenario struct {
 	admissionWaits []time.Duration
 	finished       atomic.Int64
 	drainedIn      time.Duration
-	peakDrain      memory
-	after          []poolState
+	peakDrain      machine.Memory
+	after          []stack.PoolState
 	running        int64
 	// prog is the phase and what it has done (started, finished), for
 	// the progress line.
-	prog meter
+	prog progress.Meter
 }
 
 // waitersStall is how far a queue that did not fill got, and what
@@ -97,12 +103,12 @@ type waitersScenario struct {
 type waitersStall struct {
 	started int64
 	waiting int
-	mem     memory
+	mem     machine.Memory
 	cpu     string
 }
 
-func (w *waitersScenario) stacks() ([]stackOptions, error) {
-	return []stackOptions{{
+func (w *waitersScenario) Stacks() ([]stack.Options, error) {
+	return []stack.Options{{
 		Simulator: func(sim *llmsim.Config) {
 			sim.TimeScale = 0.05
 			sim.MaxNumSeqs = max(w.drainLimit, 16)
@@ -115,9 +121,9 @@ func (w *waitersScenario) stacks() ([]stackOptions, error) {
 	}}, nil
 }
 
-func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
-	w.cfg = st.cfg
-	w.prog.enter("hold-permits", -1)
+func (w *waitersScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	w.cfg = st.Config
+	w.prog.Enter("hold-permits", -1)
 	held, err := w.hold(ctx, st)
 	if err != nil {
 		return err
@@ -129,19 +135,19 @@ func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
 		}
 	}()
 	runtime.GC()
-	w.memBefore = readMemory()
+	w.memBefore = machine.ReadMemory()
 	// Phase 1: fill the queue.
-	w.prog.enter(phaseFill, int64(w.n))
+	w.prog.Enter(phaseFill, int64(w.n))
 	if err := w.fill(ctx, st); err != nil || w.stalled != nil {
 		return err
 	}
-	w.prog.enter("watch", -1)
+	w.prog.Enter("watch", -1)
 	w.watch(ctx, st)
 	// Phase 2: let them through. Raise the limit first, then give back
 	// the holders' permits the way a finishing request does; the worker's
 	// janitor hands the rest of the new permits out within a second.
 	drainStart := time.Now()
-	if err := st.rt.Gate.SetLimit(ctx, heldPool, w.drainLimit); err != nil {
+	if err := st.Runtime.Gate.SetLimit(ctx, heldPool, w.drainLimit); err != nil {
 		return err
 	}
 	woken, err := held.ReleaseAll(ctx)
@@ -149,18 +155,18 @@ func (w *waitersScenario) drive(ctx context.Context, st *stack) error {
 	if err != nil {
 		return err
 	}
-	if err := admission.Wake(ctx, st.rt.Gate, signal.Notifier{Client: st.rt.Temporal}, woken); err != nil {
+	if err := admission.Wake(ctx, st.Runtime.Gate, signal.Notifier{Client: st.Runtime.Temporal}, woken); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-bench waiters: wake:", err)
 	}
-	w.prog.enter(phaseDrain, int64(w.n))
+	w.prog.Enter(phaseDrain, int64(w.n))
 	if err := w.drain(ctx, st, drainStart); err != nil {
 		return err
 	}
-	w.prog.enter("check-leaks", -1)
-	if w.after, _, err = waitIdle(ctx, st.rt.Gate, 0); err != nil {
+	w.prog.Enter("check-leaks", -1)
+	if w.after, _, err = stack.WaitIdle(ctx, st.Runtime.Gate, 0); err != nil {
 		return err
 	}
-	w.running, err = runningChatWorkflows(ctx, st, 30*time.Second)
+	w.running, err = stack.RunningChatWorkflows(ctx, st, 30*time.Second)
 	return err
 }
 
@@ -170,18 +176,18 @@ const (
 	phaseDrain = "drain"
 )
 
-// status tells how far the phase got: the queue, the process's memory
+// Status tells how far the phase got: the queue, the process's memory
 // and, while draining, the workflows the server has seen complete
 // (completions come in queue order, not start order, so the server's
 // visibility counts them better than the awaited results do).
-func (w *waitersScenario) status(st *stack) string {
+func (w *waitersScenario) Status(st *stack.Stack) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	qs, _ := st.rt.Gate.QueueStats(ctx, heldPool)
-	m := readMemory()
-	s := fmt.Sprintf("%s queued=%d in_use=%d rss=%s goroutines=%d", w.prog.String(), qs.Waiting, qs.InUse, mib(float64(m.rssKB)*1024), m.goroutines)
-	if w.prog.current() == phaseDrain {
-		completed, err := countChatWorkflows(ctx, st, "ExecutionStatus != 'Running'")
+	qs, _ := st.Runtime.Gate.QueueStats(ctx, heldPool)
+	m := machine.ReadMemory()
+	s := fmt.Sprintf("%s queued=%d in_use=%d rss=%s goroutines=%d", w.prog.String(), qs.Waiting, qs.InUse, stats.MiB(float64(m.RSSKB)*1024), m.Goroutines)
+	if w.prog.Current() == phaseDrain {
+		completed, err := stack.CountChatWorkflows(ctx, st, "ExecutionStatus != 'Running'")
 		if err != nil {
 			completed = -1
 		}
@@ -192,7 +198,7 @@ func (w *waitersScenario) status(st *stack) string {
 
 // fill starts the workflows and waits until all of them are in the queue,
 // or until -queue-within, when it measures how far the queue got.
-func (w *waitersScenario) fill(ctx context.Context, st *stack) error {
+func (w *waitersScenario) fill(ctx context.Context, st *stack.Stack) error {
 	w.fillStart = time.Now()
 	allStarted := w.startAll(ctx, st)
 	for {
@@ -207,17 +213,17 @@ func (w *waitersScenario) fill(ctx context.Context, st *stack) error {
 			allStarted = nil
 		case <-time.After(200 * time.Millisecond):
 		}
-		qs, err := st.rt.Gate.QueueStats(ctx, heldPool)
+		qs, err := st.Runtime.Gate.QueueStats(ctx, heldPool)
 		if err == nil && w.startedIn > 0 && qs.Waiting >= int(w.started.Load()) {
 			w.queuedIn = time.Since(w.fillStart)
-			w.memQueued = readMemory()
+			w.memQueued = machine.ReadMemory()
 			return nil
 		}
 		if time.Since(w.fillStart) > w.queueWithin {
-			m := readMemory()
-			c0 := takeCPU()
+			m := machine.ReadMemory()
+			c0 := machine.TakeCPU()
 			time.Sleep(w.steady)
-			w.stalled = &waitersStall{started: w.started.Load(), waiting: qs.Waiting, mem: m, cpu: cpuBetween(c0, takeCPU())}
+			w.stalled = &waitersStall{started: w.started.Load(), waiting: qs.Waiting, mem: m, cpu: machine.CPUBetween(c0, machine.TakeCPU())}
 			return nil
 		}
 	}
@@ -225,12 +231,12 @@ func (w *waitersScenario) fill(ctx context.Context, st *stack) error {
 
 // startAll starts the workflows from -starters goroutines; the channel it
 // returns is closed once every start returned.
-func (w *waitersScenario) startAll(ctx context.Context, st *stack) <-chan struct{} {
+func (w *waitersScenario) startAll(ctx context.Context, st *stack.Stack) <-chan struct{} {
 	w.ids = make([]string, w.n)
 	for i := range w.ids {
 		w.ids[i] = "chat-" + ulid.Make().String()
 	}
-	jobs := feed(ctx, len(w.ids))
+	jobs := load.Feed(ctx, len(w.ids))
 	var wg sync.WaitGroup
 	for range w.starters {
 		wg.Add(1)
@@ -239,7 +245,7 @@ func (w *waitersScenario) startAll(ctx context.Context, st *stack) <-chan struct
 			for i := range jobs {
 				if err := startWaiter(ctx, st, w.cfg, w.ids[i], i, w.maxWait); err != nil {
 					w.startErrs.Add(1)
-					w.prog.fail()
+					w.prog.Fail()
 					w.errMu.Lock()
 					if w.firstErr == nil {
 						w.firstErr = err
@@ -248,7 +254,7 @@ func (w *waitersScenario) startAll(ctx context.Context, st *stack) <-chan struct
 					continue
 				}
 				w.started.Add(1)
-				w.prog.add(1)
+				w.prog.Add(1)
 			}
 		}()
 	}
@@ -259,22 +265,22 @@ func (w *waitersScenario) startAll(ctx context.Context, st *stack) <-chan struct
 
 // watch measures the cost of waiting itself: CPU while nothing but
 // waiting happens, then memory.
-func (w *waitersScenario) watch(ctx context.Context, st *stack) {
+func (w *waitersScenario) watch(ctx context.Context, st *stack.Stack) {
 	w.waiting = w.started.Load()
 	fmt.Fprintf(os.Stderr, "%s all %d queued after %v; watching for %v\n", time.Now().Format("15:04:05"), w.waiting, w.queuedIn.Round(time.Second), w.steady)
-	c0 := takeCPU()
+	c0 := machine.TakeCPU()
 	time.Sleep(w.steady)
-	w.waitCPU = cpuBetween(c0, takeCPU())
+	w.waitCPU = machine.CPUBetween(c0, machine.TakeCPU())
 	runtime.GC()
-	w.memWatched = readMemory()
-	w.queued, _ = st.rt.Gate.QueueStats(ctx, heldPool)
+	w.memWatched = machine.ReadMemory()
+	w.queued, _ = st.Runtime.Gate.QueueStats(ctx, heldPool)
 }
 
 // drain awaits every workflow's result, and keeps the process's peak
 // memory meanwhile.
-func (w *waitersScenario) drain(ctx context.Context, st *stack, drainStart time.Time) error {
+func (w *waitersScenario) drain(ctx context.Context, st *stack.Stack, drainStart time.Time) error {
 	w.outcomes = map[string]int{}
-	results := feed(ctx, len(w.ids))
+	results := load.Feed(ctx, len(w.ids))
 	var wg sync.WaitGroup
 	for range 64 {
 		wg.Add(1)
@@ -302,7 +308,7 @@ func (w *waitersScenario) drain(ctx context.Context, st *stack, drainStart time.
 			w.drainedIn = time.Since(drainStart)
 			return nil
 		case <-memTick.C:
-			if m := readMemory(); m.rssKB > w.peakDrain.rssKB {
+			if m := machine.ReadMemory(); m.RSSKB > w.peakDrain.RSSKB {
 				w.peakDrain = m
 			}
 		}
@@ -310,9 +316,9 @@ func (w *waitersScenario) drain(ctx context.Context, st *stack, drainStart time.
 }
 
 // collect awaits one workflow's result and counts its outcome.
-func (w *waitersScenario) collect(ctx context.Context, st *stack, id string) {
+func (w *waitersScenario) collect(ctx context.Context, st *stack.Stack, id string) {
 	var r workflows.ChatResult
-	err := st.rt.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(id), "").Get(ctx, &r)
+	err := st.Runtime.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(id), "").Get(ctx, &r)
 	k := r.Outcome
 	if r.Reason != "" {
 		k += " " + r.Reason
@@ -329,29 +335,29 @@ func (w *waitersScenario) collect(ctx context.Context, st *stack, id string) {
 	}
 	w.outcomesMu.Unlock()
 	w.finished.Add(1)
-	w.prog.add(1)
+	w.prog.Add(1)
 }
 
-func (w *waitersScenario) report(r *report) error {
-	r.header(fmt.Sprintf("%d chat workflows started with the Temporal client (ChatInput as the API builds it, MaxWait %v, no search attributes) into the short pool's queue while its %d permits are held; one worker: the API process's embedded worker, in this process (temporal.max_concurrent_workflow_tasks %d, the SDK's default sticky cache of 10,000 workflows); admission.recheck_interval %v; then drained with %d permits",
+func (w *waitersScenario) Report(r *report.Report) error {
+	r.Header(fmt.Sprintf("%d chat workflows started with the Temporal client (ChatInput as the API builds it, MaxWait %v, no search attributes) into the short pool's queue while its %d permits are held; one worker: the API process's embedded worker, in this process (temporal.max_concurrent_workflow_tasks %d, the SDK's default sticky cache of 10,000 workflows); admission.recheck_interval %v; then drained with %d permits",
 		w.n, w.maxWait, w.holders, w.cfg.Temporal.MaxConcurrentWorkflowTasks, w.recheck, w.drainLimit))
 	if s := w.stalled; s != nil {
-		r.linef("the queue did not fill within %v: %d of %d workflows started, %d waiting (%.1f queued/s on average)",
+		r.Linef("the queue did not fill within %v: %d of %d workflows started, %d waiting (%.1f queued/s on average)",
 			w.queueWithin, s.started, w.n, s.waiting, float64(s.waiting)/w.queueWithin.Seconds())
-		r.linef("at that point: RSS %s (from %s), Go heap %s, %d goroutines; CPU over %v: %s",
-			mib(float64(s.mem.rssKB)*1024), mib(float64(w.memBefore.rssKB)*1024), mib(float64(s.mem.heapInuse)), s.mem.goroutines, w.steady, s.cpu)
-		r.goal("waiting requests on one worker", fmt.Sprint(s.waiting), fmt.Sprintf(">= %d", w.n), false)
+		r.Linef("at that point: RSS %s (from %s), Go heap %s, %d goroutines; CPU over %v: %s",
+			stats.MiB(float64(s.mem.RSSKB)*1024), stats.MiB(float64(w.memBefore.RSSKB)*1024), stats.MiB(float64(s.mem.HeapInuse)), s.mem.Goroutines, w.steady, s.cpu)
+		r.Goal("waiting requests on one worker", fmt.Sprint(s.waiting), fmt.Sprintf(">= %d", w.n), false)
 		return nil
 	}
 	w.memoryTable(r)
-	r.linef("")
-	r.linef("queue filled: %d started in %v (%.1f starts/s), all queued after %v; %d start errors",
+	r.Linef("")
+	r.Linef("queue filled: %d started in %v (%.1f starts/s), all queued after %v; %d start errors",
 		w.started.Load(), w.startedIn.Round(time.Second), float64(w.started.Load())/w.startedIn.Seconds(), w.queuedIn.Round(time.Second), w.startErrs.Load())
-	r.linef("while %d waited (%v): %d in the queue, oldest waiting %v; CPU %s", w.waiting, w.steady, w.queued.Waiting, w.queued.OldestWait.Round(time.Second), w.waitCPU)
-	r.linef("drain: all %d finished in %v (%.1f/s); peak RSS while draining %s", w.finished.Load(), w.drainedIn.Round(time.Second), float64(w.finished.Load())/w.drainedIn.Seconds(), mib(float64(w.peakDrain.rssKB)*1024))
-	aw := sorted(w.admissionWaits)
-	r.linef("admission wait per request (queued → permit, as the workflow saw it): p50 %v, p99 %v, max %v",
-		aw.at(50).Round(time.Second), aw.at(99).Round(time.Second), aw.max().Round(time.Second))
+	r.Linef("while %d waited (%v): %d in the queue, oldest waiting %v; CPU %s", w.waiting, w.steady, w.queued.Waiting, w.queued.OldestWait.Round(time.Second), w.waitCPU)
+	r.Linef("drain: all %d finished in %v (%.1f/s); peak RSS while draining %s", w.finished.Load(), w.drainedIn.Round(time.Second), float64(w.finished.Load())/w.drainedIn.Seconds(), stats.MiB(float64(w.peakDrain.RSSKB)*1024))
+	aw := stats.Sorted(w.admissionWaits)
+	r.Linef("admission wait per request (queued → permit, as the workflow saw it): p50 %v, p99 %v, max %v",
+		aw.At(50).Round(time.Second), aw.At(99).Round(time.Second), aw.Max().Round(time.Second))
 	keys := make([]string, 0, len(w.outcomes))
 	for k := range w.outcomes {
 		keys = append(keys, k)
@@ -361,31 +367,31 @@ func (w *waitersScenario) report(r *report) error {
 	for _, k := range keys {
 		line += fmt.Sprintf(" %s×%d", k, w.outcomes[k])
 	}
-	r.linef("%s", line)
-	leaks := leftInPools(r.linef, w.after)
-	r.goal("waiting requests on one worker", fmt.Sprint(w.queued.Waiting), fmt.Sprintf(">= %d", w.n), w.queued.Waiting >= w.n)
-	r.goal("completed with outcome done", fmt.Sprint(w.outcomes[request.OutcomeDone]), fmt.Sprint(w.n), w.outcomes[request.OutcomeDone] == w.n)
-	r.goal("permits in use + queue places left afterwards", fmt.Sprint(leaks), "0", leaks == 0)
-	r.goal("chat workflows still running afterwards", fmt.Sprint(w.running), "0", w.running == 0)
+	r.Linef("%s", line)
+	leaks := stack.LeftInPools(r.Linef, w.after)
+	r.Goal("waiting requests on one worker", fmt.Sprint(w.queued.Waiting), fmt.Sprintf(">= %d", w.n), w.queued.Waiting >= w.n)
+	r.Goal("completed with outcome done", fmt.Sprint(w.outcomes[request.OutcomeDone]), fmt.Sprint(w.n), w.outcomes[request.OutcomeDone] == w.n)
+	r.Goal("permits in use + queue places left afterwards", fmt.Sprint(leaks), "0", leaks == 0)
+	r.Goal("chat workflows still running afterwards", fmt.Sprint(w.running), "0", w.running == 0)
 	return nil
 }
 
 // memoryTable adds the process's memory and goroutines before, while and
 // after the queue was full.
-func (w *waitersScenario) memoryTable(r *report) {
+func (w *waitersScenario) memoryTable(r *report.Report) {
 	perWaiter := func(a, b float64) string { return fmt.Sprintf("%.1f KiB", (b-a)/float64(max(w.waiting, 1))/1024) }
-	rss := func(m memory) float64 { return float64(m.rssKB) * 1024 }
-	heap := func(m memory) float64 { return float64(m.heapInuse) }
-	r.table("", "before", "all queued", "after watching", "per waiter")
+	rss := func(m machine.Memory) float64 { return float64(m.RSSKB) * 1024 }
+	heap := func(m machine.Memory) float64 { return float64(m.HeapInuse) }
+	r.Table("", "before", "all queued", "after watching", "per waiter")
 	before, queued, watched := w.memBefore, w.memQueued, w.memWatched
-	r.row("RSS (VmRSS: bench + API + worker)", mib(rss(before)), mib(rss(queued)), mib(rss(watched)), perWaiter(rss(before), rss(watched)))
-	r.row("Go heap in use", mib(heap(before)), mib(heap(queued)), mib(heap(watched)), perWaiter(heap(before), heap(watched)))
-	r.row("goroutines", fmt.Sprint(before.goroutines), fmt.Sprint(queued.goroutines), fmt.Sprint(watched.goroutines),
-		fmt.Sprintf("%.2f", float64(watched.goroutines-before.goroutines)/float64(max(w.waiting, 1))))
+	r.Row("RSS (VmRSS: bench + API + worker)", stats.MiB(rss(before)), stats.MiB(rss(queued)), stats.MiB(rss(watched)), perWaiter(rss(before), rss(watched)))
+	r.Row("Go heap in use", stats.MiB(heap(before)), stats.MiB(heap(queued)), stats.MiB(heap(watched)), perWaiter(heap(before), heap(watched)))
+	r.Row("goroutines", fmt.Sprint(before.Goroutines), fmt.Sprint(queued.Goroutines), fmt.Sprint(watched.Goroutines),
+		fmt.Sprintf("%.2f", float64(watched.Goroutines-before.Goroutines)/float64(max(w.waiting, 1))))
 }
 
 // startWaiter starts one chat workflow with the input api/chat.go builds.
-func startWaiter(ctx context.Context, st *stack, cfg config.Config, id string, i int, maxWait time.Duration) error {
+func startWaiter(ctx context.Context, st *stack.Stack, cfg config.Config, id string, i int, maxWait time.Duration) error {
 	// The standard tier's settings, but the bench's wait limit, no cap
 	// on a tenant's waiting requests and no search attributes.
 	settings := settings.Chat(cfg, worker.PolicyOf(cfg).Limits.Tiers["standard"])
@@ -397,7 +403,7 @@ func startWaiter(ctx context.Context, st *stack, cfg config.Config, id string, i
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	_, err := st.rt.Temporal.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
+	_, err := st.Runtime.Temporal.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
 		ID:                    workflows.ChatWorkflowID(id),
 		TaskQueue:             cfg.Temporal.TaskQueue,
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,

@@ -1,4 +1,4 @@
-package main
+package overhead
 
 import (
 	"context"
@@ -14,6 +14,11 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/progress"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/signal"
@@ -36,7 +41,7 @@ type wakeupOptions struct {
 	maxTokens int
 }
 
-func (w *wakeupScenario) flags(fs *flag.FlagSet) {
+func (w *wakeupScenario) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&w.n, "n", 100, "measured wake-ups, one at a time")
 	fs.IntVar(&w.warmup, "warmup", 5, "unmeasured wake-ups first")
 	w.heldFlags.define(fs, "permits of the short pool, all held by fake holders")
@@ -54,7 +59,7 @@ type wakeupScenario struct {
 	// after is the pool once the rounds are over.
 	after admission.Stats
 	// For the progress line: rounds done, the latest wake-up.
-	prog     meter
+	prog     progress.Meter
 	lastWake atomic.Int64
 }
 
@@ -67,18 +72,18 @@ type wakeTimes struct {
 	hasWritten           bool
 }
 
-func (w *wakeupScenario) stacks() ([]stackOptions, error) {
-	return []stackOptions{{
+func (w *wakeupScenario) Stacks() ([]stack.Options, error) {
+	return []stack.Options{{
 		// The answer only has to end; keep each round short.
 		Simulator: func(sim *llmsim.Config) { sim.TimeScale = 0.1 },
 		Configure: w.heldFlags.configure,
 	}}, nil
 }
 
-func (w *wakeupScenario) drive(ctx context.Context, st *stack) error {
-	w.hc = st.client(4)
-	w.notifier = signal.Notifier{Client: st.rt.Temporal}
-	w.prog.enter("hold-permits", -1)
+func (w *wakeupScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	w.hc = st.Client(4)
+	w.notifier = signal.Notifier{Client: st.Runtime.Temporal}
+	w.prog.Enter("hold-permits", -1)
 	held, err := w.hold(ctx, st)
 	if err != nil {
 		return err
@@ -86,9 +91,9 @@ func (w *wakeupScenario) drive(ctx context.Context, st *stack) error {
 	defer func() { _, _ = held.ReleaseAll(ctx) }()
 	for i := 0; i < w.warmup+w.n; i++ {
 		if i == w.warmup {
-			w.prog.enter("measuring", int64(w.n))
+			w.prog.Enter("measuring", int64(w.n))
 		} else if i == 0 {
-			w.prog.enter("warm-up", int64(w.warmup))
+			w.prog.Enter("warm-up", int64(w.warmup))
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -97,36 +102,36 @@ func (w *wakeupScenario) drive(ctx context.Context, st *stack) error {
 		if err != nil {
 			return fmt.Errorf("round %d: %w", i, err)
 		}
-		w.prog.add(1)
+		w.prog.Add(1)
 		w.lastWake.Store(int64(t.total))
 		if i >= w.warmup {
 			w.rounds = append(w.rounds, t)
 		}
 	}
-	w.after, err = st.rt.Gate.Stats(ctx, heldPool)
+	w.after, err = st.Runtime.Gate.Stats(ctx, heldPool)
 	return err
 }
 
-func (w *wakeupScenario) status(*stack) string {
-	return fmt.Sprintf("%s wake_last=%.2fms", w.prog.String(), msf(time.Duration(w.lastWake.Load())))
+func (w *wakeupScenario) Status(*stack.Stack) string {
+	return fmt.Sprintf("%s wake_last=%.2fms", w.prog.String(), stats.Millis(time.Duration(w.lastWake.Load())))
 }
 
 // round queues one request behind the holders, releases one holder for
 // it, and takes a new holder once the request is over.
-func (w *wakeupScenario) round(ctx context.Context, st *stack, held *holders) (wakeTimes, error) {
+func (w *wakeupScenario) round(ctx context.Context, st *stack.Stack, held *holders) (wakeTimes, error) {
 	body := fmt.Sprintf(`{"query":"How do leased permits work?","max_tokens":%d}`, w.maxTokens)
-	s, err := postChat(ctx, w.hc, st.baseURL, body, nil)
+	s, err := chat.Post(ctx, w.hc, st.BaseURL, body, nil)
 	if err != nil {
 		return wakeTimes{}, err
 	}
-	t, err := w.wake(ctx, st.rt.Gate, held, s)
-	s.close()
+	t, err := w.wake(ctx, st.Runtime.Gate, held, s)
+	s.Close()
 	if err != nil {
 		return t, err
 	}
 	// Its permit is given back by finalize, after the done event; only
 	// then can a new holder take it without queueing.
-	if err := st.rt.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(s.id), "").Get(ctx, nil); err != nil {
+	if err := st.Runtime.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(s.ID), "").Get(ctx, nil); err != nil {
 		return t, err
 	}
 	return t, held.Add(ctx)
@@ -135,8 +140,8 @@ func (w *wakeupScenario) round(ctx context.Context, st *stack, held *holders) (w
 // wake waits for s to be queued, lets one holder go exactly as a finishing
 // request does, and times s's way to its retrieval stage; then reads s to
 // its end.
-func (w *wakeupScenario) wake(ctx context.Context, gate *admission.Gate, held *holders, s *chatStream) (wakeTimes, error) {
-	if _, err := s.until(func(ev testenv.SSEEvent) bool {
+func (w *wakeupScenario) wake(ctx context.Context, gate *admission.Gate, held *holders, s *chat.Stream) (wakeTimes, error) {
+	if _, err := s.Until(func(ev testenv.SSEEvent) bool {
 		return ev.Event == events.TypeQueue || isStage(ev, request.StageRetrieval) || events.Terminal(ev.Event)
 	}); err != nil {
 		return wakeTimes{}, err
@@ -152,7 +157,7 @@ func (w *wakeupScenario) wake(ctx context.Context, gate *admission.Gate, held *h
 	}
 	arrived := make(chan arrival, 1)
 	go func() {
-		ev, err := s.until(func(ev testenv.SSEEvent) bool {
+		ev, err := s.Until(func(ev testenv.SSEEvent) bool {
 			return isStage(ev, request.StageRetrieval) || events.Terminal(ev.Event)
 		})
 		arrived <- arrival{ev, time.Now(), err}
@@ -163,8 +168,8 @@ func (w *wakeupScenario) wake(ctx context.Context, gate *admission.Gate, held *h
 	if err != nil {
 		return wakeTimes{}, err
 	}
-	if len(rel.Woken) != 1 || rel.Woken[0].ID != s.id {
-		return wakeTimes{}, fmt.Errorf("releasing %s woke %v, want [%s]", holder, rel.Woken, s.id)
+	if len(rel.Woken) != 1 || rel.Woken[0].ID != s.ID {
+		return wakeTimes{}, fmt.Errorf("releasing %s woke %v, want [%s]", holder, rel.Woken, s.ID)
 	}
 	if err := admission.Wake(ctx, gate, w.notifier, rel.Woken); err != nil {
 		return wakeTimes{}, err
@@ -175,7 +180,7 @@ func (w *wakeupScenario) wake(ctx context.Context, gate *admission.Gate, held *h
 		return wakeTimes{}, got.err
 	}
 	if !isStage(got.ev, request.StageRetrieval) {
-		return wakeTimes{}, fmt.Errorf("%s ended with %s %s before retrieval", s.id, got.ev.Event, got.ev.Data)
+		return wakeTimes{}, fmt.Errorf("%s ended with %s %s before retrieval", s.ID, got.ev.Event, got.ev.Data)
 	}
 	t := wakeTimes{release: t1.Sub(t0), wake: t2.Sub(t0), total: got.at.Sub(t0)}
 	if at, ok := streamTime(got.ev.ID); ok {
@@ -185,18 +190,18 @@ func (w *wakeupScenario) wake(ctx context.Context, gate *admission.Gate, held *h
 }
 
 // awaitDone reads s to its terminal event, which must be done.
-func awaitDone(s *chatStream) error {
-	last, err := s.until(func(ev testenv.SSEEvent) bool { return events.Terminal(ev.Event) })
+func awaitDone(s *chat.Stream) error {
+	last, err := s.Until(func(ev testenv.SSEEvent) bool { return events.Terminal(ev.Event) })
 	if err != nil {
 		return err
 	}
 	if last.Event != events.TypeDone {
-		return fmt.Errorf("%s ended with %s %s", s.id, last.Event, last.Data)
+		return fmt.Errorf("%s ended with %s %s", s.ID, last.Event, last.Data)
 	}
 	return nil
 }
 
-func (w *wakeupScenario) report(r *report) error {
+func (w *wakeupScenario) Report(r *report.Report) error {
 	var total, release, wake, signal, written []time.Duration
 	for _, t := range w.rounds {
 		total, release, wake = append(total, t.total), append(release, t.release), append(wake, t.wake)
@@ -205,25 +210,25 @@ func (w *wakeupScenario) report(r *report) error {
 			written = append(written, t.written)
 		}
 	}
-	r.header(fmt.Sprintf("%d sequential wake-ups after %d warm-up: the short pool's %d permits held by fake holders, a chat request queued through the API (%v after its queue event), then one holder released as a finishing request does (Gate.Release + admission.Wake with signal.Notifier)",
+	r.Header(fmt.Sprintf("%d sequential wake-ups after %d warm-up: the short pool's %d permits held by fake holders, a chat request queued through the API (%v after its queue event), then one holder released as a finishing request does (Gate.Release + admission.Wake with signal.Notifier)",
 		w.n, w.warmup, w.holders, w.settle))
-	r.table("from the release call to", "p50", "p90", "p99", "max")
+	r.Table("from the release call to", "p50", "p90", "p99", "max")
 	row := func(what string, ds []time.Duration, f func(time.Duration) string) {
-		l := sorted(ds)
-		r.row(what, f(l.at(50)), f(l.at(90)), f(l.at(99)), f(l.max()))
+		l := stats.Sorted(ds)
+		r.Row(what, f(l.At(50)), f(l.At(90)), f(l.At(99)), f(l.Max()))
 	}
-	row("Release returned (the Redis hand-off: release.lua)", release, msFine)
-	row("Wake returned (the announcement, or the admitted signal accepted by Temporal)", wake, msFine)
-	row("retrieval stage event written (Redis stream id, ±1 ms)", written, ms)
-	row("**retrieval stage event read from the SSE stream**", total, msFine)
-	r.linef("")
-	r.linef("signal call alone: p50 %s, p99 %s; pool after the run: %d in use (the holders), %d waiting",
-		msFine(sorted(signal).at(50)), msFine(sorted(signal).at(99)), w.after.InUse, w.after.Waiting)
-	l := sorted(total)
-	r.goal("wake-up p50, release → next waiter's retrieval stage on SSE", msFine(l.at(50)), "<= 5 ms", l.at(50) <= 5*time.Millisecond)
-	r.goal("wake-up p99", msFine(l.at(99)), "<= 25 ms", l.at(99) <= 25*time.Millisecond)
-	rl := sorted(release)
-	r.linef("Redis hand-off (Release script round trip): p50 %s, p99 %s", msFine(rl.at(50)), msFine(rl.at(99)))
+	row("Release returned (the Redis hand-off: release.lua)", release, stats.MsFine)
+	row("Wake returned (the announcement, or the admitted signal accepted by Temporal)", wake, stats.MsFine)
+	row("retrieval stage event written (Redis stream id, ±1 ms)", written, stats.Ms)
+	row("**retrieval stage event read from the SSE stream**", total, stats.MsFine)
+	r.Linef("")
+	r.Linef("signal call alone: p50 %s, p99 %s; pool after the run: %d in use (the holders), %d waiting",
+		stats.MsFine(stats.Sorted(signal).At(50)), stats.MsFine(stats.Sorted(signal).At(99)), w.after.InUse, w.after.Waiting)
+	l := stats.Sorted(total)
+	r.Goal("wake-up p50, release → next waiter's retrieval stage on SSE", stats.MsFine(l.At(50)), "<= 5 ms", l.At(50) <= 5*time.Millisecond)
+	r.Goal("wake-up p99", stats.MsFine(l.At(99)), "<= 25 ms", l.At(99) <= 25*time.Millisecond)
+	rl := stats.Sorted(release)
+	r.Linef("Redis hand-off (Release script round trip): p50 %s, p99 %s", stats.MsFine(rl.At(50)), stats.MsFine(rl.At(99)))
 	return nil
 }
 

@@ -6,22 +6,44 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/sluice-dev/sluice/tests/load/heal"
+	"github.com/sluice-dev/sluice/tests/load/internal/figure"
+	"github.com/sluice-dev/sluice/tests/load/internal/scenario"
 )
 
 // `sluice-bench plot` redraws a report's figure from its CSV, without
 // running the scenario again: after a change to the figure, or for a CSV
-// kept from an earlier run (goodput-before.csv).
+// of an earlier run (git show <commit>:tests/load/report/goodput.csv).
 
-const plotSummary = "redraw a report's PNG from its CSV (heal.csv, goodput.csv, soak.csv), without running anything"
+// figures are the scenarios' figures, in the order of specs.
+func figures() []*scenario.Figure {
+	var out []*scenario.Figure
+	for _, s := range specs {
+		if s.Figure != nil {
+			out = append(out, s.Figure)
+		}
+	}
+	return out
+}
+
+// plotSummary is the plot command's line in the usage.
+func plotSummary() string {
+	var csvs []string
+	for _, f := range figures() {
+		csvs = append(csvs, f.CSV)
+	}
+	return "redraw a report's PNG from its CSV (" + strings.Join(csvs, ", ") + "), without running anything"
+}
 
 // runPlot parses the plot command's flags and draws the figure.
 func runPlot(args []string) error {
 	fs := flag.NewFlagSet("sluice-bench plot", flag.ContinueOnError)
 	in := fs.String("in", "", "the CSV a scenario wrote (heal.csv or goodput.csv, or a copy of one); its header says which figure to draw")
 	out := fs.String("out", "", "the PNG to write (default: -in with .png for .csv)")
-	minSamples := fs.Int64("min-samples", healDefaultMinSamples, "heal: leave out samples of fewer latencies (the run's healing.min_samples)")
+	minSamples := fs.Int64("min-samples", heal.DefaultMinSamples, "heal: leave out samples of fewer latencies (the run's healing.min_samples)")
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: sluice-bench plot -in tests/load/report/heal.csv [-out heal.png]\n\n%s\n\nflags:\n", plotSummary)
+		fmt.Fprintf(os.Stderr, "usage: sluice-bench plot -in tests/load/report/heal.csv [-out heal.png]\n\n%s\n\nflags:\n", plotSummary())
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -34,7 +56,7 @@ func runPlot(args []string) error {
 	if *out == "" {
 		*out = strings.TrimSuffix(*in, ".csv") + ".png"
 	}
-	if err := plotCSV(*in, *out, *minSamples); err != nil {
+	if err := plotCSV(*in, *out, scenario.PlotOptions{MinSamples: *minSamples}); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "sluice-bench plot: wrote %s\n", *out)
@@ -43,21 +65,25 @@ func runPlot(args []string) error {
 
 // plotCSV draws the figure of the CSV at in, told by its header, into
 // out.
-func plotCSV(in, out string, minSamples int64) error {
-	t, err := readCSV(in)
+func plotCSV(in, out string, opts scenario.PlotOptions) error {
+	t, err := figure.ReadCSV(in)
 	if err != nil {
 		return err
 	}
-	switch {
-	case t.has(healColumns...):
-		return plotHealCSV(in, out, minSamples)
-	case t.has(goodputColumns...):
-		return plotGoodputCSV(in, out)
-	case t.has(soakColumns...):
-		// The limits drawn are the chart's as it is now.
-		limits, _ := chartMemoryLimits("deploy/helm/sluice/values.yaml")
-		return plotSoakCSV(in, out, limits)
+	figs := figures()
+	for _, f := range figs {
+		if t.Has(f.Columns...) {
+			return f.Draw(in, out, opts)
+		}
 	}
-	return fmt.Errorf("%s: none of heal.csv's columns (%s), goodput.csv's (%s) or soak.csv's (%s)", in,
-		strings.Join(healColumns, ","), strings.Join(goodputColumns, ","), strings.Join(soakColumns, ","))
+	var known []string
+	for i, f := range figs {
+		whose := f.CSV + "'s"
+		if i == 0 {
+			whose += " columns"
+		}
+		known = append(known, whose+" ("+strings.Join(f.Columns, ",")+")")
+	}
+	last := len(known) - 1
+	return fmt.Errorf("%s: none of %s or %s", in, strings.Join(known[:last], ", "), known[last])
 }

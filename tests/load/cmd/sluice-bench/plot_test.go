@@ -5,17 +5,27 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/tests/load/heal"
+	"github.com/sluice-dev/sluice/tests/load/internal/figure/figuretest"
+	"github.com/sluice-dev/sluice/tests/load/internal/scenario"
+)
+
+// The figures' test fixtures, kept beside the scenarios that draw them.
+const (
+	healFixture    = "../../heal/testdata/heal.csv"
+	goodputFixture = "../../goodput/testdata/goodput.csv"
 )
 
 // TestPlotCommandTellsTheFigureByTheHeader draws each fixture through
 // the plot command's path, the PNG beside the CSV by default.
 func TestPlotCommandTellsTheFigureByTheHeader(t *testing.T) {
-	for name, content := range map[string]string{"heal.csv": healFixture, "goodput.csv": goodputFixture} {
-		in := writeFixture(t, name, content)
+	for name, fixture := range map[string]string{"heal.csv": healFixture, "goodput.csv": goodputFixture} {
+		in := figuretest.WriteFixture(t, name, figuretest.Read(t, fixture))
 		if err := runPlot([]string{"-in", in}); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		decodePNG(t, strings.TrimSuffix(in, ".csv")+".png")
+		figuretest.DecodePNG(t, strings.TrimSuffix(in, ".csv")+".png")
 	}
 }
 
@@ -28,11 +38,11 @@ func TestRenderCommittedReports(t *testing.T) {
 	}
 	for _, in := range csvs {
 		out := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(in), ".csv")+".png")
-		if err := plotCSV(in, out, healDefaultMinSamples); err != nil {
+		if err := plotCSV(in, out, scenario.PlotOptions{MinSamples: heal.DefaultMinSamples}); err != nil {
 			t.Errorf("%s: %v", in, err)
 			continue
 		}
-		decodePNG(t, out)
+		figuretest.DecodePNG(t, out)
 	}
 }
 
@@ -40,8 +50,8 @@ func TestRenderCommittedReports(t *testing.T) {
 // columns or with a broken cell is an error naming the problem, and no
 // picture is written.
 func TestPlotRefusesWhatItCannotDraw(t *testing.T) {
-	healHeader, _, _ := strings.Cut(healFixture, "\n")
-	goodputHeader, _, _ := strings.Cut(goodputFixture, "\n")
+	healHeader, _, _ := strings.Cut(figuretest.Read(t, healFixture), "\n")
+	goodputHeader, _, _ := strings.Cut(figuretest.Read(t, goodputFixture), "\n")
 	for _, tc := range []struct {
 		name, content, want string
 	}{
@@ -55,7 +65,7 @@ func TestPlotRefusesWhatItCannotDraw(t *testing.T) {
 	} {
 		dir := t.TempDir()
 		out := filepath.Join(dir, "plot.png")
-		err := plotCSV(writeFixture(t, "in.csv", tc.content), out, 30)
+		err := plotCSV(figuretest.WriteFixture(t, "in.csv", tc.content), out, scenario.PlotOptions{MinSamples: 30})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one saying %q", tc.name, err, tc.want)
 		}

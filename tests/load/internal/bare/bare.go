@@ -1,4 +1,9 @@
-package main
+// Package bare is a bare Temporal workflow of Sluice's shape and none of
+// its work: four no-op local activities, one activity streaming the
+// answer into a Redis stream, and done written after it (or from the
+// stream, as Sluice writes it). The overhead and goodput scenarios
+// measure Sluice against it on the same stack.
+package bare
 
 import (
 	"context"
@@ -16,41 +21,43 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 )
 
-var trace = os.Getenv("BENCH_TRACE") == "1"
+var Trace = os.Getenv("BENCH_TRACE") == "1"
 
-const bareQueue = "sluice-bench-bare"
+const Queue = "sluice-bench-bare"
 
-// bareSetup is a running worker of the bare workflow, and the prompts it
+// Setup is a running worker of the bare workflow, and the prompts it
 // is to send.
-type bareSetup struct {
-	*bare
-	worker sdkworker.Worker
-	// prompts are overheadQueries' prompts as Sluice builds them (the
+type Setup struct {
+	*Activities
+	Worker sdkworker.Worker
+	// Prompts are chat.Queries' prompts as Sluice builds them (the
 	// same retrieval stack, retrieved context included), so that the
 	// bare paths send the simulator exactly what Sluice sends it.
-	prompts map[string][]openai.Message
+	Prompts map[string][]openai.Message
 }
 
-// startBare starts a worker of the bare workflow on the bench's own
+// Start starts a worker of the bare workflow on the bench's own
 // Temporal client (the stack's second runtime), streaming from the short
 // pool's backend through the pool's own client.
-func startBare(ctx context.Context, st *stack) (*bareSetup, error) {
-	rt := st.rt
-	b := &bareSetup{bare: &bare{rdb: rt.Redis, llm: rt.Chat.Pools[request.PoolShort].Streamer}, prompts: map[string][]openai.Message{}}
-	for _, q := range overheadQueries {
-		msgs, err := samePrompt(ctx, rt, st.cfg, q)
+func Start(ctx context.Context, st *stack.Stack) (*Setup, error) {
+	rt := st.Runtime
+	b := &Setup{Activities: &Activities{rdb: rt.Redis, LLM: rt.Chat.Pools[request.PoolShort].Streamer}, Prompts: map[string][]openai.Message{}}
+	for _, q := range chat.Queries {
+		msgs, err := stack.SamePrompt(ctx, rt, st.Config, q)
 		if err != nil {
 			return nil, err
 		}
-		b.prompts[q] = msgs
+		b.Prompts[q] = msgs
 	}
-	b.worker = sdkworker.New(rt.Temporal, bareQueue, sdkworker.Options{})
-	b.worker.RegisterWorkflow(BareWorkflow)
-	b.worker.RegisterActivity(b.bare)
-	b.worker.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: "noop"})
-	if err := b.worker.Start(); err != nil {
+	b.Worker = sdkworker.New(rt.Temporal, Queue, sdkworker.Options{})
+	b.Worker.RegisterWorkflow(BareWorkflow)
+	b.Worker.RegisterActivity(b.Activities)
+	b.Worker.RegisterActivityWithOptions(noop, activity.RegisterOptions{Name: "noop"})
+	if err := b.Worker.Start(); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -78,7 +85,7 @@ func BareWorkflow(ctx workflow.Context, in BareInput) error {
 		StartToCloseTimeout: time.Minute, HeartbeatTimeout: 10 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1},
 	})
-	var b *bare
+	var b *Activities
 	if err := workflow.ExecuteActivity(actx, b.BareStream, in).Get(actx, nil); err != nil {
 		return err
 	}
@@ -90,13 +97,13 @@ func BareWorkflow(ctx workflow.Context, in BareInput) error {
 
 func noop(_ context.Context, i int) (int, error) { return i, nil }
 
-type bare struct {
+type Activities struct {
 	rdb redis.UniversalClient
-	llm llm.Streamer
+	LLM llm.Streamer
 }
 
-func (b *bare) BareStream(ctx context.Context, in BareInput) error {
-	_, err := b.llm.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: in.Messages, MaxTokens: in.MaxTokens}, func(d llm.Delta) error {
+func (b *Activities) BareStream(ctx context.Context, in BareInput) error {
+	_, err := b.LLM.Stream(ctx, llm.Request{Model: "sluice-sim", Messages: in.Messages, MaxTokens: in.MaxTokens}, func(d llm.Delta) error {
 		activity.RecordHeartbeat(ctx)
 		return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + in.ID, Values: []any{"t", "token", "d", d.Text}}).Err()
 	})
@@ -106,18 +113,18 @@ func (b *bare) BareStream(ctx context.Context, in BareInput) error {
 	return b.BareDone(ctx, in.ID)
 }
 
-func (b *bare) BareDone(ctx context.Context, id string) error {
+func (b *Activities) BareDone(ctx context.Context, id string) error {
 	return b.rdb.XAdd(ctx, &redis.XAddArgs{Stream: "bench:" + id, Values: []any{"t", "done"}}).Err()
 }
 
-func bareRun(ctx context.Context, c client.Client, rdb redis.UniversalClient, queue, id string, msgs []openai.Message, maxTokens int, inlineDone bool) (time.Duration, time.Duration, error) {
+func Run(ctx context.Context, c client.Client, rdb redis.UniversalClient, queue, id string, msgs []openai.Message, maxTokens int, inlineDone bool) (time.Duration, time.Duration, error) {
 	start := time.Now()
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue, EnableEagerStart: true},
 		BareWorkflow, BareInput{ID: id, Messages: msgs, MaxTokens: maxTokens, InlineDone: inlineDone})
 	if err != nil {
 		return 0, 0, err
 	}
-	if trace {
+	if Trace {
 		fmt.Printf("%7.2fms bare started\n", float64(time.Since(start))/1e6)
 	}
 	defer rdb.Del(context.Background(), "bench:"+id)
@@ -130,7 +137,7 @@ func bareRun(ctx context.Context, c client.Client, rdb redis.UniversalClient, qu
 		}
 		for _, m := range res[0].Messages {
 			last = m.ID
-			if trace {
+			if Trace {
 				fmt.Printf("%7.2fms bare %v\n", float64(time.Since(start))/1e6, m.Values["t"])
 			}
 			switch m.Values["t"] {

@@ -1,4 +1,8 @@
-package main
+// Package chat is the bench's client of Sluice's POST /v1/chat: it sends a
+// request, reads its event stream to the end and says what the client
+// saw (an answer, a refusal, a hang); and the questions the scenarios
+// ask.
+package chat
 
 import (
 	"context"
@@ -17,11 +21,11 @@ import (
 	"github.com/sluice-dev/sluice/workflows"
 )
 
-// chatStream is one POST /v1/chat whose answer is an event stream.
-type chatStream struct {
+// Stream is one POST /v1/chat whose answer is an event stream.
+type Stream struct {
 	resp *http.Response
 	r    *testenv.SSEReader
-	id   string
+	ID   string
 }
 
 // httpError is a POST /v1/chat answered with a status other than 200.
@@ -34,8 +38,8 @@ type httpError struct {
 
 func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d %s", e.status, e.code) }
 
-// postChat starts a chat request. A non-200 answer is an *httpError.
-func postChat(ctx context.Context, hc *http.Client, baseURL, body string, header map[string]string) (*chatStream, error) {
+// Post starts a chat request. A non-200 answer is an *httpError.
+func Post(ctx context.Context, hc *http.Client, baseURL, body string, header map[string]string) (*Stream, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/chat", strings.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -60,18 +64,18 @@ func postChat(ctx context.Context, hc *http.Client, baseURL, body string, header
 		retryAfter, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 		return nil, &httpError{status: resp.StatusCode, code: e.Error.Code, retryAfter: retryAfter}
 	}
-	return &chatStream{resp: resp, r: testenv.NewSSEReader(resp.Body), id: resp.Header.Get("X-Request-ID")}, nil
+	return &Stream{resp: resp, r: testenv.NewSSEReader(resp.Body), ID: resp.Header.Get("X-Request-ID")}, nil
 }
 
 // next returns the next event; io.EOF when the stream ended.
-func (s *chatStream) next() (testenv.SSEEvent, error) { return s.r.Next() }
+func (s *Stream) next() (testenv.SSEEvent, error) { return s.r.Next() }
 
-// until reads events until stop returns true for one, and returns it.
-func (s *chatStream) until(stop func(testenv.SSEEvent) bool) (testenv.SSEEvent, error) {
+// Until reads events until stop returns true for one, and returns it.
+func (s *Stream) Until(stop func(testenv.SSEEvent) bool) (testenv.SSEEvent, error) {
 	for {
 		ev, err := s.r.Next()
 		if err != nil {
-			return ev, fmt.Errorf("stream of %s ended before the awaited event: %w", s.id, err)
+			return ev, fmt.Errorf("stream of %s ended before the awaited event: %w", s.ID, err)
 		}
 		if stop(ev) {
 			return ev, nil
@@ -79,94 +83,94 @@ func (s *chatStream) until(stop func(testenv.SSEEvent) bool) (testenv.SSEEvent, 
 	}
 }
 
-func (s *chatStream) close() { s.resp.Body.Close() }
+func (s *Stream) Close() { s.resp.Body.Close() }
 
 // Outcome kinds of a chat request, besides "rejected <reason>",
 // "error <reason>" and "HTTP <status> <code>".
 const (
-	kindDone = "done"
-	// kindHang: no terminal event before the client gave up.
-	kindHang = "hang"
+	KindDone = "done"
+	// KindHang: no terminal event before the client gave up.
+	KindHang = "hang"
 )
 
-// chatResult is what one chat request's client saw.
-type chatResult struct {
-	kind string
-	// id is the request's workflow id; empty when none was started.
-	id     string
-	tokens int
-	// served is the done event's prompt plus completion tokens: what the
+// Result is what one chat request's client saw.
+type Result struct {
+	Kind string
+	// ID is the request's workflow id; empty when none was started.
+	ID     string
+	Tokens int
+	// Served is the done event's prompt plus completion tokens: what the
 	// request was served, as its tenant's share counts it.
-	served int
-	// ttft runs from the POST to the first token event (0: none came),
+	Served int
+	// TTFT runs from the POST to the first token event (0: none came),
 	// last to the last one: the answer's pace is what lies between.
-	ttft, last time.Duration
-	// admitted runs from the POST to the first stage after admission
+	TTFT, Last time.Duration
+	// Admitted runs from the POST to the first stage after admission
 	// (retrieval, or the LLM call): the wait at the door and in the queue,
 	// and the stages before them (0: never admitted).
-	admitted time.Duration
+	Admitted time.Duration
 	// queued: the stream had a queue event, so the request waited for a
 	// permit.
-	queued bool
-	// retryAfter is a rejection's retry_after_s, or a refusal's
+	Queued bool
+	// RetryAfter is a rejection's retry_after_s, or a refusal's
 	// Retry-After (0: none, or neither).
-	retryAfter int
+	RetryAfter int
 }
 
-// readChat sends a chat request and reads every event of its stream up
+// Read sends a chat request and reads every event of its stream up
 // to the terminal one, or until ctx ends.
-func readChat(ctx context.Context, hc *http.Client, baseURL, body string, header map[string]string) chatResult {
+func Read(ctx context.Context, hc *http.Client, baseURL, body string, header map[string]string) Result {
 	start := time.Now()
-	s, err := postChat(ctx, hc, baseURL, body, header)
+	s, err := Post(ctx, hc, baseURL, body, header)
 	if err != nil {
 		var he *httpError
 		switch {
 		case errors.As(err, &he):
-			return chatResult{kind: fmt.Sprintf("HTTP %d %s", he.status, he.code), retryAfter: he.retryAfter}
+			return Result{Kind: fmt.Sprintf("HTTP %d %s", he.status, he.code), RetryAfter: he.retryAfter}
 		case ctx.Err() != nil:
-			return chatResult{kind: kindHang}
+			return Result{Kind: KindHang}
 		}
-		return chatResult{kind: "transport error"}
+		return Result{Kind: "transport error"}
 	}
-	defer s.close()
-	r := chatResult{id: workflows.ChatWorkflowID(s.id)}
+	defer s.Close()
+	r := Result{ID: workflows.ChatWorkflowID(s.ID)}
 	for {
 		ev, err := s.next()
 		if err != nil {
-			r.kind = "stream ended without a terminal event"
+			r.Kind = "stream ended without a terminal event"
 			if ctx.Err() != nil {
-				r.kind = kindHang
+				r.Kind = KindHang
 			}
 			return r
 		}
 		switch ev.Event {
 		case events.TypeQueue:
-			r.queued = true
+			r.Queued = true
 		case events.TypeStage:
 			var st events.Stage
-			if r.admitted == 0 && ev.Decode(&st) == nil && (st.Stage == request.StageRetrieval || st.Stage == request.StageLLM) {
-				r.admitted = time.Since(start)
+			if r.Admitted == 0 && ev.Decode(&st) == nil && (st.Stage == request.StageRetrieval || st.Stage == request.StageLLM) {
+				r.Admitted = time.Since(start)
 			}
 		case events.TypeToken:
-			r.last = time.Since(start)
-			if r.tokens == 0 {
-				r.ttft = r.last
+			r.Last = time.Since(start)
+			if r.Tokens == 0 {
+				r.TTFT = r.Last
 			}
-			r.tokens++
+			r.Tokens++
 		case events.TypeDone:
-			r.kind = kindDone
-			if r.tokens == 0 {
-				r.kind = "done without tokens"
+			r.Kind = KindDone
+			if r.Tokens == 0 {
+				r.Kind = "done without tokens"
 			}
 			var d events.Done
 			if ev.Decode(&d) == nil {
-				r.served = d.Usage.PromptTokens + d.Usage.CompletionTokens
+				r.Served = d.Usage.PromptTokens + d.Usage.CompletionTokens
 			}
 			return r
 		case events.TypeRejected, events.TypeError:
 			var f events.Failure
 			_ = ev.Decode(&f)
-			r.kind, r.retryAfter = ev.Event+" "+f.Reason, f.RetryAfterS
+			r.Kind, r.RetryAfter = ev.Event+" "+f.Reason, f.RetryAfterS
 			return r
 		}
 	}

@@ -1,4 +1,9 @@
-package main
+// Package figure draws the reports' figures: gonum/plot panels in a
+// grid, each row's legend in a column to the right of the row, where it
+// never covers a curve. A figure is always drawn from its CSV, whether a
+// scenario has just written it or `sluice-bench plot` redraws an old
+// one, so the picture and the numbers beside it cannot disagree.
+package figure
 
 import (
 	"encoding/csv"
@@ -17,12 +22,6 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// The reports' figures are gonum/plot panels in a grid, each row's
-// legend in a column to the right of the row, where it never covers a
-// curve. A figure is always drawn from its CSV, whether a scenario has
-// just written it or `sluice-bench plot` redraws an old one, so the
-// picture and the numbers beside it cannot disagree.
-
 // figureDPI makes an inch of the figure this many pixels.
 const figureDPI = 96
 
@@ -33,34 +32,34 @@ const legendGap = vg.Inch / 2
 // sansFont reads better than gonum's default serif at screen sizes.
 var sansFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
 
-// figure is panels in rows (every row as many), a legend per row, and
+// Figure is panels in rows (every row as many), a legend per row, and
 // the size of one row.
-type figure struct {
-	rows      [][]*plot.Plot
-	legends   []plot.Legend
-	width     vg.Length
-	rowHeight vg.Length
+type Figure struct {
+	Rows      [][]*plot.Plot
+	Legends   []plot.Legend
+	Width     vg.Length
+	RowHeight vg.Length
 }
 
-// writePNG draws the figure into a PNG at path.
-func (f figure) writePNG(path string) error {
-	if len(f.rows) == 0 || len(f.legends) != len(f.rows) {
-		return fmt.Errorf("figure %s: %d rows, %d legends", path, len(f.rows), len(f.legends))
+// WritePNG draws the figure into a PNG at path.
+func (f Figure) WritePNG(path string) error {
+	if len(f.Rows) == 0 || len(f.Legends) != len(f.Rows) {
+		return fmt.Errorf("figure %s: %d rows, %d legends", path, len(f.Rows), len(f.Legends))
 	}
-	img := vgimg.NewWith(vgimg.UseWH(f.width, f.rowHeight*vg.Length(len(f.rows))), vgimg.UseDPI(figureDPI))
+	img := vgimg.NewWith(vgimg.UseWH(f.Width, f.RowHeight*vg.Length(len(f.Rows))), vgimg.UseDPI(figureDPI))
 	dc := draw.New(img)
 	// The legends' column is as wide as the widest legend.
 	var legendWidth vg.Length
-	for _, l := range f.legends {
+	for _, l := range f.Legends {
 		legendWidth = max(legendWidth, l.Rectangle(dc).Size().X)
 	}
 	panels := draw.Crop(dc, 0, -(legendWidth + legendGap + vg.Inch/8), 0, 0)
 	tiles := draw.Tiles{
-		Rows: len(f.rows), Cols: len(f.rows[0]),
+		Rows: len(f.Rows), Cols: len(f.Rows[0]),
 		PadX: vg.Inch / 2, PadY: vg.Inch / 3, PadTop: vg.Inch / 8, PadBottom: vg.Inch / 8, PadLeft: vg.Inch / 8,
 	}
-	canvases := plot.Align(f.rows, tiles, panels)
-	for i, row := range f.rows {
+	canvases := plot.Align(f.Rows, tiles, panels)
+	for i, row := range f.Rows {
 		for j, p := range row {
 			p.Draw(canvases[i][j])
 		}
@@ -70,7 +69,7 @@ func (f figure) writePNG(path string) error {
 			Min: vg.Point{X: panels.Max.X + legendGap, Y: data.Min.Y},
 			Max: vg.Point{X: dc.Max.X, Y: data.Max.Y},
 		}}
-		l := f.legends[i]
+		l := f.Legends[i]
 		l.Top, l.Left = true, true
 		l.Draw(at)
 	}
@@ -85,19 +84,19 @@ func (f figure) writePNG(path string) error {
 	return out.Close()
 }
 
-// drawBeside draws a report's figure with draw. A figure that cannot be
+// DrawBeside draws a report's figure with draw. A figure that cannot be
 // drawn (a run too short for a sample worth plotting) is told on stderr,
 // and no older run's figure is left beside the new numbers: the report
 // stands without it, and its verdicts are still printed.
-func drawBeside(scenario, png string, draw func() error) {
+func DrawBeside(scenario, png string, draw func() error) {
 	if err := draw(); err != nil {
 		_ = os.Remove(png)
 		fmt.Fprintf(os.Stderr, "sluice-bench %s: %s not drawn: %v\n", scenario, filepath.Base(png), err)
 	}
 }
 
-// newPanel is a plot with the figures' type and a grid.
-func newPanel(title, xLabel, yLabel string) *plot.Plot {
+// NewPanel is a plot with the figures' type and a grid.
+func NewPanel(title, xLabel, yLabel string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, xLabel, yLabel
 	p.Title.TextStyle.Font = font.From(sansFont, 14)
@@ -110,8 +109,8 @@ func newPanel(title, xLabel, yLabel string) *plot.Plot {
 	return p
 }
 
-// newLegend is a legend in the figures' type.
-func newLegend() plot.Legend {
+// NewLegend is a legend in the figures' type.
+func NewLegend() plot.Legend {
 	l := plot.NewLegend()
 	l.TextStyle.Font = font.From(sansFont, 12)
 	l.ThumbnailWidth = vg.Points(30)
@@ -119,21 +118,21 @@ func newLegend() plot.Legend {
 	return l
 }
 
-// seriesStyle is how one series is drawn.
-type seriesStyle struct {
-	color  color.Color
-	dashes []vg.Length
-	// glyph marks each point; nil draws the line alone.
-	glyph draw.GlyphDrawer
-	// step draws the line as a staircase (a level held until the next
+// SeriesStyle is how one series is drawn.
+type SeriesStyle struct {
+	Color  color.Color
+	Dashes []vg.Length
+	// Glyph marks each point; nil draws the line alone.
+	Glyph draw.GlyphDrawer
+	// Step draws the line as a staircase (a level held until the next
 	// point).
-	step bool
+	Step bool
 }
 
-// addSeries draws xys on p in st and names it in the legend (once,
+// AddSeries draws xys on p in st and names it in the legend (once,
 // under name; an empty name adds no entry). Each element of segments is
 // drawn as its own line, so that a gap in the data stays a gap.
-func addSeries(p *plot.Plot, l *plot.Legend, name string, st seriesStyle, segments ...plotter.XYs) error {
+func AddSeries(p *plot.Plot, l *plot.Legend, name string, st SeriesStyle, segments ...plotter.XYs) error {
 	var thumbs []plot.Thumbnailer
 	for _, xys := range segments {
 		if len(xys) == 0 {
@@ -143,18 +142,18 @@ func addSeries(p *plot.Plot, l *plot.Legend, name string, st seriesStyle, segmen
 		if err != nil {
 			return fmt.Errorf("plot %s: %w", name, err)
 		}
-		line.Color, line.Width, line.Dashes = st.color, vg.Points(2), st.dashes
-		if st.step {
+		line.Color, line.Width, line.Dashes = st.Color, vg.Points(2), st.Dashes
+		if st.Step {
 			line.StepStyle = plotter.PostStep
 		}
 		p.Add(line)
 		thumbs = []plot.Thumbnailer{line}
-		if st.glyph != nil {
+		if st.Glyph != nil {
 			dots, err := plotter.NewScatter(xys)
 			if err != nil {
 				return fmt.Errorf("plot %s: %w", name, err)
 			}
-			dots.Color, dots.Shape, dots.Radius = st.color, st.glyph, vg.Points(3.5)
+			dots.Color, dots.Shape, dots.Radius = st.Color, st.Glyph, vg.Points(3.5)
 			p.Add(dots)
 			thumbs = append(thumbs, dots)
 		}
@@ -165,9 +164,9 @@ func addSeries(p *plot.Plot, l *plot.Legend, name string, st seriesStyle, segmen
 	return nil
 }
 
-// addGuide draws a dashed horizontal line at y across [x0, x1], under
+// AddGuide draws a dashed horizontal line at y across [x0, x1], under
 // whatever is added after it, and returns it for the legend.
-func addGuide(p *plot.Plot, y, x0, x1 float64, c color.Color) (*plotter.Line, error) {
+func AddGuide(p *plot.Plot, y, x0, x1 float64, c color.Color) (*plotter.Line, error) {
 	line, err := plotter.NewLine(plotter.XYs{{X: x0, Y: y}, {X: x1, Y: y}})
 	if err != nil {
 		return nil, fmt.Errorf("guide at %g: %w", y, err)
@@ -177,11 +176,11 @@ func addGuide(p *plot.Plot, y, x0, x1 float64, c color.Color) (*plotter.Line, er
 	return line, nil
 }
 
-// logRange sets a log10-valued axis to run from the 1-2-5 mark below lo
+// LogRange sets a log10-valued axis to run from the 1-2-5 mark below lo
 // to the one above hi (lo and hi being quantities, not logarithms), so
 // that both ends are labelled; a point within 10% of a mark gets the
 // next one, to keep off the panel's edge.
-func logRange(a *plot.Axis, lo, hi float64) {
+func LogRange(a *plot.Axis, lo, hi float64) {
 	if lo <= 0 || hi < lo {
 		return
 	}
@@ -196,12 +195,12 @@ func logRange(a *plot.Axis, lo, hi float64) {
 	a.Min, a.Max = math.Log10(down)-0.02, math.Log10(up)+0.02
 }
 
-// log10Axis marks an axis whose values are log10 of the quantity with
+// Log10Axis marks an axis whose values are log10 of the quantity with
 // the quantity itself, at 1, 2 and 5 times each power of ten. The values
 // are plotted as logarithms on a linear axis because gonum centres a
 // vertical axis's label on the arithmetic mean of a log scale's range,
 // which sits near the top and squeezes the panel.
-var log10Axis = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+var Log10Axis = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
 	ts := ticks125(math.Pow(10, lo), math.Pow(10, hi))
 	for i := range ts {
 		ts[i].Value = math.Log10(ts[i].Value)
@@ -209,9 +208,9 @@ var log10Axis = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
 	return ts
 })
 
-// ticksLinear marks a linear axis about five times, at a round step (1,
+// TicksLinear marks a linear axis about five times, at a round step (1,
 // 2 or 5 times a power of ten), labelled without trailing zeros.
-func ticksLinear(lo, hi float64) []plot.Tick {
+func TicksLinear(lo, hi float64) []plot.Tick {
 	var ts []plot.Tick
 	if hi <= lo {
 		return ts
@@ -248,16 +247,16 @@ func ticks125(lo, hi float64) []plot.Tick {
 	return ts
 }
 
-// csvTable is a CSV file's data rows, read by column name.
-type csvTable struct {
-	path string
+// Table is a CSV file's data rows, read by column name.
+type Table struct {
+	Path string
 	col  map[string]int
-	rows [][]string
+	Rows [][]string
 }
 
-// readCSV reads a CSV file with a header, which must name every column
+// ReadCSV reads a CSV file with a header, which must name every column
 // of required; a file without data rows is an error, not an empty plot.
-func readCSV(path string, required ...string) (*csvTable, error) {
+func ReadCSV(path string, required ...string) (*Table, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read csv: %w", err)
@@ -270,7 +269,7 @@ func readCSV(path string, required ...string) (*csvTable, error) {
 	if len(all) == 0 {
 		return nil, fmt.Errorf("%s: empty, not even a header", path)
 	}
-	t := &csvTable{path: path, col: map[string]int{}, rows: all[1:]}
+	t := &Table{Path: path, col: map[string]int{}, Rows: all[1:]}
 	for i, name := range all[0] {
 		t.col[name] = i
 	}
@@ -279,14 +278,14 @@ func readCSV(path string, required ...string) (*csvTable, error) {
 			return nil, fmt.Errorf("%s: no column %q", path, name)
 		}
 	}
-	if len(t.rows) == 0 {
+	if len(t.Rows) == 0 {
 		return nil, fmt.Errorf("%s: no data rows to plot", path)
 	}
 	return t, nil
 }
 
-// has says whether the header names every one of columns.
-func (t *csvTable) has(columns ...string) bool {
+// Has says whether the header names every one of columns.
+func (t *Table) Has(columns ...string) bool {
 	for _, c := range columns {
 		if _, ok := t.col[c]; !ok {
 			return false
@@ -295,16 +294,16 @@ func (t *csvTable) has(columns ...string) bool {
 	return true
 }
 
-// str is row i's cell of column name.
-func (t *csvTable) str(i int, name string) string { return t.rows[i][t.col[name]] }
+// Str is row i's cell of column name.
+func (t *Table) Str(i int, name string) string { return t.Rows[i][t.col[name]] }
 
-// num is row i's cell of column name as a number; an empty cell is an
+// Num is row i's cell of column name as a number; an empty cell is an
 // error, as is one that is not a number.
-func (t *csvTable) num(i int, name string) (float64, error) {
-	v, err := strconv.ParseFloat(t.str(i, name), 64)
+func (t *Table) Num(i int, name string) (float64, error) {
+	v, err := strconv.ParseFloat(t.Str(i, name), 64)
 	if err != nil {
 		// Line 1 is the header.
-		return 0, fmt.Errorf("%s line %d, column %s: %w", t.path, i+2, name, err)
+		return 0, fmt.Errorf("%s line %d, column %s: %w", t.Path, i+2, name, err)
 	}
 	return v, nil
 }

@@ -1,36 +1,40 @@
-package main
+// Package load drives requests at a system and tallies their latencies:
+// closed loops of clients, and open loops paced at a fixed rate.
+package load
 
 import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 )
 
-// loadResult is what a run of requests measured.
-type loadResult struct {
-	sent    int
-	elapsed time.Duration
-	// lat is each answered request's latency. In an open loop it runs
+// Result is what a run of requests measured.
+type Result struct {
+	Sent    int
+	Elapsed time.Duration
+	// Lat is each answered request's latency. In an open loop it runs
 	// from the request's scheduled start if its worker was still busy
 	// with an earlier request then (the system made it wait: no
 	// coordinated omission), else from when it was sent (the generator's
 	// own timer slack is not the system's latency).
-	lat latencies
-	// late counts requests of an open loop sent more than a millisecond
+	Lat stats.Latencies
+	// Late counts requests of an open loop sent more than a millisecond
 	// after their scheduled time because their worker was busy.
-	late int
-	errs int
+	Late int
+	Errs int
 }
 
-// rate is the requests answered without an error per second.
-func (r loadResult) rate() float64 { return float64(len(r.lat)) / r.elapsed.Seconds() }
+// Rate is the requests answered without an error per second.
+func (r Result) Rate() float64 { return float64(len(r.Lat)) / r.Elapsed.Seconds() }
 
-// sentRate is the requests sent per second.
-func (r loadResult) sentRate() float64 { return float64(r.sent) / r.elapsed.Seconds() }
+// SentRate is the requests sent per second.
+func (r Result) SentRate() float64 { return float64(r.Sent) / r.Elapsed.Seconds() }
 
-// closedLoop runs clients that each send their next request as soon as
+// ClosedLoop runs clients that each send their next request as soon as
 // the previous one returned, for d. do is called with the client's index.
-func closedLoop(ctx context.Context, d time.Duration, clients int, do func(ctx context.Context, client int) error) loadResult {
+func ClosedLoop(ctx context.Context, d time.Duration, clients int, do func(ctx context.Context, client int) error) Result {
 	start := time.Now()
 	deadline := start.Add(d)
 	return runWorkers(start, clients, func(c int) (t tally) {
@@ -55,9 +59,9 @@ type tally struct {
 
 // runWorkers runs work on n goroutines and adds up their tallies; the
 // load's time runs from start until the last worker returned.
-func runWorkers(start time.Time, n int, work func(w int) tally) loadResult {
+func runWorkers(start time.Time, n int, work func(w int) tally) Result {
 	var mu sync.Mutex
-	var res loadResult
+	var res Result
 	var all []time.Duration
 	var wg sync.WaitGroup
 	for w := 0; w < n; w++ {
@@ -67,21 +71,21 @@ func runWorkers(start time.Time, n int, work func(w int) tally) loadResult {
 			t := work(w)
 			mu.Lock()
 			all = append(all, t.lat...)
-			res.late += t.late
-			res.errs += t.errs
+			res.Late += t.late
+			res.Errs += t.errs
 			mu.Unlock()
 		}(w)
 	}
 	wg.Wait()
-	res.elapsed = time.Since(start)
-	res.sent = len(all) + res.errs
-	res.lat = sorted(all)
+	res.Elapsed = time.Since(start)
+	res.Sent = len(all) + res.Errs
+	res.Lat = stats.Sorted(all)
 	return res
 }
 
-// feed sends 0 to n-1 on the channel it returns, then closes it; it
+// Feed sends 0 to n-1 on the channel it returns, then closes it; it
 // stops early when ctx is done.
-func feed(ctx context.Context, n int) <-chan int {
+func Feed(ctx context.Context, n int) <-chan int {
 	ch := make(chan int)
 	go func() {
 		defer close(ch)
@@ -96,11 +100,11 @@ func feed(ctx context.Context, n int) <-chan int {
 	return ch
 }
 
-// paced issues requests at a fixed total rate for d, open loop: request i
+// Paced issues requests at a fixed total rate for d, open loop: request i
 // is due at start + i/rate whatever happened to earlier ones, spread over
 // workers that each own every workers-th request. do is called with the
 // worker's index.
-func paced(ctx context.Context, rate float64, d time.Duration, workers int, do func(ctx context.Context, worker, i int) error) loadResult {
+func Paced(ctx context.Context, rate float64, d time.Duration, workers int, do func(ctx context.Context, worker, i int) error) Result {
 	total := int(rate * d.Seconds())
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now().Add(50 * time.Millisecond)
@@ -133,8 +137,8 @@ func paced(ctx context.Context, rate float64, d time.Duration, workers int, do f
 	})
 }
 
-// sleepUntil waits until t; false if ctx ended first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
+// SleepUntil waits until t; false if ctx ended first.
+func SleepUntil(ctx context.Context, t time.Time) bool {
 	select {
 	case <-ctx.Done():
 		return false

@@ -1,4 +1,7 @@
-package main
+// Package machine reads what the bench's process, its children and the
+// whole machine use: resident memory and goroutines, and CPU time by
+// process.
+package machine
 
 import (
 	"fmt"
@@ -10,17 +13,17 @@ import (
 	"time"
 )
 
-// memory is the process's resident memory and Go's view of it.
-type memory struct {
-	rssKB      int64
-	heapInuse  uint64
-	goroutines int
+// Memory is the process's resident memory and Go's view of it.
+type Memory struct {
+	RSSKB      int64
+	HeapInuse  uint64
+	Goroutines int
 }
 
-func readMemory() memory {
+func ReadMemory() Memory {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	m := memory{heapInuse: ms.HeapInuse, goroutines: runtime.NumGoroutine()}
+	m := Memory{HeapInuse: ms.HeapInuse, Goroutines: runtime.NumGoroutine()}
 	raw, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return m
@@ -29,29 +32,29 @@ func readMemory() memory {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 			f := strings.Fields(v)
 			if len(f) > 0 {
-				m.rssKB, _ = strconv.ParseInt(f[0], 10, 64)
+				m.RSSKB, _ = strconv.ParseInt(f[0], 10, 64)
 			}
 		}
 	}
 	return m
 }
 
-// cpuSnap is CPU time used so far: by the whole machine, by this process
+// CPU is CPU time used so far: by the whole machine, by this process
 // (the bench, the API and its embedded worker) and by each child process
 // (redis-server, the Temporal dev server) by name.
-type cpuSnap struct {
+type CPU struct {
 	at                time.Time
-	machine, machineT float64 // busy and total, in seconds summed over CPUs
+	Machine, machineT float64 // busy and total, in seconds summed over CPUs
 	steal             float64 // time the hypervisor gave to someone else
-	self              float64
-	children          map[string]float64
+	Self              float64
+	Children          map[string]float64
 }
 
 // clockTick is USER_HZ, the unit of /proc CPU times (100 on Linux).
 const clockTick = 100.0
 
-func takeCPU() cpuSnap {
-	s := cpuSnap{at: time.Now(), children: map[string]float64{}}
+func TakeCPU() CPU {
+	s := CPU{at: time.Now(), Children: map[string]float64{}}
 	if raw, err := os.ReadFile("/proc/stat"); err == nil {
 		line, _, _ := strings.Cut(string(raw), "\n")
 		f := strings.Fields(line)
@@ -64,13 +67,13 @@ func takeCPU() cpuSnap {
 			case 8:
 				s.steal += v / clockTick
 			default:
-				s.machine += v / clockTick
+				s.Machine += v / clockTick
 			}
 		}
 	}
 	self := os.Getpid()
-	if _, _, cpu, ok := procStat(self); ok {
-		s.self = cpu
+	if _, _, cpu, ok := ProcStat(self); ok {
+		s.Self = cpu
 	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -78,16 +81,16 @@ func takeCPU() cpuSnap {
 		if err != nil || pid == self {
 			continue
 		}
-		comm, ppid, cpu, ok := procStat(pid)
+		comm, ppid, cpu, ok := ProcStat(pid)
 		if ok && ppid == self {
-			s.children[comm] += cpu
+			s.Children[comm] += cpu
 		}
 	}
 	return s
 }
 
-// procStat reads a process's name, parent and CPU seconds (user+system).
-func procStat(pid int) (comm string, ppid int, cpu float64, ok bool) {
+// ProcStat reads a process's name, parent and CPU seconds (user+system).
+func ProcStat(pid int) (comm string, ppid int, cpu float64, ok bool) {
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return "", 0, 0, false
@@ -109,28 +112,28 @@ func procStat(pid int) (comm string, ppid int, cpu float64, ok bool) {
 	return comm, ppid, (u + st) / clockTick, true
 }
 
-// cpuBetween says where the machine's CPU went between two snapshots, in
+// CPUBetween says where the machine's CPU went between two snapshots, in
 // percent of one core.
-func cpuBetween(a, b cpuSnap) string {
+func CPUBetween(a, b CPU) string {
 	wall := b.at.Sub(a.at).Seconds()
 	if wall <= 0 {
 		return "no CPU figures"
 	}
 	pc := func(sec float64) string { return fmt.Sprintf("%.0f%%", 100*sec/wall) }
 	var parts []string
-	known := b.self - a.self
-	parts = append(parts, "this process (bench + API + worker) "+pc(b.self-a.self))
-	names := make([]string, 0, len(b.children))
-	for n := range b.children {
+	known := b.Self - a.Self
+	parts = append(parts, "this process (bench + API + worker) "+pc(b.Self-a.Self))
+	names := make([]string, 0, len(b.Children))
+	for n := range b.Children {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		d := b.children[n] - a.children[n]
+		d := b.Children[n] - a.Children[n]
 		known += d
 		parts = append(parts, n+" "+pc(d))
 	}
-	busy := b.machine - a.machine
+	busy := b.Machine - a.Machine
 	parts = append(parts, "everything else on the machine "+pc(max(0, busy-known)))
 	parts = append(parts, "stolen by the hypervisor "+pc(b.steal-a.steal))
 	return fmt.Sprintf("machine %s of %d00%%: %s", pc(busy), runtime.NumCPU(), strings.Join(parts, ", "))

@@ -1,4 +1,9 @@
-package main
+// Package progress prints a running scenario's progress lines: a
+// scenario runs for minutes, and someone watching it (or a CI log) must
+// see that it is alive and how far it got. Every scenario prints a line
+// on stderr at least every Every, built by a function that reads what
+// the scenario has at hand; the report on stdout stays clean.
+package progress
 
 import (
 	"fmt"
@@ -8,27 +13,21 @@ import (
 	"time"
 )
 
-// Progress lines: a scenario runs for minutes, and someone watching it
-// (or a CI log) must see that it is alive and how far it got. Every
-// scenario prints a line on stderr at least every progressEvery, built
-// by a function that reads what the scenario has at hand; the report on
-// stdout stays clean.
+// Every is how often a running scenario prints its progress.
+const Every = 5 * time.Second
 
-// progressEvery is how often a running scenario prints its progress.
-const progressEvery = 5 * time.Second
-
-// progressTicker prints "[name] 35s <line()>" to w every interval until
+// Ticker prints "[name] 35s <line()>" to w every interval until
 // stopped.
-type progressTicker struct {
+type Ticker struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
 }
 
-// startProgress starts a ticker; line is called from the ticker's own
+// Start starts a ticker; line is called from the ticker's own
 // goroutine, so it must read only what is safe to read concurrently.
-func startProgress(w io.Writer, name string, interval time.Duration, line func() string) *progressTicker {
-	p := &progressTicker{stop: make(chan struct{}), done: make(chan struct{})}
+func Start(w io.Writer, name string, interval time.Duration, line func() string) *Ticker {
+	p := &Ticker{stop: make(chan struct{}), done: make(chan struct{})}
 	start := time.Now()
 	go func() {
 		defer close(p.done)
@@ -48,16 +47,16 @@ func startProgress(w io.Writer, name string, interval time.Duration, line func()
 
 // Stop ends the ticker and waits for a line being printed: nothing is
 // printed once it returns. It may be called more than once.
-func (p *progressTicker) Stop() {
+func (p *Ticker) Stop() {
 	p.stopOnce.Do(func() { close(p.stop) })
 	<-p.done
 }
 
-// meter is what a scenario's current phase has done so far, for its
+// Meter is what a scenario's current phase has done so far, for its
 // progress line: the phase's name, when it began, and a count of what it
 // finished (requests, decisions, rounds), out of how many if known.
 // Safe for concurrent use.
-type meter struct {
+type Meter struct {
 	mu    sync.Mutex
 	phase string
 	since time.Time
@@ -66,10 +65,10 @@ type meter struct {
 	errs  atomic.Int64
 }
 
-// enter starts a phase, its counts from zero; total is 0 when unknown,
+// Enter starts a phase, its counts from zero; total is 0 when unknown,
 // and negative when the phase's work is not counted here (a child
 // process's, say).
-func (m *meter) enter(phase string, total int64) {
+func (m *Meter) Enter(phase string, total int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.phase, m.since, m.total = phase, time.Now(), total
@@ -77,19 +76,19 @@ func (m *meter) enter(phase string, total int64) {
 	m.errs.Store(0)
 }
 
-// current is the phase's name.
-func (m *meter) current() string {
+// Current is the phase's name.
+func (m *Meter) Current() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.phase
 }
 
-// add counts n things done, fail one that failed.
-func (m *meter) add(n int64) { m.n.Add(n) }
-func (m *meter) fail()       { m.errs.Add(1) }
+// Add counts n things done, fail one that failed.
+func (m *Meter) Add(n int64) { m.n.Add(n) }
+func (m *Meter) Fail()       { m.errs.Add(1) }
 
 // String is "phase=… for=…s[ done=n[/total] rate=…/s][ errors=…]".
-func (m *meter) String() string {
+func (m *Meter) String() string {
 	m.mu.Lock()
 	phase, since, total := m.phase, m.since, m.total
 	m.mu.Unlock()

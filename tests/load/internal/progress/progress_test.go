@@ -1,4 +1,4 @@
-package main
+package progress
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ func lines(b *testenv.SyncBuffer) []string {
 func TestProgressTickerPrintsEveryIntervalUntilStopped(t *testing.T) {
 	var out testenv.SyncBuffer
 	calls := 0
-	p := startProgress(&out, "heal", 10*time.Millisecond, func() string {
+	p := Start(&out, "heal", 10*time.Millisecond, func() string {
 		calls++
 		return fmt.Sprintf("phase=on n=%d", calls)
 	})
@@ -50,7 +50,7 @@ func TestProgressTickerPrintsEveryIntervalUntilStopped(t *testing.T) {
 
 func TestProgressTickerStopsBeforeItsFirstLine(t *testing.T) {
 	var out testenv.SyncBuffer
-	p := startProgress(&out, "burst", time.Hour, func() string { return "never" })
+	p := Start(&out, "burst", time.Hour, func() string { return "never" })
 	done := make(chan struct{})
 	go func() { p.Stop(); close(done) }()
 	select {
@@ -64,22 +64,22 @@ func TestProgressTickerStopsBeforeItsFirstLine(t *testing.T) {
 }
 
 func TestMeterLine(t *testing.T) {
-	var m meter
+	var m Meter
 	if got := m.String(); got != "phase=starting" {
 		t.Errorf("before a phase: %q", got)
 	}
-	m.enter("closed", 10)
-	m.add(3)
-	m.fail()
+	m.Enter("closed", 10)
+	m.Add(3)
+	m.Fail()
 	got := m.String()
 	if !regexp.MustCompile(`^phase=closed for=\d+s done=3/10 rate=[0-9.]+/s errors=1$`).MatchString(got) {
 		t.Errorf("counted phase: %q", got)
 	}
-	m.enter("wrk-8conns", -1)
+	m.Enter("wrk-8conns", -1)
 	if got := m.String(); !regexp.MustCompile(`^phase=wrk-8conns for=\d+s$`).MatchString(got) {
 		t.Errorf("a phase counted elsewhere: %q, want no counts (the last phase's were reset)", got)
 	}
-	if m.current() != "wrk-8conns" {
-		t.Errorf("current phase %q", m.current())
+	if m.Current() != "wrk-8conns" {
+		t.Errorf("current phase %q", m.Current())
 	}
 }

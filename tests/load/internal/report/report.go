@@ -1,4 +1,7 @@
-package main
+// Package report writes a scenario's report: a header saying what ran,
+// how, when and on what machine, then tables, notes and one line per
+// goal with its verdict, printed on stdout and copied to -report's file.
+package report
 
 import (
 	"errors"
@@ -13,51 +16,51 @@ import (
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
-// report is what a scenario prints on stdout: a header (what ran, the
+// Report is what a scenario prints on stdout: a header (what ran, the
 // command that ran it, the machine it ran on), then its lines — a
 // markdown table, notes, goal lines — in the order they were added.
-type report struct {
-	name string
-	// what is the header's account of the run; empty, there is no header.
-	what  string
-	lines []string
-	goals []goal
-	// strict makes a missed goal fail the run (exit status 1); otherwise
+type Report struct {
+	Name string
+	// What is the header's account of the run; empty, there is no header.
+	What  string
+	Lines []string
+	Goals []Goal
+	// Strict makes a missed goal fail the run (exit status 1); otherwise
 	// goals are reported only, so that one noisy scenario does not stop
 	// the others of make bench.
-	strict bool
+	Strict bool
 }
 
-// goal is one goal: what was measured, the goal, and whether it was met.
+// Goal is one goal: what was measured, the goal, and whether it was met.
 // An advisory goal is reported but never fails a strict report.
-type goal struct {
-	what, measured, want string
-	met                  bool
-	advisory             bool
+type Goal struct {
+	What, Measured, Want string
+	Met                  bool
+	Advisory             bool
 }
 
-func (g goal) String() string {
+func (g Goal) String() string {
 	verdict := "met"
-	if !g.met {
+	if !g.Met {
 		verdict = "MISSED"
 	}
-	if g.advisory {
+	if g.Advisory {
 		verdict += " (reported, not asserted)"
 	}
-	return fmt.Sprintf("%s: %s (goal %s) — %s", g.what, g.measured, g.want, verdict)
+	return fmt.Sprintf("%s: %s (goal %s) — %s", g.What, g.Measured, g.Want, verdict)
 }
 
-// header sets the header, which comes first whenever it is set.
-func (r *report) header(what string) { r.what = what }
+// Header sets the header, which comes first whenever it is set.
+func (r *Report) Header(what string) { r.What = what }
 
-// table starts a markdown table with its column names.
-func (r *report) table(columns ...string) {
-	r.row(columns...)
-	r.lines = append(r.lines, "|"+strings.Repeat("---|", len(columns)))
+// Table starts a markdown table with its column names.
+func (r *Report) Table(columns ...string) {
+	r.Row(columns...)
+	r.Lines = append(r.Lines, "|"+strings.Repeat("---|", len(columns)))
 }
 
-// row adds a table row.
-func (r *report) row(cells ...string) {
+// Row adds a table row.
+func (r *Report) Row(cells ...string) {
 	var b strings.Builder
 	b.WriteString("|")
 	for _, c := range cells {
@@ -66,60 +69,60 @@ func (r *report) row(cells ...string) {
 		}
 		b.WriteString(" |")
 	}
-	r.lines = append(r.lines, b.String())
+	r.Lines = append(r.Lines, b.String())
 }
 
-// linef adds a line of text.
-func (r *report) linef(format string, args ...any) {
-	r.lines = append(r.lines, fmt.Sprintf(format, args...))
+// Linef adds a line of text.
+func (r *Report) Linef(format string, args ...any) {
+	r.Lines = append(r.Lines, fmt.Sprintf(format, args...))
 }
 
-// goal adds a goal line.
-func (r *report) goal(what, measured, want string, met bool) {
-	r.add(goal{what: what, measured: measured, want: want, met: met})
+// Goal adds a goal line.
+func (r *Report) Goal(what, measured, want string, met bool) {
+	r.Add(Goal{What: what, Measured: measured, Want: want, Met: met})
 }
 
-// add adds g's line.
-func (r *report) add(g goal) {
-	r.goals = append(r.goals, g)
-	r.lines = append(r.lines, g.String())
+// Add adds g's line.
+func (r *Report) Add(g Goal) {
+	r.Goals = append(r.Goals, g)
+	r.Lines = append(r.Lines, g.String())
 }
 
-// print writes the report to stdout, and to reportPath when set; a
+// Print writes the report to stdout, and to reportPath when set; a
 // strict report with a missed goal is an error.
-func (r *report) print() error {
+func (r *Report) Print() error {
 	var b strings.Builder
-	if r.what != "" {
-		fmt.Fprintf(&b, "sluice-bench %s: %s\n", r.name, r.what)
-		fmt.Fprintf(&b, "command: %s\n", commandLine())
-		b.WriteString(runLine() + "\n")
+	if r.What != "" {
+		fmt.Fprintf(&b, "sluice-bench %s: %s\n", r.Name, r.What)
+		fmt.Fprintf(&b, "command: %s\n", CommandLine())
+		b.WriteString(RunLine() + "\n")
 		fmt.Fprintf(&b, "machine: %d CPUs; load average %s at the start, %s at the end\n\n", runtime.NumCPU(), startLoad, testenv.LoadAverage())
 	}
-	for _, l := range r.lines {
+	for _, l := range r.Lines {
 		b.WriteString(l + "\n")
 	}
 	fmt.Print(b.String())
 	if reportPath != "" {
 		// A fenced block: the report's table and goal lines read as they
 		// printed.
-		md := "# sluice-bench " + r.name + "\n\n```\n" + b.String() + "```\n"
+		md := "# sluice-bench " + r.Name + "\n\n```\n" + b.String() + "```\n"
 		if err := os.WriteFile(reportPath, []byte(md), 0o644); err != nil {
 			return fmt.Errorf("write the report: %w", err)
 		}
 	}
-	if !r.strict {
+	if !r.Strict {
 		return nil
 	}
-	for _, g := range r.goals {
-		if !g.met && !g.advisory {
+	for _, g := range r.Goals {
+		if !g.Met && !g.Advisory {
 			return errors.New("goal missed")
 		}
 	}
 	return nil
 }
 
-// commandLine is the command as it was run, for the report.
-func commandLine() string {
+// CommandLine is the command as it was run, for the report.
+func CommandLine() string {
 	parts := make([]string, len(os.Args))
 	wd, _ := os.Getwd()
 	for i, a := range os.Args {
@@ -146,24 +149,24 @@ var (
 	reportPath string
 )
 
-// begin notes that the run starts now; copyTo, if set, gets a copy of
+// Begin notes that the run starts now; copyTo, if set, gets a copy of
 // the report.
-func begin(copyTo string) {
+func Begin(copyTo string) {
 	startTime, startLoad, reportPath = time.Now(), testenv.LoadAverage(), copyTo
 }
 
-// runLine is the report's run line: its date and the build that ran.
-func runLine() string { return testenv.RunLine(startTime) }
+// RunLine is the report's run line: its date and the build that ran.
+func RunLine() string { return testenv.RunLine(startTime) }
 
-// loadAtStart is the machine's load average when the run started.
-func loadAtStart() string { return startLoad }
+// LoadAtStart is the machine's load average when the run started.
+func LoadAtStart() string { return startLoad }
 
-// newGoal is a goal that a strict report asserts.
-func newGoal(what, measured, want string, met bool) goal {
-	return goal{what: what, measured: measured, want: want, met: met}
+// NewGoal is a goal that a strict report asserts.
+func NewGoal(what, measured, want string, met bool) Goal {
+	return Goal{What: what, Measured: measured, Want: want, Met: met}
 }
 
-func outcomeLine(m map[string]int) string {
+func OutcomeLine(m map[string]int) string {
 	var parts []string
 	for k, n := range m {
 		parts = append(parts, fmt.Sprintf("%s %d", k, n))

@@ -1,4 +1,4 @@
-package main
+package scenario
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"strings"
 )
 
-// positives parses a flag's comma-separated list of positive numbers,
+// Positives parses a flag's comma-separated list of positive numbers,
 // blank entries left out.
-func positives[T int | float64](flagName, what, list string, parse func(string) (T, error)) ([]T, error) {
+func Positives[T int | float64](flagName, what, list string, parse func(string) (T, error)) ([]T, error) {
 	var out []T
 	for _, f := range strings.Split(list, ",") {
 		if strings.TrimSpace(f) == "" {
@@ -23,4 +23,4 @@ func positives[T int | float64](flagName, what, list string, parse func(string) 
 	return out, nil
 }
 
-func parseFloat(s string) (float64, error) { return strconv.ParseFloat(s, 64) }
+func ParseFloat(s string) (float64, error) { return strconv.ParseFloat(s, 64) }

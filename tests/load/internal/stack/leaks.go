@@ -1,4 +1,4 @@
-package main
+package stack
 
 import (
 	"context"
@@ -14,25 +14,25 @@ import (
 // What a scenario checks it left behind: permits still in use, places
 // still in a queue, chat workflows still running.
 
-// poolState is one pool's permits in use and queue after a run.
-type poolState struct {
-	pool string
+// PoolState is one pool's permits in use and queue after a run.
+type PoolState struct {
+	Pool string
 	admission.QueueStats
 }
 
-// waitIdle reads every pool's state until all are idle or within has
+// WaitIdle reads every pool's state until all are idle or within has
 // passed (with 0, once), and returns the last states and how long they
 // took to be idle (-1: not within).
-func waitIdle(ctx context.Context, gate *admission.Gate, within time.Duration) ([]poolState, time.Duration, error) {
+func WaitIdle(ctx context.Context, gate *admission.Gate, within time.Duration) ([]PoolState, time.Duration, error) {
 	for t0 := time.Now(); ; {
-		var states []poolState
+		var states []PoolState
 		idle := true
 		for _, p := range gate.Pools() {
 			qs, err := gate.QueueStats(ctx, p)
 			if err != nil {
 				return nil, -1, err
 			}
-			states = append(states, poolState{p, qs})
+			states = append(states, PoolState{p, qs})
 			idle = idle && qs.InUse == 0 && qs.Waiting == 0
 		}
 		if idle {
@@ -45,24 +45,24 @@ func waitIdle(ctx context.Context, gate *admission.Gate, within time.Duration) (
 	}
 }
 
-// leftInPools adds a line per pool with linef (a report's) and returns
+// LeftInPools adds a line per pool with linef (a report's) and returns
 // the permits in use and queue places left in all of them.
-func leftInPools(linef func(format string, args ...any), states []poolState) int {
+func LeftInPools(linef func(format string, args ...any), states []PoolState) int {
 	leaks := 0
 	for _, s := range states {
-		linef("pool %s afterwards: %d in use, %d waiting", s.pool, s.InUse, s.Waiting)
+		linef("pool %s afterwards: %d in use, %d waiting", s.Pool, s.InUse, s.Waiting)
 		leaks += s.InUse + s.Waiting
 	}
 	return leaks
 }
 
-// runningChatWorkflows waits up to within for no chat workflow to be
+// RunningChatWorkflows waits up to within for no chat workflow to be
 // running (visibility trails completion a little) and returns how many
 // still are.
-func runningChatWorkflows(ctx context.Context, st *stack, within time.Duration) (int64, error) {
+func RunningChatWorkflows(ctx context.Context, st *Stack, within time.Duration) (int64, error) {
 	deadline := time.Now().Add(within)
 	for {
-		n, err := countChatWorkflows(ctx, st, "ExecutionStatus = 'Running'")
+		n, err := CountChatWorkflows(ctx, st, "ExecutionStatus = 'Running'")
 		if err != nil {
 			return 0, err
 		}
@@ -77,15 +77,15 @@ func runningChatWorkflows(ctx context.Context, st *stack, within time.Duration) 
 	}
 }
 
-// countChatWorkflows counts the chat workflows the server knows of that
+// CountChatWorkflows counts the chat workflows the server knows of that
 // match a visibility condition ("" for all, open or closed).
-func countChatWorkflows(ctx context.Context, st *stack, where string) (int64, error) {
+func CountChatWorkflows(ctx context.Context, st *Stack, where string) (int64, error) {
 	q := fmt.Sprintf("WorkflowType = '%s'", workflows.ChatWorkflowName)
 	if where != "" {
 		q += " AND " + where
 	}
-	resp, err := st.rt.Temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
-		Namespace: st.cfg.Temporal.Namespace, Query: q,
+	resp, err := st.Runtime.Temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
+		Namespace: st.Config.Temporal.Namespace, Query: q,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("count chat workflows (%s): %w", q, err)

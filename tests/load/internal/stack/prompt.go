@@ -1,4 +1,4 @@
-package main
+package stack
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/worker"
 )
 
-func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]openai.Message, error) {
+func SamePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]openai.Message, error) {
 	vec, _, err := rt.Chat.Embeddings.Get(ctx, q)
 	if err != nil {
 		return nil, err

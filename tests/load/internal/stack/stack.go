@@ -1,4 +1,9 @@
-package main
+// Package stack starts what a scenario runs against (redis-server, the
+// Temporal dev server, the LLM simulator and Sluice's API with its
+// embedded worker, in the bench's process or as processes of their
+// own), gives the bench its clients to it, and reads what a run left
+// behind in it.
+package stack
 
 import (
 	"context"
@@ -24,8 +29,8 @@ import (
 	"github.com/sluice-dev/sluice/workflows"
 )
 
-// stackOptions says what a scenario needs running.
-type stackOptions struct {
+// Options says what a scenario needs running.
+type Options struct {
 	// RedisOnly starts redis-server and nothing else.
 	RedisOnly bool
 	// Simulator adjusts the LLM simulator's configuration, which starts
@@ -37,41 +42,41 @@ type stackOptions struct {
 	// Processes runs the API (with its embedded worker) and a worker as
 	// OS processes of their own, built from this checkout, on a Temporal
 	// dev server that keeps its state in a file, as make run does
-	// (stackproc.go); otherwise the API runs in the bench's process.
+	// (processes.go); otherwise the API runs in the bench's process.
 	Processes bool
 	// Quiet discards the API's logs; otherwise warnings and errors go to stderr, the
 	// first few of each kind in full and a count of all at the end.
 	Quiet bool
 }
 
-// stack is a running Sluice with everything it depends on, and the
+// Stack is a running Sluice with everything it depends on, and the
 // bench's own clients to it.
-type stack struct {
-	cfg   config.Config
-	redis *testenv.Redis
+type Stack struct {
+	Config config.Config
+	Redis  *testenv.Redis
 	// The rest is nil with RedisOnly.
 	temporal *testsuite.DevServer
 	// temporalHostPort is the dev server's frontend.
 	temporalHostPort string
-	// procs are the API and worker processes with Processes, else nil.
-	procs   *processes
-	sim     *llmsim.Server
-	simURL  string
-	baseURL string
-	// rt is a second runtime wired like the API process, not running a
+	// Procs are the API and worker processes with Processes, else nil.
+	Procs   *Processes
+	Sim     *llmsim.Server
+	SimURL  string
+	BaseURL string
+	// Runtime is a second runtime wired like the API process, not running a
 	// worker: the bench's Redis and Temporal clients, gate and limiter.
-	rt *worker.Runtime
+	Runtime *worker.Runtime
 
 	logs    *logCounter
 	api     *app.API
 	closers []func()
 }
 
-// launchStack starts redis-server and, unless opts.RedisOnly, the Temporal
+// Launch starts redis-server and, unless opts.RedisOnly, the Temporal
 // dev server, the simulator and a full API process (app.RunAPI, with
 // its embedded worker) in this process. Close stops them all.
-func launchStack(ctx context.Context, opts stackOptions) (*stack, error) {
-	s := &stack{}
+func Launch(ctx context.Context, opts Options) (*Stack, error) {
+	s := &Stack{}
 	if err := s.launch(ctx, opts); err != nil {
 		s.Close()
 		return nil, err
@@ -79,29 +84,29 @@ func launchStack(ctx context.Context, opts stackOptions) (*stack, error) {
 	return s, nil
 }
 
-func (s *stack) launch(ctx context.Context, opts stackOptions) error {
+func (s *Stack) launch(ctx context.Context, opts Options) error {
 	rds, err := testenv.LaunchRedis()
 	if err != nil {
 		return err
 	}
-	s.redis = rds
+	s.Redis = rds
 	s.closers = append(s.closers, rds.Stop)
-	s.cfg = config.Default()
-	s.cfg.Redis.Addr = rds.Addr
+	s.Config = config.Default()
+	s.Config.Redis.Addr = rds.Addr
 	// The scenarios flood with a few keys on purpose; abuse bans would
 	// end them after 50 requests.
-	s.cfg.Limits.Ban.Enabled = false
+	s.Config.Limits.Ban.Enabled = false
 	if opts.RedisOnly {
 		return nil
 	}
 	if err := s.launchServers(ctx, opts); err != nil {
 		return err
 	}
-	cfg := s.cfg
+	cfg := s.Config
 	cfg.API.Addr = "127.0.0.1:0"
 	cfg.Temporal.HostPort = s.temporalHostPort
-	cfg.Pools.Short.Endpoints = []string{s.simURL}
-	cfg.Pools.Long.Endpoints = []string{s.simURL}
+	cfg.Pools.Short.Endpoints = []string{s.SimURL}
+	cfg.Pools.Long.Endpoints = []string{s.SimURL}
 	cfg.Log.Level = "error"
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
@@ -109,7 +114,7 @@ func (s *stack) launch(ctx context.Context, opts stackOptions) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	s.cfg = cfg
+	s.Config = cfg
 	logger := s.logger(opts.Quiet)
 	if opts.Processes {
 		err = s.startProcesses(ctx)
@@ -119,12 +124,12 @@ func (s *stack) launch(ctx context.Context, opts stackOptions) error {
 	if err != nil {
 		return err
 	}
-	s.rt, err = worker.NewRuntime(ctx, cfg, logger)
+	s.Runtime, err = worker.NewRuntime(ctx, cfg, logger)
 	return err
 }
 
 // launchServers starts the Temporal dev server and the simulator.
-func (s *stack) launchServers(ctx context.Context, opts stackOptions) error {
+func (s *Stack) launchServers(ctx context.Context, opts Options) error {
 	if err := s.launchTemporal(ctx, opts.Processes); err != nil {
 		return err
 	}
@@ -136,10 +141,10 @@ func (s *stack) launchServers(ctx context.Context, opts stackOptions) error {
 	if err != nil {
 		return err
 	}
-	s.sim = sim
+	s.Sim = sim
 	s.closers = append(s.closers, sim.Close)
 	simSrv := httptest.NewServer(sim.Handler())
-	s.simURL = simSrv.URL
+	s.SimURL = simSrv.URL
 	s.closers = append(s.closers, simSrv.Close)
 	return nil
 }
@@ -147,7 +152,7 @@ func (s *stack) launchServers(ctx context.Context, opts stackOptions) error {
 // launchTemporal starts the dev server: in memory, or, with inFile, with
 // its state in a file as make run keeps it, so that its memory is what a
 // long run of make run's would hold.
-func (s *stack) launchTemporal(ctx context.Context, inFile bool) error {
+func (s *Stack) launchTemporal(ctx context.Context, inFile bool) error {
 	if !inFile {
 		ts, err := testenv.LaunchTemporal(ctx, workflows.SearchAttributeNames)
 		if err != nil {
@@ -172,7 +177,7 @@ func (s *stack) launchTemporal(ctx context.Context, inFile bool) error {
 }
 
 // logger is the API process's logger.
-func (s *stack) logger(quiet bool) *slog.Logger {
+func (s *Stack) logger(quiet bool) *slog.Logger {
 	if quiet {
 		return slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -181,24 +186,24 @@ func (s *stack) logger(quiet bool) *slog.Logger {
 }
 
 // startAPI runs app.RunAPI until Close, and waits until it listens.
-func (s *stack) startAPI(ctx context.Context, logger *slog.Logger) error {
+func (s *Stack) startAPI(ctx context.Context, logger *slog.Logger) error {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	api, err := app.StartAPI(wctx, s.cfg, logger)
+	api, err := app.StartAPI(wctx, s.Config, logger)
 	if err != nil {
 		return err
 	}
-	s.api, s.baseURL = api, api.URL
+	s.api, s.BaseURL = api, api.URL
 	return nil
 }
 
-// client is an HTTP client to the API keeping up to conns connections
+// Client is an HTTP client to the API keeping up to conns connections
 // alive; Close closes them.
-func (s *stack) client(conns int) *http.Client { return s.clientFrom("", conns) }
+func (s *Stack) Client(conns int) *http.Client { return s.ClientFrom("", conns) }
 
-// clientFrom is client with its connections from the local address from
+// ClientFrom is client with its connections from the local address from
 // ("": the system's choice, 127.0.0.1).
-func (s *stack) clientFrom(from string, conns int) *http.Client {
+func (s *Stack) ClientFrom(from string, conns int) *http.Client {
 	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute, DisableCompression: true}
 	if from != "" {
 		tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 30 * time.Second}).DialContext
@@ -209,9 +214,9 @@ func (s *stack) clientFrom(from string, conns int) *http.Client {
 
 // Close stops the API process (waiting for it), then everything else in
 // reverse order of starting.
-func (s *stack) Close() {
-	if s.rt != nil {
-		s.rt.Close()
+func (s *Stack) Close() {
+	if s.Runtime != nil {
+		s.Runtime.Close()
 	}
 	if s.api != nil {
 		if err := s.api.Stop(30 * time.Second); err != nil {

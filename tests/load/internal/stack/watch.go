@@ -1,4 +1,4 @@
-package main
+package stack
 
 import (
 	"context"
@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// poolsNow is the gate's permits in use and waiters over every pool, for
+// PoolsNow is the gate's permits in use and waiters over every pool, for
 // a progress line: two Redis reads a pool.
-func poolsNow(st *stack) string {
+func PoolsNow(st *Stack) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var inUse, waiting int
-	for _, p := range st.rt.Gate.Pools() {
-		qs, err := st.rt.Gate.QueueStats(ctx, p)
+	for _, p := range st.Runtime.Gate.Pools() {
+		qs, err := st.Runtime.Gate.QueueStats(ctx, p)
 		if err != nil {
 			return "pools=unknown"
 		}
@@ -22,21 +22,21 @@ func poolsNow(st *stack) string {
 	return fmt.Sprintf("in_use=%d queued=%d", inUse, waiting)
 }
 
-// watchMax is the most the simulator and the gate saw at once.
-type watchMax struct {
-	sim, inUse, waiting int64
+// WatchMax is the most the simulator and the gate saw at once.
+type WatchMax struct {
+	Sim, InUse, Waiting int64
 }
 
-// watch samples what the simulator and the gate see until stopped.
-type watch struct {
+// Watch samples what the simulator and the gate see until stopped.
+type Watch struct {
 	cancel context.CancelFunc
 	done   chan struct{}
-	max    watchMax
+	Max    WatchMax
 }
 
-func startWatch(ctx context.Context, st *stack) *watch {
+func StartWatch(ctx context.Context, st *Stack) *Watch {
 	wctx, cancel := context.WithCancel(ctx)
-	w := &watch{cancel: cancel, done: make(chan struct{})}
+	w := &Watch{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		t := time.NewTicker(5 * time.Millisecond)
@@ -47,25 +47,25 @@ func startWatch(ctx context.Context, st *stack) *watch {
 				return
 			case <-t.C:
 			}
-			s := st.sim.Stats()
-			w.max.sim = max(w.max.sim, int64(s.Running+s.Waiting))
+			s := st.Sim.Stats()
+			w.Max.Sim = max(w.Max.Sim, int64(s.Running+s.Waiting))
 			if i%10 == 0 {
 				var inUse, waiting int64
-				for _, p := range st.rt.Gate.Pools() {
-					if gs, err := st.rt.Gate.Stats(wctx, p); err == nil {
+				for _, p := range st.Runtime.Gate.Pools() {
+					if gs, err := st.Runtime.Gate.Stats(wctx, p); err == nil {
 						inUse += int64(gs.InUse)
 						waiting += int64(gs.Waiting)
 					}
 				}
-				w.max.inUse, w.max.waiting = max(w.max.inUse, inUse), max(w.max.waiting, waiting)
+				w.Max.InUse, w.Max.Waiting = max(w.Max.InUse, inUse), max(w.Max.Waiting, waiting)
 			}
 		}
 	}()
 	return w
 }
 
-// stop ends the sampling and waits for it; w.max is read after.
-func (w *watch) stop() {
+// Stop ends the sampling and waits for it; w.max is read after.
+func (w *Watch) Stop() {
 	w.cancel()
 	<-w.done
 }

@@ -1,4 +1,6 @@
-package main
+// Package stats sorts durations into percentiles and formats the
+// figures the reports print.
+package stats
 
 import (
 	"fmt"
@@ -8,24 +10,24 @@ import (
 	"time"
 )
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+func Ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
-// msFine is ms with the precision sub-millisecond latencies need.
-func msFine(d time.Duration) string {
+// MsFine is Ms with the precision sub-millisecond latencies need.
+func MsFine(d time.Duration) string {
 	return fmt.Sprintf("%.3f ms", float64(d)/float64(time.Millisecond))
 }
 
-// latencies is a sorted sample of durations.
-type latencies []time.Duration
+// Latencies is a sorted sample of durations.
+type Latencies []time.Duration
 
-func sorted(ds []time.Duration) latencies {
-	s := append(latencies(nil), ds...)
+func Sorted(ds []time.Duration) Latencies {
+	s := append(Latencies(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s
 }
 
-// at is the p-th percentile (0 < p <= 100) by the nearest-rank method.
-func (l latencies) at(p float64) time.Duration {
+// At is the p-th percentile (0 < p <= 100) by the nearest-rank method.
+func (l Latencies) At(p float64) time.Duration {
 	if len(l) == 0 {
 		return 0
 	}
@@ -34,17 +36,17 @@ func (l latencies) at(p float64) time.Duration {
 	return l[idx]
 }
 
-func (l latencies) max() time.Duration {
+func (l Latencies) Max() time.Duration {
 	if len(l) == 0 {
 		return 0
 	}
 	return l[len(l)-1]
 }
 
-// perSecond formats a rate with thousands separators.
-func perSecond(n float64) string { return thousands(int64(n+0.5)) + "/s" }
+// PerSecond formats a rate with thousands separators.
+func PerSecond(n float64) string { return Thousands(int64(n+0.5)) + "/s" }
 
-func thousands(n int64) string {
+func Thousands(n int64) string {
 	s := strconv.FormatInt(n, 10)
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")
@@ -61,11 +63,11 @@ func thousands(n int64) string {
 	return b.String()
 }
 
-func mib(bytes float64) string { return fmt.Sprintf("%.0f MiB", bytes/(1<<20)) }
+func MiB(bytes float64) string { return fmt.Sprintf("%.0f MiB", bytes/(1<<20)) }
 
-func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func Millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func median(xs []float64) float64 {
+func Median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
 	}
@@ -74,14 +76,14 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-func durOrDash(l latencies, p float64) string {
+func DurOrDash(l Latencies, p float64) string {
 	if len(l) == 0 {
 		return "—"
 	}
-	return ms(l.at(p))
+	return Ms(l.At(p))
 }
 
-func ratio(a, b float64) float64 {
+func Ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0
 	}

@@ -1,4 +1,6 @@
-package main
+// Package figuretest reads and writes the fixtures of the figures' tests
+// and checks the PNGs drawn from them.
+package figuretest
 
 import (
 	"image"
@@ -9,8 +11,18 @@ import (
 	"testing"
 )
 
-// writeFixture writes content to name in a fresh directory.
-func writeFixture(t *testing.T, name, content string) string {
+// Read reads a fixture.
+func Read(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+// WriteFixture writes content to name in a fresh directory.
+func WriteFixture(t *testing.T, name, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -19,8 +31,8 @@ func writeFixture(t *testing.T, name, content string) string {
 	return path
 }
 
-// decodePNG reads a PNG the plot wrote.
-func decodePNG(t *testing.T, path string) image.Image {
+// DecodePNG reads a PNG the plot wrote.
+func DecodePNG(t *testing.T, path string) image.Image {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -51,10 +63,10 @@ func pixelsOf(img image.Image, c color.Color) int {
 	return n
 }
 
-// checkPNG checks the figure's size and that each of colours was drawn.
-func checkPNG(t *testing.T, path string, w, h int, colours map[string]color.Color) {
+// CheckPNG checks the figure's size and that each of colours was drawn.
+func CheckPNG(t *testing.T, path string, w, h int, colours map[string]color.Color) {
 	t.Helper()
-	img := decodePNG(t, path)
+	img := DecodePNG(t, path)
 	if got := img.Bounds().Size(); got.X != w || got.Y != h {
 		t.Errorf("%s is %dx%d, want %dx%d", filepath.Base(path), got.X, got.Y, w, h)
 	}
