@@ -162,7 +162,7 @@ func (s *fairnessScenario) Status(st *stack.Stack) string {
 	sim := st.Sim.Stats()
 	line := fmt.Sprintf("workload=%s %s sim_running=%d sim_waiting=%d", *s.curLoad.Load(), rp.Status(), sim.Running, sim.Waiting)
 	if rp.Target.System == sysSluice {
-		line += " " + stack.PoolsNow(st)
+		line += " " + st.PoolsNow()
 	}
 	return line
 }

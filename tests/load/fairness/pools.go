@@ -228,5 +228,5 @@ func (p *poolsScenario) Status(st *stack.Stack) string {
 	if time.Now().Before(run.winStart) {
 		phase = "warmup"
 	}
-	return fmt.Sprintf("mode=%s phase=%s ended=%d %s", run.mode, phase, run.ended.Load(), stack.PoolsNow(st))
+	return fmt.Sprintf("mode=%s phase=%s ended=%d %s", run.mode, phase, run.ended.Load(), st.PoolsNow())
 }

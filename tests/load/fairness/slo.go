@@ -286,9 +286,9 @@ func (s *sloScenario) runStep(ctx context.Context, st *stack.Stack, env *sloEnv,
 
 func (s *sloScenario) Status(st *stack.Stack) string {
 	if r := s.cur.Load(); r != nil {
-		return r.status() + " " + stack.PoolsNow(st)
+		return r.status() + " " + st.PoolsNow()
 	}
-	return s.prog.String() + " " + stack.PoolsNow(st)
+	return s.prog.String() + " " + st.PoolsNow()
 }
 
 // sloEnv is how a stack's steps send: one requester per way in.
@@ -306,7 +306,7 @@ func newSLOEnv(ctx context.Context, s *sloScenario, st *stack.Stack) (*sloEnv, e
 	hc := st.Client(s.maxInFlight)
 	bodies := make([][]byte, len(chat.Queries))
 	for i, q := range chat.Queries {
-		msgs, err := stack.SamePrompt(ctx, st.Runtime, st.Config, q)
+		msgs, err := st.Prompt(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("prompt of %q: %w", q, err)
 		}

@@ -192,9 +192,9 @@ func (b *burstScenario) measureReference(ctx context.Context, st *stack.Stack) e
 
 func (b *burstScenario) Status(st *stack.Stack) string {
 	if r := b.cur.Load(); r != nil {
-		return r.status() + " " + stack.PoolsNow(st)
+		return r.status() + " " + st.PoolsNow()
 	}
-	return fmt.Sprintf("%s answered=%d %s", b.prog.String(), b.answered.Load(), stack.PoolsNow(st))
+	return fmt.Sprintf("%s answered=%d %s", b.prog.String(), b.answered.Load(), st.PoolsNow())
 }
 
 // drainRate is the burst's served rate while it drained: answers per

@@ -287,9 +287,9 @@ func (g *goodputScenario) runStep(ctx context.Context, st *stack.Stack, do reque
 
 func (g *goodputScenario) Status(st *stack.Stack) string {
 	if r := g.cur.Load(); r != nil {
-		return r.status() + " " + stack.PoolsNow(st)
+		return r.status() + " " + st.PoolsNow()
 	}
-	return g.prog.String() + " " + stack.PoolsNow(st)
+	return g.prog.String() + " " + st.PoolsNow()
 }
 
 // sluiceRequester sends POST /v1/chat as an anonymous caller.

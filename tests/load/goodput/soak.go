@@ -191,5 +191,5 @@ func (s *soakScenario) Status(st *stack.Stack) string {
 			}
 		}
 	}
-	return line + " " + stack.PoolsNow(st)
+	return line + " " + st.PoolsNow()
 }

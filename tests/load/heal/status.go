@@ -74,5 +74,5 @@ func (h *healScenario) Status(st *stack.Stack) string {
 	}
 	sim := st.Sim.Stats()
 	return s + fmt.Sprintf(" sim_running=%d sim_waiting=%d kv=%.0f%% replicas=%d %s",
-		sim.Running, sim.Waiting, 100*sim.CacheUsage, sim.ActiveReplicas, stack.PoolsNow(st))
+		sim.Running, sim.Waiting, 100*sim.CacheUsage, sim.ActiveReplicas, st.PoolsNow())
 }

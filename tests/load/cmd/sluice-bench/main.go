@@ -103,8 +103,8 @@ func main() {
 		command(os.Args[1], os.Args[2:])
 		return
 	}
-	name, args := scenarioName(os.Args[1:])
-	spec, _ := specNamed(name)
+	spec, args := scenarioOf(os.Args[1:])
+	name := spec.Name
 	fs := flag.NewFlagSet("sluice-bench "+name, flag.ExitOnError)
 	fs.Usage = func() {
 		usage()
@@ -169,9 +169,9 @@ func command(name string, args []string) {
 	}
 }
 
-// scenarioName splits the scenario's name off the arguments (overhead
+// scenarioOf splits the scenario's name off the arguments (overhead
 // when they start with a flag); help and unknown names end the program.
-func scenarioName(args []string) (string, []string) {
+func scenarioOf(args []string) (scenario.Spec, []string) {
 	name := "overhead"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
@@ -180,12 +180,13 @@ func scenarioName(args []string) (string, []string) {
 		usage()
 		os.Exit(0)
 	}
-	if _, ok := specNamed(name); !ok {
+	spec, ok := specNamed(name)
+	if !ok {
 		fmt.Fprintf(os.Stderr, "sluice-bench: unknown scenario %q\n\n", name)
 		usage()
 		os.Exit(2)
 	}
-	return name, args
+	return spec, args
 }
 
 func usage() {

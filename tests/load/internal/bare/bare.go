@@ -47,7 +47,7 @@ func Start(ctx context.Context, st *stack.Stack) (*Setup, error) {
 	rt := st.Runtime
 	b := &Setup{Activities: &Activities{rdb: rt.Redis, LLM: rt.Chat.Pools[request.PoolShort].Streamer}, Prompts: map[string][]openai.Message{}}
 	for _, q := range chat.Queries {
-		msgs, err := stack.SamePrompt(ctx, rt, st.Config, q)
+		msgs, err := st.Prompt(ctx, q)
 		if err != nil {
 			return nil, err
 		}

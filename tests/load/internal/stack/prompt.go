@@ -3,13 +3,15 @@ package stack
 import (
 	"context"
 
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
-	"github.com/sluice-dev/sluice/worker"
 )
 
-func SamePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]openai.Message, error) {
+// Prompt is the prompt Sluice builds for q on this stack (q's embedding,
+// retrieval, rerank and the prompt template), so that what the bench
+// sends a backend itself is exactly what Sluice would send it.
+func (s *Stack) Prompt(ctx context.Context, q string) ([]openai.Message, error) {
+	rt, cfg := s.Runtime, s.Config
 	vec, _, err := rt.Chat.Embeddings.Get(ctx, q)
 	if err != nil {
 		return nil, err

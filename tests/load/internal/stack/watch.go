@@ -8,12 +8,12 @@ import (
 
 // PoolsNow is the gate's permits in use and waiters over every pool, for
 // a progress line: two Redis reads a pool.
-func PoolsNow(st *Stack) string {
+func (s *Stack) PoolsNow() string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var inUse, waiting int
-	for _, p := range st.Runtime.Gate.Pools() {
-		qs, err := st.Runtime.Gate.QueueStats(ctx, p)
+	for _, p := range s.Runtime.Gate.Pools() {
+		qs, err := s.Runtime.Gate.QueueStats(ctx, p)
 		if err != nil {
 			return "pools=unknown"
 		}
@@ -34,6 +34,8 @@ type Watch struct {
 	Max    WatchMax
 }
 
+// StartWatch samples what the simulator and the gate of st see, until
+// Stop.
 func StartWatch(ctx context.Context, st *Stack) *Watch {
 	wctx, cancel := context.WithCancel(ctx)
 	w := &Watch{cancel: cancel, done: make(chan struct{})}
