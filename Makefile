@@ -16,9 +16,7 @@ HELM_VERSION := v3.22.0
 HELM         := $(BIN)/helm
 export SLUICE_TEST_HELM_BIN := $(HELM)
 
-SCENARIOS    := overhead limiter reject wakeup burst waiters heal goodput pools slo fairness
-
-.PHONY: all build test test-short chaos proxy bench $(addprefix bench-,$(SCENARIOS)) bench-fairness-1024 bench-go lint run temporal helm need need-test need-cluster clean
+.PHONY: all build test test-short chaos proxy bench bench-go bench-targets lint run temporal helm need need-test need-cluster clean
 
 all: build
 
@@ -114,7 +112,7 @@ need-cluster:
 test: need-test $(TEMPORAL) $(HELM)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 15m ./...
-	$(GO) test -count=1 -timeout 10m -v -run TestHealingUnderMixedLoad ./tests/load/cmd/sluice-bench/
+	$(GO) test -count=1 -timeout 10m -v -run TestHealingUnderMixedLoad ./tests/load/heal/
 
 # Real faults against the real stack on loopback, every scenario
 # (docs/faults.md; about 4 minutes): a killed worker, Redis restarted
@@ -140,56 +138,22 @@ test-short: need
 # Benchmarks: Go micro-benchmarks, then every sluice-bench scenario, one
 # after another (each starts its own redis-server, dev server and
 # simulator; see docs/performance.md). `make bench-<scenario>` runs one;
-# bench-waiters alone takes ~15 minutes. Run them on a quiet machine.
-# bench-heal (~4 minutes) runs the 80/20 mixed load with healing off, then
-# on, and writes tests/load/report/heal.{md,csv,png}.
-# bench-fairness (~15 minutes) replays the VTC paper's workloads.
-# bench-goodput (~10 minutes) drives Sluice and the bare workflow closed
-# loop, then open loop, at rising load, and writes
-# tests/load/report/goodput.{md,csv,png}.
-# bench-slo (~12 minutes) drives an interactive and a batch tier at
-# 0.5×–2× the simulator's capacity through Sluice (healing off, then on)
-# and straight to the simulator (FCFS), and writes tests/load/report/slo.md.
-# bench-reject also drives the API with wrk when it is installed
-# (apt-get install wrk): a client light enough to leave the server the CPU.
-bench: bench-go $(addprefix bench-,$(SCENARIOS)) bench-fairness-1024
+# the scenarios' targets (bench-overhead ... bench-fairness-1024, and
+# bench-soak, which runs only on its own) are in tests/load/bench.mk,
+# generated from sluice-bench's scenario list: `sluice-bench list` shows
+# them, `make bench-targets` rewrites the file after a scenario changes.
+# Each target writes its scenario's report under tests/load/report/ (heal,
+# goodput and soak write theirs, with a CSV and a plot, themselves). Run
+# them on a quiet machine.
+include tests/load/bench.mk
+
+bench: bench-go $(BENCH_TARGETS)
 
 bench-go: need
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
-# Each writes its dated report to tests/load/report/<scenario>.md (heal,
-# goodput and soak write theirs, with a CSV and a plot, themselves).
-bench-overhead: need $(TEMPORAL) build
-	$(BIN)/sluice-bench overhead -temporal $(TEMPORAL) -n 200 -report tests/load/report/overhead.md
-
-bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-pools bench-slo: bench-%: need $(TEMPORAL) build
-	$(BIN)/sluice-bench $* -temporal $(TEMPORAL) -report tests/load/report/$*.md
-
-bench-heal bench-goodput: bench-%: need $(TEMPORAL) build
-	$(BIN)/sluice-bench $* -temporal $(TEMPORAL)
-
-# The VTC paper's workloads (../shared/workloads: vtc-overload.csv and
-# vtc-real.csv, beside the checkout) replayed 4x faster than recorded,
-# straight to the simulator (FCFS) and through Sluice, on one simulator
-# per workload sized as the paper's server (~15 minutes); writes
-# tests/load/report/fairness.md. FAIRNESS_FLAGS adds flags (say
-# -max-tokens-mode 1024, or -duration 120 for a smoke run).
-bench-fairness: need $(TEMPORAL) build
-	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) $(FAIRNESS_FLAGS) -report tests/load/report/fairness.md
-
-# The real workload again with max_tokens 1024 for every request (the
-# paper's VTC without the output length known; ~6 minutes).
-bench-fairness-1024: need $(TEMPORAL) build
-	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) -workloads real -max-tokens-mode 1024 -report tests/load/report/fairness-1024.md
-
-# make run's shape (the API with its embedded worker, and a worker, as
-# processes of their own) at the short pool's capacity for 30 minutes,
-# sampling every process's memory, goroutines and workflow cache; the
-# verdict is on the last 20 minutes. Writes tests/load/report/soak.{md,csv,png}.
-# Not part of `make bench`: it takes 32 minutes on its own.
-.PHONY: bench-soak
-bench-soak: need $(TEMPORAL) build
-	$(BIN)/sluice-bench soak -temporal $(TEMPORAL)
+bench-targets:
+	$(GO) run ./tests/load/cmd/sluice-bench list -make > tests/load/bench.mk.new && mv tests/load/bench.mk.new tests/load/bench.mk
 
 # The direct dependencies that have a newer version, as the module proxy
 # answers (go list -m -u). Informational: a proxy that cannot be reached

@@ -23,23 +23,27 @@ import (
 const maxCommitsBehind = 150
 
 // scenario is a report under tests/load/report/ and what its figures
-// depend on.
+// depend on. A scenario keeps one report, its current one: an earlier
+// run's figures are in git's history of the file.
 type scenario struct {
 	bench    string   // how the docs name it: make bench-<bench>, sluice-bench <bench>
 	report   string   // its file under tests/load/report/; "" if it writes none yet
 	command  string   // what measures it again
 	measures []string // the code it drives and the bench itself, from the root
-	// baseline, when set, says why the report keeps an earlier tree's
-	// figures on purpose (the "before" of a comparison): not checked
-	// for staleness, since re-running it would measure something else.
-	baseline string
 }
 
 // The paths a scenario measures: the request path it drives, then its
 // own code. A change anywhere else does not move its figures.
 var (
 	requestPath = []string{"api/", "door/", "workflows/", "activities/", "pkg/admission/", "pkg/waitroom/", "pkg/events/"}
-	benchCode   = "tests/load/cmd/sluice-bench/"
+	// The bench's scenario families (sluice-bench's packages).
+	overheadCode = "tests/load/overhead/"
+	goodputCode  = "tests/load/goodput/"
+	fairnessCode = "tests/load/fairness/"
+	healCode     = "tests/load/heal/"
+	// bareCode is the bare workflow the overhead and goodput scenarios
+	// measure Sluice against.
+	bareCode = "tests/load/internal/bare/"
 	// vtcCode replays the VTC workloads and computes their metrics for
 	// sluice-bench fairness and the cluster stack's replay alike.
 	vtcCode = "tests/load/vtc/"
@@ -47,38 +51,32 @@ var (
 
 var scenarios = []scenario{
 	{bench: "overhead", report: "overhead.md", command: "make bench-overhead",
-		measures: append(slices.Clone(requestPath), benchCode+"overhead.go")},
+		measures: append(slices.Clone(requestPath), overheadCode+"overhead.go", bareCode)},
 	{bench: "limiter", report: "limiter.md", command: "make bench-limiter",
-		measures: []string{"pkg/limiter/", benchCode + "limiter.go"}},
+		measures: []string{"pkg/limiter/", overheadCode + "limiter.go"}},
 	{bench: "reject", report: "reject.md", command: "make bench-reject",
-		measures: []string{"api/", "door/", "pkg/limiter/", benchCode + "reject.go", benchCode + "wrk.go"}},
+		measures: []string{"api/", "door/", "pkg/limiter/", overheadCode + "reject.go", overheadCode + "wrk.go"}},
 	{bench: "wakeup", report: "wakeup.md", command: "make bench-wakeup",
-		measures: []string{"pkg/admission/", "activities/admit.go", "workflows/", "worker/", benchCode + "wakeup.go", benchCode + "holders.go"}},
+		measures: []string{"pkg/admission/", "activities/admit.go", "workflows/", "worker/", overheadCode + "wakeup.go", overheadCode + "holders.go"}},
 	{bench: "burst", report: "burst.md", command: "make bench-burst",
-		measures: append(slices.Clone(requestPath), "pkg/limiter/", benchCode+"burst.go")},
-	{bench: "burst", report: "burst-quiet.md", command: "make bench-burst",
-		baseline: "the last run with nothing else on the machine (2026-12-05 00:43, 20 permits, before the pools shared a budget), which the README and docs/performance.md quote for the drain rate; burst.md's later run, the first with the clients' TTFT, shared the machine with other jobs"},
+		measures: append(slices.Clone(requestPath), "pkg/limiter/", goodputCode+"burst.go")},
 	{bench: "waiters", command: "make bench-waiters"},
 	{bench: "heal", report: "heal.md", command: "make bench-heal",
-		measures: []string{"workflows/", "activities/", "worker/", "pkg/latency/", "pkg/scaler/", "pkg/admission/", benchCode + "heal.go", benchCode + "healreport.go", benchCode + "healstatus.go"}},
+		measures: []string{"workflows/", "activities/", "worker/", "pkg/latency/", "pkg/scaler/", "pkg/admission/", healCode + "heal.go", healCode + "report.go", healCode + "status.go"}},
 	{bench: "goodput", report: "goodput.md", command: "make bench-goodput",
-		measures: append(slices.Clone(requestPath), benchCode+"goodput.go", benchCode+"goodputload.go", benchCode+"goodputhist.go")},
-	{bench: "goodput", report: "goodput-before.md", command: "make bench-goodput",
-		baseline: "the tree before the waiting changes (commit ef33dae), the before column of docs/performance.md's goodput table"},
-	{bench: "goodput", report: "goodput-2026-12-01.md", command: "make bench-goodput",
-		baseline: "the last run on a quiet machine (2026-12-01), which docs/performance.md's goodput table and docs/scaling.md's 1× quote; goodput.md's 2026-12-05 run, the first with the client's answer times and goodput within SLO, shared the machine with other jobs"},
+		measures: append(slices.Clone(requestPath), goodputCode+"goodput.go", goodputCode+"goodputload.go", goodputCode+"goodputhist.go", bareCode)},
 	{bench: "soak", report: "soak.md", command: "make bench-soak",
-		measures: append(slices.Clone(requestPath), "app/", "worker/", benchCode+"soak.go", benchCode+"soaksample.go")},
+		measures: append(slices.Clone(requestPath), "app/", "worker/", goodputCode+"soak.go", goodputCode+"soaksample.go")},
 	{bench: "cluster", report: "cluster-goodput.md", command: "make bench-cluster",
 		measures: append(slices.Clone(requestPath), "worker/", "tests/multi/goodput_test.go", "tests/multi/cpu_test.go")},
 	{bench: "pools", report: "pools.md", command: "make bench-pools",
-		measures: append(slices.Clone(requestPath), "pkg/config/pools.go", benchCode+"pools.go", benchCode+"poolsreport.go", benchCode+"poolsutil.go")},
+		measures: append(slices.Clone(requestPath), "pkg/config/pools.go", fairnessCode+"pools.go", fairnessCode+"poolsreport.go", fairnessCode+"poolsutil.go")},
 	{bench: "slo", report: "slo.md", command: "make bench-slo",
-		measures: append(slices.Clone(requestPath), "pkg/waitroom/", benchCode+"slo.go", benchCode+"sloload.go", benchCode+"sloreport.go", benchCode+"slogoals.go")},
+		measures: append(slices.Clone(requestPath), "pkg/waitroom/", fairnessCode+"slo.go", fairnessCode+"sloload.go", fairnessCode+"sloreport.go", fairnessCode+"slogoals.go", "tests/load/internal/slo/")},
 	{bench: "fairness", report: "fairness.md", command: "make bench-fairness",
-		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, benchCode+"fairness.go", benchCode+"fairreport.go")},
+		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, fairnessCode+"fairness.go", fairnessCode+"fairreport.go")},
 	{bench: "fairness", report: "fairness-1024.md", command: "make bench-fairness-1024",
-		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, benchCode+"fairness.go", benchCode+"fairreport.go")},
+		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, fairnessCode+"fairness.go", fairnessCode+"fairreport.go")},
 	{bench: "fairness-cluster", report: "fairness-cluster.md", command: "make bench-fairness-cluster",
 		measures: append(slices.Clone(requestPath), "worker/", "pkg/llmsim/", vtcCode, "tests/multi/fairness_test.go", "tests/multi/stack_test.go")},
 	{report: "chaos.md", command: "make chaos",
@@ -146,8 +144,8 @@ func TestBenchFiguresLinkAReport(t *testing.T) {
 
 // TestEveryReportHasAScenario: each report in tests/load/report/ has an
 // entry above (so its measured paths are declared) and a run line; each
-// entry's report and paths exist; every make bench scenario is known, so
-// that TestBenchFiguresLinkAReport sees its name.
+// entry's report and paths exist; every make target of a sluice-bench
+// scenario is known, so that TestBenchFiguresLinkAReport sees its name.
 func TestEveryReportHasAScenario(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(root, reportDir, "*.md"))
 	if err != nil {
@@ -172,7 +170,7 @@ func TestEveryReportHasAScenario(t *testing.T) {
 				t.Errorf("%s/%s measures %s, which does not exist", reportDir, s.report, p)
 			}
 		}
-		if len(s.measures) == 0 && s.baseline == "" {
+		if len(s.measures) == 0 {
 			t.Errorf("%s/%s: no measured paths", reportDir, s.report)
 		}
 	}
@@ -181,18 +179,23 @@ func TestEveryReportHasAScenario(t *testing.T) {
 			t.Errorf("%s/%s has no entry in scenarios (tests/docs/figures_test.go): say what it measures", reportDir, filepath.Base(f))
 		}
 	}
-	makefile, err := readFromRoot("Makefile")
+	// The Makefile's bench targets, generated from sluice-bench's
+	// scenario list.
+	benchMK, err := readFromRoot("tests/load/bench.mk")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^SCENARIOS\s*:=(.*)$`).FindStringSubmatch(makefile)
-	if m == nil {
-		t.Fatal("Makefile: no SCENARIOS line")
-	}
-	for _, name := range strings.Fields(m[1]) {
-		if !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.bench == name }) {
-			t.Errorf("make bench-%s has no entry in scenarios", name)
+	targets := 0
+	for _, m := range regexp.MustCompile(`(?m)^BENCH_(?:TARGETS|ALONE)\s*:=(.*)$`).FindAllStringSubmatch(benchMK, -1) {
+		for _, target := range strings.Fields(m[1]) {
+			targets++
+			if !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.command == "make "+target }) {
+				t.Errorf("make %s has no entry in scenarios", target)
+			}
 		}
+	}
+	if targets == 0 {
+		t.Error("tests/load/bench.mk: no BENCH_TARGETS or BENCH_ALONE line")
 	}
 }
 
@@ -225,7 +228,7 @@ func freshness(repo, name, text string, s scenario, max int) (behind int, proble
 func TestReportsAreFresh(t *testing.T) {
 	var missing []string
 	for _, s := range scenarios {
-		if s.report == "" || s.baseline != "" {
+		if s.report == "" {
 			continue
 		}
 		name := reportDir + "/" + s.report

@@ -36,16 +36,23 @@
 //	          Sluice and straight to the simulator (FCFS): the paper's
 //	          service differences and throughput, beside its numbers
 //
-// and one command that runs no scenario:
+// and two commands that run no scenario:
 //
-//	plot      redraws a report's PNG from its CSV (plotcmd.go)
+//	plot      redraws a report's PNG from its CSV (plot.go)
+//	list      the scenarios' make targets; with -make, the Makefile's
+//	          bench targets (tests/load/bench.mk) generated from them
+//	          (list.go)
 //
-// Every scenario has the same skeleton (scenario.go): its flags, the
-// stacks it starts (stack.go), the load it drives, and a report with its
-// goals (report.go); while it runs, a progress line on stderr every few
-// seconds (progress.go). Run `sluice-bench <scenario> -h` for a scenario's
-// flags. Without a scenario name the overhead benchmark runs, so
-// `sluice-bench -n 200` is `sluice-bench overhead -n 200`.
+// The command is a dispatcher over specs, the list of scenarios. Each
+// scenario lives in the package of its family (tests/load/overhead,
+// goodput, fairness, heal), which declares it as a scenario.Spec, and
+// every scenario has the same skeleton (tests/load/internal/scenario):
+// its flags, the stacks it starts (internal/stack), the load it drives,
+// and a report with its goals (internal/report); while it runs, a
+// progress line on stderr every few seconds (internal/progress). Run
+// `sluice-bench <scenario> -h` for a scenario's flags. Without a
+// scenario name the overhead benchmark runs, so `sluice-bench -n 200` is
+// `sluice-bench overhead -n 200`.
 package main
 
 import (
@@ -57,34 +64,34 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/version"
-	"github.com/sluice-dev/sluice/tests/testenv"
+	"github.com/sluice-dev/sluice/tests/load/fairness"
+	"github.com/sluice-dev/sluice/tests/load/goodput"
+	"github.com/sluice-dev/sluice/tests/load/heal"
+	"github.com/sluice-dev/sluice/tests/load/internal/report"
+	"github.com/sluice-dev/sluice/tests/load/internal/scenario"
+	"github.com/sluice-dev/sluice/tests/load/overhead"
 )
 
-// scenarios are the subcommands: a summary for the usage, and a new
-// scenario to bind the flags to.
-var scenarios = map[string]struct {
-	summary string
-	new     func() scenario
-}{
-	"overhead": {"what Sluice adds on top of the LLM, vs a bare Temporal workflow (default)", func() scenario { return &overheadScenario{} }},
-	"limiter":  {"limiter.Reserve decisions/s vs redis-benchmark SET; p99 at half that rate", func() scenario { return &limiterScenario{} }},
-	"reject":   {"429 path through POST /v1/chat: rejections/s, latency, no workflow started", func() scenario { return &rejectScenario{} }},
-	"wakeup":   {"permit release to the next waiter's retrieval stage, end to end", func() scenario { return &wakeupScenario{} }},
-	"burst":    {"2,000 concurrent SSE clients against 20 permits: outcomes, hangs, leaks", func() scenario { return &burstScenario{} }},
-	"waiters":  {"10,000 queued workflows on one worker: RSS, goroutines, drain", func() scenario { return &waitersScenario{} }},
-	"heal":     {"80% short / 20% long on one simulator, healing off then on: short P99/P50 over time", func() scenario { return &healScenario{} }},
-	"goodput":  {"goodput and TTFT against offered load, closed and open loop, Sluice vs a bare workflow", func() scenario { return &goodputScenario{} }},
-	"soak":     {"30 minutes at the pool's capacity: every process's memory, goroutines and workflow cache level off", func() scenario { return &soakScenario{} }},
-	"slo":      {"SLO attainment by tier at 0.5×–2× capacity: Sluice healing off/on vs FCFS straight to the simulator", func() scenario { return &sloScenario{} }},
-	"pools":    {"two equal tenants, one per pool, on make run's shared pools vs pools apart: token shares, TTFT", func() scenario { return &poolsScenario{} }},
-	"fairness": {"the VTC paper's workloads replayed: token fairness of Sluice vs FCFS vs the paper's numbers", func() scenario { return &fairnessScenario{} }},
+// specs are the scenarios, in the order make bench runs their targets.
+var specs = []scenario.Spec{
+	overhead.Overhead, overhead.Limiter, overhead.Reject, overhead.Wakeup, goodput.Burst, overhead.Waiters,
+	heal.Heal, goodput.Goodput, fairness.Pools, fairness.SLO, fairness.Fairness, goodput.Soak,
+}
+
+// specNamed is the scenario of that name.
+func specNamed(name string) (scenario.Spec, bool) {
+	for _, s := range specs {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return scenario.Spec{}, false
 }
 
 func main() {
@@ -92,28 +99,22 @@ func main() {
 		fmt.Println(version.Line("sluice-bench"))
 		return
 	}
-	if len(os.Args) > 1 && os.Args[1] == "plot" {
-		err := runPlot(os.Args[2:])
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "sluice-bench plot: %v\n", err)
-			os.Exit(1)
-		}
+	if len(os.Args) > 1 && (os.Args[1] == "plot" || os.Args[1] == "list") {
+		command(os.Args[1], os.Args[2:])
 		return
 	}
-	name, args := scenarioName(os.Args[1:])
+	spec, args := scenarioOf(os.Args[1:])
+	name := spec.Name
 	fs := flag.NewFlagSet("sluice-bench "+name, flag.ExitOnError)
 	fs.Usage = func() {
 		usage()
 		fmt.Fprintf(os.Stderr, "\nflags of %s:\n", name)
 		fs.PrintDefaults()
 	}
-	run := bind(name, scenarios[name].new(), fs)
+	run := scenario.Bind(name, spec.New(), fs)
 	temporalBin := fs.String("temporal", "", "Temporal CLI (default: bin/temporal or $SLUICE_TEST_TEMPORAL_BIN)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (bench, API and worker share the process)")
-	fs.StringVar(&reportPath, "report", "", "also write the report to this file (make bench-<scenario>: tests/load/report/<scenario>.md)")
+	copyTo := fs.String("report", "", "also write the report to this file (make bench-<scenario>: tests/load/report/<scenario>.md)")
 	_ = fs.Parse(args)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "sluice-bench %s: unexpected arguments %v\n", name, fs.Args())
@@ -136,7 +137,7 @@ func main() {
 	// dev server are stopped with it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	startLoad, startTime = testenv.LoadAverage(), time.Now()
+	report.Begin(*copyTo)
 	// OTEL_* turn tracing on for the stack the bench runs, as they do for
 	// the binaries: the overhead scenario then measures its cost.
 	stopTracing, err := tracing.Start(ctx, "sluice-bench", slog.Default())
@@ -152,9 +153,25 @@ func main() {
 	}
 }
 
-// scenarioName splits the scenario's name off the arguments (overhead
+// command runs plot or list, which run no scenario.
+func command(name string, args []string) {
+	run := runPlot
+	if name == "list" {
+		run = runList
+	}
+	err := run(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sluice-bench %s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+// scenarioOf splits the scenario's name off the arguments (overhead
 // when they start with a flag); help and unknown names end the program.
-func scenarioName(args []string) (string, []string) {
+func scenarioOf(args []string) (scenario.Spec, []string) {
 	name := "overhead"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
@@ -163,23 +180,22 @@ func scenarioName(args []string) (string, []string) {
 		usage()
 		os.Exit(0)
 	}
-	if _, ok := scenarios[name]; !ok {
+	spec, ok := specNamed(name)
+	if !ok {
 		fmt.Fprintf(os.Stderr, "sluice-bench: unknown scenario %q\n\n", name)
 		usage()
 		os.Exit(2)
 	}
-	return name, args
+	return spec, args
 }
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: sluice-bench [scenario] [flags]   (scenario defaults to overhead; sluice-bench <scenario> -h lists its flags)")
-	names := make([]string, 0, len(scenarios))
-	for n := range scenarios {
-		names = append(names, n)
+	sorted := slices.Clone(specs)
+	slices.SortFunc(sorted, func(a, b scenario.Spec) int { return strings.Compare(a.Name, b.Name) })
+	for _, s := range sorted {
+		fmt.Fprintf(os.Stderr, "  %-9s %s\n", s.Name, s.Summary)
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-9s %s\n", n, scenarios[n].summary)
-	}
-	fmt.Fprintf(os.Stderr, "or: sluice-bench plot -in <csv> [-out <png>]\n  %-9s %s\n", "plot", plotSummary)
+	fmt.Fprintf(os.Stderr, "or: sluice-bench plot -in <csv> [-out <png>]\n  %-9s %s\n", "plot", plotSummary())
+	fmt.Fprintf(os.Stderr, "or: sluice-bench list [-make]\n  %-9s %s\n", "list", listSummary)
 }

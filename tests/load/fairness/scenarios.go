@@ -1,0 +1,36 @@
+// Package fairness holds the scenarios that measure what tenants and
+// tiers get of a backend they share: token shares on shared pools and
+// pools apart (pools), SLO attainment by tier (slo), and the VTC paper's
+// workloads replayed (fairness).
+package fairness
+
+import "github.com/sluice-dev/sluice/tests/load/internal/scenario"
+
+// The scenarios of this package: what tenants and tiers get of a backend
+// they share, by token share (pools, fairness) and by SLO (slo).
+var (
+	Pools = scenario.Spec{
+		Name:    "pools",
+		Summary: "two equal tenants, one per pool, on make run's shared pools vs pools apart: token shares, TTFT",
+		New:     func() scenario.Scenario { return &poolsScenario{} },
+		Targets: []scenario.Target{{Name: "pools", Report: "tests/load/report/pools.md"}},
+	}
+	SLO = scenario.Spec{
+		Name:    "slo",
+		Summary: "SLO attainment by tier at 0.5×–2× capacity: Sluice healing off/on vs FCFS straight to the simulator",
+		New:     func() scenario.Scenario { return &sloScenario{} },
+		Targets: []scenario.Target{{Name: "slo", Report: "tests/load/report/slo.md",
+			Notes: "About 12 minutes."}},
+	}
+	Fairness = scenario.Spec{
+		Name:    "fairness",
+		Summary: "the VTC paper's workloads replayed: token fairness of Sluice vs FCFS vs the paper's numbers",
+		New:     func() scenario.Scenario { return &fairnessScenario{} },
+		Targets: []scenario.Target{
+			{Name: "fairness", FlagsVar: "FAIRNESS_FLAGS", Report: "tests/load/report/fairness.md",
+				Notes: "The workloads (../shared/workloads: vtc-overload.csv and vtc-real.csv, beside the checkout) are replayed 4x faster than recorded on one simulator per workload sized as the paper's server (~15 minutes). FAIRNESS_FLAGS adds flags (say -max-tokens-mode 1024, or -duration 120 for a smoke run)."},
+			{Name: "fairness-1024", Args: []string{"-workloads", "real", "-max-tokens-mode", "1024"}, Report: "tests/load/report/fairness-1024.md",
+				Notes: "The real workload with max_tokens 1024 for every request (the paper's VTC without the output length known; ~6 minutes)."},
+		},
+	}
+)

@@ -1,0 +1,330 @@
+package fairness
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
+	"github.com/sluice-dev/sluice/tests/load/internal/load"
+	"github.com/sluice-dev/sluice/tests/load/internal/progress"
+	"github.com/sluice-dev/sluice/tests/load/internal/scenario"
+	"github.com/sluice-dev/sluice/tests/load/internal/slo"
+	"github.com/sluice-dev/sluice/tests/load/internal/stack"
+)
+
+// The slo benchmark asks what each tier's clients get when more is asked
+// than the model can serve. One pool (every prompt is short, and both
+// pools name the one simulator, so they share one budget of its
+// sequences) and two tiers, each one tenant with no rate limits:
+// interactive (weight 5; a first token within a second, then at most
+// 100 ms a token) and batch (weight 1; a first token within a minute).
+// Poisson arrivals, each drawn interactive or batch by the same seeded
+// generator, come at multiples of the capacity, measured first in the
+// same run: a closed loop of as many clients as the simulator runs
+// sequences, straight to the simulator. The same arrivals go to Sluice
+// with healing off, to Sluice with healing on (a fresh stack) and FCFS:
+// straight to the simulator's OpenAI endpoint, whose own queue is first
+// come, first served. Everything is measured where the client stands,
+// per arrival: one refused, timed out or not sent missed its SLO.
+
+// sloTenant and sloKey are a tier's one tenant and its API key.
+func sloTenant(tier int) string { return "slo-" + slo.Tiers[tier].Name }
+func sloKey(tier int) string    { return "k-slo-" + slo.Tiers[tier].Name }
+
+// The modes, each driven with the same arrivals.
+const (
+	modeHealOff = "off"
+	modeHealOn  = "on"
+	modeFCFS    = "fcfs"
+)
+
+func modeName(m string) string {
+	switch m {
+	case modeHealOff:
+		return "Sluice, healing off"
+	case modeHealOn:
+		return "Sluice, healing on"
+	}
+	return "FCFS (simulator)"
+}
+
+// sloScenario is the slo benchmark: its flags, then what it measured.
+type sloScenario struct {
+	loads, modes        string
+	interactive         float64
+	interactiveWait     time.Duration
+	seqs, maxTokens     int
+	timeScale           float64
+	warmup, window      time.Duration
+	timeout, capWindow  time.Duration
+	capacity            float64
+	maxInFlight         int
+	seed                uint64
+	sampleEvery         time.Duration
+	loadList            []float64
+	modeList, stackMode []string
+
+	// sim is the simulator's configuration, cfg the first stack's.
+	sim llmsim.Config
+	cfg config.Config
+	// measured is the capacity the loads are multiples of (capMeasured:
+	// measured, not given); promptTokens the longest prompt sent straight
+	// to the simulator.
+	measured     float64
+	capMeasured  bool
+	promptTokens atomic.Int64
+	steps        []*sloStep
+	stacksDone   int
+
+	cur  atomic.Pointer[sloRun]
+	prog progress.Meter
+}
+
+func (s *sloScenario) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&s.loads, "loads", "0.5,1,1.5,2", "open-loop steps: Poisson arrivals as multiples of the capacity")
+	fs.StringVar(&s.modes, "modes", "off,on,fcfs", "modes, each with the same arrivals: off, on (Sluice with healing off, on; a stack each), fcfs (straight to the simulator)")
+	fs.Float64Var(&s.interactive, "interactive", 1.0/3, "share of the arrivals that are interactive; the rest are batch")
+	fs.DurationVar(&s.interactiveWait, "interactive-max-wait", slo.Tiers[slo.Interactive].MaxWait, "the interactive tier's max_wait")
+	fs.IntVar(&s.seqs, "seqs", 16, "the simulator's max_num_seqs, and the pool's permits")
+	fs.IntVar(&s.maxTokens, "max-tokens", 128, "every answer's length in tokens (max_tokens, and the simulator's natural length)")
+	fs.Float64Var(&s.timeScale, "time-scale", 1, "simulator time scale (1: real time)")
+	fs.DurationVar(&s.warmup, "warmup", 10*time.Second, "arrivals before each step's window, not counted")
+	fs.DurationVar(&s.window, "window", 25*time.Second, "each step's window: its arrivals are followed to their end")
+	fs.DurationVar(&s.timeout, "timeout", 75*time.Second, "a client gives up this long after its arrival (the batch TTFT bound and time to read the answer)")
+	fs.Float64Var(&s.capacity, "capacity", 0, "capacity in answers/s (0: measured, closed loop at -seqs clients straight to the simulator)")
+	fs.DurationVar(&s.capWindow, "capacity-window", 15*time.Second, "the capacity measurement's window (after a 5s warm-up)")
+	fs.IntVar(&s.maxInFlight, "max-in-flight", 800, "most requests in flight at once; the generator drops arrivals beyond (and counts them)")
+	fs.Uint64Var(&s.seed, "seed", 1, "seed of the arrival times and tiers (step i uses seed+i in every mode)")
+	fs.DurationVar(&s.sampleEvery, "sample", 500*time.Millisecond, "how often the queue is sampled for backlogged tiers")
+}
+
+func (s *sloScenario) Stacks() ([]stack.Options, error) {
+	var err error
+	if s.loadList, err = scenario.Positives("loads", "multiple", s.loads, scenario.ParseFloat); err != nil {
+		return nil, err
+	}
+	if err := s.parseModes(); err != nil {
+		return nil, err
+	}
+	if s.interactive < 0 || s.interactive > 1 {
+		return nil, errors.New("-interactive must be within 0..1")
+	}
+	if s.seqs < 1 || s.maxTokens < 2 || s.timeScale <= 0 || s.window <= 0 || s.timeout <= 0 || s.maxInFlight < 1 || s.sampleEvery <= 0 {
+		return nil, errors.New("-seqs, -time-scale, -window, -timeout, -max-in-flight and -sample must be positive, -max-tokens at least 2")
+	}
+	s.sim = llmsim.DefaultConfig()
+	s.simulator(&s.sim)
+	out := make([]stack.Options, len(s.stackMode))
+	for i, m := range s.stackMode {
+		out[i] = stack.Options{Quiet: true, Simulator: s.simulator, Configure: func(cfg *config.Config) { s.configure(cfg, m == modeHealOn) }}
+	}
+	return out, nil
+}
+
+// parseModes checks -modes and gives each Sluice mode a stack of its own;
+// FCFS runs on the first, whose Sluice sits idle meanwhile.
+func (s *sloScenario) parseModes() error {
+	for _, m := range strings.Split(s.modes, ",") {
+		m = strings.TrimSpace(m)
+		switch m {
+		case modeHealOff, modeHealOn:
+			s.stackMode = append(s.stackMode, m)
+		case modeFCFS:
+		default:
+			return fmt.Errorf("-modes: %q is none of off, on, fcfs", m)
+		}
+		s.modeList = append(s.modeList, m)
+	}
+	if len(s.stackMode) == 0 {
+		s.stackMode = []string{modeFCFS}
+	}
+	return nil
+}
+
+// simulator sizes the simulator: -seqs sequences, every answer exactly
+// -max-tokens long, so that a request's cost is the same in every mode.
+func (s *sloScenario) simulator(sim *llmsim.Config) {
+	sim.MaxNumSeqs = s.seqs
+	sim.TimeScale = s.timeScale
+	sim.AnswerMinTokens, sim.AnswerMaxTokens = s.maxTokens, s.maxTokens
+}
+
+// configure is make run's configuration with the pools' shared budget at
+// the simulator's sequences, the two tiers and their tenants, and the
+// per-address connection cap above the generator's.
+func (s *sloScenario) configure(cfg *config.Config, healing bool) {
+	cfg.Pools.Short.MaxConcurrency = s.seqs
+	cfg.Pools.Long.MaxConcurrency = min(cfg.Pools.Long.MaxConcurrency, s.seqs)
+	cfg.Pools.Shared.MaxConcurrency = 0
+	cfg.Healing.Enabled = healing
+	for i, t := range slo.Tiers {
+		stack.AddOpenTenants(cfg, t.Name, []config.APIKey{{Key: sloKey(i), Tenant: sloTenant(i), Tier: t.Name}})
+		tier := cfg.Limits.Tiers[t.Name]
+		tier.Weight, tier.MaxWait = t.Weight, t.MaxWait
+		if i == slo.Interactive {
+			tier.MaxWait = s.interactiveWait
+		}
+		cfg.Limits.Tiers[t.Name] = tier
+	}
+	if need := s.maxInFlight + 16; cfg.API.MaxConnsPerIP < need {
+		cfg.API.MaxConnsPerIP, cfg.API.MaxConns = need, max(cfg.API.MaxConns, need)
+	}
+}
+
+// Drive runs this stack's modes at every load, in load order, the first
+// stack measuring the capacity first.
+func (s *sloScenario) Drive(ctx context.Context, st *stack.Stack) error {
+	stackMode := s.stackMode[s.stacksDone]
+	first := s.stacksDone == 0
+	s.stacksDone++
+	env, err := newSLOEnv(ctx, s, st)
+	if err != nil {
+		return err
+	}
+	modes := []string{}
+	for _, m := range s.modeList {
+		if m == stackMode || (first && m == modeFCFS) {
+			modes = append(modes, m)
+		}
+	}
+	if first {
+		s.cfg = st.Config
+		if err := s.measureCapacity(ctx, env); err != nil {
+			return err
+		}
+	}
+	for i, mult := range s.loadList {
+		for _, m := range modes {
+			step := &sloStep{mode: m, mult: mult, rate: mult * s.measured, seed: s.seed + uint64(i), window: s.window}
+			if err := s.runStep(ctx, st, env, step); err != nil {
+				return err
+			}
+			s.steps = append(s.steps, step)
+			fmt.Fprintf(os.Stderr, "%s slo %s\n", time.Now().Format("15:04:05"), step.line())
+		}
+	}
+	return nil
+}
+
+// measureCapacity sets the capacity the loads are multiples of: -capacity,
+// or what -seqs closed-loop clients straight to the simulator get (the
+// model's, without Sluice's overhead). It is taken by Little's law, the
+// clients over their mean answer time: equal answers started together
+// end in bursts of -seqs, which a count of answers in a window would
+// alias.
+func (s *sloScenario) measureCapacity(ctx context.Context, env *sloEnv) error {
+	if s.capacity > 0 {
+		s.measured = s.capacity
+		return nil
+	}
+	s.prog.Enter("capacity", 0)
+	answer := func(ctx context.Context, c int) error {
+		r := env.fcfs(ctx, slo.Batch, c)
+		s.prog.Add(1)
+		if r.Kind != chat.KindDone {
+			return errors.New(r.Kind)
+		}
+		return nil
+	}
+	load.ClosedLoop(ctx, 5*time.Second, s.seqs, answer) // to a full batch
+	res := load.ClosedLoop(ctx, s.capWindow, s.seqs, answer)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(res.Lat) == 0 || res.Errs > 0 {
+		return fmt.Errorf("capacity: %d answers, %d failures straight from the simulator", len(res.Lat), res.Errs)
+	}
+	var sum time.Duration
+	for _, d := range res.Lat {
+		sum += d
+	}
+	s.measured, s.capMeasured = float64(s.seqs)/(sum/time.Duration(len(res.Lat))).Seconds(), true
+	return nil
+}
+
+// computedCapacity is what the simulator's timing allows: -seqs answers
+// per answer's time at a full batch (every decode step costs its base
+// plus its share per sequence; the prompt's prefill once).
+func (s *sloScenario) computedCapacity() float64 {
+	step := s.sim.DecodeBase + time.Duration(s.sim.MaxNumSeqs)*s.sim.DecodePerSeq
+	answer := time.Duration(s.maxTokens)*step + time.Duration(s.promptTokens.Load())*s.sim.PrefillPerToken
+	return float64(s.sim.MaxNumSeqs) / (answer.Seconds() * s.sim.TimeScale)
+}
+
+// runStep sends one step's arrivals to one mode and follows each to its
+// end; Sluice's queue is sampled meanwhile, and the pools left idle.
+func (s *sloScenario) runStep(ctx context.Context, st *stack.Stack, env *sloEnv, step *sloStep) error {
+	run := newSLORun(step.label(), s.warmup, s.window, s.timeout)
+	s.cur.Store(run)
+	defer s.cur.Store(nil)
+	do := env.fcfs
+	if step.mode != modeFCFS {
+		do = env.sluice
+		sctx, stop := context.WithDeadline(ctx, run.winEnd)
+		defer stop()
+		go run.sampleQueues(sctx, st, s.sampleEvery)
+	}
+	run.openLoop(ctx, step.rate, s.interactive, s.maxInFlight, step.seed, do)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	step.all, step.samples = run.all, run.samplesTaken()
+	s.prog.Enter("wait-idle", -1)
+	// Requests cut off by their client may still hold a permit or a place
+	// in the queue for the disconnect grace: the next step starts idle.
+	_, _, err := stack.WaitIdle(ctx, st.Runtime.Gate, s.timeout)
+	return err
+}
+
+func (s *sloScenario) Status(st *stack.Stack) string {
+	if r := s.cur.Load(); r != nil {
+		return r.status() + " " + st.PoolsNow()
+	}
+	return s.prog.String() + " " + st.PoolsNow()
+}
+
+// sloEnv is how a stack's steps send: one requester per way in.
+type sloEnv struct {
+	sluice, fcfs sloRequester
+}
+
+// sloRequester sends arrival i of tier and reads its answer to the end.
+type sloRequester func(ctx context.Context, tier, i int) chat.Result
+
+// newSLOEnv builds the requesters: POST /v1/chat with the tier's key, and
+// the same prompt Sluice builds (retrieval included) posted to the
+// simulator's OpenAI endpoint.
+func newSLOEnv(ctx context.Context, s *sloScenario, st *stack.Stack) (*sloEnv, error) {
+	hc := st.Client(s.maxInFlight)
+	bodies := make([][]byte, len(chat.Queries))
+	for i, q := range chat.Queries {
+		msgs, err := st.Prompt(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("prompt of %q: %w", q, err)
+		}
+		if bodies[i], err = fcfsBody(st.Config.Pools.Short.Model, msgs, s.maxTokens); err != nil {
+			return nil, err
+		}
+	}
+	simHC := st.Client(s.maxInFlight)
+	completions := st.SimURL + "/v1/chat/completions"
+	return &sloEnv{
+		sluice: func(ctx context.Context, tier, i int) chat.Result {
+			body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, chat.Queries[i%len(chat.Queries)], s.maxTokens)
+			return chat.Read(ctx, hc, st.BaseURL, body, map[string]string{"Authorization": "Bearer " + sloKey(tier)})
+		},
+		fcfs: func(ctx context.Context, _, i int) chat.Result {
+			res, prompt := fcfsChat(ctx, simHC, completions, bodies[i%len(bodies)])
+			storeMax(&s.promptTokens, int64(prompt))
+			return res
+		},
+	}, nil
+}
