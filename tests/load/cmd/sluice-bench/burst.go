@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -64,7 +65,7 @@ type burstScenario struct {
 	burstOptions
 	keys []config.APIKey
 	// tier is the burst tier as configured; maxWait its queue wait limit.
-	tier        config.Tier
+	tier        policy.Tier
 	maxWait     time.Duration
 	outcomes    []outcome
 	clientsDone time.Duration
