@@ -14,7 +14,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/alert"
 	"github.com/sluice-dev/sluice/pkg/backend"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/metrics"
@@ -255,8 +254,8 @@ func (h *Healing) ThrottleLong(ctx context.Context, in ThrottleLongInput) error 
 	if f == 1 {
 		f = 0
 	}
-	if f != 0 && !(f >= 1 && f <= config.MaxLongCostFactor) {
-		return outOfBounds("long cost factor must be 1 (off) to %d, got %v", config.MaxLongCostFactor, in.CostFactor)
+	if f != 0 && !(f >= 1 && f <= policy.MaxLongCostFactor) {
+		return outOfBounds("long cost factor must be 1 (off) to %d, got %v", policy.MaxLongCostFactor, in.CostFactor)
 	}
 	_, err := h.Policy.Update(ctx, func(p *policy.Policy) bool {
 		if p.LongCostFactor == f {

@@ -337,8 +337,8 @@ func TestRequestRoutesValidateIDs(t *testing.T) {
 
 func limitedConfig(c *config.Config) {
 	c.Auth.APIKeys[0].Tier = "standard"
-	c.Limits.Tiers = map[string]config.Tier{
-		"standard": {Weight: 3, Tenant: config.Rate{TokensPerMinute: 6000}, IP: config.Rate{RequestsPerMinute: 60}},
+	c.Limits.Tiers = map[string]policy.Tier{
+		"standard": {Weight: 3, Tenant: policy.Rate{TokensPerMinute: 6000}, IP: policy.Rate{RequestsPerMinute: 60}},
 	}
 }
 
@@ -398,7 +398,7 @@ func TestRateLimitedIs429WithHeaders(t *testing.T) {
 func TestLargerThanTheBucketIs413(t *testing.T) {
 	srv, tc, _ := newTestServer(t, func(c *config.Config) {
 		limitedConfig(c)
-		c.Limits.Tiers["standard"] = config.Tier{Weight: 3, Tenant: config.Rate{TokensPerMinute: 1000}}
+		c.Limits.Tiers["standard"] = policy.Tier{Weight: 3, Tenant: policy.Rate{TokensPerMinute: 1000}}
 	})
 	rec := post(srv, `{"query":"hello","max_tokens":1000}`)
 	assertJSONError(t, rec, 413, "request_too_large")
@@ -432,7 +432,7 @@ func TestFailedStartRefunds(t *testing.T) {
 func TestTierCapsMaxTokens(t *testing.T) {
 	srv, _, _ := newTestServer(t, func(c *config.Config) {
 		c.Auth.APIKeys[0].Tier = "free"
-		c.Limits.Tiers["free"] = config.Tier{Weight: 2, MaxOutputTokens: 512, Tenant: config.Rate{TokensPerMinute: 100000}}
+		c.Limits.Tiers["free"] = policy.Tier{Weight: 2, MaxOutputTokens: 512, Tenant: policy.Rate{TokensPerMinute: 100000}}
 	})
 	rec := post(srv, `{"query":"hello","max_tokens":2000}`)
 	bound := srv.prompts.BoundBeforeRetrieval("hello", srv.cfg.Retrieval.TopK, srv.cfg.Retrieval.ChunkTokens)
@@ -447,7 +447,7 @@ func TestTierCapsMaxTokens(t *testing.T) {
 func TestFullQueueIs503AtTheDoor(t *testing.T) {
 	srv, tc, _ := newTestServer(t, func(c *config.Config) {
 		c.Auth.APIKeys[0].Tier = "standard"
-		c.Limits.Tiers["standard"] = config.Tier{Weight: 3, MaxQueuePerTenant: 2}
+		c.Limits.Tiers["standard"] = policy.Tier{Weight: 3, MaxQueuePerTenant: 2}
 	})
 	ctx := context.Background()
 	// The short pool's single permit is taken; acme already has 2 waiting.

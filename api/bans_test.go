@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/iphash"
+	"github.com/sluice-dev/sluice/pkg/policy"
 )
 
 // An address that keeps guessing keys is banned on every server sharing
@@ -106,7 +107,7 @@ func TestKeyIgnoringItsRetryAfterIsBanned(t *testing.T) {
 		c.Auth.AdminKey = "root"
 		c.Limits.Enabled = true
 		tier := c.Limits.Tiers["standard"]
-		tier.Routes.Reads = config.RouteRate{TenantPerMinute: 2, IPPerMinute: 1000}
+		tier.Routes.Reads = policy.RouteRate{TenantPerMinute: 2, IPPerMinute: 1000}
 		c.Limits.Tiers["standard"] = tier
 	}, nil)
 	withManagedKeys(t, srv, rdb, prefix)
@@ -169,7 +170,7 @@ func TestBusyKeysWithinTheirPlanAreNeverBanned(t *testing.T) {
 		k := createKey(t, srv, "root", `{"tenant":"busy-`+name+`","tier":"`+name+`"}`)
 		for _, route := range []struct {
 			path string
-			rate config.RouteRate
+			rate policy.RouteRate
 		}{{probe, tier.Routes.Reads}, {probe + "/events", tier.Routes.Resumes}} {
 			n := int(min(route.rate.TenantPerMinute, route.rate.IPPerMinute))
 			if n == 0 || n > 5000 {

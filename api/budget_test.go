@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/usage"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -44,7 +45,7 @@ func budgetServer(t *testing.T, tokensPerMonth int64, ledgerTokens int) (*Server
 	srv, tc, _ := newTestServerWith(t, func(c *config.Config) {
 		tenantsConfig(c)
 		c.Auth.APIKeys[0].Tier, c.Auth.APIKeys[1].Tier = "metered", "metered"
-		c.Limits.Tiers["metered"] = config.Tier{Weight: 1, Budget: config.Budget{TokensPerMonth: tokensPerMonth}}
+		c.Limits.Tiers["metered"] = policy.Tier{Weight: 1, Budget: policy.Budget{TokensPerMonth: tokensPerMonth}}
 		c.Usage = config.Usage{Store: config.UsageSQLite, SQLitePath: path}
 	}, func(rdb *redis.Client, o *Options) {
 		o.Usage = ledger

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 )
@@ -174,7 +175,7 @@ func TestIngestBodyIsReadOnlyWithAPermit(t *testing.T) {
 func TestIngestQuota(t *testing.T) {
 	srv := newKBServer(t, func(c *config.Config) {
 		vip := c.Limits.Tiers["vip"]
-		vip.IngestQuota = config.IngestQuota{Documents: 2, Bytes: 400}
+		vip.IngestQuota = policy.IngestQuota{Documents: 2, Bytes: 400}
 		c.Limits.Tiers["vip"] = vip
 	})
 	ok := func(body string) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/policy"
 )
 
 // Reads, resumes and ingestion each have their tier's own limit, per
@@ -13,7 +14,7 @@ import (
 func TestRouteLimits(t *testing.T) {
 	srv, _, _ := newTestServer(t, func(c *config.Config) {
 		vip := c.Limits.Tiers["vip"]
-		vip.Routes = config.RouteLimits{Reads: config.RouteRate{TenantPerMinute: 2}, Ingest: config.RouteRate{TenantPerMinute: 1}}
+		vip.Routes = policy.RouteLimits{Reads: policy.RouteRate{TenantPerMinute: 2}, Ingest: policy.RouteRate{TenantPerMinute: 1}}
 		c.Limits.Tiers["vip"] = vip
 	})
 	const someone = "/v1/requests/chat-01M8RXVGWWZVKQP5ZVA6RPTEZA"

@@ -32,7 +32,7 @@ const defaultPolicyJSON = `{"version":7,"epoch":"abc","enabled":true,"default_ti
 	`"pools":{"long":{"max_concurrency":12},"short":{"max_concurrency":16}},"long_cost_factor":2.5}`
 
 func TestPolicyOfTheDefaults(t *testing.T) {
-	p := PolicyOf(config.Default())
+	p := config.Default().Policy()
 	p.Version, p.Epoch, p.LongCostFactor = 7, "abc", 2.5
 	raw, err := json.Marshal(p)
 	if err != nil {
@@ -47,22 +47,10 @@ func TestPolicyOfTheDefaults(t *testing.T) {
 	}
 }
 
-// A tier converts to the policy's and back unchanged, field for field.
-func TestTierConversionKeepsEveryField(t *testing.T) {
-	if c, p := reflect.TypeFor[config.Tier]().NumField(), reflect.TypeFor[policy.Tier]().NumField(); c != p {
-		t.Fatalf("config.Tier has %d fields, policy.Tier %d: convert the new one both ways", c, p)
-	}
-	for name, tier := range config.Default().Limits.Tiers {
-		if back := configTier(tierOf(tier)); back != tier {
-			t.Fatalf("tier %s: %+v came back as %+v", name, tier, back)
-		}
-	}
-}
-
 func TestPolicyIsValidatedAsTheConfigurationIs(t *testing.T) {
 	cfg := config.Default()
-	validate := policyValidator(cfg)
-	if err := validate(PolicyOf(cfg)); err != nil {
+	validate := cfg.PolicyDeployment().Check
+	if err := validate(cfg.Policy()); err != nil {
 		t.Fatalf("the default policy: %v", err)
 	}
 	cases := []struct {
@@ -84,14 +72,14 @@ func TestPolicyIsValidatedAsTheConfigurationIs(t *testing.T) {
 			"invalid policy: long_cost_factor must be 0 (off) or between 1 and 10, got 0.5"},
 	}
 	for _, tc := range cases {
-		p := PolicyOf(cfg)
+		p := cfg.Policy()
 		tc.change(&p)
 		if err := validate(p); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}
 	}
 	// The healer may shrink a pool below its configured floor.
-	p := PolicyOf(cfg)
+	p := cfg.Policy()
 	p.Pools["short"], p.LongCostFactor = 1, 2.5
 	if err := validate(p); err != nil {
 		t.Fatalf("a pool of 1: %v", err)
@@ -112,7 +100,7 @@ func TestNewPolicyChecksWhatIsPut(t *testing.T) {
 	cfg.Redis.KeyPrefix = testenv.KeyPrefix(t)
 	gate := gateLimits{}
 	s := NewPolicy(srv.Client(t), cfg, gate, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if !reflect.DeepEqual(*s.Current(), PolicyOf(cfg)) {
+	if !reflect.DeepEqual(*s.Current(), cfg.Policy()) {
 		t.Fatalf("starts from %+v", s.Current())
 	}
 	ctx := context.Background()

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/keys"
 )
 
 // API configures the Echo HTTP front door.
@@ -138,7 +140,7 @@ func (k APIKey) Hash() string {
 	if k.KeySHA256 != "" {
 		return strings.ToLower(k.KeySHA256)
 	}
-	return keyHash(k.Key)
+	return keys.Hash(k.Key)
 }
 
 func defaultAPI() API {
@@ -230,7 +232,7 @@ func (a Auth) validate(v *validator) {
 		if k.Tenant == "" {
 			v.add(field+".tenant", "must not be empty")
 		}
-		if err := checkScopes(k.Scopes); err != nil {
+		if _, err := keys.ParseScopes(k.Scopes); err != nil {
 			v.add(field+".scopes", "%v", err)
 		}
 	}

@@ -90,6 +90,22 @@ func TestEnvOverrides(t *testing.T) {
 	}
 }
 
+// The live policy's settings in the file (limits.*, inlined from
+// pkg/policy) are set from the environment as any other; its tiers, a
+// map, are file-only.
+func TestLimitsFromEnv(t *testing.T) {
+	cfg, err := Load("", []string{"SLUICE_LIMITS_ENABLED=false", "SLUICE_LIMITS_DEFAULT_TIER=free", "SLUICE_LIMITS_BAN_THRESHOLD=7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Limits.Enabled || cfg.Limits.DefaultTier != "free" || cfg.Limits.Ban.Threshold != 7 {
+		t.Fatalf("limits %+v", cfg.Limits)
+	}
+	if _, err := Load("", []string{"SLUICE_LIMITS_TIERS=x"}); err == nil || !strings.Contains(err.Error(), "SLUICE_LIMITS_TIERS: unknown setting") {
+		t.Fatalf("tiers from the environment: %v", err)
+	}
+}
+
 func TestPoolDeadlinesAndBreakerFromEnv(t *testing.T) {
 	cfg, err := Load("", []string{
 		"SLUICE_POOLS_LONG_FIRST_TOKEN_TIMEOUT=45s",

@@ -58,7 +58,13 @@ func ignoredEnv(name string) bool {
 func collectFields(v reflect.Value, path string, out map[string]reflect.Value) {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
-		tag := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]
+		tag, opts, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		f := v.Field(i)
+		if tag == "" && opts == "inline" && f.Kind() == reflect.Struct {
+			// An inlined struct's fields are its parent's (limits.enabled).
+			collectFields(f, path, out)
+			continue
+		}
 		if tag == "" || tag == "-" {
 			continue
 		}
@@ -66,7 +72,6 @@ func collectFields(v reflect.Value, path string, out map[string]reflect.Value) {
 		if path != "" {
 			name = path + "_" + name
 		}
-		f := v.Field(i)
 		switch {
 		case f.Kind() == reflect.Struct:
 			collectFields(f, name, out)

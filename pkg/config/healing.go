@@ -4,11 +4,10 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-// MaxLongCostFactor bounds how much more a long request may be charged
-// against token rate limits while the healer throttles long requests.
-const MaxLongCostFactor = 10
+	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/request"
+)
 
 // Healing configures the tail-latency healer: every Interval it reads
 // each pool's P99/P50 of Stage over Window, its queue, timeout rate and
@@ -80,7 +79,7 @@ type PoolHealing struct {
 
 func defaultHealing() Healing {
 	return Healing{
-		Enabled: true, Interval: 10 * time.Second, Window: 30 * time.Second, Stage: stageLLMFirstToken,
+		Enabled: true, Interval: 10 * time.Second, Window: 30 * time.Second, Stage: request.StageLLMFirstToken,
 		WarnRatio: 2, CriticalRatio: 5, WarnKVCache: 0.75, CriticalQueueDepth: 100, CriticalTimeoutRate: 0.05,
 		MinSamples: 50, HealthyPolls: 3, Cooldown: 30 * time.Second, LongCostFactor: 2, PollsPerRun: 500,
 		AlertTimeout: 5 * time.Second, MetricsTimeout: 2 * time.Second,
@@ -99,13 +98,13 @@ func (h Healing) validate(v *validator, latencyRetention time.Duration) {
 	if h.Window > latencyRetention {
 		v.add("healing.window", "must not exceed metrics.latency_retention (%s), got %s", latencyRetention, h.Window)
 	}
-	if !slices.Contains(healingStages, h.Stage) {
-		v.add("healing.stage", "must be one of %s, got %q", strings.Join(healingStages, ", "), h.Stage)
+	if !slices.Contains(request.TimedSeries(), h.Stage) {
+		v.add("healing.stage", "must be one of %s, got %q", strings.Join(request.TimedSeries(), ", "), h.Stage)
 	}
 	h.validateThresholds(v)
 	h.validatePacing(v)
-	if !(h.LongCostFactor >= 1 && h.LongCostFactor <= MaxLongCostFactor) {
-		v.add("healing.long_cost_factor", "must be between 1 and %d, got %v", MaxLongCostFactor, h.LongCostFactor)
+	if !(h.LongCostFactor >= 1 && h.LongCostFactor <= policy.MaxLongCostFactor) {
+		v.add("healing.long_cost_factor", "must be between 1 and %d, got %v", policy.MaxLongCostFactor, h.LongCostFactor)
 	}
 	v.positive("healing.polls_per_run", int64(h.PollsPerRun))
 	v.optionalHTTPURL("healing.alert_webhook", h.AlertWebhook)

@@ -5,6 +5,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/llm"
+	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Pools holds the two LLM pools requests are routed to by prompt length.
@@ -194,15 +198,16 @@ func defaultPools() Pools {
 // both pools; they differ only in permits and prompt size. Its deadlines
 // and breaker are the LLM client's defaults, which suit a real model.
 func defaultPool(maxConcurrency, maxPromptTokens int) Pool {
+	d, b := llm.DefaultDeadlines(), llm.DefaultBreaker()
 	return Pool{
 		Endpoints:         []string{"http://127.0.0.1:8090"},
 		Model:             "sluice-sim",
 		MaxConcurrency:    maxConcurrency,
 		MaxPromptTokens:   maxPromptTokens,
-		ConnectTimeout:    defaultConnectTimeout,
-		FirstTokenTimeout: defaultFirstTokenTimeout,
-		TokenIdleTimeout:  defaultTokenIdleTimeout,
-		Breaker:           Breaker{Failures: defaultBreakerFailures, OpenFor: defaultBreakerOpenFor, SlowFirstToken: defaultSlowFirstToken},
+		ConnectTimeout:    d.Connect,
+		FirstTokenTimeout: d.FirstToken,
+		TokenIdleTimeout:  d.TokenIdle,
+		Breaker:           Breaker{Failures: b.Failures, OpenFor: b.OpenFor, SlowFirstToken: b.SlowFirstToken},
 		Healing:           defaultPoolHealing(),
 		Scaler:            defaultScaler(),
 		Continuation:      ContinuationNone,
@@ -224,6 +229,9 @@ func defaultLLM() LLM {
 	}
 }
 
+// validate checks the pools' settings except their permit counts
+// (max_concurrency), which are the live policy's: policy.Deployment's
+// Validate checks them, against the shared budget among the rest.
 func (p Pools) validate(v *validator) {
 	p.Short.validate(v, "pools.short")
 	p.Long.validate(v, "pools.long")
@@ -233,15 +241,7 @@ func (p Pools) validate(v *validator) {
 	}
 	short, long := endpointSet(p.Short.Endpoints), endpointSet(p.Long.Endpoints)
 	overlap := slices.ContainsFunc(long, func(e string) bool { return slices.Contains(short, e) })
-	switch {
-	case p.SharesBackends():
-		n := p.SharedLimit()
-		for name, pool := range map[string]Pool{"pools.short": p.Short, "pools.long": p.Long} {
-			if pool.MaxConcurrency > n {
-				v.add(name+".max_concurrency", "must not exceed pools.shared.max_concurrency (%d): the pools share their servers, got %d", n, pool.MaxConcurrency)
-			}
-		}
-	case overlap && p.Short.Model == p.Long.Model:
+	if !p.SharesBackends() && overlap && p.Short.Model == p.Long.Model {
 		// Part of the servers shared: neither one budget nor two holds.
 		v.add("pools.long.endpoints", "share some but not all servers with pools.short.endpoints; list the same servers (one shared budget) or none")
 	}
@@ -253,7 +253,7 @@ func (p Pools) validate(v *validator) {
 // would be the other's spare, and a request of either could hold up both).
 func (p Pools) validateFallbacks(v *validator) {
 	pools := p.ByName()
-	for _, name := range []string{poolShort, poolLong} {
+	for _, name := range request.Pools() {
 		pool := pools[name]
 		seen := map[Fallback]bool{}
 		for i, f := range pool.Fallbacks {
@@ -263,8 +263,8 @@ func (p Pools) validateFallbacks(v *validator) {
 				v.add(field, "must set exactly one of model (another model on this pool's endpoints) or pool (another pool)")
 			case f.Pool == name:
 				v.add(field+".pool", "must name another pool than %s itself", name)
-			case f.Pool != "" && f.Pool != poolShort && f.Pool != poolLong:
-				v.add(field+".pool", "must be %s or %s, got %q", poolShort, poolLong, f.Pool)
+			case f.Pool != "" && !request.IsPool(f.Pool):
+				v.add(field+".pool", "must be %s or %s, got %q", request.PoolShort, request.PoolLong, f.Pool)
 			case f.Model != "" && f.Model == pool.Model:
 				v.add(field+".model", "must differ from pools.%s.model (%q): a fallback to the same model is a retry", name, pool.Model)
 			case seen[f]:
@@ -293,12 +293,10 @@ func (p Pool) validate(v *validator, field string) {
 	}
 	v.nonEmpty(field+".model", p.Model)
 	for i, u := range p.Unsupported {
-		if u != paramN && !slices.Contains(forwardedParams, u) && !slices.Contains(contentPartTypes, u) {
-			v.add(fmt.Sprintf("%s.unsupported[%d]", field, i), "%q is neither n, a forwarded parameter (%s) nor a content part type (%s)",
-				u, strings.Join(forwardedParams, ", "), strings.Join(contentPartTypes, ", "))
+		if err := openai.ValidateUnsupported(u); err != nil {
+			v.add(fmt.Sprintf("%s.unsupported[%d]", field, i), "%v", err)
 		}
 	}
-	v.positive(field+".max_concurrency", int64(p.MaxConcurrency))
 	v.positive(field+".max_prompt_tokens", int64(p.MaxPromptTokens))
 	if p.MaxWait < 0 {
 		v.add(field+".max_wait", "must not be negative, got %s", p.MaxWait)
@@ -355,5 +353,5 @@ func (l LLM) validate(v *validator) {
 // PoolShort and PoolLong); iterate in request.Pools() order where order
 // matters.
 func (p Pools) ByName() map[string]Pool {
-	return map[string]Pool{poolShort: p.Short, poolLong: p.Long}
+	return map[string]Pool{request.PoolShort: p.Short, request.PoolLong: p.Long}
 }

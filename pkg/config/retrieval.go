@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/kbref"
 )
 
 // Retrieval configures knowledge-base search.
@@ -47,6 +49,15 @@ type KnowledgeBase struct {
 	Tenant  string `yaml:"tenant"`
 	Builtin string `yaml:"builtin"`
 	Dir     string `yaml:"dir"`
+}
+
+// key is the kb's key in storage (kbref's): a kb marked shared is known
+// by its name alone.
+func (k KnowledgeBase) key() string {
+	if k.Shared {
+		return kbref.Shared(k.Name).Key()
+	}
+	return kbref.Own(k.Tenant, k.Name).Key()
 }
 
 // Ingest bounds document ingestion (POST /v1/kb/:kb/documents), which
@@ -156,8 +167,8 @@ func (r Retrieval) validateKnowledgeBases(v *validator) {
 		// Names are unique per owner: two tenants may each configure a
 		// "docs" (a tenant may not take a shared kb's name: below).
 		v.uniqueName(seen, field+".name", kb.key(), fmt.Sprintf("duplicate knowledge base %q", kb.Name))
-		if kb.Name != "" && !kbName.MatchString(kb.Name) {
-			v.add(field+".name", "must be %s, got %q", kbNameRule, kb.Name)
+		if kb.Name != "" && !kbref.ValidName(kb.Name) {
+			v.add(field+".name", "must be %s, got %q", kbref.NameRule, kb.Name)
 		}
 		if kb.Shared == (kb.Tenant != "") {
 			v.add(field, "set exactly one of shared: true or tenant")
@@ -227,12 +238,12 @@ func (a AnswerCache) validate(v *validator, r Retrieval) {
 			v.add(field, "must be a knowledge base named once, got %q", kb)
 		}
 		cached[kb] = true
-		tenant, _, ok := parseKBKey(kb)
+		ref, err := kbref.ParseKey(kb)
 		switch {
 		case kb == "":
-		case !ok:
+		case err != nil:
 			v.add(field, "must be a shared knowledge base's name or <tenant>/<name>, got %q", kb)
-		case tenant == "" && !shared[kb]:
+		case ref.IsShared() && !shared[kb]:
 			v.add(field, "names %q, which is not a shared knowledge base of retrieval.knowledge_bases; name a tenant's own as <tenant>/%s", kb, kb)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // Sampling is the part of a chat request that tells the model how to
@@ -39,6 +41,18 @@ var SamplingParams = []string{
 // ParamN is OpenAI's n, the number of answers: not a sampling parameter,
 // but one a backend may not support.
 const ParamN = "n"
+
+// ValidateUnsupported checks a name a backend may be said not to support
+// (a pool's unsupported list): n, a sampling parameter or a content part
+// type, the three things a request asks of a backend that the backend
+// may lack.
+func ValidateUnsupported(name string) error {
+	if name == ParamN || slices.Contains(SamplingParams, name) || slices.Contains(ContentPartTypes, name) {
+		return nil
+	}
+	return fmt.Errorf("%q is neither %s, a forwarded parameter (%s) nor a content part type (%s)",
+		name, ParamN, strings.Join(SamplingParams, ", "), strings.Join(ContentPartTypes, ", "))
+}
 
 // Set lists the parameters s sets, in SamplingParams' order.
 func (s Sampling) Set() []string {

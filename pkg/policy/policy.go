@@ -1,9 +1,11 @@
 // Package policy holds the live traffic policy — the limit tiers (rates,
 // weights, waits, caps) and each pool's concurrency — and shares it
 // between every API and worker instance through Redis. It starts from a
-// base policy (the configuration file's, which the caller converts); an
-// operator changes it at run time through the admin API, and every
-// instance picks the change up within its poll interval.
+// base policy (the configuration file's, whose limits.* are this
+// package's types); an operator changes it at run time through the admin
+// API, and every instance picks the change up within its poll interval.
+// The package owns the policy's rules too (Deployment.Validate), which
+// the file's policy and every later one are held to alike.
 package policy
 
 import (
@@ -104,8 +106,8 @@ type Options struct {
 	// Gate applies a new policy's permit counts.
 	Gate PoolLimiter
 	// Validate checks a policy before it is put or adopted, after its
-	// pools are checked; nil checks nothing more. Its errors reach the
-	// operator who put the policy.
+	// pools are checked: a Deployment's Check, or nil to check nothing
+	// more. Its errors reach the operator who put the policy.
 	Validate func(Policy) error
 	Logger   *slog.Logger
 }

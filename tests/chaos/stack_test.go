@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
@@ -148,9 +149,9 @@ func chaosConfig() config.Config {
 	cfg.Healing.Enabled = false
 	cfg.Metrics.WorkerAddr = ""
 	cfg.Log.Level = "warn"
-	cfg.Limits.Tiers[tierName] = config.Tier{
+	cfg.Limits.Tiers[tierName] = policy.Tier{
 		Weight: 3, MaxWait: 20 * time.Second,
-		Tenant: config.Rate{
+		Tenant: policy.Rate{
 			TokensPerMinute: refillPerMinute, TokenBurst: tokenCapacity,
 			RequestsPerMinute: refillPerMinute, RequestBurst: requestCapacity,
 		},

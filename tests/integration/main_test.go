@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
@@ -145,17 +146,17 @@ func run(m *testing.M) (int, error) {
 	}
 	// A tier whose token bucket barely refills, so a test can read what a
 	// finished request left charged.
-	cfg.Limits.Tiers["slow"] = config.Tier{Weight: 1, Tenant: config.Rate{TokensPerMinute: 60, TokenBurst: 100000}}
+	cfg.Limits.Tiers["slow"] = policy.Tier{Weight: 1, Tenant: policy.Rate{TokensPerMinute: 60, TokenBurst: 100000}}
 	// Tiers without rate limits and with a long queue wait, for tests that
 	// push many requests through the queue: what they measure is the
 	// queue, not the rate limits or the 4 s default wait.
-	cfg.Limits.Tiers["burst"] = config.Tier{Weight: 3, MaxWait: 45 * time.Second}
-	cfg.Limits.Tiers["fair-vip"] = config.Tier{Weight: 5, MaxWait: 45 * time.Second}
-	cfg.Limits.Tiers["fair-std"] = config.Tier{Weight: 3, MaxWait: 45 * time.Second}
-	cfg.Limits.Tiers["fair-free"] = config.Tier{Weight: 2, MaxWait: 45 * time.Second}
-	cfg.Limits.Tiers["metered"] = config.Tier{Weight: 3, MaxWait: 45 * time.Second,
-		Budget: config.Budget{TokensPerMonth: 1_000_000, SpendPerMonthUSD: 100}}
-	cfg.Limits.Tiers["broke"] = config.Tier{Weight: 1, Budget: config.Budget{TokensPerMonth: 10}}
+	cfg.Limits.Tiers["burst"] = policy.Tier{Weight: 3, MaxWait: 45 * time.Second}
+	cfg.Limits.Tiers["fair-vip"] = policy.Tier{Weight: 5, MaxWait: 45 * time.Second}
+	cfg.Limits.Tiers["fair-std"] = policy.Tier{Weight: 3, MaxWait: 45 * time.Second}
+	cfg.Limits.Tiers["fair-free"] = policy.Tier{Weight: 2, MaxWait: 45 * time.Second}
+	cfg.Limits.Tiers["metered"] = policy.Tier{Weight: 3, MaxWait: 45 * time.Second,
+		Budget: policy.Budget{TokensPerMonth: 1_000_000, SpendPerMonthUSD: 100}}
+	cfg.Limits.Tiers["broke"] = policy.Tier{Weight: 1, Budget: policy.Budget{TokensPerMonth: 10}}
 	cfg.Prices = config.Prices{}
 	for _, p := range cfg.Pools.ByName() {
 		cfg.Prices[p.Model] = itPrice

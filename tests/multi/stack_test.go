@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
@@ -179,15 +180,15 @@ func multiConfig(redisAddrs []string, temporalHostPort string, simURLs []string)
 	// Buckets too big to refuse anything and refilling so slowly (one
 	// token a thousand minutes) that what a tenant's bucket lacks after a
 	// run is what its requests were billed (settle.Accounts).
-	rate := config.Rate{TokensPerMinute: refillPerMinute, TokenBurst: tokenCapacity, RequestsPerMinute: refillPerMinute, RequestBurst: requestCapacity}
-	cfg.Limits.Tiers[tierName] = config.Tier{Weight: 3, MaxWait: 45 * time.Second, Tenant: rate}
+	rate := policy.Rate{TokensPerMinute: refillPerMinute, TokenBurst: tokenCapacity, RequestsPerMinute: refillPerMinute, RequestBurst: requestCapacity}
+	cfg.Limits.Tiers[tierName] = policy.Tier{Weight: 3, MaxWait: 45 * time.Second, Tenant: rate}
 	cfg.Auth.APIKeys = nil
 	for i := range keyCount {
 		cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, config.APIKey{Key: apiKey(i), Tenant: tenant, User: apiKey(i), Tier: tierName})
 	}
 	// Three tenants on tiers weighted 5:3:2, one tier each.
 	for _, f := range fairTenants {
-		cfg.Limits.Tiers[f.name] = config.Tier{Weight: f.weight, MaxWait: 45 * time.Second, Tenant: rate}
+		cfg.Limits.Tiers[f.name] = policy.Tier{Weight: f.weight, MaxWait: 45 * time.Second, Tenant: rate}
 		for i := range keyCount {
 			k := f.key(i)
 			cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, config.APIKey{Key: k, Tenant: f.name, User: k, Tier: f.name})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 )
 
@@ -48,8 +49,8 @@ func TestCrowdThroughTheProxy(t *testing.T) {
 		// cores shared with the dev server, HAProxy and the clients; the
 		// default 1 s would turn that wait into 503 unavailable.
 		cfg.Redis.RequestTimeout = 5 * time.Second
-		cfg.Limits.Tiers["crowd"] = config.Tier{Weight: 3, MaxWait: 4 * time.Minute,
-			IP: config.Rate{RequestsPerMinute: 60}}
+		cfg.Limits.Tiers["crowd"] = policy.Tier{Weight: 3, MaxWait: 4 * time.Minute,
+			IP: policy.Rate{RequestsPerMinute: 60}}
 		cfg.Auth.APIKeys = []config.APIKey{{Key: "k-heavy", Tenant: "heavy", Tier: "crowd"}, {Key: "k-ready", Tenant: "ready", Tier: "crowd"}}
 		for i := range lightTenants {
 			tenant := fmt.Sprintf("light-%d", i)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 )
 
@@ -26,10 +27,10 @@ const (
 // it claimed.
 func TestForgedForwardedForGainsNothing(t *testing.T) {
 	s := startStack(t, func(cfg *config.Config) {
-		cfg.Limits.Tiers["strict"] = config.Tier{Weight: 3,
+		cfg.Limits.Tiers["strict"] = policy.Tier{Weight: 3,
 			// Three requests per address, and no refill within the test.
-			IP: config.Rate{RequestsPerMinute: 0.001, RequestBurst: 3}}
-		cfg.Limits.Tiers["open"] = config.Tier{Weight: 3}
+			IP: policy.Rate{RequestsPerMinute: 0.001, RequestBurst: 3}}
+		cfg.Limits.Tiers["open"] = policy.Tier{Weight: 3}
 		cfg.Limits.Ban = config.Ban{Enabled: true, Threshold: 5, Window: 10 * time.Second, Duration: time.Minute, Exempt: []string{}}
 		cfg.Auth.APIKeys = []config.APIKey{
 			{Key: "k-victim", Tenant: "victim", Tier: "strict"},

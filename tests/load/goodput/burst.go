@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/load/internal/chat"
 	"github.com/sluice-dev/sluice/tests/load/internal/progress"
@@ -69,7 +70,7 @@ type burstScenario struct {
 	burstOptions
 	keys []config.APIKey
 	// tier is the burst tier as configured; maxWait its queue wait limit.
-	tier        config.Tier
+	tier        policy.Tier
 	maxWait     time.Duration
 	outcomes    []outcome
 	clientsDone time.Duration

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/load/internal/load"
 	"github.com/sluice-dev/sluice/tests/load/internal/machine"
 	"github.com/sluice-dev/sluice/tests/load/internal/progress"
@@ -104,7 +105,7 @@ const (
 
 // floodRate is a bucket of one request that refills one request every
 // 1,000 minutes: once drained, it refuses everything for the whole run.
-var floodRate = config.Rate{RequestsPerMinute: 0.001, RequestBurst: 1}
+var floodRate = policy.Rate{RequestsPerMinute: 0.001, RequestBurst: 1}
 
 var rejectBody = []byte(`{"query":"How does a token bucket refill?","max_tokens":64}`)
 
@@ -118,7 +119,7 @@ func (j *rejectScenario) Stacks() ([]stack.Options, error) {
 	}
 	return []stack.Options{{Configure: func(cfg *config.Config) {
 		cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, config.APIKey{Key: floodKey, Tenant: floodTenant, User: "flood-user", Tier: floodTier})
-		cfg.Limits.Tiers[floodTier] = config.Tier{Weight: 1, Tenant: floodRate}
+		cfg.Limits.Tiers[floodTier] = policy.Tier{Weight: 1, Tenant: floodRate}
 	}}}, nil
 }
 

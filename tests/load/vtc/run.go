@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
@@ -166,7 +167,7 @@ func Prepare(w Workload, dir string, o Options, writer *PromptWriter) (*Run, err
 // connections for every request at once.
 func (run *Run) Configure(cfg *config.Config, o Options) {
 	std := cfg.Limits.Tiers["standard"]
-	cfg.Limits.Tiers[FairTier] = config.Tier{Weight: std.Weight, MaxWait: std.MaxWait, MaxQueuePerTenant: std.MaxQueuePerTenant}
+	cfg.Limits.Tiers[FairTier] = policy.Tier{Weight: std.Weight, MaxWait: std.MaxWait, MaxQueuePerTenant: std.MaxQueuePerTenant}
 	for _, c := range RowClients(run.Rows) {
 		cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, run.Keys[c])
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/policy"
 )
 
 // MixFlags are the stack's flags in the scenarios that send both pools'
@@ -54,6 +55,6 @@ func TenantKeys(tier string, n int) []config.APIKey {
 // reach the queue and the pools, not stop at the door.
 func AddOpenTenants(cfg *config.Config, tier string, keys []config.APIKey) {
 	std := cfg.Limits.Tiers["standard"]
-	cfg.Limits.Tiers[tier] = config.Tier{Weight: std.Weight, MaxWait: std.MaxWait, MaxQueuePerTenant: std.MaxQueuePerTenant}
+	cfg.Limits.Tiers[tier] = policy.Tier{Weight: std.Weight, MaxWait: std.MaxWait, MaxQueuePerTenant: std.MaxQueuePerTenant}
 	cfg.Auth.APIKeys = append(cfg.Auth.APIKeys, keys...)
 }
