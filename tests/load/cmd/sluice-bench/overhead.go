@@ -18,13 +18,13 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // The overhead benchmark runs, interleaved and one at a time, the same
@@ -231,7 +231,7 @@ func (o *overheadScenario) report(r *report) error {
 	return nil
 }
 
-func samePrompt(ctx context.Context, rt *worker.Runtime, cfg config.Config, q string) ([]openai.Message, error) {
+func samePrompt(ctx context.Context, rt *app.Core, cfg config.Config, q string) ([]openai.Message, error) {
 	vec, _, err := rt.Chat.Embeddings.Get(ctx, q)
 	if err != nil {
 		return nil, err

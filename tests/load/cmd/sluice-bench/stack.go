@@ -20,7 +20,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -58,9 +57,10 @@ type stack struct {
 	sim     *llmsim.Server
 	simURL  string
 	baseURL string
-	// rt is a second runtime wired like the API process, not running a
-	// worker: the bench's Redis and Temporal clients, gate and limiter.
-	rt *worker.Runtime
+	// rt is a second core built as the API process builds its own, with
+	// no loop running: the bench's Redis and Temporal clients, gate and
+	// limiter.
+	rt *app.Core
 
 	logs    *logCounter
 	api     *app.API
@@ -119,7 +119,7 @@ func (s *stack) launch(ctx context.Context, opts stackOptions) error {
 	if err != nil {
 		return err
 	}
-	s.rt, err = worker.NewRuntime(ctx, cfg, logger)
+	s.rt, err = app.Build(ctx, cfg, logger)
 	return err
 }
 
