@@ -36,7 +36,9 @@ import (
 // worker: the connections to Redis and Temporal, the stores in Redis, the
 // live policy, and the activities a worker runs. Build makes it; the
 // process files (api.go, worker.go) add their own components on top and
-// start every loop. None of its loops runs until a process starts them.
+// start every loop. Build starts none: what runs from it belongs to a
+// component's own calls (the limiter's batchers, the waker's reader) and
+// ends with Close.
 type Core struct {
 	cfg      config.Config
 	logger   *slog.Logger
