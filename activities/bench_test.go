@@ -23,7 +23,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // Workload of BenchmarkRepeatedQuestions: distinctQuestions questions,
@@ -94,7 +93,7 @@ func benchKB(b *testing.B, name string, extra int) *benchStore {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
 	emb := embed.NewLocal(embed.LocalOptions{})
 	store := kbstore.New(rdb, kbstore.Options{Prefix: "bench:"})
-	ing := &ingest.Ingester{Store: store, Embedder: emb, Chunking: worker.Chunking(cfg.Retrieval)}
+	ing := &ingest.Ingester{Store: store, Embedder: emb, Chunking: retrieval.ChunkingFor(cfg.Retrieval.ChunkTokens, cfg.Retrieval.ChunkOverlapTokens)}
 	builtin, err := retrieval.Builtin(kbName)
 	if err != nil {
 		b.Fatal(err)

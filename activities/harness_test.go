@@ -37,7 +37,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	sluiceworker "github.com/sluice-dev/sluice/worker"
 )
 
 var redisAddr string
@@ -54,7 +53,7 @@ const (
 )
 
 // knowledgeBase is a kb store holding the built-in corpus, ingested and
-// served as worker/runtime.go does it: through pkg/ingest, and searched by
+// served as app.Build does it: through pkg/ingest, and searched by
 // a retrieval.Live.
 type knowledgeBase struct {
 	store *kbstore.Store
@@ -67,7 +66,7 @@ func newKnowledgeBase(rdb *redis.Client, opts kbstore.Options) (*knowledgeBase, 
 	cfg := config.Default()
 	emb := embed.NewLocal(embed.LocalOptions{Dims: cfg.Embedding.Dims})
 	store := kbstore.New(rdb, opts)
-	ing := &ingest.Ingester{Store: store, Embedder: emb, Chunking: sluiceworker.Chunking(cfg.Retrieval)}
+	ing := &ingest.Ingester{Store: store, Embedder: emb, Chunking: retrieval.ChunkingFor(cfg.Retrieval.ChunkTokens, cfg.Retrieval.ChunkOverlapTokens)}
 	builtin, err := retrieval.Builtin(kbName)
 	if err != nil {
 		return nil, err
@@ -151,7 +150,7 @@ type harnessOptions struct {
 }
 
 // harness is an *activities.Chat wired from real components as
-// worker/runtime.go wires it, over the test Redis and a key prefix of its
+// app.Build wires it, over the test Redis and a key prefix of its
 // own.
 type harness struct {
 	acts     *activities.Chat

@@ -22,7 +22,6 @@ import (
 
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
-	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/httperr"
@@ -141,14 +140,7 @@ func newTestServerOn(t *testing.T, addr string, mod func(*config.Config), with f
 	return srv, tc, rdb
 }
 
-// buildTestServer is newTestServerWith without running the door, for a
-// test that runs the whole server (Server.Run runs its door).
-func buildTestServer(t *testing.T, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
-	t.Helper()
-	return buildTestServerOn(t, redisAddr, mod, with)
-}
-
-// buildTestServerOn is buildTestServer on the Redis at addr.
+// buildTestServerOn is newTestServerOn without running the door.
 func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
 	t.Helper()
 	cfg := config.Default()
@@ -161,7 +153,7 @@ func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	// As the runtime builds it: a caller's deadline bounds network waits.
+	// As the process builds it: a caller's deadline bounds network waits.
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := "t:" + t.Name() + ":"
@@ -183,8 +175,11 @@ func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with
 	opts := Options{Config: cfg, Temporal: tc, Redis: rdb, Events: log, Gate: gate,
 		Prompts: prompt.NewBuilder(cfg.LLM.SystemPrompt, tok), Metrics: metrics.New(nil), Logger: slog.Default(),
 		Policy: worker.NewPolicy(rdb, cfg, gate, slog.Default()), Addresses: iphash.New([]byte(cfg.Privacy.IPHashKey))}
-	if opts.Codec, err = codec.New(worker.CodecOptions(cfg.Codec)); err != nil {
-		t.Fatal(err)
+	if cfg.Codec.Enabled {
+		// withCodec configured the test's key.
+		if opts.Codec, err = testKeyring(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if with != nil {
 		with(rdb, &opts)

@@ -18,7 +18,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/usage"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // budgetServer is a server where acme's keys are on the "metered" tier,
@@ -51,7 +50,10 @@ func budgetServer(t *testing.T, tokensPerMonth int64, ledgerTokens int) (*Server
 		o.Usage = ledger
 		cfg := o.Config
 		cfg.Redis.KeyPrefix = "t:" + t.Name() + ":"
-		o.Budgets = worker.NewBudgets(rdb, cfg, ledger)
+		// As the process builds them: a month Redis lost is rebuilt
+		// from the ledger (the tier's budget counts tokens, not spend).
+		o.Budgets = budget.New(rdb, budget.Options{KeyPrefix: cfg.Redis.KeyPrefix,
+			Rebuild: budget.FromLedger(ledger, func(string) budget.Price { return budget.Price{} })})
 	})
 	return srv, tc
 }

@@ -19,6 +19,12 @@ import (
 // testCodecKey is a test key, not a secret.
 var testCodecKey = []byte("sluice-test-codec-key-NOT-SECRET")
 
+// testKeyring is the keyring of withCodec's key, which the test server
+// serves when its config enables the codec.
+func testKeyring() (*codec.Keyring, error) {
+	return codec.NewKeyring("t1", codec.Key{ID: "t1", Secret: testCodecKey})
+}
+
 func withCodec(origins ...string) func(*config.Config) {
 	return func(c *config.Config) {
 		c.Auth.AdminKey = "root"
@@ -45,7 +51,7 @@ func codecRequest(t *testing.T, srv *Server, path, auth string, payloads ...*com
 // The codec endpoint opens sealed payloads for an admin only.
 func TestCodecEndpointNeedsAnAdmin(t *testing.T) {
 	srv, _, _ := newTestServer(t, withCodec())
-	ring, err := codec.NewKeyring("t1", codec.Key{ID: "t1", Secret: testCodecKey})
+	ring, err := testKeyring()
 	if err != nil {
 		t.Fatal(err)
 	}

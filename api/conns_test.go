@@ -26,13 +26,13 @@ import (
 // server's own timeouts and connection caps, and returns its address.
 func serve(t *testing.T, mod func(*config.Config)) (*Server, *countingClient, string) {
 	t.Helper()
-	srv, tc, _ := buildTestServer(t, func(c *config.Config) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) {
 		c.API.Addr = "127.0.0.1:0"
 		c.API.ShutdownTimeout = time.Second
 		if mod != nil {
 			mod(c)
 		}
-	}, nil)
+	})
 	runHub(t, srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	addrCh, done := make(chan string, 1), make(chan error, 1)

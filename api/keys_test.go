@@ -33,7 +33,7 @@ func sharedPrefix(t *testing.T, rdb *redis.Client) string {
 }
 
 // withManagedKeys gives srv a key cache over prefix, running (subscribed)
-// for the rest of the test, as Run would.
+// for the rest of the test, as the process (package app) runs it.
 func withManagedKeys(t *testing.T, srv *Server, rdb *redis.Client, prefix string) {
 	t.Helper()
 	srv.keyCache = keys.NewCache(keys.NewStore(rdb, prefix), keys.CacheOptions{TTL: time.Hour, Logger: srv.logger})

@@ -127,7 +127,8 @@ type Options struct {
 	// metrics.addr names a listener of its own, which the app runs).
 	Metrics *metrics.Metrics
 	// Keys verifies managed API keys and serves /v1/admin/keys; nil
-	// accepts only the configured keys. Run runs its invalidation.
+	// accepts only the configured keys. Its invalidation (Cache.Run) is
+	// the process's to run, as the door's loops (Door.Run) are.
 	Keys *keys.Cache
 	// Codec, if set, is the payload keyring (codec.enabled) that the
 	// codec endpoint serves to the Temporal UI and CLI.
@@ -229,6 +230,8 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // it stops accepting, calls endStreams (which should close the event hub,
 // ending open SSE streams) and waits up to api.shutdown_timeout for
 // handlers. ready, if not nil, receives the bound address once listening.
+// The door's and the key cache's loops are not its own: the process runs
+// them (package app) until Run has returned.
 func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams func()) error {
 	ln, err := net.Listen("tcp", s.cfg.API.Addr)
 	if err != nil {
@@ -240,12 +243,6 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	srv := s.httpServer()
 	if ready != nil {
 		ready(ln.Addr().String())
-	}
-	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopDoor()
-	go s.door.Run(doorCtx)
-	if s.keyCache != nil {
-		go s.keyCache.Run(doorCtx)
 	}
 	errCh := make(chan error, 1)
 	go func() { errCh <- srv.Serve(conns) }()

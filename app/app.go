@@ -1,8 +1,11 @@
 // Package app is Sluice's composition root: it builds each component of a
-// process once, from one config, and runs it. The API process is the HTTP
-// server, the door, the event hub, the live policy and, by default, an
-// embedded worker; the worker process is the Temporal worker. The
-// binaries (cmd/), the integration tests and the benchmarks all start
+// process once, from one config, and runs every loop of it under one
+// errgroup tied to the process's context. Each process has one file that
+// builds its components and starts its loops: api.go (the HTTP server,
+// the door, the event hub, the live policy and, by default, an embedded
+// worker) and worker.go (the Temporal worker). What both build — the
+// connections, the stores in Redis, the activities — is Build (build.go).
+// The binaries (cmd/), the integration tests and the benchmarks all start
 // processes through it.
 package app
 
@@ -16,135 +19,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
-	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/iphash"
-	"github.com/sluice-dev/sluice/pkg/keys"
-	"github.com/sluice-dev/sluice/pkg/semaphore"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/version"
-	"github.com/sluice-dev/sluice/worker"
 )
-
-// RunAPI runs a whole API process until ctx ends: the HTTP server, the
-// event hub and, if api.embedded_worker is set, a Temporal worker in the
-// same process so that eager workflow start can hand it the first workflow
-// task. ready, if not nil, gets the bound HTTP address.
-func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready func(addr string)) error {
-	rt, err := worker.NewRuntime(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	hub := events.NewHub(rt.Redis, rt.Events, events.HubOptions{Logger: logger.With("component", "event-hub")})
-	keyCache := keys.NewCache(keys.NewStore(rt.Redis, cfg.Redis.KeyPrefix),
-		keys.CacheOptions{TTL: cfg.Auth.KeyCacheTTL, Logger: logger.With("component", "keys")})
-	addresses := iphash.New([]byte(cfg.Privacy.IPHashKey))
-	if addresses.UsesDevKey() {
-		logger.Warn("privacy.ip_hash_key is not set: client addresses in Redis keys, bans and logs are hashed with a public key, " +
-			"which anyone can reverse by hashing every IPv4 address; set it (the same on every instance) in production")
-	}
-	bans, err := newBans(rt, cfg, addresses)
-	if err != nil {
-		return err
-	}
-	gate, err := door.New(door.Options{
-		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub, Gate: rt.Gate,
-		Prompts: rt.Prompts, Policy: rt.Policy,
-		Limiter: rt.Limiter, Budgets: rt.Budgets, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
-		Logger: logger.With("component", "door"),
-	})
-	if err != nil {
-		return err
-	}
-	ingestSlots, err := semaphore.New(rt.Redis, semaphore.Options{
-		Key: cfg.Redis.KeyPrefix + "ingest:permits", Limit: cfg.Ingest.MaxConcurrent,
-		GroupLimit: cfg.Ingest.TenantPermits(), Lease: cfg.Ingest.Lease})
-	if err != nil {
-		return err
-	}
-	srv, err := api.New(api.Options{
-		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Gate: rt.Gate, Prompts: rt.Prompts,
-		Policy: rt.Policy, Door: gate, Addresses: addresses, KBs: rt.KBs, Ingester: rt.Ingester, IngestSlots: ingestSlots, Embeddings: rt.EmbedCache,
-		Sessions: rt.Sessions, Usage: rt.Usage, Budgets: rt.Budgets, Metrics: rt.Metrics, Codec: rt.Codec, Keys: keyCache, Bans: bans, Tracer: rt.Tracer,
-		Logger: logger.With("component", "api"),
-	})
-	if err != nil {
-		return err
-	}
-	// Shutdown order matters: stop taking requests and end open streams
-	// (clients resume elsewhere with Last-Event-ID; their requests go on),
-	// then stop the hub, then the worker, which lets running activities
-	// finish. So the hub and worker get contexts of their own.
-	var serveMetrics func(context.Context) error
-	if cfg.Metrics.Addr != "" {
-		if serveMetrics, err = metricsServer(cfg.Metrics.Addr, "metrics.addr", rt.Metrics.Handler(), logger); err != nil {
-			return err
-		}
-	}
-	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
-	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return hub.Run(hubCtx) })
-	g.Go(func() error {
-		// A change made through any instance is in force here within this.
-		rt.Policy.Run(gctx, 500*time.Millisecond)
-		return nil
-	})
-	if cfg.API.EmbeddedWorker {
-		g.Go(func() error { return rt.Run(workerCtx) })
-	}
-	if serveMetrics != nil {
-		g.Go(func() error { return serveMetrics(gctx) })
-	}
-	g.Go(func() error {
-		defer stopWorker()
-		defer stopHub()
-		return srv.Run(gctx, ready, stopHub)
-	})
-	return g.Wait()
-}
-
-// newBans is the abuse-ban guard of limits.ban; nil when it is off.
-func newBans(rt *worker.Runtime, cfg config.Config, addresses *iphash.Hasher) (*ban.Guard, error) {
-	b := cfg.Limits.Ban
-	if !b.Enabled {
-		return nil, nil
-	}
-	return ban.New(rt.Redis, ban.Options{KeyPrefix: cfg.Redis.KeyPrefix, Threshold: b.Threshold,
-		Window: b.Window, Duration: b.Duration, Exempt: b.ExemptPrefixes(), Addresses: addresses})
-}
-
-// RunWorker runs a worker process until ctx ends, serving its metrics on
-// metrics.worker_addr when set.
-func RunWorker(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
-	rt, err := worker.NewRuntime(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	if cfg.Metrics.WorkerAddr == "" {
-		return rt.Run(ctx)
-	}
-	serve, err := metricsServer(cfg.Metrics.WorkerAddr, "metrics.worker_addr", rt.Metrics.Handler(), logger)
-	if err != nil {
-		return err
-	}
-	mctx, stopMetrics := context.WithCancel(context.WithoutCancel(ctx))
-	served := make(chan error, 1)
-	go func() { served <- serve(mctx) }()
-	runErr := rt.Run(ctx)
-	stopMetrics()
-	return errors.Join(runErr, <-served)
-}
 
 // metricsServer listens on addr (field names the setting in errors) and
 // returns what serves GET /metrics there until its context ends: the
@@ -177,6 +59,17 @@ func metricsServer(addr, field string, h http.Handler, logger *slog.Logger) (fun
 	}, nil
 }
 
+// NewLogger builds the process logger from config.
+func NewLogger(cfg config.Log) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(cfg.Level)))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
 // Run is a process's life from its command line (args, after the
 // program's name) and returns the exit code: it prints the version if
 // asked (version, -version; 0), loads the config from -config (2 if it is
@@ -196,7 +89,7 @@ func Run(name string, args []string, run func(ctx context.Context, cfg config.Co
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	logger := worker.NewLogger(cfg.Log)
+	logger := NewLogger(cfg.Log)
 	b := version.Get()
 	logger.Info(name+" starting", "version", b.Version, "commit", b.Commit, "go_version", b.GoVersion)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -31,35 +31,35 @@ type restartWatch struct {
 
 // checkRedisState notes which Redis process serves each pool and, when
 // one changed or lost its keys, asks the running requests to re-check.
-func (r *Runtime) checkRedisState(ctx context.Context) {
-	if r.restart.seen == nil {
-		r.restart.seen = map[string]bool{}
+func (w *Worker) checkRedisState(ctx context.Context) {
+	if w.restart.seen == nil {
+		w.restart.seen = map[string]bool{}
 	}
 	var changed []string
-	for _, pool := range r.Gate.Pools() {
-		id, err := r.Gate.ServerOf(ctx, pool)
+	for _, pool := range w.gate.Pools() {
+		id, err := w.gate.ServerOf(ctx, pool)
 		if err != nil {
 			continue // Redis unreachable: the pump's own warning says so
 		}
-		served, err := r.Gate.CheckServer(ctx, pool, id)
+		served, err := w.gate.CheckServer(ctx, pool, id)
 		if err != nil {
 			continue
 		}
-		if served == admission.ServedMoved || (served == admission.ServedLost && r.restart.seen[pool]) {
+		if served == admission.ServedMoved || (served == admission.ServedLost && w.restart.seen[pool]) {
 			changed = append(changed, pool+" "+served.String())
 		}
-		r.restart.seen[pool] = true
+		w.restart.seen[pool] = true
 	}
 	if len(changed) == 0 {
 		return
 	}
-	r.Logger.Warn("the Redis serving the admission queue changed (failover or restart): its last writes may be lost; asking running requests to re-check their queue places",
+	w.logger.Warn("the Redis serving the admission queue changed (failover or restart): its last writes may be lost; asking running requests to re-check their queue places",
 		"pools", changed)
 	go func() {
-		if n, err := r.requeueWaiters(ctx); err != nil {
-			r.Logger.Error("ask running requests to re-check", "asked", n, "err", err)
+		if n, err := w.requeueWaiters(ctx); err != nil {
+			w.logger.Error("ask running requests to re-check", "asked", n, "err", err)
 		} else {
-			r.Logger.Info("asked running requests to re-check", "asked", n)
+			w.logger.Info("asked running requests to re-check", "asked", n)
 		}
 	}()
 }
@@ -67,13 +67,13 @@ func (r *Runtime) checkRedisState(ctx context.Context) {
 // requeueWaiters sends the recheck signal to every running chat request;
 // those not waiting for a permit ignore it. It returns how many were
 // asked.
-func (r *Runtime) requeueWaiters(ctx context.Context) (int, error) {
+func (w *Worker) requeueWaiters(ctx context.Context) (int, error) {
 	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.ChatWorkflowName)
 	var token []byte
 	asked := 0
 	for {
-		resp, err := r.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace: r.Config.Temporal.Namespace, Query: query, NextPageToken: token,
+		resp, err := w.temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: w.cfg.Temporal.Namespace, Query: query, NextPageToken: token,
 		})
 		if err != nil {
 			return asked, fmt.Errorf("list running chat requests: %w", err)
@@ -83,9 +83,9 @@ func (r *Runtime) requeueWaiters(ctx context.Context) (int, error) {
 		for _, e := range resp.GetExecutions() {
 			id := e.GetExecution().GetWorkflowId()
 			g.Go(func() error {
-				err := r.Temporal.SignalWorkflow(gctx, id, "", workflows.SignalRecheck, workflows.RecheckSignal{Reason: "redis_state_lost"})
+				err := w.temporal.SignalWorkflow(gctx, id, "", workflows.SignalRecheck, workflows.RecheckSignal{Reason: "redis_state_lost"})
 				if err != nil && !isNotFound(err) {
-					r.Logger.Warn("ask a request to re-check", "requestID", id, "err", err)
+					w.logger.Warn("ask a request to re-check", "requestID", id, "err", err)
 				}
 				return nil
 			})

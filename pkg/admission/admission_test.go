@@ -874,8 +874,8 @@ type pumpRun struct {
 	returned time.Time
 }
 
-// startJanitor emulates the workers' janitor (runJanitor in
-// worker/runtime.go, which pumps every pool every second) at a faster
+// startJanitor emulates the workers' janitor (Worker.RunJanitor in
+// worker/worker.go, which pumps every pool every second) at a faster
 // poll: Pump every poll until the test ends, reporting every round.
 func startJanitor(t *testing.T, g *Gate, rdb *redis.Client, poll time.Duration) <-chan pumpRun {
 	t.Helper()

@@ -71,6 +71,9 @@ func NewWaker(ctx context.Context, rdb redis.UniversalClient, g *Gate) (*Waker, 
 		return nil, fmt.Errorf("subscribe to grant announcements: %w", err)
 	}
 	w := &Waker{gate: g, ps: ps, done: make(chan struct{}), waiting: map[string]chan struct{}{}}
+	// The reader is the subscription's, not a loop of the process: it is
+	// what keeps the promise above from the moment NewWaker returns, and
+	// it ends when Close ends the subscription.
 	go w.run()
 	return w, nil
 }

@@ -185,6 +185,9 @@ func New(rdb redis.Scripter, opts Options) *Limiter {
 		l.timeout = cmp.Or(opts.BatchTimeout, 5*time.Second)
 		l.queue = make(chan *reservation, l.maxBatch*opts.Batchers)
 		l.quit = make(chan struct{})
+		// The batchers are how Reserve is served, as a client's
+		// connections are, so they live as long as the Limiter: from
+		// New to Close, not under a process's loops.
 		for range opts.Batchers {
 			l.stopped.Add(1)
 			go l.batcher()

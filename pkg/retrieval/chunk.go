@@ -22,6 +22,18 @@ type ChunkOptions struct {
 	OverlapWords int
 }
 
+// ChunkingFor is the chunking for chunks of about chunkTokens tokens that
+// overlap by about overlapTokens (0: not at all), as retrieval.chunk_tokens
+// and retrieval.chunk_overlap_tokens configure them: sizes are counted in
+// words, at the ~1.3 tokens a word of English prose.
+func ChunkingFor(chunkTokens, overlapTokens int) ChunkOptions {
+	overlap := overlapTokens * 3 / 4
+	if overlap == 0 {
+		overlap = -1 // none
+	}
+	return ChunkOptions{MaxWords: max(chunkTokens*3/4, 10), OverlapWords: overlap}
+}
+
 // String describes the effective options ("words=90/20"), for naming what
 // a chunking produced.
 func (o ChunkOptions) String() string {

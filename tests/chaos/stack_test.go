@@ -22,7 +22,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -258,7 +257,7 @@ func (s *stack) startSimulators(adjust func(*llmsim.Config)) []string {
 // connect makes the test's own Redis, admission and Temporal clients.
 func (s *stack) connect(ctx context.Context) {
 	s.rdb = redis.NewClient(&redis.Options{Addr: s.redis.Addr, MaxRetries: -1})
-	gopts := worker.GateOptions(s.cfg)
+	gopts := app.GateOptions(s.cfg)
 	gopts.WaiterTTL = time.Minute
 	gate, err := admission.New(s.rdb, gopts)
 	if err != nil {

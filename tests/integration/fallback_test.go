@@ -19,7 +19,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 // fallbackStack is a second API process (with its embedded worker) on the
@@ -76,7 +75,7 @@ func startFallbackStack(t *testing.T) fallbackStack {
 			t.Error(err)
 		}
 	})
-	gopts := worker.GateOptions(cfg)
+	gopts := app.GateOptions(cfg)
 	gopts.KeyPrefix = cfg.Redis.KeyPrefix
 	gate, err := admission.New(stack.redis, gopts)
 	if err != nil {

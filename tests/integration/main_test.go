@@ -22,7 +22,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -188,7 +187,7 @@ func run(m *testing.M) (int, error) {
 	stack.redis = redis.NewClient(&redis.Options{Addr: rds.Addr})
 	defer stack.redis.Close()
 	// The stack's own gate: the worker's keys and groups.
-	gopts := worker.GateOptions(cfg)
+	gopts := app.GateOptions(cfg)
 	gopts.KeyPrefix, gopts.WaiterTTL = keyPrefix, time.Minute
 	stack.gate, err = admission.New(stack.redis, gopts)
 	if err != nil {

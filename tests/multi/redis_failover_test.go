@@ -11,10 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/chatclient"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -32,7 +32,7 @@ import (
 func TestRedisFailoverUnderLoad(t *testing.T) {
 	s := stackFor(t)
 	ctx := context.Background()
-	gate, err := admission.New(redis.NewClient(&redis.Options{}), worker.GateOptions(s.cfg))
+	gate, err := admission.New(redis.NewClient(&redis.Options{}), app.GateOptions(s.cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,13 +16,13 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/chatclient"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -288,7 +288,7 @@ func (s *stack) connect(ctx context.Context) error {
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("ping redis cluster: %w", err)
 	}
-	gopts := worker.GateOptions(s.cfg)
+	gopts := app.GateOptions(s.cfg)
 	gopts.WaiterTTL = time.Minute
 	gate, err := admission.New(s.rdb, gopts)
 	if err != nil {

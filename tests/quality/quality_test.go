@@ -22,7 +22,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/rerank"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 )
 
 var srv *testenv.Redis
@@ -145,7 +144,7 @@ func TestRetrievalQuality(t *testing.T) {
 		t.Fatal(err)
 	}
 	qs := loadQuestions(t)
-	chunking := worker.Chunking(cfg.Retrieval)
+	chunking := retrieval.ChunkingFor(cfg.Retrieval.ChunkTokens, cfg.Retrieval.ChunkOverlapTokens)
 
 	// Every question must have an answer, in its document only, and the
 	// random baseline needs the number of chunks and of right ones.

@@ -141,7 +141,7 @@ func (s *fairnessScenario) replaySystem(ctx context.Context, st *stack.Stack, ru
 		return nil, err
 	}
 	if sys == sysSluice {
-		final, idleAfter, err := stack.WaitIdle(ctx, st.Runtime.Gate, time.Minute)
+		final, idleAfter, err := stack.WaitIdle(ctx, st.Core.Gate, time.Minute)
 		if err != nil {
 			return nil, err
 		}

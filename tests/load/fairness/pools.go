@@ -173,7 +173,7 @@ func (p *poolsScenario) Drive(ctx context.Context, st *stack.Stack) error {
 	run.seenSim = int(w.Max.Sim)
 	run.permits = <-permits
 	// Let the cut requests' workflows end before the stack stops.
-	_, _, err := stack.WaitIdle(ctx, st.Runtime.Gate, time.Minute)
+	_, _, err := stack.WaitIdle(ctx, st.Core.Gate, time.Minute)
 	return err
 }
 
@@ -199,7 +199,7 @@ func (p *poolsScenario) sampleQueues(ctx context.Context, st *stack.Stack, run *
 			}
 			waiting := map[string]bool{}
 			for _, pool := range request.Pools() {
-				qs, err := st.Runtime.Gate.QueueStats(ctx, pool)
+				qs, err := st.Core.Gate.QueueStats(ctx, pool)
 				if err != nil {
 					continue
 				}

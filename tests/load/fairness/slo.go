@@ -280,7 +280,7 @@ func (s *sloScenario) runStep(ctx context.Context, st *stack.Stack, env *sloEnv,
 	s.prog.Enter("wait-idle", -1)
 	// Requests cut off by their client may still hold a permit or a place
 	// in the queue for the disconnect grace: the next step starts idle.
-	_, _, err := stack.WaitIdle(ctx, st.Runtime.Gate, s.timeout)
+	_, _, err := stack.WaitIdle(ctx, st.Core.Gate, s.timeout)
 	return err
 }
 

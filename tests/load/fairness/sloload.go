@@ -149,8 +149,8 @@ func (r *sloRun) sampleQueues(ctx context.Context, st *stack.Stack, every time.D
 				continue
 			}
 			s := backlogSample{at: now}
-			for _, pool := range st.Runtime.Gate.Pools() {
-				qs, err := st.Runtime.Gate.QueueStats(ctx, pool)
+			for _, pool := range st.Core.Gate.Pools() {
+				qs, err := st.Core.Gate.QueueStats(ctx, pool)
 				if err != nil {
 					continue
 				}

@@ -145,7 +145,7 @@ func (b *burstScenario) Drive(ctx context.Context, st *stack.Stack) error {
 	b.send(ctx, st)
 	// Every permit and queue place must come back.
 	b.prog.Enter("wait-idle", -1)
-	if b.final, b.idleAfter, err = stack.WaitIdle(ctx, st.Runtime.Gate, b.drainWithin); err != nil {
+	if b.final, b.idleAfter, err = stack.WaitIdle(ctx, st.Core.Gate, b.drainWithin); err != nil {
 		return err
 	}
 	b.prog.Enter("count-workflows", -1)
@@ -187,7 +187,7 @@ func (b *burstScenario) measureReference(ctx context.Context, st *stack.Stack) e
 	b.prog.Enter("reference-wait-idle", -1)
 	b.cur.Store(nil)
 	b.rate1x = float64(run.done.Load()) / b.reference.Seconds()
-	_, _, err := stack.WaitIdle(ctx, st.Runtime.Gate, b.drainWithin)
+	_, _, err := stack.WaitIdle(ctx, st.Core.Gate, b.drainWithin)
 	return err
 }
 

@@ -277,11 +277,11 @@ func (g *goodputScenario) runStep(ctx context.Context, st *stack.Stack, do reque
 	s.reqs, s.arrivals, s.shed = run.ended, run.arrivals, run.shed
 	// Requests cut off by their client may still hold a permit or a
 	// place in the queue: the next step starts from idle pools.
-	if _, _, err := stack.WaitIdle(ctx, st.Runtime.Gate, g.timeout); err != nil {
+	if _, _, err := stack.WaitIdle(ctx, st.Core.Gate, g.timeout); err != nil {
 		return err
 	}
 	g.prog.Enter("read-histories", -1)
-	s.hist = sampleHistories(ctx, st.Runtime.Temporal, s.reqs, g.histories)
+	s.hist = sampleHistories(ctx, st.Core.Temporal, s.reqs, g.histories)
 	return nil
 }
 
@@ -307,7 +307,7 @@ func (g *goodputScenario) bareRequester(st *stack.Stack, b *bare.Setup, readers 
 	run := time.Now().UnixNano()
 	return func(ctx context.Context, i int) chat.Result {
 		id := fmt.Sprintf("bare-goodput-%d-%d", run, seq.Add(1))
-		ttft, total, err := bare.Run(ctx, st.Runtime.Temporal, readers, bare.Queue, id, b.Prompts[chat.Queries[i%len(chat.Queries)]], g.maxTokens, true)
+		ttft, total, err := bare.Run(ctx, st.Core.Temporal, readers, bare.Queue, id, b.Prompts[chat.Queries[i%len(chat.Queries)]], g.maxTokens, true)
 		switch {
 		case err == nil:
 			// Its done is written right after its last token: the

@@ -344,7 +344,7 @@ func healSampleLoop(ctx context.Context, st *stack.Stack, o healOptions, healing
 			return
 		case <-t.C:
 		}
-		stats, err := st.Runtime.Latency.Snapshots(ctx, o.sampleWindow, series...)
+		stats, err := st.Core.Latency.Snapshots(ctx, o.sampleWindow, series...)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "sluice-bench heal: snapshot: %v\n", err)
 			continue
@@ -368,7 +368,7 @@ func healSampleLoop(ctx context.Context, st *stack.Stack, o healOptions, healing
 
 func queryHealing(ctx context.Context, st *stack.Stack) (workflows.HealingStatus, error) {
 	var hs workflows.HealingStatus
-	v, err := st.Runtime.Temporal.QueryWorkflow(ctx, workflows.HealingWorkflowID(st.Config.Temporal.TaskQueue), "", workflows.QueryHealing)
+	v, err := st.Core.Temporal.QueryWorkflow(ctx, workflows.HealingWorkflowID(st.Config.Temporal.TaskQueue), "", workflows.QueryHealing)
 	if err != nil {
 		return hs, fmt.Errorf("query healer: %w", err)
 	}

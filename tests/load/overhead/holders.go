@@ -31,7 +31,7 @@ func (f heldFlags) configure(cfg *config.Config) { cfg.Pools.Short.MaxConcurrenc
 
 // hold takes all of the pool's permits.
 func (f heldFlags) hold(ctx context.Context, st *stack.Stack) (*holders, error) {
-	return holdPermits(ctx, st.Runtime.Gate, heldPool, f.holders)
+	return holdPermits(ctx, st.Core.Gate, heldPool, f.holders)
 }
 
 // holders are fake permit holders: requests that took a pool's permits

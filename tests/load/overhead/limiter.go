@@ -49,7 +49,7 @@ func (l *limiterScenario) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&l.clients, "c", 50, "concurrent clients, each on its own connection (also redis-benchmark -c)")
 	fs.IntVar(&l.openers, "open-clients", 50, "clients (connections) of the open-loop phase, at most -c; requests are dealt to them in turn")
 	fs.IntVar(&l.instances, "instances", 2, "limiter instances of the coalesced runs (API processes), the -c clients spread over them")
-	fs.IntVar(&l.batchers, "batchers", 2, "batchers per coalescing limiter (limiter.Options.Batchers, as worker.NewRuntime sets it)")
+	fs.IntVar(&l.batchers, "batchers", 2, "batchers per coalescing limiter (limiter.Options.Batchers, as app.Build sets it)")
 	fs.DurationVar(&l.duration, "duration", 10*time.Second, "length of each limiter phase (closed loop, then open loop)")
 	fs.IntVar(&l.setN, "set-n", 1000000, "requests of the redis-benchmark SET run (-n)")
 	fs.StringVar(&l.sweep, "sweep", "1000,2000,4000", "decisions/s of extra open-loop phases (coalesced), to show where the tail stays short; empty for none")

@@ -91,7 +91,7 @@ func (o *overheadScenario) Drive(ctx context.Context, st *stack.Stack) error {
 
 // pathsOf are the four ways to the same completion.
 func (o *overheadScenario) pathsOf(st *stack.Stack, b *bare.Activities, prompts map[string][]openai.Message) []overheadPath {
-	c, rdb, maxTokens := st.Runtime.Temporal, st.Runtime.Redis, o.maxTokens
+	c, rdb, maxTokens := st.Core.Temporal, st.Core.Redis, o.maxTokens
 	return []overheadPath{
 		{"direct", func(ctx context.Context, _ int, q string) (time.Duration, time.Duration, error) {
 			return direct(ctx, b.LLM, prompts[q], maxTokens)

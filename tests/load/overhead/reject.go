@@ -172,7 +172,7 @@ func (j *rejectScenario) prepare(ctx context.Context, st *stack.Stack) error {
 	// computes, so that not even the first request passes.
 	buckets := limiter.Policy{Tenant: limiter.Rate{RequestsPerMinute: floodRate.RequestsPerMinute, RequestBurst: floodRate.RequestBurst}}.
 		Buckets(limiter.Caller{Tenant: floodTenant}, 1)
-	if d, err := st.Runtime.Limiter.Reserve(ctx, "bench-drain", buckets); err != nil || d.Status != limiter.Allowed {
+	if d, err := st.Core.Limiter.Reserve(ctx, "bench-drain", buckets); err != nil || d.Status != limiter.Allowed {
 		return fmt.Errorf("drain the flood tenant's bucket: %+v %v", d, err)
 	}
 	var err error

@@ -146,7 +146,7 @@ func (w *waitersScenario) Drive(ctx context.Context, st *stack.Stack) error {
 	// the holders' permits the way a finishing request does; the worker's
 	// janitor hands the rest of the new permits out within a second.
 	drainStart := time.Now()
-	if err := st.Runtime.Gate.SetLimit(ctx, heldPool, w.drainLimit); err != nil {
+	if err := st.Core.Gate.SetLimit(ctx, heldPool, w.drainLimit); err != nil {
 		return err
 	}
 	woken, err := held.ReleaseAll(ctx)
@@ -154,7 +154,7 @@ func (w *waitersScenario) Drive(ctx context.Context, st *stack.Stack) error {
 	if err != nil {
 		return err
 	}
-	if err := admission.Wake(ctx, st.Runtime.Gate, signal.Notifier{Client: st.Runtime.Temporal}, woken); err != nil {
+	if err := admission.Wake(ctx, st.Core.Gate, signal.Notifier{Client: st.Core.Temporal}, woken); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice-bench waiters: wake:", err)
 	}
 	w.prog.Enter(phaseDrain, int64(w.n))
@@ -162,7 +162,7 @@ func (w *waitersScenario) Drive(ctx context.Context, st *stack.Stack) error {
 		return err
 	}
 	w.prog.Enter("check-leaks", -1)
-	if w.after, _, err = stack.WaitIdle(ctx, st.Runtime.Gate, 0); err != nil {
+	if w.after, _, err = stack.WaitIdle(ctx, st.Core.Gate, 0); err != nil {
 		return err
 	}
 	w.running, err = stack.RunningChatWorkflows(ctx, st, 30*time.Second)
@@ -182,7 +182,7 @@ const (
 func (w *waitersScenario) Status(st *stack.Stack) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	qs, _ := st.Runtime.Gate.QueueStats(ctx, heldPool)
+	qs, _ := st.Core.Gate.QueueStats(ctx, heldPool)
 	m := machine.ReadMemory()
 	s := fmt.Sprintf("%s queued=%d in_use=%d rss=%s goroutines=%d", w.prog.String(), qs.Waiting, qs.InUse, stats.MiB(float64(m.RSSKB)*1024), m.Goroutines)
 	if w.prog.Current() == phaseDrain {
@@ -212,7 +212,7 @@ func (w *waitersScenario) fill(ctx context.Context, st *stack.Stack) error {
 			allStarted = nil
 		case <-time.After(200 * time.Millisecond):
 		}
-		qs, err := st.Runtime.Gate.QueueStats(ctx, heldPool)
+		qs, err := st.Core.Gate.QueueStats(ctx, heldPool)
 		if err == nil && w.startedIn > 0 && qs.Waiting >= int(w.started.Load()) {
 			w.queuedIn = time.Since(w.fillStart)
 			w.memQueued = machine.ReadMemory()
@@ -272,7 +272,7 @@ func (w *waitersScenario) watch(ctx context.Context, st *stack.Stack) {
 	w.waitCPU = machine.CPUBetween(c0, machine.TakeCPU())
 	runtime.GC()
 	w.memWatched = machine.ReadMemory()
-	w.queued, _ = st.Runtime.Gate.QueueStats(ctx, heldPool)
+	w.queued, _ = st.Core.Gate.QueueStats(ctx, heldPool)
 }
 
 // drain awaits every workflow's result, and keeps the process's peak
@@ -317,7 +317,7 @@ func (w *waitersScenario) drain(ctx context.Context, st *stack.Stack, drainStart
 // collect awaits one workflow's result and counts its outcome.
 func (w *waitersScenario) collect(ctx context.Context, st *stack.Stack, id string) {
 	var r workflows.ChatResult
-	err := st.Runtime.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(id), "").Get(ctx, &r)
+	err := st.Core.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(id), "").Get(ctx, &r)
 	k := r.Outcome
 	if r.Reason != "" {
 		k += " " + r.Reason
@@ -402,7 +402,7 @@ func startWaiter(ctx context.Context, st *stack.Stack, cfg config.Config, id str
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	_, err := st.Runtime.Temporal.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
+	_, err := st.Core.Temporal.ExecuteWorkflow(sctx, client.StartWorkflowOptions{
 		ID:                    workflows.ChatWorkflowID(id),
 		TaskQueue:             cfg.Temporal.TaskQueue,
 		WorkflowIDReusePolicy: enums.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,

@@ -82,7 +82,7 @@ func (w *wakeupScenario) Stacks() ([]stack.Options, error) {
 
 func (w *wakeupScenario) Drive(ctx context.Context, st *stack.Stack) error {
 	w.hc = st.Client(4)
-	w.notifier = signal.Notifier{Client: st.Runtime.Temporal}
+	w.notifier = signal.Notifier{Client: st.Core.Temporal}
 	w.prog.Enter("hold-permits", -1)
 	held, err := w.hold(ctx, st)
 	if err != nil {
@@ -108,7 +108,7 @@ func (w *wakeupScenario) Drive(ctx context.Context, st *stack.Stack) error {
 			w.rounds = append(w.rounds, t)
 		}
 	}
-	w.after, err = st.Runtime.Gate.Stats(ctx, heldPool)
+	w.after, err = st.Core.Gate.Stats(ctx, heldPool)
 	return err
 }
 
@@ -124,14 +124,14 @@ func (w *wakeupScenario) round(ctx context.Context, st *stack.Stack, held *holde
 	if err != nil {
 		return wakeTimes{}, err
 	}
-	t, err := w.wake(ctx, st.Runtime.Gate, held, s)
+	t, err := w.wake(ctx, st.Core.Gate, held, s)
 	s.Close()
 	if err != nil {
 		return t, err
 	}
 	// Its permit is given back by finalize, after the done event; only
 	// then can a new holder take it without queueing.
-	if err := st.Runtime.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(s.ID), "").Get(ctx, nil); err != nil {
+	if err := st.Core.Temporal.GetWorkflow(ctx, workflows.ChatWorkflowID(s.ID), "").Get(ctx, nil); err != nil {
 		return t, err
 	}
 	return t, held.Add(ctx)

@@ -44,7 +44,7 @@ type Setup struct {
 // Temporal client (the stack's second runtime), streaming from the short
 // pool's backend through the pool's own client.
 func Start(ctx context.Context, st *stack.Stack) (*Setup, error) {
-	rt := st.Runtime
+	rt := st.Core
 	b := &Setup{Activities: &Activities{rdb: rt.Redis, LLM: rt.Chat.Pools[request.PoolShort].Streamer}, Prompts: map[string][]openai.Message{}}
 	for _, q := range chat.Queries {
 		msgs, err := st.Prompt(ctx, q)

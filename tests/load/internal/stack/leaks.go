@@ -84,7 +84,7 @@ func CountChatWorkflows(ctx context.Context, st *Stack, where string) (int64, er
 	if where != "" {
 		q += " AND " + where
 	}
-	resp, err := st.Runtime.Temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
+	resp, err := st.Core.Temporal.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
 		Namespace: st.Config.Temporal.Namespace, Query: q,
 	})
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 // retrieval, rerank and the prompt template), so that what the bench
 // sends a backend itself is exactly what Sluice would send it.
 func (s *Stack) Prompt(ctx context.Context, q string) ([]openai.Message, error) {
-	rt, cfg := s.Runtime, s.Config
+	rt, cfg := s.Core, s.Config
 	vec, _, err := rt.Chat.Embeddings.Get(ctx, q)
 	if err != nil {
 		return nil, err

@@ -25,7 +25,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -63,9 +62,10 @@ type Stack struct {
 	Sim     *llmsim.Server
 	SimURL  string
 	BaseURL string
-	// Runtime is a second runtime wired like the API process, not running a
-	// worker: the bench's Redis and Temporal clients, gate and limiter.
-	Runtime *worker.Runtime
+	// Core is a second core built as the API process builds its own, with
+	// no loop running: the bench's Redis and Temporal clients, gate and
+	// limiter.
+	Core *app.Core
 
 	logs    *logCounter
 	api     *app.API
@@ -124,7 +124,7 @@ func (s *Stack) launch(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	s.Runtime, err = worker.NewRuntime(ctx, cfg, logger)
+	s.Core, err = app.Build(ctx, cfg, logger)
 	return err
 }
 
@@ -215,8 +215,8 @@ func (s *Stack) ClientFrom(from string, conns int) *http.Client {
 // Close stops the API process (waiting for it), then everything else in
 // reverse order of starting.
 func (s *Stack) Close() {
-	if s.Runtime != nil {
-		s.Runtime.Close()
+	if s.Core != nil {
+		s.Core.Close()
 	}
 	if s.api != nil {
 		if err := s.api.Stop(30 * time.Second); err != nil {

@@ -12,8 +12,8 @@ func (s *Stack) PoolsNow() string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var inUse, waiting int
-	for _, p := range s.Runtime.Gate.Pools() {
-		qs, err := s.Runtime.Gate.QueueStats(ctx, p)
+	for _, p := range s.Core.Gate.Pools() {
+		qs, err := s.Core.Gate.QueueStats(ctx, p)
 		if err != nil {
 			return "pools=unknown"
 		}
@@ -53,8 +53,8 @@ func StartWatch(ctx context.Context, st *Stack) *Watch {
 			w.Max.Sim = max(w.Max.Sim, int64(s.Running+s.Waiting))
 			if i%10 == 0 {
 				var inUse, waiting int64
-				for _, p := range st.Runtime.Gate.Pools() {
-					if gs, err := st.Runtime.Gate.Stats(wctx, p); err == nil {
+				for _, p := range st.Core.Gate.Pools() {
+					if gs, err := st.Core.Gate.Stats(wctx, p); err == nil {
 						inUse += int64(gs.InUse)
 						waiting += int64(gs.Waiting)
 					}

@@ -1,4 +1,4 @@
-package worker
+package app
 
 import (
 	"context"
@@ -157,8 +157,8 @@ func TestRemoteEmbedderAndRerankerFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := srv.Client(t)
-	r := &Runtime{Config: cfg, Logger: quiet, Redis: rdb}
-	acts, err := r.buildChat(ctx)
+	c := &Core{cfg: cfg, logger: quiet, Redis: rdb}
+	acts, err := c.buildChat(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package worker
+package app
 
 import (
 	"context"
@@ -14,16 +14,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"golang.org/x/sync/singleflight"
 )
-
-// Chunking is how documents are cut: sizes are configured in tokens and
-// counted in words, and English prose runs ~1.3 tokens a word.
-func Chunking(cfg config.Retrieval) retrieval.ChunkOptions {
-	overlap := cfg.ChunkOverlapTokens * 3 / 4
-	if overlap == 0 {
-		overlap = -1 // none
-	}
-	return retrieval.ChunkOptions{MaxWords: max(cfg.ChunkTokens*3/4, 10), OverlapWords: overlap}
-}
 
 // seedKnowledgeBases ingests the configured corpora (built in or from a
 // directory) into the kb store. Content already stored is neither

@@ -1,4 +1,4 @@
-package worker
+package app
 
 import (
 	"context"
@@ -15,26 +15,26 @@ import (
 )
 
 // connectRedis opens the Redis client and checks that Redis answers.
-func (r *Runtime) connectRedis(ctx context.Context) error {
-	cfg := r.Config.Redis
+func (c *Core) connectRedis(ctx context.Context) error {
+	cfg := c.cfg.Redis
 	if cfg.UsesTLS() && cfg.TLS.InsecureSkipVerifyDevOnly {
-		r.Logger.Warn("redis.tls.insecure_skip_verify_dev_only is set: the Redis server's certificate is not checked")
+		c.logger.Warn("redis.tls.insecure_skip_verify_dev_only is set: the Redis server's certificate is not checked")
 	}
 	o, err := redisOptions(cfg)
 	if err != nil {
 		return err
 	}
-	if r.Redis, err = conn.NewRedis(o); err != nil {
+	if c.Redis, err = conn.NewRedis(o); err != nil {
 		return err
 	}
-	if r.Tracer != nil {
-		if err := tracing.InstrumentRedis(r.Redis, r.Tracer); err != nil {
+	if c.Tracer != nil {
+		if err := tracing.InstrumentRedis(c.Redis, c.Tracer); err != nil {
 			return err
 		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := r.Redis.Ping(pctx).Err(); err != nil {
+	if err := c.Redis.Ping(pctx).Err(); err != nil {
 		return fmt.Errorf("connect to redis at %s: %w", conn.RedisTarget(o), err)
 	}
 	return nil
@@ -72,10 +72,10 @@ func connTLS(t config.TLS, on bool) conn.TLS {
 
 // connectTemporal opens the Temporal client; Dial checks that the
 // frontend answers.
-func (r *Runtime) connectTemporal() error {
-	cfg := r.Config.Temporal
+func (c *Core) connectTemporal() error {
+	cfg := c.cfg.Temporal
 	if cfg.UsesTLS() && cfg.TLS.InsecureSkipVerifyDevOnly {
-		r.Logger.Warn("temporal.tls.insecure_skip_verify_dev_only is set: the Temporal server's certificate is not checked")
+		c.logger.Warn("temporal.tls.insecure_skip_verify_dev_only is set: the Temporal server's certificate is not checked")
 	}
 	to, err := temporalOptions(cfg)
 	if err != nil {
@@ -85,10 +85,10 @@ func (r *Runtime) connectTemporal() error {
 	if err != nil {
 		return err
 	}
-	opts.Logger = tlog.NewStructuredLogger(r.Logger.With("component", "temporal"))
-	opts.MetricsHandler = r.Metrics.TemporalHandler()
-	if r.Tracer != nil {
-		i, err := tracing.TemporalInterceptor(r.Tracer)
+	opts.Logger = tlog.NewStructuredLogger(c.logger.With("component", "temporal"))
+	opts.MetricsHandler = c.Metrics.TemporalHandler()
+	if c.Tracer != nil {
+		i, err := tracing.TemporalInterceptor(c.Tracer)
 		if err != nil {
 			return err
 		}
@@ -96,19 +96,19 @@ func (r *Runtime) connectTemporal() error {
 	}
 	// With codec.enabled every payload this client (and every worker on
 	// it) sends is sealed, and every one it reads opened.
-	if r.Codec, err = codec.New(CodecOptions(r.Config.Codec)); err != nil {
+	if c.Codec, err = codec.New(codecOptions(c.cfg.Codec)); err != nil {
 		return err
 	}
-	r.Codec.Apply(&opts)
-	if r.Temporal, err = client.Dial(opts); err != nil {
+	c.Codec.Apply(&opts)
+	if c.Temporal, err = client.Dial(opts); err != nil {
 		return fmt.Errorf("connect to temporal at %s, namespace %s (temporal.host_port, temporal.namespace; TLS %t, API key %t): %w",
 			cfg.HostPort, cfg.Namespace, cfg.UsesTLS(), cfg.APIKey != "", err)
 	}
 	return nil
 }
 
-// CodecOptions are the codec settings as pkg/codec takes them.
-func CodecOptions(c config.Codec) codec.Options {
+// codecOptions are the codec settings as pkg/codec takes them.
+func codecOptions(c config.Codec) codec.Options {
 	keys := make([]codec.Key, len(c.Keys))
 	for i, k := range c.Keys {
 		keys[i] = codec.Key{ID: k.ID, Secret: k.Secret}

@@ -1,4 +1,4 @@
-package worker
+package app
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -24,7 +25,7 @@ func TestKeeperRestoresConfiguredKBs(t *testing.T) {
 	own := kbref.Own("acme", "handbook").Key()
 	rdb := srv.Client(t)
 	store := kbstore.New(rdb, kbstore.Options{Prefix: testenv.KeyPrefix(t)})
-	ing := &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{Dims: cfg.Embedding.Dims}), Chunking: Chunking(cfg.Retrieval)}
+	ing := &ingest.Ingester{Store: store, Embedder: embed.NewLocal(embed.LocalOptions{Dims: cfg.Embedding.Dims}), Chunking: retrieval.ChunkingFor(cfg.Retrieval.ChunkTokens, cfg.Retrieval.ChunkOverlapTokens)}
 	k := &kbKeeper{cfg: cfg, ing: ing, store: store, logger: quiet}
 	kb := cfg.Retrieval.KnowledgeBases[0].Name
 

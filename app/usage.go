@@ -1,4 +1,4 @@
-package worker
+package app
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
-// OpenUsage opens the usage ledger cfg names and brings its schema up to
+// openUsage opens the usage ledger cfg names and brings its schema up to
 // date; nil with usage.store off. The API reads it, the worker writes it:
 // both open the same one. A PostgreSQL ledger out of reach does not stop
 // the process: requests go on being answered, and their records wait in
 // their workflows until it is back (the store migrates on first use).
-func OpenUsage(ctx context.Context, cfg config.Usage, logger *slog.Logger) (usage.Store, error) {
+func openUsage(ctx context.Context, cfg config.Usage, logger *slog.Logger) (usage.Store, error) {
 	switch cfg.Store {
 	case config.UsageSQLite:
 		if err := os.MkdirAll(filepath.Dir(cfg.SQLitePath), 0o750); err != nil {
