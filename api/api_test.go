@@ -25,12 +25,12 @@ import (
 	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
@@ -368,7 +368,7 @@ func TestRateLimitedIs429WithHeaders(t *testing.T) {
 	rec := post(srv, `{"query":"how does a token bucket refill?","max_tokens":64}`)
 	assertJSONError(t, rec, 429, "rate_limited")
 	var body struct {
-		Error httperr.Error `json:"error"`
+		Error refusal.Error `json:"error"`
 	}
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	if body.Error.Dimension != "tenant" || body.Error.Kind != "tokens" || body.Error.RetryAfter < 1 {

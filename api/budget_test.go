@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/usage"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -66,7 +66,7 @@ func TestBudgetRefusesATenantOverItAndNotAnother(t *testing.T) {
 	rec := as(srv, keyAlice, "POST", "/v1/chat", `{"query":"how long do refunds take?","max_tokens":64}`)
 	assertJSONError(t, rec, http.StatusTooManyRequests, "budget_exceeded")
 	var body struct {
-		Error httperr.Error `json:"error"`
+		Error refusal.Error `json:"error"`
 	}
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	if !strings.Contains(body.Error.Message, reset) || !strings.Contains(body.Error.Message, "2000 tokens") || body.Error.Kind != "tokens" {

@@ -13,13 +13,13 @@ import (
 
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
-var errNoRequest = &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such request (unknown, expired, or not yours)"}
+var errNoRequest = &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "no such request (unknown, expired, or not yours)"}
 
 // ownRequest authenticates the caller and checks that the request in the
 // path is theirs: sent by its tenant and user, as its accepted event
@@ -33,11 +33,11 @@ func (s *Server) ownRequest(c echo.Context, route string) (string, error) {
 	}
 	id := c.Param("id")
 	if !door.ValidRequestID(id) {
-		return "", httperr.BadRequest("bad_request_id", "request id must look like chat-<ULID>")
+		return "", refusal.BadRequest("bad_request_id", "request id must look like chat-<ULID>")
 	}
 	first, ok, err := s.events.First(c.Request().Context(), id)
 	if err != nil {
-		return "", httperr.Unavailable("event store unavailable")
+		return "", refusal.Unreachable("event store unavailable")
 	}
 	var acc events.Accepted
 	if !ok || first.Type != events.TypeAccepted || json.Unmarshal(first.Data, &acc) != nil ||
@@ -69,7 +69,7 @@ func (s *Server) getRequest(c echo.Context) error {
 		if nf := new(serviceerror.NotFound); errors.As(err, &nf) {
 			return errNoRequest
 		}
-		return httperr.Unavailable("workflow service unavailable")
+		return refusal.Unreachable("workflow service unavailable")
 	}
 	view := requestView{
 		RequestID: id,
@@ -130,7 +130,7 @@ func (s *Server) getEvents(c echo.Context) error {
 	if after == "" {
 		after = "0-0"
 	} else if !events.ValidID(after) {
-		return httperr.BadRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
+		return refusal.BadRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
 	}
 	id, err := s.ownRequest(c, policy.RouteResumes)
 	if err != nil {

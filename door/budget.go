@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/budget"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 )
@@ -37,7 +37,7 @@ func (d *Door) reserveBudget(ctx context.Context, header http.Header, a arrival,
 	if err != nil {
 		d.logger.Error("reserve monthly budget", "requestID", a.id, "err", err)
 		go d.settleBudget(ctx, a.id, dec.Reservation)
-		return "", httperr.Unavailable("the budget counter is unavailable; please retry")
+		return "", refusal.Unreachable("the budget counter is unavailable; please retry")
 	}
 	setBudgetHeaders(header, dec)
 	for _, kind := range dec.Warn {
@@ -54,7 +54,7 @@ func (d *Door) reserveBudget(ctx context.Context, header http.Header, a arrival,
 }
 
 // budgetExceeded is the refusal of a request dec refused, told at now.
-func budgetExceeded(dec budget.Decision, now time.Time) *httperr.Error {
+func budgetExceeded(dec budget.Decision, now time.Time) *refusal.Error {
 	reset := dec.ResetsAt.Format(time.RFC3339)
 	var msg string
 	if dec.Refused == budget.KindSpend {
@@ -64,7 +64,7 @@ func budgetExceeded(dec budget.Decision, now time.Time) *httperr.Error {
 		msg = fmt.Sprintf("this request could take more than the rest of your organisation's monthly budget of %d tokens (%d used); it resets at %s",
 			dec.Limit.Tokens, dec.Used.Tokens, reset)
 	}
-	return &httperr.Error{Status: http.StatusTooManyRequests, Code: request.ReasonBudgetExceeded, Dimension: "tenant", Kind: dec.Refused,
+	return &refusal.Error{Class: refusal.Limited, Code: request.ReasonBudgetExceeded, Dimension: "tenant", Kind: dec.Refused,
 		RetryAfter: request.RetryAfterSeconds(dec.ResetsAt.Sub(now)), Message: msg + "; lower max_tokens or ask for a larger plan"}
 }
 

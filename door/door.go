@@ -9,11 +9,11 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tracing"
@@ -36,7 +36,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 		// The ban check already waited redis.request_timeout for Redis
 		// in vain: its client was promised a 503 within about that, not
 		// twice it.
-		return adm, httperr.Unavailable("the service's state store is not answering; please retry")
+		return adm, refusal.Unreachable("the service's state store is not answering; please retry")
 	}
 	// The door's own Redis calls are bounded: with Redis stalled the
 	// client hears 503 + Retry-After in about this long, not after it.
@@ -107,7 +107,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 		sub.Close()
 		d.dropUnstarted(ctx, a, key)
 		adm.ID, adm.Pool = "", ""
-		return adm, httperr.Unavailable("could not start the request; please retry")
+		return adm, refusal.Unreachable("could not start the request; please retry")
 	}
 	adm.Sub = sub
 	return adm, nil
@@ -125,8 +125,8 @@ func (d *Door) charge(ctx, rctx context.Context, header http.Header, a *arrival,
 			d.refundAll(ctx, a.id, a.reservation)
 		}
 	}
-	var ae *httperr.Error
-	if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+	var ae *refusal.Error
+	if errors.As(err, &ae) && ae.Class == refusal.Limited {
 		outcome := metrics.OutcomeRejectedRate
 		if ae.Code == request.ReasonBudgetExceeded {
 			outcome = metrics.OutcomeOf(request.OutcomeRejected, ae.Code)
@@ -209,9 +209,9 @@ func (d *Door) checkKB(ctx context.Context, kb kbref.Ref) error {
 	switch {
 	case err != nil:
 		d.logger.Error("look up kb", "kb", kb, "err", err)
-		return httperr.Unavailable("knowledge bases unavailable; please retry")
+		return refusal.Unreachable("knowledge bases unavailable; please retry")
 	case !known:
-		return httperr.BadRequest("unknown_kb", "unknown knowledge base %q", kb.Name)
+		return refusal.BadRequest("unknown_kb", "unknown knowledge base %q", kb.Name)
 	}
 	return nil
 }
@@ -302,9 +302,9 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 		// Redis is unreachable or stalled: nothing could admit the
 		// request anyway.
 		d.logger.Warn("read queue depth", "pool", a.pool, "err", err)
-		return nil, httperr.Unavailable("the admission queue is unavailable; please retry")
+		return nil, refusal.Unreachable("the admission queue is unavailable; please retry")
 	case total >= d.cfg.Admission.MaxQueueDepth:
-		return nil, httperr.Refused(http.StatusServiceUnavailable, request.Refused(request.ReasonQueueFull, d.cfg.Admission.RecheckInterval))
+		return nil, refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonQueueFull, d.cfg.Admission.RecheckInterval))
 	case a.tier.MaxQueuePerTenant > 0 && mine >= a.tier.MaxQueuePerTenant:
 		return nil, d.tenantQueueFull()
 	}
@@ -321,7 +321,7 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 	case errors.Is(err, waitroom.ErrTenantFull):
 		return nil, d.tenantQueueFull()
 	case err != nil:
-		return nil, &httperr.Error{Status: http.StatusServiceUnavailable, Code: request.ReasonBusy, RetryAfter: 1,
+		return nil, &refusal.Error{Class: refusal.Unavailable, Code: request.ReasonBusy, RetryAfter: 1,
 			Message: "Too many requests are waiting to start right now. Please retry in a moment."}
 	}
 	return w, nil
@@ -329,15 +329,15 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 
 // tenantQueueFull refuses a request whose tenant has as many requests
 // waiting as its plan allows.
-func (d *Door) tenantQueueFull() *httperr.Error {
-	return httperr.Refused(http.StatusServiceUnavailable, request.Refused(request.ReasonTenantQueueFull, d.cfg.Admission.RecheckInterval))
+func (d *Door) tenantQueueFull() *refusal.Error {
+	return refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonTenantQueueFull, d.cfg.Admission.RecheckInterval))
 }
 
 // refuse gives back a request's whole charge when the door turns it away
 // for want of capacity, records the refusal in its session and counts it.
 func (d *Door) refuse(ctx context.Context, a arrival, req *Request, err error) {
 	d.giveBack(ctx, a)
-	var ae *httperr.Error
+	var ae *refusal.Error
 	if errors.As(err, &ae) {
 		d.recordRefusal(ctx, a.who, *req, a.id, ae.Code)
 		d.metrics.Refused(metrics.OutcomeOf(request.OutcomeRejected, ae.Code))
@@ -354,13 +354,13 @@ func (d *Door) open(ctx context.Context, a arrival, req *Request) (*events.Subsc
 	if err != nil {
 		d.logger.Error("subscribe to events", "requestID", a.id, "err", err)
 		d.giveBack(ctx, a)
-		return nil, httperr.Unavailable("event stream unavailable")
+		return nil, refusal.Unreachable("event stream unavailable")
 	}
 	if _, err := d.events.Append(ctx, a.id, events.TypeAccepted, events.Accepted{RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KB: req.KB}); err != nil {
 		d.logger.Error("write accepted event", "requestID", a.id, "err", err)
 		sub.Close()
 		d.giveBack(ctx, a)
-		return nil, httperr.Unavailable("event store unavailable")
+		return nil, refusal.Unreachable("event store unavailable")
 	}
 	return sub, nil
 }

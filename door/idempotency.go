@@ -8,8 +8,8 @@ import (
 	"net/http"
 
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // IdempotencyHeader names the client's key for a POST it may retry.
@@ -32,13 +32,13 @@ func (d *Door) idemKey(ctx context.Context, who Caller, req *Request) (*idempote
 	}
 	k, err := d.idem.KeyFor(who.Tenant, who.User, req.IdempotencyKey, req.Fingerprint)
 	if err != nil {
-		return nil, "", httperr.BadRequest("bad_idempotency_key", "%s: %v", IdempotencyHeader, err)
+		return nil, "", refusal.BadRequest("bad_idempotency_key", "%s: %v", IdempotencyHeader, err)
 	}
 	claim, ok, err := d.idem.Lookup(ctx, k)
 	switch {
 	case err != nil:
 		d.logger.Warn("look up idempotency key", "err", err)
-		return nil, "", httperr.Unavailable("idempotency keys unavailable; please retry")
+		return nil, "", refusal.Unreachable("idempotency keys unavailable; please retry")
 	case !ok:
 		return &k, "", nil
 	case !claim.Same:
@@ -51,8 +51,8 @@ func (d *Door) idemKey(ctx context.Context, who Caller, req *Request) (*idempote
 	return &k, claim.RequestID, nil
 }
 
-func errKeyReused() *httperr.Error {
-	return &httperr.Error{Status: http.StatusUnprocessableEntity, Code: "idempotency_key_reused",
+func errKeyReused() *refusal.Error {
+	return &refusal.Error{Class: refusal.Unprocessable, Code: "idempotency_key_reused",
 		Message: "This Idempotency-Key was used for a request with a different body. Use a new key for a new request."}
 }
 
@@ -68,7 +68,7 @@ func (d *Door) claimKey(ctx context.Context, k *idempotency.Key, a arrival) (str
 	switch {
 	case err != nil:
 		d.logger.Warn("claim idempotency key", "requestID", a.id, "err", err)
-		return "", httperr.Unavailable("idempotency keys unavailable; please retry")
+		return "", refusal.Unreachable("idempotency keys unavailable; please retry")
 	case won:
 		return "", nil
 	case !claim.Same:
@@ -136,13 +136,13 @@ func (d *Door) attach(ctx context.Context, header http.Header, id, after string)
 	exists, err := d.events.Exists(ctx, id)
 	switch {
 	case err != nil:
-		return nil, httperr.Unavailable("event store unavailable")
+		return nil, refusal.Unreachable("event store unavailable")
 	case !exists:
 		return nil, errStreamGone
 	}
 	sub, err := d.hub.Subscribe(ctx, id, after)
 	if err != nil {
-		return nil, httperr.Unavailable("event stream unavailable")
+		return nil, refusal.Unreachable("event stream unavailable")
 	}
 	d.signalAttach(ctx, id)
 	header.Set(ReplayedHeader, "true")

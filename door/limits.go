@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -43,7 +43,7 @@ func (d *Door) reserve(ctx context.Context, header http.Header, id string, who C
 		// attempt here would hold the client's 503 up by another
 		// redis.request_timeout.
 		go d.refundAll(ctx, id, dec.Reservation)
-		return "", httperr.Unavailable("rate limiter unavailable")
+		return "", refusal.Unreachable("rate limiter unavailable")
 	}
 	setRateHeaders(header, buckets, dec)
 	if dec.Status == limiter.Allowed {
@@ -54,14 +54,14 @@ func (d *Door) reserve(ctx context.Context, header http.Header, id string, who C
 	switch dec.Status {
 	case limiter.TooLarge:
 		b := dec.Bucket
-		return "", &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large", Dimension: b.Dimension, Kind: string(b.Kind),
+		return "", &refusal.Error{Class: refusal.TooLarge, Code: "request_too_large", Dimension: b.Dimension, Kind: string(b.Kind),
 			Message: fmt.Sprintf("this request needs %d %s but the %s limit never holds more than %.0f; lower max_tokens or shorten the query",
 				cost, b.Kind, b.Dimension, b.Capacity)}
 	case limiter.Limited:
 		b := dec.Bucket
 		d.refusedWithRetry(ctx, who, dec.RetryAfter, "rate limit")
 		retry := request.RetryAfterSeconds(dec.RetryAfter)
-		return "", &httperr.Error{Status: http.StatusTooManyRequests, Code: request.ReasonRateLimited, Dimension: b.Dimension, Kind: string(b.Kind),
+		return "", &refusal.Error{Class: refusal.Limited, Code: request.ReasonRateLimited, Dimension: b.Dimension, Kind: string(b.Kind),
 			RetryAfter: retry, Message: fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, retry)}
 	}
 	return dec.Reservation, nil

@@ -9,7 +9,7 @@
 //
 // The HTTP layer (package api) decodes and authenticates, calls Admit,
 // and renders what it returns; nothing here knows about HTTP beyond the
-// status a refusal carries (httperr.Error) and the headers a client hears.
+// status a refusal carries (refusal.Error) and the headers a client hears.
 package door
 
 import (

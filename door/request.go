@@ -3,7 +3,6 @@ package door
 import (
 	"crypto/rand"
 	"fmt"
-	"net/http"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -11,8 +10,8 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // Request is the body of POST /v1/chat.
@@ -93,20 +92,20 @@ func (d *Door) Validate(req *Request) error {
 	}
 	req.Query = strings.TrimSpace(req.Query)
 	if req.Query == "" {
-		return httperr.BadRequest("empty_query", "query must not be empty")
+		return refusal.BadRequest("empty_query", "query must not be empty")
 	}
 	if !utf8.ValidString(req.Query) {
-		return httperr.BadRequest("bad_query", "query must be valid UTF-8")
+		return refusal.BadRequest("bad_query", "query must be valid UTF-8")
 	}
 	if n := utf8.RuneCountInString(req.Query); n > d.cfg.API.MaxQueryChars {
-		return &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
+		return &refusal.Error{Class: refusal.TooLarge, Code: "query_too_long",
 			Message: fmt.Sprintf("query has %d characters; the limit is %d", n, d.cfg.API.MaxQueryChars)}
 	}
 	if req.KB == "" {
 		req.KB = d.cfg.Retrieval.DefaultKB
 	}
 	if req.SessionID != "" && !sessionIDPattern.MatchString(req.SessionID) {
-		return httperr.BadRequest("bad_session_id", "session_id must be 1-128 characters of letters, digits and ._:-")
+		return refusal.BadRequest("bad_session_id", "session_id must be 1-128 characters of letters, digits and ._:-")
 	}
 	if req.Conversation != nil {
 		// The conversation, the query in it, must fit the long pool
@@ -130,7 +129,7 @@ func (d *Door) validateMaxTokens(req *Request) error {
 		req.MaxTokens = &n
 	}
 	if *req.MaxTokens < 1 || *req.MaxTokens > d.cfg.API.MaxTokensLimit {
-		return httperr.BadRequest("bad_max_tokens", "max_tokens must be between 1 and %d", d.cfg.API.MaxTokensLimit)
+		return refusal.BadRequest("bad_max_tokens", "max_tokens must be between 1 and %d", d.cfg.API.MaxTokensLimit)
 	}
 	return nil
 }
@@ -144,10 +143,10 @@ func (d *Door) fitsLongPool(tokens int, conversation bool) error {
 	case tokens <= limit:
 		return nil
 	case conversation:
-		return &httperr.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
+		return &refusal.Error{Class: refusal.Invalid, Code: "context_length_exceeded", Param: "messages",
 			Message: fmt.Sprintf("the largest prompt any model here takes is %d tokens; the messages need %d", limit, tokens)}
 	}
-	return &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
+	return &refusal.Error{Class: refusal.TooLarge, Code: "query_too_long",
 		Message: fmt.Sprintf("the query needs %d prompt tokens; the limit is %d", tokens, limit)}
 }
 

@@ -3,10 +3,9 @@ package door
 import (
 	"context"
 	"errors"
-	"net/http"
 
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -20,14 +19,14 @@ var ErrAlreadySent = errors.New("the client already has the request's terminal e
 func (d *Door) Resume(ctx context.Context, id, after string) (*events.Subscription, error) {
 	last, ok, err := d.events.Last(ctx, id)
 	if err != nil {
-		return nil, httperr.Unavailable("event store unavailable")
+		return nil, refusal.Unreachable("event store unavailable")
 	}
 	if ok && events.Terminal(last.Type) && events.CompareIDs(after, last.ID) >= 0 {
 		return nil, ErrAlreadySent
 	}
 	sub, err := d.hub.Subscribe(ctx, id, after)
 	if err != nil {
-		return nil, httperr.Unavailable("event stream unavailable")
+		return nil, refusal.Unreachable("event stream unavailable")
 	}
 	d.signalAttach(ctx, id)
 	return sub, nil
@@ -51,20 +50,20 @@ func (d *Door) Cancel(ctx context.Context, id string) error {
 		return nil
 	}
 	if !isNotFound(err) {
-		return httperr.Unavailable("workflow service unavailable")
+		return refusal.Unreachable("workflow service unavailable")
 	}
 	// No workflow: it finished, or it is still waiting at the door of
 	// some API process for its workflow to start. That process reads the
 	// stop flag while it waits.
 	last, ok, err := d.events.Last(ctx, id)
 	if err != nil {
-		return httperr.Unavailable("event store unavailable")
+		return refusal.Unreachable("event store unavailable")
 	}
 	if !ok || events.Terminal(last.Type) {
-		return &httperr.Error{Status: http.StatusConflict, Code: "already_finished", Message: "the request has already finished"}
+		return &refusal.Error{Class: refusal.Conflict, Code: "already_finished", Message: "the request has already finished"}
 	}
 	if err := d.events.Stop(ctx, id, d.cfg.Events.TTL); err != nil {
-		return httperr.Unavailable("event store unavailable")
+		return refusal.Unreachable("event store unavailable")
 	}
 	return nil
 }

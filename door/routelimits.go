@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -45,6 +45,6 @@ func (d *Door) LimitRoute(ctx context.Context, header http.Header, who Caller, r
 	d.metrics.RateLimit(dec.Bucket.Dimension, false)
 	d.refusedWithRetry(ctx, who, dec.RetryAfter, route)
 	retry := request.RetryAfterSeconds(dec.RetryAfter)
-	return &httperr.Error{Status: http.StatusTooManyRequests, Code: "rate_limited", Dimension: dec.Bucket.Dimension, Kind: string(dec.Bucket.Kind),
+	return &refusal.Error{Class: refusal.Limited, Code: "rate_limited", Dimension: dec.Bucket.Dimension, Kind: string(dec.Bucket.Kind),
 		RetryAfter: retry, Message: fmt.Sprintf("the %s limit on %s requests is exhausted; retry in %ds", dec.Bucket.Dimension, route, retry)}
 }

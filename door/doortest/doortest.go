@@ -19,12 +19,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -71,14 +72,14 @@ func JSONContext(e *echo.Echo, body []byte) echo.Context {
 // message: the handlers would answer it 4xx with a JSON body.
 func RequireRefusal(t *testing.T, body []byte, err error) {
 	t.Helper()
-	var ae *httperr.Error
+	var ae *refusal.Error
 	if !errors.As(err, &ae) {
-		t.Fatalf("%q: refused with %T %v, not an httperr.Error (a 500)", body, err, err)
+		t.Fatalf("%q: refused with %T %v, not a refusal.Error (a 500)", body, err, err)
 	}
-	if ae.Status < 400 || ae.Status > 499 || ae.Code == "" || ae.Message == "" {
+	if s := httpio.Status(ae.Class); s < 400 || s > 499 || ae.Code == "" || ae.Message == "" {
 		t.Fatalf("%q: refusal %+v is not a 4xx with a code and a message", body, ae)
 	}
-	if _, err := json.Marshal(map[string]*httperr.Error{"error": ae}); err != nil {
+	if _, err := json.Marshal(map[string]*refusal.Error{"error": ae}); err != nil {
 		t.Fatalf("%q: refusal cannot be rendered: %v", body, err)
 	}
 }
