@@ -21,10 +21,13 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
+	"github.com/sluice-dev/sluice/follow/liveness"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/metrics"
@@ -134,15 +137,11 @@ func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *re
 // newTestServerOn is newTestServerWith on the Redis at addr.
 func newTestServerOn(t *testing.T, addr string, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
 	t.Helper()
-	srv, tc, rdb := buildTestServerOn(t, addr, mod, with)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go srv.door.Run(ctx)
-	return srv, tc, rdb
+	return buildTestServerOn(t, addr, mod, with)
 }
 
-// buildTestServer is newTestServerWith without running the door, for a
-// test that runs the whole server (Server.Run runs its door).
+// buildTestServer is newTestServerWith, for a test that runs the whole
+// server (Server.Run).
 func buildTestServer(t *testing.T, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
 	t.Helper()
 	return buildTestServerOn(t, redisAddr, mod, with)
@@ -191,9 +190,25 @@ func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with
 	}
 	hub := events.NewHub(rdb, log, events.HubOptions{})
 	lim := limiter.New(rdb, limiter.Options{KeyPrefix: prefix})
-	opts.Door, err = door.New(door.Options{Config: cfg, Temporal: opts.Temporal, Redis: rdb, Events: log, Hub: hub, Gate: gate,
-		Prompts: opts.Prompts, Policy: opts.Policy,
-		Limiter: lim, Budgets: opts.Budgets, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
+	// As the app runs them: the waiting room and the liveness sweep.
+	sweeper := liveness.New(opts.Temporal, cfg.Temporal.Namespace, log, gate, opts.Logger)
+	if opts.Follow, err = follow.New(follow.Options{Temporal: opts.Temporal, Events: log, Hub: hub, Gate: gate, Liveness: sweeper,
+		QueuePollInterval: cfg.API.QueuePollInterval, IdleTimeout: cfg.API.StreamIdleTimeout, StopTTL: cfg.Events.TTL,
+		Logger: opts.Logger}); err != nil {
+		t.Fatal(err)
+	}
+	room, err := door.NewRoom(cfg, gate, opts.Policy, opts.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go room.Run(ctx)
+	go sweeper.Run(ctx)
+	opts.Door, err = door.New(door.Options{Config: cfg, Temporal: opts.Temporal, Events: log, Hub: hub, Gate: gate,
+		Prompts: opts.Prompts, Policy: opts.Policy, Room: room, Attacher: opts.Follow,
+		Idempotency: idempotency.New(rdb, cfg.Redis.KeyPrefix, cfg.API.IdempotencyTTL),
+		Limiter:     lim, Budgets: opts.Budgets, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
 		Metrics: opts.Metrics, Addresses: opts.Addresses, Logger: opts.Logger})
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -133,7 +134,9 @@ func (s *Server) authenticateFor(c echo.Context, route string) (door.Caller, err
 	if err != nil {
 		return who, err
 	}
-	return who, s.door.LimitRoute(c.Request().Context(), c.Response().Header(), who, route)
+	standing, err := s.door.LimitRoute(c.Request().Context(), who, route)
+	httpio.WriteStanding(c.Response().Header(), standing)
+	return who, err
 }
 
 // callers is the server's authentication as the OpenAI routes take it.

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -136,8 +137,8 @@ func (s *Server) getEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sub, err := s.door.Resume(c.Request().Context(), id, after)
-	if errors.Is(err, door.ErrAlreadySent) {
+	sub, err := s.follow.Resume(c.Request().Context(), id, after)
+	if errors.Is(err, follow.ErrAlreadySent) {
 		// An EventSource reconnects after every close; 204 tells it to
 		// stop.
 		return c.NoContent(http.StatusNoContent)
@@ -154,7 +155,7 @@ func (s *Server) deleteRequest(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.door.Cancel(c.Request().Context(), id); err != nil {
+	if err := s.follow.Cancel(c.Request().Context(), id); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusAccepted, map[string]string{"request_id": id, "status": "cancelling"})

@@ -23,9 +23,12 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
+	"github.com/sluice-dev/sluice/follow/liveness"
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
@@ -56,10 +59,24 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	if err != nil {
 		return err
 	}
-	gate, err := door.New(door.Options{
-		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Hub: hub, Gate: rt.Gate,
-		Prompts: rt.Prompts, Policy: rt.Policy,
-		Limiter: rt.Limiter, Budgets: rt.Budgets, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
+	sweeper := liveness.New(rt.Temporal, cfg.Temporal.Namespace, rt.Events, rt.Gate, logger.With("component", "liveness"))
+	follower, err := follow.New(follow.Options{
+		Temporal: rt.Temporal, Events: rt.Events, Hub: hub, Gate: rt.Gate, Liveness: sweeper,
+		QueuePollInterval: cfg.API.QueuePollInterval, IdleTimeout: cfg.API.StreamIdleTimeout, StopTTL: cfg.Events.TTL,
+		Logger: logger.With("component", "follow"),
+	})
+	if err != nil {
+		return err
+	}
+	room, err := door.NewRoom(cfg, rt.Gate, rt.Policy, logger.With("component", "waiting-room"))
+	if err != nil {
+		return err
+	}
+	admit, err := door.New(door.Options{
+		Config: cfg, Temporal: rt.Temporal, Events: rt.Events, Hub: hub, Gate: rt.Gate,
+		Prompts: rt.Prompts, Policy: rt.Policy, Room: room, Attacher: follower,
+		Idempotency: idempotency.New(rt.Redis, cfg.Redis.KeyPrefix, cfg.API.IdempotencyTTL),
+		Limiter:     rt.Limiter, Budgets: rt.Budgets, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
 		Logger: logger.With("component", "door"),
 	})
 	if err != nil {
@@ -73,7 +90,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	}
 	srv, err := api.New(api.Options{
 		Config: cfg, Temporal: rt.Temporal, Redis: rt.Redis, Events: rt.Events, Gate: rt.Gate, Prompts: rt.Prompts,
-		Policy: rt.Policy, Door: gate, Addresses: addresses, KBs: rt.KBs, Ingester: rt.Ingester, IngestSlots: ingestSlots, Embeddings: rt.EmbedCache,
+		Policy: rt.Policy, Door: admit, Follow: follower, Addresses: addresses, KBs: rt.KBs, Ingester: rt.Ingester, IngestSlots: ingestSlots, Embeddings: rt.EmbedCache,
 		Sessions: rt.Sessions, Usage: rt.Usage, Budgets: rt.Budgets, Metrics: rt.Metrics, Codec: rt.Codec, Keys: keyCache, Bans: bans, Tracer: rt.Tracer,
 		Logger: logger.With("component", "api"),
 	})
@@ -92,8 +109,13 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	}
 	hubCtx, stopHub := context.WithCancel(context.WithoutCancel(ctx))
 	workerCtx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	// The waiting room and the liveness sweep serve the streams the HTTP
+	// server still writes while it shuts down: they stop after it.
+	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return hub.Run(hubCtx) })
+	g.Go(func() error { room.Run(doorCtx); return nil })
+	g.Go(func() error { sweeper.Run(doorCtx); return nil })
 	g.Go(func() error {
 		// A change made through any instance is in force here within this.
 		rt.Policy.Run(gctx, 500*time.Millisecond)
@@ -108,6 +130,7 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	g.Go(func() error {
 		defer stopWorker()
 		defer stopHub()
+		defer stopDoor()
 		return srv.Run(gctx, ready, stopHub)
 	})
 	return g.Wait()

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/budget"
@@ -22,10 +20,10 @@ func LimitOf(t policy.Tier) budget.Limit {
 
 // reserveBudget charges the request's upper bound (a.tokens: its prompt's
 // bound and every output token it may produce, priced at its pool's
-// model) to its tenant's monthly budget, and writes the budget headers.
+// model) to its tenant's monthly budget, and notes the month in st.
 // A tier without a budget costs nothing: no Redis call. It refuses with
-// 429 budget_exceeded, naming the limit and when the month resets.
-func (d *Door) reserveBudget(ctx context.Context, header http.Header, a arrival, req *Request) (string, error) {
+// budget_exceeded (Limited), naming the limit and when the month resets.
+func (d *Door) reserveBudget(ctx context.Context, st *Standing, a arrival, req *Request) (string, error) {
 	lim := LimitOf(a.tier)
 	if d.budgets == nil || !lim.On() {
 		return "", nil
@@ -39,7 +37,7 @@ func (d *Door) reserveBudget(ctx context.Context, header http.Header, a arrival,
 		go d.settleBudget(ctx, a.id, dec.Reservation)
 		return "", refusal.Unreachable("the budget counter is unavailable; please retry")
 	}
-	setBudgetHeaders(header, dec)
+	st.noteMonth(dec)
 	for _, kind := range dec.Warn {
 		d.metrics.BudgetWarning(kind)
 		d.logger.LogAttrs(ctx, slog.LevelWarn, "tenant passed 80% of its monthly budget", slog.String("tenant", a.who.Tenant),
@@ -66,19 +64,6 @@ func budgetExceeded(dec budget.Decision, now time.Time) *refusal.Error {
 	}
 	return &refusal.Error{Class: refusal.Limited, Code: request.ReasonBudgetExceeded, Dimension: "tenant", Kind: dec.Refused,
 		RetryAfter: request.RetryAfterSeconds(dec.ResetsAt.Sub(now)), Message: msg + "; lower max_tokens or ask for a larger plan"}
-}
-
-// setBudgetHeaders tells the client what is left of its month.
-func setBudgetHeaders(h http.Header, dec budget.Decision) {
-	if dec.Limit.Tokens > 0 {
-		h.Set("X-Budget-Limit-Tokens", strconv.FormatInt(dec.Limit.Tokens, 10))
-		h.Set("X-Budget-Remaining-Tokens", strconv.FormatInt(max(0, dec.Limit.Tokens-dec.Used.Tokens), 10))
-	}
-	if dec.Limit.Micros > 0 {
-		h.Set("X-Budget-Limit-Spend-USD", strconv.FormatFloat(budget.USD(dec.Limit.Micros), 'f', 6, 64))
-		h.Set("X-Budget-Remaining-Spend-USD", strconv.FormatFloat(budget.USD(max(0, dec.Limit.Micros-dec.Used.Micros)), 'f', 6, 64))
-	}
-	h.Set("X-Budget-Reset", dec.ResetsAt.Format(time.RFC3339))
 }
 
 // priceOf is the price of pool's model (zero when prices.* has none).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net/http"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -27,22 +26,23 @@ import (
 // from the waiting room when its turn comes (startWhenAdmitted). It
 // returns the request's id and a subscription to its events from the
 // first, which the caller must close and render; every later outcome
-// reaches the client as an event. On error nothing was started and every
-// charge was given back. The Admission's Header holds what the client
-// must hear either way (rate-limit headers, a replay mark).
+// reaches the client as an event. On error (a *refusal.Error) nothing was
+// started and every charge was given back. The Admission's Standing holds
+// what the client must hear either way (its rate limits and budget, a
+// replay).
 func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, error) {
-	adm := Admission{Header: http.Header{}}
+	var adm Admission
 	if who.storeSilent {
 		// The ban check already waited redis.request_timeout for Redis
-		// in vain: its client was promised a 503 within about that, not
-		// twice it.
+		// in vain: its client was promised an answer within about that,
+		// not twice it.
 		return adm, refusal.Unreachable("the service's state store is not answering; please retry")
 	}
 	// The door's own Redis calls are bounded: with Redis stalled the
 	// client hears 503 + Retry-After in about this long, not after it.
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
 	defer cancel()
-	key, prior, sub, err := d.replay(rctx, adm.Header, who, req)
+	key, prior, sub, err := d.replay(rctx, &adm.Standing, who, req)
 	if err != nil || prior != "" {
 		adm.ID, adm.Sub = prior, sub
 		return adm, err
@@ -66,7 +66,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	a := arrival{id: NewRequestID(), who: who, tier: tier, pool: pool, arrived: time.Now()}
 	a.tokens = d.tokenBound(req)
 	a.admitTokens = d.admissionTokens(req)
-	if err := d.charge(ctx, rctx, adm.Header, &a, req, live); err != nil {
+	if err := d.charge(ctx, rctx, &adm.Standing, &a, req, live); err != nil {
 		return adm, err
 	}
 	w, err := d.enterRoom(rctx, &a, live)
@@ -89,7 +89,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 			return adm, err
 		}
 		adm.ID = winner
-		adm.Sub, err = d.attach(rctx, adm.Header, winner, req.LastEventID)
+		adm.Sub, err = d.attach(rctx, &adm.Standing, winner, req.LastEventID)
 		return adm, err
 	}
 	adm.ID, adm.Pool = a.id, pool
@@ -117,11 +117,11 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 // tenant's monthly budget; a refusal by either takes back what the other
 // took, and is counted and logged. rctx bounds the Redis calls; ctx is
 // the request's.
-func (d *Door) charge(ctx, rctx context.Context, header http.Header, a *arrival, req *Request, live *policy.Policy) error {
+func (d *Door) charge(ctx, rctx context.Context, st *Standing, a *arrival, req *Request, live *policy.Policy) error {
 	var err error
-	a.reservation, err = d.reserve(rctx, header, a.id, a.who, a.tier, live.Limits.Enabled, d.cost(live, *a))
+	a.reservation, err = d.reserve(rctx, st, a.id, a.who, a.tier, live.Limits.Enabled, d.cost(live, *a))
 	if err == nil {
-		if a.budget, err = d.reserveBudget(rctx, header, *a, req); err != nil {
+		if a.budget, err = d.reserveBudget(rctx, st, *a, req); err != nil {
 			d.refundAll(ctx, a.id, a.reservation)
 		}
 	}
@@ -146,9 +146,9 @@ type Admission struct {
 	Sub *events.Subscription
 	// Pool is the pool the door routed it to ("" for a replay).
 	Pool string
-	// Header is what the response carries whatever the outcome: the
-	// rate-limit headers, and Idempotent-Replayed for a replay.
-	Header http.Header
+	// Standing is what the client is told whatever the outcome: its rate
+	// limits and budget, and whether this is a replay.
+	Standing Standing
 }
 
 // dropUnstarted undoes a request that the door accepted but never started:
@@ -280,7 +280,7 @@ func (d *Door) cost(live *policy.Policy, a arrival) int {
 	cost := a.tokens
 	// While the healer throttles long requests, a request routed long must
 	// find factor times its tokens in its buckets: a tenant's long
-	// requests hit 429 sooner, short ones are unaffected. The refund still
+	// requests are refused sooner, short ones are unaffected. The refund still
 	// gives back the unused part, so the factor bounds how many long
 	// requests a tenant starts at once, not what it pays.
 	if f := live.ChargeFactor(a.pool); f > 1 {
@@ -308,7 +308,7 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 	case a.tier.MaxQueuePerTenant > 0 && mine >= a.tier.MaxQueuePerTenant:
 		return nil, d.tenantQueueFull()
 	}
-	ready := d.canTake(live, a.pool, total, 0)
+	ready := canTake(d.cfg.API.QueuePerPermit, live, a.pool, total, 0)
 	pass := false
 	if !ready || !d.room.Admits(a.pool) {
 		pass = d.reservePlace(ctx, a, live, ready)
@@ -383,7 +383,7 @@ func (d *Door) recordRefusal(ctx context.Context, who Caller, req Request, id, r
 }
 
 // logRefusal writes the "request finished" line of a request the door
-// refused before any workflow (429 rate_limited, 503 queue_full,
+// refused before any workflow (rate_limited, queue_full,
 // tenant_queue_full, busy, unavailable), sampled per tenant and reason:
 // the line carries how many more were refused meanwhile
 // (request.Finished.Similar).

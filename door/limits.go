@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -27,9 +24,9 @@ func RatesOf(t policy.Tier) limiter.Policy {
 
 // reserve charges a request's estimated cost to every bucket of its
 // Caller before anything starts, and returns the reservation that gives
-// back what the request does not use. It sets the rate-limit headers
-// either way and returns a 429 or 413 when the request may not pass.
-func (d *Door) reserve(ctx context.Context, header http.Header, id string, who Caller, tier policy.Tier, enabled bool, cost int) (string, error) {
+// back what the request does not use. It notes the buckets in st either
+// way and refuses (Limited, TooLarge) a request that may not pass.
+func (d *Door) reserve(ctx context.Context, st *Standing, id string, who Caller, tier policy.Tier, enabled bool, cost int) (string, error) {
 	if !enabled || d.limiter == nil {
 		return "", nil
 	}
@@ -45,7 +42,7 @@ func (d *Door) reserve(ctx context.Context, header http.Header, id string, who C
 		go d.refundAll(ctx, id, dec.Reservation)
 		return "", refusal.Unreachable("rate limiter unavailable")
 	}
-	setRateHeaders(header, buckets, dec)
+	st.noteRates(buckets, dec)
 	if dec.Status == limiter.Allowed {
 		d.metrics.RateLimit("all", true)
 	} else {
@@ -65,34 +62,6 @@ func (d *Door) reserve(ctx context.Context, header http.Header, id string, who C
 			RetryAfter: retry, Message: fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, retry)}
 	}
 	return dec.Reservation, nil
-}
-
-// setRateHeaders reports, per kind, the most constraining bucket: the one
-// with the least left.
-func setRateHeaders(h http.Header, buckets []limiter.Bucket, d limiter.Decision) {
-	for _, kind := range []limiter.Kind{limiter.Tokens, limiter.Requests} {
-		best := -1
-		for i, b := range buckets {
-			if b.Kind == kind && (best < 0 || d.Remaining[i] < d.Remaining[best]) {
-				best = i
-			}
-		}
-		if best < 0 {
-			continue
-		}
-		suffix := "Tokens"
-		if kind == limiter.Requests {
-			suffix = "Requests"
-		}
-		h.Set("X-RateLimit-Limit-"+suffix, strconv.FormatFloat(buckets[best].Capacity, 'f', 0, 64))
-		h.Set("X-RateLimit-Remaining-"+suffix, strconv.FormatFloat(math.Max(0, math.Floor(d.Remaining[best])), 'f', 0, 64))
-		h.Set("X-RateLimit-Reset-"+suffix, formatReset(d.ResetAfter[best]))
-	}
-}
-
-// formatReset writes a duration the way OpenAI's headers do ("1s", "6m0s").
-func formatReset(d time.Duration) string {
-	return d.Round(time.Millisecond).String()
 }
 
 // refundAll gives back a whole reservation, for a request that never
@@ -160,10 +129,10 @@ type Charge struct {
 }
 
 // ChargeTokens charges tokens to the caller's buckets, as Admit charges a
-// chat request, and writes the rate-limit headers into header: 429 or 413
-// when the request may not pass. Refund gives the charge back when
-// nothing was served.
-func (d *Door) ChargeTokens(ctx context.Context, header http.Header, who Caller, tokens int) (Charge, error) {
+// chat request, and tells where the caller stands: refused (Limited,
+// TooLarge) when the request may not pass. Refund gives the charge back
+// when nothing was served.
+func (d *Door) ChargeTokens(ctx context.Context, who Caller, tokens int) (Charge, Standing, error) {
 	live := d.policy.Current()
 	tier, _ := live.Tier(who.Tier)
 	ch := Charge{ID: "emb-" + strings.TrimPrefix(NewRequestID(), "chat-")}
@@ -173,9 +142,10 @@ func (d *Door) ChargeTokens(ctx context.Context, header http.Header, who Caller,
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
 	defer cancel()
+	var st Standing
 	var err error
-	ch.reservation, err = d.reserve(ctx, header, ch.ID, who, tier, live.Limits.Enabled, cost)
-	return ch, err
+	ch.reservation, err = d.reserve(ctx, &st, ch.ID, who, tier, live.Limits.Enabled, cost)
+	return ch, st, err
 }
 
 // Refund gives a whole charge back.

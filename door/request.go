@@ -14,18 +14,21 @@ import (
 	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
-// Request is the body of POST /v1/chat.
+// Request is a chat request as the door takes it, whichever API it came
+// through: Sluice's own (a query, a kb, a session) or the OpenAI
+// endpoint's (a conversation, a model, sampling).
 type Request struct {
-	Query     string `json:"query"`
-	KB        string `json:"kb"`
-	SessionID string `json:"session_id"`
-	MaxTokens *int   `json:"max_tokens"`
+	Query     string
+	KB        string
+	SessionID string
+	// MaxTokens caps the answer; nil takes api.default_max_tokens.
+	MaxTokens *int
 
-	// kbTenant owns KB, "" for a shared kb (see Server.resolveChatKB).
+	// kbTenant owns KB, "" for a shared kb (see Door.resolveChatKB).
 	kbTenant string
 
 	// queryTokens is the query's token count once counted (see
-	// Server.queryTokens); 0 until then.
+	// Door.queryTokens); 0 until then.
 	queryTokens int
 	counted     bool
 
@@ -33,24 +36,24 @@ type Request struct {
 	// the client's conversation, sent whole; gateway, no knowledge base;
 	// sampling, forwarded. Model is the backend model the client named
 	// ("" when it asked for a kb by alias: any pool answers).
-	Conversation []openai.Message `json:"-"`
-	Gateway      bool             `json:"-"`
-	Sampling     *openai.Sampling `json:"-"`
-	Model        string           `json:"-"`
+	Conversation []openai.Message
+	Gateway      bool
+	Sampling     *openai.Sampling
+	Model        string
 	// MediaParts and PartTypes are the conversation's parts that are not
 	// text (the door counts the prompt's tokens, estimating media).
-	MediaParts int      `json:"-"`
-	PartTypes  []string `json:"-"`
+	MediaParts int
+	PartTypes  []string
 	// Choices is how many answers an OpenAI client asked for (n); 0 on
 	// Sluice's own API, which answers once.
-	Choices int `json:"-"`
+	Choices int
 
 	// Fingerprint is what a retry's body is compared by (Fingerprint);
 	// IdempotencyKey is the client's Idempotency-Key header, "" if none,
 	// and LastEventID where a replay of it resumes.
-	Fingerprint    string `json:"-"`
-	IdempotencyKey string `json:"-"`
-	LastEventID    string `json:"-"`
+	Fingerprint    string
+	IdempotencyKey string
+	LastEventID    string
 
 	// promptTokens counts the conversation (text, media parts estimated,
 	// tool definitions).

@@ -2,13 +2,11 @@ package door
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 )
@@ -68,9 +66,4 @@ func (d *Door) startedAnyway(id string) bool {
 	defer cancel()
 	_, err := d.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
 	return err == nil
-}
-
-func isNotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -237,9 +238,8 @@ func (d *Door) reportDoorPosition(ctx context.Context, a arrival, w *waitroom.Wa
 
 // canTake reports whether pool's admission queue, holding depth requests
 // with starting more on their way, is short enough for one more: fewer
-// than api.queue_per_permit requests per permit.
-func (d *Door) canTake(live *policy.Policy, pool string, depth, starting int) bool {
-	per := d.cfg.API.QueuePerPermit
+// than per (api.queue_per_permit; 0 is no bound) requests per permit.
+func canTake(per float64, live *policy.Policy, pool string, depth, starting int) bool {
 	if per == 0 {
 		return true
 	}
@@ -286,18 +286,26 @@ func (d *Door) giveBack(ctx context.Context, a arrival) {
 	}
 }
 
-// poolReady is the waiting room's Ready: it reads the pool's backlog, the
+// poolReadiness is what the waiting room asks before it lets a request
+// go on to its pool.
+type poolReadiness struct {
+	cfg    config.Config
+	gate   *admission.Gate
+	policy *policy.Store
+}
+
+// ready is the waiting room's Ready: it reads the pool's backlog, the
 // queue less the entries parked behind their tenant's concurrency cap (a
 // free permit would not admit those, so they must not hold others here).
-func (d *Door) poolReady(ctx context.Context, pool string, starting int) (bool, error) {
-	if d.cfg.API.QueuePerPermit == 0 {
+func (r poolReadiness) ready(ctx context.Context, pool string, starting int) (bool, error) {
+	if r.cfg.API.QueuePerPermit == 0 {
 		return true, nil
 	}
-	backlog, err := d.gate.Backlog(ctx, pool)
+	backlog, err := r.gate.Backlog(ctx, pool)
 	if err != nil {
 		return false, err
 	}
-	return d.canTake(d.policy.Current(), pool, backlog, starting), nil
+	return canTake(r.cfg.API.QueuePerPermit, r.policy.Current(), pool, backlog, starting), nil
 }
 
 // poolStatsTTL is how long a pool's stats are reused for the positions

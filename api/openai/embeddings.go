@@ -60,7 +60,8 @@ func (s *Server) postEmbeddings(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	charge, err := s.door.ChargeTokens(ctx, c.Response().Header(), who, in.tokens)
+	charge, standing, err := s.door.ChargeTokens(ctx, who, in.tokens)
+	httpio.WriteStanding(c.Response().Header(), standing)
 	if err != nil {
 		return err
 	}

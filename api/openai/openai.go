@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -106,23 +107,23 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta, includeUsage bool) error {
 	sse, err := httpio.StartSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
 	if err != nil {
-		s.door.Detach(id)
+		s.follow.Detach(id)
 		return nil
 	}
 	// The server's own closing bytes follow the handler: bound them too.
 	defer sse.Arm()
 	out := &chunkSink{out: sse, meta: meta, includeUsage: includeUsage}
-	switch s.door.Follow(c.Request().Context(), sub, id, out, true) {
-	case door.EndClientGone:
-		s.door.Detach(id)
-	case door.EndInterrupted:
+	switch s.follow.Follow(c.Request().Context(), sub, id, out, true) {
+	case follow.EndClientGone:
+		s.follow.Detach(id)
+	case follow.EndInterrupted:
 		// An OpenAI client cannot resume: tell it the answer is cut short
 		// (a stream that just stops would look complete), and end the
 		// request rather than run it for nobody.
 		_ = out.fail(&refusal.Error{Class: refusal.Unavailable, Code: request.ReasonStreamInterrupted,
 			Message: "The stream was interrupted (the server is restarting). Please retry."})
 		_ = out.Flush()
-		s.door.DetachNow(id)
+		s.follow.DetachNow(id)
 	}
 	return nil
 }
@@ -133,12 +134,12 @@ func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id s
 func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta) error {
 	c.Response().Header().Set("X-Request-ID", id)
 	var col answerCollector
-	switch s.door.Follow(c.Request().Context(), sub, id, &col, false) {
-	case door.EndClientGone:
-		s.door.Detach(id)
+	switch s.follow.Follow(c.Request().Context(), sub, id, &col, false) {
+	case follow.EndClientGone:
+		s.follow.Detach(id)
 		return nil
-	case door.EndInterrupted:
-		s.door.DetachNow(id)
+	case follow.EndInterrupted:
+		s.follow.DetachNow(id)
 		return refusal.Unreachable("The request was interrupted (the server is restarting). Please retry.")
 	}
 	if col.failure != nil {

@@ -5,6 +5,7 @@ package doortest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -49,9 +50,14 @@ func Parsers(t testing.TB) (config.Config, *prompt.Builder, *door.Door) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := door.New(door.Options{Config: cfg, Temporal: noTemporal{}, Redis: rdb, Events: log,
+	live := worker.NewPolicy(rdb, cfg, gate, slog.Default())
+	room, err := door.NewRoom(cfg, gate, live, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := door.New(door.Options{Config: cfg, Temporal: noTemporal{}, Events: log,
 		Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate, Prompts: prompts,
-		Policy: worker.NewPolicy(rdb, cfg, gate, slog.Default())})
+		Policy: live, Room: room, Attacher: noAttacher{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +66,13 @@ func Parsers(t testing.TB) (config.Config, *prompt.Builder, *door.Door) {
 
 // noTemporal is a Temporal client whose every call panics.
 type noTemporal struct{ client.Client }
+
+// noAttacher follows no request: a test that reaches it fails.
+type noAttacher struct{}
+
+func (noAttacher) Attach(context.Context, string, string) (*events.Subscription, error) {
+	return nil, errors.New("doortest: no request to attach to")
+}
 
 // JSONContext is the echo context of a JSON POST of body.
 func JSONContext(e *echo.Echo, body []byte) echo.Context {
