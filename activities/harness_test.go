@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/llm"
@@ -256,6 +257,7 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 			TruncationNotice: cfg.LLM.TruncationNotice,
 		},
 	}
+	acts.Returner = &holdings.Returner{Gate: acts.Gate, Notifier: acts.Notifier, Limiter: acts.Limiter, Budgets: acts.Budgets, Logger: quiet}
 	return &harness{acts: acts, rdb: rdb, gate: gate, log: evlog, kb: kb.live, notifier: notifier, prefix: prefix}
 }
 

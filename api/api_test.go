@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/limiter"
@@ -42,6 +43,7 @@ import (
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
 	"github.com/sluice-dev/sluice/workflows/settings"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 var redisAddr string
@@ -191,7 +193,9 @@ func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with
 	hub := events.NewHub(rdb, log, events.HubOptions{})
 	lim := limiter.New(rdb, limiter.Options{KeyPrefix: prefix})
 	// As the app runs them: the waiting room and the liveness sweep.
-	sweeper := liveness.New(opts.Temporal, cfg.Temporal.Namespace, log, gate, opts.Logger)
+	idem := idempotency.New(rdb, cfg.Redis.KeyPrefix, cfg.API.IdempotencyTTL)
+	returner := &holdings.Returner{Gate: gate, Notifier: signal.Notifier{Client: opts.Temporal}, Limiter: lim, Budgets: opts.Budgets, Keys: idem}
+	sweeper := liveness.New(opts.Temporal, cfg.Temporal.Namespace, log, returner, opts.Logger)
 	if opts.Follow, err = follow.New(follow.Options{Temporal: opts.Temporal, Events: log, Hub: hub, Gate: gate, Liveness: sweeper,
 		QueuePollInterval: cfg.API.QueuePollInterval, IdleTimeout: cfg.API.StreamIdleTimeout, StopTTL: cfg.Events.TTL,
 		Logger: opts.Logger}); err != nil {
@@ -207,8 +211,8 @@ func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with
 	go sweeper.Run(ctx)
 	opts.Door, err = door.New(door.Options{Config: cfg, Temporal: opts.Temporal, Events: log, Hub: hub, Gate: gate,
 		Prompts: opts.Prompts, Policy: opts.Policy, Room: room, Attacher: opts.Follow,
-		Idempotency: idempotency.New(rdb, cfg.Redis.KeyPrefix, cfg.API.IdempotencyTTL),
-		Limiter:     lim, Budgets: opts.Budgets, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
+		Idempotency: idem, Returner: returner,
+		Limiter: lim, Budgets: opts.Budgets, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
 		Metrics: opts.Metrics, Addresses: opts.Addresses, Logger: opts.Logger})
 	if err != nil {
 		t.Fatal(err)

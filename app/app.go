@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/keys"
@@ -35,6 +36,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/version"
 	"github.com/sluice-dev/sluice/worker"
+	wfsignal "github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // RunAPI runs a whole API process until ctx ends: the HTTP server, the
@@ -59,7 +61,10 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	if err != nil {
 		return err
 	}
-	sweeper := liveness.New(rt.Temporal, cfg.Temporal.Namespace, rt.Events, rt.Gate, logger.With("component", "liveness"))
+	idem := idempotency.New(rt.Redis, cfg.Redis.KeyPrefix, cfg.API.IdempotencyTTL)
+	returner := &holdings.Returner{Gate: rt.Gate, Notifier: wfsignal.Notifier{Client: rt.Temporal}, Limiter: rt.Limiter,
+		Budgets: rt.Budgets, Keys: idem, Logger: logger.With("component", "holdings")}
+	sweeper := liveness.New(rt.Temporal, cfg.Temporal.Namespace, rt.Events, returner, logger.With("component", "liveness"))
 	follower, err := follow.New(follow.Options{
 		Temporal: rt.Temporal, Events: rt.Events, Hub: hub, Gate: rt.Gate, Liveness: sweeper,
 		QueuePollInterval: cfg.API.QueuePollInterval, IdleTimeout: cfg.API.StreamIdleTimeout, StopTTL: cfg.Events.TTL,
@@ -75,8 +80,8 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger, ready f
 	admit, err := door.New(door.Options{
 		Config: cfg, Temporal: rt.Temporal, Events: rt.Events, Hub: hub, Gate: rt.Gate,
 		Prompts: rt.Prompts, Policy: rt.Policy, Room: room, Attacher: follower,
-		Idempotency: idempotency.New(rt.Redis, cfg.Redis.KeyPrefix, cfg.API.IdempotencyTTL),
-		Limiter:     rt.Limiter, Budgets: rt.Budgets, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
+		Idempotency: idem, Returner: returner,
+		Limiter: rt.Limiter, Budgets: rt.Budgets, Bans: bans, KBs: rt.KBs, Sessions: rt.Sessions, Metrics: rt.Metrics, Addresses: addresses,
 		Logger: logger.With("component", "door"),
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/budget"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -34,7 +35,7 @@ func (d *Door) reserveBudget(ctx context.Context, st *Standing, a arrival, req *
 	dec, err := d.budgets.Reserve(ctx, ch, lim)
 	if err != nil {
 		d.logger.Error("reserve monthly budget", "requestID", a.id, "err", err)
-		go d.settleBudget(ctx, a.id, dec.Reservation)
+		go d.giveBack(ctx, holdings.Holdings{RequestID: a.id, Budget: dec.Reservation})
 		return "", refusal.Unreachable("the budget counter is unavailable; please retry")
 	}
 	st.noteMonth(dec)
@@ -70,16 +71,4 @@ func budgetExceeded(dec budget.Decision, now time.Time) *refusal.Error {
 func (d *Door) priceOf(pool string) budget.Price {
 	p := d.cfg.Prices[d.cfg.Pools.ByName()[pool].Model]
 	return budget.Price{Input: p.InputPerMillionUSD, Output: p.OutputPerMillionUSD}
-}
-
-// settleBudget gives a budget charge back for a request that never
-// started (settling is idempotent; see giveBackSoon).
-func (d *Door) settleBudget(ctx context.Context, id, reservation string) {
-	if d.budgets == nil || reservation == "" {
-		return
-	}
-	d.giveBackSoon(ctx, id, "give back a budget charge: gave up; the month keeps it", func(ctx context.Context) error {
-		_, err := d.budgets.Settle(ctx, reservation, 0, 0)
-		return err
-	})
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/idempotency"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -122,7 +122,7 @@ func (d *Door) charge(ctx, rctx context.Context, st *Standing, a *arrival, req *
 	a.reservation, err = d.reserve(rctx, st, a.id, a.who, a.tier, live.Limits.Enabled, d.cost(live, *a))
 	if err == nil {
 		if a.budget, err = d.reserveBudget(rctx, st, *a, req); err != nil {
-			d.refundAll(ctx, a.id, a.reservation)
+			d.giveBack(ctx, holdings.Holdings{RequestID: a.id, Rate: a.reservation})
 		}
 	}
 	var ae *refusal.Error
@@ -149,30 +149,6 @@ type Admission struct {
 	// Standing is what the client is told whatever the outcome: its rate
 	// limits and budget, and whether this is a replay.
 	Standing Standing
-}
-
-// dropUnstarted undoes a request that the door accepted but never started:
-// its charge is given back, and its event stream deleted, or, when it held
-// an idempotency key (whoever attached with the key meanwhile reads it),
-// ended, with the key given back for the client's retry.
-func (d *Door) dropUnstarted(ctx context.Context, a arrival, key *idempotency.Key) {
-	if key == nil {
-		_ = d.events.Delete(context.WithoutCancel(ctx), a.id)
-	} else {
-		d.endUnstarted(ctx, a.id)
-		d.releaseKey(ctx, key, a.id)
-	}
-	d.giveBack(ctx, a)
-}
-
-// endUnstarted ends the stream of a request whose workflow could not be
-// started, for whoever attached to it by its idempotency key. Its client
-// is answered 503 at once, so the end gets one try of
-// redis.request_timeout: with Redis down, the key's retention runs out.
-func (d *Door) endUnstarted(ctx context.Context, id string) {
-	if err := d.writeEnd(context.WithoutCancel(ctx), id, events.TypeError, startFailure, d.cfg.Redis.RequestTimeout); err != nil {
-		d.logger.Warn("end the stream of a request that could not be started", "requestID", id, "err", err)
-	}
 }
 
 // startFailure ends a request whose workflow could not be started: the
@@ -336,7 +312,7 @@ func (d *Door) tenantQueueFull() *refusal.Error {
 // refuse gives back a request's whole charge when the door turns it away
 // for want of capacity, records the refusal in its session and counts it.
 func (d *Door) refuse(ctx context.Context, a arrival, req *Request, err error) {
-	d.giveBack(ctx, a)
+	d.giveBack(ctx, a.holdings())
 	var ae *refusal.Error
 	if errors.As(err, &ae) {
 		d.recordRefusal(ctx, a.who, *req, a.id, ae.Code)
@@ -353,13 +329,13 @@ func (d *Door) open(ctx context.Context, a arrival, req *Request) (*events.Subsc
 	sub, err := d.hub.Subscribe(ctx, a.id, "0")
 	if err != nil {
 		d.logger.Error("subscribe to events", "requestID", a.id, "err", err)
-		d.giveBack(ctx, a)
+		d.giveBack(ctx, a.holdings())
 		return nil, refusal.Unreachable("event stream unavailable")
 	}
 	if _, err := d.events.Append(ctx, a.id, events.TypeAccepted, events.Accepted{RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KB: req.KB}); err != nil {
 		d.logger.Error("write accepted event", "requestID", a.id, "err", err)
 		sub.Close()
-		d.giveBack(ctx, a)
+		d.giveBack(ctx, a.holdings())
 		return nil, refusal.Unreachable("event store unavailable")
 	}
 	return sub, nil

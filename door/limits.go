@@ -2,11 +2,10 @@ package door
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -39,7 +38,7 @@ func (d *Door) reserve(ctx context.Context, st *Standing, id string, who Caller,
 		// background: Redis just failed this call, and a first refund
 		// attempt here would hold the client's 503 up by another
 		// redis.request_timeout.
-		go d.refundAll(ctx, id, dec.Reservation)
+		go d.giveBack(ctx, holdings.Holdings{RequestID: id, Rate: dec.Reservation})
 		return "", refusal.Unreachable("rate limiter unavailable")
 	}
 	st.noteRates(buckets, dec)
@@ -62,62 +61,6 @@ func (d *Door) reserve(ctx context.Context, st *Standing, id string, who Caller,
 			RetryAfter: retry, Message: fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, retry)}
 	}
 	return dec.Reservation, nil
-}
-
-// refundAll gives back a whole reservation, for a request that never
-// started (refunds are idempotent; see giveBackSoon).
-func (d *Door) refundAll(ctx context.Context, id, reservation string) {
-	if d.limiter == nil || reservation == "" {
-		return
-	}
-	d.giveBackSoon(ctx, id, "refund rate limits: gave up; the charge refills with its bucket", func(ctx context.Context) error {
-		_, err := d.limiter.Refund(ctx, reservation, 0, 0)
-		return err
-	})
-}
-
-// giveBackSoon runs giveBack, an idempotent write that returns what a
-// request that never started was charged, without holding up the client's
-// answer: one try within the Redis request timeout, then, with Redis
-// stalled or gone, retries in the background until it is written or the
-// refund patience runs out, when it logs gaveUp.
-func (d *Door) giveBackSoon(ctx context.Context, id, gaveUp string, giveBack func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.refundPatience())
-	first, stop := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
-	err := giveBack(first)
-	stop()
-	if err == nil {
-		cancel()
-		return
-	}
-	go func() {
-		defer cancel()
-		if err := retry(ctx, func() error { return giveBack(ctx) }); err != nil {
-			d.logger.Warn(gaveUp, "requestID", id, "err", err)
-		}
-	}()
-}
-
-// refundPatience is how long a refund is retried: as long as its
-// reservation lives.
-func (d *Door) refundPatience() time.Duration { return d.cfg.Admission.MaxWait + 10*time.Minute }
-
-// retry calls f until it succeeds or ctx ends, backing off from 100 ms to
-// 5 s between calls.
-func retry(ctx context.Context, f func() error) error {
-	wait := 100 * time.Millisecond
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
 }
 
 // Charge is what a request outside the chat path (an embeddings call)
@@ -149,4 +92,6 @@ func (d *Door) ChargeTokens(ctx context.Context, who Caller, tokens int) (Charge
 }
 
 // Refund gives a whole charge back.
-func (d *Door) Refund(ctx context.Context, ch Charge) { d.refundAll(ctx, ch.ID, ch.reservation) }
+func (d *Door) Refund(ctx context.Context, ch Charge) {
+	d.giveBack(ctx, holdings.Holdings{RequestID: ch.ID, Rate: ch.reservation})
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
@@ -73,6 +74,8 @@ type Door struct {
 	idem *idempotency.Store
 	// attacher follows a request an Idempotency-Key names.
 	attacher Attacher
+	// returner gives back what a request that never started holds.
+	returner *holdings.Returner
 	// draining is set when the process shuts down: requests waiting at
 	// the door end as "restarting".
 	draining atomic.Bool
@@ -105,6 +108,9 @@ type Options struct {
 	Idempotency *idempotency.Store
 	// Attacher follows the request an Idempotency-Key names.
 	Attacher Attacher
+	// Returner gives back what a request that never started holds; its
+	// Limiter, Budgets and Keys must be this Door's.
+	Returner *holdings.Returner
 	// Limiter enforces limits.* at the door; nil disables rate limits.
 	Limiter *limiter.Limiter
 	// Budgets enforces the tiers' monthly budgets; nil disables them.
@@ -127,8 +133,8 @@ type Options struct {
 // New builds the door.
 func New(opts Options) (*Door, error) {
 	if opts.Temporal == nil || opts.Events == nil || opts.Hub == nil || opts.Gate == nil ||
-		opts.Prompts == nil || opts.Policy == nil || opts.Room == nil || opts.Attacher == nil {
-		return nil, errors.New("door: Temporal, Events, Hub, Gate, Prompts, Policy, Room and Attacher are required")
+		opts.Prompts == nil || opts.Policy == nil || opts.Room == nil || opts.Attacher == nil || opts.Returner == nil {
+		return nil, errors.New("door: Temporal, Events, Hub, Gate, Prompts, Policy, Room, Attacher and Returner are required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -137,7 +143,7 @@ func New(opts Options) (*Door, error) {
 		cfg: opts.Config, temporal: opts.Temporal, events: opts.Events, hub: opts.Hub, gate: opts.Gate,
 		prompts: opts.Prompts, limiter: opts.Limiter, budgets: opts.Budgets, policy: opts.Policy, bans: opts.Bans, sessions: opts.Sessions,
 		metrics: opts.Metrics, addresses: opts.Addresses, kbStore: opts.KBs, room: opts.Room, idem: opts.Idempotency,
-		attacher: opts.Attacher, answerKBs: map[string]bool{}, refusals: logsample.New(), logger: opts.Logger,
+		attacher: opts.Attacher, returner: opts.Returner, answerKBs: map[string]bool{}, refusals: logsample.New(), logger: opts.Logger,
 		kbs: newKBs(opts.Config.Retrieval.KnowledgeBases, opts.KBs),
 	}
 	for _, kb := range opts.Config.AnswerCache.KBs {

@@ -170,7 +170,7 @@ func (d *Door) leftFailure() events.Failure {
 // refusal counted and recorded in its session, and its terminal event.
 func (d *Door) endAtDoor(ctx context.Context, a arrival, req Request, f events.Failure) {
 	ctx = context.WithoutCancel(ctx)
-	d.giveBack(ctx, a)
+	d.giveBack(ctx, a.holdings())
 	typ, outcome := events.TypeRejected, request.OutcomeRejected
 	if f.Reason == request.ReasonCancelled || f.Reason == request.ReasonUnavailable {
 		typ, outcome = events.TypeError, request.OutcomeFailed
@@ -268,22 +268,6 @@ func (d *Door) reservePlace(ctx context.Context, a *arrival, live *policy.Policy
 	a.place = place
 	per := d.cfg.API.QueuePerPermit
 	return !ready && per > 0 && float64(ahead) < per*float64(max(live.Pools[a.pool], 1))
-}
-
-// giveBack returns what a request that never started holds: its rate
-// limit charge, its budget charge and its place in the fair order (a place it does not give
-// back lapses, charging its tenant meanwhile).
-func (d *Door) giveBack(ctx context.Context, a arrival) {
-	d.refundAll(ctx, a.id, a.reservation)
-	d.settleBudget(ctx, a.id, a.budget)
-	if a.place.Tag == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Redis.RequestTimeout)
-	defer cancel()
-	if err := d.gate.Unreserve(ctx, a.place); err != nil {
-		d.logger.Warn("give back a place in the fair order; it lapses", "requestID", a.id, "err", err)
-	}
 }
 
 // poolReadiness is what the waiting room asks before it lets a request

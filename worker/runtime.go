@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/latency"
@@ -301,11 +302,14 @@ func (r *Runtime) buildChat(ctx context.Context) (*activities.Chat, error) {
 	if err != nil {
 		return nil, err
 	}
+	notifier := signal.Notifier{Client: r.Temporal}
 	return &activities.Chat{
-		Redis:      r.Redis,
-		Events:     r.Events,
-		Gate:       r.Gate,
-		Notifier:   signal.Notifier{Client: r.Temporal},
+		Redis:    r.Redis,
+		Events:   r.Events,
+		Gate:     r.Gate,
+		Notifier: notifier,
+		Returner: &holdings.Returner{Gate: r.Gate, Notifier: notifier, Limiter: r.Limiter, Budgets: r.Budgets,
+			Logger: r.Logger.With("component", "holdings")},
 		Waker:      r.Waker,
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},

@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/tokens"
@@ -57,7 +58,7 @@ func Parsers(t testing.TB) (config.Config, *prompt.Builder, *door.Door) {
 	}
 	d, err := door.New(door.Options{Config: cfg, Temporal: noTemporal{}, Events: log,
 		Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate, Prompts: prompts,
-		Policy: live, Room: room, Attacher: noAttacher{}})
+		Policy: live, Room: room, Attacher: noAttacher{}, Returner: &holdings.Returner{Gate: gate}})
 	if err != nil {
 		t.Fatal(err)
 	}

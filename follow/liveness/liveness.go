@@ -18,11 +18,10 @@ import (
 	"go.temporal.io/sdk/client"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // livenessInterval is how often the process looks for followed requests
@@ -54,8 +53,9 @@ type Sweeper struct {
 	temporal  client.Client
 	namespace string
 	events    *events.Log
-	gate      *admission.Gate
-	logger    *slog.Logger
+	// returner gives back what a gone request held in any pool.
+	returner *holdings.Returner
+	logger   *slog.Logger
 
 	mu       sync.Mutex
 	followed map[string]*followedRequest
@@ -74,10 +74,11 @@ type followedRequest struct {
 	order uint64
 }
 
-// New is the sweeper of the chat workflows in namespace; what a gone
-// request held in gate is given back, and its stream in log ended.
-func New(tc client.Client, namespace string, log *events.Log, gate *admission.Gate, logger *slog.Logger) *Sweeper {
-	return &Sweeper{temporal: tc, namespace: namespace, events: log, gate: gate, logger: logger, followed: map[string]*followedRequest{}}
+// New is the sweeper of the chat workflows in namespace: what a gone
+// request held in its returner's gate is given back, and its stream in
+// log ended.
+func New(tc client.Client, namespace string, log *events.Log, returner *holdings.Returner, logger *slog.Logger) *Sweeper {
+	return &Sweeper{temporal: tc, namespace: namespace, events: log, returner: returner, logger: logger, followed: map[string]*followedRequest{}}
 }
 
 // Follow registers a reader of id; the returned func unregisters it.
@@ -265,11 +266,9 @@ func (l *Sweeper) Describe(ctx context.Context, id string) (bool, enums.Workflow
 // what is there. Releases are idempotent, so two instances that both find
 // it gone give back one place.
 func (l *Sweeper) End(ctx context.Context, id string, status enums.WorkflowExecutionStatus) {
-	for _, pool := range l.gate.Pools() {
-		_, err := l.gate.ReleaseAndWake(ctx, signal.Notifier{Client: l.temporal}, pool, id)
-		if err != nil && ctx.Err() == nil {
-			l.logger.Warn("give back the place of a request whose workflow is gone", "requestID", id, "pool", pool, "err", err)
-		}
+	h := holdings.Holdings{RequestID: id, Pools: l.returner.Gate.Pools()}
+	if _, err := l.returner.GiveBack(ctx, h, holdings.Used{}); err != nil && ctx.Err() == nil {
+		l.logger.Warn("give back the place of a request whose workflow is gone", "requestID", id, "err", err)
 	}
 	_, written, err := l.events.AppendFinal(ctx, id, events.TypeError, goneFailure(status))
 	switch {
