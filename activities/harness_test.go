@@ -447,22 +447,19 @@ func (h *harness) retrieveContext(t *testing.T, requestID string, candidates, k 
 	return ret.KBVersion, rr.Hits
 }
 
-// fakeNotifier records whom admission woke; waiters in gone answer
-// admission.ErrWaiterGone, as the notifier of a finished workflow does.
+// fakeNotifier records whom admission woke; waiters in gone are gone, as
+// the notifier of a finished workflow says.
 type fakeNotifier struct {
 	mu    sync.Mutex
 	calls []string
 	gone  map[string]bool
 }
 
-func (n *fakeNotifier) NotifyGranted(_ context.Context, pool, requestID string) error {
+func (n *fakeNotifier) NotifyGranted(_ context.Context, pool, requestID string) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.calls = append(n.calls, pool+"/"+requestID)
-	if n.gone[requestID] {
-		return admission.ErrWaiterGone
-	}
-	return nil
+	return n.gone[requestID], nil
 }
 
 func (n *fakeNotifier) setGone(requestID string) {

@@ -42,7 +42,6 @@ import (
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/settings"
 	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
@@ -757,11 +756,11 @@ func assertJSONError(t *testing.T, rec *httptest.ResponseRecorder, status int, c
 func TestChatSettingsMaxWait(t *testing.T) {
 	cfg := config.Default()
 	cfg.Pools.Long.MaxWait = 2 * time.Minute
-	plain := settings.Chat(cfg, policy.Tier{Weight: 1})
+	plain := door.ChatSettings(cfg, policy.Tier{Weight: 1})
 	if plain.MaxWait != cfg.Admission.MaxWait || len(plain.MaxWaitByPool) != 1 || plain.MaxWaitByPool["long"] != 2*time.Minute {
 		t.Fatalf("settings %+v", plain)
 	}
-	vip := settings.Chat(cfg, policy.Tier{Weight: 5, MaxWait: time.Minute})
+	vip := door.ChatSettings(cfg, policy.Tier{Weight: 5, MaxWait: time.Minute})
 	if vip.MaxWait != time.Minute || vip.MaxWaitByPool != nil {
 		t.Fatalf("a tier's max_wait must win: %+v", vip)
 	}

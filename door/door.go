@@ -174,7 +174,7 @@ type arrival struct {
 	budget string
 	// place is its place in the pool's fair order, reserved while it
 	// waits at the door (Tag 0: none); its workflow queues there.
-	place admission.Place
+	place request.Place
 	// arrived starts the request's max wait, the door's share included.
 	arrived time.Time
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/waitroom"
-	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // startWhenAdmitted waits in the door's waiting room while the client
@@ -139,7 +138,7 @@ func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
 // maxWait is the request's whole wait for a permit, the door's share
 // included: its tier's, else its pool's, else admission.max_wait.
 func (d *Door) maxWait(a arrival) time.Duration {
-	set := settings.Chat(d.cfg, a.tier)
+	set := ChatSettings(d.cfg, a.tier)
 	if w, ok := set.MaxWaitByPool[a.pool]; ok {
 		return w
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/settings"
 	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
@@ -113,7 +112,7 @@ func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logg
 		}
 		return nil
 	}
-	set := settings.Healing(cfg)
+	set := HealingSettings(cfg)
 	run, err := c.SignalWithStartWorkflow(ctx, id, workflows.SignalSettings, set, client.StartWorkflowOptions{
 		ID:                    id,
 		TaskQueue:             cfg.Temporal.TaskQueue,

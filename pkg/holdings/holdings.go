@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Holdings is what one request holds. The zero value holds nothing.
@@ -28,7 +29,7 @@ type Holdings struct {
 	Pools []string
 	// Place is its place in a pool's fair order, reserved at the door and
 	// not taken by a queue entry (Tag 0: none).
-	Place admission.Place
+	Place request.Place
 	// Rate is its rate-limit reservation (limiter.Decision.Reservation;
 	// "": none).
 	Rate string

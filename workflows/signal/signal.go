@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -24,13 +23,13 @@ type Notifier struct {
 }
 
 // NotifyGranted implements admission.Notifier: the workflow gets the
-// admitted signal; a workflow already gone is admission.ErrWaiterGone.
-func (n Notifier) NotifyGranted(ctx context.Context, pool, requestID string) error {
-	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalAdmitted, workflows.AdmittedSignal{Pool: pool})
+// admitted signal; a workflow that is not found is gone.
+func (n Notifier) NotifyGranted(ctx context.Context, pool, requestID string) (gone bool, err error) {
+	err = n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalAdmitted, workflows.AdmittedSignal{Pool: pool})
 	if isNotFound(err) {
-		return admission.ErrWaiterGone
+		return true, nil
 	}
-	return err
+	return false, err
 }
 
 // NotifyShed implements activities.ShedNotifier: the request's workflow

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
-	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // What a step measured, and the report: tables on stdout and in
@@ -153,7 +153,7 @@ func (s *goodputStep) summary(slo sloTier) string {
 
 func (g *goodputScenario) report(r *report) error {
 	r.strict = g.strict
-	settings := settings.Chat(g.cfg, worker.PolicyOf(g.cfg).Limits.Tiers[g.cfg.Limits.DefaultTier])
+	settings := door.ChatSettings(g.cfg, worker.PolicyOf(g.cfg).Limits.Tiers[g.cfg.Limits.DefaultTier])
 	r.header(fmt.Sprintf("goodput against offered load, Sluice (POST /v1/chat, every SSE event read) and the bare workflow of its shape (4 no-op local activities, then one activity streaming the same prompt from the same simulator into a Redis stream and writing done itself; started with eager start, read with XREAD) on one stack: closed loop at %s × P clients, then open loop (Poisson) at %s × %.2f/s (%s), at most %d requests in flight; each step %v warm-up + %v measured, Sluice first, then the bare workflow; P = %d permits of the short pool, %d-token answers, rate limits off, healing %s; an anonymous caller (one tenant, tier %s: max_wait %v, fast_wait %v, recheck %v); simulator: one replica running %d sequences; clients give up after %v",
 		g.closed, g.open, g.measured, g.capacitySource(), g.maxInFlight, g.warmup, g.step, g.permits, g.maxTokens, onOff(g.healing),
 		g.cfg.Limits.DefaultTier, settings.MaxWait, settings.FastWait, settings.RecheckInterval, g.permits, g.timeout))
