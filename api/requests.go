@@ -9,10 +9,10 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/follow"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -67,7 +67,7 @@ func (s *Server) getRequest(c echo.Context) error {
 	ctx := c.Request().Context()
 	desc, err := s.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
 	if err != nil {
-		if nf := new(serviceerror.NotFound); errors.As(err, &nf) {
+		if conn.NotFound(err) {
 			return errNoRequest
 		}
 		return refusal.Unreachable("workflow service unavailable")

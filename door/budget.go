@@ -31,7 +31,7 @@ func (d *Door) reserveBudget(ctx context.Context, st *Standing, a arrival, req *
 	}
 	output := int64(max(req.Choices, 1) * (*req.MaxTokens))
 	ch := budget.Charge{Tenant: a.who.Tenant, RequestID: a.id, PromptTokens: int64(a.tokens) - output, OutputTokens: output,
-		Price: d.priceOf(a.pool)}
+		Price: d.budgets.PriceOf(a.pool)}
 	dec, err := d.budgets.Reserve(ctx, ch, lim)
 	if err != nil {
 		d.logger.Error("reserve monthly budget", "requestID", a.id, "err", err)
@@ -65,10 +65,4 @@ func budgetExceeded(dec budget.Decision, now time.Time) *refusal.Error {
 	}
 	return &refusal.Error{Class: refusal.Limited, Code: request.ReasonBudgetExceeded, Dimension: "tenant", Kind: dec.Refused,
 		RetryAfter: request.RetryAfterSeconds(dec.ResetsAt.Sub(now)), Message: msg + "; lower max_tokens or ask for a larger plan"}
-}
-
-// priceOf is the price of pool's model (zero when prices.* has none).
-func (d *Door) priceOf(pool string) budget.Price {
-	p := d.cfg.Prices[d.cfg.Pools.ByName()[pool].Model]
-	return budget.Price{Input: p.InputPerMillionUSD, Output: p.OutputPerMillionUSD}
 }

@@ -5,8 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
-
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/workflows"
@@ -67,7 +66,7 @@ func (f *Follower) Attach(ctx context.Context, id, after string) (*events.Subscr
 // request that has no workflow (any more, or yet) needs no telling.
 func (f *Follower) signalAttach(ctx context.Context, id string) {
 	err := f.temporal.SignalWorkflow(context.WithoutCancel(ctx), workflows.ChatWorkflowID(id), "", workflows.SignalAttach, workflows.AttachSignal{})
-	if err != nil && !isNotFound(err) {
+	if err != nil && !conn.NotFound(err) {
 		f.logger.Warn("signal attach", "requestID", id, "err", err)
 	}
 }
@@ -90,7 +89,7 @@ func (f *Follower) DetachNow(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := f.temporal.SignalWorkflow(ctx, workflows.ChatWorkflowID(id), "", workflows.SignalDetach, workflows.AttachSignal{})
-	if err != nil && !isNotFound(err) {
+	if err != nil && !conn.NotFound(err) {
 		f.logger.Warn("signal detach", "requestID", id, "err", err)
 	}
 }
@@ -103,7 +102,7 @@ func (f *Follower) Cancel(ctx context.Context, id string) error {
 	if err == nil {
 		return nil
 	}
-	if !isNotFound(err) {
+	if !conn.NotFound(err) {
 		return refusal.Unreachable("workflow service unavailable")
 	}
 	// No workflow: it finished, or it is still waiting at the door of
@@ -120,9 +119,4 @@ func (f *Follower) Cancel(ctx context.Context, id string) error {
 		return refusal.Unreachable("event store unavailable")
 	}
 	return nil
-}
-
-func isNotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
 }

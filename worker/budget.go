@@ -16,16 +16,26 @@ import (
 // rebuilt from the usage ledger (nil: from zero; budgets need the ledger,
 // which config validation enforces).
 func NewBudgets(rdb redis.UniversalClient, cfg config.Config, ledger usage.Store) *budget.Counter {
-	opts := budget.Options{KeyPrefix: cfg.Redis.KeyPrefix}
+	opts := budget.Options{KeyPrefix: cfg.Redis.KeyPrefix, Prices: poolPrices(cfg)}
 	if ledger != nil {
-		opts.Rebuild = rebuildFrom(ledger, cfg)
+		opts.Rebuild = rebuildFrom(ledger, opts.Prices)
 	}
 	return budget.New(rdb, opts)
 }
 
+// poolPrices is each pool's model's price (prices.<model>), by pool.
+func poolPrices(cfg config.Config) map[string]budget.Price {
+	prices := map[string]budget.Price{}
+	for name, pool := range cfg.Pools.ByName() {
+		p := cfg.Prices[pool.Model]
+		prices[name] = budget.Price{Input: p.InputPerMillionUSD, Output: p.OutputPerMillionUSD}
+	}
+	return prices
+}
+
 // rebuildFrom sums a tenant's ledger over a month, its spend priced by
 // each pool's model as the door charges it.
-func rebuildFrom(ledger usage.Store, cfg config.Config) budget.Rebuild {
+func rebuildFrom(ledger usage.Store, prices map[string]budget.Price) budget.Rebuild {
 	return func(ctx context.Context, tenant string, from, to time.Time) (budget.Used, error) {
 		rows, err := ledger.Query(ctx, usage.Query{Tenant: tenant, From: from, To: to, GroupBy: usage.GroupPool})
 		if err != nil {
@@ -34,15 +44,8 @@ func rebuildFrom(ledger usage.Store, cfg config.Config) budget.Rebuild {
 		var u budget.Used
 		for _, r := range rows {
 			u.Tokens += r.PromptTokens + r.CompletionTokens
-			u.Micros += PriceOf(cfg, r.Group).Micros(r.PromptTokens, r.CompletionTokens)
+			u.Micros += prices[r.Group].Micros(r.PromptTokens, r.CompletionTokens)
 		}
 		return u, nil
 	}
-}
-
-// PriceOf is the price of pool's model (prices.<model>); zero when it has
-// none, which only a tier without a spend budget allows.
-func PriceOf(cfg config.Config, pool string) budget.Price {
-	p := cfg.Prices[cfg.Pools.ByName()[pool].Model]
-	return budget.Price{Input: p.InputPerMillionUSD, Output: p.OutputPerMillionUSD}
 }

@@ -2,18 +2,17 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/alert"
 	"github.com/sluice-dev/sluice/pkg/backend"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/scaler"
 	"github.com/sluice-dev/sluice/workflows"
@@ -101,9 +100,8 @@ func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logg
 	id := workflows.HealingWorkflowID(cfg.Temporal.TaskQueue)
 	if !cfg.Healing.Enabled {
 		err := c.SignalWorkflow(ctx, id, "", workflows.SignalStop, nil)
-		var nf *serviceerror.NotFound
 		switch {
-		case errors.As(err, &nf):
+		case conn.NotFound(err):
 			logger.Info("healing disabled (healing.enabled); not starting the healer", "workflowID", id)
 		case err != nil:
 			return fmt.Errorf("stop healing workflow %s: %w", id, err)

@@ -6,18 +6,17 @@ package liveness
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -245,9 +244,8 @@ func (l *Sweeper) sweep(ctx context.Context, ids map[string]bool) {
 // other than by completing. An unreachable server says nothing.
 func (l *Sweeper) Describe(ctx context.Context, id string) (bool, enums.WorkflowExecutionStatus) {
 	desc, err := l.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
-	var nf *serviceerror.NotFound
 	switch {
-	case errors.As(err, &nf):
+	case conn.NotFound(err):
 		return true, enums.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED
 	case err != nil:
 		return false, 0

@@ -6,11 +6,10 @@ package signal
 
 import (
 	"context"
-	"errors"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -26,7 +25,7 @@ type Notifier struct {
 // admitted signal; a workflow that is not found is gone.
 func (n Notifier) NotifyGranted(ctx context.Context, pool, requestID string) (gone bool, err error) {
 	err = n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalAdmitted, workflows.AdmittedSignal{Pool: pool})
-	if isNotFound(err) {
+	if conn.NotFound(err) {
 		return true, nil
 	}
 	return false, err
@@ -38,13 +37,8 @@ func (n Notifier) NotifyGranted(ctx context.Context, pool, requestID string) (go
 func (n Notifier) NotifyShed(ctx context.Context, _, requestID string) error {
 	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalCancel,
 		workflows.CancelSignal{Reason: request.ReasonShed})
-	if isNotFound(err) {
+	if conn.NotFound(err) {
 		return nil
 	}
 	return err
-}
-
-func isNotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
 }
