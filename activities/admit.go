@@ -63,7 +63,7 @@ func (a *Chat) route(ctx context.Context, in AdmitInput) AdmitOutput {
 // placeIn is the door's place for the request if it queues in pool's
 // group, the group whose clock tagged it; a place of another group (the
 // request was routed elsewhere) is given back, and none returned.
-func (a *Chat) placeIn(ctx context.Context, in AdmitInput, pool string) admission.Place {
+func (a *Chat) placeIn(ctx context.Context, in AdmitInput, pool string) request.Place {
 	p := in.Place
 	if p.Tag == 0 || a.Gate.SameGroup(p.Pool, pool) {
 		return p
@@ -71,7 +71,7 @@ func (a *Chat) placeIn(ctx context.Context, in AdmitInput, pool string) admissio
 	if err := a.Gate.Unreserve(ctx, p); err != nil {
 		a.logger(in.RequestID).Warn("give back the door's place in another pool; it lapses", "err", err)
 	}
-	return admission.Place{}
+	return request.Place{}
 }
 
 // enqueue asks pool's gate for a permit or a place in its queue, writing

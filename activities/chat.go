@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/latency"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/llm"
@@ -73,6 +74,9 @@ type Chat struct {
 	Events   *events.Log
 	Gate     *admission.Gate
 	Notifier admission.Notifier
+	// Returner gives back what a finalized request holds; its Gate,
+	// Notifier, Limiter and Budgets are these.
+	Returner *holdings.Returner
 	// Waker, when set, lets a request whose turn is near wait for its
 	// grant in Admit (AdmitInput.FastWait).
 	Waker      *admission.Waker

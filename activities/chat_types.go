@@ -3,9 +3,9 @@ package activities
 import (
 	"time"
 
-	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Error types of application errors activities return, so that the
@@ -85,7 +85,7 @@ type AdmitInput struct {
 	Tokens int
 	// Place is the request's place in the fair order, reserved at the
 	// door (first call only; Tag 0: none).
-	Place admission.Place `json:",omitzero"`
+	Place request.Place `json:",omitzero"`
 	// Pool is empty on the first call (the activity routes the request);
 	// re-checks pass the pool and Seq from the first call's output.
 	Pool string

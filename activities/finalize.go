@@ -3,16 +3,19 @@ package activities
 import (
 	"cmp"
 	"context"
-	"errors"
 
 	"go.temporal.io/sdk/activity"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 )
 
-// Finalize gives back the request's permit or queue place (idempotently:
-// it is retried), wakes whoever that admitted, and writes the terminal event.
+// Finalize ends a request: it logs and counts it once, stops its stream,
+// gives back what it holds (its permit or queue place, waking whoever that
+// admits, and the rest of its rate-limit and budget charges), records its
+// turn in its session, reports it, and writes its terminal event. Each
+// step is idempotent: it is retried until it succeeds.
 func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 	if in.Report != nil && activity.GetInfo(ctx).Attempt == 1 {
 		// The request's one log line and its tenant's service, before
@@ -26,39 +29,8 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 			return err
 		}
 	}
-	var pools []string
-	switch {
-	case in.AllPools:
-		pools = a.Gate.Pools()
-	case in.Pool != "":
-		pools = []string{in.Pool}
-	}
-	// What the request used settles what admission charged its tenant
-	// (only the release that gives the permit back settles). Used holds
-	// the total alone: with output tokens weighted, the split is unknown
-	// here and the charge stays (the stream's own release settles).
-	var used float64
-	if in.Used != nil && (a.Options.OutputTokenWeight == 1 || a.Options.OutputTokenWeight == 0) {
-		used = admission.TokenCost(in.Used.Tokens)
-	}
-	for _, pool := range pools {
-		_, err := a.Gate.ReleaseUsedAndWake(ctx, a.Notifier, pool, in.RequestID, used)
-		if errors.Is(err, admission.ErrNotWoken) {
-			a.logger(in.RequestID).Warn("wake granted waiters", "err", err)
-		} else if err != nil {
-			return err
-		}
-	}
-	if in.Used != nil && in.Reservation != "" && a.Limiter != nil {
-		if _, err := a.Limiter.Refund(ctx, in.Reservation, float64(in.Used.Tokens), float64(in.Used.Requests)); err != nil {
-			return err
-		}
-	}
-	if in.Budget != nil && a.Budgets != nil {
-		b := in.Budget
-		if _, err := a.Budgets.Settle(ctx, b.Reservation, int64(b.PromptTokens), int64(b.CompletionTokens)); err != nil {
-			return err
-		}
+	if _, err := a.Returner.GiveBack(ctx, in.holdings(a.Gate.Pools()), in.used(a.Options.OutputTokenWeight)); err != nil {
+		return err
 	}
 	if in.Turn != nil && a.Sessions != nil {
 		if err := a.recordTurn(ctx, in); err != nil {
@@ -86,4 +58,41 @@ func (a *Chat) Finalize(ctx context.Context, in FinalizeInput) error {
 // every token.
 func (a *Chat) StopStream(ctx context.Context, in StopStreamInput) error {
 	return a.Events.Stop(ctx, in.RequestID, a.Options.StopFlagTTL)
+}
+
+// holdings is what the finalized request holds: a permit or queue entry
+// in the pool admission used, or in any of all when admission began but
+// its answer never came back; its rate reservation; its budget charge.
+func (in FinalizeInput) holdings(all []string) holdings.Holdings {
+	h := holdings.Holdings{RequestID: in.RequestID, Rate: in.Reservation}
+	switch {
+	case in.AllPools:
+		h.Pools = all
+	case in.Pool != "":
+		h.Pools = []string{in.Pool}
+	}
+	if in.Budget != nil {
+		h.Budget = in.Budget.Reservation
+	}
+	return h
+}
+
+// used is what the finalized request consumed. Its tokens settle what
+// admission charged its tenant (only the release that gives the permit
+// back settles); Used holds the total alone, so with output tokens
+// weighted (outputWeight not 1) the split is unknown here and the charge
+// stays (the stream's own release settles). Nothing of the rate
+// reservation is given back when Used is unknown.
+func (in FinalizeInput) used(outputWeight float64) holdings.Used {
+	var u holdings.Used
+	if in.Used != nil {
+		u.Rate = &holdings.RateUse{Tokens: in.Used.Tokens, Requests: in.Used.Requests}
+		if outputWeight == 1 || outputWeight == 0 {
+			u.QueueCost = admission.TokenCost(in.Used.Tokens)
+		}
+	}
+	if b := in.Budget; b != nil {
+		u.PromptTokens, u.CompletionTokens = int64(b.PromptTokens), int64(b.CompletionTokens)
+	}
+	return u
 }

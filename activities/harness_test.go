@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/llm"
@@ -255,6 +256,7 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 			TruncationNotice: cfg.LLM.TruncationNotice,
 		},
 	}
+	acts.Returner = &holdings.Returner{Gate: acts.Gate, Notifier: acts.Notifier, Limiter: acts.Limiter, Budgets: acts.Budgets, Logger: quiet}
 	return &harness{acts: acts, rdb: rdb, gate: gate, log: evlog, kb: kb.live, notifier: notifier, prefix: prefix}
 }
 
@@ -444,22 +446,19 @@ func (h *harness) retrieveContext(t *testing.T, requestID string, candidates, k 
 	return ret.KBVersion, rr.Hits
 }
 
-// fakeNotifier records whom admission woke; waiters in gone answer
-// admission.ErrWaiterGone, as the notifier of a finished workflow does.
+// fakeNotifier records whom admission woke; waiters in gone are gone, as
+// the notifier of a finished workflow says.
 type fakeNotifier struct {
 	mu    sync.Mutex
 	calls []string
 	gone  map[string]bool
 }
 
-func (n *fakeNotifier) NotifyGranted(_ context.Context, pool, requestID string) error {
+func (n *fakeNotifier) NotifyGranted(_ context.Context, pool, requestID string) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.calls = append(n.calls, pool+"/"+requestID)
-	if n.gone[requestID] {
-		return admission.ErrWaiterGone
-	}
-	return nil
+	return n.gone[requestID], nil
 }
 
 func (n *fakeNotifier) setGone(requestID string) {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // requireAdmin guards /v1/admin/* with auth.admin_key (or its hash) or
@@ -22,7 +22,7 @@ import (
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if !s.adminEnabled() {
-			return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "admin API disabled (set auth.admin_key or give a key the admin scope)"}
+			return &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "admin API disabled (set auth.admin_key or give a key the admin scope)"}
 		}
 		keyID, authErr := s.adminCaller(c)
 		if err := s.checkBans(c, &door.Caller{KeyID: keyID}, authErr); err != nil {
@@ -55,7 +55,7 @@ func (s *Server) adminCaller(c echo.Context) (string, error) {
 		return "", err
 	}
 	if token == "" {
-		return "", &httperr.Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "admin key required (Authorization: Bearer <auth.admin_key or a key with the admin scope>)"}
+		return "", &refusal.Error{Class: refusal.Unauthenticated, Code: "unauthorized", Message: "admin key required (Authorization: Bearer <auth.admin_key or a key with the admin scope>)"}
 	}
 	want := s.cfg.Auth.AdminKeySHA256
 	if s.cfg.Auth.AdminKey != "" {
@@ -70,7 +70,7 @@ func (s *Server) adminCaller(c echo.Context) (string, error) {
 		return "", err
 	}
 	if !who.Scopes.Has(keys.ScopeAdmin) {
-		return who.KeyID, &httperr.Error{Status: http.StatusForbidden, Code: "forbidden", Message: "this key lacks the admin scope"}
+		return who.KeyID, &refusal.Error{Class: refusal.Forbidden, Code: "forbidden", Message: "this key lacks the admin scope"}
 	}
 	return who.KeyID, nil
 }
@@ -95,9 +95,9 @@ func (s *Server) putLimits(c echo.Context) error {
 	out, err := s.policy.Put(c.Request().Context(), p)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "invalid") {
-			return httperr.BadRequest("invalid_policy", "%v", err)
+			return refusal.BadRequest("invalid_policy", "%v", err)
 		}
-		return httperr.Unavailable("could not publish the policy")
+		return refusal.Unreachable("could not publish the policy")
 	}
 	s.logger.Info("traffic policy changed", "version", out.Version)
 	return c.JSON(http.StatusOK, out)
@@ -136,7 +136,7 @@ func (s *Server) getQueue(c echo.Context) error {
 	for _, pool := range pools {
 		st, err := s.gate.QueueStats(ctx, pool)
 		if err != nil {
-			return httperr.Unavailable("queue state unavailable")
+			return refusal.Unreachable("queue state unavailable")
 		}
 		v := poolView{Pool: pool, Limit: st.Limit, InUse: st.InUse, Waiting: st.Waiting,
 			OldestWaitMs: st.OldestWait.Milliseconds(), MeanHoldMs: st.MeanHold.Milliseconds(),

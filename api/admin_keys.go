@@ -9,8 +9,8 @@ import (
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/ban"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/keys"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 type createKeyRequest struct {
@@ -32,7 +32,7 @@ type createdKey struct {
 	Plain string `json:"key"`
 }
 
-var errNoManagedKeys = &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "managed keys are not enabled on this server"}
+var errNoManagedKeys = &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "managed keys are not enabled on this server"}
 
 // postKey creates a managed key and returns it in plain text, once.
 func (s *Server) postKey(c echo.Context) error {
@@ -47,20 +47,20 @@ func (s *Server) postKey(c echo.Context) error {
 	if len(req.Scopes) > 0 {
 		var err error
 		if scopes, err = keys.ParseScopes(req.Scopes); err != nil {
-			return httperr.BadRequest("bad_scopes", "scopes: %v", err)
+			return refusal.BadRequest("bad_scopes", "scopes: %v", err)
 		}
 	}
 	if _, ok := s.policy.Current().Limits.Tiers[req.Tier]; req.Tier != "" && !ok {
-		return httperr.BadRequest("unknown_tier", "tier: no tier %q in limits.tiers", req.Tier)
+		return refusal.BadRequest("unknown_tier", "tier: no tier %q in limits.tiers", req.Tier)
 	}
 	spec := keys.Spec{Tenant: req.Tenant, User: req.User, Tier: req.Tier, Scopes: scopes}
 	if err := spec.Check(); err != nil {
-		return httperr.BadRequest("bad_key", "%s", strings.TrimPrefix(err.Error(), keys.ErrInvalid.Error()+": "))
+		return refusal.BadRequest("bad_key", "%s", strings.TrimPrefix(err.Error(), keys.ErrInvalid.Error()+": "))
 	}
 	plain, k, err := s.keyCache.Store().Create(c.Request().Context(), spec)
 	if err != nil {
 		s.logger.Warn("create API key", "tenant", req.Tenant, "err", err)
-		return httperr.Unavailable("key store unavailable")
+		return refusal.Unreachable("key store unavailable")
 	}
 	s.logger.Info("API key created", "key_id", k.ID, "tenant", k.Tenant, "user", k.User, "tier", k.Tier, "scopes", k.Scopes.String())
 	return c.JSON(http.StatusCreated, createdKey{keyView: keyView{Key: k, Masked: k.Masked()}, Plain: plain})
@@ -75,7 +75,7 @@ func (s *Server) listKeys(c echo.Context) error {
 	list, err := s.keyCache.Store().List(c.Request().Context(), c.QueryParam("tenant"))
 	if err != nil {
 		s.logger.Warn("list API keys", "err", err)
-		return httperr.Unavailable("key store unavailable")
+		return refusal.Unreachable("key store unavailable")
 	}
 	out := make([]keyView, len(list))
 	for i, k := range list {
@@ -92,15 +92,15 @@ func (s *Server) revokeKey(c echo.Context) error {
 	}
 	id := c.Param("id")
 	if !keys.ValidID(id) {
-		return httperr.BadRequest("bad_key_id", "a key id is the 12 characters after sk_ (as GET /v1/admin/keys shows it)")
+		return refusal.BadRequest("bad_key_id", "a key id is the 12 characters after sk_ (as GET /v1/admin/keys shows it)")
 	}
 	found, err := s.keyCache.Store().Revoke(c.Request().Context(), id)
 	if err != nil {
 		s.logger.Warn("revoke API key", "key_id", id, "err", err)
-		return httperr.Unavailable("key store unavailable")
+		return refusal.Unreachable("key store unavailable")
 	}
 	if !found {
-		return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such key"}
+		return &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "no such key"}
 	}
 	s.keyCache.Forget(id)
 	s.logger.Info("API key revoked", "key_id", id)
@@ -112,7 +112,7 @@ type banView struct {
 	RemainingS int `json:"remaining_s"`
 }
 
-var errNoBans = &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "bans are off (limits.ban.enabled)"}
+var errNoBans = &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "bans are off (limits.ban.enabled)"}
 
 // listBans lists the bans in force on every instance.
 func (s *Server) listBans(c echo.Context) error {
@@ -122,7 +122,7 @@ func (s *Server) listBans(c echo.Context) error {
 	list, err := s.bans.List(c.Request().Context())
 	if err != nil {
 		s.logger.Warn("list bans", "err", err)
-		return httperr.Unavailable("ban store unavailable")
+		return refusal.Unreachable("ban store unavailable")
 	}
 	out := make([]banView, len(list))
 	for i, b := range list {
@@ -138,15 +138,15 @@ func (s *Server) liftBan(c echo.Context) error {
 	}
 	sub, err := s.bans.ParseSubject(c.Param("kind"), c.Param("value"))
 	if err != nil {
-		return httperr.BadRequest("bad_ban", "%v", err)
+		return refusal.BadRequest("bad_ban", "%v", err)
 	}
 	lifted, err := s.bans.Lift(c.Request().Context(), sub)
 	if err != nil {
 		s.logger.Warn("lift ban", "kind", sub.Kind, "value", sub.Value, "err", err)
-		return httperr.Unavailable("ban store unavailable")
+		return refusal.Unreachable("ban store unavailable")
 	}
 	if !lifted {
-		return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such ban in force"}
+		return &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "no such ban in force"}
 	}
 	s.logger.Info("ban lifted", "kind", sub.Kind, "value", sub.Value)
 	return c.JSON(http.StatusOK, map[string]any{"kind": sub.Kind, "value": sub.Value, "lifted": true})

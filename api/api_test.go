@@ -21,15 +21,19 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
+	"github.com/sluice-dev/sluice/follow/liveness"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/holdings"
+	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
@@ -37,7 +41,7 @@ import (
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/worker"
 	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/settings"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 var redisAddr string
@@ -133,11 +137,7 @@ func newTestServerWith(t *testing.T, mod func(*config.Config), with func(rdb *re
 // newTestServerOn is newTestServerWith on the Redis at addr.
 func newTestServerOn(t *testing.T, addr string, mod func(*config.Config), with func(rdb *redis.Client, o *Options)) (*Server, *countingClient, *redis.Client) {
 	t.Helper()
-	srv, tc, rdb := buildTestServerOn(t, addr, mod, with)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go srv.door.Run(ctx)
-	return srv, tc, rdb
+	return buildTestServerOn(t, addr, mod, with)
 }
 
 // buildTestServerOn is newTestServerOn without running the door.
@@ -186,8 +186,26 @@ func buildTestServerOn(t *testing.T, addr string, mod func(*config.Config), with
 	}
 	hub := events.NewHub(rdb, log, events.HubOptions{})
 	lim := limiter.New(rdb, limiter.Options{KeyPrefix: prefix})
-	opts.Door, err = door.New(door.Options{Config: cfg, Temporal: opts.Temporal, Redis: rdb, Events: log, Hub: hub, Gate: gate,
-		Prompts: opts.Prompts, Policy: opts.Policy,
+	// As the app runs them: the waiting room and the liveness sweep.
+	idem := idempotency.New(rdb, cfg.Redis.KeyPrefix, cfg.API.IdempotencyTTL)
+	returner := &holdings.Returner{Gate: gate, Notifier: signal.Notifier{Client: opts.Temporal}, Limiter: lim, Budgets: opts.Budgets, Keys: idem}
+	sweeper := liveness.New(opts.Temporal, cfg.Temporal.Namespace, log, returner, opts.Logger)
+	if opts.Follow, err = follow.New(follow.Options{Temporal: opts.Temporal, Events: log, Hub: hub, Gate: gate, Liveness: sweeper,
+		QueuePollInterval: cfg.API.QueuePollInterval, IdleTimeout: cfg.API.StreamIdleTimeout, StopTTL: cfg.Events.TTL,
+		Logger: opts.Logger}); err != nil {
+		t.Fatal(err)
+	}
+	room, err := door.NewRoom(cfg, gate, opts.Policy, opts.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go room.Run(ctx)
+	go sweeper.Run(ctx)
+	opts.Door, err = door.New(door.Options{Config: cfg, Temporal: opts.Temporal, Events: log, Hub: hub, Gate: gate,
+		Prompts: opts.Prompts, Policy: opts.Policy, Room: room, Attacher: opts.Follow,
+		Idempotency: idem, Returner: returner,
 		Limiter: lim, Budgets: opts.Budgets, Bans: opts.Bans, KBs: opts.KBs, Sessions: opts.Sessions,
 		Metrics: opts.Metrics, Addresses: opts.Addresses, Logger: opts.Logger})
 	if err != nil {
@@ -363,7 +381,7 @@ func TestRateLimitedIs429WithHeaders(t *testing.T) {
 	rec := post(srv, `{"query":"how does a token bucket refill?","max_tokens":64}`)
 	assertJSONError(t, rec, 429, "rate_limited")
 	var body struct {
-		Error httperr.Error `json:"error"`
+		Error refusal.Error `json:"error"`
 	}
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	if body.Error.Dimension != "tenant" || body.Error.Kind != "tokens" || body.Error.RetryAfter < 1 {
@@ -733,11 +751,11 @@ func assertJSONError(t *testing.T, rec *httptest.ResponseRecorder, status int, c
 func TestChatSettingsMaxWait(t *testing.T) {
 	cfg := config.Default()
 	cfg.Pools.Long.MaxWait = 2 * time.Minute
-	plain := settings.Chat(cfg, policy.Tier{Weight: 1})
+	plain := door.ChatSettings(cfg, policy.Tier{Weight: 1})
 	if plain.MaxWait != cfg.Admission.MaxWait || len(plain.MaxWaitByPool) != 1 || plain.MaxWaitByPool["long"] != 2*time.Minute {
 		t.Fatalf("settings %+v", plain)
 	}
-	vip := settings.Chat(cfg, policy.Tier{Weight: 5, MaxWait: time.Minute})
+	vip := door.ChatSettings(cfg, policy.Tier{Weight: 5, MaxWait: time.Minute})
 	if vip.MaxWait != time.Minute || vip.MaxWaitByPool != nil {
 		t.Fatalf("a tier's max_wait must win: %+v", vip)
 	}

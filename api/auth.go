@@ -3,17 +3,17 @@ package api
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/keys"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
-var errUnknownKey = &httperr.Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "unknown or revoked API key"}
+var errUnknownKey = &refusal.Error{Class: refusal.Unauthenticated, Code: "unauthorized", Message: "unknown or revoked API key"}
 
 // authenticate names the caller from its API key (X-API-Key, or
 // Authorization: Bearer), or as the anonymous tenant where allowed, and
@@ -31,8 +31,8 @@ func (s *Server) authenticate(c echo.Context) (door.Caller, error) {
 // what a client guessing keys gets. A key store that could not answer
 // (503) is not the client's doing.
 func refusedCredential(err error) bool {
-	var ae *httperr.Error
-	return errors.As(err, &ae) && ae.Status == http.StatusUnauthorized
+	var ae *refusal.Error
+	return errors.As(err, &ae) && ae.Class == refusal.Unauthenticated
 }
 
 // authenticateChat is authenticate for the routes that spend a model's
@@ -60,7 +60,7 @@ func (s *Server) identify(c echo.Context) (door.Caller, error) {
 			return door.Caller{Tenant: "anonymous", Tier: s.policy.Current().Limits.DefaultTier,
 				Scopes: keys.Scopes{keys.ScopeChat, keys.ScopeIngest}}, nil
 		}
-		return door.Caller{}, &httperr.Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "an API key is required (Authorization: Bearer <key>)"}
+		return door.Caller{}, &refusal.Error{Class: refusal.Unauthenticated, Code: "unauthorized", Message: "an API key is required (Authorization: Bearer <key>)"}
 	}
 	return s.callerOf(c.Request().Context(), key)
 }
@@ -71,7 +71,7 @@ func presentedKey(c echo.Context) (string, error) {
 	if auth := c.Request().Header.Get("Authorization"); key == "" && auth != "" {
 		scheme, token, ok := strings.Cut(auth, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-			return "", &httperr.Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "Authorization must be 'Bearer <api key>'"}
+			return "", &refusal.Error{Class: refusal.Unauthenticated, Code: "unauthorized", Message: "Authorization must be 'Bearer <api key>'"}
 		}
 		key = token
 	}
@@ -98,7 +98,7 @@ func (s *Server) callerOf(ctx context.Context, key string) (door.Caller, error) 
 			return door.Caller{}, errUnknownKey
 		case err != nil:
 			s.logger.Warn("read API key", "err", err)
-			return door.Caller{}, httperr.Unavailable("key store unavailable")
+			return door.Caller{}, refusal.Unreachable("key store unavailable")
 		}
 		who = door.Caller{Tenant: k.Tenant, User: k.User, Tier: k.Tier, Scopes: k.Scopes, KeyID: k.ID}
 	}
@@ -134,7 +134,9 @@ func (s *Server) authenticateFor(c echo.Context, route string) (door.Caller, err
 	if err != nil {
 		return who, err
 	}
-	return who, s.door.LimitRoute(c.Request().Context(), c.Response().Header(), who, route)
+	standing, err := s.door.LimitRoute(c.Request().Context(), who, route)
+	httpio.WriteStanding(c.Response().Header(), standing)
+	return who, err
 }
 
 // callers is the server's authentication as the OpenAI routes take it.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
@@ -53,7 +53,7 @@ func budgetServer(t *testing.T, tokensPerMonth int64, ledgerTokens int) (*Server
 		// As the process builds them: a month Redis lost is rebuilt
 		// from the ledger (the tier's budget counts tokens, not spend).
 		o.Budgets = budget.New(rdb, budget.Options{KeyPrefix: cfg.Redis.KeyPrefix,
-			Rebuild: budget.FromLedger(ledger, func(string) budget.Price { return budget.Price{} })})
+			Rebuild: budget.FromLedger(ledger, nil)})
 	})
 	return srv, tc
 }
@@ -69,7 +69,7 @@ func TestBudgetRefusesATenantOverItAndNotAnother(t *testing.T) {
 	rec := as(srv, keyAlice, "POST", "/v1/chat", `{"query":"how long do refunds take?","max_tokens":64}`)
 	assertJSONError(t, rec, http.StatusTooManyRequests, "budget_exceeded")
 	var body struct {
-		Error httperr.Error `json:"error"`
+		Error refusal.Error `json:"error"`
 	}
 	_ = json.Unmarshal(rec.Body.Bytes(), &body)
 	if !strings.Contains(body.Error.Message, reset) || !strings.Contains(body.Error.Message, "2000 tokens") || body.Error.Kind != "tokens" {

@@ -7,16 +7,25 @@ import (
 	"github.com/sluice-dev/sluice/door"
 )
 
+// chatBody is the body of POST /v1/chat.
+type chatBody struct {
+	Query     string `json:"query"`
+	KB        string `json:"kb"`
+	SessionID string `json:"session_id"`
+	MaxTokens *int   `json:"max_tokens"`
+}
+
+func (b chatBody) request() door.Request {
+	return door.Request{Query: b.Query, KB: b.KB, SessionID: b.SessionID, MaxTokens: b.MaxTokens}
+}
+
 func (s *Server) postChat(c echo.Context) error {
 	who, err := s.authenticateChat(c)
 	if err != nil {
 		return err
 	}
-	var req door.Request
-	if err := httpio.DecodeJSON(c, &req, s.cfg.API.MaxBodyBytes); err != nil {
-		return err
-	}
-	if err := s.door.Validate(&req); err != nil {
+	req, err := s.chatRequest(c)
+	if err != nil {
 		return err
 	}
 	adm, err := httpio.Admit(c, s.door, who, &req, door.Fingerprint(c.Path(), req.Query, req.KB, req.SessionID, *req.MaxTokens))
@@ -25,4 +34,14 @@ func (s *Server) postChat(c echo.Context) error {
 	}
 	defer adm.Sub.Close()
 	return s.stream(c, adm.Sub, adm.ID)
+}
+
+// chatRequest decodes and validates the body of POST /v1/chat.
+func (s *Server) chatRequest(c echo.Context) (door.Request, error) {
+	var body chatBody
+	if err := httpio.DecodeJSON(c, &body, s.cfg.API.MaxBodyBytes); err != nil {
+		return door.Request{}, err
+	}
+	req := body.request()
+	return req, s.door.Validate(&req)
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/codec"
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // codecBodyLimit bounds one codec request: the payloads of one history
@@ -62,7 +62,7 @@ func (s *Server) routeCodec(e *echo.Echo) {
 // reading a long history would ban their own address.
 func (s *Server) codecCaller(c echo.Context) error {
 	if !s.adminEnabled() {
-		return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "the codec endpoint needs an admin credential (set auth.admin_key or give a key the admin scope)"}
+		return &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "the codec endpoint needs an admin credential (set auth.admin_key or give a key the admin scope)"}
 	}
 	keyID, err := s.adminCaller(c)
 	if err == nil {

@@ -9,7 +9,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/api/httpio"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -25,15 +26,16 @@ type connRefusal struct {
 // client's to mend (429); too many in all is the server's (503). Either
 // may retry after a second, when connections have ended.
 var (
-	overPerIP = newConnRefusal("api.max_conns_per_ip", http.StatusTooManyRequests, request.ReasonTooManyConnections)
-	overTotal = newConnRefusal("api.max_conns", http.StatusServiceUnavailable, request.ReasonConnectionsFull)
+	overPerIP = newConnRefusal("api.max_conns_per_ip", refusal.Limited, request.ReasonTooManyConnections)
+	overTotal = newConnRefusal("api.max_conns", refusal.Unavailable, request.ReasonConnectionsFull)
 )
 
 // newConnRefusal renders the refusal as the API's error handler would
-// (pkg/httperr's body, its Retry-After), closing the connection.
-func newConnRefusal(limit string, status int, reason string) connRefusal {
-	e := httperr.Refused(status, request.Refused(reason, time.Second))
-	body, err := json.Marshal(map[string]*httperr.Error{"error": e})
+// (pkg/refusal's body, its Retry-After), closing the connection.
+func newConnRefusal(limit string, class refusal.Class, reason string) connRefusal {
+	e := refusal.Refused(class, request.Refused(reason, time.Second))
+	status := httpio.Status(class)
+	body, err := json.Marshal(map[string]*refusal.Error{"error": e})
 	if err != nil {
 		panic(fmt.Sprintf("render the %s refusal: %v", limit, err))
 	}

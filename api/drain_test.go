@@ -69,7 +69,7 @@ func TestReadyzFailsWhileDraining(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("GET /healthz while draining: %d, want 200", resp.StatusCode)
 	}
-	if srv.door.Draining() {
+	if srv.follow.Draining() {
 		t.Error("streams were told to drain before the drain delay ended")
 	}
 

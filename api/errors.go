@@ -10,21 +10,26 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/api/openai"
 	"github.com/sluice-dev/sluice/pkg/conn"
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	var ae *httperr.Error
+	var ae *refusal.Error
 	var he *echo.HTTPError
+	status := 0
 	switch {
 	case errors.As(err, &ae):
 	case errors.As(err, &he):
-		ae = &httperr.Error{Status: he.Code, Code: http.StatusText(he.Code), Message: fmt.Sprint(he.Message)}
+		// Echo's own refusals (no route, a method the route does not
+		// take, a body too large) keep their status.
+		status = he.Code
+		ae = &refusal.Error{Class: httpio.ClassOf(he.Code), Code: http.StatusText(he.Code), Message: fmt.Sprint(he.Message)}
 		switch he.Code {
 		case http.StatusNotFound:
 			ae.Code, ae.Message = "not_found", "no such route"
@@ -35,19 +40,22 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 	case dependencyFailed(err):
 		s.logger.Warn("request failed: a dependency was unavailable", "method", c.Request().Method, "path", c.Path(), "err", err)
-		ae = httperr.Unavailable("a service Sluice depends on is not answering; please retry")
+		ae = refusal.Unreachable("a service Sluice depends on is not answering; please retry")
 	default:
 		s.logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "err", err)
-		ae = &httperr.Error{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+		ae = &refusal.Error{Class: refusal.Internal, Code: "internal_error", Message: "internal error"}
 	}
 	if ae.RetryAfter > 0 {
 		c.Response().Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
 	}
-	var body any = map[string]*httperr.Error{"error": ae}
+	var body any = map[string]*refusal.Error{"error": ae}
 	if openai.IsPath(c.Path()) {
 		body = openai.ErrorBody(ae)
 	}
-	if err := c.JSON(ae.Status, body); err != nil {
+	if status == 0 {
+		status = httpio.Status(ae.Class)
+	}
+	if err := c.JSON(status, body); err != nil {
 		s.logger.Warn("write error response", "err", err)
 	}
 }
@@ -75,7 +83,7 @@ func (s *Server) recoverJSON(next echo.HandlerFunc) echo.HandlerFunc {
 					panic(r)
 				}
 				s.logger.Error("handler panic", "path", c.Path(), "panic", r)
-				err = &httperr.Error{Status: http.StatusInternalServerError, Code: "internal_error", Message: "internal error"}
+				err = &refusal.Error{Class: refusal.Internal, Code: "internal_error", Message: "internal error"}
 			}
 		}()
 		return next(c)

@@ -30,11 +30,7 @@ func (s *Server) jsonContext(body []byte) echo.Context { return doortest.JSONCon
 
 // parseChat is POST /v1/chat up to the door.
 func (s *Server) parseChat(body []byte) (door.Request, error) {
-	var req door.Request
-	if err := httpio.DecodeJSON(s.jsonContext(body), &req, s.cfg.API.MaxBodyBytes); err != nil {
-		return req, err
-	}
-	return req, s.door.Validate(&req)
+	return s.chatRequest(s.jsonContext(body))
 }
 
 func FuzzChatRequest(f *testing.F) {

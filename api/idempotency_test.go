@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 )
@@ -24,7 +24,7 @@ func postWithKey(t *testing.T, srv *Server, path, body, key, apiKey string) *htt
 	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(door.IdempotencyHeader, key)
+	req.Header.Set(httpio.IdempotencyHeader, key)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	rec := httptest.NewRecorder()
@@ -51,12 +51,12 @@ func TestIdempotentRetryFollowsTheSameRequest(t *testing.T) {
 	key := "order-" + t.Name()
 	first := postWithKey(t, srv, "/v1/chat", `{"query":"hello","max_tokens":8}`, key, "k-acme")
 	id := first.Header().Get("X-Request-ID")
-	if first.Code != http.StatusOK || id == "" || first.Header().Get(door.ReplayedHeader) != "" {
+	if first.Code != http.StatusOK || id == "" || first.Header().Get(httpio.ReplayedHeader) != "" {
 		t.Fatalf("first: %d %v %s", first.Code, first.Header(), first.Body)
 	}
 	// The same request spelled differently is the same request.
 	again := postWithKey(t, srv, "/v1/chat", `{ "max_tokens": 8, "query": " hello " }`, key, "k-acme")
-	if again.Code != http.StatusOK || again.Header().Get("X-Request-ID") != id || again.Header().Get(door.ReplayedHeader) != "true" {
+	if again.Code != http.StatusOK || again.Header().Get("X-Request-ID") != id || again.Header().Get(httpio.ReplayedHeader) != "true" {
 		t.Fatalf("retry: %d %v, want request %s replayed", again.Code, again.Header(), id)
 	}
 	if !strings.Contains(again.Body.String(), "event: accepted") {
@@ -80,7 +80,7 @@ func TestIdempotentRetryFollowsTheSameRequest(t *testing.T) {
 	}
 	// Keys are each tenant's own.
 	theirs := postWithKey(t, srv, "/v1/chat", `{"query":"hello","max_tokens":8}`, key, "k-globex")
-	if theirs.Code != http.StatusOK || theirs.Header().Get("X-Request-ID") == id || theirs.Header().Get(door.ReplayedHeader) != "" {
+	if theirs.Code != http.StatusOK || theirs.Header().Get("X-Request-ID") == id || theirs.Header().Get(httpio.ReplayedHeader) != "" {
 		t.Fatalf("another tenant's request: %d %v, want a request of its own", theirs.Code, theirs.Header())
 	}
 	if n := tc.starts.Load(); n != 3 {
@@ -100,7 +100,7 @@ func TestRejectedRequestFreesItsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	again := postWithKey(t, srv, "/v1/chat", `{"query":"hello","max_tokens":8}`, key, "k-acme")
-	if again.Code != http.StatusOK || again.Header().Get("X-Request-ID") == id || again.Header().Get(door.ReplayedHeader) != "" {
+	if again.Code != http.StatusOK || again.Header().Get("X-Request-ID") == id || again.Header().Get(httpio.ReplayedHeader) != "" {
 		t.Fatalf("retry after a rejection: %d %v, want a new request", again.Code, again.Header())
 	}
 	if n := tc.starts.Load(); n != 2 {
@@ -160,7 +160,7 @@ func TestFailedStartGivesTheKeyBack(t *testing.T) {
 	}
 	tc.startedAnyway.Store(true)
 	again := postWithKey(t, srv, "/v1/chat", `{"query":"hello","max_tokens":8}`, key, "k-acme")
-	if again.Code != http.StatusOK || again.Header().Get(door.ReplayedHeader) != "" {
+	if again.Code != http.StatusOK || again.Header().Get(httpio.ReplayedHeader) != "" {
 		t.Fatalf("retry after a failed start: %d %v, want a new request", again.Code, again.Header())
 	}
 	if n := tc.starts.Load(); n != 2 {

@@ -14,10 +14,10 @@ import (
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
@@ -30,7 +30,7 @@ type ingestRequest struct {
 }
 
 // errIngestBusy refuses a batch that found no permit within ingest.max_wait.
-var errIngestBusy = &httperr.Error{Status: http.StatusServiceUnavailable, Code: "ingest_busy", RetryAfter: 5,
+var errIngestBusy = &refusal.Error{Class: refusal.Unavailable, Code: "ingest_busy", RetryAfter: 5,
 	Message: "Too many documents are being ingested right now. Please retry shortly."}
 
 // ingestSlotHere takes one of this process's ingestion slots, waiting
@@ -61,7 +61,7 @@ func (s *Server) postDocuments(c echo.Context) error {
 		return err
 	}
 	if s.ingester == nil || s.ingestSlots == nil {
-		return httperr.Unavailable("document ingestion is not configured in this process")
+		return refusal.Unreachable("document ingestion is not configured in this process")
 	}
 	// The permits first, then the body: a body of up to
 	// ingest.max_body_bytes is read only by a batch that may run, so the
@@ -81,7 +81,7 @@ func (s *Server) postDocuments(c echo.Context) error {
 	}
 	if err != nil {
 		s.logger.Error("acquire ingestion permit", "requestID", id, "err", err)
-		return httperr.Unavailable("could not start the ingestion; please retry")
+		return refusal.Unreachable("could not start the ingestion; please retry")
 	}
 	defer func() {
 		if err := permit.Release(context.WithoutCancel(c.Request().Context())); err != nil {
@@ -112,15 +112,15 @@ func (s *Server) postDocuments(c echo.Context) error {
 	}
 	res, err := s.ingester.Put(ctx, kb.Key(), docs)
 	if errors.Is(err, ingest.ErrInvalid) {
-		return httperr.BadRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
+		return refusal.BadRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
 	}
 	if tl := (*kbstore.TooLarge)(nil); errors.As(err, &tl) {
-		return &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: request.ReasonKBTooLarge,
+		return &refusal.Error{Class: refusal.TooLarge, Code: request.ReasonKBTooLarge,
 			Message: (&retrieval.TooLargeError{KB: kb.Name, Bytes: tl.Memory, Budget: tl.Max}).Error()}
 	}
 	if err != nil {
 		s.logger.Error("ingest documents", "requestID", id, "kb", kb, "docs", len(docs), "err", err)
-		return httperr.Unavailable("could not store the documents; please retry")
+		return refusal.Unreachable("could not store the documents; please retry")
 	}
 	s.logger.Info("ingested documents", "requestID", id, "kb", kb, "docs", len(docs), "version", res.Version)
 	return c.JSON(http.StatusOK, res)
@@ -134,13 +134,13 @@ func (s *Server) documentsOf(req ingestRequest) ([]ingest.Document, error) {
 	single := req.Document.ID != "" || req.Document.Text != "" || req.Document.Title != "" || req.Document.Metadata != nil
 	switch {
 	case single && len(docs) > 0:
-		return nil, httperr.BadRequest("bad_documents", "send one document or a \"documents\" list, not both")
+		return nil, refusal.BadRequest("bad_documents", "send one document or a \"documents\" list, not both")
 	case single:
 		docs = []ingest.Document{req.Document}
 	case len(docs) == 0:
-		return nil, httperr.BadRequest("bad_documents", "no documents: send {id, title, text, metadata} or {\"documents\": [...]}")
+		return nil, refusal.BadRequest("bad_documents", "no documents: send {id, title, text, metadata} or {\"documents\": [...]}")
 	case len(docs) > s.cfg.Ingest.MaxDocuments:
-		return nil, &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "too_many_documents",
+		return nil, &refusal.Error{Class: refusal.TooLarge, Code: "too_many_documents",
 			Message: "at most " + strconv.Itoa(s.cfg.Ingest.MaxDocuments) + " documents per request"}
 	}
 	for i, d := range docs {
@@ -150,7 +150,7 @@ func (s *Server) documentsOf(req ingestRequest) ([]ingest.Document, error) {
 			docs[i].Title, docs[i].Text = p.Title, p.Text
 		}
 		if err := s.ingester.Validate(docs[i]); err != nil {
-			return nil, httperr.BadRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
+			return nil, refusal.BadRequest("bad_document", "%s", strings.TrimPrefix(err.Error(), ingest.ErrInvalid.Error()+": "))
 		}
 	}
 	return docs, nil
@@ -163,7 +163,7 @@ func (s *Server) deleteDocument(c echo.Context) error {
 		return err
 	}
 	if s.kbStore == nil {
-		return httperr.Unavailable("knowledge bases are not configured in this process")
+		return refusal.Unreachable("knowledge bases are not configured in this process")
 	}
 	kb, err := s.door.KBs().Writable(who, c.Param("kb"))
 	if err != nil {
@@ -173,10 +173,10 @@ func (s *Server) deleteDocument(c echo.Context) error {
 	version, deleted, err := s.kbStore.Delete(c.Request().Context(), kb.Key(), doc)
 	if err != nil {
 		s.logger.Error("delete document", "kb", kb, "doc", doc, "err", err)
-		return httperr.Unavailable("could not delete the document; please retry")
+		return refusal.Unreachable("could not delete the document; please retry")
 	}
 	if !deleted {
-		return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no document " + doc + " in knowledge base " + kb.Name}
+		return &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "no document " + doc + " in knowledge base " + kb.Name}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"kb": kb.Name, "version": version, "deleted": doc})
 }
@@ -205,7 +205,7 @@ func (s *Server) getKB(c echo.Context) error {
 		return err
 	}
 	if s.kbStore == nil {
-		return httperr.Unavailable("knowledge bases are not configured in this process")
+		return refusal.Unreachable("knowledge bases are not configured in this process")
 	}
 	name := c.Param("kb")
 	if err := door.CheckName(name); err != nil {
@@ -219,10 +219,10 @@ func (s *Server) getKB(c echo.Context) error {
 	info, err := s.kbStore.Info(c.Request().Context(), kb.Key(), page)
 	if err != nil {
 		s.logger.Error("read kb", "kb", kb, "err", err)
-		return httperr.Unavailable("could not read the knowledge base; please retry")
+		return refusal.Unreachable("could not read the knowledge base; please retry")
 	}
 	if info.Version == 0 {
-		return &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no knowledge base " + name}
+		return &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "no knowledge base " + name}
 	}
 	info.Name = kb.Name
 	view := kbView{Info: info, Shared: kb.IsShared()}
@@ -240,14 +240,14 @@ func kbPage(limit, cursor string) (kbstore.Page, error) {
 	if limit != "" {
 		n, err := strconv.Atoi(limit)
 		if err != nil || n < 1 || n > maxKBPage {
-			return page, httperr.BadRequest("bad_limit", "limit must be a whole number from 1 to %d, got %.40q", maxKBPage, limit)
+			return page, refusal.BadRequest("bad_limit", "limit must be a whole number from 1 to %d, got %.40q", maxKBPage, limit)
 		}
 		page.Limit = n
 	}
 	if cursor != "" {
 		after, err := base64.RawURLEncoding.DecodeString(cursor)
 		if err != nil || len(after) == 0 || len(after) > ingest.MaxIDBytes || !utf8.Valid(after) {
-			return page, httperr.BadRequest("bad_cursor", "cursor must be the next_cursor of an earlier page")
+			return page, refusal.BadRequest("bad_cursor", "cursor must be the next_cursor of an earlier page")
 		}
 		page.After = string(after)
 	}
@@ -262,7 +262,7 @@ func (s *Server) listKBs(c echo.Context) error {
 		return err
 	}
 	if s.kbStore == nil {
-		return httperr.Unavailable("knowledge bases are not configured in this process")
+		return refusal.Unreachable("knowledge bases are not configured in this process")
 	}
 	names, err := s.readableKBs(c.Request().Context(), who)
 	if err != nil {
@@ -276,7 +276,7 @@ func (s *Server) readableKBs(ctx context.Context, who door.Caller) ([]string, er
 	names, err := s.door.KBs().Readable(ctx, who)
 	if err != nil {
 		s.logger.Error("list kbs", "tenant", who.Tenant, "err", err)
-		return nil, httperr.Unavailable("could not list knowledge bases; please retry")
+		return nil, refusal.Unreachable("could not list knowledge bases; please retry")
 	}
 	return names, nil
 }

@@ -9,17 +9,18 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
-var errNoRequest = &httperr.Error{Status: http.StatusNotFound, Code: "not_found", Message: "no such request (unknown, expired, or not yours)"}
+var errNoRequest = &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "no such request (unknown, expired, or not yours)"}
 
 // ownRequest authenticates the caller and checks that the request in the
 // path is theirs: sent by its tenant and user, as its accepted event
@@ -33,11 +34,11 @@ func (s *Server) ownRequest(c echo.Context, route string) (string, error) {
 	}
 	id := c.Param("id")
 	if !door.ValidRequestID(id) {
-		return "", httperr.BadRequest("bad_request_id", "request id must look like chat-<ULID>")
+		return "", refusal.BadRequest("bad_request_id", "request id must look like chat-<ULID>")
 	}
 	first, ok, err := s.events.First(c.Request().Context(), id)
 	if err != nil {
-		return "", httperr.Unavailable("event store unavailable")
+		return "", refusal.Unreachable("event store unavailable")
 	}
 	var acc events.Accepted
 	if !ok || first.Type != events.TypeAccepted || json.Unmarshal(first.Data, &acc) != nil ||
@@ -66,10 +67,10 @@ func (s *Server) getRequest(c echo.Context) error {
 	ctx := c.Request().Context()
 	desc, err := s.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
 	if err != nil {
-		if nf := new(serviceerror.NotFound); errors.As(err, &nf) {
+		if conn.NotFound(err) {
 			return errNoRequest
 		}
-		return httperr.Unavailable("workflow service unavailable")
+		return refusal.Unreachable("workflow service unavailable")
 	}
 	view := requestView{
 		RequestID: id,
@@ -130,14 +131,14 @@ func (s *Server) getEvents(c echo.Context) error {
 	if after == "" {
 		after = "0-0"
 	} else if !events.ValidID(after) {
-		return httperr.BadRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
+		return refusal.BadRequest("bad_last_event_id", "Last-Event-ID must be an event id such as 1700000000000-0")
 	}
 	id, err := s.ownRequest(c, policy.RouteResumes)
 	if err != nil {
 		return err
 	}
-	sub, err := s.door.Resume(c.Request().Context(), id, after)
-	if errors.Is(err, door.ErrAlreadySent) {
+	sub, err := s.follow.Resume(c.Request().Context(), id, after)
+	if errors.Is(err, follow.ErrAlreadySent) {
 		// An EventSource reconnects after every close; 204 tells it to
 		// stop.
 		return c.NoContent(http.StatusNoContent)
@@ -154,7 +155,7 @@ func (s *Server) deleteRequest(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.door.Cancel(c.Request().Context(), id); err != nil {
+	if err := s.follow.Cancel(c.Request().Context(), id); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusAccepted, map[string]string{"request_id": id, "status": "cancelling"})

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/api/apispec"
 	"github.com/sluice-dev/sluice/api/openai"
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/budget"
@@ -52,8 +53,9 @@ type Server struct {
 	gate     *admission.Gate
 	prompts  *prompt.Builder
 	policy   *policy.Store
-	// door admits chat requests and follows their streams.
-	door *door.Door
+	// door admits chat requests; follow follows them for their clients.
+	door   *door.Door
+	follow *follow.Follower
 	// kbStore and ingester serve /v1/kb (nil: no kb writes).
 	kbStore  *kbstore.Store
 	ingester *ingest.Ingester
@@ -106,6 +108,7 @@ type Options struct {
 	Prompts  *prompt.Builder
 	Policy   *policy.Store
 	Door     *door.Door
+	Follow   *follow.Follower
 	// Addresses hashes client addresses (privacy.ip_hash_key).
 	Addresses *iphash.Hasher
 	// KBs and Ingester serve /v1/kb, taking one of IngestSlots (shared by
@@ -144,15 +147,15 @@ type Options struct {
 // New builds the server and its routes.
 func New(opts Options) (*Server, error) {
 	if opts.Temporal == nil || opts.Redis == nil || opts.Events == nil || opts.Gate == nil || opts.Prompts == nil ||
-		opts.Policy == nil || opts.Door == nil {
-		return nil, errors.New("api: Temporal, Redis, Events, Gate, Prompts, Policy and Door are required")
+		opts.Policy == nil || opts.Door == nil || opts.Follow == nil {
+		return nil, errors.New("api: Temporal, Redis, Events, Gate, Prompts, Policy, Door and Follow are required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
-		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, logger: opts.Logger, keys: map[string]keys.Spec{},
+		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, follow: opts.Follow, logger: opts.Logger, keys: map[string]keys.Spec{},
 		sessions: opts.Sessions, usage: opts.Usage, budgets: opts.Budgets, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
 		ingestSlots: opts.IngestSlots, ingestHere: make(chan struct{}, opts.Config.Ingest.MaxConcurrentPerProcess), codec: opts.Codec,
 		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, proxies: opts.Config.API.TrustedProxyPrefixes(),
@@ -189,7 +192,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.recoverJSON)
 	e.POST("/v1/chat", s.postChat)
-	openai.New(openai.Options{Config: s.cfg, Door: s.door, Auth: callers{s}, Prompts: s.prompts, Embeddings: s.embeddings,
+	openai.New(openai.Options{Config: s.cfg, Door: s.door, Follow: s.follow, Auth: callers{s}, Prompts: s.prompts, Embeddings: s.embeddings,
 		Logger: s.logger}).Register(e)
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
@@ -254,6 +257,7 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	s.unready.Store(true)
 	s.drainDelay()
 	s.door.Drain()
+	s.follow.Drain()
 	if endStreams != nil {
 		endStreams()
 	}

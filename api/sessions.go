@@ -6,8 +6,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
 
@@ -26,11 +26,11 @@ func (s *Server) sessionParam(c echo.Context) (door.Caller, string, error) {
 		return door.Caller{}, "", err
 	}
 	if s.sessions == nil {
-		return door.Caller{}, "", &httperr.Error{Status: http.StatusNotFound, Code: "sessions_disabled", Message: "sessions are not enabled on this server"}
+		return door.Caller{}, "", &refusal.Error{Class: refusal.NotFound, Code: "sessions_disabled", Message: "sessions are not enabled on this server"}
 	}
 	id := c.Param("id")
 	if !door.ValidSessionID(id) {
-		return door.Caller{}, "", httperr.BadRequest("bad_session_id", "session id must be 1-128 characters of letters, digits and ._:-")
+		return door.Caller{}, "", refusal.BadRequest("bad_session_id", "session id must be 1-128 characters of letters, digits and ._:-")
 	}
 	return who, id, nil
 }
@@ -45,10 +45,10 @@ func (s *Server) getSession(c echo.Context) error {
 	turns, err := s.sessions.Turns(c.Request().Context(), who.SessionOwner(), id)
 	if err != nil {
 		s.logger.Error("read session", "session", id, "err", err)
-		return httperr.Unavailable("sessions unavailable; please retry")
+		return refusal.Unreachable("sessions unavailable; please retry")
 	}
 	if len(turns) == 0 {
-		return &httperr.Error{Status: http.StatusNotFound, Code: "session_not_found", Message: "no such session"}
+		return &refusal.Error{Class: refusal.NotFound, Code: "session_not_found", Message: "no such session"}
 	}
 	return c.JSON(http.StatusOK, sessionResponse{ID: id, Turns: turns})
 }
@@ -62,10 +62,10 @@ func (s *Server) deleteSession(c echo.Context) error {
 	existed, err := s.sessions.Forget(c.Request().Context(), who.SessionOwner(), id)
 	if err != nil {
 		s.logger.Error("forget session", "session", id, "err", err)
-		return httperr.Unavailable("sessions unavailable; please retry")
+		return refusal.Unreachable("sessions unavailable; please retry")
 	}
 	if !existed {
-		return &httperr.Error{Status: http.StatusNotFound, Code: "session_not_found", Message: "no such session"}
+		return &refusal.Error{Class: refusal.NotFound, Code: "session_not_found", Message: "no such session"}
 	}
 	return c.NoContent(http.StatusNoContent)
 }

@@ -4,7 +4,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/api/httpio"
-	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/events"
 )
 
@@ -15,15 +15,15 @@ import (
 func (s *Server) stream(c echo.Context, sub *events.Subscription, id string) error {
 	out, err := httpio.StartSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
 	if err != nil {
-		s.door.Detach(id)
+		s.follow.Detach(id)
 		return nil
 	}
 	// The server's own closing bytes follow the handler: bound them too.
 	defer out.Arm()
-	switch s.door.Follow(c.Request().Context(), sub, id, sseSink{out}, true) {
-	case door.EndClientGone, door.EndInterrupted:
+	switch s.follow.Follow(c.Request().Context(), sub, id, sseSink{out}, true) {
+	case follow.EndClientGone, follow.EndInterrupted:
 		// An interrupted client resumes with Last-Event-ID.
-		s.door.Detach(id)
+		s.follow.Detach(id)
 	}
 	return nil
 }

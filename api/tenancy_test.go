@@ -14,10 +14,10 @@ import (
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/keys"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
@@ -174,8 +174,8 @@ func TestSharedKBsAreReadOnly(t *testing.T) {
 	reader := door.Caller{Tenant: "acme", User: "carol", Scopes: keys.Scopes{keys.ScopeChat}}
 	for _, name := range []string{"docs", "sluice-docs"} {
 		_, err := srv.door.KBs().Writable(reader, name)
-		var ae *httperr.Error
-		if !errors.As(err, &ae) || ae.Status != http.StatusForbidden || ae.Code != "missing_scope" {
+		var ae *refusal.Error
+		if !errors.As(err, &ae) || ae.Class != refusal.Forbidden || ae.Code != "missing_scope" {
 			t.Errorf("a chat-only key writing %s: %v, want 403 missing_scope", name, err)
 		}
 	}

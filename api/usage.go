@@ -10,8 +10,8 @@ import (
 
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/budget"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
@@ -22,7 +22,7 @@ const maxUsageDays = 366
 // today included.
 const defaultUsageDays = 30
 
-var errUsageOff = &httperr.Error{Status: http.StatusNotFound, Code: "usage_disabled", Message: "the usage ledger is off on this server (usage.store)"}
+var errUsageOff = &refusal.Error{Class: refusal.NotFound, Code: "usage_disabled", Message: "the usage ledger is off on this server (usage.store)"}
 
 // getUsage answers GET /v1/usage: the caller's own tenant's usage, never
 // another's, whatever it asks.
@@ -33,7 +33,7 @@ func (s *Server) getUsage(c echo.Context) error {
 	}
 	if who.KeyID == "" {
 		// Anonymous callers share a tenant: its usage is no one's own.
-		return &httperr.Error{Status: http.StatusUnauthorized, Code: "unauthorized", Message: "an API key is required to read usage (Authorization: Bearer <key>)"}
+		return &refusal.Error{Class: refusal.Unauthenticated, Code: "unauthorized", Message: "an API key is required to read usage (Authorization: Bearer <key>)"}
 	}
 	if s.usage == nil {
 		return errUsageOff
@@ -73,7 +73,7 @@ func (s *Server) budgetOf(c echo.Context, tenant, tierName string) (*budgetStatu
 	st, err := s.budgets.Status(c.Request().Context(), tenant, lim)
 	if err != nil {
 		s.logger.Error("read budget", "tenant", tenant, "err", err)
-		return nil, httperr.Unavailable("budget counter unavailable; please retry")
+		return nil, refusal.Unreachable("budget counter unavailable; please retry")
 	}
 	return &budgetStatus{TokensLimit: lim.Tokens, TokensUsed: st.Used.Tokens, SpendLimitUSD: budget.USD(lim.Micros),
 		SpendUsedUSD: budget.USD(st.Used.Micros), ResetsAt: st.ResetsAt.Format(time.RFC3339)}, nil
@@ -97,7 +97,7 @@ func (s *Server) getAdminUsage(c echo.Context) error {
 // naming it.
 func usageQuery(c echo.Context, now time.Time, acrossTenants bool) (usage.Query, bool, error) {
 	bad := func(param, format string, args ...any) error {
-		e := httperr.BadRequest("bad_"+param, param+": "+format, args...)
+		e := refusal.BadRequest("bad_"+param, param+": "+format, args...)
 		e.Param = param
 		return e
 	}
@@ -157,7 +157,7 @@ func (s *Server) writeUsage(c echo.Context, q usage.Query, csvOut bool, b *budge
 	rows, err := s.usage.Query(c.Request().Context(), q)
 	if err != nil {
 		s.logger.Error("query usage", "tenant", q.Tenant, "group_by", q.GroupBy, "err", err)
-		return httperr.Unavailable("usage ledger unavailable; please retry")
+		return refusal.Unreachable("usage ledger unavailable; please retry")
 	}
 	if !csvOut {
 		return c.JSON(http.StatusOK, usageResponse{Tenant: q.Tenant, From: usage.Day(q.From), To: usage.Day(q.To), GroupBy: string(q.GroupBy), Rows: rows, Budget: b})

@@ -9,12 +9,17 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
+	"github.com/sluice-dev/sluice/follow/liveness"
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
+	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/keys"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
+	"github.com/sluice-dev/sluice/pkg/waitroom"
 	"github.com/sluice-dev/sluice/worker"
 )
 
@@ -42,9 +47,15 @@ type apiProcess struct {
 	// keys verifies managed API keys; its loop follows their revocations.
 	keys *keys.Cache
 	// doorway is the door (package door): admission at the edge. The
-	// admission gate it queues requests at is core.Gate.
+	// admission gate it queues requests at is core.Gate. Its waiting room
+	// runs here.
 	doorway *door.Door
-	server  *api.Server
+	room    *waitroom.Room
+	// follower follows started requests for their clients; sweeper ends
+	// the streams of those whose workflow is gone.
+	follower *follow.Follower
+	sweeper  *liveness.Sweeper
+	server   *api.Server
 	// serveMetrics serves metrics.addr (nil: they are on api.addr).
 	serveMetrics func(context.Context) error
 	// worker is the embedded worker (nil: api.embedded_worker is off).
@@ -52,9 +63,10 @@ type apiProcess struct {
 }
 
 // newAPIProcess builds what the API process adds to its core: the event
-// hub, the key cache, the client-address hasher, the bans, the door, the
-// ingestion slots, the HTTP server, the metrics listener and the
-// embedded worker.
+// hub, the key cache, the client-address hasher, the bans, the door (with
+// its waiting room, idempotency keys and give-back), the follower (with
+// its liveness sweep), the ingestion slots, the HTTP server, the metrics
+// listener and the embedded worker.
 func newAPIProcess(c *Core) (*apiProcess, error) {
 	cfg, logger := c.cfg, c.logger
 	p := &apiProcess{core: c}
@@ -70,13 +82,7 @@ func newAPIProcess(c *Core) (*apiProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.doorway, err = door.New(door.Options{
-		Config: cfg, Temporal: c.Temporal, Redis: c.Redis, Events: c.Events, Hub: p.hub, Gate: c.Gate,
-		Prompts: c.Prompts, Policy: c.Policy,
-		Limiter: c.Limiter, Budgets: c.Budgets, Bans: bans, KBs: c.KBs, Sessions: c.Sessions, Metrics: c.Metrics, Addresses: addresses,
-		Logger: logger.With("component", "door"),
-	})
-	if err != nil {
+	if err := p.buildDoor(bans, addresses); err != nil {
 		return nil, err
 	}
 	ingestSlots, err := semaphore.New(c.Redis, semaphore.Options{
@@ -87,7 +93,7 @@ func newAPIProcess(c *Core) (*apiProcess, error) {
 	}
 	p.server, err = api.New(api.Options{
 		Config: cfg, Temporal: c.Temporal, Redis: c.Redis, Events: c.Events, Gate: c.Gate, Prompts: c.Prompts,
-		Policy: c.Policy, Door: p.doorway, Addresses: addresses, KBs: c.KBs, Ingester: c.Ingester, IngestSlots: ingestSlots, Embeddings: c.EmbedCache,
+		Policy: c.Policy, Door: p.doorway, Follow: p.follower, Addresses: addresses, KBs: c.KBs, Ingester: c.Ingester, IngestSlots: ingestSlots, Embeddings: c.EmbedCache,
 		Sessions: c.Sessions, Usage: c.Usage, Budgets: c.Budgets, Metrics: c.Metrics, Codec: c.Codec, Keys: p.keys, Bans: bans, Tracer: c.Tracer,
 		Logger: logger.With("component", "api"),
 	})
@@ -107,6 +113,36 @@ func newAPIProcess(c *Core) (*apiProcess, error) {
 	return p, nil
 }
 
+// buildDoor builds the door and what follows a request past it: the
+// idempotency keys, what gives back what a request holds, the liveness
+// sweep, the follower and the waiting room.
+func (p *apiProcess) buildDoor(bans *ban.Guard, addresses *iphash.Hasher) error {
+	c, cfg, logger := p.core, p.core.cfg, p.core.logger
+	idem := idempotency.New(c.Redis, cfg.Redis.KeyPrefix, cfg.API.IdempotencyTTL)
+	returner := &holdings.Returner{Gate: c.Gate, Notifier: c.Notifier, Limiter: c.Limiter, Budgets: c.Budgets, Keys: idem,
+		Logger: logger.With("component", "holdings")}
+	p.sweeper = liveness.New(c.Temporal, cfg.Temporal.Namespace, c.Events, returner, logger.With("component", "liveness"))
+	var err error
+	p.follower, err = follow.New(follow.Options{
+		Temporal: c.Temporal, Events: c.Events, Hub: p.hub, Gate: c.Gate, Liveness: p.sweeper,
+		QueuePollInterval: cfg.API.QueuePollInterval, IdleTimeout: cfg.API.StreamIdleTimeout, StopTTL: cfg.Events.TTL,
+		Logger: logger.With("component", "follow"),
+	})
+	if err != nil {
+		return err
+	}
+	if p.room, err = door.NewRoom(cfg, c.Gate, c.Policy, logger.With("component", "waiting-room")); err != nil {
+		return err
+	}
+	p.doorway, err = door.New(door.Options{
+		Config: cfg, Temporal: c.Temporal, Events: c.Events, Hub: p.hub, Gate: c.Gate,
+		Prompts: c.Prompts, Policy: c.Policy, Room: p.room, Idempotency: idem, Attacher: p.follower, Returner: returner,
+		Limiter: c.Limiter, Budgets: c.Budgets, Bans: bans, KBs: c.KBs, Sessions: c.Sessions, Metrics: c.Metrics, Addresses: addresses,
+		Logger: logger.With("component", "door"),
+	})
+	return err
+}
+
 // newBans is the abuse-ban guard of limits.ban; nil when it is off.
 func newBans(c *Core, addresses *iphash.Hasher) (*ban.Guard, error) {
 	b := c.cfg.Limits.Ban
@@ -119,7 +155,7 @@ func newBans(c *Core, addresses *iphash.Hasher) (*ban.Guard, error) {
 
 // run starts every loop of the API process, each until its context ends,
 // and returns when all have: the event hub, the policy poll, the door's
-// waiting room and liveness sweep, the key cache's invalidations, the
+// waiting room, the liveness sweep, the key cache's invalidations, the
 // metrics listener, the embedded worker's loops and the HTTP server.
 func (p *apiProcess) run(ctx context.Context, ready func(addr string)) error {
 	// Shutdown order matters: stop taking requests and end open streams
@@ -139,7 +175,11 @@ func (p *apiProcess) run(ctx context.Context, ready func(addr string)) error {
 		return nil
 	})
 	g.Go(func() error {
-		p.doorway.Run(doorCtx)
+		p.room.Run(doorCtx)
+		return nil
+	})
+	g.Go(func() error {
+		p.sweeper.Run(doorCtx)
 		return nil
 	})
 	g.Go(func() error {

@@ -8,21 +8,26 @@ import (
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
-// newBudgets is the monthly budgets' counter; a month Redis lost is
-// rebuilt from the usage ledger (nil: from zero; budgets need the ledger,
-// which config validation enforces), its spend priced by each pool's
-// model as the door charges it.
+// newBudgets is the monthly budgets' counter, with each pool's price; a
+// month Redis lost is rebuilt from the usage ledger (nil: from zero;
+// budgets need the ledger, which config validation enforces), its spend
+// priced as the door charges it.
 func newBudgets(rdb redis.UniversalClient, cfg config.Config, ledger usage.Store) *budget.Counter {
-	opts := budget.Options{KeyPrefix: cfg.Redis.KeyPrefix}
+	opts := budget.Options{KeyPrefix: cfg.Redis.KeyPrefix, Prices: poolPrices(cfg)}
 	if ledger != nil {
-		opts.Rebuild = budget.FromLedger(ledger, func(pool string) budget.Price { return priceOf(cfg, pool) })
+		opts.Rebuild = budget.FromLedger(ledger, opts.Prices)
 	}
 	return budget.New(rdb, opts)
 }
 
-// priceOf is the price of pool's model (prices.<model>); zero when it has
-// none, which only a tier without a spend budget allows.
-func priceOf(cfg config.Config, pool string) budget.Price {
-	p := cfg.Prices[cfg.Pools.ByName()[pool].Model]
-	return budget.Price{Input: p.InputPerMillionUSD, Output: p.OutputPerMillionUSD}
+// poolPrices is each pool's model's price (prices.<model>), by pool; zero
+// for a model without one, which only a tier without a spend budget
+// allows.
+func poolPrices(cfg config.Config) map[string]budget.Price {
+	prices := map[string]budget.Price{}
+	for name, pool := range cfg.Pools.ByName() {
+		p := cfg.Prices[pool.Model]
+		prices[name] = budget.Price{Input: p.InputPerMillionUSD, Output: p.OutputPerMillionUSD}
+	}
+	return prices
 }

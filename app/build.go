@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/usage"
 	"github.com/sluice-dev/sluice/worker"
+	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // Core is what every Sluice process builds from its config, API or
@@ -44,6 +45,9 @@ type Core struct {
 	logger   *slog.Logger
 	Redis    redis.UniversalClient
 	Temporal client.Client
+	// Notifier tells chat workflows by signal that they were granted a
+	// permit or shed.
+	Notifier signal.Notifier
 	Events   *events.Log
 	Gate     *admission.Gate
 	// Policy is the live traffic policy the door and the healer share. The
@@ -112,6 +116,7 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *Core
 	if err := c.connectTemporal(); err != nil {
 		return nil, err
 	}
+	c.Notifier = signal.Notifier{Client: c.Temporal}
 	c.registerDependencyMetrics()
 	if c.Usage, err = openUsage(ctx, cfg.Usage, logger.With("component", "usage")); err != nil {
 		return nil, err

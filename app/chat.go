@@ -9,12 +9,12 @@ import (
 	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/retrieval"
-	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // buildChat builds the chat activities: the embedder and its cache, the
@@ -55,10 +55,12 @@ func (c *Core) buildChat(ctx context.Context) (*activities.Chat, error) {
 		return nil, err
 	}
 	return &activities.Chat{
-		Redis:      c.Redis,
-		Events:     c.Events,
-		Gate:       c.Gate,
-		Notifier:   signal.Notifier{Client: c.Temporal},
+		Redis:    c.Redis,
+		Events:   c.Events,
+		Gate:     c.Gate,
+		Notifier: c.Notifier,
+		Returner: &holdings.Returner{Gate: c.Gate, Notifier: c.Notifier, Limiter: c.Limiter, Budgets: c.Budgets,
+			Logger: c.logger.With("component", "holdings")},
 		Waker:      c.Waker,
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},

@@ -10,7 +10,6 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/scaler"
-	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // newScaler builds a pool's scaler from config; nil for kind none.
@@ -65,7 +64,7 @@ func (c *Core) buildHealing() (*activities.Healing, error) {
 		Latency:  c.Latency,
 		Policy:   c.Policy,
 		Pools:    pools,
-		Notifier: signal.Notifier{Client: c.Temporal},
+		Notifier: c.Notifier,
 		Metrics:  c.Metrics,
 		Backends: backend.Client{Timeout: cfg.Healing.MetricsTimeout},
 		Alerts:   alert.Webhook{URL: cfg.Healing.AlertWebhook, Timeout: cfg.Healing.AlertTimeout},

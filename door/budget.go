@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/budget"
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 )
@@ -22,24 +21,24 @@ func LimitOf(t policy.Tier) budget.Limit {
 
 // reserveBudget charges the request's upper bound (a.tokens: its prompt's
 // bound and every output token it may produce, priced at its pool's
-// model) to its tenant's monthly budget, and writes the budget headers.
+// model) to its tenant's monthly budget, and notes the month in st.
 // A tier without a budget costs nothing: no Redis call. It refuses with
-// 429 budget_exceeded, naming the limit and when the month resets.
-func (d *Door) reserveBudget(ctx context.Context, header http.Header, a arrival, req *Request) (string, error) {
+// budget_exceeded (Limited), naming the limit and when the month resets.
+func (d *Door) reserveBudget(ctx context.Context, st *Standing, a arrival, req *Request) (string, error) {
 	lim := LimitOf(a.tier)
 	if d.budgets == nil || !lim.On() {
 		return "", nil
 	}
 	output := int64(max(req.Choices, 1) * (*req.MaxTokens))
 	ch := budget.Charge{Tenant: a.who.Tenant, RequestID: a.id, PromptTokens: int64(a.tokens) - output, OutputTokens: output,
-		Price: d.priceOf(a.pool)}
+		Price: d.budgets.PriceOf(a.pool)}
 	dec, err := d.budgets.Reserve(ctx, ch, lim)
 	if err != nil {
 		d.logger.Error("reserve monthly budget", "requestID", a.id, "err", err)
-		go d.settleBudget(ctx, a.id, dec.Reservation)
-		return "", httperr.Unavailable("the budget counter is unavailable; please retry")
+		go d.giveBack(ctx, holdings.Holdings{RequestID: a.id, Budget: dec.Reservation})
+		return "", refusal.Unreachable("the budget counter is unavailable; please retry")
 	}
-	setBudgetHeaders(header, dec)
+	st.noteMonth(dec)
 	for _, kind := range dec.Warn {
 		d.metrics.BudgetWarning(kind)
 		d.logger.LogAttrs(ctx, slog.LevelWarn, "tenant passed 80% of its monthly budget", slog.String("tenant", a.who.Tenant),
@@ -54,7 +53,7 @@ func (d *Door) reserveBudget(ctx context.Context, header http.Header, a arrival,
 }
 
 // budgetExceeded is the refusal of a request dec refused, told at now.
-func budgetExceeded(dec budget.Decision, now time.Time) *httperr.Error {
+func budgetExceeded(dec budget.Decision, now time.Time) *refusal.Error {
 	reset := dec.ResetsAt.Format(time.RFC3339)
 	var msg string
 	if dec.Refused == budget.KindSpend {
@@ -64,37 +63,6 @@ func budgetExceeded(dec budget.Decision, now time.Time) *httperr.Error {
 		msg = fmt.Sprintf("this request could take more than the rest of your organisation's monthly budget of %d tokens (%d used); it resets at %s",
 			dec.Limit.Tokens, dec.Used.Tokens, reset)
 	}
-	return &httperr.Error{Status: http.StatusTooManyRequests, Code: request.ReasonBudgetExceeded, Dimension: "tenant", Kind: dec.Refused,
+	return &refusal.Error{Class: refusal.Limited, Code: request.ReasonBudgetExceeded, Dimension: "tenant", Kind: dec.Refused,
 		RetryAfter: request.RetryAfterSeconds(dec.ResetsAt.Sub(now)), Message: msg + "; lower max_tokens or ask for a larger plan"}
-}
-
-// setBudgetHeaders tells the client what is left of its month.
-func setBudgetHeaders(h http.Header, dec budget.Decision) {
-	if dec.Limit.Tokens > 0 {
-		h.Set("X-Budget-Limit-Tokens", strconv.FormatInt(dec.Limit.Tokens, 10))
-		h.Set("X-Budget-Remaining-Tokens", strconv.FormatInt(max(0, dec.Limit.Tokens-dec.Used.Tokens), 10))
-	}
-	if dec.Limit.Micros > 0 {
-		h.Set("X-Budget-Limit-Spend-USD", strconv.FormatFloat(budget.USD(dec.Limit.Micros), 'f', 6, 64))
-		h.Set("X-Budget-Remaining-Spend-USD", strconv.FormatFloat(budget.USD(max(0, dec.Limit.Micros-dec.Used.Micros)), 'f', 6, 64))
-	}
-	h.Set("X-Budget-Reset", dec.ResetsAt.Format(time.RFC3339))
-}
-
-// priceOf is the price of pool's model (zero when prices.* has none).
-func (d *Door) priceOf(pool string) budget.Price {
-	p := d.cfg.Prices[d.cfg.Pools.ByName()[pool].Model]
-	return budget.Price{Input: p.InputPerMillionUSD, Output: p.OutputPerMillionUSD}
-}
-
-// settleBudget gives a budget charge back for a request that never
-// started (settling is idempotent; see giveBackSoon).
-func (d *Door) settleBudget(ctx context.Context, id, reservation string) {
-	if d.budgets == nil || reservation == "" {
-		return
-	}
-	d.giveBackSoon(ctx, id, "give back a budget charge: gave up; the month keeps it", func(ctx context.Context) error {
-		_, err := d.budgets.Settle(ctx, reservation, 0, 0)
-		return err
-	})
 }

@@ -1,13 +1,13 @@
 package door
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -18,7 +18,7 @@ func TestBudgetExceededNamesTheLimitAndTheReset(t *testing.T) {
 	dec := budget.Decision{Refused: budget.KindSpend, Limit: budget.Limit{Micros: 5_000_000}, Used: budget.Used{Micros: 4_990_000},
 		ResetsAt: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)}
 	e := budgetExceeded(dec, now)
-	if e.Status != http.StatusTooManyRequests || e.Code != request.ReasonBudgetExceeded || e.Kind != "spend" || e.RetryAfter != 3600 {
+	if e.Class != refusal.Limited || e.Code != request.ReasonBudgetExceeded || e.Kind != "spend" || e.RetryAfter != 3600 {
 		t.Fatalf("refusal %+v, want 429 budget_exceeded, kind spend, retry in 3600 s", e)
 	}
 	for _, want := range []string{"$5.00", "$4.99 used", "2027-01-01T00:00:00Z"} {

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/ban"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/keys"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 )
@@ -37,7 +36,7 @@ func (who Caller) Needs(scope keys.Scope, what string) error {
 	if who.Scopes.Has(scope) {
 		return nil
 	}
-	return &httperr.Error{Status: http.StatusForbidden, Code: "missing_scope",
+	return &refusal.Error{Class: refusal.Forbidden, Code: "missing_scope",
 		Message: fmt.Sprintf("this API key may not %s: it lacks the %s scope", what, scope)}
 }
 
@@ -133,6 +132,6 @@ func (d *Door) banned(v ban.Verdict) error {
 	if v.Kind == ban.KindKey {
 		what = "API key"
 	}
-	return &httperr.Error{Status: http.StatusTooManyRequests, Code: "banned", RetryAfter: secs,
+	return &refusal.Error{Class: refusal.Limited, Code: "banned", RetryAfter: secs,
 		Message: fmt.Sprintf("this %s was banned for ignoring its Retry-After or for refused credentials; retry in %ds", what, secs)}
 }

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net/http"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
-	"github.com/sluice-dev/sluice/pkg/idempotency"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tracing"
@@ -27,22 +26,23 @@ import (
 // from the waiting room when its turn comes (startWhenAdmitted). It
 // returns the request's id and a subscription to its events from the
 // first, which the caller must close and render; every later outcome
-// reaches the client as an event. On error nothing was started and every
-// charge was given back. The Admission's Header holds what the client
-// must hear either way (rate-limit headers, a replay mark).
+// reaches the client as an event. On error (a *refusal.Error) nothing was
+// started and every charge was given back. The Admission's Standing holds
+// what the client must hear either way (its rate limits and budget, a
+// replay).
 func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, error) {
-	adm := Admission{Header: http.Header{}}
+	var adm Admission
 	if who.storeSilent {
 		// The ban check already waited redis.request_timeout for Redis
-		// in vain: its client was promised a 503 within about that, not
-		// twice it.
-		return adm, httperr.Unavailable("the service's state store is not answering; please retry")
+		// in vain: its client was promised an answer within about that,
+		// not twice it.
+		return adm, refusal.Unreachable("the service's state store is not answering; please retry")
 	}
 	// The door's own Redis calls are bounded: with Redis stalled the
 	// client hears 503 + Retry-After in about this long, not after it.
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
 	defer cancel()
-	key, prior, sub, err := d.replay(rctx, adm.Header, who, req)
+	key, prior, sub, err := d.replay(rctx, &adm.Standing, who, req)
 	if err != nil || prior != "" {
 		adm.ID, adm.Sub = prior, sub
 		return adm, err
@@ -66,7 +66,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	a := arrival{id: NewRequestID(), who: who, tier: tier, pool: pool, arrived: time.Now()}
 	a.tokens = d.tokenBound(req)
 	a.admitTokens = d.admissionTokens(req)
-	if err := d.charge(ctx, rctx, adm.Header, &a, req, live); err != nil {
+	if err := d.charge(ctx, rctx, &adm.Standing, &a, req, live); err != nil {
 		return adm, err
 	}
 	w, err := d.enterRoom(rctx, &a, live)
@@ -89,7 +89,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 			return adm, err
 		}
 		adm.ID = winner
-		adm.Sub, err = d.attach(rctx, adm.Header, winner, req.LastEventID)
+		adm.Sub, err = d.attach(rctx, &adm.Standing, winner, req.LastEventID)
 		return adm, err
 	}
 	adm.ID, adm.Pool = a.id, pool
@@ -107,7 +107,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 		sub.Close()
 		d.dropUnstarted(ctx, a, key)
 		adm.ID, adm.Pool = "", ""
-		return adm, httperr.Unavailable("could not start the request; please retry")
+		return adm, refusal.Unreachable("could not start the request; please retry")
 	}
 	adm.Sub = sub
 	return adm, nil
@@ -117,16 +117,16 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 // tenant's monthly budget; a refusal by either takes back what the other
 // took, and is counted and logged. rctx bounds the Redis calls; ctx is
 // the request's.
-func (d *Door) charge(ctx, rctx context.Context, header http.Header, a *arrival, req *Request, live *policy.Policy) error {
+func (d *Door) charge(ctx, rctx context.Context, st *Standing, a *arrival, req *Request, live *policy.Policy) error {
 	var err error
-	a.reservation, err = d.reserve(rctx, header, a.id, a.who, a.tier, live.Limits.Enabled, d.cost(live, *a))
+	a.reservation, err = d.reserve(rctx, st, a.id, a.who, a.tier, live.Limits.Enabled, d.cost(live, *a))
 	if err == nil {
-		if a.budget, err = d.reserveBudget(rctx, header, *a, req); err != nil {
-			d.refundAll(ctx, a.id, a.reservation)
+		if a.budget, err = d.reserveBudget(rctx, st, *a, req); err != nil {
+			d.giveBack(ctx, holdings.Holdings{RequestID: a.id, Rate: a.reservation})
 		}
 	}
-	var ae *httperr.Error
-	if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+	var ae *refusal.Error
+	if errors.As(err, &ae) && ae.Class == refusal.Limited {
 		outcome := metrics.OutcomeRejectedRate
 		if ae.Code == request.ReasonBudgetExceeded {
 			outcome = metrics.OutcomeOf(request.OutcomeRejected, ae.Code)
@@ -146,33 +146,9 @@ type Admission struct {
 	Sub *events.Subscription
 	// Pool is the pool the door routed it to ("" for a replay).
 	Pool string
-	// Header is what the response carries whatever the outcome: the
-	// rate-limit headers, and Idempotent-Replayed for a replay.
-	Header http.Header
-}
-
-// dropUnstarted undoes a request that the door accepted but never started:
-// its charge is given back, and its event stream deleted, or, when it held
-// an idempotency key (whoever attached with the key meanwhile reads it),
-// ended, with the key given back for the client's retry.
-func (d *Door) dropUnstarted(ctx context.Context, a arrival, key *idempotency.Key) {
-	if key == nil {
-		_ = d.events.Delete(context.WithoutCancel(ctx), a.id)
-	} else {
-		d.endUnstarted(ctx, a.id)
-		d.releaseKey(ctx, key, a.id)
-	}
-	d.giveBack(ctx, a)
-}
-
-// endUnstarted ends the stream of a request whose workflow could not be
-// started, for whoever attached to it by its idempotency key. Its client
-// is answered 503 at once, so the end gets one try of
-// redis.request_timeout: with Redis down, the key's retention runs out.
-func (d *Door) endUnstarted(ctx context.Context, id string) {
-	if err := d.writeEnd(context.WithoutCancel(ctx), id, events.TypeError, startFailure, d.cfg.Redis.RequestTimeout); err != nil {
-		d.logger.Warn("end the stream of a request that could not be started", "requestID", id, "err", err)
-	}
+	// Standing is what the client is told whatever the outcome: its rate
+	// limits and budget, and whether this is a replay.
+	Standing Standing
 }
 
 // startFailure ends a request whose workflow could not be started: the
@@ -198,7 +174,7 @@ type arrival struct {
 	budget string
 	// place is its place in the pool's fair order, reserved while it
 	// waits at the door (Tag 0: none); its workflow queues there.
-	place admission.Place
+	place request.Place
 	// arrived starts the request's max wait, the door's share included.
 	arrived time.Time
 }
@@ -209,9 +185,9 @@ func (d *Door) checkKB(ctx context.Context, kb kbref.Ref) error {
 	switch {
 	case err != nil:
 		d.logger.Error("look up kb", "kb", kb, "err", err)
-		return httperr.Unavailable("knowledge bases unavailable; please retry")
+		return refusal.Unreachable("knowledge bases unavailable; please retry")
 	case !known:
-		return httperr.BadRequest("unknown_kb", "unknown knowledge base %q", kb.Name)
+		return refusal.BadRequest("unknown_kb", "unknown knowledge base %q", kb.Name)
 	}
 	return nil
 }
@@ -280,7 +256,7 @@ func (d *Door) cost(live *policy.Policy, a arrival) int {
 	cost := a.tokens
 	// While the healer throttles long requests, a request routed long must
 	// find factor times its tokens in its buckets: a tenant's long
-	// requests hit 429 sooner, short ones are unaffected. The refund still
+	// requests are refused sooner, short ones are unaffected. The refund still
 	// gives back the unused part, so the factor bounds how many long
 	// requests a tenant starts at once, not what it pays.
 	if f := live.ChargeFactor(a.pool); f > 1 {
@@ -302,13 +278,13 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 		// Redis is unreachable or stalled: nothing could admit the
 		// request anyway.
 		d.logger.Warn("read queue depth", "pool", a.pool, "err", err)
-		return nil, httperr.Unavailable("the admission queue is unavailable; please retry")
+		return nil, refusal.Unreachable("the admission queue is unavailable; please retry")
 	case total >= d.cfg.Admission.MaxQueueDepth:
-		return nil, httperr.Refused(http.StatusServiceUnavailable, request.Refused(request.ReasonQueueFull, d.cfg.Admission.RecheckInterval))
+		return nil, refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonQueueFull, d.cfg.Admission.RecheckInterval))
 	case a.tier.MaxQueuePerTenant > 0 && mine >= a.tier.MaxQueuePerTenant:
 		return nil, d.tenantQueueFull()
 	}
-	ready := d.canTake(live, a.pool, total, 0)
+	ready := canTake(d.cfg.API.QueuePerPermit, live, a.pool, total, 0)
 	pass := false
 	if !ready || !d.room.Admits(a.pool) {
 		pass = d.reservePlace(ctx, a, live, ready)
@@ -321,7 +297,7 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 	case errors.Is(err, waitroom.ErrTenantFull):
 		return nil, d.tenantQueueFull()
 	case err != nil:
-		return nil, &httperr.Error{Status: http.StatusServiceUnavailable, Code: request.ReasonBusy, RetryAfter: 1,
+		return nil, &refusal.Error{Class: refusal.Unavailable, Code: request.ReasonBusy, RetryAfter: 1,
 			Message: "Too many requests are waiting to start right now. Please retry in a moment."}
 	}
 	return w, nil
@@ -329,15 +305,15 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 
 // tenantQueueFull refuses a request whose tenant has as many requests
 // waiting as its plan allows.
-func (d *Door) tenantQueueFull() *httperr.Error {
-	return httperr.Refused(http.StatusServiceUnavailable, request.Refused(request.ReasonTenantQueueFull, d.cfg.Admission.RecheckInterval))
+func (d *Door) tenantQueueFull() *refusal.Error {
+	return refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonTenantQueueFull, d.cfg.Admission.RecheckInterval))
 }
 
 // refuse gives back a request's whole charge when the door turns it away
 // for want of capacity, records the refusal in its session and counts it.
 func (d *Door) refuse(ctx context.Context, a arrival, req *Request, err error) {
-	d.giveBack(ctx, a)
-	var ae *httperr.Error
+	d.giveBack(ctx, a.holdings())
+	var ae *refusal.Error
 	if errors.As(err, &ae) {
 		d.recordRefusal(ctx, a.who, *req, a.id, ae.Code)
 		d.metrics.Refused(metrics.OutcomeOf(request.OutcomeRejected, ae.Code))
@@ -353,14 +329,14 @@ func (d *Door) open(ctx context.Context, a arrival, req *Request) (*events.Subsc
 	sub, err := d.hub.Subscribe(ctx, a.id, "0")
 	if err != nil {
 		d.logger.Error("subscribe to events", "requestID", a.id, "err", err)
-		d.giveBack(ctx, a)
-		return nil, httperr.Unavailable("event stream unavailable")
+		d.giveBack(ctx, a.holdings())
+		return nil, refusal.Unreachable("event stream unavailable")
 	}
 	if _, err := d.events.Append(ctx, a.id, events.TypeAccepted, events.Accepted{RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KB: req.KB}); err != nil {
 		d.logger.Error("write accepted event", "requestID", a.id, "err", err)
 		sub.Close()
-		d.giveBack(ctx, a)
-		return nil, httperr.Unavailable("event store unavailable")
+		d.giveBack(ctx, a.holdings())
+		return nil, refusal.Unreachable("event store unavailable")
 	}
 	return sub, nil
 }
@@ -383,7 +359,7 @@ func (d *Door) recordRefusal(ctx context.Context, who Caller, req Request, id, r
 }
 
 // logRefusal writes the "request finished" line of a request the door
-// refused before any workflow (429 rate_limited, 503 queue_full,
+// refused before any workflow (rate_limited, queue_full,
 // tenant_queue_full, busy, unavailable), sampled per tenant and reason:
 // the line carries how many more were refused meanwhile
 // (request.Finished.Similar).

@@ -5,19 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 
+	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
-
-// IdempotencyHeader names the client's key for a POST it may retry.
-const IdempotencyHeader = "Idempotency-Key"
-
-// ReplayedHeader marks a response that follows the request an earlier POST
-// with the same Idempotency-Key started.
-const ReplayedHeader = "Idempotent-Replayed"
 
 // idemKey reads the request's Idempotency-Key, if it has one, and looks it
 // up: a key that already names a request sent with the same body returns
@@ -32,13 +25,13 @@ func (d *Door) idemKey(ctx context.Context, who Caller, req *Request) (*idempote
 	}
 	k, err := d.idem.KeyFor(who.Tenant, who.User, req.IdempotencyKey, req.Fingerprint)
 	if err != nil {
-		return nil, "", httperr.BadRequest("bad_idempotency_key", "%s: %v", IdempotencyHeader, err)
+		return nil, "", refusal.BadRequest("bad_idempotency_key", "Idempotency-Key: %v", err)
 	}
 	claim, ok, err := d.idem.Lookup(ctx, k)
 	switch {
 	case err != nil:
 		d.logger.Warn("look up idempotency key", "err", err)
-		return nil, "", httperr.Unavailable("idempotency keys unavailable; please retry")
+		return nil, "", refusal.Unreachable("idempotency keys unavailable; please retry")
 	case !ok:
 		return &k, "", nil
 	case !claim.Same:
@@ -51,8 +44,8 @@ func (d *Door) idemKey(ctx context.Context, who Caller, req *Request) (*idempote
 	return &k, claim.RequestID, nil
 }
 
-func errKeyReused() *httperr.Error {
-	return &httperr.Error{Status: http.StatusUnprocessableEntity, Code: "idempotency_key_reused",
+func errKeyReused() *refusal.Error {
+	return &refusal.Error{Class: refusal.Unprocessable, Code: "idempotency_key_reused",
 		Message: "This Idempotency-Key was used for a request with a different body. Use a new key for a new request."}
 }
 
@@ -68,7 +61,7 @@ func (d *Door) claimKey(ctx context.Context, k *idempotency.Key, a arrival) (str
 	switch {
 	case err != nil:
 		d.logger.Warn("claim idempotency key", "requestID", a.id, "err", err)
-		return "", httperr.Unavailable("idempotency keys unavailable; please retry")
+		return "", refusal.Unreachable("idempotency keys unavailable; please retry")
 	case won:
 		return "", nil
 	case !claim.Same:
@@ -105,16 +98,16 @@ func Fingerprint(route string, parts ...any) string {
 }
 
 // replay resolves a POST's Idempotency-Key: the key to claim for a new
-// request (nil without the header), or, when the key names a request
-// whose events live, that request's id and a subscription that follows
-// it.
-func (d *Door) replay(ctx context.Context, header http.Header, who Caller, req *Request) (*idempotency.Key, string, *events.Subscription, error) {
+// request (nil without one), or, when the key names a request whose
+// events live, that request's id and a subscription that follows it
+// (st notes the replay).
+func (d *Door) replay(ctx context.Context, st *Standing, who Caller, req *Request) (*idempotency.Key, string, *events.Subscription, error) {
 	key, prior, err := d.idemKey(ctx, who, req)
 	if err != nil || prior == "" {
 		return key, "", nil, err
 	}
-	sub, err := d.attach(ctx, header, prior, req.LastEventID)
-	if !errors.Is(err, errStreamGone) {
+	sub, err := d.attach(ctx, st, prior, req.LastEventID)
+	if !errors.Is(err, follow.ErrStreamGone) {
 		return key, prior, sub, err
 	}
 	// Its events expired (or Redis lost them): the key names nothing.
@@ -122,29 +115,13 @@ func (d *Door) replay(ctx context.Context, header http.Header, who Caller, req *
 	return key, "", nil, nil
 }
 
-// errStreamGone: the request a key names has no events any more.
-var errStreamGone = errors.New("the request's events are gone")
-
 // attach follows the request an earlier POST with the same key started,
-// from its first event (or after Last-Event-ID), as a resume does: nothing
-// is charged and nothing starts. The workflow hears that a reader is back,
-// in case the first client left.
-func (d *Door) attach(ctx context.Context, header http.Header, id, after string) (*events.Subscription, error) {
-	if after == "" || !events.ValidID(after) {
-		after = "0"
+// from its first event (or after Last-Event-ID), as a resume does:
+// nothing is charged and nothing starts.
+func (d *Door) attach(ctx context.Context, st *Standing, id, after string) (*events.Subscription, error) {
+	sub, err := d.attacher.Attach(ctx, id, after)
+	if err == nil {
+		st.Replayed = true
 	}
-	exists, err := d.events.Exists(ctx, id)
-	switch {
-	case err != nil:
-		return nil, httperr.Unavailable("event store unavailable")
-	case !exists:
-		return nil, errStreamGone
-	}
-	sub, err := d.hub.Subscribe(ctx, id, after)
-	if err != nil {
-		return nil, httperr.Unavailable("event stream unavailable")
-	}
-	d.signalAttach(ctx, id)
-	header.Set(ReplayedHeader, "true")
-	return sub, nil
+	return sub, err
 }

@@ -2,15 +2,14 @@ package door
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"sync"
 
 	"github.com/sluice-dev/sluice/pkg/config"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/keys"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // KBs is what a caller's kb names mean: the configured (shared) kbs and
@@ -79,7 +78,7 @@ func (k *KBs) Readable(ctx context.Context, who Caller) ([]string, error) {
 // CheckName refuses a kb name that cannot name a kb.
 func CheckName(kb string) error {
 	if !kbref.ValidName(kb) {
-		return httperr.BadRequest("bad_kb", "knowledge base names are %s", kbref.NameRule)
+		return refusal.BadRequest("bad_kb", "knowledge base names are %s", kbref.NameRule)
 	}
 	return nil
 }
@@ -97,7 +96,7 @@ func (k *KBs) Writable(who Caller, name string) (kbref.Ref, error) {
 	}
 	kb := k.Resolve(who, name)
 	if kb.IsShared() {
-		return kbref.Ref{}, &httperr.Error{Status: http.StatusForbidden, Code: "kb_read_only",
+		return kbref.Ref{}, &refusal.Error{Class: refusal.Forbidden, Code: "kb_read_only",
 			Message: "knowledge base " + name + " is shared: every tenant may read it, none may change it"}
 	}
 	return kb, nil

@@ -2,17 +2,13 @@ package door
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
-	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/limiter"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -27,9 +23,9 @@ func RatesOf(t policy.Tier) limiter.Policy {
 
 // reserve charges a request's estimated cost to every bucket of its
 // Caller before anything starts, and returns the reservation that gives
-// back what the request does not use. It sets the rate-limit headers
-// either way and returns a 429 or 413 when the request may not pass.
-func (d *Door) reserve(ctx context.Context, header http.Header, id string, who Caller, tier policy.Tier, enabled bool, cost int) (string, error) {
+// back what the request does not use. It notes the buckets in st either
+// way and refuses (Limited, TooLarge) a request that may not pass.
+func (d *Door) reserve(ctx context.Context, st *Standing, id string, who Caller, tier policy.Tier, enabled bool, cost int) (string, error) {
 	if !enabled || d.limiter == nil {
 		return "", nil
 	}
@@ -42,10 +38,10 @@ func (d *Door) reserve(ctx context.Context, header http.Header, id string, who C
 		// background: Redis just failed this call, and a first refund
 		// attempt here would hold the client's 503 up by another
 		// redis.request_timeout.
-		go d.refundAll(ctx, id, dec.Reservation)
-		return "", httperr.Unavailable("rate limiter unavailable")
+		go d.giveBack(ctx, holdings.Holdings{RequestID: id, Rate: dec.Reservation})
+		return "", refusal.Unreachable("rate limiter unavailable")
 	}
-	setRateHeaders(header, buckets, dec)
+	st.noteRates(buckets, dec)
 	if dec.Status == limiter.Allowed {
 		d.metrics.RateLimit("all", true)
 	} else {
@@ -54,101 +50,17 @@ func (d *Door) reserve(ctx context.Context, header http.Header, id string, who C
 	switch dec.Status {
 	case limiter.TooLarge:
 		b := dec.Bucket
-		return "", &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "request_too_large", Dimension: b.Dimension, Kind: string(b.Kind),
+		return "", &refusal.Error{Class: refusal.TooLarge, Code: "request_too_large", Dimension: b.Dimension, Kind: string(b.Kind),
 			Message: fmt.Sprintf("this request needs %d %s but the %s limit never holds more than %.0f; lower max_tokens or shorten the query",
 				cost, b.Kind, b.Dimension, b.Capacity)}
 	case limiter.Limited:
 		b := dec.Bucket
 		d.refusedWithRetry(ctx, who, dec.RetryAfter, "rate limit")
 		retry := request.RetryAfterSeconds(dec.RetryAfter)
-		return "", &httperr.Error{Status: http.StatusTooManyRequests, Code: request.ReasonRateLimited, Dimension: b.Dimension, Kind: string(b.Kind),
+		return "", &refusal.Error{Class: refusal.Limited, Code: request.ReasonRateLimited, Dimension: b.Dimension, Kind: string(b.Kind),
 			RetryAfter: retry, Message: fmt.Sprintf("the %s %s limit is exhausted; retry in %ds", b.Dimension, b.Kind, retry)}
 	}
 	return dec.Reservation, nil
-}
-
-// setRateHeaders reports, per kind, the most constraining bucket: the one
-// with the least left.
-func setRateHeaders(h http.Header, buckets []limiter.Bucket, d limiter.Decision) {
-	for _, kind := range []limiter.Kind{limiter.Tokens, limiter.Requests} {
-		best := -1
-		for i, b := range buckets {
-			if b.Kind == kind && (best < 0 || d.Remaining[i] < d.Remaining[best]) {
-				best = i
-			}
-		}
-		if best < 0 {
-			continue
-		}
-		suffix := "Tokens"
-		if kind == limiter.Requests {
-			suffix = "Requests"
-		}
-		h.Set("X-RateLimit-Limit-"+suffix, strconv.FormatFloat(buckets[best].Capacity, 'f', 0, 64))
-		h.Set("X-RateLimit-Remaining-"+suffix, strconv.FormatFloat(math.Max(0, math.Floor(d.Remaining[best])), 'f', 0, 64))
-		h.Set("X-RateLimit-Reset-"+suffix, formatReset(d.ResetAfter[best]))
-	}
-}
-
-// formatReset writes a duration the way OpenAI's headers do ("1s", "6m0s").
-func formatReset(d time.Duration) string {
-	return d.Round(time.Millisecond).String()
-}
-
-// refundAll gives back a whole reservation, for a request that never
-// started (refunds are idempotent; see giveBackSoon).
-func (d *Door) refundAll(ctx context.Context, id, reservation string) {
-	if d.limiter == nil || reservation == "" {
-		return
-	}
-	d.giveBackSoon(ctx, id, "refund rate limits: gave up; the charge refills with its bucket", func(ctx context.Context) error {
-		_, err := d.limiter.Refund(ctx, reservation, 0, 0)
-		return err
-	})
-}
-
-// giveBackSoon runs giveBack, an idempotent write that returns what a
-// request that never started was charged, without holding up the client's
-// answer: one try within the Redis request timeout, then, with Redis
-// stalled or gone, retries in the background until it is written or the
-// refund patience runs out, when it logs gaveUp.
-func (d *Door) giveBackSoon(ctx context.Context, id, gaveUp string, giveBack func(context.Context) error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.refundPatience())
-	first, stop := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
-	err := giveBack(first)
-	stop()
-	if err == nil {
-		cancel()
-		return
-	}
-	go func() {
-		defer cancel()
-		if err := retry(ctx, func() error { return giveBack(ctx) }); err != nil {
-			d.logger.Warn(gaveUp, "requestID", id, "err", err)
-		}
-	}()
-}
-
-// refundPatience is how long a refund is retried: as long as its
-// reservation lives.
-func (d *Door) refundPatience() time.Duration { return d.cfg.Admission.MaxWait + 10*time.Minute }
-
-// retry calls f until it succeeds or ctx ends, backing off from 100 ms to
-// 5 s between calls.
-func retry(ctx context.Context, f func() error) error {
-	wait := 100 * time.Millisecond
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
 }
 
 // Charge is what a request outside the chat path (an embeddings call)
@@ -160,10 +72,10 @@ type Charge struct {
 }
 
 // ChargeTokens charges tokens to the caller's buckets, as Admit charges a
-// chat request, and writes the rate-limit headers into header: 429 or 413
-// when the request may not pass. Refund gives the charge back when
-// nothing was served.
-func (d *Door) ChargeTokens(ctx context.Context, header http.Header, who Caller, tokens int) (Charge, error) {
+// chat request, and tells where the caller stands: refused (Limited,
+// TooLarge) when the request may not pass. Refund gives the charge back
+// when nothing was served.
+func (d *Door) ChargeTokens(ctx context.Context, who Caller, tokens int) (Charge, Standing, error) {
 	live := d.policy.Current()
 	tier, _ := live.Tier(who.Tier)
 	ch := Charge{ID: "emb-" + strings.TrimPrefix(NewRequestID(), "chat-")}
@@ -173,10 +85,13 @@ func (d *Door) ChargeTokens(ctx context.Context, header http.Header, who Caller,
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
 	defer cancel()
+	var st Standing
 	var err error
-	ch.reservation, err = d.reserve(ctx, header, ch.ID, who, tier, live.Limits.Enabled, cost)
-	return ch, err
+	ch.reservation, err = d.reserve(ctx, &st, ch.ID, who, tier, live.Limits.Enabled, cost)
+	return ch, st, err
 }
 
 // Refund gives a whole charge back.
-func (d *Door) Refund(ctx context.Context, ch Charge) { d.refundAll(ctx, ch.ID, ch.reservation) }
+func (d *Door) Refund(ctx context.Context, ch Charge) {
+	d.giveBack(ctx, holdings.Holdings{RequestID: ch.ID, Rate: ch.reservation})
+}

@@ -3,13 +3,12 @@ package door
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -43,7 +42,7 @@ func (d *Door) checkConversation(req *Request) error {
 			return nil
 		}
 	}
-	return &httperr.Error{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
+	return &refusal.Error{Class: refusal.NotFound, Code: "model_not_found", Param: "model",
 		Message: fmt.Sprintf("the model %q is not served here; GET /v1/models lists the models, and %q answers from a knowledge base", req.Model, RAGModel)}
 }
 
@@ -62,7 +61,7 @@ func (d *Door) poolFor(routed string, req *Request) (string, error) {
 		if bound := d.promptBound(req); bound > pools[pool].MaxPromptTokens {
 			to, ok := fallbackTaking(pools, pool, bound)
 			if !ok {
-				return "", &httperr.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
+				return "", &refusal.Error{Class: refusal.Invalid, Code: "context_length_exceeded", Param: "messages",
 					Message: fmt.Sprintf("this model's maximum context length is %d tokens; the messages take up to %d", pools[pool].MaxPromptTokens, bound)}
 			}
 			req.fallback = &events.Fallback{From: req.Model, To: pools[to].Model, FromPool: pool, ToPool: to, Reason: request.FallbackContextTooLong}
@@ -100,8 +99,8 @@ func fallbackTaking(pools map[string]config.Pool, pool string, bound int) (strin
 
 // badParam is a 400 that names the request field at fault, for
 // OpenAI-shaped errors.
-func badParam(param, code, format string, args ...any) *httperr.Error {
-	e := httperr.BadRequest(code, format, args...)
+func badParam(param, code, format string, args ...any) *refusal.Error {
+	e := refusal.BadRequest(code, format, args...)
 	e.Param = param
 	return e
 }

@@ -3,13 +3,12 @@
 // caller's bans and rate limits, resolves Idempotency-Keys, routes the
 // request to a pool, holds it in the waiting room while the pool's queue
 // is long, starts its workflow and subscribes to its events; a request
-// that never starts is ended here, with its charge given back. It also
-// follows started requests for their streams (queue positions, and the
-// liveness sweep that ends the streams of workflows that vanished).
+// that never starts is ended here, with what it holds given back.
 //
-// The HTTP layer (package api) decodes and authenticates, calls Admit,
-// and renders what it returns; nothing here knows about HTTP beyond the
-// status a refusal carries (httperr.Error) and the headers a client hears.
+// It speaks no transport: it takes a Request and a Caller and answers
+// with an Admission, or refuses with a *refusal.Error; what the client is
+// told of its limits is a Standing. Package api maps these to HTTP
+// (api/httpio); following a started request's events is package follow's.
 package door
 
 import (
@@ -18,7 +17,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 
-	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
@@ -26,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
@@ -67,30 +66,51 @@ type Door struct {
 	room *waitroom.Room
 	// stats caches each pool's admission stats for the door's waiters.
 	stats statsCache
-	// live ends the streams of requests whose workflow is gone.
-	live *liveness
 	// refusals samples the log lines of requests refused before any
 	// workflow, per tenant and reason.
 	refusals *logsample.Sampler
-	// idem maps Idempotency-Keys to the requests they started.
+	// idem maps Idempotency-Keys to the requests they started (nil:
+	// keys are ignored).
 	idem *idempotency.Store
+	// attacher follows a request an Idempotency-Key names.
+	attacher Attacher
+	// returner gives back what a request that never started holds.
+	returner *holdings.Returner
 	// draining is set when the process shuts down: requests waiting at
-	// the door end as "restarting", and streams end without detaching.
+	// the door end as "restarting".
 	draining atomic.Bool
 	logger   *slog.Logger
 }
 
-// Options are the Door's dependencies.
+// Attacher follows a request that already runs, for a client that sent
+// the POST that started it again (follow.Follower.Attach): from its first
+// event, or after the event id after. A request whose events are gone is
+// follow.ErrStreamGone.
+type Attacher interface {
+	Attach(ctx context.Context, id, after string) (*events.Subscription, error)
+}
+
+// Options are the Door's dependencies, each built once by the process
+// (package app).
 type Options struct {
 	Config   config.Config
 	Temporal client.Client
-	Redis    redis.UniversalClient
 	Events   *events.Log
 	Hub      *events.Hub
 	Gate     *admission.Gate
 	Prompts  *prompt.Builder
 	// Policy is the live traffic policy.
 	Policy *policy.Store
+	// Room is the waiting room, whose Ready must be the door's PoolReady
+	// (NewRoom builds it so).
+	Room *waitroom.Room
+	// Idempotency resolves Idempotency-Keys; nil ignores them.
+	Idempotency *idempotency.Store
+	// Attacher follows the request an Idempotency-Key names.
+	Attacher Attacher
+	// Returner gives back what a request that never started holds; its
+	// Limiter, Budgets and Keys must be this Door's.
+	Returner *holdings.Returner
 	// Limiter enforces limits.* at the door; nil disables rate limits.
 	Limiter *limiter.Limiter
 	// Budgets enforces the tiers' monthly budgets; nil disables them.
@@ -112,9 +132,9 @@ type Options struct {
 
 // New builds the door.
 func New(opts Options) (*Door, error) {
-	if opts.Temporal == nil || opts.Redis == nil || opts.Events == nil || opts.Hub == nil || opts.Gate == nil ||
-		opts.Prompts == nil || opts.Policy == nil {
-		return nil, errors.New("door: Temporal, Redis, Events, Hub, Gate, Prompts and Policy are required")
+	if opts.Temporal == nil || opts.Events == nil || opts.Hub == nil || opts.Gate == nil ||
+		opts.Prompts == nil || opts.Policy == nil || opts.Room == nil || opts.Attacher == nil || opts.Returner == nil {
+		return nil, errors.New("door: Temporal, Events, Hub, Gate, Prompts, Policy, Room, Attacher and Returner are required")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -122,39 +142,29 @@ func New(opts Options) (*Door, error) {
 	d := &Door{
 		cfg: opts.Config, temporal: opts.Temporal, events: opts.Events, hub: opts.Hub, gate: opts.Gate,
 		prompts: opts.Prompts, limiter: opts.Limiter, budgets: opts.Budgets, policy: opts.Policy, bans: opts.Bans, sessions: opts.Sessions,
-		metrics: opts.Metrics, addresses: opts.Addresses, kbStore: opts.KBs,
-		answerKBs: map[string]bool{}, refusals: logsample.New(), logger: opts.Logger,
+		metrics: opts.Metrics, addresses: opts.Addresses, kbStore: opts.KBs, room: opts.Room, idem: opts.Idempotency,
+		attacher: opts.Attacher, returner: opts.Returner, answerKBs: map[string]bool{}, refusals: logsample.New(), logger: opts.Logger,
 		kbs: newKBs(opts.Config.Retrieval.KnowledgeBases, opts.KBs),
 	}
 	for _, kb := range opts.Config.AnswerCache.KBs {
 		d.answerKBs[kb] = true
 	}
-	room, err := waitroom.New(waitroom.Options{
-		Slots: opts.Config.API.MaxStartsInFlight, Capacity: opts.Config.API.WaitingRoom,
-		Ready: d.poolReady, Logger: d.logger.With("component", "waiting-room"),
-	})
-	if err != nil {
-		return nil, err
-	}
-	d.room = room
-	d.idem = idempotency.New(opts.Redis, opts.Config.Redis.KeyPrefix, opts.Config.API.IdempotencyTTL)
-	d.live = newLiveness(opts.Temporal, opts.Config.Temporal.Namespace, opts.Events, opts.Gate, d.logger.With("component", "liveness"))
 	return d, nil
 }
 
-// Run runs the waiting room and the liveness sweep until ctx ends.
-func (d *Door) Run(ctx context.Context) {
-	go d.room.Run(ctx)
-	d.live.run(ctx)
+// NewRoom is the door's waiting room under cfg: a request waits there
+// while its pool's queue is long (PoolReady), with a slot per workflow
+// start in flight. Its Run is the process's to start.
+func NewRoom(cfg config.Config, gate *admission.Gate, live *policy.Store, logger *slog.Logger) (*waitroom.Room, error) {
+	ready := poolReadiness{cfg: cfg, gate: gate, policy: live}
+	return waitroom.New(waitroom.Options{
+		Slots: cfg.API.MaxStartsInFlight, Capacity: cfg.API.WaitingRoom, Ready: ready.ready, Logger: logger,
+	})
 }
 
 // Drain marks the process as shutting down: requests still waiting at the
-// door end telling their clients to retry, and streams that end do not
-// detach their requests (the clients resume against another instance).
+// door end telling their clients to retry.
 func (d *Door) Drain() { d.draining.Store(true) }
-
-// Draining reports whether Drain was called.
-func (d *Door) Draining() bool { return d.draining.Load() }
 
 // Room is the waiting room's state, for the admin queue view.
 func (d *Door) Room() waitroom.Stats { return d.room.Stats() }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
@@ -53,7 +54,7 @@ func TestQueueWaitIsThePlaceInTheFairOrder(t *testing.T) {
 	for i := range 8 {
 		enqueue(fmt.Sprint("o", i), "other")
 	}
-	d := &Door{gate: gate, cfg: config.Default(), logger: slog.New(slog.DiscardHandler)}
+	d := &Door{gate: gate, cfg: config.Default(), logger: slog.New(slog.DiscardHandler), returner: &holdings.Returner{Gate: gate}}
 	at := func(tenant string, weight int) time.Duration {
 		return d.queueWait(ctx, arrival{pool: "short", who: Caller{Tenant: tenant}, tier: policy.Tier{Weight: weight}, tokens: 1000, admitTokens: 1000})
 	}
@@ -71,7 +72,7 @@ func TestQueueWaitIsThePlaceInTheFairOrder(t *testing.T) {
 		if a.place.Tag == 0 {
 			t.Fatalf("no place reserved for %s", tenant)
 		}
-		d.giveBack(ctx, a)
+		d.giveBack(ctx, a.holdings())
 		return pass
 	}
 	if !passes("vip", 5) || !passes("newcomer", 1) {

@@ -3,12 +3,11 @@ package door
 import (
 	"context"
 	"fmt"
-	"net/http"
 
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // CheckIngestQuota refuses a batch that would take the Caller's tenant
@@ -26,12 +25,12 @@ func (d *Door) CheckIngestQuota(ctx context.Context, who Caller, kb kbref.Ref, d
 	used, err := d.tenantUsage(ctx, who.Tenant)
 	if err != nil {
 		d.logger.Error("read the tenant's ingestion usage", "tenant", who.Tenant, "err", err)
-		return httperr.Unavailable("could not check the ingestion quota; please retry")
+		return refusal.Unreachable("could not check the ingestion quota; please retry")
 	}
 	added, err := d.newDocuments(ctx, kb, docs)
 	if err != nil {
 		d.logger.Error("read the kb's documents", "kb", kb, "err", err)
-		return httperr.Unavailable("could not check the ingestion quota; please retry")
+		return refusal.Unreachable("could not check the ingestion quota; please retry")
 	}
 	var bytes int64
 	for _, d := range docs {
@@ -46,8 +45,8 @@ func (d *Door) CheckIngestQuota(ctx context.Context, who Caller, kb kbref.Ref, d
 	return nil
 }
 
-func quotaExceeded(detail string) *httperr.Error {
-	return &httperr.Error{Status: http.StatusForbidden, Code: "ingest_quota_exceeded",
+func quotaExceeded(detail string) *refusal.Error {
+	return &refusal.Error{Class: refusal.Forbidden, Code: "ingest_quota_exceeded",
 		Message: "Your organisation's knowledge bases are full: " + detail + ". Delete documents or ask for a larger plan."}
 }
 

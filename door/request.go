@@ -3,7 +3,6 @@ package door
 import (
 	"crypto/rand"
 	"fmt"
-	"net/http"
 	"regexp"
 	"strings"
 	"unicode/utf8"
@@ -11,22 +10,25 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
-// Request is the body of POST /v1/chat.
+// Request is a chat request as the door takes it, whichever API it came
+// through: Sluice's own (a query, a kb, a session) or the OpenAI
+// endpoint's (a conversation, a model, sampling).
 type Request struct {
-	Query     string `json:"query"`
-	KB        string `json:"kb"`
-	SessionID string `json:"session_id"`
-	MaxTokens *int   `json:"max_tokens"`
+	Query     string
+	KB        string
+	SessionID string
+	// MaxTokens caps the answer; nil takes api.default_max_tokens.
+	MaxTokens *int
 
-	// kbTenant owns KB, "" for a shared kb (see Server.resolveChatKB).
+	// kbTenant owns KB, "" for a shared kb (see Door.resolveChatKB).
 	kbTenant string
 
 	// queryTokens is the query's token count once counted (see
-	// Server.queryTokens); 0 until then.
+	// Door.queryTokens); 0 until then.
 	queryTokens int
 	counted     bool
 
@@ -34,24 +36,24 @@ type Request struct {
 	// the client's conversation, sent whole; gateway, no knowledge base;
 	// sampling, forwarded. Model is the backend model the client named
 	// ("" when it asked for a kb by alias: any pool answers).
-	Conversation []openai.Message `json:"-"`
-	Gateway      bool             `json:"-"`
-	Sampling     *openai.Sampling `json:"-"`
-	Model        string           `json:"-"`
+	Conversation []openai.Message
+	Gateway      bool
+	Sampling     *openai.Sampling
+	Model        string
 	// MediaParts and PartTypes are the conversation's parts that are not
 	// text (the door counts the prompt's tokens, estimating media).
-	MediaParts int      `json:"-"`
-	PartTypes  []string `json:"-"`
+	MediaParts int
+	PartTypes  []string
 	// Choices is how many answers an OpenAI client asked for (n); 0 on
 	// Sluice's own API, which answers once.
-	Choices int `json:"-"`
+	Choices int
 
 	// Fingerprint is what a retry's body is compared by (Fingerprint);
 	// IdempotencyKey is the client's Idempotency-Key header, "" if none,
 	// and LastEventID where a replay of it resumes.
-	Fingerprint    string `json:"-"`
-	IdempotencyKey string `json:"-"`
-	LastEventID    string `json:"-"`
+	Fingerprint    string
+	IdempotencyKey string
+	LastEventID    string
 
 	// promptTokens counts the conversation (text, media parts estimated,
 	// tool definitions).
@@ -93,20 +95,20 @@ func (d *Door) Validate(req *Request) error {
 	}
 	req.Query = strings.TrimSpace(req.Query)
 	if req.Query == "" {
-		return httperr.BadRequest("empty_query", "query must not be empty")
+		return refusal.BadRequest("empty_query", "query must not be empty")
 	}
 	if !utf8.ValidString(req.Query) {
-		return httperr.BadRequest("bad_query", "query must be valid UTF-8")
+		return refusal.BadRequest("bad_query", "query must be valid UTF-8")
 	}
 	if n := utf8.RuneCountInString(req.Query); n > d.cfg.API.MaxQueryChars {
-		return &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
+		return &refusal.Error{Class: refusal.TooLarge, Code: "query_too_long",
 			Message: fmt.Sprintf("query has %d characters; the limit is %d", n, d.cfg.API.MaxQueryChars)}
 	}
 	if req.KB == "" {
 		req.KB = d.cfg.Retrieval.DefaultKB
 	}
 	if req.SessionID != "" && !sessionIDPattern.MatchString(req.SessionID) {
-		return httperr.BadRequest("bad_session_id", "session_id must be 1-128 characters of letters, digits and ._:-")
+		return refusal.BadRequest("bad_session_id", "session_id must be 1-128 characters of letters, digits and ._:-")
 	}
 	if req.Conversation != nil {
 		// The conversation, the query in it, must fit the long pool
@@ -130,7 +132,7 @@ func (d *Door) validateMaxTokens(req *Request) error {
 		req.MaxTokens = &n
 	}
 	if *req.MaxTokens < 1 || *req.MaxTokens > d.cfg.API.MaxTokensLimit {
-		return httperr.BadRequest("bad_max_tokens", "max_tokens must be between 1 and %d", d.cfg.API.MaxTokensLimit)
+		return refusal.BadRequest("bad_max_tokens", "max_tokens must be between 1 and %d", d.cfg.API.MaxTokensLimit)
 	}
 	return nil
 }
@@ -144,10 +146,10 @@ func (d *Door) fitsLongPool(tokens int, conversation bool) error {
 	case tokens <= limit:
 		return nil
 	case conversation:
-		return &httperr.Error{Status: http.StatusBadRequest, Code: "context_length_exceeded", Param: "messages",
+		return &refusal.Error{Class: refusal.Invalid, Code: "context_length_exceeded", Param: "messages",
 			Message: fmt.Sprintf("the largest prompt any model here takes is %d tokens; the messages need %d", limit, tokens)}
 	}
-	return &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "query_too_long",
+	return &refusal.Error{Class: refusal.TooLarge, Code: "query_too_long",
 		Message: fmt.Sprintf("the query needs %d prompt tokens; the limit is %d", tokens, limit)}
 }
 

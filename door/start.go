@@ -2,13 +2,10 @@ package door
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/settings"
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 )
@@ -20,7 +17,7 @@ func (d *Door) startChat(ctx context.Context, a arrival, req Request, waited tim
 	in := workflows.ChatInput{
 		RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KeyID: a.who.KeyID, Tier: a.who.Tier,
 		Query: req.Query, KB: req.KB, KBTenant: req.kbTenant, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
-		Pool: a.pool, PromptBound: d.promptBound(&req), RateReservation: a.reservation, BudgetReservation: a.budget, AdmissionTokens: a.admitTokens, AdmissionPlace: a.place, Settings: settings.Chat(d.cfg, a.tier),
+		Pool: a.pool, PromptBound: d.promptBound(&req), RateReservation: a.reservation, BudgetReservation: a.budget, AdmissionTokens: a.admitTokens, AdmissionPlace: a.place, Settings: ChatSettings(d.cfg, a.tier),
 		Conversation: req.Conversation, Gateway: req.Gateway, Sampling: req.Sampling, Fallback: req.fallback,
 	}
 	if req.Choices > 1 {
@@ -68,9 +65,4 @@ func (d *Door) startedAnyway(id string) bool {
 	defer cancel()
 	_, err := d.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
 	return err == nil
-}
-
-func isNotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
 }

@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/waitroom"
-	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // startWhenAdmitted waits in the door's waiting room while the client
@@ -138,7 +138,7 @@ func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
 // maxWait is the request's whole wait for a permit, the door's share
 // included: its tier's, else its pool's, else admission.max_wait.
 func (d *Door) maxWait(a arrival) time.Duration {
-	set := settings.Chat(d.cfg, a.tier)
+	set := ChatSettings(d.cfg, a.tier)
 	if w, ok := set.MaxWaitByPool[a.pool]; ok {
 		return w
 	}
@@ -169,7 +169,7 @@ func (d *Door) leftFailure() events.Failure {
 // refusal counted and recorded in its session, and its terminal event.
 func (d *Door) endAtDoor(ctx context.Context, a arrival, req Request, f events.Failure) {
 	ctx = context.WithoutCancel(ctx)
-	d.giveBack(ctx, a)
+	d.giveBack(ctx, a.holdings())
 	typ, outcome := events.TypeRejected, request.OutcomeRejected
 	if f.Reason == request.ReasonCancelled || f.Reason == request.ReasonUnavailable {
 		typ, outcome = events.TypeError, request.OutcomeFailed
@@ -237,9 +237,8 @@ func (d *Door) reportDoorPosition(ctx context.Context, a arrival, w *waitroom.Wa
 
 // canTake reports whether pool's admission queue, holding depth requests
 // with starting more on their way, is short enough for one more: fewer
-// than api.queue_per_permit requests per permit.
-func (d *Door) canTake(live *policy.Policy, pool string, depth, starting int) bool {
-	per := d.cfg.API.QueuePerPermit
+// than per (api.queue_per_permit; 0 is no bound) requests per permit.
+func canTake(per float64, live *policy.Policy, pool string, depth, starting int) bool {
 	if per == 0 {
 		return true
 	}
@@ -270,34 +269,26 @@ func (d *Door) reservePlace(ctx context.Context, a *arrival, live *policy.Policy
 	return !ready && per > 0 && float64(ahead) < per*float64(max(live.Pools[a.pool], 1))
 }
 
-// giveBack returns what a request that never started holds: its rate
-// limit charge, its budget charge and its place in the fair order (a place it does not give
-// back lapses, charging its tenant meanwhile).
-func (d *Door) giveBack(ctx context.Context, a arrival) {
-	d.refundAll(ctx, a.id, a.reservation)
-	d.settleBudget(ctx, a.id, a.budget)
-	if a.place.Tag == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.Redis.RequestTimeout)
-	defer cancel()
-	if err := d.gate.Unreserve(ctx, a.place); err != nil {
-		d.logger.Warn("give back a place in the fair order; it lapses", "requestID", a.id, "err", err)
-	}
+// poolReadiness is what the waiting room asks before it lets a request
+// go on to its pool.
+type poolReadiness struct {
+	cfg    config.Config
+	gate   *admission.Gate
+	policy *policy.Store
 }
 
-// poolReady is the waiting room's Ready: it reads the pool's backlog, the
+// ready is the waiting room's Ready: it reads the pool's backlog, the
 // queue less the entries parked behind their tenant's concurrency cap (a
 // free permit would not admit those, so they must not hold others here).
-func (d *Door) poolReady(ctx context.Context, pool string, starting int) (bool, error) {
-	if d.cfg.API.QueuePerPermit == 0 {
+func (r poolReadiness) ready(ctx context.Context, pool string, starting int) (bool, error) {
+	if r.cfg.API.QueuePerPermit == 0 {
 		return true, nil
 	}
-	backlog, err := d.gate.Backlog(ctx, pool)
+	backlog, err := r.gate.Backlog(ctx, pool)
 	if err != nil {
 		return false, err
 	}
-	return d.canTake(d.policy.Current(), pool, backlog, starting), nil
+	return canTake(r.cfg.API.QueuePerPermit, r.policy.Current(), pool, backlog, starting), nil
 }
 
 // poolStatsTTL is how long a pool's stats are reused for the positions

@@ -2,17 +2,15 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // HealingStarter is the part of the Temporal client StartHealing needs.
@@ -36,9 +34,8 @@ func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logg
 	id := workflows.HealingWorkflowID(cfg.Temporal.TaskQueue)
 	if !cfg.Healing.Enabled {
 		err := c.SignalWorkflow(ctx, id, "", workflows.SignalStop, nil)
-		var nf *serviceerror.NotFound
 		switch {
-		case errors.As(err, &nf):
+		case conn.NotFound(err):
 			logger.Info("healing disabled (healing.enabled); not starting the healer", "workflowID", id)
 		case err != nil:
 			return fmt.Errorf("stop healing workflow %s: %w", id, err)
@@ -47,7 +44,7 @@ func StartHealing(ctx context.Context, c HealingStarter, cfg config.Config, logg
 		}
 		return nil
 	}
-	set := settings.Healing(cfg)
+	set := HealingSettings(cfg)
 	run, err := c.SignalWithStartWorkflow(ctx, id, workflows.SignalSettings, set, client.StartWorkflowOptions{
 		ID:                    id,
 		TaskQueue:             cfg.Temporal.TaskQueue,

@@ -15,7 +15,6 @@ import (
 	"github.com/sluice-dev/sluice/activities"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 func TestHealingSettingsFromConfig(t *testing.T) {
@@ -23,7 +22,7 @@ func TestHealingSettingsFromConfig(t *testing.T) {
 	cfg.Pools.Short.Healing = config.PoolHealing{MinPermits: 2, BaseBatch: 16, MinBatch: 4, TTFTSLO: 2 * time.Second}
 	cfg.Pools.Short.Scaler = config.Scaler{Kind: config.ScalerSimulator, URL: "http://sim:8090", BaseReplicas: 1, MaxReplicas: 4, Timeout: time.Second}
 	cfg.Pools.Long.Scaler.MaxReplicas = 9 // ignored: kind none
-	s := settings.Healing(cfg)
+	s := HealingSettings(cfg)
 	if s.Interval != 10*time.Second || s.Window != 30*time.Second || s.Stage != "llm_first_token" || s.WarnRatio != 2 || s.CriticalRatio != 5 ||
 		s.WarnKVCache != 0.75 || s.CriticalQueueDepth != 100 || s.CriticalTimeoutRate != 0.05 || s.MinSamples != 50 ||
 		s.HealthyPolls != 3 || s.Cooldown != 30*time.Second || s.LongCostFactor != 2 || s.PollsPerRun != 500 {

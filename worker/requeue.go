@@ -2,14 +2,13 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/workflows"
 )
 
@@ -84,7 +83,7 @@ func (w *Worker) requeueWaiters(ctx context.Context) (int, error) {
 			id := e.GetExecution().GetWorkflowId()
 			g.Go(func() error {
 				err := w.temporal.SignalWorkflow(gctx, id, "", workflows.SignalRecheck, workflows.RecheckSignal{Reason: "redis_state_lost"})
-				if err != nil && !isNotFound(err) {
+				if err != nil && !conn.NotFound(err) {
 					w.logger.Warn("ask a request to re-check", "requestID", id, "err", err)
 				}
 				return nil
@@ -96,10 +95,4 @@ func (w *Worker) requeueWaiters(ctx context.Context) (int, error) {
 			return asked, nil
 		}
 	}
-}
-
-// isNotFound reports a workflow that is gone.
-func isNotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
 }

@@ -7,7 +7,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sluice-dev/sluice/activities"
-	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -167,9 +166,9 @@ func (w *chat) awaitGrant(tctx workflow.Context, timer workflow.Future) woken {
 }
 
 // takePlace is the door's place for the first admission, none after.
-func (w *chat) takePlace() admission.Place {
+func (w *chat) takePlace() request.Place {
 	if w.placeTaken {
-		return admission.Place{}
+		return request.Place{}
 	}
 	w.placeTaken = true
 	return w.in.AdmissionPlace

@@ -19,7 +19,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/sluice-dev/sluice/activities"
-	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -878,7 +877,7 @@ func (s *chatSuite) TestPermitLostBeforeStreamQueuesAgain() {
 		s.env.SignalWorkflow(SignalAdmitted, AdmittedSignal{Pool: "short"})
 	}, time.Second)
 	in := input()
-	in.AdmissionPlace = admission.Place{Pool: "short", Tenant: in.Tenant, Weight: 1, Cost: 1, Tag: 42}
+	in.AdmissionPlace = request.Place{Pool: "short", Tenant: in.Tenant, Weight: 1, Cost: 1, Tag: 42}
 	s.env.ExecuteWorkflow(ChatWorkflow, in)
 	s.Equal(request.OutcomeDone, s.result().Outcome)
 	s.Equal([]string{"EmbedQuery", "Admit", "Retrieve", "Rerank", "StreamLLM", "Admit", "StreamLLM", "Finalize"}, s.calls())

@@ -8,10 +8,10 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Names shared by the workflow, its callers and its activities.
@@ -102,7 +102,7 @@ type ChatInput struct {
 	// reserved while the request waited there (admission.Gate.Reserve;
 	// Tag 0: none): its first admission queues there. Histories without
 	// it queue as new arrivals, as before.
-	AdmissionPlace admission.Place `json:",omitzero"`
+	AdmissionPlace request.Place `json:",omitzero"`
 	// Conversation is an OpenAI client's messages, which the prompt
 	// carries whole: after the context (Query is then its last user
 	// message, what is retrieved for) or, in Gateway mode, alone, with no

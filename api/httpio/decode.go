@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // DecodeJSON reads a JSON object of at most limit bytes with no unknown
@@ -28,10 +28,10 @@ func DecodeJSON(c echo.Context, dst any, limit int64) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return httperr.BadRequest("bad_json", "malformed JSON: %v", err)
+		return refusal.BadRequest("bad_json", "malformed JSON: %v", err)
 	}
 	if len(bytes.TrimSpace(body[dec.InputOffset():])) > 0 {
-		return httperr.BadRequest("bad_json", "unexpected data after the JSON object")
+		return refusal.BadRequest("bad_json", "unexpected data after the JSON object")
 	}
 	return nil
 }
@@ -48,17 +48,17 @@ func ReadJSONBody(c echo.Context, limit int64) ([]byte, error) {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			return nil, &httperr.Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large",
+			return nil, &refusal.Error{Class: refusal.TooLarge, Code: "body_too_large",
 				Message: fmt.Sprintf("request body exceeds %d bytes", limit)}
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// api.body_read_timeout: the server closes the connection.
-			return nil, &httperr.Error{Status: http.StatusRequestTimeout, Code: "body_timeout",
+			return nil, &refusal.Error{Class: refusal.Timeout, Code: "body_timeout",
 				Message: "the request body did not arrive in time"}
 		}
-		return nil, httperr.BadRequest("bad_body", "read request body: %v", err)
+		return nil, refusal.BadRequest("bad_body", "read request body: %v", err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, httperr.BadRequest("bad_json", "request body must be a JSON object")
+		return nil, refusal.BadRequest("bad_json", "request body must be a JSON object")
 	}
 	if err := checkDepth(body); err != nil {
 		return nil, err
@@ -72,7 +72,7 @@ func ReadJSONBody(c echo.Context, limit int64) ([]byte, error) {
 // checkJSONContentType accepts application/json, with a charset
 // parameter only if it is UTF-8, the only encoding JSON may travel in.
 func checkJSONContentType(ct string) error {
-	refuse := &httperr.Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+	refuse := &refusal.Error{Class: refusal.UnsupportedMedia, Code: "unsupported_media_type",
 		Message: "Content-Type must be application/json"}
 	if ct == "" {
 		return refuse

@@ -2,9 +2,8 @@ package httpio
 
 import (
 	"fmt"
-	"net/http"
 
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // MaxJSONDepth bounds how deeply a request body's arrays and objects may
@@ -34,7 +33,7 @@ func checkDepth(body []byte) error {
 			inString = true
 		case c == '[' || c == '{':
 			if depth++; depth > MaxJSONDepth {
-				return &httperr.Error{Status: http.StatusBadRequest, Code: "too_deep",
+				return &refusal.Error{Class: refusal.Invalid, Code: "too_deep",
 					Message: fmt.Sprintf("the JSON body nests deeper than %d levels (at byte %d)", MaxJSONDepth, i)}
 			}
 		case c == ']' || c == '}':

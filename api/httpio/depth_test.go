@@ -11,7 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 func postBody(body []byte) echo.Context {
@@ -55,8 +55,8 @@ func TestWorstBodyCostsItsSize(t *testing.T) {
 			runtime.ReadMemStats(&before)
 			_, err := ReadJSONBody(postBody(body), limit)
 			runtime.ReadMemStats(&after)
-			var ae *httperr.Error
-			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+			var ae *refusal.Error
+			if !errors.As(err, &ae) || ae.Class != refusal.Invalid {
 				t.Fatalf("refused with %v, want a 400", err)
 			}
 			if len(ae.Message) > 300 || len(ae.Param) > 300 {

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // textIntact reports whether a JSON body's text decodes as sent: its
@@ -91,14 +90,14 @@ const namingLimit = 1 << 20
 
 // invalidUTF8 is the refusal of a body whose text is not intact, naming
 // the byte at fault and, in a body of up to namingLimit, its field.
-func invalidUTF8(body []byte) *httperr.Error {
+func invalidUTF8(body []byte) *refusal.Error {
 	at := badTextAt(body)
 	var field, param string
 	if len(body) <= namingLimit {
 		field, param = badUTF8Field(body)
 		field, param = bounded(field), bounded(param)
 	}
-	e := &httperr.Error{Status: http.StatusBadRequest, Code: "bad_utf8", Param: param,
+	e := &refusal.Error{Class: refusal.Invalid, Code: "bad_utf8", Param: param,
 		Message: fmt.Sprintf("%s is not valid UTF-8 text (byte %d)", field, at)}
 	if field == "" {
 		e.Message = fmt.Sprintf("the request body is not valid UTF-8 text (byte %d)", at)

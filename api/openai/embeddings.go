@@ -15,8 +15,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/api/httpio"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // embeddingsPath is OpenAI's embeddings API, served by the embedder
@@ -49,7 +49,7 @@ func (s *Server) postEmbeddings(c echo.Context) error {
 		return err
 	}
 	if s.embeddings == nil {
-		return httperr.Unavailable("embeddings are not configured in this process")
+		return refusal.Unreachable("embeddings are not configured in this process")
 	}
 	body, err := httpio.ReadJSONBody(c, s.cfg.API.MaxBodyBytes)
 	if err != nil {
@@ -60,7 +60,8 @@ func (s *Server) postEmbeddings(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	charge, err := s.door.ChargeTokens(ctx, c.Response().Header(), who, in.tokens)
+	charge, standing, err := s.door.ChargeTokens(ctx, who, in.tokens)
+	httpio.WriteStanding(c.Response().Header(), standing)
 	if err != nil {
 		return err
 	}
@@ -68,11 +69,11 @@ func (s *Server) postEmbeddings(c echo.Context) error {
 	if err != nil {
 		// Nothing was given to the caller: its charge goes back.
 		s.door.Refund(ctx, charge)
-		if ae, ok := err.(*httperr.Error); ok {
+		if ae, ok := err.(*refusal.Error); ok {
 			return ae
 		}
 		s.logger.Warn("embeddings", "requestID", charge.ID, "err", err)
-		return httperr.Unavailable("the embedder did not answer; please retry")
+		return refusal.Unreachable("the embedder did not answer; please retry")
 	}
 	return c.JSON(http.StatusOK, list)
 }
@@ -82,10 +83,10 @@ func (s *Server) postEmbeddings(c echo.Context) error {
 func (s *Server) parseEmbeddingRequest(body []byte) (embeddingInput, error) {
 	var req openai.EmbeddingRequest
 	if err := json.Unmarshal(body, &req); err != nil {
-		return embeddingInput{}, httperr.BadRequest("bad_json", "malformed JSON: %v", err)
+		return embeddingInput{}, refusal.BadRequest("bad_json", "malformed JSON: %v", err)
 	}
 	if model := s.cfg.Embedding.Model; req.Model != model && req.Model != s.embeddings.Model() {
-		return embeddingInput{}, &httperr.Error{Status: http.StatusNotFound, Code: "model_not_found", Param: "model",
+		return embeddingInput{}, &refusal.Error{Class: refusal.NotFound, Code: "model_not_found", Param: "model",
 			Message: fmt.Sprintf("the embedding model here is %q, not %q", model, req.Model)}
 	}
 	in := embeddingInput{}

@@ -1,29 +1,28 @@
 package openai
 
 import (
-	"net/http"
-
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
-// ErrorBody renders e in OpenAI's shape; the type follows from the status as
-// OpenAI's do, the code is Sluice's.
-func ErrorBody(e *httperr.Error) openai.ErrorResponse {
+// ErrorBody renders e in OpenAI's shape; the type follows from the class as
+// OpenAI's follows from the status, the code is Sluice's.
+func ErrorBody(e *refusal.Error) openai.ErrorResponse {
 	out := openai.Error{Message: e.Message, Code: openai.Code(e.Code), Type: "invalid_request_error", Param: openai.Null[string]()}
 	if e.Param != "" {
 		out.Param = openai.Of(e.Param)
 	}
 	switch {
-	case e.Status == http.StatusUnauthorized:
+	case e.Class == refusal.Unauthenticated:
 		out.Type = "authentication_error"
-	case e.Status == http.StatusForbidden:
+	case e.Class == refusal.Forbidden:
 		out.Type = "permission_error"
-	case e.Status == http.StatusNotFound:
+	case e.Class == refusal.NotFound:
 		out.Type = "not_found_error"
-	case e.Status == http.StatusTooManyRequests:
+	case e.Class == refusal.Limited:
 		out.Type = "rate_limit_error"
-	case e.Status >= 500:
+	case httpio.Status(e.Class) >= 500:
 		out.Type = "server_error"
 	}
 	return openai.ErrorResponse{Error: out}

@@ -11,9 +11,10 @@ import (
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -25,8 +26,8 @@ const chatCompletionsPath = "/v1/chat/completions"
 // field; the body's kb wins.
 const kbHeader = "X-Sluice-KB"
 
-func paramError(param, code, format string, args ...any) *httperr.Error {
-	e := httperr.BadRequest(code, format, args...)
+func paramError(param, code, format string, args ...any) *refusal.Error {
+	e := refusal.BadRequest(code, format, args...)
 	e.Param = param
 	return e
 }
@@ -42,7 +43,7 @@ var paramOf = map[string]string{
 }
 
 func withParam(err error) error {
-	var ae *httperr.Error
+	var ae *refusal.Error
 	if errors.As(err, &ae) && ae.Param == "" {
 		ae.Param = paramOf[ae.Code]
 	}
@@ -106,23 +107,23 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta, includeUsage bool) error {
 	sse, err := httpio.StartSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
 	if err != nil {
-		s.door.Detach(id)
+		s.follow.Detach(id)
 		return nil
 	}
 	// The server's own closing bytes follow the handler: bound them too.
 	defer sse.Arm()
 	out := &chunkSink{out: sse, meta: meta, includeUsage: includeUsage}
-	switch s.door.Follow(c.Request().Context(), sub, id, out, true) {
-	case door.EndClientGone:
-		s.door.Detach(id)
-	case door.EndInterrupted:
+	switch s.follow.Follow(c.Request().Context(), sub, id, out, true) {
+	case follow.EndClientGone:
+		s.follow.Detach(id)
+	case follow.EndInterrupted:
 		// An OpenAI client cannot resume: tell it the answer is cut short
 		// (a stream that just stops would look complete), and end the
 		// request rather than run it for nobody.
-		_ = out.fail(&httperr.Error{Status: http.StatusServiceUnavailable, Code: request.ReasonStreamInterrupted,
+		_ = out.fail(&refusal.Error{Class: refusal.Unavailable, Code: request.ReasonStreamInterrupted,
 			Message: "The stream was interrupted (the server is restarting). Please retry."})
 		_ = out.Flush()
-		s.door.DetachNow(id)
+		s.follow.DetachNow(id)
 	}
 	return nil
 }
@@ -133,13 +134,13 @@ func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id s
 func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta) error {
 	c.Response().Header().Set("X-Request-ID", id)
 	var col answerCollector
-	switch s.door.Follow(c.Request().Context(), sub, id, &col, false) {
-	case door.EndClientGone:
-		s.door.Detach(id)
+	switch s.follow.Follow(c.Request().Context(), sub, id, &col, false) {
+	case follow.EndClientGone:
+		s.follow.Detach(id)
 		return nil
-	case door.EndInterrupted:
-		s.door.DetachNow(id)
-		return httperr.Unavailable("The request was interrupted (the server is restarting). Please retry.")
+	case follow.EndInterrupted:
+		s.follow.DetachNow(id)
+		return refusal.Unreachable("The request was interrupted (the server is restarting). Please retry.")
 	}
 	if col.failure != nil {
 		return col.failure
@@ -232,23 +233,23 @@ func finishReason(r string) string {
 }
 
 // failureError is the HTTP error a rejected or error event amounts to.
-func failureError(ev events.Event) *httperr.Error {
+func failureError(ev events.Event) *refusal.Error {
 	var f events.Failure
 	if err := json.Unmarshal(ev.Data, &f); err != nil || f.Reason == "" {
-		return &httperr.Error{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "the request failed"}
+		return &refusal.Error{Class: refusal.Internal, Code: request.ReasonInternal, Message: "the request failed"}
 	}
-	status := http.StatusInternalServerError
+	class := refusal.Internal
 	switch f.Reason {
 	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull, request.ReasonShed,
 		request.ReasonBackendUnavailable, request.ReasonUnavailable:
-		status = http.StatusServiceUnavailable
+		class = refusal.Unavailable
 	case request.ReasonBackendError, request.ReasonStreamInterrupted:
-		status = http.StatusBadGateway
+		class = refusal.Upstream
 	case request.ReasonBadRequest, request.ReasonKBTooLarge:
-		status = http.StatusBadRequest
+		class = refusal.Invalid
 	case request.ReasonCancelled:
 		// Not a status clients retry: someone meant it to stop.
-		status = http.StatusGone
+		class = refusal.Gone
 	}
-	return httperr.Refused(status, f)
+	return refusal.Refused(class, f)
 }

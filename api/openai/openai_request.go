@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
 // completionRequest is OpenAI's chat completion request with Sluice's
@@ -47,7 +47,7 @@ const maxChoices = 8
 func parseCompletionRequest(body []byte, kb string) (completionRequest, door.Request, error) {
 	var cr completionRequest
 	if err := json.Unmarshal(body, &cr); err != nil {
-		return cr, door.Request{}, httperr.BadRequest("bad_json", "malformed JSON: %v", err)
+		return cr, door.Request{}, refusal.BadRequest("bad_json", "malformed JSON: %v", err)
 	}
 	if err := refuseUnsupported(body); err != nil {
 		return cr, door.Request{}, err
@@ -105,7 +105,7 @@ func parseCompletionRequest(body []byte, kb string) (completionRequest, door.Req
 func refuseUnsupported(body []byte) error {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
-		return httperr.BadRequest("bad_json", "the body must be a JSON object: %v", err)
+		return refusal.BadRequest("bad_json", "the body must be a JSON object: %v", err)
 	}
 	names := make([]string, 0, len(fields))
 	for name := range fields {

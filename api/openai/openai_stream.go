@@ -3,13 +3,12 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -71,7 +70,7 @@ func (k *chunkSink) Write(ev events.Event) error {
 	case events.TypeDone:
 		var d events.Done
 		if err := json.Unmarshal(ev.Data, &d); err != nil {
-			return k.fail(&httperr.Error{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"})
+			return k.fail(&refusal.Error{Class: refusal.Internal, Code: request.ReasonInternal, Message: "unreadable answer"})
 		}
 		if len(k.roleSent) == 0 && d.Model != "" {
 			// An empty answer: no token named the model.
@@ -135,7 +134,7 @@ func (k *chunkSink) chunk(choice int, delta openai.Delta, finish *string) comple
 
 // fail ends the stream with an error object, which OpenAI clients raise
 // as an error (openai-go: ssestream.StreamError). No [DONE] follows.
-func (k *chunkSink) fail(e *httperr.Error) error {
+func (k *chunkSink) fail(e *refusal.Error) error {
 	return k.data(ErrorBody(e))
 }
 
@@ -160,7 +159,7 @@ type answerCollector struct {
 	// answers are by choice: one unless the client asked for several.
 	answers []*choiceAnswer
 	done    events.Done
-	failure *httperr.Error
+	failure *refusal.Error
 }
 
 // choiceAnswer is one choice's answer: its text and the tool calls it
@@ -195,7 +194,7 @@ func (col *answerCollector) Write(ev events.Event) error {
 		}
 	case events.TypeDone:
 		if err := json.Unmarshal(ev.Data, &col.done); err != nil {
-			col.failure = &httperr.Error{Status: http.StatusInternalServerError, Code: request.ReasonInternal, Message: "unreadable answer"}
+			col.failure = &refusal.Error{Class: refusal.Internal, Code: request.ReasonInternal, Message: "unreadable answer"}
 		}
 	case events.TypeRejected, events.TypeError:
 		col.failure = failureError(ev)

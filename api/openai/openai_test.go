@@ -18,7 +18,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -126,8 +126,8 @@ func TestParseCompletionRequestRefusals(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := parseCompletionRequest([]byte(tc.body), "")
-			var ae *httperr.Error
-			if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != tc.code || ae.Param != tc.param || ae.Message == "" {
+			var ae *refusal.Error
+			if !errors.As(err, &ae) || ae.Class != refusal.Invalid || ae.Code != tc.code || ae.Param != tc.param || ae.Message == "" {
 				t.Fatalf("error %#v, want 400 %s on %q", err, tc.code, tc.param)
 			}
 		})
@@ -348,7 +348,7 @@ func TestAnswerCollector(t *testing.T) {
 	} {
 		var col answerCollector
 		_ = col.Write(ev(events.TypeRejected, events.Failure{Reason: reason, Message: "m", RetryAfterS: 2}))
-		if col.failure == nil || col.failure.Status != status || col.failure.Code != reason {
+		if col.failure == nil || httpio.Status(col.failure.Class) != status || col.failure.Code != reason {
 			t.Fatalf("%s: %+v, want status %d", reason, col.failure, status)
 		}
 	}

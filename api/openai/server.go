@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 )
@@ -42,6 +43,7 @@ type Embeddings interface {
 type Server struct {
 	cfg     config.Config
 	door    *door.Door
+	follow  *follow.Follower
 	auth    Auth
 	prompts *prompt.Builder
 	// embeddings serves POST /v1/embeddings; nil refuses it.
@@ -55,6 +57,7 @@ type Server struct {
 type Options struct {
 	Config     config.Config
 	Door       *door.Door
+	Follow     *follow.Follower
 	Auth       Auth
 	Prompts    *prompt.Builder
 	Embeddings Embeddings
@@ -66,7 +69,7 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Server{cfg: opts.Config, door: opts.Door, auth: opts.Auth, prompts: opts.Prompts, embeddings: opts.Embeddings,
+	return &Server{cfg: opts.Config, door: opts.Door, follow: opts.Follow, auth: opts.Auth, prompts: opts.Prompts, embeddings: opts.Embeddings,
 		builtAt: time.Now(), logger: opts.Logger}
 }
 

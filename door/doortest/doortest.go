@@ -5,6 +5,7 @@ package doortest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -19,12 +20,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
-	"github.com/sluice-dev/sluice/pkg/httperr"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/worker"
 )
@@ -48,9 +51,14 @@ func Parsers(t testing.TB) (config.Config, *prompt.Builder, *door.Door) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := door.New(door.Options{Config: cfg, Temporal: noTemporal{}, Redis: rdb, Events: log,
+	live := worker.NewPolicy(rdb, cfg, gate, slog.Default())
+	room, err := door.NewRoom(cfg, gate, live, slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := door.New(door.Options{Config: cfg, Temporal: noTemporal{}, Events: log,
 		Hub: events.NewHub(rdb, log, events.HubOptions{}), Gate: gate, Prompts: prompts,
-		Policy: worker.NewPolicy(rdb, cfg, gate, slog.Default())})
+		Policy: live, Room: room, Attacher: noAttacher{}, Returner: &holdings.Returner{Gate: gate}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +67,13 @@ func Parsers(t testing.TB) (config.Config, *prompt.Builder, *door.Door) {
 
 // noTemporal is a Temporal client whose every call panics.
 type noTemporal struct{ client.Client }
+
+// noAttacher follows no request: a test that reaches it fails.
+type noAttacher struct{}
+
+func (noAttacher) Attach(context.Context, string, string) (*events.Subscription, error) {
+	return nil, errors.New("doortest: no request to attach to")
+}
 
 // JSONContext is the echo context of a JSON POST of body.
 func JSONContext(e *echo.Echo, body []byte) echo.Context {
@@ -71,14 +86,14 @@ func JSONContext(e *echo.Echo, body []byte) echo.Context {
 // message: the handlers would answer it 4xx with a JSON body.
 func RequireRefusal(t *testing.T, body []byte, err error) {
 	t.Helper()
-	var ae *httperr.Error
+	var ae *refusal.Error
 	if !errors.As(err, &ae) {
-		t.Fatalf("%q: refused with %T %v, not an httperr.Error (a 500)", body, err, err)
+		t.Fatalf("%q: refused with %T %v, not a refusal.Error (a 500)", body, err, err)
 	}
-	if ae.Status < 400 || ae.Status > 499 || ae.Code == "" || ae.Message == "" {
+	if s := httpio.Status(ae.Class); s < 400 || s > 499 || ae.Code == "" || ae.Message == "" {
 		t.Fatalf("%q: refusal %+v is not a 4xx with a code and a message", body, ae)
 	}
-	if _, err := json.Marshal(map[string]*httperr.Error{"error": ae}); err != nil {
+	if _, err := json.Marshal(map[string]*refusal.Error{"error": ae}); err != nil {
 		t.Fatalf("%q: refusal cannot be rendered: %v", body, err)
 	}
 }

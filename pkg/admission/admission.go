@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 var (
@@ -261,7 +262,7 @@ type Request struct {
 	// order (Reserve; a zero Tag: none): a new arrival queues there, and
 	// its tenant's reservation is taken whatever Enqueue answers. Only its
 	// Tag and Charge are read.
-	Place Place
+	Place request.Place
 	// AliveFor is how long the request's queue place stays live without
 	// another call (0: Options.WaiterTTL). A waiter that does not re-check
 	// (it waits for its grant's signal until its deadline) passes its

@@ -1299,11 +1299,11 @@ type signals struct {
 	ids []string
 }
 
-func (n *signals) NotifyGranted(_ context.Context, _, id string) error {
+func (n *signals) NotifyGranted(_ context.Context, _, id string) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.ids = append(n.ids, id)
-	return nil
+	return false, nil
 }
 
 // A fast waiter hears of its grant on the channel and gets no signal; a

@@ -84,7 +84,7 @@ func TestReleaseTellsHoldOnce(t *testing.T) {
 // goneNotifier finds every waiter gone.
 type goneNotifier struct{}
 
-func (goneNotifier) NotifyGranted(context.Context, string, string) error { return ErrWaiterGone }
+func (goneNotifier) NotifyGranted(context.Context, string, string) (bool, error) { return true, nil }
 
 // A permit whose lease ran out is told by the next Pump of its pool, held
 // from its grant to its lease's end, once: whichever script reclaimed it

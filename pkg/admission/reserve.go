@@ -5,24 +5,9 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-)
 
-// Place is a place in a pool's fair order reserved for a request that
-// waits at the door before its workflow starts (Reserve). The request
-// queues at it (Request.Place) or gives it back (Unreserve).
-type Place struct {
-	Pool   string
-	Tenant string
-	Weight int
-	// Cost is the request's, as Enqueue takes it.
-	Cost float64
-	// Tag is the place in the fair order; 0 is no place.
-	Tag int64
-	// Charge is the ticks of virtual time the place was charged, before
-	// its tenant's credit: what its entry settles against (0 on places
-	// reserved before it was kept: their cost/weight).
-	Charge int64 `json:",omitzero"`
-}
+	"github.com/sluice-dev/sluice/pkg/request"
+)
 
 // Reserve takes a place in pool's fair order for a request of tenant at
 // weight and cost that waits at the door, as if it queued now: its
@@ -33,31 +18,31 @@ type Place struct {
 // at a time is placed as if it had asked for nothing. A place neither
 // taken nor given back lapses after ttl (its door died). It returns the
 // place and how many queued entries are ahead of it.
-func (g *Gate) Reserve(ctx context.Context, pool, tenant string, weight int, cost float64, ttl time.Duration) (Place, int, error) {
+func (g *Gate) Reserve(ctx context.Context, pool, tenant string, weight int, cost float64, ttl time.Duration) (request.Place, int, error) {
 	if _, err := g.limit(pool); err != nil {
-		return Place{}, 0, err
+		return request.Place{}, 0, err
 	}
 	if cost == 0 {
 		cost = 1
 	}
 	if weight <= 0 || !(cost > 0) || ttl <= 0 {
-		return Place{}, 0, fmt.Errorf("reserve a place in pool %s: weight %d, cost %v and ttl %s must be > 0", pool, weight, cost, ttl)
+		return request.Place{}, 0, fmt.Errorf("reserve a place in pool %s: weight %d, cost %v and ttl %s must be > 0", pool, weight, cost, ttl)
 	}
 	raw, err := reserveScript.Run(ctx, g.rdb, g.scriptKeys(pool), tenant, weight, strconv.FormatFloat(cost, 'g', -1, 64),
 		ttl.Milliseconds()).Int64Slice()
 	if err != nil {
-		return Place{}, 0, fmt.Errorf("reserve a place in pool %s for tenant %s: %w", pool, tenant, err)
+		return request.Place{}, 0, fmt.Errorf("reserve a place in pool %s for tenant %s: %w", pool, tenant, err)
 	}
 	if len(raw) != 3 {
-		return Place{}, 0, fmt.Errorf("reserve a place in pool %s: reply %v", pool, raw)
+		return request.Place{}, 0, fmt.Errorf("reserve a place in pool %s: reply %v", pool, raw)
 	}
-	return Place{Pool: pool, Tenant: tenant, Weight: weight, Cost: cost, Tag: raw[0], Charge: raw[2]}, int(raw[1]), nil
+	return request.Place{Pool: pool, Tenant: tenant, Weight: weight, Cost: cost, Tag: raw[0], Charge: raw[2]}, int(raw[1]), nil
 }
 
 // Unreserve gives back a place whose request never queued (it ended at
 // the door). A place its request queued at is already taken: give back
 // only those.
-func (g *Gate) Unreserve(ctx context.Context, p Place) error {
+func (g *Gate) Unreserve(ctx context.Context, p request.Place) error {
 	if p.Tag == 0 {
 		return nil
 	}
@@ -71,7 +56,7 @@ func (g *Gate) Unreserve(ctx context.Context, p Place) error {
 
 // AheadOf returns how many requests queued in the place's group are ahead
 // of it in the fair order.
-func (g *Gate) AheadOf(ctx context.Context, p Place) (int, error) {
+func (g *Gate) AheadOf(ctx context.Context, p request.Place) (int, error) {
 	n, err := aheadScript.Run(ctx, g.rdb, g.scriptKeys(p.Pool), p.Tenant, p.Weight,
 		strconv.FormatFloat(p.Cost, 'g', -1, 64), p.Tag).Int()
 	if err != nil {

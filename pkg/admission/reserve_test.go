@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // grantOrder releases held until the queue is empty and returns the ids in
@@ -34,7 +36,7 @@ func TestPlacesReservedAtTheDoorKeepOneOrder(t *testing.T) {
 	mustEnqueueReq(t, g, Request{ID: "hold", Tenant: "x", Weight: 1})
 	// Heavy's first request queues; three more wait at the door.
 	mustEnqueueReq(t, g, Request{ID: "h0", Tenant: "heavy", Weight: 1})
-	var places []Place
+	var places []request.Place
 	for range 3 {
 		p, _, err := g.Reserve(ctx, "p", "heavy", 1, 1, time.Minute)
 		if err != nil {
@@ -111,7 +113,7 @@ func TestUnreserveAndLapse(t *testing.T) {
 	if c.Tag != b.Tag {
 		t.Fatalf("after giving back %d the next place is %d, want the same", b.Tag, c.Tag)
 	}
-	for _, p := range []Place{a, c} {
+	for _, p := range []request.Place{a, c} {
 		if err := g.Unreserve(ctx, p); err != nil {
 			t.Fatal(err)
 		}

@@ -6,13 +6,11 @@ import (
 	"fmt"
 )
 
-// ErrWaiterGone is returned by a Notifier when the waiter no longer exists
-// (its workflow ended); the permit it was granted must be given back.
-var ErrWaiterGone = errors.New("waiter gone")
-
-// Notifier tells a waiter that it now holds a permit.
+// Notifier tells a waiter that it now holds a permit. gone reports a
+// waiter that no longer exists (its workflow ended): the permit it was
+// granted must be given back.
 type Notifier interface {
-	NotifyGranted(ctx context.Context, pool, requestID string) error
+	NotifyGranted(ctx context.Context, pool, requestID string) (gone bool, err error)
 }
 
 // Wake notifies every request granted a permit in grants (each in its
@@ -45,12 +43,12 @@ func Wake(ctx context.Context, g *Gate, n Notifier, grants []Grant) error {
 		}
 		for _, gr := range slow {
 			pool, id := gr.Pool, gr.ID
-			err := n.NotifyGranted(ctx, pool, id)
-			if err == nil {
+			gone, err := n.NotifyGranted(ctx, pool, id)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("notify %s of its permit: %w", id, err))
 				continue
 			}
-			if !errors.Is(err, ErrWaiterGone) {
-				errs = append(errs, fmt.Errorf("notify %s of its permit: %w", id, err))
+			if !gone {
 				continue
 			}
 			rel, err := g.Release(ctx, pool, id)

@@ -10,8 +10,8 @@ import (
 // failingNotifier refuses every notification.
 type failingNotifier struct{}
 
-func (failingNotifier) NotifyGranted(context.Context, string, string) error {
-	return errors.New("temporal unreachable")
+func (failingNotifier) NotifyGranted(context.Context, string, string) (bool, error) {
+	return false, errors.New("temporal unreachable")
 }
 
 // ReleaseAndWake hands the released permit to the next waiter and wakes

@@ -117,6 +117,7 @@ type Counter struct {
 	rdb     redis.UniversalClient
 	prefix  string
 	rebuild Rebuild
+	prices  map[string]Price
 	now     func() time.Time
 }
 
@@ -127,6 +128,8 @@ type Options struct {
 	// Rebuild reads the ledger when a month's counter is missing; nil
 	// starts it from zero (a process that only settles needs none).
 	Rebuild Rebuild
+	// Prices are each pool's model's price, by pool (PriceOf).
+	Prices map[string]Price
 	// Now is the clock that picks the month (time.Now).
 	Now func() time.Time
 }
@@ -136,8 +139,13 @@ func New(rdb redis.UniversalClient, opts Options) *Counter {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Counter{rdb: rdb, prefix: opts.KeyPrefix, rebuild: opts.Rebuild, now: opts.Now}
+	return &Counter{rdb: rdb, prefix: opts.KeyPrefix, rebuild: opts.Rebuild, prices: opts.Prices, now: opts.Now}
 }
+
+// PriceOf is the price of pool's model: what a request answered there
+// spends. Zero when it has none, which only a tier without a spend
+// budget allows.
+func (c *Counter) PriceOf(pool string) Price { return c.prices[pool] }
 
 // Month is the UTC calendar month of t: its start and the next's.
 func Month(t time.Time) (start, next time.Time) {

@@ -33,7 +33,7 @@ func TestFromLedgerPricesEachPool(t *testing.T) {
 		}
 	}
 	prices := map[string]Price{"short": {Input: 1, Output: 2}, "long": {Input: 3, Output: 4}}
-	got, err := FromLedger(ledger, func(pool string) Price { return prices[pool] })(ctx, "acme", from, to)
+	got, err := FromLedger(ledger, prices)(ctx, "acme", from, to)
 	if err != nil {
 		t.Fatal(err)
 	}

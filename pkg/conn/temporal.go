@@ -1,6 +1,9 @@
 package conn
 
 import (
+	"errors"
+
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 )
 
@@ -32,4 +35,12 @@ func TemporalOptions(cfg Temporal) (client.Options, error) {
 		o.ConnectionOptions.TLSDisabled = true
 	}
 	return o, nil
+}
+
+// NotFound reports whether err is the Temporal server saying that what a
+// call named does not exist: a workflow that never started, or one whose
+// history is gone.
+func NotFound(err error) bool {
+	var nf *serviceerror.NotFound
+	return errors.As(err, &nf)
 }

@@ -14,11 +14,11 @@ type notes struct {
 	ids []string
 }
 
-func (n *notes) NotifyGranted(_ context.Context, _, id string) error {
+func (n *notes) NotifyGranted(_ context.Context, _, id string) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.ids = append(n.ids, id)
-	return nil
+	return false, nil
 }
 
 // Every admission script (enqueue, pump, release, renew, shed, stats) and

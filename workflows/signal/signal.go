@@ -6,12 +6,10 @@ package signal
 
 import (
 	"context"
-	"errors"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -24,13 +22,13 @@ type Notifier struct {
 }
 
 // NotifyGranted implements admission.Notifier: the workflow gets the
-// admitted signal; a workflow already gone is admission.ErrWaiterGone.
-func (n Notifier) NotifyGranted(ctx context.Context, pool, requestID string) error {
-	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalAdmitted, workflows.AdmittedSignal{Pool: pool})
-	if isNotFound(err) {
-		return admission.ErrWaiterGone
+// admitted signal; a workflow that is not found is gone.
+func (n Notifier) NotifyGranted(ctx context.Context, pool, requestID string) (gone bool, err error) {
+	err = n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalAdmitted, workflows.AdmittedSignal{Pool: pool})
+	if conn.NotFound(err) {
+		return true, nil
 	}
-	return err
+	return false, err
 }
 
 // NotifyShed implements activities.ShedNotifier: the request's workflow
@@ -39,13 +37,8 @@ func (n Notifier) NotifyGranted(ctx context.Context, pool, requestID string) err
 func (n Notifier) NotifyShed(ctx context.Context, _, requestID string) error {
 	err := n.Client.SignalWorkflow(ctx, workflows.ChatWorkflowID(requestID), "", workflows.SignalCancel,
 		workflows.CancelSignal{Reason: request.ReasonShed})
-	if isNotFound(err) {
+	if conn.NotFound(err) {
 		return nil
 	}
 	return err
-}
-
-func isNotFound(err error) bool {
-	var nf *serviceerror.NotFound
-	return errors.As(err, &nf)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/load/internal/chat"
 	"github.com/sluice-dev/sluice/tests/load/internal/figure"
@@ -17,7 +18,6 @@ import (
 	"github.com/sluice-dev/sluice/tests/load/internal/slo"
 	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 	"github.com/sluice-dev/sluice/tests/testenv"
-	"github.com/sluice-dev/sluice/workflows/settings"
 )
 
 // What a step measured, and the report: tables on stdout and in
@@ -157,7 +157,7 @@ func (s *goodputStep) summary(slo slo.Tier) string {
 
 func (g *goodputScenario) Report(r *report.Report) error {
 	r.Strict = g.strict
-	settings := settings.Chat(g.cfg, g.cfg.Limits.Tiers[g.cfg.Limits.DefaultTier])
+	settings := door.ChatSettings(g.cfg, g.cfg.Limits.Tiers[g.cfg.Limits.DefaultTier])
 	r.Header(fmt.Sprintf("goodput against offered load, Sluice (POST /v1/chat, every SSE event read) and the bare workflow of its shape (4 no-op local activities, then one activity streaming the same prompt from the same simulator into a Redis stream and writing done itself; started with eager start, read with XREAD) on one stack: closed loop at %s × P clients, then open loop (Poisson) at %s × %.2f/s (%s), at most %d requests in flight; each step %v warm-up + %v measured, Sluice first, then the bare workflow; P = %d permits of the short pool, %d-token answers, rate limits off, healing %s; an anonymous caller (one tenant, tier %s: max_wait %v, fast_wait %v, recheck %v); simulator: one replica running %d sequences; clients give up after %v",
 		g.closed, g.open, g.measured, g.capacitySource(), g.maxInFlight, g.warmup, g.step, g.permits, g.maxTokens, onOff(g.healing),
 		g.cfg.Limits.DefaultTier, settings.MaxWait, settings.FastWait, settings.RecheckInterval, g.permits, g.timeout))

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
@@ -26,7 +27,6 @@ import (
 	"github.com/sluice-dev/sluice/tests/load/internal/stack"
 	"github.com/sluice-dev/sluice/tests/load/internal/stats"
 	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/settings"
 	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
@@ -393,7 +393,7 @@ func (w *waitersScenario) memoryTable(r *report.Report) {
 func startWaiter(ctx context.Context, st *stack.Stack, cfg config.Config, id string, i int, maxWait time.Duration) error {
 	// The standard tier's settings, but the bench's wait limit, no cap
 	// on a tenant's waiting requests and no search attributes.
-	settings := settings.Chat(cfg, cfg.Limits.Tiers["standard"])
+	settings := door.ChatSettings(cfg, cfg.Limits.Tiers["standard"])
 	settings.MaxWait, settings.MaxPerTenant, settings.SearchAttributes = maxWait, 0, false
 	in := workflows.ChatInput{
 		RequestID: id, Tenant: fmt.Sprintf("bench-t%02d", i%50), User: fmt.Sprintf("bench-u%03d", i%500), Tier: "standard",

@@ -1,4 +1,4 @@
-package door
+package follow
 
 import (
 	"encoding/json"

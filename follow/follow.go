@@ -1,16 +1,85 @@
-package door
+// Package follow is a client's side of a request the door started:
+// reading its events as they come (Follow, with its queue position while
+// it waits), coming back for them (Resume, Attach), leaving (Detach) and
+// asking it to stop (Cancel). What it writes for a client goes through a
+// Sink, so it knows nothing of the transport; the liveness sweep
+// (follow/liveness) ends the streams of requests whose workflow is gone.
+package follow
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
+	"github.com/sluice-dev/sluice/follow/liveness"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/workflows"
 )
+
+// Follower follows started requests for their clients. One per API
+// process.
+type Follower struct {
+	temporal client.Client
+	events   *events.Log
+	hub      *events.Hub
+	gate     *admission.Gate
+	live     *liveness.Sweeper
+	opts     Options
+	// draining is set when the process shuts down: streams that end do
+	// not detach their requests (their clients resume elsewhere).
+	draining atomic.Bool
+	logger   *slog.Logger
+}
+
+// Options are a Follower's dependencies and settings.
+type Options struct {
+	Temporal client.Client
+	Events   *events.Log
+	Hub      *events.Hub
+	Gate     *admission.Gate
+	// Liveness is the process's sweep, which Follow tells what it follows.
+	Liveness *liveness.Sweeper
+	// QueuePollInterval is how often a waiting request's position is
+	// read (api.queue_poll_interval).
+	QueuePollInterval time.Duration
+	// IdleTimeout is how long a stream may be quiet before its workflow
+	// is looked for (api.stream_idle_timeout).
+	IdleTimeout time.Duration
+	// StopTTL is how long a stop flag raised for a request waiting at a
+	// door lives (events.ttl).
+	StopTTL time.Duration
+	Logger  *slog.Logger
+}
+
+// New builds a Follower.
+func New(opts Options) (*Follower, error) {
+	if opts.Temporal == nil || opts.Events == nil || opts.Hub == nil || opts.Gate == nil || opts.Liveness == nil {
+		return nil, errors.New("follow: Temporal, Events, Hub, Gate and Liveness are required")
+	}
+	if opts.QueuePollInterval <= 0 || opts.IdleTimeout <= 0 || opts.StopTTL <= 0 {
+		return nil, errors.New("follow: QueuePollInterval, IdleTimeout and StopTTL must be positive")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Follower{temporal: opts.Temporal, events: opts.Events, hub: opts.Hub, gate: opts.Gate, live: opts.Liveness,
+		opts: opts, logger: opts.Logger}, nil
+}
+
+// Drain marks the process as shutting down: streams that end from now on
+// do not detach their requests (the clients resume against another
+// instance).
+func (f *Follower) Drain() { f.draining.Store(true) }
+
+// Draining reports whether Drain was called.
+func (f *Follower) Draining() bool { return f.draining.Load() }
 
 // streamState follows a request through its events, so that the stream
 // knows when to poll the queue position and when it is over.
@@ -98,14 +167,14 @@ const keepAliveInterval = 15 * time.Second
 // until the reader can go no further. With positions set it also reports
 // the request's queue position while it waits. The caller decides what a
 // reader that did not reach the end means for the request.
-func (d *Door) Follow(ctx context.Context, sub *events.Subscription, id string, out Sink, positions bool) End {
+func (f *Follower) Follow(ctx context.Context, sub *events.Subscription, id string, out Sink, positions bool) End {
 	st := &streamState{}
-	defer d.live.follow(id)()
-	poll := time.NewTicker(d.cfg.API.QueuePollInterval)
+	defer f.live.Follow(id)()
+	poll := time.NewTicker(f.opts.QueuePollInterval)
 	defer poll.Stop()
 	keepAlive := time.NewTicker(keepAliveInterval)
 	defer keepAlive.Stop()
-	idle := time.NewTimer(d.cfg.API.StreamIdleTimeout)
+	idle := time.NewTimer(f.opts.IdleTimeout)
 	defer idle.Stop()
 
 	for {
@@ -130,7 +199,7 @@ func (d *Door) Follow(ctx context.Context, sub *events.Subscription, id string, 
 				st.observe(ev)
 			}
 			if st.started {
-				d.live.started(id)
+				f.live.Started(id)
 			}
 			if err := out.Flush(); err != nil {
 				return EndClientGone
@@ -138,10 +207,10 @@ func (d *Door) Follow(ctx context.Context, sub *events.Subscription, id string, 
 			if st.terminal {
 				return EndTerminal
 			}
-			idle.Reset(d.cfg.API.StreamIdleTimeout)
+			idle.Reset(f.opts.IdleTimeout)
 		case <-poll.C:
 			if positions && st.queued {
-				d.reportPosition(ctx, id, st)
+				f.reportPosition(ctx, id, st)
 			}
 		case <-keepAlive.C:
 			if err := out.KeepAlive(); err != nil {
@@ -151,8 +220,8 @@ func (d *Door) Follow(ctx context.Context, sub *events.Subscription, id string, 
 				return EndClientGone
 			}
 		case <-idle.C:
-			d.endIfGone(ctx, id, st.started)
-			idle.Reset(d.cfg.API.StreamIdleTimeout)
+			f.endIfGone(ctx, id, st.started)
+			idle.Reset(f.opts.IdleTimeout)
 		}
 	}
 }
@@ -160,18 +229,18 @@ func (d *Door) Follow(ctx context.Context, sub *events.Subscription, id string, 
 // reportPosition writes a queue event when the request's place changed.
 // Positions are read here, outside the workflow, because workflow timers
 // are too coarse for sub-second updates.
-func (d *Door) reportPosition(ctx context.Context, id string, st *streamState) {
-	pos, ok, err := d.gate.Position(ctx, st.pool, id)
+func (f *Follower) reportPosition(ctx context.Context, id string, st *streamState) {
+	pos, ok, err := f.gate.Position(ctx, st.pool, id)
 	if err != nil || !ok || pos == st.position {
 		return
 	}
-	stats, err := d.gate.Stats(ctx, st.pool)
+	stats, err := f.gate.Stats(ctx, st.pool)
 	if err != nil {
 		return
 	}
 	q := events.Queue{Position: pos, EstimatedWaitMs: admission.EstimateWait(pos, stats.Limit, stats.MeanHold).Milliseconds(), Pool: st.pool}
-	if _, err := d.events.Append(ctx, id, events.TypeQueue, q); err != nil {
-		d.logger.Warn("write queue event", "requestID", id, "err", err)
+	if _, err := f.events.Append(ctx, id, events.TypeQueue, q); err != nil {
+		f.logger.Warn("write queue event", "requestID", id, "err", err)
 		return
 	}
 	// Remember it now so that a slow hub does not make us write it twice.
@@ -183,46 +252,23 @@ func (d *Door) reportPosition(ctx context.Context, id string, st *streamState) {
 // event, which ends every reader. The liveness rounds check only requests
 // seen started; this also covers a reader that joined past the events
 // that showed it (a resume), by looking for them in the log.
-func (d *Door) endIfGone(ctx context.Context, id string, started bool) {
-	if !started && !d.hasStage(ctx, id) {
+func (f *Follower) endIfGone(ctx context.Context, id string, started bool) {
+	if !started && !f.hasStage(ctx, id) {
 		// Still at a door, which ends it itself.
 		return
 	}
-	d.live.started(id)
-	if gone, status := d.live.describe(ctx, id); gone {
-		d.live.end(ctx, id, status)
+	f.live.Started(id)
+	if gone, status := f.live.Describe(ctx, id); gone {
+		f.live.End(ctx, id, status)
 	}
 }
 
 // hasStage reports whether the request's log shows a stage, which only
 // its workflow writes.
-func (d *Door) hasStage(ctx context.Context, id string) bool {
-	evs, err := d.events.After(ctx, id, "0", 64)
+func (f *Follower) hasStage(ctx context.Context, id string) bool {
+	evs, err := f.events.After(ctx, id, "0", 64)
 	if err != nil {
 		return false
 	}
 	return slices.ContainsFunc(evs, func(ev events.Event) bool { return ev.Type == events.TypeStage })
-}
-
-// Detach tells the workflow that a reader left. It must outlive the
-// request's context, which is already cancelled.
-func (d *Door) Detach(id string) {
-	if d.Draining() {
-		// The process is going away, not the client: it will resume
-		// against another instance.
-		return
-	}
-	d.DetachNow(id)
-}
-
-// DetachNow tells the workflow that a reader left, even while the
-// process drains: for a client that cannot resume (an OpenAI client), the
-// request should end rather than run for nobody.
-func (d *Door) DetachNow(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := d.temporal.SignalWorkflow(ctx, workflows.ChatWorkflowID(id), "", workflows.SignalDetach, workflows.AttachSignal{})
-	if err != nil && !isNotFound(err) {
-		d.logger.Warn("signal detach", "requestID", id, "err", err)
-	}
 }

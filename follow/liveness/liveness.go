@@ -1,24 +1,26 @@
-package door
+// Package liveness ends the event streams of requests whose workflow
+// ended without writing their end, or vanished, so that the clients
+// following them hear an error within seconds instead of keep-alives
+// forever (see Sweeper).
+package liveness
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/conn"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/workflows"
-	"github.com/sluice-dev/sluice/workflows/signal"
 )
 
 // livenessInterval is how often the process looks for followed requests
@@ -33,7 +35,7 @@ const closedLookBack = 10 * time.Second
 // sweepConcurrency bounds the describes of a sweep.
 const sweepConcurrency = 8
 
-// liveness ends the event streams of requests whose workflow ended
+// Sweeper ends the event streams of requests whose workflow ended
 // without writing their end (terminated by an operator, timed out, or
 // failed) or vanished (a Temporal server that lost its state), so that
 // their clients get an error event within seconds instead of keep-alives
@@ -46,12 +48,13 @@ const sweepConcurrency = 8
 // Only requests whose workflow is known to have started are checked: a
 // request still waiting at a door (this instance's or another's) has no
 // workflow yet, and its door ends it.
-type liveness struct {
+type Sweeper struct {
 	temporal  client.Client
 	namespace string
 	events    *events.Log
-	gate      *admission.Gate
-	logger    *slog.Logger
+	// returner gives back what a gone request held in any pool.
+	returner *holdings.Returner
+	logger   *slog.Logger
 
 	mu       sync.Mutex
 	followed map[string]*followedRequest
@@ -70,12 +73,15 @@ type followedRequest struct {
 	order uint64
 }
 
-func newLiveness(tc client.Client, namespace string, log *events.Log, gate *admission.Gate, logger *slog.Logger) *liveness {
-	return &liveness{temporal: tc, namespace: namespace, events: log, gate: gate, logger: logger, followed: map[string]*followedRequest{}}
+// New is the sweeper of the chat workflows in namespace: what a gone
+// request held in its returner's gate is given back, and its stream in
+// log ended.
+func New(tc client.Client, namespace string, log *events.Log, returner *holdings.Returner, logger *slog.Logger) *Sweeper {
+	return &Sweeper{temporal: tc, namespace: namespace, events: log, returner: returner, logger: logger, followed: map[string]*followedRequest{}}
 }
 
-// follow registers a reader of id; the returned func unregisters it.
-func (l *liveness) follow(id string) func() {
+// Follow registers a reader of id; the returned func unregisters it.
+func (l *Sweeper) Follow(id string) func() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f, ok := l.followed[id]
@@ -94,8 +100,8 @@ func (l *liveness) follow(id string) func() {
 	}
 }
 
-// started notes that id's workflow exists (it wrote a stage or a token).
-func (l *liveness) started(id string) {
+// Started notes that id's workflow exists (it wrote a stage or a token).
+func (l *Sweeper) Started(id string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if f, ok := l.followed[id]; ok {
@@ -103,8 +109,8 @@ func (l *liveness) started(id string) {
 	}
 }
 
-// run checks every livenessInterval until ctx ends.
-func (l *liveness) run(ctx context.Context) {
+// Run checks every livenessInterval until ctx ends.
+func (l *Sweeper) Run(ctx context.Context) {
 	t := time.NewTicker(livenessInterval)
 	defer t.Stop()
 	for {
@@ -118,7 +124,7 @@ func (l *liveness) run(ctx context.Context) {
 }
 
 // check runs one round: closed workflows first, then the probe.
-func (l *liveness) check(ctx context.Context) {
+func (l *Sweeper) check(ctx context.Context) {
 	ids := l.startedIDs()
 	if len(ids) == 0 {
 		// Nothing followed: the next search need not reach back past now.
@@ -134,7 +140,7 @@ func (l *liveness) check(ctx context.Context) {
 }
 
 // startedIDs are the followed requests whose workflow has started.
-func (l *liveness) startedIDs() map[string]bool {
+func (l *Sweeper) startedIDs() map[string]bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ids := map[string]bool{}
@@ -148,7 +154,7 @@ func (l *liveness) startedIDs() map[string]bool {
 
 // endClosed ends the streams of followed requests whose workflow closed
 // abnormally since the last search. A completed workflow wrote its end.
-func (l *liveness) endClosed(ctx context.Context, ids map[string]bool) error {
+func (l *Sweeper) endClosed(ctx context.Context, ids map[string]bool) error {
 	now := time.Now()
 	since := l.closedSince
 	if since.IsZero() {
@@ -166,7 +172,7 @@ func (l *liveness) endClosed(ctx context.Context, ids map[string]bool) error {
 		}
 		for _, ex := range resp.GetExecutions() {
 			if id := workflows.RequestIDOf(ex.GetExecution().GetWorkflowId()); ids[id] {
-				l.end(ctx, id, ex.GetStatus())
+				l.End(ctx, id, ex.GetStatus())
 			}
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
@@ -179,21 +185,21 @@ func (l *liveness) endClosed(ctx context.Context, ids map[string]bool) error {
 
 // probe describes the next followed request in turn and reports whether
 // its workflow is gone, which it then ends.
-func (l *liveness) probe(ctx context.Context) bool {
+func (l *Sweeper) probe(ctx context.Context) bool {
 	id, ok := l.nextTurn()
 	if !ok {
 		return false
 	}
-	gone, status := l.describe(ctx, id)
+	gone, status := l.Describe(ctx, id)
 	if gone {
-		l.end(ctx, id, status)
+		l.End(ctx, id, status)
 	}
 	return gone
 }
 
 // nextTurn is the started request with the lowest order past the last
 // one probed, wrapping around.
-func (l *liveness) nextTurn() (string, bool) {
+func (l *Sweeper) nextTurn() (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var best, first string
@@ -220,13 +226,13 @@ func (l *liveness) nextTurn() (string, bool) {
 
 // sweep describes every started request (after a probe found one gone:
 // the server may have lost them all) and ends those that are gone.
-func (l *liveness) sweep(ctx context.Context, ids map[string]bool) {
+func (l *Sweeper) sweep(ctx context.Context, ids map[string]bool) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sweepConcurrency)
 	for id := range ids {
 		g.Go(func() error {
-			if gone, status := l.describe(gctx, id); gone {
-				l.end(gctx, id, status)
+			if gone, status := l.Describe(gctx, id); gone {
+				l.End(gctx, id, status)
 			}
 			return nil
 		})
@@ -234,13 +240,12 @@ func (l *liveness) sweep(ctx context.Context, ids map[string]bool) {
 	_ = g.Wait()
 }
 
-// describe reports whether id's workflow is gone: not found, or closed
+// Describe reports whether id's workflow is gone: not found, or closed
 // other than by completing. An unreachable server says nothing.
-func (l *liveness) describe(ctx context.Context, id string) (bool, enums.WorkflowExecutionStatus) {
+func (l *Sweeper) Describe(ctx context.Context, id string) (bool, enums.WorkflowExecutionStatus) {
 	desc, err := l.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
-	var nf *serviceerror.NotFound
 	switch {
-	case errors.As(err, &nf):
+	case conn.NotFound(err):
 		return true, enums.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED
 	case err != nil:
 		return false, 0
@@ -253,17 +258,15 @@ func (l *liveness) describe(ctx context.Context, id string) (bool, enums.Workflo
 	return true, desc.Status
 }
 
-// end gives back the permit or queue place a request whose workflow is
+// End gives back the permit or queue place a request whose workflow is
 // gone can no longer give back (waking whoever it goes to), then writes
 // its error event unless its stream already ended: its readers end with
 // what is there. Releases are idempotent, so two instances that both find
 // it gone give back one place.
-func (l *liveness) end(ctx context.Context, id string, status enums.WorkflowExecutionStatus) {
-	for _, pool := range l.gate.Pools() {
-		_, err := l.gate.ReleaseAndWake(ctx, signal.Notifier{Client: l.temporal}, pool, id)
-		if err != nil && ctx.Err() == nil {
-			l.logger.Warn("give back the place of a request whose workflow is gone", "requestID", id, "pool", pool, "err", err)
-		}
+func (l *Sweeper) End(ctx context.Context, id string, status enums.WorkflowExecutionStatus) {
+	h := holdings.Holdings{RequestID: id, Pools: l.returner.Gate.Pools()}
+	if _, err := l.returner.GiveBack(ctx, h, holdings.Used{}); err != nil && ctx.Err() == nil {
+		l.logger.Warn("give back the place of a request whose workflow is gone", "requestID", id, "err", err)
 	}
 	_, written, err := l.events.AppendFinal(ctx, id, events.TypeError, goneFailure(status))
 	switch {

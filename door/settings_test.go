@@ -1,4 +1,4 @@
-package settings
+package door
 
 import (
 	"reflect"
@@ -14,13 +14,13 @@ import (
 // moves to; pools without any are absent.
 func TestChatCarriesThePoolsFallbacks(t *testing.T) {
 	cfg := config.Default()
-	if got := Chat(cfg, policy.Tier{}).Fallbacks; got != nil {
+	if got := ChatSettings(cfg, policy.Tier{}).Fallbacks; got != nil {
 		t.Fatalf("fallbacks %+v with none configured", got)
 	}
 	cfg.Pools.Long.Model = "sim-large"
 	cfg.Pools.Short.Fallbacks = []config.Fallback{{Model: "sim-small"}, {Pool: "long"}}
 	want := map[string][]workflows.Fallback{"short": {{Model: "sim-small"}, {Pool: "long", Model: "sim-large"}}}
-	if got := Chat(cfg, policy.Tier{}).Fallbacks; !reflect.DeepEqual(got, want) {
+	if got := ChatSettings(cfg, policy.Tier{}).Fallbacks; !reflect.DeepEqual(got, want) {
 		t.Fatalf("fallbacks %+v, want %+v", got, want)
 	}
 }

@@ -1,9 +1,4 @@
-// Package settings turns the configuration into the settings Sluice's
-// workflows run with: copied into a workflow's input (or its healing
-// state) when it starts, so that a later config change never alters a
-// running request. It lives apart from package workflows, which holds only
-// what runs inside a workflow.
-package settings
+package door
 
 import (
 	"time"
@@ -14,9 +9,10 @@ import (
 	"github.com/sluice-dev/sluice/workflows"
 )
 
-// Chat is what a request of tier runs with under cfg: copied
-// into its workflow input, so that a later config change never alters it.
-func Chat(cfg config.Config, tier policy.Tier) workflows.ChatSettings {
+// ChatSettings is what a request of tier runs with under cfg: copied
+// into its workflow input when the door starts it, so that a later config
+// change never alters it.
+func ChatSettings(cfg config.Config, tier policy.Tier) workflows.ChatSettings {
 	maxWait := cfg.Admission.MaxWait
 	var byPool map[string]time.Duration
 	if tier.MaxWait > 0 {
@@ -71,34 +67,4 @@ func fallbacks(p config.Pools) map[string][]workflows.Fallback {
 		}
 	}
 	return out
-}
-
-// Healing is the healing workflow's settings from config, pools
-// short then long.
-func Healing(cfg config.Config) workflows.HealingSettings {
-	h := cfg.Healing
-	s := workflows.HealingSettings{
-		Interval: h.Interval, Window: h.Window, Stage: h.Stage,
-		WarnRatio: h.WarnRatio, CriticalRatio: h.CriticalRatio, WarnKVCache: h.WarnKVCache,
-		CriticalQueueDepth: h.CriticalQueueDepth, CriticalTimeoutRate: h.CriticalTimeoutRate,
-		CriticalP99: h.CriticalP99,
-		MinSamples:  h.MinSamples, HealthyPolls: h.HealthyPolls, Cooldown: h.Cooldown,
-		LongCostFactor: h.LongCostFactor, PollsPerRun: h.PollsPerRun,
-	}
-	pools := cfg.Pools.ByName()
-	for _, name := range request.Pools() {
-		p := pools[name]
-		b := workflows.PoolBounds{
-			Pool: name, BasePermits: p.MaxConcurrency, MinPermits: p.Healing.MinPermits,
-			BaseBatch: p.Healing.BaseBatch, BaseReplicas: p.Scaler.BaseReplicas, TTFTSLO: p.Healing.TTFTSLO,
-		}
-		if b.BaseBatch > 0 {
-			b.MinBatch = p.Healing.MinBatch
-		}
-		if p.Scaler.Kind != config.ScalerNone {
-			b.MaxReplicas = p.Scaler.MaxReplicas
-		}
-		s.Pools = append(s.Pools, b)
-	}
-	return s
 }
