@@ -35,7 +35,10 @@ type Follower struct {
 	// draining is set when the process shuts down: streams that end do
 	// not detach their requests (their clients resume elsewhere).
 	draining atomic.Bool
-	logger   *slog.Logger
+	// keepAlive is keepAliveInterval, a field so that tests need not wait
+	// for it.
+	keepAlive time.Duration
+	logger    *slog.Logger
 }
 
 // Options are a Follower's dependencies and settings.
@@ -70,7 +73,7 @@ func New(opts Options) (*Follower, error) {
 		opts.Logger = slog.Default()
 	}
 	return &Follower{temporal: opts.Temporal, events: opts.Events, hub: opts.Hub, gate: opts.Gate, live: opts.Liveness,
-		opts: opts, logger: opts.Logger}, nil
+		opts: opts, keepAlive: keepAliveInterval, logger: opts.Logger}, nil
 }
 
 // Drain marks the process as shutting down: streams that end from now on
@@ -172,7 +175,7 @@ func (f *Follower) Follow(ctx context.Context, sub *events.Subscription, id stri
 	defer f.live.Follow(id)()
 	poll := time.NewTicker(f.opts.QueuePollInterval)
 	defer poll.Stop()
-	keepAlive := time.NewTicker(keepAliveInterval)
+	keepAlive := time.NewTicker(f.keepAlive)
 	defer keepAlive.Stop()
 	idle := time.NewTimer(f.opts.IdleTimeout)
 	defer idle.Stop()
