@@ -101,7 +101,7 @@ var notFound = serviceerror.NewNotFound("workflow not found")
 
 type notifier struct{}
 
-func (notifier) NotifyGranted(context.Context, string, string) error { return nil }
+func (notifier) NotifyGranted(context.Context, string, string) (bool, error) { return false, nil }
 
 // rig is a Follower over a fake Temporal and a real event log, hub and
 // gate.

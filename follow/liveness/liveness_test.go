@@ -117,7 +117,7 @@ func (f *fakeTemporal) listed() []*workflowservice.ListWorkflowExecutionsRequest
 // notifier wakes every waiter.
 type notifier struct{}
 
-func (notifier) NotifyGranted(context.Context, string, string) error { return nil }
+func (notifier) NotifyGranted(context.Context, string, string) (bool, error) { return false, nil }
 
 // rig is a Sweeper over a fake Temporal, with a real event log and gate.
 type rig struct {

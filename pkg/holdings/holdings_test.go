@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
@@ -214,11 +215,11 @@ type notifier struct {
 	fail  error
 }
 
-func (n *notifier) NotifyGranted(_ context.Context, pool, id string) error {
+func (n *notifier) NotifyGranted(_ context.Context, pool, id string) (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.woken = append(n.woken, pool+"/"+id)
-	return n.fail
+	return false, n.fail
 }
 
 func (n *notifier) Woken() []string {
@@ -261,7 +262,7 @@ func TestGiveBackReturnsEachHoldingOnce(t *testing.T) {
 	// Again, as a retry after a lost reply would: every step but the
 	// place's finds nothing left to give back.
 	again := h
-	again.Place = admission.Place{}
+	again.Place = request.Place{}
 	if rest, err := r.GiveBack(ctx, again, used); err != nil || !rest.Empty() {
 		t.Fatalf("second GiveBack: rest %+v, %v", rest, err)
 	}
@@ -474,7 +475,7 @@ func TestGiveBackAfterRedisFailed(t *testing.T) {
 				}
 			}
 			want := h
-			want.Place = admission.Place{}
+			want.Place = request.Place{}
 			if !equal(rest, want) {
 				t.Fatalf("rest %+v, want everything but the place %+v", rest, want)
 			}
@@ -546,8 +547,8 @@ func TestEmpty(t *testing.T) {
 		{"a request id alone", holdings.Holdings{RequestID: req}, true},
 		{"no pools", holdings.Holdings{Pools: []string{}}, true},
 		{"a pool", holdings.Holdings{Pools: []string{pool}}, false},
-		{"a place", holdings.Holdings{Place: admission.Place{Pool: pool, Tag: 1}}, false},
-		{"a place of no tag", holdings.Holdings{Place: admission.Place{Pool: pool}}, true},
+		{"a place", holdings.Holdings{Place: request.Place{Pool: pool, Tag: 1}}, false},
+		{"a place of no tag", holdings.Holdings{Place: request.Place{Pool: pool}}, true},
 		{"a rate reservation", holdings.Holdings{Rate: "r1"}, false},
 		{"a budget charge", holdings.Holdings{Budget: "b1"}, false},
 		{"a key", holdings.Holdings{Key: key}, false},
