@@ -37,7 +37,7 @@ func (d *Door) idemKey(ctx context.Context, who Caller, req *Request) (*idempote
 	case !claim.Same:
 		return nil, "", errKeyReused()
 	}
-	if last, ok, err := d.events.Last(ctx, claim.RequestID); err == nil && ok && last.Type == events.TypeRejected {
+	if end, ok, err := d.events.End(ctx, claim.RequestID); err == nil && ok && end.Type == events.TypeRejected {
 		d.releaseKey(ctx, &k, claim.RequestID)
 		return &k, "", nil
 	}

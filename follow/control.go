@@ -23,11 +23,11 @@ var ErrStreamGone = errors.New("the request's events are gone")
 // and tells its workflow that a reader is back, in case its first client
 // left.
 func (f *Follower) Resume(ctx context.Context, id, after string) (*events.Subscription, error) {
-	last, ok, err := f.events.Last(ctx, id)
+	end, ended, err := f.events.End(ctx, id)
 	if err != nil {
 		return nil, refusal.Unreachable("event store unavailable")
 	}
-	if ok && events.Terminal(last.Type) && events.CompareIDs(after, last.ID) >= 0 {
+	if ended && events.CompareIDs(after, end.ID) >= 0 {
 		return nil, ErrAlreadySent
 	}
 	sub, err := f.hub.Subscribe(ctx, id, after)
@@ -108,11 +108,17 @@ func (f *Follower) Cancel(ctx context.Context, id string) error {
 	// No workflow: it finished, or it is still waiting at the door of
 	// some API process for its workflow to start. That process reads the
 	// stop flag while it waits.
-	last, ok, err := f.events.Last(ctx, id)
+	_, ended, err := f.events.End(ctx, id)
+	if err == nil && !ended {
+		// Its events may have expired meanwhile: then it is long over.
+		var exists bool
+		exists, err = f.events.Exists(ctx, id)
+		ended = !exists
+	}
 	if err != nil {
 		return refusal.Unreachable("event store unavailable")
 	}
-	if !ok || events.Terminal(last.Type) {
+	if ended {
 		return &refusal.Error{Class: refusal.Conflict, Code: "already_finished", Message: "the request has already finished"}
 	}
 	if err := f.events.Stop(ctx, id, f.opts.StopTTL); err != nil {

@@ -423,6 +423,23 @@ func (l *Log) Tail(ctx context.Context, requestID string, n int64) ([]Event, err
 	return decode(msgs), nil
 }
 
+// End returns a request's terminal event, or ok=false if it has none, as
+// AppendFinal looks for it: among its newest finalLookBack entries, past
+// any event a slow writer appended after the end (a queue position read
+// just as the request finished).
+func (l *Log) End(ctx context.Context, requestID string) (Event, bool, error) {
+	evs, err := l.Tail(ctx, requestID, finalLookBack)
+	if err != nil {
+		return Event{}, false, err
+	}
+	for _, ev := range evs {
+		if Terminal(ev.Type) {
+			return ev, true, nil
+		}
+	}
+	return Event{}, false, nil
+}
+
 // Last returns the newest event of a request, or ok=false if it has none.
 func (l *Log) Last(ctx context.Context, requestID string) (Event, bool, error) {
 	msgs, err := l.rdb.XRevRangeN(ctx, l.Key(requestID), "+", "-", 1).Result()

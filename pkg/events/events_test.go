@@ -343,3 +343,58 @@ func TestAppendFinalAfterWritesItsEventsOnce(t *testing.T) {
 		t.Fatal("AppendFinalAfter took a terminal event before the end")
 	}
 }
+
+// End finds a request's end past a stray event written after it (as
+// AppendFinal looks past it), and finds none in a stream without one.
+func TestEndLooksPastStrays(t *testing.T) {
+	l, _ := newLog(t)
+	ctx := context.Background()
+	if _, ok, err := l.End(ctx, "r"); ok || err != nil {
+		t.Fatalf("end of an empty stream: %v %v", ok, err)
+	}
+	if _, err := l.Append(ctx, "r", TypeAccepted, Accepted{RequestID: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := l.End(ctx, "r"); ok || err != nil {
+		t.Fatalf("end of a running request: %v %v", ok, err)
+	}
+	done, _, err := l.AppendFinal(ctx, "r", TypeDone, map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, "r", TypeQueue, Queue{Position: 1}); err != nil {
+		t.Fatal(err)
+	}
+	end, ok, err := l.End(ctx, "r")
+	if err != nil || !ok || end.ID != done || end.Type != TypeDone {
+		t.Fatalf("end %+v %v %v, want the done event %s behind the stray queue event", end, ok, err, done)
+	}
+}
+
+// A subscription that ends just after it was handed events (one signal
+// for both) signals again once they are drained, so a reader selecting on
+// Notify comes back for the end.
+func TestDrainSignalsAnEndThatFollowedEvents(t *testing.T) {
+	l, rdb := newLog(t)
+	h := startHub(t, l, rdb)
+	ctx := context.Background()
+	sub, err := h.Subscribe(ctx, "r", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	sub.push([]Event{{ID: "1-1", Type: TypeToken}}, 100)
+	sub.fail(ErrClosed)
+	<-sub.Notify()
+	if evs, err := sub.Drain(); len(evs) != 1 || err != nil {
+		t.Fatalf("drain: %v %v, want the event", evs, err)
+	}
+	select {
+	case <-sub.Notify():
+	case <-time.After(time.Second):
+		t.Fatal("no signal for the end after the events were drained")
+	}
+	if _, err := sub.Drain(); err != ErrClosed {
+		t.Fatalf("drain after the events: %v, want ErrClosed", err)
+	}
+}

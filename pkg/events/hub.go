@@ -356,6 +356,15 @@ func (sub *Subscription) Drain() ([]Event, error) {
 	if len(sub.pending) > 0 {
 		evs := sub.pending
 		sub.pending = nil
+		if sub.err != nil {
+			// The subscription ended after these arrived: its one signal
+			// was spent on them, so signal again for the reader to come
+			// back for the end.
+			select {
+			case sub.notify <- struct{}{}:
+			default:
+			}
+		}
 		return evs, nil
 	}
 	return nil, sub.err
