@@ -138,7 +138,7 @@ func TestAdmittedAtOnce(t *testing.T) {
 	}, {
 		name: "a tier with a budget reserves it and hears of its month",
 		mod:  withBudget(config.Budget{TokensPerMonth: 50000}),
-		req: func(s *stack) *door.Request { return s.request("hello", 100) },
+		req:  func(s *stack) *door.Request { return s.request("hello", 100) },
 		check: func(t *testing.T, s *stack, adm door.Admission, in workflows.ChatInput) {
 			cost := int64(s.bound("hello") + 100)
 			m := adm.Standing.Month
