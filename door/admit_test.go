@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
@@ -134,6 +135,32 @@ func TestAdmittedAtOnce(t *testing.T) {
 				t.Errorf("admission tokens %d, want %d", in.AdmissionTokens, b+250)
 			}
 			near(t, "tokens charged", s.charged(), float64(b+100))
+		},
+	}, {
+		name: "while long requests are throttled, a long one is charged the factor times its tokens",
+		setup: func(s *stack) {
+			if _, err := s.policy.Update(context.Background(), func(p *policy.Policy) bool { p.LongCostFactor = 2.5; return true }); err != nil {
+				t.Fatal(err)
+			}
+		},
+		req: func(s *stack) *door.Request { return s.request(longQuery, 16) },
+		check: func(t *testing.T, s *stack, adm door.Admission, in workflows.ChatInput) {
+			b := s.bound(strings.TrimSpace(longQuery))
+			if in.Pool != request.PoolLong || in.AdmissionTokens != b+16 {
+				t.Errorf("pool %s admission tokens %d, want long, %d: the factor is the rate limits' only", in.Pool, in.AdmissionTokens, b+16)
+			}
+			near(t, "tokens charged", s.charged(), math.Ceil(2.5*float64(b+16)))
+		},
+	}, {
+		name: "a throttled long pool charges a short request as usual",
+		setup: func(s *stack) {
+			if _, err := s.policy.Update(context.Background(), func(p *policy.Policy) bool { p.LongCostFactor = 2.5; return true }); err != nil {
+				t.Fatal(err)
+			}
+		},
+		req: func(s *stack) *door.Request { return s.request("hello", 16) },
+		check: func(t *testing.T, s *stack, adm door.Admission, in workflows.ChatInput) {
+			near(t, "tokens charged", s.charged(), float64(s.bound("hello")+16))
 		},
 	}, {
 		name: "a tier with a budget reserves it and hears of its month",

@@ -297,7 +297,7 @@ func TestLimitRouteFailsOpen(t *testing.T) {
 		mod  func(*config.Config)
 		with deps
 	}{
-		{"limiter unreachable", limited, deps{limiterAddr: closedAddr(t)}},
+		{"limiter unreachable", func(c *config.Config) { limited(c); c.Redis.RequestTimeout = 100 * time.Millisecond }, deps{limiterAddr: closedAddr(t)}},
 		{"limits off", func(c *config.Config) { limited(c); c.Limits.Enabled = false }, deps{}},
 	}
 	for _, c := range cases {

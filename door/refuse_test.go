@@ -172,8 +172,8 @@ func TestAdmitRefusals(t *testing.T) {
 		setup: func(t *testing.T, s *stack) { s.fill(request.PoolShort, "other", 2) },
 		class: refusal.Unavailable, code: request.ReasonQueueFull, outcome: "rejected_queue_full", recorded: true,
 		check: func(t *testing.T, s *stack, st door.Standing, e *refusal.Error) {
-			if e.RetryAfter != 2 || st.Tokens == nil {
-				t.Errorf("retry in %d s (want the recheck interval, 2), standing %+v", e.RetryAfter, st)
+			if want := request.Refused(request.ReasonQueueFull, s.cfg.Admission.RecheckInterval); e.RetryAfter != 2 || e.Message != want.Message || st.Tokens == nil {
+				t.Errorf("refused %+v, standing %+v; want %+v, retry in the recheck interval", e, st, want)
 			}
 		},
 	}, {
@@ -182,8 +182,8 @@ func TestAdmitRefusals(t *testing.T) {
 		setup: func(t *testing.T, s *stack) { s.fill(request.PoolShort, "acme", 2) },
 		class: refusal.Unavailable, code: request.ReasonTenantQueueFull, outcome: "rejected_tenant_queue_full", recorded: true,
 		check: func(t *testing.T, s *stack, st door.Standing, e *refusal.Error) {
-			if e.RetryAfter != 2 {
-				t.Errorf("retry in %d s, want 2", e.RetryAfter)
+			if want := request.Refused(request.ReasonTenantQueueFull, s.cfg.Admission.RecheckInterval); e.RetryAfter != 2 || e.Message != want.Message {
+				t.Errorf("refused %+v, want %+v", e, want)
 			}
 		},
 	}, {

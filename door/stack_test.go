@@ -387,13 +387,22 @@ func (s *stack) counted(outcome string) float64 {
 // eventually polls cond every 5 ms for up to 5 s.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	if !settles(cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// settles polls cond every 5 ms for up to 5 s, and reports whether it
+// came true; the caller says what is wrong if it did not.
+func settles(cond func() bool) bool {
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return true
 }
 
 // fakeTemporal is a Temporal client that records the workflows the door

@@ -200,10 +200,12 @@ func TestWaiterEnds(t *testing.T) {
 			eventually(t, "the room to empty", func() bool { return s.door.Room().Waiting == 0 })
 			// Exactly once: a place given back twice would take the
 			// test's own place with it.
-			eventually(t, "the charge to be given back", func() bool {
-				return s.placesReserved("acme") == before.places && s.tenantTokens() > before.tokens-0.5
-			})
+			settles(func() bool { return s.placesReserved("acme") == before.places && s.tenantTokens() > before.tokens-0.5 })
 			after := s.holding()
+			if after.places != before.places {
+				t.Errorf("%d places reserved after the end, want the test's %d: the door's was given back %s",
+					after.places, before.places, map[bool]string{true: "twice", false: "not at all"}[after.places < before.places])
+			}
 			near(t, "tokens bucket", after.tokens, before.tokens)
 			near(t, "requests bucket", after.requests, before.requests)
 			lines := s.finished("")
@@ -290,11 +292,15 @@ func TestWaiterWithTooLittleWaitLeftEndsAtTheDoor(t *testing.T) {
 	// Room for one more in the queue, but two of acme's are ahead of it
 	// there: three turnovers, 1.2 s, more than its whole max wait.
 	s.release(held[3])
+	eventually(t, "the request to end or start", func() bool {
+		last, ok, _ := s.events.Last(ctx, adm.ID)
+		return len(s.temporal.inputs()) > 0 || ok && events.Terminal(last.Type)
+	})
+	if n := len(s.temporal.inputs()); n != 0 {
+		t.Fatalf("%d workflows started with no wait left", n)
+	}
 	last, f := s.terminal(adm.ID)
 	if last.Type != events.TypeRejected || f.Reason != request.ReasonQueueTimeout {
 		t.Fatalf("ended %s %+v, want rejected queue_timeout", last.Type, f)
-	}
-	if n := len(s.temporal.inputs()); n != 0 {
-		t.Errorf("%d workflows started with no wait left", n)
 	}
 }
