@@ -18,17 +18,28 @@ import (
 
 // holding is what acme holds at the door, to compare before and after
 // a refusal: its rate-limit buckets, its month, its places in the fair
-// order, the event streams and the workflows started.
+// order and entries in the queues, the event streams and the workflows
+// started.
 type holding struct {
 	tokens, requests float64
 	month            int64
 	places, streams  int
 	starts           int
+	// queued are acme's entries in the pools' queues.
+	queued int
 }
 
 func (s *stack) holding() holding {
-	return holding{tokens: s.tenantTokens(), requests: s.tenantRequests(), month: s.budgetUsed("acme").Tokens,
+	h := holding{tokens: s.tenantTokens(), requests: s.tenantRequests(), month: s.budgetUsed("acme").Tokens,
 		places: s.placesReserved("acme"), streams: s.streams(), starts: len(s.temporal.inputs())}
+	for _, pool := range []string{request.PoolShort, request.PoolLong} {
+		_, mine, err := s.gate.Depth(context.Background(), pool, "acme")
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		h.queued += mine
+	}
+	return h
 }
 
 // sessionReq is a validated request of acme's session s1.
@@ -222,7 +233,8 @@ func TestAdmitRefusals(t *testing.T) {
 			after := s.holding()
 			near(t, "tokens bucket", after.tokens, before.tokens)
 			near(t, "requests bucket", after.requests, before.requests)
-			if after.month != before.month || after.places != before.places || after.streams != before.streams || after.starts != before.starts {
+			if after.month != before.month || after.places != before.places || after.streams != before.streams || after.starts != before.starts ||
+				after.queued != before.queued {
 				t.Errorf("held %+v after the refusal, %+v before", after, before)
 			}
 			turns, err := s.sessions.Turns(context.Background(), session.Owner{Tenant: "acme", User: "ann"}, "s1")
