@@ -8,11 +8,11 @@ import (
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
-// newBudgets is the monthly budgets' counter, with each pool's price; a
+// NewBudgets is the monthly budgets' counter, with each pool's price; a
 // month Redis lost is rebuilt from the usage ledger (nil: from zero;
 // budgets need the ledger, which config validation enforces), its spend
 // priced as the door charges it.
-func newBudgets(rdb redis.UniversalClient, cfg config.Config, ledger usage.Store) *budget.Counter {
+func NewBudgets(rdb redis.UniversalClient, cfg config.Config, ledger usage.Store) *budget.Counter {
 	opts := budget.Options{KeyPrefix: cfg.Redis.KeyPrefix, Prices: poolPrices(cfg)}
 	if ledger != nil {
 		opts.Rebuild = budget.FromLedger(ledger, opts.Prices)

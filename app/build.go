@@ -121,7 +121,7 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *Core
 	if c.Usage, err = openUsage(ctx, cfg.Usage, logger.With("component", "usage")); err != nil {
 		return nil, err
 	}
-	c.Budgets = newBudgets(c.Redis, cfg, c.Usage)
+	c.Budgets = NewBudgets(c.Redis, cfg, c.Usage)
 	if c.Chat, err = c.buildChat(ctx); err != nil {
 		return nil, err
 	}

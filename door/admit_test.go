@@ -164,7 +164,7 @@ func TestAdmittedAtOnce(t *testing.T) {
 		},
 	}, {
 		name: "a tier with a budget reserves it and hears of its month",
-		mod:  withBudget(config.Budget{TokensPerMonth: 50000}),
+		mod:  withBudget(policy.Budget{TokensPerMonth: 50000}),
 		req:  func(s *stack) *door.Request { return s.request("hello", 100) },
 		check: func(t *testing.T, s *stack, adm door.Admission, in workflows.ChatInput) {
 			cost := int64(s.bound("hello") + 100)
@@ -273,7 +273,7 @@ func TestAdmittedAtOnce(t *testing.T) {
 
 // withBudget gives the metered tier a monthly budget (which needs a
 // usage ledger configured; the door itself never reads it).
-func withBudget(b config.Budget) func(*config.Config) {
+func withBudget(b policy.Budget) func(*config.Config) {
 	return func(c *config.Config) {
 		tier := meteredTier()
 		tier.Budget = b

@@ -120,7 +120,7 @@ func TestBans(t *testing.T) {
 // gave it, past the grace for requests already in flight, is banned.
 func TestIgnoringRetryAfterEarnsABan(t *testing.T) {
 	s := newStack(t, func(c *config.Config) {
-		setTier(c, func(t *config.Tier) { t.Routes.Reads = config.RouteRate{TenantPerMinute: 1} })
+		setTier(c, func(t *policy.Tier) { t.Routes.Reads = policy.RouteRate{TenantPerMinute: 1} })
 	})
 	ctx := context.Background()
 	who := acme
@@ -183,7 +183,7 @@ func TestChargeTokensAndRefund(t *testing.T) {
 	}, {
 		name: "a tier that counts requests only charges no tokens", tokens: 500,
 		mod: func(c *config.Config) {
-			setTier(c, func(t *config.Tier) { t.Tenant = config.Rate{RequestsPerMinute: 0.6, RequestBurst: 100} })
+			setTier(c, func(t *policy.Tier) { t.Tenant = policy.Rate{RequestsPerMinute: 0.6, RequestBurst: 100} })
 		},
 		check: func(t *testing.T, s *stack, st door.Standing) {
 			if st.Tokens != nil || st.Requests == nil || st.Requests.Remaining != 99 {
@@ -240,8 +240,8 @@ func TestChargeTokensAndRefund(t *testing.T) {
 // per address, apart from the chat's and each other's.
 func TestLimitRoute(t *testing.T) {
 	s := newStack(t, func(c *config.Config) {
-		setTier(c, func(t *config.Tier) {
-			t.Routes = config.RouteLimits{Reads: config.RouteRate{TenantPerMinute: 2, IPPerMinute: 3}, Resumes: config.RouteRate{TenantPerMinute: 1}}
+		setTier(c, func(t *policy.Tier) {
+			t.Routes = policy.RouteLimits{Reads: policy.RouteRate{TenantPerMinute: 2, IPPerMinute: 3}, Resumes: policy.RouteRate{TenantPerMinute: 1}}
 		})
 	})
 	ctx := context.Background()
@@ -290,7 +290,7 @@ func TestLimitRoute(t *testing.T) {
 // limits that are off, let the request through.
 func TestLimitRouteFailsOpen(t *testing.T) {
 	limited := func(c *config.Config) {
-		setTier(c, func(t *config.Tier) { t.Routes.Reads = config.RouteRate{TenantPerMinute: 1} })
+		setTier(c, func(t *policy.Tier) { t.Routes.Reads = policy.RouteRate{TenantPerMinute: 1} })
 	}
 	cases := []struct {
 		name string

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/keys"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
@@ -165,7 +166,7 @@ func TestKBsReadable(t *testing.T) {
 // documents (new ones only) or bytes, across its own kbs, is refused.
 func TestCheckIngestQuota(t *testing.T) {
 	s := newStack(t, func(c *config.Config) {
-		setTier(c, func(t *config.Tier) { t.IngestQuota = config.IngestQuota{Documents: 3, Bytes: 2000} })
+		setTier(c, func(t *policy.Tier) { t.IngestQuota = policy.IngestQuota{Documents: 3, Bytes: 2000} })
 		unlimited := meteredTier()
 		c.Limits.Tiers["unlimited"] = unlimited
 	})

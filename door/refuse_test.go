@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
@@ -124,7 +125,7 @@ func TestAdmitRefusals(t *testing.T) {
 		},
 	}, {
 		name:  "the month's token budget is used up; the rate charge is given back",
-		mod:   withBudget(config.Budget{TokensPerMonth: 2000}),
+		mod:   withBudget(policy.Budget{TokensPerMonth: 2000}),
 		setup: func(t *testing.T, s *stack) { s.admit(acme, s.sessionReq()) },
 		class: refusal.Limited, code: request.ReasonBudgetExceeded, outcome: "rejected_budget_exceeded",
 		check: func(t *testing.T, s *stack, st door.Standing, e *refusal.Error) {
@@ -146,7 +147,7 @@ func TestAdmitRefusals(t *testing.T) {
 	}, {
 		name: "the month's spend budget is used up",
 		mod: func(c *config.Config) {
-			withBudget(config.Budget{SpendPerMonthUSD: 2})(c)
+			withBudget(policy.Budget{SpendPerMonthUSD: 2})(c)
 			c.Prices = config.Prices{"sluice-sim": {InputPerMillionUSD: 1000, OutputPerMillionUSD: 1000}}
 		},
 		setup: func(t *testing.T, s *stack) { s.admit(acme, s.sessionReq()) },
@@ -189,7 +190,7 @@ func TestAdmitRefusals(t *testing.T) {
 		},
 	}, {
 		name:  "the tenant's share of the queue is full",
-		mod:   func(c *config.Config) { onePermit(c); setTier(c, func(t *config.Tier) { t.MaxQueuePerTenant = 1 }) },
+		mod:   func(c *config.Config) { onePermit(c); setTier(c, func(t *policy.Tier) { t.MaxQueuePerTenant = 1 }) },
 		setup: func(t *testing.T, s *stack) { s.fill(request.PoolShort, "acme", 2) },
 		class: refusal.Unavailable, code: request.ReasonTenantQueueFull, outcome: "rejected_tenant_queue_full", recorded: true,
 		check: func(t *testing.T, s *stack, st door.Standing, e *refusal.Error) {
@@ -264,7 +265,7 @@ func TestAdmitRefusals(t *testing.T) {
 }
 
 // setTier changes the metered tier.
-func setTier(c *config.Config, change func(*config.Tier)) {
+func setTier(c *config.Config, change func(*policy.Tier)) {
 	tier := c.Limits.Tiers["metered"]
 	change(&tier)
 	c.Limits.Tiers["metered"] = tier

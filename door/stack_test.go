@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/follow/liveness"
@@ -53,10 +54,10 @@ func TestMain(m *testing.M) {
 // otherwise: limits whose buckets refill so slowly (a tenth of a token, a
 // hundredth of a request a second) that what a test reads of them is what
 // the door charged and gave back.
-func meteredTier() config.Tier {
-	return config.Tier{
+func meteredTier() policy.Tier {
+	return policy.Tier{
 		Weight: 3, MaxQueuePerTenant: 100, MaxWait: 20 * time.Second, MaxConcurrent: 4,
-		Tenant: config.Rate{TokensPerMinute: 6, TokenBurst: 100000, RequestsPerMinute: 0.6, RequestBurst: 100},
+		Tenant: policy.Rate{TokensPerMinute: 6, TokenBurst: 100000, RequestsPerMinute: 0.6, RequestBurst: 100},
 	}
 }
 
@@ -131,7 +132,7 @@ func newStackWith(t *testing.T, mod func(*config.Config), with deps) *stack {
 	}
 	s.prompts = prompt.NewBuilder(cfg.LLM.SystemPrompt, tok)
 	s.events = events.NewLog(rdb, events.LogOptions{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Events.TTL, MaxLen: cfg.Events.MaxLen})
-	if s.gate, err = admission.New(rdb, worker.GateOptions(cfg)); err != nil {
+	if s.gate, err = admission.New(rdb, app.GateOptions(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	s.policy = worker.NewPolicy(rdb, cfg, s.gate, logger)
@@ -141,7 +142,7 @@ func newStackWith(t *testing.T, mod func(*config.Config), with deps) *stack {
 	}
 	s.limiter = limiter.New(limiterRedis, limiter.Options{KeyPrefix: cfg.Redis.KeyPrefix, ReservationTTL: time.Hour})
 	t.Cleanup(s.limiter.Close)
-	s.budgets = worker.NewBudgets(rdb, cfg, nil)
+	s.budgets = app.NewBudgets(rdb, cfg, nil)
 	if s.sessions, err = session.New(rdb, session.Options{KeyPrefix: cfg.Redis.KeyPrefix, TTL: cfg.Sessions.TTL, MaxTurns: cfg.Sessions.MaxTurns}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
@@ -30,7 +30,7 @@ func TestStartFailureGivesEverythingBack(t *testing.T) {
 	for _, keyed := range []bool{false, true} {
 		name := map[bool]string{false: "without a key", true: "with an idempotency key"}[keyed]
 		t.Run(name, func(t *testing.T) {
-			s := newStack(t, withBudget(config.Budget{TokensPerMonth: 100000}))
+			s := newStack(t, withBudget(policy.Budget{TokensPerMonth: 100000}))
 			s.temporal.failStarts(errors.New("frontend unavailable"))
 			before := s.holding()
 			req := s.request("hello", 100)

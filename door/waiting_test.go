@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/waitroom"
@@ -142,7 +143,7 @@ func TestWaiterEnds(t *testing.T) {
 		name: "its max wait runs out",
 		mod: func(c *config.Config) {
 			onePermit(c)
-			setTier(c, func(t *config.Tier) { t.MaxWait = 500 * time.Millisecond })
+			setTier(c, func(t *policy.Tier) { t.MaxWait = 500 * time.Millisecond })
 		},
 		end:    func(*stack, string, context.CancelFunc) {},
 		lapses: true,
@@ -272,7 +273,7 @@ func TestWaiterWithTooLittleWaitLeftEndsAtTheDoor(t *testing.T) {
 	s := newStack(t, func(c *config.Config) {
 		onePermit(c)
 		c.API.QueuePerPermit = 3
-		setTier(c, func(t *config.Tier) { t.MaxWait = time.Second })
+		setTier(c, func(t *policy.Tier) { t.MaxWait = time.Second })
 	})
 	ctx := context.Background()
 	// A permit held 400 ms: the pool's one permit turns over that often.
