@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/holdings"
+	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -84,7 +85,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 		// not be claimed): this one never starts.
 		sub.Close()
 		w.Leave()
-		d.dropUnstarted(ctx, a, nil)
+		d.dropUnstarted(ctx, a)
 		if err != nil {
 			return adm, err
 		}
@@ -93,6 +94,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 		return adm, err
 	}
 	adm.ID, adm.Pool = a.id, pool
+	a.key = key
 	select {
 	case <-w.Admitted():
 	default:
@@ -105,7 +107,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	if err != nil {
 		d.logger.Error("start chat workflow", "requestID", a.id, "err", err)
 		sub.Close()
-		d.dropUnstarted(ctx, a, key)
+		d.dropUnstarted(ctx, a)
 		adm.ID, adm.Pool = "", ""
 		return adm, refusal.Unreachable("could not start the request; please retry")
 	}
@@ -175,6 +177,9 @@ type arrival struct {
 	// place is its place in the pool's fair order, reserved while it
 	// waits at the door (Tag 0: none); its workflow queues there.
 	place request.Place
+	// key is the Idempotency-Key it claimed (nil: none), given back when
+	// its workflow cannot be started so that the client's retry runs.
+	key *idempotency.Key
 	// arrived starts the request's max wait, the door's share included.
 	arrived time.Time
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/holdings"
-	"github.com/sluice-dev/sluice/pkg/idempotency"
 )
 
 // holdings is what a that never started holds: its place in its pool's
@@ -17,16 +16,16 @@ func (a arrival) holdings() holdings.Holdings {
 }
 
 // dropUnstarted undoes a request that the door accepted but never started:
-// its event stream is deleted, or, when it held an idempotency key
+// its event stream is deleted, or, when it claimed an idempotency key
 // (whoever attached with the key meanwhile reads it), ended and the key
 // given back for the client's retry; and what it holds is given back.
-func (d *Door) dropUnstarted(ctx context.Context, a arrival, key *idempotency.Key) {
+func (d *Door) dropUnstarted(ctx context.Context, a arrival) {
 	h := a.holdings()
-	if key == nil {
+	if a.key == nil {
 		_ = d.events.Delete(context.WithoutCancel(ctx), a.id)
 	} else {
 		d.endUnstarted(ctx, a.id)
-		h.Key = key
+		h.Key = a.key
 	}
 	d.giveBack(ctx, h)
 }

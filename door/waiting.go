@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -52,6 +53,10 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 			if err != nil {
 				d.logger.Error("start chat workflow after waiting at the door", "requestID", a.id, "err", err)
 				d.endAtDoor(ctx, a, req, startFailure)
+				// As for a start that fails at once: the key goes back,
+				// after the end its replays read, for the retry the end
+				// asks for.
+				d.giveBack(ctx, holdings.Holdings{RequestID: a.id, Key: a.key})
 			}
 			return
 		case <-deadline.C:

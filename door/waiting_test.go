@@ -248,7 +248,6 @@ func TestWaiterEnds(t *testing.T) {
 // Idempotency-Key must be free for that retry, not answer it with the
 // failure for the key's retention.
 func TestWaiterWhoseStartFailsFreesItsKey(t *testing.T) {
-	t.Skip("bug: a request whose start fails after waiting at the door (endAtDoor with startFailure) keeps its Idempotency-Key: the retry its Retry-After asks for replays the failure for api.idempotency_ttl")
 	s := newStack(t, onePermit)
 	adm, held := s.waitAtDoor(context.Background(), s.keyed("k1", "hello"))
 	s.temporal.failStarts(errors.New("frontend unavailable"))
