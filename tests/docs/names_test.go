@@ -251,7 +251,9 @@ func TestArchitectureNamesExist(t *testing.T) {
 }
 
 // isAcronym reports a word that is an acronym (SSE, TTL), not a name.
-func isAcronym(word string) bool { return !strings.Contains(word, ".") && word == strings.ToUpper(word) }
+func isAcronym(word string) bool {
+	return !strings.Contains(word, ".") && word == strings.ToUpper(word)
+}
 
 // The check finds what the old one let through: a name moved to another
 // package or type, and a path whose file moved to another folder.
