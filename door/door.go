@@ -3,21 +3,15 @@ package door
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
 
-	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
-	"github.com/sluice-dev/sluice/pkg/kbref"
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/pkg/session"
-	"github.com/sluice-dev/sluice/pkg/tracing"
-	"github.com/sluice-dev/sluice/pkg/waitroom"
 )
 
 // Admit takes a validated request through the door: idempotency, kb
@@ -153,10 +147,6 @@ type Admission struct {
 	Standing Standing
 }
 
-// startFailure ends a request whose workflow could not be started: the
-// workflow service did not take it, which a retry may well get past.
-var startFailure = request.Refused(request.ReasonUnavailable, time.Second)
-
 // arrival is what the door decided about one request on its way in.
 type arrival struct {
 	id   string
@@ -182,199 +172,4 @@ type arrival struct {
 	key *idempotency.Key
 	// arrived starts the request's max wait, the door's share included.
 	arrived time.Time
-}
-
-// checkKB refuses a request for a knowledge base that does not exist.
-func (d *Door) checkKB(ctx context.Context, kb kbref.Ref) error {
-	known, err := d.kbs.Known(ctx, kb)
-	switch {
-	case err != nil:
-		d.logger.Error("look up kb", "kb", kb, "err", err)
-		return refusal.Unreachable("knowledge bases unavailable; please retry")
-	case !known:
-		return refusal.BadRequest("unknown_kb", "unknown knowledge base %q", kb.Name)
-	}
-	return nil
-}
-
-// route picks the request's pool by the rule and inputs admission uses:
-// the prompt's bound before retrieval and the tokens of the session turns
-// it will carry. The workflow is started with this pool, so the queue the
-// door checks is the queue the request joins. A session that cannot be
-// read is asked without its history, as the stream would.
-func (d *Door) route(ctx context.Context, who Caller, req *Request) string {
-	history := 0
-	if req.SessionID != "" && d.sessions != nil {
-		var err error
-		_, history, err = d.sessions.History(ctx, d.prompts, who.SessionOwner(), req.SessionID, d.cfg.Sessions.HistoryTokens)
-		if err != nil {
-			d.logger.Warn("read session to route; routing without its history", "session", req.SessionID, "err", err)
-		}
-	}
-	return request.Route(d.promptBound(req), history, d.cfg.Routing.ShortThresholdTokens)
-}
-
-// promptBound is the prompt's upper bound before retrieval: the query (or
-// the client's conversation) and top_k full chunks; a gateway request's
-// prompt is its conversation alone.
-func (d *Door) promptBound(req *Request) int {
-	switch {
-	case req.Gateway:
-		return req.promptTokens
-	case req.Conversation != nil:
-		return d.prompts.BoundForQueryTokens(req.promptTokens, d.cfg.Retrieval.TopK, d.cfg.Retrieval.ChunkTokens)
-	}
-	return d.prompts.BoundForQueryTokens(d.queryTokens(req), d.cfg.Retrieval.TopK, d.cfg.Retrieval.ChunkTokens)
-}
-
-// tokenBound is the most tokens a request can take: the prompt with a
-// full context, the whole session budget and every output token it may
-// produce.
-func (d *Door) tokenBound(req *Request) int {
-	tokens := d.promptBound(req) + max(req.Choices, 1)*(*req.MaxTokens)
-	if req.SessionID != "" {
-		tokens += d.cfg.Sessions.HistoryTokens
-	}
-	return tokens
-}
-
-// admissionTokens is the request's size in the fair queue and the
-// waiting room: tokenBound with each output token weighted by
-// admission.output_token_weight (1: tokenBound itself).
-func (d *Door) admissionTokens(req *Request) int {
-	output := max(req.Choices, 1) * (*req.MaxTokens)
-	w := d.cfg.Admission.OutputTokenWeight
-	if w <= 0 {
-		// A configuration built without defaults: tokens as they are.
-		w = 1
-	}
-	return d.tokenBound(req) - output + int(math.Round(w*float64(output)))
-}
-
-// cost is what the rate limits charge a request up front: its token bound
-// (a.tokens). The workflow refunds what it did not use when it ends. Only
-// limits that count tokens need a cost.
-func (d *Door) cost(live *policy.Policy, a arrival) int {
-	if !live.Limits.Enabled || !RatesOf(a.tier).CountsTokens() {
-		return 0
-	}
-	cost := a.tokens
-	// While the healer throttles long requests, a request routed long must
-	// find factor times its tokens in its buckets: a tenant's long
-	// requests are refused sooner, short ones are unaffected. The refund still
-	// gives back the unused part, so the factor bounds how many long
-	// requests a tenant starts at once, not what it pays.
-	if f := live.ChargeFactor(a.pool); f > 1 {
-		cost = int(math.Ceil(float64(cost) * f))
-	}
-	return cost
-}
-
-// enterRoom checks the pool's queue caps and takes the request into the
-// waiting room: admitted at once when a start slot is free and the pool's
-// queue is short, waiting otherwise. A full queue, room or tenant share
-// is refused with 503 and Retry-After, before any workflow is started
-// (the admission script enforces the queue caps too; this read spares
-// Temporal the flood).
-func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (*waitroom.Waiter, error) {
-	total, mine, err := d.gate.Depth(ctx, a.pool, a.who.Tenant)
-	switch {
-	case err != nil:
-		// Redis is unreachable or stalled: nothing could admit the
-		// request anyway.
-		d.logger.Warn("read queue depth", "pool", a.pool, "err", err)
-		return nil, refusal.Unreachable("the admission queue is unavailable; please retry")
-	case total >= d.cfg.Admission.MaxQueueDepth:
-		return nil, refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonQueueFull, d.cfg.Admission.RecheckInterval))
-	case a.tier.MaxQueuePerTenant > 0 && mine >= a.tier.MaxQueuePerTenant:
-		return nil, d.tenantQueueFull()
-	}
-	ready := canTake(d.cfg.API.QueuePerPermit, live, a.pool, total, 0)
-	pass := false
-	if !ready || !d.room.Admits(a.pool) {
-		pass = d.reservePlace(ctx, a, live, ready)
-	}
-	w, err := d.room.Enter(waitroom.Ticket{
-		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.tier.Weight, 1), Cost: admission.TokenCost(a.admitTokens),
-		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass, Tag: a.place.Tag,
-	}, ready || pass)
-	switch {
-	case errors.Is(err, waitroom.ErrTenantFull):
-		return nil, d.tenantQueueFull()
-	case err != nil:
-		return nil, &refusal.Error{Class: refusal.Unavailable, Code: request.ReasonBusy, RetryAfter: 1,
-			Message: "Too many requests are waiting to start right now. Please retry in a moment."}
-	}
-	return w, nil
-}
-
-// tenantQueueFull refuses a request whose tenant has as many requests
-// waiting as its plan allows.
-func (d *Door) tenantQueueFull() *refusal.Error {
-	return refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonTenantQueueFull, d.cfg.Admission.RecheckInterval))
-}
-
-// refuse gives back a request's whole charge when the door turns it away
-// for want of capacity, records the refusal in its session and counts it.
-func (d *Door) refuse(ctx context.Context, a arrival, req *Request, err error) {
-	d.giveBack(ctx, a.holdings())
-	var ae *refusal.Error
-	if errors.As(err, &ae) {
-		d.recordRefusal(ctx, a.who, *req, a.id, ae.Code)
-		d.metrics.Refused(metrics.OutcomeOf(request.OutcomeRejected, ae.Code))
-		d.logRefusal(ctx, a, ae.Code)
-	}
-}
-
-// open subscribes to the request's events and writes its accepted event.
-// Subscribing first means the events the workflow writes while its start
-// call is still returning are already buffered for the client; the
-// accepted event is the stream's first entry whatever the workflow writes.
-func (d *Door) open(ctx context.Context, a arrival, req *Request) (*events.Subscription, error) {
-	sub, err := d.hub.Subscribe(ctx, a.id, "0")
-	if err != nil {
-		d.logger.Error("subscribe to events", "requestID", a.id, "err", err)
-		d.giveBack(ctx, a.holdings())
-		return nil, refusal.Unreachable("event stream unavailable")
-	}
-	if _, err := d.events.Append(ctx, a.id, events.TypeAccepted, events.Accepted{RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KB: req.KB}); err != nil {
-		d.logger.Error("write accepted event", "requestID", a.id, "err", err)
-		sub.Close()
-		d.giveBack(ctx, a.holdings())
-		return nil, refusal.Unreachable("event store unavailable")
-	}
-	return sub, nil
-}
-
-// recordRefusal records a request the door turned away for want of
-// capacity in its session, as the workflow does with a request its queue
-// turned away: the session's next turn then knows its question went
-// unanswered. Refusals by the rate limits are not recorded: a flood must
-// cost one Redis call per request, and its Retry-After already says when.
-func (d *Door) recordRefusal(ctx context.Context, who Caller, req Request, id, reason string) {
-	if d.sessions == nil || req.SessionID == "" {
-		return
-	}
-	err := d.sessions.Append(context.WithoutCancel(ctx), who.SessionOwner(), req.SessionID, session.Turn{
-		RequestID: id, Query: req.Query, Outcome: request.OutcomeRejected, Reason: reason, At: time.Now().UTC(),
-	})
-	if err != nil {
-		d.logger.Warn("record refusal in session", "requestID", id, "session", req.SessionID, "err", err)
-	}
-}
-
-// logRefusal writes the "request finished" line of a request the door
-// refused before any workflow (rate_limited, queue_full,
-// tenant_queue_full, busy, unavailable), sampled per tenant and reason:
-// the line carries how many more were refused meanwhile
-// (request.Finished.Similar).
-func (d *Door) logRefusal(ctx context.Context, a arrival, reason string) {
-	similar, ok := d.refusals.Allow(a.who.Tenant + "\x00" + reason)
-	if !ok {
-		return
-	}
-	request.Finished{
-		RequestID: a.id, Tenant: a.who.Tenant, Route: a.pool, Outcome: request.OutcomeRejected, Reason: reason,
-		TraceID: tracing.TraceID(ctx), Similar: similar,
-	}.Log(ctx, d.logger)
 }

@@ -136,3 +136,16 @@ func (d *Door) resolveChatKB(who Caller, req *Request) kbref.Ref {
 
 // kbRef is the request's kb as the door resolved it.
 func (req *Request) kbRef() kbref.Ref { return kbref.Ref{Tenant: req.kbTenant, Name: req.KB} }
+
+// checkKB refuses a request for a knowledge base that does not exist.
+func (d *Door) checkKB(ctx context.Context, kb kbref.Ref) error {
+	known, err := d.kbs.Known(ctx, kb)
+	switch {
+	case err != nil:
+		d.logger.Error("look up kb", "kb", kb, "err", err)
+		return refusal.Unreachable("knowledge bases unavailable; please retry")
+	case !known:
+		return refusal.BadRequest("unknown_kb", "unknown knowledge base %q", kb.Name)
+	}
+	return nil
+}

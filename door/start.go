@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/workflows"
 	"go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -65,4 +67,24 @@ func (d *Door) startedAnyway(id string) bool {
 	defer cancel()
 	_, err := d.temporal.DescribeWorkflow(ctx, workflows.ChatWorkflowID(id), "")
 	return err == nil
+}
+
+// open subscribes to the request's events and writes its accepted event.
+// Subscribing first means the events the workflow writes while its start
+// call is still returning are already buffered for the client; the
+// accepted event is the stream's first entry whatever the workflow writes.
+func (d *Door) open(ctx context.Context, a arrival, req *Request) (*events.Subscription, error) {
+	sub, err := d.hub.Subscribe(ctx, a.id, "0")
+	if err != nil {
+		d.logger.Error("subscribe to events", "requestID", a.id, "err", err)
+		d.giveBack(ctx, a.holdings())
+		return nil, refusal.Unreachable("event stream unavailable")
+	}
+	if _, err := d.events.Append(ctx, a.id, events.TypeAccepted, events.Accepted{RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KB: req.KB}); err != nil {
+		d.logger.Error("write accepted event", "requestID", a.id, "err", err)
+		sub.Close()
+		d.giveBack(ctx, a.holdings())
+		return nil, refusal.Unreachable("event store unavailable")
+	}
+	return sub, nil
 }

@@ -2,6 +2,7 @@ package door
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -9,10 +10,9 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/holdings"
-	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
-	"github.com/sluice-dev/sluice/pkg/tracing"
 	"github.com/sluice-dev/sluice/pkg/waitroom"
 )
 
@@ -150,72 +150,6 @@ func (d *Door) maxWait(a arrival) time.Duration {
 	return set.MaxWait
 }
 
-// timeoutFailure is the rejection of a request whose max wait ran out at
-// the door; it may come back after the queue ahead of it has drained.
-func (d *Door) timeoutFailure(a arrival) events.Failure {
-	retry := time.Second
-	if st, err := d.poolStats(context.Background(), a.pool); err == nil {
-		retry = max(retry, admission.EstimateWait(st.Waiting+d.room.Stats().Waiting, st.Limit, st.MeanHold))
-	}
-	return request.Refused(request.ReasonQueueTimeout, retry)
-}
-
-// leftFailure ends a request that left the waiting room before its turn:
-// its client went away, or this process is shutting down.
-func (d *Door) leftFailure() events.Failure {
-	if d.draining.Load() {
-		return events.Failure{Reason: request.ReasonBusy, RetryAfterS: 1,
-			Message: "The service is restarting and your request had not started. Please retry."}
-	}
-	return events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (client_disconnected)."}
-}
-
-// endAtDoor ends a request that never started: its charge back, the
-// refusal counted and recorded in its session, and its terminal event.
-func (d *Door) endAtDoor(ctx context.Context, a arrival, req Request, f events.Failure) {
-	ctx = context.WithoutCancel(ctx)
-	d.giveBack(ctx, a.holdings())
-	typ, outcome := events.TypeRejected, request.OutcomeRejected
-	if f.Reason == request.ReasonCancelled || f.Reason == request.ReasonUnavailable {
-		typ, outcome = events.TypeError, request.OutcomeFailed
-		if f.Reason == request.ReasonCancelled {
-			outcome = request.OutcomeCancelled
-		}
-	}
-	if outcome == request.OutcomeRejected {
-		d.recordRefusal(ctx, a.who, req, a.id, f.Reason)
-	}
-	d.metrics.Refused(metrics.OutcomeOf(outcome, f.Reason))
-	// Its one log line: it ended here, and no workflow will write another.
-	request.Finished{
-		RequestID: a.id, Tenant: a.who.Tenant, Route: a.pool, Outcome: outcome, Reason: f.Reason,
-		Stages:  []request.StageTime{{Stage: request.StageAdmission, Ms: time.Since(a.arrived).Milliseconds()}},
-		TraceID: tracing.TraceID(ctx),
-	}.Log(ctx, d.logger)
-	if err := d.writeEnd(ctx, a.id, typ, f, doorEndRetry); err != nil {
-		d.logger.Error("write the terminal event of a request that never started", "requestID", a.id, "err", err)
-	}
-}
-
-// doorEndRetry bounds how long the door keeps trying to write a terminal
-// event: longer than a Redis Cluster failover (node timeout plus the
-// election) or a restart, during which the stream's slot is unreachable.
-// No one else will end this request's stream: it has no workflow.
-const doorEndRetry = 30 * time.Second
-
-// writeEnd writes the terminal event of a request that never started,
-// the door's one writer of an end: it tries again for up to patience
-// while Redis is unreachable (AppendFinal writes one end only, so a retry
-// of a write that did land is harmless).
-func (d *Door) writeEnd(ctx context.Context, id, typ string, f events.Failure, patience time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, patience)
-	defer cancel()
-	return retry(ctx, func() error {
-		_, _, err := d.events.AppendFinal(ctx, id, typ, f)
-		return err
-	})
-}
-
 // reportDoorPosition writes a queue event when the request's place
 // changed: its place in the waiting room behind the pool's admission
 // queue. It returns the place reported.
@@ -332,4 +266,48 @@ func (d *Door) poolStats(ctx context.Context, pool string) (admission.Stats, err
 	c.pools[pool] = cachedStats{at: time.Now(), stats: st}
 	c.mu.Unlock()
 	return st, nil
+}
+
+// enterRoom checks the pool's queue caps and takes the request into the
+// waiting room: admitted at once when a start slot is free and the pool's
+// queue is short, waiting otherwise. A full queue, room or tenant share
+// is refused with 503 and Retry-After, before any workflow is started
+// (the admission script enforces the queue caps too; this read spares
+// Temporal the flood).
+func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (*waitroom.Waiter, error) {
+	total, mine, err := d.gate.Depth(ctx, a.pool, a.who.Tenant)
+	switch {
+	case err != nil:
+		// Redis is unreachable or stalled: nothing could admit the
+		// request anyway.
+		d.logger.Warn("read queue depth", "pool", a.pool, "err", err)
+		return nil, refusal.Unreachable("the admission queue is unavailable; please retry")
+	case total >= d.cfg.Admission.MaxQueueDepth:
+		return nil, refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonQueueFull, d.cfg.Admission.RecheckInterval))
+	case a.tier.MaxQueuePerTenant > 0 && mine >= a.tier.MaxQueuePerTenant:
+		return nil, d.tenantQueueFull()
+	}
+	ready := canTake(d.cfg.API.QueuePerPermit, live, a.pool, total, 0)
+	pass := false
+	if !ready || !d.room.Admits(a.pool) {
+		pass = d.reservePlace(ctx, a, live, ready)
+	}
+	w, err := d.room.Enter(waitroom.Ticket{
+		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.tier.Weight, 1), Cost: admission.TokenCost(a.admitTokens),
+		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass, Tag: a.place.Tag,
+	}, ready || pass)
+	switch {
+	case errors.Is(err, waitroom.ErrTenantFull):
+		return nil, d.tenantQueueFull()
+	case err != nil:
+		return nil, &refusal.Error{Class: refusal.Unavailable, Code: request.ReasonBusy, RetryAfter: 1,
+			Message: "Too many requests are waiting to start right now. Please retry in a moment."}
+	}
+	return w, nil
+}
+
+// tenantQueueFull refuses a request whose tenant has as many requests
+// waiting as its plan allows.
+func (d *Door) tenantQueueFull() *refusal.Error {
+	return refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonTenantQueueFull, d.cfg.Admission.RecheckInterval))
 }
