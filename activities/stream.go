@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/sluice-dev/sluice/pkg/backoff"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/openai"
@@ -287,17 +288,7 @@ func (a *Chat) writeToken(ctx context.Context, requestID string, tok events.Toke
 // patiently calls f until it succeeds, backing off from 100 ms to 1 s, for
 // up to tokenWritePatience or until ctx ends; it returns f's last error.
 func patiently(ctx context.Context, f func() error) error {
-	deadline := time.Now().Add(tokenWritePatience)
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		err := f()
-		if err == nil || ctx.Err() != nil || time.Now().Add(wait).After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
-	}
+	return backoff.Policy{First: 100 * time.Millisecond, Max: time.Second}.Retry(ctx, tokenWritePatience, f)
 }
 
 // classifyStreamError maps how a stream ended to the activity's error (nil:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/admission"
+	"github.com/sluice-dev/sluice/pkg/backoff"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/metrics"
@@ -83,23 +84,12 @@ func (d *Door) giveBack(ctx context.Context, h holdings.Holdings) {
 // reservation lives.
 func (d *Door) refundPatience() time.Duration { return d.cfg.Admission.MaxWait + 10*time.Minute }
 
-// retry calls f until it succeeds or ctx ends, backing off from 100 ms to
-// 5 s between calls.
-func retry(ctx context.Context, f func() error) error {
-	wait := 100 * time.Millisecond
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
-}
+// redisBackoff paces the door's writes to a Redis that is stalled or
+// away until they land or their context ends: from 100 ms to 5 s.
+var redisBackoff = backoff.Policy{First: 100 * time.Millisecond, Max: 5 * time.Second}
+
+// retry calls f until it succeeds or ctx ends (redisBackoff).
+func retry(ctx context.Context, f func() error) error { return redisBackoff.Retry(ctx, 0, f) }
 
 // startFailure ends a request whose workflow could not be started: the
 // workflow service did not take it, which a retry may well get past.
