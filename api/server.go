@@ -131,7 +131,8 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Keys verifies managed API keys and serves /v1/admin/keys; nil
 	// accepts only the configured keys. Its invalidation (Cache.Run) is
-	// the process's to run, as the door's loops (Door.Run) are.
+	// the process's to run (app), as the waiting room's and the liveness
+	// sweep's are.
 	Keys *keys.Cache
 	// Codec, if set, is the payload keyring (codec.enabled) that the
 	// codec endpoint serves to the Temporal UI and CLI.
