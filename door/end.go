@@ -54,13 +54,13 @@ func (d *Door) endUnstarted(ctx context.Context, id string) {
 // nothing), without holding up the client's answer: one try within the
 // Redis request timeout, then, with Redis stalled or gone, what is still
 // held is retried in the background until it is given back or the refund
-// patience runs out (holdings.Returner.GiveBack: every step but the
-// place's is idempotent, and a place is tried once).
+// patience runs out (holdings.Returner.GiveBackCharges: every step but
+// the place's is idempotent, and a place is tried once).
 func (d *Door) giveBack(ctx context.Context, h holdings.Holdings) {
 	used := holdings.Used{Rate: &holdings.RateUse{}}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.refundPatience())
 	first, stop := context.WithTimeout(ctx, d.cfg.Redis.RequestTimeout)
-	rest, err := d.returner.GiveBack(first, h, used)
+	rest, err := d.returner.GiveBackCharges(first, h, used)
 	stop()
 	if err == nil {
 		cancel()
@@ -70,7 +70,7 @@ func (d *Door) giveBack(ctx context.Context, h holdings.Holdings) {
 		defer cancel()
 		err := retry(ctx, func() error {
 			var err error
-			rest, err = d.returner.GiveBack(ctx, rest, used)
+			rest, err = d.returner.GiveBackCharges(ctx, rest, used)
 			return err
 		})
 		if err != nil {

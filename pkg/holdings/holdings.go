@@ -81,6 +81,30 @@ type Returner struct {
 // a retry could give it back twice. A waiter that could not be woken is
 // logged, not an error: it re-checks on its own.
 func (r *Returner) GiveBack(ctx context.Context, h Holdings, u Used) (Holdings, error) {
+	var errs []error
+	var held []string
+	for _, pool := range h.Pools {
+		_, err := r.Gate.ReleaseUsedAndWake(ctx, r.Notifier, pool, h.RequestID, u.QueueCost)
+		if errors.Is(err, admission.ErrNotWoken) {
+			r.logger().Warn("wake granted waiters", "requestID", h.RequestID, "pool", pool, "err", err)
+			err = nil
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("release the permit or queue entry in %s: %w", pool, err))
+			held = append(held, pool)
+		}
+	}
+	h.Pools = nil
+	rest, err := r.GiveBackCharges(ctx, h, u)
+	rest.Pools = held
+	return rest, errors.Join(append(errs, err)...)
+}
+
+// GiveBackCharges is GiveBack of what a request is charged on its way in,
+// before it holds a permit or a queue entry: the place, the rate
+// reservation, the budget charge and the key (h.Pools must be empty: the
+// door's requests that never started hold no more).
+func (r *Returner) GiveBackCharges(ctx context.Context, h Holdings, u Used) (Holdings, error) {
 	rest := Holdings{RequestID: h.RequestID}
 	var errs []error
 	failed := func(err error) bool {
@@ -88,16 +112,6 @@ func (r *Returner) GiveBack(ctx context.Context, h Holdings, u Used) (Holdings, 
 			errs = append(errs, err)
 		}
 		return err != nil
-	}
-	for _, pool := range h.Pools {
-		_, err := r.Gate.ReleaseUsedAndWake(ctx, r.Notifier, pool, h.RequestID, u.QueueCost)
-		if errors.Is(err, admission.ErrNotWoken) {
-			r.logger().Warn("wake granted waiters", "requestID", h.RequestID, "pool", pool, "err", err)
-			err = nil
-		}
-		if failed(wrap(err, "release the permit or queue entry in "+pool)) {
-			rest.Pools = append(rest.Pools, pool)
-		}
 	}
 	if h.Place.Tag != 0 {
 		if err := r.Gate.Unreserve(ctx, h.Place); err != nil {
