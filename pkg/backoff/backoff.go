@@ -5,6 +5,7 @@ package backoff
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -14,9 +15,9 @@ type Policy struct {
 	First, Max time.Duration
 }
 
-// Retry calls f until it succeeds, ctx ends, or, with patience > 0, the
-// next wait would end more than patience after Retry began. It returns
-// nil, or f's last error.
+// Retry calls f until it succeeds, f's error is one of Stop, ctx ends,
+// or, with patience > 0, the next wait would end more than patience after
+// Retry began. It returns nil, or f's last error (unwrapped from Stop).
 func (p Policy) Retry(ctx context.Context, patience time.Duration, f func() error) error {
 	var deadline time.Time
 	if patience > 0 {
@@ -24,6 +25,10 @@ func (p Policy) Retry(ctx context.Context, patience time.Duration, f func() erro
 	}
 	for wait := p.First; ; wait = min(2*wait, p.Max) {
 		err := f()
+		var final stopped
+		if errors.As(err, &final) {
+			return final.err
+		}
 		if err == nil || ctx.Err() != nil || (!deadline.IsZero() && time.Now().Add(wait).After(deadline)) {
 			return err
 		}
@@ -36,3 +41,16 @@ func (p Policy) Retry(ctx context.Context, patience time.Duration, f func() erro
 		}
 	}
 }
+
+// Stop marks err as one that waiting will not mend: Retry returns it at
+// once. Stop(nil) is nil.
+func Stop(err error) error {
+	if err == nil {
+		return nil
+	}
+	return stopped{err}
+}
+
+type stopped struct{ err error }
+
+func (s stopped) Error() string { return s.err.Error() }

@@ -56,3 +56,18 @@ func TestRetryStopsWithItsContext(t *testing.T) {
 		t.Fatalf("err %v after %s, want errDown when the context ended", err, time.Since(start))
 	}
 }
+
+// An error marked Stop ends the retries at once, as itself.
+func TestRetryStopsAtAFinalError(t *testing.T) {
+	tries := 0
+	err := Policy{First: time.Millisecond, Max: time.Millisecond}.Retry(context.Background(), 0, func() error {
+		tries++
+		return Stop(errDown)
+	})
+	if err != errDown || tries != 1 {
+		t.Fatalf("err %v after %d tries, want errDown itself after one", err, tries)
+	}
+	if Stop(nil) != nil {
+		t.Fatal("Stop(nil) is not nil")
+	}
+}

@@ -3,6 +3,7 @@ package usage
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -12,10 +13,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/sluice-dev/sluice/pkg/backoff"
 	// The two backends' database/sql drivers: pgx's ("pgx") and the pure
 	// Go SQLite ("sqlite"), so no cgo.
 	_ "github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite"
+	"modernc.org/sqlite"
 )
 
 // dialect is what differs between the backends: the driver, how
@@ -103,12 +105,29 @@ func OpenSQLite(ctx context.Context, o SQLiteOptions) (*SQLStore, error) {
 		return nil, err
 	}
 	// A local file: what fails here is the path, which waiting will not
-	// mend.
-	if err := s.Migrate(ctx); err != nil {
+	// mend; but a new file's first openers (the API and the worker
+	// starting together) race to switch it to WAL, and SQLite answers
+	// the loser SQLITE_BUSY at once rather than after the busy timeout:
+	// that is retried for as long.
+	err = backoff.Policy{First: 10 * time.Millisecond, Max: 200 * time.Millisecond}.Retry(ctx, busy, func() error {
+		err := s.Migrate(ctx)
+		if err != nil && !sqliteBusy(err) {
+			return backoff.Stop(err)
+		}
+		return err
+	})
+	if err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// sqliteBusy reports SQLite's SQLITE_BUSY (5): another connection holds
+// the lock.
+func sqliteBusy(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == 5
 }
 
 // OpenPostgres opens the ledger in PostgreSQL (a database of its own,
