@@ -84,7 +84,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 			return adm, err
 		}
 		adm.ID = winner
-		adm.Sub, err = d.attach(rctx, &adm.Standing, winner, req.LastEventID)
+		adm.Sub, err = d.attach(rctx, &adm.Standing, who, winner, req.LastEventID)
 		return adm, err
 	}
 	adm.ID, adm.Pool = a.id, pool

@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
+	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 )
 
@@ -106,7 +107,7 @@ func (d *Door) replay(ctx context.Context, st *Standing, who Caller, req *Reques
 	if err != nil || prior == "" {
 		return key, "", nil, err
 	}
-	sub, err := d.attach(ctx, st, prior, req.LastEventID)
+	sub, err := d.attach(ctx, st, who, prior, req.LastEventID)
 	if !errors.Is(err, follow.ErrStreamGone) {
 		return key, prior, sub, err
 	}
@@ -117,8 +118,16 @@ func (d *Door) replay(ctx context.Context, st *Standing, who Caller, req *Reques
 
 // attach follows the request an earlier POST with the same key started,
 // from its first event (or after Last-Event-ID), as a resume does:
-// nothing is charged and nothing starts.
-func (d *Door) attach(ctx context.Context, st *Standing, id, after string) (*events.Subscription, error) {
+// nothing starts and the chat's limits are not charged, but the replay is
+// charged to the tier's resumes limit (LimitRoute), as a resume is, so
+// that a client repeating one POST cannot subscribe and signal without
+// bound. A replay refused by that limit attaches to nothing.
+func (d *Door) attach(ctx context.Context, st *Standing, who Caller, id, after string) (*events.Subscription, error) {
+	rates, err := d.LimitRoute(ctx, who, policy.RouteResumes)
+	st.Tokens, st.Requests = rates.Tokens, rates.Requests
+	if err != nil {
+		return nil, err
+	}
 	sub, err := d.attacher.Attach(ctx, id, after)
 	if err == nil {
 		st.Replayed = true

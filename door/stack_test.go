@@ -418,6 +418,8 @@ type fakeTemporal struct {
 	// hold, if set, keeps each start in flight until it is closed;
 	// holding receives once per start that began.
 	hold, holding chan struct{}
+	// signals counts the signals the door sent.
+	signals atomic.Int64
 
 	mu     sync.Mutex
 	starts []started
@@ -456,6 +458,7 @@ func (f *fakeTemporal) DescribeWorkflow(context.Context, string, string) (*clien
 
 // SignalWorkflow finds no workflow: none was started.
 func (f *fakeTemporal) SignalWorkflow(context.Context, string, string, string, any) error {
+	f.signals.Add(1)
 	return serviceerror.NewNotFound("no such workflow")
 }
 

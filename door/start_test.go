@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -101,8 +102,9 @@ func TestStartThatErredButRanIsFollowed(t *testing.T) {
 }
 
 // An Idempotency-Key names one request for its caller: the same body
-// again attaches to it, charged nothing; another body is refused; a key
-// that is not one is refused before anything is done.
+// again attaches to it, charged nothing of the chat's limits; another
+// body is refused; a key that is not one is refused before anything is
+// done.
 func TestIdempotencyKeys(t *testing.T) {
 	s := newStack(t, nil)
 	first := s.admit(acme, s.keyed("k1", "hello"))
@@ -218,4 +220,43 @@ func TestRacingPostsWithOneKeyStartOneWorkflow(t *testing.T) {
 	if st := s.streams(); st != 1 {
 		t.Errorf("%d streams, want the winner's", st)
 	}
+}
+
+// A replay attaches but is not free: each one is charged to its tier's
+// resumes limit, as a resume is, and once that is spent the replays are
+// refused (no attach, no signal) while the chat's buckets stay as the
+// first POST left them.
+func TestReplaysCountAgainstTheResumesLimit(t *testing.T) {
+	const perMinute = 3
+	s := newStack(t, func(c *config.Config) {
+		setTier(c, func(t *policy.Tier) { t.Routes.Resumes = policy.RouteRate{TenantPerMinute: perMinute} })
+	})
+	first := s.admit(acme, s.keyed("k1", "hello"))
+	charged, requests := s.charged(), s.tenantRequests()
+	for i := range perMinute {
+		adm := s.admit(acme, s.keyed("k1", "hello"))
+		if adm.ID != first.ID || !adm.Standing.Replayed {
+			t.Fatalf("replay %d: %+v, want a replay of %s", i, adm, first.ID)
+		}
+		if r := adm.Standing.Requests; r == nil || r.Remaining != float64(perMinute-1-i) {
+			t.Errorf("replay %d: standing %+v, want %d resumes left", i, r, perMinute-1-i)
+		}
+	}
+	signals := s.temporal.signals.Load()
+	for i := range 20 {
+		adm, err := s.door.Admit(context.Background(), acme, s.keyed("k1", "hello"))
+		e := refusalOf(t, err)
+		if e.Class != refusal.Limited || e.Code != request.ReasonRateLimited || e.RetryAfter < 1 ||
+			!strings.Contains(e.Message, policy.RouteResumes) || adm.Sub != nil || adm.Standing.Replayed {
+			t.Fatalf("replay %d past the limit: refused %+v, admission %+v", perMinute+i, e, adm)
+		}
+	}
+	if n := s.temporal.signals.Load(); n != signals {
+		t.Errorf("%d signals sent for refused replays", n-signals)
+	}
+	if n := len(s.temporal.inputs()); n != 1 {
+		t.Errorf("%d workflows started, want 1", n)
+	}
+	near(t, "tokens charged", s.charged(), charged)
+	near(t, "chat requests bucket", s.tenantRequests(), requests)
 }

@@ -76,7 +76,8 @@ type IngestQuota struct {
 type RouteLimits struct {
 	// Reads: request status (a Temporal query each), kbs and sessions.
 	Reads RouteRate `yaml:"reads" json:"reads"`
-	// Resumes: event streams re-attached (a signal each).
+	// Resumes: event streams re-attached (a signal each), by a resume or
+	// by a POST replayed with its Idempotency-Key.
 	Resumes RouteRate `yaml:"resumes" json:"resumes"`
 	// Ingest: document writes and deletes (embeddings and index work).
 	Ingest RouteRate `yaml:"ingest" json:"ingest"`
