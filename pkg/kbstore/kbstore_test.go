@@ -430,3 +430,53 @@ func TestPutRefusesAKBPastMaxMemory(t *testing.T) {
 		t.Fatalf("memory %d, want 1000", got)
 	}
 }
+
+// Reading or deleting from a kb that does not exist writes nothing: a
+// client asking for names that do not exist must not leave keys behind
+// (each lookup of a missing kb once left a usage hash that never
+// expired).
+func TestLookupsOfAMissingKBWriteNothing(t *testing.T) {
+	rdb := srv.Client(t)
+	prefix := testenv.KeyPrefix(t)
+	s := New(rdb, Options{Prefix: prefix, Grace: time.Minute})
+	ctx := context.Background()
+	keys := func() []string {
+		got, err := rdb.Keys(ctx, prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, kb := range []string{"missing", "other"} {
+		if info, err := s.Info(ctx, kb, Page{Limit: 10}); err != nil || info.Version != 0 || len(info.Documents) != 0 {
+			t.Fatalf("info of a missing kb: %+v %v", info, err)
+		}
+		if _, deleted, err := s.Delete(ctx, kb, "doc"); err != nil || deleted {
+			t.Fatalf("delete from a missing kb: deleted %v, %v", deleted, err)
+		}
+	}
+	if got := keys(); len(got) != 0 {
+		t.Fatalf("lookups of missing kbs wrote %v", got)
+	}
+
+	// An emptied kb reads as empty, with its version, and a delete of a
+	// document it never had changes nothing.
+	if _, err := s.Put(ctx, "kb", "m", []Revision{rev("a", "alpha", 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Delete(ctx, "kb", "a"); err != nil {
+		t.Fatal(err)
+	}
+	before := keys()
+	if info, err := s.Info(ctx, "kb", Page{Limit: 10}); err != nil || info.Version != 2 || info.Model != "m" || info.DocumentCount != 0 || info.Chunks != 0 {
+		t.Fatalf("an emptied kb reads as %+v %v", info, err)
+	}
+	if v, deleted, err := s.Delete(ctx, "kb", "never"); err != nil || deleted || v != 2 {
+		t.Fatalf("delete of a document never held: version %d deleted %v %v", v, deleted, err)
+	}
+	if after := keys(); !slices.Equal(sorted(after), sorted(before)) {
+		t.Fatalf("reads of an emptied kb changed its keys: %v, was %v", after, before)
+	}
+}
+
+func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }

@@ -8,11 +8,13 @@
 -- Returns {version, 1} when deleted, {version, 0} when there was no such
 -- document.
 local kp, id, grace = ARGV[1], ARGV[2], tonumber(ARGV[3])
-ensure_index(KEYS[2], KEYS[3], KEYS[6], KEYS[5])
+-- Looked up before the kb is indexed: a delete of a document (or kb) that
+-- does not exist writes nothing.
 local old = redis.call('HGET', KEYS[2], id)
 if not old then
   return {tonumber(redis.call('GET', KEYS[1]) or '0'), 0}
 end
+ensure_index(KEYS[2], KEYS[3], KEYS[6], KEYS[5])
 redis.call('HDEL', KEYS[2], id)
 redis.call('ZREM', KEYS[6], id)
 local info = redis.call('HGET', KEYS[3], id)

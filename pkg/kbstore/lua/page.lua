@@ -9,6 +9,12 @@
 -- Returns {version, model, documents, chunks, more (1/0), then per
 -- document: info JSON, version of its last change}.
 local docs, info, log, ids, usage = KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+-- A kb with no documents (never written, or emptied) has no page to
+-- index: a read of it writes nothing, so reads of names that do not
+-- exist leave no keys behind.
+if redis.call('EXISTS', docs) == 0 then
+  return {tonumber(redis.call('GET', KEYS[1]) or '0'), redis.call('GET', KEYS[2]) or '', 0, 0, 0}
+end
 ensure_index(docs, info, ids, usage)
 local limit = tonumber(ARGV[2])
 local from = '-'
