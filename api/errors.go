@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
@@ -86,6 +87,21 @@ func (s *Server) recoverJSON(next echo.HandlerFunc) echo.HandlerFunc {
 				err = &refusal.Error{Class: refusal.Internal, Code: "internal_error", Message: "internal error"}
 			}
 		}()
+		return next(c)
+	}
+}
+
+// checkQuery refuses a query string that does not parse (a bad percent
+// escape, a semicolon) with 400 bad_query. Echo's query reads drop the
+// pairs that do not parse, so ?cursor=%%% would otherwise read as no
+// cursor and answer the first page as if that were asked.
+func checkQuery(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if raw := c.Request().URL.RawQuery; raw != "" {
+			if _, err := url.ParseQuery(raw); err != nil {
+				return refusal.BadRequest("bad_query_string", "the query string does not parse: %v", err)
+			}
+		}
 		return next(c)
 	}
 }

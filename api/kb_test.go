@@ -244,6 +244,12 @@ func TestKBPages(t *testing.T) {
 		}
 		t.Run(q, func(t *testing.T) { assertJSONError(t, rec, 400, code) })
 	}
+	// A query that does not parse is refused, not read as no cursor (the
+	// first page) or no limit.
+	for _, q := range []string{"cursor=%%%", "limit=2&cursor=%zz", "limit=2;cursor=x"} {
+		rec := call(srv, "GET", "/v1/kb/facts?"+q, "")
+		t.Run(q, func(t *testing.T) { assertJSONError(t, rec, 400, "bad_query_string") })
+	}
 }
 
 // One tenant holding every ingestion permit it may does not hold up

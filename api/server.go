@@ -191,7 +191,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
-	e.Use(s.recoverJSON)
+	e.Use(s.recoverJSON, checkQuery)
 	e.POST("/v1/chat", s.postChat)
 	openai.New(openai.Options{Config: s.cfg, Door: s.door, Follow: s.follow, Auth: callers{s}, Prompts: s.prompts, Embeddings: s.embeddings,
 		Logger: s.logger}).Register(e)
