@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -45,7 +46,13 @@ func routesOf(e *echo.Echo) []string {
 		if r.Method == echo.RouteNotFound {
 			continue
 		}
-		out = append(out, r.Method+" "+echoParam.ReplaceAllString(r.Path, "{$1}"))
+		path := echoParam.ReplaceAllString(r.Path, "{$1}")
+		// A trailing wildcard is a parameter that may hold "/" (a
+		// document's id); OpenAPI names it as one parameter.
+		if rest, ok := strings.CutSuffix(path, "/*"); ok {
+			path = rest + "/{id}"
+		}
+		out = append(out, r.Method+" "+path)
 	}
 	sort.Strings(out)
 	return slices.Compact(out)

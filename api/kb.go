@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -169,7 +170,10 @@ func (s *Server) deleteDocument(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	doc := c.Param("id")
+	doc, err := documentID(c)
+	if err != nil {
+		return err
+	}
 	version, deleted, err := s.kbStore.Delete(c.Request().Context(), kb.Key(), doc)
 	if err != nil {
 		s.logger.Error("delete document", "kb", kb, "doc", doc, "err", err)
@@ -179,6 +183,24 @@ func (s *Server) deleteDocument(c echo.Context) error {
 		return &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: "no document " + doc + " in knowledge base " + kb.Name}
 	}
 	return c.JSON(http.StatusOK, map[string]any{"kb": kb.Name, "version": version, "deleted": doc})
+}
+
+// documentID is the document a DELETE names: the rest of its path, as
+// sent literally ("guides/setup") or escaped as one segment
+// ("guides%2Fsetup"). Echo routes an escaped path on its raw form and
+// leaves the escapes in the parameter, so they are undone here.
+func documentID(c echo.Context) (string, error) {
+	id := c.Param("*")
+	if c.Request().URL.RawPath != "" {
+		var err error
+		if id, err = url.PathUnescape(id); err != nil {
+			return "", refusal.BadRequest("bad_document_id", "the document id does not unescape: %v", err)
+		}
+	}
+	if id == "" {
+		return "", refusal.BadRequest("bad_document_id", "name the document: DELETE /v1/kb/<kb>/documents/<id>")
+	}
+	return id, nil
 }
 
 // kbView is the body of GET /v1/kb/:kb.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -329,4 +331,35 @@ func TestIngestPastTheMemoryBudgetIs413(t *testing.T) {
 	if rec := call(srv, "POST", "/v1/kb/facts/documents", `{"id":"c","text":"A short one fits."}`); rec.Code != 200 {
 		t.Fatalf("a small document after the refusal: %d %s", rec.Code, rec.Body)
 	}
+}
+
+// Ids are any text a document may have (sluice kb ingest makes
+// "guides/setup" of a nested file): each is addressable with standard
+// escaping (url.PathEscape, as clients escape a path segment), and a
+// literal "/" in the path names the same document.
+func TestDocumentIDsWithSlashesAreAddressable(t *testing.T) {
+	srv := newKBServer(t, nil)
+	ids := []string{"guides/setup", "a/b/c", "50% off", "what?", "x y+z", "plain"}
+	var docs []string
+	for _, id := range ids {
+		b, _ := json.Marshal(map[string]string{"id": id, "text": "Text of " + id + "."})
+		docs = append(docs, string(b))
+	}
+	if rec := call(srv, "POST", "/v1/kb/facts/documents", `{"documents":[`+strings.Join(docs, ",")+`]}`); rec.Code != 200 {
+		t.Fatalf("post: %d %s", rec.Code, rec.Body)
+	}
+	for _, id := range ids {
+		rec := call(srv, "DELETE", "/v1/kb/facts/documents/"+url.PathEscape(id), "")
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"deleted":`+strconv.Quote(id)) {
+			t.Errorf("delete %q: %d %s", id, rec.Code, rec.Body)
+		}
+	}
+	if rec := call(srv, "POST", "/v1/kb/facts/documents", `{"id":"guides/setup","text":"Again."}`); rec.Code != 200 {
+		t.Fatalf("post: %d %s", rec.Code, rec.Body)
+	}
+	if rec := call(srv, "DELETE", "/v1/kb/facts/documents/guides/setup", ""); rec.Code != 200 || !strings.Contains(rec.Body.String(), `"deleted":"guides/setup"`) {
+		t.Errorf("delete by a literal slash: %d %s", rec.Code, rec.Body)
+	}
+	assertJSONError(t, call(srv, "DELETE", "/v1/kb/facts/documents/guides%2Fsetup", ""), 404, "not_found")
+	assertJSONError(t, call(srv, "DELETE", "/v1/kb/facts/documents/", ""), 400, "bad_document_id")
 }

@@ -201,7 +201,9 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.GET("/v1/kb", s.listKBs)
 	e.GET("/v1/kb/:kb", s.getKB)
 	e.POST("/v1/kb/:kb/documents", s.postDocuments)
-	e.DELETE("/v1/kb/:kb/documents/:id", s.deleteDocument)
+	// The id is the rest of the path: ids may hold "/" (sluice kb ingest
+	// names a nested file's document by its path).
+	e.DELETE("/v1/kb/:kb/documents/*", s.deleteDocument)
 	e.GET("/v1/sessions/:id", s.getSession)
 	e.DELETE("/v1/sessions/:id", s.deleteSession)
 	e.GET("/v1/usage", s.getUsage)
