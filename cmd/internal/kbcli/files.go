@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -37,6 +38,11 @@ func collect(paths, exts []string) ([]entry, error) {
 			return nil, fmt.Errorf("read %s: %w", p, err)
 		}
 		if !st.IsDir() {
+			// A device, pipe or socket named by mistake (/dev/zero)
+			// would be read forever or block: only files are documents.
+			if !st.Mode().IsRegular() {
+				return nil, fmt.Errorf("read %s: not a regular file or a folder (%s)", p, st.Mode().Type())
+			}
 			out = append(out, newEntry(p, filepath.Base(p)))
 			continue
 		}
@@ -92,7 +98,7 @@ func (e entry) document() (pending, error) {
 	if st.Size() > ingest.MaxTextBytes {
 		return pending{}, fmt.Errorf("%d bytes, over a document's %d", st.Size(), ingest.MaxTextBytes)
 	}
-	raw, err := os.ReadFile(e.file)
+	raw, err := readAtMost(e.file, ingest.MaxTextBytes)
 	if err != nil {
 		return pending{}, err
 	}
@@ -106,4 +112,23 @@ func (e entry) document() (pending, error) {
 	}
 	sum := sha256.Sum256(body)
 	return pending{doc: doc, sha256: hex.EncodeToString(sum[:]), bytes: len(body)}, nil
+}
+
+// readAtMost reads file whole if it holds at most limit bytes. The size
+// was checked before, but a file can grow (or be swapped for a device)
+// between the check and the read: the read itself stops past limit.
+func readAtMost(file string, limit int) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > limit {
+		return nil, fmt.Errorf("over a document's %d bytes", limit)
+	}
+	return raw, nil
 }

@@ -14,11 +14,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -324,5 +326,40 @@ func TestRefusalsAreSurfaced(t *testing.T) {
 	}
 	if r := runIngest(t, context.Background(), keyIngest, nil, "-h"); r.code != 0 || !strings.Contains(r.stdout, "-batch-bytes") {
 		t.Errorf("-h: exit %d, stdout %q", r.code, r.stdout)
+	}
+}
+
+// Only regular files are documents: a device named on the command line
+// (/dev/zero, once read forever) is an error before anything is read or
+// sent, and a folder's pipes and links to devices are passed over.
+func TestOnlyRegularFilesAreRead(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero here")
+	}
+	if _, err := collect([]string{"/dev/zero"}, []string{".md"}); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("collect(/dev/zero) = %v, want it refused as not a regular file", err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.md"), []byte("# A\n\nAlpha."), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(dir, "zero.md")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe.md"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := collect([]string{dir}, []string{".md"})
+	if err != nil || len(got) != 1 || got[0].id != "a" {
+		t.Fatalf("collect(dir) = %+v %v, want a.md alone", got, err)
+	}
+	// A file that grew past a document's bound after it was listed is
+	// read no further than the bound.
+	big := filepath.Join(dir, "big.md")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("x"), ingest.MaxTextBytes+10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readAtMost(big, ingest.MaxTextBytes); err == nil {
+		t.Fatal("a file over the bound was read")
 	}
 }
