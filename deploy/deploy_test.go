@@ -208,6 +208,15 @@ func TestCompose(t *testing.T) {
 			t.Errorf("%s: temporal does not publish %s", composePath, p)
 		}
 	}
+	// Only the API faces the network: Temporal, the simulator, Prometheus
+	// and Grafana take no key, so they are published on loopback alone.
+	for name, svc := range cf.Services {
+		for _, p := range svc.Ports {
+			if name != "sluice-api" && !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Errorf("%s: %s publishes %s on every interface, want 127.0.0.1:%s", composePath, name, p, p)
+			}
+		}
+	}
 }
 
 // checkComposeTemporal checks that the dev server listens beyond loopback
