@@ -100,7 +100,7 @@ func (c *Core) buildRetrieval(model string) (*retrieval.Live, *retrieval.CachedR
 	}
 	c.Metrics.RegisterKBMemory(func() metrics.KBMemory {
 		s := live.MemoryStats()
-		return metrics.KBMemory{Budget: s.Budget, Loaded: s.Loaded, KBs: s.KBs, Loads: s.Loads, Evictions: s.Evictions, Refused: s.Refused}
+		return metrics.KBMemory{Budget: s.Budget, Loaded: s.Loaded, Reserved: s.Reserved, KBs: s.KBs, Loads: s.Loads, Evictions: s.Evictions, Refused: s.Refused}
 	})
 	cached := retrieval.NewCachedRetriever(live, c.Redis, retrieval.CacheOptions{
 		Prefix: cfg.Redis.KeyPrefix, TTL: cfg.Retrieval.CacheTTL,

@@ -394,7 +394,7 @@ func (m *Metrics) RegisterCache(tier string, stats func() CacheStats) {
 // KBMemory is what a worker's loaded knowledge bases take, and what
 // became of them (retrieval.MemoryStats).
 type KBMemory struct {
-	Budget, Loaded            int64
+	Budget, Loaded, Reserved  int64
 	KBs                       int
 	Loads, Evictions, Refused uint64
 }
@@ -414,6 +414,8 @@ func (m *Metrics) RegisterKBMemory(stats func() KBMemory) {
 	m.reg.MustRegister(
 		gauge("sluice_retrieval_kb_loaded_bytes", "Memory the knowledge bases this process holds take, by its estimate.",
 			func(s KBMemory) float64 { return float64(s.Loaded) }),
+		gauge("sluice_retrieval_kb_reserved_bytes", "Memory reserved for the knowledge bases this process is loading, by their recorded estimate.",
+			func(s KBMemory) float64 { return float64(s.Reserved) }),
 		gauge("sluice_retrieval_kb_budget_bytes", "Memory this process holds for knowledge bases (retrieval.kb_memory_bytes).",
 			func(s KBMemory) float64 { return float64(s.Budget) }),
 		gauge("sluice_retrieval_kbs_loaded", "Knowledge bases this process holds.",

@@ -25,8 +25,9 @@ import (
 //
 // The kbs held together stay within a memory budget: the least recently
 // used are dropped to make room, and loaded again by the next query that
-// needs them. A kb larger than the whole budget is refused with a
-// *TooLargeError before it is read.
+// needs them. A load reserves what the kb will take before it reads it,
+// so loads running at once stay within the budget together. A kb larger
+// than the whole budget is refused with a *TooLargeError before it is read.
 type Live struct {
 	store  *kbstore.Store
 	model  string
@@ -38,11 +39,20 @@ type Live struct {
 
 	budget int64
 
-	// mu guards kbs, lru, mem and each liveKB's name, bytes and elem.
+	// mu guards kbs, lru, mem, waiting, freed and each liveKB's name,
+	// bytes, reserved and elem.
 	mu  sync.Mutex
 	kbs map[string]*liveKB
 	lru list.List // of *liveKB held, the most recently used first
 	mem MemoryStats
+	// waiting holds the loads waiting for room, in arrival order; freed
+	// is closed (and replaced) when reserved room is given back or the
+	// first of them leaves, to wake the others. See reserve.
+	waiting list.List
+	freed   chan struct{}
+	// trace, set by tests, sees the stats whenever a load reserves,
+	// releases or settles; called with mu held.
+	trace func(MemoryStats)
 }
 
 // LiveOptions configures Live.
@@ -69,9 +79,10 @@ type liveKB struct {
 	refresh sync.Mutex
 	snap    atomic.Pointer[KB]
 
-	name  string
-	bytes int64         // accounted in Live.mem.Loaded
-	elem  *list.Element // in Live.lru; nil when not held
+	name     string
+	bytes    int64         // accounted in Live.mem.Loaded
+	reserved int64         // accounted in Live.mem.Reserved while it loads
+	elem     *list.Element // in Live.lru; nil when not held
 }
 
 // NewLive serves the kbs of store.
@@ -92,7 +103,8 @@ func NewLive(store *kbstore.Store, opts LiveOptions) (*Live, error) {
 		return nil, fmt.Errorf("new live retriever: MemoryBudget %d below 0", opts.MemoryBudget)
 	}
 	return &Live{store: store, model: opts.Model, w: opts.VectorWeight, bm: opts.BM25.withDefaults(),
-		logger: opts.Logger, rebuild: rebuildRatherThanPatch, budget: opts.MemoryBudget, kbs: map[string]*liveKB{}}, nil
+		logger: opts.Logger, rebuild: rebuildRatherThanPatch, budget: opts.MemoryBudget, kbs: map[string]*liveKB{},
+		freed: make(chan struct{})}, nil
 }
 
 // rebuildRatherThanPatch decides how to apply a change that frees the
@@ -268,6 +280,9 @@ func (l *Live) catchUp(ctx context.Context, kb string, e *liveKB, head kbstore.H
 		l.logger.WarnContext(ctx, "knowledge base has a new epoch, reloading it", "kb", kb, "from", old.version, "to", head.Version)
 		old = nil
 	}
+	// A load that fails gives back what it reserved; one that succeeds
+	// has already, in settle.
+	defer l.release(e)
 	snap, st, err := l.next(ctx, kb, e, old)
 	if errors.Is(err, kbstore.ErrGone) && old != nil {
 		// A changed document's revision was retired before it could be
@@ -305,7 +320,7 @@ func (l *Live) next(ctx context.Context, kb string, e *liveKB, old *KB) (*KB, ca
 	if old != nil {
 		since, scratch = old.version, old.scratch
 	} else {
-		if err := l.checkFits(ctx, kb, e); err != nil {
+		if err := l.reserve(ctx, kb, e); err != nil {
 			return nil, catchUpStats{}, err
 		}
 		l.mu.Lock()

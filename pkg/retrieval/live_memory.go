@@ -1,7 +1,9 @@
 package retrieval
 
 import (
+	"container/list"
 	"context"
+	"fmt"
 
 	"github.com/sluice-dev/sluice/pkg/kbref"
 )
@@ -12,6 +14,10 @@ type MemoryStats struct {
 	Budget int64
 	// Loaded is what the kbs held now take (KB.MemoryBytes, summed).
 	Loaded int64
+	// Reserved is what the kbs being loaded will take, by the estimate
+	// they reserved before they were read. Loaded+Reserved stays within
+	// the budget (see reserve).
+	Reserved int64
 	// KBs is how many are held.
 	KBs int
 	// Loads counts kbs loaded whole (first use, or again after eviction),
@@ -24,18 +30,28 @@ type MemoryStats struct {
 func (l *Live) MemoryStats() MemoryStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.statsLocked()
+}
+
+func (l *Live) statsLocked() MemoryStats {
 	s := l.mem
 	s.Budget, s.KBs = l.budget, l.lru.Len()
 	return s
 }
 
-// checkFits refuses, before anything is read, a kb whose revisions need
-// more than the budget by the estimate ingestion recorded; a kb whose
-// revisions carry no estimate is judged by its text alone, a lower bound.
-// Then it evicts the least recently used kbs other than e until this one
-// fits beside the rest, so that loading it does not take the process past
-// its budget by more than the kb itself.
-func (l *Live) checkFits(ctx context.Context, kb string, e *liveKB) error {
+// reserve holds, before anything of kb is read, what loading it will
+// take against the budget, so that loads running at once never hold more
+// than the budget together with the kbs held: it is the estimate
+// ingestion recorded for the kb's revisions (for revisions without one,
+// their text, a lower bound) and the index's fixed maps. A kb whose
+// estimate alone exceeds the budget is refused. Otherwise the load waits,
+// in arrival order, while the loads in flight have reserved the room it
+// needs (they end soon, and what they load can then be evicted), then
+// evicts the least recently used kbs other than e until it fits beside
+// the rest. What the loaded index measures above its reservation (at most
+// its last page's empty slots) is the estimate's error: settle evicts for
+// it, and it is over the budget only while the rest is reserved.
+func (l *Live) reserve(ctx context.Context, kb string, e *liveKB) error {
 	if l.budget <= 0 {
 		return nil
 	}
@@ -54,20 +70,80 @@ func (l *Live) checkFits(ctx context.Context, kb string, e *liveKB) error {
 		}
 		return &TooLargeError{KB: name, Bytes: need, Budget: l.budget}
 	}
+	// A kb within the budget by its estimate is loaded even when its
+	// fixed maps take it past: it then stays alone (see settle).
+	need = min(need+indexBytes, l.budget)
 	l.mu.Lock()
-	evicted := l.evictLocked(e, l.budget-need)
+	l.releaseLocked(e)
+	turn := l.waiting.PushBack(e)
+	for l.waiting.Front() != turn || l.mem.Reserved+need > l.budget {
+		freed := l.freed
+		l.mu.Unlock()
+		select {
+		case <-freed:
+			l.mu.Lock()
+		case <-ctx.Done():
+			l.mu.Lock()
+			l.leaveLocked(turn)
+			l.mu.Unlock()
+			return fmt.Errorf("wait for memory to load kb %s: %w", kb, context.Cause(ctx))
+		}
+	}
+	l.leaveLocked(turn)
+	e.reserved = need
+	l.mem.Reserved += need
+	evicted := l.evictLocked(e, l.budget-l.mem.Reserved)
+	l.traceLocked()
 	l.mu.Unlock()
 	l.logEvicted(ctx, evicted)
 	return nil
 }
 
-// settle accounts e's new size after it caught up, makes it the most
-// recently used, and evicts the least recently used others until the
-// kbs held fit the budget. A kb that alone is larger than the budget by
-// the measure (which exceeds ingestion's estimate by the free slots of a
-// patched index, never more than its live ones) stays held, alone.
+// leaveLocked takes a load off the waiting list; the next may go.
+func (l *Live) leaveLocked(turn *list.Element) {
+	if l.waiting.Front() == turn {
+		l.wakeLocked()
+	}
+	l.waiting.Remove(turn)
+}
+
+func (l *Live) wakeLocked() {
+	close(l.freed)
+	l.freed = make(chan struct{})
+}
+
+// release gives back what e reserved, if anything: its load failed.
+func (l *Live) release(e *liveKB) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.releaseLocked(e)
+}
+
+func (l *Live) releaseLocked(e *liveKB) {
+	if e.reserved == 0 {
+		return
+	}
+	l.mem.Reserved -= e.reserved
+	e.reserved = 0
+	l.wakeLocked()
+	l.traceLocked()
+}
+
+func (l *Live) traceLocked() {
+	if l.trace != nil {
+		l.trace(l.statsLocked())
+	}
+}
+
+// settle accounts e's new size after it caught up in place of what its
+// load reserved, makes it the most recently used, and evicts the least
+// recently used others until the kbs held fit the budget beside the loads
+// in flight. A kb that alone is larger than the budget by the measure
+// (which exceeds ingestion's estimate by the free slots of a patched
+// index, never more than its live ones) stays held, alone.
 func (l *Live) settle(ctx context.Context, kb string, e *liveKB, bytes int64) {
 	l.mu.Lock()
+	l.releaseLocked(e)
 	if cur, ok := l.kbs[kb]; cur != e {
 		if ok {
 			// Evicted while it caught up, and being loaded again by
@@ -86,8 +162,9 @@ func (l *Live) settle(ctx context.Context, kb string, e *liveKB, bytes int64) {
 	}
 	var evicted []evictedKB
 	if l.budget > 0 {
-		evicted = l.evictLocked(e, l.budget-bytes)
+		evicted = l.evictLocked(e, l.budget-bytes-l.mem.Reserved)
 	}
+	l.traceLocked()
 	l.mu.Unlock()
 	l.logEvicted(ctx, evicted)
 }
