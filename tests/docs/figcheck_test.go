@@ -27,6 +27,7 @@ type unit struct {
 	text    string   // its lines, inline code and links as written
 	row     bool     // a table row
 	caption []string // a row's table's caption's report links
+	table   string   // a row's table's header row and the unit before it
 }
 
 var (
@@ -41,6 +42,7 @@ func units(text, dir string) []unit {
 	var out []unit
 	var cur *unit
 	var caption []string
+	var table string
 	// before is the paragraph or item a table may start after, with only
 	// blank lines between: its caption.
 	var before *unit
@@ -72,14 +74,17 @@ func units(text, dir string) []unit {
 		case isRow:
 			if !inTable {
 				end()
-				caption = nil
-				if before != nil && strings.HasSuffix(strings.TrimSpace(before.text), ":") {
-					caption = reportLinks(before.text, dir)
+				caption, table = nil, line
+				if before != nil {
+					table = before.text + "\n" + line
+					if strings.HasSuffix(strings.TrimSpace(before.text), ":") {
+						caption = reportLinks(before.text, dir)
+					}
 				}
 			}
 			before, inTable = nil, true
 			if !tableSep.MatchString(trimmed) {
-				out = append(out, unit{line: i + 1, text: line, row: true, caption: caption})
+				out = append(out, unit{line: i + 1, text: line, row: true, caption: caption, table: table})
 			}
 		case listItem.MatchString(line) || cur == nil:
 			end()
