@@ -27,6 +27,7 @@ type unit struct {
 	text    string   // its lines, inline code and links as written
 	row     bool     // a table row
 	caption []string // a row's table's caption's report links
+	table   string   // a row's table's header row and the unit before it
 }
 
 var (
@@ -41,6 +42,7 @@ func units(text, dir string) []unit {
 	var out []unit
 	var cur *unit
 	var caption []string
+	var table string
 	// before is the paragraph or item a table may start after, with only
 	// blank lines between: its caption.
 	var before *unit
@@ -72,14 +74,17 @@ func units(text, dir string) []unit {
 		case isRow:
 			if !inTable {
 				end()
-				caption = nil
-				if before != nil && strings.HasSuffix(strings.TrimSpace(before.text), ":") {
-					caption = reportLinks(before.text, dir)
+				caption, table = nil, line
+				if before != nil {
+					table = before.text + "\n" + line
+					if strings.HasSuffix(strings.TrimSpace(before.text), ":") {
+						caption = reportLinks(before.text, dir)
+					}
 				}
 			}
 			before, inTable = nil, true
 			if !tableSep.MatchString(trimmed) {
-				out = append(out, unit{line: i + 1, text: line, row: true, caption: caption})
+				out = append(out, unit{line: i + 1, text: line, row: true, caption: caption, table: table})
 			}
 		case listItem.MatchString(line) || cur == nil:
 			end()
@@ -193,10 +198,20 @@ func normalise(n string) []string {
 	return out
 }
 
+// reports gives what the quote check needs of a report, by its path
+// from the root: its text, and why it is stale ("" while it is fresh).
+type reports struct {
+	read  func(string) (string, error)
+	stale func(string) string
+}
+
+// staleMark is the word a unit quoting a stale report must carry, so a
+// reader knows its figures may no longer describe the code.
+var staleMark = regexp.MustCompile(`(?i)\bstale\b`)
+
 // checkQuotes returns what a document quotes wrongly: name is the file
-// from the root (its folder resolves links), read gives a report's text
-// by its path from the root.
-func checkQuotes(name, text string, read func(string) (string, error)) []string {
+// from the root (its folder resolves links).
+func checkQuotes(name, text string, src reports) []string {
 	var problems []string
 	dir := path.Dir(name)
 	for _, u := range units(text, dir) {
@@ -207,11 +222,12 @@ func checkQuotes(name, text string, read func(string) (string, error)) []string 
 		if len(links) == 0 {
 			continue
 		}
-		var figs, dates []string
+		var figs, dates, texts []string
 		var unread error
 		for _, l := range links {
-			report, err := read(l)
+			report, err := src.read(l)
 			unread = cmp.Or(unread, err)
+			texts = append(texts, report)
 			figs = append(figs, figures(report)...)
 			dates = append(dates, isoDate.FindAllString(report, -1)...)
 		}
@@ -220,6 +236,12 @@ func checkQuotes(name, text string, read func(string) (string, error)) []string 
 			continue
 		}
 		p := prose(u.text)
+		for _, l := range links {
+			if why := src.stale(l); why != "" && !staleMark.MatchString(p) {
+				problems = append(problems, fmt.Sprintf("%s:%d: quotes %s, which is stale (%s): re-run its bench, or say \"stale\" where it is quoted", name, u.line, l, why))
+			}
+		}
+		problems = append(problems, checkVerdicts(fmt.Sprintf("%s:%d", name, u.line), p, u.row, texts, links)...)
 		for _, f := range figures(p) {
 			if !slices.Contains(figs, f) {
 				problems = append(problems, fmt.Sprintf("%s:%d: %s is not in %s", name, u.line, f, strings.Join(links, " or ")))

@@ -29,6 +29,9 @@ func syntheticRead(p string) (string, error) {
 	return "", fmt.Errorf("%s: no such report", p)
 }
 
+// synthetic serves syntheticReport, fresh.
+var synthetic = reports{read: syntheticRead, stale: func(string) string { return "" }}
+
 func TestQuoteCheckerPassesTheReportsFigures(t *testing.T) {
 	doc := "# Perf\n\n" +
 		"All at once (`make bench-burst`, 2026-12-05, [report](../tests/load/report/burst.md)):\n" +
@@ -39,7 +42,7 @@ func TestQuoteCheckerPassesTheReportsFigures(t *testing.T) {
 		"| outcome | clients | share |\n|---|---|---|\n| done | 647 | 32.4% |\n| rejected | 1,353 | 67.7 % |\n\n" +
 		"A paragraph with no link may say 17 anything, and so may `code 99 ms`.\n\n" +
 		"Code spans may run over a line: `sluice-bench burst -n\n99` ([report](../tests/load/report/burst.md)).\n"
-	if p := checkQuotes("docs/perf.md", doc, syntheticRead); len(p) > 0 {
+	if p := checkQuotes("docs/perf.md", doc, synthetic); len(p) > 0 {
 		t.Errorf("figures that are in the report were refused:\n%s", strings.Join(p, "\n"))
 	}
 }
@@ -59,7 +62,7 @@ func TestQuoteCheckerCatchesDrift(t *testing.T) {
 		{"- first ([report](../tests/load/report/burst.md)): 647\n- second, 5 answers, links nothing\n- third ([report](../tests/load/report/burst.md)): 646\n", "docs/perf.md:3: 646 is not in"},
 		{"See [it](../tests/load/report/heal.md): 5 ms.", "no such report"},
 	} {
-		got := strings.Join(checkQuotes("docs/perf.md", tc.doc, syntheticRead), "\n")
+		got := strings.Join(checkQuotes("docs/perf.md", tc.doc, synthetic), "\n")
 		if !strings.Contains(got, tc.want) {
 			t.Errorf("doc %q:\ngot  %q\nwant %q", tc.doc, got, tc.want)
 		}
@@ -70,7 +73,7 @@ func TestQuoteCheckerCatchesDrift(t *testing.T) {
 		"- first ([report](../tests/load/report/burst.md)): 647\n- second: 5 answers\n",
 		"Measured ([report](../tests/load/report/burst.md)):\n\n```\nx\n```\n\n| a |\n|---|\n| 7 |\n",
 	} {
-		if p := checkQuotes("docs/perf.md", doc, syntheticRead); len(p) > 0 {
+		if p := checkQuotes("docs/perf.md", doc, synthetic); len(p) > 0 {
 			t.Errorf("%q: a unit that links no report was checked: %v", doc, p)
 		}
 	}

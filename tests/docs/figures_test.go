@@ -93,6 +93,7 @@ func readFromRoot(p string) (string, error) {
 // list item or table row that links a bench report is in that report
 // (the convention in docs/testing.md).
 func TestQuotedFiguresAppearInTheirReports(t *testing.T) {
+	stale := staleReports(t)
 	checked := 0
 	for _, file := range markdownFiles(t) {
 		name, _ := filepath.Rel(root, file)
@@ -106,7 +107,7 @@ func TestQuotedFiguresAppearInTheirReports(t *testing.T) {
 				checked++
 			}
 		}
-		for _, p := range checkQuotes(name, string(raw), readFromRoot) {
+		for _, p := range checkQuotes(name, string(raw), reports{read: readFromRoot, stale: stale}) {
 			t.Error(p)
 		}
 	}
@@ -115,6 +116,28 @@ func TestQuotedFiguresAppearInTheirReports(t *testing.T) {
 	if checked < 30 {
 		t.Errorf("only %d units link a report; the convention's parser no longer finds them", checked)
 	}
+}
+
+// staleReports judges each report's freshness as TestReportsAreFresh
+// does and returns, by report path, why it is stale. A report whose age
+// git cannot tell counts as fresh here: TestReportsAreFresh says so.
+func staleReports(t *testing.T) func(string) string {
+	t.Helper()
+	why := map[string]string{}
+	for _, s := range scenarios {
+		if s.report == "" {
+			continue
+		}
+		name := reportDir + "/" + s.report
+		text, err := readFromRoot(name)
+		if err != nil {
+			continue
+		}
+		if _, problem, err := freshness(root, name, text, s, maxCommitsBehind); err == nil && problem != "" {
+			why[name] = problem
+		}
+	}
+	return func(report string) string { return why[report] }
 }
 
 // TestBenchFiguresLinkAReport: a unit that names a bench and quotes a
