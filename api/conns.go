@@ -18,7 +18,7 @@ type connCaps struct {
 	// one client address (api.max_conns_per_ip); PerProxy those of one
 	// trusted proxy (api.proxy_conns_share of Total) instead.
 	Total, PerIP, PerProxy int
-	Proxies      proxies
+	Proxies                proxies
 	// Addresses names the refused client in the log by its hash (nil:
 	// the development key).
 	Addresses *iphash.Hasher
