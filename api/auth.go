@@ -117,7 +117,7 @@ func (s *Server) callerOf(ctx context.Context, key string) (door.Caller, error) 
 // key is banned, and counts a refused credential (authErr a 401) against
 // them.
 func (s *Server) checkBans(c echo.Context, who *door.Caller, authErr error) error {
-	who.IP = c.RealIP()
+	who.IP, who.Forwarded = c.RealIP(), s.proxies.relayed(c.Request())
 	if err := s.door.CheckBans(c.Request().Context(), who); err != nil {
 		return err
 	}

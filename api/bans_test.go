@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/policy"
@@ -238,4 +241,56 @@ func grepLines(text, word string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A client behind a trusted proxy is banned by the address the proxy
+// names, whatever that is: one that writes X-Forwarded-For: 127.0.0.1
+// while guessing keys is banned like anyone, though loopback is exempt
+// (limits.ban.exempt, the default); the exemption is a connection's own
+// address's, which a direct loopback client keeps. A connection outside
+// the trusted proxies cannot name anyone: its guesses are counted against
+// its own address, and the address it wrote is not concerned.
+func TestForwardedLoopbackIsBannedLikeAnyone(t *testing.T) {
+	const proxy, outsider, victim = "203.0.113.10", "10.244.1.5", "198.51.100.9"
+	srv, _, _ := newBannedServer(t, func(c *config.Config) { c.API.TrustedProxies = []string{"203.0.113.0/24"} }, func(o *Options) {
+		g, err := ban.New(o.Redis, ban.Options{KeyPrefix: sharedPrefix(t, o.Redis.(*redis.Client)), Threshold: 5, Window: 10 * time.Second,
+			Duration: 3 * time.Second, Grace: testBanGrace, Exempt: config.Default().Limits.Ban.ExemptPrefixes()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Bans = g
+	})
+	// Five strikes are the threshold; the sixth bans.
+	for i := range 6 {
+		assertJSONError(t, forwarded(srv, proxy, "127.0.0.1", "sk-guess-"+strconv.Itoa(i)), 401, "unauthorized")
+	}
+	assertJSONError(t, forwarded(srv, proxy, "127.0.0.1", ""), 429, "banned")
+	if rec := forwarded(srv, proxy, victim, ""); rec.Code != http.StatusNotFound {
+		t.Fatalf("another client of the proxy: %d %s", rec.Code, rec.Body)
+	}
+	for range 7 {
+		assertJSONError(t, from(srv, "127.0.0.1", "sk-guess-direct", "GET", probe, ""), 401, "unauthorized")
+	}
+
+	for i := range 6 {
+		assertJSONError(t, forwarded(srv, outsider, victim, "sk-guess-"+strconv.Itoa(i)), 401, "unauthorized")
+	}
+	assertJSONError(t, from(srv, outsider, "", "GET", probe, ""), 429, "banned")
+	if rec := forwarded(srv, proxy, victim, ""); rec.Code != http.StatusNotFound {
+		t.Fatalf("the client an outsider named: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// forwarded sends a probe with key ("" for none) over a connection from
+// peer that names client in X-Forwarded-For.
+func forwarded(srv *Server, peer, client, key string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("GET", probe, nil)
+	req.RemoteAddr = peer + ":40000"
+	req.Header.Set("X-Forwarded-For", client)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	return rec
 }

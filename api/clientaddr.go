@@ -2,16 +2,18 @@ package api
 
 import (
 	"net"
+	"net/http"
 	"net/netip"
 
 	"github.com/labstack/echo/v4"
 )
 
 // proxies are the hops trusted to name their client (api.trusted_proxies).
-// They decide two things, and only here: which address a request counts
-// as (echo's RealIP, and through it every limit, ban and log line), and
-// which connections carry many clients and so are not held to the
-// per-address connection cap.
+// They decide, and only here: which address a request counts as (echo's
+// RealIP, and through it every limit, ban and log line), and which
+// connections carry many clients, and so are held to a proxy's share of
+// the connections rather than the per-address cap, with their clients
+// held per request instead (clientSlots) and never exempt from bans.
 type proxies []netip.Prefix
 
 // trusts says whether a connection or hop from ip is a trusted proxy.
@@ -23,6 +25,12 @@ func (p proxies) trusts(ip netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// relayed says whether r came over a connection from a trusted proxy.
+func (p proxies) relayed(r *http.Request) bool {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	return err == nil && p.trusts(ap.Addr())
 }
 
 // extractor is the RealIP of a request. With no trusted proxies it is the

@@ -22,12 +22,14 @@ type connRefusal struct {
 	response []byte
 }
 
-// The two refusals: too many connections from one address is the
-// client's to mend (429); too many in all is the server's (503). Either
-// may retry after a second, when connections have ended.
+// The refusals: too many connections from one address is the client's to
+// mend (429); too many in all is the server's (503), and so is a proxy's
+// share full, which the clients behind it cannot mend either. Each may
+// retry after a second, when connections have ended.
 var (
-	overPerIP = newConnRefusal("api.max_conns_per_ip", refusal.Limited, request.ReasonTooManyConnections)
-	overTotal = newConnRefusal("api.max_conns", refusal.Unavailable, request.ReasonConnectionsFull)
+	overPerIP    = newConnRefusal("api.max_conns_per_ip", refusal.Limited, request.ReasonTooManyConnections)
+	overPerProxy = newConnRefusal("api.proxy_conns_share", refusal.Unavailable, request.ReasonConnectionsFull)
+	overTotal    = newConnRefusal("api.max_conns", refusal.Unavailable, request.ReasonConnectionsFull)
 )
 
 // newConnRefusal renders the refusal as the API's error handler would

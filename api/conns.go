@@ -15,9 +15,10 @@ import (
 // connCaps are a connLimiter's caps and what it reports to.
 type connCaps struct {
 	// Total bounds the open connections (api.max_conns); PerIP those of
-	// one client address (api.max_conns_per_ip), except a trusted proxy's.
-	Total, PerIP int
-	Proxies      proxies
+	// one client address (api.max_conns_per_ip); PerProxy those of one
+	// trusted proxy (api.proxy_conns_share of Total) instead.
+	Total, PerIP, PerProxy int
+	Proxies                proxies
 	// Addresses names the refused client in the log by its hash (nil:
 	// the development key).
 	Addresses *iphash.Hasher
@@ -37,9 +38,12 @@ type connCaps struct {
 // then hang in the kernel's backlog.
 //
 // The address is the connection's remote IP, never X-Forwarded-For, which
-// a client can write as it likes. A trusted proxy's connections carry many
-// clients, so they are held to the total only; the clients behind it are
-// counted by the per-address rate limits, which see the forwarded address.
+// a client can write as it likes, and which is not read before the
+// connection is taken. A trusted proxy's connections carry many clients,
+// so they are held to a share of the total rather than the per-address
+// cap: room for the clients behind it, and room left for the others. The
+// clients behind it are held by the forwarded address per request
+// (clientSlots), to the rate limits, the bans and the per-address cap.
 type connLimiter struct {
 	net.Listener
 	caps connCaps
@@ -80,13 +84,16 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 }
 
 // admit counts a new connection from ip, or says which cap it is beyond;
-// a proxy's connection is held to the total only.
+// a proxy's connection is held to the per-proxy cap, not the per-address
+// one.
 func (l *connLimiter) admit(ip netip.Addr, proxy bool) *connRefusal {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case l.open >= l.caps.Total:
 		return &overTotal
+	case proxy && l.byIP[ip] >= l.caps.PerProxy:
+		return &overPerProxy
 	case !proxy && l.byIP[ip] >= l.caps.PerIP:
 		return &overPerIP
 	}

@@ -242,24 +242,69 @@ func TestConnectionCaps(t *testing.T) {
 }
 
 // A connection from a trusted proxy carries many clients: it is held to
-// api.max_conns, not to the per-address cap; any other address still is.
-func TestTrustedProxyIsHeldToTheTotalOnly(t *testing.T) {
+// api.proxy_conns_share of api.max_conns, not to the per-address cap, so
+// one trusted peer opening connections cannot take every place: the next
+// client from another address is served. Any other address is still held
+// to the per-address cap.
+func TestOneTrustedProxyCannotTakeEveryConnection(t *testing.T) {
+	const total = 6
 	_, _, addr := serve(t, func(c *config.Config) {
-		c.API.MaxConnsPerIP, c.API.MaxConns = 1, 4
+		c.API.MaxConnsPerIP, c.API.MaxConns, c.API.ProxyConnsShare = 1, total, 0.5
 		c.API.TrustedProxies = []string{"127.0.0.1/32"}
 	})
-	for range 3 {
+	held := 0
+	for held < total {
 		c := dialFrom(t, "127.0.0.1", addr)
-		if resp, _ := roundTrip(t, c, bufio.NewReader(c), getHealthz); resp.StatusCode != 200 {
-			t.Fatalf("healthz through the proxy: %d", resp.StatusCode)
+		resp, _ := roundTrip(t, c, bufio.NewReader(c), getHealthz)
+		if resp.StatusCode != 200 {
+			break
+		}
+		held++
+	}
+	if held != total/2 {
+		t.Errorf("one trusted proxy holds %d connections of %d, want its share %d", held, total, total/2)
+	}
+	expectRefused(t, addr, "127.0.0.1", http.StatusServiceUnavailable, "connections_full")
+	for _, from := range []string{"127.0.0.2", "127.0.0.3"} {
+		c := dialFrom(t, from, addr)
+		if resp, body := roundTrip(t, c, bufio.NewReader(c), getHealthz); resp.StatusCode != 200 {
+			t.Fatalf("healthz from %s beside the proxy's %d connections: %d %s", from, held, resp.StatusCode, body)
 		}
 	}
-	c := dialFrom(t, "127.0.0.2", addr)
-	if resp, _ := roundTrip(t, c, bufio.NewReader(c), getHealthz); resp.StatusCode != 200 {
-		t.Fatalf("healthz from 127.0.0.2: %d", resp.StatusCode)
+	expectRefused(t, addr, "127.0.0.2", http.StatusTooManyRequests, "too_many_connections")
+}
+
+// A client behind a trusted proxy is held to api.max_conns_per_ip
+// requests at once by the address the proxy names: its requests share
+// the proxy's connections, so its own stream holds its one place, and
+// another client of the same proxy is not concerned.
+func TestForwardedClientIsHeldToThePerAddressCap(t *testing.T) {
+	srv, tc, addr := serve(t, func(c *config.Config) {
+		c.API.MaxConnsPerIP, c.API.MaxConns = 1, 16
+		c.API.TrustedProxies = []string{"127.0.0.1/32"}
+	})
+	id := acceptedRequest(t, srv)
+	stream := dialFrom(t, "127.0.0.1", addr)
+	if _, err := io.WriteString(stream, strings.Replace(getEventsRequest(id), "\r\n\r\n", "\r\nX-Forwarded-For: 198.51.100.7\r\n\r\n", 1)); err != nil {
+		t.Fatal(err)
 	}
-	expectRefused(t, addr, "127.0.0.3", http.StatusServiceUnavailable, "connections_full")
-	expectRefused(t, addr, "127.0.0.1", http.StatusServiceUnavailable, "connections_full")
+	waitFor(t, "the stream attached", func() bool { return tc.sent(workflows.SignalAttach) })
+	forwarded := func(client string) (*http.Response, string) {
+		c := dialFrom(t, "127.0.0.1", addr)
+		return roundTrip(t, c, bufio.NewReader(c), "GET /healthz HTTP/1.1\r\nHost: sluice\r\nX-Forwarded-For: "+client+"\r\n\r\n")
+	}
+	resp, body := forwarded("198.51.100.7")
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, `"too_many_connections"`) || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("a second request of the streaming client: %d %s, want 429 too_many_connections with Retry-After 1", resp.StatusCode, body)
+	}
+	if resp, body := forwarded("198.51.100.8"); resp.StatusCode != 200 {
+		t.Fatalf("another client of the proxy: %d %s", resp.StatusCode, body)
+	}
+	_ = stream.Close()
+	waitFor(t, "the stream's place given back", func() bool {
+		resp, _ := forwarded("198.51.100.7")
+		return resp.StatusCode == 200
+	})
 }
 
 // A connection refused while the client sends its request slowly, or a

@@ -87,8 +87,11 @@ type Server struct {
 	// unready makes GET /readyz answer 503 from the moment the process is
 	// told to stop, so that load balancers stop sending it requests.
 	unready atomic.Bool
-	// proxies are the trusted proxies in front (api.trusted_proxies).
-	proxies proxies
+	// proxies are the trusted proxies in front (api.trusted_proxies);
+	// clientSlots holds the clients they name to api.max_conns_per_ip
+	// requests at once.
+	proxies     proxies
+	clientSlots *clientSlots
 	// conns caps the connections Run accepts; set by Run.
 	conns *connLimiter
 	// handler is echo, in a server span per request when tracing is on.
@@ -160,6 +163,7 @@ func New(opts Options) (*Server, error) {
 		sessions: opts.Sessions, usage: opts.Usage, budgets: opts.Budgets, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
 		ingestSlots: opts.IngestSlots, ingestHere: make(chan struct{}, opts.Config.Ingest.MaxConcurrentPerProcess), codec: opts.Codec,
 		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, proxies: opts.Config.API.TrustedProxyPrefixes(),
+		clientSlots: newClientSlots(opts.Config.API.MaxConnsPerIP),
 	}
 	if s.ingester != nil && s.ingestSlots == nil {
 		return nil, errors.New("api: an Ingester needs IngestSlots")
@@ -192,6 +196,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.recoverJSON, checkQuery)
+	e.Use(s.holdForwardedClient)
 	e.POST("/v1/chat", s.postChat)
 	openai.New(openai.Options{Config: s.cfg, Door: s.door, Follow: s.follow, Auth: callers{s}, Prompts: s.prompts, Embeddings: s.embeddings,
 		Logger: s.logger}).Register(e)
@@ -243,8 +248,8 @@ func (s *Server) Run(ctx context.Context, ready func(addr string), endStreams fu
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.API.Addr, err)
 	}
-	conns := limitConns(ln, connCaps{Total: s.cfg.API.MaxConns, PerIP: s.cfg.API.MaxConnsPerIP, Proxies: s.proxies,
-		Addresses: s.addresses, Metrics: s.metrics, Logger: s.logger})
+	conns := limitConns(ln, connCaps{Total: s.cfg.API.MaxConns, PerIP: s.cfg.API.MaxConnsPerIP, PerProxy: s.cfg.API.MaxConnsPerProxy(),
+		Proxies: s.proxies, Addresses: s.addresses, Metrics: s.metrics, Logger: s.logger})
 	s.conns = conns
 	srv := s.httpServer()
 	if ready != nil {

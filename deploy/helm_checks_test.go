@@ -42,6 +42,7 @@ func (r *rendered) check(t *testing.T, bins []string) {
 	r.checkAutoscaling(t, api, worker, *workerCfg)
 	r.checkScalerRBAC(t, *workerCfg, api, worker)
 	r.checkNetworkPolicies(t, *apiCfg, api, worker)
+	checkTrustedProxies(t, *apiCfg)
 	r.checkMonitors(t)
 	for _, p := range r.pdbs {
 		if n := r.selectedDeployments(p.Spec.Selector.MatchLabels); len(n) != 1 {
@@ -598,6 +599,9 @@ func (r *rendered) checkNetworkPolicies(t *testing.T, cfg config.Config, api, wo
 		if slices.Sort(ingress); !slices.Equal(ingress, slices.Sorted(slices.Values(ports))) {
 			t.Errorf("NetworkPolicy %s: ingress on %v, want exactly %s's ports %v", np.Name, ingress, d.Name, c.Ports)
 		}
+		if d == api {
+			checkAPIFrom(t, np)
+		}
 		egress := map[string]bool{}
 		for _, rule := range np.Spec.Egress {
 			for _, p := range rule.Ports {
@@ -608,6 +612,41 @@ func (r *rendered) checkNetworkPolicies(t *testing.T, cfg config.Config, api, wo
 			if !egress[port] {
 				t.Errorf("NetworkPolicy %s: no egress to port %s, which %s dials", np.Name, port, d.Name)
 			}
+		}
+	}
+}
+
+// checkAPIFrom: the API's port admits only the peers named for it (the
+// ingress in front), never anyone: a rule without peers, a peer that
+// selects every pod, or an address block of everyone would let any pod
+// talk to the API and, were its network trusted, name its client.
+func checkAPIFrom(t *testing.T, np *networkingv1.NetworkPolicy) {
+	t.Helper()
+	for _, rule := range np.Spec.Ingress {
+		if !slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port != nil && p.Port.String() == "http" }) {
+			continue
+		}
+		if len(rule.From) == 0 {
+			t.Errorf("NetworkPolicy %s: the API's port admits anyone; want only the ingress (networkPolicy.apiFrom)", np.Name)
+		}
+		for _, peer := range rule.From {
+			everyPod := peer.PodSelector != nil && len(peer.PodSelector.MatchLabels) == 0 && len(peer.PodSelector.MatchExpressions) == 0
+			everyone := peer.IPBlock != nil && strings.HasSuffix(peer.IPBlock.CIDR, "/0")
+			if everyPod || everyone || (peer.PodSelector == nil && peer.IPBlock == nil) {
+				t.Errorf("NetworkPolicy %s: the API's port admits %+v, which is not one ingress's pods", np.Name, peer)
+			}
+		}
+	}
+}
+
+// checkTrustedProxies: the proxies whose X-Forwarded-For is believed are
+// named narrowly, never a pod network (a /16 or wider), where any pod
+// could name its client as it liked.
+func checkTrustedProxies(t *testing.T, cfg config.Config) {
+	t.Helper()
+	for _, p := range cfg.API.TrustedProxyPrefixes() {
+		if (p.Addr().Is4() && p.Bits() <= 16) || (p.Addr().Is6() && p.Bits() <= 48) {
+			t.Errorf("api.trusted_proxies trusts %s, a network as wide as a cluster's pods; want the ingress's own addresses", p)
 		}
 	}
 }

@@ -130,6 +130,7 @@ func TestHelmSchemaRejectsBadValues(t *testing.T) {
 		{"worker.autoscaling.keda.enabled=true,worker.autoscaling.hpa.enabled=true", "enable keda or hpa, not both"},
 		{"temporal.tls.enabled=true", "temporal.tls.existingSecret"},
 		{"temporal.apiKey=true", "temporal.apiKey: set secret.temporalAPIKey"},
+		{"networkPolicy.apiFrom=null", "networkPolicy.apiFrom: name who may reach the API's port"},
 	} {
 		_, err := runHelm(t, "template", helmRelease, helmChart, "--set", c.set)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

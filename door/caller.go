@@ -24,6 +24,10 @@ type Caller struct {
 	// IP is the client's address as the HTTP layer sees it; the door
 	// hashes it before it names anything.
 	IP string
+	// Forwarded: the request came over a trusted proxy's connection, so
+	// IP is what the proxy named (or the proxy's own), and never exempt
+	// from bans as a connection's own address may be (limits.ban.exempt).
+	Forwarded bool
 
 	// storeSilent: the ban check waited redis.request_timeout for Redis
 	// in vain (see CheckBans).
@@ -113,7 +117,11 @@ func (d *Door) strike(ctx context.Context, who Caller, path string, count func(c
 // banSubjects are what a ban can name of a caller: its address and its
 // key.
 func (d *Door) banSubjects(who Caller) []ban.Subject {
-	subjects := []ban.Subject{d.bans.IP(who.IP)}
+	ip := d.bans.IP(who.IP)
+	if who.Forwarded {
+		ip = d.bans.ForwardedIP(who.IP)
+	}
+	subjects := []ban.Subject{ip}
 	if who.KeyID != "" {
 		subjects = append(subjects, ban.Subject{Kind: ban.KindKey, Value: who.KeyID})
 	}

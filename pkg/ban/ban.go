@@ -125,6 +125,20 @@ func (g *Guard) IP(addr string) Subject {
 	return g.addressSubject(ip)
 }
 
+// ForwardedIP is the subject of a client address that a trusted proxy
+// named (X-Forwarded-For), as IP's but never exempt: an exemption is for
+// a connection's own address, which a proxy not listed as trusted makes
+// every client's; a forwarded address is one client's, and whoever
+// reaches a trusted proxy's network can write any address there,
+// loopback included.
+func (g *Guard) ForwardedIP(addr string) Subject {
+	ip, err := netip.ParseAddr(addr)
+	if err != nil {
+		return Subject{}
+	}
+	return g.addressSubject(ip.Unmap())
+}
+
 func (g *Guard) addressSubject(ip netip.Addr) Subject {
 	return Subject{Kind: KindIP, Value: g.opts.Addresses.Addr(iphash.Client(ip))}
 }

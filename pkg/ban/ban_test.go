@@ -175,6 +175,21 @@ func TestExemptAndIPv6Subjects(t *testing.T) {
 	}
 }
 
+// An address a trusted proxy named is never exempt: the exemption is for
+// a connection's own address.
+func TestForwardedAddressesAreNotExempt(t *testing.T) {
+	g := newGuard(t, Options{Threshold: 1, Window: time.Second, Duration: time.Second,
+		Exempt: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}})
+	for _, addr := range []string{"127.0.0.1", "::1", "::ffff:127.0.0.1"} {
+		if s, want := g.ForwardedIP(addr), g.addressSubject(netip.MustParseAddr(addr).Unmap()); s != want || s.Value == "" {
+			t.Errorf("ForwardedIP(%q) = %+v, want %+v", addr, s, want)
+		}
+	}
+	if s := g.ForwardedIP("not an ip"); s.Value != "" {
+		t.Errorf("ForwardedIP of no address = %+v, want none", s)
+	}
+}
+
 func TestParseSubject(t *testing.T) {
 	g := newGuard(t, Options{Threshold: 1, Window: time.Second, Duration: time.Second, Addresses: iphash.New([]byte("test-ip-hash-key-0123"))})
 	for _, tc := range []struct {

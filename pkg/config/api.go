@@ -62,11 +62,20 @@ type API struct {
 	QueuePerPermit float64 `yaml:"queue_per_permit"`
 	// TrustedProxies are the networks (CIDR) of the proxies in front
 	// whose X-Forwarded-For is believed: the client is the address left
-	// of the last trusted hop, read right to left, and a connection from
-	// a trusted proxy is not held to max_conns_per_ip (it carries many
-	// clients; max_conns still bounds it). Empty: the client is the
-	// connection's address, which nobody can forge.
+	// of the last trusted hop, read right to left. Name the proxies' own
+	// addresses (an ingress controller's pods, a load balancer's subnet),
+	// never a whole pod network: whoever connects from a trusted network
+	// names its client as it likes. A connection from a trusted proxy is
+	// held to ProxyConnsShare instead of max_conns_per_ip (it carries many
+	// clients), and the clients it names to max_conns_per_ip requests at
+	// once. Empty: the client is the connection's address, which nobody
+	// can forge.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// ProxyConnsShare is the share of max_conns that the connections of
+	// one trusted proxy (one address) may hold, so that one proxy, or a
+	// peer in a trusted network, cannot take every connection of the
+	// process: it must be below 1.
+	ProxyConnsShare float64 `yaml:"proxy_conns_share"`
 	// BodyReadTimeout bounds the wait for a request's body once its
 	// headers are in, so that a client that trickles it cannot hold a
 	// connection: a body not in by then is answered 408 and its
@@ -81,10 +90,11 @@ type API struct {
 	// handler.
 	StreamWriteTimeout time.Duration `yaml:"stream_write_timeout"`
 	// MaxConnsPerIP bounds the open connections from one client address
-	// (the connection's own, never X-Forwarded-For; an IPv6 client by its
-	// /64); beyond it a new connection is answered 429
-	// too_many_connections and closed. A proxy in trusted_proxies is not
-	// held to it.
+	// (an IPv6 client by its /64); beyond it a new connection is answered
+	// 429 too_many_connections and closed. A proxy in trusted_proxies is
+	// held to proxy_conns_share instead, and each client it names (by
+	// X-Forwarded-For) to this many requests at once, refused beyond it
+	// with the same 429.
 	MaxConnsPerIP int `yaml:"max_conns_per_ip"`
 	// MaxConns bounds the open connections of one API process; beyond it
 	// a new connection is answered 503 connections_full and closed.
@@ -99,6 +109,10 @@ type API struct {
 // TrustedProxyPrefixes are TrustedProxies parsed; the configuration is
 // validated, so they parse.
 func (a API) TrustedProxyPrefixes() []netip.Prefix { return prefixes(a.TrustedProxies) }
+
+// MaxConnsPerProxy is how many connections one trusted proxy may hold:
+// ProxyConnsShare of MaxConns, at least one.
+func (a API) MaxConnsPerProxy() int { return max(1, int(a.ProxyConnsShare*float64(a.MaxConns))) }
 
 // Auth says who may call Sluice. Managed keys (created through
 // /v1/admin/keys, kept hashed in Redis) are the usual credential; the keys
@@ -164,6 +178,7 @@ func defaultAPI() API {
 		MaxConnsPerIP:      256,
 		MaxConns:           10000,
 		TrustedProxies:     []string{},
+		ProxyConnsShare:    0.5,
 		IdempotencyTTL:     time.Hour,
 	}
 }
@@ -206,6 +221,9 @@ func (a API) validate(v *validator, eventsTTL time.Duration) {
 		v.add("api.max_conns_per_ip", "must not exceed api.max_conns (%d), got %d", a.MaxConns, a.MaxConnsPerIP)
 	}
 	v.networks("api.trusted_proxies", a.TrustedProxies)
+	if !(a.ProxyConnsShare > 0 && a.ProxyConnsShare < 1) {
+		v.add("api.proxy_conns_share", "must be above 0 and below 1 (one proxy must leave the process room for the others), got %v", a.ProxyConnsShare)
+	}
 	v.duration("api.idempotency_ttl", a.IdempotencyTTL)
 	if eventsTTL > 0 && a.IdempotencyTTL > eventsTTL {
 		v.add("api.idempotency_ttl", "must not exceed events.ttl (%s), got %s", eventsTTL, a.IdempotencyTTL)

@@ -247,6 +247,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"api_zero_stream_write_timeout.yaml":    "api.stream_write_timeout: must be a positive duration such as 30s, got 0s",
 		"api_per_ip_above_total.yaml":           "api.max_conns_per_ip: must not exceed api.max_conns (100), got 200",
 		"api_trusted_proxy_not_network.yaml":    `api.trusted_proxies[1]: must be a network such as 10.0.0.0/8, got "192.168.1.7"`,
+		"api_proxy_share_whole.yaml":            "api.proxy_conns_share: must be above 0 and below 1 (one proxy must leave the process room for the others), got 1",
 		"api_idempotency_above_events.yaml":     "api.idempotency_ttl: must not exceed events.ttl (30m0s), got 2h0m0s",
 		"route_rate_negative.yaml":              "limits.tiers.free.routes.reads: rates must be >= 0 (0 = no limit), got {TenantPerMinute:-1 IPPerMinute:0}",
 		"redis_addr_and_url.yaml":               "redis.url: set only one of redis.addr, redis.addrs, redis.url and redis.sentinel; redis.addr is set too",

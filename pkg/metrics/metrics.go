@@ -119,7 +119,7 @@ func New(logger *slog.Logger) *Metrics {
 		}, []string{"kind"}),
 		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_api_connections_refused_total",
-			Help: "Connections the API refused at accept, by the cap they were beyond (api.max_conns, api.max_conns_per_ip) and whether they were answered (429 or 503 with Retry-After; false: closed unanswered, the client sent nothing or too many refusals were being answered).",
+			Help: "Connections the API refused at accept, by the cap they were beyond (api.max_conns, api.max_conns_per_ip, api.proxy_conns_share; api.max_conns_per_ip also counts requests of a client behind a trusted proxy with that many in flight) and whether they were answered (429 or 503 with Retry-After; false: closed unanswered, the client sent nothing or too many refusals were being answered).",
 		}, []string{"limit", "answered"}),
 		usageWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_usage_records_total",

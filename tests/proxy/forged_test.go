@@ -31,7 +31,8 @@ func TestForgedForwardedForGainsNothing(t *testing.T) {
 			// Three requests per address, and no refill within the test.
 			IP: policy.Rate{RequestsPerMinute: 0.001, RequestBurst: 3}}
 		cfg.Limits.Tiers["open"] = policy.Tier{Weight: 3}
-		cfg.Limits.Ban = config.Ban{Enabled: true, Threshold: 5, Window: 10 * time.Second, Duration: time.Minute, Exempt: []string{}}
+		cfg.Limits.Ban = config.Ban{Enabled: true, Threshold: 5, Window: 10 * time.Second, Duration: time.Minute,
+			Exempt: config.Default().Limits.Ban.Exempt}
 		cfg.Auth.APIKeys = []config.APIKey{
 			{Key: "k-victim", Tenant: "victim", Tier: "strict"},
 			{Key: "k-forger", Tenant: "forger", Tier: "strict"},

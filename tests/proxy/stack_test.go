@@ -67,10 +67,9 @@ func startStack(t *testing.T, configure func(*config.Config)) *stack {
 	cfg.Pools.Long.Endpoints = []string{simSrv.URL}
 	cfg.API.Addr = "127.0.0.1:0"
 	cfg.API.TrustedProxies = []string{proxyNet}
-	// Loopback is exempt from bans by default (a local proxy without
-	// trusted_proxies would make every client one address); here every
-	// client has its own, so bans apply to them as to anyone.
-	cfg.Limits.Ban.Exempt = []string{}
+	// Loopback stays exempt from bans (the default): the exemption is a
+	// connection's own address's, and every client here comes through the
+	// proxy, which names it, so bans apply to them as to anyone.
 	cfg.Healing.Enabled = false
 	cfg.Metrics.WorkerAddr = ""
 	cfg.Log.Level = "warn"
