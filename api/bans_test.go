@@ -2,16 +2,20 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
 
 	"github.com/sluice-dev/sluice/pkg/ban"
 	"github.com/sluice-dev/sluice/pkg/config"
@@ -158,40 +162,193 @@ func TestKeyIgnoringItsRetryAfterIsBanned(t *testing.T) {
 	}
 }
 
-// Keys of every tier at their plan's full rate are never banned, however
-// busy: within its limits a client earns no strike, so the ban defaults
-// cannot contradict the tiers. Each tier's route limits are walked from
-// a fresh bucket to the first refusal.
+// Keys of every tier at their plan's full rate earn no strike, however
+// busy, so no ban setting can contradict the tiers: the server's bans are
+// the shipped ones (config.Default, built as the process builds them).
+// Every tier's reads, resumes and chat are walked from fresh buckets to
+// their edge: as many requests as the plan lets one address send, and,
+// where the tenant's or the key's own rate is higher than one address's,
+// as many as it lets the key send from addresses of their own (a tier
+// with no per-address limit is walked at its tenant's rate). Each walk
+// ends with one request past the edge, refused: that proves the walk
+// reached it, and a client's first refusal is not a strike either. No
+// strike counted at all, not merely no ban, is the check: the shipped
+// threshold (50 strikes in 10 s) and grace (a second) only decide what
+// strikes add up to, and within a plan there are none to add.
 func TestBusyKeysWithinTheirPlanAreNeverBanned(t *testing.T) {
-	srv, rdb, prefix := newBannedServer(t, func(c *config.Config) {
-		c.Auth.AdminKey = "root"
-		c.Limits.Enabled = true
-		c.Limits.Ban = config.Default().Limits.Ban
-	}, nil)
-	withManagedKeys(t, srv, rdb, prefix)
-	for name, tier := range config.Default().Limits.Tiers {
-		k := createKey(t, srv, "root", `{"tenant":"busy-`+name+`","tier":"`+name+`"}`)
-		for _, route := range []struct {
-			path string
-			rate policy.RouteRate
-		}{{probe, tier.Routes.Reads}, {probe + "/events", tier.Routes.Resumes}} {
-			n := int(min(route.rate.TenantPerMinute, route.rate.IPPerMinute))
-			if n == 0 || n > 5000 {
-				continue
+	srv, sc, rdb, prefix := shippedBansServer(t)
+	shipped := config.Default()
+	addr := 0
+	nextIP := func() string {
+		addr++
+		return "10." + strconv.Itoa(addr>>16&255) + "." + strconv.Itoa(addr>>8&255) + "." + strconv.Itoa(addr&255)
+	}
+	for _, name := range slices.Sorted(maps.Keys(shipped.Limits.Tiers)) {
+		tier := shipped.Limits.Tiers[name]
+		for _, route := range busyRoutes(tier) {
+			perKey := minLimit(route.tenant, route.user)
+			walks := []struct {
+				how        string
+				n          int
+				oneAddress bool
+			}{{"from one address", minLimit(route.tenant, route.user, route.ip), true}}
+			if route.ip > 0 && perKey > int(route.ip) {
+				walks = append(walks, struct {
+					how        string
+					n          int
+					oneAddress bool
+				}{"from an address each", perKey, false})
 			}
-			for i := range n {
-				// Each from an address of its own, as a busy service's
-				// users are; the key's bucket is the tenant's.
-				ip := "10." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250) + ".7"
-				if rec := from(srv, ip, k.Key, "GET", route.path, ""); rec.Code == 429 {
-					t.Fatalf("tier %s, %s, request %d of its %d a minute: %d %s", name, route.path, i+1, n, rec.Code, rec.Body)
+			for _, w := range walks {
+				if w.n == 0 {
+					t.Fatalf("tier %s, %s: no limit to walk to", name, route.name)
 				}
+				tenant := "busy-" + name + "-" + route.name + "-" + strconv.FormatBool(w.oneAddress)
+				k := createKey(t, srv, "root", `{"tenant":"`+tenant+`","tier":"`+name+`","scopes":["chat"]}`)
+				ip := nextIP()
+				start := time.Now()
+				n := w.n
+				for i := 0; i < n; i++ {
+					if !w.oneAddress {
+						ip = nextIP()
+					}
+					rec := sc.send(srv, ip, k.Key, route.method, route.path, route.body)
+					if i == 0 && route.tokens > 0 {
+						// A chat request reserves tokens too: the plan's
+						// edge is the first of its two rates to run out.
+						if cost := tokenCost(rec); cost > 0 && route.tokens/cost < n {
+							n = route.tokens / cost
+						}
+					}
+					if rec.Code != route.admitted {
+						t.Fatalf("tier %s, %s %s, request %d of the %d its plan allows: %d %s, want %d", name, route.name, w.how, i+1, n, rec.Code, rec.Body, route.admitted)
+					}
+				}
+				// Past the edge: refused, once what the buckets refill
+				// meanwhile (n a minute) is spent too.
+				refilled := func() int { return int(time.Since(start).Minutes()*float64(n)) + 1 }
+				past := 0
+				for ; past <= refilled(); past++ {
+					if !w.oneAddress {
+						ip = nextIP()
+					}
+					if rec := sc.send(srv, ip, k.Key, route.method, route.path, route.body); rec.Code == http.StatusTooManyRequests && strings.Contains(rec.Body.String(), "rate_limited") {
+						break
+					}
+				}
+				if past > refilled() {
+					t.Fatalf("tier %s, %s %s: %d requests past the plan's %d admitted (%d refilled); the walk did not reach the edge", name, route.name, w.how, past, n, refilled())
+				}
+				t.Logf("tier %s, %s %s: %d requests admitted, refused %d past them (%s)", name, route.name, w.how, n, past+1, time.Since(start).Round(time.Millisecond))
 			}
 		}
+	}
+	if strikes, err := rdb.Keys(context.Background(), prefix+"ban:*:n").Result(); err != nil || len(strikes) > 0 {
+		t.Fatalf("strikes counted after every tier's full rate: %v %v", strikes, err)
 	}
 	if list := admin(srv, "GET", "/v1/admin/bans", "root", ""); list.Code != 200 || strings.Contains(list.Body.String(), `"kind"`) {
 		t.Fatalf("bans after every tier's full rate: %d %s", list.Code, list.Body)
 	}
+}
+
+// busyRoute is one route a busy key uses, with its tier's rates on it.
+type busyRoute struct {
+	name, method, path, body string
+	// admitted is its answer to a request let in.
+	admitted int
+	// Requests a minute per tenant, key user and address (0: no limit),
+	// and the fewest tokens a minute of tenant and user (0: none).
+	tenant, user, ip float64
+	tokens           int
+}
+
+func busyRoutes(tier policy.Tier) []busyRoute {
+	return []busyRoute{
+		{name: "reads", method: "GET", path: probe, admitted: http.StatusNotFound,
+			tenant: tier.Routes.Reads.TenantPerMinute, ip: tier.Routes.Reads.IPPerMinute},
+		{name: "resumes", method: "GET", path: probe + "/events", admitted: http.StatusNotFound,
+			tenant: tier.Routes.Resumes.TenantPerMinute, ip: tier.Routes.Resumes.IPPerMinute},
+		{name: "chat", method: "POST", path: "/v1/chat", body: `{"query":"hello","max_tokens":8}`, admitted: http.StatusOK,
+			tenant: float64(tier.Tenant.RequestsPerMinute), user: float64(tier.User.RequestsPerMinute), ip: float64(tier.IP.RequestsPerMinute),
+			tokens: minLimit(float64(tier.Tenant.TokensPerMinute), float64(tier.User.TokensPerMinute))},
+	}
+}
+
+// minLimit is the smallest of the rates that are set (> 0); 0 if none is.
+func minLimit(rates ...float64) int {
+	out := 0
+	for _, r := range rates {
+		if r > 0 && (out == 0 || int(r) < out) {
+			out = int(r)
+		}
+	}
+	return out
+}
+
+// tokenCost is what an admitted chat request reserved of its tokens limit.
+func tokenCost(rec *httptest.ResponseRecorder) int {
+	limit, _ := strconv.Atoi(rec.Header().Get("X-Ratelimit-Limit-Tokens"))
+	left, _ := strconv.Atoi(rec.Header().Get("X-Ratelimit-Remaining-Tokens"))
+	return limit - left
+}
+
+// shippedBansServer is a server with the shipped limits and bans, the
+// guard built from config.Default as the process builds it, whose chat
+// requests start (startingClient).
+func shippedBansServer(t *testing.T) (*Server, *startingClient, *redis.Client, string) {
+	t.Helper()
+	var prefix string
+	var sc *startingClient
+	srv, _, rdb := newTestServerWith(t, func(c *config.Config) {
+		c.Auth.AdminKey = "root"
+	}, func(rdb *redis.Client, o *Options) {
+		prefix = sharedPrefix(t, rdb)
+		var err error
+		if o.Bans, err = ban.New(rdb, config.Default().Limits.Ban.GuardOptions(prefix, o.Addresses)); err != nil {
+			t.Fatal(err)
+		}
+		sc = &startingClient{countingClient: o.Temporal.(*countingClient)}
+		o.Temporal = sc
+	})
+	withManagedKeys(t, srv, rdb, prefix)
+	return srv, sc, rdb, prefix
+}
+
+// startingClient starts every workflow (as a server that took the start
+// would), so that a chat request keeps what it was charged; the client
+// that sent it leaves once it has started (send).
+type startingClient struct{ *countingClient }
+
+// leaveKey holds, in a request's context, how its client leaves.
+type leaveKey struct{}
+
+func (c *startingClient) ExecuteWorkflow(ctx context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+	c.starts.Add(1)
+	if leave, ok := ctx.Value(leaveKey{}).(context.CancelFunc); ok {
+		leave()
+	}
+	return startedRun{id: o.ID}, nil
+}
+
+type startedRun struct {
+	client.WorkflowRun
+	id string
+}
+
+func (r startedRun) GetID() string    { return r.id }
+func (r startedRun) GetRunID() string { return r.id + "-run" }
+
+// send is from for a client that leaves once its request has started.
+func (c *startingClient) send(srv *Server, ip, key, method, path, body string) *httptest.ResponseRecorder {
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	req := httptest.NewRequest(method, path, strings.NewReader(body)).WithContext(context.WithValue(ctx, leaveKey{}, leave))
+	req.RemoteAddr = ip + ":40000"
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	rec := httptest.NewRecorder()
+	srv.Handler().ServeHTTP(rec, req)
+	return rec
 }
 
 // Whatever happens to a key — created, used, guessed at, banned, revoked,

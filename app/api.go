@@ -149,8 +149,7 @@ func newBans(c *Core, addresses *iphash.Hasher) (*ban.Guard, error) {
 	if !b.Enabled {
 		return nil, nil
 	}
-	return ban.New(c.Redis, ban.Options{KeyPrefix: c.cfg.Redis.KeyPrefix, Threshold: b.Threshold,
-		Window: b.Window, Duration: b.Duration, Exempt: b.ExemptPrefixes(), Addresses: addresses})
+	return ban.New(c.Redis, b.GuardOptions(c.cfg.Redis.KeyPrefix, addresses))
 }
 
 // run starts every loop of the API process, each until its context ends,

@@ -3,6 +3,9 @@ package config
 import (
 	"net/netip"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/ban"
+	"github.com/sluice-dev/sluice/pkg/iphash"
 )
 
 // Ban configures abuse bans: an IP or an API key that earns more than
@@ -34,6 +37,14 @@ func defaultBan() Ban {
 // ExemptPrefixes are Exempt parsed; the configuration is validated, so
 // they parse.
 func (b Ban) ExemptPrefixes() []netip.Prefix { return prefixes(b.Exempt) }
+
+// GuardOptions are the ban guard these settings describe, its keys under
+// keyPrefix (redis.key_prefix), naming addresses by addresses. The grace
+// is ban.DefaultGrace: it covers requests in flight, not a policy.
+func (b Ban) GuardOptions(keyPrefix string, addresses *iphash.Hasher) ban.Options {
+	return ban.Options{KeyPrefix: keyPrefix, Threshold: b.Threshold, Window: b.Window, Duration: b.Duration,
+		Exempt: b.ExemptPrefixes(), Addresses: addresses}
+}
 
 func (b Ban) validate(v *validator, field string) {
 	v.positive(field+".threshold", int64(b.Threshold))

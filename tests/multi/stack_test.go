@@ -100,6 +100,9 @@ func launchStack(ctx context.Context, opts launchOptions) (*stack, error) {
 		return s, fmt.Errorf("usage ledger database: %w", err)
 	}
 	s.cfg.Usage = config.Usage{Store: config.UsagePostgres, PostgresDSN: s.temporal.Postgres().DSN("sluice_usage")}
+	if err := watchLedgerAttempts(ctx, s.cfg.Usage.PostgresDSN); err != nil {
+		return s, fmt.Errorf("usage ledger database: %w", err)
+	}
 	if opts.configure != nil {
 		opts.configure(&s.cfg)
 	}
