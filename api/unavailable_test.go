@@ -57,7 +57,7 @@ var redisDownCases = map[string]redisDownCase{
 	"GET /v1/kb":                         {"/v1/kb", "k-acme", "", nil, nil},
 	"GET /v1/kb/:kb":                     {"/v1/kb/facts", "k-acme", "", nil, nil},
 	"POST /v1/kb/:kb/documents":          {"/v1/kb/facts/documents", "k-acme", `{"id":"a","text":"# A\n\nsome text"}`, nil, nil},
-	"DELETE /v1/kb/:kb/documents/:id":    {"/v1/kb/facts/documents/a", "k-acme", "", nil, nil},
+	"DELETE /v1/kb/:kb/documents/*":      {"/v1/kb/facts/documents/a", "k-acme", "", nil, nil},
 	"GET /v1/sessions/:id":               {"/v1/sessions/s-1", "k-acme", "", nil, nil},
 	"DELETE /v1/sessions/:id":            {"/v1/sessions/s-1", "k-acme", "", nil, nil},
 	"GET /v1/usage":                      {"/v1/usage", managedKey, "", nil, nil},

@@ -76,7 +76,6 @@ var notBenchFigures = []unreported{
 	{"docs/performance.md", "(~70 s; local embedder", "the kb scale test"},
 	{"docs/performance.md", "Exact search at 100k chunks is bound", "Go benchmarks of the search"},
 	{"docs/redis-cluster.md", "Measured by `TestRedisFailoverUnderLoad`", "the cluster test's failovers"},
-	{"docs/security.md", "| route | body limit | worst body |", "what the worst-bodies test measured; the test asserts its bounds"},
 	{"docs/helm.md", "| first build of helm (cold module cache) |", "build times measured by hand with their commands"},
 	{"docs/operations.md", "is **not a\nGrafana screenshot**", "how the dashboard preview was drawn"},
 	{"docs/traffic.md", "A signal costs a server round trip", "an order of magnitude, not a run's figure"},
