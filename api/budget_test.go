@@ -1,8 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"image"
+	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -17,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
+	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
@@ -27,6 +32,12 @@ import (
 // empty, as after a Redis loss: the first request rebuilds acme's from
 // the ledger.
 func budgetServer(t *testing.T, tokensPerMonth int64, ledgerTokens int) (*Server, *countingClient) {
+	t.Helper()
+	return budgetServerWith(t, tokensPerMonth, ledgerTokens, func(*config.Config) {})
+}
+
+// budgetServerWith is budgetServer with its config changed by configure.
+func budgetServerWith(t *testing.T, tokensPerMonth int64, ledgerTokens int, configure func(*config.Config)) (*Server, *countingClient) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "usage.db")
 	ledger, err := usage.OpenSQLite(context.Background(), usage.SQLiteOptions{Path: path})
@@ -46,6 +57,7 @@ func budgetServer(t *testing.T, tokensPerMonth int64, ledgerTokens int) (*Server
 		c.Auth.APIKeys[0].Tier, c.Auth.APIKeys[1].Tier = "metered", "metered"
 		c.Limits.Tiers["metered"] = policy.Tier{Weight: 1, Budget: policy.Budget{TokensPerMonth: tokensPerMonth}}
 		c.Usage = config.Usage{Store: config.UsageSQLite, SQLitePath: path}
+		configure(c)
 	}, func(rdb *redis.Client, o *Options) {
 		o.Usage = ledger
 		cfg := o.Config
@@ -173,4 +185,55 @@ func metricLines(srv *Server, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// An image sent inline is charged as OpenAI's tile-counting models count
+// it, by the size its header gives: a large one its tiles (at most
+// tokens.ImageMax), a small one a single tile, a low-detail one the fixed
+// tokens.ImageLowDetail; an image the door cannot see the size of, the
+// most an image can cost.
+func TestBudgetChargesAnImageByItsSize(t *testing.T) {
+	charged := func(image string) int {
+		t.Helper()
+		srv, tc := budgetServerWith(t, 100000, 0, func(c *config.Config) { c.API.MaxBodyBytes = 64 << 10 })
+		body := `{"model":"sluice-sim","max_tokens":64,"messages":[{"role":"user","content":[{"type":"text","text":"what is this?"}` +
+			image + `]}]}`
+		rec := as(srv, keyAlice, "POST", "/v1/chat/completions", body)
+		if tc.starts.Load() != 1 {
+			t.Fatalf("no start: %d %s", rec.Code, rec.Body)
+		}
+		left, err := strconv.Atoi(rec.Header().Get("X-Budget-Remaining-Tokens"))
+		if err != nil {
+			t.Fatalf("remaining %q: %v", rec.Header().Get("X-Budget-Remaining-Tokens"), err)
+		}
+		return 100000 - left
+	}
+	part := func(url, detail string) string {
+		return `,{"type":"image_url","image_url":{"url":"` + url + `","detail":"` + detail + `"}}`
+	}
+	text := charged("")
+	for name, tc := range map[string]struct {
+		image string
+		want  int
+	}{
+		"large":      {part(pngDataURL(t, 3000, 1100), "high"), tokens.ImageMax},
+		"square":     {part(pngDataURL(t, 1024, 1024), "auto"), 765},
+		"small":      {part(pngDataURL(t, 200, 150), ""), 255},
+		"low detail": {part(pngDataURL(t, 3000, 1100), "low"), tokens.ImageLowDetail},
+		"remote":     {part("https://example.com/cat.png", "high"), tokens.ImageMax},
+	} {
+		if got := charged(tc.image) - text; got != tc.want {
+			t.Errorf("%s image charged %d tokens, want %d", name, got, tc.want)
+		}
+	}
+}
+
+// pngDataURL is a data: URL of a blank PNG of width × height pixels.
+func pngDataURL(t *testing.T, width, height int) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, width, height))); err != nil {
+		t.Fatal(err)
+	}
+	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())
 }
