@@ -101,6 +101,23 @@ type ImageURL struct {
 	Detail string `json:"detail,omitempty"`
 }
 
+// UnmarshalJSON reads an image_url object, or a bare URL string as some
+// clients send it, so that a part the door only estimates is never
+// refused for its shape; anything else reads as an unknown image.
+func (u *ImageURL) UnmarshalJSON(raw []byte) error {
+	var url string
+	if json.Unmarshal(raw, &url) == nil {
+		*u = ImageURL{URL: url}
+		return nil
+	}
+	type plain ImageURL
+	var p plain
+	if json.Unmarshal(raw, &p) == nil {
+		*u = ImageURL(p)
+	}
+	return nil
+}
+
 // errContentShape is the one way content can be malformed once the request
 // it is in has decoded.
 var errContentShape = errors.New("content must be a string or an array of content parts")
