@@ -46,8 +46,8 @@ func TestFromLedgerPricesEachPool(t *testing.T) {
 }
 
 // A fallback's answer is priced at the model that answered, by Settle
-// and by a month rebuilt from the ledger alike; a request queued where a
-// dearer fallback may answer is reserved at the dearer price.
+// and by a month rebuilt from the ledger alike; a request is reserved at
+// the dearest model that may answer in its pool.
 func TestFallbackAnswerIsPricedAtTheModelThatAnswered(t *testing.T) {
 	ctx := context.Background()
 	ledger, err := usage.OpenSQLite(ctx, usage.SQLiteOptions{Path: filepath.Join(t.TempDir(), "usage.db")})
@@ -57,11 +57,13 @@ func TestFallbackAnswerIsPricedAtTheModelThatAnswered(t *testing.T) {
 	t.Cleanup(func() { _ = ledger.Close() })
 	prices := Prices{
 		Models:    map[string]Price{"small": {Input: 1, Output: 2}, "large": {Input: 10, Output: 20}},
-		Pools:     map[string]Price{"short": {Input: 1, Output: 2}},
-		Fallbacks: map[string][]string{"short": {"large"}},
+		Pools:     map[string]Price{"short": {Input: 10, Output: 20}, "long": {Input: 1, Output: 2}},
+		Fallbacks: map[string][]string{"short": {"small"}, "long": {"large"}},
 	}
-	if b := prices.Bound("short"); b != (Price{Input: 10, Output: 20}) {
-		t.Fatalf("short's requests reserved at %+v, want large's price", b)
+	for pool, want := range map[string]Price{"short": {Input: 10, Output: 20}, "long": {Input: 10, Output: 20}} {
+		if b := prices.Bound(pool); b != want {
+			t.Fatalf("%s's requests reserved at %+v, want large's price %+v", pool, b, want)
+		}
 	}
 	from, to := Month(now)
 	c := New(srv.Client(t), Options{KeyPrefix: testenv.KeyPrefix(t), Prices: prices, Rebuild: FromLedger(ledger, prices),
@@ -71,8 +73,8 @@ func TestFallbackAnswerIsPricedAtTheModelThatAnswered(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatalf("%+v, %v", d, err)
 	}
-	// short's model could not answer; its fallback, large, did.
-	e := usage.Entry{RequestID: "r1", Tenant: "acme", Pool: "short", Model: "large", Route: "short", Outcome: "done",
+	// short's model, large, could not answer; its fallback, small, did.
+	e := usage.Entry{RequestID: "r1", Tenant: "acme", Pool: "short", Model: "small", Route: "short", Outcome: "done",
 		PromptTokens: 100, CompletionTokens: 10, FinishedAt: now}
 	if _, err := c.Settle(ctx, d.Reservation, Use{PromptTokens: 100, CompletionTokens: 10, Pool: e.Pool, Model: e.Model}); err != nil {
 		t.Fatal(err)
@@ -88,8 +90,8 @@ func TestFallbackAnswerIsPricedAtTheModelThatAnswered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 100 in and 10 out at large's 10 and 20.
-	want := Used{Tokens: 110, Micros: 1200}
+	// 100 in and 10 out at small's 1 and 2.
+	want := Used{Tokens: 110, Micros: 120}
 	if settled.Used != want || rebuilt != want {
 		t.Fatalf("settled %+v, rebuilt %+v; want both %+v", settled.Used, rebuilt, want)
 	}
