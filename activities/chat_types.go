@@ -360,11 +360,16 @@ type TurnInput struct {
 
 // BudgetSettle replaces a budget reservation (budget.Decision.Reservation)
 // with what the request used: the tokens the usage ledger records for it,
-// so that a counter rebuilt from the ledger agrees with one settled.
+// priced at the pool and model the ledger records (budget.Use), so that a
+// counter rebuilt from the ledger agrees with one settled.
 type BudgetSettle struct {
 	Reservation      string
 	PromptTokens     int
 	CompletionTokens int
+	// Pool and Model are where the request was answered; empty from a
+	// workflow that does not say (it settles at the reserved price).
+	Pool  string `json:",omitempty"`
+	Model string `json:",omitempty"`
 }
 
 // Used is what a request consumed against its rate-limit reservation.

@@ -93,6 +93,7 @@ func (in FinalizeInput) used(outputWeight float64) holdings.Used {
 	}
 	if b := in.Budget; b != nil {
 		u.PromptTokens, u.CompletionTokens = int64(b.PromptTokens), int64(b.CompletionTokens)
+		u.Pool, u.Model = b.Pool, b.Model
 	}
 	return u
 }

@@ -159,7 +159,8 @@ func TestFinalizeStopsRunningStream(t *testing.T) {
 }
 
 // Finalize replaces the request's budget charge (its bound) with the
-// tokens it used, priced as charged, once however often it is retried.
+// tokens it used, priced as charged when it does not say where it was
+// answered, once however often it is retried.
 func TestFinalizeSettlesTheBudgetOnce(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
@@ -180,5 +181,30 @@ func TestFinalizeSettlesTheBudgetOnce(t *testing.T) {
 	}
 	if want := (budget.Used{Tokens: 500, Micros: 700}); s.Used != want {
 		t.Fatalf("used %+v after finalizing twice, want %+v (400 prompt at 1, 100 completion at 3)", s.Used, want)
+	}
+}
+
+// Finalize settles a budget charge at the price of the model that
+// answered (a fallback's), not the one the charge was priced at.
+func TestFinalizeSettlesTheBudgetAtTheModelThatAnswered(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	lim := budget.Limit{Micros: 1_000_000}
+	ch := budget.Charge{Tenant: "acme", RequestID: "r1", PromptTokens: 500, OutputTokens: 1000, Price: budget.Price{Input: 1, Output: 3}}
+	d, err := h.acts.Budgets.Reserve(ctx, ch, lim)
+	if err != nil || !d.Allowed {
+		t.Fatalf("reserve: %+v, %v", d, err)
+	}
+	h.admit(t, "r1", "granted")
+	in := done("r1")
+	in.Budget = &activities.BudgetSettle{Reservation: d.Reservation, PromptTokens: 400, CompletionTokens: 100,
+		Pool: request.PoolShort, Model: "fallback"}
+	finalize(t, h, in)
+	s, err := h.acts.Budgets.Status(ctx, "acme", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (budget.Used{Tokens: 500, Micros: 1300}); s.Used != want {
+		t.Fatalf("used %+v, want %+v (400 prompt at 2, 100 completion at 5: the fallback's price)", s.Used, want)
 	}
 }

@@ -246,8 +246,11 @@ func newHarness(t *testing.T, mod func(*harnessOptions)) *harness {
 		Sessions:   sessions,
 		Answers:    answercache.New(rdb, prefix, time.Minute),
 		KBVersions: kb.store,
-		Budgets:    budget.New(rdb, budget.Options{KeyPrefix: prefix}),
-		Logger:     quiet,
+		Budgets: budget.New(rdb, budget.Options{KeyPrefix: prefix, Prices: budget.Prices{
+			Models: map[string]budget.Price{"fake": {Input: 1, Output: 3}, "fallback": {Input: 2, Output: 5}},
+			Pools:  map[string]budget.Price{request.PoolShort: {Input: 1, Output: 3}, request.PoolLong: {Input: 1, Output: 3}},
+		}}),
+		Logger: quiet,
 		Options: activities.Options{
 			ShortThreshold:   opts.shortThreshold,
 			TopK:             cfg.Retrieval.TopK,

@@ -1,13 +1,19 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"image"
+	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/refusal"
+	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
@@ -28,12 +35,21 @@ import (
 // the ledger.
 func budgetServer(t *testing.T, tokensPerMonth int64, ledgerTokens int) (*Server, *countingClient) {
 	t.Helper()
+	srv, tc, _ := budgetServerWith(t, tokensPerMonth, ledgerTokens, func(*config.Config) {})
+	return srv, tc
+}
+
+// budgetServerWith is budgetServer with its config changed by configure,
+// and its budgets' counter.
+func budgetServerWith(t *testing.T, tokensPerMonth int64, ledgerTokens int, configure func(*config.Config)) (*Server, *countingClient, *budget.Counter) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "usage.db")
 	ledger, err := usage.OpenSQLite(context.Background(), usage.SQLiteOptions{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ledger.Close() })
+	var counter *budget.Counter
 	if ledgerTokens > 0 {
 		e := usage.Entry{RequestID: "chat-earlier", Tenant: "acme", User: "alice", KeyID: "ka", Model: "sluice-sim", Pool: "short", Route: "short",
 			PromptTokens: ledgerTokens / 2, CompletionTokens: ledgerTokens - ledgerTokens/2, Outcome: "done", FinishedAt: time.Now().UTC()}
@@ -46,6 +62,7 @@ func budgetServer(t *testing.T, tokensPerMonth int64, ledgerTokens int) (*Server
 		c.Auth.APIKeys[0].Tier, c.Auth.APIKeys[1].Tier = "metered", "metered"
 		c.Limits.Tiers["metered"] = policy.Tier{Weight: 1, Budget: policy.Budget{TokensPerMonth: tokensPerMonth}}
 		c.Usage = config.Usage{Store: config.UsageSQLite, SQLitePath: path}
+		configure(c)
 	}, func(rdb *redis.Client, o *Options) {
 		o.Usage = ledger
 		cfg := o.Config
@@ -53,9 +70,10 @@ func budgetServer(t *testing.T, tokensPerMonth int64, ledgerTokens int) (*Server
 		// As the process builds them: a month Redis lost is rebuilt
 		// from the ledger (the tier's budget counts tokens, not spend).
 		o.Budgets = budget.New(rdb, budget.Options{KeyPrefix: cfg.Redis.KeyPrefix,
-			Rebuild: budget.FromLedger(ledger, nil)})
+			Rebuild: budget.FromLedger(ledger, budget.Prices{})})
+		counter = o.Budgets
 	})
-	return srv, tc
+	return srv, tc, counter
 }
 
 // A tenant whose month the ledger says is nearly spent is refused at the
@@ -173,4 +191,128 @@ func metricLines(srv *Server, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// An image sent inline is charged as OpenAI's tile-counting models count
+// it, by the size its header gives: a large one its tiles (at most
+// tokens.ImageMax), a small one a single tile, a low-detail one the fixed
+// tokens.ImageLowDetail; an image the door cannot see the size of, the
+// most an image can cost.
+func TestBudgetChargesAnImageByItsSize(t *testing.T) {
+	part := func(url, detail string) string {
+		return `,{"type":"image_url","image_url":{"url":"` + url + `","detail":"` + detail + `"}}`
+	}
+	text := chargedFor(t, "")
+	for name, tc := range map[string]struct {
+		image string
+		want  int
+	}{
+		"large":      {part(pngDataURL(t, 3000, 1100), "high"), tokens.ImageMax},
+		"square":     {part(pngDataURL(t, 1024, 1024), "auto"), 765},
+		"small":      {part(pngDataURL(t, 200, 150), ""), 255},
+		"low detail": {part(pngDataURL(t, 3000, 1100), "low"), tokens.ImageLowDetail},
+		"remote":     {part("https://example.com/cat.png", "high"), tokens.ImageMax},
+	} {
+		if got := chargedFor(t, tc.image) - text; got != tc.want {
+			t.Errorf("%s image charged %d tokens, want %d", name, got, tc.want)
+		}
+	}
+}
+
+// chargedFor is what the door reserves of a 100,000-token month for an
+// OpenAI request with a short text, the content part image (a JSON
+// object after a comma, or "") and max_tokens 64.
+func chargedFor(t *testing.T, image string) int {
+	t.Helper()
+	srv, tc, _ := budgetServerWith(t, 100000, 0, func(c *config.Config) { c.API.MaxBodyBytes = 64 << 10 })
+	rec := as(srv, keyAlice, "POST", "/v1/chat/completions", imageRequest(image))
+	if tc.starts.Load() != 1 {
+		t.Fatalf("no start: %d %s", rec.Code, rec.Body)
+	}
+	left, err := strconv.Atoi(rec.Header().Get("X-Budget-Remaining-Tokens"))
+	if err != nil {
+		t.Fatalf("remaining %q: %v", rec.Header().Get("X-Budget-Remaining-Tokens"), err)
+	}
+	return 100000 - left
+}
+
+// imageRequest is an OpenAI request with a short text and the content
+// part image (a JSON object after a comma, or ""), max_tokens 64.
+func imageRequest(image string) string {
+	return `{"model":"sluice-sim","max_tokens":64,"messages":[{"role":"user","content":[{"type":"text","text":"what is this?"}` +
+		image + `]}]}`
+}
+
+// Many high-resolution image requests at once, each answered by a model
+// that counts the image as OpenAI's tile-counting models do: the door
+// reserves each by its tiles, so however many start together, the month
+// they settle into stays within its budget.
+func TestConcurrentImageRequestsStayWithinTheBudget(t *testing.T) {
+	const limit, output = 10000, 64
+	// What the model reports: the text as the door counts it, the image
+	// by its tiles, every output token. (Measured first: each test server
+	// starts from a clean Redis.)
+	text := int64(chargedFor(t, "") - output)
+	image := int64(tokens.ImageSized(3000, 1100, "high"))
+	srv, tc, counter := budgetServerWith(t, limit, 0, func(c *config.Config) { c.API.MaxBodyBytes = 64 << 10 })
+	body := imageRequest(`,{"type":"image_url","image_url":{"url":"` + pngDataURL(t, 3000, 1100) + `"}}`)
+	// Every start is held until all have been let in or refused: the
+	// admitted ones hold their reservations at once.
+	const requests = 20
+	tc.hold, tc.holding = make(chan struct{}), make(chan struct{}, requests)
+	refused := make(chan struct{}, requests)
+	var wg sync.WaitGroup
+	for range requests {
+		wg.Go(func() {
+			if rec := as(srv, keyAlice, "POST", "/v1/chat/completions", body); rec.Code == http.StatusTooManyRequests {
+				refused <- struct{}{}
+			}
+		})
+	}
+	for held, out := 0, 0; held+out < requests; {
+		select {
+		case <-tc.holding:
+			held++
+		case <-refused:
+			out++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d requests held, %d refused, of %d", held, out, requests)
+		}
+	}
+	tc.mu.Lock()
+	inputs := slices.Clone(tc.inputs)
+	tc.mu.Unlock()
+	var settles sync.WaitGroup
+	for _, in := range inputs {
+		settles.Go(func() {
+			if _, err := counter.Settle(context.Background(), in.BudgetReservation,
+				budget.Use{PromptTokens: text + image, CompletionTokens: output, Pool: in.Pool}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	settles.Wait()
+	close(tc.hold)
+	wg.Wait()
+	if len(inputs) < 2 {
+		t.Fatalf("%d requests started, want several at once", len(inputs))
+	}
+	s, err := counter.Status(context.Background(), "acme", budget.Limit{Tokens: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Used.Tokens > limit || s.Used.Tokens < int64(len(inputs))*(text+image+output) {
+		t.Fatalf("%d image requests of %d tokens each started and settled %d tokens into a month of %d",
+			len(inputs), text+image+output, s.Used.Tokens, limit)
+	}
+}
+
+// pngDataURL is a data: URL of a blank PNG of width × height pixels.
+func pngDataURL(t *testing.T, width, height int) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, width, height))); err != nil {
+		t.Fatal(err)
+	}
+	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())
 }

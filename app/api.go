@@ -120,7 +120,7 @@ func (p *apiProcess) buildDoor(bans *ban.Guard, addresses *iphash.Hasher) error 
 	c, cfg, logger := p.core, p.core.cfg, p.core.logger
 	idem := idempotency.New(c.Redis, cfg.Redis.KeyPrefix, cfg.API.IdempotencyTTL)
 	returner := &holdings.Returner{Gate: c.Gate, Notifier: c.Notifier, Limiter: c.Limiter, Budgets: c.Budgets, Keys: idem,
-		Logger: logger.With("component", "holdings")}
+		Metrics: c.Metrics, Logger: logger.With("component", "holdings")}
 	p.sweeper = liveness.New(c.Temporal, cfg.Temporal.Namespace, c.Events, returner, logger.With("component", "liveness"))
 	var err error
 	p.follower, err = follow.New(follow.Options{

@@ -60,7 +60,7 @@ func (c *Core) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Gate:     c.Gate,
 		Notifier: c.Notifier,
 		Returner: &holdings.Returner{Gate: c.Gate, Notifier: c.Notifier, Limiter: c.Limiter, Budgets: c.Budgets,
-			Logger: c.logger.With("component", "holdings")},
+			Metrics: c.Metrics, Logger: c.logger.With("component", "holdings")},
 		Waker:      c.Waker,
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},

@@ -20,8 +20,8 @@ func LimitOf(t policy.Tier) budget.Limit {
 }
 
 // reserveBudget charges the request's upper bound (a.tokens: its prompt's
-// bound and every output token it may produce, priced at its pool's
-// model) to its tenant's monthly budget, and notes the month in st.
+// bound and every output token it may produce, priced at the dearest
+// model that may answer in its pool, budget.Prices.Bound) to its tenant's monthly budget, and notes the month in st.
 // A tier without a budget costs nothing: no Redis call. It refuses with
 // budget_exceeded (Limited), naming the limit and when the month resets.
 func (d *Door) reserveBudget(ctx context.Context, st *Standing, a arrival, req *Request) (string, error) {
@@ -31,7 +31,7 @@ func (d *Door) reserveBudget(ctx context.Context, st *Standing, a arrival, req *
 	}
 	output := int64(max(req.Choices, 1) * (*req.MaxTokens))
 	ch := budget.Charge{Tenant: a.who.Tenant, RequestID: a.id, PromptTokens: int64(a.tokens) - output, OutputTokens: output,
-		Price: d.budgets.PriceOf(a.pool)}
+		Price: d.budgets.Prices().Bound(a.pool)}
 	dec, err := d.budgets.Reserve(ctx, ch, lim)
 	if err != nil {
 		d.logger.Error("reserve monthly budget", "requestID", a.id, "err", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/tokens"
 )
 
 // RAGModel is the model alias that asks for an answer from a knowledge
@@ -18,17 +19,33 @@ import (
 // request names a kb (the kb field or X-Sluice-KB).
 const RAGModel = "sluice-rag"
 
-// MediaPartTokens is what a content part that is not text (an image, a
-// sound, a file) is counted as at the door, where only text is counted.
-// The backend's usage says what it really took; this only routes the
-// request and sizes its reservation, so it errs high: an image in a
-// LLaVA-style model takes 576 to a few thousand tokens.
+// MediaPartTokens is what a content part that is neither text nor an
+// image (a sound, a file) is counted as at the door, where only text is
+// counted. The backend's usage says what it really took; this only
+// routes the request and sizes its reservation.
 const MediaPartTokens = 1024
+
+// MediaTokens is what a content part that is not text is counted as: an
+// image as OpenAI's tile-counting models count it (tokens.Image: by the
+// size a data: URL's header gives, else the most an image can cost), any
+// other part MediaPartTokens. It is an upper bound for those models;
+// one that counts images higher (a LLaVA-style model takes up to a few
+// thousand tokens an image) is charged what it used when the request
+// settles, and the overrun is flagged (budget.Counter.Settle).
+func MediaTokens(p openai.ContentPart) int {
+	if p.Type != openai.ContentPartImage {
+		return MediaPartTokens
+	}
+	if p.ImageURL == nil {
+		return tokens.ImageMax
+	}
+	return tokens.Image(p.ImageURL.URL, p.ImageURL.Detail)
+}
 
 // checkConversation counts an OpenAI request's prompt and checks that
 // some pool can take it: its model, its size and what it asks for.
 func (d *Door) checkConversation(req *Request) error {
-	req.promptTokens = d.prompts.Count(req.Conversation) + req.MediaParts*MediaPartTokens
+	req.promptTokens = d.prompts.Count(req.Conversation) + req.MediaTokens
 	if req.Sampling != nil && len(req.Sampling.Tools) > 0 {
 		// Tool definitions are part of the prompt the model reads.
 		raw, _ := json.Marshal(req.Sampling.Tools)

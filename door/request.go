@@ -41,9 +41,11 @@ type Request struct {
 	Sampling     *openai.Sampling
 	Model        string
 	// MediaParts and PartTypes are the conversation's parts that are not
-	// text (the door counts the prompt's tokens, estimating media).
-	MediaParts int
-	PartTypes  []string
+	// text, and MediaTokens what they count as (the door counts the
+	// prompt's text; each part is estimated where it is read, MediaTokens).
+	MediaParts  int
+	MediaTokens int
+	PartTypes   []string
 	// Choices is how many answers an OpenAI client asked for (n); 0 on
 	// Sluice's own API, which answers once.
 	Choices int

@@ -41,7 +41,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"max_tokens checked first", door.Request{MaxTokens: intp(0)}, refusal.Invalid, "bad_max_tokens", "", ""},
 		{"gateway conversation too long", door.Request{Conversation: conversation(long), Gateway: true, Model: "sluice-sim"},
 			refusal.Invalid, "context_length_exceeded", "messages", "takes is 600 tokens"},
-		{"media parts counted as tokens", door.Request{Conversation: conversation("hi"), MediaParts: 1, Gateway: true, Model: "sluice-sim"},
+		{"media parts counted as tokens", door.Request{Conversation: conversation("hi"), MediaParts: 1, MediaTokens: door.MediaPartTokens, Gateway: true, Model: "sluice-sim"},
 			refusal.Invalid, "context_length_exceeded", "messages", ""},
 		{"kb conversation too long", door.Request{Conversation: conversation(long), Query: "word"},
 			refusal.Invalid, "context_length_exceeded", "messages", ""},

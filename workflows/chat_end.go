@@ -187,9 +187,12 @@ func (w *chat) finalize(ctx workflow.Context) {
 	in.Turn = w.turn()
 	if w.in.BudgetReservation != "" {
 		// Settled with the ledger's figures (usageEntry), whatever the
-		// outcome: a cancelled or broken stream pays for what it used.
+		// outcome: a cancelled or broken stream pays for what it used, at
+		// the price of the model that answered (a fallback's, if it took
+		// one), as a month rebuilt from the ledger prices it.
 		in.Budget = &activities.BudgetSettle{Reservation: w.in.BudgetReservation,
-			PromptTokens: w.billed.PromptTokens, CompletionTokens: w.billed.CompletionTokens}
+			PromptTokens: w.billed.PromptTokens, CompletionTokens: w.billed.CompletionTokens,
+			Pool: w.pool, Model: w.answeredBy()}
 	}
 	w.result.Timings = w.status.Timings
 	in.Report = &activities.Report{Route: w.result.Route, Outcome: w.result.Outcome, Reason: w.result.Reason, Timings: w.result.Timings,

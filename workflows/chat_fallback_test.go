@@ -179,3 +179,38 @@ func (s *chatSuite) TestDoorFallbackIsInTheAnswer() {
 	s.Require().NotNil(f.Done)
 	s.Equal(in.Fallback, f.Done.Fallback)
 }
+
+// A fallback's answer settles its budget charge at the pool and model
+// that answered (the ledger's), also when the fallback's stream broke
+// before its backend named the model: the one it asked for.
+func (s *chatSuite) TestFallbackSettlesTheBudgetAtTheModelThatAnswered() {
+	broke := temporal.NewNonRetryableApplicationError("broke", activities.ErrTypeStreamInterrupted, nil,
+		events.Usage{PromptTokens: 300, CompletionTokens: 12, TotalTokens: 312})
+	for name, tc := range map[string]struct {
+		to   Fallback
+		last error
+		want activities.BudgetSettle
+	}{
+		"model":         {Fallback{Model: "small"}, nil, activities.BudgetSettle{Pool: "short", Model: "small"}},
+		"model, broken": {Fallback{Model: "small"}, broke, activities.BudgetSettle{PromptTokens: 300, CompletionTokens: 12, Pool: "short", Model: "small"}},
+		"pool":          {Fallback{Pool: "long", Model: "sim-long"}, nil, activities.BudgetSettle{Pool: "long", Model: "sim-long"}},
+	} {
+		s.Run(name, func() {
+			s.SetupTest()
+			s.mockEmbed()
+			s.admitsEverywhere()
+			s.mockRetrieveRerank()
+			s.llmAnswersOn([]bool{true, false}, fallen(request.FallbackContextTooLong, "big"), tc.last)
+			in := input()
+			in.Pool = "short"
+			in.BudgetReservation = "b1\nkey\nchat-TEST\nepoch\n1 2"
+			in.Settings.Fallbacks = map[string][]Fallback{"short": {tc.to}}
+			s.env.ExecuteWorkflow(ChatWorkflow, in)
+			fs := s.finalizes()
+			s.Require().NotEmpty(fs)
+			want := tc.want
+			want.Reservation = in.BudgetReservation
+			s.Equal(&want, fs[len(fs)-1].Budget)
+		})
+	}
+}

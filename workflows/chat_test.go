@@ -582,7 +582,7 @@ func (s *chatSuite) TestBudgetSettlesWithTheLedgersTokens() {
 	in.BudgetReservation = "b1\nkey\nchat-TEST\nepoch\n1 2"
 	s.env.ExecuteWorkflow(ChatWorkflow, in)
 	f := s.onlyFinalize()
-	s.Equal(&activities.BudgetSettle{Reservation: in.BudgetReservation, PromptTokens: 300, CompletionTokens: 12}, f.Budget)
+	s.Equal(&activities.BudgetSettle{Reservation: in.BudgetReservation, PromptTokens: 300, CompletionTokens: 12, Pool: "short"}, f.Budget)
 }
 
 // A request without a budget charge settles none.

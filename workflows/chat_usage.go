@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"time"
 
@@ -65,11 +66,18 @@ func (w *chat) recordUsage(ctx workflow.Context) {
 func (w *chat) usageEntry(ctx workflow.Context) usage.Entry {
 	return usage.Entry{
 		RequestID: w.in.RequestID, Tenant: w.in.Tenant, User: w.in.User, KeyID: w.in.KeyID,
-		Model: w.model, Pool: w.pool, Route: w.result.Route,
+		Model: w.answeredBy(), Pool: w.pool, Route: w.result.Route,
 		PromptTokens: w.billed.PromptTokens, CompletionTokens: w.billed.CompletionTokens, CachedTokens: w.cachedTokens,
 		Outcome: w.result.Outcome, Reason: w.result.Reason,
 		FinishedAt: workflow.Now(ctx).UTC(),
 	}
+}
+
+// answeredBy is the model that answered: the one the backend named, else
+// the one the stream asked for (a fallback's; "": the pool's own, which
+// RecordUsage names).
+func (w *chat) answeredBy() string {
+	return cmp.Or(w.model, w.llmModel)
 }
 
 // partialUsage is what a failed or cancelled stream reported it had

@@ -239,6 +239,7 @@ func noteParts(req *door.Request, parts []openai.ContentPart, at string) (string
 			return "", paramError(fmt.Sprintf("%s[%d].text", at, i), "bad_content", "a text part needs its text")
 		case slices.Contains(openai.ContentPartTypes, p.Type):
 			req.MediaParts++
+			req.MediaTokens += door.MediaTokens(p)
 			if !slices.Contains(req.PartTypes, p.Type) {
 				req.PartTypes = append(req.PartTypes, p.Type)
 			}

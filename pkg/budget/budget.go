@@ -3,9 +3,11 @@
 // so that every API instance checks one figure in one script call.
 //
 // A request is charged its upper bound before anything starts (Reserve:
-// its prompt's bound and every output token it may produce, priced at its
-// pool's model) and settled with what it really used when it ends
-// (Settle, exactly once by request id). The usage ledger (pkg/usage) is
+// its prompt's bound and every output token it may produce, priced at the
+// dearest model that may answer in its pool) and settled with what it
+// really used, priced at the model that answered, when it ends (Settle,
+// exactly once by request id). What it used beyond its reservation is
+// charged too, and reported as an overrun (Settlement). The usage ledger (pkg/usage) is
 // the account; the counter is a fast copy of it: a month's counter that
 // Redis does not hold (lost, or a new month) is rebuilt from the ledger
 // before the first check, once however many requests race to it.
@@ -52,17 +54,6 @@ func MicrosOf(usd float64) int64 { return int64(math.Floor(usd * 1e6)) }
 
 // USD is micro-dollars as dollars.
 func USD(micros int64) float64 { return float64(micros) / 1e6 }
-
-// Price is a model's price in US dollars per million tokens.
-type Price struct {
-	Input, Output float64
-}
-
-// Micros is what prompt and completion tokens cost, to the nearest
-// micro-dollar.
-func (p Price) Micros(prompt, completion int64) int64 {
-	return int64(math.Round(float64(prompt)*p.Input + float64(completion)*p.Output))
-}
 
 // Used is a month's usage: tokens and micro-dollars.
 type Used struct {
@@ -117,7 +108,7 @@ type Counter struct {
 	rdb     redis.UniversalClient
 	prefix  string
 	rebuild Rebuild
-	prices  map[string]Price
+	prices  Prices
 	now     func() time.Time
 }
 
@@ -128,8 +119,8 @@ type Options struct {
 	// Rebuild reads the ledger when a month's counter is missing; nil
 	// starts it from zero (a process that only settles needs none).
 	Rebuild Rebuild
-	// Prices are each pool's model's price, by pool (PriceOf).
-	Prices map[string]Price
+	// Prices price what a request may use and what it used.
+	Prices Prices
 	// Now is the clock that picks the month (time.Now).
 	Now func() time.Time
 }
@@ -142,10 +133,8 @@ func New(rdb redis.UniversalClient, opts Options) *Counter {
 	return &Counter{rdb: rdb, prefix: opts.KeyPrefix, rebuild: opts.Rebuild, prices: opts.Prices, now: opts.Now}
 }
 
-// PriceOf is the price of pool's model: what a request answered there
-// spends. Zero when it has none, which only a tier without a spend
-// budget allows.
-func (c *Counter) PriceOf(pool string) Price { return c.prices[pool] }
+// Prices are the counter's prices.
+func (c *Counter) Prices() Prices { return c.prices }
 
 // Month is the UTC calendar month of t: its start and the next's.
 func Month(t time.Time) (start, next time.Time) {
@@ -280,25 +269,60 @@ func decode(s string) (reservation, error) {
 	return reservation{key: f[1], id: f[2], epoch: f[3], price: Price{Input: pi, Output: po}}, nil
 }
 
-// Settle replaces a reservation with what its request used: promptTokens
-// and completionTokens, priced as they were charged. It settles at most
-// once; settled is false when there was nothing to settle. An empty
-// reservation settles nothing. Settle(r, 0, 0) gives a charge back.
-func (c *Counter) Settle(ctx context.Context, reservation string, promptTokens, completionTokens int64) (settled bool, err error) {
+// Use is what a request used: its tokens, and where it was answered,
+// which prices them (Prices.At). An empty Pool prices them as the
+// reservation was charged (a request that used nothing, or one settled by
+// a caller that does not know where it was answered).
+type Use struct {
+	PromptTokens, CompletionTokens int64
+	Pool, Model                    string
+}
+
+// Settlement is what Settle did.
+type Settlement struct {
+	// Settled is false when there was nothing to settle.
+	Settled bool
+	// Tenant is the reservation's.
+	Tenant string
+	// OverTokens and OverMicros are what the request used beyond what was
+	// reserved for it: charged to the month all the same (the counter
+	// follows the ledger), and an overrun its caller reports. Zero when
+	// the reservation was lost with its month's counter (Redis lost it).
+	OverTokens, OverMicros int64
+}
+
+// Settle replaces a reservation with what its request used, u. It
+// settles at most once; an empty reservation settles nothing.
+// Settle(r, Use{}) gives a charge back.
+func (c *Counter) Settle(ctx context.Context, reservation string, u Use) (Settlement, error) {
 	if reservation == "" {
-		return false, nil
+		return Settlement{}, nil
 	}
 	r, err := decode(reservation)
 	if err != nil {
-		return false, fmt.Errorf("settle budget: %w", err)
+		return Settlement{}, fmt.Errorf("settle budget: %w", err)
 	}
-	if promptTokens < 0 || completionTokens < 0 {
-		return false, errors.New("settle budget: negative usage")
+	if u.PromptTokens < 0 || u.CompletionTokens < 0 {
+		return Settlement{}, errors.New("settle budget: negative usage")
 	}
-	n, err := settleScript.Run(ctx, c.rdb, []string{r.key}, r.id, r.epoch,
-		promptTokens+completionTokens, r.price.Micros(promptTokens, completionTokens)).Int()
+	price := r.price
+	if u.Pool != "" {
+		price = c.prices.At(u.Pool, u.Model)
+	}
+	raw, err := settleScript.Run(ctx, c.rdb, []string{r.key}, r.id, r.epoch,
+		u.PromptTokens+u.CompletionTokens, price.Micros(u.PromptTokens, u.CompletionTokens)).Int64Slice()
 	if err != nil {
-		return false, fmt.Errorf("settle budget of %s: %w", r.id, err)
+		return Settlement{}, fmt.Errorf("settle budget of %s: %w", r.id, err)
 	}
-	return n == 1, nil
+	if len(raw) != 3 {
+		return Settlement{}, fmt.Errorf("settle budget of %s: reply of %d values, want 3", r.id, len(raw))
+	}
+	return Settlement{Settled: raw[0] == 1, Tenant: tenantOf(r.key), OverTokens: raw[1], OverMicros: raw[2]}, nil
+}
+
+// tenantOf is the tenant of a month's key (Counter.key).
+func tenantOf(key string) string {
+	_, rest, _ := strings.Cut(key, "{t:")
+	tenant, _, _ := strings.Cut(rest, "}:")
+	return tenant
 }

@@ -38,6 +38,13 @@ func charge(id string, prompt, output int64) Charge {
 	return Charge{Tenant: "acme", RequestID: id, PromptTokens: prompt, OutputTokens: output, Price: price}
 }
 
+// settle settles a reservation with prompt and completion tokens, priced
+// as they were charged, and reports whether it settled.
+func settle(ctx context.Context, c *Counter, reservation string, prompt, completion int64) (bool, error) {
+	s, err := c.Settle(ctx, reservation, Use{PromptTokens: prompt, CompletionTokens: completion})
+	return s.Settled, err
+}
+
 func status(t *testing.T, c *Counter, lim Limit) Used {
 	t.Helper()
 	s, err := c.Status(context.Background(), "acme", lim)
@@ -61,7 +68,7 @@ func TestReserveChargesTheBoundAndSettleReplacesIt(t *testing.T) {
 	if want := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC); !d.ResetsAt.Equal(want) {
 		t.Fatalf("resets at %s, want %s", d.ResetsAt, want)
 	}
-	ok, err := c.Settle(ctx, d.Reservation, 90, 50)
+	ok, err := settle(ctx, c, d.Reservation, 90, 50)
 	if err != nil || !ok {
 		t.Fatalf("settle: %v, %v", ok, err)
 	}
@@ -69,7 +76,7 @@ func TestReserveChargesTheBoundAndSettleReplacesIt(t *testing.T) {
 		t.Fatalf("used %+v after settling 90+50 tokens, want 140 tokens and 190 micros", u)
 	}
 	// Exactly once: a retried settle changes nothing.
-	if ok, err := c.Settle(ctx, d.Reservation, 90, 50); err != nil || ok {
+	if ok, err := settle(ctx, c, d.Reservation, 90, 50); err != nil || ok {
 		t.Fatalf("second settle: %v, %v; want nothing settled", ok, err)
 	}
 	if u := status(t, c, lim); u != (Used{Tokens: 140, Micros: 190}) {
@@ -115,7 +122,7 @@ func TestGivingBackRestoresTheBudget(t *testing.T) {
 	if d, _ := c.Reserve(ctx, charge("r2", 1, 0), lim); d.Allowed {
 		t.Fatal("the budget is full, yet a request passed")
 	}
-	if ok, err := c.Settle(ctx, d.Reservation, 0, 0); err != nil || !ok {
+	if ok, err := settle(ctx, c, d.Reservation, 0, 0); err != nil || !ok {
 		t.Fatalf("give back: %v, %v", ok, err)
 	}
 	if d, err := c.Reserve(ctx, charge("r3", 200, 300), lim); err != nil || !d.Allowed {
@@ -214,10 +221,10 @@ func TestRebuildsALostCounterFromTheLedgerOnce(t *testing.T) {
 	}
 	// The request that was running settles into the rebuilt counter: its
 	// usage is not in the ledger yet (it is recorded after settling).
-	if ok, err := c.Settle(ctx, running.Reservation, 10, 20); err != nil || !ok {
+	if ok, err := settle(ctx, c, running.Reservation, 10, 20); err != nil || !ok {
 		t.Fatalf("settle across the loss: %v, %v", ok, err)
 	}
-	if ok, err := c.Settle(ctx, running.Reservation, 10, 20); err != nil || ok {
+	if ok, err := settle(ctx, c, running.Reservation, 10, 20); err != nil || ok {
 		t.Fatalf("second settle across the loss: %v, %v; want nothing", ok, err)
 	}
 	if u := status(t, c, lim); u.Tokens != 980+30 {
@@ -236,10 +243,10 @@ func TestRebuildFailureIsAnError(t *testing.T) {
 
 func TestSettleRejectsWhatIsNoReservation(t *testing.T) {
 	c, _ := newCounter(t, nil)
-	if _, err := c.Settle(context.Background(), "r1\nsomething", 1, 1); err == nil {
+	if _, err := settle(context.Background(), c, "r1\nsomething", 1, 1); err == nil {
 		t.Fatal("settled a rate-limit reservation as a budget one")
 	}
-	if ok, err := c.Settle(context.Background(), "", 1, 1); ok || err != nil {
+	if ok, err := settle(context.Background(), c, "", 1, 1); ok || err != nil {
 		t.Fatalf("empty reservation: %v, %v", ok, err)
 	}
 }
@@ -281,5 +288,70 @@ func TestConcurrentReservesNeverPassTheLimit(t *testing.T) {
 	}
 	if u := status(t, c, lim); u.Tokens != 1000 {
 		t.Fatalf("used %d, want 1000", u.Tokens)
+	}
+}
+
+// A request that used more than was reserved for it is charged all of
+// it (the month counts what the ledger will), and the settlement says by
+// how much it overran, for its caller to report.
+func TestSettleChargesUsageOverTheReservationAndReportsIt(t *testing.T) {
+	c, _ := newCounter(t, nil)
+	ctx := context.Background()
+	lim := Limit{Tokens: 1000}
+	d, err := c.Reserve(ctx, charge("r1", 100, 200), lim)
+	if err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	s, err := c.Settle(ctx, d.Reservation, Use{PromptTokens: 1250, CompletionTokens: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 1450 tokens (1250 + 400 micros) used, 300 (500 micros) reserved.
+	if want := (Settlement{Settled: true, Tenant: "acme", OverTokens: 1150, OverMicros: 1150}); s != want {
+		t.Fatalf("settlement %+v, want %+v", s, want)
+	}
+	if u := status(t, c, lim); u != (Used{Tokens: 1450, Micros: 1650}) {
+		t.Fatalf("used %+v, want all 1450 tokens and 1650 micros charged", u)
+	}
+	if d, _ := c.Reserve(ctx, charge("r2", 1, 0), lim); d.Allowed {
+		t.Fatal("a month past its limit took another request")
+	}
+	// Within the reservation: no overrun.
+	d, _ = c.Reserve(ctx, charge("r3", 1, 0), Limit{Tokens: 10000})
+	if s, err := c.Settle(ctx, d.Reservation, Use{PromptTokens: 1}); err != nil || s.OverTokens != 0 || s.OverMicros != 0 {
+		t.Fatalf("settlement %+v, %v: want no overrun", s, err)
+	}
+}
+
+// Concurrent requests each reserved their bound, all open at once, then
+// all settling at most what they reserved: the month ends within its
+// limit however they interleave.
+func TestConcurrentRequestsSettlingWithinTheirReservationsStayWithinTheLimit(t *testing.T) {
+	c, _ := newCounter(t, nil)
+	ctx := context.Background()
+	lim := Limit{Tokens: 10000}
+	var wg sync.WaitGroup
+	var admitted atomic.Int32
+	reservations := make([]string, 40)
+	for i := range reservations {
+		wg.Go(func() {
+			d, err := c.Reserve(ctx, charge("r"+strconv.Itoa(i), 1445+20, 64), lim)
+			if err == nil && d.Allowed {
+				admitted.Add(1)
+				reservations[i] = d.Reservation
+			}
+		})
+	}
+	wg.Wait()
+	for _, r := range reservations {
+		wg.Go(func() {
+			if _, err := c.Settle(ctx, r, Use{PromptTokens: 1445 + 20, CompletionTokens: 64}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if u := status(t, c, lim); u.Tokens > lim.Tokens || admitted.Load() != 6 {
+		t.Fatalf("%d requests admitted, month at %d tokens: want 6 within the %d limit", admitted.Load(), u.Tokens, lim.Tokens)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/budget"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -50,8 +51,10 @@ type Used struct {
 	// QueueCost is what its permit's release settles its tenant's fair
 	// order charge with (admission.Gate.ReleaseUsed; 0: nothing).
 	QueueCost float64
-	// PromptTokens and CompletionTokens settle its budget charge.
+	// PromptTokens and CompletionTokens settle its budget charge, priced
+	// at Model in Pool, where it was answered (budget.Use).
 	PromptTokens, CompletionTokens int64
+	Pool, Model                    string
 }
 
 // RateUse is what a request consumed against its rate reservation.
@@ -68,7 +71,9 @@ type Returner struct {
 	Limiter  *limiter.Limiter
 	Budgets  *budget.Counter
 	Keys     *idempotency.Store
-	Logger   *slog.Logger
+	// Metrics counts budget overruns (nil: not counted).
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
 }
 
 // GiveBack gives back everything h holds, settled by u: each pool's permit
@@ -125,10 +130,12 @@ func (r *Returner) GiveBackCharges(ctx context.Context, h Holdings, u Used) (Hol
 		}
 	}
 	if h.Budget != "" && r.Budgets != nil {
-		_, err := r.Budgets.Settle(ctx, h.Budget, u.PromptTokens, u.CompletionTokens)
+		s, err := r.Budgets.Settle(ctx, h.Budget, budget.Use{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens,
+			Pool: u.Pool, Model: u.Model})
 		if failed(wrap(err, "settle the budget charge")) {
 			rest.Budget = h.Budget
 		}
+		r.overran(ctx, h.RequestID, u, s)
 	}
 	if h.Key != nil && r.Keys != nil {
 		if failed(wrap(r.Keys.Release(ctx, *h.Key, h.RequestID), "release the idempotency key")) {
@@ -136,6 +143,20 @@ func (r *Returner) GiveBackCharges(ctx context.Context, h Holdings, u Used) (Hol
 		}
 	}
 	return rest, errors.Join(errs...)
+}
+
+// overran reports a request that used more than its budget reservation:
+// the excess is charged (the month counts what the ledger records), so a
+// month passes its limit only by such excesses, each counted and logged
+// here with the tenant it is charged to.
+func (r *Returner) overran(ctx context.Context, requestID string, u Used, s budget.Settlement) {
+	if s.OverTokens <= 0 && s.OverMicros <= 0 {
+		return
+	}
+	r.Metrics.BudgetOverrun(u.Pool, s.OverTokens, s.OverMicros)
+	r.logger().LogAttrs(ctx, slog.LevelWarn, "request used more than its budget reservation; the excess is charged",
+		slog.String("requestID", requestID), slog.String("tenant", s.Tenant), slog.String("pool", u.Pool), slog.String("model", u.Model),
+		slog.Int64("over_tokens", s.OverTokens), slog.Float64("over_usd", budget.USD(s.OverMicros)))
 }
 
 // Empty reports whether h holds nothing.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/holdings"
 	"github.com/sluice-dev/sluice/pkg/idempotency"
 	"github.com/sluice-dev/sluice/pkg/limiter"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
@@ -563,4 +565,49 @@ func TestEmpty(t *testing.T) {
 func equal(a, b holdings.Holdings) bool {
 	return a.RequestID == b.RequestID && slices.Equal(a.Pools, b.Pools) && a.Place == b.Place &&
 		a.Rate == b.Rate && a.Budget == b.Budget && a.Key == b.Key
+}
+
+// A request that used more than its budget reservation is charged all of
+// it and flagged: counted by the pool that answered and logged with the
+// tenant it is charged to and by how much; one within it is not.
+func TestGiveBackFlagsUsageOverTheBudgetReservation(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		prompt, completed int64
+		wantOver          string
+	}{
+		{"over", 100, 300, "100"},
+		{"within", 100, 150, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			h := w.hold(t)
+			logger, logs := newLogger()
+			r := w.returner(&notifier{}, logger)
+			r.Metrics = metrics.New(logger)
+			used := holdings.Used{PromptTokens: tc.prompt, CompletionTokens: tc.completed, Pool: pool}
+			if rest, err := r.GiveBack(context.Background(), h, used); err != nil || !rest.Empty() {
+				t.Fatalf("GiveBack: rest %+v, %v", rest, err)
+			}
+			if got := w.state(t, h); got.spentTokens != tc.prompt+tc.completed {
+				t.Fatalf("spent %d tokens, want all %d charged", got.spentTokens, tc.prompt+tc.completed)
+			}
+			rec := httptest.NewRecorder()
+			r.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			counted := `sluice_budget_overrun_tokens_total{pool="` + pool + `"} ` + tc.wantOver
+			logged := "over_tokens=" + tc.wantOver
+			if tc.wantOver == "" {
+				if strings.Contains(rec.Body.String(), "sluice_budget_overrun_tokens_total{") || strings.Contains(logs.String(), "over_tokens") {
+					t.Fatalf("a request within its reservation was flagged:\n%s\n%s", logs, rec.Body)
+				}
+				return
+			}
+			if !strings.Contains(rec.Body.String(), counted+"\n") {
+				t.Fatalf("overrun not counted as %q:\n%s", counted, rec.Body)
+			}
+			if l := logs.String(); !strings.Contains(l, logged) || !strings.Contains(l, "tenant="+tenant) || !strings.Contains(l, "requestID="+req) {
+				t.Fatalf("overrun not logged with %q, the tenant and the request: %s", logged, l)
+			}
+		})
+	}
 }

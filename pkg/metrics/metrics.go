@@ -54,8 +54,12 @@ type Metrics struct {
 	connsRefused *prometheus.CounterVec
 	usageWrites  *prometheus.CounterVec
 	budgetWarns  *prometheus.CounterVec
-	permits      permitCounters
-	failovers    failoverMetrics
+	// budgetOverTokens and budgetOverUSD are what requests used beyond
+	// their budget reservations.
+	budgetOverTokens *prometheus.CounterVec
+	budgetOverUSD    *prometheus.CounterVec
+	permits          permitCounters
+	failovers        failoverMetrics
 	// tenants is nil unless TrackTenants turned the per-tenant series on.
 	tenants      *tenants
 	logger       *slog.Logger
@@ -129,13 +133,21 @@ func New(logger *slog.Logger) *Metrics {
 			Name: "sluice_budget_warnings_total",
 			Help: "Tenants that passed 80 % of a monthly budget (the first request past it each month), by kind (tokens, spend); the log line names the tenant.",
 		}, []string{"kind"}),
+		budgetOverTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_budget_overrun_tokens_total",
+			Help: "Tokens requests used beyond their monthly budget reservation, charged to their tenant all the same, by the pool that answered; the log line names the tenant.",
+		}, []string{"pool"}),
+		budgetOverUSD: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_budget_overrun_usd_total",
+			Help: "Spend (US dollars) requests used beyond their monthly budget reservation, charged all the same, by the pool that answered.",
+		}, []string{"pool"}),
 		permits:      newPermitCounters(),
 		failovers:    newFailoverMetrics(),
 		scrapeBudget: 2 * time.Second,
 	}
 	m.healing = newHealingLevels()
 	m.reg.MustRegister(m.stages, m.requests, m.queueWait, m.ttft, m.tokens, m.actions, m.healing,
-		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused, m.usageWrites, m.budgetWarns, buildInfo(version.Get()),
+		m.rateLimits, m.alerts, m.bans, m.banned, m.connsRefused, m.usageWrites, m.budgetWarns, m.budgetOverTokens, m.budgetOverUSD, buildInfo(version.Get()),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.permits.collectors()...)
 	m.reg.MustRegister(m.failovers.collectors()...)
@@ -235,6 +247,17 @@ func (m *Metrics) BudgetWarning(kind string) {
 		return
 	}
 	m.budgetWarns.WithLabelValues(kind).Inc()
+}
+
+// BudgetOverrun counts what a request answered in pool used beyond its
+// monthly budget reservation: tokens and micro-dollars, charged to its
+// tenant all the same. No label names the tenant: the log line does.
+func (m *Metrics) BudgetOverrun(pool string, tokens, micros int64) {
+	if m == nil {
+		return
+	}
+	m.budgetOverTokens.WithLabelValues(pool).Add(float64(max(tokens, 0)))
+	m.budgetOverUSD.WithLabelValues(pool).Add(float64(max(micros, 0)) / 1e6)
 }
 
 // RateLimit counts one rate-limit decision.

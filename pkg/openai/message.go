@@ -78,7 +78,10 @@ type FunctionCall struct {
 }
 
 // ContentPartTypes are the kinds of content part OpenAI defines.
-var ContentPartTypes = []string{ContentPartText, "image_url", "input_audio", "file"}
+var ContentPartTypes = []string{ContentPartText, ContentPartImage, "input_audio", "file"}
+
+// ContentPartImage is an image part's type.
+const ContentPartImage = "image_url"
 
 // ContentPart is one part of a message's content.
 type ContentPart struct {
@@ -86,6 +89,33 @@ type ContentPart struct {
 	// Text is set on text parts; nil tells a part without text from an
 	// empty one.
 	Text *string `json:"text,omitempty"`
+	// ImageURL is set on image parts.
+	ImageURL *ImageURL `json:"image_url,omitempty"`
+}
+
+// ImageURL is where an image part's image is (a URL, or a data: URL
+// holding it) and the detail the model is to see it at (low, high or
+// auto; "" is auto).
+type ImageURL struct {
+	URL    string `json:"url"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// UnmarshalJSON reads an image_url object, or a bare URL string as some
+// clients send it, so that a part the door only estimates is never
+// refused for its shape; anything else reads as an unknown image.
+func (u *ImageURL) UnmarshalJSON(raw []byte) error {
+	var url string
+	if json.Unmarshal(raw, &url) == nil {
+		*u = ImageURL{URL: url}
+		return nil
+	}
+	type plain ImageURL
+	var p plain
+	if json.Unmarshal(raw, &p) == nil {
+		*u = ImageURL(p)
+	}
+	return nil
 }
 
 // errContentShape is the one way content can be malformed once the request

@@ -65,8 +65,12 @@ func TestMessageParts(t *testing.T) {
 		{`null`, nil, false},
 		{``, nil, false},
 		{`[]`, []ContentPart{}, false},
-		{`[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text"}]`,
-			[]ContentPart{{Type: "text", Text: ptr("a")}, {Type: "image_url"}, {Type: "text"}}, false},
+		{`[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x","detail":"low"}},{"type":"text"}]`,
+			[]ContentPart{{Type: "text", Text: ptr("a")}, {Type: "image_url", ImageURL: &ImageURL{URL: "x", Detail: "low"}}, {Type: "text"}}, false},
+		// A bare URL is read as one; another shape as an image of unknown
+		// size, never a refusal.
+		{`[{"type":"image_url","image_url":"x"},{"type":"image_url","image_url":[1]}]`,
+			[]ContentPart{{Type: "image_url", ImageURL: &ImageURL{URL: "x"}}, {Type: "image_url", ImageURL: &ImageURL{}}}, false},
 		{`42`, nil, true},
 		{`{"text":"q"}`, nil, true},
 		{`[1]`, nil, true},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -240,6 +241,9 @@ func (s *SQLStore) Query(ctx context.Context, q Query) ([]Row, error) {
 		dest := []any{&r.Group, &r.Requests, &r.Answered, &r.PromptTokens, &r.CompletionTokens, &r.CachedTokens}
 		if q.splitsTenants() {
 			dest = append([]any{&r.Tenant}, dest...)
+		}
+		if q.GroupBy == GroupPool {
+			dest = slices.Insert(dest, 1, any(&r.Model))
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("read usage by %s: %w", q.GroupBy, err)

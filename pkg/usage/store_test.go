@@ -219,10 +219,12 @@ func TestQueryGroupsATenantsOwnUsage(t *testing.T) {
 			{Group: "m1", Requests: 2, Answered: 2, PromptTokens: 11, CompletionTokens: 6, TotalTokens: 17},
 			{Group: "m2", Requests: 1, Answered: 1, PromptTokens: 20, CompletionTokens: 7, TotalTokens: 27},
 		})
-		// The budgets' grouping: spend is priced by the pool.
+		// The budgets' grouping: spend is priced by the pool and the
+		// model that answered there.
 		check(GroupPool, []Row{
 			{Group: "", Requests: 2, Answered: 1, CachedTokens: 9},
-			{Group: "short", Requests: 3, Answered: 3, PromptTokens: 31, CompletionTokens: 13, TotalTokens: 44},
+			{Group: "short", Model: "m1", Requests: 2, Answered: 2, PromptTokens: 11, CompletionTokens: 6, TotalTokens: 17},
+			{Group: "short", Model: "m2", Requests: 1, Answered: 1, PromptTokens: 20, CompletionTokens: 7, TotalTokens: 27},
 		})
 		rows, err := s.Query(context.Background(), Query{Tenant: "nobody", From: day1, To: day1.AddDate(0, 0, 9), GroupBy: GroupDay})
 		if err != nil || len(rows) != 0 {

@@ -78,14 +78,15 @@ const (
 	GroupKey    GroupBy = "key"
 	GroupModel  GroupBy = "model"
 	GroupTenant GroupBy = "tenant"
-	// GroupPool is the budgets' (spend is priced by the pool's model);
-	// the usage routes do not offer it.
+	// GroupPool is the budgets': by pool and, within it, the model that
+	// answered (Row.Model), which prices the spend (budget.Prices.At); the
+	// usage routes do not offer it.
 	GroupPool GroupBy = "pool"
 )
 
 // column is the ledger column a grouping reads.
 var column = map[GroupBy]string{
-	GroupDay: "day", GroupUser: "user_name", GroupKey: "key_id", GroupModel: "model", GroupTenant: "tenant", GroupPool: "pool",
+	GroupDay: "day", GroupUser: "user_name", GroupKey: "key_id", GroupModel: "model", GroupTenant: "tenant", GroupPool: "pool, model",
 }
 
 // ParseGroupBy reads a grouping's name; tenant is allowed only when
@@ -132,6 +133,8 @@ type Row struct {
 	// Group is the group's value: a day (YYYY-MM-DD), a user, a key id, a
 	// model or a tenant.
 	Group string `json:"group"`
+	// Model is the model that answered, when grouped by pool.
+	Model string `json:"model,omitempty"`
 	// Requests counts every finished request; Answered those that ended
 	// with an answer (outcome done).
 	Requests         int64 `json:"requests"`

@@ -24,12 +24,12 @@ func TestBudget(t *testing.T) {
 		if !d.Allowed || d.Used.Tokens != 400 {
 			t.Fatalf("%s: %+v, want allowed with the rebuilt 100 and 300 charged", tenant, d)
 		}
-		settled, err := c.Settle(ctx, d.Reservation, 50, 10)
+		settled, err := c.Settle(ctx, d.Reservation, budget.Use{PromptTokens: 50, CompletionTokens: 10})
 		ok(t, "settle for "+tenant, err)
 		s, err := c.Status(ctx, tenant, lim)
 		ok(t, "status of "+tenant, err)
-		if !settled || s.Used.Tokens != 160 {
-			t.Fatalf("%s: settled %v, used %+v, want 160 tokens", tenant, settled, s.Used)
+		if !settled.Settled || s.Used.Tokens != 160 {
+			t.Fatalf("%s: settled %+v, used %+v, want 160 tokens", tenant, settled, s.Used)
 		}
 	}
 }
