@@ -1,12 +1,8 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"image"
-	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -25,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/refusal"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/pkg/usage"
+	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
 // budgetServer is a server where acme's keys are on the "metered" tier,
@@ -207,10 +204,10 @@ func TestBudgetChargesAnImageByItsSize(t *testing.T) {
 		image string
 		want  int
 	}{
-		"large":      {part(pngDataURL(t, 3000, 1100), "high"), tokens.ImageMax},
-		"square":     {part(pngDataURL(t, 1024, 1024), "auto"), 765},
-		"small":      {part(pngDataURL(t, 200, 150), ""), 255},
-		"low detail": {part(pngDataURL(t, 3000, 1100), "low"), tokens.ImageLowDetail},
+		"large":      {part(testenv.PNGDataURL(t, 3000, 1100), "high"), tokens.ImageMax},
+		"square":     {part(testenv.PNGDataURL(t, 1024, 1024), "auto"), 765},
+		"small":      {part(testenv.PNGDataURL(t, 200, 150), ""), 255},
+		"low detail": {part(testenv.PNGDataURL(t, 3000, 1100), "low"), tokens.ImageLowDetail},
 		"remote":     {part("https://example.com/cat.png", "high"), tokens.ImageMax},
 	} {
 		if got := chargedFor(t, tc.image) - text; got != tc.want {
@@ -255,7 +252,7 @@ func TestConcurrentImageRequestsStayWithinTheBudget(t *testing.T) {
 	text := int64(chargedFor(t, "") - output)
 	image := int64(tokens.ImageSized(3000, 1100, "high"))
 	srv, tc, counter := budgetServerWith(t, limit, 0, func(c *config.Config) { c.API.MaxBodyBytes = 64 << 10 })
-	body := imageRequest(`,{"type":"image_url","image_url":{"url":"` + pngDataURL(t, 3000, 1100) + `"}}`)
+	body := imageRequest(`,{"type":"image_url","image_url":{"url":"` + testenv.PNGDataURL(t, 3000, 1100) + `"}}`)
 	// Every start is held until all have been let in or refused: the
 	// admitted ones hold their reservations at once.
 	const requests = 20
@@ -305,14 +302,4 @@ func TestConcurrentImageRequestsStayWithinTheBudget(t *testing.T) {
 		t.Fatalf("%d image requests of %d tokens each started and settled %d tokens into a month of %d",
 			len(inputs), text+image+output, s.Used.Tokens, limit)
 	}
-}
-
-// pngDataURL is a data: URL of a blank PNG of width × height pixels.
-func pngDataURL(t *testing.T, width, height int) string {
-	t.Helper()
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, width, height))); err != nil {
-		t.Fatal(err)
-	}
-	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())
 }

@@ -1,22 +1,11 @@
 package tokens
 
 import (
-	"bytes"
 	"encoding/base64"
-	"image"
-	"image/png"
 	"testing"
-)
 
-// PNGDataURL is a data: URL of a blank PNG of width × height pixels.
-func pngDataURL(t *testing.T, width, height int) string {
-	t.Helper()
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, image.NewGray(image.Rect(0, 0, width, height))); err != nil {
-		t.Fatal(err)
-	}
-	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())
-}
+	"github.com/sluice-dev/sluice/tests/testenv"
+)
 
 // OpenAI's own examples, and the edges of the scaling.
 func TestImageSizedCountsTilesAsOpenAIDoes(t *testing.T) {
@@ -46,9 +35,9 @@ func TestImageReadsADataURLsSize(t *testing.T) {
 		url, detail string
 		want        int
 	}{
-		"large png":    {pngDataURL(t, 3000, 1100), "high", ImageMax},
-		"square png":   {pngDataURL(t, 1024, 1024), "auto", 765},
-		"small png":    {pngDataURL(t, 200, 150), "", 255},
+		"large png":    {testenv.PNGDataURL(t, 3000, 1100), "high", ImageMax},
+		"square png":   {testenv.PNGDataURL(t, 1024, 1024), "auto", 765},
+		"small png":    {testenv.PNGDataURL(t, 200, 150), "", 255},
 		"low detail":   {"https://example.com/cat.png", "low", ImageLowDetail},
 		"remote":       {"https://example.com/cat.png", "high", ImageMax},
 		"not base64":   {"data:image/png,abc", "", ImageMax},
