@@ -34,7 +34,7 @@ type Workload struct {
 }
 
 // DefaultDir holds the workloads, relative to the repository (a
-// checkout beside the shared directory, as /work/main is).
+// checkout that sits beside the shared directory).
 const DefaultDir = "../shared/workloads"
 
 // Workloads are the artifact's results as ../shared/workloads/README.md
