@@ -4,7 +4,7 @@
 # ./tests/load/cmd/sluice-bench/ fails when it is not what they generate.
 
 # make bench runs these, in this order, after bench-go.
-BENCH_TARGETS := bench-overhead bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal bench-goodput bench-pools bench-slo bench-fairness bench-fairness-1024
+BENCH_TARGETS := bench-overhead bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal bench-goodput bench-pools bench-slo bench-slo-vtc bench-fairness bench-fairness-1024
 # These run only on their own.
 BENCH_ALONE := bench-soak
 
@@ -60,11 +60,22 @@ bench-goodput: need $(TEMPORAL) build
 bench-pools: need $(TEMPORAL) build
 	$(BIN)/sluice-bench pools -temporal $(TEMPORAL) -report tests/load/report/pools.md
 
-# sluice-bench slo: SLO attainment by tier at 0.5×–2× capacity: Sluice
-# healing off/on vs FCFS straight to the simulator. About 12 minutes. Writes
-# tests/load/report/slo.md.
+# sluice-bench slo: SLO attainment by tier at 0.5×–2× capacity over 5
+# seeds: Sluice without preemption vs FCFS straight to the simulator, beside
+# the ceiling without preemption. Every answer 128 tokens. About 25 minutes
+# (4 loads × 5 seeds × 2 modes); SLO_FLAGS adds flags (say -seeds 1 -loads
+# 2 for a smoke run). Writes tests/load/report/slo.md.
 bench-slo: need $(TEMPORAL) build
-	$(BIN)/sluice-bench slo -temporal $(TEMPORAL) -report tests/load/report/slo.md
+	$(BIN)/sluice-bench slo -temporal $(TEMPORAL) $(SLO_FLAGS) -report tests/load/report/slo.md
+
+# sluice-bench slo: SLO attainment by tier at 0.5×–2× capacity over 5
+# seeds: Sluice without preemption vs FCFS straight to the simulator, beside
+# the ceiling without preemption. Answer lengths drawn from the VTC real
+# trace's (../shared/workloads/vtc-real.csv, beside the checkout; mean 256
+# tokens). About 35 minutes; SLO_FLAGS adds flags. Writes
+# tests/load/report/slo-vtc.md.
+bench-slo-vtc: need $(TEMPORAL) build
+	$(BIN)/sluice-bench slo -temporal $(TEMPORAL) -workload vtc $(SLO_FLAGS) -report tests/load/report/slo-vtc.md
 
 # sluice-bench fairness: the VTC paper's workloads replayed: token fairness
 # of Sluice vs FCFS vs the paper's numbers. The workloads

@@ -17,10 +17,14 @@ var (
 	}
 	SLO = scenario.Spec{
 		Name:    "slo",
-		Summary: "SLO attainment by tier at 0.5×–2× capacity: Sluice healing off/on vs FCFS straight to the simulator",
+		Summary: "SLO attainment by tier at 0.5×–2× capacity over 5 seeds: Sluice without preemption vs FCFS straight to the simulator, beside the ceiling without preemption",
 		New:     func() scenario.Scenario { return &sloScenario{} },
-		Targets: []scenario.Target{{Name: "slo", Report: "tests/load/report/slo.md",
-			Notes: "About 12 minutes."}},
+		Targets: []scenario.Target{
+			{Name: "slo", FlagsVar: "SLO_FLAGS", Report: "tests/load/report/slo.md",
+				Notes: "Every answer 128 tokens. About 25 minutes (4 loads × 5 seeds × 2 modes); SLO_FLAGS adds flags (say -seeds 1 -loads 2 for a smoke run)."},
+			{Name: "slo-vtc", Args: []string{"-workload", "vtc"}, FlagsVar: "SLO_FLAGS", Report: "tests/load/report/slo-vtc.md",
+				Notes: "Answer lengths drawn from the VTC real trace's (../shared/workloads/vtc-real.csv, beside the checkout; mean 256 tokens). About 35 minutes; SLO_FLAGS adds flags."},
+		},
 	}
 	Fairness = scenario.Spec{
 		Name:    "fairness",

@@ -9,22 +9,32 @@ import (
 	"github.com/sluice-dev/sluice/tests/load/internal/slo"
 )
 
-// The interactive goal's ceiling. A scheduler in front of a model that
-// cannot be preempted hands out sequences only as they free: with batch
-// backlogged every sequence is busy, so an interactive arrival waits for
-// the next one to finish even if it is served before all of batch. How
-// much of the interactive tier can meet a 1 s TTFT then depends on how
-// fast sequences free and how the arrivals bunch, not on the scheduler.
-// idealInteractive replays a step's arrivals (their times and tiers, as
-// sent) through the best such scheduler: work-conserving, every free
-// sequence to the oldest interactive request still able to meet its
-// TTFT, batch only when none waits, an interactive request past its
-// deadline given up (as max_wait refuses it). Each answer holds a
-// sequence for the same time; an answer's TTFT is its wait plus a fixed
-// path cost. What it attains is the most any non-preemptive,
-// work-conserving scheduler can on those arrivals; a scheduler that keeps
+// The interactive goal's ceiling without preemption. A scheduler in
+// front of a model that cannot be preempted hands out sequences only as
+// they free: with batch backlogged every sequence is busy, so an
+// interactive arrival waits for the next one to finish even if it is
+// served before all of batch. How much of the interactive tier can meet
+// a 1 s TTFT then depends on how fast sequences free and how the
+// arrivals bunch, not on the scheduler. idealInteractive replays a
+// step's arrivals (their times, tiers and answer lengths, as sent)
+// through the best such scheduler: work-conserving, every free sequence
+// to the oldest interactive request still able to meet its TTFT, batch
+// (oldest first) only when none waits, an interactive request past its
+// deadline given up (as max_wait refuses it).
+//
+// What it assumes: an answer holds its sequence for a time proportional
+// to its length (hold), the measured mean answer time at a full batch
+// for the mean length (a batch's decode step costs the same whoever is
+// in it, and the prompt's prefill is a few ms beside an answer's
+// seconds); an answer's TTFT is its wait plus a fixed path cost. It does
+// not use the lengths to choose: starting batch's shortest answers first
+// would free sequences sooner and could do better, at the long answers'
+// expense, and no scheduler measured here knows to do it. So it is the
+// most any non-preemptive, work-conserving scheduler that serves each
+// tier in arrival order attains on those arrivals; one that keeps
 // sequences idle for interactive arrivals can do better, at batch's and
-// the total goodput's expense.
+// the total goodput's expense, and one that preempts can do better
+// still.
 
 // freeAt is a min-heap of the times the sequences free.
 type freeAt []time.Duration
@@ -40,16 +50,18 @@ func (h *freeAt) Pop() any {
 	return x
 }
 
-// idealInteractive is the share of a step's in-window interactive
-// arrivals that the ideal scheduler answers within ttft, on seqs
-// sequences each answer holds for hold, with path added to every wait.
-func idealInteractive(all []*sloArrival, seqs int, hold, path, ttft time.Duration) float64 {
-	type job struct {
-		at       time.Duration
-		tier     int
-		inWindow bool
-	}
-	var jobs []job
+// idealJob is an arrival as the ideal scheduler sees it.
+type idealJob struct {
+	at       time.Duration
+	tier     int
+	tokens   int
+	inWindow bool
+}
+
+// idealJobs are a step's sent arrivals, in arrival order, their times
+// from the first.
+func idealJobs(all []*sloArrival) []idealJob {
+	var jobs []idealJob
 	var t0 time.Time
 	for i, a := range all {
 		if i == 0 || a.at.Before(t0) {
@@ -58,13 +70,22 @@ func idealInteractive(all []*sloArrival, seqs int, hold, path, ttft time.Duratio
 	}
 	for _, a := range all {
 		if !a.dropped {
-			jobs = append(jobs, job{at: a.at.Sub(t0), tier: a.tier, inWindow: a.inWindow})
+			jobs = append(jobs, idealJob{at: a.at.Sub(t0), tier: a.tier, tokens: a.tokens, inWindow: a.inWindow})
 		}
 	}
 	sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].at < jobs[j].at })
+	return jobs
+}
+
+// idealInteractive is the share of a step's in-window interactive
+// arrivals that the ideal scheduler answers within ttft, on seqs
+// sequences, each answer holding one for hold(its tokens), with path
+// added to every wait.
+func idealInteractive(all []*sloArrival, seqs int, hold func(tokens int) time.Duration, path, ttft time.Duration) float64 {
+	jobs := idealJobs(all)
 	patience := ttft - path
 	free := make(freeAt, seqs)
-	var waitI, waitB []job
+	var waitI, waitB []idealJob
 	met, total, next := 0, 0, 0
 	for _, j := range jobs {
 		if j.tier == slo.Interactive && j.inWindow {
@@ -93,11 +114,11 @@ func idealInteractive(all []*sloArrival, seqs int, hold, path, ttft time.Duratio
 			if waitI[0].inWindow {
 				met++
 			}
+			heap.Push(&free, t+hold(waitI[0].tokens))
 			waitI = waitI[1:]
-			heap.Push(&free, t+hold)
 		case len(waitB) > 0:
+			heap.Push(&free, t+hold(waitB[0].tokens))
 			waitB = waitB[1:]
-			heap.Push(&free, t+hold)
 		default:
 			heap.Push(&free, t)
 			if next >= len(jobs) {
@@ -115,32 +136,36 @@ func shareOf(a, b int) float64 {
 	return float64(a) / float64(b)
 }
 
-// idealText is the ceiling at a step, for two path costs: the
-// simulator's own (FCFS's interactive TTFT p50 at the lightest load) and
-// Sluice's (its own at the lightest load).
-func (s *sloScenario) idealText(st *sloStep) string {
-	if st == nil || s.measured <= 0 {
-		return ""
-	}
+// hold is how long an answer of tokens holds its sequence: the measured
+// mean answer time at a full batch, in proportion to its length against
+// the mean's.
+func (s *sloScenario) hold(tokens int) time.Duration {
+	return time.Duration(float64(s.meanAnswer) * float64(tokens) / s.workload.mean)
+}
+
+// ceilingPath is the path cost the ceiling adds to every wait for a
+// mode: its interactive TTFT p50 at the lightest load run, over every
+// seed, if that load is at most 1× (queueing is small there); else 0
+// (the ceiling is then the scheduler's alone), and the words saying
+// which.
+func (s *sloScenario) ceilingPath(mode string) (time.Duration, string) {
 	light := s.loadList[0]
-	hold := time.Duration(float64(s.seqs) / s.measured * float64(time.Second))
-	ttft := slo.Tiers[slo.Interactive].TTFT
-	out := fmt.Sprintf("ceiling on the same arrivals (the best work-conserving scheduler that does not preempt: %d sequences each holding an answer %v, interactive first): ",
-		s.seqs, hold.Round(time.Millisecond))
-	sep := ""
-	for _, m := range []string{modeFCFS, st.mode} {
-		base := s.find(m, light)
-		if base == nil {
-			continue
-		}
-		sum := summarize(base.all, slo.Interactive)
-		if len(sum.ttft) == 0 {
-			continue
-		}
-		path := sum.ttft.At(50)
-		out += fmt.Sprintf("%s%s with %s's path (its interactive TTFT p50 at %g×, %v)", sep,
-			pct(idealInteractive(st.all, s.seqs, hold, path, ttft)), modeName(m), light, path.Round(time.Millisecond))
-		sep = "; "
+	for _, m := range s.loadList {
+		light = min(light, m)
 	}
-	return out
+	if light > sloNominal {
+		return 0, "no path cost (no step at 1× or less to take it from)"
+	}
+	sum := summarize(s.pooled(mode, light), slo.Interactive)
+	if len(sum.ttft) == 0 {
+		return 0, "no path cost (no interactive first token at the lightest load)"
+	}
+	path := sum.ttft.At(50)
+	return path, fmt.Sprintf("%s's path cost: its interactive TTFT p50 at %g×, %v", modeName(mode), light, path.Round(time.Millisecond))
+}
+
+// ceiling is the ideal scheduler's interactive attainment on a step's
+// arrivals with path added to every wait.
+func (s *sloScenario) ceiling(st *sloStep, path time.Duration) float64 {
+	return idealInteractive(st.all, s.seqs, s.hold, path, slo.Tiers[slo.Interactive].TTFT)
 }

@@ -24,8 +24,11 @@ import (
 type sloStep struct {
 	mode       string
 	mult, rate float64
-	seed       uint64
-	window     time.Duration
+	// seed is what the step's arrivals and lengths are drawn with; run
+	// is which of the -seeds runs of this load it is (0-based).
+	seed   uint64
+	run    int
+	window time.Duration
 	// all is every arrival of the step, warm-up included (their answers
 	// stream into the window); the window's are marked inWindow.
 	all []*sloArrival
@@ -34,13 +37,15 @@ type sloStep struct {
 	samples []backlogSample
 }
 
-func (s *sloStep) label() string { return fmt.Sprintf("%s %g×", s.mode, s.mult) }
+func (s *sloStep) label() string { return fmt.Sprintf("%s %g× seed %d", s.mode, s.mult, s.seed) }
 
 // sloArrival is one arrival as its client saw it. Its result's ttft and
 // last run from the scheduled arrival, not from the send, so that a
 // generator running late does not hide its lateness.
 type sloArrival struct {
-	tier     int
+	tier int
+	// tokens is the answer's length, drawn for it.
+	tokens   int
 	at       time.Time
 	inWindow bool
 	// dropped: the generator had -max-in-flight requests out and did not
@@ -78,11 +83,12 @@ func newSLORun(label string, warmup, window, timeout time.Duration) *sloRun {
 }
 
 // openLoop sends Poisson arrivals of rate per second until the window is
-// over, each interactive with probability share, and waits for every one
-// to end. Times and tiers come from one seeded generator, drawn whether
-// or not an arrival is sent, so every mode gets the same arrivals.
-func (r *sloRun) openLoop(ctx context.Context, rate, share float64, maxInFlight int, seed uint64, do sloRequester) {
-	rng := rand.New(rand.NewPCG(seed, seed))
+// over, each interactive with probability share and its answer's length
+// drawn from w, and waits for every one to end. Times and tiers come
+// from one seeded generator, lengths from another, drawn whether or not
+// an arrival is sent, so every mode gets the same arrivals.
+func (r *sloRun) openLoop(ctx context.Context, rate, share float64, w sloWorkload, maxInFlight int, seed uint64, do sloRequester) {
+	rng, lengths := rand.New(rand.NewPCG(seed, seed)), lengthRNG(seed)
 	var wg sync.WaitGroup
 	at := r.start
 	for i := 0; ; i++ {
@@ -91,10 +97,11 @@ func (r *sloRun) openLoop(ctx context.Context, rate, share float64, maxInFlight 
 		if rng.Float64() < share {
 			tier = slo.Interactive
 		}
+		tokens := w.draw(lengths)
 		if !at.Before(r.winEnd) || !load.SleepUntil(ctx, at) {
 			break
 		}
-		a := &sloArrival{tier: tier, at: at, inWindow: !at.Before(r.winStart)}
+		a := &sloArrival{tier: tier, tokens: tokens, at: at, inWindow: !at.Before(r.winStart)}
 		r.mu.Lock()
 		r.all = append(r.all, a)
 		r.mu.Unlock()
@@ -119,7 +126,7 @@ func (r *sloRun) send(ctx context.Context, do sloRequester, a *sloArrival, i int
 	cctx, cancel := context.WithDeadline(ctx, a.at.Add(r.timeout))
 	defer cancel()
 	lag := time.Since(a.at)
-	res := do(cctx, a.tier, i)
+	res := do(cctx, a.tier, i, a.tokens)
 	if res.Tokens > 0 {
 		res.TTFT += lag
 		res.Last += lag

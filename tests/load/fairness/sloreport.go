@@ -148,14 +148,46 @@ func sloDur(l stats.Latencies, p float64) string {
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
-// find is the step of a mode at a load (nil: none ran).
-func (s *sloScenario) find(mode string, mult float64) *sloStep {
+// stepsOf are a mode's steps at a load, one a seed, in seed order.
+func (s *sloScenario) stepsOf(mode string, mult float64) []*sloStep {
+	var out []*sloStep
 	for _, st := range s.steps {
 		if st.mode == mode && st.mult == mult {
+			out = append(out, st)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].run < out[j].run })
+	return out
+}
+
+// stepAt is a mode's step at a load for one seed (nil: none ran).
+func (s *sloScenario) stepAt(mode string, mult float64, run int) *sloStep {
+	for _, st := range s.steps {
+		if st.mode == mode && st.mult == mult && st.run == run {
 			return st
 		}
 	}
 	return nil
+}
+
+// pooled is every arrival of a mode's steps at a load, over the seeds.
+func (s *sloScenario) pooled(mode string, mult float64) []*sloArrival {
+	var all []*sloArrival
+	for _, st := range s.stepsOf(mode, mult) {
+		all = append(all, st.all...)
+	}
+	return all
+}
+
+// meanDrawn is the mean answer length drawn for the window's arrivals.
+func meanDrawn(all []*sloArrival) float64 {
+	sum, n := 0, 0
+	for _, a := range all {
+		if a.inWindow {
+			sum, n = sum+a.tokens, n+1
+		}
+	}
+	return shareOf(sum, n)
 }
 
 // otherKinds lists the exact kinds of a step's window's arrivals not
