@@ -160,6 +160,8 @@ func (s *sloScenario) Stacks() ([]stack.Options, error) {
 	}
 	s.sim = llmsim.DefaultConfig()
 	s.simulator(&s.sim)
+	fmt.Fprintf(os.Stderr, "slo: workload %s, %d loads × %d seeds × %d modes: expected about %.0f minutes\n",
+		s.workload.name, len(s.loadList), s.seeds, len(s.modeList), s.expected().Minutes())
 	out := make([]stack.Options, len(s.stackMode))
 	for i, key := range s.stackMode {
 		m := modeOf(key)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/tests/load/internal/chat"
 	"github.com/sluice-dev/sluice/tests/load/internal/report"
 	"github.com/sluice-dev/sluice/tests/load/internal/slo"
 )
@@ -27,6 +28,7 @@ const (
 func (s *sloScenario) Report(r *report.Report) error {
 	r.Header(s.what())
 	r.Linef("answers: %s; each request asks max_tokens its answer's length, so Sluice knows every answer's length%s", s.workload.source, s.directiveText())
+	r.Linef("answer lengths: %s", s.lengthsText())
 	r.Linef("capacity: %s; the simulator's timing gives %.2f answers/s (%d sequences × %.1f tokens at %v + %d × %v a decode step, prompt %d tokens at %v a token, time scale %g)",
 		s.capacityText(), s.computedCapacity(), s.sim.MaxNumSeqs, s.workload.mean, s.sim.DecodeBase, s.sim.MaxNumSeqs, s.sim.DecodePerSeq,
 		s.promptTokens.Load(), s.sim.PrefillPerToken, s.sim.TimeScale)
@@ -69,22 +71,19 @@ func (s *sloScenario) what() string {
 
 // expected is how long the run should take: per step its warm-up and
 // window, the backlog an overload leaves to drain (the excess over 1×
-// of what arrived), the longest answer, and a few seconds to go idle;
-// the capacity's measurement and a stack's start each.
+// of what arrived), two mean answers for the last ones to end, and a
+// few seconds to go idle; the capacity's measurement and a stack's
+// start each.
 func (s *sloScenario) expected() time.Duration {
-	longest := 0
-	for _, l := range s.workload.lengths {
-		longest = max(longest, l)
-	}
-	perAnswer := time.Duration(float64(s.seqs) / max(s.measured, 1e-9) / s.workload.mean * float64(time.Second))
-	if s.measured <= 0 { // not measured yet: the simulator's timing
-		perAnswer = s.sim.DecodeBase + time.Duration(s.seqs)*s.sim.DecodePerSeq
-		perAnswer = time.Duration(float64(perAnswer) * s.sim.TimeScale)
+	answer := s.meanAnswer
+	if answer <= 0 { // not measured: the simulator's timing
+		step := s.sim.DecodeBase + time.Duration(s.seqs)*s.sim.DecodePerSeq
+		answer = time.Duration(s.workload.mean * float64(step) * s.sim.TimeScale)
 	}
 	sent := s.warmup + s.window
 	var total time.Duration
 	for _, mult := range s.loadList {
-		step := sent + time.Duration(max(mult-1, 0)*float64(sent)) + time.Duration(longest)*perAnswer + 3*time.Second
+		step := sent + time.Duration(max(mult-1, 0)*float64(sent)) + 2*answer + 3*time.Second
 		total += step * time.Duration(s.seeds*len(s.modeList))
 	}
 	return total + 5*time.Second + s.capWindow + time.Duration(len(s.stackMode))*30*time.Second
@@ -97,6 +96,43 @@ func (s *sloScenario) directiveText() string {
 	return "; its length travels as the simulator's answer-length directive in front of the query (Sluice passes the query on as the last user message; the simulator strips the directive before it counts the prompt, Sluice counts it as text). " +
 		"Prompts are the fixed workload's (the bench's ten queries with Sluice's retrieval), not the trace's: its prompts of up to 1,021 tokens would send some requests to the long pool, " +
 		"and it is an answer's length, not its prompt's, that holds a sequence"
+}
+
+// lengthsText says how many answers came as long as drawn, by mode, as
+// the backend counted their completion tokens: the proof that each
+// request asked the simulator for its length and got it. The token
+// events the client read are counted beside.
+func (s *sloScenario) lengthsText() string {
+	var parts []string
+	for _, m := range s.modeList {
+		done, exact, events := 0, 0, 0
+		var off []string
+		for _, st := range s.steps {
+			if st.mode != m {
+				continue
+			}
+			for _, a := range st.all {
+				if a.res.Kind != chat.KindDone {
+					continue
+				}
+				done++
+				if a.res.Tokens == a.tokens {
+					events++
+				}
+				if a.res.Completion == a.tokens {
+					exact++
+				} else if len(off) < 3 {
+					off = append(off, fmt.Sprintf("%d for %d", a.res.Completion, a.tokens))
+				}
+			}
+		}
+		part := fmt.Sprintf("%s %d of %d answers exactly as long as drawn", modeName(m), exact, done)
+		if len(off) > 0 {
+			part += " (e.g. " + strings.Join(off, ", ") + ")"
+		}
+		parts = append(parts, part+fmt.Sprintf(", %d with as many token events", events))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (s *sloScenario) modeNames() string {

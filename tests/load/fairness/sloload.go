@@ -255,7 +255,7 @@ func fcfsChat(ctx context.Context, hc *http.Client, url string, body []byte) (ch
 			return r, prompt
 		}
 		if u := c.Usage.Value; u != nil {
-			r.Served, prompt = u.PromptTokens+u.CompletionTokens, u.PromptTokens
+			r.Served, r.Completion, prompt = u.PromptTokens+u.CompletionTokens, u.CompletionTokens, u.PromptTokens
 		}
 		for _, ch := range c.Choices {
 			if ch.Delta.Content != nil && *ch.Delta.Content != "" {

@@ -102,6 +102,9 @@ type Result struct {
 	// Served is the done event's prompt plus completion tokens: what the
 	// request was served, as its tenant's share counts it.
 	Served int
+	// Completion is the done event's completion tokens: the answer's
+	// length as the backend counted it.
+	Completion int
 	// TTFT runs from the POST to the first token event (0: none came),
 	// last to the last one: the answer's pace is what lies between.
 	TTFT, Last time.Duration
@@ -164,7 +167,7 @@ func Read(ctx context.Context, hc *http.Client, baseURL, body string, header map
 			}
 			var d events.Done
 			if ev.Decode(&d) == nil {
-				r.Served = d.Usage.PromptTokens + d.Usage.CompletionTokens
+				r.Served, r.Completion = d.Usage.PromptTokens+d.Usage.CompletionTokens, d.Usage.CompletionTokens
 			}
 			return r
 		case events.TypeRejected, events.TypeError:
