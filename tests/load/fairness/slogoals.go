@@ -3,6 +3,7 @@ package fairness
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,7 +141,12 @@ func (s *sloScenario) modeNames() string {
 	for i, m := range s.modeList {
 		names[i] = modeName(m)
 	}
-	return strings.Join(names, "; ") + " (healing as make run configures it unless named; Sluice with healing on is -modes healing)"
+	text := strings.Join(names, "; ")
+	if !slices.Contains(s.modeList, modeHealing) {
+		text += " (Sluice with healing on, -modes healing, is not run by default: the healer acts on a pool's latency tail, shrinking its batch, " +
+			"throttling long requests or shedding the lowest tier's waiters, none of which frees a running sequence sooner, which is what an interactive arrival waits for at 2×)"
+	}
+	return text
 }
 
 func (s *sloScenario) capacityText() string {
@@ -230,7 +236,7 @@ func (s *sloScenario) attainmentGoal(r *report.Report, mode string) {
 		r.Goal(what, "no 2× step", want, false)
 		return
 	}
-	path, pathText := s.ceilingPath(mode)
+	path, pathText := s.ceilingPath()
 	var got, ceil []float64
 	for _, st := range steps {
 		got = append(got, summarize(st.all, slo.Interactive).attainment())

@@ -3,6 +3,7 @@ package fairness
 import (
 	"container/heap"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -143,18 +144,23 @@ func (s *sloScenario) hold(tokens int) time.Duration {
 	return time.Duration(float64(s.meanAnswer) * float64(tokens) / s.workload.mean)
 }
 
-// ceilingPath is the path cost the ceiling adds to every wait for a
-// mode: its interactive TTFT p50 at the lightest load run, over every
-// seed, if that load is at most 1× (queueing is small there); else 0
-// (the ceiling is then the scheduler's alone), and the words saying
+// ceilingPath is the path cost the ceiling adds to every wait: the
+// simulator's own, FCFS's interactive TTFT p50 at the lightest load run
+// (over every seed), the least any scheduler in front of it adds; a
+// Sluice mode's when FCFS did not run. None when the lightest load is
+// over 1× (queueing is in every TTFT there). It returns the words saying
 // which.
-func (s *sloScenario) ceilingPath(mode string) (time.Duration, string) {
+func (s *sloScenario) ceilingPath() (time.Duration, string) {
 	light := s.loadList[0]
 	for _, m := range s.loadList {
 		light = min(light, m)
 	}
 	if light > sloNominal {
 		return 0, "no path cost (no step at 1× or less to take it from)"
+	}
+	mode := modeFCFS
+	if !slices.Contains(s.modeList, modeFCFS) {
+		mode = s.modeList[0]
 	}
 	sum := summarize(s.pooled(mode, light), slo.Interactive)
 	if len(sum.ttft) == 0 {

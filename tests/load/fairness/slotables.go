@@ -70,7 +70,7 @@ func (s *sloScenario) seedTable(r *report.Report) {
 	if ceilMode == "" {
 		ceilMode = modeFCFS
 	}
-	path, pathText := s.ceilingPath(ceilMode)
+	path, pathText := s.ceilingPath()
 	r.Linef("Each seed (the ceiling: the best work-conserving scheduler that does not preempt, on the seed's arrivals and lengths, with %s):", pathText)
 	r.Table(append(cols, "ceiling (interactive)")...)
 	for _, mult := range s.loadList {
