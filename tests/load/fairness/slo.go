@@ -129,7 +129,7 @@ func (s *sloScenario) Flags(fs *flag.FlagSet) {
 	fs.Float64Var(&s.interactive, "interactive", 1.0/3, "share of the arrivals that are interactive; the rest are batch")
 	fs.DurationVar(&s.interactiveWait, "interactive-max-wait", slo.Tiers[slo.Interactive].MaxWait, "the interactive tier's max_wait")
 	fs.IntVar(&s.seqs, "seqs", 16, "the simulator's max_num_seqs, and the pool's permits")
-	fs.IntVar(&s.maxTokens, "max-tokens", 128, "-workload fixed: every answer's length in tokens (max_tokens, and the simulator's natural length)")
+	fs.IntVar(&s.maxTokens, "max-tokens", 128, "-workload fixed: every answer's length in tokens (the simulator's natural length; max_tokens is one more)")
 	fs.Float64Var(&s.timeScale, "time-scale", 1, "simulator time scale (1: real time)")
 	fs.DurationVar(&s.warmup, "warmup", 5*time.Second, "arrivals before each step's window, not counted")
 	fs.DurationVar(&s.window, "window", 20*time.Second, "each step's window: its arrivals are followed to their end")
@@ -358,10 +358,16 @@ type sloEnv struct {
 // reads its answer to the end.
 type sloRequester func(ctx context.Context, tier, i, tokens int) chat.Result
 
+// maxTokensFor is the max_tokens of a request whose answer is tokens
+// long: one more, so that the answer ends as the model's own
+// (finish_reason stop), not cut at its limit, which Sluice's native API
+// would end with its truncation notice, a token event more.
+func maxTokensFor(tokens int) int { return tokens + 1 }
+
 // newSLOEnv builds the requesters: POST /v1/chat with the tier's key, and
 // the same prompt Sluice builds (retrieval included) posted to the
-// simulator's OpenAI endpoint. Each asks for max_tokens its answer's
-// length; when the workload's lengths vary, its query begins with the
+// simulator's OpenAI endpoint. Each asks for max_tokens one more than its
+// answer's length (maxTokensFor); when the workload's lengths vary, its query begins with the
 // simulator's answer-length directive (Sluice passes the query on as
 // the last user message, where the simulator reads it).
 func newSLOEnv(ctx context.Context, s *sloScenario, st *stack.Stack) (*sloEnv, error) {
@@ -379,11 +385,11 @@ func newSLOEnv(ctx context.Context, s *sloScenario, st *stack.Stack) (*sloEnv, e
 	completions := st.SimURL + "/v1/chat/completions"
 	return &sloEnv{
 		sluice: func(ctx context.Context, tier, i, tokens int) chat.Result {
-			body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, w.query(chat.Queries[i%len(chat.Queries)], tokens), tokens)
+			body := fmt.Sprintf(`{"query":%q,"max_tokens":%d}`, w.query(chat.Queries[i%len(chat.Queries)], tokens), maxTokensFor(tokens))
 			return chat.Read(ctx, hc, st.BaseURL, body, map[string]string{"Authorization": "Bearer " + sloKey(tier)})
 		},
 		fcfs: func(ctx context.Context, _, i, tokens int) chat.Result {
-			body, err := fcfsBody(model, w.messages(prompts[i%len(prompts)], tokens), tokens)
+			body, err := fcfsBody(model, w.messages(prompts[i%len(prompts)], tokens), maxTokensFor(tokens))
 			if err != nil {
 				return chat.Result{Kind: "error " + err.Error()}
 			}

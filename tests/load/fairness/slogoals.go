@@ -28,7 +28,7 @@ const (
 
 func (s *sloScenario) Report(r *report.Report) error {
 	r.Header(s.what())
-	r.Linef("answers: %s; each request asks max_tokens its answer's length, so Sluice knows every answer's length%s", s.workload.source, s.directiveText())
+	r.Linef("answers: %s; each request asks max_tokens one more than its answer's length, so Sluice knows every answer's length and the answer ends as the model's own (finish_reason stop)%s", s.workload.source, s.directiveText())
 	r.Linef("answer lengths: %s", s.lengthsText())
 	r.Linef("capacity: %s; the simulator's timing gives %.2f answers/s (%d sequences × %.1f tokens at %v + %d × %v a decode step, prompt %d tokens at %v a token, time scale %g)",
 		s.capacityText(), s.computedCapacity(), s.sim.MaxNumSeqs, s.workload.mean, s.sim.DecodeBase, s.sim.MaxNumSeqs, s.sim.DecodePerSeq,
@@ -71,10 +71,12 @@ func (s *sloScenario) what() string {
 }
 
 // expected is how long the run should take: per step its warm-up and
-// window, the backlog an overload leaves to drain (the excess over 1×
-// of what arrived), two mean answers for the last ones to end, and a
-// few seconds to go idle; the capacity's measurement and a stack's
-// start each.
+// window, the backlog an overload leaves to drain, a mean answer for the
+// last ones to end, and a few seconds to go idle; the capacity's
+// measurement and a stack's start each. The backlog is taken as half
+// the excess over 1× of what arrived, as short runs of both workloads
+// drained: interactive arrivals beyond their wait are refused, not
+// queued.
 func (s *sloScenario) expected() time.Duration {
 	answer := s.meanAnswer
 	if answer <= 0 { // not measured: the simulator's timing
@@ -84,7 +86,7 @@ func (s *sloScenario) expected() time.Duration {
 	sent := s.warmup + s.window
 	var total time.Duration
 	for _, mult := range s.loadList {
-		step := sent + time.Duration(max(mult-1, 0)*float64(sent)) + 2*answer + 3*time.Second
+		step := sent + time.Duration(max(mult-1, 0)*float64(sent)/2) + answer + 3*time.Second
 		total += step * time.Duration(s.seeds*len(s.modeList))
 	}
 	return total + 5*time.Second + s.capWindow + time.Duration(len(s.stackMode))*30*time.Second
