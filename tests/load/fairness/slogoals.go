@@ -310,7 +310,9 @@ func (s *sloScenario) notes(r *report.Report) {
 		"Goodput: those answers per second of the window. TTFT runs from the scheduled arrival to the first token (a late generator's lag included), TTFT percentiles "+
 		"are of the arrivals that got one, pooled over the seeds in the first table; TPOT is (last token - first) / (tokens - 1) of each answer. Backlogged: a look at Sluice's admission queue (every pool) found "+
 		"the tier's tenant waiting (the pools bench's definition; requests waiting at the door's waiting room are not in it); a tier's tokens while both were backlogged are "+
-		"what its answers were served (prompt and output), each counted at its first token (its grant, seen from the client), within the %v before each look that found both waiting.", s.sampleEvery)
+		"what its answers were served (prompt and output), each counted at its first token (its grant, seen from the client), within the %v before each look that found both waiting. "+
+		"The ceiling is a model, replayed with the measured mean answer time and path cost: at 2× the interactive waits sit near the 1 s bound, where a few milliseconds move an arrival across, "+
+		"so one seed's run can land a few points either side of it; read the medians.", s.sampleEvery)
 	for _, st := range s.steps {
 		if k := otherKinds(st.all); k != "" {
 			r.Linef("%s %g× seed %d, not answered: %s", modeName(st.mode), st.mult, st.seed, k)

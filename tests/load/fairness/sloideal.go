@@ -35,7 +35,10 @@ import (
 // tier in arrival order attains on those arrivals; one that keeps
 // sequences idle for interactive arrivals can do better, at batch's and
 // the total goodput's expense, and one that preempts can do better
-// still.
+// still. It is a model, its hold and path measured means: at 2× the
+// interactive waits sit near the TTFT bound, where a few milliseconds
+// move an arrival across, so a real run on the same arrivals lands a few
+// points either side of it; the median over the seeds is what to read.
 
 // freeAt is a min-heap of the times the sequences free.
 type freeAt []time.Duration
