@@ -72,8 +72,8 @@ bench-slo: need $(TEMPORAL) build
 # seeds: Sluice without preemption vs FCFS straight to the simulator, beside
 # the ceiling without preemption. Answer lengths drawn from the VTC real
 # trace's (../shared/workloads/vtc-real.csv, beside the checkout; mean 256
-# tokens). About 35 minutes; SLO_FLAGS adds flags. Writes
-# tests/load/report/slo-vtc.md.
+# tokens). About 30 minutes (4 loads × 5 seeds × 2 modes); SLO_FLAGS adds
+# flags. Writes tests/load/report/slo-vtc.md.
 bench-slo-vtc: need $(TEMPORAL) build
 	$(BIN)/sluice-bench slo -temporal $(TEMPORAL) -workload vtc $(SLO_FLAGS) -report tests/load/report/slo-vtc.md
 

@@ -23,7 +23,7 @@ var (
 			{Name: "slo", FlagsVar: "SLO_FLAGS", Report: "tests/load/report/slo.md",
 				Notes: "Every answer 128 tokens. About 25 minutes (4 loads × 5 seeds × 2 modes); SLO_FLAGS adds flags (say -seeds 1 -loads 2 for a smoke run)."},
 			{Name: "slo-vtc", Args: []string{"-workload", "vtc"}, FlagsVar: "SLO_FLAGS", Report: "tests/load/report/slo-vtc.md",
-				Notes: "Answer lengths drawn from the VTC real trace's (../shared/workloads/vtc-real.csv, beside the checkout; mean 256 tokens). About 35 minutes; SLO_FLAGS adds flags."},
+				Notes: "Answer lengths drawn from the VTC real trace's (../shared/workloads/vtc-real.csv, beside the checkout; mean 256 tokens). About 30 minutes (4 loads × 5 seeds × 2 modes); SLO_FLAGS adds flags."},
 		},
 	}
 	Fairness = scenario.Spec{
