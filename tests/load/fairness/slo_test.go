@@ -296,3 +296,29 @@ func TestMedian(t *testing.T) {
 		t.Errorf("median sorted its argument: %v", xs)
 	}
 }
+
+// Each Sluice mode gets a stack of its own, FCFS runs on the first (or
+// on one of its own when it runs alone); a mode not in the list is
+// refused by name.
+func TestSLOModes(t *testing.T) {
+	for _, c := range []struct {
+		modes       string
+		list, stack []string
+	}{
+		{"sluice,fcfs", []string{modeSluice, modeFCFS}, []string{modeSluice}},
+		{"sluice, healing ,fcfs", []string{modeSluice, modeHealing, modeFCFS}, []string{modeSluice, modeHealing}},
+		{"fcfs", []string{modeFCFS}, []string{modeFCFS}},
+	} {
+		s := &sloScenario{modes: c.modes}
+		if err := s.parseModes(); err != nil {
+			t.Fatalf("%q: %v", c.modes, err)
+		}
+		if !slices.Equal(s.modeList, c.list) || !slices.Equal(s.stackMode, c.stack) {
+			t.Errorf("%q: modes %v on stacks %v; want %v on %v", c.modes, s.modeList, s.stackMode, c.list, c.stack)
+		}
+	}
+	s := &sloScenario{modes: "sluice,off"}
+	if err := s.parseModes(); err == nil || err.Error() != `-modes: "off" is none of sluice, healing, fcfs` {
+		t.Errorf("unknown mode: %v", err)
+	}
+}
