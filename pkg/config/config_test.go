@@ -241,6 +241,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"pool_token_idle_negative.yaml":         "pools.long.token_idle_timeout: must be a positive duration such as 30s, got -1s",
 		"breaker_zero_failures.yaml":            "pools.short.breaker.failures: must be > 0, got 0",
 		"pool_continuation_unknown.yaml":        `pools.short.continuation: must be none or vllm, got "tgi"`,
+		"pool_priority_unknown.yaml":            `pools.long.priority: must be none or vllm, got "sglang"`,
 		"pool_max_failovers_zero.yaml":          "pools.long.max_failovers: must be > 0, got 0",
 		"breaker_open_for_zero.yaml":            "pools.short.breaker.open_for: must be a positive duration such as 30s, got 0s",
 		"breaker_slow_above_first_token.yaml":   "pools.long.breaker.slow_first_token: must be below pools.long.first_token_timeout (30s), got 45s",
