@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -102,5 +103,37 @@ func TestServiceTierRefusals(t *testing.T) {
 	}
 	if n := tc.starts.Load(); n != 0 {
 		t.Fatalf("%d workflows started by refused classes", n)
+	}
+}
+
+// The admin API shows a tier's classes and changes them at run time:
+// the next request is served by the new grant, and a class that is no
+// class is refused naming its field.
+func TestAdminChangesTheClasses(t *testing.T) {
+	srv, tc, _ := newTestServer(t, func(c *config.Config) { c.Auth.AdminKey = "root" })
+	rec := admin(srv, "GET", "/v1/admin/limits", "root", "")
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"priority":{"weight":8,"ttft_slo":"1s","tpot_slo":"100ms"}`) {
+		t.Fatalf("get limits %d %s: want vip's classes with readable SLOs", rec.Code, rec.Body)
+	}
+	var doc map[string]any
+	_ = json.Unmarshal(rec.Body.Bytes(), &doc)
+	vip := doc["tiers"].(map[string]any)["vip"].(map[string]any)
+	vip["classes"] = map[string]any{"priority": map[string]any{"weight": 7, "ttft_slo": "500ms"}, "default": map[string]any{"weight": 5}}
+	body, _ := json.Marshal(doc)
+	if rec := admin(srv, "PUT", "/v1/admin/limits", "root", string(body)); rec.Code != 200 {
+		t.Fatalf("put limits %d %s", rec.Code, rec.Body)
+	}
+	assertJSONError(t, post(srv, `{"query":"hello","service_tier":"flex"}`), 400, "service_tier_not_allowed")
+	post(srv, `{"query":"hello","service_tier":"priority"}`)
+	if in, n := lastInput(tc); n != 1 || in.ServiceTier != request.ClassPriority || in.Settings.Weight != 7 || in.Settings.TTFTSLO != 500*time.Millisecond {
+		t.Fatalf("after the change: %d starts, class %q settings %+v", n, in.ServiceTier, in.Settings)
+	}
+
+	vip["classes"] = map[string]any{"gold": map[string]any{"weight": 7}, "default": map[string]any{"weight": 5}}
+	body, _ = json.Marshal(doc)
+	rec = admin(srv, "PUT", "/v1/admin/limits", "root", string(body))
+	assertJSONError(t, rec, 400, "invalid_policy")
+	if !strings.Contains(rec.Body.String(), "limits.tiers.vip.classes.gold: unknown class") {
+		t.Fatalf("refusal %s does not name the field", rec.Body)
 	}
 }
