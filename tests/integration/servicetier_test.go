@@ -31,6 +31,7 @@ func TestServiceTierEchoedOnBothEndpoints(t *testing.T) {
 	if last := evs[len(evs)-1]; last.Event != events.TypeDone || last.Decode(&done) != nil || done.ServiceTier != request.ClassFlex {
 		t.Fatalf("ended with %+v, want done in flex", last)
 	}
+	result(t, s.id)
 	if in := chatInput(t, s.id); in.ServiceTier != request.ClassFlex || in.Settings.Weight != stack.cfg.Limits.Tiers["standard"].Classes[request.ClassFlex].Weight {
 		t.Fatalf("workflow input class %q weight %d", in.ServiceTier, in.Settings.Weight)
 	}
@@ -41,8 +42,9 @@ func TestServiceTierEchoedOnBothEndpoints(t *testing.T) {
 		MaxTokens: openai.Int(6), ServiceTier: openai.ChatCompletionNewParamsServiceTierFlex,
 	})
 	defer stream.Close()
-	chunks := 0
+	chunks, id := 0, ""
 	for stream.Next() {
+		id = stream.Current().ID
 		if ch := stream.Current(); ch.ServiceTier != "flex" {
 			t.Fatalf("chunk %d says service_tier %q: %s", chunks, ch.ServiceTier, ch.RawJSON())
 		}
@@ -51,6 +53,7 @@ func TestServiceTierEchoedOnBothEndpoints(t *testing.T) {
 	if err := stream.Err(); err != nil || chunks == 0 {
 		t.Fatalf("stream of %d chunks: %v", chunks, err)
 	}
+	result(t, requestIDOf(t, id))
 
 	c, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 		Model: "sluice-sim", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}, MaxTokens: openai.Int(6),
@@ -58,6 +61,7 @@ func TestServiceTierEchoedOnBothEndpoints(t *testing.T) {
 	if err != nil || c.ServiceTier != "default" {
 		t.Fatalf("completion without service_tier: %v, service_tier %q", err, c.ServiceTier)
 	}
+	result(t, requestIDOf(t, c.ID))
 
 	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 		Model: "sluice-sim", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
