@@ -220,6 +220,10 @@ type LLMInput struct {
 	// attempt) ends the activity with ErrTypeFallback instead of failing
 	// the request.
 	FallBack bool `json:",omitempty"`
+	// ServiceTier is the request's service class (request.Classes; ""
+	// is the default class): a pool whose backend takes a priority is
+	// sent the class's.
+	ServiceTier string `json:",omitempty"`
 }
 
 // LLMOutput summarises the stream.
@@ -346,6 +350,8 @@ type Report struct {
 	// Tenant is for the request's log line and the per-tenant service
 	// counters, whose tenant label is bounded (metrics.TrackTenants).
 	Tenant string `json:",omitempty"`
+	// ServiceTier is the service class the request was served in.
+	ServiceTier string `json:",omitempty"`
 }
 
 // TurnInput is a request as its session remembers it. The answer of a done

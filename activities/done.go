@@ -21,6 +21,9 @@ type DoneFacts struct {
 	// Fallback, if set, is the last fallback the request took: the
 	// answer comes from its target.
 	Fallback *events.Fallback `json:",omitempty"`
+	// ServiceTier is the service class the request is served in; the
+	// done event says it.
+	ServiceTier string `json:",omitempty"`
 }
 
 // Answer is what the activity that answered knows of the answer.
@@ -50,6 +53,7 @@ func doneEvent(ctx context.Context, f DoneFacts, ans Answer) events.Done {
 		Timings:      append(append([]events.StageTiming(nil), f.Timings...), ans.Timings...),
 		FinishReason: ans.FinishReason, Usage: ans.Usage, Sources: ans.Sources, ContextShed: ans.ContextShed,
 		Model: ans.Model, Cached: ans.Cached, TraceID: tracing.TraceID(ctx), Fallback: f.Fallback,
+		ServiceTier: f.ServiceTier,
 	}
 	if ans.KBVersion != 0 {
 		d.KBVersion = ans.KBVersion

@@ -15,7 +15,7 @@ func (a *Chat) logFinished(ctx context.Context, requestID string, r Report) {
 	f := request.Finished{
 		RequestID: requestID, Tenant: r.Tenant, Route: r.Route, Outcome: r.Outcome, Reason: r.Reason,
 		PromptTokens: r.Usage.PromptTokens, CompletionTokens: r.Usage.CompletionTokens,
-		Cached: cachedBy(r), TraceID: tracing.TraceID(ctx),
+		Cached: cachedBy(r), TraceID: tracing.TraceID(ctx), ServiceTier: r.ServiceTier,
 	}
 	for _, t := range r.Timings {
 		f.Stages = append(f.Stages, request.StageTime{Stage: t.Stage, Ms: t.Ms})

@@ -21,7 +21,7 @@ func TestFinalizeLogsTheRequestOnce(t *testing.T) {
 	h.admit(t, "logged", "granted")
 	in := done("logged")
 	in.Report = &activities.Report{
-		Route: request.PoolShort, Outcome: request.OutcomeDone, Tenant: "acme",
+		Route: request.PoolShort, Outcome: request.OutcomeDone, Tenant: "acme", ServiceTier: request.ClassPriority,
 		Usage: events.Usage{PromptTokens: 90, CompletionTokens: 12, TotalTokens: 102},
 		Timings: []events.StageTiming{
 			{Stage: request.StageEmbed, Ms: 1, Cache: "memory"}, {Stage: request.StageAnswerCache, Ms: 2, Cache: "miss"},
@@ -41,6 +41,7 @@ func TestFinalizeLogsTheRequestOnce(t *testing.T) {
 		"embed_ms": 1.0, "answer_cache_ms": 2.0, "queue_wait_ms": 3.0, "retrieval_ms": 4.0, "rerank_ms": 5.0,
 		"llm_first_token_ms": 6.0, "llm_ms": 70.0, "ttft_ms": 21.0,
 		"prompt_tokens": 90.0, "completion_tokens": 12.0, "cached": "embedding:memory,retrieval:redis",
+		"service_tier": "priority",
 	}
 	for k, v := range want {
 		if lines[0][k] != v {

@@ -69,7 +69,8 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n)
 
 	model := cmp.Or(in.Model, pool.Model)
-	req := llm.Request{Model: model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices, Resume: resume}
+	req := llm.Request{Model: model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices, Resume: resume,
+		Priority: llm.PriorityOf(in.ServiceTier)}
 	if in.Sampling != nil {
 		req.Sampling = *in.Sampling
 	}

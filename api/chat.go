@@ -13,10 +13,24 @@ type chatBody struct {
 	KB        string `json:"kb"`
 	SessionID string `json:"session_id"`
 	MaxTokens *int   `json:"max_tokens"`
+	// ServiceTier asks for a service class (OpenAI's service_tier):
+	// priority, default, flex, or auto (the plan's default).
+	ServiceTier string `json:"service_tier"`
 }
 
 func (b chatBody) request() door.Request {
-	return door.Request{Query: b.Query, KB: b.KB, SessionID: b.SessionID, MaxTokens: b.MaxTokens}
+	return door.Request{Query: b.Query, KB: b.KB, SessionID: b.SessionID, MaxTokens: b.MaxTokens, ServiceTier: b.ServiceTier}
+}
+
+// fingerprint is what a retry of the request is compared by: a request
+// that names no service_tier keeps the fingerprint it had before the
+// field was read.
+func fingerprint(path string, req door.Request) string {
+	parts := []any{req.Query, req.KB, req.SessionID, *req.MaxTokens}
+	if req.ServiceTier != "" {
+		parts = append(parts, req.ServiceTier)
+	}
+	return door.Fingerprint(path, parts...)
 }
 
 func (s *Server) postChat(c echo.Context) error {
@@ -28,7 +42,7 @@ func (s *Server) postChat(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	adm, err := httpio.Admit(c, s.door, who, &req, door.Fingerprint(c.Path(), req.Query, req.KB, req.SessionID, *req.MaxTokens))
+	adm, err := httpio.Admit(c, s.door, who, &req, fingerprint(c.Path(), req))
 	if err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func (c *Core) llmPools(cfg config.Pools) (map[string]activities.Pool, error) {
 			Deadlines: llm.Deadlines{Connect: p.ConnectTimeout, FirstToken: p.FirstTokenTimeout, TokenIdle: p.TokenIdleTimeout},
 			Breaker:   llm.Breaker{Failures: p.Breaker.Failures, OpenFor: p.Breaker.OpenFor, SlowFirstToken: p.Breaker.SlowFirstToken},
 			Logger:    c.logger.With("component", "llm"), Tracer: c.Tracer,
-			Continuation: p.Continuation, MaxFailovers: p.MaxFailovers,
+			Continuation: p.Continuation, MaxFailovers: p.MaxFailovers, Priority: p.Priority,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("pools.%s: %w", name, err)

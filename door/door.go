@@ -3,6 +3,8 @@ package door
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/events"
@@ -49,6 +51,10 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	}
 	live := d.policy.Current()
 	tier, _ := live.Tier(who.Tier)
+	class, ok := tier.Class(req.ServiceTier)
+	if !ok {
+		return adm, classRefused(req.ServiceTier, tier)
+	}
 	if tier.MaxOutputTokens > 0 && *req.MaxTokens > tier.MaxOutputTokens {
 		// The tier's cap, not the caller's wish, bounds the answer.
 		*req.MaxTokens = tier.MaxOutputTokens
@@ -58,7 +64,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 		return adm, err
 	}
 	req.pool = pool
-	a := arrival{id: NewRequestID(), who: who, tier: tier, pool: pool, arrived: time.Now()}
+	a := arrival{id: NewRequestID(), who: who, tier: tier, class: class, pool: pool, arrived: time.Now()}
 	a.tokens = d.tokenBound(req)
 	a.admitTokens = d.admissionTokens(req)
 	if err := d.charge(ctx, rctx, &adm.Standing, &a, req, live); err != nil {
@@ -133,6 +139,12 @@ func (d *Door) charge(ctx, rctx context.Context, st *Standing, a *arrival, req *
 	return err
 }
 
+// classRefused refuses a service_tier the caller's plan does not grant.
+func classRefused(asked string, tier policy.Tier) *refusal.Error {
+	return &refusal.Error{Class: refusal.Invalid, Code: "service_tier_not_allowed", Param: ParamServiceTier,
+		Message: fmt.Sprintf("service_tier %q is not part of this key's plan, which grants %s (or auto)", asked, strings.Join(tier.Grants(), ", "))}
+}
+
 // Admission is a request the door let in (or a request an earlier POST
 // with the same Idempotency-Key started).
 type Admission struct {
@@ -152,6 +164,9 @@ type arrival struct {
 	id   string
 	who  Caller
 	tier policy.Tier
+	// class is the service class it is served in (its service_tier, or
+	// its tier's default), whose weight places it in the fair order.
+	class policy.Class
 	// pool is the request's route; admission queues it there.
 	pool string
 	// tokens is the most the request can take (tokenBound), which the

@@ -136,7 +136,7 @@ func (d *Door) logRefusal(ctx context.Context, a arrival, reason string) {
 	}
 	request.Finished{
 		RequestID: a.id, Tenant: a.who.Tenant, Route: a.pool, Outcome: request.OutcomeRejected, Reason: reason,
-		TraceID: tracing.TraceID(ctx), Similar: similar,
+		TraceID: tracing.TraceID(ctx), Similar: similar, ServiceTier: a.class.Name,
 	}.Log(ctx, d.logger)
 }
 
@@ -179,8 +179,9 @@ func (d *Door) endAtDoor(ctx context.Context, a arrival, req Request, f events.F
 	// Its one log line: it ended here, and no workflow will write another.
 	request.Finished{
 		RequestID: a.id, Tenant: a.who.Tenant, Route: a.pool, Outcome: outcome, Reason: f.Reason,
-		Stages:  []request.StageTime{{Stage: request.StageAdmission, Ms: time.Since(a.arrived).Milliseconds()}},
-		TraceID: tracing.TraceID(ctx),
+		Stages:      []request.StageTime{{Stage: request.StageAdmission, Ms: time.Since(a.arrived).Milliseconds()}},
+		TraceID:     tracing.TraceID(ctx),
+		ServiceTier: a.class.Name,
 	}.Log(ctx, d.logger)
 	if err := d.writeEnd(ctx, a.id, typ, f, doorEndRetry); err != nil {
 		d.logger.Error("write the terminal event of a request that never started", "requestID", a.id, "err", err)

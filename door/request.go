@@ -12,7 +12,12 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/refusal"
+	"github.com/sluice-dev/sluice/pkg/request"
 )
+
+// ParamServiceTier is the request field that asks for a service class,
+// as both APIs spell it, which a refusal of the class names.
+const ParamServiceTier = "service_tier"
 
 // Request is a chat request as the door takes it, whichever API it came
 // through: Sluice's own (a query, a kb, a session) or the OpenAI
@@ -49,6 +54,11 @@ type Request struct {
 	// Choices is how many answers an OpenAI client asked for (n); 0 on
 	// Sluice's own API, which answers once.
 	Choices int
+	// ServiceTier is the service class the client asked for (OpenAI's
+	// service_tier, on either API): a class of request.Classes,
+	// request.ClassAuto, or "" for none; the caller's plan decides
+	// whether it is served in it (Door.Admit).
+	ServiceTier string
 
 	// Fingerprint is what a retry's body is compared by (Fingerprint);
 	// IdempotencyKey is the client's Idempotency-Key header, "" if none,
@@ -86,6 +96,10 @@ func ValidSessionID(id string) bool { return sessionIDPattern.MatchString(id) }
 func (d *Door) Validate(req *Request) error {
 	if err := d.validateMaxTokens(req); err != nil {
 		return err
+	}
+	if !request.IsServiceTier(req.ServiceTier) {
+		return &refusal.Error{Class: refusal.Invalid, Code: "invalid_service_tier", Param: ParamServiceTier,
+			Message: fmt.Sprintf("service_tier must be one of %s, got %q", request.ServiceTierValues(), req.ServiceTier)}
 	}
 	if req.Conversation != nil {
 		if err := d.checkConversation(req); err != nil {

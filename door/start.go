@@ -25,6 +25,9 @@ func (d *Door) startChat(ctx context.Context, a arrival, req Request, waited tim
 	if req.Choices > 1 {
 		in.Choices = req.Choices
 	}
+	// The class, not the tier, weighs the request in the fair order.
+	in.ServiceTier = a.class.Name
+	in.Settings.Weight, in.Settings.TTFTSLO, in.Settings.TPOTSLO = a.class.Weight, a.class.TTFTSLO, a.class.TPOTSLO
 	if waited > 0 {
 		// The door's wait counts against the request's max wait.
 		in.Settings.MaxWait, in.Settings.MaxWaitByPool = d.maxWait(a)-waited, nil
@@ -80,7 +83,7 @@ func (d *Door) open(ctx context.Context, a arrival, req *Request) (*events.Subsc
 		d.giveBack(ctx, a.holdings())
 		return nil, refusal.Unreachable("event stream unavailable")
 	}
-	if _, err := d.events.Append(ctx, a.id, events.TypeAccepted, events.Accepted{RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KB: req.KB}); err != nil {
+	if _, err := d.events.Append(ctx, a.id, events.TypeAccepted, events.Accepted{RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KB: req.KB, ServiceTier: a.class.Name}); err != nil {
 		d.logger.Error("write accepted event", "requestID", a.id, "err", err)
 		sub.Close()
 		d.giveBack(ctx, a.holdings())

@@ -128,7 +128,7 @@ func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
 	if a.place.Tag != 0 {
 		ahead, err = d.gate.AheadOf(ctx, a.place)
 	} else {
-		ahead, err = d.gate.Ahead(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.admitTokens))
+		ahead, err = d.gate.Ahead(ctx, a.pool, a.who.Tenant, max(a.class.Weight, 1), admission.TokenCost(a.admitTokens))
 	}
 	if err != nil {
 		return 0
@@ -198,7 +198,7 @@ func (d *Door) reservePlace(ctx context.Context, a *arrival, live *policy.Policy
 	// The place outlives the longest the request may wait here, and a
 	// start: past that its door is gone, and the place lapses.
 	ttl := d.maxWait(*a) + startSettleMax + d.cfg.Redis.RequestTimeout
-	place, ahead, err := d.gate.Reserve(ctx, a.pool, a.who.Tenant, max(a.tier.Weight, 1), admission.TokenCost(a.admitTokens), ttl)
+	place, ahead, err := d.gate.Reserve(ctx, a.pool, a.who.Tenant, max(a.class.Weight, 1), admission.TokenCost(a.admitTokens), ttl)
 	if err != nil {
 		d.logger.Warn("reserve a place in the fair order", "requestID", a.id, "pool", a.pool, "err", err)
 		return false
@@ -293,7 +293,7 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 		pass = d.reservePlace(ctx, a, live, ready)
 	}
 	w, err := d.room.Enter(waitroom.Ticket{
-		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.tier.Weight, 1), Cost: admission.TokenCost(a.admitTokens),
+		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.class.Weight, 1), Cost: admission.TokenCost(a.admitTokens),
 		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass, Tag: a.place.Tag,
 	}, ready || pass)
 	switch {

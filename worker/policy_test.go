@@ -24,11 +24,12 @@ const defaultPolicyJSON = `{"version":7,"epoch":"abc","enabled":true,"default_ti
 	`"standard":{"weight":3,"max_queue_per_tenant":1000,"max_concurrent":0,"max_output_tokens":0,` +
 	`"tenant":{"tokens_per_minute":200000,"requests_per_minute":300},"user":{"tokens_per_minute":60000,"requests_per_minute":120},"ip":{"requests_per_minute":600},` +
 	`"routes":{"reads":{"tenant_per_minute":1200,"ip_per_minute":600},"resumes":{"tenant_per_minute":300,"ip_per_minute":300},"ingest":{"tenant_per_minute":120,"ip_per_minute":120}},` +
-	`"ingest_quota":{"documents":100000,"bytes":2147483648}},` +
+	`"ingest_quota":{"documents":100000,"bytes":2147483648},"default_class":"default","classes":{"default":{"weight":3},"flex":{"weight":1}}},` +
 	`"vip":{"weight":5,"max_queue_per_tenant":5000,"max_concurrent":0,"max_output_tokens":0,` +
 	`"tenant":{"tokens_per_minute":1000000,"requests_per_minute":1000},"user":{},"ip":{},` +
 	`"routes":{"reads":{"tenant_per_minute":6000},"resumes":{"tenant_per_minute":1200},"ingest":{"tenant_per_minute":600}},` +
-	`"ingest_quota":{},"max_wait":"1m0s"}},` +
+	`"ingest_quota":{},"max_wait":"1m0s",` +
+	`"classes":{"default":{"weight":5},"flex":{"weight":2},"priority":{"weight":8,"ttft_slo":"1s","tpot_slo":"100ms"}}}},` +
 	`"pools":{"long":{"max_concurrency":12},"short":{"max_concurrency":16}},"long_cost_factor":2.5}`
 
 func TestPolicyOfTheDefaults(t *testing.T) {

@@ -19,7 +19,7 @@ var a *activities.Chat
 // ChatWorkflow runs one chat request through embed → admission → retrieval
 // → rerank → LLM, and always gives back what admission granted.
 func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
-	w := &chat{in: in, status: Status{Stage: request.StageEmbed, Tenant: in.Tenant, KB: in.KB}, promptBound: in.PromptBound}
+	w := &chat{in: in, status: Status{Stage: request.StageEmbed, Tenant: in.Tenant, KB: in.KB, ServiceTier: in.ServiceTier}, promptBound: in.PromptBound}
 	if in.Fallback != nil {
 		w.fallback = in.Fallback
 		w.status.Fallbacks = []events.Fallback{*in.Fallback}
@@ -267,6 +267,7 @@ func (w *chat) doneFacts() *activities.DoneFacts {
 	return &activities.DoneFacts{
 		RequestID: w.in.RequestID, Route: w.result.Route, KBVersion: w.result.KBVersion,
 		Timings: append([]events.StageTiming(nil), w.status.Timings...), Fallback: w.fallback,
+		ServiceTier: w.in.ServiceTier,
 	}
 }
 

@@ -196,7 +196,7 @@ func (w *chat) finalize(ctx workflow.Context) {
 	}
 	w.result.Timings = w.status.Timings
 	in.Report = &activities.Report{Route: w.result.Route, Outcome: w.result.Outcome, Reason: w.result.Reason, Timings: w.result.Timings,
-		Tier: w.in.Tier, Usage: w.result.Usage, Tenant: w.in.Tenant}
+		Tier: w.in.Tier, Usage: w.result.Usage, Tenant: w.in.Tenant, ServiceTier: w.in.ServiceTier}
 	switch w.result.Outcome {
 	case request.OutcomeDone:
 		if w.doneWritten {

@@ -88,7 +88,7 @@ func (w *chat) streamOnce(lctx workflow.Context, kbVersion int64, hits []activit
 		KB: w.in.KBRef().Key(), KBVersion: kbVersion, Context: hits, MaxTokens: w.in.MaxTokens,
 		Done: w.doneFacts(), Session: w.session(), CacheAnswer: w.in.Settings.AnswerCache,
 		Conversation: w.in.Conversation, Gateway: w.in.Gateway, Sampling: w.in.Sampling, Choices: w.in.Choices,
-		Model: w.llmModel, FallBack: w.fallbackLeft(),
+		Model: w.llmModel, FallBack: w.fallbackLeft(), ServiceTier: w.in.ServiceTier,
 	}).Get(lctx, &out)
 	w.llmRunning = false
 	return out, err

@@ -993,3 +993,30 @@ func (s *chatSuite) TestFinalizeIsRetriedUntilWritten() {
 	s.Equal(events.TypeError, written[0].EventType)
 	s.Greater(int(attempts.Load()), 2)
 }
+
+// The request's service class rides from its input to the stream (whose
+// backend may take it as a priority), its done event, its status and
+// its log line.
+func (s *chatSuite) TestServiceClassRidesToTheAnswer() {
+	s.mockEmbed()
+	s.mockAdmit(granted, nil)
+	s.mockRetrieveRerank()
+	s.env.OnActivity(a.StreamLLM, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.LLMInput) (activities.LLMOutput, error) {
+		if in.ServiceTier != request.ClassFlex || in.Done == nil || in.Done.ServiceTier != request.ClassFlex {
+			return activities.LLMOutput{}, errors.New("the stream did not get the request's class")
+		}
+		return activities.LLMOutput{FinishReason: "stop", DoneWritten: true}, nil
+	})
+	in := input()
+	in.ServiceTier = request.ClassFlex
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	s.Equal(request.OutcomeDone, s.result().Outcome)
+	f := s.onlyFinalize()
+	s.Require().NotNil(f.Report)
+	s.Equal(request.ClassFlex, f.Report.ServiceTier)
+	v, err := s.env.QueryWorkflow(QueryStatus)
+	s.NoError(err)
+	var st Status
+	s.NoError(v.Get(&st))
+	s.Equal(request.ClassFlex, st.ServiceTier)
+}

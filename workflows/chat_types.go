@@ -119,7 +119,13 @@ type ChatInput struct {
 	// named could not take the prompt, so Pool is that pool's fallback.
 	// The answer says so as it says the workflow's own fallbacks.
 	Fallback *events.Fallback `json:",omitempty"`
-	Settings ChatSettings
+	// ServiceTier is the service class the request is served in
+	// (request.Classes), as the door resolved it from the client's
+	// service_tier and its plan; the answer says it, and a backend that
+	// takes a priority is sent the class's. Empty in histories from
+	// before classes: the default class.
+	ServiceTier string `json:",omitempty"`
+	Settings    ChatSettings
 }
 
 // KBRef is the request's kb.
@@ -152,12 +158,17 @@ type ChatSettings struct {
 	LLMMaxAttempts int
 	// SearchAttributes enables upserting route and outcome.
 	SearchAttributes bool
-	// Weight is the tier's share in weighted fair queuing; MaxPerTenant its
+	// Weight is the request's share in weighted fair queuing, its service
+	// class's (its tier's, for a tier without classes); MaxPerTenant its
 	// cap on one tenant's waiting requests per pool, MaxConcurrent on the
 	// permits one tenant holds per pool (0: none).
 	Weight        int
 	MaxPerTenant  int
 	MaxConcurrent int
+	// TTFTSLO and TPOTSLO are the service class's time to first token
+	// and time per output token it is meant to meet (0: none).
+	TTFTSLO time.Duration `json:",omitempty"`
+	TPOTSLO time.Duration `json:",omitempty"`
 	// HistoryTokens bounds the session turns a prompt carries (0: none).
 	HistoryTokens int
 	// AnswerCache: look the answer up in the L3 tier before admission, and
@@ -228,4 +239,6 @@ type Status struct {
 	CancelRequested bool                 `json:"cancel_requested,omitempty"`
 	// Fallbacks are the fallbacks the request took, in order.
 	Fallbacks []events.Fallback `json:"fallbacks,omitempty"`
+	// ServiceTier is the service class the request is served in.
+	ServiceTier string `json:"service_tier,omitempty"`
 }

@@ -55,11 +55,24 @@ type completionMeta struct {
 	ID      string
 	Created int64
 	Model   string
+	// ServiceTier is the class the request is served in, which its
+	// accepted event says.
+	ServiceTier string
 }
 
 // header is the meta as the head of a response object of the given kind.
 func (m completionMeta) header(object string) openai.Header {
-	return openai.Header{ID: m.ID, Object: object, Created: m.Created, Model: m.Model}
+	return openai.Header{ID: m.ID, Object: object, Created: m.Created, Model: m.Model, ServiceTier: m.ServiceTier}
+}
+
+// serviceTierOf is the class an accepted event says its request is
+// served in ("" when it says none).
+func serviceTierOf(ev events.Event) string {
+	var acc events.Accepted
+	if json.Unmarshal(ev.Data, &acc) != nil {
+		return ""
+	}
+	return acc.ServiceTier
 }
 
 // postChatCompletions is OpenAI's chat completions API over the same
@@ -146,6 +159,7 @@ func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id st
 		return col.failure
 	}
 	meta.Model = cmp.Or(col.done.Model, meta.Model)
+	meta.ServiceTier = cmp.Or(col.serviceTier, col.done.ServiceTier)
 	return c.JSON(http.StatusOK, completionOf(meta, col.answers, col.done))
 }
 

@@ -19,6 +19,10 @@ type completionRequest struct {
 	openai.ChatRequest
 	// KB is Sluice's extension: the knowledge base to answer from.
 	KB string `json:"kb"`
+	// ServiceTier asks for a service class: auto (the plan's default),
+	// default, flex or priority. It is Sluice's to decide, never the
+	// backend's: a pool may pass the class on as a priority.
+	ServiceTier string `json:"service_tier,omitempty"`
 }
 
 // acceptedFields are the request fields Sluice reads or forwards. A field
@@ -26,7 +30,7 @@ type completionRequest struct {
 // asking for logprobs or audio must hear that it gets none, not receive
 // an answer that looks as if it did.
 var acceptedFields = append([]string{
-	"model", "messages", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options", "kb",
+	"model", "messages", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options", "kb", door.ParamServiceTier,
 	// user is OpenAI's end-user id for abuse reports; Sluice knows the
 	// user by the API key, so it is read as a label and not forwarded.
 	"user",
@@ -58,7 +62,7 @@ func parseCompletionRequest(body []byte, kb string) (completionRequest, door.Req
 	if err := checkSampling(cr.Sampling); err != nil {
 		return cr, door.Request{}, err
 	}
-	req := door.Request{KB: cr.KB, MaxTokens: cr.MaxOutputTokens(), Conversation: cr.Messages, Choices: 1}
+	req := door.Request{KB: cr.KB, MaxTokens: cr.MaxOutputTokens(), Conversation: cr.Messages, Choices: 1, ServiceTier: cr.ServiceTier}
 	if cr.N != nil {
 		req.Choices = *cr.N
 	}

@@ -34,6 +34,7 @@ type chunkSink struct {
 func (k *chunkSink) Write(ev events.Event) error {
 	switch ev.Type {
 	case events.TypeAccepted:
+		k.meta.ServiceTier = serviceTierOf(ev)
 		return k.comment("accepted")
 	case events.TypeQueue:
 		var q events.Queue
@@ -160,6 +161,8 @@ type answerCollector struct {
 	answers []*choiceAnswer
 	done    events.Done
 	failure *refusal.Error
+	// serviceTier is the class the accepted event says.
+	serviceTier string
 }
 
 // choiceAnswer is one choice's answer: its text and the tool calls it
@@ -176,6 +179,8 @@ func validChoice(i int) bool { return i >= 0 && i < maxChoices }
 
 func (col *answerCollector) Write(ev events.Event) error {
 	switch ev.Type {
+	case events.TypeAccepted:
+		col.serviceTier = serviceTierOf(ev)
 	case events.TypeToken:
 		var t events.Token
 		if json.Unmarshal(ev.Data, &t) != nil || !validChoice(t.Choice) || t.Notice {

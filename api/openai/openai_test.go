@@ -158,7 +158,7 @@ func ev(typ string, data any) events.Event {
 
 func answerEvents() []events.Event {
 	return []events.Event{
-		ev(events.TypeAccepted, events.Accepted{RequestID: "chat-1"}),
+		ev(events.TypeAccepted, events.Accepted{RequestID: "chat-1", ServiceTier: "flex"}),
 		ev(events.TypeStage, events.Stage{Stage: "admission", Pool: "short"}),
 		ev(events.TypeQueue, events.Queue{Position: 3, EstimatedWaitMs: 1200, Pool: "short"}),
 		ev(events.TypeStage, events.Stage{Stage: "llm"}),
@@ -191,7 +191,7 @@ func TestChunkStreamFormat(t *testing.T) {
 			t.Fatalf("chunk %d %s: %v", i, d, err)
 		}
 		if string(c["id"]) != `"chatcmpl-chat-1"` || string(c["object"]) != `"chat.completion.chunk"` ||
-			string(c["created"]) != "1700000000" || string(c["model"]) != `"gpt-test"` {
+			string(c["created"]) != "1700000000" || string(c["model"]) != `"gpt-test"` || string(c["service_tier"]) != `"flex"` {
 			t.Fatalf("chunk %d header fields: %s", i, d)
 		}
 		if _, ok := c["error"]; ok {
@@ -279,6 +279,9 @@ func TestChunkStreamThroughOpenAIClientParser(t *testing.T) {
 	if acc.Usage.TotalTokens != 12 || acc.ID != "chatcmpl-chat-1" || acc.Model != "gpt-test" {
 		t.Fatalf("accumulated usage %+v id %q model %q", acc.Usage, acc.ID, acc.Model)
 	}
+	if acc.ServiceTier != "flex" {
+		t.Fatalf("the official client reads service_tier %q, want the class the accepted event says", acc.ServiceTier)
+	}
 }
 
 func TestChunkStreamRejectionAndEmptyAnswer(t *testing.T) {
@@ -340,6 +343,9 @@ func TestAnswerCollector(t *testing.T) {
 	}
 	if len(col.answers) != 1 || col.answers[0].text.String() != "Hello world" || col.failure != nil || col.done.Usage.TotalTokens != 12 {
 		t.Fatalf("collected %+v %+v %+v", col.answers, col.failure, col.done)
+	}
+	if col.serviceTier != "flex" {
+		t.Fatalf("collected service tier %q, want the accepted event's", col.serviceTier)
 	}
 	for reason, status := range map[string]int{
 		request.ReasonQueueTimeout: 503, request.ReasonTenantQueueFull: 503, request.ReasonBackendError: 502,
@@ -447,5 +453,34 @@ func TestTruncationNoticeIsNotContent(t *testing.T) {
 	var c openai.ChatCompletion
 	if err := json.Unmarshal(raw, &c); err != nil || c.Choices[0].Message.Content != want || c.Choices[0].FinishReason != "length" {
 		t.Fatalf("completion %s, %v; want content %q", raw, err, want)
+	}
+}
+
+// The completion echoes the class the request was served in, as the
+// official client reads it; a completion without one leaves it out.
+func TestCompletionEchoesServiceTier(t *testing.T) {
+	meta := completionMeta{ID: "chatcmpl-chat-1", Created: 1700000000, Model: "gpt-test", ServiceTier: "priority"}
+	raw, err := json.Marshal(completionOf(meta, []*choiceAnswer{answerOf("hi")}, events.Done{FinishReason: "stop"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c openai.ChatCompletion
+	if err := json.Unmarshal(raw, &c); err != nil || c.ServiceTier != "priority" {
+		t.Fatalf("the official client reads service_tier %q from %s (%v)", c.ServiceTier, raw, err)
+	}
+	meta.ServiceTier = ""
+	raw, _ = json.Marshal(completionOf(meta, []*choiceAnswer{answerOf("hi")}, events.Done{FinishReason: "stop"}))
+	if strings.Contains(string(raw), "service_tier") {
+		t.Fatalf("a completion without a class names one: %s", raw)
+	}
+}
+
+// service_tier is read, not refused, and is the door's to check.
+func TestParseServiceTier(t *testing.T) {
+	for _, v := range []string{"priority", "auto", "scale"} {
+		_, req, err := parseCompletionRequest([]byte(`{"model":"m","messages":[{"role":"user","content":"q"}],"service_tier":"`+v+`"}`), "")
+		if err != nil || req.ServiceTier != v {
+			t.Errorf("%s: service tier %q, %v", v, req.ServiceTier, err)
+		}
 	}
 }

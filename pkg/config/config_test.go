@@ -64,7 +64,7 @@ func TestExampleFileMatchesDefaults(t *testing.T) {
 		t.Fatalf("example limits differ from defaults: %+v", cfg.Limits)
 	}
 	for name, tier := range def.Limits.Tiers {
-		if cfg.Limits.Tiers[name] != tier {
+		if !reflect.DeepEqual(cfg.Limits.Tiers[name], tier) {
 			t.Errorf("example tier %s = %+v, default %+v", name, cfg.Limits.Tiers[name], tier)
 		}
 	}
@@ -198,6 +198,9 @@ func TestBadConfigFixtures(t *testing.T) {
 		"threshold_above_short_limit.yaml":      "routing.short_threshold_tokens: must not exceed pools.short.max_prompt_tokens (512)",
 		"unknown_tier.yaml":                     `auth.api_keys[0].tier: names unknown tier "gold"`,
 		"tier_negative_max_concurrent.yaml":     "limits.tiers.free.max_concurrent: must be >= 0 (0 = no cap), got -1",
+		"tier_unknown_class.yaml":               "limits.tiers.free.classes.batch: unknown class (want one of priority, default, flex)",
+		"tier_default_class_not_granted.yaml":   `limits.tiers.free.default_class: names class "default", which limits.tiers.free.classes does not grant`,
+		"tier_class_zero_weight.yaml":           "limits.tiers.vip.classes.priority.weight: must be > 0, got 0",
 		"embedding_openai_no_endpoint.yaml":     `embedding.endpoint: must be an http(s) URL, got ""`,
 		"embedding_unknown_provider.yaml":       `embedding.provider: must be local or openai, got "cohere"`,
 		"embedding_local_other_model.yaml":      `embedding.model: must be local-hash-v1 with embedding.provider local, got "text-embedding-3-small"`,
@@ -238,6 +241,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"pool_token_idle_negative.yaml":         "pools.long.token_idle_timeout: must be a positive duration such as 30s, got -1s",
 		"breaker_zero_failures.yaml":            "pools.short.breaker.failures: must be > 0, got 0",
 		"pool_continuation_unknown.yaml":        `pools.short.continuation: must be none or vllm, got "tgi"`,
+		"pool_priority_unknown.yaml":            `pools.long.priority: must be none or vllm, got "sglang"`,
 		"pool_max_failovers_zero.yaml":          "pools.long.max_failovers: must be > 0, got 0",
 		"breaker_open_for_zero.yaml":            "pools.short.breaker.open_for: must be a positive duration such as 30s, got 0s",
 		"breaker_slow_above_first_token.yaml":   "pools.long.breaker.slow_first_token: must be below pools.long.first_token_timeout (30s), got 45s",

@@ -33,16 +33,26 @@ func defaultLimits() Limits {
 			},
 			"standard": {
 				Weight: 3, MaxQueuePerTenant: 1000,
-				Tenant:      policy.Rate{TokensPerMinute: 200000, RequestsPerMinute: 300},
-				User:        policy.Rate{TokensPerMinute: 60000, RequestsPerMinute: 120},
-				IP:          policy.Rate{RequestsPerMinute: 600},
-				Routes:      policy.RouteLimits{Reads: perMinute(1200, 600), Resumes: perMinute(300, 300), Ingest: perMinute(120, 120)},
-				IngestQuota: policy.IngestQuota{Documents: 100000, Bytes: 2 << 30},
+				Tenant:       policy.Rate{TokensPerMinute: 200000, RequestsPerMinute: 300},
+				User:         policy.Rate{TokensPerMinute: 60000, RequestsPerMinute: 120},
+				IP:           policy.Rate{RequestsPerMinute: 600},
+				Routes:       policy.RouteLimits{Reads: perMinute(1200, 600), Resumes: perMinute(300, 300), Ingest: perMinute(120, 120)},
+				IngestQuota:  policy.IngestQuota{Documents: 100000, Bytes: 2 << 30},
+				DefaultClass: request.ClassDefault,
+				Classes: map[string]policy.ClassLimits{
+					request.ClassDefault: {Weight: 3},
+					request.ClassFlex:    {Weight: 1},
+				},
 			},
 			"vip": {
 				Weight: 5, MaxWait: 60 * time.Second, MaxQueuePerTenant: 5000,
 				Tenant: policy.Rate{TokensPerMinute: 1000000, RequestsPerMinute: 1000},
 				Routes: policy.RouteLimits{Reads: perMinute(6000, 0), Resumes: perMinute(1200, 0), Ingest: perMinute(600, 0)},
+				Classes: map[string]policy.ClassLimits{
+					request.ClassPriority: {Weight: 8, TTFTSLO: time.Second, TPOTSLO: 100 * time.Millisecond},
+					request.ClassDefault:  {Weight: 5},
+					request.ClassFlex:     {Weight: 2},
+				},
 			},
 		},
 	}}

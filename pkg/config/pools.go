@@ -111,6 +111,12 @@ type Pool struct {
 	// does not know the option would answer anew after the prefix, so
 	// such a stream ends stream_interrupted).
 	Continuation string `yaml:"continuation"`
+	// Priority says whether the pool's backend takes a request priority,
+	// which Sluice then sends from each request's service class: "vllm"
+	// (vLLM's priority field: the server must run with
+	// --scheduling-policy priority, or it refuses the requests), or
+	// "none" (the default). Sluice's own order never depends on it.
+	Priority string `yaml:"priority"`
 	// MaxFailovers bounds how often one answer may move to another
 	// endpoint mid-stream.
 	MaxFailovers int `yaml:"max_failovers"`
@@ -134,6 +140,12 @@ type Fallback struct {
 const (
 	ContinuationNone = "none"
 	ContinuationVLLM = "vllm"
+)
+
+// Pool priorities (Pool.Priority).
+const (
+	PriorityNone = "none"
+	PriorityVLLM = "vllm"
 )
 
 // Breaker opens an endpoint's circuit, so that requests go to the pool's
@@ -211,6 +223,7 @@ func defaultPool(maxConcurrency, maxPromptTokens int) Pool {
 		Healing:           defaultPoolHealing(),
 		Scaler:            defaultScaler(),
 		Continuation:      ContinuationNone,
+		Priority:          PriorityNone,
 		MaxFailovers:      2,
 	}
 }
@@ -302,6 +315,9 @@ func (p Pool) validate(v *validator, field string) {
 		v.add(field+".max_wait", "must not be negative, got %s", p.MaxWait)
 	}
 	p.validateDeadlines(v, field)
+	if p.Priority != PriorityNone && p.Priority != PriorityVLLM {
+		v.add(field+".priority", "must be %s or %s, got %q", PriorityNone, PriorityVLLM, p.Priority)
+	}
 	if p.Continuation != ContinuationNone && p.Continuation != ContinuationVLLM {
 		v.add(field+".continuation", "must be %s or %s, got %q", ContinuationNone, ContinuationVLLM, p.Continuation)
 	}

@@ -58,6 +58,9 @@ type Accepted struct {
 	// tenant and user who sent a request may read or cancel it.
 	User string `json:"user,omitempty"`
 	KB   string `json:"kb"`
+	// ServiceTier is the service class the request is served in
+	// (request.Classes): what it asked for, or its plan's default.
+	ServiceTier string `json:"service_tier,omitempty"`
 }
 
 // Queue reports the request's place in the admission queue.
@@ -140,6 +143,9 @@ type Done struct {
 	// before a first token and a fallback did (the last step, when it
 	// took several).
 	Fallback *Fallback `json:"fallback,omitempty"`
+	// ServiceTier is the service class the request was served in
+	// (request.Classes), as OpenAI's service_tier names it.
+	ServiceTier string `json:"service_tier,omitempty"`
 }
 
 // Fallback is one step from a pool that could not answer to its fallback

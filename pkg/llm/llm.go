@@ -40,6 +40,12 @@ type Request struct {
 	// has (from an earlier stream, lost with its worker): the stream
 	// continues it as a failover does, on a pool whose backend can.
 	Resume *Resume
+	// Priority is the request's urgency as vLLM counts it (PriorityOf
+	// its service class: lower is sooner, 0 the default class's), sent
+	// only to a pool whose backend takes it (OpenAIOptions.Priority).
+	Priority int
+	// sendPriority is Priority when the backend takes it (withPriority).
+	sendPriority *int
 }
 
 // Resume is an answer's start: its text, and the pieces of content it
@@ -154,9 +160,10 @@ type OpenAI struct {
 	breaker   Breaker
 	next      atomic.Uint64
 	tracer    trace.Tracer
-	// continuation and maxFailovers are OpenAIOptions'.
+	// continuation, maxFailovers and priority are OpenAIOptions'.
 	continuation string
 	maxFailovers int
+	priority     string
 }
 
 // OpenAIOptions configures an OpenAI client.
@@ -184,6 +191,11 @@ type OpenAIOptions struct {
 	Continuation string
 	// MaxFailovers bounds a stream's failovers (0: DefaultMaxFailovers).
 	MaxFailovers int
+	// Priority says whether the pool's backend takes a request priority
+	// (PriorityVLLM: vLLM's priority field, which a vLLM refuses unless
+	// it runs with --scheduling-policy priority); "" or PriorityNone:
+	// none is sent.
+	Priority string
 }
 
 // withDefaults fills what o leaves zero: each deadline and breaker
@@ -202,6 +214,7 @@ func (o OpenAIOptions) withDefaults() OpenAIOptions {
 	}
 	o.Logger = cmp.Or(o.Logger, slog.Default())
 	o.Continuation = cmp.Or(o.Continuation, ContinuationNone)
+	o.Priority = cmp.Or(o.Priority, PriorityNone)
 	o.MaxFailovers = cmp.Or(o.MaxFailovers, DefaultMaxFailovers)
 	return o
 }
@@ -215,10 +228,13 @@ func NewOpenAI(opts OpenAIOptions) (*OpenAI, error) {
 	if opts.Continuation != ContinuationNone && opts.Continuation != ContinuationVLLM {
 		return nil, fmt.Errorf("llm: continuation %q: want %s or %s", opts.Continuation, ContinuationNone, ContinuationVLLM)
 	}
+	if opts.Priority != PriorityNone && opts.Priority != PriorityVLLM {
+		return nil, fmt.Errorf("llm: priority %q: want %s or %s", opts.Priority, PriorityNone, PriorityVLLM)
+	}
 	c := &OpenAI{
 		name: opts.Name, apiKey: opts.APIKey, http: opts.HTTPClient,
 		deadlines: opts.Deadlines, breaker: opts.Breaker,
-		continuation: opts.Continuation, maxFailovers: opts.MaxFailovers,
+		continuation: opts.Continuation, maxFailovers: opts.MaxFailovers, priority: opts.Priority,
 	}
 	if opts.Tracer == nil {
 		opts.Tracer = noop.NewTracerProvider()
@@ -263,6 +279,7 @@ func chatRequest(req Request) openai.ChatRequest {
 	if req.Choices > 1 {
 		cr.N = &req.Choices
 	}
+	cr.Priority = req.sendPriority
 	return cr
 }
 
@@ -274,6 +291,7 @@ func chatRequest(req Request) openai.ChatRequest {
 func (c *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta) error) (res Result, err error) {
 	ctx, span := c.startSpan(ctx, req)
 	defer func() { endSpan(span, res, err) }()
+	req = c.withPriority(req)
 	tr := newTranscript(onDelta)
 	body, err := c.firstRequest(req, tr)
 	if err != nil {

@@ -81,7 +81,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	// which is what a full KV cache for one sequence can hold.
 	budget := min(p.maxTokens, s.cfg.contextTokens()-p.promptTokens)
 	scripts, start := s.planReply(p, budget)
-	seqs, events := s.sequences(r.Context(), p.promptTokens, scripts, start)
+	seqs, events := s.sequences(r.Context(), p.promptTokens, scripts, start, p.priority)
 	if err := s.submit(seqs); err != nil {
 		status := http.StatusServiceUnavailable
 		var fault *faultStatus
@@ -110,7 +110,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 
 // sequences makes a request's sequences, one per choice, sharing its
 // prompt and one events channel with room for all they report.
-func (s *Server) sequences(ctx context.Context, promptTokens int, scripts []script, start int) ([]*sequence, <-chan event) {
+func (s *Server) sequences(ctx context.Context, promptTokens int, scripts []script, start, priority int) ([]*sequence, <-chan event) {
 	room := 0
 	for _, sc := range scripts {
 		room += sc.target + 1
@@ -130,6 +130,8 @@ func (s *Server) sequences(ctx context.Context, promptTokens int, scripts []scri
 			start:   start,
 			arrival: arrival,
 			events:  events,
+
+			priority: priority,
 		}
 	}
 	return seqs, events

@@ -78,6 +78,11 @@ type sequence struct {
 	// the assistant prefix it continues (0 for a new answer).
 	start   int
 	arrival time.Time
+	// priority is the request's vLLM priority: the waiting queue is
+	// ordered by it, lower first, and by arrival within it (vLLM's
+	// priority scheduling); 0 for a request that sent none, so that
+	// requests without one queue FIFO.
+	priority int
 	// events has room for every token plus the final event of every
 	// sequence of the request, which share it, so the scheduler never
 	// blocks on a slow client.
@@ -117,7 +122,7 @@ type replica struct {
 	wake    chan struct{}
 
 	mu          sync.Mutex
-	waiting     []*sequence // FIFO; preempted sequences go back to the front
+	waiting     []*sequence // by priority, FIFO within one; preempted sequences go back to the front of theirs
 	running     []*sequence // in admission order, so the newest is last
 	free        int         // free KV blocks
 	preemptions int64
@@ -174,7 +179,14 @@ func (r *replica) submit(seqs []*sequence) error {
 		}
 		return errReplicaGone
 	}
-	r.waiting = append(r.waiting, seqs...)
+	for _, s := range seqs {
+		// Behind every waiter of its priority or a more urgent one.
+		at := len(r.waiting)
+		for at > 0 && r.waiting[at-1].priority > s.priority {
+			at--
+		}
+		r.waiting = slices.Insert(r.waiting, at, s)
+	}
 	r.mu.Unlock()
 	r.poke()
 	return nil
@@ -318,12 +330,16 @@ func (r *replica) preempt(j int) {
 	r.log.Debug("preempted sequence", "blocks", s.blocks, "generated", s.generated)
 	r.freeBlocks(s)
 	r.running = slices.Delete(r.running, j, j+1)
-	r.waiting = slices.Insert(r.waiting, 0, s)
+	at := 0
+	for at < len(r.waiting) && r.waiting[at].priority < s.priority {
+		at++
+	}
+	r.waiting = slices.Insert(r.waiting, at, s)
 	r.preemptions++
 	r.metrics.preemption()
 }
 
-// admit moves waiting sequences into the batch, FIFO, while the batch has
+// admit moves waiting sequences into the batch, in queue order, while the batch has
 // room and the cache has blocks for the sequence's context plus the token
 // its prefill produces. A sequence whose prompt another choice of its
 // request holds needs only its own blocks, and prefills only the tokens it

@@ -26,6 +26,8 @@ type parsedChat struct {
 	// prefix is the text of the final assistant message the request asks
 	// to continue (continue_final_message); nil for a new answer.
 	prefix *string
+	// priority is vLLM's: lower is admitted sooner; 0 when not sent.
+	priority int
 }
 
 // parseChat decodes and validates a request; the error text is meant for
@@ -50,6 +52,9 @@ func (s *Server) parseChat(r *http.Request) (parsedChat, error) {
 		p.n = *req.N
 	}
 	p.includeUsage = req.Stream && req.IncludeUsage()
+	if req.Priority != nil {
+		p.priority = *req.Priority
+	}
 	if limit := req.MaxOutputTokens(); limit != nil {
 		p.maxTokens = *limit
 	}

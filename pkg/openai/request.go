@@ -46,6 +46,11 @@ type ChatRequest struct {
 	// does not take them from clients.
 	ContinueFinalMessage bool  `json:"continue_final_message,omitempty"`
 	AddGenerationPrompt  *bool `json:"add_generation_prompt,omitempty"`
+	// Priority is vLLM's (with --scheduling-policy priority): lower is
+	// scheduled sooner, 0 is its default. Sluice's backend client sends
+	// it to a pool that says its backend takes it; its front door does
+	// not take it from clients (service_tier asks for a class instead).
+	Priority *int `json:"priority,omitempty"`
 }
 
 // StreamOptions tunes a streamed answer.

@@ -10,6 +10,9 @@ type Header struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	Model   string `json:"model"`
+	// ServiceTier is the service class the answer was served in
+	// (default, flex, priority), whatever the request asked.
+	ServiceTier string `json:"service_tier,omitempty"`
 }
 
 // Usage is the tokens one request used, as the server counted them.

@@ -19,8 +19,8 @@ type Limits struct {
 	Tiers map[string]Tier `yaml:"tiers"`
 }
 
-// Tier is one service level. In JSON, MaxWait is written by Policy's
-// MarshalJSON, as a duration string.
+// Tier is one service level. In JSON, MaxWait and Classes are written by
+// Policy's MarshalJSON, with durations as strings.
 type Tier struct {
 	// Weight is the tier's share in weighted fair queuing: with weights
 	// 5:3:2 and all backlogged, tenants are served 50/30/20.
@@ -48,6 +48,13 @@ type Tier struct {
 	IngestQuota IngestQuota `yaml:"ingest_quota" json:"ingest_quota"`
 	// Budget bounds what one tenant uses in a month.
 	Budget Budget `yaml:"budget" json:"budget,omitzero"`
+	// Classes are the service classes (request.Classes) the tier's
+	// callers may ask for with service_tier, each with its weight and
+	// SLOs; none configured grants the default class alone, at Weight.
+	// DefaultClass is the class of a request that names none or asks for
+	// auto ("": default).
+	Classes      map[string]ClassLimits `yaml:"classes" json:"-"`
+	DefaultClass string                 `yaml:"default_class" json:"default_class,omitempty"`
 }
 
 // Budget is a tier's monthly budget per tenant (UTC calendar months); 0

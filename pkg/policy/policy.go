@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -62,6 +63,7 @@ func (p *Policy) clone() Policy {
 	}
 	out.Limits.Tiers = make(map[string]Tier, len(p.Limits.Tiers))
 	for k, v := range p.Limits.Tiers {
+		v.Classes = maps.Clone(v.Classes)
 		out.Limits.Tiers[k] = v
 	}
 	return out
@@ -162,7 +164,8 @@ type document struct {
 
 type tierDocument struct {
 	Tier
-	MaxWait string `json:"max_wait,omitempty"`
+	MaxWait string                   `json:"max_wait,omitempty"`
+	Classes map[string]classDocument `json:"classes,omitempty"`
 }
 
 type poolDocument struct {
@@ -174,7 +177,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 	d := document{Version: p.Version, Epoch: p.Epoch, Enabled: p.Limits.Enabled, DefaultTier: p.Limits.DefaultTier,
 		Tiers: map[string]tierDocument{}, Pools: map[string]poolDocument{}, LongCostFactor: p.LongCostFactor}
 	for name, t := range p.Limits.Tiers {
-		td := tierDocument{Tier: t}
+		td := tierDocument{Tier: t, Classes: classDocuments(t.Classes)}
 		if t.MaxWait > 0 {
 			td.MaxWait = t.MaxWait.String()
 		}
@@ -209,6 +212,11 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 			}
 			t.MaxWait = w
 		}
+		classes, err := classesOf("tiers."+name, td.Classes)
+		if err != nil {
+			return err
+		}
+		t.Classes = classes
 		out.Limits.Tiers[name] = t
 	}
 	for name, pd := range d.Pools {

@@ -146,6 +146,7 @@ func (t Tier) validate(field string, maxTokensLimit int, report Report) {
 		report(field+".ingest_quota", "must be >= 0 (0 = no limit), got %+v", t.IngestQuota)
 	}
 	t.Budget.validate(field+".budget", report)
+	t.validateClasses(field, report)
 }
 
 // validate checks the routes' rates at path field.

@@ -30,6 +30,9 @@ type Finished struct {
 	Cached string
 	// TraceID is the request's trace when tracing is on.
 	TraceID string
+	// ServiceTier is the service class the request was served in (a
+	// class of Classes); "" when it ended before the door chose one.
+	ServiceTier string
 	// Similar counts the requests of the same tenant refused for the same
 	// reason since the previous line, which had no line of their own: the
 	// door logs its refusals at most once per tenant and reason a window.
@@ -68,6 +71,9 @@ func (f Finished) attrs() []slog.Attr {
 	attrs := []slog.Attr{
 		slog.String("requestID", f.RequestID), slog.String("tenant", f.Tenant),
 		slog.String("route", f.Route), slog.String("outcome", f.Outcome), slog.String("reason", f.Reason),
+	}
+	if f.ServiceTier != "" {
+		attrs = append(attrs, slog.String("service_tier", f.ServiceTier))
 	}
 	for _, sk := range stageKeys {
 		var ms int64

@@ -19,7 +19,7 @@ func TestFinishedLogLine(t *testing.T) {
 			{StageRerank, 1}, {StageLLMFirstToken, 40}, {StageLLM, 900},
 		},
 		TTFT: 58 * time.Millisecond, PromptTokens: 120, CompletionTokens: 30,
-		Cached: "embedding:memory", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+		Cached: "embedding:memory", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", ServiceTier: ClassFlex,
 	}.Log(context.Background(), logger)
 	var line map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
@@ -29,7 +29,7 @@ func TestFinishedLogLine(t *testing.T) {
 		"msg": "request finished", "requestID": "chat-1", "tenant": "acme", "route": "short", "outcome": "done", "reason": "",
 		"embed_ms": 2.0, "queue_wait_ms": 12.0, "retrieval_ms": 3.0, "rerank_ms": 1.0, "llm_first_token_ms": 40.0, "llm_ms": 900.0,
 		"ttft_ms": 58.0, "prompt_tokens": 120.0, "completion_tokens": 30.0, "cached": "embedding:memory",
-		"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "service_tier": "flex",
 	}
 	for k, v := range want {
 		if line[k] != v {
@@ -49,7 +49,7 @@ func TestFinishedLogLineWithoutTrace(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"trace_id", "ttft_ms", "embed_ms"} {
+	for _, k := range []string{"trace_id", "ttft_ms", "embed_ms", "service_tier"} {
 		if _, ok := line[k]; ok {
 			t.Errorf("%s logged for a request without it", k)
 		}

@@ -31,3 +31,19 @@ func TestPools(t *testing.T) {
 		t.Error("the cache route and the empty name are not pools")
 	}
 }
+
+func TestClasses(t *testing.T) {
+	for i, c := range Classes() {
+		if rank, ok := ClassRank(c); !ok || rank != i || !IsClass(c) || !IsServiceTier(c) {
+			t.Errorf("class %q: rank %d %v", c, rank, ok)
+		}
+	}
+	if IsClass(ClassAuto) || !IsServiceTier(ClassAuto) || !IsServiceTier("") {
+		t.Error("auto and none are service_tier values, not classes")
+	}
+	for _, v := range []string{"scale", "Priority", " default"} {
+		if IsServiceTier(v) {
+			t.Errorf("IsServiceTier(%q)", v)
+		}
+	}
+}

@@ -243,6 +243,7 @@ func checkLogLine(t *testing.T, log *testenv.SyncBuffer, done events.Done, query
 	want := map[string]any{
 		"tenant": "acme", "route": done.Route, "outcome": "done", "reason": "", "trace_id": done.TraceID,
 		"prompt_tokens": float64(done.Usage.PromptTokens), "completion_tokens": float64(done.Usage.CompletionTokens),
+		"service_tier": done.ServiceTier,
 	}
 	for k, v := range want {
 		if line[k] != v {
