@@ -59,6 +59,8 @@ var (
 	unreserveLua string
 	//go:embed lua/ahead.lua
 	aheadLua string
+	//go:embed lua/charge.lua
+	chargeLua string
 
 	// redis.Script runs EVALSHA and falls back to EVAL on NOSCRIPT, so a
 	// Redis restart or failover that drops the script cache is harmless.
@@ -71,6 +73,7 @@ var (
 	aheadScript     = redis.NewScript(libLua + aheadLua)
 	reserveScript   = redis.NewScript(libLua + reserveLua)
 	unreserveScript = redis.NewScript(libLua + unreserveLua)
+	chargeScript    = redis.NewScript(libLua + chargeLua)
 )
 
 // Status is the outcome of asking for a permit.
@@ -209,10 +212,10 @@ type poolKeys struct {
 	// clock, groupFinish and credit are the group's virtual time, finish
 	// tags and tenants' credits: the pool's own stats and finish (and its
 	// credit) for a pool alone (group.go); reserved counts each tenant's
-	// places reserved at the door (Reserve); expect is the share of its
-	// bound each tenant's requests used lately, which a new entry is
-	// charged (lib.lua learn).
-	clock, groupFinish, credit, reserved, expect string
+	// places reserved at the door (Reserve); shift is what each tenant's
+	// streams were charged while it was busy, which moves its reserved
+	// places (lib.lua advance).
+	clock, groupFinish, credit, reserved, shift string
 }
 
 // list is KEYS of every script, in the order lib.lua names them.
@@ -349,6 +352,7 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 	raw, err := enqueueScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
 		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent, req.Place.Tag, req.Place.Charge,
+		req.Place.Shift,
 	}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)
