@@ -13,7 +13,7 @@ import (
 // payRun is one tenant of burstShares: it sends burst requests at once,
 // each of prompt tokens asking maxTokens of output and using used.
 type payRun struct {
-	tenant                    string
+	tenant                  string
 	prompt, maxTokens, used int
 }
 
