@@ -12,9 +12,11 @@ import (
 // sheet keeps what a report section wrote.
 type sheet struct{ lines, goals []string }
 
-func (s *sheet) Linef(format string, args ...any) { s.lines = append(s.lines, fmt.Sprintf(format, args...)) }
-func (s *sheet) Table(...string)                  {}
-func (s *sheet) Row(...string)                    {}
+func (s *sheet) Linef(format string, args ...any) {
+	s.lines = append(s.lines, fmt.Sprintf(format, args...))
+}
+func (s *sheet) Table(...string) {}
+func (s *sheet) Row(...string)   {}
 func (s *sheet) Goal(what, measured, want string, met bool) {
 	s.goals = append(s.goals, GoalLine(what, measured, want, met))
 }
