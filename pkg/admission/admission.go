@@ -15,7 +15,10 @@
 // tenant back from idle gets no banked credit. An entry's cost is its
 // request's tokens (TokenCost), so tenants share the pool's tokens, not its
 // request count: one sending long prompts does not outweigh one sending
-// short ones.
+// short ones. A tenant pays as it goes: an entry is charged what is known
+// when it queues (its prompt), its stream's output is charged as it comes
+// (Charge), moving the tenant's waiting entries later, and its release
+// settles the rest (ReleaseUsed).
 //
 // A tier may cap the permits one tenant holds in a pool at once
 // (Request.MaxConcurrent). A tenant at its cap keeps its entries' places
@@ -388,8 +391,10 @@ func (g *Gate) Release(ctx context.Context, pool, requestID string) (Released, e
 
 // ReleaseUsed is Release of a request that used cost (TokenCost of its
 // prompt and answer tokens as served; 0: unknown): if it held a permit
-// it was queued for, its tenant is credited what it was charged beyond
-// that (or debited what it used beyond it), once, with the permit.
+// it was queued for, what it used beyond what it was charged (at its
+// place and while it streamed, Charge) is charged to its tenant as a
+// stream's output is, and what it was charged beyond what it used is
+// the tenant's credit; once, with the permit.
 func (g *Gate) ReleaseUsed(ctx context.Context, pool, requestID string, cost float64) (Released, error) {
 	limit, err := g.limit(pool)
 	if err != nil {
