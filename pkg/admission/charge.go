@@ -32,3 +32,27 @@ func (g *Gate) Charge(ctx context.Context, pool, requestID string, cost float64)
 	}
 	return n, nil
 }
+
+// Shifts reads each tenant's shift in pool's fair order: the ticks its
+// streams were charged since it was last idle, by which the places it
+// reserved at the door have moved (request.Place.Shift holds the shift
+// when each was reserved). The door's waiting room lines its waiters up
+// by it.
+func (g *Gate) Shifts(ctx context.Context, pool string) (map[string]int64, error) {
+	if _, err := g.limit(pool); err != nil {
+		return nil, err
+	}
+	raw, err := g.cmd.HGetAll(ctx, g.keys(pool).shift).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read the tenants' shifts in pool %s: %w", pool, err)
+	}
+	out := make(map[string]int64, len(raw))
+	for tenant, v := range raw {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("read the tenants' shifts in pool %s: tenant %s: %w", pool, tenant, err)
+		}
+		out[tenant] = n
+	}
+	return out, nil
+}

@@ -164,6 +164,9 @@ func TestChargeMovesWaitingEntries(t *testing.T) {
 	if f, _ := rdb.HGet(ctx, short.groupFinish, "a").Int64(); f != fBefore+1260 {
 		t.Errorf("a's F_t %d, want %d", f, fBefore+1260)
 	}
+	if shifts, err := g.Shifts(ctx, "long"); err != nil || shifts["a"] != place.Shift+1260 || len(shifts) != 1 {
+		t.Errorf("shifts %v (%v), want a's moved by 1260 from %d, in the group", shifts, err, place.Shift)
+	}
 	if ahead, _ := g.AheadOf(ctx, place); ahead != aheadBefore {
 		t.Errorf("a's reserved place is behind %d, want %d: it moves with a's entries", ahead, aheadBefore)
 	}
