@@ -218,7 +218,7 @@ func TestAdmittedAtOnce(t *testing.T) {
 				t.Errorf("gateway %v, %d messages, pool %s, bound %d (want %d), cache %v", in.Gateway, len(in.Conversation), in.Pool, in.PromptBound, b, in.Settings.AnswerCache)
 			}
 			if in.Choices != 2 || in.AdmissionTokens != b {
-				t.Errorf("choices %d admission tokens %d, want 2 answers of 16 on %d", in.Choices, in.AdmissionTokens, b)
+				t.Errorf("choices %d admission tokens %d, want 2, placed at the prompt's %d", in.Choices, in.AdmissionTokens, b)
 			}
 			near(t, "tokens charged", s.charged(), float64(b+32))
 		},
