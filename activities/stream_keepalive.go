@@ -11,7 +11,9 @@ import (
 
 // keepAlive runs beside the stream: it heartbeats (so a slow first token
 // is not mistaken for a lost worker, and so Temporal can deliver a
-// cancellation), checks the stop flag between tokens too, and renews the
+// cancellation), checks the stop flag between tokens too, charges the
+// request's tenant for the output streamed since its last round (pay as
+// you go: one round trip a round, none when no token came), and renews the
 // permit's lease at a third of its length. Its first round runs at once,
 // in parallel with the request to the backend rather than before it: the
 // permit may have waited through retrieval, rerank and the task queue, and
@@ -24,6 +26,9 @@ func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log 
 	// StreamLLM renewed the lease just before starting this loop.
 	lastRenew := time.Now()
 	warned := false
+	// A resumed attempt's first charge counts the earlier attempt's tokens
+	// too: the gate charges only what was not charged yet.
+	charged := int64(0)
 	for first := true; ; first = false {
 		if !first {
 			select {
@@ -32,6 +37,7 @@ func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log 
 			case <-t.C:
 			}
 			activity.RecordHeartbeat(ctx, streamProgress{Tokens: int(n.Load())})
+			charged = a.chargeOutput(ctx, log, in, n.Load(), charged)
 		}
 		if stopped, err := a.Redis.Exists(ctx, stopKey).Result(); err == nil && stopped == 1 {
 			stop(errStopped)
@@ -54,4 +60,21 @@ func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log 
 			warned = true
 		}
 	}
+}
+
+// chargeOutput charges the request's tenant for its tokens up to tokens,
+// when more came than the charged already paid for, and returns the
+// tokens charged for now. A failed charge is retried on the next round;
+// whatever is never charged, the release settles.
+func (a *Chat) chargeOutput(ctx context.Context, log *slog.Logger, in LLMInput, tokens, charged int64) int64 {
+	if tokens <= charged {
+		return charged
+	}
+	if _, err := a.Gate.Charge(ctx, in.Pool, in.RequestID, a.Options.usedCost(0, int(tokens))); err != nil {
+		if ctx.Err() == nil {
+			log.Warn("charge streamed tokens", "err", err)
+		}
+		return charged
+	}
+	return tokens
 }

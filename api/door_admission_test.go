@@ -9,9 +9,9 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 )
 
-// The workflow starts with the request's token bound (what the rate
-// limits are charged) as its admission cost, and its tier's concurrency
-// cap.
+// The workflow starts with the prompt's bound as its admission cost (its
+// output is charged as it streams, whatever max_tokens it asks), and its
+// tier's concurrency cap.
 func TestStartCarriesTokensAndConcurrencyCap(t *testing.T) {
 	srv, tc, _ := newTestServer(t, func(c *config.Config) { c.Auth.APIKeys[0].Tier = "free" })
 	post(srv, `{"query":"hello","max_tokens":100}`)
@@ -22,8 +22,8 @@ func TestStartCarriesTokensAndConcurrencyCap(t *testing.T) {
 	}
 	in := tc.inputs[0]
 	bound := srv.prompts.BoundForQueryTokens(srv.prompts.QueryTokens("hello"), srv.cfg.Retrieval.TopK, srv.cfg.Retrieval.ChunkTokens)
-	if in.AdmissionTokens != bound+100 {
-		t.Errorf("admission tokens %d, want the prompt's bound %d + 100 output tokens", in.AdmissionTokens, bound)
+	if in.AdmissionTokens != bound {
+		t.Errorf("admission tokens %d, want the prompt's bound %d", in.AdmissionTokens, bound)
 	}
 	if want := srv.cfg.Limits.Tiers["free"].MaxConcurrent; in.Settings.MaxConcurrent != want || want == 0 {
 		t.Errorf("settings carry max concurrent %d, want free's %d", in.Settings.MaxConcurrent, want)

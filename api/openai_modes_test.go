@@ -103,8 +103,9 @@ func TestConversationTooLongForAnyPool(t *testing.T) {
 	}
 }
 
-// n answers are asked of the backend and charged at the door as n
-// answers; a pool whose backend cannot give them refuses n.
+// n answers are asked of the backend; the fair order places the request
+// at its prompt whatever n (its answers are charged as they stream); a
+// pool whose backend cannot give them refuses n.
 func TestSeveralChoicesAtTheDoor(t *testing.T) {
 	srv, tc, _ := newTestServer(t, nil)
 	in := startedInput(t, srv, tc, `{"model":"sluice-sim","n":3,"max_tokens":10,"messages":[{"role":"user","content":"q"}]}`, nil)
@@ -112,8 +113,8 @@ func TestSeveralChoicesAtTheDoor(t *testing.T) {
 		t.Fatalf("choices %d", in.Choices)
 	}
 	one := startedInputAgain(t, srv, tc, `{"model":"sluice-sim","max_tokens":10,"messages":[{"role":"user","content":"q"}]}`)
-	if in.AdmissionTokens-one.AdmissionTokens != 20 || one.Choices != 0 {
-		t.Fatalf("3 answers of 10 tokens size %d, one answer %d", in.AdmissionTokens, one.AdmissionTokens)
+	if in.AdmissionTokens != one.AdmissionTokens || in.AdmissionTokens == 0 || one.Choices != 0 {
+		t.Fatalf("3 answers of 10 tokens placed at %d, one answer at %d: want both at the prompt", in.AdmissionTokens, one.AdmissionTokens)
 	}
 	srv, tc, _ = newTestServer(t, func(c *config.Config) { c.Pools.Short.Unsupported = []string{"n"} })
 	assertOpenAIError(t, postCompletion(srv, `{"model":"sluice-sim","n":2,"messages":[{"role":"user","content":"q"}]}`, nil),

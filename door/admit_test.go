@@ -51,8 +51,8 @@ func TestAdmittedAtOnce(t *testing.T) {
 			if in.Pool != request.PoolShort || adm.Pool != request.PoolShort || in.PromptBound != b {
 				t.Errorf("pool %s (admission says %s), prompt bound %d; want short, %d", in.Pool, adm.Pool, in.PromptBound, b)
 			}
-			if in.MaxTokens != 16 || in.AdmissionTokens != b+16 || in.Choices != 0 {
-				t.Errorf("max tokens %d, admission tokens %d, choices %d; want 16, %d, 0", in.MaxTokens, in.AdmissionTokens, in.Choices, b+16)
+			if in.MaxTokens != 16 || in.AdmissionTokens != b || in.Choices != 0 {
+				t.Errorf("max tokens %d, admission tokens %d, choices %d; want 16, %d (the prompt's bound), 0", in.MaxTokens, in.AdmissionTokens, in.Choices, b)
 			}
 			if in.RateReservation == "" || in.BudgetReservation != "" || in.AdmissionPlace.Tag != 0 || in.Fallback != nil {
 				t.Errorf("rate %q budget %q place %+v fallback %v: want a rate reservation only", in.RateReservation, in.BudgetReservation, in.AdmissionPlace, in.Fallback)
@@ -120,19 +120,19 @@ func TestAdmittedAtOnce(t *testing.T) {
 		req: func(s *stack) *door.Request { return s.request("hello", 1000) },
 		check: func(t *testing.T, s *stack, adm door.Admission, in workflows.ChatInput) {
 			b := s.bound("hello")
-			if in.MaxTokens != 64 || in.AdmissionTokens != b+64 {
-				t.Errorf("max tokens %d admission tokens %d, want 64, %d", in.MaxTokens, in.AdmissionTokens, b+64)
+			if in.MaxTokens != 64 || in.AdmissionTokens != b {
+				t.Errorf("max tokens %d admission tokens %d, want 64, %d", in.MaxTokens, in.AdmissionTokens, b)
 			}
 			near(t, "tokens charged", s.charged(), float64(b+64))
 		},
 	}, {
-		name: "output tokens weigh output_token_weight in the fair order, not in the charge",
+		name: "the fair order places a request at its prompt alone (its output is charged as it streams); the rate limits charge the bound",
 		mod:  func(c *config.Config) { c.Admission.OutputTokenWeight = 2.5 },
 		req:  func(s *stack) *door.Request { return s.request("hello", 100) },
 		check: func(t *testing.T, s *stack, adm door.Admission, in workflows.ChatInput) {
 			b := s.bound("hello")
-			if in.AdmissionTokens != b+250 {
-				t.Errorf("admission tokens %d, want %d", in.AdmissionTokens, b+250)
+			if in.AdmissionTokens != b {
+				t.Errorf("admission tokens %d, want %d", in.AdmissionTokens, b)
 			}
 			near(t, "tokens charged", s.charged(), float64(b+100))
 		},
@@ -146,8 +146,8 @@ func TestAdmittedAtOnce(t *testing.T) {
 		req: func(s *stack) *door.Request { return s.request(longQuery, 16) },
 		check: func(t *testing.T, s *stack, adm door.Admission, in workflows.ChatInput) {
 			b := s.bound(strings.TrimSpace(longQuery))
-			if in.Pool != request.PoolLong || in.AdmissionTokens != b+16 {
-				t.Errorf("pool %s admission tokens %d, want long, %d: the factor is the rate limits' only", in.Pool, in.AdmissionTokens, b+16)
+			if in.Pool != request.PoolLong || in.AdmissionTokens != b {
+				t.Errorf("pool %s admission tokens %d, want long, %d: the factor is the rate limits' only", in.Pool, in.AdmissionTokens, b)
 			}
 			near(t, "tokens charged", s.charged(), math.Ceil(2.5*float64(b+16)))
 		},
@@ -217,8 +217,8 @@ func TestAdmittedAtOnce(t *testing.T) {
 			if !in.Gateway || len(in.Conversation) != 1 || in.Pool != request.PoolShort || in.PromptBound != b || in.Settings.AnswerCache {
 				t.Errorf("gateway %v, %d messages, pool %s, bound %d (want %d), cache %v", in.Gateway, len(in.Conversation), in.Pool, in.PromptBound, b, in.Settings.AnswerCache)
 			}
-			if in.Choices != 2 || in.AdmissionTokens != b+32 {
-				t.Errorf("choices %d admission tokens %d, want 2 answers of 16 on %d", in.Choices, in.AdmissionTokens, b)
+			if in.Choices != 2 || in.AdmissionTokens != b {
+				t.Errorf("choices %d admission tokens %d, want 2, placed at the prompt's %d", in.Choices, in.AdmissionTokens, b)
 			}
 			near(t, "tokens charged", s.charged(), float64(b+32))
 		},

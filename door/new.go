@@ -158,7 +158,7 @@ func New(opts Options) (*Door, error) {
 func NewRoom(cfg config.Config, gate *admission.Gate, live *policy.Store, logger *slog.Logger) (*waitroom.Room, error) {
 	ready := poolReadiness{cfg: cfg, gate: gate, policy: live}
 	return waitroom.New(waitroom.Options{
-		Slots: cfg.API.MaxStartsInFlight, Capacity: cfg.API.WaitingRoom, Ready: ready.ready, Logger: logger,
+		Slots: cfg.API.MaxStartsInFlight, Capacity: cfg.API.WaitingRoom, Ready: ready.ready, Shifts: gate.Shifts, Logger: logger,
 	})
 }
 

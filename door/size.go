@@ -50,16 +50,13 @@ func (d *Door) tokenBound(req *Request) int {
 }
 
 // admissionTokens is the request's size in the fair queue and the
-// waiting room: tokenBound with each output token weighted by
-// admission.output_token_weight (1: tokenBound itself).
+// waiting room when it takes its place: what is known of it then, the
+// prompt's bound (tokenBound without the output). Its output is charged
+// as it streams (pay as you go: admission.Gate.Charge), each token
+// weighted admission.output_token_weight, so a request that asks a huge
+// max_tokens, or names none, costs what it uses.
 func (d *Door) admissionTokens(req *Request) int {
-	output := max(req.Choices, 1) * (*req.MaxTokens)
-	w := d.cfg.Admission.OutputTokenWeight
-	if w <= 0 {
-		// A configuration built without defaults: tokens as they are.
-		w = 1
-	}
-	return d.tokenBound(req) - output + int(math.Round(w*float64(output)))
+	return d.tokenBound(req) - max(req.Choices, 1)*(*req.MaxTokens)
 }
 
 // cost is what the rate limits charge a request up front: its token bound

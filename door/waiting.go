@@ -294,7 +294,7 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 	}
 	w, err := d.room.Enter(waitroom.Ticket{
 		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.class.Weight, 1), Cost: admission.TokenCost(a.admitTokens),
-		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass, Tag: a.place.Tag,
+		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass, Tag: a.place.Tag, Shift: a.place.Shift,
 	}, ready || pass)
 	switch {
 	case errors.Is(err, waitroom.ErrTenantFull):

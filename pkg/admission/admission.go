@@ -15,7 +15,10 @@
 // tenant back from idle gets no banked credit. An entry's cost is its
 // request's tokens (TokenCost), so tenants share the pool's tokens, not its
 // request count: one sending long prompts does not outweigh one sending
-// short ones.
+// short ones. A tenant pays as it goes: an entry is charged what is known
+// when it queues (its prompt), its stream's output is charged as it comes
+// (Charge), moving the tenant's waiting entries later, and its release
+// settles the rest (ReleaseUsed).
 //
 // A tier may cap the permits one tenant holds in a pool at once
 // (Request.MaxConcurrent). A tenant at its cap keeps its entries' places
@@ -59,6 +62,8 @@ var (
 	unreserveLua string
 	//go:embed lua/ahead.lua
 	aheadLua string
+	//go:embed lua/charge.lua
+	chargeLua string
 
 	// redis.Script runs EVALSHA and falls back to EVAL on NOSCRIPT, so a
 	// Redis restart or failover that drops the script cache is harmless.
@@ -71,6 +76,7 @@ var (
 	aheadScript     = redis.NewScript(libLua + aheadLua)
 	reserveScript   = redis.NewScript(libLua + reserveLua)
 	unreserveScript = redis.NewScript(libLua + unreserveLua)
+	chargeScript    = redis.NewScript(libLua + chargeLua)
 )
 
 // Status is the outcome of asking for a permit.
@@ -209,10 +215,10 @@ type poolKeys struct {
 	// clock, groupFinish and credit are the group's virtual time, finish
 	// tags and tenants' credits: the pool's own stats and finish (and its
 	// credit) for a pool alone (group.go); reserved counts each tenant's
-	// places reserved at the door (Reserve); expect is the share of its
-	// bound each tenant's requests used lately, which a new entry is
-	// charged (lib.lua learn).
-	clock, groupFinish, credit, reserved, expect string
+	// places reserved at the door (Reserve); shift is what each tenant's
+	// streams were charged while it was busy, which moves its reserved
+	// places (lib.lua advance).
+	clock, groupFinish, credit, reserved, shift string
 }
 
 // list is KEYS of every script, in the order lib.lua names them.
@@ -349,6 +355,7 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 	raw, err := enqueueScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
 		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent, req.Place.Tag, req.Place.Charge,
+		req.Place.Shift,
 	}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)
@@ -384,8 +391,10 @@ func (g *Gate) Release(ctx context.Context, pool, requestID string) (Released, e
 
 // ReleaseUsed is Release of a request that used cost (TokenCost of its
 // prompt and answer tokens as served; 0: unknown): if it held a permit
-// it was queued for, its tenant is credited what it was charged beyond
-// that (or debited what it used beyond it), once, with the permit.
+// it was queued for, what it used beyond what it was charged (at its
+// place and while it streamed, Charge) is charged to its tenant as a
+// stream's output is, and what it was charged beyond what it used is
+// the tenant's credit; once, with the permit.
 func (g *Gate) ReleaseUsed(ctx context.Context, pool, requestID string, cost float64) (Released, error) {
 	limit, err := g.limit(pool)
 	if err != nil {

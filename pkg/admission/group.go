@@ -89,11 +89,11 @@ func (g *Gate) keys(pool string) poolKeys {
 		parked: base + "parked", alivePrefix: base + "alive:", tombPrefix: base + "released:",
 		charged: base + "charged", epoch: base + "epoch", shedPrefix: base + "shed:",
 		clock: base + "stats", groupFinish: base + "finish", credit: base + "credit", reserved: base + "reserved",
-		expect: base + "expect",
+		shift: base + "shift",
 	}
 	if g.groups[pool] != nil {
 		k.clock, k.groupFinish, k.credit, k.reserved = root+"clock", root+"finish", root+"credit", root+"reserved"
-		k.expect = root + "expect"
+		k.shift = root + "shift"
 	}
 	return k
 }
@@ -102,7 +102,7 @@ func (g *Gate) keys(pool string) poolKeys {
 // then each other pool's of the group, as lib.lua reads them.
 func (g *Gate) scriptKeys(pool string) []string {
 	k := g.keys(pool)
-	out := append(k.list(), k.clock, k.groupFinish, k.credit, k.reserved, k.expect)
+	out := append(k.list(), k.clock, k.groupFinish, k.credit, k.reserved, k.shift)
 	for _, o := range g.others(pool) {
 		out = append(out, g.keys(o).list()...)
 	}

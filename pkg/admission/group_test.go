@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -313,11 +312,13 @@ func TestSettledCostsShareTheTokensUsed(t *testing.T) {
 	}
 }
 
-// A settled request credits its tenant once, with its permit; the credit
-// shortens the tenant's next entry, and is kept while the tenant has
-// requests queued or in flight, gone when it is idle. A debt (a request
-// used more than it was charged) stays when the tenant goes idle: its next
-// entry pays it, as VTC keeps a counter that ran ahead.
+// A settled request credits its tenant once, with its permit, what it
+// was charged beyond what it used; the credit shortens the tenant's next
+// entry. What it used beyond its charge is charged at release as its
+// stream's tokens are (Charge): the tenant's waiting entries move later.
+// The tenant keeps its F_t while it has requests in flight, and when it
+// goes idle keeps as a debt what its charges ran F_t ahead of V, which
+// its next entry pays.
 func TestSettlementIsOnceAndNotBanked(t *testing.T) {
 	g, rdb := newGate(t, 1, nil)
 	ctx := context.Background()
@@ -336,89 +337,61 @@ func TestSettlementIsOnceAndNotBanked(t *testing.T) {
 	if c, err := rdb.HGet(ctx, k.credit, "a").Int(); err != nil || c != (2-0.5)*2520 {
 		t.Fatalf("credit %d (%v), want 1.5 units (3780 ticks), once", c, err)
 	}
-	// a1 used a quarter of its bound: a's next entry is charged 81.3 % of
-	// its 2 units (1000 + 0.25*(250-1000) permille), 4098 ticks, less the
-	// credit.
-	if r, err := rdb.HGet(ctx, k.expect, "a").Int(); err != nil || r != 813 {
-		t.Fatalf("expected share %d‰ (%v), want 813", r, err)
-	}
+	// a's next entry is charged its 2 units, 5040 ticks, less the credit.
 	a4 := mustEnqueueReq(t, g, Request{ID: "a4", Tenant: "a", Weight: 1, Cost: 2})
-	if got := a4.Seq - a3.Seq; got != 4098-3780 {
-		t.Fatalf("a4 is %d ticks past a3, want 318: its expected charge less the credit", got)
+	if got := a4.Seq - a3.Seq; got != 5040-3780 {
+		t.Fatalf("a4 is %d ticks past a3, want 1260: its charge less the credit", got)
 	}
 	if n, _ := rdb.Exists(ctx, k.credit).Result(); n != 0 {
 		t.Fatal("the credit was not used up")
 	}
-	// a2 used more than it was charged: a debt, while a waits.
+	// a2 used a unit more than it was charged: a3 and a4 wait a unit
+	// later, and no debt is left.
 	if _, err := g.ReleaseUsed(ctx, "p", "a2", 3); err != nil { // a3 granted
 		t.Fatal(err)
 	}
-	if c, _ := rdb.HGet(ctx, k.credit, "a").Int(); c != -2520 {
-		t.Fatalf("credit %d, want a debt of 1 unit (-2520)", c)
+	if got := tagOf(t, rdb, k, "a4"); got != a4.Seq+2520 {
+		t.Fatalf("a4 at %d, want %d: a unit later", got, a4.Seq+2520)
 	}
-	// a's last entry leaves the queue: its F_t goes, its debt stays while
-	// a3 is in flight, and after a goes idle.
+	if n, _ := rdb.Exists(ctx, k.credit).Result(); n != 0 {
+		t.Fatal("a debt was kept for what was charged")
+	}
+	// a's last entry leaves the queue: its F_t stays while a3 is in
+	// flight.
 	mustRelease(t, g, "a4")
-	if n, _ := rdb.Exists(ctx, k.finish).Result(); n != 0 {
-		t.Fatal("a tenant with nothing queued kept its F_t")
+	if n, _ := rdb.HExists(ctx, k.finish, "a").Result(); !n {
+		t.Fatal("a tenant with a request in flight lost its F_t")
 	}
-	if c, _ := rdb.HGet(ctx, k.credit, "a").Int(); c != -2520 {
-		t.Fatalf("credit %d while a3 is in flight, want the debt kept", c)
-	}
+	// a goes idle: V is a3's tag, a's F_t a4's (1260 ticks on), which
+	// its charge of a unit ran ahead: 1260 ticks stay a debt.
 	mustRelease(t, g, "a3")
-	if c, _ := rdb.HGet(ctx, k.credit, "a").Int(); c != -2520 {
-		t.Fatalf("credit %d after a went idle, want the debt kept", c)
+	if c, _ := rdb.HGet(ctx, k.credit, "a").Int(); c != -1260 {
+		t.Fatalf("credit %d after a went idle, want a debt of 1260 ticks", c)
+	}
+	if n, _ := rdb.Exists(ctx, k.finish, k.shift).Result(); n != 0 {
+		t.Fatal("an idle tenant kept its F_t or shift")
 	}
 	// Back from idle, a's next entry starts at V and is longer by the
-	// debt: 2 units at the learned 860‰ (a2 used all of its bound and
-	// more), 4334 ticks, plus 2520.
+	// debt.
 	mustEnqueue(t, g, "h2")
 	v := vtimeOf(t, rdb, g)
 	a5 := mustEnqueueReq(t, g, Request{ID: "a5", Tenant: "a", Weight: 1, Cost: 2})
-	if got := a5.Seq - v; got != 4334+2520 {
-		t.Fatalf("a5 is %d ticks past V, want 6854: its charge and the debt", got)
+	if got := a5.Seq - v; got != 5040+1260 {
+		t.Fatalf("a5 is %d ticks past V, want 6300: its charge and the debt", got)
 	}
 	mustRelease(t, g, "a5")
 	mustRelease(t, g, "h2")
 	assertNoQueueState(t, rdb, g)
 }
 
-// A tenant is charged what its requests are expected to use, learned from
-// its releases: after its requests used a quarter of their bounds, a burst
-// of its places reserved at the door interleaves with another tenant's
-// entries of the same real size, as VTC would serve them. Charged the
-// bound, the burst would wait behind all of the other's entries, and its
-// credit could reach only places taken after it.
-func TestChargeFollowsWhatTheTenantUses(t *testing.T) {
-	g, rdb := newGate(t, 1, nil)
-	ctx := context.Background()
-	for i := range 12 {
-		mustEnqueueReq(t, g, Request{ID: fmt.Sprintf("x%d", i), Tenant: "x", Weight: 1})
-		mustEnqueueReq(t, g, Request{ID: fmt.Sprintf("w%d", i), Tenant: "loose", Weight: 1, Cost: 4})
-		mustRelease(t, g, fmt.Sprintf("x%d", i)) // w granted
-		if _, err := g.ReleaseUsed(ctx, "p", fmt.Sprintf("w%d", i), 1); err != nil {
-			t.Fatal(err)
-		}
+// tagOf is queued request id's tag.
+func tagOf(t *testing.T, rdb *redis.Client, k poolKeys, id string) int64 {
+	t.Helper()
+	s, err := rdb.ZScore(context.Background(), k.queue, id).Result()
+	if err != nil {
+		t.Fatalf("tag of %s: %v", id, err)
 	}
-	r, err := rdb.HGet(ctx, g.keys("p").expect, "loose").Int()
-	if err != nil || r < 250 || r > 300 {
-		t.Fatalf("loose's expected share %d‰ (%v), want near 250 after 12 requests using a quarter", r, err)
-	}
-	mustEnqueueReq(t, g, Request{ID: "hold", Tenant: "x", Weight: 1})
-	for i := range 4 {
-		mustEnqueueReq(t, g, Request{ID: fmt.Sprintf("t%d", i), Tenant: "tight", Weight: 1, Cost: 1})
-	}
-	for i := range 4 {
-		p, _, err := g.Reserve(ctx, "p", "loose", 1, 4, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mustEnqueueReq(t, g, Request{ID: fmt.Sprintf("l%d", i), Tenant: "loose", Weight: 1, Cost: 4, Place: p})
-	}
-	want := []string{"t0", "l0", "t1", "l1", "t2", "l2", "t3", "l3"}
-	if got := grantOrder(t, g, "hold"); !slices.Equal(got, want) {
-		t.Fatalf("granted %v, want %v", got, want)
-	}
+	return int64(s)
 }
 
 // Ahead counts the entries a new request would wait behind: a heavy

@@ -33,10 +33,10 @@ func (g *Gate) Reserve(ctx context.Context, pool, tenant string, weight int, cos
 	if err != nil {
 		return request.Place{}, 0, fmt.Errorf("reserve a place in pool %s for tenant %s: %w", pool, tenant, err)
 	}
-	if len(raw) != 3 {
+	if len(raw) != 4 {
 		return request.Place{}, 0, fmt.Errorf("reserve a place in pool %s: reply %v", pool, raw)
 	}
-	return request.Place{Pool: pool, Tenant: tenant, Weight: weight, Cost: cost, Tag: raw[0], Charge: raw[2]}, int(raw[1]), nil
+	return request.Place{Pool: pool, Tenant: tenant, Weight: weight, Cost: cost, Tag: raw[0], Charge: raw[2], Shift: raw[3]}, int(raw[1]), nil
 }
 
 // Unreserve gives back a place whose request never queued (it ended at
@@ -47,7 +47,7 @@ func (g *Gate) Unreserve(ctx context.Context, p request.Place) error {
 		return nil
 	}
 	err := unreserveScript.Run(ctx, g.rdb, g.scriptKeys(p.Pool), p.Tenant, p.Tag, p.Weight,
-		strconv.FormatFloat(p.Cost, 'g', -1, 64), p.Charge).Err()
+		strconv.FormatFloat(p.Cost, 'g', -1, 64), p.Charge, p.Shift).Err()
 	if err != nil {
 		return fmt.Errorf("give back place %d in pool %s of tenant %s: %w", p.Tag, p.Pool, p.Tenant, err)
 	}
@@ -58,7 +58,7 @@ func (g *Gate) Unreserve(ctx context.Context, p request.Place) error {
 // of it in the fair order.
 func (g *Gate) AheadOf(ctx context.Context, p request.Place) (int, error) {
 	n, err := aheadScript.Run(ctx, g.rdb, g.scriptKeys(p.Pool), p.Tenant, p.Weight,
-		strconv.FormatFloat(p.Cost, 'g', -1, 64), p.Tag).Int()
+		strconv.FormatFloat(p.Cost, 'g', -1, 64), p.Tag, p.Shift).Int()
 	if err != nil {
 		return 0, fmt.Errorf("entries ahead of place %d in pool %s: %w", p.Tag, p.Pool, err)
 	}

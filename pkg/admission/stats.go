@@ -246,7 +246,7 @@ func (g *Gate) Ahead(ctx context.Context, pool, tenant string, weight int, cost 
 	if weight <= 0 || !(cost > 0) {
 		return 0, fmt.Errorf("entries ahead in pool %s: weight %d and cost %v must be > 0", pool, weight, cost)
 	}
-	n, err := aheadScript.Run(ctx, g.rdb, g.scriptKeys(pool), tenant, weight, strconv.FormatFloat(cost, 'g', -1, 64), 0).Int()
+	n, err := aheadScript.Run(ctx, g.rdb, g.scriptKeys(pool), tenant, weight, strconv.FormatFloat(cost, 'g', -1, 64), 0, 0).Int()
 	if err != nil {
 		return 0, fmt.Errorf("entries ahead in pool %s: %w", pool, err)
 	}

@@ -18,4 +18,8 @@ type Place struct {
 	// its tenant's credit: what its entry settles against (0 on places
 	// reserved before it was kept: their cost/weight).
 	Charge int64 `json:",omitzero"`
+	// Shift is its tenant's shift when the place was reserved: the place
+	// moves as much later as the tenant's streams are charged until its
+	// request queues (pay as you go).
+	Shift int64 `json:",omitzero"`
 }

@@ -51,7 +51,16 @@ type Ticket struct {
 	// line orders by it, so that the room and the queue are one order. 0:
 	// the room places it by its own clock.
 	Tag int64
+	// Shift is its tenant's shift when Tag was reserved: a tagged waiter
+	// lines up at Tag moved on by what its tenant's streams were charged
+	// since (Options.Shifts), as the queue will place it.
+	Shift int64
 }
+
+// Shifts reads each tenant's shift in pool's fair order now: how far
+// its streams' charges have moved its places since it was last idle
+// (admission.Gate.Shifts).
+type Shifts func(ctx context.Context, pool string) (map[string]int64, error)
 
 // Ready reports whether pool's admission queue can take another request
 // now, given that starting more are already on their way to it.
@@ -65,6 +74,9 @@ type Options struct {
 	Capacity int
 	// Ready is asked before a waiter leaves for its pool; nil: always.
 	Ready Ready
+	// Shifts, if set, is read before a pool's head leaves while tagged
+	// waiters wait for it, and moves them as their tenants were charged.
+	Shifts Shifts
 	// Poll is how soon a pool that was not ready is asked again.
 	Poll   time.Duration
 	Logger *slog.Logger
@@ -298,6 +310,7 @@ func (r *Room) dispatch(ctx context.Context) (blocked bool) {
 				blocked = true
 				continue
 			}
+			r.retag(ctx, pool)
 			if r.admitHead(pool) {
 				admitted = true
 			}
@@ -333,6 +346,43 @@ func (r *Room) ready(ctx context.Context, pool string) (bool, error) {
 	starting := r.starting[pool]
 	r.mu.Unlock()
 	return r.opts.Ready(ctx, pool, starting)
+}
+
+// retag moves pool's tagged waiters to their tags as the pool's queue
+// would place them now: the reserved tag moved on by what each tenant's
+// streams were charged since it was reserved. A read that fails leaves
+// the line as it was.
+func (r *Room) retag(ctx context.Context, pool string) {
+	if r.opts.Shifts == nil || !r.hasTagged(pool) {
+		return
+	}
+	shifts, err := r.opts.Shifts(ctx, pool)
+	if err != nil {
+		r.opts.Logger.Warn("waiting room: read the tenants' shifts; keeping the line's order", "pool", pool, "err", err)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.line(pool)
+	for _, w := range l.waiters {
+		if w.ticket.Tag != 0 {
+			w.tag = float64(w.ticket.Tag + max(0, shifts[w.ticket.Tenant]-w.ticket.Shift))
+		}
+	}
+	heap.Init(l)
+	l.changed++
+}
+
+// hasTagged reports whether a waiter of pool's line has a reserved tag.
+func (r *Room) hasTagged(pool string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.line(pool).waiters {
+		if w.ticket.Tag != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // admitHead gives a free slot to the head of pool's line, if both exist.

@@ -309,3 +309,50 @@ func TestPassTakesAFreeSlotPastTheLine(t *testing.T) {
 		t.Fatalf("positions %d, %d; want 1, 2", heavy.Position(), again.Position())
 	}
 }
+
+// Tagged waiters line up at their reserved tags moved on by what their
+// tenants' streams were charged since (Options.Shifts): a tenant charged
+// past another's place leaves after it, though it reserved first.
+func TestTaggedWaitersMoveWithTheirTenantsCharges(t *testing.T) {
+	var open atomic.Bool
+	var reads atomic.Int64
+	r, err := New(Options{
+		Slots: 1, Capacity: 10, Poll: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Ready: func(context.Context, string, int) (bool, error) { return open.Load(), nil },
+		Shifts: func(context.Context, string) (map[string]int64, error) {
+			reads.Add(1)
+			return map[string]int64{"a": 700, "b": 50}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// a reserved at 100 when its shift was 200 (now 700: moved to 600);
+	// b at 300 when its shift was 50 (not moved).
+	a, err := r.Enter(Ticket{Pool: "short", Tenant: "a", Weight: 1, Tag: 100, Shift: 200}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Enter(Ticket{Pool: "short", Tenant: "b", Weight: 1, Tag: 300, Shift: 50}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Position() != 1 {
+		t.Fatalf("before the shifts are read a is at %d, want 1 (its reserved tag is first)", a.Position())
+	}
+	open.Store(true)
+	r.nudge()
+	if !admitted(b, time.Second) {
+		t.Fatal("b, ahead of a's moved place, was not admitted")
+	}
+	if admitted(a, 20*time.Millisecond) {
+		t.Fatal("a was admitted with b's slot")
+	}
+	if reads.Load() == 0 {
+		t.Fatal("the shifts were never read")
+	}
+}

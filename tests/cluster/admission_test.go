@@ -21,8 +21,8 @@ func (n *notes) NotifyGranted(_ context.Context, _, id string) (bool, error) {
 	return false, nil
 }
 
-// Every admission script (enqueue, pump, release, renew, shed, stats) and
-// the pipelines of the door's reads, on one pool's keys.
+// Every admission script (enqueue, pump, release, renew, shed, stats,
+// charge) and the pipelines of the door's reads, on one pool's keys.
 func TestAdmission(t *testing.T) {
 	rdb, prefix := client(t)
 	ctx := context.Background()
@@ -99,6 +99,12 @@ func TestAdmission(t *testing.T) {
 	ok(t, "end fast wait", err)
 	if !granted || len(n.ids) != 0 {
 		t.Fatalf("b granted %v, signalled %v; want granted over pub/sub, no signal", granted, n.ids)
+	}
+	// b streams: its tenant pays for its output as it comes.
+	charged, err := g.Charge(ctx, "short", "b", 0.5)
+	ok(t, "charge b's output", err)
+	if charged <= 0 {
+		t.Fatalf("charging b's output charged %d ticks, want some", charged)
 	}
 	r, err = g.Enqueue(ctx, "short", admission.Request{ID: "a", Tenant: "acme", Weight: 3})
 	ok(t, "enqueue a released request", err)

@@ -79,6 +79,8 @@ var scenarios = []scenario{
 		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, fairnessCode+"fairness.go", fairnessCode+"fairreport.go")},
 	{bench: "fairness", report: "fairness-1024.md", command: "make bench-fairness-1024",
 		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, fairnessCode+"fairness.go", fairnessCode+"fairreport.go")},
+	{bench: "fairness", report: "fairness-omitted.md", command: "make bench-fairness-omitted",
+		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, fairnessCode+"fairness.go", fairnessCode+"fairreport.go")},
 	{bench: "fairness-cluster", report: "fairness-cluster.md", command: "make bench-fairness-cluster",
 		measures: append(slices.Clone(requestPath), "app/", "worker/", "pkg/llmsim/", vtcCode, "tests/multi/fairness_test.go", "tests/multi/stack_test.go")},
 	{report: "chaos.md", command: "make chaos",

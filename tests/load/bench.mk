@@ -4,7 +4,7 @@
 # ./tests/load/cmd/sluice-bench/ fails when it is not what they generate.
 
 # make bench runs these, in this order, after bench-go.
-BENCH_TARGETS := bench-overhead bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal bench-goodput bench-pools bench-slo bench-slo-vtc bench-fairness bench-fairness-1024
+BENCH_TARGETS := bench-overhead bench-limiter bench-reject bench-wakeup bench-burst bench-waiters bench-heal bench-goodput bench-pools bench-slo bench-slo-vtc bench-fairness bench-fairness-1024 bench-fairness-omitted
 # These run only on their own.
 BENCH_ALONE := bench-soak
 
@@ -93,6 +93,13 @@ bench-fairness: need $(TEMPORAL) build
 # length known; ~6 minutes). Writes tests/load/report/fairness-1024.md.
 bench-fairness-1024: need $(TEMPORAL) build
 	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) -workloads real -max-tokens-mode 1024 -report tests/load/report/fairness-1024.md
+
+# sluice-bench fairness: the VTC paper's workloads replayed: token fairness
+# of Sluice vs FCFS vs the paper's numbers. The real workload with no
+# max_tokens in any request (the paper's VTC without the output length
+# known; ~6 minutes). Writes tests/load/report/fairness-omitted.md.
+bench-fairness-omitted: need $(TEMPORAL) build
+	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) -workloads real -max-tokens-mode omitted -report tests/load/report/fairness-omitted.md
 
 # sluice-bench soak: 30 minutes at the pool's capacity: every process's
 # memory, goroutines and workflow cache level off. make run's shape (the API

@@ -28,7 +28,12 @@
 --          one, and gives its tenant's reservation back whatever the answer
 -- ARGV[15] the ticks that place was charged (reserve.lua; 0 = unknown, a
 --          place reserved before they were returned: its cost/weight)
--- ARGV[16…] the group's arguments (lib.lua group_args)
+-- ARGV[16] the tenant's shift when that place was reserved (reserve.lua):
+--          the place is taken as much later as the tenant's streams were
+--          charged since (lib.lua advance); a place reserved before
+--          shifts were kept passes 0, and moves by all of the shift:
+--          later than it should, never earlier
+-- ARGV[17…] the group's arguments (lib.lua group_args)
 -- Returns {status, position, tag, limit, ewma_ms, woken pool, id pairs...}
 --   status 1 = holds a permit, 2 = queued at position (1-based), 3 = pool
 --   queue full, 4 = the request already released (nothing was taken),
@@ -48,7 +53,8 @@ local alive_prefix = ARGV[11]
 local held_cap = tonumber(ARGV[13])
 local reserved_tag = tonumber(ARGV[14])
 local reserved_charge = tonumber(ARGV[15])
-group_args(16)
+local reserved_shift = tonumber(ARGV[16])
+group_args(17)
 
 local now = now_ms()
 local limit = pool_limit(ARGV[7])
@@ -98,19 +104,24 @@ else
   if tenant_cap > 0 and tonumber(redis.call('HGET', K.tenants, tenant) or '0') >= tenant_cap then
     return {5, 0, 0, limit, ewma}
   end
-  local charge, bound
+  local charge
   if reserved_tag > 0 then
     -- Its place was taken in the fair order when it arrived at the door
-    -- (F_t moved then, its credit was spent then).
-    bound = ticks(cost, weight)
+    -- (F_t moved then, its credit was spent then), and has moved with
+    -- its tenant's charges since.
     tag, charge = reserved_tag, reserved_charge
-    if charge <= 0 then charge = bound end
+    if charge <= 0 then charge = ticks(cost, weight) end
+    local moved = tonumber(redis.call('HGET', G.shift, tenant) or '0') - reserved_shift
+    if moved > 0 then
+      tag = free_tick(tag + moved)
+      if tag > tonumber(redis.call('HGET', G.finish, tenant) or '0') then redis.call('HSET', G.finish, tenant, tag) end
+    end
     add_entry(id, tenant, tag, now, weight, held_cap, false)
   else
-    tag, charge, bound = place(tenant, cost, weight)
+    tag, charge = place(tenant, cost, weight)
     add_entry(id, tenant, tag, now, weight, held_cap, true)
   end
-  redis.call('HSET', K.charged, id, charge .. ':' .. weight .. ':' .. bound)
+  redis.call('HSET', K.charged, id, charged_value(charge, weight, charge))
 end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)
 

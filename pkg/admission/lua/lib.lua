@@ -33,9 +33,15 @@
 --   KEYS[12] held    HASH  tenant -> permits it holds
 --   KEYS[13] parked  HASH  tenant -> its entries, while its first entry is
 --                          held back by its cap
---   KEYS[14] charged HASH  request id -> "<ticks>:<weight>": what a granted
---                          entry advanced its tenant's F_t by, until its
---                          release settles it against what it used
+--   KEYS[14] charged HASH  request id -> what its entry has advanced its
+--                          tenant's F_t by so far, until its release
+--                          settles it against what it used:
+--                          "<ticks>:<weight>:-<ticks at placement>" for an
+--                          entry placed paying as it goes (charge.lua adds
+--                          its output as it streams; the negative third
+--                          field marks it), "<ticks>:<weight>[:<bound>]"
+--                          for one charged up front (by scripts before pay
+--                          as you go), which charge.lua leaves alone
 --   KEYS[15] clock   HASH  vtime: the group's virtual time V
 --   KEYS[16] finish  HASH  tenant -> F_t, for the whole group
 --   KEYS[17] credit  HASH  tenant -> ticks its released requests were
@@ -45,27 +51,31 @@
 --                          fair order reserved at the door (reserve.lua)
 --                          and not yet taken by an entry; the tenant keeps
 --                          its F_t and credit while it has any
---   KEYS[19] expect  HASH  tenant -> the share of its bound its requests
---                          used lately, in permille (an EWMA, learn()):
---                          what a new entry of the tenant is charged
+--   KEYS[19] shift   HASH  tenant -> ticks its streams have been charged
+--                          since it was last idle (advance): a place
+--                          reserved at the door notes it, and is taken
+--                          that much later for what was charged since
 --   KEYS[20…] the other pools of the group, 14 keys each in the order above
 -- A pool alone is a group of one: its clock and finish are its own stats
 -- and finish keys (KEYS[4], KEYS[6]), and no other pool follows.
 --
--- An entry is charged what its tenant's requests are expected to use: its
--- request's bound (prompt bound and max output tokens, all that is known
--- when it queues) times the share of their bounds the tenant's recent
--- requests used (expect, learned at each release). Its release passes
--- what the request used, and the difference is the tenant's credit (or
--- debt), so that over a backlog tenants share the tokens served, not the
--- bounds (as VTC counts them). Charging the bound alone spreads a tenant
--- that asks max_tokens 1024 for answers of 200 five times too far into
--- the future: its credit comes back only at release, and reaches only the
--- entries placed after it, while a crowd at the door holds many places.
--- A tenant keeps its credit while it has entries queued, requests in
--- flight or places reserved, and loses it when it goes idle (no banked
--- credit); it keeps a debt, as VTC keeps a counter that ran ahead, so a
--- tenant cannot shed what it under-paid by pausing.
+-- A tenant pays as it goes, as VTC counts: an entry is charged what is
+-- known when it queues, its request's prompt (its bound: the caller's
+-- cost leaves the output out), and its stream is charged its output
+-- tokens as they come (charge.lua, every keep-alive tick of the stream),
+-- which advances the tenant's F_t and moves its queued entries and its
+-- places reserved at the door that much later (advance). Its release
+-- settles what the request used against what it was charged: what is
+-- left over is charged the same way, an overcharge (the prompt's bound
+-- is above the prompt) is the tenant's credit, taken off its next
+-- entries. So a tenant that asks max_tokens 1024 for answers of 200
+-- pays for 200, and pays for them while they stream, not at release,
+-- when its next requests have taken their places. A tenant keeps F_t,
+-- shift and credit while it has entries queued, requests in flight or
+-- places reserved; when it goes idle it comes back at V, keeping as a
+-- debt only what its streams ran its F_t ahead of V (leave_if_idle), as
+-- VTC keeps a counter that ran ahead, so a tenant cannot shed what it
+-- used by pausing.
 --
 -- Pools that share backends are one group (pools.shared): one virtual
 -- clock, one F_t per tenant and one permit budget, the group limit, so a
@@ -110,7 +120,7 @@ end
 -- grants in another pool of the group. Every helper below reads K.
 local K = pool_keys(1)
 local SELF = K
-local G = {clock = KEYS[15], finish = KEYS[16], credit = KEYS[17], reserved = KEYS[18], expect = KEYS[19]}
+local G = {clock = KEYS[15], finish = KEYS[16], credit = KEYS[17], reserved = KEYS[18], shift = KEYS[19]}
 
 -- The other pools of the group: keys, and (after group_args) name,
 -- configured limit and liveness prefix.
@@ -172,16 +182,6 @@ local function queues()
   local out = {SELF.queue}
   for _, o in ipairs(OTHERS) do out[#out + 1] = o.k.queue end
   return out
-end
-
--- Whether tenant has entries queued in a pool of the group other than K.
-local function queued_elsewhere(tenant)
-  if #OTHERS == 0 then return false end
-  if K ~= SELF and redis.call('HEXISTS', SELF.tenants, tenant) == 1 then return true end
-  for _, o in ipairs(OTHERS) do
-    if o.k ~= K and redis.call('HEXISTS', o.k.tenants, tenant) == 1 then return true end
-  end
-  return false
 end
 
 -- A tenant's entries in order: the length prefix makes the tenant part
@@ -287,9 +287,14 @@ local function migrate()
   end
 end
 
+-- cost/weight in ticks, rounded.
+local function span(cost, weight)
+  return math.floor(cost * TICKS / weight + 0.5)
+end
+
 -- The length of an entry in ticks: cost/weight, at least one tick.
 local function ticks(cost, weight)
-  return math.max(1, math.floor(cost * TICKS / weight + 0.5))
+  return math.max(1, span(cost, weight))
 end
 
 -- The group's pools: SELF and the others' keys.
@@ -351,44 +356,110 @@ local function forget_credit(tenant)
   end
 end
 
--- The share of its bound (permille) a new entry of tenant is charged:
--- what its recent requests used of theirs; a tenant not seen yet is
--- charged the whole bound. Never below EXPECT_MIN, so that one tenant's
--- short answers cannot make its next long one all but free before its
--- release settles it.
-local EXPECT_MIN, EXPECT_ALPHA = 20, 0.25
-local function expected(tenant)
-  return tonumber(redis.call('HGET', G.expect, tenant) or '1000')
-end
-
--- Learn from a released request of tenant that used used_ticks of a bound
--- of bound_ticks: an EWMA, so that a change in what a tenant asks shows
--- within a few requests.
-local function learn(tenant, used_ticks, bound_ticks)
-  local seen = math.min(1000, used_ticks * 1000 / bound_ticks)
-  local r = expected(tenant)
-  r = math.max(EXPECT_MIN, math.floor(r + EXPECT_ALPHA * (seen - r) + 0.5))
-  redis.call('HSET', G.expect, tenant, r)
-end
-
--- Credit tenant with what its request was charged (charged: "<ticks>:
--- <weight>:<bound ticks>"; entries charged before expect was kept have no
--- bound) beyond used, its cost as served, and learn what share of its
--- bound it used; the caller has given the request's permit back. A tenant
--- busy elsewhere in the group (queued, or with other requests in flight,
--- whose next arrivals it shortens) keeps a credit; an idle one drops it.
-local function settle(tenant, charged, used)
-  local t, rest = split(charged)
-  local w, bound = split(rest)
-  w = tonumber(w)
-  local used_ticks = ticks(used, w)
-  if bound then learn(tenant, used_ticks, tonumber(bound)) end
-  if idle(tenant) then
-    forget_credit(tenant)
-    return
+-- A tenant with nothing left in the group (idle) forgets its F_t, shift
+-- and credit, and comes back at V. What its F_t ran ahead of V stays as
+-- a debt, but no more than its streams were charged (shift): the output
+-- it was served is owed, the entries it gave up are not.
+local function leave_if_idle(tenant)
+  if not idle(tenant) then return end
+  local f = redis.call('HGET', G.finish, tenant)
+  local moved = tonumber(redis.call('HGET', G.shift, tenant) or '0')
+  if f and moved > 0 then
+    local owed = math.min(tonumber(f) - vtime(), moved)
+    if owed > 0 then redis.call('HINCRBY', G.credit, tenant, -owed) end
   end
-  local diff = tonumber(t) - used_ticks
-  if diff ~= 0 then redis.call('HINCRBY', G.credit, tenant, diff) end
+  redis.call('HDEL', G.finish, tenant)
+  redis.call('HDEL', G.shift, tenant)
+  forget_credit(tenant)
+end
+
+-- A charged value (KEYS[14]): the ticks charged so far, the weight, and,
+-- for an entry placed paying as it goes, the ticks it was charged at
+-- placement (nil for one charged up front).
+local function read_charged(v)
+  local t, rest = split(v)
+  local w, third = split(rest)
+  local placed = third and tonumber(third)
+  if placed and placed < 0 then placed = -placed else placed = nil end
+  return tonumber(t), tonumber(w), placed
+end
+
+local function charged_value(t, w, placed)
+  return t .. ':' .. w .. ':-' .. placed
+end
+-- The first tick at or after f that no queued entry holds. ZSET ties would
+-- sort by request id; moving a newcomer past the entries already holding its
+-- tag keeps equal tags in arrival order, at a cost of a tick each (1/2520 of
+-- a unit).
+-- In a group the tags of all its queues are distinct, so that the order
+-- across pools, and a waiter's position in it, is total.
+local function free_tick(f)
+  while true do
+    local last = f + 31
+    local taken = {}
+    for _, q in ipairs(queues()) do
+      local in_q = redis.call('ZRANGEBYSCORE', q, f, last, 'WITHSCORES')
+      for i = 2, #in_q, 2 do taken[#taken + 1] = tonumber(in_q[i]) end
+    end
+    if #OTHERS > 0 then table.sort(taken) end
+    for _, s in ipairs(taken) do
+      if s > f then return f end
+      if s == f then f = f + 1 end
+    end
+    if f <= last then return f end
+  end
+end
+
+-- Move tenant delta ticks later in the fair order, for tokens its
+-- streams were served: its F_t, its shift (so that the places it reserved
+-- at the door are taken that much later), and each of its entries queued
+-- in the group's pools, in tag order, each to the first free tick at or
+-- past both its moved tag and the one before it, so that its entries stay
+-- in arrival order and tags stay distinct. Its waiting entries move with
+-- its counter, as VTC orders a tenant's waiting requests by it. A tenant
+-- without F_t (placed by scripts that dropped it while it held permits)
+-- is charged from V.
+local function advance(tenant, delta)
+  local f = redis.call('HGET', G.finish, tenant)
+  f = (f and tonumber(f) or vtime()) + delta
+  redis.call('HINCRBY', G.shift, tenant, delta)
+  local was = K
+  for _, p in ipairs(group_keys()) do
+    K = p
+    if redis.call('HEXISTS', K.tenants, tenant) == 1 then
+      local entries = first_entries(tenant, -1)
+      for _, e in ipairs(entries) do
+        redis.call('ZREM', K.queue, e[1])
+        redis.call('ZREM', K.order, order_member(tenant, e[2], e[1]))
+      end
+      local prev = -1
+      for _, e in ipairs(entries) do
+        local tag = free_tick(math.max(e[2] + delta, prev + 1))
+        redis.call('ZADD', K.queue, tag, e[1])
+        redis.call('ZADD', K.order, 0, order_member(tenant, tag, e[1]))
+        prev = tag
+      end
+      if prev > f then f = prev end
+      refresh(tenant)
+    end
+  end
+  K = was
+  redis.call('HSET', G.finish, tenant, f)
+end
+
+-- Settle a released request of tenant that used used (its cost as
+-- served) against what it was charged (charged, KEYS[14]): what it used
+-- beyond that is charged now (advance), what it was charged beyond it is
+-- the tenant's credit. The caller has given the request's permit back,
+-- and drops what an idle tenant keeps (leave_if_idle).
+local function settle(tenant, charged, used)
+  local t, w = read_charged(charged)
+  local diff = ticks(used, w) - t
+  if diff > 0 then
+    advance(tenant, diff)
+  elseif diff < 0 then
+    redis.call('HINCRBY', G.credit, tenant, -diff)
+  end
 end
 
 -- Give back id's permit, if it holds one, and its tenant's count of
@@ -406,11 +477,8 @@ local function drop_permit(id, used)
     if redis.call('HINCRBY', K.held, tenant, -1) <= 0 then
       redis.call('HDEL', K.held, tenant)
     end
-    if charged and used and used > 0 then
-      settle(tenant, charged, used)
-    elseif idle(tenant) then
-      forget_credit(tenant)
-    end
+    if charged and used and used > 0 then settle(tenant, charged, used) end
+    leave_if_idle(tenant)
     -- Only a parked tenant can become grantable by giving one back.
     if redis.call('HEXISTS', K.parked, tenant) == 1 then refresh(tenant) end
   end
@@ -446,40 +514,16 @@ local function below_cap(tenant, cap)
   return cap <= 0 or tonumber(redis.call('HGET', K.held, tenant) or '0') < cap
 end
 
--- The first tick at or after f that no queued entry holds. ZSET ties would
--- sort by request id; moving a newcomer past the entries already holding its
--- tag keeps equal tags in arrival order, at a cost of a tick each (1/2520 of
--- a unit).
--- In a group the tags of all its queues are distinct, so that the order
--- across pools, and a waiter's position in it, is total.
-local function free_tick(f)
-  while true do
-    local last = f + 31
-    local taken = {}
-    for _, q in ipairs(queues()) do
-      local in_q = redis.call('ZRANGEBYSCORE', q, f, last, 'WITHSCORES')
-      for i = 2, #in_q, 2 do taken[#taken + 1] = tonumber(in_q[i]) end
-    end
-    if #OTHERS > 0 then table.sort(taken) end
-    for _, s in ipairs(taken) do
-      if s > f then return f end
-      if s == f then f = f + 1 end
-    end
-    if f <= last then return f end
-  end
-end
-
 -- A new place in the fair order for a request of tenant: it starts at
--- max(V, F_t) and spans its charge in ticks (cost/weight, times the share
--- of its bound the tenant is expected to use), shortened (or lengthened)
--- by the tenant's credit (or debt) from settled requests, down to one
--- tick, what is left of the credit staying. F_t moves to its tag.
--- Returns the tag, the charge (ticks before credit) and the bound (ticks
--- of cost/weight), which settle needs.
+-- max(V, F_t) and spans its charge in ticks (cost/weight: what is known
+-- of the request when it queues; its output is charged as it streams),
+-- shortened (or lengthened) by the tenant's credit (or debt) from
+-- settled requests, down to one tick, what is left of the credit
+-- staying. F_t moves to its tag. Returns the tag and the charge (ticks
+-- before credit), which settle needs.
 local function place(tenant, cost, weight)
   local start = math.max(vtime(), tonumber(redis.call('HGET', G.finish, tenant) or '0'))
-  local bound = ticks(cost, weight)
-  local charge = math.max(1, math.floor(bound * expected(tenant) / 1000 + 0.5))
+  local charge = ticks(cost, weight)
   local length = charge
   local credit = tonumber(redis.call('HGET', G.credit, tenant) or '0')
   if credit ~= 0 then
@@ -489,7 +533,7 @@ local function place(tenant, cost, weight)
   end
   local tag = free_tick(start + length)
   redis.call('HSET', G.finish, tenant, tag)
-  return tag, charge, bound
+  return tag, charge
 end
 
 -- How many entries queued in the group's pools have tags below tag.
@@ -525,9 +569,8 @@ end
 
 -- Drop the bookkeeping of entry id, queued at tag, and return its tenant
 -- (nil if it had none); tenant, if the caller knows it, saves a read. The
--- caller refreshes the tenant. A tenant left with no entry forgets its F_t:
--- it comes back at V, with neither credit nor a debt for entries it gave
--- up.
+-- caller refreshes the tenant, and lets it go if it is left idle
+-- (leave_if_idle; not when the entry is granted).
 local function take(id, tag, tenant)
   redis.call('ZREM', K.queue, id)
   redis.call('ZREM', K.since, id)
@@ -538,7 +581,6 @@ local function take(id, tag, tenant)
   redis.call('ZREM', K.order, order_member(tenant, tag, id))
   if redis.call('HINCRBY', K.tenants, tenant, -1) <= 0 then
     redis.call('HDEL', K.tenants, tenant)
-    if not queued_elsewhere(tenant) and reserved(tenant) == 0 then redis.call('HDEL', G.finish, tenant) end
   end
   return tenant
 end
@@ -551,7 +593,7 @@ local function unqueue(id)
   local tenant = take(id, tonumber(tag))
   if tenant then
     refresh(tenant)
-    if idle(tenant) then forget_credit(tenant) end
+    leave_if_idle(tenant)
   end
   return 1
 end
@@ -638,7 +680,7 @@ local function pump(limit, lease, alive_prefix, now)
       take(id, tag, tenant)
       if redis.call('DEL', best.alive .. id) == 0 then
         redis.call('HDEL', K.charged, id)
-        if idle(tenant) then forget_credit(tenant) end
+        leave_if_idle(tenant)
       else
         grant(id, tenant, now, lease)
         granted[#granted + 1] = best.name

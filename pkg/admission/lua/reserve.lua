@@ -12,10 +12,12 @@
 -- ARGV[2] weight (> 0)
 -- ARGV[3] cost (> 0)
 -- ARGV[4] ttl ms: how long the place may wait at the door
--- Returns {tag, ahead, charge}: the place's tag, how many queued entries
--- of the group are ahead of it, and the ticks it was charged (its entry's
--- charge when the request takes it).
+-- Returns {tag, ahead, charge, shift}: the place's tag, how many queued
+-- entries of the group are ahead of it, the ticks it was charged (its
+-- entry's charge when the request takes it), and its tenant's shift now
+-- (lib.lua KEYS[19]), from which the place moves with the tenant's
+-- charges until it is taken.
 local tenant, weight, cost = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local tag, charge = place(tenant, cost, weight)
 reserve_count(tenant, 1, tonumber(ARGV[4]))
-return {tag, below(tag), charge}
+return {tag, below(tag), charge, tonumber(redis.call('HGET', G.shift, tenant) or '0')}

@@ -10,17 +10,18 @@
 -- ARGV[4] cost (> 0)
 -- ARGV[5] the ticks the place was charged (reserve.lua; 0: a place
 --         reserved before they were returned, charged cost/weight)
+-- ARGV[6] the tenant's shift when the place was reserved (reserve.lua):
+--         the place has moved by the tenant's charges since
 -- Returns 1.
 local tenant, tag = ARGV[1], tonumber(ARGV[2])
 local charge = tonumber(ARGV[5] or '0')
 if charge <= 0 then charge = ticks(tonumber(ARGV[4]), tonumber(ARGV[3])) end
 reserve_count(tenant, -1)
+local moved = tonumber(redis.call('HGET', G.shift, tenant) or '0') - tonumber(ARGV[6] or '0')
+if moved > 0 then tag = tag + moved end
 local f = tonumber(redis.call('HGET', G.finish, tenant) or '0')
 if f == tag then
   redis.call('HSET', G.finish, tenant, math.max(vtime(), tag - charge))
 end
-if idle(tenant) then
-  redis.call('HDEL', G.finish, tenant)
-  forget_credit(tenant)
-end
+leave_if_idle(tenant)
 return 1

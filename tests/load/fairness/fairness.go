@@ -46,7 +46,7 @@ func (s *fairnessScenario) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.workloads, "workloads", "overload,real", "workloads to replay, in order (overload, real)")
 	fs.StringVar(&s.dir, "dir", vtc.DefaultDir, "directory of vtc-overload.csv and vtc-real.csv")
 	fs.StringVar(&s.systems, "systems", sysFCFS+","+sysSluice, "systems to replay each workload against, in order: fcfs (straight to the simulator), sluice")
-	fs.StringVar(&s.MaxTokensMode, "max-tokens-mode", d.MaxTokensMode, "max_tokens of each request: recorded (its recorded output length) or 1024 (the answer is still its recorded length, by the simulator's answer-length directive)")
+	fs.StringVar(&s.MaxTokensMode, "max-tokens-mode", d.MaxTokensMode, "max_tokens of each request: recorded (its recorded output length), 1024 or omitted (the answer is still its recorded length, by the simulator's answer-length directive)")
 	fs.Float64Var(&s.Speed, "speed", d.Speed, "run the trace and the simulator this many times faster than recorded")
 	fs.Float64Var(&s.Duration, "duration", d.Duration, "replay the trace's first this many seconds (the metrics' span; 600 is all of it)")
 	fs.Float64Var(&s.Drain, "drain", d.Drain, "trace seconds after -duration that open streams may finish before they are cut")

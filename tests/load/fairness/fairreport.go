@@ -33,8 +33,12 @@ func (s *fairnessScenario) headerText() string {
 }
 
 func (s *fairnessScenario) maxTokensText() string {
-	if s.MaxTokensMode == vtc.MaxTokens1024 {
+	switch s.MaxTokensMode {
+	case vtc.MaxTokens1024:
 		return "1024 (the simulator still answers each with its recorded length: the answer-length directive)"
+	case vtc.MaxTokensOmitted:
+		return fmt.Sprintf("omitted (Sluice's api.default_max_tokens and the simulator's default budget raised to %d, above the longest recorded answer, so that neither cuts one short; "+
+			"the simulator answers each with its recorded length: the answer-length directive)", vtc.OmittedBudget)
 	}
 	return "= the recorded output length"
 }

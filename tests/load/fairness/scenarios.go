@@ -35,6 +35,8 @@ var (
 				Notes: "The workloads (../shared/workloads: vtc-overload.csv and vtc-real.csv, beside the checkout) are replayed 4x faster than recorded on one simulator per workload sized as the paper's server (~15 minutes). FAIRNESS_FLAGS adds flags (say -max-tokens-mode 1024, or -duration 120 for a smoke run)."},
 			{Name: "fairness-1024", Args: []string{"-workloads", "real", "-max-tokens-mode", "1024"}, Report: "tests/load/report/fairness-1024.md",
 				Notes: "The real workload with max_tokens 1024 for every request (the paper's VTC without the output length known; ~6 minutes)."},
+			{Name: "fairness-omitted", Args: []string{"-workloads", "real", "-max-tokens-mode", "omitted"}, Report: "tests/load/report/fairness-omitted.md",
+				Notes: "The real workload with no max_tokens in any request (the paper's VTC without the output length known; ~6 minutes)."},
 		},
 	}
 )

@@ -67,14 +67,19 @@ type Replay struct {
 	sent, streaming, ended atomic.Int64
 }
 
-// ChatBody is a row's request: one user message, its output bound, a
-// stream with usage. model is a model the pools serve, so that Sluice
-// takes it in gateway mode (no retrieval, the message forwarded as is).
+// ChatBody is a row's request: one user message, its output bound (none
+// when maxTokens is 0), a stream with usage. model is a model the pools
+// serve, so that Sluice takes it in gateway mode (no retrieval, the
+// message forwarded as is).
 func ChatBody(model, message string, maxTokens int) []byte {
-	b, _ := json.Marshal(map[string]any{
+	body := map[string]any{
 		"model": model, "messages": []map[string]string{{"role": "user", "content": message}},
-		"max_tokens": maxTokens, "stream": true, "stream_options": map[string]bool{"include_usage": true},
-	})
+		"stream": true, "stream_options": map[string]bool{"include_usage": true},
+	}
+	if maxTokens > 0 {
+		body["max_tokens"] = maxTokens
+	}
+	b, _ := json.Marshal(body)
 	return b
 }
 

@@ -15,8 +15,8 @@ import (
 
 // Options shape a replay of a workload, on either stack.
 type Options struct {
-	// MaxTokensMode is the output bound a row sends: MaxTokensRecorded or
-	// MaxTokens1024.
+	// MaxTokensMode is the output bound a row sends: MaxTokensRecorded,
+	// MaxTokens1024 or MaxTokensOmitted.
 	MaxTokensMode string
 	// Speed compresses the trace: arrivals and the simulator run Speed
 	// times faster than recorded; every figure is in trace time.
@@ -40,7 +40,21 @@ type Options struct {
 const (
 	MaxTokensRecorded = "recorded"
 	MaxTokens1024     = "1024"
+	// MaxTokensOmitted sends no max_tokens: Sluice's api.default_max_tokens
+	// and the simulator's default budget are raised to OmittedBudget, so
+	// that neither cuts an answer short of its recorded length.
+	MaxTokensOmitted = "omitted"
 )
+
+// OmittedBudget is the output budget of a request that names no
+// max_tokens, on both stacks, in MaxTokensOmitted: above the longest
+// recorded answer of the workloads (977 tokens).
+const OmittedBudget = 1024
+
+// LengthKnown reports whether Sluice knows each answer's length before
+// it streams (its max_tokens is the recorded length), which decides the
+// paper's row a result is set beside.
+func (o Options) LengthKnown() bool { return o.MaxTokensMode == MaxTokensRecorded }
 
 // Systems a replay is sent to.
 const (
@@ -64,8 +78,8 @@ func DefaultOptions() Options {
 // Batch when it is 0.
 func (o *Options) Validate() error {
 	switch {
-	case o.MaxTokensMode != MaxTokensRecorded && o.MaxTokensMode != MaxTokens1024:
-		return fmt.Errorf("-max-tokens-mode: %q is neither %s nor %s", o.MaxTokensMode, MaxTokensRecorded, MaxTokens1024)
+	case o.MaxTokensMode != MaxTokensRecorded && o.MaxTokensMode != MaxTokens1024 && o.MaxTokensMode != MaxTokensOmitted:
+		return fmt.Errorf("-max-tokens-mode: %q is none of %s, %s and %s", o.MaxTokensMode, MaxTokensRecorded, MaxTokens1024, MaxTokensOmitted)
 	case !(o.Speed > 0) || !(o.Duration > PaperSpec.Warmup) || o.Drain < 0:
 		return fmt.Errorf("-speed must be positive, -duration above %v s and -drain not negative", PaperSpec.Warmup)
 	case !(o.QueuePerPermit >= 0):
@@ -150,8 +164,11 @@ func Prepare(w Workload, dir string, o Options, writer *PromptWriter) (*Run, err
 	for _, r := range run.Rows {
 		msg, simCount := writer.Message(r)
 		maxTokens := r.Output
-		if o.MaxTokensMode == MaxTokens1024 {
+		switch o.MaxTokensMode {
+		case MaxTokens1024:
 			maxTokens = 1024
+		case MaxTokensOmitted:
+			maxTokens = 0
 		}
 		run.Bodies = append(run.Bodies, ChatBody(model, msg, maxTokens))
 		run.SimPrompt = append(run.SimPrompt, simCount)
@@ -177,6 +194,11 @@ func (run *Run) Configure(cfg *config.Config, o Options) {
 	cfg.Limits.Tiers[FairTier] = tier
 	cfg.Admission.MaxWait = wait
 	cfg.Admission.OutputTokenWeight = o.OutputWeight
+	if o.MaxTokensMode == MaxTokensOmitted {
+		// api.default_max_tokens (128) would cut most answers short.
+		cfg.API.DefaultMaxTokens = OmittedBudget
+		cfg.API.MaxTokensLimit = max(cfg.API.MaxTokensLimit, OmittedBudget)
+	}
 	cfg.Healing.Enabled = false
 	cfg.API.QueuePerPermit = o.QueuePerPermit
 	cfg.Pools.Short.MaxConcurrency, cfg.Pools.Long.MaxConcurrency = o.ShortPerms, o.LongPerms

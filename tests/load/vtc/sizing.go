@@ -54,6 +54,9 @@ func SizeSimulator(rows []Row, batch int, capacity float64) Sizing {
 // bounds it, as Sluice's permits assume.
 func (s Sizing) Apply(sim *llmsim.Config, speed float64) {
 	sim.MaxNumSeqs = s.Batch
+	// A request without max_tokens (MaxTokensOmitted) must get its
+	// recorded length, as Sluice's raised default gives it.
+	sim.DefaultMaxTokens = max(sim.DefaultMaxTokens, OmittedBudget)
 	sim.KVCacheBlocks = 4096
 	sim.DecodeBase, sim.DecodePerSeq, sim.PrefillPerToken = s.DecodeBase, s.DecodePerSeq, s.Prefill
 	sim.TimeScale = 1 / speed

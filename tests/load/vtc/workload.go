@@ -42,15 +42,32 @@ const DefaultDir = "../shared/workloads"
 var Workloads = map[string]Workload{
 	"overload": {Name: "overload", File: "vtc-overload.csv", Paper: []PaperRow{
 		{"FCFS", 237738, 447.4, 439.0, 876},
-		{"VTC (output length unknown)", 8101, 192.9, 103.8, 893},
-		{"VTC, output length known", 253, 5.9, 0.5, 895},
+		{VTCUnknown, 8101, 192.9, 103.8, 893},
+		{VTCKnown, 253, 5.9, 0.5, 895},
 	}},
 	"real": {Name: "real", File: "vtc-real.csv", Paper: []PaperRow{
 		{"FCFS", -1, 760.0, 433.5, 777},
-		{"VTC", -1, 368.4, 251.7, 779},
-		{"VTC, output length known", -1, 329.5, 227.5, 781},
+		{VTCUnknown, -1, 368.4, 251.7, 779},
+		{VTCKnown, -1, 329.5, 227.5, 781},
 		{"requests-per-minute limit 5", -1, 143.9, 83.6, 340},
 	}},
+}
+
+// The paper's VTC rows: its scheduler not knowing the answers' lengths
+// (it counts each output token as it is produced), and knowing them.
+const (
+	VTCUnknown = "VTC (output length unknown)"
+	VTCKnown   = "VTC, output length known"
+)
+
+// Row is the paper's row of scheduler on the workload.
+func (w Workload) Row(scheduler string) (PaperRow, bool) {
+	for _, p := range w.Paper {
+		if p.Scheduler == scheduler {
+			return p, true
+		}
+	}
+	return PaperRow{}, false
 }
 
 // Path is the workload's file under dir.
