@@ -11,7 +11,8 @@ import (
 
 // ChatSettings is what a request of tier runs with under cfg: copied
 // into its workflow input when the door starts it, so that a later config
-// change never alters it.
+// change never alters it. Its Weight is the tier's; the door replaces it,
+// and sets the SLOs, from the service class the request is served in.
 func ChatSettings(cfg config.Config, tier policy.Tier) workflows.ChatSettings {
 	maxWait := cfg.Admission.MaxWait
 	var byPool map[string]time.Duration
