@@ -70,11 +70,15 @@ func (a *Chat) chargeOutput(ctx context.Context, log *slog.Logger, in LLMInput, 
 	if tokens <= charged {
 		return charged
 	}
-	if _, err := a.Gate.Charge(ctx, in.Pool, in.RequestID, a.Options.usedCost(0, int(tokens))); err != nil {
+	ticks, err := a.Gate.Charge(ctx, in.Pool, in.RequestID, a.Options.usedCost(0, int(tokens)))
+	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("charge streamed tokens", "err", err)
 		}
 		return charged
+	}
+	if ticks > 0 {
+		a.Metrics.StreamedCharged(in.Pool, tokens-charged)
 	}
 	return tokens
 }

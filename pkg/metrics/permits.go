@@ -13,9 +13,11 @@ import (
 // the pools' concurrency the backends spent producing tokens; the rest
 // went to prefill and queueing inside the backend, the wait for the
 // first token, and what happens around the stream while the permit is
-// held (docs/traffic.md, "Permit utilisation").
+// held (docs/traffic.md, "Permit utilisation"). streamed counts the output
+// tokens charged to their tenants in the fair order while they streamed
+// (pay as you go); the rest of an answer is settled at its release.
 type permitCounters struct {
-	held, decoding *prometheus.CounterVec
+	held, decoding, streamed *prometheus.CounterVec
 }
 
 func newPermitCounters() permitCounters {
@@ -28,11 +30,15 @@ func newPermitCounters() permitCounters {
 			Name: "sluice_permit_decoding_seconds_total",
 			Help: "Seconds a held permit's stream was decoding, from the backend's first token to the stream's end (done, cancelled or failed), per pool.",
 		}, []string{"pool"}),
+		streamed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_admission_streamed_tokens_total",
+			Help: "Output tokens charged to their tenants in the pool's fair order while they streamed (pay as you go), per pool; the rest of each answer is settled when its permit comes back.",
+		}, []string{"pool"}),
 	}
 }
 
 func (p permitCounters) collectors() []prometheus.Collector {
-	return []prometheus.Collector{p.held, p.decoding}
+	return []prometheus.Collector{p.held, p.decoding, p.streamed}
 }
 
 // start makes each pool's series exist from the first scrape, at 0, so
@@ -42,7 +48,17 @@ func (p permitCounters) start(pools []string) {
 	for _, pool := range pools {
 		p.held.WithLabelValues(pool)
 		p.decoding.WithLabelValues(pool)
+		p.streamed.WithLabelValues(pool)
 	}
+}
+
+// StreamedCharged counts tokens output tokens of a stream in pool charged
+// to its tenant's place in the fair order while it streamed.
+func (m *Metrics) StreamedCharged(pool string, tokens int64) {
+	if m == nil || tokens <= 0 {
+		return
+	}
+	m.permits.streamed.WithLabelValues(pool).Add(float64(tokens))
 }
 
 // PermitHeld counts a permit of pool held for d (admission.HoldRecorder).

@@ -25,8 +25,13 @@ func TestPermitUtilisationCounters(t *testing.T) {
 	m.PermitHeld("short", 500*time.Millisecond)
 	m.PermitDecoding("short", 1500*time.Millisecond)
 	m.PermitDecoding("short", -time.Second) // a clock step: ignored
+	m.StreamedCharged("long", 30)
+	m.StreamedCharged("long", 12)
+	m.StreamedCharged("long", 0)
 	out = scrape(t, m)
 	for _, want := range []string{
+		`sluice_admission_streamed_tokens_total{pool="long"} 42`,
+		`sluice_admission_streamed_tokens_total{pool="short"} 0`,
 		`sluice_permit_held_seconds_total{pool="short"} 2.5`,
 		`sluice_permit_decoding_seconds_total{pool="short"} 1.5`,
 		`sluice_permit_held_seconds_total{pool="long"} 0`,
@@ -38,4 +43,5 @@ func TestPermitUtilisationCounters(t *testing.T) {
 	var nilM *Metrics
 	nilM.PermitHeld("short", time.Second)
 	nilM.PermitDecoding("short", time.Second)
+	nilM.StreamedCharged("short", 1)
 }
