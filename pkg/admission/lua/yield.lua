@@ -41,7 +41,8 @@ local _, tenant = split(v)
 if not tenant then return {0, 0} end
 
 local charged = redis.call('HGET', K.charged, id)
-local tag = free_tick(vtime())
+-- Never 0, which Enqueue reads as a new arrival when it is restored.
+local tag = free_tick(math.max(vtime(), 1))
 -- The entry first, so that its tenant is not idle when the permit goes.
 add_entry(id, tenant, tag, now, weight, cap, false)
 if tag > tonumber(redis.call('HGET', G.finish, tenant) or '0') then redis.call('HSET', G.finish, tenant, tag) end
