@@ -33,6 +33,9 @@ func (a *Chat) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, error) {
 	if err := a.announceQueued(ctx, in, res, out); err != nil {
 		return out, err
 	}
+	if res.Status == admission.Queued {
+		a.preemptFor(ctx, in, out.Pool)
+	}
 	if a.Waker != nil && in.FastWait > 0 && !in.Recheck && res.Status == admission.Queued && res.Position <= res.Limit {
 		granted, err := a.waitFast(ctx, in)
 		if err != nil {
@@ -161,4 +164,29 @@ func (a *Chat) waitFast(ctx context.Context, in AdmitInput) (granted bool, err e
 		return false, ctx.Err()
 	}
 	return granted, err
+}
+
+// preemptFor asks, for a request that had to queue, that a stream of a
+// less urgent class be paused for it (stream_pause.go). The gate asks
+// only for the request next in line when no permit is free; a failure
+// leaves the request waiting as without preemption.
+func (a *Chat) preemptFor(ctx context.Context, in AdmitInput, pool string) {
+	if !a.Options.Preemption.Enabled {
+		return
+	}
+	rank, ok := request.ClassRank(in.ServiceTier)
+	if !ok {
+		rank, _ = request.ClassRank(request.ClassDefault)
+	}
+	if rank >= len(request.Classes())-1 {
+		return
+	}
+	victim, err := a.Gate.Preempt(ctx, pool, in.RequestID, rank, a.Options.Preemption.PauseRules)
+	if err != nil {
+		a.logger(in.RequestID).Warn("ask for a stream to pause", "err", err)
+		return
+	}
+	if victim != "" {
+		a.logger(in.RequestID).Info("asked a less urgent stream to pause", "pool", pool, "paused", victim)
+	}
 }

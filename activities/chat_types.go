@@ -107,6 +107,10 @@ type AdmitInput struct {
 	// Session, if set, is the conversation whose earlier turns the prompt
 	// will carry: routing counts them (first call only).
 	Session *SessionRef
+	// ServiceTier is the request's service class (request.Classes; "" is
+	// the default class): a waiter of an urgent class may have a less
+	// urgent stream paused for it (admission.preemption).
+	ServiceTier string `json:",omitempty"`
 }
 
 // SessionRef names a request's conversation and how much of it the
@@ -224,6 +228,10 @@ type LLMInput struct {
 	// is the default class): a pool whose backend takes a priority is
 	// sent the class's.
 	ServiceTier string `json:",omitempty"`
+	// Weight and MaxConcurrent are its tier's, as its admission had them:
+	// a stream paused for a more urgent request queues again with them.
+	Weight        int `json:",omitempty"`
+	MaxConcurrent int `json:",omitempty"`
 }
 
 // LLMOutput summarises the stream.

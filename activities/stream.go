@@ -66,7 +66,8 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	s.sctx = sctx
-	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n)
+	pz := a.pauserFor(in, pool)
+	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n, pz)
 
 	model := cmp.Or(in.Model, pool.Model)
 	req := llm.Request{Model: model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices, Resume: resume,
@@ -74,7 +75,7 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	if in.Sampling != nil {
 		req.Sampling = *in.Sampling
 	}
-	res, err := pool.Streamer.Stream(sctx, req, s.onToken)
+	res, err := a.streamPausing(sctx, log, in, pool, req, s, pz)
 	// However the stream ended, the permit's time decoding ends here.
 	a.Metrics.PermitDecoding(in.Pool, s.decoding())
 	a.noteFailovers(log, in.Pool, res.Failovers)
