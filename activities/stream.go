@@ -68,6 +68,9 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	s.sctx = sctx
 	pz := a.pauserFor(in, pool)
 	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n, pz)
+	if pz != nil {
+		go a.listenForPause(sctx, in, pz)
+	}
 
 	model := cmp.Or(in.Model, pool.Model)
 	req := llm.Request{Model: model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices, Resume: resume,

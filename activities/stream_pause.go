@@ -102,6 +102,23 @@ func (a *Chat) offer(ctx context.Context, log *slog.Logger, in LLMInput, p *paus
 	}
 }
 
+// listenForPause pauses the stream as soon as the gate announces that it
+// was asked to (admission.PauseTopic), ahead of its keep-alive round,
+// which reads the same ask in case the announcement (at most once) is
+// lost. It ends with ctx.
+func (a *Chat) listenForPause(ctx context.Context, in LLMInput, p *pauser) {
+	for {
+		asked, stop := a.Waker.Listen(admission.PauseTopic(in.RequestID))
+		select {
+		case <-ctx.Done():
+			stop()
+			return
+		case <-asked:
+			p.pause()
+		}
+	}
+}
+
 // streamPausing streams the answer, pausing it whenever its keep-alive
 // is asked to, and continuing it after each pause until it ends.
 func (a *Chat) streamPausing(ctx context.Context, log *slog.Logger, in LLMInput, pool Pool, req llm.Request, s *tokenStream, p *pauser) (llm.Result, error) {

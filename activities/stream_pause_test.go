@@ -110,6 +110,7 @@ func TestStreamLLMPausedForAPriorityRequestCompletes(t *testing.T) {
 		done <- result{out, err}
 	}()
 	waitPausable(t, h, "flex")
+	asked := time.Now()
 	if adm := admitUrgent(t, h, "urgent", request.ClassPriority); adm.Granted {
 		t.Fatalf("urgent granted at once while flex held the only permit: %+v", adm)
 	}
@@ -123,6 +124,7 @@ func TestStreamLLMPausedForAPriorityRequestCompletes(t *testing.T) {
 			t.Fatal("urgent was never granted the flex stream's permit")
 		}
 	}
+	t.Logf("urgent granted the paused stream's permit %v after it queued", time.Since(asked).Round(time.Millisecond))
 	paused := len(tokenTexts(t, h, "flex"))
 	if paused == 0 || paused >= len(want) {
 		t.Fatalf("flex had %d of %d tokens when it paused", paused, len(want))

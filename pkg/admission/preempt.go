@@ -65,8 +65,21 @@ func (g *Gate) Preempt(ctx context.Context, pool, waiterID string, rank int, rul
 	if err != nil {
 		return "", fmt.Errorf("choose a stream of pool %s to pause for %s: %w", pool, waiterID, err)
 	}
+	if victim != "" {
+		// The victim's keep-alive reads the ask within a round (up to a
+		// second); the announcement reaches it in about a millisecond,
+		// which an urgent class's TTFT SLO of about a second needs.
+		if err := g.announce(ctx, []string{PauseTopic(victim)}); err != nil {
+			return victim, err
+		}
+	}
 	return victim, nil
 }
+
+// PauseTopic is what Preempt announces on the grant channel for a
+// stream it asked to pause (Waker.Listen): request ids are "chat-" and a
+// ULID (door.NewRequestID), so a topic never wakes a waiter.
+func PauseTopic(requestID string) string { return "pause:" + requestID }
 
 // Pausable notes that requestID, streaming in pool with class rank, may
 // be paused; pauses is how often it was, tokens how many it streamed

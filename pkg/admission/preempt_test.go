@@ -197,3 +197,28 @@ func TestYieldKeepsThePermitWhenNobodyTakesIt(t *testing.T) {
 		t.Fatalf("flex holds its permit: %v, %v", held, err)
 	}
 }
+
+// The stream asked to pause hears it over the grant channel at once, not
+// only at its next keep-alive round.
+func TestPreemptAnnouncesThePause(t *testing.T) {
+	g, rdb := newGate(t, 1, nil)
+	ctx := context.Background()
+	w, err := NewWaker(ctx, rdb, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	asked, stop := w.Listen(PauseTopic("flex"))
+	defer stop()
+	grantAll(t, g, "flex")
+	pausable(t, g, "flex", 2, 0, 100)
+	mustEnqueueReq(t, g, Request{ID: "urgent", Tenant: "t-urgent", Weight: 1})
+	if v := preempt(t, g, "urgent", 0, PauseRules{MinTokens: 1, MaxPauses: 1}); v != "flex" {
+		t.Fatalf("victim %q, want flex", v)
+	}
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pause was never announced")
+	}
+}
