@@ -256,6 +256,9 @@ type LLMOutput struct {
 	// Failovers are the answer's moves to another endpoint mid-stream,
 	// so that the history shows where and why an answer changed hands.
 	Failovers []StreamFailover `json:",omitempty"`
+	// Pauses is how often the stream was paused for a more urgent
+	// request (admission.preemption) and continued.
+	Pauses int `json:",omitempty"`
 }
 
 // StreamFailover is one move of an answer to another endpoint of its
