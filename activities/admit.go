@@ -37,7 +37,7 @@ func (a *Chat) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, error) {
 		a.preemptFor(ctx, in, out.Pool)
 	}
 	if a.Waker != nil && in.FastWait > 0 && !in.Recheck && res.Status == admission.Queued && res.Position <= res.Limit {
-		granted, err := a.waitFast(ctx, in)
+		granted, err := a.waitFast(ctx, in, out.Pool)
 		if err != nil {
 			return out, err
 		}
@@ -144,17 +144,30 @@ func (a *Chat) announceQueued(ctx context.Context, in AdmitInput, res admission.
 // round trip through Temporal. A grant made before the request was marked
 // as waiting fast was signalled instead; the workflow then finds the
 // signal when it parks.
-func (a *Chat) waitFast(ctx context.Context, in AdmitInput) (granted bool, err error) {
+func (a *Chat) waitFast(ctx context.Context, in AdmitInput, pool string) (granted bool, err error) {
 	fast, err := a.Waker.Expect(ctx, in.RequestID, in.FastWait+5*time.Second)
 	if err != nil {
 		return false, err
 	}
 	t := time.NewTimer(in.FastWait)
 	defer t.Stop()
-	select {
-	case <-fast.C:
-	case <-t.C:
-	case <-ctx.Done():
+	// A request that may have a stream paused for it asks again while it
+	// waits: a stream may have passed its first tokens since, or another
+	// waiter's pause may have ended.
+	reask := time.NewTicker(preemptReask)
+	defer reask.Stop()
+wait:
+	for {
+		select {
+		case <-fast.C:
+			break wait
+		case <-t.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-reask.C:
+			a.preemptFor(ctx, in, pool)
+		}
 	}
 	// End even when cancelled: the mark must not outlive the wait, or a
 	// releaser would announce to nobody instead of signalling. (A
@@ -165,6 +178,10 @@ func (a *Chat) waitFast(ctx context.Context, in AdmitInput) (granted bool, err e
 	}
 	return granted, err
 }
+
+// preemptReask is how often a waiting request that may have a stream
+// paused for it asks again.
+const preemptReask = 200 * time.Millisecond
 
 // preemptFor asks, for a request that had to queue, that a stream of a
 // less urgent class be paused for it (stream_pause.go). The gate asks
@@ -187,6 +204,7 @@ func (a *Chat) preemptFor(ctx context.Context, in AdmitInput, pool string) {
 		return
 	}
 	if victim != "" {
-		a.logger(in.RequestID).Info("asked a less urgent stream to pause", "pool", pool, "paused", victim)
+		// Asked again, the gate names the same stream: debug, not info.
+		a.logger(in.RequestID).Debug("asked a less urgent stream to pause", "pool", pool, "paused", victim)
 	}
 }

@@ -101,24 +101,37 @@ func TestPreemptNeverPausesWhatItMustNot(t *testing.T) {
 	}
 }
 
-func TestPreemptOnlyForTheNextInLineWhenFull(t *testing.T) {
-	g, _ := newGate(t, 2, nil)
-	grantAll(t, g, "s")
-	pausable(t, g, "s", 2, 0, 100)
+func TestPreemptOnlyWhenFullAndTheTenantMayBeGranted(t *testing.T) {
+	g, _ := newGate(t, 3, nil)
+	grantAll(t, g, "s1", "s2")
+	pausable(t, g, "s1", 2, 0, 100)
+	pausable(t, g, "s2", 2, 0, 100)
 	rules := PauseRules{MinTokens: 1, MaxPauses: 1}
 	// Not queued: nothing to preempt for.
 	if v := preempt(t, g, "nobody", 0, rules); v != "" {
 		t.Fatalf("victim %q for a request not queued", v)
 	}
-	grantAll(t, g, "s2")
-	// A tenant's second entry waits behind its first: only the first asks.
+	// A tenant at its cap (it holds one permit and may hold one) waits
+	// without pausing anyone: a permit could not go to it.
+	grantAll(t, g, "capped-1")
+	mustEnqueueReq(t, g, Request{ID: "capped-2", Tenant: "t-capped-1", Weight: 1, MaxConcurrent: 1})
+	if v := preempt(t, g, "capped-2", 0, rules); v != "" {
+		t.Fatalf("victim %q for a tenant at its cap", v)
+	}
+	// Each of a tenant's waiters pauses one stream.
 	mustEnqueueReq(t, g, Request{ID: "w1", Tenant: "urgent", Weight: 1})
 	mustEnqueueReq(t, g, Request{ID: "w2", Tenant: "urgent", Weight: 1})
-	if v := preempt(t, g, "w2", 0, rules); v != "" {
-		t.Fatalf("victim %q for a tenant's second entry", v)
+	v1, v2 := preempt(t, g, "w1", 0, rules), preempt(t, g, "w2", 0, rules)
+	if v1 == "" || v2 == "" || v1 == v2 {
+		t.Fatalf("victims %q and %q, want one stream each", v1, v2)
 	}
-	if v := preempt(t, g, "w1", 0, rules); v != "s" {
-		t.Fatalf("victim %q for the tenant's first entry, want s", v)
+	// The second's pause grants the tenant's first entry.
+	y, err := g.Yield(context.Background(), "p", YieldRequest{ID: v2, Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !y.Paused || !slices.Equal(IDs(y.Woken), []string{"w1"}) {
+		t.Fatalf("yield of %s: %+v, want the permit to w1, its tenant's first", v2, y)
 	}
 }
 

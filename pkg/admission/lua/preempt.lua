@@ -9,11 +9,12 @@
 -- paused fewer than max times, and is not asked already. The least
 -- urgent class goes first, then the stream running longest since its
 -- last (re)start, then the smallest id, so the choice is deterministic.
--- Only a waiter that a free permit would go to now asks (the first
--- entry of its tenant, its tenant in heads: not held back by a cap),
--- and only when the pool has no permit free; a waiter that has a
--- victim asked already gets that one again, so a waiter pauses one
--- stream at a time however often it asks.
+-- Only a waiter whose tenant a free permit could go to now asks (its
+-- tenant in heads: not held back by its cap), and only when the pool has
+-- no permit free; a waiter that has a victim asked already gets that one
+-- again, so a waiter pauses one stream at a time however often it asks.
+-- The permit goes to its tenant's first entry (yield.lua), so a tenant's
+-- urgent waiters, each pausing one stream, are granted in their order.
 -- KEYS[1] permits  ZSET  request id -> lease expiry (lib.lua)
 -- KEYS[2] stats    HASH  limit (optional override; lib.lua)
 -- KEYS[3] queue    ZSET  request id -> finish tag (lib.lua)
@@ -33,7 +34,7 @@ local min_tokens, max_pauses = tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local tag = redis.call('ZSCORE', KEYS[3], waiter)
 local tenant = redis.call('HGET', KEYS[4], waiter)
-if not tag or not tenant or redis.call('ZSCORE', KEYS[5], tenant) ~= tag then return '' end
+if not tag or not tenant or not redis.call('ZSCORE', KEYS[5], tenant) then return '' end
 local limit = tonumber(redis.call('HGET', KEYS[2], 'limit') or ARGV[3])
 if redis.call('ZCARD', KEYS[1]) < limit then return '' end
 

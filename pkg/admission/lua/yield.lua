@@ -2,11 +2,12 @@
 -- again, without losing its turn: its request re-queues at the head of
 -- the fair order (the first free tick at V, where the next grant is
 -- taken), keeping what its streaming was charged so far (pay as you go
--- goes on when it is granted again), and the permit goes to the waiter
--- it was paused for, when that waiter is still queued, alive and below
--- its tenant's cap; otherwise, and for anything else free, to whoever
--- pump grants. The stream stops upstream before it calls this, so the
--- permit's sequence is free when it is handed on.
+-- goes on when it is granted again). The permit goes to the first entry
+-- of the tenant of the waiter it was paused for, when that waiter is
+-- still queued, its tenant below its cap and the entry alive; otherwise,
+-- and for anything else free, to whoever pump grants. The stream stops
+-- upstream before it calls this, so the permit's sequence is free when
+-- it is handed on.
 -- KEYS   the pool's and its group's keys in lib.lua order
 -- ARGV[1] request id
 -- ARGV[2] default permit limit
@@ -51,10 +52,13 @@ if charged then redis.call('HSET', K.charged, id, charged) end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)
 
 local reply = {1, tag}
-local wtag = waiter and redis.call('ZSCORE', K.queue, waiter)
+-- The waiter's tenant's first entry, which is the waiter or one of its
+-- tenant's that came before it: a tenant's entries are granted in order.
 local wtenant = waiter and redis.call('HGET', K.waiters, waiter)
-if wtag and wtenant and below_cap(wtenant, cap_of(waiter)) then
-  wtag = tonumber(wtag)
+local first = wtenant and first_entries(wtenant, 1)[1]
+if first then waiter = first[1] end
+local wtag = first and first[2]
+if wtag and below_cap(wtenant, cap_of(waiter)) then
   take(waiter, wtag, wtenant)
   if redis.call('DEL', alive_prefix .. waiter) == 0 then
     redis.call('HDEL', K.charged, waiter)
