@@ -202,3 +202,40 @@ func TestStreamLLMNotPaused(t *testing.T) {
 		})
 	}
 }
+
+// A paused stream whose request is stopped while it waits ends as a
+// stopped one does, with what it streamed for the bill, and gives back
+// its queue place exactly once.
+func TestStreamLLMStoppedWhilePaused(t *testing.T) {
+	h := pausingHarness(t, true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := stream(t, h, activities.LLMInput{RequestID: "flex", Pool: request.PoolShort, Query: query, KB: kbName,
+			MaxTokens: 400, ServiceTier: request.ClassFlex, Weight: 1}, nil)
+		done <- err
+	}()
+	waitPausable(t, h, "flex")
+	admitUrgent(t, h, "urgent", request.ClassPriority)
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(h.notifier.woken(), request.PoolShort+"/urgent"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("urgent was never granted the flex stream's permit")
+		}
+	}
+	streamed := len(tokenTexts(t, h, "flex"))
+	if _, err := local[struct{}](t, h, h.acts.StopStream, activities.StopStreamInput{RequestID: "flex"}); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	wantAppError(t, err, activities.ErrTypeCancelled, true)
+	var usage events.Usage
+	if err := appError(t, err).Details(&usage); err != nil || usage.CompletionTokens != streamed {
+		t.Fatalf("stopped while paused: usage %+v (%v), want its %d tokens", usage, err, streamed)
+	}
+	rel, err := h.gate.Release(t.Context(), request.PoolShort, "flex")
+	if err != nil || !rel.WasQueued || rel.HeldPermit {
+		t.Fatalf("release of the paused request: %+v, %v; want its queue place back", rel, err)
+	}
+	if again, err := h.gate.Release(t.Context(), request.PoolShort, "flex"); err != nil || again.WasQueued || again.HeldPermit {
+		t.Fatalf("second release: %+v, %v; want nothing", again, err)
+	}
+}
