@@ -126,6 +126,11 @@ func (a *Chat) streamPausing(ctx context.Context, log *slog.Logger, in LLMInput,
 		return pool.Streamer.Stream(ctx, req, s.onToken)
 	}
 	s.keep = true
+	defer func() {
+		if err := a.Gate.Unpausable(context.WithoutCancel(ctx), in.Pool, in.RequestID); err != nil {
+			log.Warn("forget the stream as pausable", "err", err)
+		}
+	}()
 	onToken := func(d llm.Delta) error {
 		// Only text can be continued (stream_resume.go resumable).
 		if len(d.ToolCalls) > 0 || d.Choice != 0 {

@@ -143,6 +143,9 @@ func TestStreamLLMPausedForAPriorityRequestCompletes(t *testing.T) {
 	if r.out.Usage.CompletionTokens != whole.Usage.CompletionTokens || r.out.Usage.PromptTokens != whole.Usage.PromptTokens || r.out.FinishReason != whole.FinishReason {
 		t.Errorf("paused usage %+v finish %s, unbroken %+v finish %s", r.out.Usage, r.out.FinishReason, whole.Usage, whole.FinishReason)
 	}
+	if h.rdb.HExists(t.Context(), h.prefix+"adm:{"+request.PoolShort+"}:pausable", "flex").Val() {
+		t.Error("the ended stream is still offered for pausing")
+	}
 	if r.out.Pauses != 1 {
 		t.Errorf("%d pauses reported, want 1", r.out.Pauses)
 	}

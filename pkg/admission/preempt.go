@@ -99,6 +99,23 @@ func (g *Gate) Pausable(ctx context.Context, pool, requestID string, rank, pause
 	return waiter, nil
 }
 
+// Unpausable forgets requestID's offer to be paused and any ask to
+// pause, when its stream ends: a stream that crashed leaves its record
+// until preempt.lua, finding it without a permit, drops it.
+func (g *Gate) Unpausable(ctx context.Context, pool, requestID string) error {
+	if _, err := g.limit(pool); err != nil {
+		return err
+	}
+	pausable, asked := g.pauseKeys(pool)
+	pipe := g.cmd.Pipeline()
+	pipe.HDel(ctx, pausable, requestID)
+	pipe.HDel(ctx, asked, requestID)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("forget %s of pool %s as pausable: %w", requestID, pool, err)
+	}
+	return nil
+}
+
 // Yielded is the outcome of Yield.
 type Yielded struct {
 	// Paused: the request gave its permit back and is queued at Seq (its
