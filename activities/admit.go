@@ -33,8 +33,11 @@ func (a *Chat) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, error) {
 	if err := a.announceQueued(ctx, in, res, out); err != nil {
 		return out, err
 	}
+	if res.Status == admission.Queued {
+		a.preemptFor(ctx, in, out.Pool)
+	}
 	if a.Waker != nil && in.FastWait > 0 && !in.Recheck && res.Status == admission.Queued && res.Position <= res.Limit {
-		granted, err := a.waitFast(ctx, in)
+		granted, err := a.waitFast(ctx, in, out.Pool)
 		if err != nil {
 			return out, err
 		}
@@ -141,17 +144,30 @@ func (a *Chat) announceQueued(ctx context.Context, in AdmitInput, res admission.
 // round trip through Temporal. A grant made before the request was marked
 // as waiting fast was signalled instead; the workflow then finds the
 // signal when it parks.
-func (a *Chat) waitFast(ctx context.Context, in AdmitInput) (granted bool, err error) {
+func (a *Chat) waitFast(ctx context.Context, in AdmitInput, pool string) (granted bool, err error) {
 	fast, err := a.Waker.Expect(ctx, in.RequestID, in.FastWait+5*time.Second)
 	if err != nil {
 		return false, err
 	}
 	t := time.NewTimer(in.FastWait)
 	defer t.Stop()
-	select {
-	case <-fast.C:
-	case <-t.C:
-	case <-ctx.Done():
+	// A request that may have a stream paused for it asks again while it
+	// waits: a stream may have passed its first tokens since, or another
+	// waiter's pause may have ended.
+	reask := time.NewTicker(preemptReask)
+	defer reask.Stop()
+wait:
+	for {
+		select {
+		case <-fast.C:
+			break wait
+		case <-t.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-reask.C:
+			a.preemptFor(ctx, in, pool)
+		}
 	}
 	// End even when cancelled: the mark must not outlive the wait, or a
 	// releaser would announce to nobody instead of signalling. (A
@@ -161,4 +177,34 @@ func (a *Chat) waitFast(ctx context.Context, in AdmitInput) (granted bool, err e
 		return false, ctx.Err()
 	}
 	return granted, err
+}
+
+// preemptReask is how often a waiting request that may have a stream
+// paused for it asks again.
+const preemptReask = 200 * time.Millisecond
+
+// preemptFor asks, for a request that had to queue, that a stream of a
+// less urgent class be paused for it (stream_pause.go). The gate asks
+// only for the request next in line when no permit is free; a failure
+// leaves the request waiting as without preemption.
+func (a *Chat) preemptFor(ctx context.Context, in AdmitInput, pool string) {
+	if !a.Options.Preemption.Enabled {
+		return
+	}
+	rank, ok := request.ClassRank(in.ServiceTier)
+	if !ok {
+		rank, _ = request.ClassRank(request.ClassDefault)
+	}
+	if rank >= len(request.Classes())-1 {
+		return
+	}
+	victim, err := a.Gate.Preempt(ctx, pool, in.RequestID, rank, a.Options.Preemption.PauseRules)
+	if err != nil {
+		a.logger(in.RequestID).Warn("ask for a stream to pause", "err", err)
+		return
+	}
+	if victim != "" {
+		// Asked again, the gate names the same stream: debug, not info.
+		a.logger(in.RequestID).Debug("asked a less urgent stream to pause", "pool", pool, "paused", victim)
+	}
 }

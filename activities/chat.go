@@ -126,6 +126,15 @@ type Options struct {
 	// output tokens count this many times in its admission cost, and so
 	// in the cost it used, which settles that charge (usedCost).
 	OutputTokenWeight float64
+	// Preemption is admission.preemption: whether streams of a less
+	// urgent class are paused for a more urgent waiter, and how often.
+	Preemption Preemption
+}
+
+// Preemption is admission.preemption as the activities use it.
+type Preemption struct {
+	Enabled bool
+	admission.PauseRules
 }
 
 // usedCost is the admission cost of what a request used, weighted as its

@@ -107,6 +107,10 @@ type AdmitInput struct {
 	// Session, if set, is the conversation whose earlier turns the prompt
 	// will carry: routing counts them (first call only).
 	Session *SessionRef
+	// ServiceTier is the request's service class (request.Classes; "" is
+	// the default class): a waiter of an urgent class may have a less
+	// urgent stream paused for it (admission.preemption).
+	ServiceTier string `json:",omitempty"`
 }
 
 // SessionRef names a request's conversation and how much of it the
@@ -224,6 +228,10 @@ type LLMInput struct {
 	// is the default class): a pool whose backend takes a priority is
 	// sent the class's.
 	ServiceTier string `json:",omitempty"`
+	// Weight and MaxConcurrent are its tier's, as its admission had them:
+	// a stream paused for a more urgent request queues again with them.
+	Weight        int `json:",omitempty"`
+	MaxConcurrent int `json:",omitempty"`
 }
 
 // LLMOutput summarises the stream.
@@ -248,6 +256,9 @@ type LLMOutput struct {
 	// Failovers are the answer's moves to another endpoint mid-stream,
 	// so that the history shows where and why an answer changed hands.
 	Failovers []StreamFailover `json:",omitempty"`
+	// Pauses is how often the stream was paused for a more urgent
+	// request (admission.preemption) and continued.
+	Pauses int `json:",omitempty"`
 }
 
 // StreamFailover is one move of an answer to another endpoint of its

@@ -66,7 +66,11 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	sctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	s.sctx = sctx
-	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n)
+	pz := a.pauserFor(in, pool)
+	go a.keepAlive(sctx, stop, log, in, s.stopKey, &s.n, pz)
+	if pz != nil {
+		go a.listenForPause(sctx, in, pz)
+	}
 
 	model := cmp.Or(in.Model, pool.Model)
 	req := llm.Request{Model: model, Messages: p.msgs, MaxTokens: in.MaxTokens, Choices: in.Choices, Resume: resume,
@@ -74,7 +78,7 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	if in.Sampling != nil {
 		req.Sampling = *in.Sampling
 	}
-	res, err := pool.Streamer.Stream(sctx, req, s.onToken)
+	res, err := a.streamPausing(sctx, log, in, pool, req, s, pz)
 	// However the stream ended, the permit's time decoding ends here.
 	a.Metrics.PermitDecoding(in.Pool, s.decoding())
 	a.noteFailovers(log, in.Pool, res.Failovers)
@@ -92,7 +96,11 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	res.Model = cmp.Or(res.Model, model)
 	// The done event, the session's turn, the early release and the L3
 	// entry (stream_finish.go).
-	return a.finishAnswer(ctx, in, res, &p, s)
+	out, err := a.finishAnswer(ctx, in, res, &p, s)
+	if pz != nil {
+		out.Pauses = int(pz.pauses.Load())
+	}
+	return out, err
 }
 
 // fittedPrompt is a request's prompt, cut to fit its pool.

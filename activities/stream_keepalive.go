@@ -18,7 +18,9 @@ import (
 // in parallel with the request to the backend rather than before it: the
 // permit may have waited through retrieval, rerank and the task queue, and
 // the request may have been cancelled meanwhile.
-func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log *slog.Logger, in LLMInput, stopKey string, n *atomic.Int64) {
+// A stream that may be paused (p not nil) offers itself each round
+// (stream_pause.go), and renews no lease while it waits paused.
+func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log *slog.Logger, in LLMInput, stopKey string, n *atomic.Int64, p *pauser) {
 	renewEvery := a.Gate.Lease() / 3
 	tick := min(time.Second, renewEvery)
 	t := time.NewTicker(tick)
@@ -38,12 +40,13 @@ func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log 
 			}
 			activity.RecordHeartbeat(ctx, streamProgress{Tokens: int(n.Load())})
 			charged = a.chargeOutput(ctx, log, in, n.Load(), charged)
+			a.offer(ctx, log, in, p, n.Load())
 		}
 		if stopped, err := a.Redis.Exists(ctx, stopKey).Result(); err == nil && stopped == 1 {
 			stop(errStopped)
 			return
 		}
-		if time.Since(lastRenew) < renewEvery {
+		if time.Since(lastRenew) < renewEvery || p != nil && p.waiting.Load() {
 			continue
 		}
 		lastRenew = time.Now()

@@ -54,7 +54,8 @@ type Core struct {
 	// API process polls it (Store.Run); the healer refreshes it before
 	// each change.
 	Policy *policy.Store
-	// Waker is nil when admission.fast_wait is 0.
+	// Waker is nil when admission.fast_wait is 0 and preemption is off:
+	// a paused stream waits for its grant on it.
 	Waker   *admission.Waker
 	Tokens  *tokens.Counter
 	Prompts *prompt.Builder
@@ -174,7 +175,7 @@ func (c *Core) buildRedisStores(ctx context.Context) error {
 	}
 	c.Policy = worker.NewPolicy(c.Redis, cfg, c.Gate, c.logger.With("component", "policy"))
 	c.registerQueueMetrics()
-	if cfg.Admission.FastWait > 0 {
+	if cfg.Admission.FastWait > 0 || cfg.Admission.Preemption.Enabled {
 		if c.Waker, err = admission.NewWaker(ctx, c.Redis, c.Gate); err != nil {
 			return err
 		}

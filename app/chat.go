@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/activities"
+	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
@@ -85,6 +86,8 @@ func (c *Core) buildChat(ctx context.Context) (*activities.Chat, error) {
 			StopFlagTTL: 10 * time.Minute,
 			// The notice is a token event: every client shows it.
 			TruncationNotice: cfg.LLM.TruncationNotice,
+			Preemption: activities.Preemption{Enabled: cfg.Admission.Preemption.Enabled, PauseRules: admission.PauseRules{
+				MinTokens: cfg.Admission.Preemption.MinTokens, MaxPauses: cfg.Admission.Preemption.MaxPauses}},
 		},
 	}, nil
 }

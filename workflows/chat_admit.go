@@ -29,7 +29,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		Pool: cmp.Or(w.pool, w.in.Pool), Seq: w.seq, PromptBound: w.promptBound,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens, Place: w.takePlace(),
-		WaitFor: waitFor, FastWait: w.in.Settings.FastWait, Session: w.session(),
+		WaitFor: waitFor, FastWait: w.in.Settings.FastWait, Session: w.session(), ServiceTier: w.in.ServiceTier,
 	}).Get(sctx, &adm); err != nil {
 		w.stageFailed(request.StageAdmission, err)
 		return false

@@ -89,6 +89,7 @@ func (w *chat) streamOnce(lctx workflow.Context, kbVersion int64, hits []activit
 		Done: w.doneFacts(), Session: w.session(), CacheAnswer: w.in.Settings.AnswerCache,
 		Conversation: w.in.Conversation, Gateway: w.in.Gateway, Sampling: w.in.Sampling, Choices: w.in.Choices,
 		Model: w.llmModel, FallBack: w.fallbackLeft(), ServiceTier: w.in.ServiceTier,
+		Weight: w.in.Settings.Weight, MaxConcurrent: w.in.Settings.MaxConcurrent,
 	}).Get(lctx, &out)
 	w.llmRunning = false
 	return out, err

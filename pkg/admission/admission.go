@@ -219,6 +219,9 @@ type poolKeys struct {
 	// streams were charged while it was busy, which moves its reserved
 	// places (lib.lua advance).
 	clock, groupFinish, credit, reserved, shift string
+	// pausable and asked are the streams that may be paused and those
+	// asked to pause (preempt.go).
+	pausable, asked string
 }
 
 // list is KEYS of every script, in the order lib.lua names them.

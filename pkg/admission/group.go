@@ -89,7 +89,7 @@ func (g *Gate) keys(pool string) poolKeys {
 		parked: base + "parked", alivePrefix: base + "alive:", tombPrefix: base + "released:",
 		charged: base + "charged", epoch: base + "epoch", shedPrefix: base + "shed:",
 		clock: base + "stats", groupFinish: base + "finish", credit: base + "credit", reserved: base + "reserved",
-		shift: base + "shift",
+		shift: base + "shift", pausable: base + "pausable", asked: base + "asked",
 	}
 	if g.groups[pool] != nil {
 		k.clock, k.groupFinish, k.credit, k.reserved = root+"clock", root+"finish", root+"credit", root+"reserved"

@@ -142,6 +142,23 @@ func (f *FastWait) forget() {
 	f.w.mu.Unlock()
 }
 
+// Listen registers topic (an id that no request has: pauseTopic) with
+// the subscription: the returned channel is closed when topic is
+// announced. stop forgets it.
+func (w *Waker) Listen(topic string) (c <-chan struct{}, stop func()) {
+	ch := make(chan struct{})
+	w.mu.Lock()
+	w.waiting[topic] = ch
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		if w.waiting[topic] == ch {
+			delete(w.waiting, topic)
+		}
+		w.mu.Unlock()
+	}
+}
+
 // Close ends the subscription.
 func (w *Waker) Close() error {
 	err := w.ps.Close()

@@ -34,6 +34,26 @@ type Admission struct {
 	// a decoded token costs a backend more than a prefilled one. The rate
 	// limits charge tokens as they are, whatever it is.
 	OutputTokenWeight float64 `yaml:"output_token_weight"`
+	// Preemption pauses a stream of a less urgent class for a waiter of a
+	// more urgent one when its pool has no permit free.
+	Preemption Preemption `yaml:"preemption"`
+}
+
+// Preemption configures pausing streams by continuation: a paused
+// stream stops upstream, gives its permit to the urgent waiter, queues
+// again at the head of the line and continues its answer (on any
+// endpoint of its pool) when granted again. Only a pool whose backend
+// can continue an answer (pools.*.continuation) is ever paused.
+type Preemption struct {
+	// Enabled turns it on. Off by default until the SLO bench has
+	// measured what it buys against what a pause costs.
+	Enabled bool `yaml:"enabled"`
+	// MinTokens is how many tokens a stream streams after it starts, and
+	// after each restart, before it may be paused: each pause costs its
+	// backend the prefill of the answer so far.
+	MinTokens int `yaml:"min_tokens"`
+	// MaxPauses is how many times one stream may be paused.
+	MaxPauses int `yaml:"max_pauses"`
 }
 
 func defaultAdmission() Admission {
@@ -46,6 +66,7 @@ func defaultAdmission() Admission {
 		// Tokens as they are: a token of the prompt and one of the answer
 		// cost alike.
 		OutputTokenWeight: 1,
+		Preemption:        Preemption{MinTokens: 32, MaxPauses: 2},
 	}
 }
 
@@ -67,6 +88,16 @@ func (a Admission) validate(v *validator) {
 	// virtual time has a budget; admission.TokenCost).
 	if !(a.OutputTokenWeight > 0) || a.OutputTokenWeight > maxOutputTokenWeight || math.IsInf(a.OutputTokenWeight, 0) {
 		v.add("admission.output_token_weight", "must be above 0 and at most %v, got %v", maxOutputTokenWeight, a.OutputTokenWeight)
+	}
+	a.Preemption.validate(v)
+}
+
+func (p Preemption) validate(v *validator) {
+	if p.MinTokens < 1 {
+		v.add("admission.preemption.min_tokens", "must be at least 1 (a stream paused before its first token only pays a prefill), got %d", p.MinTokens)
+	}
+	if p.MaxPauses < 1 {
+		v.add("admission.preemption.max_pauses", "must be at least 1 (set enabled: false to pause none), got %d", p.MaxPauses)
 	}
 }
 

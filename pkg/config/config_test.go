@@ -218,6 +218,8 @@ func TestBadConfigFixtures(t *testing.T) {
 		"healing_window_too_long.yaml":          "healing.window: must not exceed metrics.latency_retention (5m0s), got 10m0s",
 		"healing_cost_factor.yaml":              "healing.long_cost_factor: must be between 1 and 10, got 0.5",
 		"admission_output_token_weight.yaml":    "admission.output_token_weight: must be above 0 and at most 16, got 0",
+		"admission_preemption_min_tokens.yaml":  "admission.preemption.min_tokens: must be at least 1 (a stream paused before its first token only pays a prefill), got 0",
+		"admission_preemption_max_pauses.yaml":  "admission.preemption.max_pauses: must be at least 1 (set enabled: false to pause none), got -1",
 		"healing_unknown_stage.yaml":            `healing.stage: must be one of embed, answer_cache, admission, retrieval, rerank, llm_first_token, llm, ttft, got "llm_total"`,
 		"healing_bad_webhook.yaml":              `healing.alert_webhook: must be an http(s) URL, got "hooks.example.com"`,
 		"pools_shared_pool_above_budget.yaml":   "pools.short.max_concurrency: must not exceed pools.shared.max_concurrency (8): the pools share their servers, got 16",

@@ -22,7 +22,7 @@ func (n *notes) NotifyGranted(_ context.Context, _, id string) (bool, error) {
 }
 
 // Every admission script (enqueue, pump, release, renew, shed, stats,
-// charge) and the pipelines of the door's reads, on one pool's keys.
+// charge, pausable, preempt, yield) and the pipelines of the door's reads, on one pool's keys.
 func TestAdmission(t *testing.T) {
 	rdb, prefix := client(t)
 	ctx := context.Background()
@@ -105,6 +105,22 @@ func TestAdmission(t *testing.T) {
 	ok(t, "charge b's output", err)
 	if charged <= 0 {
 		t.Fatalf("charging b's output charged %d ticks, want some", charged)
+	}
+	// b, of the flex class, is paused for an urgent arrival, u: u gets
+	// its permit, b queues again.
+	_, err = g.Pausable(ctx, "short", "b", 2, 0, 100)
+	ok(t, "offer b for pausing", err)
+	r, err = g.Enqueue(ctx, "short", admission.Request{ID: "u", Tenant: "umbrella", Weight: 3})
+	ok(t, "enqueue u", err)
+	victim, err := g.Preempt(ctx, "short", "u", 0, admission.PauseRules{MinTokens: 1, MaxPauses: 1})
+	ok(t, "preempt for u", err)
+	if r.Status != admission.Queued || victim != "b" {
+		t.Fatalf("u: %+v, victim %q; want queued, b asked to pause", r, victim)
+	}
+	y, err := g.Yield(ctx, "short", admission.YieldRequest{ID: "b", Weight: 3})
+	ok(t, "yield b's permit", err)
+	if !y.Paused || len(admission.IDs(y.Woken)) != 1 || admission.IDs(y.Woken)[0] != "u" {
+		t.Fatalf("yield b: %+v, want paused, its permit to u", y)
 	}
 	r, err = g.Enqueue(ctx, "short", admission.Request{ID: "a", Tenant: "acme", Weight: 3})
 	ok(t, "enqueue a released request", err)

@@ -14,6 +14,8 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/load/internal/chat"
 	"github.com/sluice-dev/sluice/tests/load/internal/load"
 	"github.com/sluice-dev/sluice/tests/load/internal/progress"
@@ -56,12 +58,11 @@ type sloMode struct {
 const (
 	modeSluice  = "sluice"
 	modeHealing = "healing"
+	modePreempt = "preempt"
 	modeFCFS    = "fcfs"
 )
 
-// sloModes are the modes -modes chooses from. Sluice with preemption
-// joins them, as a mode of its own, when Sluice can pause a stream.
-// Healing is not a default: the healer acts on a pool's latency tail
+// sloModes are the modes -modes chooses from. Healing is not a default: the healer acts on a pool's latency tail
 // (shrinking its batch, throttling long requests, shedding the lowest
 // tier's waiters), none of which frees a running sequence sooner, which
 // is what an interactive arrival at 2× waits for, and it would add a
@@ -69,7 +70,30 @@ const (
 var sloModes = []sloMode{
 	{key: modeSluice, name: "Sluice, no preemption", configure: func(cfg *config.Config) { cfg.Healing.Enabled = false }},
 	{key: modeHealing, name: "Sluice, no preemption, healing on", configure: func(cfg *config.Config) { cfg.Healing.Enabled = true }},
+	{key: modePreempt, name: "Sluice with preemption", configure: preempting},
 	{key: modeFCFS, name: "FCFS (simulator)"},
+}
+
+// preempting is Sluice with preemption on: the interactive tier's
+// requests are served in the priority class, the batch tier's in flex,
+// each class at its tier's weight (so the fair order is the sluice
+// mode's), and the pools' backend, the simulator, continues answers, so
+// a flex stream may be paused for an interactive arrival.
+func preempting(cfg *config.Config) {
+	cfg.Healing.Enabled = false
+	cfg.Admission.Preemption.Enabled = true
+	cfg.Pools.Short.Continuation = config.ContinuationVLLM
+	cfg.Pools.Long.Continuation = config.ContinuationVLLM
+	for i, t := range slo.Tiers {
+		class := request.ClassFlex
+		if i == slo.Interactive {
+			class = request.ClassPriority
+		}
+		tier := cfg.Limits.Tiers[t.Name]
+		tier.DefaultClass = class
+		tier.Classes = map[string]policy.ClassLimits{class: {Weight: tier.Weight, TTFTSLO: t.TTFT, TPOTSLO: t.TPOT}}
+		cfg.Limits.Tiers[t.Name] = tier
+	}
 }
 
 func modeOf(key string) sloMode {
@@ -125,7 +149,7 @@ func (s *sloScenario) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.dir, "dir", vtc.DefaultDir, "directory of vtc-real.csv, for -workload vtc")
 	fs.StringVar(&s.loads, "loads", "0.5,1,1.5,2", "open-loop steps: Poisson arrivals as multiples of the capacity")
 	fs.IntVar(&s.seeds, "seeds", 5, "runs of each load, each with arrivals and lengths of its own seed; the goals take the median over them")
-	fs.StringVar(&s.modes, "modes", modeSluice+","+modeFCFS, "modes, each with the same arrivals: sluice (Sluice, no preemption), healing (the same with healing on), each a stack of its own; fcfs (straight to the simulator)")
+	fs.StringVar(&s.modes, "modes", modeSluice+","+modeFCFS, "modes, each with the same arrivals: sluice (Sluice, no preemption), healing (the same with healing on), preempt (Sluice pausing flex streams for interactive arrivals), each a stack of its own; fcfs (straight to the simulator)")
 	fs.Float64Var(&s.interactive, "interactive", 1.0/3, "share of the arrivals that are interactive; the rest are batch")
 	fs.DurationVar(&s.interactiveWait, "interactive-max-wait", slo.Tiers[slo.Interactive].MaxWait, "the interactive tier's max_wait")
 	fs.IntVar(&s.seqs, "seqs", 16, "the simulator's max_num_seqs, and the pool's permits")

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/request"
 
 	"github.com/sluice-dev/sluice/tests/load/internal/chat"
 	"github.com/sluice-dev/sluice/tests/load/internal/report"
@@ -308,6 +310,7 @@ func TestSLOModes(t *testing.T) {
 		{"sluice,fcfs", []string{modeSluice, modeFCFS}, []string{modeSluice}},
 		{"sluice, healing ,fcfs", []string{modeSluice, modeHealing, modeFCFS}, []string{modeSluice, modeHealing}},
 		{"fcfs", []string{modeFCFS}, []string{modeFCFS}},
+		{"sluice,preempt,fcfs", []string{modeSluice, modePreempt, modeFCFS}, []string{modeSluice, modePreempt}},
 	} {
 		s := &sloScenario{modes: c.modes}
 		if err := s.parseModes(); err != nil {
@@ -318,7 +321,34 @@ func TestSLOModes(t *testing.T) {
 		}
 	}
 	s := &sloScenario{modes: "sluice,off"}
-	if err := s.parseModes(); err == nil || err.Error() != `-modes: "off" is none of sluice, healing, fcfs` {
+	if err := s.parseModes(); err == nil || err.Error() != `-modes: "off" is none of sluice, healing, preempt, fcfs` {
 		t.Errorf("unknown mode: %v", err)
+	}
+}
+
+// The preempt mode runs Sluice with preemption on: the pools continue
+// answers, the interactive tier is served in the priority class and the
+// batch tier in flex, at the weights the sluice mode gives them, and the
+// configuration is one Sluice starts with.
+func TestSLOPreemptMode(t *testing.T) {
+	s := &sloScenario{seqs: 16, interactiveWait: slo.Tiers[slo.Interactive].MaxWait}
+	cfg := config.Default()
+	s.configure(&cfg)
+	plain := cfg.Limits.Tiers[slo.Tiers[slo.Interactive].Name].Weight
+	modeOf(modePreempt).configure(&cfg)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Admission.Preemption.Enabled || cfg.Pools.Short.Continuation != config.ContinuationVLLM || cfg.Pools.Long.Continuation != config.ContinuationVLLM {
+		t.Fatalf("preemption %+v, continuation %q/%q", cfg.Admission.Preemption, cfg.Pools.Short.Continuation, cfg.Pools.Long.Continuation)
+	}
+	for i, want := range []string{request.ClassPriority, request.ClassFlex} {
+		tier := cfg.Limits.Tiers[slo.Tiers[i].Name]
+		if c, ok := tier.Classes[want]; tier.DefaultClass != want || !ok || len(tier.Classes) != 1 || c.Weight != tier.Weight {
+			t.Errorf("tier %s: default class %q, classes %+v; want %s alone at weight %d", slo.Tiers[i].Name, tier.DefaultClass, tier.Classes, want, tier.Weight)
+		}
+	}
+	if got := cfg.Limits.Tiers[slo.Tiers[slo.Interactive].Name].Weight; got != plain {
+		t.Errorf("interactive weight %d, want the sluice mode's %d", got, plain)
 	}
 }
