@@ -44,6 +44,8 @@ import (
 var (
 	//go:embed lua/lib.lua
 	libLua string
+	//go:embed lua/order.lua
+	orderLua string
 	//go:embed lua/enqueue.lua
 	enqueueLua string
 	//go:embed lua/release.lua
@@ -65,18 +67,22 @@ var (
 	//go:embed lua/charge.lua
 	chargeLua string
 
+	// prelude comes first in every script: the keys, the bookkeeping and
+	// the fair order's verbs (lib.lua, then order.lua).
+	prelude = libLua + orderLua
+
 	// redis.Script runs EVALSHA and falls back to EVAL on NOSCRIPT, so a
 	// Redis restart or failover that drops the script cache is harmless.
-	enqueueScript   = redis.NewScript(libLua + enqueueLua)
-	releaseScript   = redis.NewScript(libLua + releaseLua)
-	renewScript     = redis.NewScript(libLua + renewLua)
-	pumpScript      = redis.NewScript(libLua + pumpLua)
-	statsScript     = redis.NewScript(libLua + statsLua)
-	shedScript      = redis.NewScript(libLua + shedLua)
-	aheadScript     = redis.NewScript(libLua + aheadLua)
-	reserveScript   = redis.NewScript(libLua + reserveLua)
-	unreserveScript = redis.NewScript(libLua + unreserveLua)
-	chargeScript    = redis.NewScript(libLua + chargeLua)
+	enqueueScript   = redis.NewScript(prelude + enqueueLua)
+	releaseScript   = redis.NewScript(prelude + releaseLua)
+	renewScript     = redis.NewScript(prelude + renewLua)
+	pumpScript      = redis.NewScript(prelude + pumpLua)
+	statsScript     = redis.NewScript(prelude + statsLua)
+	shedScript      = redis.NewScript(prelude + shedLua)
+	aheadScript     = redis.NewScript(prelude + aheadLua)
+	reserveScript   = redis.NewScript(prelude + reserveLua)
+	unreserveScript = redis.NewScript(prelude + unreserveLua)
+	chargeScript    = redis.NewScript(prelude + chargeLua)
 )
 
 // Status is the outcome of asking for a permit.

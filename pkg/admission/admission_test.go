@@ -406,7 +406,7 @@ func assertNoQueueState(t *testing.T, rdb *redis.Client, g *Gate) {
 
 // dropScript removes a queue entry as the pump drops a zombie, through the
 // same lib.lua code, but wherever the entry is in the queue.
-var dropScript = redis.NewScript(libLua + `
+var dropScript = redis.NewScript(prelude + `
 unqueue(ARGV[1])
 redis.call('DEL', ARGV[2] .. ARGV[1])
 return 0`)

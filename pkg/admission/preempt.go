@@ -28,7 +28,7 @@ var (
 
 	preemptScript  = redis.NewScript(preemptLua)
 	pausableScript = redis.NewScript(pausableLua)
-	yieldScript    = redis.NewScript(libLua + yieldLua)
+	yieldScript    = redis.NewScript(prelude + yieldLua)
 )
 
 // PauseRules bound how often one stream may be paused.

@@ -1,11 +1,11 @@
 -- Charge a streaming request's tenant for the output it has produced:
--- pay as you go (lib.lua). The stream's keep-alive calls it with the
+-- pay as you go (lib.lua, order.lua). The stream's keep-alive calls it with the
 -- cost of all the output so far; the script charges what that is beyond
 -- what the request's streaming was already charged, so a call repeated
 -- (a retried round trip) or made by a resumed attempt that counts the
 -- earlier attempt's tokens too never charges a token twice. The charge
 -- advances the tenant's F_t and moves its waiting entries and places
--- (lib.lua advance); it frees no permit, so nobody is granted. A request
+-- (order.lua advance); it frees no permit, so nobody is granted. A request
 -- holding no permit, or whose entry was charged its bound up front,
 -- is left alone: its release settles it.
 -- KEYS   the pool's and its group's keys in lib.lua order

@@ -30,7 +30,7 @@
 --          place reserved before they were returned: its cost/weight)
 -- ARGV[16] the tenant's shift when that place was reserved (reserve.lua):
 --          the place is taken as much later as the tenant's streams were
---          charged since (lib.lua advance); a place reserved before
+--          charged since (order.lua advance); a place reserved before
 --          shifts were kept passes 0, and moves by all of the shift:
 --          later than it should, never earlier
 -- ARGV[17…] the group's arguments (lib.lua group_args)

@@ -10,7 +10,7 @@
 -- ARGV[6] tombstone key prefix
 -- ARGV[7] tombstone ttl ms: how long enqueue refuses this request id
 -- ARGV[8] the cost the request used (0: unknown), settled against what
---         it was charged (lib.lua settle)
+--         it was charged (order.lua settle)
 -- ARGV[9…] the group's arguments (lib.lua group_args)
 -- Returns {held_permit (0/1), was_queued (0/1), ms the permit was held
 --          (0: none, or its grant time unknown), woken pool, id pairs...}

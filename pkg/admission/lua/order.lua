@@ -1,0 +1,332 @@
+-- The fair order's verbs, the second half of the prelude every admission
+-- script is loaded with (lib.lua first, which declares the keys, the
+-- bookkeeping of entries and heads, and the rules these follow): what a
+-- request is charged and when, placing an entry, taking it out, and
+-- granting permits. Split from lib.lua so that each file reads on its
+-- own; the two are one Lua chunk at run time.
+
+-- A charged value (KEYS[14]): the ticks charged so far, the weight, and,
+-- for an entry placed paying as it goes, the ticks it was charged at
+-- placement (nil for one charged up front).
+local function read_charged(v)
+  local t, rest = split(v)
+  local w, third = split(rest)
+  local placed = third and tonumber(third)
+  if placed and placed < 0 then placed = -placed else placed = nil end
+  return tonumber(t), tonumber(w), placed
+end
+
+local function charged_value(t, w, placed)
+  return t .. ':' .. w .. ':-' .. placed
+end
+-- The first tick at or after f that no queued entry holds. ZSET ties would
+-- sort by request id; moving a newcomer past the entries already holding its
+-- tag keeps equal tags in arrival order, at a cost of a tick each (1/2520 of
+-- a unit).
+-- In a group the tags of all its queues are distinct, so that the order
+-- across pools, and a waiter's position in it, is total.
+local function free_tick(f)
+  while true do
+    local last = f + 31
+    local taken = {}
+    for _, q in ipairs(queues()) do
+      local in_q = redis.call('ZRANGEBYSCORE', q, f, last, 'WITHSCORES')
+      for i = 2, #in_q, 2 do taken[#taken + 1] = tonumber(in_q[i]) end
+    end
+    if #OTHERS > 0 then table.sort(taken) end
+    for _, s in ipairs(taken) do
+      if s > f then return f end
+      if s == f then f = f + 1 end
+    end
+    if f <= last then return f end
+  end
+end
+
+-- Move tenant delta ticks later in the fair order, for tokens its
+-- streams were served: its F_t, its shift (so that the places it reserved
+-- at the door are taken that much later), and each of its entries queued
+-- in the group's pools, in tag order, each to the first free tick at or
+-- past both its moved tag and the one before it, so that its entries stay
+-- in arrival order and tags stay distinct. Its waiting entries move with
+-- its counter, as VTC orders a tenant's waiting requests by it. A tenant
+-- without F_t (placed by scripts that dropped it while it held permits)
+-- is charged from V.
+local function advance(tenant, delta)
+  local f = redis.call('HGET', G.finish, tenant)
+  f = (f and tonumber(f) or vtime()) + delta
+  redis.call('HINCRBY', G.shift, tenant, delta)
+  local was = K
+  for _, p in ipairs(group_keys()) do
+    K = p
+    if redis.call('HEXISTS', K.tenants, tenant) == 1 then
+      local entries = first_entries(tenant, -1)
+      for _, e in ipairs(entries) do
+        redis.call('ZREM', K.queue, e[1])
+        redis.call('ZREM', K.order, order_member(tenant, e[2], e[1]))
+      end
+      local prev = -1
+      for _, e in ipairs(entries) do
+        local tag = free_tick(math.max(e[2] + delta, prev + 1))
+        redis.call('ZADD', K.queue, tag, e[1])
+        redis.call('ZADD', K.order, 0, order_member(tenant, tag, e[1]))
+        prev = tag
+      end
+      if prev > f then f = prev end
+      refresh(tenant)
+    end
+  end
+  K = was
+  redis.call('HSET', G.finish, tenant, f)
+end
+
+-- Settle a released request of tenant that used used (its cost as
+-- served) against what it was charged (charged, KEYS[14]): what it used
+-- beyond that is charged now (advance), what it was charged beyond it is
+-- the tenant's credit. The caller has given the request's permit back,
+-- and drops what an idle tenant keeps (leave_if_idle).
+local function settle(tenant, charged, used)
+  local t, w = read_charged(charged)
+  local diff = ticks(used, w) - t
+  if diff > 0 then
+    advance(tenant, diff)
+  elseif diff < 0 then
+    redis.call('HINCRBY', G.credit, tenant, -diff)
+  end
+end
+
+-- Give back id's permit, if it holds one, and its tenant's count of
+-- permits with it: exactly once, whoever calls (release, lease expiry).
+-- Returns 1 and the grant time (ms, 0 if unknown) if it held one.
+local function drop_permit(id, used)
+  local charged = redis.call('HGET', K.charged, id)
+  if charged then redis.call('HDEL', K.charged, id) end
+  if redis.call('ZREM', K.permits, id) == 0 then return 0, 0 end
+  local v = redis.call('HGET', K.grants, id)
+  if not v then return 1, 0 end
+  redis.call('HDEL', K.grants, id)
+  local since, tenant = split(v)
+  if tenant then
+    if redis.call('HINCRBY', K.held, tenant, -1) <= 0 then
+      redis.call('HDEL', K.held, tenant)
+    end
+    if charged and used and used > 0 then settle(tenant, charged, used) end
+    leave_if_idle(tenant)
+    -- Only a parked tenant can become grantable by giving one back.
+    if redis.call('HEXISTS', K.parked, tenant) == 1 then refresh(tenant) end
+  end
+  return 1, tonumber(since)
+end
+
+-- Drop permits whose lease ran out (their holder crashed or stalled). The
+-- time each was held, from its grant to its lease's end, is added to the
+-- pool's stats field expired_held_ms, which pump.lua hands to its caller
+-- once: no holder is left to account for it.
+local function expire_permits(now)
+  local dead = redis.call('ZRANGEBYSCORE', K.permits, '-inf', now, 'WITHSCORES')
+  for i = 1, #dead, 2 do
+    local _, since = drop_permit(dead[i])
+    local expiry = tonumber(dead[i + 1])
+    if since > 0 and expiry > since then
+      redis.call('HINCRBY', K.stats, 'expired_held_ms', expiry - since)
+    end
+  end
+end
+
+-- Give id, of tenant, a permit, counted against the tenant. The caller
+-- refreshes the tenant if it has entries queued.
+local function grant(id, tenant, now, lease)
+  if redis.call('ZADD', K.permits, now + lease, id) == 1 then
+    redis.call('HINCRBY', K.held, tenant, 1)
+  end
+  redis.call('HSET', K.grants, id, now .. ':' .. tenant)
+end
+
+-- Whether tenant may take another permit under cap (0 = none).
+local function below_cap(tenant, cap)
+  return cap <= 0 or tonumber(redis.call('HGET', K.held, tenant) or '0') < cap
+end
+
+-- A new place in the fair order for a request of tenant: it starts at
+-- max(V, F_t) and spans its charge in ticks (cost/weight: what is known
+-- of the request when it queues; its output is charged as it streams),
+-- shortened (or lengthened) by the tenant's credit (or debt) from
+-- settled requests, down to one tick, what is left of the credit
+-- staying. F_t moves to its tag. Returns the tag and the charge (ticks
+-- before credit), which settle needs.
+local function place(tenant, cost, weight)
+  local start = math.max(vtime(), tonumber(redis.call('HGET', G.finish, tenant) or '0'))
+  local charge = ticks(cost, weight)
+  local length = charge
+  local credit = tonumber(redis.call('HGET', G.credit, tenant) or '0')
+  if credit ~= 0 then
+    length = math.max(1, charge - credit)
+    local left = credit - (charge - length)
+    if left == 0 then redis.call('HDEL', G.credit, tenant) else redis.call('HSET', G.credit, tenant, left) end
+  end
+  local tag = free_tick(start + length)
+  redis.call('HSET', G.finish, tenant, tag)
+  return tag, charge
+end
+
+-- How many entries queued in the group's pools have tags below tag.
+local function below(tag)
+  local n = 0
+  local upto = '(' .. string.format('%.0f', tag)
+  for _, q in ipairs(queues()) do
+    n = n + redis.call('ZCOUNT', q, '-inf', upto)
+  end
+  return n
+end
+
+-- Record a queue entry, count it against its tenant and place the tenant.
+-- cap is its tier's cap on the permits its tenant holds (0 = none). newest:
+-- the entry's tag is past the tenant's others (a new arrival), so that its
+-- first entry, and whether the tenant may be granted, are as they were.
+local function add_entry(id, tenant, tag, now, weight, cap, newest)
+  redis.call('ZADD', K.queue, tag, id)
+  redis.call('ZADD', K.order, 0, order_member(tenant, tag, id))
+  redis.call('HSET', K.waiters, id, tenant)
+  if cap > 0 then weight = weight .. ':' .. cap end
+  redis.call('HSET', K.weights, id, weight)
+  redis.call('ZADD', K.since, now, id)
+  if redis.call('HINCRBY', K.tenants, tenant, 1) > 1 and newest then
+    if redis.call('HEXISTS', K.parked, tenant) == 1 then
+      redis.call('HINCRBY', K.parked, tenant, 1)
+      redis.call('HINCRBY', K.stats, 'parked', 1)
+    end
+    return
+  end
+  refresh(tenant)
+end
+
+-- Drop the bookkeeping of entry id, queued at tag, and return its tenant
+-- (nil if it had none); tenant, if the caller knows it, saves a read. The
+-- caller refreshes the tenant, and lets it go if it is left idle
+-- (leave_if_idle; not when the entry is granted).
+local function take(id, tag, tenant)
+  redis.call('ZREM', K.queue, id)
+  redis.call('ZREM', K.since, id)
+  redis.call('HDEL', K.weights, id)
+  tenant = tenant or redis.call('HGET', K.waiters, id)
+  if not tenant then return nil end
+  redis.call('HDEL', K.waiters, id)
+  redis.call('ZREM', K.order, order_member(tenant, tag, id))
+  if redis.call('HINCRBY', K.tenants, tenant, -1) <= 0 then
+    redis.call('HDEL', K.tenants, tenant)
+  end
+  return tenant
+end
+
+-- Remove id's queue entry, if any; returns 1 if there was one.
+local function unqueue(id)
+  local tag = redis.call('ZSCORE', K.queue, id)
+  if not tag then return 0 end
+  redis.call('HDEL', K.charged, id)
+  local tenant = take(id, tonumber(tag))
+  if tenant then
+    refresh(tenant)
+    leave_if_idle(tenant)
+  end
+  return 1
+end
+
+-- Whether a newcomer to SELF must queue for the group's sake: the group
+-- budget is spent, or another pool has a waiter it could grant now (below
+-- that pool's limit), who comes first. Never, for a pool alone.
+local function group_contended(now)
+  if #OTHERS == 0 then return false end
+  local used = redis.call('ZCARD', SELF.permits)
+  for _, o in ipairs(OTHERS) do
+    K = o.k
+    expire_permits(now)
+    local held = redis.call('ZCARD', o.k.permits)
+    used = used + held
+    if redis.call('ZCARD', o.k.heads) > 0 and held < limit_of(o) then
+      K = SELF
+      return true
+    end
+  end
+  K = SELF
+  return GROUP_LIMIT > 0 and used >= GROUP_LIMIT
+end
+
+-- How many entries of the group's other pools are queued ahead of tag.
+local function ahead_elsewhere(tag)
+  local n = 0
+  for _, o in ipairs(OTHERS) do
+    n = n + redis.call('ZCOUNT', o.k.queue, '-inf', '(' .. string.format('%.0f', tag))
+  end
+  return n
+end
+
+-- Hand free permits to live waiters, smallest tag first among the tenants
+-- below their caps, dropping zombies on the way, and move V to the tag of
+-- the last entry granted. Tenants at their caps are not in heads, so
+-- passing them by costs nothing; budget bounds the grants and drops of one
+-- call. In a group, each grant goes to the smallest head among the pools
+-- below their own limits while the group budget has a permit free; the
+-- other pools' expired permits are reclaimed first. Returns the grants as
+-- pool name, id pairs, in grant order.
+local function pump(limit, lease, alive_prefix, now)
+  local granted = {}
+  local pools = {{k = SELF, limit = limit, alive = alive_prefix, name = SELF_NAME}}
+  for _, o in ipairs(OTHERS) do
+    K = o.k
+    expire_permits(now)
+    pools[#pools + 1] = {k = o.k, limit = limit_of(o), alive = o.alive, name = o.name}
+  end
+  local room = 0
+  for _, p in ipairs(pools) do
+    p.free = p.limit - redis.call('ZCARD', p.k.permits)
+    if p.free > 0 then room = room + p.free end
+    K = p.k
+    if redis.call('HGET', K.stats, 'layout') ~= '2' then migrate() end
+  end
+  K = SELF
+  if GROUP_LIMIT > 0 then
+    local used = 0
+    for _, p in ipairs(pools) do used = used + redis.call('ZCARD', p.k.permits) end
+    room = math.min(room, GROUP_LIMIT - used)
+  end
+  if room <= 0 then return granted end
+  local v0 = vtime()
+  local v = v0
+  local budget = 1000
+  while room > 0 and budget > 0 do
+    budget = budget - 1
+    local best, best_tag, tenant
+    for _, p in ipairs(pools) do
+      if p.free > 0 then
+        local h = redis.call('ZRANGE', p.k.heads, 0, 0, 'WITHSCORES')
+        if #h == 2 and (best == nil or tonumber(h[2]) < best_tag) then
+          best, best_tag, tenant = p, tonumber(h[2]), h[1]
+        end
+      end
+    end
+    if not best then break end
+    K = best.k
+    -- The entry to grant and the one that becomes the tenant's first.
+    local two = first_entries(tenant, 2)
+    if two[1] then
+      local id, tag = two[1][1], two[1][2]
+      take(id, tag, tenant)
+      if redis.call('DEL', best.alive .. id) == 0 then
+        redis.call('HDEL', K.charged, id)
+        leave_if_idle(tenant)
+      else
+        grant(id, tenant, now, lease)
+        granted[#granted + 1] = best.name
+        granted[#granted + 1] = id
+        best.free = best.free - 1
+        room = room - 1
+        -- A restored entry, or one its tenant's cap held back, may sit
+        -- behind V; V never goes back.
+        if tag > v then v = tag end
+      end
+    end
+    refresh(tenant, two[2] or false)
+    K = SELF
+  end
+  if v ~= v0 then redis.call('HSET', G.clock, 'vtime', v) end
+  return granted
+end
