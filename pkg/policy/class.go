@@ -2,7 +2,8 @@ package policy
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,7 +58,7 @@ func classesOf(field string, docs map[string]classDocument) (map[string]ClassLim
 		return nil, nil
 	}
 	out := make(map[string]ClassLimits, len(docs))
-	for _, name := range sortedKeys(docs) {
+	for _, name := range slices.Sorted(maps.Keys(docs)) {
 		d := docs[name]
 		c := ClassLimits{Weight: d.Weight}
 		for _, f := range []struct {
@@ -141,7 +142,8 @@ func (t Tier) Class(asked string) (Class, bool) {
 
 // validateClasses checks the tier's classes at path field.
 func (t Tier) validateClasses(field string, report Report) {
-	for _, name := range classNames(t.Classes) {
+	// In name order, so that problems are reported in a stable order.
+	for _, name := range slices.Sorted(maps.Keys(t.Classes)) {
 		c := t.Classes[name]
 		at := field + ".classes." + name
 		if !request.IsClass(name) {
@@ -168,18 +170,6 @@ func (t Tier) validateClasses(field string, report Report) {
 			report(field+".default_class", "names class %q, which %s.classes does not grant", d, field)
 		}
 	}
-}
-
-// classNames are the classes' names sorted, for a stable report order.
-func classNames(classes map[string]ClassLimits) []string { return sortedKeys(classes) }
-
-func sortedKeys[V any](m map[string]V) []string {
-	names := make([]string, 0, len(m))
-	for name := range m {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
 }
 
 func classList() string { return strings.Join(request.Classes(), ", ") }

@@ -2,8 +2,9 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -104,20 +105,10 @@ func (d Deployment) validateLimits(l Limits, report Report) {
 			report(fmt.Sprintf("auth.api_keys[%d].tier", i), "names unknown tier %q", tier)
 		}
 	}
-	for _, name := range tierNames(l.Tiers) {
+	// In name order, so that problems are reported in a stable order.
+	for _, name := range slices.Sorted(maps.Keys(l.Tiers)) {
 		l.Tiers[name].validate("limits.tiers."+name, d.MaxTokensLimit, report)
 	}
-}
-
-// tierNames are the tiers' names sorted, so that problems are reported in
-// a stable order.
-func tierNames(tiers map[string]Tier) []string {
-	names := make([]string, 0, len(tiers))
-	for name := range tiers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // validate checks the tier at path field; no tier may let a request ask
@@ -186,7 +177,7 @@ func (b Budget) validate(field string, report Report) {
 // with: the usage ledger, and a price for every pool's model when they
 // count spend.
 func (d Deployment) validateBudgets(tiers map[string]Tier, report Report) {
-	for _, name := range tierNames(tiers) {
+	for _, name := range slices.Sorted(maps.Keys(tiers)) {
 		b := tiers[name].Budget
 		field := "limits.tiers." + name + ".budget"
 		if b.On() && !d.HasLedger {
