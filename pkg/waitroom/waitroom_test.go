@@ -13,7 +13,15 @@ import (
 
 func newRoom(t *testing.T, slots, capacity int, ready Ready) *Room {
 	t.Helper()
-	r, err := New(Options{Slots: slots, Capacity: capacity, Ready: ready, Poll: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	return runRoom(t, Options{Slots: slots, Capacity: capacity, Ready: ready})
+}
+
+// runRoom makes a room of opts, polling every 5ms and logging nowhere, and
+// runs it until the test ends.
+func runRoom(t *testing.T, opts Options) *Room {
+	t.Helper()
+	opts.Poll, opts.Logger = 5*time.Millisecond, slog.New(slog.DiscardHandler)
+	r, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,21 +324,14 @@ func TestPassTakesAFreeSlotPastTheLine(t *testing.T) {
 func TestTaggedWaitersMoveWithTheirTenantsCharges(t *testing.T) {
 	var open atomic.Bool
 	var reads atomic.Int64
-	r, err := New(Options{
-		Slots: 1, Capacity: 10, Poll: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+	r := runRoom(t, Options{
+		Slots: 1, Capacity: 10,
 		Ready: func(context.Context, string, int) (bool, error) { return open.Load(), nil },
 		Shifts: func(context.Context, string) (map[string]int64, error) {
 			reads.Add(1)
 			return map[string]int64{"a": 700, "b": 50}, nil
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 	// a reserved at 100 when its shift was 200 (now 700: moved to 600);
 	// b at 300 when its shift was 50 (not moved).
 	a, err := r.Enter(Ticket{Pool: "short", Tenant: "a", Weight: 1, Tag: 100, Shift: 200}, false)
