@@ -43,6 +43,9 @@ type Answer struct {
 	KBVersion int64
 	// Timings are the answering stage's own, after the workflow's.
 	Timings []events.StageTiming
+	// Pauses is how often the stream was paused for a more urgent
+	// request.
+	Pauses int
 }
 
 // doneEvent is the request's done event: the one place it is built, from
@@ -53,7 +56,7 @@ func doneEvent(ctx context.Context, f DoneFacts, ans Answer) events.Done {
 		Timings:      append(append([]events.StageTiming(nil), f.Timings...), ans.Timings...),
 		FinishReason: ans.FinishReason, Usage: ans.Usage, Sources: ans.Sources, ContextShed: ans.ContextShed,
 		Model: ans.Model, Cached: ans.Cached, TraceID: tracing.TraceID(ctx), Fallback: f.Fallback,
-		ServiceTier: f.ServiceTier,
+		ServiceTier: f.ServiceTier, Pauses: ans.Pauses,
 	}
 	if ans.KBVersion != 0 {
 		d.KBVersion = ans.KBVersion

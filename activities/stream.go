@@ -96,11 +96,7 @@ func (a *Chat) StreamLLM(ctx context.Context, in LLMInput) (LLMOutput, error) {
 	res.Model = cmp.Or(res.Model, model)
 	// The done event, the session's turn, the early release and the L3
 	// entry (stream_finish.go).
-	out, err := a.finishAnswer(ctx, in, res, &p, s)
-	if pz != nil {
-		out.Pauses = int(pz.pauses.Load())
-	}
-	return out, err
+	return a.finishAnswer(ctx, in, res, &p, s, pz.count())
 }
 
 // fittedPrompt is a request's prompt, cut to fit its pool.

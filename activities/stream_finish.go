@@ -16,8 +16,9 @@ import (
 
 // finishAnswer completes a stream that ended well: it ends a truncated
 // answer with the notice, records the answer in its session, writes the
-// done event and keeps a complete answer in the L3 tier.
-func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p *fittedPrompt, s *tokenStream) (LLMOutput, error) {
+// done event and keeps a complete answer in the L3 tier. pauses is how
+// often the stream was paused for a more urgent request.
+func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p *fittedPrompt, s *tokenStream, pauses int) (LLMOutput, error) {
 	usage := a.usageOf(res, p, s.tokens())
 	if err := a.noteTruncations(ctx, in.RequestID, res, s); err != nil {
 		return LLMOutput{}, err
@@ -26,7 +27,7 @@ func (a *Chat) finishAnswer(ctx context.Context, in LLMInput, res llm.Result, p 
 		Usage: usage, FinishReason: res.FinishReason, FinishReasons: res.Finishes,
 		Sources: sources(p.chunks), ContextShed: len(in.Context) - len(p.chunks),
 		FirstTokenMs: s.firstToken.Milliseconds(), Ms: time.Since(s.start).Milliseconds(), Model: res.Model,
-		Failovers: streamFailovers(res.Failovers),
+		Failovers: streamFailovers(res.Failovers), Pauses: pauses,
 	}
 	if in.Session != nil {
 		out.TurnRecorded = a.recordAnswer(ctx, in, res.FinishReason, s.answer)
@@ -106,7 +107,7 @@ func (a *Chat) writeDone(ctx context.Context, requestID string, done events.Done
 func streamedAnswer(out LLMOutput) Answer {
 	return Answer{
 		FinishReason: out.FinishReason, FinishReasons: out.FinishReasons, Usage: out.Usage,
-		Sources: out.Sources, ContextShed: out.ContextShed, Model: out.Model,
+		Sources: out.Sources, ContextShed: out.ContextShed, Model: out.Model, Pauses: out.Pauses,
 		Timings: []events.StageTiming{
 			{Stage: request.StageLLMFirstToken, Ms: out.FirstTokenMs},
 			{Stage: request.StageLLM, Ms: out.Ms},

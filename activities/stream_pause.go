@@ -221,3 +221,11 @@ func (a *Chat) pauseAndWait(ctx context.Context, log *slog.Logger, in LLMInput, 
 		}
 	}
 }
+
+// count is how often the stream was paused; 0 for one that may not be.
+func (p *pauser) count() int {
+	if p == nil {
+		return 0
+	}
+	return int(p.pauses.Load())
+}

@@ -106,7 +106,9 @@ func TestStreamLLMPausedForAPriorityRequestCompletes(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := stream(t, h, input("flex"), nil)
+		in := input("flex")
+		in.Done = &activities.DoneFacts{RequestID: "flex", ServiceTier: request.ClassFlex}
+		out, err := stream(t, h, in, nil)
 		done <- result{out, err}
 	}()
 	waitPausable(t, h, "flex")
@@ -148,6 +150,13 @@ func TestStreamLLMPausedForAPriorityRequestCompletes(t *testing.T) {
 	}
 	if r.out.Pauses != 1 {
 		t.Errorf("%d pauses reported, want 1", r.out.Pauses)
+	}
+	// The client learns it from the done event.
+	var d events.Done
+	if dones := ofType(h.events(t, "flex"), events.TypeDone); len(dones) != 1 {
+		t.Errorf("%d done events, want 1", len(dones))
+	} else if err := json.Unmarshal(dones[0].Data, &d); err != nil || d.Pauses != 1 {
+		t.Errorf("done event pauses %d (%v), want 1", d.Pauses, err)
 	}
 	if n := len(ofType(h.events(t, "flex"), events.TypeStage)); n != 1 {
 		t.Errorf("%d stage events, want the one llm stage", n)

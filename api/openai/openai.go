@@ -225,11 +225,14 @@ type sluiceInfo struct {
 	// as in the done event; the completion's model names the one that
 	// answered.
 	Fallback *events.Fallback `json:"fallback,omitempty"`
+	// Pauses is how often the stream was paused for a more urgent
+	// request, as in the done event.
+	Pauses int `json:"pauses,omitempty"`
 }
 
 func sluiceOf(d events.Done) *sluiceInfo {
 	return &sluiceInfo{RequestID: d.RequestID, Route: d.Route, KBVersion: d.KBVersion, Sources: d.Sources,
-		ContextShed: d.ContextShed, Cached: d.Cached, TraceID: d.TraceID, Fallback: d.Fallback}
+		ContextShed: d.ContextShed, Cached: d.Cached, TraceID: d.TraceID, Fallback: d.Fallback, Pauses: d.Pauses}
 }
 
 func usageOf(u events.Usage) openai.Usage {

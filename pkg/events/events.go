@@ -146,6 +146,9 @@ type Done struct {
 	// ServiceTier is the service class the request was served in
 	// (request.Classes), as OpenAI's service_tier names it.
 	ServiceTier string `json:"service_tier,omitempty"`
+	// Pauses is how often the stream was paused for a more urgent
+	// request and continued (preemption by continuation; 0 when never).
+	Pauses int `json:"pauses,omitempty"`
 }
 
 // Fallback is one step from a pool that could not answer to its fallback

@@ -61,19 +61,20 @@ bench-pools: need $(TEMPORAL) build
 	$(BIN)/sluice-bench pools -temporal $(TEMPORAL) -report tests/load/report/pools.md
 
 # sluice-bench slo: SLO attainment by tier at 0.5×–2× capacity over 5
-# seeds: Sluice without preemption vs FCFS straight to the simulator, beside
-# the ceiling without preemption. Every answer 128 tokens. About 25 minutes
-# (4 loads × 5 seeds × 2 modes); SLO_FLAGS adds flags (say -seeds 1 -loads
-# 2 for a smoke run). Writes tests/load/report/slo.md.
+# seeds: Sluice without and with preemption vs FCFS straight to the
+# simulator, beside the ceiling without preemption. Every answer 128
+# tokens. About 40 minutes (4 loads × 5 seeds × 3 modes); SLO_FLAGS adds
+# flags (say -seeds 1 -loads 2 for a smoke run). Writes
+# tests/load/report/slo.md.
 bench-slo: need $(TEMPORAL) build
 	$(BIN)/sluice-bench slo -temporal $(TEMPORAL) $(SLO_FLAGS) -report tests/load/report/slo.md
 
 # sluice-bench slo: SLO attainment by tier at 0.5×–2× capacity over 5
-# seeds: Sluice without preemption vs FCFS straight to the simulator, beside
-# the ceiling without preemption. Answer lengths drawn from the VTC real
-# trace's (../shared/workloads/vtc-real.csv, beside the checkout; mean 256
-# tokens). About 30 minutes (4 loads × 5 seeds × 2 modes); SLO_FLAGS adds
-# flags. Writes tests/load/report/slo-vtc.md.
+# seeds: Sluice without and with preemption vs FCFS straight to the
+# simulator, beside the ceiling without preemption. Answer lengths drawn
+# from the VTC real trace's (../shared/workloads/vtc-real.csv, beside the
+# checkout; mean 256 tokens). About 45 minutes (4 loads × 5 seeds × 3
+# modes); SLO_FLAGS adds flags. Writes tests/load/report/slo-vtc.md.
 bench-slo-vtc: need $(TEMPORAL) build
 	$(BIN)/sluice-bench slo -temporal $(TEMPORAL) -workload vtc $(SLO_FLAGS) -report tests/load/report/slo-vtc.md
 

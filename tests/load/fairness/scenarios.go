@@ -17,7 +17,7 @@ var (
 	}
 	SLO = scenario.Spec{
 		Name:    "slo",
-		Summary: "SLO attainment by tier at 0.5×–2× capacity over 5 seeds: Sluice without preemption vs FCFS straight to the simulator, beside the ceiling without preemption",
+		Summary: "SLO attainment by tier at 0.5×–2× capacity over 5 seeds: Sluice without and with preemption vs FCFS straight to the simulator, beside the ceiling without preemption",
 		New:     func() scenario.Scenario { return &sloScenario{} },
 		Targets: []scenario.Target{
 			{Name: "slo", FlagsVar: "SLO_FLAGS", Report: "tests/load/report/slo.md",

@@ -149,7 +149,7 @@ func (s *sloScenario) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.dir, "dir", vtc.DefaultDir, "directory of vtc-real.csv, for -workload vtc")
 	fs.StringVar(&s.loads, "loads", "0.5,1,1.5,2", "open-loop steps: Poisson arrivals as multiples of the capacity")
 	fs.IntVar(&s.seeds, "seeds", 5, "runs of each load, each with arrivals and lengths of its own seed; the goals take the median over them")
-	fs.StringVar(&s.modes, "modes", modeSluice+","+modeFCFS, "modes, each with the same arrivals: sluice (Sluice, no preemption), healing (the same with healing on), preempt (Sluice pausing flex streams for interactive arrivals), each a stack of its own; fcfs (straight to the simulator)")
+	fs.StringVar(&s.modes, "modes", modeSluice+","+modePreempt+","+modeFCFS, "modes, each with the same arrivals: sluice (Sluice, no preemption), healing (the same with healing on), preempt (Sluice pausing flex streams for interactive arrivals), each a stack of its own; fcfs (straight to the simulator)")
 	fs.Float64Var(&s.interactive, "interactive", 1.0/3, "share of the arrivals that are interactive; the rest are batch")
 	fs.DurationVar(&s.interactiveWait, "interactive-max-wait", slo.Tiers[slo.Interactive].MaxWait, "the interactive tier's max_wait")
 	fs.IntVar(&s.seqs, "seqs", 16, "the simulator's max_num_seqs, and the pool's permits")

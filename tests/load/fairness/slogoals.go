@@ -110,6 +110,7 @@ func (s *sloScenario) lengthsText() string {
 	for _, m := range s.modeList {
 		done, exact, events := 0, 0, 0
 		var off []string
+		var batch, paused, pauses, most int
 		for _, st := range s.steps {
 			if st.mode != m {
 				continue
@@ -119,6 +120,14 @@ func (s *sloScenario) lengthsText() string {
 					continue
 				}
 				done++
+				if a.tier == slo.Batch {
+					batch++
+					pauses += a.res.Pauses
+					most = max(most, a.res.Pauses)
+					if a.res.Pauses > 0 {
+						paused++
+					}
+				}
 				if a.res.Tokens == a.tokens {
 					events++
 				}
@@ -133,7 +142,14 @@ func (s *sloScenario) lengthsText() string {
 		if len(off) > 0 {
 			part += " (e.g. " + strings.Join(off, ", ") + ")"
 		}
-		parts = append(parts, part+fmt.Sprintf(", %d with as many token events", events))
+		part += fmt.Sprintf(", %d with as many token events", events)
+		if m == modePreempt && batch > 0 {
+			// Each pause is a continuation: the answers above came whole
+			// across them.
+			part += fmt.Sprintf("; pauses per batch (flex) answer %.2f (%d of %d answers paused, at most %d times)",
+				float64(pauses)/float64(batch), paused, batch, most)
+		}
+		parts = append(parts, part)
 	}
 	return strings.Join(parts, "; ")
 }
@@ -315,7 +331,7 @@ func (s *sloScenario) notes(r *report.Report) {
 		"so one seed's run can land a few points either side of it; read the medians.", s.sampleEvery)
 	for _, st := range s.steps {
 		if k := otherKinds(st.all); k != "" {
-			r.Linef("%s %g× seed %d, not answered: %s", modeName(st.mode), st.mult, st.seed, k)
+			r.Linef("%s %g× seed %d, missed: %s", modeName(st.mode), st.mult, st.seed, k)
 		}
 	}
 }

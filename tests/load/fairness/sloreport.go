@@ -190,15 +190,28 @@ func meanDrawn(all []*sloArrival) float64 {
 	return shareOf(sum, n)
 }
 
-// otherKinds lists the exact kinds of a step's window's arrivals not
-// answered, each with the median time its clients took to learn it.
+// otherKinds lists the exact kinds of a step's window's arrivals that
+// missed their SLO (not answered, or answered late: first token or
+// pace), each with the median time its clients took to learn it.
 func otherKinds(all []*sloArrival) string {
 	took := map[string][]time.Duration{}
 	for _, a := range all {
-		if a.inWindow && !a.dropped && a.res.Kind != chat.KindDone {
-			k := slo.Tiers[a.tier].Name + " " + a.res.Kind
-			took[k] = append(took[k], a.took)
+		if !a.inWindow || a.dropped {
+			continue
 		}
+		t := slo.Tiers[a.tier]
+		k := t.Name + " " + a.res.Kind
+		if a.res.Kind == chat.KindDone {
+			// Answered but late: say which bound it missed.
+			if t.Meets(a.res) {
+				continue
+			}
+			k = t.Name + " answered, first token late"
+			if a.res.TTFT <= t.TTFT {
+				k = t.Name + " answered, pace too slow"
+			}
+		}
+		took[k] = append(took[k], a.took)
 	}
 	parts := make([]string, 0, len(took))
 	for k, ds := range took {

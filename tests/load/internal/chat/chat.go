@@ -105,6 +105,9 @@ type Result struct {
 	// Completion is the done event's completion tokens: the answer's
 	// length as the backend counted it.
 	Completion int
+	// Pauses is the done event's pauses: how often the stream was
+	// paused for a more urgent request.
+	Pauses int
 	// TTFT runs from the POST to the first token event (0: none came),
 	// last to the last one: the answer's pace is what lies between.
 	TTFT, Last time.Duration
@@ -168,6 +171,7 @@ func Read(ctx context.Context, hc *http.Client, baseURL, body string, header map
 			var d events.Done
 			if ev.Decode(&d) == nil {
 				r.Served, r.Completion = d.Usage.PromptTokens+d.Usage.CompletionTokens, d.Usage.CompletionTokens
+				r.Pauses = d.Pauses
 			}
 			return r
 		case events.TypeRejected, events.TypeError:
