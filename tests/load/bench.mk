@@ -89,18 +89,18 @@ bench-fairness: need $(TEMPORAL) build
 	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) $(FAIRNESS_FLAGS) -report tests/load/report/fairness.md
 
 # sluice-bench fairness: the VTC paper's workloads replayed: token fairness
-# of Sluice vs FCFS vs the paper's numbers. The real workload with
+# of Sluice vs FCFS vs the paper's numbers. Both workloads with
 # max_tokens 1024 for every request (the paper's VTC without the output
-# length known; ~6 minutes). Writes tests/load/report/fairness-1024.md.
+# length known; ~15 minutes). Writes tests/load/report/fairness-1024.md.
 bench-fairness-1024: need $(TEMPORAL) build
-	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) -workloads real -max-tokens-mode 1024 -report tests/load/report/fairness-1024.md
+	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) -max-tokens-mode 1024 -report tests/load/report/fairness-1024.md
 
 # sluice-bench fairness: the VTC paper's workloads replayed: token fairness
-# of Sluice vs FCFS vs the paper's numbers. The real workload with no
+# of Sluice vs FCFS vs the paper's numbers. Both workloads with no
 # max_tokens in any request (the paper's VTC without the output length
-# known; ~6 minutes). Writes tests/load/report/fairness-omitted.md.
+# known; ~15 minutes). Writes tests/load/report/fairness-omitted.md.
 bench-fairness-omitted: need $(TEMPORAL) build
-	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) -workloads real -max-tokens-mode omitted -report tests/load/report/fairness-omitted.md
+	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) -max-tokens-mode omitted -report tests/load/report/fairness-omitted.md
 
 # sluice-bench soak: 30 minutes at the pool's capacity: every process's
 # memory, goroutines and workflow cache level off. make run's shape (the API
