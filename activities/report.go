@@ -31,7 +31,7 @@ func (a *Chat) report(r Report) {
 		a.Latency.Record(latency.Series(request.SeriesTTFT, r.Route), ttft)
 	}
 	a.Latency.Add(latency.Series(request.SeriesRequests, r.Route), 1)
-	if r.Reason == request.ReasonQueueTimeout {
+	if r.Reason == request.ReasonQueueTimeout || r.Reason == request.ReasonDeadlineUnreachable {
 		a.Latency.Add(latency.Series(request.SeriesQueueTimeouts, r.Route), 1)
 	}
 }

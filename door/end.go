@@ -140,12 +140,18 @@ func (d *Door) logRefusal(ctx context.Context, a arrival, reason string) {
 	}.Log(ctx, d.logger)
 }
 
-// timeoutFailure is the rejection of a request whose max wait ran out at
-// the door; it may come back after the queue ahead of it has drained.
-func (d *Door) timeoutFailure(a arrival) events.Failure {
+// lateFailure is the rejection of a request whose max wait ran out at
+// the door, or would before a permit (ahead, the wait estimated ahead of
+// it; 0 when its wait ran out); it may come back after the queue ahead of
+// it has drained. A request of a class that refuses late requests is told
+// that its deadline was out of reach.
+func (d *Door) lateFailure(a arrival, ahead time.Duration) events.Failure {
 	retry := time.Second
 	if st, err := d.poolStats(context.Background(), a.pool); err == nil {
 		retry = max(retry, admission.EstimateWait(st.Waiting+d.room.Stats().Waiting, st.Limit, st.MeanHold))
+	}
+	if a.class.RefuseLate {
+		return request.Unreachable(a.class.Name, a.class.TTFTSLO, ahead, retry)
 	}
 	return request.Refused(request.ReasonQueueTimeout, retry)
 }

@@ -189,6 +189,29 @@ func TestAdmitRefusals(t *testing.T) {
 			}
 		},
 	}, {
+		name: "more wait is ahead than the deadline of a class that refuses late requests leaves",
+		mod: func(c *config.Config) {
+			onePermit(c)
+			c.API.QueuePerPermit = 3
+			setTier(c, func(t *policy.Tier) {
+				t.Classes = map[string]policy.ClassLimits{request.ClassDefault: {Weight: 1, TTFTSLO: time.Second, RefuseLate: true}}
+			})
+		},
+		setup: func(t *testing.T, s *stack) {
+			// The pool's one permit turns over every 400 ms, and three of
+			// acme's own are queued ahead: 1.6 s, more than its 1 s.
+			s.fill(request.PoolShort, "other", 1)
+			time.Sleep(400 * time.Millisecond)
+			s.release("other-a")
+			s.fill(request.PoolShort, "acme", 4)
+		},
+		class: refusal.Unavailable, code: request.ReasonDeadlineUnreachable, outcome: "rejected_deadline_unreachable", recorded: true,
+		check: func(t *testing.T, s *stack, st door.Standing, e *refusal.Error) {
+			if e.RetryAfter < 1 || !strings.Contains(e.Message, "of waiting is ahead of it") || !strings.Contains(e.Message, "default class's time to first token of 1s") {
+				t.Errorf("refused %+v, want the wait ahead and the deadline named, with a retry", e)
+			}
+		},
+	}, {
 		name:  "the tenant's share of the queue is full",
 		mod:   func(c *config.Config) { onePermit(c); setTier(c, func(t *policy.Tier) { t.MaxQueuePerTenant = 1 }) },
 		setup: func(t *testing.T, s *stack) { s.fill(request.PoolShort, "acme", 2) },

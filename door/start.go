@@ -28,8 +28,10 @@ func (d *Door) startChat(ctx context.Context, a arrival, req Request, waited tim
 	// The class, not the tier, weighs the request in the fair order.
 	in.ServiceTier = a.class.Name
 	in.Settings.Weight, in.Settings.TTFTSLO, in.Settings.TPOTSLO = a.class.Weight, a.class.TTFTSLO, a.class.TPOTSLO
-	if waited > 0 {
-		// The door's wait counts against the request's max wait.
+	in.Settings.RefuseLate = a.class.RefuseLate
+	if waited > 0 || a.class.RefuseLate {
+		// The door's wait counts against the request's max wait, which
+		// a class that refuses late requests bounds by its deadline.
 		in.Settings.MaxWait, in.Settings.MaxWaitByPool = d.maxWait(a)-waited, nil
 	}
 	// An answer that depends on a conversation is that conversation's

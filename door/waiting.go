@@ -41,11 +41,11 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 				return
 			}
 			waited := time.Since(a.arrived)
-			if maxWait-waited < d.queueWait(ctx, a) {
+			if ahead := d.queueWait(ctx, a); maxWait-waited < ahead {
 				// Too little of its wait is left to reach a permit through
 				// the pool's queue: a workflow started now would only time
 				// out there, spending Temporal what served requests need.
-				d.endAtDoor(ctx, a, req, d.timeoutFailure(a))
+				d.endAtDoor(ctx, a, req, d.lateFailure(a, ahead))
 				return
 			}
 			err := d.startChat(context.WithoutCancel(ctx), a, req, waited)
@@ -60,7 +60,7 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 			}
 			return
 		case <-deadline.C:
-			d.endAtDoor(ctx, a, req, d.timeoutFailure(a))
+			d.endAtDoor(ctx, a, req, d.lateFailure(a, 0))
 			return
 		case <-ctx.Done():
 			d.endAtDoor(ctx, a, req, d.leftFailure())
@@ -141,13 +141,41 @@ func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
 }
 
 // maxWait is the request's whole wait for a permit, the door's share
-// included: its tier's, else its pool's, else admission.max_wait.
+// included: its tier's, else its pool's, else admission.max_wait; no
+// longer than its class's TTFT SLO when the class refuses late requests
+// (a permit after it could no longer meet it).
 func (d *Door) maxWait(a arrival) time.Duration {
 	set := ChatSettings(d.cfg, a.tier)
-	if w, ok := set.MaxWaitByPool[a.pool]; ok {
-		return w
+	w, ok := set.MaxWaitByPool[a.pool]
+	if !ok {
+		w = set.MaxWait
 	}
-	return set.MaxWait
+	if a.class.RefuseLate {
+		w = min(w, a.class.TTFTSLO)
+	}
+	return w
+}
+
+// refuseLate refuses, before it takes a place, a request of a class that
+// refuses late requests (policy.ClassLimits.RefuseLate) when the wait
+// estimated ahead of it is longer than what is left of its deadline: the
+// place would only delay those behind it, and its client learns now,
+// with Retry-After, rather than at the deadline. A pool with a permit
+// free and nobody waiting has no wait ahead; a failed read refuses
+// nothing (the deadline still bounds the wait).
+func (d *Door) refuseLate(ctx context.Context, a arrival) *refusal.Error {
+	if !a.class.RefuseLate {
+		return nil
+	}
+	st, err := d.poolStats(ctx, a.pool)
+	if err != nil || (st.Waiting == 0 && st.InUse < st.Limit) {
+		return nil
+	}
+	ahead := d.queueWait(ctx, a)
+	if ahead <= a.class.TTFTSLO-time.Since(a.arrived) {
+		return nil
+	}
+	return refusal.Refused(refusal.Unavailable, request.Unreachable(a.class.Name, a.class.TTFTSLO, ahead, ahead))
 }
 
 // reportDoorPosition writes a queue event when the request's place
@@ -286,6 +314,9 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 		return nil, refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonQueueFull, d.cfg.Admission.RecheckInterval))
 	case a.tier.MaxQueuePerTenant > 0 && mine >= a.tier.MaxQueuePerTenant:
 		return nil, d.tenantQueueFull()
+	}
+	if err := d.refuseLate(ctx, *a); err != nil {
+		return nil, err
 	}
 	ready := canTake(d.cfg.API.QueuePerPermit, live, a.pool, total, 0)
 	pass := false

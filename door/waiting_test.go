@@ -150,6 +150,18 @@ func TestWaiterEnds(t *testing.T) {
 		typ:    events.TypeRejected, reason: request.ReasonQueueTimeout, message: "waited too long",
 		outcome: request.OutcomeRejected, counted: "rejected_queue_timeout", retryAfter: 1, recorded: true, key: "freed",
 	}, {
+		name: "its class's deadline passes",
+		mod: func(c *config.Config) {
+			onePermit(c)
+			setTier(c, func(t *policy.Tier) {
+				t.Classes = map[string]policy.ClassLimits{request.ClassDefault: {Weight: 1, TTFTSLO: 500 * time.Millisecond, RefuseLate: true}}
+			})
+		},
+		end:    func(*stack, string, context.CancelFunc) {},
+		lapses: true,
+		typ:    events.TypeRejected, reason: request.ReasonDeadlineUnreachable, message: "waited until its deadline",
+		outcome: request.OutcomeRejected, counted: "rejected_deadline_unreachable", retryAfter: 1, recorded: true, key: "freed",
+	}, {
 		name: "its client goes away",
 		mod:  onePermit,
 		end:  func(_ *stack, _ string, cancel context.CancelFunc) { cancel() },

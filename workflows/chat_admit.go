@@ -49,6 +49,9 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		return false
 	}
 	queuedMs := adm.Ms
+	if !adm.Granted && w.unreachable(ctx, start, adm) {
+		return false
+	}
 	if !adm.Granted {
 		recheckMs, ok := w.waitUntilDeadline(ctx, start, adm)
 		if !ok {
@@ -127,7 +130,28 @@ func (w *chat) waitUntilDeadline(ctx workflow.Context, start time.Time, adm acti
 func (w *chat) timedOut(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) {
 	w.timing(request.StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
 	retry := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
+	if w.in.Settings.RefuseLate {
+		w.rejectWith(request.Unreachable(w.in.ServiceTier, w.in.Settings.TTFTSLO, 0, retry))
+		return
+	}
 	w.reject(request.ReasonQueueTimeout, retry)
+}
+
+// unreachable rejects at once a queued request of a class that refuses
+// late requests when the wait estimated ahead of it is longer than what
+// is left of its max wait (its deadline): its place would only delay
+// those behind it. Finalize gives the place back.
+func (w *chat) unreachable(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) bool {
+	if !w.in.Settings.RefuseLate {
+		return false
+	}
+	ahead := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
+	if ahead <= start.Add(w.maxWait(adm.Pool)).Sub(workflow.Now(ctx)) {
+		return false
+	}
+	w.timing(request.StageAdmission, workflow.Now(ctx).Sub(start).Milliseconds(), "")
+	w.rejectWith(request.Unreachable(w.in.ServiceTier, w.in.Settings.TTFTSLO, ahead, ahead))
+	return true
 }
 
 // maxWait is how long the request may wait for a permit in pool: its

@@ -166,8 +166,12 @@ func (w *chat) cancelled() {
 // reject ends the request as rejected for reason, to be retried after
 // retryAfter.
 func (w *chat) reject(reason string, retryAfter time.Duration) {
-	f := request.Refused(reason, retryAfter)
-	w.result.Outcome, w.result.Reason = request.OutcomeRejected, reason
+	w.rejectWith(request.Refused(reason, retryAfter))
+}
+
+// rejectWith ends the request as rejected with failure f.
+func (w *chat) rejectWith(f request.Failure) {
+	w.result.Outcome, w.result.Reason = request.OutcomeRejected, f.Reason
 	w.failure = &f
 }
 

@@ -281,6 +281,52 @@ func (s *chatSuite) TestAdmissionTimeoutByTimer() {
 	s.NotEmpty(f.Failure.Message)
 }
 
+// A class that refuses late requests ends a queued request at once when
+// the wait estimated ahead of it is longer than its deadline leaves, and
+// says why; its place is given back.
+func (s *chatSuite) TestRefusedLateByTheEstimate() {
+	s.mockEmbed()
+	s.mockAdmit(queued, &queued)
+	in := input()
+	in.ServiceTier, in.Settings.TTFTSLO, in.Settings.MaxWait, in.Settings.RefuseLate = "priority", time.Second, time.Second, true
+	start := s.env.Now()
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+
+	r := s.result()
+	s.Equal(request.OutcomeRejected, r.Outcome)
+	s.Equal(request.ReasonDeadlineUnreachable, r.Reason)
+	s.Less(s.env.Now().Sub(start), time.Second, "refused before its deadline")
+	s.NotContains(s.calls(), "Recheck")
+	f := s.onlyFinalize()
+	s.Equal("short", f.Pool, "the queue entry must be removed")
+	s.Equal(events.TypeRejected, f.EventType)
+	s.Equal(request.ReasonDeadlineUnreachable, f.Failure.Reason)
+	s.Equal(4, f.Failure.RetryAfterS)
+	s.Contains(f.Failure.Message, "about 4s of waiting is ahead of it")
+	s.Contains(f.Failure.Message, "priority class's time to first token of 1s")
+}
+
+// A request of such a class whose wait looked short enough waits until
+// its deadline, then is told it passed.
+func (s *chatSuite) TestRefusedLateAtTheDeadline() {
+	s.mockEmbed()
+	near := queued
+	near.EstimatedWaitMs = 500
+	s.mockAdmit(near, &near)
+	in := input()
+	in.ServiceTier, in.Settings.TTFTSLO, in.Settings.MaxWait, in.Settings.RefuseLate = "priority", time.Second, time.Second, true
+	start := s.env.Now()
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+
+	r := s.result()
+	s.Equal(request.ReasonDeadlineUnreachable, r.Reason)
+	s.GreaterOrEqual(s.env.Now().Sub(start), time.Second, "waited its whole deadline")
+	s.Contains(s.calls(), "Recheck")
+	f := s.onlyFinalize()
+	s.Equal(request.ReasonDeadlineUnreachable, f.Failure.Reason)
+	s.Contains(f.Failure.Message, "waited until its deadline")
+}
+
 func (s *chatSuite) TestAdmittedBySignal() {
 	s.mockEmbed()
 	s.mockAdmit(queued, &queued)

@@ -169,6 +169,11 @@ type ChatSettings struct {
 	// and time per output token it is meant to meet (0: none).
 	TTFTSLO time.Duration `json:",omitempty"`
 	TPOTSLO time.Duration `json:",omitempty"`
+	// RefuseLate: the class refuses a request that can no longer get a
+	// permit within TTFTSLO (policy.ClassLimits.RefuseLate); the door
+	// bounded MaxWait by it. Inputs written before it existed lack it, so
+	// a running workflow never takes the paths it opens.
+	RefuseLate bool `json:",omitempty"`
 	// HistoryTokens bounds the session turns a prompt carries (0: none).
 	HistoryTokens int
 	// AnswerCache: look the answer up in the L3 tier before admission, and

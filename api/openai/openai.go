@@ -258,7 +258,7 @@ func failureError(ev events.Event) *refusal.Error {
 	class := refusal.Internal
 	switch f.Reason {
 	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull, request.ReasonShed,
-		request.ReasonBackendUnavailable, request.ReasonUnavailable:
+		request.ReasonBackendUnavailable, request.ReasonUnavailable, request.ReasonDeadlineUnreachable:
 		class = refusal.Unavailable
 	case request.ReasonBackendError, request.ReasonStreamInterrupted:
 		class = refusal.Upstream

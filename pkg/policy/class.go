@@ -22,13 +22,20 @@ type ClassLimits struct {
 	// none); TPOTSLO the time per output token after it (0: none).
 	TTFTSLO time.Duration `yaml:"ttft_slo"`
 	TPOTSLO time.Duration `yaml:"tpot_slo"`
+	// RefuseLate refuses a request of the class as soon as it cannot get
+	// a permit within its TTFT SLO (its deadline, from its arrival):
+	// early, when the wait estimated ahead of it is longer than what is
+	// left, and at the latest at the deadline, instead of letting it hold
+	// a place it cannot use. Needs TTFTSLO.
+	RefuseLate bool `yaml:"refuse_late"`
 }
 
 // classDocument is ClassLimits' JSON form.
 type classDocument struct {
-	Weight  int    `json:"weight"`
-	TTFTSLO string `json:"ttft_slo,omitempty"`
-	TPOTSLO string `json:"tpot_slo,omitempty"`
+	Weight     int    `json:"weight"`
+	TTFTSLO    string `json:"ttft_slo,omitempty"`
+	TPOTSLO    string `json:"tpot_slo,omitempty"`
+	RefuseLate bool   `json:"refuse_late,omitempty"`
 }
 
 // classDocuments are a tier's classes in the admin API's form (nil for
@@ -39,7 +46,7 @@ func classDocuments(classes map[string]ClassLimits) map[string]classDocument {
 	}
 	out := make(map[string]classDocument, len(classes))
 	for name, c := range classes {
-		d := classDocument{Weight: c.Weight}
+		d := classDocument{Weight: c.Weight, RefuseLate: c.RefuseLate}
 		if c.TTFTSLO != 0 {
 			d.TTFTSLO = c.TTFTSLO.String()
 		}
@@ -60,7 +67,7 @@ func classesOf(field string, docs map[string]classDocument) (map[string]ClassLim
 	out := make(map[string]ClassLimits, len(docs))
 	for _, name := range slices.Sorted(maps.Keys(docs)) {
 		d := docs[name]
-		c := ClassLimits{Weight: d.Weight}
+		c := ClassLimits{Weight: d.Weight, RefuseLate: d.RefuseLate}
 		for _, f := range []struct {
 			name string
 			in   string
@@ -90,6 +97,9 @@ type Class struct {
 	Weight  int
 	TTFTSLO time.Duration
 	TPOTSLO time.Duration
+	// RefuseLate: refused once it cannot get a permit within TTFTSLO
+	// (ClassLimits.RefuseLate).
+	RefuseLate bool
 }
 
 // classes is what the tier grants: its own classes, or, when it
@@ -137,7 +147,8 @@ func (t Tier) Class(asked string) (Class, bool) {
 	if !ok || !isClass {
 		return Class{}, false
 	}
-	return Class{Name: name, Rank: rank, Weight: limits.Weight, TTFTSLO: limits.TTFTSLO, TPOTSLO: limits.TPOTSLO}, true
+	return Class{Name: name, Rank: rank, Weight: limits.Weight, TTFTSLO: limits.TTFTSLO, TPOTSLO: limits.TPOTSLO,
+		RefuseLate: limits.RefuseLate && limits.TTFTSLO > 0}, true
 }
 
 // validateClasses checks the tier's classes at path field.
@@ -158,6 +169,9 @@ func (t Tier) validateClasses(field string, report Report) {
 		}
 		if c.TPOTSLO < 0 {
 			report(at+".tpot_slo", "must be >= 0 (0 = none), got %s", c.TPOTSLO)
+		}
+		if c.RefuseLate && c.TTFTSLO <= 0 {
+			report(at+".refuse_late", "needs a ttft_slo: it refuses requests that cannot get a permit within it")
 		}
 	}
 	switch d := t.defaultClass(); {

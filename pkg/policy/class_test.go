@@ -73,6 +73,8 @@ func TestClassValidationNamesTheField(t *testing.T) {
 			"limits.tiers.free.classes.default.ttft_slo: must be >= 0 (0 = none), got -1s"},
 		{"tpot", Tier{Weight: 1, Classes: map[string]ClassLimits{"default": {Weight: 1, TPOTSLO: -time.Millisecond}}},
 			"limits.tiers.free.classes.default.tpot_slo: must be >= 0 (0 = none), got -1ms"},
+		{"refuse late without a deadline", Tier{Weight: 1, Classes: map[string]ClassLimits{"default": {Weight: 1, RefuseLate: true}}},
+			"limits.tiers.free.classes.default.refuse_late: needs a ttft_slo"},
 		{"default not granted", Tier{Weight: 1, Classes: map[string]ClassLimits{"flex": {Weight: 1}}},
 			`limits.tiers.free.default_class: names class "default", which limits.tiers.free.classes does not grant`},
 		{"default without classes", Tier{Weight: 1, DefaultClass: "flex"},
@@ -100,13 +102,13 @@ func TestClassValidationNamesTheField(t *testing.T) {
 func TestClassesJSONRoundTrip(t *testing.T) {
 	p := base()
 	p.Limits.Tiers["free"] = Tier{Weight: 2, DefaultClass: "flex", Classes: map[string]ClassLimits{
-		"flex": {Weight: 1}, "priority": {Weight: 9, TTFTSLO: 800 * time.Millisecond, TPOTSLO: 40 * time.Millisecond},
+		"flex": {Weight: 1}, "priority": {Weight: 9, TTFTSLO: 800 * time.Millisecond, TPOTSLO: 40 * time.Millisecond, RefuseLate: true},
 	}}
 	raw, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"default_class":"flex"`, `"priority":{"weight":9,"ttft_slo":"800ms","tpot_slo":"40ms"}`, `"flex":{"weight":1}`} {
+	for _, want := range []string{`"default_class":"flex"`, `"priority":{"weight":9,"ttft_slo":"800ms","tpot_slo":"40ms","refuse_late":true}`, `"flex":{"weight":1}`} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("json %s lacks %s", raw, want)
 		}

@@ -31,6 +31,23 @@ func Refused(reason string, retryAfter time.Duration) Failure {
 	return Failure{Reason: reason, Message: refusalMessage(reason, secs), RetryAfterS: secs}
 }
 
+// Unreachable is the failure of a request of a class that refuses late
+// requests (ReasonDeadlineUnreachable), which could no longer get a
+// permit within its class's TTFT SLO ttft: ahead is the wait estimated
+// ahead of it when that is what said so, 0 when its deadline came while
+// it waited. The client may retry after retryAfter, when the queue ahead
+// should have drained.
+func Unreachable(class string, ttft, ahead, retryAfter time.Duration) Failure {
+	secs := RetryAfterSeconds(retryAfter)
+	why := fmt.Sprintf("it waited until its deadline, the %s class's time to first token of %v, without a permit", class, ttft)
+	if ahead > 0 {
+		why = fmt.Sprintf("about %v of waiting is ahead of it, more than is left of its deadline, the %s class's time to first token of %v",
+			ahead.Round(100*time.Millisecond), class, ttft)
+	}
+	return Failure{Reason: ReasonDeadlineUnreachable, RetryAfterS: secs,
+		Message: fmt.Sprintf("Your request could not be served in time: %s. Please retry in %d s, or ask for a class without a deadline.", why, secs)}
+}
+
 // refusalMessage is what a client turned away for reason reads.
 func refusalMessage(reason string, secs int) string {
 	switch reason {

@@ -81,14 +81,18 @@ const (
 // Reasons a request was refused, rejected or failed, as clients see them
 // (the reason of rejected and error events, the code of a refusal).
 const (
-	ReasonQueueTimeout      = "queue_timeout"
-	ReasonQueueFull         = "queue_full"
-	ReasonTenantQueueFull   = "tenant_queue_full"
-	ReasonCancelled         = "cancelled"
-	ReasonStreamInterrupted = "stream_interrupted"
-	ReasonBackendError      = "backend_error"
-	ReasonBadRequest        = "bad_request"
-	ReasonInternal          = "internal_error"
+	ReasonQueueTimeout    = "queue_timeout"
+	ReasonQueueFull       = "queue_full"
+	ReasonTenantQueueFull = "tenant_queue_full"
+	// ReasonDeadlineUnreachable: a request of a class that refuses late
+	// requests (policy.ClassLimits.RefuseLate) could no longer get a
+	// permit within its class's TTFT SLO.
+	ReasonDeadlineUnreachable = "deadline_unreachable"
+	ReasonCancelled           = "cancelled"
+	ReasonStreamInterrupted   = "stream_interrupted"
+	ReasonBackendError        = "backend_error"
+	ReasonBadRequest          = "bad_request"
+	ReasonInternal            = "internal_error"
 	// ReasonShed: the healer dropped the request from an overloaded queue.
 	ReasonShed = "shed"
 	// ReasonBusy: the door had no slot to start the request's workflow.
