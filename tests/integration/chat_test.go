@@ -460,6 +460,36 @@ func TestQueueTimeoutRejectsWithRetryAfter(t *testing.T) {
 	recordHistory(t, s.id, "chat_queue_timeout")
 }
 
+// A request of a class that refuses late requests waits no longer than
+// its deadline, its class's TTFT SLO, however long its tier's max wait,
+// and is told why, with when to come back.
+func TestDeadlineRejectsAtTheClassSLO(t *testing.T) {
+	holdShortPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	s := open(t, ctx, http.MethodPost, "/v1/chat", `{"query":"What is weighted fair queuing?","max_tokens":20}`,
+		map[string]string{"Authorization": "Bearer k-deadline"})
+	defer s.close()
+	evs := s.until(t, terminal)
+	var f events.Failure
+	last := evs[len(evs)-1]
+	if last.Event != events.TypeRejected || last.Decode(&f) != nil || f.Reason != request.ReasonDeadlineUnreachable || f.RetryAfterS < 1 ||
+		!strings.Contains(f.Message, "time to first token of 3s") {
+		t.Fatalf("ended with %+v", last)
+	}
+	if waited := time.Since(start); waited < 3*time.Second || waited > 15*time.Second {
+		t.Fatalf("rejected after %v, want at its 3 s deadline, long before the tier's 45 s", waited)
+	}
+	if r := result(t, s.id); r.Outcome != request.OutcomeRejected || r.Reason != request.ReasonDeadlineUnreachable {
+		t.Fatalf("result %+v", r)
+	}
+	if _, queued, _ := stack.gate.Position(ctx, "short", s.id); queued {
+		t.Fatal("rejected request still in the queue")
+	}
+	recordHistory(t, s.id, "chat_deadline_unreachable")
+}
+
 func TestQueuedRequestIsAdmittedWhenAPermitIsReleased(t *testing.T) {
 	holders := holdShortPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

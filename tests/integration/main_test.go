@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/request"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -135,6 +136,7 @@ func run(m *testing.M) (int, error) {
 		{Key: "k-fair-free", Tenant: "fair-free", Tier: "fair-free"},
 		{Key: "k-pool-long", Tenant: "pool-long", Tier: "burst"},
 		{Key: "k-pool-short", Tenant: "pool-short", Tier: "burst"},
+		{Key: "k-deadline", Tenant: "deadline-co", Tier: "deadline"},
 		// Two users of one tenant and one of another, for tenancy_test.go.
 		{Key: keyAlice, Tenant: "it-acme", User: "alice", Tier: "burst", Scopes: []string{"chat", "ingest"}},
 		{Key: keyBob, Tenant: "it-acme", User: "bob", Tier: "burst", Scopes: []string{"chat", "ingest"}},
@@ -153,6 +155,10 @@ func run(m *testing.M) (int, error) {
 	cfg.Limits.Tiers["fair-vip"] = policy.Tier{Weight: 5, MaxWait: 45 * time.Second}
 	cfg.Limits.Tiers["fair-std"] = policy.Tier{Weight: 3, MaxWait: 45 * time.Second}
 	cfg.Limits.Tiers["fair-free"] = policy.Tier{Weight: 2, MaxWait: 45 * time.Second}
+	// A tier whose one class refuses requests that cannot get a permit
+	// within its 3 s deadline, well before the tier's max wait.
+	cfg.Limits.Tiers["deadline"] = policy.Tier{Weight: 3, MaxWait: 45 * time.Second,
+		Classes: map[string]policy.ClassLimits{request.ClassDefault: {Weight: 3, TTFTSLO: 3 * time.Second, RefuseLate: true}}}
 	cfg.Limits.Tiers["metered"] = policy.Tier{Weight: 3, MaxWait: 45 * time.Second,
 		Budget: policy.Budget{TokensPerMonth: 1_000_000, SpendPerMonthUSD: 100}}
 	cfg.Limits.Tiers["broke"] = policy.Tier{Weight: 1, Budget: policy.Budget{TokensPerMonth: 10}}
