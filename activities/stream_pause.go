@@ -193,6 +193,7 @@ func (a *Chat) pauseAndWait(ctx context.Context, log *slog.Logger, in LLMInput, 
 		return errPauseLost
 	}
 	p.pauses.Add(1)
+	a.Metrics.StreamPaused(in.Pool)
 	t := time.NewTicker(pauseRecheck)
 	defer t.Stop()
 	for {

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
+	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
@@ -87,6 +88,8 @@ func waitPausable(t *testing.T, h *harness, requestID string) {
 // its usage counts each once.
 func TestStreamLLMPausedForAPriorityRequestCompletes(t *testing.T) {
 	h := pausingHarness(t, true)
+	m := metrics.New(quiet)
+	h.acts.Metrics = m
 	input := func(id string) activities.LLMInput {
 		return activities.LLMInput{RequestID: id, Pool: request.PoolShort, Query: query, KB: kbName, MaxTokens: 400,
 			ServiceTier: request.ClassFlex, Weight: 1}
@@ -150,6 +153,9 @@ func TestStreamLLMPausedForAPriorityRequestCompletes(t *testing.T) {
 	}
 	if r.out.Pauses != 1 {
 		t.Errorf("%d pauses reported, want 1", r.out.Pauses)
+	}
+	if n := counterOf(t, m, "sluice_admission_pauses_total", request.PoolShort); n != 1 {
+		t.Errorf("sluice_admission_pauses_total %v, want 1", n)
 	}
 	// The client learns it from the done event.
 	var d events.Done

@@ -13,12 +13,18 @@ import (
 // permitSeconds reads a pool's sluice_permit_<kind>_seconds_total.
 func permitSeconds(t *testing.T, m *metrics.Metrics, kind, pool string) float64 {
 	t.Helper()
+	return counterOf(t, m, "sluice_permit_"+kind+"_seconds_total", pool)
+}
+
+// counterOf reads the counter family name's series of pool.
+func counterOf(t *testing.T, m *metrics.Metrics, name, pool string) float64 {
+	t.Helper()
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "sluice_permit_"+kind+"_seconds_total" {
+		if f.GetName() != name {
 			continue
 		}
 		for _, mt := range f.GetMetric() {

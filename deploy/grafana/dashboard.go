@@ -52,6 +52,7 @@ var PoolLabelled = map[string]bool{
 	"sluice_healing_alerts_total": true, "sluice_pool_permits_in_use": true, "sluice_pool_permits_limit": true,
 	"sluice_pool_queue_depth": true, "sluice_pool_queue_oldest_wait_seconds": true, "sluice_backend_circuit_state": true,
 	"sluice_permit_held_seconds_total": true, "sluice_permit_decoding_seconds_total": true, "sluice_admission_streamed_tokens_total": true,
+	"sluice_admission_pauses_total":  true,
 	"sluice_tenant_llm_tokens_total": true, "sluice_tenant_backlog": true,
 }
 

@@ -16,8 +16,10 @@ import (
 // held (docs/traffic.md, "Permit utilisation"). streamed counts the output
 // tokens charged to their tenants in the fair order while they streamed
 // (pay as you go); the rest of an answer is settled at its release.
+// paused counts streams that gave their permit to a more urgent waiter
+// (preemption by continuation).
 type permitCounters struct {
-	held, decoding, streamed *prometheus.CounterVec
+	held, decoding, streamed, paused *prometheus.CounterVec
 }
 
 func newPermitCounters() permitCounters {
@@ -34,11 +36,15 @@ func newPermitCounters() permitCounters {
 			Name: "sluice_admission_streamed_tokens_total",
 			Help: "Output tokens charged to their tenants in the pool's fair order while they streamed (pay as you go), per pool; the rest of each answer is settled when its permit comes back.",
 		}, []string{"pool"}),
+		paused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_admission_pauses_total",
+			Help: "Streams paused for a more urgent waiter (preemption by continuation), each giving its permit to it and continuing later, per pool.",
+		}, []string{"pool"}),
 	}
 }
 
 func (p permitCounters) collectors() []prometheus.Collector {
-	return []prometheus.Collector{p.held, p.decoding, p.streamed}
+	return []prometheus.Collector{p.held, p.decoding, p.streamed, p.paused}
 }
 
 // start makes each pool's series exist from the first scrape, at 0, so
@@ -49,6 +55,7 @@ func (p permitCounters) start(pools []string) {
 		p.held.WithLabelValues(pool)
 		p.decoding.WithLabelValues(pool)
 		p.streamed.WithLabelValues(pool)
+		p.paused.WithLabelValues(pool)
 	}
 }
 
@@ -59,6 +66,15 @@ func (m *Metrics) StreamedCharged(pool string, tokens int64) {
 		return
 	}
 	m.permits.streamed.WithLabelValues(pool).Add(float64(tokens))
+}
+
+// StreamPaused counts a stream of pool that paused for a more urgent
+// waiter.
+func (m *Metrics) StreamPaused(pool string) {
+	if m == nil {
+		return
+	}
+	m.permits.paused.WithLabelValues(pool).Inc()
 }
 
 // PermitHeld counts a permit of pool held for d (admission.HoldRecorder).
