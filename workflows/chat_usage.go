@@ -68,7 +68,7 @@ func (w *chat) usageEntry(ctx workflow.Context) usage.Entry {
 		RequestID: w.in.RequestID, Tenant: w.in.Tenant, User: w.in.User, KeyID: w.in.KeyID,
 		Model: w.answeredBy(), Pool: w.pool, Route: w.result.Route,
 		PromptTokens: w.billed.PromptTokens, CompletionTokens: w.billed.CompletionTokens, CachedTokens: w.cachedTokens,
-		Outcome: w.result.Outcome, Reason: w.result.Reason,
+		Outcome: w.result.Outcome, Reason: w.result.Reason, ServiceTier: w.in.ServiceTier,
 		FinishedAt: workflow.Now(ctx).UTC(),
 	}
 }

@@ -39,7 +39,7 @@ func (s *chatSuite) mockRecordUsage(fail func() bool) *[]usage.Entry {
 
 func ledgerInput() ChatInput {
 	in := input()
-	in.User, in.KeyID = "alice", "key123456789"
+	in.User, in.KeyID, in.ServiceTier = "alice", "key123456789", request.ClassFlex
 	in.Settings.RecordUsage = true
 	return in
 }
@@ -61,7 +61,7 @@ func (s *chatSuite) TestAnsweredRequestIsRecordedOnceAfterFinalize() {
 	e := (*entries)[0]
 	s.Equal(usage.Entry{
 		RequestID: "chat-TEST", Tenant: "acme", User: "alice", KeyID: "key123456789", Pool: "short", Route: "short",
-		PromptTokens: 50, CompletionTokens: 20, Outcome: request.OutcomeDone, FinishedAt: e.FinishedAt,
+		PromptTokens: 50, CompletionTokens: 20, Outcome: request.OutcomeDone, ServiceTier: request.ClassFlex, FinishedAt: e.FinishedAt,
 	}, e)
 	s.False(e.FinishedAt.Before(start), "the finish time is the workflow's clock at the end")
 }

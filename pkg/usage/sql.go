@@ -155,8 +155,8 @@ func open(d dialect, dsn, where string) (*SQLStore, error) {
 	db.SetMaxOpenConns(d.maxConns)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	return &SQLStore{db: db, dialect: d, where: where, insert: d.rebind(`INSERT INTO usage_records
-		(request_id, tenant, user_name, key_id, model, pool, route, prompt_tokens, completion_tokens, cached_tokens, outcome, reason, finished_at, day)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		(request_id, tenant, user_name, key_id, model, pool, route, prompt_tokens, completion_tokens, cached_tokens, outcome, reason, finished_at, day, service_tier)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (request_id) DO NOTHING`)}, nil
 }
 
@@ -195,7 +195,7 @@ func (s *SQLStore) Record(ctx context.Context, e Entry) (bool, error) {
 		return false, err
 	}
 	res, err := s.db.ExecContext(ctx, s.insert, e.RequestID, e.Tenant, e.User, e.KeyID, e.Model, e.Pool, e.Route,
-		e.PromptTokens, e.CompletionTokens, e.CachedTokens, e.Outcome, e.Reason, e.FinishedAt.UnixMilli(), Day(e.FinishedAt))
+		e.PromptTokens, e.CompletionTokens, e.CachedTokens, e.Outcome, e.Reason, e.FinishedAt.UnixMilli(), Day(e.FinishedAt), e.ServiceTier)
 	if err != nil {
 		return false, fmt.Errorf("record usage of %s: %w", e.RequestID, err)
 	}

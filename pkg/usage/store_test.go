@@ -168,10 +168,14 @@ func TestConcurrentRecordsInsertOnce(t *testing.T) {
 
 func seed(t *testing.T, s Store) {
 	t.Helper()
+	served := func(class string, e Entry) Entry {
+		e.ServiceTier = class
+		return e
+	}
 	for _, e := range []Entry{
-		entry("chat-a1", "acme", "alice", "ka", "m1", day1, 10, 5),
-		entry("chat-a2", "acme", "bob", "kb", "m2", day1.Add(13*time.Hour), 20, 7), // 23:00, still day 1
-		entry("chat-a3", "acme", "alice", "ka", "m1", day1.AddDate(0, 0, 1), 1, 1),
+		served("priority", entry("chat-a1", "acme", "alice", "ka", "m1", day1, 10, 5)),
+		served("flex", entry("chat-a2", "acme", "bob", "kb", "m2", day1.Add(13*time.Hour), 20, 7)), // 23:00, still day 1
+		served("flex", entry("chat-a3", "acme", "alice", "ka", "m1", day1.AddDate(0, 0, 1), 1, 1)),
 		entry("chat-a4", "acme", "alice", "ka", "m1", day1.AddDate(0, 0, 2), 100, 100), // outside [day1, day1+2)
 		entry("chat-b1", "beta", "alice", "kz", "m1", day1, 1000, 1000),
 		{RequestID: "chat-a5", Tenant: "acme", User: "alice", KeyID: "ka", Route: "cache", CachedTokens: 9, Outcome: "done", FinishedAt: day1},
@@ -218,6 +222,13 @@ func TestQueryGroupsATenantsOwnUsage(t *testing.T) {
 			{Group: "", Requests: 2, Answered: 1, CachedTokens: 9},
 			{Group: "m1", Requests: 2, Answered: 2, PromptTokens: 11, CompletionTokens: 6, TotalTokens: 17},
 			{Group: "m2", Requests: 1, Answered: 1, PromptTokens: 20, CompletionTokens: 7, TotalTokens: 27},
+		})
+		// By the class each was served in; requests from before classes
+		// (and these without one) sum under "".
+		check(GroupClass, []Row{
+			{Group: "", Requests: 2, Answered: 1, CachedTokens: 9},
+			{Group: "flex", Requests: 2, Answered: 2, PromptTokens: 21, CompletionTokens: 8, TotalTokens: 29},
+			{Group: "priority", Requests: 1, Answered: 1, PromptTokens: 10, CompletionTokens: 5, TotalTokens: 15},
 		})
 		// The budgets' grouping: spend is priced by the pool and the
 		// model that answered there.

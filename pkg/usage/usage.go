@@ -1,7 +1,7 @@
 // Package usage is Sluice's usage ledger: one Entry per finished chat
 // request (answered, interrupted, cancelled, timed out in the queue, ...),
 // written once from the request's durable finalisation and read back
-// grouped by day, user, key, model or tenant. It is the record that bills
+// grouped by day, user, key, model, service class or tenant. It is the record that bills
 // and budgets are made from; the per-tenant counters on /metrics are a
 // view of the moment, this is the account.
 //
@@ -48,6 +48,9 @@ type Entry struct {
 	// Outcome and Reason are the request's (pkg/request).
 	Outcome string
 	Reason  string
+	// ServiceTier is the service class it was served in (request.Classes;
+	// empty for records from before classes).
+	ServiceTier string
 	// FinishedAt is when the request ended (the workflow's clock).
 	FinishedAt time.Time
 }
@@ -78,6 +81,8 @@ const (
 	GroupKey    GroupBy = "key"
 	GroupModel  GroupBy = "model"
 	GroupTenant GroupBy = "tenant"
+	// GroupClass sums by the service class requests were served in.
+	GroupClass GroupBy = "service_tier"
 	// GroupPool is the budgets': by pool and, within it, the model that
 	// answered (Row.Model), which prices the spend (budget.Prices.At); the
 	// usage routes do not offer it.
@@ -87,6 +92,7 @@ const (
 // column is the ledger column a grouping reads.
 var column = map[GroupBy]string{
 	GroupDay: "day", GroupUser: "user_name", GroupKey: "key_id", GroupModel: "model", GroupTenant: "tenant", GroupPool: "pool, model",
+	GroupClass: "service_tier",
 }
 
 // ParseGroupBy reads a grouping's name; tenant is allowed only when
@@ -95,9 +101,9 @@ func ParseGroupBy(s string, acrossTenants bool) (GroupBy, error) {
 	g := GroupBy(s)
 	if _, ok := column[g]; !ok || g == GroupPool || (g == GroupTenant && !acrossTenants) {
 		if acrossTenants {
-			return "", fmt.Errorf("must be day, user, key, model or tenant, got %q", s)
+			return "", fmt.Errorf("must be day, user, key, model, service_tier or tenant, got %q", s)
 		}
-		return "", fmt.Errorf("must be day, user, key or model, got %q", s)
+		return "", fmt.Errorf("must be day, user, key, model or service_tier, got %q", s)
 	}
 	return g, nil
 }

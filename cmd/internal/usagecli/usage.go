@@ -67,7 +67,7 @@ func run(ctx context.Context, name string, args []string, getenv func(string) st
 	fs.StringVar(&base, "url", base, "the API's base URL (env SLUICE_URL)")
 	from := fs.String("from", "", "first day, YYYY-MM-DD UTC (default: 30 days before -to)")
 	to := fs.String("to", "", "day after the last, YYYY-MM-DD UTC (default: tomorrow)")
-	groupBy := fs.String("group-by", "day", "day, user, key, model, or tenant (admin only)")
+	groupBy := fs.String("group-by", "day", "day, user, key, model, service_tier, or tenant (admin only)")
 	tenant := fs.String("tenant", "", "only this tenant (admin only)")
 	csvOut := fs.Bool("csv", false, "print CSV with a header row instead of a table")
 	fs.Usage = func() {
