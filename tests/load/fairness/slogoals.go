@@ -283,7 +283,9 @@ func list(xs []float64, format string) string {
 	return strings.Join(parts, ", ")
 }
 
-// context puts the published numbers beside this run's at 2×.
+// context puts the published numbers beside this run's at 2×: Sluice
+// with preemption when it ran (the published schedulers preempt or
+// migrate), else the first of Sluice's modes.
 func (s *sloScenario) context(r *report.Report) {
 	mode := modeSluice
 	for _, m := range s.modeList {
@@ -291,6 +293,9 @@ func (s *sloScenario) context(r *report.Report) {
 			mode = m
 			break
 		}
+	}
+	if slices.Contains(s.modeList, modePreempt) {
+		mode = modePreempt
 	}
 	r.Linef("Published numbers, for context only: theirs, on their hardware and workloads, not measured here.")
 	r.Table("measure", fmt.Sprintf("this run, at 2× (%s vs FCFS to the simulator, medians over the seeds)", modeName(mode)), "published")
