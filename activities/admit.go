@@ -95,7 +95,7 @@ func (a *Chat) enqueue(ctx context.Context, in AdmitInput, pool string) (admissi
 	res, err := a.Gate.Enqueue(ctx, pool, admission.Request{
 		ID: in.RequestID, Tenant: in.Tenant, Weight: weight, Cost: admission.TokenCost(in.Tokens),
 		MaxPerTenant: in.MaxPerTenant, MaxConcurrent: in.MaxConcurrent, Seq: in.Seq, AliveFor: alive,
-		Place: a.placeIn(ctx, in, pool),
+		Place: a.placeIn(ctx, in, pool), Deadline: in.Deadline, SLO: in.SLO,
 	})
 	werr := written()
 	if err != nil {

@@ -255,3 +255,20 @@ func TestAdmitQueuesAtTheDoorsPlace(t *testing.T) {
 		}
 	}
 }
+
+// A request's deadline reaches the queue: a priority request (1 s SLO) of
+// the tenant's that comes after its flex one (none) takes the flex one's
+// place, first in line.
+func TestAdmitOrdersATenantsRequestsByDeadline(t *testing.T) {
+	h := newHarness(t, nil)
+	h.admit(t, "holder", "granted")
+	flex := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{
+		RequestID: "flex", Query: query, Tenant: "t", Weight: 1,
+	})
+	prio := mustLocal[activities.AdmitOutput](t, h, h.acts.Admit, activities.AdmitInput{
+		RequestID: "prio", Query: query, Tenant: "t", Weight: 5, Deadline: time.Now().Add(time.Second), SLO: time.Second,
+	})
+	if flex.Granted || prio.Granted || prio.Position != 1 || prio.Seq != flex.Seq {
+		t.Fatalf("flex %+v, prio %+v: want prio first, at flex's place %d", flex, prio, flex.Seq)
+	}
+}

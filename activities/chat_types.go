@@ -111,6 +111,10 @@ type AdmitInput struct {
 	// the default class): a waiter of an urgent class may have a less
 	// urgent stream paused for it (admission.preemption).
 	ServiceTier string `json:",omitempty"`
+	// Deadline and SLO order the request among its tenant's own in the
+	// queue (admission.Request.Deadline, SLO); zero: no deadline.
+	Deadline time.Time     `json:",omitzero"`
+	SLO      time.Duration `json:",omitempty"`
 }
 
 // SessionRef names a request's conversation and how much of it the

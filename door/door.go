@@ -77,14 +77,15 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	}
 	sub, err = d.open(rctx, a, req)
 	if err != nil {
-		w.Leave()
+		a.leave(w)
+		d.giveBack(ctx, a.holdings())
 		return adm, err
 	}
 	if winner, err := d.claimKey(rctx, key, a); err != nil || winner != "" {
 		// A request with the same key got there first (or the key could
 		// not be claimed): this one never starts.
 		sub.Close()
-		w.Leave()
+		a.leave(w)
 		d.dropUnstarted(ctx, a)
 		if err != nil {
 			return adm, err
@@ -102,6 +103,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 		adm.Sub = sub
 		return adm, nil
 	}
+	a.admitted(w)
 	err = d.startChat(ctx, a, *req, 0)
 	d.started(w, a, err)
 	if err != nil {

@@ -29,6 +29,7 @@ func (d *Door) startChat(ctx context.Context, a arrival, req Request, waited tim
 	in.ServiceTier = a.class.Name
 	in.Settings.Weight, in.Settings.TTFTSLO, in.Settings.TPOTSLO = a.class.Weight, a.class.TTFTSLO, a.class.TPOTSLO
 	in.Settings.RefuseLate = a.class.RefuseLate
+	in.Deadline = a.deadline()
 	if waited > 0 || a.class.RefuseLate {
 		// The door's wait counts against the request's max wait, which
 		// a class that refuses late requests bounds by its deadline.
@@ -78,17 +79,17 @@ func (d *Door) startedAnyway(id string) bool {
 // Subscribing first means the events the workflow writes while its start
 // call is still returning are already buffered for the client; the
 // accepted event is the stream's first entry whatever the workflow writes.
+// On failure its caller gives back what the request holds, once its
+// waiter has left the waiting room with its place (arrival.leave).
 func (d *Door) open(ctx context.Context, a arrival, req *Request) (*events.Subscription, error) {
 	sub, err := d.hub.Subscribe(ctx, a.id, "0")
 	if err != nil {
 		d.logger.Error("subscribe to events", "requestID", a.id, "err", err)
-		d.giveBack(ctx, a.holdings())
 		return nil, refusal.Unreachable("event stream unavailable")
 	}
 	if _, err := d.events.Append(ctx, a.id, events.TypeAccepted, events.Accepted{RequestID: a.id, Tenant: a.who.Tenant, User: a.who.User, KB: req.KB, ServiceTier: a.class.Name}); err != nil {
 		d.logger.Error("write accepted event", "requestID", a.id, "err", err)
 		sub.Close()
-		d.giveBack(ctx, a.holdings())
 		return nil, refusal.Unreachable("event store unavailable")
 	}
 	return sub, nil

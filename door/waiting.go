@@ -1,6 +1,7 @@
 package door
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -36,6 +37,7 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 		reported = d.reportDoorPosition(ctx, a, w, reported)
 		select {
 		case <-w.Admitted():
+			a.admitted(w)
 			if ctx.Err() != nil {
 				d.endAtDoor(ctx, a, req, d.leftFailure())
 				return
@@ -60,13 +62,16 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 			}
 			return
 		case <-deadline.C:
+			a.leave(w)
 			d.endAtDoor(ctx, a, req, d.lateFailure(a, 0))
 			return
 		case <-ctx.Done():
+			a.leave(w)
 			d.endAtDoor(ctx, a, req, d.leftFailure())
 			return
 		case <-poll.C:
 			if stopped, _ := d.events.Stopped(ctx, a.id); stopped {
+				a.leave(w)
 				d.endAtDoor(ctx, a, req, events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (client_request)."})
 				return
 			}
@@ -325,7 +330,8 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 	}
 	w, err := d.room.Enter(waitroom.Ticket{
 		Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.class.Weight, 1), Cost: admission.TokenCost(a.admitTokens),
-		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass, Tag: a.place.Tag, Shift: a.place.Shift,
+		MaxPerTenant: a.tier.MaxQueuePerTenant, Pass: pass, Tag: a.place.Tag, Shift: a.place.Shift, Charge: a.place.Charge,
+		Deadline: a.deadline(), SLO: a.class.TTFTSLO,
 	}, ready || pass)
 	switch {
 	case errors.Is(err, waitroom.ErrTenantFull):
@@ -341,4 +347,45 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 // waiting as its plan allows.
 func (d *Door) tenantQueueFull() *refusal.Error {
 	return refusal.Refused(refusal.Unavailable, request.Refused(request.ReasonTenantQueueFull, d.cfg.Admission.RecheckInterval))
+}
+
+// deadline is when a should have its first token: its arrival plus its
+// class's TTFT SLO (zero: its class has none). A tenant's own requests
+// are served earliest deadline first, in the room and in the queue.
+func (a arrival) deadline() time.Time {
+	if a.class.TTFTSLO <= 0 {
+		return time.Time{}
+	}
+	return a.arrived.Add(a.class.TTFTSLO)
+}
+
+// admitted makes a's place the one its waiter held when it was admitted:
+// a tenant's waiters swap places in the room by deadline
+// (waitroom.Waiter.Place), so a's may be one another of its requests
+// reserved, or none. Each place is held by one waiter at a time, and its
+// charge goes with it: the request that queues at it settles what it
+// used against that charge at release (admission's pay as you go), so
+// nothing is charged twice.
+func (a *arrival) admitted(w *waitroom.Waiter) {
+	p := w.Place()
+	switch {
+	case p.Tag == a.place.Tag:
+		// Its own: a tenant's tags are distinct.
+	case p.Tag == 0:
+		a.place = request.Place{}
+	default:
+		// Its weight and cost are read only for a place reserved without
+		// its charge, which Reserve always returns.
+		a.place = request.Place{
+			Pool: a.pool, Tenant: a.who.Tenant, Weight: max(a.class.Weight, 1), Cost: cmp.Or(admission.TokenCost(a.admitTokens), 1),
+			Tag: p.Tag, Charge: p.Charge, Shift: p.Shift,
+		}
+	}
+}
+
+// leave takes a's waiter out of the room (or gives back its start slot)
+// and makes a's place the one it held then, which is a's to give back.
+func (a *arrival) leave(w *waitroom.Waiter) {
+	w.Leave()
+	a.admitted(w)
 }

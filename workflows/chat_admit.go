@@ -30,6 +30,7 @@ func (w *chat) admit(ctx workflow.Context) bool {
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens, Place: w.takePlace(),
 		WaitFor: waitFor, FastWait: w.in.Settings.FastWait, Session: w.session(), ServiceTier: w.in.ServiceTier,
+		Deadline: w.in.Deadline, SLO: w.in.Settings.TTFTSLO,
 	}).Get(sctx, &adm); err != nil {
 		w.stageFailed(request.StageAdmission, err)
 		return false
@@ -208,6 +209,7 @@ func (w *chat) recheck(seq int64, waitFor time.Duration) (activities.AdmitOutput
 		RequestID: w.in.RequestID, Pool: w.pool, Seq: seq, Recheck: true, WaitFor: waitFor,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
 		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens,
+		Deadline: w.in.Deadline, SLO: w.in.Settings.TTFTSLO,
 	}).Get(sctx, &re)
 	return re, err
 }

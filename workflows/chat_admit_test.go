@@ -36,6 +36,32 @@ func (s *chatSuite) TestAdmitCarriesTokensAndConcurrencyCap() {
 	}
 }
 
+// The request's deadline and its class's TTFT SLO reach every admission
+// call, so that a restored entry is ordered among its tenant's again.
+func (s *chatSuite) TestAdmitCarriesTheDeadline() {
+	s.mockEmbed()
+	s.mockRetrieveRerank()
+	s.mockLLM()
+	var admits []activities.AdmitInput
+	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
+		admits = append(admits, in)
+		if len(admits) == 1 {
+			return queued, nil
+		}
+		return granted, nil
+	})
+	in := deadlineInput(5 * time.Second)
+	in.Settings.TTFTSLO = 700 * time.Millisecond
+	in.Deadline = time.Date(2026, 1, 1, 0, 0, 0, 700e6, time.UTC)
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	s.Equal(request.OutcomeDone, s.result().Outcome)
+	s.Require().Len(admits, 2)
+	for i, got := range admits {
+		s.True(got.Deadline.Equal(in.Deadline), "call %d: deadline %s", i, got.Deadline)
+		s.Equal(700*time.Millisecond, got.SLO, "call %d", i)
+	}
+}
+
 // The door's route and prompt bound reach the answer-cache lookup and
 // admission, which use them instead of counting again.
 func (s *chatSuite) TestDoorRouteReachesTheLookupAndAdmission() {

@@ -103,6 +103,11 @@ type ChatInput struct {
 	// Tag 0: none): its first admission queues there. Histories without
 	// it queue as new arrivals, as before.
 	AdmissionPlace request.Place `json:",omitzero"`
+	// Deadline is when the request should have its first token: its
+	// arrival at the door plus its class's TTFT SLO (Settings.TTFTSLO;
+	// zero: none). Its tenant's own requests are admitted earliest
+	// deadline first (admission.Request.Deadline).
+	Deadline time.Time `json:",omitzero"`
 	// Conversation is an OpenAI client's messages, which the prompt
 	// carries whole: after the context (Query is then its last user
 	// message, what is retrieved for) or, in Gateway mode, alone, with no

@@ -212,7 +212,7 @@ func (g *Gate) Lease() time.Duration { return g.lease }
 
 type poolKeys struct {
 	permits, grants, queue, stats, tenants, finish, waiters, since, weights string
-	order, heads, held, parked, charged                                     string
+	order, heads, held, parked, charged, deadlines                          string
 	alivePrefix, tombPrefix                                                 string
 	// epoch notes the Redis process serving the pool (epoch.go).
 	epoch string
@@ -234,7 +234,7 @@ type poolKeys struct {
 func (k poolKeys) list() []string {
 	return []string{
 		k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since, k.weights,
-		k.order, k.heads, k.held, k.parked, k.charged,
+		k.order, k.heads, k.held, k.parked, k.charged, k.deadlines,
 	}
 }
 
@@ -278,6 +278,14 @@ type Request struct {
 	// its tenant's reservation is taken whatever Enqueue answers. Only its
 	// Tag and Charge are read.
 	Place request.Place
+	// Deadline is when the request should have its first token: its
+	// arrival at the door plus its class's TTFT SLO (zero: none). A
+	// tenant's own requests are granted earliest deadline first, in the
+	// places the fair order gives the tenant (by_deadline in order.lua);
+	// requests of one SLO keep their arrival order.
+	Deadline time.Time
+	// SLO is that TTFT SLO.
+	SLO time.Duration
 	// AliveFor is how long the request's queue place stays live without
 	// another call (0: Options.WaiterTTL). A waiter that does not re-check
 	// (it waits for its grant's signal until its deadline) passes its
@@ -360,11 +368,15 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 	if req.AliveFor > 0 {
 		alive = req.AliveFor
 	}
+	var deadline int64
+	if !req.Deadline.IsZero() {
+		deadline = req.Deadline.UnixMilli()
+	}
 	k := g.keys(pool)
 	raw, err := enqueueScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
 		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent, req.Place.Tag, req.Place.Charge,
-		req.Place.Shift,
+		req.Place.Shift, deadline, req.SLO.Milliseconds(),
 	}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)

@@ -55,6 +55,16 @@ type Ticket struct {
 	// lines up at Tag moved on by what its tenant's streams were charged
 	// since (Options.Shifts), as the queue will place it.
 	Shift int64
+	// Charge is the ticks of virtual time the place at Tag was charged
+	// (request.Place.Charge): it goes with the place when waiters swap
+	// places (Waiter.Place).
+	Charge int64
+	// Deadline is when the request should have its first token: its
+	// arrival plus its class's TTFT SLO, SLO (zero: none). A tenant's own
+	// waiters in a line leave earliest deadline first, in the places its
+	// waiters hold; waiters of one SLO keep their arrival order.
+	Deadline time.Time
+	SLO      time.Duration
 }
 
 // Shifts reads each tenant's shift in pool's fair order now: how far
@@ -187,6 +197,9 @@ func (r *Room) Enter(t Ticket, ready bool) (*Waiter, error) {
 	}
 	l.finish[t.Tenant] = w.tag
 	heap.Push(l, w)
+	if r.tenants[t.Tenant] > 0 {
+		l.dealByDeadline(w)
+	}
 	l.changed++
 	r.waiting++
 	r.tenants[t.Tenant]++

@@ -33,7 +33,11 @@
 --          charged since (order.lua advance); a place reserved before
 --          shifts were kept passes 0, and moves by all of the shift:
 --          later than it should, never earlier
--- ARGV[17…] the group's arguments (lib.lua group_args)
+-- ARGV[17] the request's deadline, ms of the wall clock (0 = none): its
+--          arrival at the door plus its class's TTFT SLO; its tenant's
+--          own entries are served earliest deadline first (by_deadline)
+-- ARGV[18] that TTFT SLO, ms: entries of one SLO keep their arrival order
+-- ARGV[19…] the group's arguments (lib.lua group_args)
 -- Returns {status, position, tag, limit, ewma_ms, woken pool, id pairs...}
 --   status 1 = holds a permit, 2 = queued at position (1-based), 3 = pool
 --   queue full, 4 = the request already released (nothing was taken),
@@ -54,7 +58,8 @@ local held_cap = tonumber(ARGV[13])
 local reserved_tag = tonumber(ARGV[14])
 local reserved_charge = tonumber(ARGV[15])
 local reserved_shift = tonumber(ARGV[16])
-group_args(17)
+local deadline, slo = tonumber(ARGV[17]) or 0, tonumber(ARGV[18]) or 0
+group_args(19)
 
 local now = now_ms()
 local limit = pool_limit(ARGV[7])
@@ -85,6 +90,7 @@ elseif restore > 0 then
   -- that were there before them.
   local start = tag - ticks(cost, weight)
   if vtime() < start then redis.call('HSET', G.clock, 'vtime', start) end
+  tag = by_deadline(id, tenant, tag, deadline, slo)
 else
   -- A new arrival: the door's reservation, if it made one, is taken now,
   -- whatever the answer.
@@ -121,6 +127,7 @@ else
     tag, charge = place(tenant, cost, weight)
     add_entry(id, tenant, tag, now, weight, held_cap, true)
   end
+  tag = by_deadline(id, tenant, tag, deadline, slo)
   redis.call('HSET', K.charged, id, charged_value(charge, weight, charge))
 end
 redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)

@@ -43,20 +43,24 @@
 --                          field marks it), "<ticks>:<weight>[:<bound>]"
 --                          for one charged up front (by scripts before pay
 --                          as you go), which charge.lua leaves alone
---   KEYS[15] clock   HASH  vtime: the group's virtual time V
---   KEYS[16] finish  HASH  tenant -> F_t, for the whole group
---   KEYS[17] credit  HASH  tenant -> ticks its released requests were
+--   KEYS[15] deadlines HASH queued request id -> "<deadline ms>:<slo ms>":
+--                          its arrival at the door (wall clock) plus its
+--                          class's TTFT SLO, and that SLO; an entry
+--                          without one has no deadline (by_deadline)
+--   KEYS[16] clock   HASH  vtime: the group's virtual time V
+--   KEYS[17] finish  HASH  tenant -> F_t, for the whole group
+--   KEYS[18] credit  HASH  tenant -> ticks its released requests were
 --                          charged beyond what they used (negative: short
 --                          of it), taken off its next entries' lengths
---   KEYS[18] reserved HASH tenant -> "<count>:<expiry ms>": places in the
+--   KEYS[19] reserved HASH tenant -> "<count>:<expiry ms>": places in the
 --                          fair order reserved at the door (reserve.lua)
 --                          and not yet taken by an entry; the tenant keeps
 --                          its F_t and credit while it has any
---   KEYS[19] shift   HASH  tenant -> ticks its streams have been charged
+--   KEYS[20] shift   HASH  tenant -> ticks its streams have been charged
 --                          since it was last idle (advance): a place
 --                          reserved at the door notes it, and is taken
 --                          that much later for what was charged since
---   KEYS[20…] the other pools of the group, 14 keys each in the order above
+--   KEYS[21…] the other pools of the group, 15 keys each in the order above
 -- A pool alone is a group of one: its clock and finish are its own stats
 -- and finish keys (KEYS[4], KEYS[6]), and no other pool follows.
 --
@@ -107,13 +111,13 @@
 -- whose tag is now the smallest or near it, is granted next. Every change
 -- to a tenant's entries or permits ends with refresh(tenant), which keeps
 -- heads and parked true to the other keys.
-local NKEYS = 14
+local NKEYS = 15
 local function pool_keys(at)
   return {
     permits = KEYS[at], grants = KEYS[at + 1], queue = KEYS[at + 2], stats = KEYS[at + 3],
     tenants = KEYS[at + 4], finish = KEYS[at + 5], waiters = KEYS[at + 6], since = KEYS[at + 7],
     weights = KEYS[at + 8], order = KEYS[at + 9], heads = KEYS[at + 10], held = KEYS[at + 11],
-    parked = KEYS[at + 12], charged = KEYS[at + 13],
+    parked = KEYS[at + 12], charged = KEYS[at + 13], deadlines = KEYS[at + 14],
   }
 end
 
@@ -121,13 +125,13 @@ end
 -- grants in another pool of the group. Every helper below reads K.
 local K = pool_keys(1)
 local SELF = K
-local G = {clock = KEYS[15], finish = KEYS[16], credit = KEYS[17], reserved = KEYS[18], shift = KEYS[19]}
+local G = {clock = KEYS[16], finish = KEYS[17], credit = KEYS[18], reserved = KEYS[19], shift = KEYS[20]}
 
 -- The other pools of the group: keys, and (after group_args) name,
 -- configured limit and liveness prefix.
 local OTHERS = {}
 do
-  local at = 20
+  local at = 21
   while KEYS[at] do
     OTHERS[#OTHERS + 1] = {k = pool_keys(at)}
     at = at + NKEYS

@@ -199,6 +199,107 @@ local function add_entry(id, tenant, tag, now, weight, cap, newest)
   refresh(tenant)
 end
 
+-- Each entry's deadline and SLO in KEYS[15] ("<ms>:<ms>"): none is
+-- +infinity at SLO 0. Read a thousand at a time: unpack is bounded by
+-- Lua's C stack, and a tenant may have more entries queued.
+local function read_deadlines(ids)
+  local dl, slo = {}, {}
+  for from = 1, #ids, 1000 do
+    local upto = math.min(from + 999, #ids)
+    for j, v in ipairs(redis.call('HMGET', K.deadlines, unpack(ids, from, upto))) do
+      local i = from + j - 1
+      if v then
+        local d, s = split(v)
+        dl[i], slo[i] = tonumber(d), tonumber(s or '0')
+      else
+        dl[i], slo[i] = math.huge, 0
+      end
+    end
+  end
+  return dl, slo
+end
+
+-- Whether id is tenant's last entry in the pool.
+local function last_entry(tenant, id)
+  local p = order_prefix(tenant)
+  local m = redis.call('ZREVRANGEBYLEX', K.order, '(' .. p .. '\255', '[' .. p, 'LIMIT', 0, 1)[1]
+  return m ~= nil and string.sub(m, #p + 19) == id
+end
+
+-- Where entry at (an index into its tenant's entries in tag order) goes
+-- when the tenant's own entries are served earliest deadline first:
+-- before the first entry with a later deadline, but never past an entry
+-- of its own SLO, whose order against it is already their arrival order.
+-- Returns the index it goes before (#dl + 1: the end).
+local function deadline_slot(at, dl, slo)
+  local lo, hi = 1, #dl
+  for i = at - 1, 1, -1 do
+    if slo[i] == slo[at] then lo = i + 1 break end
+  end
+  for i = at + 1, #dl do
+    if slo[i] == slo[at] then hi = i - 1 break end
+  end
+  for i = lo, hi do
+    if i ~= at and dl[i] > dl[at] then return i end
+  end
+  return hi + 1
+end
+
+-- Note entry id's deadline (ms, 0: none) and its class's TTFT SLO (ms),
+-- and serve its tenant's own entries in this pool earliest deadline
+-- first, without moving the tenant in the fair order across tenants:
+-- the tenant keeps the very tags it holds, which are its place among the
+-- others, and which of its entries holds which is dealt again. id goes
+-- before the first of its tenant's entries with a later deadline (an
+-- entry without one has none: it keeps its arrival order behind those
+-- with one), that entry takes the next one's tag, and so on, the last
+-- taking id's own. Entries of one SLO keep their tag order, their order
+-- of arrival, so a tenant of one class is served exactly as without
+-- deadlines. An entry's charge (KEYS[14]) is its request's, whichever tag
+-- it holds: its release settles what it used against what it was charged
+-- (settle), so dealing tags moves no charge between requests. Returns
+-- id's tag.
+local function by_deadline(id, tenant, tag, deadline, slo)
+  if deadline > 0 then
+    redis.call('HSET', K.deadlines, id, string.format('%.0f', deadline) .. ':' .. string.format('%.0f', slo))
+  elseif redis.call('HLEN', K.deadlines) == 0 or last_entry(tenant, id) then
+    -- No deadline, and none to go behind, or at the end already.
+    return tag
+  end
+  if tonumber(redis.call('HGET', K.tenants, tenant) or '0') < 2 then return tag end
+  local entries = first_entries(tenant, -1)
+  local ids, at = {}, 0
+  for i, e in ipairs(entries) do
+    ids[i] = e[1]
+    if e[1] == id then at = i end
+  end
+  if at == 0 then return tag end
+  local dl, cls = read_deadlines(ids)
+  local slot = deadline_slot(at, dl, cls)
+  local dealt = {}
+  for i = 1, #entries do
+    if i == slot then dealt[#dealt + 1] = entries[at] end
+    if i ~= at then dealt[#dealt + 1] = entries[i] end
+  end
+  if slot > #entries then dealt[#dealt + 1] = entries[at] end
+  local moved = {}
+  for i, e in ipairs(dealt) do
+    local to = entries[i][2]
+    if e[2] ~= to then
+      redis.call('ZREM', K.order, order_member(tenant, e[2], e[1]))
+      moved[#moved + 1] = {e[1], to}
+    end
+    if e[1] == id then tag = to end
+  end
+  if #moved == 0 then return tag end
+  for _, m in ipairs(moved) do
+    redis.call('ZADD', K.queue, m[2], m[1])
+    redis.call('ZADD', K.order, 0, order_member(tenant, m[2], m[1]))
+  end
+  refresh(tenant)
+  return tag
+end
+
 -- Drop the bookkeeping of entry id, queued at tag, and return its tenant
 -- (nil if it had none); tenant, if the caller knows it, saves a read. The
 -- caller refreshes the tenant, and lets it go if it is left idle
@@ -207,6 +308,7 @@ local function take(id, tag, tenant)
   redis.call('ZREM', K.queue, id)
   redis.call('ZREM', K.since, id)
   redis.call('HDEL', K.weights, id)
+  redis.call('HDEL', K.deadlines, id)
   tenant = tenant or redis.call('HGET', K.waiters, id)
   if not tenant then return nil end
   redis.call('HDEL', K.waiters, id)
