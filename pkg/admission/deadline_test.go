@@ -334,3 +334,22 @@ func TestDeadlinesAmongManyEntries(t *testing.T) {
 		t.Fatalf("granted %v, want a-prio, then a-0000", granted)
 	}
 }
+
+// Priority requests that arrive among a tenant's flex ones all go ahead
+// of them, in their own arrival order, whether the entry before a new one
+// is flex (it is dealt in) or priority (it stays where it lands).
+func TestDeadlinesInterleavedArrivals(t *testing.T) {
+	ms := time.Millisecond
+	reqs := []dl{
+		{id: "a-flex1", tenant: "a", weight: 1, cost: 1},
+		{id: "a-prio1", tenant: "a", weight: 5, cost: 1, at: ms, slo: time.Second},
+		{id: "a-prio2", tenant: "a", weight: 5, cost: 1, at: 2 * ms, slo: time.Second},
+		{id: "a-flex2", tenant: "a", weight: 1, cost: 1, at: 3 * ms},
+		{id: "a-prio3", tenant: "a", weight: 5, cost: 1, at: 4 * ms, slo: time.Second},
+		{id: "a-prio4", tenant: "a", weight: 5, cost: 1, at: 5 * ms, slo: time.Second},
+	}
+	got := servedInOrder(t, reqs, true)
+	if want := []string{"a-prio1", "a-prio2", "a-prio3", "a-prio4", "a-flex1", "a-flex2"}; !slices.Equal(got, want) {
+		t.Fatalf("granted %v, want %v", got, want)
+	}
+}
