@@ -41,6 +41,9 @@ var (
 	goodputCode  = "tests/load/goodput/"
 	fairnessCode = "tests/load/fairness/"
 	healCode     = "tests/load/heal/"
+	// sloMeasures is what both slo workloads drive and measure with.
+	sloMeasures = append(slices.Clone(requestPath), "pkg/waitroom/", "pkg/llmsim/", fairnessCode+"slo.go", fairnessCode+"sloload.go", fairnessCode+"sloreport.go",
+		fairnessCode+"slogoals.go", fairnessCode+"slotables.go", fairnessCode+"sloideal.go", fairnessCode+"sloworkload.go", "tests/load/internal/slo/")
 	// bareCode is the bare workflow the overhead and goodput scenarios
 	// measure Sluice against.
 	bareCode = "tests/load/internal/bare/"
@@ -71,10 +74,8 @@ var scenarios = []scenario{
 		measures: append(slices.Clone(requestPath), "app/", "worker/", "tests/multi/goodput_test.go", "tests/multi/cpu_test.go")},
 	{bench: "pools", report: "pools.md", command: "make bench-pools",
 		measures: append(slices.Clone(requestPath), "pkg/config/pools.go", fairnessCode+"pools.go", fairnessCode+"poolsreport.go", fairnessCode+"poolsutil.go")},
-	{bench: "slo", report: "slo.md", command: "make bench-slo",
-		measures: append(slices.Clone(requestPath), "pkg/waitroom/", fairnessCode+"slo.go", fairnessCode+"sloload.go", fairnessCode+"sloreport.go", fairnessCode+"slogoals.go",
-			fairnessCode+"slotables.go", fairnessCode+"sloideal.go", fairnessCode+"sloworkload.go", "tests/load/internal/slo/")},
-	{bench: "slo-vtc", command: "make bench-slo-vtc"},
+	{bench: "slo", report: "slo.md", command: "make bench-slo", measures: sloMeasures},
+	{bench: "slo-vtc", report: "slo-vtc.md", command: "make bench-slo-vtc", measures: sloMeasures},
 	{bench: "fairness", report: "fairness.md", command: "make bench-fairness",
 		measures: append(slices.Clone(requestPath), "pkg/llmsim/", vtcCode, fairnessCode+"fairness.go", fairnessCode+"fairreport.go")},
 	{bench: "fairness", report: "fairness-1024.md", command: "make bench-fairness-1024",
