@@ -62,10 +62,9 @@ bench-pools: need $(TEMPORAL) build
 
 # sluice-bench slo: SLO attainment by tier at 0.5×–2× capacity over 5
 # seeds: Sluice without and with preemption vs FCFS straight to the
-# simulator, beside the ceiling without preemption. Every answer 128
-# tokens. About 40 minutes (4 loads × 5 seeds × 3 modes); SLO_FLAGS adds
-# flags (say -seeds 1 -loads 2 for a smoke run). Writes
-# tests/load/report/slo.md.
+# simulator, beside the ceiling without preemption. Every answer 128 tokens.
+# About 40 minutes (4 loads × 5 seeds × 3 modes); SLO_FLAGS adds flags
+# (say -seeds 1 -loads 2 for a smoke run). Writes tests/load/report/slo.md.
 bench-slo: need $(TEMPORAL) build
 	$(BIN)/sluice-bench slo -temporal $(TEMPORAL) $(SLO_FLAGS) -report tests/load/report/slo.md
 
@@ -89,9 +88,9 @@ bench-fairness: need $(TEMPORAL) build
 	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) $(FAIRNESS_FLAGS) -report tests/load/report/fairness.md
 
 # sluice-bench fairness: the VTC paper's workloads replayed: token fairness
-# of Sluice vs FCFS vs the paper's numbers. Both workloads with
-# max_tokens 1024 for every request (the paper's VTC without the output
-# length known; ~15 minutes). Writes tests/load/report/fairness-1024.md.
+# of Sluice vs FCFS vs the paper's numbers. Both workloads with max_tokens
+# 1024 for every request (the paper's VTC without the output length known;
+# ~15 minutes). Writes tests/load/report/fairness-1024.md.
 bench-fairness-1024: need $(TEMPORAL) build
 	$(BIN)/sluice-bench fairness -temporal $(TEMPORAL) -max-tokens-mode 1024 -report tests/load/report/fairness-1024.md
 

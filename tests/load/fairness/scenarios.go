@@ -21,9 +21,9 @@ var (
 		New:     func() scenario.Scenario { return &sloScenario{} },
 		Targets: []scenario.Target{
 			{Name: "slo", FlagsVar: "SLO_FLAGS", Report: "tests/load/report/slo.md",
-				Notes: "Every answer 128 tokens. About 25 minutes (4 loads × 5 seeds × 2 modes); SLO_FLAGS adds flags (say -seeds 1 -loads 2 for a smoke run)."},
+				Notes: "Every answer 128 tokens. About 40 minutes (4 loads × 5 seeds × 3 modes); SLO_FLAGS adds flags (say -seeds 1 -loads 2 for a smoke run)."},
 			{Name: "slo-vtc", Args: []string{"-workload", "vtc"}, FlagsVar: "SLO_FLAGS", Report: "tests/load/report/slo-vtc.md",
-				Notes: "Answer lengths drawn from the VTC real trace's (../shared/workloads/vtc-real.csv, beside the checkout; mean 256 tokens). About 30 minutes (4 loads × 5 seeds × 2 modes); SLO_FLAGS adds flags."},
+				Notes: "Answer lengths drawn from the VTC real trace's (../shared/workloads/vtc-real.csv, beside the checkout; mean 256 tokens). About 45 minutes (4 loads × 5 seeds × 3 modes); SLO_FLAGS adds flags."},
 		},
 	}
 	Fairness = scenario.Spec{
@@ -33,10 +33,10 @@ var (
 		Targets: []scenario.Target{
 			{Name: "fairness", FlagsVar: "FAIRNESS_FLAGS", Report: "tests/load/report/fairness.md",
 				Notes: "The workloads (../shared/workloads: vtc-overload.csv and vtc-real.csv, beside the checkout) are replayed 4x faster than recorded on one simulator per workload sized as the paper's server (~15 minutes). FAIRNESS_FLAGS adds flags (say -max-tokens-mode 1024, or -duration 120 for a smoke run)."},
-			{Name: "fairness-1024", Args: []string{"-workloads", "real", "-max-tokens-mode", "1024"}, Report: "tests/load/report/fairness-1024.md",
-				Notes: "The real workload with max_tokens 1024 for every request (the paper's VTC without the output length known; ~6 minutes)."},
-			{Name: "fairness-omitted", Args: []string{"-workloads", "real", "-max-tokens-mode", "omitted"}, Report: "tests/load/report/fairness-omitted.md",
-				Notes: "The real workload with no max_tokens in any request (the paper's VTC without the output length known; ~6 minutes)."},
+			{Name: "fairness-1024", Args: []string{"-max-tokens-mode", "1024"}, Report: "tests/load/report/fairness-1024.md",
+				Notes: "Both workloads with max_tokens 1024 for every request (the paper's VTC without the output length known; ~15 minutes)."},
+			{Name: "fairness-omitted", Args: []string{"-max-tokens-mode", "omitted"}, Report: "tests/load/report/fairness-omitted.md",
+				Notes: "Both workloads with no max_tokens in any request (the paper's VTC without the output length known; ~15 minutes)."},
 		},
 	}
 )
