@@ -10,9 +10,10 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
-// The request's token estimate and its tier's concurrency cap reach every
-// admission call, the first and the look at the deadline alike.
-func (s *chatSuite) TestAdmitCarriesTokensAndConcurrencyCap() {
+// queuedThenGranted answers the request's first admission call queued
+// and the next granted, records every call's input, and lets the rest of
+// the request run.
+func (s *chatSuite) queuedThenGranted() *[]activities.AdmitInput {
 	s.mockEmbed()
 	s.mockRetrieveRerank()
 	s.mockLLM()
@@ -24,13 +25,20 @@ func (s *chatSuite) TestAdmitCarriesTokensAndConcurrencyCap() {
 		}
 		return granted, nil
 	})
+	return &admits
+}
+
+// The request's token estimate and its tier's concurrency cap reach every
+// admission call, the first and the look at the deadline alike.
+func (s *chatSuite) TestAdmitCarriesTokensAndConcurrencyCap() {
+	admits := s.queuedThenGranted()
 	in := deadlineInput(5 * time.Second)
 	in.AdmissionTokens = 1234
 	in.Settings.MaxConcurrent = 2
 	s.env.ExecuteWorkflow(ChatWorkflow, in)
 	s.Equal(request.OutcomeDone, s.result().Outcome)
-	s.Require().Len(admits, 2)
-	for i, got := range admits {
+	s.Require().Len(*admits, 2)
+	for i, got := range *admits {
 		s.Equal(1234, got.Tokens, "call %d", i)
 		s.Equal(2, got.MaxConcurrent, "call %d", i)
 	}
@@ -39,24 +47,14 @@ func (s *chatSuite) TestAdmitCarriesTokensAndConcurrencyCap() {
 // The request's deadline and its class's TTFT SLO reach every admission
 // call, so that a restored entry is ordered among its tenant's again.
 func (s *chatSuite) TestAdmitCarriesTheDeadline() {
-	s.mockEmbed()
-	s.mockRetrieveRerank()
-	s.mockLLM()
-	var admits []activities.AdmitInput
-	s.env.OnActivity(a.Admit, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.AdmitInput) (activities.AdmitOutput, error) {
-		admits = append(admits, in)
-		if len(admits) == 1 {
-			return queued, nil
-		}
-		return granted, nil
-	})
+	admits := s.queuedThenGranted()
 	in := deadlineInput(5 * time.Second)
 	in.Settings.TTFTSLO = 700 * time.Millisecond
 	in.Deadline = time.Date(2026, 1, 1, 0, 0, 0, 700e6, time.UTC)
 	s.env.ExecuteWorkflow(ChatWorkflow, in)
 	s.Equal(request.OutcomeDone, s.result().Outcome)
-	s.Require().Len(admits, 2)
-	for i, got := range admits {
+	s.Require().Len(*admits, 2)
+	for i, got := range *admits {
 		s.True(got.Deadline.Equal(in.Deadline), "call %d: deadline %s", i, got.Deadline)
 		s.Equal(700*time.Millisecond, got.SLO, "call %d", i)
 	}
