@@ -43,7 +43,7 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 				return
 			}
 			waited := time.Since(a.arrived)
-			if ahead := d.queueWait(ctx, a); maxWait-waited < ahead {
+			if ahead := d.queueWait(ctx, a); maxWait-waited < ahead && !d.mayPause(a) {
 				// Too little of its wait is left to reach a permit through
 				// the pool's queue: a workflow started now would only time
 				// out there, spending Temporal what served requests need.
@@ -145,6 +145,20 @@ func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
 	return admission.EstimateWait(ahead+1, limit, st.MeanHold)
 }
 
+// mayPause reports whether a may have a stream paused for it
+// (admission.preemption): preemption is on, its pool's backend continues
+// answers, and a class less urgent than its own exists. Its wait is then
+// not the turnover of the permits ahead of it, which is all queueWait
+// knows, so the door does not refuse it early by that estimate; its max
+// wait still bounds it.
+func (d *Door) mayPause(a arrival) bool {
+	if !d.cfg.Admission.Preemption.Enabled || a.class.Rank >= len(request.Classes())-1 {
+		return false
+	}
+	pool, ok := d.cfg.Pools.ByName()[a.pool]
+	return ok && pool.Continuation != config.ContinuationNone && pool.Continuation != ""
+}
+
 // maxWait is the request's whole wait for a permit, the door's share
 // included: its tier's, else its pool's, else admission.max_wait; no
 // longer than its class's TTFT SLO when the class refuses late requests
@@ -173,7 +187,7 @@ func (d *Door) refuseLate(ctx context.Context, a arrival) *refusal.Error {
 		return nil
 	}
 	st, err := d.poolStats(ctx, a.pool)
-	if err != nil || (st.Waiting == 0 && st.InUse < st.Limit) {
+	if err != nil || (st.Waiting == 0 && st.InUse < st.Limit) || d.mayPause(a) {
 		return nil
 	}
 	ahead := d.queueWait(ctx, a)

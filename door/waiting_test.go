@@ -320,3 +320,41 @@ func TestWaiterWithTooLittleWaitLeftEndsAtTheDoor(t *testing.T) {
 		t.Fatalf("ended %s %+v, want rejected queue_timeout", last.Type, f)
 	}
 }
+
+// A request that may have a stream paused for it (preemption on, its
+// pool's backend continuing answers, a less urgent class below its own)
+// is not refused at the door by the turnover estimate that refuses the
+// same request without preemption: pausing, not turnover, gets it its
+// permit.
+func TestWaiterThatMayPauseAStreamIsNotRefusedByTheEstimate(t *testing.T) {
+	s := newStack(t, func(c *config.Config) {
+		onePermit(c)
+		c.API.QueuePerPermit = 3
+		c.Admission.Preemption.Enabled = true
+		c.Pools.Short.Continuation = config.ContinuationVLLM
+		setTier(c, func(t *policy.Tier) {
+			t.MaxWait = time.Second
+			t.DefaultClass = request.ClassPriority
+			t.Classes = map[string]policy.ClassLimits{request.ClassPriority: {Weight: 1}}
+		})
+	})
+	ctx := context.Background()
+	s.fill(request.PoolShort, "other", 1)
+	time.Sleep(400 * time.Millisecond)
+	s.release("other-a")
+	held := s.fill(request.PoolShort, "acme", 4)
+	adm, err := s.door.Admit(ctx, acme, s.request("hello", 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Sub.Close()
+	s.release(held[3])
+	eventually(t, "the request to end or start", func() bool {
+		last, ok, _ := s.events.Last(ctx, adm.ID)
+		return len(s.temporal.inputs()) > 0 || ok && events.Terminal(last.Type)
+	})
+	if n := len(s.temporal.inputs()); n != 1 {
+		last, _, _ := s.events.Last(ctx, adm.ID)
+		t.Fatalf("%d workflows started (last event %+v), want the request started to pause a stream", n, last)
+	}
+}
