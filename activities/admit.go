@@ -34,7 +34,7 @@ func (a *Chat) Admit(ctx context.Context, in AdmitInput) (AdmitOutput, error) {
 		return out, err
 	}
 	if res.Status == admission.Queued {
-		a.preemptFor(ctx, in, out.Pool)
+		out.MayPause = a.preemptFor(ctx, in, out.Pool)
 	}
 	if a.Waker != nil && in.FastWait > 0 && !in.Recheck && res.Status == admission.Queued && res.Position <= res.Limit {
 		granted, err := a.waitFast(ctx, in, out.Pool)
@@ -96,6 +96,7 @@ func (a *Chat) enqueue(ctx context.Context, in AdmitInput, pool string) (admissi
 		ID: in.RequestID, Tenant: in.Tenant, Weight: weight, Cost: admission.TokenCost(in.Tokens),
 		MaxPerTenant: in.MaxPerTenant, MaxConcurrent: in.MaxConcurrent, Seq: in.Seq, AliveFor: alive,
 		Place: a.placeIn(ctx, in, pool), Deadline: in.Deadline, SLO: in.SLO,
+		Class: request.ServedClass(in.ServiceTier),
 	})
 	werr := written()
 	if err != nil {
@@ -186,25 +187,23 @@ const preemptReask = 200 * time.Millisecond
 // preemptFor asks, for a request that had to queue, that a stream of a
 // less urgent class be paused for it (stream_pause.go). The gate asks
 // only for the request next in line when no permit is free; a failure
-// leaves the request waiting as without preemption.
-func (a *Chat) preemptFor(ctx context.Context, in AdmitInput, pool string) {
-	if !a.Options.Preemption.Enabled {
-		return
-	}
-	rank, ok := request.ClassRank(in.ServiceTier)
-	if !ok {
-		rank, _ = request.ClassRank(request.ClassDefault)
-	}
-	if rank >= len(request.Classes())-1 {
-		return
+// leaves the request waiting as without preemption. It reports whether
+// a stream may be paused for the request at all: preemption is on, the
+// pool's backend continues answers (only its streams offer to pause),
+// and a class less urgent than the request's exists.
+func (a *Chat) preemptFor(ctx context.Context, in AdmitInput, pool string) bool {
+	rank, _ := request.ClassRank(request.ServedClass(in.ServiceTier))
+	if !a.Options.Preemption.Enabled || !a.Pools[pool].Continues || !request.PausesOthers(rank) {
+		return false
 	}
 	victim, err := a.Gate.Preempt(ctx, pool, in.RequestID, rank, a.Options.Preemption.PauseRules)
 	if err != nil {
 		a.logger(in.RequestID).Warn("ask for a stream to pause", "err", err)
-		return
+		return true
 	}
 	if victim != "" {
 		// Asked again, the gate names the same stream: debug, not info.
 		a.logger(in.RequestID).Debug("asked a less urgent stream to pause", "pool", pool, "paused", victim)
 	}
+	return true
 }

@@ -139,7 +139,12 @@ type AdmitOutput struct {
 	// Position is 1-based while queued.
 	Position        int
 	EstimatedWaitMs int64
-	Seq             int64
+	// MayPause: the request queued, and a stream of a less urgent class may
+	// be paused for it (preemption): its wait is not the permit turnover
+	// EstimatedWaitMs reckons, so a class that refuses late requests does
+	// not refuse it by that estimate.
+	MayPause bool
+	Seq      int64
 	// EstimatedPromptTokens is the upper bound routing used; HistoryTokens
 	// the part of it that earlier turns of the session take.
 	EstimatedPromptTokens int

@@ -61,10 +61,7 @@ func (a *Chat) pauserFor(in LLMInput, pool Pool) *pauser {
 	if !a.Options.Preemption.Enabled || !pool.Continues || in.Choices > 1 || a.Waker == nil {
 		return nil
 	}
-	rank, ok := request.ClassRank(in.ServiceTier)
-	if !ok {
-		rank, _ = request.ClassRank(request.ClassDefault)
-	}
+	rank, _ := request.ClassRank(request.ServedClass(in.ServiceTier))
 	if rank == 0 {
 		return nil
 	}
@@ -177,7 +174,7 @@ func (a *Chat) pauseAndWait(ctx context.Context, log *slog.Logger, in LLMInput, 
 	}
 	defer func() { _, _ = fast.End(context.WithoutCancel(ctx)) }()
 	y, err := a.Gate.Yield(ctx, in.Pool, admission.YieldRequest{ID: in.RequestID, Weight: max(in.Weight, 1),
-		MaxConcurrent: in.MaxConcurrent, AliveFor: admission.AliveFor(pauseRecheck)})
+		MaxConcurrent: in.MaxConcurrent, AliveFor: admission.AliveFor(pauseRecheck), Class: request.ServedClass(in.ServiceTier)})
 	if err != nil {
 		return err
 	}

@@ -137,7 +137,7 @@ func (c *Core) llmPools(cfg config.Pools) (map[string]activities.Pool, error) {
 			return nil, fmt.Errorf("pools.%s: %w", name, err)
 		}
 		pools[name] = activities.Pool{Streamer: cl, Model: p.Model, MaxPromptTokens: p.MaxPromptTokens,
-			Continues: p.Continuation == config.ContinuationVLLM, Endpoints: len(p.Endpoints)}
+			Continues: p.Continues(), Endpoints: len(p.Endpoints)}
 		clients[name] = cl
 	}
 	c.Metrics.RegisterBackends(func() []metrics.Circuit {

@@ -152,11 +152,11 @@ func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
 // knows, so the door does not refuse it early by that estimate; its max
 // wait still bounds it.
 func (d *Door) mayPause(a arrival) bool {
-	if !d.cfg.Admission.Preemption.Enabled || a.class.Rank >= len(request.Classes())-1 {
+	if !d.cfg.Admission.Preemption.Enabled || !request.PausesOthers(a.class.Rank) {
 		return false
 	}
 	pool, ok := d.cfg.Pools.ByName()[a.pool]
-	return ok && pool.Continuation != config.ContinuationNone && pool.Continuation != ""
+	return ok && pool.Continues()
 }
 
 // maxWait is the request's whole wait for a permit, the door's share

@@ -141,9 +141,11 @@ func (w *chat) timedOut(ctx workflow.Context, start time.Time, adm activities.Ad
 // unreachable rejects at once a queued request of a class that refuses
 // late requests when the wait estimated ahead of it is longer than what
 // is left of its max wait (its deadline): its place would only delay
-// those behind it. Finalize gives the place back.
+// those behind it. Finalize gives the place back. Not when a stream may
+// be paused for it (adm.MayPause): a pause, not the turnover that
+// estimate reckons, gets it its permit.
 func (w *chat) unreachable(ctx workflow.Context, start time.Time, adm activities.AdmitOutput) bool {
-	if !w.in.Settings.RefuseLate {
+	if !w.in.Settings.RefuseLate || adm.MayPause {
 		return false
 	}
 	ahead := time.Duration(adm.EstimatedWaitMs) * time.Millisecond
@@ -208,7 +210,7 @@ func (w *chat) recheck(seq int64, waitFor time.Duration) (activities.AdmitOutput
 	err := workflow.ExecuteLocalActivity(sctx, a.Admit, activities.AdmitInput{
 		RequestID: w.in.RequestID, Pool: w.pool, Seq: seq, Recheck: true, WaitFor: waitFor,
 		Tenant: w.in.Tenant, Weight: w.in.Settings.Weight, MaxPerTenant: w.in.Settings.MaxPerTenant,
-		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens,
+		MaxConcurrent: w.in.Settings.MaxConcurrent, Tokens: w.in.AdmissionTokens, ServiceTier: w.in.ServiceTier,
 		Deadline: w.in.Deadline, SLO: w.in.Settings.TTFTSLO,
 	}).Get(sctx, &re)
 	return re, err

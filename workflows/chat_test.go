@@ -306,6 +306,25 @@ func (s *chatSuite) TestRefusedLateByTheEstimate() {
 	s.Contains(f.Failure.Message, "priority class's time to first token of 1s")
 }
 
+// A request for which a stream may be paused is not refused by the
+// turnover estimate, which knows nothing of pausing: it waits for its
+// deadline (or a pause's grant), as one whose wait looked short does.
+func (s *chatSuite) TestNotRefusedByTheEstimateWhenAStreamMayPause() {
+	s.mockEmbed()
+	mayPause := queued
+	mayPause.MayPause = true
+	s.mockAdmit(mayPause, &mayPause)
+	in := input()
+	in.ServiceTier, in.Settings.TTFTSLO, in.Settings.MaxWait, in.Settings.RefuseLate = "priority", time.Second, time.Second, true
+	start := s.env.Now()
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+
+	r := s.result()
+	s.Equal(request.ReasonDeadlineUnreachable, r.Reason)
+	s.GreaterOrEqual(s.env.Now().Sub(start), time.Second, "waited its whole deadline")
+	s.Contains(s.calls(), "Recheck")
+}
+
 // A request of such a class whose wait looked short enough waits until
 // its deadline, then is told it passed.
 func (s *chatSuite) TestRefusedLateAtTheDeadline() {

@@ -212,7 +212,7 @@ func (g *Gate) Lease() time.Duration { return g.lease }
 
 type poolKeys struct {
 	permits, grants, queue, stats, tenants, finish, waiters, since, weights string
-	order, heads, held, parked, charged, deadlines                          string
+	order, heads, held, parked, charged, deadlines, ranks                   string
 	alivePrefix, tombPrefix                                                 string
 	// epoch notes the Redis process serving the pool (epoch.go).
 	epoch string
@@ -234,7 +234,7 @@ type poolKeys struct {
 func (k poolKeys) list() []string {
 	return []string{
 		k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since, k.weights,
-		k.order, k.heads, k.held, k.parked, k.charged, k.deadlines,
+		k.order, k.heads, k.held, k.parked, k.charged, k.deadlines, k.ranks,
 	}
 }
 
@@ -286,6 +286,10 @@ type Request struct {
 	Deadline time.Time
 	// SLO is that TTFT SLO.
 	SLO time.Duration
+	// Class is its service class (request.Classes; "": unknown). A stream
+	// paused for a more urgent request queues again behind the entries of
+	// more urgent classes (Yield).
+	Class string
 	// AliveFor is how long the request's queue place stays live without
 	// another call (0: Options.WaiterTTL). A waiter that does not re-check
 	// (it waits for its grant's signal until its deadline) passes its
@@ -376,7 +380,7 @@ func (g *Gate) Enqueue(ctx context.Context, pool string, req Request) (Result, e
 	raw, err := enqueueScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		req.ID, req.Tenant, req.Weight, strconv.FormatFloat(cost, 'g', -1, 64), req.MaxPerTenant, req.Seq,
 		limit, g.lease.Milliseconds(), g.maxDepth, alive.Milliseconds(), k.alivePrefix, k.tombPrefix, req.MaxConcurrent, req.Place.Tag, req.Place.Charge,
-		req.Place.Shift, deadline, req.SLO.Milliseconds(),
+		req.Place.Shift, deadline, req.SLO.Milliseconds(), classRank(req.Class),
 	}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Result{}, fmt.Errorf("enqueue %s in pool %s: %w", req.ID, pool, err)

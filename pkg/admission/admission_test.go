@@ -393,7 +393,7 @@ func assertNoQueueState(t *testing.T, rdb *redis.Client, g *Gate) {
 	ctx := context.Background()
 	for _, key := range []string{
 		k.queue, k.tenants, k.finish, k.waiters, k.since, k.weights,
-		k.order, k.heads, k.held, k.parked, k.charged, k.deadlines, k.credit, k.shift,
+		k.order, k.heads, k.held, k.parked, k.charged, k.deadlines, k.ranks, k.credit, k.shift,
 	} {
 		if n, err := rdb.Exists(ctx, key).Result(); err != nil || n != 0 {
 			t.Errorf("%s left behind (%d, %v)", key, n, err)

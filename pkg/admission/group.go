@@ -87,7 +87,7 @@ func (g *Gate) keys(pool string) poolKeys {
 		tenants: base + "tenants", finish: base + "finish", waiters: base + "waiters", since: base + "since",
 		weights: base + "weights", order: base + "order", heads: base + "heads", held: base + "held",
 		parked: base + "parked", alivePrefix: base + "alive:", tombPrefix: base + "released:",
-		charged: base + "charged", deadlines: base + "deadlines", epoch: base + "epoch", shedPrefix: base + "shed:",
+		charged: base + "charged", deadlines: base + "deadlines", ranks: base + "ranks", epoch: base + "epoch", shedPrefix: base + "shed:",
 		clock: base + "stats", groupFinish: base + "finish", credit: base + "credit", reserved: base + "reserved",
 		shift: base + "shift", pausable: base + "pausable", asked: base + "asked",
 	}

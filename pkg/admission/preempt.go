@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // Preemption by continuation: a waiter of an urgent class that finds no
@@ -133,6 +135,9 @@ type YieldRequest struct {
 	ID string
 	// Weight and MaxConcurrent as its Request had.
 	Weight, MaxConcurrent int
+	// Class as its Request had: it queues behind the entries of more
+	// urgent classes.
+	Class string
 	// AliveFor is how long its queue place stays live without a
 	// KeepAlive (0: Options.WaiterTTL).
 	AliveFor time.Duration
@@ -158,7 +163,7 @@ func (g *Gate) Yield(ctx context.Context, pool string, req YieldRequest) (Yielde
 	pausable, asked := g.pauseKeys(pool)
 	raw, err := yieldScript.Run(ctx, g.rdb, g.scriptKeys(pool), withArgs([]any{
 		req.ID, limit, g.lease.Milliseconds(), k.alivePrefix, alive.Milliseconds(), req.Weight, req.MaxConcurrent,
-		pausable, asked}, g.groupArgs(pool))...).Slice()
+		pausable, asked, classRank(req.Class)}, g.groupArgs(pool))...).Slice()
 	if err != nil {
 		return Yielded{}, fmt.Errorf("pause %s in pool %s: %w", req.ID, pool, err)
 	}
@@ -173,4 +178,14 @@ func (g *Gate) Yield(ctx context.Context, pool string, req YieldRequest) (Yielde
 		out.Held = true
 	}
 	return out, nil
+}
+
+// classRank is class's rank (request.ClassRank) as the scripts take it:
+// -1 for an unknown class: its entry is more urgent than no paused
+// stream, and a paused stream of it queues at the head.
+func classRank(class string) int {
+	if rank, ok := request.ClassRank(class); ok {
+		return rank
+	}
+	return -1
 }

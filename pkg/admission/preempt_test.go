@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // grantAll fills a pool with granted requests, each of its own tenant.
@@ -234,4 +236,52 @@ func TestPreemptAnnouncesThePause(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the pause was never announced")
 	}
+}
+
+// A paused stream queues behind the waiters of more urgent classes, so
+// the next permit to free goes to them rather than back to it (each would
+// otherwise pause another stream), and still before a waiter of its own
+// class that came after it. Its class's entries leave no rank behind.
+func TestYieldQueuesBehindMoreUrgentWaiters(t *testing.T) {
+	g, rdb := newGate(t, 2, nil)
+	ctx := context.Background()
+	grantAll(t, g, "first", "other")
+	mustEnqueueReq(t, g, Request{ID: "flex", Tenant: "t-flex", Weight: 1, Cost: TokenCost(10), Class: request.ClassFlex})
+	if rel, err := g.Release(ctx, "p", "first"); err != nil || !slices.Equal(IDs(rel.Woken), []string{"flex"}) {
+		t.Fatalf("release: %+v, %v, want flex granted", rel, err)
+	}
+	mustEnqueueReq(t, g, Request{ID: "default", Tenant: "t-default", Weight: 1, Class: request.ClassDefault})
+	mustEnqueueReq(t, g, Request{ID: "urgent", Tenant: "t-urgent", Weight: 1, Class: request.ClassPriority})
+	pausable(t, g, "flex", 2, 0, 100)
+	if v := preempt(t, g, "urgent", 0, PauseRules{MinTokens: 10, MaxPauses: 1}); v != "flex" {
+		t.Fatalf("victim %q, want flex", v)
+	}
+	y, err := g.Yield(ctx, "p", YieldRequest{ID: "flex", Weight: 1, Class: request.ClassFlex})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !y.Paused || !slices.Equal(IDs(y.Woken), []string{"urgent"}) {
+		t.Fatalf("yield: %+v, want paused, the permit to urgent", y)
+	}
+	if pos, queued, err := g.Position(ctx, "p", "flex"); err != nil || !queued || pos != 2 {
+		t.Fatalf("flex at %d (queued %v, %v), want second, behind the default-class waiter", pos, queued, err)
+	}
+	mustEnqueueReq(t, g, Request{ID: "late-flex", Tenant: "t-late", Weight: 1, Class: request.ClassFlex})
+	for _, step := range []struct{ release, want string }{
+		{"other", "default"}, {"urgent", "flex"}, {"default", "late-flex"},
+	} {
+		rel, err := g.Release(ctx, "p", step.release)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(IDs(rel.Woken), []string{step.want}) {
+			t.Fatalf("the permit %s gave back went to %v, want %s", step.release, IDs(rel.Woken), step.want)
+		}
+	}
+	for _, id := range []string{"flex", "late-flex"} {
+		if _, err := g.Release(ctx, "p", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	assertNoQueueState(t, rdb, g)
 }

@@ -142,6 +142,11 @@ const (
 	ContinuationVLLM = "vllm"
 )
 
+// Continues reports whether the pool's backend continues an answer it
+// was given the start of (continuation), which a mid-answer failover and
+// a paused stream need.
+func (p Pool) Continues() bool { return p.Continuation == ContinuationVLLM }
+
 // Pool priorities (Pool.Priority).
 const (
 	PriorityNone = "none"

@@ -46,3 +46,19 @@ func IsServiceTier(v string) bool { return v == "" || v == ClassAuto || IsClass(
 
 // ServiceTierValues are the values a client may send, for messages.
 func ServiceTierValues() string { return ClassAuto + ", " + strings.Join(Classes(), ", ") }
+
+// ServedClass is the class a request whose service tier is tier is
+// served in, as the scheduler counts it: tier itself when it is a class,
+// else ClassDefault (a request that names none, or one whose plan
+// configures no classes).
+func ServedClass(tier string) string {
+	if IsClass(tier) {
+		return tier
+	}
+	return ClassDefault
+}
+
+// PausesOthers reports whether a stream may be paused for a request of
+// the class of rank: a class less urgent than its own exists (the least
+// urgent pauses nothing).
+func PausesOthers(rank int) bool { return rank < len(Classes())-1 }

@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 	}
 	loadBefore, start := loadAverage(), time.Now()
 	code := m.Run()
+	if code != 0 {
+		printLost()
+	}
 	if workerBin != "" {
 		_ = os.RemoveAll(filepath.Dir(workerBin))
 	}
@@ -163,4 +166,16 @@ func (s *stack) timeToRecover(since time.Time, tenant string, bound time.Duratio
 		time.Sleep(100 * time.Millisecond)
 	}
 	return -1
+}
+
+// printLost repeats, after the run, what each failed scenario lost: a
+// log cut to its last lines (as CI shows it) then still says why.
+func printLost() {
+	rows.mu.Lock()
+	defer rows.mu.Unlock()
+	for _, r := range rows.list {
+		if len(r.lost) > 0 {
+			fmt.Printf("chaos: %s lost: %s\n", r.fault, lostText(r.lost))
+		}
+	}
 }

@@ -37,7 +37,9 @@
 --          arrival at the door plus its class's TTFT SLO; its tenant's
 --          own entries are served earliest deadline first (by_deadline)
 -- ARGV[18] that TTFT SLO, ms: entries of one SLO keep their arrival order
--- ARGV[19…] the group's arguments (lib.lua group_args)
+-- ARGV[19] its class rank (request.ClassRank; -1 = unknown): a paused
+--          stream queues behind the entries of more urgent classes
+-- ARGV[20…] the group's arguments (lib.lua group_args)
 -- Returns {status, position, tag, limit, ewma_ms, woken pool, id pairs...}
 --   status 1 = holds a permit, 2 = queued at position (1-based), 3 = pool
 --   queue full, 4 = the request already released (nothing was taken),
@@ -59,7 +61,8 @@ local reserved_tag = tonumber(ARGV[14])
 local reserved_charge = tonumber(ARGV[15])
 local reserved_shift = tonumber(ARGV[16])
 local deadline, slo = tonumber(ARGV[17]) or 0, tonumber(ARGV[18]) or 0
-group_args(19)
+local rank = tonumber(ARGV[19]) or -1
+group_args(20)
 
 local now = now_ms()
 local limit = pool_limit(ARGV[7])
@@ -81,7 +84,7 @@ if tag then
   tag = tonumber(tag)
 elseif restore > 0 then
   tag = restore
-  add_entry(id, tenant, tag, now, weight, held_cap, false)
+  add_entry(id, tenant, tag, now, weight, held_cap, false, rank)
   local last = tonumber(redis.call('HGET', G.finish, tenant) or '0')
   if tag > last then redis.call('HSET', G.finish, tenant, tag) end
   -- A Redis that restarted empty starts V again at 0 while the waiters
@@ -122,10 +125,10 @@ else
       tag = free_tick(tag + moved)
       if tag > tonumber(redis.call('HGET', G.finish, tenant) or '0') then redis.call('HSET', G.finish, tenant, tag) end
     end
-    add_entry(id, tenant, tag, now, weight, held_cap, false)
+    add_entry(id, tenant, tag, now, weight, held_cap, false, rank)
   else
     tag, charge = place(tenant, cost, weight)
-    add_entry(id, tenant, tag, now, weight, held_cap, true)
+    add_entry(id, tenant, tag, now, weight, held_cap, true, rank)
   end
   tag = by_deadline(id, tenant, tag, deadline, slo)
   redis.call('HSET', K.charged, id, charged_value(charge, weight, charge))

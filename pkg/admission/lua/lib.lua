@@ -47,20 +47,24 @@
 --                          its arrival at the door (wall clock) plus its
 --                          class's TTFT SLO, and that SLO; an entry
 --                          without one has no deadline (by_deadline)
---   KEYS[16] clock   HASH  vtime: the group's virtual time V
---   KEYS[17] finish  HASH  tenant -> F_t, for the whole group
---   KEYS[18] credit  HASH  tenant -> ticks its released requests were
+--   KEYS[16] ranks   HASH  queued request id -> its class rank (0: most
+--                          urgent; request.ClassRank), when its class is
+--                          known: a paused stream queues behind the
+--                          entries of more urgent classes (yield.lua)
+--   KEYS[17] clock   HASH  vtime: the group's virtual time V
+--   KEYS[18] finish  HASH  tenant -> F_t, for the whole group
+--   KEYS[19] credit  HASH  tenant -> ticks its released requests were
 --                          charged beyond what they used (negative: short
 --                          of it), taken off its next entries' lengths
---   KEYS[19] reserved HASH tenant -> "<count>:<expiry ms>": places in the
+--   KEYS[20] reserved HASH tenant -> "<count>:<expiry ms>": places in the
 --                          fair order reserved at the door (reserve.lua)
 --                          and not yet taken by an entry; the tenant keeps
 --                          its F_t and credit while it has any
---   KEYS[20] shift   HASH  tenant -> ticks its streams have been charged
+--   KEYS[21] shift   HASH  tenant -> ticks its streams have been charged
 --                          since it was last idle (advance): a place
 --                          reserved at the door notes it, and is taken
 --                          that much later for what was charged since
---   KEYS[21…] the other pools of the group, 15 keys each in the order above
+--   KEYS[22…] the other pools of the group, 16 keys each in the order above
 -- A pool alone is a group of one: its clock and finish are its own stats
 -- and finish keys (KEYS[4], KEYS[6]), and no other pool follows.
 --
@@ -111,13 +115,14 @@
 -- whose tag is now the smallest or near it, is granted next. Every change
 -- to a tenant's entries or permits ends with refresh(tenant), which keeps
 -- heads and parked true to the other keys.
-local NKEYS = 15
+local NKEYS = 16
 local function pool_keys(at)
   return {
     permits = KEYS[at], grants = KEYS[at + 1], queue = KEYS[at + 2], stats = KEYS[at + 3],
     tenants = KEYS[at + 4], finish = KEYS[at + 5], waiters = KEYS[at + 6], since = KEYS[at + 7],
     weights = KEYS[at + 8], order = KEYS[at + 9], heads = KEYS[at + 10], held = KEYS[at + 11],
     parked = KEYS[at + 12], charged = KEYS[at + 13], deadlines = KEYS[at + 14],
+    ranks = KEYS[at + 15],
   }
 end
 
@@ -125,13 +130,13 @@ end
 -- grants in another pool of the group. Every helper below reads K.
 local K = pool_keys(1)
 local SELF = K
-local G = {clock = KEYS[16], finish = KEYS[17], credit = KEYS[18], reserved = KEYS[19], shift = KEYS[20]}
+local G = {clock = KEYS[17], finish = KEYS[18], credit = KEYS[19], reserved = KEYS[20], shift = KEYS[21]}
 
 -- The other pools of the group: keys, and (after group_args) name,
 -- configured limit and liveness prefix.
 local OTHERS = {}
 do
-  local at = 21
+  local at = 22
   while KEYS[at] do
     OTHERS[#OTHERS + 1] = {k = pool_keys(at)}
     at = at + NKEYS

@@ -182,7 +182,9 @@ end
 -- cap is its tier's cap on the permits its tenant holds (0 = none). newest:
 -- the entry's tag is past the tenant's others (a new arrival), so that its
 -- first entry, and whether the tenant may be granted, are as they were.
-local function add_entry(id, tenant, tag, now, weight, cap, newest)
+-- rank is its class rank (< 0: unknown), noted for yield.lua.
+local function add_entry(id, tenant, tag, now, weight, cap, newest, rank)
+  if rank and rank >= 0 then redis.call('HSET', K.ranks, id, rank) end
   redis.call('ZADD', K.queue, tag, id)
   redis.call('ZADD', K.order, 0, order_member(tenant, tag, id))
   redis.call('HSET', K.waiters, id, tenant)
@@ -315,6 +317,29 @@ local function by_deadline(id, tenant, tag, deadline, slo)
   return tag
 end
 
+-- The largest tag of an entry queued in this pool whose class is more
+-- urgent than rank (a smaller rank), but entry except, or nil when none
+-- is. It reads the
+-- queue from its far end, 128 entries a read, and stops at the first
+-- such entry, so it reads the entries queued behind the last urgent one:
+-- under a backlog of less urgent work, which is when streams are paused,
+-- most of the queue (bounded by admission.max_queue_depth). Only a pause
+-- calls it (yield.lua), so that cost is per pause, not per grant.
+local function last_more_urgent(rank, except)
+  if not rank or rank <= 0 or redis.call('HLEN', K.ranks) == 0 then return nil end
+  local from = 0
+  while true do
+    local batch = redis.call('ZREVRANGE', K.queue, from, from + 127, 'WITHSCORES')
+    if #batch == 0 then return nil end
+    local ids = {}
+    for i = 1, #batch, 2 do ids[#ids + 1] = batch[i] end
+    for j, r in ipairs(redis.call('HMGET', K.ranks, unpack(ids))) do
+      if r and tonumber(r) < rank and ids[j] ~= except then return tonumber(batch[2 * j]) end
+    end
+    from = from + 128
+  end
+end
+
 -- Drop the bookkeeping of entry id, queued at tag, and return its tenant
 -- (nil if it had none); tenant, if the caller knows it, saves a read. The
 -- caller refreshes the tenant, and lets it go if it is left idle
@@ -324,6 +349,7 @@ local function take(id, tag, tenant)
   redis.call('ZREM', K.since, id)
   redis.call('HDEL', K.weights, id)
   redis.call('HDEL', K.deadlines, id)
+  redis.call('HDEL', K.ranks, id)
   tenant = tenant or redis.call('HGET', K.waiters, id)
   if not tenant then return nil end
   redis.call('HDEL', K.waiters, id)

@@ -15,7 +15,7 @@
 -- Returns {tag, ahead, charge, shift}: the place's tag, how many queued
 -- entries of the group are ahead of it, the ticks it was charged (its
 -- entry's charge when the request takes it), and its tenant's shift now
--- (lib.lua KEYS[20]), from which the place moves with the tenant's
+-- (lib.lua KEYS[21]), from which the place moves with the tenant's
 -- charges until it is taken.
 local tenant, weight, cost = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local tag, charge = place(tenant, cost, weight)

@@ -1,9 +1,12 @@
 -- A stream asked to pause (preempt.lua) gives its permit back and waits
 -- again, without losing its turn: its request re-queues at the head of
 -- the fair order (the first free tick at V, where the next grant is
--- taken), keeping what its streaming was charged so far (pay as you go
--- goes on when it is granted again). The permit goes to the first entry
--- of the tenant of the waiter it was paused for, when that waiter is
+-- taken), but behind every entry queued in its pool of a class more
+-- urgent than its own: the permits freed next go to those waiters, not
+-- back to it (each of them would otherwise pause another stream). It
+-- keeps what its streaming was charged so far (pay as you go goes on
+-- when it is granted again). The permit goes to the first entry of the
+-- tenant of the waiter it was paused for, when that waiter is
 -- still queued, its tenant below its cap and the entry alive; otherwise,
 -- and for anything else free, to whoever pump grants. The stream stops
 -- upstream before it calls this, so the permit's sequence is free when
@@ -20,7 +23,9 @@
 -- ARGV[8] the pool's pausable key (preempt.lua KEYS[6]), and
 -- ARGV[9] its asked key (preempt.lua KEYS[7]): both carry the pool's hash
 --         tag, like the liveness prefix
--- ARGV[10…] the group's arguments (lib.lua group_args)
+-- ARGV[10] its class rank (request.ClassRank; -1 = unknown: it queues at
+--          the head, behind nothing)
+-- ARGV[11…] the group's arguments (lib.lua group_args)
 -- Returns {status, tag, granted pool, id pairs...}: status 1 = paused and
 -- queued at tag, 2 = it was granted its permit straight back (nobody
 -- else could take it), 0 = it held no permit (nothing done). The caller
@@ -29,7 +34,8 @@ local id = ARGV[1]
 local lease, alive_prefix, alive_ttl = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local weight, cap = ARGV[6], tonumber(ARGV[7])
 local pausable, asked = ARGV[8], ARGV[9]
-group_args(10)
+local rank = tonumber(ARGV[10]) or -1
+group_args(11)
 
 local now = now_ms()
 local limit = pool_limit(ARGV[2])
@@ -43,9 +49,18 @@ if not tenant then return {0, 0} end
 
 local charged = redis.call('HGET', K.charged, id)
 -- Never 0, which Enqueue reads as a new arrival when it is restored.
-local tag = free_tick(math.max(vtime(), 1))
+local from = math.max(vtime(), 1)
+-- Not behind the entry granted below in its place, which leaves.
+local wtenant = waiter and redis.call('HGET', K.waiters, waiter)
+local wfirst = wtenant and first_entries(wtenant, 1)[1]
+if wfirst and not below_cap(wtenant, cap_of(wfirst[1])) then wfirst = nil end
+local urgent = last_more_urgent(rank, wfirst and wfirst[1])
+if urgent and urgent >= from then from = urgent + 1 end
+local tag = free_tick(from)
 -- The entry first, so that its tenant is not idle when the permit goes.
-add_entry(id, tenant, tag, now, weight, cap, false)
+-- A tag behind urgent entries may move its tenant's F_t on with it, as
+-- any entry does: its tenant's next arrivals queue behind it.
+add_entry(id, tenant, tag, now, weight, cap, false, rank)
 if tag > tonumber(redis.call('HGET', G.finish, tenant) or '0') then redis.call('HSET', G.finish, tenant, tag) end
 drop_permit(id)
 if charged then redis.call('HSET', K.charged, id, charged) end
@@ -54,7 +69,6 @@ redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)
 local reply = {1, tag}
 -- The waiter's tenant's first entry, which is the waiter or one of its
 -- tenant's that came before it: a tenant's entries are granted in order.
-local wtenant = waiter and redis.call('HGET', K.waiters, waiter)
 local first = wtenant and first_entries(wtenant, 1)[1]
 if first then waiter = first[1] end
 local wtag = first and first[2]
