@@ -317,14 +317,14 @@ local function by_deadline(id, tenant, tag, deadline, slo)
   return tag
 end
 
--- The largest tag of an entry queued in this pool whose class is more
--- urgent than rank (a smaller rank), but entry except, or nil when none
--- is. It reads the
--- queue from its far end, 128 entries a read, and stops at the first
--- such entry, so it reads the entries queued behind the last urgent one:
--- under a backlog of less urgent work, which is when streams are paused,
--- most of the queue (bounded by admission.max_queue_depth). Only a pause
--- calls it (yield.lua), so that cost is per pause, not per grant.
+-- The largest tag of an entry queued in this pool, other than except,
+-- whose class is more urgent than rank (a smaller rank); nil when none
+-- is. It reads the queue from its far end, 128 entries a read, and stops
+-- at the first such entry, so it reads the entries queued behind the last
+-- urgent one: under a backlog of less urgent work, which is when streams
+-- are paused, most of the queue (bounded by admission.max_queue_depth).
+-- Only a pause calls it (yield.lua), so that cost is per pause, not per
+-- grant.
 local function last_more_urgent(rank, except)
   if not rank or rank <= 0 or redis.call('HLEN', K.ranks) == 0 then return nil end
   local from = 0
