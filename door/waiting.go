@@ -43,12 +43,16 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 				return
 			}
 			waited := time.Since(a.arrived)
-			if ahead := d.queueWait(ctx, a); maxWait-waited < ahead && !d.mayPause(a) {
-				// Too little of its wait is left to reach a permit through
-				// the pool's queue: a workflow started now would only time
-				// out there, spending Temporal what served requests need.
-				d.endAtDoor(ctx, a, req, d.lateFailure(a, ahead))
-				return
+			// A request that may pause a stream is not judged by the
+			// turnover estimate (mayPause), so it costs no read of the queue.
+			if !d.mayPause(a) {
+				if ahead := d.queueWait(ctx, a); maxWait-waited < ahead {
+					// Too little of its wait is left to reach a permit through
+					// the pool's queue: a workflow started now would only time
+					// out there, spending Temporal what served requests need.
+					d.endAtDoor(ctx, a, req, d.lateFailure(a, ahead))
+					return
+				}
 			}
 			err := d.startChat(context.WithoutCancel(ctx), a, req, waited)
 			d.started(w, a, err)
@@ -183,11 +187,11 @@ func (d *Door) maxWait(a arrival) time.Duration {
 // free and nobody waiting has no wait ahead; a failed read refuses
 // nothing (the deadline still bounds the wait).
 func (d *Door) refuseLate(ctx context.Context, a arrival) *refusal.Error {
-	if !a.class.RefuseLate {
+	if !a.class.RefuseLate || d.mayPause(a) {
 		return nil
 	}
 	st, err := d.poolStats(ctx, a.pool)
-	if err != nil || (st.Waiting == 0 && st.InUse < st.Limit) || d.mayPause(a) {
+	if err != nil || (st.Waiting == 0 && st.InUse < st.Limit) {
 		return nil
 	}
 	ahead := d.queueWait(ctx, a)
