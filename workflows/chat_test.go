@@ -287,10 +287,7 @@ func (s *chatSuite) TestAdmissionTimeoutByTimer() {
 func (s *chatSuite) TestRefusedLateByTheEstimate() {
 	s.mockEmbed()
 	s.mockAdmit(queued, &queued)
-	in := input()
-	in.ServiceTier, in.Settings.TTFTSLO, in.Settings.MaxWait, in.Settings.RefuseLate = "priority", time.Second, time.Second, true
-	start := s.env.Now()
-	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	start := s.runRefusingLate()
 
 	r := s.result()
 	s.Equal(request.OutcomeRejected, r.Outcome)
@@ -306,6 +303,25 @@ func (s *chatSuite) TestRefusedLateByTheEstimate() {
 	s.Contains(f.Failure.Message, "priority class's time to first token of 1s")
 }
 
+// runRefusingLate runs a priority request of a class that refuses late
+// requests (TTFT SLO and max wait 1 s), and returns when it started.
+func (s *chatSuite) runRefusingLate() time.Time {
+	in := input()
+	in.ServiceTier, in.Settings.TTFTSLO, in.Settings.MaxWait, in.Settings.RefuseLate = "priority", time.Second, time.Second, true
+	start := s.env.Now()
+	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	return start
+}
+
+// waitedItsDeadline checks that the request started at start was refused
+// as late only once its whole deadline had passed, having rechecked.
+func (s *chatSuite) waitedItsDeadline(start time.Time) {
+	r := s.result()
+	s.Equal(request.ReasonDeadlineUnreachable, r.Reason)
+	s.GreaterOrEqual(s.env.Now().Sub(start), time.Second, "waited its whole deadline")
+	s.Contains(s.calls(), "Recheck")
+}
+
 // A request for which a stream may be paused is not refused by the
 // turnover estimate, which knows nothing of pausing: it waits for its
 // deadline (or a pause's grant), as one whose wait looked short does.
@@ -314,15 +330,9 @@ func (s *chatSuite) TestNotRefusedByTheEstimateWhenAStreamMayPause() {
 	mayPause := queued
 	mayPause.MayPause = true
 	s.mockAdmit(mayPause, &mayPause)
-	in := input()
-	in.ServiceTier, in.Settings.TTFTSLO, in.Settings.MaxWait, in.Settings.RefuseLate = "priority", time.Second, time.Second, true
-	start := s.env.Now()
-	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	start := s.runRefusingLate()
 
-	r := s.result()
-	s.Equal(request.ReasonDeadlineUnreachable, r.Reason)
-	s.GreaterOrEqual(s.env.Now().Sub(start), time.Second, "waited its whole deadline")
-	s.Contains(s.calls(), "Recheck")
+	s.waitedItsDeadline(start)
 }
 
 // A request of such a class whose wait looked short enough waits until
@@ -332,15 +342,9 @@ func (s *chatSuite) TestRefusedLateAtTheDeadline() {
 	near := queued
 	near.EstimatedWaitMs = 500
 	s.mockAdmit(near, &near)
-	in := input()
-	in.ServiceTier, in.Settings.TTFTSLO, in.Settings.MaxWait, in.Settings.RefuseLate = "priority", time.Second, time.Second, true
-	start := s.env.Now()
-	s.env.ExecuteWorkflow(ChatWorkflow, in)
+	start := s.runRefusingLate()
 
-	r := s.result()
-	s.Equal(request.ReasonDeadlineUnreachable, r.Reason)
-	s.GreaterOrEqual(s.env.Now().Sub(start), time.Second, "waited its whole deadline")
-	s.Contains(s.calls(), "Recheck")
+	s.waitedItsDeadline(start)
 	f := s.onlyFinalize()
 	s.Equal(request.ReasonDeadlineUnreachable, f.Failure.Reason)
 	s.Contains(f.Failure.Message, "waited until its deadline")
