@@ -210,34 +210,6 @@ func New(rdb Client, opts Options) (*Gate, error) {
 // Lease is the permit lease; holders renew well before it runs out.
 func (g *Gate) Lease() time.Duration { return g.lease }
 
-type poolKeys struct {
-	permits, grants, queue, stats, tenants, finish, waiters, since, weights string
-	order, heads, held, parked, charged, deadlines, ranks                   string
-	alivePrefix, tombPrefix                                                 string
-	// epoch notes the Redis process serving the pool (epoch.go).
-	epoch string
-	// shedPrefix marks sheds already done, by key (Shed).
-	shedPrefix string
-	// clock, groupFinish and credit are the group's virtual time, finish
-	// tags and tenants' credits: the pool's own stats and finish (and its
-	// credit) for a pool alone (group.go); reserved counts each tenant's
-	// places reserved at the door (Reserve); shift is what each tenant's
-	// streams were charged while it was busy, which moves its reserved
-	// places (lib.lua advance).
-	clock, groupFinish, credit, reserved, shift string
-	// pausable and asked are the streams that may be paused and those
-	// asked to pause (preempt.go).
-	pausable, asked string
-}
-
-// list is KEYS of every script, in the order lib.lua names them.
-func (k poolKeys) list() []string {
-	return []string{
-		k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since, k.weights,
-		k.order, k.heads, k.held, k.parked, k.charged, k.deadlines, k.ranks,
-	}
-}
-
 func (g *Gate) limit(pool string) (int, error) {
 	n, ok := g.limits[pool]
 	if !ok {

@@ -72,6 +72,35 @@ func groups(opts Options) (map[string]*group, error) {
 	return out, nil
 }
 
+// poolKeys are a pool's Redis keys (keys builds them).
+type poolKeys struct {
+	permits, grants, queue, stats, tenants, finish, waiters, since, weights string
+	order, heads, held, parked, charged, deadlines, ranks                   string
+	alivePrefix, tombPrefix                                                 string
+	// epoch notes the Redis process serving the pool (epoch.go).
+	epoch string
+	// shedPrefix marks sheds already done, by key (Shed).
+	shedPrefix string
+	// clock, groupFinish and credit are the group's virtual time, finish
+	// tags and tenants' credits: the pool's own stats and finish (and its
+	// credit) for a pool alone (keys); reserved counts each tenant's
+	// places reserved at the door (Reserve); shift is what each tenant's
+	// streams were charged while it was busy, which moves its reserved
+	// places (lib.lua advance).
+	clock, groupFinish, credit, reserved, shift string
+	// pausable and asked are the streams that may be paused and those
+	// asked to pause (preempt.go).
+	pausable, asked string
+}
+
+// list is KEYS of every script, in the order lib.lua names them.
+func (k poolKeys) list() []string {
+	return []string{
+		k.permits, k.grants, k.queue, k.stats, k.tenants, k.finish, k.waiters, k.since, k.weights,
+		k.order, k.heads, k.held, k.parked, k.charged, k.deadlines, k.ranks,
+	}
+}
+
 // keys share the hash tag of the pool's group, so that the group's keys
 // live in one Redis Cluster slot, as a multi-key script requires. A pool
 // alone keeps the keys it always had ({pool}).
