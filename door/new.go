@@ -66,6 +66,8 @@ type Door struct {
 	room *waitroom.Room
 	// stats caches each pool's admission stats for the door's waiters.
 	stats statsCache
+	// stops tells the door's waiters of their stop flags.
+	stops *stopWatch
 	// refusals samples the log lines of requests refused before any
 	// workflow, per tenant and reason.
 	refusals *logsample.Sampler
@@ -144,7 +146,8 @@ func New(opts Options) (*Door, error) {
 		prompts: opts.Prompts, limiter: opts.Limiter, budgets: opts.Budgets, policy: opts.Policy, bans: opts.Bans, sessions: opts.Sessions,
 		metrics: opts.Metrics, addresses: opts.Addresses, kbStore: opts.KBs, room: opts.Room, idem: opts.Idempotency,
 		attacher: opts.Attacher, returner: opts.Returner, answerKBs: map[string]bool{}, refusals: logsample.New(), logger: opts.Logger,
-		kbs: newKBs(opts.Config.Retrieval.KnowledgeBases, opts.KBs),
+		kbs:   newKBs(opts.Config.Retrieval.KnowledgeBases, opts.KBs),
+		stops: newStopWatch(opts.Events, opts.Config.API.QueuePollInterval, opts.Config.Redis.RequestTimeout, opts.Logger),
 	}
 	for _, kb := range opts.Config.AnswerCache.KBs {
 		d.answerKBs[kb] = true

@@ -32,9 +32,11 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 	defer deadline.Stop()
 	poll := time.NewTicker(d.cfg.API.QueuePollInterval)
 	defer poll.Stop()
-	reported := 0
+	stopped, unwatch := d.stops.watch(a.id)
+	defer unwatch()
+	var told admission.Told
 	for {
-		reported = d.reportDoorPosition(ctx, a, w, reported)
+		told = d.reportDoorPosition(ctx, a, w, told)
 		select {
 		case <-w.Admitted():
 			a.admitted(w)
@@ -73,12 +75,11 @@ func (d *Door) startWhenAdmitted(ctx context.Context, a arrival, req Request, w 
 			a.leave(w)
 			d.endAtDoor(ctx, a, req, d.leftFailure())
 			return
+		case <-stopped:
+			a.leave(w)
+			d.endAtDoor(ctx, a, req, events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (client_request)."})
+			return
 		case <-poll.C:
-			if stopped, _ := d.events.Stopped(ctx, a.id); stopped {
-				a.leave(w)
-				d.endAtDoor(ctx, a, req, events.Failure{Reason: request.ReasonCancelled, Message: "The request was cancelled (client_request)."})
-				return
-			}
 		}
 	}
 }
@@ -202,27 +203,29 @@ func (d *Door) refuseLate(ctx context.Context, a arrival) *refusal.Error {
 }
 
 // reportDoorPosition writes a queue event when the request's place
-// changed: its place in the waiting room behind the pool's admission
-// queue. It returns the place reported.
-func (d *Door) reportDoorPosition(ctx context.Context, a arrival, w *waitroom.Waiter, reported int) int {
+// changed enough to tell (admission.WorthTelling): its place in the
+// waiting room behind the pool's admission queue. It returns what the
+// client was told last.
+func (d *Door) reportDoorPosition(ctx context.Context, a arrival, w *waitroom.Waiter, told admission.Told) admission.Told {
 	pos := w.Position()
 	if pos == 0 {
-		return reported
+		return told
 	}
 	st, err := d.poolStats(ctx, a.pool)
 	if err != nil {
-		return reported
+		return told
 	}
 	pos += st.Waiting
-	if pos == reported {
-		return reported
+	now := time.Now()
+	if !admission.WorthTelling(told, pos, now) {
+		return told
 	}
 	q := events.Queue{Position: pos, EstimatedWaitMs: admission.EstimateWait(pos, st.Limit, st.MeanHold).Milliseconds(), Pool: a.pool}
 	if _, err := d.events.Append(ctx, a.id, events.TypeQueue, q); err != nil {
 		d.logger.Warn("write queue event", "requestID", a.id, "err", err)
-		return reported
+		return told
 	}
-	return pos
+	return admission.Told{Position: pos, At: now}
 }
 
 // canTake reports whether pool's admission queue, holding depth requests

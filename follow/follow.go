@@ -87,12 +87,18 @@ func (f *Follower) Draining() bool { return f.draining.Load() }
 // streamState follows a request through its events, so that the stream
 // knows when to poll the queue position and when it is over.
 type streamState struct {
-	queued   bool
-	pool     string
+	queued bool
+	pool   string
+	// position is the place the client was last told, at toldAt (zero:
+	// by an event this reader read, not wrote).
 	position int
+	toldAt   time.Time
 	terminal bool
 	// started: the request's workflow wrote an event, so it exists.
 	started bool
+	// lookedBack: the log was read once for a start this reader's cursor
+	// may have passed.
+	lookedBack bool
 	// tokens is how many tokens were sent: the next one's index.
 	tokens int
 }
@@ -212,7 +218,7 @@ func (f *Follower) Follow(ctx context.Context, sub *events.Subscription, id stri
 			}
 			idle.Reset(f.opts.IdleTimeout)
 		case <-poll.C:
-			if positions && st.queued {
+			if positions && st.queued && f.pastDoor(ctx, id, st) {
 				f.reportPosition(ctx, id, st)
 			}
 		case <-keepAlive.C:
@@ -229,12 +235,26 @@ func (f *Follower) Follow(ctx context.Context, sub *events.Subscription, id stri
 	}
 }
 
+// pastDoor reports whether the request's workflow started. Until then it
+// waits at a door, which reports its place there itself: polling the
+// pool's queue for it would cost a round trip per waiter and poll for
+// nothing. A reader learns of the start from the stage event it reads, or,
+// when it resumed past that event, from one look at the log.
+func (f *Follower) pastDoor(ctx context.Context, id string, st *streamState) bool {
+	if !st.started && !st.lookedBack {
+		st.lookedBack = true
+		st.started = f.hasStage(ctx, id)
+	}
+	return st.started
+}
+
 // reportPosition writes a queue event when the request's place changed.
 // Positions are read here, outside the workflow, because workflow timers
 // are too coarse for sub-second updates.
 func (f *Follower) reportPosition(ctx context.Context, id string, st *streamState) {
 	pos, ok, err := f.gate.Position(ctx, st.pool, id)
-	if err != nil || !ok || pos == st.position {
+	now := time.Now()
+	if err != nil || !ok || !admission.WorthTelling(admission.Told{Position: st.position, At: st.toldAt}, pos, now) {
 		return
 	}
 	stats, err := f.gate.Stats(ctx, st.pool)
@@ -247,7 +267,7 @@ func (f *Follower) reportPosition(ctx context.Context, id string, st *streamStat
 		return
 	}
 	// Remember it now so that a slow hub does not make us write it twice.
-	st.position = pos
+	st.position, st.toldAt = pos, now
 }
 
 // endIfGone checks a stream that has been quiet for

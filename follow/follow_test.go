@@ -386,19 +386,24 @@ func TestFollowKeepsAQuietStreamAlive(t *testing.T) {
 }
 
 // While a request waits in the queue, Follow writes a queue event each
-// time its position from the gate changes — if asked for positions, and
-// until a stage past admission shows it left the queue.
+// time its position from the gate changes — if asked for positions, once
+// its workflow started (before that a door reports its place), and until
+// a stage past admission shows it left the queue.
 func TestFollowReportsQueuePositions(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		positions bool
 		// stage is written after the request's queue event ("": none).
 		stage string
-		want  []string
+		// resumed: the stage is written first, and the reader follows
+		// from after it, as a client resuming with Last-Event-ID.
+		resumed bool
+		want    []string
 	}{
-		{name: "positions", positions: true, want: []string{"queue9", "queue2", "queue1"}},
+		{name: "at a door", positions: true, want: []string{"queue9"}},
 		{name: "waiting in admission", positions: true, stage: request.StageAdmission, want: []string{"queue9", "stage", "queue2", "queue1"}},
-		{name: "no positions", positions: false, want: []string{"queue9"}},
+		{name: "resumed past its stage", positions: true, stage: request.StageAdmission, resumed: true, want: []string{"queue9", "queue2", "queue1"}},
+		{name: "no positions", positions: false, stage: request.StageAdmission, want: []string{"queue9", "stage"}},
 		{name: "past the queue", positions: true, stage: request.StageRetrieval, want: []string{"queue9", "stage"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -410,13 +415,17 @@ func TestFollowReportsQueuePositions(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			after := "0"
+			if tc.resumed {
+				after = r.append(t, "r", events.TypeStage, events.Stage{Stage: tc.stage, Pool: pool})
+			}
 			// A stale position, which the gate's corrects.
 			r.append(t, "r", events.TypeQueue, events.Queue{Position: 9, Pool: pool})
-			if tc.stage != "" {
+			if tc.stage != "" && !tc.resumed {
 				r.append(t, "r", events.TypeStage, events.Stage{Stage: tc.stage, Pool: pool})
 			}
 			out := &sink{}
-			ended := r.follow(t, ctx, "r", "0", out, tc.positions)
+			ended := r.follow(t, ctx, "r", after, out, tc.positions)
 			// wrote waits for the sink to have n events, or, when no more
 			// are due, for ten polls that write none.
 			wrote := func(n int) {
@@ -427,7 +436,7 @@ func TestFollowReportsQueuePositions(t *testing.T) {
 				eventually(t, fmt.Sprintf("%d events written", n), func() bool { return len(out.events()) >= n })
 			}
 			base := 1
-			if tc.stage != "" {
+			if tc.stage != "" && !tc.resumed {
 				base = 2
 			}
 			wrote(base + 1)

@@ -252,3 +252,33 @@ func (g *Gate) Ahead(ctx context.Context, pool, tenant string, weight int, cost 
 	}
 	return n, nil
 }
+
+// positionRefresh is the longest a waiter's changed place goes untold.
+const positionRefresh = 5 * time.Second
+
+// Told is the place a waiter was last told, and when.
+type Told struct {
+	Position int
+	At       time.Time
+}
+
+// WorthTelling reports whether a waiter last told told should hear that
+// its place is now pos, at now: every move near the head, where each place
+// is about a permit's turnover; far back, a move of a twentieth of its
+// place, or any move positionRefresh after it was last told. A client far
+// back learns little from each step, and a backlog of thousands told of
+// every step costs the event log a write, the event hub a read and the
+// client a frame per waiter per admission.
+func WorthTelling(told Told, pos int, now time.Time) bool {
+	if pos == told.Position {
+		return false
+	}
+	if told.Position <= 0 {
+		return true
+	}
+	moved := pos - told.Position
+	if moved < 0 {
+		moved = -moved
+	}
+	return moved*20 >= told.Position || now.Sub(told.At) >= positionRefresh
+}

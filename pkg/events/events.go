@@ -276,11 +276,29 @@ func (l *Log) Stop(ctx context.Context, requestID string, ttl time.Duration) err
 
 // Stopped reports whether the request's stop flag is raised.
 func (l *Log) Stopped(ctx context.Context, requestID string) (bool, error) {
-	n, err := l.rdb.Exists(ctx, l.StopKey(requestID)).Result()
+	stopped, err := l.StoppedAmong(ctx, []string{requestID})
 	if err != nil {
-		return false, fmt.Errorf("read stop flag of %s: %w", requestID, err)
+		return false, err
 	}
-	return n == 1, nil
+	return stopped[0], nil
+}
+
+// StoppedAmong reports, for each of requestIDs, whether its stop flag is
+// raised, in one round trip (per cluster node).
+func (l *Log) StoppedAmong(ctx context.Context, requestIDs []string) ([]bool, error) {
+	pipe := l.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(requestIDs))
+	for i, id := range requestIDs {
+		cmds[i] = pipe.Exists(ctx, l.StopKey(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read the stop flags of %d requests: %w", len(requestIDs), err)
+	}
+	stopped := make([]bool, len(cmds))
+	for i, c := range cmds {
+		stopped[i] = c.Val() == 1
+	}
+	return stopped, nil
 }
 
 // Append adds one event and refreshes the stream's TTL, in one round trip.
