@@ -54,6 +54,17 @@ func TestGoalsMatchWhatSluiceKnew(t *testing.T) {
 			t.Errorf("%s: %d goal lines, want %d:\n%s", c.mode, len(sh.goals), want, all)
 		}
 	}
+	// Overload too is held to FCFS's throughput, once whatever the rows.
+	run := &Run{Workload: Workloads["overload"], Systems: []*System{result(100, 100, 1000), result(45, 50, 919)}}
+	run.Systems[0].Name, run.Systems[1].Name = FCFS, Sluice
+	o := DefaultOptions()
+	o.MaxTokensMode = MaxTokens1024
+	var sh sheet
+	WriteGoals(&sh, []*Run{run}, o)
+	want := "overload: throughput, Sluice / FCFS: 919 / 1000 = 0.919× (goal >= 0.95×) — MISSED"
+	if n := strings.Count(strings.Join(sh.goals, "\n"), want); n != 1 {
+		t.Errorf("%d goal lines %q in\n%s", n, want, strings.Join(sh.goals, "\n"))
+	}
 }
 
 func btoi(b bool) int {
