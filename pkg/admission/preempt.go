@@ -49,12 +49,14 @@ func (g *Gate) pauseKeys(pool string) (pausable, asked string) {
 	return k.pausable, k.asked
 }
 
-// Preempt asks for a stream of pool to be paused for waiterID, of class
-// rank (request.ClassRank), when waiterID is next in line for a permit
-// and none is free. It returns the stream asked ("" when none may be
-// paused: none is of a less urgent class, or each is within its first
-// MinTokens tokens or at MaxPauses). Asking again for the same waiter
-// names the same stream until it has paused.
+// Preempt asks for a stream to be paused for waiterID, queued in pool,
+// of class rank (request.ClassRank), when waiterID is next in line for a
+// permit and none is free: a stream of pool when pool is at its limit,
+// or of any pool of its group when the group's budget is spent. It
+// returns the stream asked ("" when none may be paused: none is of a less
+// urgent class, or each is within its first MinTokens tokens or at
+// MaxPauses). Asking again for the same waiter names the same stream
+// until it has paused.
 func (g *Gate) Preempt(ctx context.Context, pool, waiterID string, rank int, rules PauseRules) (string, error) {
 	limit, err := g.limit(pool)
 	if err != nil {
@@ -62,8 +64,13 @@ func (g *Gate) Preempt(ctx context.Context, pool, waiterID string, rank int, rul
 	}
 	k := g.keys(pool)
 	pausable, asked := g.pauseKeys(pool)
-	victim, err := preemptScript.Run(ctx, g.rdb, []string{k.permits, k.stats, k.queue, k.waiters, k.heads, pausable, asked},
-		waiterID, rank, limit, rules.MinTokens, rules.MaxPauses).Text()
+	keys := []string{k.permits, k.stats, k.queue, k.waiters, k.heads, pausable, asked}
+	for _, o := range g.others(pool) {
+		op, oa := g.pauseKeys(o)
+		keys = append(keys, g.keys(o).permits, op, oa)
+	}
+	victim, err := preemptScript.Run(ctx, g.rdb, keys,
+		waiterID, rank, limit, rules.MinTokens, rules.MaxPauses, g.GroupLimit(pool)).Text()
 	if err != nil {
 		return "", fmt.Errorf("choose a stream of pool %s to pause for %s: %w", pool, waiterID, err)
 	}

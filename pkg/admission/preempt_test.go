@@ -285,3 +285,83 @@ func TestYieldQueuesBehindMoreUrgentWaiters(t *testing.T) {
 	}
 	assertNoQueueState(t, rdb, g)
 }
+
+// In a group of pools sharing a budget, a waiter held back by the spent
+// budget, not by its own pool's limit, pauses a stream of another pool of
+// the group (the least urgent, longest running of them all) and is
+// granted the permit the pause gives back to the budget; the paused
+// stream queues behind the group's more urgent waiters, then is next. A waiter whose own pool is at its limit pauses only a
+// stream of its own pool: another's permit would not be its.
+func TestPreemptAcrossAGroupsPools(t *testing.T) {
+	ctx := context.Background()
+	rules := PauseRules{MinTokens: 10, MaxPauses: 2}
+	offer := func(g *Gate, pool, id string) string {
+		t.Helper()
+		w, err := g.Pausable(ctx, pool, id, 2, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	start := func(g *Gate, pool, id string) {
+		t.Helper()
+		if r := enqueueIn(t, g, pool, Request{ID: id, Tenant: "t-" + id}); r.Status != Granted {
+			t.Fatalf("%s: %v, want granted", id, r.Status)
+		}
+		offer(g, pool, id)
+		// "since" is Redis's clock in ms: the next stream starts later.
+		time.Sleep(5 * time.Millisecond)
+	}
+	ask := func(g *Gate, pool, waiter string) string {
+		t.Helper()
+		v, err := g.Preempt(ctx, pool, waiter, 1, rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	g := newGroup(t, 2, 2, 2)
+	start(g, "long", "flex-long")
+	start(g, "short", "flex-short")
+	if r := enqueueIn(t, g, "short", Request{ID: "w", Tenant: "t-w"}); r.Status != Queued {
+		t.Fatalf("w: %v, want queued: the budget is spent", r.Status)
+	}
+	for range 2 {
+		if v := ask(g, "short", "w"); v != "flex-long" {
+			t.Fatalf("victim %q, want flex-long: of the group's, running longest", v)
+		}
+	}
+	if w := offer(g, "long", "flex-long"); w != "w" {
+		t.Fatalf("flex-long asked for %q, want w", w)
+	}
+	// A more urgent waiter of the other pool, which the paused stream
+	// queues behind: the budget would grant it next.
+	enqueueIn(t, g, "short", Request{ID: "w2", Tenant: "t-w2", Class: request.ClassDefault})
+	y, err := g.Yield(ctx, "long", YieldRequest{ID: "flex-long", Weight: 1, Class: request.ClassFlex})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !y.Paused || !slices.Equal(y.Woken, []Grant{{Pool: "short", ID: "w"}}) {
+		t.Fatalf("yield: %+v, want paused and w granted in short", y)
+	}
+	if _, queued, err := g.Position(ctx, "long", "flex-long"); err != nil || !queued {
+		t.Fatalf("flex-long queued %v (%v), want queued again", queued, err)
+	}
+	if rel := releaseIn(t, g, "short", "w"); !slices.Equal(rel.Woken, []Grant{{Pool: "short", ID: "w2"}}) {
+		t.Fatalf("w's permit went to %+v, want w2, more urgent than the paused stream", rel.Woken)
+	}
+	if rel := releaseIn(t, g, "short", "flex-short"); !slices.Equal(rel.Woken, []Grant{{Pool: "long", ID: "flex-long"}}) {
+		t.Fatalf("flex-short's permit went to %+v, want the paused flex-long", rel.Woken)
+	}
+
+	g = newGroup(t, 3, 1, 2)
+	start(g, "long", "flex-long")
+	start(g, "short", "flex-short")
+	if r := enqueueIn(t, g, "short", Request{ID: "w", Tenant: "t-w"}); r.Status != Queued {
+		t.Fatalf("w: %v, want queued: short is at its limit", r.Status)
+	}
+	if v := ask(g, "short", "w"); v != "flex-short" {
+		t.Fatalf("victim %q, want flex-short: short's own limit holds w back", v)
+	}
+}

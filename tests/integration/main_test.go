@@ -112,6 +112,11 @@ func run(m *testing.M) (int, error) {
 	// that the pools' tests contend for it (pools_test.go).
 	cfg.Pools.Long.MaxConcurrency = 4
 	cfg.Pools.Shared.MaxConcurrency = 4
+	// The long pool continues answers, so that a flex stream on it may be
+	// paused for a more urgent request (preempt_test.go); the short pool
+	// does not, so that the queue tests on it see no pause.
+	cfg.Pools.Long.Continuation = config.ContinuationVLLM
+	cfg.Admission.Preemption.Enabled = true
 	cfg.Log.Level = "warn"
 	metricsPort, err := testenv.FreePort()
 	if err != nil {

@@ -8,9 +8,14 @@
 -- when it is granted again). The permit goes to the first entry of the
 -- tenant of the waiter it was paused for, when that waiter is
 -- still queued, its tenant below its cap and the entry alive; otherwise,
--- and for anything else free, to whoever pump grants. The stream stops
--- upstream before it calls this, so the permit's sequence is free when
--- it is handed on.
+-- and for anything else free, to whoever pump grants. In a group of pools
+-- sharing a budget the waiter may be queued in another pool of the group
+-- (preempt.lua: the budget, not this pool's limit, held it back): the
+-- permit then goes back to the budget and is granted there, if that pool
+-- is still below its own limit; and the stream queues behind the more
+-- urgent entries of every pool of the group, which the budget would
+-- otherwise grant after it. The stream stops upstream before it calls
+-- this, so the permit's sequence is free when it is handed on.
 -- KEYS   the pool's and its group's keys in lib.lua order
 -- ARGV[1] request id
 -- ARGV[2] default permit limit
@@ -47,14 +52,46 @@ if not redis.call('ZSCORE', K.permits, id) or not v then return {0, 0} end
 local _, tenant = split(v)
 if not tenant then return {0, 0} end
 
+-- The pool of the group whose queue holds the waiter, or nil.
+local function pool_of(w)
+  if redis.call('HEXISTS', SELF.waiters, w) == 1 then
+    return {k = SELF, alive = alive_prefix, name = SELF_NAME, limit = limit}
+  end
+  for _, o in ipairs(OTHERS) do
+    if redis.call('HEXISTS', o.k.waiters, w) == 1 then
+      return {k = o.k, alive = o.alive, name = o.name, limit = limit_of(o)}
+    end
+  end
+  return nil
+end
+
+-- The tag of the last entry queued in any pool of the group of a class
+-- more urgent than rank, but except's.
+local function last_more_urgent_in_group(except)
+  local last
+  for _, p in ipairs(group_keys()) do
+    K = p
+    local t = last_more_urgent(rank, except)
+    if t and (last == nil or t > last) then last = t end
+  end
+  K = SELF
+  return last
+end
+
 local charged = redis.call('HGET', K.charged, id)
 -- Never 0, which Enqueue reads as a new arrival when it is restored.
 local from = math.max(vtime(), 1)
 -- Not behind the entry granted below in its place, which leaves.
-local wtenant = waiter and redis.call('HGET', K.waiters, waiter)
-local wfirst = wtenant and first_entries(wtenant, 1)[1]
-if wfirst and not below_cap(wtenant, cap_of(wfirst[1])) then wfirst = nil end
-local urgent = last_more_urgent(rank, wfirst and wfirst[1])
+local wp = waiter and pool_of(waiter)
+local wtenant, wfirst
+if wp then
+  K = wp.k
+  wtenant = redis.call('HGET', K.waiters, waiter)
+  wfirst = wtenant and first_entries(wtenant, 1)[1]
+  if wfirst and not below_cap(wtenant, cap_of(wfirst[1])) then wfirst = nil end
+  K = SELF
+end
+local urgent = last_more_urgent_in_group(wfirst and wfirst[1])
 if urgent and urgent >= from then from = urgent + 1 end
 local tag = free_tick(from)
 -- The entry first, so that its tenant is not idle when the permit goes.
@@ -69,21 +106,26 @@ redis.call('SET', alive_prefix .. id, '1', 'PX', alive_ttl)
 local reply = {1, tag}
 -- The waiter's tenant's first entry, which is the waiter or one of its
 -- tenant's that came before it: a tenant's entries are granted in order.
-local first = wtenant and first_entries(wtenant, 1)[1]
-if first then waiter = first[1] end
-local wtag = first and first[2]
-if wtag and below_cap(wtenant, cap_of(waiter)) then
-  take(waiter, wtag, wtenant)
-  if redis.call('DEL', alive_prefix .. waiter) == 0 then
-    redis.call('HDEL', K.charged, waiter)
-    leave_if_idle(wtenant)
-  else
-    grant(waiter, wtenant, now, lease)
-    reply[#reply + 1] = SELF_NAME
-    reply[#reply + 1] = waiter
-    if wtag > vtime() then redis.call('HSET', G.clock, 'vtime', wtag) end
+-- In another pool, only while that pool is below its own limit.
+if wtenant and (wp.k == SELF or redis.call('ZCARD', wp.k.permits) < wp.limit) then
+  K = wp.k
+  local first = first_entries(wtenant, 1)[1]
+  if first then waiter = first[1] end
+  local wtag = first and first[2]
+  if wtag and below_cap(wtenant, cap_of(waiter)) then
+    take(waiter, wtag, wtenant)
+    if redis.call('DEL', wp.alive .. waiter) == 0 then
+      redis.call('HDEL', K.charged, waiter)
+      leave_if_idle(wtenant)
+    else
+      grant(waiter, wtenant, now, lease)
+      reply[#reply + 1] = wp.name
+      reply[#reply + 1] = waiter
+      if wtag > vtime() then redis.call('HSET', G.clock, 'vtime', wtag) end
+    end
+    refresh(wtenant)
   end
-  refresh(wtenant)
+  K = SELF
 end
 local granted = pump(limit, lease, alive_prefix, now)
 for i = 1, #granted, 2 do
