@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/llm"
 	"github.com/sluice-dev/sluice/pkg/request"
@@ -86,6 +88,18 @@ func (a *Chat) offer(ctx context.Context, log *slog.Logger, in LLMInput, p *paus
 	if p == nil || p.never.Load() || p.waiting.Load() {
 		return
 	}
+	if activity.IsActivity(ctx) {
+		info := activity.GetInfo(ctx)
+		if tooLateToPause(info.StartedTime, info.Deadline, time.Now()) {
+			// Withdrawn, with any ask: the waiter that asked finds
+			// another stream.
+			p.never.Store(true)
+			if err := a.Gate.Unpausable(ctx, in.Pool, in.RequestID); err != nil && ctx.Err() == nil {
+				log.Warn("withdraw the stream from pausing", "err", err)
+			}
+			return
+		}
+	}
 	waiter, err := a.Gate.Pausable(ctx, in.Pool, in.RequestID, p.rank, int(p.pauses.Load()), int(tokens-p.from.Load()))
 	if err != nil {
 		if ctx.Err() == nil {
@@ -97,6 +111,19 @@ func (a *Chat) offer(ctx context.Context, log *slog.Logger, in LLMInput, p *paus
 		log.Info("pausing the stream for a more urgent request", "for", waiter, "tokens", tokens)
 		p.pause()
 	}
+}
+
+// tooLateToPause reports whether a stream whose LLM activity started at
+// started and must end by deadline (llm.timeout) has too little of that
+// time left to be paused: a pause's wait for its permit counts against
+// it, and a stream whose time ran out while paused would end cut off. It
+// is paused only in the first half of its time, so a pause takes it past
+// its deadline only if the wait is longer than everything before it.
+func tooLateToPause(started, deadline, now time.Time) bool {
+	if started.IsZero() || deadline.IsZero() {
+		return false
+	}
+	return deadline.Sub(now) < deadline.Sub(started)/2
 }
 
 // listenForPause pauses the stream as soon as the gate announces that it

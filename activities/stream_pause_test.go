@@ -257,3 +257,25 @@ func TestStreamLLMStoppedWhilePaused(t *testing.T) {
 		t.Fatalf("second release: %+v, %v; want nothing", again, err)
 	}
 }
+
+// A stream is offered for a pause only in the first half of its LLM
+// activity's time (llm.timeout): a pause's wait counts against it.
+func TestTooLateToPause(t *testing.T) {
+	start := time.Unix(1000, 0)
+	deadline := start.Add(5 * time.Minute)
+	for _, tc := range []struct {
+		name            string
+		started, ending time.Time
+		now             time.Time
+		want            bool
+	}{
+		{"at the start", start, deadline, start, false},
+		{"just before half", start, deadline, start.Add(150*time.Second - time.Millisecond), false},
+		{"past half", start, deadline, start.Add(150*time.Second + time.Millisecond), true},
+		{"no deadline", start, time.Time{}, start.Add(time.Hour), false},
+	} {
+		if got := activities.TooLateToPause(tc.started, tc.ending, tc.now); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

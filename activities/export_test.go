@@ -1,0 +1,4 @@
+package activities
+
+// TooLateToPause is tooLateToPause, for the external tests.
+var TooLateToPause = tooLateToPause
