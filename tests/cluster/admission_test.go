@@ -147,3 +147,38 @@ func TestAdmission(t *testing.T) {
 	}
 	t.Logf("pool short served by %s, long by %s", ids["short"], ids["long"])
 }
+
+// Pausing a stream of another pool of a group, for a waiter the group's
+// budget holds back: preempt.lua reads every pool's permits, pausable
+// and asked keys, and yield.lua grants in the waiter's pool, all in the
+// group's slot.
+func TestPreemptAcrossAGroup(t *testing.T) {
+	rdb, prefix := client(t)
+	ctx := context.Background()
+	g, err := admission.New(rdb, admission.Options{KeyPrefix: prefix, Lease: 10 * time.Second, WaiterTTL: 10 * time.Second,
+		MaxQueueDepth: 100, Limits: map[string]int{"short": 2, "long": 2},
+		Groups: []admission.Group{{Pools: []string{"short", "long"}, Limit: 2}}})
+	ok(t, "new gate", err)
+	for _, s := range []struct{ pool, id string }{{"long", "l"}, {"short", "s"}} {
+		r, err := g.Enqueue(ctx, s.pool, admission.Request{ID: s.id, Tenant: "t-" + s.id, Weight: 1})
+		ok(t, "enqueue "+s.id, err)
+		if r.Status != admission.Granted {
+			t.Fatalf("%s: %+v, want granted", s.id, r)
+		}
+		_, err = g.Pausable(ctx, s.pool, s.id, 2, 0, 100)
+		ok(t, "offer "+s.id+" for pausing", err)
+		time.Sleep(5 * time.Millisecond)
+	}
+	r, err := g.Enqueue(ctx, "short", admission.Request{ID: "u", Tenant: "umbrella", Weight: 1})
+	ok(t, "enqueue u", err)
+	victim, err := g.Preempt(ctx, "short", "u", 0, admission.PauseRules{MinTokens: 1, MaxPauses: 1})
+	ok(t, "preempt for u", err)
+	if r.Status != admission.Queued || victim != "l" {
+		t.Fatalf("u: %+v, victim %q; want queued, long's l asked to pause", r, victim)
+	}
+	y, err := g.Yield(ctx, "long", admission.YieldRequest{ID: "l", Weight: 1})
+	ok(t, "yield l's permit", err)
+	if !y.Paused || len(y.Woken) != 1 || y.Woken[0] != (admission.Grant{Pool: "short", ID: "u"}) {
+		t.Fatalf("yield l: %+v, want paused, the budget's permit to u in short", y)
+	}
+}
