@@ -21,6 +21,7 @@ import (
 func TestChaos(t *testing.T) {
 	t.Run("worker-kill-9", testWorkerKilled)
 	t.Run("worker-kill-before-usage-record", testUsageAcrossWorkerKill)
+	t.Run("worker-kill-while-paused", testWorkerKilledWhilePaused)
 	t.Run("redis-restart-empty", testRedisRestart)
 	t.Run("redis-stall", testRedisStall)
 	t.Run("redis-down", testRedisDown)

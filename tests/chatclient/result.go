@@ -24,6 +24,8 @@ type Request struct {
 	Key       string
 	Query     string
 	MaxTokens int
+	// ServiceTier is sent as service_tier when set.
+	ServiceTier string
 	// Bound is how long the client waits for its terminal event before
 	// it counts the request as hung.
 	Bound time.Duration
@@ -66,7 +68,10 @@ type Result struct {
 	RetryAfterS int
 	Finish      string
 	Completion  int
-	Tokens      int
+	// Pauses is how often the answer was paused for a more urgent
+	// request (its done event's).
+	Pauses int
+	Tokens int
 	// LastID is the id of the last event read: where a resume starts.
 	LastID string
 	// Violations are broken promises seen on the stream: a token out of

@@ -53,7 +53,11 @@ func Send(ctx context.Context, hc *http.Client, baseURL string, q Request) *Resu
 func (r *Result) Post(ctx context.Context, hc *http.Client, baseURL string, q Request) (io.ReadCloser, error) {
 	q = q.withDefaults()
 	r.Key = q.Key
-	body, err := json.Marshal(map[string]any{"query": q.Query, "max_tokens": q.MaxTokens})
+	fields := map[string]any{"query": q.Query, "max_tokens": q.MaxTokens}
+	if q.ServiceTier != "" {
+		fields["service_tier"] = q.ServiceTier
+	}
+	body, err := json.Marshal(fields)
 	if err != nil {
 		r.Err = fmt.Errorf("encode chat request: %w", err)
 		return nil, r.Err
@@ -160,7 +164,7 @@ func (r *Result) readEnd(ev testenv.SSEEvent) {
 	if ev.Event == events.TypeDone {
 		var d events.Done
 		if ev.Decode(&d) == nil {
-			r.Finish, r.Completion = d.FinishReason, d.Usage.CompletionTokens
+			r.Finish, r.Completion, r.Pauses = d.FinishReason, d.Usage.CompletionTokens, d.Pauses
 		}
 		return
 	}
