@@ -31,9 +31,9 @@ var fresh = reports{read: readFromRoot, stale: func(string) string { return "" }
 // part of the claim fail.
 func TestRowCheckCatchesASwappedVerdict(t *testing.T) {
 	for _, tc := range []struct{ real, rewritten string }{
-		{"**1.33×** (goal ≤ 1.25×, **missed**)", "**1.25×** (goal ≤ 1.33×, **met**)"},
+		{"**1.36×** (goal ≤ 1.25×, **missed**)", "**1.25×** (goal ≤ 1.36×, **met**)"},
 		{"| 68.8% — missed |", "| 68.8% — met |"},
-		{"**1.33×** (goal ≤ 1.25×, **missed**)", "**1.33×** (goal ≤ 1.25×, **met**)"},
+		{"**1.36×** (goal ≤ 1.25×, **missed**)", "**1.36×** (goal ≤ 1.25×, **met**)"},
 		{"at 2× P **0.89×** (goal ≥ 0.9×, missed)", "at 2× P **0.89×** (goal ≥ 0.8×, missed)"},
 		{"| 21.78× — met |", "| 21.78× — missed |"},
 		{"| met |\n| limiter p99", "| missed |\n| limiter p99"},
@@ -70,7 +70,7 @@ func TestRowCheckPassesCompoundClaims(t *testing.T) {
 // TestStaleReportMustBeMarkedWhereQuoted: a figure quoted from a stale
 // report fails unless its unit says it is stale.
 func TestStaleReportMustBeMarkedWhereQuoted(t *testing.T) {
-	const passage = "**1.33×** (goal ≤ 1.25×, **missed**)"
+	const passage = "**1.36×** (goal ≤ 1.25×, **missed**)"
 	text := realPassage(t, passage)
 	stale := reports{read: readFromRoot, stale: func(r string) string {
 		if r == reportDir+"/overhead.md" {
