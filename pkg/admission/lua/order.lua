@@ -360,6 +360,21 @@ local function take(id, tag, tenant)
   return tenant
 end
 
+-- Take tenant's entry id, queued at tag in K's pool, and grant it a permit,
+-- unless its waiter is gone (its liveness mark, under alive, lapsed: a
+-- zombie), which only leaves. Returns whether it was granted. The caller
+-- refreshes the tenant.
+local function grant_entry(id, tag, tenant, alive, now, lease)
+  take(id, tag, tenant)
+  if redis.call('DEL', alive .. id) == 0 then
+    redis.call('HDEL', K.charged, id)
+    leave_if_idle(tenant)
+    return false
+  end
+  grant(id, tenant, now, lease)
+  return true
+end
+
 -- Remove id's queue entry, if any; returns 1 if there was one.
 local function unqueue(id)
   local tag = redis.call('ZSCORE', K.queue, id)
@@ -452,12 +467,7 @@ local function pump(limit, lease, alive_prefix, now)
     local two = first_entries(tenant, 2)
     if two[1] then
       local id, tag = two[1][1], two[1][2]
-      take(id, tag, tenant)
-      if redis.call('DEL', best.alive .. id) == 0 then
-        redis.call('HDEL', K.charged, id)
-        leave_if_idle(tenant)
-      else
-        grant(id, tenant, now, lease)
+      if grant_entry(id, tag, tenant, best.alive, now, lease) then
         granted[#granted + 1] = best.name
         granted[#granted + 1] = id
         best.free = best.free - 1

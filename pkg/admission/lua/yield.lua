@@ -113,12 +113,7 @@ if wtenant and (wp.k == SELF or redis.call('ZCARD', wp.k.permits) < wp.limit) th
   if first then waiter = first[1] end
   local wtag = first and first[2]
   if wtag and below_cap(wtenant, cap_of(waiter)) then
-    take(waiter, wtag, wtenant)
-    if redis.call('DEL', wp.alive .. waiter) == 0 then
-      redis.call('HDEL', K.charged, waiter)
-      leave_if_idle(wtenant)
-    else
-      grant(waiter, wtenant, now, lease)
+    if grant_entry(waiter, wtag, wtenant, wp.alive, now, lease) then
       reply[#reply + 1] = wp.name
       reply[#reply + 1] = waiter
       if wtag > vtime() then redis.call('HSET', G.clock, 'vtime', wtag) end
