@@ -16,12 +16,7 @@ import (
 // while someone is watched, and starts again for the next watcher.
 func TestStopWatchTellsOnlyTheStoppedWaiters(t *testing.T) {
 	ctx := context.Background()
-	rds, err := testenv.LaunchRedis()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rds.Stop)
-	rdb := redis.NewClient(&redis.Options{Addr: rds.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.StartRedis(t).Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	log := events.NewLog(rdb, events.LogOptions{KeyPrefix: testenv.KeyPrefix(t), TTL: time.Minute, MaxLen: 100})
 	s := newStopWatch(log, 10*time.Millisecond, time.Second, slog.New(slog.DiscardHandler))
@@ -29,14 +24,19 @@ func TestStopWatchTellsOnlyTheStoppedWaiters(t *testing.T) {
 	a, unwatchA := s.watch("a")
 	b, unwatchB := s.watch("b")
 	defer unwatchB()
-	if err := log.Stop(ctx, "a", time.Minute); err != nil {
-		t.Fatal(err)
+	// stopSeen raises id's flag and waits for its channel to close.
+	stopSeen := func(id string, ch <-chan struct{}, why string) {
+		t.Helper()
+		if err := log.Stop(ctx, id, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(5 * time.Second):
+			t.Fatal(why)
+		}
 	}
-	select {
-	case <-a:
-	case <-time.After(5 * time.Second):
-		t.Fatal("a's stop was not seen")
-	}
+	stopSeen("a", a, "a's stop was not seen")
 	unwatchA() // after the close: does nothing
 	select {
 	case <-b:
@@ -55,12 +55,5 @@ func TestStopWatchTellsOnlyTheStoppedWaiters(t *testing.T) {
 
 	c, unwatchC := s.watch("c")
 	defer unwatchC()
-	if err := log.Stop(ctx, "c", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c:
-	case <-time.After(5 * time.Second):
-		t.Fatal("a watch after polling ended was not polled")
-	}
+	stopSeen("c", c, "a watch after polling ended was not polled")
 }

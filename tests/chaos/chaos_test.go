@@ -94,15 +94,7 @@ func testWorkerKilled(t *testing.T) {
 	s := startStack(t, stackOptions{externalWorker: true})
 	l := s.startLoad(12, constTenant(tenantLoad), loadRequest)
 	s.waitStreaming(t, 10*time.Second)
-	killed := time.Now()
-	if err := s.worker.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if err := s.worker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	restarted := time.Now()
+	killed, restarted := s.killWorkerFor(t, 2*time.Second)
 	recovered := s.timeToRecover(restarted, tenantAfter, time.Minute)
 	time.Sleep(3 * time.Second)
 	rs := l.Stop()
@@ -110,6 +102,21 @@ func testWorkerKilled(t *testing.T) {
 		servedAcross(rs, killed, restarted))
 	s.finishScenario(t, row{fault: "worker killed (kill -9) mid-stream, restarted 2 s later", recover: recovered,
 		recoverTo: "worker started again → first new request answered", notes: notes}, rs, cutAnswers(rs), tenantLoad, tenantAfter)
+}
+
+// killWorkerFor kills -9 the worker, starts it again down later, and
+// returns when it was killed and when it was started again.
+func (s *stack) killWorkerFor(t *testing.T, down time.Duration) (killed, restarted time.Time) {
+	t.Helper()
+	killed = time.Now()
+	if err := s.worker.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(down)
+	if err := s.worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return killed, time.Now()
 }
 
 // waitStreaming waits until both simulators together run at least one

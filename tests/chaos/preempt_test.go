@@ -72,15 +72,7 @@ func testWorkerKilledWhilePaused(t *testing.T) {
 		})
 	}
 	paused := waitPaused(t, workerMetrics, 20*time.Second)
-	killed := time.Now()
-	if err := s.worker.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Second)
-	if err := s.worker.Start(); err != nil {
-		t.Fatal(err)
-	}
-	restarted := time.Now()
+	killed, restarted := s.killWorkerFor(t, 2*time.Second)
 	recovered := s.timeToRecover(restarted, tenantAfter, time.Minute)
 	wg.Wait()
 	time.Sleep(3 * time.Second)
