@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -152,23 +153,10 @@ func (a *Chat) waitFast(ctx context.Context, in AdmitInput, pool string) (grante
 	}
 	t := time.NewTimer(in.FastWait)
 	defer t.Stop()
-	// A request that may have a stream paused for it asks again while it
-	// waits: a stream may have passed its first tokens since, or another
-	// waiter's pause may have ended.
-	reask := time.NewTicker(preemptReask)
-	defer reask.Stop()
-wait:
-	for {
-		select {
-		case <-fast.C:
-			break wait
-		case <-t.C:
-			break wait
-		case <-ctx.Done():
-			break wait
-		case <-reask.C:
-			a.preemptFor(ctx, in, pool)
-		}
+	select {
+	case <-fast.C:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 	// End even when cancelled: the mark must not outlive the wait, or a
 	// releaser would announce to nobody instead of signalling. (A
@@ -180,24 +168,27 @@ wait:
 	return granted, err
 }
 
-// preemptReask is how often a waiting request that may have a stream
-// paused for it asks again.
-const preemptReask = 200 * time.Millisecond
-
 // preemptFor asks, for a request that had to queue, that a stream of a
-// less urgent class be paused for it (stream_pause.go). The gate asks
-// only for the request next in line when no permit is free; a failure
-// leaves the request waiting as without preemption. It reports whether
-// a stream may be paused for the request at all: preemption is on, the
-// pool's backend continues answers (only its streams offer to pause),
-// and a class less urgent than the request's exists.
+// less urgent class be paused for it (stream_pause.go), and has the
+// Asker ask again until it is granted. The gate asks only when no permit
+// is free for it; a failure leaves the request waiting as without
+// preemption. It reports whether a stream may be paused for the request
+// at all: preemption is on, a pool it may take a paused stream's permit
+// from continues answers (only their streams offer to pause), and a
+// class less urgent than the request's exists.
 func (a *Chat) preemptFor(ctx context.Context, in AdmitInput, pool string) bool {
 	rank, _ := request.ClassRank(request.ServedClass(in.ServiceTier))
-	if !a.Options.Preemption.Enabled || !a.Pools[pool].Continues || !request.PausesOthers(rank) {
+	if !a.Options.Preemption.Enabled || !a.Options.Preemption.From[pool] || !request.PausesOthers(rank) {
 		return false
 	}
-	victim, err := a.Gate.Preempt(ctx, pool, in.RequestID, rank, a.Options.Preemption.PauseRules)
-	if err != nil {
+	var victim string
+	var err error
+	if a.Asker != nil {
+		victim, err = a.Asker.Want(ctx, pool, in.RequestID, rank, in.WaitFor)
+	} else {
+		victim, err = a.Gate.Preempt(ctx, pool, in.RequestID, rank, a.Options.Preemption.PauseRules)
+	}
+	if err != nil && !errors.Is(err, admission.ErrNotQueued) {
 		a.logger(in.RequestID).Warn("ask for a stream to pause", "err", err)
 		return true
 	}

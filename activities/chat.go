@@ -79,7 +79,10 @@ type Chat struct {
 	Returner *holdings.Returner
 	// Waker, when set, lets a request whose turn is near wait for its
 	// grant in Admit (AdmitInput.FastWait).
-	Waker      *admission.Waker
+	Waker *admission.Waker
+	// Asker, when set, keeps asking for a stream to pause for an urgent
+	// request queued here (admission.preemption); else it asks once.
+	Asker      *admission.Asker
 	Embeddings EmbeddingCache
 	Retriever  Retriever
 	Chunks     ChunkStore
@@ -134,6 +137,9 @@ type Options struct {
 // Preemption is admission.preemption as the activities use it.
 type Preemption struct {
 	Enabled bool
+	// From holds the pools whose waiters may have a stream paused for
+	// them (config.Pools.PausesFor).
+	From map[string]bool
 	admission.PauseRules
 }
 

@@ -19,7 +19,8 @@ import (
 // permit may have waited through retrieval, rerank and the task queue, and
 // the request may have been cancelled meanwhile.
 // A stream that may be paused (p not nil) offers itself each round
-// (stream_pause.go), and renews no lease while it waits paused.
+// (stream_pause.go), and one more as soon as it may be paused, and renews
+// no lease while it waits paused.
 func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log *slog.Logger, in LLMInput, stopKey string, n *atomic.Int64, p *pauser) {
 	renewEvery := a.Gate.Lease() / 3
 	tick := min(time.Second, renewEvery)
@@ -31,12 +32,17 @@ func (a *Chat) keepAlive(ctx context.Context, stop context.CancelCauseFunc, log 
 	// A resumed attempt's first charge counts the earlier attempt's tokens
 	// too: the gate charges only what was not charged yet.
 	charged := int64(0)
+	var ready <-chan struct{}
+	if p != nil {
+		ready = p.ready
+	}
 	for first := true; ; first = false {
 		if !first {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+			case <-ready:
 			}
 			activity.RecordHeartbeat(ctx, streamProgress{Tokens: int(n.Load())})
 			charged = a.chargeOutput(ctx, log, in, n.Load(), charged)

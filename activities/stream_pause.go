@@ -50,6 +50,12 @@ type pauser struct {
 	waiting atomic.Bool
 	// never is set once the answer cannot be continued (tool calls).
 	never atomic.Bool
+	// ready asks the keep-alive for a round now: the stream just reached
+	// MinTokens since its (re)start, and may be paused from now on.
+	ready chan struct{}
+	// announced is set once the stream told the Askers, since its last
+	// (re)start, that it may be paused.
+	announced atomic.Bool
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc
@@ -67,7 +73,27 @@ func (a *Chat) pauserFor(in LLMInput, pool Pool) *pauser {
 	if rank == 0 {
 		return nil
 	}
-	return &pauser{rank: rank}
+	return &pauser{rank: rank, ready: make(chan struct{}, 1)}
+}
+
+// streamed notes that the stream has streamed tokens in all, asking the
+// keep-alive for a round at once when it just became pausable: the
+// waiters that found no stream to pause learn of it then, not a second
+// later.
+func (p *pauser) streamed(tokens int64, rules admission.PauseRules) {
+	if tokens-p.from.Load() != int64(rules.MinTokens) {
+		return
+	}
+	select {
+	case p.ready <- struct{}{}:
+	default:
+	}
+}
+
+// restarted notes that the stream (re)started at tokens.
+func (p *pauser) restarted(tokens int64) {
+	p.from.Store(tokens)
+	p.announced.Store(false)
 }
 
 // pause stops the current upstream call, if the stream may still pause.
@@ -110,6 +136,13 @@ func (a *Chat) offer(ctx context.Context, log *slog.Logger, in LLMInput, p *paus
 	if waiter != "" {
 		log.Info("pausing the stream for a more urgent request", "for", waiter, "tokens", tokens)
 		p.pause()
+		return
+	}
+	rules := a.Options.Preemption.PauseRules
+	if tokens-p.from.Load() >= int64(rules.MinTokens) && p.pauses.Load() < int64(rules.MaxPauses) && !p.announced.Swap(true) {
+		if err := a.Gate.AnnouncePausable(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("announce that the stream may be paused", "err", err)
+		}
 	}
 }
 
@@ -160,7 +193,9 @@ func (a *Chat) streamPausing(ctx context.Context, log *slog.Logger, in LLMInput,
 		if len(d.ToolCalls) > 0 || d.Choice != 0 {
 			p.never.Store(true)
 		}
-		return s.onToken(d)
+		err := s.onToken(d)
+		p.streamed(int64(s.tokens()), a.Options.Preemption.PauseRules)
+		return err
 	}
 	var failovers []llm.Failover
 	for {
@@ -182,7 +217,7 @@ func (a *Chat) streamPausing(ctx context.Context, log *slog.Logger, in LLMInput,
 			return res, err
 		}
 		req.Resume = &llm.Resume{Text: strings.Join(s.answer, ""), Pieces: s.tokens()}
-		p.from.Store(int64(s.tokens()))
+		p.restarted(int64(s.tokens()))
 	}
 }
 

@@ -22,6 +22,13 @@ import (
 // 300 tokens lasts seconds, with preemption on.
 func pausingHarness(t *testing.T, continues bool) *harness {
 	t.Helper()
+	return pausingHarnessWith(t, continues, admission.PauseRules{MinTokens: 5, MaxPauses: 2})
+}
+
+// pausingHarnessWith is pausingHarness with rules, whose Asker asks again
+// for urgent waiters.
+func pausingHarnessWith(t *testing.T, continues bool, rules admission.PauseRules) *harness {
+	t.Helper()
 	_, srv := simulator(t, func(c *llmsim.Config) {
 		c.TimeScale = 1
 		c.AnswerMinTokens, c.AnswerMaxTokens = 300, 300
@@ -38,7 +45,10 @@ func pausingHarness(t *testing.T, continues bool) *harness {
 	pool := h.acts.Pools[request.PoolShort]
 	pool.Continues = continues
 	h.acts.Pools[request.PoolShort] = pool
-	h.acts.Options.Preemption = activities.Preemption{Enabled: true, PauseRules: admission.PauseRules{MinTokens: 5, MaxPauses: 2}}
+	h.acts.Options.Preemption = activities.Preemption{Enabled: true, From: map[string]bool{request.PoolShort: continues},
+		PauseRules: rules}
+	h.acts.Asker = admission.NewAsker(h.gate, h.acts.Waker, rules, quiet)
+	t.Cleanup(h.acts.Asker.Close)
 	return h
 }
 
@@ -166,6 +176,49 @@ func TestStreamLLMPausedForAPriorityRequestCompletes(t *testing.T) {
 	}
 	if n := len(ofType(h.events(t, "flex"), events.TypeStage)); n != 1 {
 		t.Errorf("%d stage events, want the one llm stage", n)
+	}
+}
+
+// An urgent request that queued while the only stream was within its
+// first MinTokens tokens pauses it once it has streamed them, without
+// asking again itself: the stream announces that it may be paused, and
+// the Asker asks for the waiter.
+func TestStreamLLMPausedOnceItMayBe(t *testing.T) {
+	h := pausingHarnessWith(t, true, admission.PauseRules{MinTokens: 100, MaxPauses: 2})
+	done := make(chan error, 1)
+	go func() {
+		_, err := stream(t, h, activities.LLMInput{RequestID: "flex", Pool: request.PoolShort, Query: query, KB: kbName,
+			MaxTokens: 400, ServiceTier: request.ClassFlex, Weight: 1}, nil)
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); len(ofType(h.events(t, "flex"), events.TypeToken)) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("flex never streamed")
+		}
+	}
+	if adm := admitUrgent(t, h, "urgent", request.ClassPriority); adm.Granted || !adm.MayPause {
+		t.Fatalf("urgent: %+v, want queued, and a stream may be paused for it", adm)
+	}
+	if asked := h.rdb.HLen(t.Context(), h.prefix+"adm:{"+request.PoolShort+"}:asked").Val(); asked != 0 {
+		t.Fatalf("%d streams asked to pause while flex was within its first tokens", asked)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !slices.Contains(h.notifier.woken(), request.PoolShort+"/urgent"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("urgent was never granted")
+		}
+	}
+	at := len(tokenTexts(t, h, "flex"))
+	if at < 100 || at >= 300 {
+		t.Fatalf("urgent granted when flex had %d of its 300 tokens, want paused past its first 100", at)
+	}
+	if _, err := h.gate.ReleaseAndWake(t.Context(), h.notifier, request.PoolShort, "urgent"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(tokenTexts(t, h, "flex")); n != 300 {
+		t.Fatalf("flex streamed %d tokens, want its 300", n)
 	}
 }
 

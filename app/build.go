@@ -56,7 +56,10 @@ type Core struct {
 	Policy *policy.Store
 	// Waker is nil when admission.fast_wait is 0 and preemption is off:
 	// a paused stream waits for its grant on it.
-	Waker   *admission.Waker
+	Waker *admission.Waker
+	// Asker keeps asking for streams to pause for the urgent requests
+	// this process queued; nil when preemption is off.
+	Asker   *admission.Asker
 	Tokens  *tokens.Counter
 	Prompts *prompt.Builder
 	Limiter *limiter.Limiter
@@ -180,7 +183,27 @@ func (c *Core) buildRedisStores(ctx context.Context) error {
 			return err
 		}
 	}
+	if cfg.Admission.Preemption.Enabled {
+		c.Asker = admission.NewAsker(c.Gate, c.Waker, PauseRules(cfg), c.logger.With("component", "asker"))
+	}
 	return nil
+}
+
+// PauseRules bound how often one stream may be paused
+// (admission.preemption).
+func PauseRules(cfg config.Config) admission.PauseRules {
+	p := cfg.Admission.Preemption
+	return admission.PauseRules{MinTokens: p.MinTokens, MaxPauses: p.MaxPauses}
+}
+
+// pausesFor is the set of pools whose waiters may have a stream paused
+// for them (config.Pools.PausesFor).
+func pausesFor(pools config.Pools) map[string]bool {
+	out := map[string]bool{}
+	for name := range pools.ByName() {
+		out[name] = pools.PausesFor(name)
+	}
+	return out
 }
 
 // GateOptions is the admission gate cfg asks for: a permit count per
@@ -252,6 +275,9 @@ func (c *Core) registerDependencyMetrics() {
 func (c *Core) Close() {
 	if c.Limiter != nil {
 		c.Limiter.Close()
+	}
+	if c.Asker != nil {
+		c.Asker.Close()
 	}
 	if c.Waker != nil {
 		_ = c.Waker.Close()

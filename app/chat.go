@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/activities"
-	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/answercache"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
@@ -63,6 +62,7 @@ func (c *Core) buildChat(ctx context.Context) (*activities.Chat, error) {
 		Returner: &holdings.Returner{Gate: c.Gate, Notifier: c.Notifier, Limiter: c.Limiter, Budgets: c.Budgets,
 			Metrics: c.Metrics, Logger: c.logger.With("component", "holdings")},
 		Waker:      c.Waker,
+		Asker:      c.Asker,
 		Embeddings: embCache,
 		Retriever:  cachedRetriever{cached},
 		Chunks:     live,
@@ -86,8 +86,8 @@ func (c *Core) buildChat(ctx context.Context) (*activities.Chat, error) {
 			StopFlagTTL: 10 * time.Minute,
 			// The notice is a token event: every client shows it.
 			TruncationNotice: cfg.LLM.TruncationNotice,
-			Preemption: activities.Preemption{Enabled: cfg.Admission.Preemption.Enabled, PauseRules: admission.PauseRules{
-				MinTokens: cfg.Admission.Preemption.MinTokens, MaxPauses: cfg.Admission.Preemption.MaxPauses}},
+			Preemption: activities.Preemption{Enabled: cfg.Admission.Preemption.Enabled, From: pausesFor(cfg.Pools),
+				PauseRules: PauseRules(cfg)},
 		},
 	}, nil
 }

@@ -151,8 +151,8 @@ func (d *Door) queueWait(ctx context.Context, a arrival) time.Duration {
 }
 
 // mayPause reports whether a may have a stream paused for it
-// (admission.preemption): preemption is on, its pool's backend continues
-// answers, and a class less urgent than its own exists. Its wait is then
+// (admission.preemption): preemption is on, a pool whose streams it may
+// pause continues answers (config.Pools.PausesFor), and a class less urgent than its own exists. Its wait is then
 // not the turnover of the permits ahead of it, which is all queueWait
 // knows, so the door does not refuse it early by that estimate; its max
 // wait still bounds it.
@@ -160,8 +160,7 @@ func (d *Door) mayPause(a arrival) bool {
 	if !d.cfg.Admission.Preemption.Enabled || !request.PausesOthers(a.class.Rank) {
 		return false
 	}
-	pool, ok := d.cfg.Pools.ByName()[a.pool]
-	return ok && pool.Continues()
+	return d.cfg.Pools.PausesFor(a.pool)
 }
 
 // maxWait is the request's whole wait for a permit, the door's share

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"time"
 
@@ -56,7 +57,8 @@ func (g *Gate) pauseKeys(pool string) (pausable, asked string) {
 // returns the stream asked ("" when none may be paused: none is of a less
 // urgent class, or each is within its first MinTokens tokens or at
 // MaxPauses). Asking again for the same waiter names the same stream
-// until it has paused.
+// until it has paused. A waiter that is not queued in pool (granted, or
+// gone) gets ErrNotQueued.
 func (g *Gate) Preempt(ctx context.Context, pool, waiterID string, rank int, rules PauseRules) (string, error) {
 	limit, err := g.limit(pool)
 	if err != nil {
@@ -71,6 +73,9 @@ func (g *Gate) Preempt(ctx context.Context, pool, waiterID string, rank int, rul
 	}
 	victim, err := preemptScript.Run(ctx, g.rdb, keys,
 		waiterID, rank, limit, rules.MinTokens, rules.MaxPauses, g.GroupLimit(pool)).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", ErrNotQueued
+	}
 	if err != nil {
 		return "", fmt.Errorf("choose a stream of pool %s to pause for %s: %w", pool, waiterID, err)
 	}
@@ -83,6 +88,21 @@ func (g *Gate) Preempt(ctx context.Context, pool, waiterID string, rank int, rul
 		}
 	}
 	return victim, nil
+}
+
+// ErrNotQueued is Preempt's answer for a waiter that is no longer queued:
+// nothing needs pausing for it.
+var ErrNotQueued = errors.New("the waiter is not queued")
+
+// PausableTopic is what a stream announces on the grant channel when it
+// first may be paused since it (re)started (AnnouncePausable): an Asker
+// then asks again for the waiters that found none to pause.
+const PausableTopic = "pausable"
+
+// AnnouncePausable tells every process's Asker that a stream may now be
+// paused.
+func (g *Gate) AnnouncePausable(ctx context.Context) error {
+	return g.announce(ctx, []string{PausableTopic})
 }
 
 // PauseTopic is what Preempt announces on the grant channel for a

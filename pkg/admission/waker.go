@@ -59,6 +59,8 @@ type Waker struct {
 
 	mu      sync.Mutex
 	waiting map[string]chan struct{}
+	// watching holds the topics watched for every announcement (Watch).
+	watching map[string]chan struct{}
 }
 
 // NewWaker subscribes to g's grant announcements. Close it when done.
@@ -70,7 +72,8 @@ func NewWaker(ctx context.Context, rdb redis.UniversalClient, g *Gate) (*Waker, 
 		_ = ps.Close()
 		return nil, fmt.Errorf("subscribe to grant announcements: %w", err)
 	}
-	w := &Waker{gate: g, ps: ps, done: make(chan struct{}), waiting: map[string]chan struct{}{}}
+	w := &Waker{gate: g, ps: ps, done: make(chan struct{}), waiting: map[string]chan struct{}{},
+		watching: map[string]chan struct{}{}}
 	// The reader is the subscription's, not a loop of the process: it is
 	// what keeps the promise above from the moment NewWaker returns, and
 	// it ends when Close ends the subscription.
@@ -87,6 +90,12 @@ func (w *Waker) run() {
 			if ok {
 				delete(w.waiting, id)
 				close(ch)
+			}
+			if ch, ok := w.watching[id]; ok {
+				select {
+				case ch <- struct{}{}:
+				default: // one pending is as good as several
+				}
 			}
 			w.mu.Unlock()
 		}
@@ -154,6 +163,24 @@ func (w *Waker) Listen(topic string) (c <-chan struct{}, stop func()) {
 		w.mu.Lock()
 		if w.waiting[topic] == ch {
 			delete(w.waiting, topic)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// Watch registers topic with the subscription for good: the returned
+// channel receives after each announcement of topic, several announcements
+// before a receive counting as one. stop forgets it. One watcher per
+// topic and process.
+func (w *Waker) Watch(topic string) (c <-chan struct{}, stop func()) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.watching[topic] = ch
+	w.mu.Unlock()
+	return ch, func() {
+		w.mu.Lock()
+		if w.watching[topic] == ch {
+			delete(w.watching, topic)
 		}
 		w.mu.Unlock()
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -387,6 +389,25 @@ func TestPoolsShareBackends(t *testing.T) {
 	p.Long.Endpoints = []string{"http://127.0.0.1:8091"}
 	if p.SharesBackends() {
 		t.Error("pools on different servers share a budget")
+	}
+}
+
+// A waiter may have a stream paused for it when a pool whose streams
+// would give it their permit continues answers: its own, or either of
+// pools sharing their budget.
+func TestPoolsPausesFor(t *testing.T) {
+	p := Default().Pools
+	p.Long.Continuation = ContinuationVLLM
+	if !p.PausesFor(request.PoolShort) || !p.PausesFor(request.PoolLong) {
+		t.Errorf("pools sharing their budget: short %v, long %v; want both", p.PausesFor(request.PoolShort), p.PausesFor(request.PoolLong))
+	}
+	p.Long.Endpoints = []string{"http://127.0.0.1:8091"}
+	if p.PausesFor(request.PoolShort) || !p.PausesFor(request.PoolLong) {
+		t.Errorf("pools apart: short %v, long %v; want long only", p.PausesFor(request.PoolShort), p.PausesFor(request.PoolLong))
+	}
+	p.Long.Continuation = ""
+	if p.PausesFor(request.PoolLong) {
+		t.Error("a pool that does not continue answers pauses")
 	}
 }
 

@@ -147,6 +147,20 @@ const (
 // a paused stream need.
 func (p Pool) Continues() bool { return p.Continuation == ContinuationVLLM }
 
+// PausesFor reports whether a waiter queued in pool may have a stream
+// paused for it (preemption by continuation): only streams of a pool
+// that continues answers pause, and a waiter takes the permit of a
+// stream of its own pool or, when the pools share their servers and
+// their budget, of either.
+func (p Pools) PausesFor(pool string) bool {
+	for name, q := range p.ByName() {
+		if q.Continues() && (name == pool || p.SharedLimit() > 0) {
+			return true
+		}
+	}
+	return false
+}
+
 // Pool priorities (Pool.Priority).
 const (
 	PriorityNone = "none"

@@ -37,14 +37,16 @@
 -- ARGV[4] min tokens since (re)start
 -- ARGV[5] max pauses
 -- ARGV[6] the group's budget (0 or absent: a pool alone)
--- Returns the victim's id, or "" when none may be paused.
+-- Returns the victim's id, "" when none may be paused, or false (nil)
+-- when the waiter is not queued (granted, gone, or never queued here).
 local waiter, rank = ARGV[1], tonumber(ARGV[2])
 local min_tokens, max_pauses = tonumber(ARGV[4]), tonumber(ARGV[5])
 local budget = tonumber(ARGV[6] or '0')
 
 local tag = redis.call('ZSCORE', KEYS[3], waiter)
 local tenant = redis.call('HGET', KEYS[4], waiter)
-if not tag or not tenant or not redis.call('ZSCORE', KEYS[5], tenant) then return '' end
+if not tag or not tenant then return false end
+if not redis.call('ZSCORE', KEYS[5], tenant) then return '' end
 local limit = tonumber(redis.call('HGET', KEYS[2], 'limit') or ARGV[3])
 
 local pools = {{permits = KEYS[1], pausable = KEYS[6], asked = KEYS[7]}}
