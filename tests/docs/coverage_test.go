@@ -48,6 +48,7 @@ var notBenchFigures = []unreported{
 	{"docs/traffic.md", "Shares are of **tokens**", "the fair queue's arithmetic"},
 	{"docs/traffic.md", "every API instance picks it up within 500 ms", "the config reload interval"},
 	{"docs/traffic.md", "While a request waits, its position is re-read", "the position poll's interval and the telling rule's settings"},
+	{"docs/traffic.md", "A waiter asks when it queues. Finding no stream", "the Asker's interval and round size"},
 	{"docs/traffic.md", "The\nSLO bench found the depth rule", "a former rule's outcome, described without a figure of a report"},
 	{"docs/performance.md", "The plot ([tests/load/report/heal.png]", "make test's healing test's settings"},
 	{"docs/performance.md", "Activity heartbeats (one per 80%", "the heartbeat's share of its timeout"},
