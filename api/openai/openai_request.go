@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -62,31 +63,13 @@ func parseCompletionRequest(body []byte, kb string) (completionRequest, door.Req
 	if err := checkSampling(cr.Sampling); err != nil {
 		return cr, door.Request{}, err
 	}
-	req := door.Request{KB: cr.KB, MaxTokens: cr.MaxOutputTokens(), Conversation: cr.Messages, Choices: 1, ServiceTier: cr.ServiceTier}
+	req := door.Request{MaxTokens: cr.MaxOutputTokens(), Conversation: cr.Messages, Choices: 1, ServiceTier: cr.ServiceTier}
 	if cr.N != nil {
 		req.Choices = *cr.N
 	}
-	if req.KB == "" {
-		req.KB = kb
-	}
-	rag := false
-	switch alias, named := strings.CutPrefix(cr.Model, door.RAGModel+"/"); {
-	case cr.Model == door.RAGModel:
-		rag = true
-	case named:
-		if req.KB != "" && req.KB != alias {
-			return cr, door.Request{}, paramError("model", "kb_conflict",
-				"model %q names knowledge base %q but the request also names %q", cr.Model, alias, req.KB)
-		}
-		req.KB, rag = alias, true
-	default:
-		req.Model = cr.Model
-		rag = req.KB != ""
-	}
-	req.Gateway = !rag
-	if req.Gateway && cr.Model == "" {
-		return cr, door.Request{}, paramError("model", "missing_model",
-			"model is required: a backend model (GET /v1/models lists them), or %q to answer from a knowledge base", door.RAGModel)
+	rag, err := resolveModel(cr.Model, cr.KB, kb, &req)
+	if err != nil {
+		return cr, door.Request{}, err
 	}
 	if len(cr.Sampling.Set()) > 0 {
 		req.Sampling = &cr.Sampling
@@ -105,8 +88,42 @@ func parseCompletionRequest(body []byte, kb string) (completionRequest, door.Req
 	return cr, req, nil
 }
 
+// resolveModel sets req's model, knowledge base and mode from what the
+// client named: model is a backend's model (gateway mode, or RAG mode
+// when a kb is named too), sluice-rag (the default kb) or
+// sluice-rag/<kb>; kb is the body's, else header's (X-Sluice-KB). It
+// reports whether the request answers from a knowledge base.
+func resolveModel(model, kb, header string, req *door.Request) (rag bool, err error) {
+	req.KB = cmp.Or(kb, header)
+	switch alias, named := strings.CutPrefix(model, door.RAGModel+"/"); {
+	case model == door.RAGModel:
+		rag = true
+	case named:
+		if req.KB != "" && req.KB != alias {
+			return false, paramError("model", "kb_conflict",
+				"model %q names knowledge base %q but the request also names %q", model, alias, req.KB)
+		}
+		req.KB, rag = alias, true
+	default:
+		req.Model = model
+		rag = req.KB != ""
+	}
+	req.Gateway = !rag
+	if req.Gateway && model == "" {
+		return false, paramError("model", "missing_model",
+			"model is required: a backend model (GET /v1/models lists them), or %q to answer from a knowledge base", door.RAGModel)
+	}
+	return rag, nil
+}
+
 // refuseUnsupported refuses a field outside acceptedFields, naming it.
 func refuseUnsupported(body []byte) error {
+	return refuseOutside(body, acceptedFields, defaultOnly)
+}
+
+// refuseOutside refuses a field outside accepted, or in only at another
+// value than the one given, naming it.
+func refuseOutside(body []byte, accepted []string, only map[string]string) error {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil {
 		return refusal.BadRequest("bad_json", "the body must be a JSON object: %v", err)
@@ -118,7 +135,7 @@ func refuseUnsupported(body []byte) error {
 	sort.Strings(names)
 	for _, name := range names {
 		v := string(bytes.TrimSpace(fields[name]))
-		if slices.Contains(acceptedFields, name) || v == "null" || defaultOnly[name] == v {
+		if slices.Contains(accepted, name) || v == "null" || only[name] == v {
 			continue
 		}
 		return paramError(name, "unsupported_parameter", "%s is not supported by Sluice", name)

@@ -76,6 +76,7 @@ func New(opts Options) *Server {
 // Register adds the OpenAI routes to e.
 func (s *Server) Register(e *echo.Echo) {
 	e.POST(chatCompletionsPath, s.postChatCompletions)
+	e.POST(responsesPath, s.postResponses)
 	e.GET(modelsPath, s.listModels)
 	e.POST(embeddingsPath, s.postEmbeddings)
 }

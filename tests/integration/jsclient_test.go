@@ -17,7 +17,8 @@ const jsClientDir = "js"
 
 // TestOfficialJSClient runs the official npm openai client, unchanged,
 // against the stack: listing models, gateway and RAG completions, a
-// streamed tool call and its answer, embeddings and typed errors (see
+// streamed tool call and its answer, embeddings, the Responses API
+// (plain, streamed, a tool call and its output) and typed errors (see
 // js/openai.test.mjs).
 func TestOfficialJSClient(t *testing.T) {
 	node, err := exec.LookPath("node")

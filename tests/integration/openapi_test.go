@@ -385,6 +385,16 @@ func specOpenAI(c *specClient) {
 	c.do(specCall{method: "POST", path: "/v1/chat/completions", key: "k-nobody", body: `{"model":"sluice-rag",` + msgs + `}`}, 401)
 	c.do(specCall{method: "POST", path: "/v1/chat/completions", key: "k-acme", body: `{"model":"sluice-rag"`}, 400)
 
+	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","max_output_tokens":16,"input":"What is a token bucket?"}`}, 200)
+	told := c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme",
+		body: `{"model":"sluice-rag","max_output_tokens":16,"stream":true,"input":[{"role":"user","content":"What is a token bucket?"}]}`}, 200)
+	if n := len(told.events); n < 4 || told.events[0].Event != "response.created" || told.events[n-1].Event != "response.incomplete" {
+		c.t.Fatalf("the streamed response is not created … incomplete: %+v", told.events)
+	}
+	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","input":"hi","store":true}`}, 400)
+	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"no-such-model","input":"hi"}`}, 404)
+	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-nobody", body: `{"model":"sluice-rag","input":"hi"}`}, 401)
+
 	model := stack.cfg.Embedding.Model
 	c.do(specCall{method: "POST", path: "/v1/embeddings", key: "k-acme", body: `{"model":"` + model + `","input":["token bucket","fair queue"]}`}, 200)
 	c.do(specCall{method: "POST", path: "/v1/embeddings", key: "k-acme", body: `{"model":"` + model + `","input":"token bucket","encoding_format":"base64"}`}, 200)

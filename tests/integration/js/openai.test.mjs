@@ -157,3 +157,71 @@ test('refusals are the typed errors the client raises', async () => {
     (err) => err instanceof OpenAI.BadRequestError && err.param === 'temperature',
   );
 });
+
+const getWeather = {
+  type: 'function', name: 'get_weather', description: weather.function.description, parameters: weather.function.parameters,
+};
+
+test('responses.create answers a string input', async () => {
+  const r = await client.responses.create({ model, input: 'Name a queue.', instructions: 'Be brief.', max_output_tokens: 16 });
+  assert.equal(r.object, 'response');
+  assert.ok(r.id.startsWith('resp_'), r.id);
+  assert.ok(['completed', 'incomplete'].includes(r.status), r.status);
+  assert.equal(r.model, model);
+  assert.ok(r.output_text.length > 0);
+  assert.equal(r.output[0].type, 'message');
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+});
+
+test('responses.create cut at max_output_tokens is incomplete', async () => {
+  const r = await client.responses.create({ model, input: 'Tell me a long story about queues.', max_output_tokens: 3 });
+  assert.equal(r.status, 'incomplete');
+  assert.equal(r.incomplete_details.reason, 'max_output_tokens');
+  assert.equal(r.usage.output_tokens, 3);
+});
+
+test('a streamed response numbers its events and ends completed', async () => {
+  const stream = await client.responses.create({ model: `sluice-rag/${kb}`, input: 'How does a token bucket refill?', max_output_tokens: 20, stream: true });
+  const types = [];
+  let seq = -1;
+  let text = '';
+  let last = null;
+  for await (const ev of stream) {
+    assert.equal(ev.sequence_number, seq + 1, `event ${ev.type} numbered ${ev.sequence_number} after ${seq}`);
+    seq = ev.sequence_number;
+    types.push(ev.type);
+    if (ev.type === 'response.output_text.delta') text += ev.delta;
+    last = ev;
+  }
+  assert.equal(types[0], 'response.created');
+  assert.ok(types.includes('response.in_progress'));
+  assert.ok(['response.completed', 'response.incomplete'].includes(last.type), last.type);
+  assert.ok(text.length > 0);
+  assert.equal(last.response.output[0].content[0].text, text);
+});
+
+test('a response calls a tool, then answers its output', async () => {
+  const runner = client.responses.stream({ model, input: 'What is the weather in Paris?', tools: [getWeather] });
+  const first = await runner.finalResponse();
+  const call = first.output.find((item) => item.type === 'function_call');
+  assert.ok(call, `no function call in ${JSON.stringify(first.output)}`);
+  assert.equal(call.name, 'get_weather');
+  assert.equal(typeof JSON.parse(call.arguments).city, 'string');
+  const answer = await client.responses.create({
+    model, tools: [getWeather], max_output_tokens: 24,
+    input: [{ role: 'user', content: 'What is the weather in Paris?' }, call,
+      { type: 'function_call_output', call_id: call.call_id, output: '{"temp_c": 18, "sky": "clear"}' }],
+  });
+  assert.ok(answer.output_text.length > 0);
+});
+
+test('a stored or background response is refused, naming the field', async () => {
+  await assert.rejects(
+    client.responses.create({ model, input: 'hi', store: true }),
+    (err) => err instanceof OpenAI.BadRequestError && err.code === 'unsupported_parameter' && err.param === 'store',
+  );
+  await assert.rejects(
+    client.responses.create({ model, input: 'hi', background: true }),
+    (err) => err instanceof OpenAI.BadRequestError && err.param === 'background',
+  );
+});

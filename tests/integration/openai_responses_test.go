@@ -1,0 +1,113 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+
+	"github.com/sluice-dev/sluice/pkg/request"
+)
+
+// requestIDOfResponse is the Sluice request behind a response id.
+func requestIDOfResponse(t *testing.T, responseID string) string {
+	t.Helper()
+	ulid, ok := strings.CutPrefix(responseID, "resp_")
+	if !ok || ulid == "" {
+		t.Fatalf("response id %q is not resp_<ULID>", responseID)
+	}
+	return "chat-" + ulid
+}
+
+// The official Go client's Responses API, whole: the same workflow as a
+// chat completion answers it, the input and instructions as its
+// conversation, and the response says what the request used.
+func TestOpenAIGoClientResponse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := openAIClient("k-acme")
+	r, err := client.Responses.New(ctx, responses.ResponseNewParams{
+		Model:           stack.cfg.Pools.Short.Model,
+		Instructions:    openai.String("Be brief."),
+		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("Name a queueing discipline.")},
+		MaxOutputTokens: openai.Int(24),
+		Metadata:        map[string]string{"case": "plain"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.OutputText() == "" || r.Model != stack.cfg.Pools.Short.Model || r.Metadata["case"] != "plain" {
+		t.Fatalf("response: text %q model %q metadata %v", r.OutputText(), r.Model, r.Metadata)
+	}
+	if r.Usage.TotalTokens != r.Usage.InputTokens+r.Usage.OutputTokens || r.Usage.OutputTokens < 1 {
+		t.Fatalf("usage %+v", r.Usage)
+	}
+	id := requestIDOfResponse(t, r.ID)
+	in := chatInput(t, id)
+	if len(in.Conversation) != 2 || in.Conversation[0].Role != "system" || !in.Gateway || in.MaxTokens != 24 || in.Tenant != "acme" {
+		t.Fatalf("workflow input %+v", in)
+	}
+	if res := result(t, id); res.Outcome != request.OutcomeDone || res.Usage.CompletionTokens != int(r.Usage.OutputTokens) {
+		t.Fatalf("outcome %q usage %+v", res.Outcome, res.Usage)
+	}
+	assertPoolsIdle(t)
+}
+
+// Streamed, in RAG mode: every event numbered on from 0, the text deltas
+// make the final response's text, and the client's accumulator takes
+// every event.
+func TestOpenAIGoClientStreamsAResponse(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := openAIClient("k-acme")
+	stream := client.Responses.NewStreaming(ctx, responses.ResponseNewParams{
+		Model:           "sluice-rag",
+		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("How does a token bucket refill?")},
+		MaxOutputTokens: openai.Int(30),
+	})
+	defer stream.Close()
+	var acc responses.ResponseAccumulator
+	var text strings.Builder
+	var last responses.ResponseStreamEventUnion
+	n := int64(0)
+	for stream.Next() {
+		ev := stream.Current()
+		if ev.SequenceNumber != n {
+			t.Fatalf("event %d (%s) numbered %d", n, ev.Type, ev.SequenceNumber)
+		}
+		var server responses.ResponsesServerEventUnion
+		if err := json.Unmarshal([]byte(ev.RawJSON()), &server); err != nil {
+			t.Fatal(err)
+		}
+		if err := acc.AddEvent(server); err != nil {
+			t.Fatalf("the accumulator refused %s: %v", ev.RawJSON(), err)
+		}
+		if ev.Type == "response.output_text.delta" {
+			text.WriteString(ev.Delta)
+		}
+		last = ev
+		n++
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("stream after %d events: %v", n, err)
+	}
+	final, err := acc.ReconstructedResponse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Type != "response.incomplete" && last.Type != "response.completed" {
+		t.Fatalf("last event %s", last.Type)
+	}
+	if text.Len() == 0 || final.OutputText() != text.String() {
+		t.Fatalf("deltas %q, final text %q", text.String(), final.OutputText())
+	}
+	id := requestIDOfResponse(t, final.ID)
+	if in := chatInput(t, id); in.Gateway || in.Query != "How does a token bucket refill?" {
+		t.Fatalf("workflow input %+v", in)
+	}
+	assertPoolsIdle(t)
+}
