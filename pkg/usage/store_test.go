@@ -293,10 +293,10 @@ func TestMigrationsApplyOnce(t *testing.T) {
 		wg.Wait()
 		s := open.must()
 		var n int
-		if err := s.db.QueryRow(`SELECT COUNT(*) FROM usage_schema_migrations`).Scan(&n); err != nil {
+		if err := s.db.SQL.QueryRow(`SELECT COUNT(*) FROM usage_schema_migrations`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		all, err := loadMigrations()
+		all, err := schema.Load()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,15 +336,6 @@ func TestParseGroupBy(t *testing.T) {
 	}
 	if _, err := ParseGroupBy("pool", true); err == nil {
 		t.Error("by pool, the budgets' own grouping, offered to the routes")
-	}
-}
-
-func TestRebind(t *testing.T) {
-	if got := postgresDialect.rebind("a = ? AND b = ?"); got != "a = $1 AND b = $2" {
-		t.Fatal(got)
-	}
-	if got := sqliteDialect.rebind("a = ?"); got != "a = ?" {
-		t.Fatal(got)
 	}
 }
 
