@@ -254,3 +254,47 @@ func TestResponseStreamFailure(t *testing.T) {
 		t.Fatalf("final: status %s error %+v", final.Status, final.Error)
 	}
 }
+
+// The events are a function of the log alone: a second reader encoding
+// the same log from its start numbers every event alike, so that the
+// events after sequence number N are the tail of the first reader's
+// stream, whatever N (what a re-attached reader from N will rely on).
+func TestResponseEventsAreTheLogs(t *testing.T) {
+	log := append(answerEvents()[:4], ev(events.TypeToken, events.Token{Text: "Hello", Index: 0}),
+		ev(events.TypeToken, events.Token{Index: 1, ToolCalls: []wire.ToolCallDelta{{Index: 0, ID: "c", Type: "function",
+			Function: wire.FunctionCallDelta{Name: "f", Arguments: "{}"}}, {Index: 1, ID: "d", Type: "function",
+			Function: wire.FunctionCallDelta{Name: "g", Arguments: "{}"}}, {Index: 2, ID: "e", Type: "function",
+			Function: wire.FunctionCallDelta{Name: "h", Arguments: "{}"}}}}),
+		ev(events.TypeDone, events.Done{RequestID: "chat-01J", FinishReason: "tool_calls"}))
+	encode := func() []string {
+		enc := newResponseEncoder("chat-01J", responseBase(responseRequest{}, "m", 1700000000))
+		var out []string
+		for _, e := range log {
+			for _, re := range enc.encode(e) {
+				raw, err := json.Marshal(re)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, string(raw))
+			}
+		}
+		return out
+	}
+	// Several calls: an encoder that walked its calls by map order
+	// would number their events differently from one reader to the next.
+	first, second := encode(), encode()
+	if len(first) < 10 {
+		t.Fatalf("%d events", len(first))
+	}
+	for n := range first {
+		if second[n] != first[n] {
+			t.Fatalf("event %d differs between two readers:\n%s\n%s", n, first[n], second[n])
+		}
+		var e struct {
+			SequenceNumber int `json:"sequence_number"`
+		}
+		if err := json.Unmarshal([]byte(first[n]), &e); err != nil || e.SequenceNumber != n {
+			t.Fatalf("event %d numbered %d (%v)", n, e.SequenceNumber, err)
+		}
+	}
+}
