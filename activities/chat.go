@@ -106,6 +106,9 @@ type Chat struct {
 	Latency *latency.Window
 	// Usage is the usage ledger (RecordUsage); nil: usage.store is off.
 	Usage usage.Store
+	// Responses keeps stored responses (StoreResponse); nil:
+	// responses.store is off.
+	Responses ResponseStore
 	// Budgets settles the monthly budgets the door charged (nil: none).
 	Budgets *budget.Counter
 	Logger  *slog.Logger

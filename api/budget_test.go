@@ -58,7 +58,7 @@ func budgetServerWith(t *testing.T, tokensPerMonth int64, ledgerTokens int, conf
 		tenantsConfig(c)
 		c.Auth.APIKeys[0].Tier, c.Auth.APIKeys[1].Tier = "metered", "metered"
 		c.Limits.Tiers["metered"] = policy.Tier{Weight: 1, Budget: policy.Budget{TokensPerMonth: tokensPerMonth}}
-		c.Usage = config.Usage{Store: config.UsageSQLite, SQLitePath: path}
+		c.Usage = config.Usage{Database: config.Database{Store: config.UsageSQLite, SQLitePath: path}}
 		configure(c)
 	}, func(rdb *redis.Client, o *Options) {
 		o.Usage = ledger

@@ -37,6 +37,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/metrics"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/responses"
 	"github.com/sluice-dev/sluice/pkg/semaphore"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/usage"
@@ -80,6 +81,8 @@ type Server struct {
 	sessions  *session.Store
 	// usage is the usage ledger /v1/usage reads (nil: off).
 	usage usage.Store
+	// responses keeps the Responses API's stored responses (nil: off).
+	responses *responses.Store
 	// budgets reads the caller's monthly budget for /v1/usage (nil: none).
 	budgets *budget.Counter
 	metrics *metrics.Metrics
@@ -126,6 +129,9 @@ type Options struct {
 	Sessions *session.Store
 	// Usage serves /v1/usage and /v1/admin/usage; nil: they answer 404.
 	Usage usage.Store
+	// Responses keeps stored responses (/v1/responses); nil: none is
+	// stored.
+	Responses *responses.Store
 	// Budgets, if set, adds the caller's monthly budget to /v1/usage; the
 	// door enforces it (door.Options.Budgets).
 	Budgets *budget.Counter
@@ -160,7 +166,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
 		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, follow: opts.Follow, logger: opts.Logger, keys: map[string]keys.Spec{},
-		sessions: opts.Sessions, usage: opts.Usage, budgets: opts.Budgets, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
+		sessions: opts.Sessions, usage: opts.Usage, responses: opts.Responses, budgets: opts.Budgets, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
 		ingestSlots: opts.IngestSlots, ingestHere: make(chan struct{}, opts.Config.Ingest.MaxConcurrentPerProcess), codec: opts.Codec,
 		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, proxies: opts.Config.API.TrustedProxyPrefixes(),
 		clientSlots: newClientSlots(opts.Config.API.MaxConnsPerIP),
@@ -199,7 +205,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.Use(s.holdForwardedClient)
 	e.POST("/v1/chat", s.postChat)
 	openai.New(openai.Options{Config: s.cfg, Door: s.door, Follow: s.follow, Auth: callers{s}, Prompts: s.prompts, Embeddings: s.embeddings,
-		Logger: s.logger}).Register(e)
+		Responses: s.responses, Events: s.events, Logger: s.logger}).Register(e)
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
 	e.DELETE("/v1/requests/:id", s.deleteRequest)

@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/responses"
 	"github.com/sluice-dev/sluice/pkg/session"
 	"github.com/sluice-dev/sluice/pkg/tokens"
 	"github.com/sluice-dev/sluice/pkg/tracing"
@@ -89,6 +90,8 @@ type Core struct {
 	Codec *codec.Keyring
 	// Usage is the usage ledger (nil: usage.store is off).
 	Usage usage.Store
+	// Responses keeps stored responses (nil: responses.store is off).
+	Responses *responses.Store
 	// Budgets counts the tiers' monthly budgets (limits.tiers.*.budget).
 	Budgets *budget.Counter
 }
@@ -122,6 +125,9 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *Core
 	}
 	c.Notifier = signal.Notifier{Client: c.Temporal}
 	c.registerDependencyMetrics()
+	if c.Responses, err = openResponses(ctx, cfg.Responses, logger.With("component", "responses")); err != nil {
+		return nil, err
+	}
 	if c.Usage, err = openUsage(ctx, cfg.Usage, logger.With("component", "usage")); err != nil {
 		return nil, err
 	}
@@ -287,6 +293,9 @@ func (c *Core) Close() {
 	}
 	if c.Redis != nil {
 		_ = c.Redis.Close()
+	}
+	if c.Responses != nil {
+		_ = c.Responses.Close()
 	}
 	if c.Usage != nil {
 		_ = c.Usage.Close()

@@ -54,7 +54,7 @@ func (c *Core) buildChat(ctx context.Context) (*activities.Chat, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &activities.Chat{
+	chat := &activities.Chat{
 		Redis:    c.Redis,
 		Events:   c.Events,
 		Gate:     c.Gate,
@@ -89,7 +89,12 @@ func (c *Core) buildChat(ctx context.Context) (*activities.Chat, error) {
 			Preemption: activities.Preemption{Enabled: cfg.Admission.Preemption.Enabled, From: pausesFor(cfg.Pools),
 				PauseRules: PauseRules(cfg)},
 		},
-	}, nil
+	}
+	if c.Responses != nil {
+		// Not a nil *Store in the interface: the activity tells off by nil.
+		chat.Responses = c.Responses
+	}
+	return chat, nil
 }
 
 // buildRetrieval builds the kbs' search over the embedder model's vectors

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/responses"
+	"github.com/sluice-dev/sluice/pkg/sqldb"
 	"github.com/sluice-dev/sluice/pkg/usage"
 )
 
@@ -37,6 +39,29 @@ func openUsage(ctx context.Context, cfg config.Usage, logger *slog.Logger) (usag
 		defer cancel()
 		if err := s.Migrate(mctx); err != nil {
 			logger.Warn("usage ledger out of reach at start; requests are answered and recorded once it is back", "err", err)
+		}
+		return s, nil
+	}
+	return nil, nil
+}
+
+// openResponses opens the response store cfg names (nil when off). A
+// PostgreSQL store out of reach at start is migrated on first use.
+func openResponses(ctx context.Context, cfg config.Responses, logger *slog.Logger) (*responses.Store, error) {
+	switch cfg.Store {
+	case config.StoreSQLite:
+		if err := os.MkdirAll(filepath.Dir(cfg.SQLitePath), 0o750); err != nil {
+			return nil, fmt.Errorf("responses.sqlite_path: %w", err)
+		}
+		s, err := responses.OpenSQLite(ctx, sqldb.SQLiteOptions{Path: cfg.SQLitePath})
+		if err != nil {
+			return nil, fmt.Errorf("responses.sqlite_path: %w", err)
+		}
+		return s, nil
+	case config.StorePostgres:
+		s, err := responses.OpenPostgres(cfg.PostgresDSN)
+		if err != nil {
+			return nil, fmt.Errorf("responses.postgres_dsn: %w", err)
 		}
 		return s, nil
 	}

@@ -2,6 +2,7 @@ package door
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -54,6 +55,9 @@ type Request struct {
 	// Choices is how many answers an OpenAI client asked for (n); 0 on
 	// Sluice's own API, which answers once.
 	Choices int
+	// Response is the Responses API's Response as asked, when its answer
+	// is to be stored (workflows.ChatInput.Response).
+	Response json.RawMessage
 	// ServiceTier is the service class the client asked for (OpenAI's
 	// service_tier, on either API): a class of request.Classes,
 	// request.ClassAuto, or "" for none; the caller's plan decides

@@ -21,6 +21,7 @@ func (d *Door) startChat(ctx context.Context, a arrival, req Request, waited tim
 		Query: req.Query, KB: req.KB, KBTenant: req.kbTenant, SessionID: req.SessionID, MaxTokens: *req.MaxTokens,
 		Pool: a.pool, PromptBound: d.promptBound(&req), RateReservation: a.reservation, BudgetReservation: a.budget, AdmissionTokens: a.admitTokens, AdmissionPlace: a.place, Settings: ChatSettings(d.cfg, a.tier),
 		Conversation: req.Conversation, Gateway: req.Gateway, Sampling: req.Sampling, Fallback: req.fallback,
+		Response: req.Response,
 	}
 	if req.Choices > 1 {
 		in.Choices = req.Choices

@@ -32,7 +32,8 @@ func ChatWorkflow(ctx workflow.Context, in ChatInput) (ChatResult, error) {
 	// path out (Temporal retries the workflow task), everything else is.
 	w.finalize(ctx)
 	// After the terminal event and the permit's release: the client and
-	// the next waiter never wait for the ledger.
+	// the next waiter never wait for the store or the ledger.
+	w.storeResponse(ctx)
 	w.recordUsage(ctx)
 	// A hand-off can race the end of the wait (a timeout, a cancel, a
 	// grant seen by a re-check or by the admission activity itself):

@@ -4,6 +4,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -130,7 +131,13 @@ type ChatInput struct {
 	// takes a priority is sent the class's. Empty in histories from
 	// before classes: the default class.
 	ServiceTier string `json:",omitempty"`
-	Settings    ChatSettings
+	// Response, if set, is the Responses API's Response as asked (its
+	// parameters, before output): the request's answer is a stored
+	// response, which the workflow stores when it ends. Inputs written
+	// before it existed lack it, so a running workflow never takes the
+	// path it opens.
+	Response json.RawMessage `json:",omitempty"`
+	Settings ChatSettings
 }
 
 // KBRef is the request's kb.

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/follow"
+	"github.com/sluice-dev/sluice/pkg/answer"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -63,16 +64,6 @@ type completionMeta struct {
 // header is the meta as the head of a response object of the given kind.
 func (m completionMeta) header(object string) openai.Header {
 	return openai.Header{ID: m.ID, Object: object, Created: m.Created, Model: m.Model, ServiceTier: m.ServiceTier}
-}
-
-// serviceTierOf is the class an accepted event says its request is
-// served in ("" when it says none).
-func serviceTierOf(ev events.Event) string {
-	var acc events.Accepted
-	if json.Unmarshal(ev.Data, &acc) != nil {
-		return ""
-	}
-	return acc.ServiceTier
 }
 
 // postChatCompletions is OpenAI's chat completions API over the same
@@ -190,7 +181,7 @@ func completionOf(meta completionMeta, answers []*choiceAnswer, d events.Done) c
 		if i < len(finishes) {
 			fr = finishes[i]
 		}
-		choices[i] = openai.Choice{Index: i, Message: msg, Logprobs: openai.Null[json.RawMessage](), FinishReason: finishReason(fr)}
+		choices[i] = openai.Choice{Index: i, Message: msg, Logprobs: openai.Null[json.RawMessage](), FinishReason: answer.FinishReason(fr)}
 	}
 	return completion{
 		Completion: openai.Completion{Header: meta.header(openai.ObjectChatCompletion), Choices: choices, Usage: usageOf(d.Usage)},
@@ -237,36 +228,4 @@ func sluiceOf(d events.Done) *sluiceInfo {
 
 func usageOf(u events.Usage) openai.Usage {
 	return openai.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
-}
-
-// finishReason maps a backend's finish reason to one of OpenAI's: a
-// backend may say "eos" or nothing where OpenAI says "stop".
-func finishReason(r string) string {
-	switch r {
-	case openai.FinishLength, openai.FinishContentFilter, openai.FinishToolCalls:
-		return r
-	}
-	return openai.FinishStop
-}
-
-// failureError is the HTTP error a rejected or error event amounts to.
-func failureError(ev events.Event) *refusal.Error {
-	var f events.Failure
-	if err := json.Unmarshal(ev.Data, &f); err != nil || f.Reason == "" {
-		return &refusal.Error{Class: refusal.Internal, Code: request.ReasonInternal, Message: "the request failed"}
-	}
-	class := refusal.Internal
-	switch f.Reason {
-	case request.ReasonQueueTimeout, request.ReasonQueueFull, request.ReasonTenantQueueFull, request.ReasonShed,
-		request.ReasonBackendUnavailable, request.ReasonUnavailable, request.ReasonDeadlineUnreachable:
-		class = refusal.Unavailable
-	case request.ReasonBackendError, request.ReasonStreamInterrupted:
-		class = refusal.Upstream
-	case request.ReasonBadRequest, request.ReasonKBTooLarge:
-		class = refusal.Invalid
-	case request.ReasonCancelled:
-		// Not a status clients retry: someone meant it to stop.
-		class = refusal.Gone
-	}
-	return refusal.Refused(class, f)
 }

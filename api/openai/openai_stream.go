@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/api/httpio"
+	"github.com/sluice-dev/sluice/pkg/answer"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -34,7 +35,7 @@ type chunkSink struct {
 func (k *chunkSink) Write(ev events.Event) error {
 	switch ev.Type {
 	case events.TypeAccepted:
-		k.meta.ServiceTier = serviceTierOf(ev)
+		k.meta.ServiceTier = answer.ServiceTierOf(ev)
 		return k.comment("accepted")
 	case events.TypeQueue:
 		var q events.Queue
@@ -88,7 +89,7 @@ func (k *chunkSink) Write(ev events.Event) error {
 		}
 		return k.out.Printf("data: [DONE]\n\n")
 	case events.TypeRejected, events.TypeError:
-		return k.fail(failureError(ev))
+		return k.fail(answer.Failure(ev))
 	}
 	return nil
 }
@@ -98,7 +99,7 @@ func (k *chunkSink) Write(ev events.Event) error {
 func (k *chunkSink) finish(d events.Done) error {
 	finishes := finishReasons(d)
 	for i, reason := range finishes {
-		fr := finishReason(reason)
+		fr := answer.FinishReason(reason)
 		last := k.chunk(i, openai.Delta{}, &fr)
 		if last.Choices[0].Delta.Role != "" {
 			// An empty answer: its only chunk still says who speaks.
@@ -180,7 +181,7 @@ func validChoice(i int) bool { return i >= 0 && i < maxChoices }
 func (col *answerCollector) Write(ev events.Event) error {
 	switch ev.Type {
 	case events.TypeAccepted:
-		col.serviceTier = serviceTierOf(ev)
+		col.serviceTier = answer.ServiceTierOf(ev)
 	case events.TypeToken:
 		var t events.Token
 		if json.Unmarshal(ev.Data, &t) != nil || !validChoice(t.Choice) || t.Notice {
@@ -202,7 +203,7 @@ func (col *answerCollector) Write(ev events.Event) error {
 			col.failure = &refusal.Error{Class: refusal.Internal, Code: request.ReasonInternal, Message: "unreadable answer"}
 		}
 	case events.TypeRejected, events.TypeError:
-		col.failure = failureError(ev)
+		col.failure = answer.Failure(ev)
 	}
 	return nil
 }

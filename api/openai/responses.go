@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/follow"
+	"github.com/sluice-dev/sluice/pkg/answer"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -53,37 +54,69 @@ func (s *Server) postResponses(c echo.Context) error {
 		return err
 	}
 	header := c.Request().Header.Get(kbHeader)
-	rr, req, err := parseResponseRequest(body, header)
+	rr, err := decodeResponseRequest(body)
+	if err != nil {
+		return err
+	}
+	stored, err := s.storing(rr)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	prior, err := s.priorItems(ctx, who.Tenant, rr.PreviousResponseID)
+	if err != nil {
+		return err
+	}
+	req, err := rr.chatRequest(header, prior)
 	if err != nil {
 		return err
 	}
 	if err := s.door.Validate(&req); err != nil {
 		return withResponseParam(err)
 	}
-	created := time.Now().Unix()
+	base := responseBase(rr, rr.Model, time.Now().Unix())
+	base.Store = stored
+	var params json.RawMessage
+	if stored {
+		if params, err = json.Marshal(base); err != nil {
+			return fmt.Errorf("encode the response's parameters: %w", err)
+		}
+		req.Response = params
+	}
 	adm, err := httpio.Admit(c, s.door, who, &req, door.Fingerprint(c.Path(), rr, header))
 	if err != nil {
 		return withResponseParam(err)
 	}
 	defer adm.Sub.Close()
+	if stored {
+		s.store(ctx, who, answer.ResponseID(adm.ID), rr, params)
+	}
 	// As on chat completions, the model is the pool's until the answer's
 	// first token names the one that answers.
-	model := rr.Model
 	if p, ok := s.cfg.Pools.ByName()[adm.Pool]; ok {
-		model = p.Model
+		base.Model = p.Model
 	}
-	enc := newResponseEncoder(adm.ID, responseBase(rr, model, created))
+	enc := answer.NewResponseEncoder(adm.ID, base)
 	if rr.Stream {
 		return s.streamResponse(c, adm.Sub, adm.ID, enc)
 	}
 	return s.awaitResponse(c, adm.Sub, adm.ID, enc)
 }
 
+// previous is the response rr continues, nil for none.
+func (rr responseRequest) previous() *string {
+	if rr.PreviousResponseID == "" {
+		return nil
+	}
+	return &rr.PreviousResponseID
+}
+
 // responseBase is the Response as the request asked for it, before any
 // of its events: OpenAI's defaults where the request set nothing.
 func responseBase(rr responseRequest, model string, created int64) openai.Response {
 	r := openai.Response{CreatedAt: created, Model: model, Instructions: rr.Instructions, MaxOutputTokens: rr.MaxOutputTokens,
-		Temperature: rr.Temperature, TopP: rr.TopP, ToolChoice: rr.ToolChoice, Tools: rr.Tools, Truncation: "disabled",
+		PreviousResponseID: rr.previous(),
+		Temperature:        rr.Temperature, TopP: rr.TopP, ToolChoice: rr.ToolChoice, Tools: rr.Tools, Truncation: "disabled",
 		ParallelToolCalls: rr.ParallelToolCalls == nil || *rr.ParallelToolCalls, Metadata: rr.Metadata}
 	if len(r.ToolChoice) == 0 || string(r.ToolChoice) == "null" {
 		r.ToolChoice = json.RawMessage(`"auto"`)
@@ -99,7 +132,7 @@ func responseBase(rr responseRequest, model string, created int64) openai.Respon
 }
 
 // streamResponse tells the request's events as the Responses API's.
-func (s *Server) streamResponse(c echo.Context, sub *events.Subscription, id string, enc *responseEncoder) error {
+func (s *Server) streamResponse(c echo.Context, sub *events.Subscription, id string, enc *answer.ResponseEncoder) error {
 	sse, err := httpio.StartSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
 	if err != nil {
 		s.follow.Detach(id)
@@ -125,7 +158,7 @@ func (s *Server) streamResponse(c echo.Context, sub *events.Subscription, id str
 // whole: completed or incomplete with 200; a request refused or failed
 // with the status its reason has, as chat completions do, so that a
 // client retries what may be retried.
-func (s *Server) awaitResponse(c echo.Context, sub *events.Subscription, id string, enc *responseEncoder) error {
+func (s *Server) awaitResponse(c echo.Context, sub *events.Subscription, id string, enc *answer.ResponseEncoder) error {
 	c.Response().Header().Set("X-Request-ID", id)
 	out := &responseSink{enc: enc}
 	switch s.follow.Follow(c.Request().Context(), sub, id, out, false) {
@@ -136,10 +169,10 @@ func (s *Server) awaitResponse(c echo.Context, sub *events.Subscription, id stri
 		s.follow.DetachNow(id)
 		return refusal.Unreachable("The request was interrupted (the server is restarting). Please retry.")
 	}
-	if enc.failure != nil {
-		return enc.failure
+	if enc.Failure() != nil {
+		return enc.Failure()
 	}
-	return c.JSON(http.StatusOK, enc.resp)
+	return c.JSON(http.StatusOK, enc.Response())
 }
 
 // responseSink writes a request's events as the Responses API's, or only
@@ -147,11 +180,11 @@ func (s *Server) awaitResponse(c echo.Context, sub *events.Subscription, id stri
 // API has none for (queue places) become SSE comments.
 type responseSink struct {
 	out *httpio.SSEWriter
-	enc *responseEncoder
+	enc *answer.ResponseEncoder
 }
 
 func (k *responseSink) Write(ev events.Event) error {
-	evs := k.enc.encode(ev)
+	evs := k.enc.Encode(ev)
 	if k.out == nil {
 		return nil
 	}
@@ -185,7 +218,7 @@ func (k *responseSink) send(re any) error {
 // clients raise.
 func (k *responseSink) fail(e *refusal.Error) error {
 	body := ErrorBody(e)
-	return k.send(map[string]any{"type": "error", "sequence_number": k.enc.next(), "code": body.Error.Code,
+	return k.send(map[string]any{"type": "error", "sequence_number": k.enc.Next(), "code": body.Error.Code,
 		"message": body.Error.Message, "param": nil, "error": body.Error})
 }
 

@@ -22,16 +22,16 @@ type responseRequest struct {
 // forwards; any other is refused, naming it.
 var responseFields = []string{
 	"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
-	"parallel_tool_calls", "text", "metadata", "stream", "kb", door.ParamServiceTier,
+	"parallel_tool_calls", "text", "metadata", "stream", "kb", door.ParamServiceTier, "store", "previous_response_id",
 	// Labels OpenAI reads for abuse reports and its prompt cache; Sluice
 	// knows the user by the API key and forwards none of them.
 	"user", "safety_identifier", "prompt_cache_key",
 }
 
 // responseDefaultOnly are fields accepted only at the value that asks for
-// nothing more: a response is not stored, nor run in the background, and
-// the conversation is never truncated to fit.
-var responseDefaultOnly = map[string]string{"store": "false", "background": "false", "truncation": `"disabled"`}
+// nothing more: a response is not run in the background, and the
+// conversation is never truncated to fit.
+var responseDefaultOnly = map[string]string{"background": "false", "truncation": `"disabled"`}
 
 // Metadata bounds, as OpenAI's.
 const (
@@ -40,56 +40,75 @@ const (
 	maxMetadataValue = 512
 )
 
-// parseResponseRequest reads a Responses request into the chat request
-// it asks for: the input items become the conversation, instructions a
-// leading system message, and the tools and text format those of chat
-// completions, so that it takes the same door and workflow. kb is the
-// X-Sluice-KB header.
+// parseResponseRequest reads a Responses request that continues no
+// stored response into the chat request it asks for (decode, then
+// chatRequest). kb is the X-Sluice-KB header.
 func parseResponseRequest(body []byte, kb string) (responseRequest, door.Request, error) {
-	var rr responseRequest
-	if err := json.Unmarshal(body, &rr); err != nil {
-		return rr, door.Request{}, refusal.BadRequest("bad_json", "malformed JSON: %v", err)
-	}
-	if err := refuseOutside(body, responseFields, responseDefaultOnly); err != nil {
-		return rr, door.Request{}, err
-	}
-	if err := checkMetadata(rr.Metadata); err != nil {
-		return rr, door.Request{}, err
-	}
-	msgs, err := inputMessages(rr.Input)
+	rr, err := decodeResponseRequest(body)
 	if err != nil {
 		return rr, door.Request{}, err
+	}
+	req, err := rr.chatRequest(kb, nil)
+	return rr, req, err
+}
+
+// decodeResponseRequest reads a Responses request's body, refusing a
+// field Sluice does not read.
+func decodeResponseRequest(body []byte) (responseRequest, error) {
+	var rr responseRequest
+	if err := json.Unmarshal(body, &rr); err != nil {
+		return rr, refusal.BadRequest("bad_json", "malformed JSON: %v", err)
+	}
+	if err := refuseOutside(body, responseFields, responseDefaultOnly); err != nil {
+		return rr, err
+	}
+	return rr, checkMetadata(rr.Metadata)
+}
+
+// chatRequest is the chat request rr asks for: prior items (the stored
+// conversation it continues) then its input items become the
+// conversation, instructions a leading system message, and the tools
+// and text format those of chat completions, so that it takes the same
+// door and workflow. kb is the X-Sluice-KB header.
+func (rr responseRequest) chatRequest(kb string, prior []json.RawMessage) (door.Request, error) {
+	own, err := inputItems(rr.Input)
+	if err != nil {
+		return door.Request{}, err
+	}
+	msgs, err := itemMessages(append(prior[:len(prior):len(prior)], own...), len(prior))
+	if err != nil {
+		return door.Request{}, err
 	}
 	if rr.Instructions != nil && *rr.Instructions != "" {
 		msgs = append([]openai.Message{openai.TextMessage(openai.RoleSystem, *rr.Instructions)}, msgs...)
 	}
 	sampling, err := responseSampling(rr.ResponseRequest)
 	if err != nil {
-		return rr, door.Request{}, err
+		return door.Request{}, err
 	}
 	if err := checkSampling(sampling); err != nil {
-		return rr, door.Request{}, err
+		return door.Request{}, err
 	}
 	req := door.Request{MaxTokens: rr.MaxOutputTokens, Conversation: msgs, Choices: 1, ServiceTier: rr.ServiceTier}
 	rag, err := resolveModel(rr.Model, rr.KB, kb, &req)
 	if err != nil {
-		return rr, door.Request{}, err
+		return door.Request{}, err
 	}
 	if len(sampling.Set()) > 0 {
 		req.Sampling = &sampling
 	}
 	query, err := checkMessages(msgs, &req)
 	if err != nil {
-		return rr, door.Request{}, err
+		return door.Request{}, err
 	}
 	if rag {
 		if query == "" {
-			return rr, door.Request{}, paramError("input", "no_user_message",
+			return door.Request{}, paramError("input", "no_user_message",
 				"input must include a user message with text: it is what the knowledge base is searched for")
 		}
 		req.Query = query
 	}
-	return rr, req, nil
+	return req, nil
 }
 
 func checkMetadata(m map[string]string) error {
@@ -118,11 +137,9 @@ type inputItem struct {
 	Output    json.RawMessage `json:"output"`
 }
 
-// inputMessages is a Responses input as chat messages: a string is one
-// user message; of an array, each message item is a message, consecutive
-// function calls one assistant message that asks for them, and each
-// function call output a tool message.
-func inputMessages(raw json.RawMessage) ([]openai.Message, error) {
+// inputItems is a Responses input as its items: a string is one user
+// message.
+func inputItems(raw json.RawMessage) ([]json.RawMessage, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, paramError("input", "missing_input", "input is required: a string or an array of input items")
@@ -132,18 +149,38 @@ func inputMessages(raw json.RawMessage) ([]openai.Message, error) {
 		if err := json.Unmarshal(raw, &text); err != nil || text == "" {
 			return nil, paramError("input", "empty_input", "input is an empty string")
 		}
-		return []openai.Message{openai.TextMessage(openai.RoleUser, text)}, nil
+		item, err := json.Marshal(map[string]any{"type": openai.ItemMessage, "role": openai.RoleUser,
+			"content": []map[string]string{{"type": openai.PartInputText, "text": text}}})
+		if err != nil {
+			return nil, fmt.Errorf("encode input: %w", err)
+		}
+		return []json.RawMessage{item}, nil
 	}
-	var items []inputItem
+	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, paramError("input", "bad_input", "input must be a string or an array of input items")
 	}
 	if len(items) == 0 {
 		return nil, paramError("input", "empty_input", "input holds no items")
 	}
+	return items, nil
+}
+
+// itemMessages is input items as chat messages: each message item a
+// message, consecutive function calls one assistant message that asks
+// for them, and each function call output a tool message. The items
+// from own on are the request's own, which errors name (input[i]).
+func itemMessages(raws []json.RawMessage, own int) ([]openai.Message, error) {
 	var msgs []openai.Message
-	for i, it := range items {
-		at := fmt.Sprintf("input[%d]", i)
+	for k, raw := range raws {
+		at := fmt.Sprintf("input[%d]", k-own)
+		if k < own {
+			at = fmt.Sprintf("previous_response_id (item %d)", k)
+		}
+		var it inputItem
+		if err := json.Unmarshal(raw, &it); err != nil {
+			return nil, paramError(at, "bad_input", "%s must be an input item object", at)
+		}
 		switch {
 		case it.Type == openai.ItemFunctionCall:
 			if it.CallID == "" || it.Name == "" {

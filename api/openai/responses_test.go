@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"github.com/sluice-dev/sluice/api/httpio"
+	"github.com/sluice-dev/sluice/pkg/answer"
 	"github.com/sluice-dev/sluice/pkg/events"
 	wire "github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/refusal"
@@ -110,9 +111,7 @@ func TestParseResponseRequestRefusals(t *testing.T) {
 		{"empty input", `{"model":"m","input":""}`, "empty_input", "input"},
 		{"no items", `{"model":"m","input":[]}`, "empty_input", "input"},
 		{"input object", `{"model":"m","input":{"role":"user"}}`, "bad_input", "input"},
-		{"stored", `{"model":"m","input":"q","store":true}`, "unsupported_parameter", "store"},
 		{"background", `{"model":"m","input":"q","background":true}`, "unsupported_parameter", "background"},
-		{"previous response", `{"model":"m","input":"q","previous_response_id":"resp_1"}`, "unsupported_parameter", "previous_response_id"},
 		{"reasoning", `{"model":"m","input":"q","reasoning":{"effort":"low"}}`, "unsupported_parameter", "reasoning"},
 		{"truncation auto", `{"model":"m","input":"q","truncation":"auto"}`, "unsupported_parameter", "truncation"},
 		{"unknown item", `{"model":"m","input":[{"type":"reasoning","summary":[]}]}`, "unsupported_value", "input[0].type"},
@@ -152,7 +151,7 @@ func renderResponse(t *testing.T, evs ...events.Event) *http.Response {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &responseSink{out: &out, enc: newResponseEncoder("chat-01J", responseBase(responseRequest{}, "gpt-test", 1700000000))}
+	k := &responseSink{out: &out, enc: answer.NewResponseEncoder("chat-01J", responseBase(responseRequest{}, "gpt-test", 1700000000))}
 	for _, ev := range evs {
 		if err := k.Write(ev); err != nil {
 			t.Fatal(err)
@@ -267,10 +266,10 @@ func TestResponseEventsAreTheLogs(t *testing.T) {
 			Function: wire.FunctionCallDelta{Name: "h", Arguments: "{}"}}}}),
 		ev(events.TypeDone, events.Done{RequestID: "chat-01J", FinishReason: "tool_calls"}))
 	encode := func() []string {
-		enc := newResponseEncoder("chat-01J", responseBase(responseRequest{}, "m", 1700000000))
+		enc := answer.NewResponseEncoder("chat-01J", responseBase(responseRequest{}, "m", 1700000000))
 		var out []string
 		for _, e := range log {
-			for _, re := range enc.encode(e) {
+			for _, re := range enc.Encode(e) {
 				raw, err := json.Marshal(re)
 				if err != nil {
 					t.Fatal(err)

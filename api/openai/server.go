@@ -17,7 +17,9 @@ import (
 	"github.com/sluice-dev/sluice/door"
 	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/prompt"
+	"github.com/sluice-dev/sluice/pkg/responses"
 )
 
 // Auth names the caller of a request, as the HTTP API does for its own
@@ -48,6 +50,11 @@ type Server struct {
 	prompts *prompt.Builder
 	// embeddings serves POST /v1/embeddings; nil refuses it.
 	embeddings Embeddings
+	// responses keeps stored responses, and events is the requests' event
+	// log their answers are read from until they are stored; responses
+	// nil: none is stored.
+	responses *responses.Store
+	events    *events.Log
 	// builtAt is when the server was built: the models' created time.
 	builtAt time.Time
 	logger  *slog.Logger
@@ -61,7 +68,10 @@ type Options struct {
 	Auth       Auth
 	Prompts    *prompt.Builder
 	Embeddings Embeddings
-	Logger     *slog.Logger
+	// Responses and Events serve stored responses (nil: not stored).
+	Responses *responses.Store
+	Events    *events.Log
+	Logger    *slog.Logger
 }
 
 // New builds the OpenAI routes' server.
@@ -70,13 +80,15 @@ func New(opts Options) *Server {
 		opts.Logger = slog.Default()
 	}
 	return &Server{cfg: opts.Config, door: opts.Door, follow: opts.Follow, auth: opts.Auth, prompts: opts.Prompts, embeddings: opts.Embeddings,
-		builtAt: time.Now(), logger: opts.Logger}
+		responses: opts.Responses, events: opts.Events, builtAt: time.Now(), logger: opts.Logger}
 }
 
 // Register adds the OpenAI routes to e.
 func (s *Server) Register(e *echo.Echo) {
 	e.POST(chatCompletionsPath, s.postChatCompletions)
 	e.POST(responsesPath, s.postResponses)
+	e.GET(responsesPath+"/:id", s.getResponse)
+	e.DELETE(responsesPath+"/:id", s.deleteResponse)
 	e.GET(modelsPath, s.listModels)
 	e.POST(embeddingsPath, s.postEmbeddings)
 }

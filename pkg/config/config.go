@@ -45,6 +45,9 @@ type Config struct {
 	Privacy Privacy `yaml:"privacy"`
 	// Usage is the usage ledger (off by default; make run uses SQLite).
 	Usage Usage `yaml:"usage"`
+	// Responses keeps stored responses (off by default; make run uses
+	// SQLite).
+	Responses Responses `yaml:"responses"`
 	// Prices are the models' prices, which spend budgets count in.
 	Prices Prices `yaml:"prices"`
 }
@@ -76,6 +79,7 @@ func Default() Config {
 		Log:         defaultLog(),
 		Codec:       defaultCodec(),
 		Usage:       defaultUsage(),
+		Responses:   defaultResponses(),
 	}
 }
 
@@ -157,6 +161,7 @@ func (c Config) Validate() error {
 	c.Codec.validate(&v)
 	c.Privacy.validate(&v)
 	c.Usage.validate(&v)
+	c.Responses.validate(&v)
 	c.Prices.validate(&v)
 	return v.err()
 }

@@ -286,6 +286,8 @@ func TestBadConfigFixtures(t *testing.T) {
 		"usage_sqlite_no_path.yaml":             "usage.sqlite_path: must not be empty",
 		"usage_postgres_bad_dsn.yaml":           "usage.postgres_dsn: must be a postgres:// URL or libpq key=value pairs naming a host (store postgres)",
 		"usage_path_store_off.yaml":             `usage.sqlite_path: is for usage.store sqlite, got store "off"`,
+		"responses_sqlite_no_path.yaml":         "responses.sqlite_path: must not be empty",
+		"responses_zero_max_chain.yaml":         "responses.max_chain: must be > 0, got 0",
 		"budget_negative_tokens.yaml":           "limits.tiers.free.budget.tokens_per_month: must be >= 0 (0 = no limit), got -1",
 		"budget_spend_without_price.yaml":       `limits.tiers.free.budget.spend_per_month_usd: needs a price for model "sluice-sim" (pools.short.model) in prices`,
 		"budget_without_ledger.yaml":            `limits.tiers.free.budget: needs usage.store (the ledger a lost counter is rebuilt from), got store "off"`,

@@ -5,53 +5,89 @@ import (
 	"strings"
 )
 
-// Usage is the usage ledger: one record per finished request (pkg/usage),
-// read back by GET /v1/usage and the admins' GET /v1/admin/usage.
-type Usage struct {
-	// Store is off, sqlite (one file: the dev stack, a single host) or
-	// postgres (every API and worker of a deployment shares it). Off:
-	// nothing is recorded and the usage routes answer 404.
+// Database is where a kind of record is kept (pkg/sqldb): off, sqlite
+// (one file: the dev stack, a single host) or postgres (every API and
+// worker of a deployment shares it).
+type Database struct {
 	Store string `yaml:"store"`
 	// SQLitePath is the SQLite file (store sqlite); the API and the
 	// worker on the host open the same one.
 	SQLitePath string `yaml:"sqlite_path"`
-	// PostgresDSN is the ledger's own database (store postgres), e.g.
+	// PostgresDSN is the records' database (store postgres), e.g.
 	// postgres://sluice@db:5432/sluice_usage?sslmode=verify-full. It
-	// carries a password: keep it in SLUICE_USAGE_POSTGRES_DSN.
+	// carries a password: keep it in the environment
+	// (SLUICE_<SECTION>_POSTGRES_DSN).
 	PostgresDSN string `yaml:"postgres_dsn"`
+}
+
+// A Database's backends (its store).
+const (
+	StoreOff      = "off"
+	StoreSQLite   = "sqlite"
+	StorePostgres = "postgres"
+)
+
+// Enabled reports whether the records are kept.
+func (d Database) Enabled() bool { return d.Store != StoreOff }
+
+// validate checks d, the database of section (usage, responses).
+func (d Database) validate(v *validator, section string) {
+	switch d.Store {
+	case StoreOff:
+	case StoreSQLite:
+		v.nonEmpty(section+".sqlite_path", d.SQLitePath)
+	case StorePostgres:
+		if !validPostgresDSN(d.PostgresDSN) {
+			// Not the value: it may hold a password.
+			v.add(section+".postgres_dsn", "must be a postgres:// URL or libpq key=value pairs naming a host (store postgres)")
+		}
+	default:
+		v.add(section+".store", "must be off, sqlite or postgres, got %q", d.Store)
+	}
+	if d.Store != StoreSQLite && d.SQLitePath != "" {
+		v.add(section+".sqlite_path", "is for %s.store sqlite, got store %q", section, d.Store)
+	}
+	if d.Store != StorePostgres && d.PostgresDSN != "" {
+		v.add(section+".postgres_dsn", "is for %s.store postgres, got store %q", section, d.Store)
+	}
+}
+
+// Usage is the usage ledger: one record per finished request (pkg/usage),
+// read back by GET /v1/usage and the admins' GET /v1/admin/usage. Off:
+// nothing is recorded and the usage routes answer 404.
+type Usage struct {
+	Database `yaml:",inline"`
 }
 
 // The ledger's backends (usage.store).
 const (
-	UsageOff      = "off"
-	UsageSQLite   = "sqlite"
-	UsagePostgres = "postgres"
+	UsageOff      = StoreOff
+	UsageSQLite   = StoreSQLite
+	UsagePostgres = StorePostgres
 )
 
-func defaultUsage() Usage { return Usage{Store: UsageOff} }
+func defaultUsage() Usage { return Usage{Database{Store: UsageOff}} }
 
-// Enabled reports whether requests are recorded.
-func (u Usage) Enabled() bool { return u.Store != UsageOff }
+func (u Usage) validate(v *validator) { u.Database.validate(v, "usage") }
 
-func (u Usage) validate(v *validator) {
-	switch u.Store {
-	case UsageOff:
-	case UsageSQLite:
-		v.nonEmpty("usage.sqlite_path", u.SQLitePath)
-	case UsagePostgres:
-		if !validPostgresDSN(u.PostgresDSN) {
-			// Not the value: it may hold a password.
-			v.add("usage.postgres_dsn", "must be a postgres:// URL or libpq key=value pairs naming a host (store postgres)")
-		}
-	default:
-		v.add("usage.store", "must be off, sqlite or postgres, got %q", u.Store)
-	}
-	if u.Store != UsageSQLite && u.SQLitePath != "" {
-		v.add("usage.sqlite_path", "is for usage.store sqlite, got store %q", u.Store)
-	}
-	if u.Store != UsagePostgres && u.PostgresDSN != "" {
-		v.add("usage.postgres_dsn", "is for usage.store postgres, got store %q", u.Store)
-	}
+// Responses keeps the Responses API's stored responses (pkg/responses):
+// what GET /v1/responses/{id} reads and previous_response_id continues.
+// Off: no response is stored, and store or previous_response_id is
+// refused.
+type Responses struct {
+	Database `yaml:",inline"`
+	// MaxChain bounds the responses one previous_response_id reaches back
+	// through.
+	MaxChain int `yaml:"max_chain"`
+}
+
+func defaultResponses() Responses {
+	return Responses{Database: Database{Store: StoreOff}, MaxChain: 100}
+}
+
+func (r Responses) validate(v *validator) {
+	r.Database.validate(v, "responses")
+	v.positive("responses.max_chain", int64(r.MaxChain))
 }
 
 // validPostgresDSN accepts what pgx takes: a postgres:// or postgresql://

@@ -49,6 +49,11 @@ type ResponseRequest struct {
 	Metadata          map[string]string `json:"metadata,omitempty"`
 	Stream            bool              `json:"stream,omitempty"`
 	ServiceTier       string            `json:"service_tier,omitempty"`
+	// Store keeps the response to be read back and continued (absent:
+	// stored, as at OpenAI, where the server stores responses).
+	Store *bool `json:"store,omitempty"`
+	// PreviousResponseID continues a stored response's conversation.
+	PreviousResponseID string `json:"previous_response_id,omitempty"`
 }
 
 // ResponseTool is a function the model may call: the Responses API

@@ -26,7 +26,7 @@ func testUsageAcrossWorkerKill(t *testing.T) {
 	slow(t)
 	path := filepath.Join(t.TempDir(), "usage.db")
 	s := startStack(t, stackOptions{externalWorker: true, configure: func(c *config.Config) {
-		c.Usage = config.Usage{Store: config.UsageSQLite, SQLitePath: path}
+		c.Usage = config.Usage{Database: config.Database{Store: config.UsageSQLite, SQLitePath: path}}
 	}})
 	db, err := sql.Open("sqlite", "file:"+path+"?_busy_timeout=5000&_txlock=immediate")
 	if err != nil {

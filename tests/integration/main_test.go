@@ -178,7 +178,8 @@ func run(m *testing.M) (int, error) {
 	}
 	defer os.RemoveAll(usageDir)
 	stack.usagePath = filepath.Join(usageDir, "usage.db")
-	cfg.Usage = config.Usage{Store: config.UsageSQLite, SQLitePath: stack.usagePath}
+	cfg.Usage = config.Usage{Database: config.Database{Store: config.UsageSQLite, SQLitePath: stack.usagePath}}
+	cfg.Responses.Database = config.Database{Store: config.StoreSQLite, SQLitePath: filepath.Join(usageDir, "responses.db")}
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}

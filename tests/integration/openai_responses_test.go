@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,67 @@ func TestOpenAIGoClientStreamsAResponse(t *testing.T) {
 	id := requestIDOfResponse(t, final.ID)
 	if in := chatInput(t, id); in.Gateway || in.Query != "How does a token bucket refill?" {
 		t.Fatalf("workflow input %+v", in)
+	}
+	assertPoolsIdle(t)
+}
+
+// A response is stored by default: read back whole by its id, continued
+// by previous_response_id (the next request's conversation holds the
+// earlier input and answer), invisible to another tenant, and gone once
+// deleted.
+func TestOpenAIGoClientStoredResponses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := openAIClient("k-acme")
+	first, err := client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: stack.cfg.Pools.Short.Model, Instructions: openai.String("Be brief."),
+		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("Name a queueing discipline.")},
+		MaxOutputTokens: openai.Int(16),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *responses.Response
+	// The workflow stores the answer just after the client has it; until
+	// then the read is the event log's, whole as well.
+	if got, err = client.Responses.Get(ctx, first.ID, responses.ResponseGetParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if got.OutputText() != first.OutputText() || got.Status != first.Status || got.Usage.TotalTokens != first.Usage.TotalTokens {
+		t.Fatalf("read back: %q %s %+v; created %q %s %+v", got.OutputText(), got.Status, got.Usage, first.OutputText(), first.Status, first.Usage)
+	}
+	second, err := client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: stack.cfg.Pools.Short.Model, PreviousResponseID: openai.String(first.ID),
+		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("And another?")},
+		MaxOutputTokens: openai.Int(16),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := chatInput(t, requestIDOfResponse(t, second.ID))
+	if len(in.Conversation) != 3 || in.Conversation[0].Role != "user" || in.Conversation[1].Role != "assistant" || in.Conversation[2].Role != "user" {
+		t.Fatalf("the continued conversation: %+v", in.Conversation)
+	}
+	if text, _ := in.Conversation[1].Text(); text != first.OutputText() {
+		t.Fatalf("the continued conversation's answer %q, want the first response's %q", text, first.OutputText())
+	}
+	recordHistory(t, requestIDOfResponse(t, second.ID), "chat_response_stored")
+
+	var apiErr *openai.Error
+	other := openAIClient("k-slow")
+	if _, err := other.Responses.Get(ctx, first.ID, responses.ResponseGetParams{}); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+		t.Fatalf("another tenant reads the response: %v", err)
+	}
+	if _, err := other.Responses.New(ctx, responses.ResponseNewParams{Model: stack.cfg.Pools.Short.Model,
+		PreviousResponseID: openai.String(first.ID), Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}}); !errors.As(err, &apiErr) ||
+		apiErr.StatusCode != 404 || apiErr.Param != "previous_response_id" {
+		t.Fatalf("another tenant continues the response: %v", err)
+	}
+	if err := client.Responses.Delete(ctx, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Responses.Get(ctx, first.ID, responses.ResponseGetParams{}); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+		t.Fatalf("a deleted response is read: %v", err)
 	}
 	assertPoolsIdle(t)
 }

@@ -391,7 +391,21 @@ func specOpenAI(c *specClient) {
 	if n := len(told.events); n < 4 || told.events[0].Event != "response.created" || told.events[n-1].Event != "response.incomplete" {
 		c.t.Fatalf("the streamed response is not created … incomplete: %+v", told.events)
 	}
-	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","input":"hi","store":true}`}, 400)
+	stored := c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","max_output_tokens":8,"input":"What is a queue?"}`}, 200)
+	var r struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(stored.body, &r); err != nil || r.ID == "" {
+		c.t.Fatalf("the stored response has no id: %s (%v)", stored.body, err)
+	}
+	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID, key: "k-acme"}, 200)
+	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID + "?stream=true", key: "k-acme"}, 400)
+	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID, key: "k-nobody"}, 401)
+	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","input":"hi","previous_response_id":"resp_nope"}`}, 404)
+	c.do(specCall{method: "DELETE", path: "/v1/responses/" + r.ID, key: "k-acme"}, 200)
+	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID, key: "k-acme"}, 404)
+	c.do(specCall{method: "DELETE", path: "/v1/responses/" + r.ID, key: "k-acme"}, 404)
+	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","input":"hi","background":true}`}, 400)
 	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"no-such-model","input":"hi"}`}, 404)
 	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-nobody", body: `{"model":"sluice-rag","input":"hi"}`}, 401)
 

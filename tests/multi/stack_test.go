@@ -99,7 +99,7 @@ func launchStack(ctx context.Context, opts launchOptions) (*stack, error) {
 	if err := s.temporal.Postgres().CreateDatabase(ctx, "sluice_usage"); err != nil {
 		return s, fmt.Errorf("usage ledger database: %w", err)
 	}
-	s.cfg.Usage = config.Usage{Store: config.UsagePostgres, PostgresDSN: s.temporal.Postgres().DSN("sluice_usage")}
+	s.cfg.Usage = config.Usage{Database: config.Database{Store: config.UsagePostgres, PostgresDSN: s.temporal.Postgres().DSN("sluice_usage")}}
 	if err := watchLedgerAttempts(ctx, s.cfg.Usage.PostgresDSN); err != nil {
 		return s, fmt.Errorf("usage ledger database: %w", err)
 	}

@@ -215,13 +215,25 @@ test('a response calls a tool, then answers its output', async () => {
   assert.ok(answer.output_text.length > 0);
 });
 
-test('a stored or background response is refused, naming the field', async () => {
+test('a stored response is retrieved, continued and deleted', async () => {
+  const first = await client.responses.create({ model, input: 'Name a queue.', max_output_tokens: 16 });
+  const again = await client.responses.retrieve(first.id);
+  assert.equal(again.id, first.id);
+  assert.equal(again.output_text, first.output_text);
+  const next = await client.responses.create({ model, input: 'And another?', previous_response_id: first.id, max_output_tokens: 16 });
+  assert.equal(next.previous_response_id, first.id);
+  assert.ok(next.usage.input_tokens > first.usage.input_tokens, 'the continued prompt holds the first turn');
+  await client.responses.delete(first.id);
+  await assert.rejects(client.responses.retrieve(first.id), (err) => err instanceof OpenAI.NotFoundError);
   await assert.rejects(
-    client.responses.create({ model, input: 'hi', store: true }),
-    (err) => err instanceof OpenAI.BadRequestError && err.code === 'unsupported_parameter' && err.param === 'store',
+    client.responses.create({ model, input: 'hi', previous_response_id: first.id }),
+    (err) => err instanceof OpenAI.NotFoundError && err.param === 'previous_response_id',
   );
+});
+
+test('a background response is refused, naming the field', async () => {
   await assert.rejects(
     client.responses.create({ model, input: 'hi', background: true }),
-    (err) => err instanceof OpenAI.BadRequestError && err.param === 'background',
+    (err) => err instanceof OpenAI.BadRequestError && err.code === 'unsupported_parameter' && err.param === 'background',
   );
 });

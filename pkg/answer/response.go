@@ -1,4 +1,4 @@
-package openai
+package answer
 
 import (
 	"cmp"
@@ -12,11 +12,11 @@ import (
 	"github.com/sluice-dev/sluice/pkg/request"
 )
 
-// responseEncoder tells a request's events as the Responses API's: the
+// ResponseEncoder tells a request's events as the Responses API's: the
 // Response as it stands, and the numbered events of its stream. It reads
 // nothing but the events and the request's parameters, so two readers of
 // one request's log number its events alike.
-type responseEncoder struct {
+type ResponseEncoder struct {
 	resp openai.Response
 	// ulid is the request id's ULID, which the item ids are made of.
 	ulid string
@@ -33,6 +33,9 @@ type responseEncoder struct {
 	failure *refusal.Error
 	// ended is set by the event that ends the response.
 	ended bool
+	// tokens is how many tokens were told: a token whose index is below
+	// it is one a retried write put in the log twice.
+	tokens int
 }
 
 type textItem struct {
@@ -46,33 +49,57 @@ type callItem struct {
 	call  openai.ResponseFunctionCall
 }
 
-// newResponseEncoder starts the Response of requestID ("chat-" and a
+// NewResponseEncoder starts the Response of requestID ("chat-" and a
 // ULID) with what the request asked for.
-func newResponseEncoder(requestID string, base openai.Response) *responseEncoder {
+func NewResponseEncoder(requestID string, base openai.Response) *ResponseEncoder {
 	ulid := strings.TrimPrefix(requestID, "chat-")
-	base.ID = responseIDPrefix + ulid
+	base.ID = ResponseID(requestID)
 	base.Object = openai.ObjectResponse
 	base.Status = openai.ResponseQueued
 	base.Output = []any{}
 	if base.Metadata == nil {
 		base.Metadata = map[string]string{}
 	}
-	return &responseEncoder{resp: base, ulid: ulid, calls: map[int]*callItem{}}
+	return &ResponseEncoder{resp: base, ulid: ulid, calls: map[int]*callItem{}}
 }
 
-// responseIDPrefix starts a response's id; its request's id is "chat-"
+// ResponseIDPrefix starts a response's id; its request's id is "chat-"
 // and the same ULID.
-const responseIDPrefix = "resp_"
+const ResponseIDPrefix = "resp_"
+
+// ResponseID is the id of requestID's response.
+func ResponseID(requestID string) string {
+	return ResponseIDPrefix + strings.TrimPrefix(requestID, "chat-")
+}
+
+// RequestID is the request behind a response id, false when id is not
+// a response's.
+func RequestID(responseID string) (string, bool) {
+	ulid, ok := strings.CutPrefix(responseID, ResponseIDPrefix)
+	if !ok || ulid == "" {
+		return "", false
+	}
+	return "chat-" + ulid, true
+}
+
+// Response is the Response as it stands.
+func (e *ResponseEncoder) Response() openai.Response { return e.resp }
+
+// Failure is the refusal a failed response amounts to, nil if none.
+func (e *ResponseEncoder) Failure() *refusal.Error { return e.failure }
+
+// Ended reports whether the response has ended.
+func (e *ResponseEncoder) Ended() bool { return e.ended }
 
 // encode is what ev adds to the stream, numbered on from the last.
-func (e *responseEncoder) encode(ev events.Event) []openai.ResponseEvent {
+func (e *ResponseEncoder) Encode(ev events.Event) []openai.ResponseEvent {
 	if e.ended {
 		return nil
 	}
 	var out []openai.ResponseEvent
 	switch ev.Type {
 	case events.TypeAccepted:
-		e.resp.ServiceTier = serviceTierOf(ev)
+		e.resp.ServiceTier = ServiceTierOf(ev)
 		if ms, ok := eventMillis(ev.ID); ok {
 			e.resp.CreatedAt = ms / 1000
 		}
@@ -87,7 +114,7 @@ func (e *responseEncoder) encode(ev events.Event) []openai.ResponseEvent {
 	case events.TypeDone:
 		out = e.done(ev, e.begin(out))
 	case events.TypeRejected, events.TypeError:
-		e.failure = failureError(ev)
+		e.failure = Failure(ev)
 		e.resp.Status = openai.ResponseFailed
 		if e.failure.Code == request.ReasonCancelled {
 			e.resp.Status = openai.ResponseCancelled
@@ -100,7 +127,7 @@ func (e *responseEncoder) encode(ev events.Event) []openai.ResponseEvent {
 }
 
 // begin adds in_progress once the request is past admission.
-func (e *responseEncoder) begin(out []openai.ResponseEvent) []openai.ResponseEvent {
+func (e *ResponseEncoder) begin(out []openai.ResponseEvent) []openai.ResponseEvent {
 	if e.began {
 		return out
 	}
@@ -111,11 +138,12 @@ func (e *responseEncoder) begin(out []openai.ResponseEvent) []openai.ResponseEve
 
 // token adds a token's text to the message item, or its tool call pieces
 // to their function call items, opening each on its first piece.
-func (e *responseEncoder) token(ev events.Event, out []openai.ResponseEvent) []openai.ResponseEvent {
+func (e *ResponseEncoder) token(ev events.Event, out []openai.ResponseEvent) []openai.ResponseEvent {
 	var t events.Token
-	if json.Unmarshal(ev.Data, &t) != nil || t.Notice || t.Choice != 0 {
+	if json.Unmarshal(ev.Data, &t) != nil || t.Notice || t.Choice != 0 || t.Index < e.tokens {
 		return out
 	}
+	e.tokens = t.Index + 1
 	if t.Model != "" {
 		e.resp.Model = t.Model
 	}
@@ -157,7 +185,7 @@ func (e *responseEncoder) token(ev events.Event, out []openai.ResponseEvent) []o
 
 // done closes every open item in order and ends the response: completed,
 // or incomplete when the answer was cut at max_output_tokens or filtered.
-func (e *responseEncoder) done(ev events.Event, out []openai.ResponseEvent) []openai.ResponseEvent {
+func (e *ResponseEncoder) done(ev events.Event, out []openai.ResponseEvent) []openai.ResponseEvent {
 	var d events.Done
 	if err := json.Unmarshal(ev.Data, &d); err != nil {
 		e.failure = &refusal.Error{Class: refusal.Internal, Code: request.ReasonInternal, Message: "unreadable answer"}
@@ -171,7 +199,7 @@ func (e *responseEncoder) done(ev events.Event, out []openai.ResponseEvent) []op
 	e.resp.ServiceTier = cmp.Or(e.resp.ServiceTier, d.ServiceTier)
 	itemStatus := openai.ResponseCompleted
 	e.resp.Status = openai.ResponseCompleted
-	switch finishReason(d.FinishReason) {
+	switch FinishReason(d.FinishReason) {
 	case openai.FinishLength:
 		e.resp.Status, itemStatus = openai.ResponseIncomplete, openai.ResponseIncomplete
 		e.resp.IncompleteDetails = &openai.IncompleteDetails{Reason: "max_output_tokens"}
@@ -211,7 +239,7 @@ func (e *responseEncoder) done(ev events.Event, out []openai.ResponseEvent) []op
 }
 
 // message is the text item as it stands; whole adds its text part.
-func (e *responseEncoder) message(status string, whole bool) openai.ResponseMessage {
+func (e *ResponseEncoder) message(status string, whole bool) openai.ResponseMessage {
 	m := openai.ResponseMessage{Type: openai.ItemMessage, ID: e.msg.id, Status: status, Role: openai.RoleAssistant, Content: []openai.OutputText{}}
 	if whole {
 		m.Content = append(m.Content, *outputText(e.msg.text.String()))
@@ -220,7 +248,7 @@ func (e *responseEncoder) message(status string, whole bool) openai.ResponseMess
 }
 
 // output is the items as they stand, in order.
-func (e *responseEncoder) output(status string) []any {
+func (e *ResponseEncoder) output(status string) []any {
 	out := make([]any, 0, len(e.order))
 	for _, it := range e.order {
 		switch it := it.(type) {
@@ -234,7 +262,7 @@ func (e *responseEncoder) output(status string) []any {
 }
 
 // whole is an event that carries the Response as it stands.
-func (e *responseEncoder) whole(typ string) openai.ResponseEvent {
+func (e *ResponseEncoder) whole(typ string) openai.ResponseEvent {
 	r := e.resp
 	if !e.ended {
 		r.Output = e.output(openai.ResponseInProgress)
@@ -244,13 +272,13 @@ func (e *responseEncoder) whole(typ string) openai.ResponseEvent {
 
 // next takes the next sequence number, for an event the encoder does
 // not make (a stream's error).
-func (e *responseEncoder) next() int {
+func (e *ResponseEncoder) Next() int {
 	e.seq++
 	return e.seq - 1
 }
 
 // number numbers events on from the last.
-func (e *responseEncoder) number(evs []openai.ResponseEvent) []openai.ResponseEvent {
+func (e *ResponseEncoder) number(evs []openai.ResponseEvent) []openai.ResponseEvent {
 	for i := range evs {
 		evs[i].SequenceNumber = e.seq
 		e.seq++

@@ -1,0 +1,173 @@
+package openai
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sluice-dev/sluice/door"
+	"github.com/sluice-dev/sluice/pkg/answer"
+	"github.com/sluice-dev/sluice/pkg/openai"
+	"github.com/sluice-dev/sluice/pkg/policy"
+	"github.com/sluice-dev/sluice/pkg/refusal"
+	"github.com/sluice-dev/sluice/pkg/responses"
+)
+
+// Stored responses: a response is stored unless the request says store:
+// false (as at OpenAI), when responses.store is on. The API writes what
+// was asked once the door admitted it; the chat workflow writes the
+// answer when the request ends (activities.StoreResponse), read from its
+// event log. Until then, a read tells the response as its log stands.
+
+// storing reports whether rr's response is stored, refusing what asks for
+// a store this process has not.
+func (s *Server) storing(rr responseRequest) (bool, error) {
+	if s.responses != nil {
+		return rr.Store == nil || *rr.Store, nil
+	}
+	if rr.Store != nil && *rr.Store {
+		return false, paramError("store", "storage_disabled", "responses are not stored here (responses.store is off): send store: false")
+	}
+	if rr.PreviousResponseID != "" {
+		return false, paramError("previous_response_id", "storage_disabled",
+			"responses are not stored here (responses.store is off), so none can be continued")
+	}
+	return false, nil
+}
+
+// priorItems is the conversation previous (tenant's stored response)
+// continues, as input items: each response of its chain, oldest first,
+// its input items then its output. Instructions are not carried on, as
+// at OpenAI.
+func (s *Server) priorItems(ctx context.Context, tenant, previous string) ([]json.RawMessage, error) {
+	if previous == "" {
+		return nil, nil
+	}
+	chain, err := s.responses.Chain(ctx, tenant, previous, s.cfg.Responses.MaxChain)
+	switch {
+	case errors.Is(err, responses.ErrNotFound):
+		return nil, &refusal.Error{Class: refusal.NotFound, Code: "not_found", Param: "previous_response_id",
+			Message: fmt.Sprintf("no stored response %q", previous)}
+	case errors.Is(err, responses.ErrChainTooLong):
+		return nil, paramError("previous_response_id", "invalid_value",
+			"previous_response_id reaches back through more than %d responses (responses.max_chain)", s.cfg.Responses.MaxChain)
+	case err != nil:
+		return nil, fmt.Errorf("read the responses %s continues: %w", previous, err)
+	}
+	var items []json.RawMessage
+	for _, rec := range chain {
+		var in []json.RawMessage
+		if err := json.Unmarshal(rec.Input, &in); err != nil {
+			return nil, fmt.Errorf("read the input of stored response %s: %w", rec.ID, err)
+		}
+		resp, ended, err := s.responseOf(ctx, rec)
+		if err != nil {
+			return nil, err
+		}
+		if !ended {
+			return nil, paramError("previous_response_id", "response_in_progress",
+				"response %s has not ended yet: continue it once it has", rec.ID)
+		}
+		var out struct {
+			Output []json.RawMessage `json:"output"`
+		}
+		if err := json.Unmarshal(resp, &out); err != nil {
+			return nil, fmt.Errorf("read the output of stored response %s: %w", rec.ID, err)
+		}
+		items = append(append(items, in...), out.Output...)
+	}
+	return items, nil
+}
+
+// store writes what response id of who asked, once the door admitted it.
+// A failure is logged: the answer is still given, and the workflow still
+// stores it.
+func (s *Server) store(ctx context.Context, who door.Caller, id string, rr responseRequest, params json.RawMessage) {
+	items, err := inputItems(rr.Input)
+	if err == nil {
+		var input []byte
+		if input, err = json.Marshal(items); err == nil {
+			err = s.responses.Create(ctx, responses.Record{ID: id, Tenant: who.Tenant, User: who.User, Status: openai.ResponseQueued,
+				Params: params, Input: input, PreviousID: rr.PreviousResponseID, CreatedAt: time.Now()})
+		}
+	}
+	if err != nil {
+		s.logger.Warn("store what a response asked; its answer is still stored", "response", id, "err", err)
+	}
+}
+
+// responseOf is rec's Response: as stored once it ended, else as its
+// event log tells it (a response read right after its end, before its
+// workflow stored it, is whole there too).
+func (s *Server) responseOf(ctx context.Context, rec responses.Record) (json.RawMessage, bool, error) {
+	if rec.Ended() {
+		return rec.Response, true, nil
+	}
+	var base openai.Response
+	if err := json.Unmarshal(rec.Params, &base); err != nil {
+		return nil, false, fmt.Errorf("read the parameters of stored response %s: %w", rec.ID, err)
+	}
+	requestID, _ := answer.RequestID(rec.ID)
+	enc, err := answer.ReadResponse(ctx, s.events, requestID, base)
+	if err != nil {
+		return nil, false, err
+	}
+	raw, err := json.Marshal(enc.Response())
+	if err != nil {
+		return nil, false, fmt.Errorf("encode response %s: %w", rec.ID, err)
+	}
+	return raw, enc.Ended(), nil
+}
+
+// storedRecord is the caller's stored response the path names.
+func (s *Server) storedRecord(c echo.Context) (door.Caller, responses.Record, error) {
+	who, err := s.auth.For(c, policy.RouteReads)
+	if err != nil {
+		return who, responses.Record{}, err
+	}
+	id := c.Param("id")
+	if s.responses == nil {
+		return who, responses.Record{}, &refusal.Error{Class: refusal.NotFound, Code: "not_found",
+			Message: fmt.Sprintf("no stored response %q: responses are not stored here (responses.store is off)", id)}
+	}
+	rec, err := s.responses.Get(c.Request().Context(), who.Tenant, id)
+	if errors.Is(err, responses.ErrNotFound) {
+		return who, rec, &refusal.Error{Class: refusal.NotFound, Code: "not_found", Message: fmt.Sprintf("no stored response %q", id)}
+	}
+	return who, rec, err
+}
+
+// getResponse answers GET /v1/responses/{id}: the caller's tenant's
+// stored response, whole once it ended, as it stands before.
+func (s *Server) getResponse(c echo.Context) error {
+	if c.QueryParam("stream") == "true" {
+		return paramError("stream", "unsupported_parameter", "a stored response is read whole; streaming it again is not supported yet")
+	}
+	_, rec, err := s.storedRecord(c)
+	if err != nil {
+		return err
+	}
+	raw, _, err := s.responseOf(c.Request().Context(), rec)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, raw)
+}
+
+// deleteResponse answers DELETE /v1/responses/{id}: the stored response
+// is gone, for reads and for previous_response_id.
+func (s *Server) deleteResponse(c echo.Context) error {
+	who, rec, err := s.storedRecord(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.responses.Delete(c.Request().Context(), who.Tenant, rec.ID); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"id": rec.ID, "object": "response.deleted", "deleted": true})
+}
