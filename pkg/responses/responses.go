@@ -25,9 +25,6 @@ var schema = sqldb.Schema{Name: "response store", Table: "responses_schema_migra
 	// Arbitrary, the store's own.
 	LockKey: 7106543212}
 
-// statusDeleted marks a deleted response's tombstone.
-const statusDeleted = "deleted"
-
 // ErrNotFound: no such response of the tenant (another tenant's is not
 // found either).
 var ErrNotFound = errors.New("no such response")
@@ -149,7 +146,8 @@ func rawOrNil(s string) json.RawMessage {
 }
 
 // Delete deletes tenant's response id, reporting whether there was one.
-// Its row stays as a tombstone without content.
+// Its row stays as a tombstone without content, of status 'deleted',
+// which every read and write here passes over.
 func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 	res, err := s.exec(ctx, "delete response "+id, `UPDATE responses SET status = 'deleted', params = '', input = '', response = ''
 		WHERE id = ? AND tenant = ? AND status <> 'deleted'`, id, tenant)
