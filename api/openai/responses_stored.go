@@ -1,11 +1,15 @@
 package openai
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -170,4 +174,91 @@ func (s *Server) deleteResponse(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"id": rec.ID, "object": "response.deleted", "deleted": true})
+}
+
+// A page of input items, as OpenAI's.
+const (
+	defaultItemsPage = 20
+	maxItemsPage     = 100
+)
+
+// listInputItems answers GET /v1/responses/{id}/input_items: the stored
+// response's own input items (not those of the responses it continues),
+// a page at a time by item id (?after=, ?limit= 1–100, default 20;
+// ?order= asc or desc, the default, as at OpenAI). An item sent without
+// an id is given one from its response's and its place.
+func (s *Server) listInputItems(c echo.Context) error {
+	limit := defaultItemsPage
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxItemsPage {
+			return paramError("limit", "invalid_value", "limit must be between 1 and %d, got %q", maxItemsPage, v)
+		}
+		limit = n
+	}
+	order := cmp.Or(c.QueryParam("order"), "desc")
+	if order != "asc" && order != "desc" {
+		return paramError("order", "invalid_value", "order must be asc or desc, got %q", order)
+	}
+	_, rec, err := s.storedRecord(c)
+	if err != nil {
+		return err
+	}
+	items, err := itemsWithIDs(rec)
+	if err != nil {
+		return err
+	}
+	if order == "desc" {
+		slices.Reverse(items)
+	}
+	if after := c.QueryParam("after"); after != "" {
+		i := slices.IndexFunc(items, func(it map[string]any) bool { return it["id"] == after })
+		if i < 0 {
+			return paramError("after", "invalid_value", "no input item %q in response %s", after, rec.ID)
+		}
+		items = items[i+1:]
+	}
+	page := map[string]any{"object": openai.ObjectList, "data": items[:min(limit, len(items))], "has_more": len(items) > limit,
+		"first_id": nil, "last_id": nil}
+	if n := min(limit, len(items)); n > 0 {
+		page["first_id"], page["last_id"] = items[0]["id"], items[n-1]["id"]
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+// itemsWithIDs is rec's input items, each with its id.
+func itemsWithIDs(rec responses.Record) ([]map[string]any, error) {
+	var items []map[string]any
+	if err := json.Unmarshal(rec.Input, &items); err != nil {
+		return nil, fmt.Errorf("read the input of stored response %s: %w", rec.ID, err)
+	}
+	ulid := strings.TrimPrefix(rec.ID, answer.ResponseIDPrefix)
+	for i, it := range items {
+		if id, _ := it["id"].(string); id == "" {
+			it["id"] = fmt.Sprintf("in_%s_%d", ulid, i)
+		}
+		asMessageItem(it)
+	}
+	return items, nil
+}
+
+// asMessageItem writes a message sent in the short form (a role and a
+// string) as OpenAI lists it: a message item whose content is one text
+// part.
+func asMessageItem(it map[string]any) {
+	role, _ := it["role"].(string)
+	if typ, _ := it["type"].(string); role == "" || typ != "" && typ != openai.ItemMessage {
+		return
+	}
+	it["type"] = openai.ItemMessage
+	if _, ok := it["status"]; !ok {
+		it["status"] = openai.ResponseCompleted
+	}
+	if text, ok := it["content"].(string); ok {
+		part := openai.PartInputText
+		if role == openai.RoleAssistant {
+			part = openai.PartOutputText
+		}
+		it["content"] = []map[string]any{{"type": part, "text": text}}
+	}
 }

@@ -155,6 +155,39 @@ func TestOpenAIGoClientStoredResponses(t *testing.T) {
 	}
 	recordHistory(t, requestIDOfResponse(t, second.ID), "chat_response_stored")
 
+	// A response's own input items, a page at a time.
+	three, err := client.Responses.New(ctx, responses.ResponseNewParams{
+		Model: stack.cfg.Pools.Short.Model, MaxOutputTokens: openai.Int(4),
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: responses.ResponseInputParam{
+			responses.ResponseInputItemParamOfMessage("one", responses.EasyInputMessageRoleUser),
+			responses.ResponseInputItemParamOfMessage("two", responses.EasyInputMessageRoleAssistant),
+			responses.ResponseInputItemParamOfMessage("three", responses.EasyInputMessageRoleUser),
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	pages := 0
+	page, err := client.Responses.InputItems.List(ctx, three.ID, responses.InputItemListParams{Limit: openai.Int(2), Order: responses.InputItemListParamsOrderAsc})
+	for ; err == nil && page != nil; page, err = page.GetNextPage() {
+		pages++
+		for _, it := range page.Data {
+			var m struct {
+				Content []struct {
+					Text string `json:"text"`
+				} `json:"content"`
+			}
+			if json.Unmarshal([]byte(it.RawJSON()), &m) != nil || len(m.Content) == 0 || it.ID == "" {
+				t.Fatalf("input item %s", it.RawJSON())
+			}
+			texts = append(texts, m.Content[0].Text)
+		}
+	}
+	if err != nil || pages != 2 || strings.Join(texts, " ") != "one two three" {
+		t.Fatalf("input items %v over %d pages (%v), want one two three over 2", texts, pages, err)
+	}
+
 	var apiErr *openai.Error
 	other := openAIClient("k-slow")
 	if _, err := other.Responses.Get(ctx, first.ID, responses.ResponseGetParams{}); !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {

@@ -223,6 +223,10 @@ test('a stored response is retrieved, continued and deleted', async () => {
   const next = await client.responses.create({ model, input: 'And another?', previous_response_id: first.id, max_output_tokens: 16 });
   assert.equal(next.previous_response_id, first.id);
   assert.ok(next.usage.input_tokens > first.usage.input_tokens, 'the continued prompt holds the first turn');
+  const items = [];
+  for await (const item of client.responses.inputItems.list(next.id)) items.push(item);
+  assert.equal(items.length, 1);
+  assert.equal(items[0].content[0].text, 'And another?');
   await client.responses.delete(first.id);
   await assert.rejects(client.responses.retrieve(first.id), (err) => err instanceof OpenAI.NotFoundError);
   await assert.rejects(
