@@ -188,6 +188,11 @@ const (
 // ?order= asc or desc, the default, as at OpenAI). An item sent without
 // an id is given one from its response's and its place.
 func (s *Server) listInputItems(c echo.Context) error {
+	// The caller first: a stranger hears 401, not what its query lacks.
+	_, rec, err := s.storedRecord(c)
+	if err != nil {
+		return err
+	}
 	limit := defaultItemsPage
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -199,10 +204,6 @@ func (s *Server) listInputItems(c echo.Context) error {
 	order := cmp.Or(c.QueryParam("order"), "desc")
 	if order != "asc" && order != "desc" {
 		return paramError("order", "invalid_value", "order must be asc or desc, got %q", order)
-	}
-	_, rec, err := s.storedRecord(c)
-	if err != nil {
-		return err
 	}
 	items, err := itemsWithIDs(rec)
 	if err != nil {
