@@ -77,25 +77,19 @@ func (a *Chat) recordTurn(ctx context.Context, in FinalizeInput) error {
 // streamedAnswer is the text of a request's token events.
 func (a *Chat) streamedAnswer(ctx context.Context, requestID string) (string, error) {
 	var b strings.Builder
-	after := "0"
-	for {
-		evs, err := a.Events.After(ctx, requestID, after, 1000)
-		if err != nil {
-			return "", fmt.Errorf("read answer of %s: %w", requestID, err)
+	err := a.Events.Each(ctx, requestID, func(ev events.Event) error {
+		if ev.Type != events.TypeToken {
+			return nil
 		}
-		for _, ev := range evs {
-			if ev.Type != events.TypeToken {
-				continue
-			}
-			var tok events.Token
-			if err := json.Unmarshal(ev.Data, &tok); err != nil {
-				return "", fmt.Errorf("decode token of %s: %w", requestID, err)
-			}
-			b.WriteString(tok.Text)
+		var tok events.Token
+		if err := json.Unmarshal(ev.Data, &tok); err != nil {
+			return fmt.Errorf("decode token of %s: %w", requestID, err)
 		}
-		if len(evs) < 1000 {
-			return b.String(), nil
-		}
-		after = evs[len(evs)-1].ID
+		b.WriteString(tok.Text)
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("read answer of %s: %w", requestID, err)
 	}
+	return b.String(), nil
 }

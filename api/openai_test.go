@@ -51,7 +51,12 @@ func assertOpenAIError(t *testing.T, rec *httptest.ResponseRecorder, status int,
 }
 
 func postCompletion(srv *Server, body string, header map[string]string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+	return postOpenAI(srv, "/v1/chat/completions", body, header)
+}
+
+// postOpenAI posts body to an OpenAI route as k-acme, with header.
+func postOpenAI(srv *Server, path, body string, header map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer k-acme")
 	for k, v := range header {

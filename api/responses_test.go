@@ -13,15 +13,7 @@ import (
 )
 
 func postResponse(srv *Server, body string, header map[string]string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/v1/responses", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer k-acme")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, req)
-	return rec
+	return postOpenAI(srv, "/v1/responses", body, header)
 }
 
 // Every refusal of a Responses request is an HTTP status with an

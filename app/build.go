@@ -125,7 +125,7 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *Core
 	}
 	c.Notifier = signal.Notifier{Client: c.Temporal}
 	c.registerDependencyMetrics()
-	if c.Responses, err = openResponses(ctx, cfg.Responses, logger.With("component", "responses")); err != nil {
+	if c.Responses, err = openResponses(ctx, cfg.Responses); err != nil {
 		return nil, err
 	}
 	if c.Usage, err = openUsage(ctx, cfg.Usage, logger.With("component", "usage")); err != nil {

@@ -37,29 +37,39 @@ func (w *chat) recordUsage(ctx workflow.Context) {
 	if workflow.GetVersion(ctx, usageLedgerChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion || !w.in.Settings.RecordUsage {
 		return
 	}
-	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	in := activities.RecordUsageInput{Entry: w.usageEntry(ctx)}
+	if err := w.afterEnd(ctx, a.RecordUsage, in, usagePatience, "usage ledger refused the record"); err != nil {
+		// sluice_usage_records_total{result="failed"} counted every attempt.
+		w.logger.Error("usage not recorded: the ledger refused it for a day", "error", err)
+	}
+}
+
+// afterEnd runs activity, which keeps what a finished request leaves
+// (its usage record, its stored response), once: a local attempt first
+// (one write, no server round trip), then, when that is refused (said
+// as refused), a regular activity retried for patience while the
+// workflow stays open. It runs on a disconnected context, so that a
+// cancelled request still keeps it. It returns the last attempt's error.
+func (w *chat) afterEnd(ctx workflow.Context, activity, in any, patience time.Duration, refused string) error {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	lctx := workflow.WithLocalActivityOptions(dctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout:    5 * time.Second,
 		ScheduleToCloseTimeout: 30 * time.Second,
 		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaximumInterval: 5 * time.Second},
 	})
-	err := workflow.ExecuteLocalActivity(lctx, a.RecordUsage, in).Get(lctx, nil)
+	err := workflow.ExecuteLocalActivity(lctx, activity, in).Get(lctx, nil)
 	if err == nil {
-		return
+		return nil
 	}
-	w.logger.Warn("usage ledger refused the record; retrying it in the background", "error", err, "for", usagePatience)
+	w.logger.Warn(refused+"; retrying it in the background", "error", err, "for", patience)
 	actx := workflow.WithActivityOptions(dctx, workflow.ActivityOptions{
 		StartToCloseTimeout:    30 * time.Second,
-		ScheduleToCloseTimeout: usagePatience,
+		ScheduleToCloseTimeout: patience,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 5 * time.Minute,
 		},
 	})
-	if err := workflow.ExecuteActivity(actx, a.RecordUsage, in).Get(actx, nil); err != nil {
-		// sluice_usage_records_total{result="failed"} counted every attempt.
-		w.logger.Error("usage not recorded: the ledger refused it for a day", "error", err)
-	}
+	return workflow.ExecuteActivity(actx, activity, in).Get(actx, nil)
 }
 
 // usageEntry is the finished request as the ledger keeps it.

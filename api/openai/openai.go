@@ -109,6 +109,39 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 
 // streamCompletion renders the request's events as OpenAI chunks.
 func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta, includeUsage bool) error {
+	return s.stream(c, sub, id, func(out httpio.SSEWriter) endingSink {
+		return &chunkSink{out: out, meta: meta, includeUsage: includeUsage}
+	})
+}
+
+// awaitCompletion waits for the request's answer and sends it as one
+// completion.
+func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta) error {
+	var col answerCollector
+	if ok, err := s.await(c, sub, id, &col); !ok {
+		return err
+	}
+	if col.failure != nil {
+		return col.failure
+	}
+	meta.Model = cmp.Or(col.done.Model, meta.Model)
+	meta.ServiceTier = cmp.Or(col.serviceTier, col.done.ServiceTier)
+	return c.JSON(http.StatusOK, completionOf(meta, col.answers, col.done))
+}
+
+// endingSink is an OpenAI stream's sink, which can end the stream with an
+// error its clients raise.
+type endingSink interface {
+	follow.Sink
+	fail(e *refusal.Error) error
+}
+
+// stream follows a request's events into the sink newSink makes of the
+// client's SSE stream. An OpenAI client cannot resume: when the stream is
+// interrupted, it is told that the answer is cut short (a stream that
+// just stops would look complete), and the request ends rather than run
+// for nobody.
+func (s *Server) stream(c echo.Context, sub *events.Subscription, id string, newSink func(httpio.SSEWriter) endingSink) error {
 	sse, err := httpio.StartSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
 	if err != nil {
 		s.follow.Detach(id)
@@ -116,14 +149,11 @@ func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id s
 	}
 	// The server's own closing bytes follow the handler: bound them too.
 	defer sse.Arm()
-	out := &chunkSink{out: sse, meta: meta, includeUsage: includeUsage}
+	out := newSink(sse)
 	switch s.follow.Follow(c.Request().Context(), sub, id, out, true) {
 	case follow.EndClientGone:
 		s.follow.Detach(id)
 	case follow.EndInterrupted:
-		// An OpenAI client cannot resume: tell it the answer is cut short
-		// (a stream that just stops would look complete), and end the
-		// request rather than run it for nobody.
 		_ = out.fail(&refusal.Error{Class: refusal.Unavailable, Code: request.ReasonStreamInterrupted,
 			Message: "The stream was interrupted (the server is restarting). Please retry."})
 		_ = out.Flush()
@@ -132,26 +162,21 @@ func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id s
 	return nil
 }
 
-// awaitCompletion waits for the request's answer and sends it as one
-// completion. A client that leaves first detaches, and so cancels the
-// request, as on the SSE path.
-func (s *Server) awaitCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta) error {
+// await follows a request's events into out until its end, for an
+// answer sent whole. It reports whether the answer is there to send; if
+// not, err is what to answer instead (nil: the client left, which
+// detaches, and so cancels the request, as on the SSE path).
+func (s *Server) await(c echo.Context, sub *events.Subscription, id string, out follow.Sink) (bool, error) {
 	c.Response().Header().Set("X-Request-ID", id)
-	var col answerCollector
-	switch s.follow.Follow(c.Request().Context(), sub, id, &col, false) {
+	switch s.follow.Follow(c.Request().Context(), sub, id, out, false) {
 	case follow.EndClientGone:
 		s.follow.Detach(id)
-		return nil
+		return false, nil
 	case follow.EndInterrupted:
 		s.follow.DetachNow(id)
-		return refusal.Unreachable("The request was interrupted (the server is restarting). Please retry.")
+		return false, refusal.Unreachable("The request was interrupted (the server is restarting). Please retry.")
 	}
-	if col.failure != nil {
-		return col.failure
-	}
-	meta.Model = cmp.Or(col.done.Model, meta.Model)
-	meta.ServiceTier = cmp.Or(col.serviceTier, col.done.ServiceTier)
-	return c.JSON(http.StatusOK, completionOf(meta, col.answers, col.done))
+	return true, nil
 }
 
 // completion is OpenAI's non-streaming chat completion with Sluice's

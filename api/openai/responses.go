@@ -11,12 +11,10 @@ import (
 
 	"github.com/sluice-dev/sluice/api/httpio"
 	"github.com/sluice-dev/sluice/door"
-	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/answer"
 	"github.com/sluice-dev/sluice/pkg/events"
 	"github.com/sluice-dev/sluice/pkg/openai"
 	"github.com/sluice-dev/sluice/pkg/refusal"
-	"github.com/sluice-dev/sluice/pkg/request"
 )
 
 // responsesPath is OpenAI's Responses API, which new OpenAI clients call
@@ -133,25 +131,9 @@ func responseBase(rr responseRequest, model string, created int64) openai.Respon
 
 // streamResponse tells the request's events as the Responses API's.
 func (s *Server) streamResponse(c echo.Context, sub *events.Subscription, id string, enc *answer.ResponseEncoder) error {
-	sse, err := httpio.StartSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
-	if err != nil {
-		s.follow.Detach(id)
-		return nil
-	}
-	defer sse.Arm()
-	out := &responseSink{out: &sse, enc: enc}
-	switch s.follow.Follow(c.Request().Context(), sub, id, out, true) {
-	case follow.EndClientGone:
-		s.follow.Detach(id)
-	case follow.EndInterrupted:
-		// A Responses client cannot resume this stream: say that it was
-		// cut short, and end the request rather than run it for nobody.
-		_ = out.fail(&refusal.Error{Class: refusal.Unavailable, Code: request.ReasonStreamInterrupted,
-			Message: "The stream was interrupted (the server is restarting). Please retry."})
-		_ = out.Flush()
-		s.follow.DetachNow(id)
-	}
-	return nil
+	return s.stream(c, sub, id, func(out httpio.SSEWriter) endingSink {
+		return &responseSink{out: &out, enc: enc}
+	})
 }
 
 // awaitResponse waits for the request's end and answers the Response
@@ -159,15 +141,8 @@ func (s *Server) streamResponse(c echo.Context, sub *events.Subscription, id str
 // with the status its reason has, as chat completions do, so that a
 // client retries what may be retried.
 func (s *Server) awaitResponse(c echo.Context, sub *events.Subscription, id string, enc *answer.ResponseEncoder) error {
-	c.Response().Header().Set("X-Request-ID", id)
-	out := &responseSink{enc: enc}
-	switch s.follow.Follow(c.Request().Context(), sub, id, out, false) {
-	case follow.EndClientGone:
-		s.follow.Detach(id)
-		return nil
-	case follow.EndInterrupted:
-		s.follow.DetachNow(id)
-		return refusal.Unreachable("The request was interrupted (the server is restarting). Please retry.")
+	if ok, err := s.await(c, sub, id, &responseSink{enc: enc}); !ok {
+		return err
 	}
 	if enc.Failure() != nil {
 		return enc.Failure()

@@ -434,6 +434,30 @@ func (l *Log) After(ctx context.Context, requestID, afterID string, count int64)
 	return decode(msgs), nil
 }
 
+// eachPage is how many events one read of Each takes.
+const eachPage = 1000
+
+// Each calls fn with every event of a request's log, oldest first,
+// reading it a page at a time, and stops at fn's first error.
+func (l *Log) Each(ctx context.Context, requestID string, fn func(Event) error) error {
+	after := "0"
+	for {
+		evs, err := l.After(ctx, requestID, after, eachPage)
+		if err != nil {
+			return err
+		}
+		for _, ev := range evs {
+			if err := fn(ev); err != nil {
+				return err
+			}
+		}
+		if len(evs) < eachPage {
+			return nil
+		}
+		after = evs[len(evs)-1].ID
+	}
+}
+
 // First returns the oldest event of a request (its accepted event), or
 // ok=false if it has none.
 func (l *Log) First(ctx context.Context, requestID string) (Event, bool, error) {

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -74,6 +75,38 @@ func TestAppendAndAfter(t *testing.T) {
 	last, ok, err := l.Last(ctx, "r1")
 	if err != nil || !ok || last.ID != all[2].ID {
 		t.Fatalf("last = %+v %v %v", last, ok, err)
+	}
+}
+
+// Each reads a log longer than a page whole and in order, and stops at
+// its callback's error.
+func TestEachReadsEveryPage(t *testing.T) {
+	l, _ := newLog(t)
+	ctx := context.Background()
+	n := eachPage + 5
+	batch := make([]Pending, n)
+	for i := range batch {
+		batch[i] = Pending{TypeToken, Token{Index: i}}
+	}
+	if _, err := l.AppendBatch(ctx, "r1", batch); err != nil {
+		t.Fatal(err)
+	}
+	next := 0
+	err := l.Each(ctx, "r1", func(ev Event) error {
+		var tok Token
+		if err := json.Unmarshal(ev.Data, &tok); err != nil || tok.Index != next {
+			t.Fatalf("event %d is token %d (%v)", next, tok.Index, err)
+		}
+		next++
+		return nil
+	})
+	if err != nil || next != n {
+		t.Fatalf("read %d of %d events: %v", next, n, err)
+	}
+	stop := errors.New("enough")
+	seen := 0
+	if err := l.Each(ctx, "r1", func(Event) error { seen++; return stop }); !errors.Is(err, stop) || seen != 1 {
+		t.Fatalf("after its callback's error: %v, %d events", err, seen)
 	}
 }
 

@@ -1,13 +1,11 @@
 package responses
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,15 +13,12 @@ import (
 	"github.com/sluice-dev/sluice/tests/testenv"
 )
 
-var (
-	pgOnce sync.Once
-	pgSrv  *testenv.Postgres
-	pgErr  error
-)
+// pg is the package's one PostgreSQL cluster, stopped by TestMain.
+var pg testenv.SharedPostgres
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if err := pgSrv.Stop(); err != nil {
+	if err := pg.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop postgres:", err)
 	}
 	os.Exit(code)
@@ -41,25 +36,12 @@ func backends(t *testing.T, f func(t *testing.T, s *Store)) {
 		f(t, s)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		pgOnce.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var log bytes.Buffer
-			if pgSrv, pgErr = testenv.StartPostgres(ctx, 0, &log); pgErr != nil {
-				pgErr = fmt.Errorf("%w\n%s", pgErr, log.String())
-			}
-		})
-		if errors.Is(pgErr, testenv.ErrNoPostgres) {
-			t.Skip("PostgreSQL is not installed (apt-get install postgresql): ", pgErr)
-		}
-		if pgErr != nil {
-			t.Fatal(pgErr)
-		}
+		srv := pg.Get(t)
 		name := fmt.Sprintf("responses_%d", time.Now().UnixNano())
-		if err := pgSrv.CreateDatabase(context.Background(), name); err != nil {
+		if err := srv.CreateDatabase(context.Background(), name); err != nil {
 			t.Fatal(err)
 		}
-		s, err := OpenPostgres(pgSrv.DSN(name))
+		s, err := OpenPostgres(srv.DSN(name))
 		if err != nil {
 			t.Fatal(err)
 		}

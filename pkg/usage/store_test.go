@@ -1,9 +1,7 @@
 package usage
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,13 +32,13 @@ func backends(t *testing.T, f func(t *testing.T, open opener)) {
 		}})
 	})
 	t.Run("postgres", func(t *testing.T) {
-		pg := postgres(t)
+		srv := pg.Get(t)
 		db := fmt.Sprintf("usage_%d", time.Now().UnixNano())
-		if err := pg.CreateDatabase(context.Background(), db); err != nil {
+		if err := srv.CreateDatabase(context.Background(), db); err != nil {
 			t.Fatal(err)
 		}
 		f(t, opener{t: t, open: func() (*SQLStore, error) {
-			s, err := OpenPostgres(pg.DSN(db))
+			s, err := OpenPostgres(srv.DSN(db))
 			if err != nil {
 				return nil, err
 			}
@@ -74,37 +72,12 @@ func (o opener) must() *SQLStore {
 	return s
 }
 
-var (
-	pgOnce sync.Once
-	pgSrv  *testenv.Postgres
-	pgErr  error
-)
-
-// postgres is the package's one PostgreSQL cluster, started on first use
-// and stopped by TestMain.
-func postgres(t *testing.T) *testenv.Postgres {
-	t.Helper()
-	pgOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		var log bytes.Buffer
-		pgSrv, pgErr = testenv.StartPostgres(ctx, 0, &log)
-		if pgErr != nil {
-			pgErr = fmt.Errorf("%w\n%s", pgErr, log.String())
-		}
-	})
-	if errors.Is(pgErr, testenv.ErrNoPostgres) {
-		t.Skip("PostgreSQL is not installed (apt-get install postgresql): ", pgErr)
-	}
-	if pgErr != nil {
-		t.Fatal(pgErr)
-	}
-	return pgSrv
-}
+// pg is the package's one PostgreSQL cluster, stopped by TestMain.
+var pg testenv.SharedPostgres
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if err := pgSrv.Stop(); err != nil {
+	if err := pg.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "stop postgres:", err)
 	}
 	os.Exit(code)

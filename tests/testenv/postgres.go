@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -152,3 +155,36 @@ func tsPGMajor(binDir string) int {
 	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
 	return n
 }
+
+// SharedPostgres is a test package's one throwaway PostgreSQL cluster,
+// started by the first test that needs it; the package's TestMain stops
+// it.
+type SharedPostgres struct {
+	once sync.Once
+	srv  *Postgres
+	err  error
+}
+
+// Get is the cluster, started on first use. Where PostgreSQL is not
+// installed it skips t, saying so.
+func (s *SharedPostgres) Get(t testing.TB) *Postgres {
+	t.Helper()
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var log bytes.Buffer
+		if s.srv, s.err = StartPostgres(ctx, 0, &log); s.err != nil {
+			s.err = fmt.Errorf("%w\n%s", s.err, log.String())
+		}
+	})
+	if errors.Is(s.err, ErrNoPostgres) {
+		t.Skip("PostgreSQL is not installed (apt-get install postgresql): ", s.err)
+	}
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.srv
+}
+
+// Stop stops the cluster, if a test started it.
+func (s *SharedPostgres) Stop() error { return s.srv.Stop() }
