@@ -31,7 +31,8 @@ func TestResponseRefusalsAreOpenAIShaped(t *testing.T) {
 		{"no input", `{"model":"sluice-sim"}`, nil, 400, "invalid_request_error", "missing_input", "input"},
 		{"stored, with the store off", `{"model":"sluice-sim","input":"hi","store":true}`, nil, 400, "invalid_request_error", "storage_disabled", "store"},
 		{"continued, with the store off", `{"model":"sluice-sim","input":"hi","previous_response_id":"resp_1"}`, nil, 400, "invalid_request_error", "storage_disabled", "previous_response_id"},
-		{"background", `{"model":"sluice-sim","input":"hi","background":true}`, nil, 400, "invalid_request_error", "unsupported_parameter", "background"},
+		{"background, with the store off", `{"model":"sluice-sim","input":"hi","background":true}`, nil, 400, "invalid_request_error", "storage_disabled", "background"},
+		{"background, not stored", `{"model":"sluice-sim","input":"hi","background":true,"store":false}`, nil, 400, "invalid_request_error", "invalid_value", "store"},
 		{"unknown model", `{"model":"gpt-5","input":"hi"}`, nil, 404, "not_found_error", "model_not_found", "model"},
 		{"zero max_output_tokens", `{"model":"sluice-sim","input":"hi","max_output_tokens":0}`, nil, 400, "invalid_request_error", "bad_max_tokens", "max_output_tokens"},
 		{"query too long", `{"model":"sluice-rag","input":"` + strings.Repeat("a", 201) + `"}`, nil, 413, "invalid_request_error", "query_too_long", "input"},
@@ -73,8 +74,10 @@ func TestResponseRateLimitedIs429(t *testing.T) {
 // OpenAI's shape.
 func TestStoredResponseWithTheStoreOffIs404(t *testing.T) {
 	srv, _, _ := newTestServer(t, nil)
-	for _, method := range []string{http.MethodGet, http.MethodDelete} {
-		req := httptest.NewRequest(method, "/v1/responses/resp_01HZY3Q9V7W8X2K4M6N8P0R2T4", nil)
+	for _, r := range []struct{ method, path string }{
+		{http.MethodGet, ""}, {http.MethodDelete, ""}, {http.MethodPost, "/cancel"}, {http.MethodGet, "?stream=true&starting_after=3"},
+	} {
+		req := httptest.NewRequest(r.method, "/v1/responses/resp_01HZY3Q9V7W8X2K4M6N8P0R2T4"+r.path, nil)
 		req.Header.Set("Authorization", "Bearer k-acme")
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, req)

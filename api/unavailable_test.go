@@ -53,6 +53,7 @@ var redisDownCases = map[string]redisDownCase{
 	"GET /v1/responses/:id":              {"/v1/responses/resp_01HZY3Q9V7W8X2K4M6N8P0R2T4", managedKey, "", nil, nil},
 	"DELETE /v1/responses/:id":           {"/v1/responses/resp_01HZY3Q9V7W8X2K4M6N8P0R2T4", managedKey, "", nil, nil},
 	"GET /v1/responses/:id/input_items":  {"/v1/responses/resp_01HZY3Q9V7W8X2K4M6N8P0R2T4/input_items", managedKey, "", nil, nil},
+	"POST /v1/responses/:id/cancel":      {"/v1/responses/resp_01HZY3Q9V7W8X2K4M6N8P0R2T4/cancel", managedKey, "", nil, nil},
 	"GET /v1/models":                     {"/v1/models", managedKey, "", nil, nil},
 	"POST /v1/embeddings":                {"/v1/embeddings", "k-acme", `{"model":"` + config.Default().Embedding.Model + `","input":["hello"]}`, nil, nil},
 	"GET /v1/requests/:id":               {downRequest, "k-acme", "", nil, nil},

@@ -64,7 +64,7 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 		return adm, err
 	}
 	req.pool = pool
-	a := arrival{id: NewRequestID(), who: who, tier: tier, class: class, pool: pool, arrived: time.Now()}
+	a := arrival{id: NewRequestID(), who: who, tier: tier, class: class, pool: pool, arrived: time.Now(), background: req.Background}
 	a.tokens = d.tokenBound(req)
 	a.admitTokens = d.admissionTokens(req)
 	if err := d.charge(ctx, rctx, &adm.Standing, &a, req, live); err != nil {
@@ -96,14 +96,16 @@ func (d *Door) Admit(ctx context.Context, who Caller, req *Request) (Admission, 
 	}
 	adm.ID, adm.Pool = a.id, pool
 	a.key = key
-	select {
-	case <-w.Admitted():
-	default:
-		go d.startWhenAdmitted(ctx, a, *req, w)
-		adm.Sub = sub
-		return adm, nil
+	if w != nil {
+		select {
+		case <-w.Admitted():
+		default:
+			go d.startWhenAdmitted(ctx, a, *req, w)
+			adm.Sub = sub
+			return adm, nil
+		}
+		a.admitted(w)
 	}
-	a.admitted(w)
 	err = d.startChat(ctx, a, *req, 0)
 	d.started(w, a, err)
 	if err != nil {
@@ -189,4 +191,6 @@ type arrival struct {
 	key *idempotency.Key
 	// arrived starts the request's max wait, the door's share included.
 	arrived time.Time
+	// background is a request no client waits for (Request.Background).
+	background bool
 }

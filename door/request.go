@@ -58,6 +58,12 @@ type Request struct {
 	// Response is the Responses API's Response as asked, when its answer
 	// is to be stored (workflows.ChatInput.Response).
 	Response json.RawMessage
+	// Background is a request no client waits for (a background
+	// response): it skips the waiting room, whose waiters live in this
+	// process, and waits in its pool's queue, up to
+	// responses.background_max_wait; its workflow outlives its readers
+	// (workflows.ChatInput.Background).
+	Background bool
 	// ServiceTier is the service class the client asked for (OpenAI's
 	// service_tier, on either API): a class of request.Classes,
 	// request.ClassAuto, or "" for none; the caller's plan decides

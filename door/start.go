@@ -31,11 +31,12 @@ func (d *Door) startChat(ctx context.Context, a arrival, req Request, waited tim
 	in.Settings.Weight, in.Settings.TTFTSLO, in.Settings.TPOTSLO = a.class.Weight, a.class.TTFTSLO, a.class.TPOTSLO
 	in.Settings.RefuseLate = a.class.RefuseLate
 	in.Deadline = a.deadline()
-	if waited > 0 || a.class.RefuseLate {
+	if waited > 0 || a.class.RefuseLate || a.background {
 		// The door's wait counts against the request's max wait, which
 		// a class that refuses late requests bounds by its deadline.
 		in.Settings.MaxWait, in.Settings.MaxWaitByPool = d.maxWait(a)-waited, nil
 	}
+	in.Background = a.background
 	// An answer that depends on a conversation is that conversation's
 	// own: requests in a session neither read nor fill the answer cache.
 	in.Settings.AnswerCache = d.answerKBs[req.kbRef().Key()] && req.cacheable()

@@ -98,6 +98,9 @@ const startPoll = 10 * time.Millisecond
 // started gives back a request's start slot once its start returned, and
 // counts it as starting until it has reached its pool.
 func (d *Door) started(w *waitroom.Waiter, a arrival, err error) {
+	if w == nil {
+		return // a background request, which held no slot
+	}
 	if err != nil {
 		w.Leave()
 		return
@@ -164,14 +167,18 @@ func (d *Door) mayPause(a arrival) bool {
 }
 
 // maxWait is the request's whole wait for a permit, the door's share
-// included: its tier's, else its pool's, else admission.max_wait; no
-// longer than its class's TTFT SLO when the class refuses late requests
-// (a permit after it could no longer meet it).
+// included: its tier's, else its pool's, else admission.max_wait (a
+// background request's: responses.background_max_wait); no longer than
+// its class's TTFT SLO when the class refuses late requests (a permit
+// after it could no longer meet it).
 func (d *Door) maxWait(a arrival) time.Duration {
 	set := ChatSettings(d.cfg, a.tier)
 	w, ok := set.MaxWaitByPool[a.pool]
 	if !ok {
 		w = set.MaxWait
+	}
+	if a.background {
+		w = d.cfg.Responses.BackgroundMaxWait
 	}
 	if a.class.RefuseLate {
 		w = min(w, a.class.TTFTSLO)
@@ -326,7 +333,9 @@ func (d *Door) poolStats(ctx context.Context, pool string) (admission.Stats, err
 // queue is short, waiting otherwise. A full queue, room or tenant share
 // is refused with 503 and Retry-After, before any workflow is started
 // (the admission script enforces the queue caps too; this read spares
-// Temporal the flood).
+// Temporal the flood). A background request is checked against the caps
+// and takes no waiter (nil): it starts at once and waits in its pool's
+// queue, which outlives this process, as the room's waiters do not.
 func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (*waitroom.Waiter, error) {
 	total, mine, err := d.gate.Depth(ctx, a.pool, a.who.Tenant)
 	switch {
@@ -342,6 +351,9 @@ func (d *Door) enterRoom(ctx context.Context, a *arrival, live *policy.Policy) (
 	}
 	if err := d.refuseLate(ctx, *a); err != nil {
 		return nil, err
+	}
+	if a.background {
+		return nil, nil
 	}
 	ready := canTake(d.cfg.API.QueuePerPermit, live, a.pool, total, 0)
 	pass := false
@@ -406,6 +418,9 @@ func (a *arrival) admitted(w *waitroom.Waiter) {
 // leave takes a's waiter out of the room (or gives back its start slot)
 // and makes a's place the one it held then, which is a's to give back.
 func (a *arrival) leave(w *waitroom.Waiter) {
+	if w == nil {
+		return // a background request, which never entered the room
+	}
 	w.Leave()
 	a.admitted(w)
 }

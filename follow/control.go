@@ -44,6 +44,20 @@ func (f *Follower) Resume(ctx context.Context, id, after string) (*events.Subscr
 // workflow hears that a reader is back, in case the first client left.
 // A request whose events are gone is ErrStreamGone.
 func (f *Follower) Attach(ctx context.Context, id, after string) (*events.Subscription, error) {
+	sub, err := f.Watch(ctx, id, after)
+	if err != nil {
+		return nil, err
+	}
+	f.signalAttach(ctx, id)
+	return sub, nil
+}
+
+// Watch follows a request that exists, from its first event (or after the
+// event id after), without telling its workflow: for a background
+// request, which runs to its end whoever reads it, a reader coming or
+// going is not worth a signal. A request whose events are gone is
+// ErrStreamGone.
+func (f *Follower) Watch(ctx context.Context, id, after string) (*events.Subscription, error) {
 	if after == "" || !events.ValidID(after) {
 		after = "0"
 	}
@@ -58,7 +72,6 @@ func (f *Follower) Attach(ctx context.Context, id, after string) (*events.Subscr
 	if err != nil {
 		return nil, refusal.Unreachable("event stream unavailable")
 	}
-	f.signalAttach(ctx, id)
 	return sub, nil
 }
 

@@ -7,7 +7,10 @@ import (
 )
 
 // watchCancel turns the cancel signal, workflow cancellation and a client
-// detached beyond the grace period into cancellation of the stages.
+// detached beyond the grace period into cancellation of the stages. A
+// background request has no client to lose: its readers come and go
+// (the signals are still taken off their channels) and only a cancel
+// ends it.
 func (w *chat) watchCancel(ctx workflow.Context) {
 	cancelCh := workflow.GetSignalChannel(ctx, SignalCancel)
 	detachCh := workflow.GetSignalChannel(ctx, SignalDetach)
@@ -41,11 +44,15 @@ func (w *chat) watchCancel(ctx workflow.Context) {
 		})
 		sel.AddReceive(detachCh, func(c workflow.ReceiveChannel, _ bool) {
 			c.Receive(ctx, nil)
-			attached--
+			if !w.in.Background {
+				attached--
+			}
 		})
 		sel.AddReceive(attachCh, func(c workflow.ReceiveChannel, _ bool) {
 			c.Receive(ctx, nil)
-			attached++
+			if !w.in.Background {
+				attached++
+			}
 		})
 		sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {
 			w.requestCancel(ctx, "workflow_cancelled")

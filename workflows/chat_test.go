@@ -435,13 +435,30 @@ func (s *chatSuite) blockingLLM(stopped chan struct{}) {
 	})
 }
 
-func (s *chatSuite) TestCancelSignalDuringStream() {
+// streamUntilStopped mocks a request granted at once whose stream runs
+// until its stop flag is raised, which closes the channel it returns.
+func (s *chatSuite) streamUntilStopped() chan struct{} {
 	stopped := make(chan struct{})
 	s.mockEmbed()
 	s.mockAdmit(granted, nil)
 	s.mockRetrieveRerank()
 	s.blockingLLM(stopped)
 	s.onStop(func() { close(stopped) })
+	return stopped
+}
+
+// awaitStopFlag waits for the stop flag a cancel raised: the workflow may
+// complete before that local activity has returned.
+func (s *chatSuite) awaitStopFlag(stopped chan struct{}) {
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		s.Fail("the stop flag was never raised")
+	}
+}
+
+func (s *chatSuite) TestCancelSignalDuringStream() {
+	stopped := s.streamUntilStopped()
 	s.env.RegisterDelayedCallback(func() {
 		s.env.SignalWorkflow(SignalCancel, CancelSignal{Reason: "client_request"})
 	}, time.Second)
@@ -449,13 +466,7 @@ func (s *chatSuite) TestCancelSignalDuringStream() {
 
 	r := s.result()
 	s.Equal(request.OutcomeCancelled, r.Outcome)
-	// The cancel raised the stop flag. The workflow may complete before
-	// that local activity has returned: wait for it.
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		s.Fail("the stop flag was never raised")
-	}
+	s.awaitStopFlag(stopped)
 	s.Contains(s.calls(), "StopStream")
 	f := s.onlyFinalize()
 	s.Equal("short", f.Pool, "the permit must be released after a cancelled stream")

@@ -137,7 +137,13 @@ type ChatInput struct {
 	// before it existed lack it, so a running workflow never takes the
 	// path it opens.
 	Response json.RawMessage `json:",omitempty"`
-	Settings ChatSettings
+	// Background marks a request no client waits for (a Responses API
+	// background response): it runs to its end with no reader, so a
+	// reader leaving (detach) or coming back (attach) changes nothing;
+	// only a cancel ends it early. Absent from earlier inputs, so a
+	// running workflow keeps the rule it started with.
+	Background bool `json:",omitempty"`
+	Settings   ChatSettings
 }
 
 // KBRef is the request's kb.

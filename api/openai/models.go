@@ -56,5 +56,5 @@ func (s *Server) listModels(c echo.Context) error {
 
 // IsPath reports the routes whose errors take OpenAI's shape.
 func IsPath(path string) bool {
-	return path == chatCompletionsPath || path == responsesPath || path == responsesPath+"/:id" || path == responsesPath+"/:id/input_items" || path == modelsPath || path == embeddingsPath
+	return path == chatCompletionsPath || path == responsesPath || path == responsesPath+"/:id" || path == responsesPath+"/:id/input_items" || path == responsesPath+"/:id/cancel" || path == modelsPath || path == embeddingsPath
 }

@@ -109,7 +109,7 @@ func (s *Server) postChatCompletions(c echo.Context) error {
 
 // streamCompletion renders the request's events as OpenAI chunks.
 func (s *Server) streamCompletion(c echo.Context, sub *events.Subscription, id string, meta completionMeta, includeUsage bool) error {
-	return s.stream(c, sub, id, func(out httpio.SSEWriter) endingSink {
+	return s.stream(c, sub, id, false, func(out httpio.SSEWriter) endingSink {
 		return &chunkSink{out: out, meta: meta, includeUsage: includeUsage}
 	})
 }
@@ -140,11 +140,16 @@ type endingSink interface {
 // client's SSE stream. An OpenAI client cannot resume: when the stream is
 // interrupted, it is told that the answer is cut short (a stream that
 // just stops would look complete), and the request ends rather than run
-// for nobody.
-func (s *Server) stream(c echo.Context, sub *events.Subscription, id string, newSink func(httpio.SSEWriter) endingSink) error {
+// for nobody. A background request runs on when its reader leaves, and
+// an interrupted reader is told where to read on.
+func (s *Server) stream(c echo.Context, sub *events.Subscription, id string, background bool, newSink func(httpio.SSEWriter) endingSink) error {
+	detach := s.follow.Detach
+	if background {
+		detach = func(string) {}
+	}
 	sse, err := httpio.StartSSE(c.Response(), id, s.cfg.API.StreamWriteTimeout)
 	if err != nil {
-		s.follow.Detach(id)
+		detach(id)
 		return nil
 	}
 	// The server's own closing bytes follow the handler: bound them too.
@@ -152,12 +157,18 @@ func (s *Server) stream(c echo.Context, sub *events.Subscription, id string, new
 	out := newSink(sse)
 	switch s.follow.Follow(c.Request().Context(), sub, id, out, true) {
 	case follow.EndClientGone:
-		s.follow.Detach(id)
+		detach(id)
 	case follow.EndInterrupted:
-		_ = out.fail(&refusal.Error{Class: refusal.Unavailable, Code: request.ReasonStreamInterrupted,
-			Message: "The stream was interrupted (the server is restarting). Please retry."})
+		msg := "The stream was interrupted (the server is restarting). Please retry."
+		if background {
+			msg = "The stream was interrupted (the server is restarting); the response goes on. " +
+				"Read on with GET /v1/responses/{id}?stream=true&starting_after= the last sequence_number you have."
+		}
+		_ = out.fail(&refusal.Error{Class: refusal.Unavailable, Code: request.ReasonStreamInterrupted, Message: msg})
 		_ = out.Flush()
-		s.follow.DetachNow(id)
+		if !background {
+			s.follow.DetachNow(id)
+		}
 	}
 	return nil
 }

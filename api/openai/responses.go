@@ -86,17 +86,25 @@ func (s *Server) postResponses(c echo.Context) error {
 		return withResponseParam(err)
 	}
 	defer adm.Sub.Close()
-	if stored {
-		s.store(ctx, who, answer.ResponseID(adm.ID), rr, params)
-	}
 	// As on chat completions, the model is the pool's until the answer's
 	// first token names the one that answers.
 	if p, ok := s.cfg.Pools.ByName()[adm.Pool]; ok {
 		base.Model = p.Model
 	}
+	if stored {
+		// Stored as this stream tells it, so that a stream read again
+		// from the record tells every event alike.
+		s.store(ctx, who, answer.ResponseID(adm.ID), rr, base)
+	}
 	enc := answer.NewResponseEncoder(adm.ID, base)
-	if rr.Stream {
-		return s.streamResponse(c, adm.Sub, adm.ID, enc)
+	switch {
+	case rr.Stream:
+		return s.streamResponse(c, adm.Sub, adm.ID, rr.Background, &responseSink{enc: enc})
+	case rr.Background:
+		// Queued, and nobody waits: it is read, streamed again or
+		// cancelled by its id.
+		c.Response().Header().Set("X-Request-ID", adm.ID)
+		return c.JSON(http.StatusOK, enc.Response())
 	}
 	return s.awaitResponse(c, adm.Sub, adm.ID, enc)
 }
@@ -113,8 +121,8 @@ func (rr responseRequest) previous() *string {
 // of its events: OpenAI's defaults where the request set nothing.
 func responseBase(rr responseRequest, model string, created int64) openai.Response {
 	r := openai.Response{CreatedAt: created, Model: model, Instructions: rr.Instructions, MaxOutputTokens: rr.MaxOutputTokens,
-		PreviousResponseID: rr.previous(),
-		Temperature:        rr.Temperature, TopP: rr.TopP, ToolChoice: rr.ToolChoice, Tools: rr.Tools, Truncation: "disabled",
+		PreviousResponseID: rr.previous(), Background: rr.Background,
+		Temperature: rr.Temperature, TopP: rr.TopP, ToolChoice: rr.ToolChoice, Tools: rr.Tools, Truncation: "disabled",
 		ParallelToolCalls: rr.ParallelToolCalls == nil || *rr.ParallelToolCalls, Metadata: rr.Metadata}
 	if len(r.ToolChoice) == 0 || string(r.ToolChoice) == "null" {
 		r.ToolChoice = json.RawMessage(`"auto"`)
@@ -129,10 +137,12 @@ func responseBase(rr responseRequest, model string, created int64) openai.Respon
 	return r
 }
 
-// streamResponse tells the request's events as the Responses API's.
-func (s *Server) streamResponse(c echo.Context, sub *events.Subscription, id string, enc *answer.ResponseEncoder) error {
-	return s.stream(c, sub, id, func(out httpio.SSEWriter) endingSink {
-		return &responseSink{out: &out, enc: enc}
+// streamResponse tells the request's events as the Responses API's,
+// through k (which has no writer yet).
+func (s *Server) streamResponse(c echo.Context, sub *events.Subscription, id string, background bool, k *responseSink) error {
+	return s.stream(c, sub, id, background, func(out httpio.SSEWriter) endingSink {
+		k.out = &out
+		return k
 	})
 }
 
@@ -152,10 +162,14 @@ func (s *Server) awaitResponse(c echo.Context, sub *events.Subscription, id stri
 
 // responseSink writes a request's events as the Responses API's, or only
 // encodes them when out is nil (a whole response). Events the Responses
-// API has none for (queue places) become SSE comments.
+// API has none for (queue places) become SSE comments. A reader that
+// re-attached from starting_after is sent only the events numbered from
+// (starting_after + 1; 0: all): it reads the log from its start, so
+// every event is numbered as it was the first time.
 type responseSink struct {
-	out *httpio.SSEWriter
-	enc *answer.ResponseEncoder
+	out  *httpio.SSEWriter
+	enc  *answer.ResponseEncoder
+	from int
 }
 
 func (k *responseSink) Write(ev events.Event) error {
@@ -170,6 +184,9 @@ func (k *responseSink) Write(ev events.Event) error {
 		}
 	}
 	for _, re := range evs {
+		if re.SequenceNumber < k.from {
+			continue
+		}
 		if err := k.send(re); err != nil {
 			return err
 		}

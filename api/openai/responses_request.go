@@ -22,16 +22,15 @@ type responseRequest struct {
 // forwards; any other is refused, naming it.
 var responseFields = []string{
 	"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
-	"parallel_tool_calls", "text", "metadata", "stream", "kb", door.ParamServiceTier, "store", "previous_response_id",
+	"parallel_tool_calls", "text", "metadata", "stream", "kb", door.ParamServiceTier, "store", "previous_response_id", "background",
 	// Labels OpenAI reads for abuse reports and its prompt cache; Sluice
 	// knows the user by the API key and forwards none of them.
 	"user", "safety_identifier", "prompt_cache_key",
 }
 
 // responseDefaultOnly are fields accepted only at the value that asks for
-// nothing more: a response is not run in the background, and the
-// conversation is never truncated to fit.
-var responseDefaultOnly = map[string]string{"background": "false", "truncation": `"disabled"`}
+// nothing more: the conversation is never truncated to fit.
+var responseDefaultOnly = map[string]string{"truncation": `"disabled"`}
 
 // Metadata bounds, as OpenAI's.
 const (
@@ -89,7 +88,7 @@ func (rr responseRequest) chatRequest(kb string, prior []json.RawMessage) (door.
 	if err := checkSampling(sampling); err != nil {
 		return door.Request{}, err
 	}
-	req := door.Request{MaxTokens: rr.MaxOutputTokens, Conversation: msgs, Choices: 1, ServiceTier: rr.ServiceTier}
+	req := door.Request{MaxTokens: rr.MaxOutputTokens, Conversation: msgs, Choices: 1, ServiceTier: rr.ServiceTier, Background: rr.Background}
 	rag, err := resolveModel(rr.Model, rr.KB, kb, &req)
 	if err != nil {
 		return door.Request{}, err

@@ -31,8 +31,16 @@ import (
 // storing reports whether rr's response is stored, refusing what asks for
 // a store this process has not.
 func (s *Server) storing(rr responseRequest) (bool, error) {
+	if rr.Background && rr.Store != nil && !*rr.Store {
+		// Its answer is read back by its id: it must be kept.
+		return false, paramError("store", "invalid_value", "a background response is stored: send store: true, or leave store out")
+	}
 	if s.responses != nil {
 		return rr.Store == nil || *rr.Store, nil
+	}
+	if rr.Background {
+		return false, paramError("background", "storage_disabled",
+			"responses are not stored here (responses.store is off), so none can run in the background: its answer could not be read back")
 	}
 	if rr.Store != nil && *rr.Store {
 		return false, paramError("store", "storage_disabled", "responses are not stored here (responses.store is off): send store: false")
@@ -91,11 +99,15 @@ func (s *Server) priorItems(ctx context.Context, tenant, previous string) ([]jso
 // store writes what response id of who asked, once the door admitted it.
 // A failure is logged: the answer is still given, and the workflow still
 // stores it.
-func (s *Server) store(ctx context.Context, who door.Caller, id string, rr responseRequest, params json.RawMessage) {
+func (s *Server) store(ctx context.Context, who door.Caller, id string, rr responseRequest, base openai.Response) {
 	items, err := inputItems(rr.Input)
 	if err == nil {
-		var input []byte
-		if input, err = json.Marshal(items); err == nil {
+		var input, params []byte
+		input, err = json.Marshal(items)
+		if err == nil {
+			params, err = json.Marshal(base)
+		}
+		if err == nil {
 			err = s.responses.Create(ctx, responses.Record{ID: id, Tenant: who.Tenant, User: who.User, Status: openai.ResponseQueued,
 				Params: params, Input: input, PreviousID: rr.PreviousResponseID, CreatedAt: time.Now()})
 		}
@@ -112,9 +124,9 @@ func (s *Server) responseOf(ctx context.Context, rec responses.Record) (json.Raw
 	if rec.Ended() {
 		return rec.Response, true, nil
 	}
-	var base openai.Response
-	if err := json.Unmarshal(rec.Params, &base); err != nil {
-		return nil, false, fmt.Errorf("read the parameters of stored response %s: %w", rec.ID, err)
+	base, err := paramsOf(rec)
+	if err != nil {
+		return nil, false, err
 	}
 	requestID, _ := answer.RequestID(rec.ID)
 	enc, err := answer.ReadResponse(ctx, s.events, requestID, base)
@@ -128,9 +140,19 @@ func (s *Server) responseOf(ctx context.Context, rec responses.Record) (json.Raw
 	return raw, enc.Ended(), nil
 }
 
-// storedRecord is the caller's stored response the path names.
-func (s *Server) storedRecord(c echo.Context) (door.Caller, responses.Record, error) {
-	who, err := s.auth.For(c, policy.RouteReads)
+// paramsOf is the Response rec asked for, before any output.
+func paramsOf(rec responses.Record) (openai.Response, error) {
+	var base openai.Response
+	if err := json.Unmarshal(rec.Params, &base); err != nil {
+		return base, fmt.Errorf("read the parameters of stored response %s: %w", rec.ID, err)
+	}
+	return base, nil
+}
+
+// storedRecord is the caller's stored response the path names, the
+// caller charged to route's limits.
+func (s *Server) storedRecord(c echo.Context, route string) (door.Caller, responses.Record, error) {
+	who, err := s.auth.For(c, route)
 	if err != nil {
 		return who, responses.Record{}, err
 	}
@@ -147,14 +169,24 @@ func (s *Server) storedRecord(c echo.Context) (door.Caller, responses.Record, er
 }
 
 // getResponse answers GET /v1/responses/{id}: the caller's tenant's
-// stored response, whole once it ended, as it stands before.
+// stored response, whole once it ended, as it stands before; with
+// ?stream=true, its events again (streamAgain).
 func (s *Server) getResponse(c echo.Context) error {
-	if c.QueryParam("stream") == "true" {
-		return paramError("stream", "unsupported_parameter", "a stored response is read whole; streaming it again is not supported yet")
+	stream, from, badQuery := s.streamQuery(c)
+	route := policy.RouteReads
+	if stream {
+		route = policy.RouteResumes
 	}
-	_, rec, err := s.storedRecord(c)
+	// The caller first: a stranger hears 401, not what its query lacks.
+	_, rec, err := s.storedRecord(c, route)
 	if err != nil {
 		return err
+	}
+	if badQuery != nil {
+		return badQuery
+	}
+	if stream {
+		return s.streamAgain(c, rec, from)
 	}
 	raw, _, err := s.responseOf(c.Request().Context(), rec)
 	if err != nil {
@@ -164,10 +196,15 @@ func (s *Server) getResponse(c echo.Context) error {
 }
 
 // deleteResponse answers DELETE /v1/responses/{id}: the stored response
-// is gone, for reads and for previous_response_id.
+// is gone, for reads and for previous_response_id; one still running is
+// cancelled first, so that nothing runs on for a response nobody can
+// read.
 func (s *Server) deleteResponse(c echo.Context) error {
-	who, rec, err := s.storedRecord(c)
+	who, rec, err := s.storedRecord(c, policy.RouteReads)
 	if err != nil {
+		return err
+	}
+	if err := s.stopRunning(c.Request().Context(), rec); err != nil {
 		return err
 	}
 	if _, err := s.responses.Delete(c.Request().Context(), who.Tenant, rec.ID); err != nil {
@@ -189,7 +226,7 @@ const (
 // an id is given one from its response's and its place.
 func (s *Server) listInputItems(c echo.Context) error {
 	// The caller first: a stranger hears 401, not what its query lacks.
-	_, rec, err := s.storedRecord(c)
+	_, rec, err := s.storedRecord(c, policy.RouteReads)
 	if err != nil {
 		return err
 	}

@@ -111,7 +111,6 @@ func TestParseResponseRequestRefusals(t *testing.T) {
 		{"empty input", `{"model":"m","input":""}`, "empty_input", "input"},
 		{"no items", `{"model":"m","input":[]}`, "empty_input", "input"},
 		{"input object", `{"model":"m","input":{"role":"user"}}`, "bad_input", "input"},
-		{"background", `{"model":"m","input":"q","background":true}`, "unsupported_parameter", "background"},
 		{"reasoning", `{"model":"m","input":"q","reasoning":{"effort":"low"}}`, "unsupported_parameter", "reasoning"},
 		{"truncation auto", `{"model":"m","input":"q","truncation":"auto"}`, "unsupported_parameter", "truncation"},
 		{"unknown item", `{"model":"m","input":[{"type":"reasoning","summary":[]}]}`, "unsupported_value", "input[0].type"},

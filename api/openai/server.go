@@ -89,6 +89,7 @@ func (s *Server) Register(e *echo.Echo) {
 	e.POST(responsesPath, s.postResponses)
 	e.GET(responsesPath+"/:id", s.getResponse)
 	e.DELETE(responsesPath+"/:id", s.deleteResponse)
+	e.POST(responsesPath+"/:id/cancel", s.cancelResponse)
 	e.GET(responsesPath+"/:id/input_items", s.listInputItems)
 	e.GET(modelsPath, s.listModels)
 	e.POST(embeddingsPath, s.postEmbeddings)

@@ -82,8 +82,15 @@ func RequestID(responseID string) (string, bool) {
 	return "chat-" + ulid, true
 }
 
-// Response is the Response as it stands.
-func (e *ResponseEncoder) Response() openai.Response { return e.resp }
+// Response is the Response as it stands: while it runs, its items hold
+// what was said so far.
+func (e *ResponseEncoder) Response() openai.Response {
+	r := e.resp
+	if !e.ended {
+		r.Output = e.output(openai.ResponseInProgress)
+	}
+	return r
+}
 
 // Failure is the refusal a failed response amounts to, nil if none.
 func (e *ResponseEncoder) Failure() *refusal.Error { return e.failure }
@@ -120,6 +127,8 @@ func (e *ResponseEncoder) Encode(ev events.Event) []openai.ResponseEvent {
 			e.resp.Status = openai.ResponseCancelled
 		}
 		e.resp.Error = &openai.ResponseError{Code: responseErrorCode(e.failure), Message: e.failure.Message}
+		// What was said before it ended stays, cut short.
+		e.resp.Output = e.output(openai.ResponseIncomplete)
 		e.ended = true
 		out = append(out, e.whole(openai.EventResponseFailed))
 	}
@@ -263,10 +272,7 @@ func (e *ResponseEncoder) output(status string) []any {
 
 // whole is an event that carries the Response as it stands.
 func (e *ResponseEncoder) whole(typ string) openai.ResponseEvent {
-	r := e.resp
-	if !e.ended {
-		r.Output = e.output(openai.ResponseInProgress)
-	}
+	r := e.Response()
 	return openai.ResponseEvent{Type: typ, Response: &r}
 }
 

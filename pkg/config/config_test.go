@@ -288,6 +288,7 @@ func TestBadConfigFixtures(t *testing.T) {
 		"usage_path_store_off.yaml":             `usage.sqlite_path: is for usage.store sqlite, got store "off"`,
 		"responses_sqlite_no_path.yaml":         "responses.sqlite_path: must not be empty",
 		"responses_zero_max_chain.yaml":         "responses.max_chain: must be > 0, got 0",
+		"responses_zero_background_wait.yaml":   "responses.background_max_wait: must be a positive duration such as 30s, got 0s",
 		"budget_negative_tokens.yaml":           "limits.tiers.free.budget.tokens_per_month: must be >= 0 (0 = no limit), got -1",
 		"budget_spend_without_price.yaml":       `limits.tiers.free.budget.spend_per_month_usd: needs a price for model "sluice-sim" (pools.short.model) in prices`,
 		"budget_without_ledger.yaml":            `limits.tiers.free.budget: needs usage.store (the ledger a lost counter is rebuilt from), got store "off"`,

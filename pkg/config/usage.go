@@ -3,6 +3,7 @@ package config
 import (
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Database is where a kind of record is kept (pkg/sqldb): off, sqlite
@@ -79,15 +80,22 @@ type Responses struct {
 	// MaxChain bounds the responses one previous_response_id reaches back
 	// through.
 	MaxChain int `yaml:"max_chain"`
+	// BackgroundMaxWait bounds a background response's wait for a permit,
+	// in place of its tier's max_wait: no client is held open by it, and
+	// it waits in its pool's queue, not at the door, so it may wait
+	// longer than a client would; its tenant's queue cap still bounds how
+	// many wait.
+	BackgroundMaxWait time.Duration `yaml:"background_max_wait"`
 }
 
 func defaultResponses() Responses {
-	return Responses{Database: Database{Store: StoreOff}, MaxChain: 100}
+	return Responses{Database: Database{Store: StoreOff}, MaxChain: 100, BackgroundMaxWait: 10 * time.Minute}
 }
 
 func (r Responses) validate(v *validator) {
 	r.Database.validate(v, "responses")
 	v.positive("responses.max_chain", int64(r.MaxChain))
+	v.duration("responses.background_max_wait", r.BackgroundMaxWait)
 }
 
 // validPostgresDSN accepts what pgx takes: a postgres:// or postgresql://

@@ -54,6 +54,10 @@ type ResponseRequest struct {
 	Store *bool `json:"store,omitempty"`
 	// PreviousResponseID continues a stored response's conversation.
 	PreviousResponseID string `json:"previous_response_id,omitempty"`
+	// Background runs the response with no client waiting: the create
+	// answers at once (queued), and the response is read, streamed again
+	// or cancelled by its id.
+	Background bool `json:"background,omitempty"`
 }
 
 // ResponseTool is a function the model may call: the Responses API

@@ -61,7 +61,7 @@ var notBenchFigures = []unreported{
 	{"docs/scaling.md", "What grows with a deployment", "an estimate from the event streams' size"},
 	{"docs/scaling.md", "A kb takes about 5.6× its text", "the index's own arithmetic (knowledge-bases.md)"},
 	{"docs/knowledge-bases.md", "A batch that shrinks", "the index's own arithmetic per embedding dimension"},
-	{"docs/performance.md", "Since the usage ledger every request", "what the code and a recorded history (tests/histories) give; no report holds it yet"},
+	{"docs/performance.md", "With the usage ledger on, its record", "what a recorded history (tests/histories) gives; the bench runs without the ledger"},
 	// Recorded fixtures: checked-in files a reader can count.
 	{"docs/encryption.md", "The recorded encrypted chat history", "sizes of recorded histories under tests/histories"},
 	// Measured by a Go benchmark or a test, each shown with its command;

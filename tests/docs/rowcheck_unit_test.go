@@ -34,10 +34,10 @@ func TestRowCheckCatchesASwappedVerdict(t *testing.T) {
 		{"**1.36×** (goal ≤ 1.25×, **missed**)", "**1.25×** (goal ≤ 1.36×, **met**)"},
 		{"| 68.8% — missed |", "| 68.8% — met |"},
 		{"**1.36×** (goal ≤ 1.25×, **missed**)", "**1.36×** (goal ≤ 1.25×, **met**)"},
-		{"at 2× P **0.89×** (goal ≥ 0.9×, missed)", "at 2× P **0.89×** (goal ≥ 0.8×, missed)"},
+		{"at 2× P **1.00×** (goal ≥ 0.9×, met)", "at 2× P **1.00×** (goal ≥ 0.9×, missed)"},
 		{"| 21.78× — met |", "| 21.78× — missed |"},
 		{"| met |\n| limiter p99", "| missed |\n| limiter p99"},
-		{"missed: the drain rate (0.54×", "met: the drain rate (0.54×"},
+		{"the drain rate met its goal (21.4/s = 1.08×", "the drain rate missed its goal (21.4/s = 1.08×"},
 	} {
 		text := realPassage(t, tc.real)
 		if p := checkQuotes("docs/performance.md", text, fresh); len(p) > 0 {

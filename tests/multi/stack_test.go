@@ -103,6 +103,12 @@ func launchStack(ctx context.Context, opts launchOptions) (*stack, error) {
 	if err := watchLedgerAttempts(ctx, s.cfg.Usage.PostgresDSN); err != nil {
 		return s, fmt.Errorf("usage ledger database: %w", err)
 	}
+	// Stored responses likewise, so that any API reads what another
+	// created (background_test.go).
+	if err := s.temporal.Postgres().CreateDatabase(ctx, "sluice_responses"); err != nil {
+		return s, fmt.Errorf("responses database: %w", err)
+	}
+	s.cfg.Responses.Database = config.Database{Store: config.StorePostgres, PostgresDSN: s.temporal.Postgres().DSN("sluice_responses")}
 	if opts.configure != nil {
 		opts.configure(&s.cfg)
 	}
@@ -173,6 +179,10 @@ func multiConfig(redisAddrs []string, temporalHostPort string, simURLs []string)
 		p.FirstTokenTimeout = 5 * time.Second
 		p.TokenIdleTimeout = 3 * time.Second
 		p.Breaker.SlowFirstToken = 2 * time.Second
+		// The simulator continues an answer as vLLM does, so that one
+		// whose worker was killed goes on where it stopped
+		// (background_test.go) rather than end interrupted.
+		p.Continuation = config.ContinuationVLLM
 	}
 	cfg.LLM.HeartbeatTimeout = 4 * time.Second
 	cfg.LLM.Timeout = time.Minute

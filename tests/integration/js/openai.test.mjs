@@ -235,9 +235,42 @@ test('a stored response is retrieved, continued and deleted', async () => {
   );
 });
 
-test('a background response is refused, naming the field', async () => {
+// The simulator answers exactly n tokens when the prompt starts so.
+const answerTokens = (n) => `[llmsim answer_tokens=${n}] `;
+
+test('a background response runs with no client, and streams again from starting_after', async () => {
+  const created = await client.responses.create({ model, input: `${answerTokens(24)}Name a queue.`, max_output_tokens: 40, background: true });
+  assert.equal(created.status, 'queued');
+  assert.equal(created.background, true);
+  const read = async (query) => {
+    const events = [];
+    for await (const ev of await client.responses.retrieve(created.id, { ...query, stream: true })) events.push(ev);
+    return events;
+  };
+  const all = await read({});
+  assert.equal(all[0].type, 'response.created');
+  assert.equal(all.at(-1).type, 'response.completed');
+  all.forEach((ev, i) => assert.equal(ev.sequence_number, i));
+  const mid = Math.floor(all.length / 2);
+  assert.deepEqual(await read({ starting_after: mid }), all.slice(mid + 1));
+  const done = await client.responses.retrieve(created.id);
+  assert.equal(done.status, 'completed');
+  assert.equal(done.usage.output_tokens, 24);
+  assert.equal(done.output_text, all.at(-1).response.output[0].content[0].text);
+});
+
+test('a background response is cancelled mid-answer', async () => {
+  const created = await client.responses.create({ model, input: `${answerTokens(1000)}Tell me about queues.`, max_output_tokens: 1000, background: true });
+  let r = created;
+  while (r.status === 'queued' || (r.status === 'in_progress' && r.output.length === 0)) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    r = await client.responses.retrieve(created.id);
+  }
+  assert.equal(r.status, 'in_progress');
+  const cancelled = await client.responses.cancel(created.id);
+  assert.equal(cancelled.status, 'cancelled');
   await assert.rejects(
-    client.responses.create({ model, input: 'hi', background: true }),
-    (err) => err instanceof OpenAI.BadRequestError && err.code === 'unsupported_parameter' && err.param === 'background',
+    client.responses.create({ model, input: 'hi', background: true, store: false }),
+    (err) => err instanceof OpenAI.BadRequestError && err.param === 'store',
   );
 });
