@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/codec"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/files"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/iphash"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
@@ -83,6 +84,8 @@ type Server struct {
 	usage usage.Store
 	// responses keeps the Responses API's stored responses (nil: off).
 	responses *responses.Store
+	// files keeps uploaded files (nil: off).
+	files *files.Store
 	// budgets reads the caller's monthly budget for /v1/usage (nil: none).
 	budgets *budget.Counter
 	metrics *metrics.Metrics
@@ -132,6 +135,8 @@ type Options struct {
 	// Responses keeps stored responses (/v1/responses); nil: none is
 	// stored.
 	Responses *responses.Store
+	// Files keeps uploaded files (/v1/files); nil: files.store is off.
+	Files *files.Store
 	// Budgets, if set, adds the caller's monthly budget to /v1/usage; the
 	// door enforces it (door.Options.Budgets).
 	Budgets *budget.Counter
@@ -166,7 +171,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		cfg: opts.Config, temporal: opts.Temporal, redis: opts.Redis, events: opts.Events, gate: opts.Gate,
 		prompts: opts.Prompts, policy: opts.Policy, door: opts.Door, follow: opts.Follow, logger: opts.Logger, keys: map[string]keys.Spec{},
-		sessions: opts.Sessions, usage: opts.Usage, responses: opts.Responses, budgets: opts.Budgets, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
+		sessions: opts.Sessions, usage: opts.Usage, responses: opts.Responses, files: opts.Files, budgets: opts.Budgets, metrics: opts.Metrics, kbStore: opts.KBs, ingester: opts.Ingester, embeddings: opts.Embeddings,
 		ingestSlots: opts.IngestSlots, ingestHere: make(chan struct{}, opts.Config.Ingest.MaxConcurrentPerProcess), codec: opts.Codec,
 		keyCache: opts.Keys, bans: opts.Bans, addresses: opts.Addresses, proxies: opts.Config.API.TrustedProxyPrefixes(),
 		clientSlots: newClientSlots(opts.Config.API.MaxConnsPerIP),
@@ -205,7 +210,7 @@ func (s *Server) routes(m *metrics.Metrics) *echo.Echo {
 	e.Use(s.holdForwardedClient)
 	e.POST("/v1/chat", s.postChat)
 	openai.New(openai.Options{Config: s.cfg, Door: s.door, Follow: s.follow, Auth: callers{s}, Prompts: s.prompts, Embeddings: s.embeddings,
-		Responses: s.responses, Events: s.events, Logger: s.logger}).Register(e)
+		Responses: s.responses, Files: s.files, Events: s.events, Logger: s.logger}).Register(e)
 	e.GET("/v1/requests/:id", s.getRequest)
 	e.GET("/v1/requests/:id/events", s.getEvents)
 	e.DELETE("/v1/requests/:id", s.deleteRequest)

@@ -94,7 +94,7 @@ func newAPIProcess(c *Core) (*apiProcess, error) {
 	p.server, err = api.New(api.Options{
 		Config: cfg, Temporal: c.Temporal, Redis: c.Redis, Events: c.Events, Gate: c.Gate, Prompts: c.Prompts,
 		Policy: c.Policy, Door: p.doorway, Follow: p.follower, Addresses: addresses, KBs: c.KBs, Ingester: c.Ingester, IngestSlots: ingestSlots, Embeddings: c.EmbedCache,
-		Sessions: c.Sessions, Usage: c.Usage, Responses: c.Responses, Budgets: c.Budgets, Metrics: c.Metrics, Codec: c.Codec, Keys: p.keys, Bans: bans, Tracer: c.Tracer,
+		Sessions: c.Sessions, Usage: c.Usage, Responses: c.Responses, Files: c.Files, Budgets: c.Budgets, Metrics: c.Metrics, Codec: c.Codec, Keys: p.keys, Bans: bans, Tracer: c.Tracer,
 		Logger: logger.With("component", "api"),
 	})
 	if err != nil {

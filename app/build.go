@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/embed"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/files"
 	"github.com/sluice-dev/sluice/pkg/ingest"
 	"github.com/sluice-dev/sluice/pkg/kbstore"
 	"github.com/sluice-dev/sluice/pkg/latency"
@@ -92,6 +93,8 @@ type Core struct {
 	Usage usage.Store
 	// Responses keeps stored responses (nil: responses.store is off).
 	Responses *responses.Store
+	// Files keeps uploaded files (nil: files.store is off).
+	Files *files.Store
 	// Budgets counts the tiers' monthly budgets (limits.tiers.*.budget).
 	Budgets *budget.Counter
 }
@@ -126,6 +129,9 @@ func Build(ctx context.Context, cfg config.Config, logger *slog.Logger) (_ *Core
 	c.Notifier = signal.Notifier{Client: c.Temporal}
 	c.registerDependencyMetrics()
 	if c.Responses, err = openResponses(ctx, cfg.Responses); err != nil {
+		return nil, err
+	}
+	if c.Files, err = openDatabase(ctx, "files", cfg.Files.Database, files.OpenSQLite, files.OpenPostgres); err != nil {
 		return nil, err
 	}
 	if c.Usage, err = openUsage(ctx, cfg.Usage, logger.With("component", "usage")); err != nil {
@@ -296,6 +302,9 @@ func (c *Core) Close() {
 	}
 	if c.Responses != nil {
 		_ = c.Responses.Close()
+	}
+	if c.Files != nil {
+		_ = c.Files.Close()
 	}
 	if c.Usage != nil {
 		_ = c.Usage.Close()

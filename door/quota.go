@@ -87,3 +87,10 @@ func (d *Door) newDocuments(ctx context.Context, kb kbref.Ref, docs []ingest.Doc
 	}
 	return n, nil
 }
+
+// FileQuota is the bytes the Caller's tier lets its tenant keep in files
+// (/v1/files; 0: no limit). The files' store counts what it keeps.
+func (d *Door) FileQuota(who Caller) int64 {
+	tier, _ := d.policy.Current().Tier(who.Tier)
+	return tier.FileQuota.Bytes
+}

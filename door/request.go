@@ -190,7 +190,11 @@ func (d *Door) queryTokens(req *Request) int {
 // NewRequestID is a new request's id: a ULID (sortable by time) whose 80
 // random bits come from crypto/rand, so that an id cannot be guessed from
 // another (ulid.Make's default entropy is math/rand's).
-func NewRequestID() string { return "chat-" + ulid.MustNew(ulid.Now(), rand.Reader).String() }
+func NewRequestID() string { return "chat-" + NewULID() }
+
+// NewULID is a new ULID: unique, and ordered by its time, as request,
+// file and batch ids are.
+func NewULID() string { return ulid.MustNew(ulid.Now(), rand.Reader).String() }
 
 var requestIDPattern = regexp.MustCompile(`^chat-[0-9A-HJKMNP-TV-Z]{26}$`)
 

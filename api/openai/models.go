@@ -3,6 +3,7 @@ package openai
 import (
 	"net/http"
 	"sort"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -56,5 +57,6 @@ func (s *Server) listModels(c echo.Context) error {
 
 // IsPath reports the routes whose errors take OpenAI's shape.
 func IsPath(path string) bool {
-	return path == chatCompletionsPath || path == responsesPath || path == responsesPath+"/:id" || path == responsesPath+"/:id/input_items" || path == responsesPath+"/:id/cancel" || path == modelsPath || path == embeddingsPath
+	return path == chatCompletionsPath || strings.HasPrefix(path, responsesPath) || strings.HasPrefix(path, filesPath) ||
+		path == modelsPath || path == embeddingsPath
 }

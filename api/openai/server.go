@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/follow"
 	"github.com/sluice-dev/sluice/pkg/config"
 	"github.com/sluice-dev/sluice/pkg/events"
+	"github.com/sluice-dev/sluice/pkg/files"
 	"github.com/sluice-dev/sluice/pkg/prompt"
 	"github.com/sluice-dev/sluice/pkg/responses"
 )
@@ -55,6 +56,8 @@ type Server struct {
 	// nil: none is stored.
 	responses *responses.Store
 	events    *events.Log
+	// files keeps uploaded files; nil: none is kept.
+	files *files.Store
 	// builtAt is when the server was built: the models' created time.
 	builtAt time.Time
 	logger  *slog.Logger
@@ -71,7 +74,9 @@ type Options struct {
 	// Responses and Events serve stored responses (nil: not stored).
 	Responses *responses.Store
 	Events    *events.Log
-	Logger    *slog.Logger
+	// Files keeps uploaded files (nil: /v1/files is 404).
+	Files  *files.Store
+	Logger *slog.Logger
 }
 
 // New builds the OpenAI routes' server.
@@ -80,7 +85,7 @@ func New(opts Options) *Server {
 		opts.Logger = slog.Default()
 	}
 	return &Server{cfg: opts.Config, door: opts.Door, follow: opts.Follow, auth: opts.Auth, prompts: opts.Prompts, embeddings: opts.Embeddings,
-		responses: opts.Responses, events: opts.Events, builtAt: time.Now(), logger: opts.Logger}
+		responses: opts.Responses, events: opts.Events, files: opts.Files, builtAt: time.Now(), logger: opts.Logger}
 }
 
 // Register adds the OpenAI routes to e.
@@ -91,6 +96,11 @@ func (s *Server) Register(e *echo.Echo) {
 	e.DELETE(responsesPath+"/:id", s.deleteResponse)
 	e.POST(responsesPath+"/:id/cancel", s.cancelResponse)
 	e.GET(responsesPath+"/:id/input_items", s.listInputItems)
+	e.POST(filesPath, s.postFile)
+	e.GET(filesPath, s.listFiles)
+	e.GET(filesPath+"/:id", s.getFile)
+	e.GET(filesPath+"/:id/content", s.fileContent)
+	e.DELETE(filesPath+"/:id", s.deleteFile)
 	e.GET(modelsPath, s.listModels)
 	e.POST(embeddingsPath, s.postEmbeddings)
 }

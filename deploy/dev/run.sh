@@ -15,8 +15,8 @@ export SLUICE_REDIS_ADDR="127.0.0.1:$REDIS_PORT"
 export SLUICE_API_ADDR="$API_ADDR"
 # With a config of your own (SLUICE_CONFIG=sluice.yaml make run) its pools
 # answer; otherwise both pools are the simulator started below.
-# The usage ledger and the stored responses are SQLite files the API and
-# the worker share.
+# The usage ledger, the stored responses and the files are SQLite files
+# the API and the worker share.
 if [ -z "${SLUICE_CONFIG:-}" ]; then
   export SLUICE_POOLS_SHORT_ENDPOINTS="http://$SIM_ADDR"
   export SLUICE_POOLS_LONG_ENDPOINTS="http://$SIM_ADDR"
@@ -27,6 +27,10 @@ if [ -z "${SLUICE_CONFIG:-}" ]; then
   export SLUICE_RESPONSES_STORE="${SLUICE_RESPONSES_STORE:-sqlite}"
   if [ "$SLUICE_RESPONSES_STORE" = sqlite ]; then
     export SLUICE_RESPONSES_SQLITE_PATH="${SLUICE_RESPONSES_SQLITE_PATH:-$DATA/responses.db}"
+  fi
+  export SLUICE_FILES_STORE="${SLUICE_FILES_STORE:-sqlite}"
+  if [ "$SLUICE_FILES_STORE" = sqlite ]; then
+    export SLUICE_FILES_SQLITE_PATH="${SLUICE_FILES_SQLITE_PATH:-$DATA/files.db}"
   fi
 fi
 # A fresh admin key each run (or yours): it guards /v1/admin and makes the

@@ -48,6 +48,9 @@ type Config struct {
 	// Responses keeps stored responses (off by default; make run uses
 	// SQLite).
 	Responses Responses `yaml:"responses"`
+	// Files keeps uploaded files, the batches' inputs and outputs (off by
+	// default; make run uses a SQLite file).
+	Files Files `yaml:"files"`
 	// Prices are the models' prices, which spend budgets count in.
 	Prices Prices `yaml:"prices"`
 }
@@ -80,6 +83,7 @@ func Default() Config {
 		Codec:       defaultCodec(),
 		Usage:       defaultUsage(),
 		Responses:   defaultResponses(),
+		Files:       defaultFiles(),
 	}
 }
 
@@ -162,6 +166,7 @@ func (c Config) Validate() error {
 	c.Privacy.validate(&v)
 	c.Usage.validate(&v)
 	c.Responses.validate(&v)
+	c.Files.validate(&v)
 	c.Prices.validate(&v)
 	return v.err()
 }

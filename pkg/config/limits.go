@@ -30,6 +30,7 @@ func defaultLimits() Limits {
 				IP:          policy.Rate{RequestsPerMinute: 120},
 				Routes:      policy.RouteLimits{Reads: perMinute(300, 300), Resumes: perMinute(60, 60), Ingest: perMinute(20, 20)},
 				IngestQuota: policy.IngestQuota{Documents: 1000, Bytes: 20 << 20},
+				FileQuota:   policy.FileQuota{Bytes: 100 << 20},
 			},
 			"standard": {
 				Weight: 3, MaxQueuePerTenant: 1000,
@@ -38,6 +39,7 @@ func defaultLimits() Limits {
 				IP:           policy.Rate{RequestsPerMinute: 600},
 				Routes:       policy.RouteLimits{Reads: perMinute(1200, 600), Resumes: perMinute(300, 300), Ingest: perMinute(120, 120)},
 				IngestQuota:  policy.IngestQuota{Documents: 100000, Bytes: 2 << 30},
+				FileQuota:    policy.FileQuota{Bytes: 10 << 30},
 				DefaultClass: request.ClassDefault,
 				Classes: map[string]policy.ClassLimits{
 					request.ClassDefault: {Weight: 3},

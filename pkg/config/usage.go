@@ -98,6 +98,31 @@ func (r Responses) validate(v *validator) {
 	v.duration("responses.background_max_wait", r.BackgroundMaxWait)
 }
 
+// Files keeps uploaded files (pkg/files): the JSONL inputs of batches,
+// and the batches' output files. Off: /v1/files answers 404.
+type Files struct {
+	Database `yaml:",inline"`
+	// MaxBytes and MaxLines bound one file, as OpenAI's batch input
+	// (200 MB, 50,000 requests).
+	MaxBytes int64 `yaml:"max_bytes"`
+	MaxLines int   `yaml:"max_lines"`
+	// UploadTimeout bounds an upload's body, in place of
+	// api.body_read_timeout: a file of MaxBytes takes longer than a chat
+	// request's body.
+	UploadTimeout time.Duration `yaml:"upload_timeout"`
+}
+
+func defaultFiles() Files {
+	return Files{Database: Database{Store: StoreOff}, MaxBytes: 200 << 20, MaxLines: 50_000, UploadTimeout: 10 * time.Minute}
+}
+
+func (f Files) validate(v *validator) {
+	f.Database.validate(v, "files")
+	v.positive("files.max_bytes", f.MaxBytes)
+	v.positive("files.max_lines", int64(f.MaxLines))
+	v.duration("files.upload_timeout", f.UploadTimeout)
+}
+
 // validPostgresDSN accepts what pgx takes: a postgres:// or postgresql://
 // URL with a host, or key=value pairs with host=.
 func validPostgresDSN(dsn string) bool {

@@ -46,6 +46,8 @@ type Tier struct {
 	Routes RouteLimits `yaml:"routes" json:"routes"`
 	// IngestQuota bounds what one tenant stores in its own kbs.
 	IngestQuota IngestQuota `yaml:"ingest_quota" json:"ingest_quota"`
+	// FileQuota bounds what one tenant keeps in files (/v1/files).
+	FileQuota FileQuota `yaml:"file_quota" json:"file_quota,omitzero"`
 	// Budget bounds what one tenant uses in a month.
 	Budget Budget `yaml:"budget" json:"budget,omitzero"`
 	// Classes are the service classes (request.Classes) the tier's
@@ -69,6 +71,12 @@ type Budget struct {
 
 // On reports whether the budget limits anything.
 func (b Budget) On() bool { return b.TokensPerMonth > 0 || b.SpendPerMonthUSD > 0 }
+
+// FileQuota is what one tenant may keep in its files; 0 is no limit. A
+// batch's output files are written over it: results are never dropped.
+type FileQuota struct {
+	Bytes int64 `yaml:"bytes" json:"bytes,omitempty"`
+}
 
 // IngestQuota is what one tenant may store across its kbs; 0 is no limit.
 type IngestQuota struct {

@@ -136,6 +136,9 @@ func (t Tier) validate(field string, maxTokensLimit int, report Report) {
 	if t.IngestQuota.Documents < 0 || t.IngestQuota.Bytes < 0 {
 		report(field+".ingest_quota", "must be >= 0 (0 = no limit), got %+v", t.IngestQuota)
 	}
+	if t.FileQuota.Bytes < 0 {
+		report(field+".file_quota.bytes", "must be >= 0 (0 = no limit), got %d", t.FileQuota.Bytes)
+	}
 	t.Budget.validate(field+".budget", report)
 	t.validateClasses(field, report)
 }

@@ -16,13 +16,7 @@ import (
 // pg is the package's one PostgreSQL cluster, stopped by TestMain.
 var pg testenv.SharedPostgres
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := pg.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop postgres:", err)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(pg.Run(m)) }
 
 // backends runs f against a fresh store of each backend (PostgreSQL is
 // skipped, saying so, only where it is not installed).
@@ -36,12 +30,7 @@ func backends(t *testing.T, f func(t *testing.T, s *Store)) {
 		f(t, s)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		srv := pg.Get(t)
-		name := fmt.Sprintf("responses_%d", time.Now().UnixNano())
-		if err := srv.CreateDatabase(context.Background(), name); err != nil {
-			t.Fatal(err)
-		}
-		s, err := OpenPostgres(srv.DSN(name))
+		s, err := OpenPostgres(pg.NewDatabase(t, "responses"))
 		if err != nil {
 			t.Fatal(err)
 		}

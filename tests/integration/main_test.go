@@ -19,9 +19,11 @@ import (
 	"github.com/sluice-dev/sluice/app"
 	"github.com/sluice-dev/sluice/pkg/admission"
 	"github.com/sluice-dev/sluice/pkg/config"
+	"github.com/sluice-dev/sluice/pkg/files"
 	"github.com/sluice-dev/sluice/pkg/llmsim"
 	"github.com/sluice-dev/sluice/pkg/policy"
 	"github.com/sluice-dev/sluice/pkg/request"
+	"github.com/sluice-dev/sluice/pkg/sqldb"
 	"github.com/sluice-dev/sluice/tests/testenv"
 	"github.com/sluice-dev/sluice/workflows"
 )
@@ -45,6 +47,9 @@ var stack struct {
 	simURL string
 	// usagePath is the usage ledger's SQLite file.
 	usagePath string
+	// files is the stack's file store, opened beside the API's, for what
+	// a test must find stored (or not).
+	files *files.Store
 }
 
 const keyPrefix = "it:"
@@ -166,7 +171,7 @@ func run(m *testing.M) (int, error) {
 		Classes: map[string]policy.ClassLimits{request.ClassDefault: {Weight: 3, TTFTSLO: 3 * time.Second, RefuseLate: true}}}
 	cfg.Limits.Tiers["metered"] = policy.Tier{Weight: 3, MaxWait: 45 * time.Second,
 		Budget: policy.Budget{TokensPerMonth: 1_000_000, SpendPerMonthUSD: 100}}
-	cfg.Limits.Tiers["broke"] = policy.Tier{Weight: 1, Budget: policy.Budget{TokensPerMonth: 10}}
+	cfg.Limits.Tiers["broke"] = policy.Tier{Weight: 1, Budget: policy.Budget{TokensPerMonth: 10}, FileQuota: policy.FileQuota{Bytes: 2048}}
 	cfg.Prices = config.Prices{}
 	for _, p := range cfg.Pools.ByName() {
 		cfg.Prices[p.Model] = itPrice
@@ -180,6 +185,9 @@ func run(m *testing.M) (int, error) {
 	stack.usagePath = filepath.Join(usageDir, "usage.db")
 	cfg.Usage = config.Usage{Database: config.Database{Store: config.UsageSQLite, SQLitePath: stack.usagePath}}
 	cfg.Responses.Database = config.Database{Store: config.StoreSQLite, SQLitePath: filepath.Join(usageDir, "responses.db")}
+	cfg.Files.Database = config.Database{Store: config.StoreSQLite, SQLitePath: filepath.Join(usageDir, "files.db")}
+	// Small enough for a test to pass them (openai_files_test.go).
+	cfg.Files.MaxLines = 500
 	if err := cfg.Validate(); err != nil {
 		return 0, err
 	}
@@ -205,6 +213,12 @@ func run(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+
+	stack.files, err = files.OpenSQLite(ctx, sqldb.SQLiteOptions{Path: cfg.Files.SQLitePath})
+	if err != nil {
+		return 0, err
+	}
+	defer stack.files.Close()
 
 	code := m.Run()
 	if err := api.Stop(20 * time.Second); err != nil {

@@ -188,3 +188,25 @@ func (s *SharedPostgres) Get(t testing.TB) *Postgres {
 
 // Stop stops the cluster, if a test started it.
 func (s *SharedPostgres) Stop() error { return s.srv.Stop() }
+
+// Run runs a package's tests (its TestMain's m), then stops the cluster
+// if one of them started it: func TestMain(m *testing.M) { os.Exit(pg.Run(m)) }.
+func (s *SharedPostgres) Run(m *testing.M) int {
+	code := m.Run()
+	if err := s.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop postgres:", err)
+	}
+	return code
+}
+
+// NewDatabase creates a database of its own for t, named from prefix,
+// and returns its DSN.
+func (s *SharedPostgres) NewDatabase(t testing.TB, prefix string) string {
+	t.Helper()
+	srv := s.Get(t)
+	name := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	if err := srv.CreateDatabase(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	return srv.DSN(name)
+}

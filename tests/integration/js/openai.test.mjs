@@ -7,7 +7,7 @@
 //   SLUICE_EMBED     the embedding model
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 
 const env = (name) => {
   const v = process.env[name];
@@ -273,4 +273,24 @@ test('a background response is cancelled mid-answer', async () => {
     client.responses.create({ model, input: 'hi', background: true, store: false }),
     (err) => err instanceof OpenAI.BadRequestError && err.param === 'store',
   );
+});
+
+test('a batch file is uploaded, read back, and a bad one refused naming its lines', async () => {
+  const line = (i) => JSON.stringify({ custom_id: `r${i}`, method: 'POST', url: '/v1/chat/completions',
+    body: { model, messages: [{ role: 'user', content: `Line ${i}.` }], max_tokens: 8 } });
+  const content = [1, 2, 3].map(line).join('\n') + '\n';
+  const f = await client.files.create({ file: await toFile(Buffer.from(content), 'three.jsonl'), purpose: 'batch' });
+  assert.equal(f.object, 'file');
+  assert.equal(f.bytes, Buffer.byteLength(content));
+  assert.equal(f.purpose, 'batch');
+  const back = await client.files.content(f.id);
+  assert.equal(await back.text(), content);
+  const bad = `${line(1)}\nnot json\n${line(1)}\n`;
+  await assert.rejects(
+    client.files.create({ file: await toFile(Buffer.from(bad), 'bad.jsonl'), purpose: 'batch' }),
+    (err) => err instanceof OpenAI.BadRequestError && err.code === 'invalid_file' && err.error.bad_lines === 2
+      && err.error.errors.data[0].line === 2 && err.error.errors.data[1].code === 'duplicate_custom_id',
+  );
+  await client.files.delete(f.id);
+  await assert.rejects(client.files.retrieve(f.id), (err) => err instanceof OpenAI.NotFoundError);
 });
