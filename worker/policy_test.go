@@ -20,11 +20,11 @@ const defaultPolicyJSON = `{"version":7,"epoch":"abc","enabled":true,"default_ti
 	`"free":{"weight":2,"max_queue_per_tenant":100,"max_concurrent":2,"max_output_tokens":512,` +
 	`"tenant":{"tokens_per_minute":50000,"requests_per_minute":100},"user":{"tokens_per_minute":20000,"requests_per_minute":30},"ip":{"requests_per_minute":120},` +
 	`"routes":{"reads":{"tenant_per_minute":300,"ip_per_minute":300},"resumes":{"tenant_per_minute":60,"ip_per_minute":60},"ingest":{"tenant_per_minute":20,"ip_per_minute":20}},` +
-	`"ingest_quota":{"documents":1000,"bytes":20971520},"max_wait":"15s"},` +
+	`"ingest_quota":{"documents":1000,"bytes":20971520},"file_quota":{"bytes":104857600},"max_wait":"15s"},` +
 	`"standard":{"weight":3,"max_queue_per_tenant":1000,"max_concurrent":0,"max_output_tokens":0,` +
 	`"tenant":{"tokens_per_minute":200000,"requests_per_minute":300},"user":{"tokens_per_minute":60000,"requests_per_minute":120},"ip":{"requests_per_minute":600},` +
 	`"routes":{"reads":{"tenant_per_minute":1200,"ip_per_minute":600},"resumes":{"tenant_per_minute":300,"ip_per_minute":300},"ingest":{"tenant_per_minute":120,"ip_per_minute":120}},` +
-	`"ingest_quota":{"documents":100000,"bytes":2147483648},"default_class":"default","classes":{"default":{"weight":3},"flex":{"weight":1}}},` +
+	`"ingest_quota":{"documents":100000,"bytes":2147483648},"file_quota":{"bytes":10737418240},"default_class":"default","classes":{"default":{"weight":3},"flex":{"weight":1}}},` +
 	`"vip":{"weight":5,"max_queue_per_tenant":5000,"max_concurrent":0,"max_output_tokens":0,` +
 	`"tenant":{"tokens_per_minute":1000000,"requests_per_minute":1000},"user":{},"ip":{},` +
 	`"routes":{"reads":{"tenant_per_minute":6000},"resumes":{"tenant_per_minute":1200},"ingest":{"tenant_per_minute":600}},` +

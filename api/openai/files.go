@@ -95,7 +95,7 @@ func (s *Server) fileContent(c echo.Context) error {
 	}
 	defer r.Close()
 	c.Response().Header().Set(echo.HeaderContentLength, strconv.FormatInt(f.Bytes, 10))
-	c.Response().Header().Set(echo.HeaderContentType, "application/jsonl")
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEOctetStream) // as OpenAI serves it
 	c.Response().WriteHeader(http.StatusOK)
 	if _, err := io.Copy(c.Response(), r); err != nil {
 		// The status is sent: the client sees a body shorter than its

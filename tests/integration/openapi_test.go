@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime/multipart"
 	"net/http"
 	"os"
 	"slices"
@@ -399,7 +401,18 @@ func specOpenAI(c *specClient) {
 		c.t.Fatalf("the stored response has no id: %s (%v)", stored.body, err)
 	}
 	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID, key: "k-acme"}, 200)
-	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID + "?stream=true", key: "k-acme"}, 400)
+	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID + "?stream=true&starting_after=2", key: "k-acme"}, 200)
+	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID + "?stream=true&starting_after=-1", key: "k-acme"}, 400)
+	c.do(specCall{method: "POST", path: "/v1/responses/" + r.ID + "/cancel", key: "k-acme"}, 400)
+	bg := c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","max_output_tokens":8,"background":true,"input":"What is a queue?"}`}, 200)
+	var b struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(bg.body, &b); err != nil || b.ID == "" {
+		c.t.Fatalf("the background response has no id: %s (%v)", bg.body, err)
+	}
+	c.do(specCall{method: "POST", path: "/v1/responses/" + b.ID + "/cancel", key: "k-acme"}, 200)
+	c.do(specCall{method: "POST", path: "/v1/responses/resp_nope/cancel", key: "k-acme"}, 404)
 	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID, key: "k-nobody"}, 401)
 	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","input":"hi","previous_response_id":"resp_nope"}`}, 404)
 	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID + "/input_items?limit=1&order=asc", key: "k-acme"}, 200)
@@ -408,7 +421,8 @@ func specOpenAI(c *specClient) {
 	c.do(specCall{method: "DELETE", path: "/v1/responses/" + r.ID, key: "k-acme"}, 200)
 	c.do(specCall{method: "GET", path: "/v1/responses/" + r.ID, key: "k-acme"}, 404)
 	c.do(specCall{method: "DELETE", path: "/v1/responses/" + r.ID, key: "k-acme"}, 404)
-	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","input":"hi","background":true}`}, 400)
+	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"sluice-rag","input":"hi","background":true,"store":false}`}, 400)
+	c.files()
 	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-acme", body: `{"model":"no-such-model","input":"hi"}`}, 404)
 	c.do(specCall{method: "POST", path: "/v1/responses", key: "k-nobody", body: `{"model":"sluice-rag","input":"hi"}`}, 401)
 
@@ -447,4 +461,34 @@ func specCodec(c *specClient) {
 			t.Errorf("OPTIONS %s: Access-Control-Allow-Methods %q", path, ans.resp.Header.Get("Access-Control-Allow-Methods"))
 		}
 	}
+}
+
+// files calls every /v1/files route.
+func (c *specClient) files() {
+	upload := func(content string) specCall {
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		fw, _ := mw.CreateFormFile("file", "batch.jsonl")
+		_, _ = io.WriteString(fw, content)
+		_ = mw.WriteField("purpose", "batch")
+		_ = mw.Close()
+		return specCall{method: "POST", path: "/v1/files", key: "k-acme", body: body.String(), contentType: mw.FormDataContentType()}
+	}
+	up := c.do(upload(batchLines(2)), 200)
+	var f struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(up.body, &f); err != nil || f.ID == "" {
+		c.t.Fatalf("the file has no id: %s (%v)", up.body, err)
+	}
+	c.do(upload(batchLines(3, 2)), 400)
+	c.do(specCall{method: "POST", path: "/v1/files", key: "k-acme", body: `{}`}, 415)
+	c.do(specCall{method: "GET", path: "/v1/files?purpose=batch&limit=5", key: "k-acme"}, 200)
+	c.do(specCall{method: "GET", path: "/v1/files?limit=0", key: "k-acme"}, 400)
+	c.do(specCall{method: "GET", path: "/v1/files/" + f.ID, key: "k-acme"}, 200)
+	c.do(specCall{method: "GET", path: "/v1/files/" + f.ID + "/content", key: "k-acme"}, 200)
+	c.do(specCall{method: "GET", path: "/v1/files/" + f.ID, key: "k-nobody"}, 401)
+	c.do(specCall{method: "DELETE", path: "/v1/files/" + f.ID, key: "k-acme"}, 200)
+	c.do(specCall{method: "GET", path: "/v1/files/" + f.ID + "/content", key: "k-acme"}, 404)
+	c.do(specCall{method: "DELETE", path: "/v1/files/" + f.ID, key: "k-acme"}, 404)
 }
