@@ -47,7 +47,8 @@ func newWorker(c *Core) (*worker.Worker, error) {
 
 // startWorker starts a worker's loops in g, each until ctx ends: the
 // Temporal worker (which starts the healer once it polls), the admission
-// janitor, the kb keeper, and the latency window's flusher, which stops
+// janitor, the kb keeper, the expired files' sweep, and the latency
+// window's flusher, which stops
 // only after the Temporal worker has, so that the requests it finishes
 // while stopping are flushed too; stopped is called after that last
 // flush. The API process starts its embedded worker with it too.
@@ -69,4 +70,10 @@ func startWorker(ctx context.Context, g *errgroup.Group, c *Core, w *worker.Work
 		c.keeper.run(ctx)
 		return nil
 	})
+	if c.Files != nil {
+		g.Go(func() error {
+			c.sweepFiles(ctx, c.Files)
+			return nil
+		})
+	}
 }

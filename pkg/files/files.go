@@ -298,12 +298,56 @@ func (s *Store) Delete(ctx context.Context, tenant, id string) (bool, error) {
 	} else if err != nil {
 		return false, err
 	}
+	return s.drop(ctx, id)
+}
+
+// DeleteExpired deletes up to limit files whose time ran out (expired
+// files are hidden from every read at once; this frees their content),
+// and returns how many it deleted.
+func (s *Store) DeleteExpired(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := s.db.Migrate(ctx); err != nil {
+		return 0, err
+	}
+	rows, err := s.db.SQL.QueryContext(ctx, s.db.Dialect.Rebind(`SELECT id FROM files
+		WHERE status <> 'deleted' AND expires_at > 0 AND expires_at <= ? ORDER BY expires_at LIMIT ?`), now.UnixMilli(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("find expired files: %w", err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("find expired files: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("find expired files: %w", err)
+	}
+	n := 0
+	for _, id := range ids {
+		ok, err := s.drop(ctx, id)
+		if err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// drop deletes file id's content and marks its row deleted, in one
+// transaction; false when another did it first.
+func (s *Store) drop(ctx context.Context, id string) (bool, error) {
 	tx, err := s.db.SQL.BeginTx(ctx, nil)
 	if err != nil {
 		return false, fmt.Errorf("delete file %s: %w", id, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	res, err := tx.ExecContext(ctx, s.db.Dialect.Rebind(`UPDATE files SET status = 'deleted' WHERE id = ? AND tenant = ? AND status <> 'deleted'`), id, tenant)
+	res, err := tx.ExecContext(ctx, s.db.Dialect.Rebind(`UPDATE files SET status = 'deleted' WHERE id = ? AND status <> 'deleted'`), id)
 	if err != nil {
 		return false, fmt.Errorf("delete file %s: %w", id, err)
 	}

@@ -191,3 +191,36 @@ func TestListPagesAndExpires(t *testing.T) {
 		}
 	})
 }
+
+// The sweep frees expired files' content a batch at a time, and leaves
+// live files, and files already deleted, alone.
+func TestDeleteExpired(t *testing.T) {
+	backends(t, 4, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		past := time.Now().Add(-time.Minute)
+		for _, id := range []string{"file-x1", "file-x2", "file-x3"} {
+			put(t, s, id, "acme", []string{"line one\n", "line two\n"}, Meta{Purpose: "batch", CreatedAt: t0, ExpiresAt: past})
+		}
+		put(t, s, "file-live", "acme", []string{"kept\n"}, Meta{Purpose: "batch", CreatedAt: t0, ExpiresAt: time.Now().Add(time.Hour)})
+		put(t, s, "file-forever", "acme", []string{"kept\n"}, Meta{Purpose: "batch", CreatedAt: t0})
+		if n, err := s.DeleteExpired(ctx, time.Now(), 2); n != 2 || err != nil {
+			t.Fatalf("first round deleted %d (%v), want 2", n, err)
+		}
+		if n, err := s.DeleteExpired(ctx, time.Now(), 2); n != 1 || err != nil {
+			t.Fatalf("second round deleted %d (%v), want 1", n, err)
+		}
+		if n, err := s.DeleteExpired(ctx, time.Now(), 2); n != 0 || err != nil {
+			t.Fatalf("third round deleted %d (%v), want none", n, err)
+		}
+		var chunks int
+		if err := s.db.SQL.QueryRowContext(ctx, s.db.Dialect.Rebind(`SELECT COUNT(*) FROM file_chunks WHERE file_id IN (?, ?, ?)`),
+			"file-x1", "file-x2", "file-x3").Scan(&chunks); err != nil || chunks != 0 {
+			t.Fatalf("%d chunks of expired files left (%v)", chunks, err)
+		}
+		for _, id := range []string{"file-live", "file-forever"} {
+			if got := content(t, s, "acme", id); got != "kept\n" {
+				t.Fatalf("%s reads %q", id, got)
+			}
+		}
+	})
+}
