@@ -3,8 +3,6 @@ package app
 import (
 	"context"
 	"time"
-
-	"github.com/sluice-dev/sluice/pkg/files"
 )
 
 // Expired files are hidden from every read at once; this sweep frees
@@ -17,7 +15,7 @@ const (
 
 // sweepFiles deletes expired files until ctx ends. Several workers may
 // sweep one store: a file one of them deleted the others pass over.
-func (c *Core) sweepFiles(ctx context.Context, store *files.Store) {
+func (c *Core) sweepFiles(ctx context.Context) {
 	t := time.NewTicker(filesSweepEvery)
 	defer t.Stop()
 	for {
@@ -27,7 +25,7 @@ func (c *Core) sweepFiles(ctx context.Context, store *files.Store) {
 		case <-t.C:
 		}
 		for ctx.Err() == nil {
-			n, err := store.DeleteExpired(ctx, time.Now(), filesSweepBatch)
+			n, err := c.Files.DeleteExpired(ctx, time.Now(), filesSweepBatch)
 			if err != nil {
 				if ctx.Err() == nil {
 					c.logger.Warn("delete expired files", "err", err)

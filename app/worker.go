@@ -72,7 +72,7 @@ func startWorker(ctx context.Context, g *errgroup.Group, c *Core, w *worker.Work
 	})
 	if c.Files != nil {
 		g.Go(func() error {
-			c.sweepFiles(ctx, c.Files)
+			c.sweepFiles(ctx)
 			return nil
 		})
 	}

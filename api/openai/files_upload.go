@@ -170,7 +170,7 @@ func (up *upload) file(ctx context.Context, p *multipart.Part) error {
 		} else {
 			up.check.Line(line)
 		}
-		if up.check.Report().Bad == 0 {
+		if up.check.Bad() == 0 {
 			if err := w.Line(line); err != nil {
 				return err
 			}

@@ -33,7 +33,7 @@ const maxGetBody = 1024
 // ?starting_after=: whether to stream, and the first sequence number to
 // send. The official Go client asks for the stream in a JSON body
 // ({"stream": true}) instead of the query, which is read too.
-func (s *Server) streamQuery(c echo.Context) (bool, int, error) {
+func streamQuery(c echo.Context) (bool, int, error) {
 	var stream bool
 	switch v := c.QueryParam("stream"); v {
 	case "false":

@@ -172,7 +172,7 @@ func (s *Server) storedRecord(c echo.Context, route string) (door.Caller, respon
 // stored response, whole once it ended, as it stands before; with
 // ?stream=true, its events again (streamAgain).
 func (s *Server) getResponse(c echo.Context) error {
-	stream, from, badQuery := s.streamQuery(c)
+	stream, from, badQuery := streamQuery(c)
 	route := policy.RouteReads
 	if stream {
 		route = policy.RouteResumes

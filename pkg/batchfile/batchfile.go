@@ -165,6 +165,9 @@ type Report struct {
 	URL string
 }
 
+// Bad is how many of the lines checked so far are bad.
+func (c *Checker) Bad() int { return c.bad }
+
 // Report is the verdict on the lines checked so far.
 func (c *Checker) Report() Report {
 	return Report{Lines: c.lines, Bad: c.bad, Errors: slices.Clone(c.errs), URL: c.url}
